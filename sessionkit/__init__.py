@@ -1,0 +1,115 @@
+"""sessionkit: conversation trees for AI agents, in SQLite, DuckDB or PostgreSQL, made for Jupyter.
+
+>>> import sessionkit as sk
+>>> store = sk.open_store("chats.db")
+>>> s = store.session("demo")
+>>> s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+
+The store layer loads nothing heavy: agents (litellm), analysis (pandas, DuckDB),
+widgets (ipywidgets) and the server (Starlette) load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .errors import (
+    InvalidMessage,
+    MaxStepsExceeded,
+    MessageNotFound,
+    MessageTooLarge,
+    MissingDependency,
+    ModelError,
+    RunFailed,
+    RunInterrupted,
+    RunTimeout,
+    SchemaVersionError,
+    SessionKitError,
+    SessionNotFound,
+    StoreClosed,
+    StoreLocked,
+    UsageError,
+)
+from .store import (
+    LATEST,
+    AppendResult,
+    ChangeEvent,
+    Compaction,
+    CompactionContext,
+    CompactionResult,
+    RecentHistory,
+    RunRecord,
+    SearchHit,
+    Session,
+    SessionInfo,
+    Store,
+    create_compact_function,
+    open_store,
+)
+
+__version__ = "0.1.0"
+
+# name -> (module, attribute or None for the module itself)
+_LAZY = {
+    "Agent": ("sessionkit.agent", "Agent"),
+    "RunResult": ("sessionkit.agent", "RunResult"),
+    "RunController": ("sessionkit.agent", "RunController"),
+    "create_session": ("sessionkit.agent", "create_session"),
+    "SessionStore": ("sessionkit.agent", "SessionStore"),
+    "FileSessionStore": ("sessionkit.agent", "FileSessionStore"),
+    "testing": ("sessionkit.testing", None),
+    "io": ("sessionkit.io", None),
+    "plot": ("sessionkit.analysis.plot", None),
+    "widgets": ("sessionkit.widgets", None),
+    "server": ("sessionkit.server", None),
+}
+
+__all__ = [
+    "__version__",
+    "open_store",
+    "LATEST",
+    "Store",
+    "Session",
+    "AppendResult",
+    "ChangeEvent",
+    "Compaction",
+    "CompactionContext",
+    "CompactionResult",
+    "RecentHistory",
+    "RunRecord",
+    "SearchHit",
+    "SessionInfo",
+    "create_compact_function",
+    "SessionKitError",
+    "InvalidMessage",
+    "MessageNotFound",
+    "SessionNotFound",
+    "StoreClosed",
+    "StoreLocked",
+    "MessageTooLarge",
+    "SchemaVersionError",
+    "UsageError",
+    "MissingDependency",
+    "RunFailed",
+    "ModelError",
+    "MaxStepsExceeded",
+    "RunTimeout",
+    "RunInterrupted",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'sessionkit' has no attribute {name!r}") from None
+    mod = importlib.import_module(module)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

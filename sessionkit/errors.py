@@ -1,0 +1,122 @@
+"""The whole exception tree of sessionkit.
+
+Every error the library raises on purpose derives from :class:`SessionKitError`.
+Where a Python user expects a built-in type, the error also derives from it, so
+``except ValueError`` or ``except LookupError`` keep working::
+
+    SessionKitError
+    ├── InvalidMessage          (also ValueError)   a message fails validation
+    ├── MessageNotFound         (also LookupError)  an unknown message id
+    ├── SessionNotFound         (also LookupError)  an unknown session id
+    ├── StoreClosed                                 the store was closed
+    ├── StoreLocked                                 another process holds the store
+    ├── MessageTooLarge         (also ValueError)   over max_message_bytes
+    ├── SchemaVersionError                          written by a newer sessionkit
+    ├── UsageError                                  a call that cannot be honoured now
+    ├── MissingDependency       (also ImportError)  an optional extra is not installed
+    └── RunFailed                                   an agent run did not complete
+        ├── ModelError                              the model provider failed
+        ├── MaxStepsExceeded                        too many model turns
+        ├── RunTimeout                              the run took longer than allowed
+        └── RunInterrupted                          RunController.interrupt()
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SessionKitError",
+    "InvalidMessage",
+    "MessageNotFound",
+    "SessionNotFound",
+    "StoreClosed",
+    "StoreLocked",
+    "MessageTooLarge",
+    "SchemaVersionError",
+    "UsageError",
+    "MissingDependency",
+    "RunFailed",
+    "ModelError",
+    "MaxStepsExceeded",
+    "RunTimeout",
+    "RunInterrupted",
+]
+
+
+class SessionKitError(Exception):
+    """Root of every sessionkit error."""
+
+
+class InvalidMessage(SessionKitError, ValueError):
+    """A message does not have the shape SPEC M1/M2 asks for; nothing was stored."""
+
+
+class MessageNotFound(SessionKitError, LookupError):
+    """No message with that id exists in this session."""
+
+    def __str__(self) -> str:  # LookupError would repr() the message
+        return str(self.args[0]) if self.args else "message not found"
+
+
+class SessionNotFound(SessionKitError, LookupError):
+    """No session with that id holds anything in this store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "session not found"
+
+
+class StoreClosed(SessionKitError):
+    """The store was closed; open a new one."""
+
+
+class StoreLocked(SessionKitError):
+    """Another process holds the store (DuckDB file, or a server's lease)."""
+
+
+class MessageTooLarge(SessionKitError, ValueError):
+    """The message is larger than ``max_message_bytes``; nothing was stored."""
+
+
+class SchemaVersionError(SessionKitError):
+    """The store was written by a newer sessionkit schema than this one understands."""
+
+
+class UsageError(SessionKitError):
+    """The call cannot be honoured in the current state (for example no compaction function)."""
+
+
+class MissingDependency(SessionKitError, ImportError):
+    """An optional dependency is missing; the message names the extra to install."""
+
+
+class RunFailed(SessionKitError):
+    """An agent run failed. ``run_id`` names the run; the conversation is unchanged."""
+
+    def __init__(self, message: str = "", *, run_id: str | None = None):
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class ModelError(RunFailed):
+    """The model provider returned an error (the original is kept as ``__cause__``)."""
+
+
+class MaxStepsExceeded(RunFailed):
+    """The model kept asking for tools beyond ``max_steps`` turns."""
+
+
+class RunTimeout(RunFailed):
+    """The run did not finish within its ``timeout``."""
+
+
+class RunInterrupted(RunFailed):
+    """The run was interrupted through its controller."""
+
+
+def missing(extra: str, package: str, exc: ImportError | None = None) -> MissingDependency:
+    """Build the error for a missing optional dependency."""
+    err = MissingDependency(
+        f"{package} is not installed; install it with: pip install 'sessionkit[{extra}]'"
+    )
+    if exc is not None:
+        err.__cause__ = exc
+    return err

@@ -1,0 +1,114 @@
+"""Stores: :func:`open_store` picks the engine from the target and opens it.
+
+``*.db``, ``*.sqlite``, ``*.sqlite3``, ``sqlite:///path``, ``:memory:`` -> SQLite
+(the default); ``*.duckdb``, ``duckdb:///path``, ``duckdb:///:memory:`` -> DuckDB;
+``postgresql://...`` -> PostgreSQL. Engines are imported only when used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePath
+from typing import Any
+
+from ._core import (
+    LATEST,
+    AppendResult,
+    ChangeEvent,
+    Compaction,
+    CompactionContext,
+    CompactionResult,
+    RecentHistory,
+    RunRecord,
+    Session,
+    SessionInfo,
+    Store,
+)
+from .compaction import create_compact_function
+from .search import SearchHit
+
+__all__ = [
+    "open_store",
+    "LATEST",
+    "Store",
+    "Session",
+    "AppendResult",
+    "ChangeEvent",
+    "Compaction",
+    "CompactionContext",
+    "CompactionResult",
+    "RecentHistory",
+    "RunRecord",
+    "SessionInfo",
+    "SearchHit",
+    "create_compact_function",
+]
+
+_SQLITE_EXT = (".db", ".sqlite", ".sqlite3")
+_DUCKDB_EXT = (".duckdb", ".ddb")
+
+
+def _resolve(target: Any) -> tuple[str, str]:
+    """``(engine, location)`` for a target path or URL; ValueError when it names no engine."""
+    if isinstance(target, PurePath):
+        target = os.fspath(target)
+    if not isinstance(target, str):
+        raise TypeError(f"store target must be a str or a path, got {type(target).__name__}")
+    if target == ":memory:":
+        return "sqlite", ":memory:"
+    lower = target.lower()
+    if lower.startswith("sqlite:///"):
+        return "sqlite", target[len("sqlite:///") :] or ":memory:"
+    if lower.startswith("duckdb:///"):
+        return "duckdb", target[len("duckdb:///") :] or ":memory:"
+    if lower.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        return "postgresql", target
+    if lower.endswith(_SQLITE_EXT):
+        return "sqlite", target
+    if lower.endswith(_DUCKDB_EXT):
+        return "duckdb", target
+    raise ValueError(
+        f"cannot tell the engine for store target {target!r}: use a path ending in "
+        ".db/.sqlite/.sqlite3 (SQLite) or .duckdb (DuckDB), ':memory:', or a "
+        "sqlite:///, duckdb:/// or postgresql:// URL"
+    )
+
+
+def open_store(
+    target: Any = ":memory:",
+    *,
+    max_message_bytes: int | None = None,
+    reserved_metadata_keys: Any = (),
+    durability: str = "normal",
+    **engine_options: Any,
+) -> Store:
+    """Open (or create) a store.
+
+    Options: ``max_message_bytes`` (larger appends raise ``MessageTooLarge``),
+    ``reserved_metadata_keys`` (removed from client-sourced appends),
+    ``durability`` (``"normal"``: WAL with synchronous=NORMAL; ``"full"``: fsync on
+    every commit). Engine-specific options pass through.
+
+    >>> store = open_store()            # in-memory SQLite
+    >>> store = open_store("chats.db")  # a SQLite file
+    """
+    engine, location = _resolve(target)
+    if max_message_bytes is not None and (
+        not isinstance(max_message_bytes, int) or isinstance(max_message_bytes, bool) or max_message_bytes < 1
+    ):
+        raise ValueError(f"max_message_bytes must be a positive int, got {max_message_bytes!r}")
+    if isinstance(reserved_metadata_keys, str):
+        reserved_metadata_keys = [reserved_metadata_keys]
+    if engine == "sqlite":
+        from .sqlite import SQLiteEngine
+
+        eng = SQLiteEngine(location, durability=durability, **engine_options)
+    elif engine == "duckdb":
+        from .duckdb import DuckDBEngine
+
+        eng = DuckDBEngine(location, durability=durability, **engine_options)
+    else:
+        from .postgres import PostgresEngine
+
+        eng = PostgresEngine(location, durability=durability, **engine_options)
+    return Store(eng, max_message_bytes=max_message_bytes, reserved_metadata_keys=reserved_metadata_keys)

@@ -1,0 +1,931 @@
+"""Store and Session: the semantics of SPEC sections 2-7, independent of any SQL dialect.
+
+An engine (``sqlite.py``, ``duckdb.py``) supplies storage primitives through the
+:class:`Engine` interface; everything users can observe (validation, idempotency,
+latest leaf, compaction overlays, change events, mirrors) is decided here, once,
+so every engine behaves the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import uuid
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from .. import messages as _msg
+from ..errors import (
+    MessageNotFound,
+    SessionNotFound,
+    StoreClosed,
+    UsageError,
+)
+from .search import SearchHit, parse_query, snippet
+
+log = logging.getLogger("sessionkit")
+
+__all__ = [
+    "LATEST",
+    "Store",
+    "Session",
+    "AppendResult",
+    "SessionInfo",
+    "ChangeEvent",
+    "Compaction",
+    "CompactionResult",
+    "CompactionContext",
+    "RecentHistory",
+    "RunRecord",
+    "Engine",
+    "Node",
+]
+
+
+class _Latest:
+    """Sentinel: attach to the session's latest leaf (SPEC W1)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "sessionkit.LATEST"
+
+    def __reduce__(self):
+        return (_Latest, ())
+
+
+LATEST = _Latest()
+
+
+# ---------------------------------------------------------------------------
+# Plain results
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append or import did: ``inserted`` is False when the id was already stored."""
+
+    inserted: bool
+    message: dict
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: str
+    message_count: int
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """A write reported by :meth:`Store.subscribe` (SPEC F1)."""
+
+    type: str  # append | update | delete | clear | compact
+    session_id: str
+    message_ids: tuple[str, ...]
+    message: dict | None = None
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A stored summary replacing ``from_id`` .. ``to_id`` on read (SPEC C3)."""
+
+    id: str
+    from_id: str
+    to_id: str
+    summary: str
+    created_at: str
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What a compaction function returns: replace ``from_id`` .. ``to_id`` by ``summary``."""
+
+    from_id: str
+    to_id: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class CompactionContext:
+    session: "Session"
+    leaf_id: str
+    tokens: int
+    previous: Compaction | None
+
+
+@dataclass(frozen=True)
+class RecentHistory:
+    messages: list[dict]
+    truncated: bool
+    total_content_bytes: int
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    session_id: str
+    status: str
+    error: str | None
+    started_at: str
+    ended_at: str | None
+    usage: dict | None
+    input: str | None = None
+
+
+class Node(NamedTuple):
+    """A message's place in the tree, without its content."""
+
+    seq: int
+    id: str
+    parent_id: str | None
+    depth: int
+    bytes: int
+    tokens: int
+    path_bytes: int
+    path_tokens: int
+    created_at: str
+    role: str
+
+
+# ---------------------------------------------------------------------------
+# Engine interface
+
+
+class Engine:
+    """Storage primitives an engine provides. All ``session_id``/``id`` values are strings.
+
+    Methods named ``w_*`` run inside :meth:`write` (one transaction, exclusive);
+    the others are reads and may run at any time. Implementations hold their own
+    lock so a Store can be shared by threads.
+    """
+
+    kind = "abstract"
+    path: str | None = None
+
+    # lifecycle -----------------------------------------------------------
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def write(self):
+        """Context manager: one write transaction (commit on success, rollback on error)."""
+        raise NotImplementedError
+
+    # reads ---------------------------------------------------------------
+    def node(self, sid: str, mid: str) -> Node | None: ...
+    def latest(self, sid: str) -> Node | None: ...
+    def children(self, sid: str, mid: str) -> list[Node]: ...
+    def ancestors(self, sid: str, seq: int, limit: int | None) -> list[Node]:
+        """Nodes from ``seq`` (included) towards the root, at most ``limit``."""
+        ...
+    def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:
+        """``(seq, id, tokens)`` from the message ``seq`` up to the root."""
+        ...
+    def contents(self, seqs: list[int]) -> list[str]:
+        """Stored JSON for each seq, in the given order (continuation rows joined)."""
+        ...
+    def blob(self, sha: str) -> bytes: ...
+    def count(self, sid: str) -> int: ...
+    def nodes(self, sid: str) -> list[Node]: ...
+    def list_sessions(self) -> list[SessionInfo]: ...
+    def session_exists(self, sid: str) -> bool: ...
+    def compactions(self, sid: str) -> list[tuple[int, Compaction]]: ...
+    def stats(self) -> dict: ...
+    def index_built(self) -> bool: ...
+    def search(self, fts_query, terms, sid: str | None, limit: int) -> list[tuple[int, str, str, str, float]]:
+        """``(seq, session_id, id, role, score)`` best first."""
+        ...
+    def runs(self, sid: str) -> list[RunRecord]: ...
+    def events(self, sid: str, after_seq: int | None) -> list[dict]: ...
+
+    # writes (inside write()) -------------------------------------------------
+    def w_insert(self, sid, prep, parent: Node | None, created_at: str, index: bool) -> Node | None:
+        """Insert unless (sid, id) exists; return the new Node or None when it existed."""
+        ...
+    def w_update(self, sid, node: Node, prep, index: bool) -> None: ...
+    def w_delete(self, sid, nodes: list[Node]) -> None: ...
+    def w_descendants(self, sid, mids: list[str]) -> list[Node]: ...
+    def w_clear(self, sid) -> None: ...
+    def w_delete_session(self, sid) -> None: ...
+    def w_add_compaction(self, sid, comp: Compaction) -> None: ...
+    def w_build_index(self) -> None: ...
+    def w_run_begin(self, sid, run_id, input, started_at) -> None: ...
+    def w_run_end(self, run_id, status, error, usage, ended_at) -> None: ...
+    def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
+
+
+# ---------------------------------------------------------------------------
+
+
+_BATCH = 256
+
+
+class Store:
+    """A conversation store. Open one with :func:`sessionkit.open_store`.
+
+    Thread-safe; a context manager; ``close()`` is idempotent.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_message_bytes: int | None = None,
+        reserved_metadata_keys: Iterable[str] = (),
+    ):
+        self._engine = engine
+        self._closed = False
+        self._sessions: dict[str, Session] = {}
+        self._sessions_lock = threading.Lock()
+        self._subscribers: list[Callable[[ChangeEvent], Any]] = []
+        self.max_message_bytes = max_message_bytes
+        self.reserved_metadata_keys = tuple(reserved_metadata_keys)
+
+    # -- lifecycle ------------------------------------------------------------
+    @property
+    def engine(self) -> str:
+        """The engine's name: ``"sqlite"``, ``"duckdb"`` or ``"postgresql"``."""
+        return self._engine.kind
+
+    @property
+    def path(self) -> str | None:
+        return self._engine.path
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._engine.close()
+
+    def __enter__(self) -> "Store":
+        self._check()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
+
+    def _check(self) -> Engine:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return self._engine
+
+    # -- sessions -------------------------------------------------------------
+    def session(self, session_id: str = "") -> "Session":
+        """The handle of a session (the same object for the same id)."""
+        self._check()
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+        with self._sessions_lock:
+            handle = self._sessions.get(session_id)
+            if handle is None:
+                handle = self._sessions[session_id] = Session(self, session_id)
+            return handle
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every session holding at least one message, newest activity first."""
+        return self._check().list_sessions()
+
+    def delete_session(self, session_id: str) -> None:
+        """Remove everything of a session: messages, compactions, index entries, runs, events."""
+        eng = self._check()
+        if not eng.session_exists(session_id):
+            raise SessionNotFound(f"no session {session_id!r} in this store")
+        with eng.write():
+            eng.w_delete_session(session_id)
+        self._emit(ChangeEvent("clear", session_id, ()))
+
+    def stats(self) -> dict:
+        """Counts and sizes: sessions, messages, compactions, blobs, blob_bytes, indexed_messages, bytes."""
+        return self._check().stats()
+
+    # -- change feed ----------------------------------------------------------
+    def subscribe(self, callback: Callable[[ChangeEvent], Any]) -> Callable[[], None]:
+        """Call ``callback(event)`` after every write in this process; returns ``unsubscribe``."""
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            try:
+                self._subscribers.remove(callback)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def _emit(self, event: ChangeEvent) -> None:
+        for cb in list(self._subscribers):
+            try:
+                cb(event)
+            except Exception:  # a subscriber never breaks a write
+                log.exception("sessionkit: change subscriber %r raised", cb)
+
+    # -- search ---------------------------------------------------------------
+    def search(self, query: str, *, session_id: str | None = None, limit: int = 10) -> list[SearchHit]:
+        """Full-text search over text parts (SPEC Q1-Q3); any string is a valid query."""
+        eng = self._check()
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            raise ValueError(f"limit must be a non-negative int, got {limit!r}")
+        parsed = parse_query(query)
+        if parsed.empty or limit == 0:
+            return []
+        if not eng.index_built():
+            with eng.write():
+                eng.w_build_index()
+        rows = eng.search(parsed.fts5(), parsed, session_id, limit)
+        if not rows:
+            return []
+        contents = eng.contents([r[0] for r in rows])
+        hits = []
+        for (seq, sid, mid, role, score), raw in zip(rows, contents):
+            msg = _msg.restore(raw, eng.blob)
+            text = _msg.message_text(msg)
+            hits.append(SearchHit(mid, sid, role, text, snippet(text, parsed), float(score)))
+        return hits
+
+    # -- runs and events (used by sessionkit.agent and the server) -------------
+    def runs(self, session_id: str) -> list[RunRecord]:
+        """Recorded agent runs of a session, oldest first."""
+        return self._check().runs(session_id)
+
+    def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
+        """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
+        return self._check().events(session_id, after_seq)
+
+    def _run_begin(self, session_id: str, run_id: str, input: str) -> None:
+        eng = self._check()
+        with eng.write():
+            eng.w_run_begin(session_id, run_id, input, _msg.now_iso())
+
+    def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None:
+        eng = self._check()
+        with eng.write():
+            eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
+
+    def _append_events(self, session_id: str, events: list[dict]) -> list[dict]:
+        eng = self._check()
+        out = []
+        for ev in events:
+            ev = dict(ev)
+            ev.setdefault("v", 1)
+            ev.setdefault("ts", _msg.now_iso())
+            ev["session_id"] = session_id
+            _msg.dumps(ev)
+            out.append(ev)
+        with eng.write():
+            return eng.w_append_events(session_id, out)
+
+    def _append_event(self, session_id: str, event: dict) -> dict:
+        return self._append_events(session_id, [event])[0]
+
+
+# ---------------------------------------------------------------------------
+
+
+class Session:
+    """One conversation tree in a store. Get it with ``store.session(id)``."""
+
+    def __init__(self, store: Store, session_id: str):
+        self._store = store
+        self.session_id = session_id
+        self._compact_fn: Callable | None = None
+        self._compact_after: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<sessionkit.Session {self.session_id!r} in {self._store!r}>"
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    def _eng(self) -> Engine:
+        return self._store._check()
+
+    # -- writing ------------------------------------------------------------------
+    def append(self, message: dict, *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
+        """Add a message (SPEC W1). Idempotent on ``message["id"]``: the first write wins."""
+        if source not in ("server", "client"):
+            raise ValueError(f"source must be 'server' or 'client', got {source!r}")
+        strip = self._store.reserved_metadata_keys if source == "client" else ()
+        results = self._write_chain([message], parent_id, strip=strip, created_at=None)
+        result = results[0]
+        if result.inserted:
+            self._store._emit(ChangeEvent("append", self.session_id, (result.message["id"],), result.message))
+            self._maybe_compact()
+        return result
+
+    def _append_many(self, messages: list[dict], *, parent_id: Any = LATEST) -> list[AppendResult]:
+        """Append a chain in one transaction: each message's parent is the one before it."""
+        results = self._write_chain(list(messages), parent_id, strip=(), created_at=None)
+        for r in results:
+            if r.inserted:
+                self._store._emit(ChangeEvent("append", self.session_id, (r.message["id"],), r.message))
+        if any(r.inserted for r in results):
+            self._maybe_compact()
+        return results
+
+    def import_message(self, message: dict, *, parent_id: str | None = None, created_at: Any = None) -> AppendResult:
+        """Store a message as is (SPEC W3): no change event, never triggers compaction."""
+        if parent_id is LATEST:
+            pass
+        elif parent_id is not None and not isinstance(parent_id, str):
+            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        iso = _msg.to_iso(created_at) if created_at is not None else None
+        return self._write_chain([message], parent_id, strip=(), created_at=iso)[0]
+
+    def _import_many(self, items: list[tuple[dict, Any, Any]]) -> list[AppendResult]:
+        """Import ``(message, parent_id, created_at)`` triples in one transaction (bulk import)."""
+        eng = self._eng()
+        preps = []
+        for message, parent_id, created_at in items:
+            iso = _msg.to_iso(created_at) if created_at is not None else None
+            preps.append((self._prepare(message, (), iso), parent_id, iso))
+        out = []
+        with eng.write():
+            index = eng.index_built()
+            for prep, parent_id, iso in preps:
+                out.append(self._insert_one(eng, prep, parent_id, iso, index))
+        return out
+
+    def _prepare(self, message, strip, created_at):
+        return _msg.prepare(
+            message,
+            created_at=created_at,
+            strip_metadata_keys=strip,
+            max_bytes=self._store.max_message_bytes,
+        )
+
+    def _write_chain(self, messages, parent_id, *, strip, created_at) -> list[AppendResult]:
+        eng = self._eng()
+        if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
+            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        preps = [self._prepare(m, strip, created_at) for m in messages]  # validate all first
+        out: list[AppendResult] = []
+        with eng.write():
+            index = eng.index_built()
+            parent = parent_id
+            for prep in preps:
+                res = self._insert_one(eng, prep, parent, created_at, index)
+                out.append(res)
+                parent = res.message["id"]
+        return out
+
+    def _insert_one(self, eng: Engine, prep, parent_id, created_at, index) -> AppendResult:
+        sid = self.session_id
+        mid = prep.message["id"]
+        if parent_id is LATEST:
+            parent = eng.latest(sid)
+        elif parent_id is None:
+            parent = None
+        else:
+            parent = eng.node(sid, parent_id)
+            if parent is None:
+                existing = eng.node(sid, mid)
+                if existing is not None:
+                    return AppendResult(False, self._read(existing.seq))
+                raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
+        stamp = created_at or _created_from(prep.message)
+        node = eng.w_insert(sid, prep, parent, stamp, index)
+        if node is None:
+            existing = eng.node(sid, mid)
+            return AppendResult(False, self._read(existing.seq))
+        return AppendResult(True, _msg.deep_copy(prep.message))
+
+    def update(self, message: dict) -> dict:
+        """Replace the stored content of ``message["id"]`` (its place in the tree stays)."""
+        eng = self._eng()
+        _msg.validate(message)
+        with eng.write():
+            node = eng.node(self.session_id, message["id"])
+            if node is None:
+                raise MessageNotFound(f"message {message['id']!r} is not in session {self.session_id!r}")
+            if "createdAt" not in message:
+                message = dict(message, createdAt=node.created_at)
+            prep = self._prepare(message, (), node.created_at)
+            eng.w_update(self.session_id, node, prep, eng.index_built())
+        stored = _msg.deep_copy(prep.message)
+        self._store._emit(ChangeEvent("update", self.session_id, (stored["id"],), stored))
+        return stored
+
+    def delete(self, ids: str | Iterable[str], *, subtree: bool = False) -> list[str]:
+        """Delete messages (SPEC W6); returns the ids removed."""
+        if isinstance(ids, str):
+            ids = [ids]
+        ids = list(dict.fromkeys(ids))
+        for i in ids:
+            if not isinstance(i, str):
+                raise TypeError(f"message ids must be str, got {type(i).__name__}")
+        eng = self._eng()
+        sid = self.session_id
+        with eng.write():
+            nodes = []
+            for mid in ids:
+                node = eng.node(sid, mid)
+                if node is None:
+                    raise MessageNotFound(f"message {mid!r} is not in session {sid!r}")
+                nodes.append(node)
+            wanted = set(ids)
+            desc = eng.w_descendants(sid, ids)
+            extra = [n for n in desc if n.id not in wanted]
+            if extra and not subtree:
+                raise ValueError(
+                    f"message {extra[0].parent_id!r} has children not being deleted "
+                    f"(e.g. {extra[0].id!r}); pass subtree=True to delete them too"
+                )
+            nodes += extra
+            eng.w_delete(sid, nodes)
+        removed = tuple(n.id for n in nodes)
+        self._store._emit(ChangeEvent("delete", sid, removed))
+        return list(removed)
+
+    def clear(self) -> None:
+        """Remove this session's messages, compactions and index entries (runs stay)."""
+        eng = self._eng()
+        with eng.write():
+            eng.w_clear(self.session_id)
+        self._store._emit(ChangeEvent("clear", self.session_id, ()))
+
+    # -- reading ------------------------------------------------------------------
+    def _read(self, seq: int) -> dict:
+        eng = self._eng()
+        return _msg.restore(eng.contents([seq])[0], eng.blob)
+
+    def _leaf(self, leaf_id: str | None) -> Node | None:
+        eng = self._eng()
+        if leaf_id is None:
+            return eng.latest(self.session_id)
+        node = eng.node(self.session_id, leaf_id)
+        if node is None:
+            raise MessageNotFound(f"message {leaf_id!r} is not in session {self.session_id!r}")
+        return node
+
+    def get(self, id: str) -> dict | None:
+        """The message with this id, or None."""
+        node = self._eng().node(self.session_id, id)
+        return None if node is None else self._read(node.seq)
+
+    def latest_leaf(self) -> dict | None:
+        """The latest leaf (SPEC W4), or None in an empty session."""
+        node = self._eng().latest(self.session_id)
+        return None if node is None else self._read(node.seq)
+
+    def branches(self, id: str) -> list[dict]:
+        """Direct children of a message, oldest first."""
+        eng = self._eng()
+        if eng.node(self.session_id, id) is None:
+            raise MessageNotFound(f"message {id!r} is not in session {self.session_id!r}")
+        kids = eng.children(self.session_id, id)
+        return self._load([k.seq for k in kids])
+
+    def path_length(self, leaf_id: str | None = None) -> int:
+        """Raw messages on the path to ``leaf_id`` (compaction ignored)."""
+        node = self._leaf(leaf_id)
+        return 0 if node is None else node.depth + 1
+
+    def __len__(self) -> int:
+        return self._eng().count(self.session_id)
+
+    def _load(self, seqs: list[int]) -> list[dict]:
+        eng = self._eng()
+        return [_msg.restore(raw, eng.blob) for raw in eng.contents(seqs)]
+
+    def history(self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True) -> Iterator[dict]:
+        """Yield the path from the root to the leaf (default: the latest leaf), streaming.
+
+        Content is fetched in bounded batches; no transaction stays open between
+        yields. With ``newest_first=True`` it walks from the leaf up, and stopping
+        early reads no older rows.
+        """
+        leaf = self._leaf(leaf_id)  # raises now, not at the first next()
+        if leaf is None:
+            return iter(())
+        comps = self._eng().compactions(self.session_id) if compacted else []
+        if newest_first and not comps:
+            return self._walk_up(leaf)
+        return self._walk_skeleton(leaf, comps, newest_first)
+
+    def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]:
+        """The path from the root to the leaf as a list (SPEC R2)."""
+        return list(self.history(leaf_id=leaf_id, compacted=compacted))
+
+    def snapshot(self) -> list[dict]:
+        """A deep copy of the latest path, compaction applied."""
+        return self.get_history()
+
+    def _walk_up(self, leaf: Node) -> Iterator[dict]:
+        eng = self._eng()
+        seq: int | None = leaf.seq
+        batch = 16
+        while seq is not None:
+            nodes = eng.ancestors(self.session_id, seq, batch)
+            if not nodes:
+                return
+            yield from self._load([n.seq for n in nodes])
+            last = nodes[-1]
+            if last.parent_id is None:
+                return
+            parent = eng.node(self.session_id, last.parent_id)
+            seq = None if parent is None else parent.seq
+            batch = min(batch * 2, _BATCH)
+
+    def _skeleton(self, leaf: Node, comps: list[tuple[int, Compaction]]):
+        """Seqs root->leaf, and the compactions that apply to this path as position ranges."""
+        eng = self._eng()
+        ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
+        seqs = array("q")
+        tokens = array("q")
+        found: dict[str, int] = {}
+        for i, (seq, mid, tok) in enumerate(eng.path_skeleton(self.session_id, leaf.seq)):
+            seqs.append(seq)
+            tokens.append(tok)
+            if mid in ends:
+                found[mid] = i
+        n = len(seqs)
+        seqs.reverse()
+        tokens.reverse()
+        ranges = _choose_ranges(comps, {k: n - 1 - v for k, v in found.items()})
+        return seqs, tokens, ranges
+
+    def _walk_skeleton(self, leaf: Node, comps, newest_first: bool) -> Iterator[dict]:
+        seqs, tokens, ranges = self._skeleton(leaf, comps)
+        # Segments in path order: ("raw", start, end) or ("comp", compaction, start, end)
+        segments = []
+        pos = 0
+        for start, end, comp in ranges:
+            if start > pos:
+                segments.append(("raw", pos, start - 1, None))
+            segments.append(("comp", start, end, comp))
+            pos = end + 1
+        if pos < len(seqs):
+            segments.append(("raw", pos, len(seqs) - 1, None))
+        if newest_first:
+            segments.reverse()
+        for kind, start, end, comp in segments:
+            if kind == "comp":
+                yield _overlay(comp, end - start + 1)
+                continue
+            idx = range(end, start - 1, -1) if newest_first else range(start, end + 1)
+            for chunk in _chunks(idx, _BATCH):
+                yield from self._load([seqs[i] for i in chunk])
+
+    def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None) -> RecentHistory:
+        """The longest suffix of the path within ``max_bytes`` (SPEC R3); cost grows with the window."""
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise ValueError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
+        if not isinstance(min_messages, int) or min_messages < 1:
+            raise ValueError(f"min_messages must be an int >= 1, got {min_messages!r}")
+        leaf = self._leaf(leaf_id)
+        if leaf is None:
+            return RecentHistory([], False, 0)
+        eng = self._eng()
+        chosen: list[Node] = []
+        total = 0
+        seq: int | None = leaf.seq
+        batch = max(16, min_messages)
+        done = False
+        while seq is not None and not done:
+            nodes = eng.ancestors(self.session_id, seq, batch)
+            if not nodes:
+                break
+            for node in nodes:
+                if len(chosen) >= min_messages and total + node.bytes > max_bytes:
+                    done = True
+                    break
+                chosen.append(node)
+                total += node.bytes
+            if done or nodes[-1].parent_id is None:
+                break
+            parent = eng.node(self.session_id, nodes[-1].parent_id)
+            seq = None if parent is None else parent.seq
+            batch = min(batch * 2, _BATCH)
+        chosen.reverse()
+        msgs = []
+        for chunk in _chunks(range(len(chosen)), _BATCH):
+            msgs += self._load([chosen[i].seq for i in chunk])
+        truncated = bool(chosen) and chosen[0].depth > 0
+        return RecentHistory(msgs, truncated, leaf.path_bytes)
+
+    # -- compaction -----------------------------------------------------------------
+    def on_compaction(self, fn: Callable) -> "Session":
+        """Register ``fn(messages, ctx) -> CompactionResult | None`` (SPEC C2)."""
+        if not callable(fn):
+            raise TypeError("on_compaction needs a callable")
+        self._compact_fn = fn
+        return self
+
+    def compact_after(self, tokens: int | None) -> "Session":
+        """Run the compaction function after appends once the path is above ``tokens``."""
+        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+            raise ValueError(f"tokens must be a non-negative int or None, got {tokens!r}")
+        self._compact_after = tokens
+        return self
+
+    def compactions(self) -> list[Compaction]:
+        """Every compaction of this session, oldest first."""
+        return [c for _, c in self._eng().compactions(self.session_id)]
+
+    def context_tokens(self, leaf_id: str | None = None) -> int:
+        """Token estimate of the path as the model sees it (compaction applied); reads no content."""
+        leaf = self._leaf(leaf_id)
+        if leaf is None:
+            return 0
+        comps = self._eng().compactions(self.session_id)
+        if not comps:
+            return leaf.path_tokens
+        return self._compacted_tokens(leaf, comps)[0]
+
+    def _compacted_tokens(self, leaf, comps):
+        seqs, tokens, ranges = self._skeleton(leaf, comps)
+        total = sum(tokens)
+        for start, end, comp in ranges:
+            total -= sum(tokens[start : end + 1])
+            total += comp.tokens_after
+        previous = ranges[-1][2] if ranges else None  # the latest range along the path
+        return total, previous
+
+    def _maybe_compact(self) -> None:
+        if self._compact_fn is None or self._compact_after is None:
+            return
+        try:
+            leaf = self._eng().latest(self.session_id)
+            if leaf is None:
+                return
+            comps = self._eng().compactions(self.session_id)
+            if comps:
+                tokens, previous = self._compacted_tokens(leaf, comps)
+            else:
+                tokens, previous = leaf.path_tokens, None
+            if tokens > self._compact_after:
+                self._run_compaction(leaf, tokens, previous)
+        except Exception:
+            log.exception("sessionkit: compaction of session %r failed; conversation unchanged", self.session_id)
+
+    def compact(self, *, leaf_id: str | None = None) -> Compaction | None:
+        """Run the registered compaction function now (SPEC C3)."""
+        if self._compact_fn is None:
+            raise UsageError("no compaction function: call session.on_compaction(fn) first")
+        leaf = self._leaf(leaf_id)
+        if leaf is None:
+            return None
+        comps = self._eng().compactions(self.session_id)
+        tokens, previous = self._compacted_tokens(leaf, comps) if comps else (leaf.path_tokens, None)
+        return self._run_compaction(leaf, tokens, previous)
+
+    def _run_compaction(self, leaf: Node, tokens: int, previous) -> Compaction | None:
+        messages = self.get_history(leaf_id=leaf.id)
+        ctx = CompactionContext(self, leaf.id, tokens, previous)
+        result = self._compact_fn(messages, ctx)
+        if result is None:
+            return None
+        if not isinstance(result, CompactionResult):
+            raise TypeError(
+                f"a compaction function must return CompactionResult or None, got {type(result).__name__}"
+            )
+        return self._store_compaction(leaf, result)
+
+    def _store_compaction(self, leaf: Node, result: CompactionResult) -> Compaction:
+        eng = self._eng()
+        comps = {c.id: c for _, c in eng.compactions(self.session_id)}
+        from_id = _unwrap(result.from_id, comps, "from_id")
+        to_id = _unwrap(result.to_id, comps, "to_id")
+        if not isinstance(result.summary, str):
+            raise TypeError("CompactionResult.summary must be a str")
+        path = list(eng.path_skeleton(self.session_id, leaf.seq))
+        path.reverse()
+        pos = {mid: i for i, (_, mid, _) in enumerate(path)}
+        if from_id not in pos or to_id not in pos:
+            missing = from_id if from_id not in pos else to_id
+            raise ValueError(f"compaction range: {missing!r} is not on the path to {leaf.id!r}")
+        a, b = pos[from_id], pos[to_id]
+        if a > b:
+            raise ValueError(f"compaction range: {from_id!r} comes after {to_id!r} on the path")
+        before = sum(t for _, _, t in path[a : b + 1])
+        comp_id = uuid.uuid4().hex[:16]
+        created = _msg.now_iso()
+        probe = _overlay(Compaction(comp_id, from_id, to_id, result.summary, created, before, 0), b - a + 1)
+        comp = Compaction(comp_id, from_id, to_id, result.summary, created, before, _msg.estimate_tokens(probe))
+        with eng.write():
+            eng.w_add_compaction(self.session_id, comp)
+        self._store._emit(ChangeEvent("compact", self.session_id, (from_id, to_id), _overlay(comp, b - a + 1)))
+        return comp
+
+    # -- search and feed ---------------------------------------------------------------
+    def search(self, query: str, *, limit: int = 10) -> list[SearchHit]:
+        """Full-text search in this session only (SPEC Q1)."""
+        return self._store.search(query, session_id=self.session_id, limit=limit)
+
+    def mirror(self, target, *, transform: Callable | None = None, intercept: Callable | None = None) -> Callable[[], None]:
+        """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (SPEC F2)."""
+        tf = transform or (lambda m: m)
+        if isinstance(target, list):
+            get, put = (lambda: target), (lambda v: target.__setitem__(slice(None), v))
+        elif hasattr(target, "get") and hasattr(target, "set"):
+            get, put = target.get, target.set
+        else:
+            raise TypeError("mirror target must be a list or have get() and set(list)")
+        state = {"last": None}
+
+        def full() -> None:
+            hist = self.get_history()
+            state["last"] = hist[-1]["id"] if hist else None
+            put([tf(m) for m in hist])
+
+        def on_event(ev: ChangeEvent) -> None:
+            if ev.session_id != self.session_id:
+                return
+            if intercept is not None and intercept(ev):
+                return
+            if ev.type == "append" and ev.message is not None and state["last"] is not None:
+                node = self._eng().node(self.session_id, ev.message["id"])
+                if node is not None and node.parent_id == state["last"]:
+                    current = list(get())
+                    current.append(tf(ev.message))
+                    put(current)
+                    state["last"] = node.id
+                    return
+            full()
+
+        full()
+        return self._store.subscribe(on_event)
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+def _created_from(message: dict) -> str:
+    value = message.get("createdAt")
+    try:
+        return _msg.to_iso(value)
+    except (TypeError, ValueError):
+        return _msg.now_iso()
+
+
+def _unwrap(mid: str, comps: dict[str, Compaction], which: str) -> str:
+    if not isinstance(mid, str) or not mid:
+        raise ValueError(f"CompactionResult.{which} must be a message id")
+    if mid.startswith("compaction:"):
+        comp = comps.get(mid[len("compaction:") :])
+        if comp is not None:
+            return comp.from_id if which == "from_id" else comp.to_id
+    return mid
+
+
+def _choose_ranges(comps: list[tuple[int, Compaction]], pos: dict[str, int]):
+    """Compactions applying to a path: whole range on it; among overlapping ones the newest wins."""
+    chosen: list[tuple[int, int, Compaction]] = []
+    for _, comp in sorted(comps, key=lambda sc: sc[0], reverse=True):
+        a, b = pos.get(comp.from_id), pos.get(comp.to_id)
+        if a is None or b is None or a > b:
+            continue
+        if any(not (b < s or a > e) for s, e, _ in chosen):
+            continue
+        chosen.append((a, b, comp))
+    chosen.sort(key=lambda r: r[0])
+    return chosen
+
+
+def _overlay(comp: Compaction, count: int) -> dict:
+    """The message a compaction shows as on read (SPEC C5)."""
+    return {
+        "id": f"compaction:{comp.id}",
+        "role": "assistant",
+        "parts": [{"type": "text", "text": comp.summary}],
+        "createdAt": comp.created_at,
+        "metadata": {
+            "compaction": {
+                "id": comp.id,
+                "from_id": comp.from_id,
+                "to_id": comp.to_id,
+                "messages": count,
+                "tokens_before": comp.tokens_before,
+            }
+        },
+    }
+
+
+def _chunks(seq, size):
+    it = iter(seq)
+    while True:
+        chunk = list(itertools.islice(it, size))
+        if not chunk:
+            return
+        yield chunk

@@ -1,0 +1,584 @@
+"""SQLite engine: stdlib ``sqlite3``, WAL, FTS5.
+
+One connection per store, shared by threads under a re-entrant lock; writes run
+in ``BEGIN IMMEDIATE`` transactions so several processes can append to one file
+(SQLite's busy timeout queues them). Each message is one row keyed by a
+store-wide ``seq`` (``AUTOINCREMENT``, so a sequence number is never reused),
+with ``UNIQUE(session_id, id)`` giving idempotent inserts. Every row also keeps
+its depth and the running byte and token totals of its path, so path length,
+recent windows and compaction thresholds never walk the whole conversation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+from .. import messages as _msg
+from ..errors import SchemaVersionError, SessionKitError, StoreLocked
+from . import search as _search
+from ._core import Compaction, Engine, Node, RunRecord, SessionInfo
+
+SCHEMA_VERSION = 1
+
+#: Stored JSON longer than this (characters) continues in sessionkit_chunks rows.
+DEFAULT_CHUNK_CHARS = 1 << 20
+
+_NODE = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS sessionkit_meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS sessionkit_messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        parent_id TEXT,
+        depth INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        tokens INTEGER NOT NULL,
+        path_bytes INTEGER NOT NULL,
+        path_tokens INTEGER NOT NULL,
+        chunks INTEGER NOT NULL DEFAULT 0,
+        content TEXT NOT NULL
+    )""",
+    "CREATE UNIQUE INDEX IF NOT EXISTS sessionkit_messages_key ON sessionkit_messages(session_id, id)",
+    "CREATE INDEX IF NOT EXISTS sessionkit_messages_children ON sessionkit_messages(session_id, parent_id)",
+    "CREATE INDEX IF NOT EXISTS sessionkit_messages_order ON sessionkit_messages(session_id, seq)",
+    """CREATE TABLE IF NOT EXISTS sessionkit_chunks (
+        seq INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (seq, n)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS sessionkit_blobs (
+        sha256 TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS sessionkit_blob_refs (
+        seq INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        PRIMARY KEY (seq, sha256)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS sessionkit_blob_refs_sha ON sessionkit_blob_refs(sha256)",
+    """CREATE TABLE IF NOT EXISTS sessionkit_compactions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        from_id TEXT NOT NULL,
+        to_id TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        tokens_before INTEGER NOT NULL,
+        tokens_after INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS sessionkit_compactions_session ON sessionkit_compactions(session_id)",
+    """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts USING fts5(
+        body, tokenize = 'unicode61 remove_diacritics 0'
+    )""",
+    """CREATE TABLE IF NOT EXISTS sessionkit_runs (
+        run_id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        input TEXT,
+        error TEXT,
+        started_at TEXT NOT NULL,
+        ended_at TEXT,
+        usage TEXT,
+        n INTEGER NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS sessionkit_runs_session ON sessionkit_runs(session_id, n)",
+    """CREATE TABLE IF NOT EXISTS sessionkit_events (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        run_id TEXT,
+        data TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID""",
+]
+
+# Upgrades from an older schema version to the next one: {from_version: [statements]}.
+_MIGRATIONS: dict[int, list[str]] = {}
+
+
+def _node(row) -> Node:
+    return Node(*row)
+
+
+class SQLiteEngine(Engine):
+    kind = "sqlite"
+
+    def __init__(self, path: str, *, durability: str = "normal", chunk_chars: int = DEFAULT_CHUNK_CHARS,
+                 busy_timeout: float = 30.0):
+        if durability not in ("normal", "full"):
+            raise ValueError(f"durability must be 'normal' or 'full', got {durability!r}")
+        self.path = None if path == ":memory:" else str(Path(path).resolve())
+        self._chunk = int(chunk_chars)
+        if self._chunk < 1:
+            raise ValueError("chunk_chars must be positive")
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._index_on = False
+        if self.path is not None:
+            parent = Path(self.path).parent
+            if not parent.is_dir():
+                raise ValueError(f"cannot open store {path!r}: folder {str(parent)!r} does not exist")
+        try:
+            self._db = sqlite3.connect(
+                path if self.path is None else self.path,
+                timeout=busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise ValueError(f"cannot open SQLite store {path!r}: {exc}") from exc
+        try:
+            self._setup(durability)
+        except BaseException:
+            self._db.close()
+            raise
+
+    # -- setup ----------------------------------------------------------------
+    def _setup(self, durability: str) -> None:
+        db = self._db
+        try:
+            db.execute("PRAGMA busy_timeout = 30000")
+            if self.path is not None:
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
+            db.execute("PRAGMA foreign_keys = OFF")
+            version = self._read_version()
+            if version is not None and version > SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"store {self.path or ':memory:'} has schema version {version}; this sessionkit "
+                    f"reads up to {SCHEMA_VERSION}: upgrade sessionkit"
+                )
+            if version != SCHEMA_VERSION:
+                with self.write():
+                    version = self._read_version()  # another process may have created it meanwhile
+                    if version is None:
+                        for stmt in _SCHEMA:
+                            db.execute(stmt)
+                        db.execute("INSERT INTO sessionkit_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                        db.execute("INSERT INTO sessionkit_meta VALUES ('index_built', '0')")
+                    elif version > SCHEMA_VERSION:
+                        raise SchemaVersionError(f"store has schema version {version}; upgrade sessionkit")
+                    else:
+                        for v in range(version, SCHEMA_VERSION):
+                            for stmt in _MIGRATIONS.get(v, []):
+                                db.execute(stmt)
+                        db.execute("UPDATE sessionkit_meta SET value = ? WHERE key = 'schema_version'",
+                                   (str(SCHEMA_VERSION),))
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc) or "malformed" in str(exc):
+                raise ValueError(f"{self.path} is not a SQLite database: {exc}") from exc
+            if "locked" in str(exc):
+                raise StoreLocked(f"store {self.path} is locked by another process: {exc}") from exc
+            raise SessionKitError(f"cannot open SQLite store {self.path}: {exc}") from exc
+
+    def _read_version(self) -> int | None:
+        row = self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='sessionkit_meta'"
+        ).fetchone()
+        if row is None:
+            return None
+        row = self._db.execute("SELECT value FROM sessionkit_meta WHERE key='schema_version'").fetchone()
+        return None if row is None else int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextlib.contextmanager
+    def write(self):
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self
+                finally:
+                    self._depth -= 1
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            self._depth = 1
+            try:
+                yield self
+            except BaseException:
+                self._depth = 0
+                self._db.execute("ROLLBACK")
+                raise
+            else:
+                self._depth = 0
+                self._db.execute("COMMIT")
+
+    def _q(self, sql: str, params=()) -> list:
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def _one(self, sql: str, params=()):
+        with self._lock:
+            return self._db.execute(sql, params).fetchone()
+
+    # -- reads ------------------------------------------------------------------
+    def node(self, sid, mid):
+        row = self._one(f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? AND id=?", (sid, mid))
+        return None if row is None else Node(*row)
+
+    def latest(self, sid):
+        row = self._one(
+            f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? ORDER BY seq DESC LIMIT 1", (sid,)
+        )
+        return None if row is None else Node(*row)
+
+    def children(self, sid, mid):
+        rows = self._q(
+            f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? AND parent_id=? ORDER BY seq", (sid, mid)
+        )
+        return [Node(*r) for r in rows]
+
+    def nodes(self, sid):
+        rows = self._q(f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? ORDER BY seq", (sid,))
+        return [Node(*r) for r in rows]
+
+    def ancestors(self, sid, seq, limit):
+        cols = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
+        mcols = ", ".join("m." + c.strip() for c in cols.split(","))
+        rows = self._q(
+            f"""WITH RECURSIVE up({cols}) AS (
+                    SELECT {cols} FROM sessionkit_messages WHERE seq = ?
+                    UNION ALL
+                    SELECT {mcols} FROM up JOIN sessionkit_messages m
+                      ON m.session_id = ? AND m.id = up.parent_id
+                    LIMIT ?
+                ) SELECT {cols} FROM up""",
+            (seq, sid, -1 if limit is None else limit),
+        )
+        return [Node(*r) for r in rows]
+
+    def path_skeleton(self, sid, seq):
+        return self._q(
+            """WITH RECURSIVE up(seq, id, parent_id, tokens) AS (
+                   SELECT seq, id, parent_id, tokens FROM sessionkit_messages WHERE seq = ?
+                   UNION ALL
+                   SELECT m.seq, m.id, m.parent_id, m.tokens FROM up JOIN sessionkit_messages m
+                     ON m.session_id = ? AND m.id = up.parent_id
+               ) SELECT seq, id, tokens FROM up""",
+            (seq, sid),
+        )
+
+    def contents(self, seqs):
+        if not seqs:
+            return []
+        marks = ",".join("?" * len(seqs))
+        rows = self._q(f"SELECT seq, content, chunks FROM sessionkit_messages WHERE seq IN ({marks})", seqs)
+        found = {}
+        for seq, content, chunks in rows:
+            if chunks:
+                rest = self._q("SELECT data FROM sessionkit_chunks WHERE seq=? ORDER BY n", (seq,))
+                content = content + "".join(r[0] for r in rest)
+            found[seq] = content
+        return [found[s] for s in seqs]
+
+    def blob(self, sha):
+        row = self._one("SELECT data FROM sessionkit_blobs WHERE sha256=?", (sha,))
+        if row is None:
+            raise SessionKitError(f"payload {sha} is missing from the store")
+        return bytes(row[0])
+
+    def count(self, sid):
+        return self._one("SELECT count(*) FROM sessionkit_messages WHERE session_id=?", (sid,))[0]
+
+    def list_sessions(self):
+        rows = self._q(
+            """SELECT session_id, count(*), min(created_at), max(created_at) FROM sessionkit_messages
+               GROUP BY session_id ORDER BY max(seq) DESC"""
+        )
+        return [SessionInfo(*r) for r in rows]
+
+    def session_exists(self, sid):
+        for table in ("sessionkit_messages", "sessionkit_runs", "sessionkit_events", "sessionkit_compactions"):
+            if self._one(f"SELECT 1 FROM {table} WHERE session_id=? LIMIT 1", (sid,)):
+                return True
+        return False
+
+    def compactions(self, sid):
+        rows = self._q(
+            """SELECT seq, id, from_id, to_id, summary, created_at, tokens_before, tokens_after
+               FROM sessionkit_compactions WHERE session_id=? ORDER BY seq""",
+            (sid,),
+        )
+        return [(r[0], Compaction(*r[1:])) for r in rows]
+
+    def stats(self):
+        with self._lock:
+            one = lambda sql: self._db.execute(sql).fetchone()  # noqa: E731
+            sessions, messages = one("SELECT count(DISTINCT session_id), count(*) FROM sessionkit_messages")
+            blobs, blob_bytes = one("SELECT count(*), coalesce(sum(size), 0) FROM sessionkit_blobs")
+            size = 0
+            if self.path is not None:
+                size = one("PRAGMA page_count")[0] * one("PRAGMA page_size")[0]
+                wal = self.path + "-wal"
+                if os.path.exists(wal):
+                    size += os.path.getsize(wal)
+            return {
+                "engine": self.kind,
+                "sessions": sessions,
+                "messages": messages,
+                "compactions": one("SELECT count(*) FROM sessionkit_compactions")[0],
+                "blobs": blobs,
+                "blob_bytes": blob_bytes,
+                "indexed_messages": one("SELECT count(*) FROM sessionkit_fts")[0] if self.index_built() else 0,
+                "runs": one("SELECT count(*) FROM sessionkit_runs")[0],
+                "events": one("SELECT count(*) FROM sessionkit_events")[0],
+                "bytes": size,
+            }
+
+    def index_built(self):
+        if not self._index_on:
+            row = self._one("SELECT value FROM sessionkit_meta WHERE key='index_built'")
+            self._index_on = row is not None and row[0] == "1"
+        return self._index_on
+
+    def search(self, fts_query, terms, sid, limit):
+        where = "sessionkit_fts MATCH ?"
+        params: list = [fts_query]
+        if sid is not None:
+            where += " AND m.session_id = ?"
+            params.append(sid)
+        params.append(limit)
+        return self._q(
+            f"""SELECT m.seq, m.session_id, m.id, m.role, -bm25(sessionkit_fts) AS score
+                FROM sessionkit_fts JOIN sessionkit_messages m ON m.seq = sessionkit_fts.rowid
+                WHERE {where} ORDER BY bm25(sessionkit_fts), m.seq LIMIT ?""",
+            params,
+        )
+
+    def runs(self, sid):
+        rows = self._q(
+            """SELECT run_id, session_id, status, error, started_at, ended_at, usage, input
+               FROM sessionkit_runs WHERE session_id=? ORDER BY n""",
+            (sid,),
+        )
+        return [RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7]) for r in rows]
+
+    def events(self, sid, after_seq):
+        rows = self._q(
+            "SELECT data FROM sessionkit_events WHERE session_id=? AND seq > ? ORDER BY seq",
+            (sid, -1 if after_seq is None else after_seq),
+        )
+        return [json.loads(r[0]) for r in rows]
+
+    # -- writes -------------------------------------------------------------------
+    def w_insert(self, sid, prep, parent, created_at, index):
+        db = self._db
+        content = prep.stored_json
+        head, rest = content[: self._chunk], content[self._chunk :]
+        nchunks = (len(rest) + self._chunk - 1) // self._chunk
+        if parent is None:
+            depth, pb, pt, pid = 0, prep.bytes, prep.tokens, None
+        else:
+            depth = parent.depth + 1
+            pb = parent.path_bytes + prep.bytes
+            pt = parent.path_tokens + prep.tokens
+            pid = parent.id
+        msg = prep.message
+        cur = db.execute(
+            """INSERT OR IGNORE INTO sessionkit_messages
+               (session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,
+                chunks, content) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
+            (sid, msg["id"], pid, depth, msg["role"], created_at, prep.bytes, prep.tokens, pb, pt, nchunks, head),
+        )
+        if cur.rowcount == 0:
+            return None
+        seq = cur.lastrowid
+        if nchunks:
+            db.executemany(
+                "INSERT INTO sessionkit_chunks VALUES (?,?,?)",
+                [(seq, i, rest[i * self._chunk : (i + 1) * self._chunk]) for i in range(nchunks)],
+            )
+        if prep.blobs:
+            self._put_blobs(seq, prep.blobs)
+        if index:
+            db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
+        return Node(seq, msg["id"], pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, msg["role"])
+
+    def _put_blobs(self, seq, blobs):
+        db = self._db
+        db.executemany(
+            "INSERT OR IGNORE INTO sessionkit_blobs(sha256, size, data) VALUES (?,?,?)",
+            [(sha, len(raw), raw) for sha, raw in blobs.items()],
+        )
+        db.executemany("INSERT OR IGNORE INTO sessionkit_blob_refs VALUES (?,?)", [(seq, sha) for sha in blobs])
+
+    def _gc_blobs(self, seqs):
+        """Drop the refs of ``seqs`` and any payload no longer referenced."""
+        db = self._db
+        if not seqs:
+            return
+        for part in _split(seqs, 500):
+            marks = ",".join("?" * len(part))
+            shas = [r[0] for r in db.execute(
+                f"SELECT DISTINCT sha256 FROM sessionkit_blob_refs WHERE seq IN ({marks})", part)]
+            if not shas:
+                continue
+            db.execute(f"DELETE FROM sessionkit_blob_refs WHERE seq IN ({marks})", part)
+            db.executemany(
+                """DELETE FROM sessionkit_blobs WHERE sha256 = ?
+                   AND NOT EXISTS (SELECT 1 FROM sessionkit_blob_refs r WHERE r.sha256 = ?)""",
+                [(s, s) for s in shas],
+            )
+
+    def w_update(self, sid, node, prep, index):
+        db = self._db
+        content = prep.stored_json
+        head, rest = content[: self._chunk], content[self._chunk :]
+        nchunks = (len(rest) + self._chunk - 1) // self._chunk
+        db_ = prep.bytes - node.bytes
+        dt = prep.tokens - node.tokens
+        db.execute(
+            """UPDATE sessionkit_messages SET role=?, bytes=?, tokens=?, path_bytes=path_bytes+?,
+               path_tokens=path_tokens+?, chunks=?, content=? WHERE seq=?""",
+            (prep.message["role"], prep.bytes, prep.tokens, db_, dt, nchunks, head, node.seq),
+        )
+        db.execute("DELETE FROM sessionkit_chunks WHERE seq=?", (node.seq,))
+        if nchunks:
+            db.executemany(
+                "INSERT INTO sessionkit_chunks VALUES (?,?,?)",
+                [(node.seq, i, rest[i * self._chunk : (i + 1) * self._chunk]) for i in range(nchunks)],
+            )
+        self._gc_blobs([node.seq])
+        if prep.blobs:
+            self._put_blobs(node.seq, prep.blobs)
+        if db_ or dt:
+            db.execute(
+                """WITH RECURSIVE down(id) AS (
+                       SELECT id FROM sessionkit_messages WHERE session_id=? AND parent_id=?
+                       UNION ALL
+                       SELECT m.id FROM down JOIN sessionkit_messages m ON m.session_id=? AND m.parent_id=down.id
+                   ) UPDATE sessionkit_messages SET path_bytes=path_bytes+?, path_tokens=path_tokens+?
+                     WHERE session_id=? AND id IN (SELECT id FROM down)""",
+                (sid, node.id, sid, db_, dt, sid),
+            )
+        if index:
+            db.execute("DELETE FROM sessionkit_fts WHERE rowid=?", (node.seq,))
+            db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
+                       (node.seq, _search.index_text(prep.text)))
+
+    def w_descendants(self, sid, mids):
+        rows = self._db.execute(
+            f"""WITH RECURSIVE down(id) AS (
+                    SELECT value FROM json_each(?)
+                    UNION
+                    SELECT m.id FROM down JOIN sessionkit_messages m ON m.session_id=? AND m.parent_id=down.id
+                ) SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? AND id IN (SELECT id FROM down)
+                ORDER BY seq""",
+            (json.dumps(mids), sid, sid),
+        ).fetchall()
+        return [Node(*r) for r in rows]
+
+    def w_delete(self, sid, nodes):
+        db = self._db
+        seqs = [n.seq for n in nodes]
+        ids = [n.id for n in nodes]
+        self._gc_blobs(seqs)
+        for part in _split(seqs, 500):
+            marks = ",".join("?" * len(part))
+            db.execute(f"DELETE FROM sessionkit_chunks WHERE seq IN ({marks})", part)
+            db.execute(f"DELETE FROM sessionkit_fts WHERE rowid IN ({marks})", part)
+            db.execute(f"DELETE FROM sessionkit_messages WHERE seq IN ({marks})", part)
+        for part in _split(ids, 400):
+            marks = ",".join("?" * len(part))
+            db.execute(
+                f"DELETE FROM sessionkit_compactions WHERE session_id=? AND (from_id IN ({marks}) OR to_id IN ({marks}))",
+                [sid, *part, *part],
+            )
+
+    def w_clear(self, sid):
+        db = self._db
+        seqs = [r[0] for r in db.execute("SELECT seq FROM sessionkit_messages WHERE session_id=?", (sid,))]
+        self._gc_blobs(seqs)
+        for part in _split(seqs, 500):
+            marks = ",".join("?" * len(part))
+            db.execute(f"DELETE FROM sessionkit_chunks WHERE seq IN ({marks})", part)
+            db.execute(f"DELETE FROM sessionkit_fts WHERE rowid IN ({marks})", part)
+        db.execute("DELETE FROM sessionkit_messages WHERE session_id=?", (sid,))
+        db.execute("DELETE FROM sessionkit_compactions WHERE session_id=?", (sid,))
+
+    def w_delete_session(self, sid):
+        self.w_clear(sid)
+        self._db.execute("DELETE FROM sessionkit_runs WHERE session_id=?", (sid,))
+        self._db.execute("DELETE FROM sessionkit_events WHERE session_id=?", (sid,))
+
+    def w_add_compaction(self, sid, comp):
+        self._db.execute(
+            """INSERT INTO sessionkit_compactions
+               (session_id, id, from_id, to_id, summary, created_at, tokens_before, tokens_after)
+               VALUES (?,?,?,?,?,?,?,?)""",
+            (sid, comp.id, comp.from_id, comp.to_id, comp.summary, comp.created_at,
+             comp.tokens_before, comp.tokens_after),
+        )
+
+    def w_build_index(self):
+        db = self._db
+        row = db.execute("SELECT value FROM sessionkit_meta WHERE key='index_built'").fetchone()
+        if row is not None and row[0] == "1":
+            self._index_on = True
+            return
+        db.execute("DELETE FROM sessionkit_fts")
+        cur = db.execute("SELECT seq, content, chunks FROM sessionkit_messages")
+        batch = []
+        reader = self._db.cursor()
+        for seq, content, chunks in cur:
+            if chunks:
+                content += "".join(r[0] for r in reader.execute(
+                    "SELECT data FROM sessionkit_chunks WHERE seq=? ORDER BY n", (seq,)))
+            text = _msg.message_text(json.loads(content))
+            batch.append((seq, _search.index_text(text)))
+            if len(batch) >= 1000:
+                reader.executemany("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", batch)
+                batch.clear()
+        if batch:
+            reader.executemany("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", batch)
+        db.execute("INSERT OR REPLACE INTO sessionkit_meta VALUES ('index_built', '1')")
+        self._index_on = True
+
+    def w_run_begin(self, sid, run_id, input, started_at):
+        n = self._db.execute("SELECT coalesce(max(n), 0) + 1 FROM sessionkit_runs WHERE session_id=?",
+                             (sid,)).fetchone()[0]
+        self._db.execute(
+            "INSERT INTO sessionkit_runs(run_id, session_id, status, input, started_at, n) VALUES (?,?,?,?,?,?)",
+            (run_id, sid, "running", input, started_at, n),
+        )
+
+    def w_run_end(self, run_id, status, error, usage, ended_at):
+        self._db.execute(
+            "UPDATE sessionkit_runs SET status=?, error=?, usage=?, ended_at=? WHERE run_id=?",
+            (status, error, None if usage is None else _msg.dumps(usage), ended_at, run_id),
+        )
+
+    def w_append_events(self, sid, events):
+        start = self._db.execute("SELECT coalesce(max(seq), -1) + 1 FROM sessionkit_events WHERE session_id=?",
+                                 (sid,)).fetchone()[0]
+        out = []
+        for i, ev in enumerate(events):
+            ev["seq"] = start + i
+            out.append(ev)
+        self._db.executemany(
+            "INSERT INTO sessionkit_events VALUES (?,?,?,?)",
+            [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in out],
+        )
+        return out
+
+
+def _split(items, size):
+    for i in range(0, len(items), size):
+        yield list(items[i : i + size])
