@@ -1,2 +1,1042 @@
-def main(argv=None):  # placeholder until cli lands
+"""The ``sessionkit`` command: look inside a store from a terminal.
+
+::
+
+    sessionkit info chats.db                  engine, schema version, counts and sizes
+    sessionkit ls chats.db                    sessions, newest activity first
+    sessionkit show chats.db SESSION          the latest path as a chat, as the model sees it
+    sessionkit show chats.db SESSION --full   the same path with every compacted message
+    sessionkit show chats.db SESSION --tree   the whole tree, one line per message
+    sessionkit search chats.db "deploy"       full-text search across sessions
+    sessionkit demo                           build a demo store and print a guided tour
+    sessionkit import / export                transcripts in and out (sessionkit.io)
+    sessionkit serve                          the HTTP server (sessionkit.server)
+
+It uses the library's public API only, so what it prints is what a program reading the
+store would see. Read commands never create a store: a missing file is an error. Every
+failure is one line on stderr (``sessionkit: error: ...``) and a non-zero exit status;
+``--json`` on ``info``, ``ls``, ``show`` and ``search`` prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import sessionkit as sk
+from sessionkit.messages import estimate_tokens
+
+__all__ = ["main", "build_parser", "CommandError"]
+
+PROG = "sessionkit"
+
+# Exit statuses: 1 for a failed command, 2 for a command line argparse rejects.
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_PREVIEW = 64  # characters of text shown per message in one-line views
+_MAX_JSON = 400  # characters of a tool input/output shown in the chat view (--json shows all)
+
+
+class CommandError(Exception):
+    """A failure reported as one line on stderr (no traceback)."""
+
+
+class _UsageError(Exception):
+    """A command line that argparse rejected; carries the one-line message."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line becomes one line on stderr instead of usage + error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise _UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# ---------------------------------------------------------------------------
+# Small formatting helpers
+
+
+def _sid(session_id: str) -> str:
+    """A session id for display: the default session (empty id) shows as ``""``."""
+    return session_id if session_id else '""'
+
+
+def _when(iso: str | None) -> str:
+    """``2025-03-03T09:00:00.000Z`` -> ``2025-03-03 09:00:00`` (times are UTC)."""
+    if not iso:
+        return "-"
+    return iso[:19].replace("T", " ")
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # unreachable
+
+
+def _one_line(text: str, width: int = _PREVIEW) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+
+
+def _clip(text: str, limit: int = _MAX_JSON) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _text_of(message: dict) -> str:
+    parts = message.get("parts") or ()
+    return "\n\n".join(
+        p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+    )
+
+
+def _overlay_info(message: dict) -> dict | None:
+    """The ``metadata.compaction`` of a compaction summary read from a path, else None."""
+    meta = message.get("metadata")
+    if str(message.get("id", "")).startswith("compaction:") and isinstance(meta, dict):
+        info = meta.get("compaction")
+        if isinstance(info, dict):
+            return info
+    return None
+
+
+def _inline_size(part: dict) -> int | None:
+    """Decoded size of an inline base64 payload (``data:`` URL or ``data`` field), else None."""
+    url = part.get("url")
+    if isinstance(url, str) and url.startswith("data:"):
+        head, _, body = url.partition(",")
+        if head.endswith(";base64"):
+            return len(body) * 3 // 4 - body[-2:].count("=")
+        return len(body)
+    data = part.get("data")
+    if isinstance(data, str):
+        return len(data) * 3 // 4 - data[-2:].count("=")
+    return None
+
+
+def _part_kinds(message: dict) -> list[str]:
+    """Short descriptions of a message's non-text parts (for one-line views)."""
+    kinds = []
+    for part in message.get("parts") or ():
+        if not isinstance(part, dict):
+            continue
+        ptype = str(part.get("type", ""))
+        if ptype == "text" or ptype == "step-start":
+            continue
+        if ptype.startswith("tool-"):
+            kinds.append(f"tool {ptype[5:]}")
+        elif ptype == "dynamic-tool":
+            kinds.append(f"tool {part.get('toolName', '?')}")
+        elif ptype == "file":
+            kinds.append(f"file {part.get('mediaType', '?')}")
+        else:
+            kinds.append(ptype)
+    return kinds
+
+
+def _preview(message: dict) -> str:
+    text = _one_line(_text_of(message))
+    kinds = _part_kinds(message)
+    extra = f"[{', '.join(kinds)}]" if kinds else ""
+    return f"{text} {extra}".strip() if text else (extra or "(no text)")
+
+
+# ---------------------------------------------------------------------------
+# Opening stores and sessions
+
+
+def _local_path(target: str) -> str | None:
+    """The file a store target names (``:memory:`` for in-memory), or None for a server URL."""
+    lower = target.lower()
+    for scheme in ("sqlite:///", "duckdb:///"):
+        if lower.startswith(scheme):
+            return target[len(scheme):] or ":memory:"
+    if "://" in target:
+        return None
+    return target
+
+
+@contextlib.contextmanager
+def _existing_store(target: str) -> Iterator[sk.Store]:
+    """Open a store that must already exist: read commands never create an empty file."""
+    path = _local_path(target)
+    if path == ":memory:":
+        raise CommandError(f"{target!r} is an in-memory store, empty in every new process: give a store file")
+    if path is not None:
+        if os.path.isdir(path):
+            raise CommandError(f"{target!r} is a folder, not a store file")
+        if not os.path.exists(path):
+            raise CommandError(f"no store at {target!r}: the file does not exist")
+        if _is_sqlite_target(target) and not _has_sessionkit_tables(path):
+            raise CommandError(f"{target!r} is not a sessionkit store (it has no sessionkit_ tables)")
+    store = sk.open_store(target)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _is_sqlite_target(target: str) -> bool:
+    lower = target.lower()
+    return lower.startswith("sqlite:///") or ("://" not in lower and lower.endswith((".db", ".sqlite", ".sqlite3")))
+
+
+def _has_sessionkit_tables(path: str) -> bool:
+    """False for an empty file or another program's SQLite database.
+
+    Opening a store creates its tables, so without this check a read command would
+    quietly add sessionkit's schema to someone else's database. Any doubt (not SQLite
+    at all, unreadable) answers True and leaves the verdict to ``open_store``.
+    """
+    import sqlite3
+    from urllib.parse import quote
+
+    if os.path.getsize(path) == 0:
+        return False
+    try:
+        db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
+        try:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return True
+    return any(name.startswith("sessionkit_") for (name,) in rows)
+
+
+def _existing_session(store: sk.Store, session_id: str, target: str) -> sk.Session:
+    """The session, or a CommandError naming the sessions that do exist."""
+    session = store.session(session_id)
+    if len(session) == 0:
+        known = [info.id for info in store.list_sessions()]
+        if known:
+            listed = ", ".join(_sid(k) for k in known[:6]) + (", …" if len(known) > 6 else "")
+            hint = f" (it has: {listed})"
+        else:
+            hint = " (it holds no sessions)"
+        raise CommandError(f"no session {session_id!r} in {target}{hint}")
+    return session
+
+
+def _schema_version(store: sk.Store, stats: dict) -> int | None:
+    """The store's schema version.
+
+    Opening a store migrates it to the engine's ``SCHEMA_VERSION`` or refuses a newer one
+    (``SchemaVersionError``), so once open, the file's version is the engine's constant.
+    """
+    if "schema_version" in stats:
+        return stats["schema_version"]
+    module = {"sqlite": "sessionkit.store.sqlite", "duckdb": "sessionkit.store.duckdb",
+              "postgresql": "sessionkit.store.postgres"}.get(store.engine)
+    if module is None:
+        return None
+    try:
+        return getattr(importlib.import_module(module), "SCHEMA_VERSION", None)
+    except ImportError:
+        return None
+
+
+def _optional_module(module: str, command: str):
+    """Import a part of sessionkit that may be absent from this installation."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == module or module.startswith(exc.name + ".")):
+            raise CommandError(
+                f"'{PROG} {command}' needs the {module} module, which this installation of sessionkit does not have"
+            ) from exc
+        raise CommandError(f"'{PROG} {command}' cannot load {module}: {exc}") from exc
+    except ImportError as exc:  # a missing extra (sessionkit.MissingDependency names it)
+        raise CommandError(f"'{PROG} {command}' cannot load {module}: {exc}") from exc
+
+
+def _function(module, name: str, command: str):
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise CommandError(f"'{PROG} {command}' needs {module.__name__}.{name}, which this installation does not have")
+    return fn
+
+
+# ---------------------------------------------------------------------------
+# info and ls
+
+
+_STAT_ORDER = ("sessions", "messages", "compactions", "blobs", "indexed_messages", "runs", "events")
+
+
+def _info_report(store: sk.Store, target: str) -> dict:
+    stats = store.stats()
+    return {"store": store.path or target, "engine": store.engine,
+            "schema_version": _schema_version(store, stats), **stats}
+
+
+def _render_info(store: sk.Store, target: str, out: TextIO) -> None:
+    report = _info_report(store, target)
+    rows = [("store", str(report["store"])), ("engine", str(report["engine"])),
+            ("schema", "-" if report["schema_version"] is None else str(report["schema_version"])),
+            ("size", _size(report.get("bytes", 0)))]
+    for key in _STAT_ORDER:
+        if key not in report:
+            continue
+        value = f"{report[key]:,}"
+        if key == "blobs":
+            value += f" ({_size(report.get('blob_bytes', 0))})"
+        if key == "indexed_messages":
+            key = "indexed"
+            value += " messages in the search index" if report["indexed_messages"] else \
+                " (the search index is built by the first search)"
+        rows.append((key, value))
+    shown = set(_STAT_ORDER) | {"store", "bytes", "blob_bytes", "engine", "schema_version"}
+    rows += [(k, str(v)) for k, v in sorted(report.items()) if k not in shown]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}", file=out)
+
+
+def cmd_info(args, out: TextIO) -> int:
+    """Engine, schema version and the store's counts and sizes."""
+    with _existing_store(args.store) as store:
+        if args.json:
+            print(_json(_info_report(store, args.store)), file=out)
+        else:
+            _render_info(store, args.store, out)
     return 0
+
+
+def _ls_rows(store: sk.Store) -> list[list[str]]:
+    return [[_sid(i.id), f"{i.message_count:,}", _when(i.created_at), _when(i.updated_at)]
+            for i in store.list_sessions()]
+
+
+def _print_table(header: list[str], rows: list[list[str]], out: TextIO, *, right: tuple[int, ...] = ()) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip(), file=out)
+
+
+def _render_ls(store: sk.Store, target: str, out: TextIO) -> None:
+    rows = _ls_rows(store)
+    if not rows:
+        print(f"no sessions in {target}", file=out)
+        return
+    _print_table(["SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)"], rows, out, right=(1,))
+
+
+def cmd_ls(args, out: TextIO) -> int:
+    """Sessions holding messages, newest activity first."""
+    with _existing_store(args.store) as store:
+        if args.json:
+            print(_json([{"id": i.id, "message_count": i.message_count, "created_at": i.created_at,
+                          "updated_at": i.updated_at} for i in store.list_sessions()]), file=out)
+        else:
+            _render_ls(store, args.store, out)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# show: a path as a chat
+
+
+def _render_part(part: Any, out: TextIO) -> None:
+    if not isinstance(part, dict):
+        print(f"  [part] {_clip(_json(part))}", file=out)
+        return
+    ptype = str(part.get("type", ""))
+    if ptype == "text":
+        print(part.get("text", ""), file=out)
+    elif ptype == "reasoning":
+        lines = str(part.get("text", "")).splitlines() or [""]
+        print(f"  (reasoning) {lines[0]}", file=out)
+        for line in lines[1:]:
+            print(f"              {line}", file=out)
+    elif ptype.startswith("tool-") or ptype == "dynamic-tool":
+        name = ptype[5:] if ptype.startswith("tool-") else part.get("toolName", "?")
+        bits = [b for b in (part.get("state"), part.get("toolCallId")) if b]
+        print(f"  tool {name}" + (f"  ({', '.join(map(str, bits))})" if bits else ""), file=out)
+        if "input" in part:
+            print(f"    input:  {_clip(_json(part['input']))}", file=out)
+        if "output" in part:
+            print(f"    output: {_clip(_json(part['output']))}", file=out)
+        if part.get("errorText"):
+            print(f"    error:  {_clip(str(part['errorText']))}", file=out)
+    elif ptype == "file":
+        label = " ".join(str(x) for x in (part.get("mediaType"), part.get("filename")) if x)
+        size = _inline_size(part)
+        where = f"{_size(size)} inline" if size is not None else _clip(str(part.get("url", "")), 100)
+        print(f"  file {label or '?'}  ({where})", file=out)
+    elif ptype == "step-start":
+        return
+    else:
+        print(f"  [{ptype}] {_clip(_json({k: v for k, v in part.items() if k != 'type'}))}", file=out)
+
+
+def _render_message(message: dict, out: TextIO, *, note: str = "") -> None:
+    bits = [str(message.get("role", "?")), str(message.get("id", "?")), _when(message.get("createdAt")),
+            f"{estimate_tokens(message):,} tokens"]
+    if note:
+        bits.append(note)
+    print("── " + " · ".join(bits), file=out)
+    for part in message.get("parts") or ():
+        _render_part(part, out)
+    print(file=out)
+
+
+def _span(info: dict) -> str:
+    return f"{info.get('from_id')} … {info.get('to_id')}"
+
+
+def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full: bool) -> None:
+    """Print the path to ``leaf_id`` (default: the latest leaf) as a chat.
+
+    Without ``full``: what the model sees, each compaction summary in place of its range.
+    With ``full``: every stored message, the compacted ranges marked where they start and end.
+    """
+    latest = session.latest_leaf()
+    leaf = leaf_id if leaf_id is not None else latest["id"]
+    if leaf_id is not None:
+        session.path_length(leaf_id)  # an unknown leaf fails here, before anything is printed
+    is_latest = latest is not None and leaf == latest["id"]
+    comps = {c.id: c for c in session.compactions()}
+    applied: list[dict] = []
+    if comps:  # the compactions this path shows (a first pass that keeps only the summaries' metadata)
+        applied = [info for m in session.history(leaf_id=leaf) if (info := _overlay_info(m)) is not None]
+    begins = {a["from_id"]: a for a in applied}
+    ends = {a["to_id"]: a for a in applied}
+
+    print(f"session {_sid(session.session_id)} · path to {leaf}"
+          f"{' (latest leaf)' if is_latest else ''} · "
+          f"{'full history' if full else 'as the model sees it'}", file=out)
+    print(file=out)
+    raw_count = 0
+    raw_tokens = 0
+    seen_count = 0
+    parent: str | None = None
+    for message in session.history(leaf_id=leaf, compacted=not full):
+        info = _overlay_info(message)
+        if info is not None:  # a summary standing in for a range (model view only)
+            comp = comps.get(info.get("id"))
+            after = comp.tokens_after if comp else estimate_tokens(message)
+            print(f"══ compaction {str(info.get('id'))[:8]} · summary of {info.get('messages')} messages "
+                  f"({_span(info)}) · {info.get('tokens_before', 0):,} → {after:,} tokens ══", file=out)
+            print(_text_of(message), file=out)
+            print("══ end of summary; the messages after it are kept word for word ══", file=out)
+            print(file=out)
+            seen_count += 1
+            raw_count += int(info.get("messages") or 0)
+            raw_tokens += int(info.get("tokens_before") or 0)
+            parent = info.get("to_id")
+            continue
+        mid = message["id"]
+        if full and mid in begins:
+            a = begins[mid]
+            print(f"══ compacted range begins · compaction {str(a['id'])[:8]} shows the model one summary "
+                  f"instead of the next {a.get('messages')} messages ({_span(a)}) ══", file=out)
+            print(file=out)
+        note = ""
+        if parent is not None:
+            siblings = [s["id"] for s in session.branches(parent)]
+            if len(siblings) > 1:
+                others = [s for s in siblings if s != mid]
+                note = f"branch {siblings.index(mid) + 1} of {len(siblings)} (also: {', '.join(others)})"
+        _render_message(message, out, note=note)
+        if full and mid in ends:
+            print(f"══ compacted range ends · compaction {str(ends[mid]['id'])[:8]} ══", file=out)
+            print(file=out)
+        tokens = estimate_tokens(message)
+        raw_count += 1
+        raw_tokens += tokens
+        parent = mid
+    seen_count = raw_count - sum(int(a.get("messages") or 0) - 1 for a in applied)
+    seen_tokens = session.context_tokens(leaf)
+    if applied:
+        print(f"{raw_count:,} messages (~{raw_tokens:,} tokens) on this path; the model sees {seen_count:,} "
+              f"(~{seen_tokens:,} tokens): {len(applied)} compaction{'s' if len(applied) > 1 else ''} applied."
+              + ("" if full else f" Add --full to see every message."), file=out)
+    else:
+        print(f"{raw_count:,} messages (~{raw_tokens:,} tokens) on this path.", file=out)
+
+
+def _write_json_array(items, out: TextIO) -> None:
+    """Stream a JSON array, one item at a time (paths can be long)."""
+    out.write("[")
+    count = 0
+    for item in items:
+        out.write(("," if count else "") + "\n  " + _json(item))
+        count += 1
+    out.write("\n]\n" if count else "]\n")
+
+
+# ---------------------------------------------------------------------------
+# show --tree: the whole tree
+
+
+class _Tree:
+    """A session's message tree, walked from its root with ``session.branches``."""
+
+    def __init__(self, session: sk.Session, leaf_id: str | None):
+        self.session = session
+        latest = session.latest_leaf()
+        self.leaf = leaf_id if leaf_id is not None else latest["id"]
+        self.is_latest = latest is not None and self.leaf == latest["id"]
+        path = [m["id"] for m in session.history(leaf_id=self.leaf, compacted=False)]
+        self.path = path
+        self.on_path = set(path)
+        self.messages: dict[str, dict] = {}
+        self.parent: dict[str, str | None] = {}
+        self.children: dict[str, list[str]] = {}
+        self.depth: dict[str, int] = {}
+        self.order: list[str] = []
+        self.roots: list[str] = []
+        if path:
+            root = session.get(path[0])
+            self._walk(root)
+        self.unreachable = len(session) - len(self.messages)
+        self.compactions = session.compactions()
+        self.applied = {info["id"] for m in session.history(leaf_id=self.leaf)
+                        if (info := _overlay_info(m)) is not None}
+        self.labels = {c.id: f"c{i + 1}" for i, c in enumerate(self.compactions)}
+        self.covered: dict[str, list[str]] = {}
+        self.sizes: dict[str, int | None] = {}
+        for comp in self.compactions:
+            ids = self._range(comp.from_id, comp.to_id)
+            self.sizes[comp.id] = None if ids is None else len(ids)
+            for mid in ids or ():
+                self.covered.setdefault(mid, []).append(self.labels[comp.id])
+
+    def _walk(self, root: dict) -> None:
+        # Depth first, children oldest first, without recursion (paths can be very long).
+        self.roots.append(root["id"])
+        self.parent[root["id"]] = None
+        stack: list[tuple[dict, int]] = [(root, 0)]
+        while stack:
+            message, depth = stack.pop()
+            mid = message["id"]
+            self.messages[mid] = message
+            self.depth[mid] = depth
+            self.order.append(mid)
+            kids = self.session.branches(mid)
+            self.children[mid] = [k["id"] for k in kids]
+            for kid in reversed(kids):
+                self.parent[kid["id"]] = mid
+                stack.append((kid, depth + 1))
+
+    def _range(self, from_id: str, to_id: str) -> list[str] | None:
+        """Ids from ``from_id`` down to ``to_id`` (inclusive), or None if not a path in this tree."""
+        ids = []
+        node: str | None = to_id
+        while node is not None and node in self.messages:
+            ids.append(node)
+            if node == from_id:
+                return ids[::-1]
+            node = self.parent.get(node)
+        return None
+
+    def branch_points(self) -> int:
+        return sum(1 for kids in self.children.values() if len(kids) > 1)
+
+    def render(self, out: TextIO) -> None:
+        n = len(self.messages) + self.unreachable
+        bp = self.branch_points()
+        nc = len(self.compactions)
+        print(f"session {_sid(self.session.session_id)}: {n:,} messages, {bp} branch point"
+              f"{'' if bp == 1 else 's'}, {nc} compaction{'' if nc == 1 else 's'}", file=out)
+        print(f"* marks the path to {self.leaf}{' (latest leaf)' if self.is_latest else ''}; "
+              f"<n branches> marks a branch point", file=out)
+        if self.compactions:
+            print(f"compactions, oldest first ([cN] tags the messages each one covers):", file=out)
+            for comp in self.compactions:
+                label = self.labels[comp.id]
+                size = self.sizes[comp.id]
+                if comp.id in self.applied:
+                    state = "applied on the * path"
+                else:
+                    newer = [self.labels[c.id] for c in self.compactions
+                             if c.from_id == comp.from_id and c.id in self.applied]
+                    state = f"superseded by {newer[0]} (same start, newer)" if newer else "not on the * path"
+                print(f"  {label}  {comp.id[:8]}  {comp.from_id} … {comp.to_id}  "
+                      f"{'?' if size is None else size} messages  "
+                      f"{comp.tokens_before:,} → {comp.tokens_after:,} tokens  {state}", file=out)
+        print(file=out)
+        stack: list[tuple[str, str, str]] = [(r, "", "") for r in reversed(self.roots)]
+        while stack:
+            mid, prefix, cont = stack.pop()
+            msg = self.messages[mid]
+            kids = self.children[mid]
+            tags = ""
+            if len(kids) > 1:
+                tags += f"  <{len(kids)} branches>"
+            if mid in self.covered:
+                tags += "  [" + " ".join(self.covered[mid]) + "]"
+            mark = "* " if mid in self.on_path else "  "
+            role = str(msg.get("role", "?"))
+            print(f"{mark}{prefix}{mid}  {role}: {_preview(msg)}{tags}", file=out)
+            if len(kids) == 1:
+                stack.append((kids[0], cont, cont))
+            else:
+                for i in range(len(kids) - 1, -1, -1):
+                    last = i == len(kids) - 1
+                    stack.append((kids[i], cont + ("└── " if last else "├── "), cont + ("    " if last else "│   ")))
+        if self.unreachable:
+            print(f"({self.unreachable:,} more messages sit under other roots of this session, "
+                  f"which cannot be reached from {self.roots[0]!r}; show --leaf ID shows their paths)", file=out)
+
+    def as_json(self) -> dict:
+        return {
+            "session": self.session.session_id,
+            "leaf": self.leaf,
+            "path": self.path,
+            "compactions": [
+                {"id": c.id, "from_id": c.from_id, "to_id": c.to_id, "summary": c.summary,
+                 "created_at": c.created_at, "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
+                 "messages": self.sizes[c.id], "applied": c.id in self.applied}
+                for c in self.compactions
+            ],
+            "nodes": [
+                {"id": mid, "parent_id": self.parent[mid], "depth": self.depth[mid],
+                 "children": self.children[mid], "on_path": mid in self.on_path,
+                 "compactions": [c.id for c in self.compactions if self.labels[c.id] in self.covered.get(mid, ())],
+                 "message": self.messages[mid]}
+                for mid in self.order
+            ],
+            "unreachable": self.unreachable,
+        }
+
+
+def cmd_show(args, out: TextIO) -> int:
+    """A path as a chat (compaction applied unless --full), or the whole tree with --tree."""
+    with _existing_store(args.store) as store:
+        session = _existing_session(store, args.session, args.store)
+        if args.leaf is not None:
+            session.path_length(args.leaf)  # sessionkit.MessageNotFound for an unknown id
+        if args.tree:
+            tree = _Tree(session, args.leaf)
+            if args.json:
+                print(_json(tree.as_json()), file=out)
+            else:
+                tree.render(out)
+        elif args.json:
+            _write_json_array(session.history(leaf_id=args.leaf, compacted=not args.full), out)
+        else:
+            _render_path(session, out, leaf_id=args.leaf, full=args.full)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# search
+
+
+def _render_hits(hits: list, query: str, out: TextIO) -> None:
+    if not hits:
+        print(f"no matches for {query!r}", file=out)
+        return
+    print(f"{len(hits)} hit{'' if len(hits) == 1 else 's'} for {query!r}, best first:", file=out)
+    for hit in hits:
+        print(file=out)
+        print(f"{_sid(hit.session_id)} / {hit.id} · {hit.role} · score {hit.score:.3g}", file=out)
+        print(f"    {' '.join(hit.snippet.split())}", file=out)
+
+
+def cmd_search(args, out: TextIO) -> int:
+    """Full-text search; any query string is valid (an empty one finds nothing)."""
+    with _existing_store(args.store) as store:
+        if args.session is not None:
+            _existing_session(store, args.session, args.store)
+        hits = store.search(args.query, session_id=args.session, limit=args.limit)
+    if args.json:
+        print(_json([{"id": h.id, "session_id": h.session_id, "role": h.role, "content": h.content,
+                      "snippet": h.snippet, "score": h.score} for h in hits]), file=out)
+    else:
+        _render_hits(hits, args.query, out)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# demo
+
+
+def cmd_demo(args, out: TextIO) -> int:
+    """Build the demo store (in --store or a new temporary folder) and print a guided tour."""
+    from ._demo import build_demo_store
+
+    if args.store is not None:
+        path = args.store
+        local = _local_path(path)
+        if local not in (None, ":memory:") and os.path.exists(local):
+            raise CommandError(f"{path!r} already exists; the demo writes a new store: choose another path")
+        if local == ":memory:":
+            raise CommandError("the demo needs a store file to explore afterwards, not an in-memory store")
+    else:
+        path = os.path.join(tempfile.mkdtemp(prefix="sessionkit-demo-"), "demo.db")
+    store = build_demo_store(path)
+    with store:
+        _tour(store, path, out)
+    return 0
+
+
+class _Indented:
+    """A text stream that prefixes every non-empty line written to ``out`` (for the tour)."""
+
+    def __init__(self, out: TextIO, prefix: str):
+        self._out = out
+        self._prefix = prefix
+        self._at_start = True
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines(keepends=True):
+            if self._at_start and line not in ("\n", "\r\n"):
+                self._out.write(self._prefix)
+            self._out.write(line)
+            self._at_start = line.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+def _tour(store: sk.Store, path: str, out: TextIO) -> None:
+    """Print the guided tour of a demo store, each step with the command that prints it."""
+    from ._demo import DEPLOY_SESSION, MIGRATION_SESSION, WEATHER_SESSION
+
+    q = shlex.quote(path)
+    body = _Indented(out, "   ")
+    stats = store.stats()
+
+    def w(text: str = "") -> None:
+        print(text, file=out)
+
+    def step(n: int, title: str, command: str) -> None:
+        w()
+        w(f"{n}. {title}")
+        w(f"   $ {PROG} {command}")
+        w()
+
+    w(f"sessionkit demo: {stats['sessions']} sessions, {stats['messages']} messages, "
+      f"{stats['compactions']} compactions, {stats['blobs']} blob; written to")
+    w(f"   {path}")
+
+    step(1, "The sessions, newest activity first", f"ls {q}")
+    _render_ls(store, path, body)
+
+    step(2, "A regenerated reply is a sibling branch; both branches go on", f"show {q} {DEPLOY_SESSION} --tree")
+    _Tree(store.session(DEPLOY_SESSION), None).render(body)
+
+    migration = store.session(MIGRATION_SESSION)
+    step(3, "A long chat, compacted as it grew: what the model sees", f"show {q} {MIGRATION_SESSION}")
+    _render_path(migration, body, leaf_id=None, full=False)
+
+    step(4, "The full history is still stored: every message, the compacted ranges tagged",
+         f"show {q} {MIGRATION_SESSION} --tree")
+    _Tree(migration, None).render(body)
+
+    step(5, f"A tool call with its result, and a file stored out of the row as a blob "
+            f"({_size(stats['blob_bytes'])})", f"show {q} {WEATHER_SESSION}")
+    _render_path(store.session(WEATHER_SESSION), body, leaf_id=None, full=False)
+
+    query = "deploying"
+    step(6, "Search: stemmed ('deploying' finds deploy and deployment), every branch and compacted range",
+         f"search {q} {query} --limit 5")
+    _render_hits(store.search(query, limit=5), query, body)
+
+    step(7, "What the store holds", f"info {q}")
+    _render_info(store, path, body)
+
+    w()
+    w("Explore further:")
+    for command, why in (
+        (f"show {q} {DEPLOY_SESSION} --leaf a2", "the older branch, as a chat"),
+        (f"show {q} {MIGRATION_SESSION} --full", "every message, the compacted ranges marked"),
+        (f"show {q} {WEATHER_SESSION} --json", "the messages as stored (UIMessage JSON)"),
+        (f"search {q} '\"logical replication\"'", "a phrase"),
+        (f"search {q} cutover --session {MIGRATION_SESSION} --limit 3", "one session only"),
+        ("--help", "every command"),
+    ):
+        w(f"   {PROG} {command}")
+        w(f"       {why}")
+
+
+# ---------------------------------------------------------------------------
+# import, export, serve: delegate to sessionkit.io and sessionkit.server
+
+
+_IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_hh", "jsonl": "import_jsonl"}
+
+
+def cmd_import(args, out: TextIO) -> int:
+    """Import a transcript file (creates the store when it does not exist)."""
+    if not os.path.isfile(args.file):
+        raise CommandError(f"no file {args.file!r} to import")
+    if args.session is not None and args.format != "openai":
+        raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
+    io = _optional_module("sessionkit.io", "import")
+    fn = _function(io, _IMPORTERS[args.format], "import")
+    with sk.open_store(args.store) as store:
+        before = store.stats()
+        if args.format == "openai":
+            session_id = args.session if args.session is not None else Path(args.file).stem
+            fn(store.session(session_id), args.file)
+        else:
+            fn(store, args.file)
+        after = store.stats()
+    added_m = after["messages"] - before["messages"]
+    added_s = after["sessions"] - before["sessions"]
+    print(f"imported {args.file} ({args.format}): {added_m:,} new messages, {added_s:,} new sessions; "
+          f"{args.store} now holds {after['messages']:,} messages in {after['sessions']:,} sessions", file=out)
+    return 0
+
+
+def cmd_export(args, out: TextIO) -> int:
+    """Export a store (or one session, for JSONL) to JSONL or a folder of Parquet files."""
+    io = _optional_module("sessionkit.io", "export")
+    with _existing_store(args.store) as store:
+        if args.format == "parquet":
+            if args.session is not None:
+                raise CommandError("--session works with --format jsonl only; parquet exports the whole store")
+            _function(io, "export_parquet", "export")(store, args.path)
+            what = f"{store.stats()['sessions']:,} sessions"
+        else:
+            fn = _function(io, "export_jsonl", "export")
+            if args.session is not None:
+                session = _existing_session(store, args.session, args.store)
+                fn(session, args.path)
+                what = f"session {_sid(args.session)} ({len(session):,} messages)"
+            else:
+                fn(store, args.path)
+                what = f"{store.stats()['sessions']:,} sessions"
+    print(f"exported {what} to {args.path} ({args.format})", file=out)
+    return 0
+
+
+def _load_agent(spec: str):
+    """``module:attr`` -> the object, importing from the current folder first (like uvicorn)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CommandError(f"--agent must look like module:attribute (for example myapp.agents:support), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise CommandError(f"--agent: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the user's module failed while importing
+        raise CommandError(f"--agent: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
+    obj: Any = module
+    for name in attr.split("."):
+        if not hasattr(obj, name):
+            raise CommandError(f"--agent: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, name)
+    return obj
+
+
+def cmd_serve(args, out: TextIO) -> int:
+    """Serve an agent over HTTP; the bearer token comes from SESSIONKIT_TOKEN, never argv."""
+    token = os.environ.get("SESSIONKIT_TOKEN", "")
+    if not token:
+        raise CommandError("set SESSIONKIT_TOKEN to the bearer token clients must send (16 characters or more)")
+    if len(token) < 16:
+        raise CommandError("SESSIONKIT_TOKEN is shorter than 16 characters")
+    server = _optional_module("sessionkit.server", "serve")
+    create_app = _function(server, "create_app", "serve")
+    agent = _load_agent(args.agent)
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise CommandError("uvicorn is not installed; install it with: pip install 'sessionkit[server]'") from exc
+    with sk.open_store(args.store) as store:
+        app = create_app(agent, store, token=token)
+        uvicorn.run(app, host=args.host, port=args.port)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# The parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return value
+
+
+_STORE_HELP = "store file or URL: chats.db, data.duckdb, sqlite:///path, duckdb:///path, postgresql://..."
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``sessionkit`` command (one subparser per command)."""
+    parser = _Parser(
+        prog=PROG,
+        description="Look inside sessionkit conversation stores: sessions, trees, compactions, search.",
+        epilog=f"Try '{PROG} demo' for a tour; '{PROG} COMMAND --help' describes each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {sk.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("info", help="engine, schema version, counts and sizes of a store",
+                       description="Show the engine, schema version, counts and sizes of a store.")
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("ls", help="list sessions, newest activity first",
+                       description="List the sessions of a store (id, messages, first and last message time, "
+                                   "UTC), newest activity first.")
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser(
+        "show", help="a conversation path as a chat, or the whole tree",
+        description="Show the path from the root to a leaf (default: the latest leaf) as a chat: roles, text, "
+                    "tool calls with input and output, files, and compaction summaries where the model sees them. "
+                    "--full shows every stored message with the compacted ranges marked; --tree shows the whole "
+                    "tree, one line per message.")
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("session", metavar="SESSION", help='session id ("" is the default session)')
+    p.add_argument("--leaf", metavar="ID", help="show the path to this message instead of the latest leaf")
+    p.add_argument("--tree", action="store_true",
+                   help="the whole tree: branch points, the path (marked *), compaction ranges")
+    p.add_argument("--full", action="store_true", help="every message, compaction not applied")
+    p.add_argument("--json", action="store_true",
+                   help="print the messages as JSON (with --tree: nodes with parent, children and message)")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "search", help="full-text search over messages",
+        description='Full-text search over text parts, best first. Words match case-insensitively with English '
+                    'stemming, all words must occur, "double quotes" ask for a phrase. Any string is a valid '
+                    'query.')
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("query", metavar="QUERY", help="words and \"phrases\"")
+    p.add_argument("--session", metavar="S", help="search this session only")
+    p.add_argument("--limit", metavar="N", type=_positive_int, default=10, help="at most N hits (default 10)")
+    p.add_argument("--json", action="store_true", help="print a JSON array of hits")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser(
+        "demo", help="build a demo store and print a guided tour",
+        description="Build a demo store (branches, a compacted long chat, a tool call, a file) offline and print "
+                    "a short tour of it with the commands to explore further.")
+    p.add_argument("--store", metavar="PATH",
+                   help="where to write the demo store (a new file; default: a new temporary folder)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "import", help="import transcripts (OpenAI chat, OpenAssistant, HH, sessionkit JSONL)",
+        description="Import a transcript file into a store (created if missing). Imports are idempotent: "
+                    "importing the same file again adds nothing.")
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("file", metavar="FILE", help="the file to import")
+    p.add_argument("--format", required=True, choices=sorted(_IMPORTERS),
+                   help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
+                        "hh: Anthropic HH pairs; jsonl: a sessionkit export")
+    p.add_argument("--session", metavar="ID",
+                   help="session to import into (--format openai only; default: the file name without extension)")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="export a store or a session to JSONL or Parquet",
+                       description="Export a store (or one session) to sessionkit JSONL, or a store to a folder "
+                                   "of Parquet files.")
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("path", metavar="PATH", help="the JSONL file, or the folder for Parquet")
+    p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="default: jsonl")
+    p.add_argument("--session", metavar="ID", help="export this session only (jsonl)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "serve", help="serve an agent over HTTP",
+        description="Serve an agent over HTTP (sessionkit.server). Clients authenticate with "
+                    "'Authorization: Bearer TOKEN' where TOKEN is read from the SESSIONKIT_TOKEN environment "
+                    "variable (16 characters or more), never from the command line.")
+    p.add_argument("--store", required=True, metavar="PATH", help=_STORE_HELP)
+    p.add_argument("--agent", required=True, metavar="MODULE:ATTR",
+                   help="the sessionkit.Agent to serve, e.g. myapp.agents:support (imported from the current folder)")
+    p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
+    p.add_argument("--port", type=_port, default=8000, help="default: 8000")
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+# ---------------------------------------------------------------------------
+
+
+def _tolerant_stdout() -> None:
+    """Never fail on a character the terminal's encoding lacks (message text can be anything)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(Exception):
+                reconfigure(errors="backslashreplace")
+
+
+def _fail(message: str, status: int = EXIT_FAILED) -> int:
+    line = " ".join(str(message).split()) or "failed"
+    print(f"{PROG}: error: {line}", file=sys.stderr)
+    return status
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``sessionkit`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    _tolerant_stdout()
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except SystemExit as exc:  # --help and --version exit through argparse
+        return exc.code if isinstance(exc.code, int) else 0
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args, sys.stdout) or 0)
+    except CommandError as exc:
+        return _fail(str(exc))
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep the interpreter's final flush quiet too.
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
+    except (sk.SessionKitError, ValueError, LookupError, OSError) as exc:
+        return _fail(_describe(exc))
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130

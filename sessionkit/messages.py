@@ -18,6 +18,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -47,7 +48,21 @@ _WORD_RE = re.compile(r"\S+")
 
 def now_iso() -> str:
     """The current time as ISO 8601 UTC with millisecond precision and a ``Z`` suffix."""
-    return to_iso(datetime.now(timezone.utc))
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % (int(now * 1000) % 1000)
+
+
+_ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def normalize_created(value: Any) -> str | None:
+    """A message's ``createdAt`` as ``YYYY-MM-DDTHH:MM:SS.mmmZ``, or None when it is not a time."""
+    if isinstance(value, str) and _ISO_MS.fullmatch(value):
+        return value
+    try:
+        return to_iso(value)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return None
 
 
 def to_iso(value: datetime | int | float | str) -> str:
@@ -157,7 +172,7 @@ def estimate_tokens(message: dict) -> int:
     words = 0
     for text in _countable_strings(message):
         chars += len(text)
-        words += len(_WORD_RE.findall(text))
+        words += len(text.split())
     return math.ceil(max(chars / 4, words * 1.3)) + 4
 
 
@@ -220,39 +235,49 @@ def prepare(
 ) -> Prepared:
     """Validate and encode a message for storage (SPEC M2-M6).
 
-    The caller's dict is never mutated; the result holds a deep copy.
-    ``created_at`` overrides a missing ``createdAt``.
+    The caller's dict is never mutated; the result holds a fresh copy that
+    shares nothing with it. ``created_at`` fills in a missing ``createdAt``.
+    This runs on every append, so it avoids a second encode where it can.
     """
     validate(message)
     full_json = dumps(message)  # raises TypeError for non-JSON values before anything else
     msg = json.loads(full_json)  # a fresh deep copy with JSON semantics
     if strip_metadata_keys and isinstance(msg.get("metadata"), dict):
-        for key in strip_metadata_keys:
-            msg["metadata"].pop(key, None)
-    if "createdAt" not in msg or msg["createdAt"] is None:
-        msg["createdAt"] = created_at or now_iso()
-    full_json = dumps(msg)
+        meta = msg["metadata"]
+        if any(k in meta for k in strip_metadata_keys):
+            for key in strip_metadata_keys:
+                meta.pop(key, None)
+            full_json = dumps(msg)
+    if msg.get("createdAt") is None:
+        stamp = created_at or now_iso()
+        if "createdAt" in msg:  # an explicit null
+            msg["createdAt"] = stamp
+            full_json = dumps(msg)
+        else:
+            msg["createdAt"] = stamp
+            # append the key to the encoded object instead of encoding it all again
+            full_json = full_json[:-1] + ("," if len(full_json) > 2 else "") + '"createdAt":"' + stamp + '"}'
     size = len(full_json.encode("utf-8"))
     if max_bytes is not None and size > max_bytes:
         raise MessageTooLarge(
             f"message {msg['id']!r} is {size} bytes, over max_message_bytes={max_bytes}"
         )
     blobs: dict[str, bytes] = {}
-    stored_parts = []
-    changed = False
-    for part in msg["parts"]:
-        if part.get("type") == "file" and _BLOB_KEY not in part:
-            new = _extract_blob(part, blobs)
-            changed = changed or new is not part
-            stored_parts.append(new)
-        else:
-            stored_parts.append(part)
-    if changed:
-        stored = dict(msg)
-        stored["parts"] = stored_parts
-        stored_json = dumps(stored)
-    else:
-        stored_json = full_json
+    stored_json = full_json
+    if '"file"' in full_json:
+        stored_parts = []
+        changed = False
+        for part in msg["parts"]:
+            if part.get("type") == "file" and _BLOB_KEY not in part:
+                new = _extract_blob(part, blobs)
+                changed = changed or new is not part
+                stored_parts.append(new)
+            else:
+                stored_parts.append(part)
+        if changed:
+            stored = dict(msg)
+            stored["parts"] = stored_parts
+            stored_json = dumps(stored)
     return Prepared(
         message=msg,
         stored_json=stored_json,

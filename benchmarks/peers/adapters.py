@@ -32,7 +32,6 @@ Logical message -> peer records (one API call per logical message in every case)
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import sqlite3
@@ -57,7 +56,7 @@ def _sqlite_pragmas(conn: Any) -> None:
 
 
 def _durability_sqlite(how: str) -> str:
-    return f"WAL, synchronous={SYNC} ({how})"
+    return f"WAL, synchronous={SYNC}: {how}"
 
 
 class Peer:
@@ -139,19 +138,19 @@ class SessionKit(Peer):
     suffix = "store.db"
     has_search = True
     search_kind = "session.search (stemmed full-text, bm25)"
-    recent_kind = "last 20 of history(newest_first=True)"
+    recent_kind = "recent_history(0, min_messages=20): exactly the last 20"
 
     def open(self, folder: Path) -> None:
         import sessionkit as sk
 
         opts = {"durability": "full"} if SYNC == "FULL" else {}
         self.store = sk.open_store(str(folder / self.suffix), **opts)
-        self.durability = self._durability()
 
-    def _durability(self) -> str:
-        if SYNC == "FULL":
-            return 'WAL, synchronous=FULL (open_store(durability="full"))'
-        return "WAL, synchronous=NORMAL (its default)"
+    durability = (
+        'WAL, synchronous=FULL (open_store(durability="full"))'
+        if SYNC == "FULL"
+        else "WAL, synchronous=NORMAL (its default)"
+    )
 
     async def append(self, conv: str, msg: dict) -> None:
         self.store.session(conv).append(msg)
@@ -163,9 +162,9 @@ class SessionKit(Peer):
         return self.store.session(conv).history()
 
     async def read_recent(self, conv: str, n: int) -> list:
-        newest = list(itertools.islice(self.store.session(conv).history(newest_first=True), n))
-        newest.reverse()
-        return newest
+        # The window API: the longest suffix within max_bytes, never fewer than
+        # min_messages; with max_bytes=0 that is exactly the last n messages.
+        return self.store.session(conv).recent_history(0, min_messages=n).messages
 
     async def search(self, conv: str, query: str) -> Any:
         return self.store.session(conv).search(query, limit=10)
@@ -182,8 +181,7 @@ class SessionKitDuckDB(SessionKit):
     key = "sessionkit-duckdb"
     suffix = "store.duckdb"
 
-    def _durability(self) -> str:
-        return "DuckDB WAL, synced at each commit (no setting)"
+    durability = "DuckDB WAL, fdatasync at each commit (no setting)"
 
     def versions(self) -> dict[str, str]:
         return _dist_versions("sessionkit", "duckdb")
@@ -195,6 +193,7 @@ class SessionKitDuckDB(SessionKit):
 class RawSQLite(Peer):
     name = "raw sqlite3 (physical limit)"
     key = "sqlite3"
+    durability = _durability_sqlite("PRAGMAs on the connection")
     has_search = True
     search_kind = "FTS5 (porter), bm25 top 10, index built after the load"
     recent_kind = "ORDER BY seq DESC LIMIT 20"
@@ -210,7 +209,6 @@ class RawSQLite(Peer):
         self.seq: dict[str, int] = {}
         for conv, seq in self.conn.execute("SELECT conv, max(seq) FROM msgs GROUP BY conv"):
             self.seq[conv] = seq
-        self.durability = _durability_sqlite("PRAGMA on the connection")
 
     def _next(self, conv: str) -> int:
         s = self.seq.get(conv, -1) + 1
@@ -281,9 +279,12 @@ class RawSQLite(Peer):
 class RawDuckDB(Peer):
     name = "raw DuckDB (physical limit)"
     key = "duckdb"
-    durability = "DuckDB WAL, synced at each commit (no setting)"
+    durability = "DuckDB WAL, fdatasync at each commit (no setting)"
     has_search = True
-    search_kind = "ILIKE scan over the JSON (fts extension is not installable offline)"
+    search_kind = (
+        "ILIKE scan for every word over the stored JSON, tool output included, no ranking "
+        "(the fts extension is not installable offline)"
+    )
     recent_kind = "ORDER BY seq DESC LIMIT 20"
 
     def open(self, folder: Path) -> None:
@@ -393,6 +394,10 @@ def _openai_items(msg: dict) -> list[dict]:
 class OpenAISQLite(Peer):
     name = "OpenAI Agents SQLiteSession"
     key = "openai-sqlite"
+    durability = _durability_sqlite(
+        "the SDK sets WAL; it has no option for synchronous (default FULL), so a "
+        "subclass extends its private _configure_connection"
+    )
     recent_kind = "get_items(limit=k)"
     _cls_name = "SQLiteSession"
 
@@ -413,10 +418,6 @@ class OpenAISQLite(Peer):
         self.cls = self._session_class()
         self.db = str(folder / "agents.db")
         self.sessions: dict[str, Any] = {}
-        self.durability = _durability_sqlite(
-            "WAL is the SDK's own; synchronous added in a subclass of its private "
-            "_configure_connection (the SDK has no option; its default is FULL)"
-        )
 
     def _make(self, conv: str):
         return self.cls(conv, self.db)
@@ -516,6 +517,7 @@ def _lc_messages(msg: dict) -> list:
 class LangChainSQL(Peer):
     name = "LangChain SQLChatMessageHistory"
     key = "langchain"
+    durability = _durability_sqlite("connect event on the SQLAlchemy engine it is given")
     recent_kind = "no windowed read: .messages then the last k"
 
     def open(self, folder: Path) -> None:
@@ -530,7 +532,6 @@ class LangChainSQL(Peer):
         self.engine = create_engine(f"sqlite:///{folder / 'langchain.db'}")
         event.listen(self.engine, "connect", lambda c, r: _sqlite_pragmas(c))
         self.histories: dict[str, Any] = {}
-        self.durability = _durability_sqlite("SQLAlchemy connect event on the engine it is given")
 
     def session(self, conv: str):
         h = self.histories.get(conv)
@@ -576,6 +577,10 @@ class LangChainSQL(Peer):
 class LangGraphSqlite(Peer):
     name = "LangGraph SqliteSaver"
     key = "langgraph"
+    durability = _durability_sqlite(
+        "SqliteSaver.setup() sets WAL; synchronous on the connection we pass it; "
+        'graph durability "async", its default, saved before invoke returns'
+    )
     recent_kind = "no windowed read: get_state() then the last k"
 
     def open(self, folder: Path) -> None:
@@ -597,10 +602,6 @@ class LangGraphSqlite(Peer):
         builder.add_edge(START, "agent")
         builder.add_edge("agent", END)
         self.graph = builder.compile(checkpointer=saver)
-        self.durability = _durability_sqlite(
-            "WAL set by SqliteSaver.setup(); synchronous on the connection we pass; "
-            'graph durability="async" (default, saved before invoke returns)'
-        )
 
     def _cfg(self, conv: str) -> dict:
         return {"configurable": {"thread_id": conv}}
@@ -639,6 +640,10 @@ class LangGraphSqlite(Peer):
 class GoogleADK(Peer):
     name = "Google ADK DatabaseSessionService"
     key = "adk"
+    durability = _durability_sqlite(
+        "connect event on the service's SQLAlchemy engine; ADK's own default is a "
+        "rollback journal with synchronous=FULL"
+    )
     recent_kind = "get_session(config=GetSessionConfig(num_recent_events=20))"
     APP, USER = "bench", "user"
 
@@ -654,10 +659,6 @@ class GoogleADK(Peer):
         # ADK adds its own connect listener (foreign_keys=ON); ours adds WAL and synchronous.
         event.listen(self.svc.db_engine.sync_engine, "connect", lambda c, r: _sqlite_pragmas(c))
         self.sessions: dict[str, Any] = {}
-        self.durability = _durability_sqlite(
-            "SQLAlchemy connect event on the service's engine (ADK's default is a rollback "
-            "journal, synchronous=FULL)"
-        )
 
     def _event(self, msg: dict, timestamp: float | None = None):
         from google.adk.events import Event

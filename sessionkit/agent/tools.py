@@ -25,6 +25,7 @@ its end, Python cannot stop it). Async functions run on the run's loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import datetime as _dt
 import enum
@@ -32,6 +33,7 @@ import functools
 import inspect
 import json
 import re
+import threading
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -72,10 +74,43 @@ class Tool:
         args, kwargs = _bind(self.fn, dict(arguments))
         if _is_async(self.fn):
             return await self.fn(*args, **kwargs)
-        result = await asyncio.to_thread(functools.partial(self.fn, *args, **kwargs))
+        result = await _in_thread(functools.partial(self.fn, *args, **kwargs))
         if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine
             result = await result
         return result
+
+
+async def _in_thread(call: Callable[[], Any]) -> Any:
+    """Run ``call`` on its own daemon thread and await its result.
+
+    Not the loop's default executor: ``asyncio.run`` waits for that executor on
+    exit, so a tool abandoned by an interrupt or timeout would hold the caller
+    until it finished. A daemon thread is simply left to finish on its own.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if future.done():  # cancelled while the tool ran
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def worker() -> None:
+        try:
+            outcome = (True, context.run(call))
+        except BaseException as exc:  # handed to the awaiting task
+            outcome = (False, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is gone: nobody waits for this result any more
+            pass
+
+    threading.Thread(target=worker, name="sessionkit-tool", daemon=True).start()
+    return await future
 
 
 def _is_async(fn: Callable) -> bool:
@@ -311,12 +346,13 @@ def parameters_schema(fn: Callable, param_docs: Mapping[str, str] | None = None)
         if param.default is param.empty:
             required.append(name)
         else:
+            default = param.default.value if isinstance(param.default, enum.Enum) else param.default
             try:
-                json.dumps(param.default, allow_nan=False)
+                json.dumps(default, allow_nan=False)
             except (TypeError, ValueError):
-                pass
+                pass  # a default the model cannot see is simply not advertised
             else:
-                schema["default"] = param.default.value if isinstance(param.default, enum.Enum) else param.default
+                schema["default"] = default
         properties[name] = schema
     result: dict = {"type": "object", "properties": properties}
     if required:

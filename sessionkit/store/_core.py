@@ -210,6 +210,19 @@ class Engine:
     def events(self, sid: str, after_seq: int | None) -> list[dict]: ...
 
     # writes (inside write()) -------------------------------------------------
+    def w_index_on(self) -> bool:
+        """Whether writes in this transaction must maintain the search index themselves."""
+        return self.index_built()
+
+    def append_simple(self, sid: str, prep, parent_id, created_at: str):
+        """Optional fast path for one plain append (no payloads) in a single statement.
+
+        Returns ``"inserted"``, ``"exists"`` or ``"no-parent"``; ``NotImplemented``
+        when the engine has no fast path or the message needs the general one.
+        ``parent_id`` is a str, None or LATEST.
+        """
+        return NotImplemented
+
     def w_insert(self, sid, prep, parent: Node | None, created_at: str, index: bool) -> Node | None:
         """Insert unless (sid, id) exists; return the new Node or None when it existed."""
         ...
@@ -396,6 +409,19 @@ class Store:
     def _append_event(self, session_id: str, event: dict) -> dict:
         return self._append_events(session_id, [event])[0]
 
+    # -- analysis (pandas and DuckDB load on first use) ----------------------------
+    def messages_df(self, session_ids=None):
+        """One row per message with the SPEC D1 columns (a pandas DataFrame); see sessionkit.analysis."""
+        from ..analysis import messages_df
+
+        return messages_df(self, session_ids)
+
+    def sql(self, query: str, params=None):
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
+        from ..analysis import sql
+
+        return sql(self, query, params)
+
 
 # ---------------------------------------------------------------------------
 
@@ -425,8 +451,19 @@ class Session:
         if source not in ("server", "client"):
             raise ValueError(f"source must be 'server' or 'client', got {source!r}")
         strip = self._store.reserved_metadata_keys if source == "client" else ()
-        results = self._write_chain([message], parent_id, strip=strip, created_at=None)
-        result = results[0]
+        if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
+            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        prep = self._prepare(message, strip, None)
+        status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep.message))
+        if status == "inserted":
+            result = AppendResult(True, prep.message)
+        elif status == "exists":
+            node = self._eng().node(self.session_id, prep.message["id"])
+            result = AppendResult(False, self._read(node.seq))
+        elif status == "no-parent":
+            raise MessageNotFound(f"parent message {parent_id!r} is not in session {self.session_id!r}")
+        else:
+            result = self._write_prepared([prep], parent_id, created_at=None)[0]
         if result.inserted:
             self._store._emit(ChangeEvent("append", self.session_id, (result.message["id"],), result.message))
             self._maybe_compact()
@@ -460,7 +497,7 @@ class Session:
             preps.append((self._prepare(message, (), iso), parent_id, iso))
         out = []
         with eng.write():
-            index = eng.index_built()
+            index = eng.w_index_on()
             for prep, parent_id, iso in preps:
                 out.append(self._insert_one(eng, prep, parent_id, iso, index))
         return out
@@ -474,13 +511,16 @@ class Session:
         )
 
     def _write_chain(self, messages, parent_id, *, strip, created_at) -> list[AppendResult]:
-        eng = self._eng()
         if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
             raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
         preps = [self._prepare(m, strip, created_at) for m in messages]  # validate all first
+        return self._write_prepared(preps, parent_id, created_at=created_at)
+
+    def _write_prepared(self, preps, parent_id, *, created_at) -> list[AppendResult]:
+        eng = self._eng()
         out: list[AppendResult] = []
         with eng.write():
-            index = eng.index_built()
+            index = eng.w_index_on()
             parent = parent_id
             for prep in preps:
                 res = self._insert_one(eng, prep, parent, created_at, index)
@@ -507,7 +547,7 @@ class Session:
         if node is None:
             existing = eng.node(sid, mid)
             return AppendResult(False, self._read(existing.seq))
-        return AppendResult(True, _msg.deep_copy(prep.message))
+        return AppendResult(True, prep.message)  # prepare() made a private copy
 
     def update(self, message: dict) -> dict:
         """Replace the stored content of ``message["id"]`` (its place in the tree stays)."""
@@ -517,11 +557,11 @@ class Session:
             node = eng.node(self.session_id, message["id"])
             if node is None:
                 raise MessageNotFound(f"message {message['id']!r} is not in session {self.session_id!r}")
-            if "createdAt" not in message:
-                message = dict(message, createdAt=node.created_at)
+            if message.get("createdAt") is None:  # keep the stored creation time, as written
+                message = dict(message, createdAt=self._read(node.seq).get("createdAt", node.created_at))
             prep = self._prepare(message, (), node.created_at)
-            eng.w_update(self.session_id, node, prep, eng.index_built())
-        stored = _msg.deep_copy(prep.message)
+            eng.w_update(self.session_id, node, prep, eng.w_index_on())
+        stored = prep.message
         self._store._emit(ChangeEvent("update", self.session_id, (stored["id"],), stored))
         return stored
 
@@ -827,6 +867,29 @@ class Session:
         self._store._emit(ChangeEvent("compact", self.session_id, (from_id, to_id), _overlay(comp, b - a + 1)))
         return comp
 
+    def _restore_compaction(self, comp: Compaction) -> bool:
+        """Store a compaction exactly as given (id, time, token counts), as an import does.
+
+        No change event. Returns False when this session already holds a compaction
+        with that id; an endpoint missing from the session -> MessageNotFound.
+        """
+        eng = self._eng()
+        with eng.write():
+            if any(c.id == comp.id for _, c in eng.compactions(self.session_id)):
+                return False
+            for mid in (comp.from_id, comp.to_id):
+                if eng.node(self.session_id, mid) is None:
+                    raise MessageNotFound(f"compaction {comp.id!r}: message {mid!r} is not in session {self.session_id!r}")
+            eng.w_add_compaction(self.session_id, comp)
+        return True
+
+    # -- analysis (pandas loads on first use) ------------------------------------------
+    def to_pandas(self):
+        """This session's messages as a DataFrame with the SPEC D1 columns, in write order."""
+        from ..analysis import to_pandas
+
+        return to_pandas(self)
+
     # -- search and feed ---------------------------------------------------------------
     def search(self, query: str, *, limit: int = 10) -> list[SearchHit]:
         """Full-text search in this session only (SPEC Q1)."""
@@ -852,6 +915,7 @@ class Session:
             if ev.session_id != self.session_id:
                 return
             if intercept is not None and intercept(ev):
+                state["last"] = None  # the caller changed the target: resync fully next time
                 return
             if ev.type == "append" and ev.message is not None and state["last"] is not None:
                 node = self._eng().node(self.session_id, ev.message["id"])
@@ -872,11 +936,7 @@ class Session:
 
 
 def _created_from(message: dict) -> str:
-    value = message.get("createdAt")
-    try:
-        return _msg.to_iso(value)
-    except (TypeError, ValueError):
-        return _msg.now_iso()
+    return _msg.normalize_created(message.get("createdAt")) or _msg.now_iso()
 
 
 def _unwrap(mid: str, comps: dict[str, Compaction], which: str) -> str:

@@ -3,8 +3,9 @@
 One connection per store, shared by threads under a re-entrant lock; writes run
 in ``BEGIN IMMEDIATE`` transactions so several processes can append to one file
 (SQLite's busy timeout queues them). Each message is one row keyed by a
-store-wide ``seq`` (``AUTOINCREMENT``, so a sequence number is never reused),
-with ``UNIQUE(session_id, id)`` giving idempotent inserts. Every row also keeps
+store-wide ``seq`` (the rowid: a new row always gets a number above every row
+present, which is all write order needs; ``AUTOINCREMENT`` would cost an extra
+write per append), with ``UNIQUE(session_id, id)`` giving idempotent inserts. Every row also keeps
 its depth and the running byte and token totals of its path, so path length,
 recent windows and compaction thresholds never walk the whole conversation.
 """
@@ -36,7 +37,7 @@ _SCHEMA = [
         value TEXT NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS sessionkit_messages (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        seq INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL,
         id TEXT NOT NULL,
         parent_id TEXT,
@@ -110,8 +111,29 @@ _SCHEMA = [
 _MIGRATIONS: dict[int, list[str]] = {}
 
 
-def _node(row) -> Node:
-    return Node(*row)
+_INSERT = """INSERT OR IGNORE INTO sessionkit_messages
+    (session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens, chunks, content)
+    """
+
+_FTS_TRIGGERS = [
+    """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_insert AFTER INSERT ON sessionkit_messages
+       WHEN new.chunks = 0 BEGIN
+         INSERT INTO sessionkit_fts(rowid, body) VALUES (new.seq, sessionkit_index_text(new.content));
+       END""",
+    """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_delete AFTER DELETE ON sessionkit_messages BEGIN
+         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
+       END""",
+    """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_update AFTER UPDATE OF content ON sessionkit_messages BEGIN
+         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
+         INSERT INTO sessionkit_fts(rowid, body)
+           SELECT new.seq, sessionkit_index_text(new.content) WHERE new.chunks = 0;
+       END""",
+]
+
+
+def _index_json(content: str) -> str:
+    """The indexed form of a stored message: stemmed words of its text parts."""
+    return _search.index_text(_msg.message_text(json.loads(content)))
 
 
 class SQLiteEngine(Engine):
@@ -141,6 +163,9 @@ class SQLiteEngine(Engine):
             )
         except sqlite3.Error as exc:
             raise ValueError(f"cannot open SQLite store {path!r}: {exc}") from exc
+        # Search indexing runs inside SQLite triggers (so every writing process keeps the
+        # index current without asking whether it exists); they call this function.
+        self._db.create_function("sessionkit_index_text", 1, _index_json, deterministic=True)
         try:
             self._setup(durability)
         except BaseException:
@@ -407,7 +432,7 @@ class SQLiteEngine(Engine):
             )
         if prep.blobs:
             self._put_blobs(seq, prep.blobs)
-        if index:
+        if nchunks and self._flag_in_tx():  # the trigger skips rows whose JSON continues elsewhere
             db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
         return Node(seq, msg["id"], pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, msg["role"])
 
@@ -468,7 +493,7 @@ class SQLiteEngine(Engine):
                      WHERE session_id=? AND id IN (SELECT id FROM down)""",
                 (sid, node.id, sid, db_, dt, sid),
             )
-        if index:
+        if nchunks and self._flag_in_tx():
             db.execute("DELETE FROM sessionkit_fts WHERE rowid=?", (node.seq,))
             db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
                        (node.seq, _search.index_text(prep.text)))
@@ -493,8 +518,7 @@ class SQLiteEngine(Engine):
         for part in _split(seqs, 500):
             marks = ",".join("?" * len(part))
             db.execute(f"DELETE FROM sessionkit_chunks WHERE seq IN ({marks})", part)
-            db.execute(f"DELETE FROM sessionkit_fts WHERE rowid IN ({marks})", part)
-            db.execute(f"DELETE FROM sessionkit_messages WHERE seq IN ({marks})", part)
+            db.execute(f"DELETE FROM sessionkit_messages WHERE seq IN ({marks})", part)  # triggers drop index rows
         for part in _split(ids, 400):
             marks = ",".join("?" * len(part))
             db.execute(
@@ -509,8 +533,7 @@ class SQLiteEngine(Engine):
         for part in _split(seqs, 500):
             marks = ",".join("?" * len(part))
             db.execute(f"DELETE FROM sessionkit_chunks WHERE seq IN ({marks})", part)
-            db.execute(f"DELETE FROM sessionkit_fts WHERE rowid IN ({marks})", part)
-        db.execute("DELETE FROM sessionkit_messages WHERE session_id=?", (sid,))
+        db.execute("DELETE FROM sessionkit_messages WHERE session_id=?", (sid,))  # triggers drop index rows
         db.execute("DELETE FROM sessionkit_compactions WHERE session_id=?", (sid,))
 
     def w_delete_session(self, sid):
@@ -548,8 +571,52 @@ class SQLiteEngine(Engine):
                 batch.clear()
         if batch:
             reader.executemany("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", batch)
+        for stmt in _FTS_TRIGGERS:
+            db.execute(stmt)
         db.execute("INSERT OR REPLACE INTO sessionkit_meta VALUES ('index_built', '1')")
         self._index_on = True
+
+    def w_index_on(self):
+        return False  # triggers keep the index; see _FTS_TRIGGERS
+
+    def _flag_in_tx(self) -> bool:
+        row = self._db.execute("SELECT value FROM sessionkit_meta WHERE key='index_built'").fetchone()
+        return row is not None and row[0] == "1"
+
+    def append_simple(self, sid, prep, parent_id, created_at):
+        if prep.blobs or len(prep.stored_json) > self._chunk:
+            return NotImplemented
+        msg = prep.message
+        params = {
+            "sid": sid, "id": msg["id"], "role": msg["role"], "created": created_at,
+            "bytes": prep.bytes, "tokens": prep.tokens, "content": prep.stored_json, "pid": parent_id,
+        }
+        # One statement (its own transaction): the parent's place is read and the row
+        # written atomically, so this needs no BEGIN/COMMIT round trips.
+        if parent_id is None:
+            sql = _INSERT + "VALUES (:sid, :id, NULL, 0, :role, :created, :bytes, :tokens, :bytes, :tokens, 0, :content)"
+        else:
+            source = (
+                "(SELECT id, depth, path_bytes, path_tokens FROM sessionkit_messages "
+                "WHERE session_id = :sid ORDER BY seq DESC LIMIT 1)"
+                if isinstance(parent_id, str) is False
+                else "(SELECT id, depth, path_bytes, path_tokens FROM sessionkit_messages "
+                "WHERE session_id = :sid AND id = :pid)"
+            )
+            sql = _INSERT + (
+                "SELECT :sid, :id, p.id, coalesce(p.depth + 1, 0), :role, :created, :bytes, :tokens, "
+                "coalesce(p.path_bytes, 0) + :bytes, coalesce(p.path_tokens, 0) + :tokens, 0, :content "
+                f"FROM (SELECT 1) AS one LEFT JOIN {source} AS p ON 1"
+            )
+            if isinstance(parent_id, str):
+                sql += " WHERE p.id IS NOT NULL"
+        with self._lock:
+            cur = self._db.execute(sql, params)
+            if cur.rowcount == 1:
+                return "inserted"
+            if self.node(sid, msg["id"]) is not None:
+                return "exists"
+            return "no-parent"
 
     def w_run_begin(self, sid, run_id, input, started_at):
         n = self._db.execute("SELECT coalesce(max(n), 0) + 1 FROM sessionkit_runs WHERE session_id=?",

@@ -1,0 +1,44 @@
+# sessionkit: the two commands of README.md are `make demo` and `make test`.
+# Both create the virtual environment in .venv on first use (uv when available, pip otherwise).
+
+VENV    ?= .venv
+PYTHON  ?= python3
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.sessionkit-installed
+EXTRAS  ?= dev
+
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if ! command -v uv >/dev/null 2>&1; then $(PYTHON) -m pip install --quiet uv || true; fi
+	@if command -v uv >/dev/null 2>&1; then \
+		uv venv --quiet --allow-existing -p $(PYTHON) $(VENV) && \
+		uv pip install --quiet -p $(BIN)/python -e '.[$(EXTRAS)]'; \
+	else \
+		$(PYTHON) -m venv $(VENV) && \
+		$(BIN)/pip install --quiet --upgrade pip && \
+		$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'; \
+	fi
+	@touch $(STAMP)
+
+## The main job: build a demo store and take the tour (offline, no API key).
+demo: setup
+	$(BIN)/sessionkit demo
+
+## Every test.
+test: setup
+	$(BIN)/python -m pytest
+
+## Quick feedback: everything but the slow crash and concurrency checks.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: setup
+	$(BIN)/python benchmarks/store_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

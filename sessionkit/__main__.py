@@ -1,0 +1,6 @@
+"""``python -m sessionkit``: the same as the ``sessionkit`` command."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""Agents and runs: models through litellm, tools, live events, steering (SPEC section 8).
+
+Importing this package does not import litellm; the first model call does.
+"""
+
+from .agent import Agent, RunResult
+from .controller import RunController
+from .events import EVENT_KINDS, MemoryRunLog, RunRecord
+from .models import ChatModel, LiteLLMModel, ModelReply, ReasoningDelta, TextDelta, ToolCall
+from .sessions import ExternalSession, FileSessionStore, SessionStore, create_session
+from .tools import Tool, as_tool
+
+__all__ = [
+    "Agent",
+    "ChatModel",
+    "EVENT_KINDS",
+    "ExternalSession",
+    "FileSessionStore",
+    "LiteLLMModel",
+    "MemoryRunLog",
+    "ModelReply",
+    "ReasoningDelta",
+    "RunController",
+    "RunRecord",
+    "RunResult",
+    "SessionStore",
+    "TextDelta",
+    "Tool",
+    "ToolCall",
+    "as_tool",
+    "create_session",
+]

@@ -1,0 +1,154 @@
+"""The turn loop's state, without I/O.
+
+:class:`RunState` holds what a run has produced so far and decides what comes
+next; the driver in ``agent.py`` does the I/O around it (model calls, tools,
+events, the store). Keeping the bookkeeping here makes the rules easy to read
+and to test on their own:
+
+- the chat sent to the model is ``[system, *history, *new turns]``;
+- each model reply becomes one assistant UIMessage whose ``tool-<name>`` parts
+  carry the call's input and, once the tool ran, its output or error;
+- ``max_steps`` bounds the model calls made for one user message: a queued
+  message that joins the run starts a fresh count.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ..errors import MaxStepsExceeded
+from ..messages import now_iso
+from .models import ModelReply, add_usage, empty_usage, to_chat_messages
+
+__all__ = ["RunState", "new_message_id", "new_run_id", "message_text"]
+
+
+def new_message_id() -> str:
+    """A fresh message id (random, so ids never collide across processes)."""
+    return "msg_" + uuid.uuid4().hex[:24]
+
+
+def new_run_id() -> str:
+    """A fresh run id."""
+    return "run_" + uuid.uuid4().hex[:24]
+
+
+def message_text(message: dict) -> str:
+    """The text parts of a message, joined (what a prompt or reply "says")."""
+    return "".join(
+        p.get("text", "")
+        for p in message.get("parts") or ()
+        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+    )
+
+
+class RunState:
+    """What a run has produced so far, and the chat for its next model call."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        model_name: str | None,
+        system: str | None,
+        history: list[dict],
+        max_steps: int,
+    ) -> None:
+        self.run_id = run_id
+        self.model_name = model_name
+        self.max_steps = max_steps
+        self.chat: list[dict] = to_chat_messages(history, system=system)
+        self.new_messages: list[dict] = []
+        self.usage: dict = empty_usage(model_name)
+        self.turn = 0
+        self.steps = 0  # model calls since the last user message
+        self.text = ""  # the latest reply's text
+        self._assistant: dict | None = None
+        self._tool_parts: dict[str, dict] = {}
+
+    # ------------------------------------------------------------------ user input
+
+    def add_user(self, prompt: str | dict, *, metadata: dict | None = None) -> dict:
+        """Add a user message (a string, or a UIMessage dict used as given)."""
+        if isinstance(prompt, dict):
+            message = dict(prompt)
+            message.setdefault("id", new_message_id())
+            message.setdefault("createdAt", now_iso())
+            meta = dict(message.get("metadata") or {})
+        else:
+            message = {
+                "id": new_message_id(),
+                "role": "user",
+                "parts": [{"type": "text", "text": prompt}],
+                "createdAt": now_iso(),
+            }
+            meta = dict(metadata or {})
+        meta["run_id"] = self.run_id
+        message["metadata"] = meta
+        self.new_messages.append(message)
+        self.chat.extend(to_chat_messages([message]))
+        self.steps = 0
+        return message
+
+    # ------------------------------------------------------------------ turns
+
+    def next_call(self) -> list[dict]:
+        """Start a turn: the chat to send, or :class:`MaxStepsExceeded` when out of steps."""
+        if self.steps >= self.max_steps:
+            raise MaxStepsExceeded(
+                f"the model still asked for tools after max_steps={self.max_steps} turns",
+                run_id=self.run_id,
+            )
+        self.steps += 1
+        self.turn += 1
+        return list(self.chat)
+
+    def add_reply(self, reply: ModelReply) -> dict:
+        """Record a model reply as an assistant message; its tool parts await results."""
+        parts: list[dict] = []
+        if reply.reasoning:
+            parts.append({"type": "reasoning", "text": reply.reasoning})
+        if reply.text:
+            parts.append({"type": "text", "text": reply.text})
+        self._tool_parts = {}
+        for call in reply.tool_calls:
+            part = {
+                "type": f"tool-{call.name}",
+                "toolCallId": call.id,
+                "state": "input-available",
+                "input": call.arguments,
+            }
+            self._tool_parts[call.id] = part
+            parts.append(part)
+        usage = dict(reply.usage)
+        message = {
+            "id": new_message_id(),
+            "role": "assistant",
+            "parts": parts,
+            "createdAt": now_iso(),
+            "metadata": {"run_id": self.run_id, "model": usage.get("model") or self.model_name, "usage": usage},
+        }
+        self.usage = add_usage(self.usage, usage)
+        self.text = reply.text
+        self._assistant = message
+        self.new_messages.append(message)
+        return message
+
+    def set_tool_result(self, call_id: str, *, output: Any = None, error: str | None = None) -> dict:
+        """Fill in a tool part: ``output-available`` with ``output``, or ``output-error``."""
+        part = self._tool_parts[call_id]
+        if error is None:
+            part["state"] = "output-available"
+            part["output"] = output
+        else:
+            part["state"] = "output-error"
+            part["errorText"] = error
+        return part
+
+    def end_turn(self) -> None:
+        """Close the turn: the reply and its tool results join the chat."""
+        if self._assistant is not None:
+            self.chat.extend(to_chat_messages([self._assistant]))
+        self._assistant = None
+        self._tool_parts = {}

@@ -1,0 +1,642 @@
+"""Agents and runs (SPEC section 8).
+
+An :class:`Agent` is a name, instructions, a model and tools. A run reads a
+session, calls the model, runs the tools it asks for, streams events while it
+works, and writes to the session only when it succeeds::
+
+    agent = sk.Agent("helper", "You are concise.", "gpt-4o-mini", tools=[get_weather])
+    session = sk.create_session()
+    result = await agent.run("Weather in Paris?", session=session)
+    result.text, result.messages, result.usage
+
+What a run does, in order:
+
+1. load the session's history along its latest path, compaction applied (the
+   model sees summaries instead of compacted ranges);
+2. record the run (``status="running"``) and a ``run.start`` event;
+3. take turns: send ``[system, *history, *new turns]`` to the model, stream its
+   text as ``delta.text`` events, run each tool call (``tool.call`` /
+   ``tool.result``), and go on while the model asks for tools; at each turn
+   boundary one queued controller message (steers first) joins as a user message;
+4. on success append every new message (the user's first, then one assistant
+   message per model call, its tool parts carrying input and output) in one
+   transaction, under the leaf the history was read from;
+5. on failure (:class:`~sessionkit.ModelError`, :class:`~sessionkit.MaxStepsExceeded`,
+   :class:`~sessionkit.RunTimeout`, :class:`~sessionkit.RunInterrupted`) append
+   nothing, record the run as ``failed`` or ``interrupted`` and raise.
+
+Messages a controller receives after the run's last turn boundary stay queued
+for the controller's next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import (
+    MessageNotFound,
+    ModelError,
+    RunFailed,
+    RunInterrupted,
+    RunTimeout,
+    UsageError,
+)
+from ..messages import dumps, validate
+from ._loop import RunState, message_text, new_run_id
+from ._sync import run_coroutine_sync
+from .controller import RunController
+from .events import EventEmitter
+from .models import ChatModel, LiteLLMModel, ModelReply, ReasoningDelta, TextDelta, ToolCall
+from .sessions import ExternalSession, _require_tree, create_session
+from .tools import Tool, as_tool, json_safe
+
+__all__ = ["Agent", "RunResult"]
+
+log = logging.getLogger("sessionkit.agent")
+
+_SUMMARY_SYSTEM = (
+    "You summarize conversations faithfully and concisely. Keep names, decisions, "
+    "numbers, open questions and what the user asked for."
+)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of a completed run.
+
+    ``messages`` are the messages the run appended, the user's first (for
+    :meth:`Agent.regenerate`, only the new replies); ``usage`` sums the run's
+    ``usage`` events (``cost_usd`` is ``None`` if any call was unpriced).
+    ``session`` is the session the run wrote to, handy after ``session=None``.
+    """
+
+    run_id: str
+    status: str
+    text: str
+    messages: list[dict]
+    usage: dict
+    session_id: str = ""
+    session: Any = field(default=None, repr=False, compare=False)
+
+
+class _RunTarget:
+    """The session a run reads from and writes to, and where its events go."""
+
+    def __init__(self, session: Any) -> None:
+        missing = [
+            name
+            for name in ("session_id", "get_history", "latest_leaf", "_append_many")
+            if not hasattr(session, name)
+        ]
+        if missing:
+            raise TypeError(
+                f"session must be a sessionkit session (store.session(id) or sk.create_session()), "
+                f"got {type(session).__name__} without {', '.join(missing)}"
+            )
+        self.session = session
+        self.session_id = session.session_id
+        run_log = getattr(session, "_run_log", None)
+        if run_log is None:
+            run_log = getattr(session, "store", None) or getattr(session, "_store", None)
+        if run_log is None or not callable(getattr(run_log, "_run_begin", None)):
+            raise TypeError(f"cannot find where session {self.session_id!r} records its runs")
+        self.run_log = run_log
+
+    def leaf_id(self) -> str | None:
+        leaf = self.session.latest_leaf()
+        return None if leaf is None else leaf["id"]
+
+    def history(self, leaf_id: str | None) -> list[dict]:
+        if leaf_id is None:
+            return []
+        return list(self.session.get_history(leaf_id=leaf_id))
+
+    def append(self, messages: list[dict], parent_id: str | None) -> list[dict]:
+        results = self.session._append_many(messages, parent_id=parent_id)
+        return [r.message for r in results]
+
+
+def _resolve_model(model: Any) -> ChatModel:
+    if isinstance(model, str):
+        if not model:
+            raise ValueError("model must be a non-empty litellm model name or a model object")
+        return LiteLLMModel(model)
+    if callable(getattr(model, "stream", None)):
+        if not getattr(model, "name", None):
+            try:
+                model.name = type(model).__name__
+            except AttributeError:
+                pass
+        return model
+    raise TypeError(
+        "model must be a litellm model name (str) or an object with an async "
+        f"stream(messages, *, tools) method; got {type(model).__name__}"
+    )
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if not timeout > 0 or math.isnan(timeout):
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    return float(timeout)
+
+
+def _check_prompt(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, dict):
+        if prompt.get("role") != "user":
+            raise ValueError("a prompt given as a message must have role 'user'")
+        if not isinstance(prompt.get("parts"), list):
+            raise ValueError("a prompt given as a message needs a 'parts' list")
+        return message_text(prompt)
+    raise TypeError(f"prompt must be a str or a user message dict, got {type(prompt).__name__}")
+
+
+class Agent:
+    """An agent: a name, instructions, a model and tools.
+
+    ``model`` is a litellm model name (``"gpt-4o-mini"``,
+    ``"anthropic/claude-sonnet-4-5"``, ``"ollama/llama3"``...) or an object
+    following :class:`~sessionkit.agent.models.ChatModel`, such as
+    :class:`~sessionkit.agent.models.LiteLLMModel` with options or
+    ``sk.testing.ScriptedModel``. ``tools`` are plain functions, sync or async
+    (see :mod:`sessionkit.agent.tools`). ``max_steps`` bounds the model calls
+    made for one user message; a model still asking for tools after that fails
+    the run with :class:`~sessionkit.MaxStepsExceeded`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str | None,
+        model: Any,
+        *,
+        tools: Iterable[Callable[..., Any] | Tool] = (),
+        max_steps: int = 10,
+    ) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(f"instructions must be a str, got {type(instructions).__name__}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int):
+            raise TypeError(f"max_steps must be an int, got {type(max_steps).__name__}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        if isinstance(tools, (str, bytes)) or callable(tools):
+            raise TypeError("tools must be a list of functions")
+        self.name = name
+        self.instructions = instructions or ""
+        self.model = _resolve_model(model)
+        self.max_steps = max_steps
+        self.tools: tuple[Tool, ...] = tuple(as_tool(t) for t in tools)
+        self._tools: dict[str, Tool] = {}
+        for tool in self.tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+        self._schemas = [tool.schema() for tool in self.tools]
+
+    def __repr__(self) -> str:
+        return (
+            f"Agent({self.name!r}, model={getattr(self.model, 'name', self.model)!r}, "
+            f"tools={[t.name for t in self.tools]!r})"
+        )
+
+    # ------------------------------------------------------------------ public API
+
+    async def run(
+        self,
+        prompt: str | dict,
+        *,
+        session: Any = None,
+        controller: RunController | None = None,
+        timeout: float | None = None,
+        run_id: str | None = None,
+        metadata: dict | None = None,
+    ) -> RunResult:
+        """Run one user prompt to a final reply (see the module docstring).
+
+        ``prompt`` is the user's text, or a user UIMessage dict (to send files or
+        choose its id). ``metadata`` goes into the user message's metadata.
+        ``run_id`` names the run (a fresh one is minted otherwise). Raises a
+        :class:`~sessionkit.RunFailed` kind when the run fails; nothing is
+        appended then, and the run and its events stay recorded.
+        """
+        return await self._execute(
+            prompt=prompt,
+            session=session,
+            controller=controller,
+            timeout=timeout,
+            run_id=run_id,
+            metadata=metadata,
+            regenerate_of=None,
+            listener=None,
+        )
+
+    def run_sync(
+        self,
+        prompt: str | dict,
+        *,
+        session: Any = None,
+        controller: RunController | None = None,
+        timeout: float | None = None,
+        run_id: str | None = None,
+        metadata: dict | None = None,
+    ) -> RunResult:
+        """:meth:`run` from sync code; works inside a running event loop (a notebook cell)."""
+        return run_coroutine_sync(
+            lambda: self.run(
+                prompt,
+                session=session,
+                controller=controller,
+                timeout=timeout,
+                run_id=run_id,
+                metadata=metadata,
+            )
+        )
+
+    async def stream(
+        self,
+        prompt: str | dict,
+        *,
+        session: Any = None,
+        controller: RunController | None = None,
+        timeout: float | None = None,
+        run_id: str | None = None,
+        metadata: dict | None = None,
+    ) -> AsyncIterator[dict]:
+        """Run like :meth:`run`, yielding each event as it is recorded.
+
+        The last event is ``run.end``; a failed run then raises the same error
+        :meth:`run` would. Leaving the loop early cancels the run (recorded as
+        ``interrupted``).
+        """
+        queue: asyncio.Queue[dict] = asyncio.Queue()
+        task = asyncio.ensure_future(
+            self._execute(
+                prompt=prompt,
+                session=session,
+                controller=controller,
+                timeout=timeout,
+                run_id=run_id,
+                metadata=metadata,
+                regenerate_of=None,
+                listener=queue.put_nowait,
+            )
+        )
+        async for event in _drain(queue, task):
+            yield event
+
+    async def regenerate(
+        self,
+        session: Any,
+        message_id: str,
+        *,
+        controller: RunController | None = None,
+        timeout: float | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Add a new reply to a user message, as a sibling branch of the old reply.
+
+        ``message_id`` is the user message, or a reply to it (the nearest user
+        message above it is used). The model sees the path up to that user
+        message; the new replies are appended under it and become the latest
+        leaf. Recorded as a run whose ``input`` is that user message's text.
+        ``RunResult.messages`` holds the new replies only.
+        """
+        return await self._execute(
+            prompt=None,
+            session=session,
+            controller=controller,
+            timeout=timeout,
+            run_id=run_id,
+            metadata=None,
+            regenerate_of=message_id,
+            listener=None,
+        )
+
+    def regenerate_sync(
+        self,
+        session: Any,
+        message_id: str,
+        *,
+        controller: RunController | None = None,
+        timeout: float | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """:meth:`regenerate` from sync code (works inside a running event loop too)."""
+        return run_coroutine_sync(
+            lambda: self.regenerate(
+                session, message_id, controller=controller, timeout=timeout, run_id=run_id
+            )
+        )
+
+    def summarizer(self, *, instructions: str | None = _SUMMARY_SYSTEM) -> Callable[[str], str]:
+        """A ``summarize(prompt) -> str`` that asks this agent's model, for compaction::
+
+            session.on_compaction(sk.create_compact_function(agent.summarizer()))
+
+        The function is synchronous, so it can run inside a store write, and it
+        works whether or not an event loop is running in the calling thread.
+        """
+
+        async def complete(prompt: str) -> str:
+            chat = ([{"role": "system", "content": instructions}] if instructions else []) + [
+                {"role": "user", "content": prompt}
+            ]
+            reply = await self._call_model(chat, None, tools=False)
+            return reply.text
+
+        def summarize(prompt: str) -> str:
+            if not isinstance(prompt, str):
+                raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")
+            return run_coroutine_sync(lambda: complete(prompt))
+
+        summarize.__name__ = f"{self.name or 'agent'}_summarizer"
+        return summarize
+
+    # ------------------------------------------------------------------ the run
+
+    async def _execute(
+        self,
+        *,
+        prompt: str | dict | None,
+        session: Any,
+        controller: RunController | None,
+        timeout: float | None,
+        run_id: str | None,
+        metadata: dict | None,
+        regenerate_of: str | None,
+        listener: Callable[[dict], Any] | None,
+    ) -> RunResult:
+        timeout = _check_timeout(timeout)
+        if controller is not None and not isinstance(controller, RunController):
+            raise TypeError(f"controller must be a RunController, got {type(controller).__name__}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise TypeError("run_id must be a non-empty str")
+        if session is None:
+            session = create_session()
+        target = _RunTarget(session)
+        run_id = run_id or new_run_id()
+
+        # Read everything the run needs before recording it: a bad argument fails cleanly.
+        if regenerate_of is None:
+            input_text = _check_prompt(prompt)
+            parent_id = target.leaf_id()
+            history = target.history(parent_id)
+        else:
+            _require_tree(session, "regenerate")
+            parent_id, history, input_text = self._regeneration_point(session, regenerate_of)
+
+        state = RunState(
+            run_id=run_id,
+            model_name=getattr(self.model, "name", None),
+            system=self.instructions,
+            history=history,
+            max_steps=self.max_steps,
+        )
+        if regenerate_of is None:
+            first = state.add_user(prompt, metadata=metadata)
+            validate(first)  # a bad prompt or metadata fails now, not after the model calls
+            dumps(first)
+
+        emitter = EventEmitter(target.run_log, target.session_id, run_id)
+        if listener is not None:
+            emitter.listeners.append(listener)
+        if controller is not None:
+            emitter.listeners.append(controller._deliver)
+
+        loop = asyncio.get_running_loop()
+        inner: asyncio.Task | None = None
+
+        def cancel_inner() -> None:
+            if inner is not None and not inner.done():
+                inner.cancel()
+
+        def cancel() -> None:  # called from any thread by RunController.interrupt()
+            try:
+                loop.call_soon_threadsafe(cancel_inner)
+            except RuntimeError:  # the loop is closed: the run is over anyway
+                pass
+
+        if controller is not None:
+            controller._attach(run_id, cancel)
+        try:
+            target.run_log._run_begin(target.session_id, run_id, input_text)
+            try:
+                emitter.emit("run.start", input=input_text)
+                inner = asyncio.ensure_future(self._turns(state, emitter, controller))
+                if controller is not None and controller._was_interrupted():
+                    inner.cancel()
+                timer = asyncio.timeout(timeout)
+                try:
+                    async with timer:
+                        await inner
+                except TimeoutError:
+                    if timer.expired():
+                        raise RunTimeout(
+                            f"run {run_id} did not finish within {timeout:g} s", run_id=run_id
+                        ) from None
+                    raise
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if (
+                        controller is not None
+                        and controller._was_interrupted()
+                        and (task is None or task.cancelling() == 0)
+                    ):
+                        raise RunInterrupted(f"run {run_id} was interrupted", run_id=run_id) from None
+                    raise
+                if controller is not None:
+                    controller._set_cancel(None)  # the reply is complete: too late to interrupt
+                try:
+                    stored = await asyncio.to_thread(target.append, state.new_messages, parent_id)
+                except Exception as exc:
+                    raise RunFailed(
+                        f"run {run_id}: the new messages could not be saved: {exc}", run_id=run_id
+                    ) from exc
+                self._finish(target, emitter, status="completed", error=None, usage=state.usage)
+                return RunResult(
+                    run_id=run_id,
+                    status="completed",
+                    text=state.text,
+                    messages=stored,
+                    usage=state.usage,
+                    session_id=target.session_id,
+                    session=session,
+                )
+            except RunFailed as exc:
+                if exc.run_id is None:
+                    exc.run_id = run_id
+                status = "interrupted" if isinstance(exc, RunInterrupted) else "failed"
+                self._finish(target, emitter, status=status, error=exc, usage=state.usage)
+                raise
+            except asyncio.CancelledError:
+                self._finish(target, emitter, status="interrupted", error="cancelled", usage=state.usage)
+                raise
+            except BaseException as exc:
+                self._finish(target, emitter, status="failed", error=exc, usage=state.usage)
+                raise
+            finally:
+                if inner is not None and not inner.done():
+                    inner.cancel()
+        finally:
+            if controller is not None:
+                controller._detach(run_id)
+
+    def _finish(
+        self,
+        target: _RunTarget,
+        emitter: EventEmitter,
+        *,
+        status: str,
+        error: BaseException | str | None,
+        usage: dict,
+    ) -> None:
+        """Record the end of a run, then announce it (best effort on a failing store)."""
+        if isinstance(error, BaseException):
+            error_type = type(error).__name__
+            text = str(error) or error_type
+        else:
+            error_type = None if error is None else "CancelledError"
+            text = error
+        try:
+            target.run_log._run_end(emitter.run_id, status=status, error=text, usage=usage)
+        except Exception:
+            if status == "completed":
+                raise
+            log.exception("could not record the end of run %s", emitter.run_id)
+        try:
+            emitter.emit("run.end", status=status, error=text, error_type=error_type, usage=usage)
+        except Exception:
+            if status == "completed":
+                raise
+            log.exception("could not record the run.end event of run %s", emitter.run_id)
+
+    def _regeneration_point(self, session: Any, message_id: str) -> tuple[str, list[dict], str]:
+        """Find the user message to answer again: (its id, the path up to it, its text)."""
+        if not isinstance(message_id, str):
+            raise TypeError(f"message_id must be a str, got {type(message_id).__name__}")
+        if session.get(message_id) is None:
+            raise MessageNotFound(f"no message {message_id!r} in session {session.session_id!r}")
+        for compacted in (True, False):
+            path = list(session.get_history(leaf_id=message_id, compacted=compacted))
+            for index in range(len(path) - 1, -1, -1):
+                message = path[index]
+                if message.get("role") == "user" and not str(message.get("id", "")).startswith("compaction:"):
+                    return message["id"], path[: index + 1], message_text(message)
+        raise ValueError(f"message {message_id!r} has no user message to answer on its path")
+
+    async def _turns(self, state: RunState, emitter: EventEmitter, controller: RunController | None) -> None:
+        """Take turns until the model gives a final reply and the queue is empty."""
+        opening: dict = {}
+        while True:
+            chat = state.next_call()
+            emitter.emit("turn.start", turn=state.turn, **opening)
+            reply = await self._call_model(chat, emitter)
+            emitter.emit("usage", **reply.usage)
+            state.add_reply(reply)
+            for call in reply.tool_calls:
+                emitter.emit("tool.call", tool_call_id=call.id, name=call.name, input=call.arguments)
+                output, error = await self._call_tool(call)
+                state.set_tool_result(call.id, output=output, error=error)
+                emitter.emit("tool.result", tool_call_id=call.id, output=output, error=error)
+            state.end_turn()
+            emitter.emit("turn.end", stop_reason=reply.stop_reason)
+            item = controller._pop() if controller is not None else None
+            if item is not None:
+                state.add_user(item["text"], metadata=item.get("metadata"))
+                opening = {"input": item["text"], "mode": item["mode"]}
+                continue
+            if not reply.tool_calls:
+                return
+            opening = {}
+
+    async def _call_model(
+        self, chat: list[dict], emitter: EventEmitter | None, *, tools: bool = True
+    ) -> ModelReply:
+        """One model call: deltas become events; provider failures become ModelError."""
+        name = getattr(self.model, "name", type(self.model).__name__)
+        stream = self.model.stream(chat, tools=self._schemas if tools else [])
+        iterator = stream.__aiter__()
+        reply: ModelReply | None = None
+        try:
+            while True:
+                try:
+                    item = await iterator.__anext__()
+                except StopAsyncIteration:
+                    break
+                except RunFailed:
+                    raise
+                except Exception as exc:
+                    raise ModelError(f"model {name!r} failed: {type(exc).__name__}: {exc}") from exc
+                if isinstance(item, ModelReply):
+                    reply = item
+                elif emitter is None:
+                    continue
+                elif isinstance(item, TextDelta):
+                    if item.text:
+                        emitter.emit("delta.text", text=item.text)
+                elif isinstance(item, ReasoningDelta):
+                    if item.text:
+                        emitter.emit("delta.reasoning", text=item.text)
+        finally:
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose()
+                except Exception:  # closing a broken provider stream is not worth a second error
+                    pass
+        if reply is None:
+            raise ModelError(f"model {name!r} ended its reply stream without a ModelReply")
+        return reply
+
+    async def _call_tool(self, call: ToolCall) -> tuple[Any, str | None]:
+        """Run one tool call; a tool that raises becomes an error result, not a failed run."""
+        if call.error is not None:
+            return None, call.error
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            return None, f"unknown tool {call.name!r} (available: {known})"
+        try:
+            output = await tool.call(call.arguments or {})
+        except Exception as exc:
+            return None, f"{type(exc).__name__}: {exc}"
+        return json_safe(output), None
+
+
+async def _drain(queue: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[dict]:
+    """Yield queued events until ``run.end``, then return the task's outcome (or raise it)."""
+    try:
+        while True:
+            if task.done() and queue.empty():
+                break
+            getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                event = getter.result()
+                yield event
+                if event.get("kind") == "run.end":
+                    break
+            else:
+                getter.cancel()
+        await task  # raises the run's error, if any
+    finally:
+        if not task.done():
+            task.cancel()
+            try:
+                await task
+            except BaseException:
+                pass

@@ -1,0 +1,152 @@
+"""Run events (SPEC A4): what they look like, where they are kept, who hears them.
+
+Every event is a dict::
+
+    {"v": 1, "seq": 7, "ts": "2025-01-01T12:00:00.123Z", "session_id": "s1",
+     "run_id": "run_...", "kind": "delta.text", "text": "Hel"}
+
+``seq`` starts at 0 in a session and rises by one per event across all its
+runs, so a client can resume a live feed after any event. Kinds and fields:
+
+==============  =============================================================
+``run.start``   ``input``: the prompt's text
+``turn.start``  ``turn`` (1, 2, ...); a turn opened by a queued message also
+                has ``input`` and ``mode`` (``"steer"`` or ``"followUp"``)
+``delta.text``  ``text``: the new characters of the reply
+``delta.reasoning``  ``text``: new reasoning characters (models that expose it)
+``tool.call``   ``tool_call_id``, ``name``, ``input``
+``tool.result`` ``tool_call_id``, ``output``, ``error`` (``None`` on success)
+``usage``       ``in``, ``out``, ``cache_read``, ``cache_write``, ``cost_usd``
+                (``None`` when the model is unpriced), ``model``; one per call
+``turn.end``    ``stop_reason``
+``run.end``     ``status``, ``error``, ``error_type``, ``usage`` (the run's total)
+==============  =============================================================
+
+Events of a run on a sessionkit store session are stored in that store
+(``store.events(session_id)``); sessions backed by another
+:class:`~sessionkit.agent.sessions.SessionStore` keep them in a
+:class:`MemoryRunLog` on the session object.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from ..messages import now_iso
+from ..store import RunRecord  # one record type for every run log
+
+__all__ = ["EVENT_KINDS", "EventEmitter", "MemoryRunLog", "RunLog", "RunRecord"]
+
+log = logging.getLogger("sessionkit.agent")
+
+EVENT_KINDS = (
+    "run.start",
+    "turn.start",
+    "delta.text",
+    "delta.reasoning",
+    "tool.call",
+    "tool.result",
+    "usage",
+    "turn.end",
+    "run.end",
+)
+
+
+class RunLog(Protocol):
+    """Where runs and their events are recorded (a sessionkit store, or :class:`MemoryRunLog`)."""
+
+    def _run_begin(self, session_id: str, run_id: str, input: str) -> None: ...
+
+    def _append_event(self, session_id: str, event: dict) -> dict: ...
+
+    def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None: ...
+
+    def runs(self, session_id: str) -> list: ...
+
+    def events(self, session_id: str, after_seq: int | None = None) -> list[dict]: ...
+
+
+class MemoryRunLog:
+    """An in-process :class:`RunLog` (for sessions whose messages live elsewhere).
+
+    Same numbering rules as the store: ``seq`` per session from 0, across runs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, dict] = {}
+        self._events: dict[str, list[dict]] = {}
+
+    def _run_begin(self, session_id: str, run_id: str, input: str) -> None:
+        with self._lock:
+            if run_id in self._runs:
+                raise ValueError(f"run id {run_id!r} is already recorded")
+            self._runs[run_id] = {
+                "run_id": run_id,
+                "session_id": session_id,
+                "status": "running",
+                "error": None,
+                "started_at": now_iso(),
+                "ended_at": None,
+                "usage": None,
+                "input": input,
+            }
+
+    def _append_event(self, session_id: str, event: dict) -> dict:
+        return self._append_events(session_id, [event])[0]
+
+    def _append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+        out = []
+        with self._lock:
+            stored = self._events.setdefault(session_id, [])
+            for event in events:
+                full = {"v": 1, "seq": len(stored), "ts": now_iso(), "session_id": session_id}
+                full.update({k: v for k, v in event.items() if k not in ("v", "seq", "session_id")})
+                full.setdefault("ts", now_iso())
+                stored.append(full)
+                out.append(copy.deepcopy(full))
+        return out
+
+    def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                raise LookupError(f"unknown run id {run_id!r}")
+            run.update(status=status, error=error, usage=copy.deepcopy(usage), ended_at=now_iso())
+
+    def runs(self, session_id: str) -> list[RunRecord]:
+        """Runs of a session, oldest first."""
+        with self._lock:
+            return [RunRecord(**copy.deepcopy(r)) for r in self._runs.values() if r["session_id"] == session_id]
+
+    def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
+        """Events of a session in ``seq`` order, only those after ``after_seq`` when given."""
+        with self._lock:
+            stored = self._events.get(session_id, [])
+            start = 0 if after_seq is None else max(after_seq + 1, 0)
+            return copy.deepcopy(stored[start:])
+
+
+class EventEmitter:
+    """Records a run's events and hands each stored event to the run's listeners."""
+
+    def __init__(self, run_log: Any, session_id: str, run_id: str) -> None:
+        self.run_log = run_log
+        self.session_id = session_id
+        self.run_id = run_id
+        self.listeners: list[Callable[[dict], Any]] = []
+
+    def emit(self, kind: str, **fields: Any) -> dict:
+        """Store one event and deliver it; returns the stored event (with ``seq``)."""
+        event = {"run_id": self.run_id, "kind": kind, **fields}
+        stored = self.run_log._append_event(self.session_id, event)
+        for listener in list(self.listeners):
+            try:
+                listener(stored)
+            except Exception:
+                log.exception("run event listener %r raised", listener)
+        return stored

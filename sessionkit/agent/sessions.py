@@ -1,0 +1,264 @@
+"""Sessions for runs: sessionkit stores, or any store of your own (SPEC A7).
+
+``create_session`` gives a session an agent can run on::
+
+    s = sk.create_session()                                   # in memory
+    s = sk.create_session("chat-1", store=sk.open_store("chat.db"))
+    s = sk.create_session("chat-1", store=sk.FileSessionStore("sessions/"))
+
+Anything with ``load(session_id) -> list[dict]`` and
+``save(session_id, new_messages)`` is a :class:`SessionStore`: a run loads the
+conversation from it and, when it succeeds, saves the messages it added (the
+user's first) in one call. Such a session is a straight line of messages; its
+runs and events are kept in memory on the session object (``session.runs()``,
+``session.events()``), since the store has no place for them.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import threading
+import uuid
+from urllib.parse import unquote
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import UsageError
+from ..messages import dumps, now_iso, validate
+from .events import MemoryRunLog, RunRecord
+
+__all__ = ["ExternalSession", "FileSessionStore", "SessionStore", "create_session"]
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """A store of your own that runs can load from and save to.
+
+    ``load`` returns the session's messages (UIMessage dicts) oldest first, an
+    empty list for an unknown session. ``save`` receives the messages one run
+    added, in order, and must keep them in that order after the earlier ones.
+    """
+
+    def load(self, session_id: str) -> list[dict]: ...
+
+    def save(self, session_id: str, new_messages: list[dict]) -> None: ...
+
+
+@dataclass(frozen=True)
+class SavedMessage:
+    """What ``ExternalSession.append`` returns (the shape of ``sk.AppendResult``)."""
+
+    inserted: bool
+    message: dict
+
+
+class ExternalSession:
+    """A session whose messages live in a :class:`SessionStore`.
+
+    It offers the reading side of a store session (``get_history``,
+    ``latest_leaf``, ``get``, ``snapshot``) over ``store.load``, and records
+    runs and events in memory: ``runs()`` and ``events(after_seq=None)``.
+    """
+
+    def __init__(self, store: SessionStore, session_id: str) -> None:
+        self.store = store
+        self.session_id = session_id
+        self._run_log = MemoryRunLog()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ExternalSession({self.session_id!r}, store={self.store!r})"
+
+    def _load(self) -> list[dict]:
+        messages = self.store.load(self.session_id)
+        if not isinstance(messages, list):
+            messages = list(messages)
+        return copy.deepcopy(messages)
+
+    def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]:
+        """The stored messages, oldest first (up to ``leaf_id`` when given)."""
+        messages = self._load()
+        if leaf_id is None:
+            return messages
+        for index, message in enumerate(messages):
+            if message.get("id") == leaf_id:
+                return messages[: index + 1]
+        from ..errors import MessageNotFound
+
+        raise MessageNotFound(f"no message {leaf_id!r} in session {self.session_id!r}")
+
+    def snapshot(self) -> list[dict]:
+        """A deep copy of the conversation."""
+        return self._load()
+
+    def latest_leaf(self) -> dict | None:
+        """The newest message, or None."""
+        messages = self._load()
+        return messages[-1] if messages else None
+
+    def get(self, message_id: str) -> dict | None:
+        """The message with that id, or None."""
+        for message in self._load():
+            if message.get("id") == message_id:
+                return message
+        return None
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def append(self, message: dict) -> SavedMessage:
+        """Save one message after the others (validated like a store append)."""
+        return self._append_many([message])[0]
+
+    def _append_many(self, messages: Iterable[dict], *, parent_id: Any = None) -> list[SavedMessage]:
+        prepared = []
+        for message in messages:
+            validate(message)
+            msg = json.loads(dumps(message))
+            msg.setdefault("createdAt", now_iso())
+            prepared.append(msg)
+        with self._lock:
+            self.store.save(self.session_id, copy.deepcopy(prepared))
+        return [SavedMessage(True, m) for m in prepared]
+
+    def runs(self) -> list[RunRecord]:
+        """This session's runs, oldest first."""
+        return self._run_log.runs(self.session_id)
+
+    def events(self, after_seq: int | None = None) -> list[dict]:
+        """This session's run events in ``seq`` order."""
+        return self._run_log.events(self.session_id, after_seq)
+
+
+_SAFE = re.compile(r"[A-Za-z0-9.-]")
+
+
+def _file_name(session_id: str) -> str:
+    """A file name for any session id: unreserved characters kept, the rest %-encoded.
+
+    ``_`` is always encoded, so the empty id's name, ``_``, cannot collide with
+    another id; a leading dot is encoded so no name is hidden or ``..``.
+    """
+    if not session_id:
+        return "_.jsonl"
+    out = []
+    for index, char in enumerate(session_id):
+        if _SAFE.match(char) and not (index == 0 and char == "."):
+            out.append(char)
+        else:
+            out.extend(f"%{b:02X}" for b in char.encode("utf-8"))
+    return "".join(out) + ".jsonl"
+
+
+class FileSessionStore:
+    """A :class:`SessionStore` keeping one JSONL file per session in ``directory``.
+
+    Each line is one message; a run's messages are appended in a single write
+    and flushed to disk (``fsync``), so an interrupted process leaves at most
+    one incomplete last line, which :meth:`load` skips.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"FileSessionStore({str(self.directory)!r})"
+
+    def path(self, session_id: str) -> Path:
+        """The file that holds ``session_id``."""
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+        return self.directory / _file_name(session_id)
+
+    def load(self, session_id: str) -> list[dict]:
+        """The session's messages in file order (``[]`` when there is no file)."""
+        path = self.path(session_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        lines = data.split(b"\n")
+        messages = []
+        for index, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                messages.append(json.loads(line))
+            except ValueError:
+                if index == len(lines) - 1:  # a torn last write: ignore it
+                    continue
+                raise ValueError(f"{path}: line {index + 1} is not valid JSON") from None
+        return messages
+
+    def save(self, session_id: str, new_messages: list[dict]) -> None:
+        """Append messages to the session's file in one write."""
+        if not new_messages:
+            return
+        payload = "".join(dumps(m) + "\n" for m in new_messages).encode("utf-8")
+        path = self.path(session_id)
+        with self._lock:
+            with open(path, "ab") as handle:
+                if handle.tell() > 0:
+                    # a previous torn write must not glue onto our first line
+                    with open(path, "rb") as reader:
+                        reader.seek(-1, os.SEEK_END)
+                        if reader.read(1) != b"\n":
+                            payload = b"\n" + payload
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+
+    def sessions(self) -> list[str]:
+        """Ids of the sessions with a file here."""
+        out = []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            stem = path.name[: -len(".jsonl")]
+            if stem == "_":
+                out.append("")
+                continue
+            out.append(unquote(stem))
+        return out
+
+
+def _is_sessionkit_store(store: Any) -> bool:
+    return callable(getattr(store, "session", None)) and callable(getattr(store, "_run_begin", None))
+
+
+def create_session(session_id: str | None = None, *, store: Any = None) -> Any:
+    """A session for runs (SPEC A7).
+
+    - no ``store``: a session in a private in-memory sessionkit store (gone
+      when the process ends);
+    - a sessionkit ``Store``: ``store.session(session_id)``;
+    - a :class:`SessionStore` (``load``/``save``): an :class:`ExternalSession`.
+
+    A missing ``session_id`` is minted (a random hex id).
+    """
+    if session_id is None:
+        session_id = uuid.uuid4().hex
+    elif not isinstance(session_id, str):
+        raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+    if store is None:
+        from ..store import open_store
+
+        return open_store(":memory:").session(session_id)
+    if _is_sessionkit_store(store):
+        return store.session(session_id)
+    if isinstance(store, SessionStore):
+        return ExternalSession(store, session_id)
+    raise TypeError(
+        "store must be a sessionkit Store or an object with load(session_id) and "
+        f"save(session_id, new_messages); got {type(store).__name__}"
+    )
+
+
+def _require_tree(session: Any, what: str) -> None:
+    if isinstance(session, ExternalSession):
+        raise UsageError(f"{what} needs a session in a sessionkit store; {session!r} keeps a straight line")

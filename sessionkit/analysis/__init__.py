@@ -1,0 +1,180 @@
+"""Transcript analysis: DataFrames, DuckDB SQL over any store, plots (``sessionkit.analysis.plot``).
+
+Needs the ``analysis`` extra (``pip install 'sessionkit[analysis]'``: pandas,
+pyarrow, DuckDB, matplotlib); each is imported on first use, and a missing one
+raises :class:`sessionkit.MissingDependency` naming the extra.
+
+``session.to_pandas()`` and ``store.messages_df(session_ids=None)`` give one row
+per message, in write order, with the SPEC D1 columns:
+
+============== ==================================================================
+session_id     the session
+id, parent_id  the message and its parent (missing for a root)
+depth          0 for a root, parent's depth + 1 otherwise
+role           the message's role
+text           its text parts joined by blank lines (what search indexes)
+n_parts        number of parts
+tool_names     list of tool names, one per tool part (``tool-<name>``, ``dynamic-tool``)
+tokens, bytes  the token estimate and JSON size stored with the message (SPEC M6)
+created_at     creation time (UTC timestamps)
+n_children     number of direct children (2 or more: a branch point)
+on_latest_path whether it lies on the path from the root to the latest leaf
+compacted_by   id of the newest compaction whose range holds it, else missing
+============== ==================================================================
+
+``store.sql(query)`` runs DuckDB SQL over these views of the store, taken when
+the query runs (changes made by the query stay in that snapshot):
+
+* ``messages``: the D1 columns plus ``seq`` (store-wide write order) and
+  ``metadata`` (JSON text; use ``json_extract``);
+* ``sessions``: ``session_id, message_count, roots, leaves, branch_points,
+  max_depth, tokens, bytes, latest_leaf, created_at, updated_at,
+  compaction_count, run_count``;
+* ``compactions``: ``session_id, id, from_id, to_id, summary, created_at,
+  tokens_before, tokens_after, message_count``;
+* ``runs``: ``session_id, run_id, status, error, input, started_at, ended_at,
+  tokens_in, tokens_out, cache_read, cache_write, cost_usd, model, usage`` (JSON);
+* ``events``: ``session_id, seq, run_id, kind, ts, data`` (the event as JSON).
+
+Only the views a query names are built. Building ``messages`` reads every
+message of the store once, so on very large stores filter with
+``messages_df(session_ids=...)`` or export to Parquet once and query that.
+
+>>> store.sql("SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY n DESC")
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import missing
+from ._tables import D1_COLUMNS, TABLES, StoreData
+
+__all__ = ["to_pandas", "messages_df", "sql", "arrow_table", "D1_COLUMNS", "TABLES"]
+
+
+def _pandas():
+    try:
+        import pandas
+    except ImportError as exc:
+        raise missing("analysis", "pandas", exc) from exc
+    return pandas
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+    except ImportError as exc:
+        raise missing("analysis", "pyarrow", exc) from exc
+    return pyarrow
+
+
+def _duckdb():
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise missing("analysis", "duckdb", exc) from exc
+    return duckdb
+
+
+def _frame(cols: dict[str, list]):
+    pd = _pandas()
+    data = {name: cols[name] for name in D1_COLUMNS}
+    data["created_at"] = pd.to_datetime(pd.Series(cols["created_at"], dtype=object), utc=True, format="ISO8601")
+    frame = pd.DataFrame(data, columns=list(D1_COLUMNS))
+    for name in ("depth", "n_parts", "tokens", "bytes", "n_children"):
+        frame[name] = frame[name].astype("int64")
+    frame["on_latest_path"] = frame["on_latest_path"].astype(bool)
+    return frame
+
+
+def to_pandas(session):
+    """One row per message of ``session`` in write order, with the SPEC D1 columns."""
+    _pandas()
+    data = StoreData(session.store, [session.session_id])
+    return _frame(data.messages())
+
+
+def messages_df(store, session_ids=None):
+    """One row per message of ``store`` (or of ``session_ids``) in write order, SPEC D1 columns."""
+    _pandas()
+    data = StoreData(store, session_ids)
+    return _frame(data.messages())
+
+
+def _schema(pa, name: str, options: dict):
+    ts = pa.timestamp("ms", tz="UTC")
+    s, i, b, f = pa.string(), pa.int64(), pa.bool_(), pa.float64()
+    if name == "messages":
+        fields = [("session_id", s), ("id", s), ("parent_id", s), ("depth", i), ("role", s), ("text", s),
+                  ("n_parts", i), ("tool_names", pa.list_(s)), ("tokens", i), ("bytes", i), ("created_at", ts),
+                  ("n_children", i), ("on_latest_path", b), ("compacted_by", s)]
+        if options.get("extra") or options.get("full_json"):
+            fields += [("seq", i), ("metadata", s)]
+        if options.get("full_json"):
+            fields.append(("message", s))
+    elif name == "sessions":
+        fields = [("session_id", s), ("message_count", i), ("roots", i), ("leaves", i), ("branch_points", i),
+                  ("max_depth", i), ("tokens", i), ("bytes", i), ("latest_leaf", s), ("created_at", ts),
+                  ("updated_at", ts), ("compaction_count", i), ("run_count", i)]
+    elif name == "compactions":
+        fields = [("session_id", s), ("id", s), ("from_id", s), ("to_id", s), ("summary", s), ("created_at", ts),
+                  ("tokens_before", i), ("tokens_after", i), ("message_count", i)]
+    elif name == "runs":
+        fields = [("session_id", s), ("run_id", s), ("status", s), ("error", s), ("input", s), ("started_at", ts),
+                  ("ended_at", ts), ("tokens_in", i), ("tokens_out", i), ("cache_read", i), ("cache_write", i),
+                  ("cost_usd", f), ("model", s), ("usage", s)]
+    else:
+        fields = [("session_id", s), ("seq", i), ("run_id", s), ("kind", s), ("ts", ts), ("data", s)]
+    return pa.schema(fields)
+
+
+def arrow_table(data: StoreData, name: str, **options):
+    """One table of a :class:`StoreData` read as a ``pyarrow.Table`` with a fixed schema."""
+    pa = _pyarrow()
+    cols = data.table(name, **options)
+    schema = _schema(pa, name, options)
+    arrays = []
+    for field in schema:
+        values = cols[field.name]
+        if pa.types.is_timestamp(field.type):
+            arrays.append(pa.array(values, type=pa.string()).cast(field.type))
+        else:
+            arrays.append(pa.array(values, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _views_named(query: str) -> list[str]:
+    return [name for name in TABLES if re.search(rf"\b{name}\b", query, re.IGNORECASE)]
+
+
+def sql(store, query: str, params: Any = None):
+    """Run DuckDB SQL over the ``messages``, ``sessions``, ``compactions``, ``runs`` and
+    ``events`` views of ``store`` and return a pandas DataFrame.
+
+    ``params`` (a list or dict) binds ``?`` / ``$name`` placeholders. An SQL error
+    raises ``ValueError`` carrying DuckDB's message.
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    duckdb = _duckdb()
+    _pandas()
+    names = _views_named(query)
+    data = StoreData(store)
+    tables = {name: arrow_table(data, name, extra=True) if name == "messages" else arrow_table(data, name)
+              for name in names}
+    con = duckdb.connect(":memory:")
+    try:
+        for name, table in tables.items():
+            con.register(name, table)
+        try:
+            if params is None:
+                con.execute(query)
+            else:
+                con.execute(query, params)
+            return con.fetchdf()
+        except duckdb.Error as exc:
+            raise ValueError(f"store.sql: {exc}") from exc
+    finally:
+        con.close()

@@ -1,0 +1,1210 @@
+"""The store conformance suite: SPEC sections 1-7, run against any engine.
+
+An engine runs it by importing everything from this module into a test module
+and providing a ``make_store`` fixture: a function ``make_store(**options)`` that
+opens a fresh, empty store on a new target each call. The suite builds its
+``store``, ``store_factory`` and ``reopen`` fixtures on it. An engine may also
+override ``raw_sql`` to give the schema checks raw access::
+
+    import pytest
+    import sessionkit as sk
+    from sessionkit.testing.conformance import *  # noqa: F401,F403
+
+    @pytest.fixture
+    def make_store(tmp_path):
+        n = iter(range(1000))
+        return lambda **opts: sk.open_store(tmp_path / f"t{next(n)}.db", **opts)
+
+Every test names the SPEC item it checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as _dt
+import hashlib
+import json
+import math
+import re
+import threading
+
+import pytest
+
+import sessionkit as sk
+
+__all__ = [
+    "store_factory",
+    "store",
+    "reopen",
+    "raw_sql",
+    "TestMessages",
+    "TestStoresAndSessions",
+    "TestWriting",
+    "TestReading",
+    "TestCompaction",
+    "TestSearch",
+    "TestChangeFeed",
+]
+
+ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def msg(mid: str, text: str = "", role: str = "user", **extra) -> dict:
+    """A text message."""
+    m = {"id": mid, "role": role, "parts": [{"type": "text", "text": text or f"text of {mid}"}]}
+    m.update(extra)
+    return m
+
+
+def chain(session, n: int, prefix: str = "m", text=None) -> list[str]:
+    ids = []
+    for i in range(n):
+        mid = f"{prefix}{i}"
+        role = "user" if i % 2 == 0 else "assistant"
+        session.append(msg(mid, text(i) if text else f"message number {i}", role))
+        ids.append(mid)
+    return ids
+
+
+def ids_of(messages) -> list[str]:
+    return [m["id"] for m in messages]
+
+
+def strip_created(m: dict) -> dict:
+    return {k: v for k, v in m.items() if k != "createdAt"}
+
+
+def snapshot_store(store, session_ids=("", "s", "t")) -> dict:
+    """Everything observable about some sessions, to check that a failed write changed nothing."""
+    out = {}
+    for sid in session_ids:
+        s = store.session(sid)
+        out[sid] = {
+            "len": len(s),
+            "history": s.get_history(compacted=False),
+            "compactions": s.compactions(),
+        }
+    stats = store.stats()
+    out["stats"] = {k: stats[k] for k in ("sessions", "messages", "compactions", "blobs")}
+    return out
+
+
+def b64_payload(n: int, seed: str = "x") -> tuple[bytes, str]:
+    raw = hashlib.sha256(seed.encode()).digest() * (n // 32 + 1)
+    raw = raw[:n]
+    return raw, base64.b64encode(raw).decode("ascii")
+
+
+# ---------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture
+def store_factory(make_store):
+    """Open fresh stores with options; all are closed after the test."""
+    opened = []
+
+    def factory(**options):
+        st = make_store(**options)
+        opened.append(st)
+        return st
+
+    yield factory
+    for st in opened:
+        st.close()
+
+
+@pytest.fixture
+def store(store_factory):
+    """A fresh, empty store."""
+    return store_factory()
+
+
+@pytest.fixture
+def reopen():
+    """``reopen(store, expect_error=None)``: close a store and open its target again.
+
+    Returns the new store, ``"refused"`` when ``expect_error`` was raised, or
+    None for stores that keep nothing after close (in memory).
+    """
+    opened = []
+
+    def do(st, expect_error=None):
+        path = st.path
+        engine = st.engine
+        st.close()
+        if path is None:
+            return None
+        target = path if engine == "postgresql" else f"{engine}:///{path}"
+        if expect_error is not None:
+            with pytest.raises(expect_error):
+                opened.append(sk.open_store(target))
+            return "refused"
+        again = sk.open_store(target)
+        opened.append(again)
+        return again
+
+    yield do
+    for st in opened:
+        st.close()
+
+
+@pytest.fixture
+def raw_sql():
+    """Engine-specific raw access: ``raw_sql(store, "tables"|"version"|"bump")``; None when unsupported."""
+    return lambda store, what: None
+
+
+# ---------------------------------------------------------------------------
+class TestMessages:
+    """SPEC 1: message shape, validation, round trip, size, payloads, tokens."""
+
+    def test_M1_parts_of_every_kind_round_trip(self, store):
+        s = store.session("s")
+        m = {
+            "id": "a1",
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "text": "hello"},
+                {"type": "reasoning", "text": "thinking..."},
+                {"type": "tool-weather", "toolCallId": "c1", "input": {"city": "Oslo"},
+                 "output": {"temp": -3.5}, "state": "output-available"},
+                {"type": "file", "mediaType": "text/plain", "url": "https://example.org/a.txt"},
+                {"type": "data-custom", "payload": [1, 2, {"x": None}]},
+            ],
+            "metadata": {"model": "m", "nested": {"k": [True, False]}},
+            "unknownKey": {"kept": 1},
+        }
+        s.append(m)
+        got = s.get("a1")
+        assert strip_created(got) == m
+
+    @pytest.mark.parametrize(
+        "bad, field",
+        [
+            ({"role": "user", "parts": []}, "id"),
+            ({"id": "", "role": "user", "parts": []}, "id"),
+            ({"id": "x", "parts": []}, "role"),
+            ({"id": "x", "role": "user"}, "parts"),
+            ({"id": "x", "role": "user", "parts": "text"}, "parts"),
+            ({"id": "x", "role": "user", "parts": [{"text": "no type"}]}, "type"),
+            ({"id": "x", "role": "user", "parts": [{"type": 3}]}, "type"),
+        ],
+    )
+    def test_M2_invalid_message_names_the_field_and_stores_nothing(self, store, bad, field):
+        s = store.session("s")
+        s.append(msg("keep"))
+        before = snapshot_store(store)
+        with pytest.raises(sk.InvalidMessage) as info:
+            s.append(bad)
+        assert isinstance(info.value, ValueError)
+        assert isinstance(info.value, sk.SessionKitError)
+        assert field in str(info.value)
+        assert snapshot_store(store) == before
+
+    @pytest.mark.parametrize("bad", [None, "text", 42, ["id", "x"]])
+    def test_M2_not_a_dict_is_type_error(self, store, bad):
+        s = store.session("s")
+        before = snapshot_store(store)
+        with pytest.raises(TypeError):
+            s.append(bad)
+        assert snapshot_store(store) == before
+
+    @pytest.mark.parametrize(
+        "value", [{1, 2}, object(), float("nan"), float("inf")], ids=["set", "object", "nan", "inf"]
+    )
+    def test_M2_json_unencodable_is_type_error(self, store, value):
+        s = store.session("s")
+        s.append(msg("keep"))
+        before = snapshot_store(store)
+        bad = msg("bad", metadata={"v": value})
+        with pytest.raises(TypeError):
+            s.append(bad)
+        assert snapshot_store(store) == before
+        assert s.get("bad") is None
+
+    def test_M2_invalid_in_every_write_path(self, store):
+        s = store.session("s")
+        s.append(msg("a"))
+        before = snapshot_store(store)
+        with pytest.raises(sk.InvalidMessage):
+            s.import_message({"id": "x", "role": "user"})
+        with pytest.raises(sk.InvalidMessage):
+            s.update({"id": "a", "role": "user", "parts": "nope"})
+        assert snapshot_store(store) == before
+
+    def test_M3_created_at_added_when_missing(self, store):
+        s = store.session("s")
+        res = s.append(msg("a"))
+        got = s.get("a")
+        assert ISO_MS.match(got["createdAt"]), got["createdAt"]
+        assert res.message["createdAt"] == got["createdAt"]
+        stamp = _dt.datetime.strptime(got["createdAt"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
+        assert abs((_dt.datetime.now(_dt.timezone.utc) - stamp).total_seconds()) < 120
+
+    def test_M3_writer_created_at_kept(self, store):
+        s = store.session("s")
+        s.append(msg("a", createdAt="2020-01-02T03:04:05.678Z"))
+        assert s.get("a")["createdAt"] == "2020-01-02T03:04:05.678Z"
+
+    def test_M3_reads_return_fresh_copies(self, store):
+        s = store.session("s")
+        original = msg("a", metadata={"tags": ["x"]})
+        res = s.append(original)
+        original["parts"][0]["text"] = "changed by caller"
+        res.message["parts"][0]["text"] = "changed result"
+        got = s.get("a")
+        got["metadata"]["tags"].append("y")
+        got["parts"].append({"type": "text", "text": "more"})
+        for read in (s.get("a"), s.get_history()[0], next(s.history()), s.latest_leaf()):
+            assert read["parts"] == [{"type": "text", "text": "text of a"}]
+            assert read["metadata"] == {"tags": ["x"]}
+
+    def test_M3_json_semantics_tuples_become_lists(self, store):
+        s = store.session("s")
+        s.append({"id": "a", "role": "user", "parts": [{"type": "text", "text": "t", "extra": (1, 2)}]})
+        assert s.get("a")["parts"][0]["extra"] == [1, 2]
+
+    def test_M3_unicode_round_trip(self, store):
+        s = store.session("s")
+        text = "naïve café — 日本語 🚀 \u0000 null byte and \U0001f600"
+        s.append(msg("u", text))
+        assert s.get("u")["parts"][0]["text"] == text
+
+    def test_M4_large_message_round_trips(self, store):
+        s = store.session("s")
+        big = "".join(f"line {i} with some words é\n" for i in range(200_000))  # ~5 MB
+        s.append(msg("big", big))
+        s.append(msg("after"))
+        assert s.get("big")["parts"][0]["text"] == big
+        assert ids_of(s.get_history()) == ["big", "after"]
+        assert s.get_history()[0]["parts"][0]["text"] == big
+
+    def test_M4_max_message_bytes(self, store_factory):
+        store = store_factory(max_message_bytes=2000)
+        s = store.session("s")
+        s.append(msg("small", "x" * 100))
+        before = snapshot_store(store)
+        with pytest.raises(sk.MessageTooLarge) as info:
+            s.append(msg("big", "x" * 5000))
+        assert isinstance(info.value, sk.SessionKitError)
+        assert snapshot_store(store) == before
+        assert s.get("big") is None
+
+    def test_M5_inline_payloads_are_deduplicated_and_restored_exactly(self, store):
+        s = store.session("s")
+        raw, b64 = b64_payload(10_000, "img")
+        as_url = {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + b64}
+        as_data = {"type": "file", "mediaType": "image/png", "data": b64}
+        s.append({"id": "a", "role": "user", "parts": [as_url]})
+        s.append({"id": "b", "role": "user", "parts": [as_data, {"type": "text", "text": "see"}]})
+        store.session("other").append({"id": "c", "role": "user", "parts": [dict(as_url)]})
+        stats = store.stats()
+        assert stats["blobs"] == 1
+        assert stats["blob_bytes"] == len(raw)
+        assert s.get("a")["parts"] == [as_url]
+        assert s.get("b")["parts"][0] == as_data
+        assert store.session("other").get("c")["parts"] == [as_url]
+        assert ids_of(s.get_history()) == ["a", "b"]
+        assert s.get_history()[0]["parts"] == [as_url]
+
+    def test_M5_small_or_noncanonical_payloads_stay_inline(self, store):
+        s = store.session("s")
+        _, small = b64_payload(1000, "small")
+        _, big = b64_payload(9000, "big")
+        wrapped = "\n".join(big[i:i + 76] for i in range(0, len(big), 76))  # MIME line breaks
+        parts = [
+            {"type": "file", "mediaType": "image/png", "data": small},
+            {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + wrapped},
+        ]
+        s.append({"id": "a", "role": "user", "parts": parts})
+        assert s.get("a")["parts"] == parts
+        assert store.stats()["blobs"] == 0
+
+    def test_M5_payload_removed_with_its_last_message(self, store):
+        s = store.session("s")
+        _, b64 = b64_payload(8000, "gone")
+        s.append({"id": "a", "role": "user", "parts": [{"type": "file", "mediaType": "x/y", "data": b64}]})
+        s.append({"id": "b", "role": "user", "parts": [{"type": "file", "mediaType": "x/y", "data": b64}]},
+                 parent_id=None)
+        assert store.stats()["blobs"] == 1
+        s.delete("a")
+        assert store.stats()["blobs"] == 1
+        assert s.get("b")["parts"][0]["data"] == b64
+        s.delete("b")
+        assert store.stats()["blobs"] == 0
+
+    def test_M6_token_estimate(self, store):
+        from sessionkit.messages import estimate_tokens
+
+        s = store.session("s")
+        text = "The quick brown fox jumps over the lazy dog " * 10
+        m = {
+            "id": "t",
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "text": text},
+                {"type": "reasoning", "text": "a b c d e f"},
+                {"type": "tool-search", "toolCallId": "1", "input": {"q": "fox"}, "output": ["r1", "r2"],
+                 "state": "output-available"},
+                {"type": "file", "mediaType": "text/plain", "url": "https://x.invalid/" + "y" * 500},
+            ],
+        }
+        strings = [text, "a b c d e f", json.dumps({"q": "fox"}, separators=(",", ":")),
+                   json.dumps(["r1", "r2"], separators=(",", ":"))]
+        chars = sum(len(x) for x in strings)
+        words = sum(len(x.split()) for x in strings)
+        expected = math.ceil(max(chars / 4, words * 1.3)) + 4
+        assert estimate_tokens(m) == expected
+        s.append(m)
+        assert s.context_tokens() == expected
+        df_free = [x for x in s.get_history()]
+        assert len(df_free) == 1
+
+
+# ---------------------------------------------------------------------------
+class TestStoresAndSessions:
+    """SPEC 2: stores, sessions, listing, stats, durability basics, schema."""
+
+    def test_S1_context_manager_and_close(self, store):
+        with store as st:
+            assert st is store
+            st.session("s").append(msg("a"))
+        with pytest.raises(sk.StoreClosed):
+            store.session("s")
+        with pytest.raises(sk.StoreClosed):
+            store.stats()
+        store.close()  # idempotent
+        assert isinstance(sk.StoreClosed("x"), sk.SessionKitError)
+
+    def test_S1_session_handle_use_after_close(self, store):
+        s = store.session("s")
+        s.append(msg("a"))
+        store.close()
+        with pytest.raises(sk.StoreClosed):
+            s.append(msg("b"))
+        with pytest.raises(sk.StoreClosed):
+            s.get_history()
+
+    def test_S1_unknown_target_is_value_error(self):
+        for bad in ("notes.txt", "mysql://x", "store", ""):
+            with pytest.raises(ValueError):
+                sk.open_store(bad)
+        with pytest.raises(TypeError):
+            sk.open_store(42)
+
+    def test_S2_session_handle_is_cached(self, store):
+        a = store.session("x")
+        a.compact_after(123)
+        assert store.session("x") is a
+        assert store.session() is store.session("")
+        assert store.session().session_id == ""
+        assert a.session_id == "x"
+
+    def test_S2_sessions_share_nothing(self, store):
+        a, b = store.session("a"), store.session("b")
+        a.append(msg("same", "alpha words"))
+        b.append(msg("same", "beta words"))
+        a.append(msg("only-a", "alpha again"))
+        assert a.get("same")["parts"][0]["text"] == "alpha words"
+        assert b.get("same")["parts"][0]["text"] == "beta words"
+        assert b.get("only-a") is None
+        assert len(a) == 2 and len(b) == 1
+        assert ids_of(b.get_history()) == ["same"]
+        assert {h.id for h in b.search("words")} == {"same"}
+        assert all(h.session_id == "b" for h in b.search("words"))
+        assert {h.session_id for h in store.search("words")} == {"a", "b"}
+        with pytest.raises(sk.MessageNotFound):
+            b.append(msg("x"), parent_id="only-a")
+
+    def test_S3_list_sessions_newest_activity_first(self, store):
+        store.session("old").append(msg("1"))
+        store.session("new").append(msg("1"))
+        store.session("empty")
+        store.session("old").append(msg("2"))
+        infos = store.list_sessions()
+        assert [i.id for i in infos] == ["old", "new"]
+        assert infos[0].message_count == 2 and infos[1].message_count == 1
+        for info in infos:
+            assert ISO_MS.match(info.created_at) and ISO_MS.match(info.updated_at)
+            assert info.created_at <= info.updated_at
+
+    def test_S3_delete_session(self, store):
+        a, b = store.session("a"), store.session("b")
+        chain(a, 3)
+        chain(b, 2)
+        a.search("message")  # build the index
+        store.delete_session("a")
+        assert len(a) == 0
+        assert [i.id for i in store.list_sessions()] == ["b"]
+        assert store.search("message", session_id="a") == []
+        assert len(store.search("message")) == 2
+        with pytest.raises(sk.SessionNotFound) as info:
+            store.delete_session("a")
+        assert isinstance(info.value, LookupError)
+        with pytest.raises(sk.SessionNotFound):
+            store.delete_session("never")
+
+    def test_S4_stats(self, store):
+        st = store.stats()
+        for key in ("sessions", "messages", "compactions", "blobs", "blob_bytes", "indexed_messages", "bytes"):
+            assert key in st
+        assert st["sessions"] == 0 and st["messages"] == 0
+        chain(store.session("a"), 3)
+        chain(store.session("b"), 2)
+        st = store.stats()
+        assert st["sessions"] == 2 and st["messages"] == 5
+        assert st["indexed_messages"] == 0
+
+    def test_S5_threads_share_one_store(self, store):
+        errors = []
+
+        def work(t):
+            try:
+                s = store.session(f"t{t}")
+                for i in range(50):
+                    s.append(msg(f"{t}-{i}"))
+                    store.session("shared").append(msg(f"{t}-{i}"), parent_id=None)
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        for t in range(4):
+            s = store.session(f"t{t}")
+            assert ids_of(s.get_history()) == [f"{t}-{i}" for i in range(50)]
+        assert len(store.session("shared")) == 200
+
+    def test_S5_appends_survive_reopen(self, store, reopen):
+        s = store.session("s")
+        chain(s, 5)
+        again = reopen(store)
+        if again is None:
+            pytest.skip("this engine keeps nothing after close (in-memory)")
+        assert ids_of(again.session("s").get_history()) == [f"m{i}" for i in range(5)]
+        again.close()
+
+    def test_S6_schema_version_and_prefix(self, store, reopen, raw_sql):
+        tables = raw_sql(store, "tables")
+        if tables is None:
+            pytest.skip("engine gives no raw access")
+        assert tables and all(t.startswith("sessionkit_") for t in tables)
+        assert raw_sql(store, "version") >= 1
+
+    def test_S6_newer_schema_refused(self, store, reopen, raw_sql):
+        if raw_sql(store, "version") is None:
+            pytest.skip("engine gives no raw access")
+        raw_sql(store, "bump")
+        again = reopen(store, expect_error=sk.SchemaVersionError)
+        if again is None:
+            pytest.skip("in-memory store cannot be reopened")
+
+
+# ---------------------------------------------------------------------------
+class TestWriting:
+    """SPEC 3: append, import, latest leaf, update, delete, clear."""
+
+    def test_W1_default_attaches_to_latest_leaf(self, store):
+        s = store.session("s")
+        r = s.append(msg("a"))
+        assert r.inserted is True
+        assert strip_created(r.message) == msg("a")
+        s.append(msg("b", role="assistant"))
+        s.append(msg("c"))
+        assert ids_of(s.get_history()) == ["a", "b", "c"]
+        assert s.branches("a")[0]["id"] == "b"
+
+    def test_W1_explicit_parent_makes_branch(self, store):
+        s = store.session("s")
+        chain(s, 3)  # m0 m1 m2
+        s.append(msg("alt", role="assistant"), parent_id="m0")
+        assert ids_of(s.branches("m0")) == ["m1", "alt"]
+        assert ids_of(s.get_history()) == ["m0", "alt"]
+        assert ids_of(s.get_history(leaf_id="m2")) == ["m0", "m1", "m2"]
+
+    def test_W1_new_root(self, store):
+        s = store.session("s")
+        chain(s, 2)
+        s.append(msg("root2"), parent_id=None)
+        assert ids_of(s.get_history()) == ["root2"]
+        assert s.path_length() == 1
+
+    def test_W1_unknown_parent(self, store):
+        s = store.session("s")
+        s.append(msg("a"))
+        before = snapshot_store(store)
+        with pytest.raises(sk.MessageNotFound) as info:
+            s.append(msg("b"), parent_id="nope")
+        assert isinstance(info.value, LookupError)
+        assert "nope" in str(info.value)
+        assert snapshot_store(store) == before
+
+    def test_W1_duplicate_id_first_write_wins(self, store):
+        s = store.session("s")
+        events = []
+        store.subscribe(events.append)
+        first = s.append(msg("a", "first"))
+        s.append(msg("b"))
+        again = s.append(msg("a", "second"), parent_id=None)
+        assert again.inserted is False
+        assert again.message["parts"][0]["text"] == "first"
+        assert again.message == first.message
+        assert len(s) == 2
+        assert ids_of(s.get_history()) == ["a", "b"]
+        assert [e.type for e in events] == ["append", "append"]
+
+    def test_W1_retry_is_safe_even_with_parent_gone(self, store):
+        s = store.session("s")
+        s.append(msg("a"))
+        s.append(msg("b"), parent_id="a")
+        again = s.append(msg("b"), parent_id="zzz")
+        assert again.inserted is False
+
+    def test_W2_client_source_strips_reserved_metadata(self, store_factory):
+        store = store_factory(reserved_metadata_keys=["cost", "internal"])
+        s = store.session("s")
+        s.append(msg("c", metadata={"cost": 1, "internal": "x", "kept": 2}), source="client")
+        s.append(msg("v", metadata={"cost": 1, "kept": 2}))
+        assert s.get("c")["metadata"] == {"kept": 2}
+        assert s.get("v")["metadata"] == {"cost": 1, "kept": 2}
+        with pytest.raises(ValueError):
+            s.append(msg("z"), source="browser")
+
+    def test_W3_import_message(self, store):
+        s = store.session("s")
+        events = []
+        store.subscribe(events.append)
+        t0 = _dt.datetime(2021, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.timezone.utc)
+        r = s.import_message(msg("a"), created_at=t0)
+        assert r.inserted
+        s.import_message(msg("b"), parent_id="a", created_at=1_600_000_000_000)
+        assert s.get("a")["createdAt"] == "2021-05-06T07:08:09.123Z"
+        assert s.get("b")["createdAt"] == "2020-09-13T12:26:40.000Z"
+        assert s.import_message(msg("a", "again")).inserted is False
+        assert s.get("a")["parts"][0]["text"] == "text of a"
+        assert events == []
+        with pytest.raises(sk.MessageNotFound):
+            s.import_message(msg("c"), parent_id="missing")
+        assert ids_of(s.get_history()) == ["a", "b"]
+        # imports default to a new root
+        s.import_message(msg("r2"))
+        assert s.branches("a")[0]["id"] == "b"
+        assert ids_of(s.get_history()) == ["r2"]
+
+    def test_W3_import_never_compacts(self, store):
+        s = store.session("s")
+        calls = []
+        s.on_compaction(lambda m, ctx: calls.append(1)).compact_after(0)
+        s.import_message(msg("a", "many words " * 50))
+        s.import_message(msg("b", "many words " * 50), parent_id="a")
+        assert calls == []
+
+    def test_W4_latest_leaf_uses_write_order_not_time(self, store):
+        s = store.session("s")
+        s.append(msg("a", createdAt="2030-01-01T00:00:00.000Z"))
+        s.append(msg("b", createdAt="2000-01-01T00:00:00.000Z"), parent_id=None)
+        assert s.latest_leaf()["id"] == "b"
+        s.import_message(msg("c", createdAt="1990-01-01T00:00:00.000Z"), parent_id="a")
+        assert s.latest_leaf()["id"] == "c"
+        s.update(msg("b", "updated"))
+        assert s.latest_leaf()["id"] == "c"
+        assert store.session("empty").latest_leaf() is None
+
+    def test_W4_latest_leaf_after_deleting_it(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        s.append(msg("x"), parent_id="m0")
+        s.delete("x")
+        assert s.latest_leaf()["id"] == "m2"
+        s.append(msg("y"))
+        assert ids_of(s.get_history()) == ["m0", "m1", "m2", "y"]
+
+    def test_W5_update_replaces_content_in_place(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        events = []
+        store.subscribe(events.append)
+        created = s.get("m1")["createdAt"]
+        s.update(msg("m1", "rewritten", role="assistant", metadata={"edited": True}))
+        got = s.get("m1")
+        assert got["parts"][0]["text"] == "rewritten"
+        assert got["metadata"] == {"edited": True}
+        assert got["createdAt"] == created
+        assert ids_of(s.get_history()) == ["m0", "m1", "m2"]
+        assert [e.type for e in events] == ["update"]
+        assert events[0].message_ids == ("m1",)
+        with pytest.raises(sk.MessageNotFound):
+            s.update(msg("nope"))
+
+    def test_W5_update_changes_sizes_seen_by_windows(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        before = s.recent_history(10**9).total_content_bytes
+        s.update(msg("m0", "x" * 5000))
+        after = s.recent_history(10**9).total_content_bytes
+        assert after > before + 4000
+        assert s.recent_history(10**9, leaf_id="m2").total_content_bytes == after
+
+    def test_W6_delete_leaf_and_refusals(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        before = snapshot_store(store)
+        with pytest.raises(sk.MessageNotFound):
+            s.delete(["m2", "ghost"])
+        with pytest.raises(ValueError):
+            s.delete("m1")
+        assert snapshot_store(store) == before
+        s.delete("m2")
+        assert ids_of(s.get_history()) == ["m0", "m1"]
+        s.delete(["m1", "m0"])  # parent and child together
+        assert len(s) == 0
+
+    def test_W6_delete_subtree(self, store):
+        s = store.session("s")
+        chain(s, 4)
+        s.append(msg("alt"), parent_id="m1")
+        s.append(msg("alt2"), parent_id="alt")
+        events = []
+        store.subscribe(events.append)
+        s.delete("m1", subtree=True)
+        assert ids_of(s.get_history(compacted=False)) == ["m0"]
+        assert len(s) == 1
+        assert events[0].type == "delete"
+        assert set(events[0].message_ids) == {"m1", "m2", "m3", "alt", "alt2"}
+
+    def test_W6_clear(self, store):
+        s, other = store.session("s"), store.session("o")
+        chain(s, 6)
+        chain(other, 2)
+        s.on_compaction(lambda m, c: sk.CompactionResult("m1", "m3", "sum")).compact()
+        s.search("message")
+        s.clear()
+        assert len(s) == 0 and s.compactions() == [] and s.get_history() == []
+        assert s.search("message") == []
+        assert len(other) == 2 and len(other.search("message")) == 2
+        s.append(msg("fresh"))
+        assert ids_of(s.get_history()) == ["fresh"]
+
+
+# ---------------------------------------------------------------------------
+class TestReading:
+    """SPEC 4: history, windows, navigation."""
+
+    def test_R1_history_streams_root_to_leaf(self, store):
+        s = store.session("s")
+        ids = chain(s, 600)
+        it = s.history()
+        assert next(it)["id"] == "m0"
+        assert ids_of(it) == ids[1:]
+        assert ids_of(s.history(newest_first=True)) == ids[::-1]
+
+    def test_R1_newest_first_stops_early(self, store):
+        s = store.session("s")
+        chain(s, 300)
+        it = s.history(newest_first=True)
+        got = [next(it)["id"] for _ in range(3)]
+        assert got == ["m299", "m298", "m297"]
+
+    def test_R1_generator_does_not_block_writers(self, store):
+        s = store.session("s")
+        chain(s, 400)
+        it = s.history()
+        next(it)
+        s.append(msg("during"))  # must not deadlock or fail
+        rest = list(it)
+        assert len(rest) == 399
+        assert s.latest_leaf()["id"] == "during"
+
+    def test_R1_unknown_leaf(self, store):
+        s = store.session("s")
+        chain(s, 2)
+        with pytest.raises(sk.MessageNotFound):
+            s.history(leaf_id="nope")
+        with pytest.raises(sk.MessageNotFound):
+            s.get_history(leaf_id="nope")
+        with pytest.raises(sk.MessageNotFound):
+            s.path_length("nope")
+        with pytest.raises(sk.MessageNotFound):
+            s.recent_history(100, leaf_id="nope")
+        assert store.session("empty").get_history() == []
+        assert list(store.session("empty").history(newest_first=True)) == []
+
+    def test_R2_get_history_equals_history(self, store):
+        s = store.session("s")
+        chain(s, 10)
+        s.append(msg("b"), parent_id="m4")
+        assert s.get_history() == list(s.history())
+        assert s.get_history(leaf_id="m9") == list(s.history(leaf_id="m9"))
+
+    def test_R3_recent_history_window(self, store):
+        s = store.session("s")
+        ids = chain(s, 50, text=lambda i: "w" * (100 + i))
+        full = s.get_history()
+        sizes = [len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode()) for m in full]
+        total = sum(sizes)
+        r = s.recent_history(total)
+        assert ids_of(r.messages) == ids and r.truncated is False
+        assert r.total_content_bytes == total
+        budget = sum(sizes[-7:])
+        r = s.recent_history(budget)
+        assert ids_of(r.messages) == ids[-7:] and r.truncated is True
+        assert r.total_content_bytes == total
+        r = s.recent_history(budget + sizes[-8] - 1)
+        assert ids_of(r.messages) == ids[-7:]
+        r = s.recent_history(0)
+        assert ids_of(r.messages) == ids[-1:]
+        r = s.recent_history(0, min_messages=5)
+        assert ids_of(r.messages) == ids[-5:]
+        r = s.recent_history(10, min_messages=500)
+        assert ids_of(r.messages) == ids and r.truncated is False
+        r = s.recent_history(sum(sizes[10:20]), leaf_id="m19")
+        assert ids_of(r.messages) == ids[10:20]
+        assert r.total_content_bytes == sum(sizes[:20])
+        empty = store.session("e").recent_history(100)
+        assert empty.messages == [] and empty.truncated is False and empty.total_content_bytes == 0
+        with pytest.raises(ValueError):
+            s.recent_history(-1)
+
+    def test_R3_sizes_include_payloads_and_split_rows(self, store):
+        s = store.session("s")
+        _, b64 = b64_payload(20_000, "p")
+        m = {"id": "p", "role": "user", "parts": [{"type": "file", "mediaType": "a/b", "data": b64}]}
+        s.append(m)
+        r = s.recent_history(1000)
+        assert r.total_content_bytes > 20_000
+        assert len(r.messages) == 1
+
+    def test_R4_navigation(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        s.append(msg("x"), parent_id="m0")
+        s.append(msg("y"), parent_id="m0")
+        assert s.get("m1")["id"] == "m1" and s.get("nope") is None
+        assert s.latest_leaf()["id"] == "y"
+        assert ids_of(s.branches("m0")) == ["m1", "x", "y"]
+        assert s.branches("m2") == []
+        with pytest.raises(sk.MessageNotFound):
+            s.branches("nope")
+        assert s.path_length() == 2
+        assert s.path_length("m2") == 3
+        assert len(s) == 5
+        assert store.session("e").path_length() == 0
+        assert len(store.session("e")) == 0
+
+
+# ---------------------------------------------------------------------------
+def _summary_fn(from_id, to_id, summary="SUMMARY"):
+    def fn(messages, ctx):
+        return sk.CompactionResult(from_id, to_id, summary)
+
+    return fn
+
+
+class TestCompaction:
+    """SPEC 5: compaction overlays, thresholds, the ready-made function."""
+
+    def test_C1_C5_overlay_on_read_originals_kept(self, store):
+        s = store.session("s")
+        ids = chain(s, 8)
+        comp = s.on_compaction(_summary_fn("m2", "m5", "the middle")).compact()
+        assert isinstance(comp, sk.Compaction)
+        assert (comp.from_id, comp.to_id, comp.summary) == ("m2", "m5", "the middle")
+        hist = s.get_history()
+        assert ids_of(hist) == ["m0", "m1", f"compaction:{comp.id}", "m6", "m7"]
+        overlay = hist[2]
+        assert overlay["role"] == "assistant"
+        assert overlay["parts"] == [{"type": "text", "text": "the middle"}]
+        assert overlay["createdAt"] == comp.created_at and ISO_MS.match(comp.created_at)
+        meta = overlay["metadata"]["compaction"]
+        assert meta == {"id": comp.id, "from_id": "m2", "to_id": "m5", "messages": 4,
+                        "tokens_before": comp.tokens_before}
+        assert ids_of(s.get_history(compacted=False)) == ids
+        assert len(s) == 8 and s.path_length() == 8
+        assert ids_of(s.history(newest_first=True)) == ["m7", "m6", f"compaction:{comp.id}", "m1", "m0"]
+        assert ids_of(s.history(newest_first=True, compacted=False)) == ids[::-1]
+
+    def test_C3_compaction_record(self, store):
+        s = store.session("s")
+        chain(s, 6, text=lambda i: "word " * 40)
+        raw = s.get_history(compacted=False)
+        from sessionkit.messages import estimate_tokens
+
+        comp = s.on_compaction(_summary_fn("m1", "m4", "short")).compact()
+        assert comp.tokens_before == sum(estimate_tokens(m) for m in raw[1:5])
+        assert comp.tokens_after == estimate_tokens(s.get_history()[1])
+        assert comp.tokens_after < comp.tokens_before
+        assert s.compactions() == [comp]
+        assert store.stats()["compactions"] == 1
+
+    def test_C3_compact_without_function(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        with pytest.raises(sk.UsageError):
+            s.compact()
+
+    def test_C3_function_may_decline(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        assert s.on_compaction(lambda m, c: None).compact() is None
+        assert s.compactions() == []
+
+    def test_C3_bad_ranges_refused(self, store):
+        s = store.session("s")
+        chain(s, 5)
+        s.append(msg("side"), parent_id="m1")
+        for a, b in (("m3", "m1"), ("m0", "ghost"), ("m0", "side")):
+            with pytest.raises(ValueError):
+                s.on_compaction(_summary_fn(a, b)).compact(leaf_id="m4")
+        assert s.compactions() == []
+
+    def test_C2_auto_compaction_threshold(self, store):
+        s = store.session("s")
+        seen = []
+
+        def fn(messages, ctx):
+            seen.append((ids_of(messages), ctx.leaf_id, ctx.tokens, ctx.previous, ctx.session))
+            return sk.CompactionResult(messages[0]["id"], messages[-2]["id"], "S")
+
+        assert s.on_compaction(fn) is s
+        assert s.compact_after(200) is s
+        for i in range(6):
+            s.append(msg(f"m{i}", "word " * 30))
+            if i < 3:
+                assert seen == []
+        assert seen, "threshold crossed but function not called"
+        first_ids, leaf, tokens, previous, sess = seen[0]
+        assert sess is s and previous is None and tokens > 200
+        assert leaf == first_ids[-1]
+        assert s.context_tokens() <= tokens
+
+    def test_C2_previous_and_overlay_passed_on(self, store):
+        s = store.session("s")
+        chain(s, 6)
+        first = s.on_compaction(_summary_fn("m1", "m3", "S1")).compact()
+        seen = {}
+
+        def fn(messages, ctx):
+            seen["ids"] = ids_of(messages)
+            seen["previous"] = ctx.previous
+            return sk.CompactionResult(messages[1]["id"], messages[-2]["id"], "S2")
+
+        s.on_compaction(fn)
+        s.append(msg("m6"))
+        second = s.compact()
+        assert seen["ids"] == ["m0", f"compaction:{first.id}", "m4", "m5", "m6"]
+        assert seen["previous"] == first
+        # starting at the overlay maps back to the original start, so the newer one replaces it
+        assert (second.from_id, second.to_id) == ("m1", "m5")
+        assert ids_of(s.get_history()) == ["m0", f"compaction:{second.id}", "m6"]
+        assert len(s.compactions()) == 2
+
+    def test_C2_failing_function_keeps_conversation(self, store, caplog):
+        s = store.session("s")
+
+        def boom(messages, ctx):
+            raise RuntimeError("summarizer down")
+
+        s.on_compaction(boom).compact_after(0)
+        r = s.append(msg("a"))
+        assert r.inserted
+        assert ids_of(s.get_history()) == ["a"]
+        assert s.compactions() == []
+        assert "summarizer down" in caplog.text or "compaction" in caplog.text.lower()
+
+    def test_C2_duplicate_append_does_not_trigger(self, store):
+        s = store.session("s")
+        s.append(msg("a"))
+        calls = []
+        s.on_compaction(lambda m, c: calls.append(1)).compact_after(0)
+        s.append(msg("a"))
+        assert calls == []
+
+    def test_C5_branch_local_and_shared_prefix(self, store):
+        s = store.session("s")
+        chain(s, 4)  # m0..m3
+        s.append(msg("b2"), parent_id="m1")  # branch B: m0 m1 b2
+        s.append(msg("b3"), parent_id="b2")
+        shared = s.on_compaction(_summary_fn("m0", "m1", "prefix")).compact(leaf_id="m3")
+        on_a = s.on_compaction(_summary_fn("m1", "m3", "branch A")).compact(leaf_id="m3")
+        # newest on A overlaps the shared one: it wins there
+        assert ids_of(s.get_history(leaf_id="m3")) == ["m0", f"compaction:{on_a.id}"]
+        # B sees the shared prefix summary and is untouched by A's
+        assert ids_of(s.get_history(leaf_id="b3")) == [f"compaction:{shared.id}", "b2", "b3"]
+
+    def test_C5_newer_same_start_replaces(self, store):
+        s = store.session("s")
+        chain(s, 8)
+        c1 = s.on_compaction(_summary_fn("m1", "m3", "one")).compact()
+        c2 = s.on_compaction(_summary_fn("m1", "m5", "two")).compact()
+        hist = s.get_history()
+        assert ids_of(hist) == ["m0", f"compaction:{c2.id}", "m6", "m7"]
+        assert c1 in s.compactions() and c2 in s.compactions()
+
+    def test_C5_compaction_dropped_when_range_deleted(self, store):
+        s = store.session("s")
+        chain(s, 5)
+        s.on_compaction(_summary_fn("m2", "m4")).compact()
+        s.delete("m4")
+        assert s.compactions() == []
+        assert ids_of(s.get_history()) == ["m0", "m1", "m2", "m3"]
+
+    def test_C2_threshold_check_uses_compacted_tokens(self, store):
+        s = store.session("s")
+        chain(s, 6, text=lambda i: "word " * 100)
+        s.on_compaction(_summary_fn("m0", "m4", "tiny")).compact()
+        calls = []
+        s.on_compaction(lambda m, c: calls.append(c.tokens)).compact_after(500)
+        s.append(msg("m6", "small"))
+        assert calls == []  # raw path is ~900 tokens; compacted is far below 500
+
+    def test_C4_create_compact_function(self, store):
+        prompts = []
+
+        def summarize(prompt):
+            prompts.append(prompt)
+            return f"summary #{len(prompts)}"
+
+        s = store.session("s")
+        fn = sk.create_compact_function(summarize, keep_recent_tokens=150, protect_head=2, min_tail_messages=2)
+        s.on_compaction(fn)
+        chain(s, 12, text=lambda i: f"turn {i} " + "lorem ipsum dolor " * 10)
+        c1 = s.compact()
+        assert c1.from_id == "m2"  # head of 2 protected
+        hist = s.get_history()
+        assert ids_of(hist[:2]) == ["m0", "m1"]
+        tail = hist[3:]
+        assert len(tail) >= 2
+        from sessionkit.messages import estimate_tokens
+
+        assert sum(estimate_tokens(m) for m in tail) <= 150 or len(tail) == 2
+        assert "turn 2" in prompts[0] and "turn 0" not in prompts[0]
+        chain(s, 6, prefix="n", text=lambda i: f"later {i} " + "lorem ipsum dolor " * 10)
+        c2 = s.compact()
+        assert c2.from_id == "m2"  # extends the first summary
+        assert "summary #1" in prompts[1]
+        hist = s.get_history()
+        assert [m["id"] for m in hist].count(f"compaction:{c2.id}") == 1
+        assert not any(m["id"] == f"compaction:{c1.id}" for m in hist)
+
+    def test_C4_async_summarize(self, store):
+        async def summarize(prompt):
+            await asyncio.sleep(0)
+            return "async summary"
+
+        s = store.session("s")
+        s.on_compaction(sk.create_compact_function(summarize, keep_recent_tokens=0, protect_head=1))
+        chain(s, 6)
+        comp = s.compact()
+        assert comp.summary == "async summary"
+
+        async def inside_loop():
+            s.append(msg("z"))
+            return s.compact()
+
+        comp2 = asyncio.run(inside_loop())
+        assert comp2.summary == "async summary"
+
+    def test_C4_tool_call_never_separated_from_result(self, store):
+        s = store.session("s")
+        chain(s, 4, text=lambda i: "x " * 50)
+        s.append({"id": "call", "role": "assistant", "parts": [
+            {"type": "tool-lookup", "toolCallId": "t1", "input": {"q": "a"}, "state": "input-available"}]})
+        s.append({"id": "result", "role": "tool", "parts": [
+            {"type": "tool-lookup", "toolCallId": "t1", "output": "found " * 5, "state": "output-available"}]})
+        s.append(msg("final", "done"))
+        fn = sk.create_compact_function(lambda p: "s", keep_recent_tokens=30, protect_head=1, min_tail_messages=1)
+        s.on_compaction(fn)
+        comp = s.compact()
+        hist_ids = ids_of(s.get_history())
+        assert ("call" in hist_ids) == ("result" in hist_ids)
+        assert comp.to_id not in ("call",)
+
+
+# ---------------------------------------------------------------------------
+class TestSearch:
+    """SPEC 6: full-text search semantics, safety, lazy index."""
+
+    @pytest.fixture
+    def corpus(self, store):
+        s = store.session("s")
+        s.append(msg("d1", "We are deploying the new service tonight"))
+        s.append(msg("d2", "Deployments failed twice last week", role="assistant"))
+        s.append(msg("d3", "The cat sat on the mat"))
+        s.append(msg("d4", "mat sat cat the on"), parent_id="d1")  # a branch
+        s.append({"id": "d5", "role": "assistant", "parts": [
+            {"type": "reasoning", "text": "secret deploying thoughts"},
+            {"type": "tool-x", "toolCallId": "1", "input": {"q": "deploying"}, "output": "deploying"}]})
+        store.session("other").append(msg("o1", "deploying elsewhere"))
+        return s
+
+    def test_Q1_stemming_and_case(self, store, corpus):
+        hits = corpus.search("DEPLOYING")
+        assert {h.id for h in hits} == {"d1", "d2"}
+        assert {h.id for h in corpus.search("deployments")} == {"d1", "d2"}
+
+    def test_Q1_hit_fields(self, store, corpus):
+        hits = corpus.search("deployments failed")
+        assert [h.id for h in hits] == ["d2"]
+        h = hits[0]
+        assert h.session_id == "s" and h.role == "assistant"
+        assert h.content == "Deployments failed twice last week"
+        assert "[Deployments]" in h.snippet and "[failed]" in h.snippet
+        assert isinstance(h.score, float)
+
+    def test_Q1_all_words_must_occur(self, store, corpus):
+        assert {h.id for h in corpus.search("cat mat")} == {"d3", "d4"}
+        assert corpus.search("cat deploying") == []
+
+    def test_Q1_phrase(self, store, corpus):
+        assert [h.id for h in corpus.search('"cat sat"')] == ["d3"]
+        assert {h.id for h in corpus.search('"sat on the mat"')} == {"d3"}
+        assert {h.id for h in corpus.search("sat cat")} == {"d3", "d4"}
+
+    def test_Q1_only_text_parts_every_branch_and_compacted(self, store, corpus):
+        assert all(h.id != "d5" for h in corpus.search("deploying"))
+        corpus.on_compaction(_summary_fn("d1", "d2", "x")).compact(leaf_id="d3")
+        assert {h.id for h in corpus.search("deployments")} == {"d1", "d2"}
+        assert {h.id for h in corpus.search("mat")} == {"d3", "d4"}
+
+    def test_Q1_ranking_best_first(self, store):
+        s = store.session("r")
+        s.append(msg("weak", "apple " + "filler words here " * 30))
+        s.append(msg("strong", "apple apple apple"))
+        hits = s.search("apple")
+        assert [h.id for h in hits] == ["strong", "weak"]
+        assert hits[0].score >= hits[1].score
+
+    def test_Q1_store_search_and_limit(self, store, corpus):
+        assert {h.session_id for h in store.search("deploying")} == {"s", "other"}
+        assert [h.session_id for h in store.search("deploying", session_id="other")] == ["other"]
+        assert len(store.search("deploying", limit=1)) == 1
+        assert store.search("deploying", limit=0) == []
+
+    @pytest.mark.parametrize("query", [
+        "", "   ", '"', '""', '"unbalanced', "AND", "OR NOT", "NEAR(a b)", "a*", "*", "^x", "(", ")",
+        "cat:", "col:val", "{a b}", "'", "\\", "-", "+", "\x00", "🚀", "!!! ??? ...", "a" * 5000,
+        "cat " * 500, 'cat "sat', "ü" * 10, "deploy* OR 1=1; --",
+    ])
+    def test_Q2_any_string_is_safe(self, store, corpus, query):
+        hits = corpus.search(query)
+        assert isinstance(hits, list)
+        if not query.strip():
+            assert hits == []
+
+    def test_Q3_lazy_index_then_kept_current(self, store):
+        s = store.session("s")
+        chain(s, 5)
+        assert store.stats()["indexed_messages"] == 0
+        s.append(msg("x", "zebra crossing"))
+        assert store.stats()["indexed_messages"] == 0
+        assert [h.id for h in s.search("zebra")] == ["x"]
+        assert store.stats()["indexed_messages"] == 6
+        s.append(msg("y", "zebra stripes"))
+        s.import_message(msg("z", "zebra imported"))
+        assert {h.id for h in s.search("zebra")} == {"x", "y", "z"}
+        s.update(msg("x", "giraffe now"))
+        assert {h.id for h in s.search("zebra")} == {"y", "z"}
+        assert [h.id for h in s.search("giraffe")] == ["x"]
+        s.delete("z")
+        assert {h.id for h in s.search("zebra")} == {"y"}
+        s.clear()
+        assert s.search("zebra") == [] and s.search("giraffe") == []
+        assert store.stats()["indexed_messages"] == 0
+
+
+# ---------------------------------------------------------------------------
+class TestChangeFeed:
+    """SPEC 7: subscribe and mirror."""
+
+    def test_F1_every_write_type_reported(self, store):
+        events = []
+        unsub = store.subscribe(events.append)
+        s = store.session("s")
+        s.append(msg("a"))
+        s.append(msg("b"))
+        s.update(msg("b", "new"))
+        s.on_compaction(_summary_fn("a", "a")).compact()
+        s.delete("b")
+        store.session("t").append(msg("x"))
+        s.clear()
+        assert [(e.type, e.session_id) for e in events] == [
+            ("append", "s"), ("append", "s"), ("update", "s"), ("compact", "s"), ("delete", "s"),
+            ("append", "t"), ("clear", "s"),
+        ]
+        assert events[0].message_ids == ("a",) and strip_created(events[0].message) == msg("a")
+        assert events[2].message["parts"][0]["text"] == "new"
+        assert events[4].message_ids == ("b",)
+        unsub()
+        s.append(msg("after"))
+        assert len(events) == 7
+
+    def test_F1_raising_callback_does_not_stop_write(self, store, caplog):
+        seen = []
+
+        def bad(ev):
+            raise RuntimeError("subscriber bug")
+
+        store.subscribe(bad)
+        store.subscribe(seen.append)
+        r = store.session("s").append(msg("a"))
+        assert r.inserted and len(seen) == 1
+        assert store.session("s").get("a") is not None
+
+    def test_F2_mirror_list(self, store):
+        s = store.session("s")
+        s.append(msg("a"))
+        target = []
+        stop = s.mirror(target, transform=lambda m: m["id"])
+        assert target == ["a"]
+        s.append(msg("b"))
+        s.append(msg("c"), parent_id="a")
+        assert target == ["a", "c"]
+        s.update(msg("a", "edit"))
+        s.on_compaction(_summary_fn("a", "a", "S")).compact()
+        assert target == [m["id"] for m in s.get_history()]
+        s.import_message(msg("imp"), parent_id="c")  # imports send no event
+        assert target == [m["id"] for m in s.get_history(leaf_id="c")]
+        store.session("other").append(msg("zzz"))
+        assert "zzz" not in target
+        stop()
+        s.append(msg("d"))
+        assert "d" not in target
+
+    def test_F2_mirror_object_and_intercept(self, store):
+        s = store.session("s")
+
+        class Box:
+            def __init__(self):
+                self.value = []
+                self.sets = 0
+
+            def get(self):
+                return self.value
+
+            def set(self, v):
+                self.sets += 1
+                self.value = list(v)
+
+        box = Box()
+        handled = []
+
+        def intercept(ev):
+            if ev.type == "update":
+                handled.append(ev)
+                return True
+            return False
+
+        s.mirror(box, intercept=intercept)
+        s.append(msg("a"))
+        s.append(msg("b"))
+        assert [m["id"] for m in box.value] == ["a", "b"]
+        s.update(msg("a", "changed"))
+        assert len(handled) == 1
+        assert box.value[0]["parts"][0]["text"] == "text of a"  # left alone
+        s.append(msg("c"))
+        assert box.value == s.get_history()

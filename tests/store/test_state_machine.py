@@ -1,0 +1,791 @@
+"""Random operation sequences against every engine, checked against a plain in-memory model.
+
+A hypothesis state machine appends (latest leaf, explicit parent, new root, duplicate id),
+imports, updates, deletes (leaf, subtree, refused), clears, compacts and searches in two
+sessions of one store, and after every step compares each read of the store with what a
+dict-based model of SPEC sections 1-6 says it must return.
+
+``SESSIONKIT_HYPOTHESIS_EXAMPLES`` raises the number of examples (200 by default).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+import sessionkit as sk
+from sessionkit.store.search import matches, parse_query
+
+EXAMPLES = int(os.environ.get("SESSIONKIT_HYPOTHESIS_EXAMPLES", 200))
+STEPS = int(os.environ.get("SESSIONKIT_HYPOTHESIS_STEPS", 40))
+
+#: Small continuation-row size for the SQLite file engine, so split messages appear often.
+CHUNK_CHARS = 173
+
+_DUCKDB_MISSING = importlib.util.find_spec("sessionkit.store.duckdb") is None
+
+ENGINES = [
+    pytest.param("sqlite-memory", id="sqlite-memory"),
+    pytest.param("sqlite-file", id="sqlite-file"),
+    pytest.param(
+        "duckdb-file",
+        id="duckdb-file",
+        marks=pytest.mark.skipif(
+            _DUCKDB_MISSING,
+            reason="the DuckDB engine (sessionkit/store/duckdb.py) does not exist in this tree yet",
+        ),
+    ),
+]
+
+SESSIONS = ("", "s2")  # the default session and a named one
+IDS = tuple(f"m{i}" for i in range(18))  # shared by both sessions, so ids repeat across them
+ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+# ---------------------------------------------------------------------------
+# message generation
+
+WORDS = [
+    "deploy", "deploying", "deployments", "deployed", "cat", "cats", "running", "runs",
+    "the", "and", "Zürich", "naïve", "日本語", "alpha", "beta", "NEAR", "OR", "AND", "NOT",
+    "x_y", "error", "errors", "42", "Straße", "über", "café",
+]
+
+
+def _payload(n: int, size: int) -> bytes:
+    seed = hashlib.sha256(f"payload-{n}".encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+# Decoded sizes around the 4 KiB out-of-row threshold of SPEC M5.
+PAYLOADS = [_payload(0, 4096), _payload(1, 4095), _payload(2, 6000)]
+PAYLOADS_B64 = [base64.b64encode(p).decode("ascii") for p in PAYLOADS]
+
+words = st.lists(st.sampled_from(WORDS), max_size=10).map(" ".join)
+text_value = st.one_of(
+    words,
+    words,
+    st.text(max_size=12),
+    st.integers(200, 600).map(lambda n: ("deploy cats " * n)[:n]),  # longer than a continuation row
+)
+
+text_part = st.builds(lambda t: {"type": "text", "text": t}, text_value)
+reasoning_part = st.builds(lambda t: {"type": "reasoning", "text": t}, words)
+tool_part = st.builds(
+    lambda name, call, q, out: {
+        "type": f"tool-{name}",
+        "toolCallId": f"call-{call}",
+        "state": "output-available",
+        "input": {"q": q, "n": call},
+        "output": {"result": out, "ok": True},
+    },
+    st.sampled_from(["search", "weather"]),
+    st.integers(0, 9),
+    words,
+    words,
+)
+file_part = st.one_of(
+    st.builds(
+        lambda k: {
+            "type": "file",
+            "mediaType": "application/octet-stream",
+            "url": "data:application/octet-stream;base64," + PAYLOADS_B64[k],
+        },
+        st.integers(0, len(PAYLOADS) - 1),
+    ),
+    st.builds(
+        lambda k: {"type": "file", "mediaType": "image/png", "data": PAYLOADS_B64[k]},
+        st.integers(0, len(PAYLOADS) - 1),
+    ),
+    st.just({"type": "file", "mediaType": "text/plain", "url": "https://example.com/a.txt"}),
+)
+other_part = st.builds(
+    lambda v: {"type": "x-custom", "value": v},
+    st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.lists(st.integers(0, 3), max_size=3)),
+)
+part = st.one_of(text_part, text_part, text_part, reasoning_part, tool_part, file_part, other_part)
+
+created_at_field = st.sampled_from(
+    [
+        "2024-05-01T10:00:00.000Z",
+        "2024-05-01T10:00:00Z",  # not in the store's own format: must still read back as written
+        "2023-01-02T03:04:05.678+00:00",
+    ]
+)
+
+
+@st.composite
+def message_body(draw):
+    """Everything of a message but its id."""
+    body = {
+        "role": draw(st.sampled_from(["user", "assistant", "system", "tool"])),
+        "parts": draw(st.lists(part, max_size=3)),
+    }
+    if draw(st.booleans()):
+        body["metadata"] = {"k": draw(st.integers(0, 9)), "tags": draw(st.lists(st.sampled_from("abc"), max_size=2))}
+    if draw(st.integers(0, 4)) == 0:
+        body["createdAt"] = draw(created_at_field)
+    if draw(st.integers(0, 5)) == 0:
+        body["extra"] = {"nested": [1, "two", None]}
+    return body
+
+
+epoch_ms = st.integers(-2_208_988_800_000, 4_102_444_800_000)
+aware_datetime = st.builds(
+    lambda d, tz: d.replace(microsecond=d.microsecond // 1000 * 1000, tzinfo=tz),
+    st.datetimes(min_value=datetime(1950, 1, 2), max_value=datetime(2099, 12, 30)),
+    st.sampled_from([timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5, minutes=-30))]),
+)
+
+query_text = st.one_of(
+    words,
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(lambda w: '"' + " ".join(w) + '"'),
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(lambda w: '"' + " ".join(w)),
+    st.sampled_from(["", "   ", '"', "(", "cat OR", "NOT deploy", "deploy*", "^cat", "a:b", "NEAR(cat beta)"]),
+    st.text(max_size=15),
+)
+
+pick = st.integers(0, 1 << 16)  # chooses among whatever exists when the rule runs
+
+
+# ---------------------------------------------------------------------------
+# the reference model: SPEC rules written out plainly
+
+
+def canonical_size(message: dict) -> int:
+    """Stored size of a message: its JSON as written (payloads included)."""
+    return len(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def token_estimate(message: dict) -> int:
+    """SPEC M6: ceil(max(chars / 4, words * 1.3)) + 4 over text, reasoning and tool I/O."""
+    chars = words_ = 0
+    for p in message.get("parts", ()):
+        t = p.get("type", "")
+        values = []
+        if t in ("text", "reasoning"):
+            values.append(p.get("text", ""))
+        elif t.startswith("tool-"):
+            for key in ("input", "output"):
+                if p.get(key) is not None:
+                    v = p[key]
+                    values.append(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+        for v in values:
+            chars += len(v)
+            words_ += len(v.split())
+    return math.ceil(max(chars / 4, words_ * 1.3)) + 4
+
+
+def text_of(message: dict) -> list[str]:
+    return [p["text"] for p in message.get("parts", ()) if p.get("type") == "text" and isinstance(p.get("text"), str)]
+
+
+def payload_shas(message: dict) -> set[str]:
+    """SHA-256 of every inline file payload of 4 KiB or more (SPEC M5)."""
+    out = set()
+    for p in message.get("parts", ()):
+        if p.get("type") != "file":
+            continue
+        raw = None
+        url = p.get("url")
+        if isinstance(url, str) and url.startswith("data:") and ";base64," in url:
+            raw = base64.b64decode(url.split(",", 1)[1])
+        elif isinstance(p.get("data"), str):
+            raw = base64.b64decode(p["data"])
+        if raw is not None and len(raw) >= 4096:
+            out.add(hashlib.sha256(raw).hexdigest())
+    return out
+
+
+def iso_from_ms(ms: int) -> str:
+    d = EPOCH + timedelta(milliseconds=ms)
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+
+
+def iso_from_datetime(d: datetime) -> str:
+    d = d.astimezone(timezone.utc)
+    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+
+
+def normalized(value: str) -> str:
+    """An ISO 8601 string in the store's own format (UTC, milliseconds, ``Z``)."""
+    text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    return iso_from_datetime(datetime.fromisoformat(text))
+
+
+class Entry:
+    __slots__ = ("message", "parent", "order", "created")
+
+    def __init__(self, message, parent, order, created):
+        # created: the message's creation time as the store records it (W3's created_at,
+        # else the message's own createdAt, else the time of the write)
+        self.message, self.parent, self.order, self.created = message, parent, order, created
+
+
+class SessionModel:
+    def __init__(self):
+        self.msgs: dict[str, Entry] = {}
+        self.comps: list[dict] = []  # oldest first: id, from_id, to_id, summary, created_at, tokens_after
+
+    def children(self, mid):
+        return sorted((k for k, e in self.msgs.items() if e.parent == mid), key=lambda k: self.msgs[k].order)
+
+    def leaves(self):
+        parents = {e.parent for e in self.msgs.values()}
+        return [k for k in self.msgs if k not in parents]
+
+    def latest_leaf(self):
+        leaves = self.leaves()
+        return max(leaves, key=lambda k: self.msgs[k].order) if leaves else None
+
+    def descendants(self, mid):
+        out, todo = [], [mid]
+        while todo:
+            cur = todo.pop()
+            kids = self.children(cur)
+            out += kids
+            todo += kids
+        return out
+
+    def path(self, leaf):
+        out = []
+        while leaf is not None:
+            out.append(leaf)
+            leaf = self.msgs[leaf].parent
+        return out[::-1]
+
+    def applied(self, path):
+        """(start, end, comp) of compactions shown on this path: the whole range on it,
+        and where ranges overlap the newest one wins (so one with the same start replaces)."""
+        pos = {m: i for i, m in enumerate(path)}
+        chosen = []
+        for comp in reversed(self.comps):
+            a, b = pos.get(comp["from_id"]), pos.get(comp["to_id"])
+            if a is None or b is None or a > b:
+                continue
+            if any(not (b < s or a > e) for s, e, _ in chosen):
+                continue
+            chosen.append((a, b, comp))
+        return sorted(chosen, key=lambda r: r[0])
+
+    def compacted(self, path):
+        out, i = [], 0
+        for a, b, comp in self.applied(path):
+            out += [self.msgs[m].message for m in path[i:a]]
+            out.append(overlay(comp, b - a + 1))
+            i = b + 1
+        out += [self.msgs[m].message for m in path[i:]]
+        return out
+
+
+def overlay(comp: dict, count: int) -> dict:
+    """SPEC C5: the message a compaction reads as."""
+    return {
+        "id": f"compaction:{comp['id']}",
+        "role": "assistant",
+        "parts": [{"type": "text", "text": comp["summary"]}],
+        "createdAt": comp["created_at"],
+        "metadata": {
+            "compaction": {
+                "id": comp["id"],
+                "from_id": comp["from_id"],
+                "to_id": comp["to_id"],
+                "messages": count,
+                "tokens_before": comp["tokens_before"],
+            }
+        },
+    }
+
+
+def open_engine(engine: str, folder: str):
+    if engine == "sqlite-memory":
+        return sk.open_store(":memory:")
+    if engine == "sqlite-file":
+        return sk.open_store(os.path.join(folder, "store.db"), chunk_chars=CHUNK_CHARS)
+    if engine == "duckdb-file":
+        return sk.open_store(os.path.join(folder, "store.duckdb"))
+    raise AssertionError(engine)
+
+
+# ---------------------------------------------------------------------------
+
+
+class StoreMachine(RuleBasedStateMachine):
+    ENGINE = "sqlite-memory"
+
+    def __init__(self):
+        super().__init__()
+        self.folder = tempfile.mkdtemp(prefix="sk-machine-")
+        self.store = open_engine(self.ENGINE, self.folder)
+        self.model = {sid: SessionModel() for sid in SESSIONS}
+        self.order = itertools.count()
+        self.ever_payloads: set[str] = set()
+        self.searched = False  # a search with a non-empty query has run
+        self.fresh = itertools.count()
+        self.plan = None
+        self.calls = []
+        for sid in SESSIONS:
+            self.store.session(sid).on_compaction(self._compact_fn)
+
+    def teardown(self):
+        self.store.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    # -- helpers --------------------------------------------------------------
+    def s(self, i):
+        sid = SESSIONS[i]
+        return sid, self.store.session(sid), self.model[sid]
+
+    @staticmethod
+    def choose(items, k):
+        items = sorted(items)
+        return items[k % len(items)] if items else None
+
+    def _expect_stored(self, body, mid, created_at=None):
+        msg = {"id": mid, **body}
+        if "createdAt" not in msg and created_at is not None:
+            msg["createdAt"] = created_at
+        return msg
+
+    def _check_new(self, result_msg, expected):
+        """The message an insert returned: as written, plus createdAt in the store's format."""
+        if "createdAt" not in expected:
+            assert ISO_MS.match(result_msg.get("createdAt", "")), result_msg.get("createdAt")
+            expected = dict(expected, createdAt=result_msg["createdAt"])
+        assert result_msg == expected
+        return expected
+
+    def _insert(self, i, mid, body, parent_mode, parent=None, *, importing=False, created_at=None, created_iso=None):
+        sid, session, model = self.s(i)
+        note(f"{'import' if importing else 'append'} {sid!r}:{mid} parent={parent_mode}:{parent}")
+        existing = model.msgs.get(mid)
+        if importing:
+            kwargs = {"parent_id": parent if parent_mode == "explicit" else None}
+            if created_at is not None:
+                kwargs["created_at"] = created_at
+            res = session.import_message({"id": mid, **body}, **kwargs)
+        elif parent_mode == "latest":
+            res = session.append({"id": mid, **body})
+        elif parent_mode == "root":
+            res = session.append({"id": mid, **body}, parent_id=None)
+        else:
+            res = session.append({"id": mid, **body}, parent_id=parent)
+        if existing is not None:
+            # SPEC W1/W3: first write wins, nothing written
+            assert res.inserted is False
+            assert res.message == existing.message
+            return
+        assert res.inserted is True
+        expected = self._check_new(res.message, self._expect_stored(body, mid, created_iso))
+        if parent_mode == "latest":
+            parent = model.latest_leaf()
+        elif parent_mode == "root":
+            parent = None
+        created = created_iso or normalized(expected["createdAt"])
+        model.msgs[mid] = Entry(expected, parent, next(self.order), created)
+        self.ever_payloads |= payload_shas(expected)
+
+    # -- appends ------------------------------------------------------------------
+    @rule(i=st.integers(0, 1), mid=st.sampled_from(IDS), body=message_body())
+    def append_to_latest_leaf(self, i, mid, body):
+        self._insert(i, mid, body, "latest")
+
+    @rule(i=st.integers(0, 1), mid=st.sampled_from(IDS), body=message_body(), k=pick)
+    def append_under_parent(self, i, mid, body, k):
+        parent = self.choose(self.model[SESSIONS[i]].msgs, k)
+        if parent is None:
+            return
+        self._insert(i, mid, body, "explicit", parent)
+
+    @rule(i=st.integers(0, 1), mid=st.sampled_from(IDS), body=message_body())
+    def append_new_root(self, i, mid, body):
+        self._insert(i, mid, body, "root")
+
+    @rule(i=st.integers(0, 1), k=pick, body=message_body(), mode=st.sampled_from(["latest", "root", "explicit"]))
+    def append_duplicate_id(self, i, k, body, mode):
+        model = self.model[SESSIONS[i]]
+        mid = self.choose(model.msgs, k)
+        if mid is None:
+            return
+        self._insert(i, mid, body, mode, self.choose(model.msgs, k + 1))
+
+    @rule(i=st.integers(0, 1), k=pick, body=message_body())
+    def append_under_unknown_parent_stores_nothing(self, i, k, body):
+        sid, session, model = self.s(i)
+        # prefer a parent id that exists in the other session only: sessions share nothing
+        other = set(self.model[SESSIONS[1 - i]].msgs) - set(model.msgs)
+        parent = self.choose(other, k) or f"absent{next(self.fresh)}"
+        mid = self.choose(set(IDS) - set(model.msgs), k) or f"fresh{next(self.fresh)}"
+        with pytest.raises(sk.MessageNotFound):
+            session.append({"id": mid, **body}, parent_id=parent)
+        with pytest.raises(sk.MessageNotFound):
+            session.import_message({"id": mid, **body}, parent_id=parent)
+
+    @rule(
+        i=st.integers(0, 1),
+        mid=st.sampled_from(IDS),
+        body=message_body(),
+        k=pick,
+        under=st.booleans(),
+        when=st.one_of(st.none(), epoch_ms, aware_datetime),
+    )
+    def import_message(self, i, mid, body, k, under, when):
+        model = self.model[SESSIONS[i]]
+        parent = self.choose(model.msgs, k) if under else None
+        if when is None:
+            iso = None
+        elif isinstance(when, datetime):
+            iso = iso_from_datetime(when)
+        else:
+            iso = iso_from_ms(when)
+        self._insert(i, mid, body, "explicit" if parent else "root", parent,
+                     importing=True, created_at=when, created_iso=iso)
+
+    # -- update -------------------------------------------------------------------------
+    @rule(i=st.integers(0, 1), k=pick, body=message_body())
+    def update(self, i, k, body):
+        sid, session, model = self.s(i)
+        mid = self.choose(model.msgs, k)
+        if mid is None:
+            return
+        note(f"update {sid!r}:{mid}")
+        entry = model.msgs[mid]
+        expected = {"id": mid, **body}
+        if "createdAt" not in expected:
+            # the writer gave none: the message's creation time, in the store's format (M3)
+            expected["createdAt"] = entry.created
+        returned = session.update({"id": mid, **body})
+        assert returned == expected
+        entry.message = expected
+        self.ever_payloads |= payload_shas(expected)
+
+    @rule(i=st.integers(0, 1), k=pick, body=message_body())
+    def update_unknown_id_raises(self, i, k, body):
+        sid, session, model = self.s(i)
+        mid = self.choose(set(self.model[SESSIONS[1 - i]].msgs) - set(model.msgs), k) or f"absent{next(self.fresh)}"
+        with pytest.raises(sk.MessageNotFound):
+            session.update({"id": mid, **body})
+
+    # -- delete -------------------------------------------------------------------------
+    def _remove(self, model, ids):
+        for mid in ids:
+            del model.msgs[mid]
+        model.comps = [c for c in model.comps if c["from_id"] in model.msgs and c["to_id"] in model.msgs]
+
+    @rule(i=st.integers(0, 1), k=pick)
+    def delete_leaf(self, i, k):
+        sid, session, model = self.s(i)
+        mid = self.choose(model.leaves(), k)
+        if mid is None:
+            return
+        note(f"delete leaf {sid!r}:{mid}")
+        assert sorted(session.delete(mid)) == [mid]
+        self._remove(model, [mid])
+
+    @rule(i=st.integers(0, 1), k=pick)
+    def delete_subtree(self, i, k):
+        sid, session, model = self.s(i)
+        mid = self.choose(model.msgs, k)
+        if mid is None:
+            return
+        note(f"delete subtree {sid!r}:{mid}")
+        gone = [mid, *model.descendants(mid)]
+        assert sorted(session.delete([mid], subtree=True)) == sorted(gone)
+        self._remove(model, gone)
+
+    @rule(i=st.integers(0, 1), k=pick, seed=st.randoms(use_true_random=False))
+    def delete_node_with_all_descendants_listed(self, i, k, seed):
+        sid, session, model = self.s(i)
+        mid = self.choose(model.msgs, k)
+        if mid is None:
+            return
+        gone = [mid, *model.descendants(mid)]
+        seed.shuffle(gone)
+        note(f"delete listed {sid!r}:{gone}")
+        assert sorted(session.delete(gone)) == sorted(gone)
+        self._remove(model, gone)
+
+    @rule(i=st.integers(0, 1), k=pick)
+    def delete_with_children_is_refused(self, i, k):
+        sid, session, model = self.s(i)
+        parents = [m for m in model.msgs if model.children(m)]
+        mid = self.choose(parents, k)
+        if mid is None:
+            return
+        note(f"refused delete {sid!r}:{mid}")
+        with pytest.raises(ValueError):
+            session.delete(mid)
+        # the invariants check that nothing changed
+
+    @rule(i=st.integers(0, 1), k=pick)
+    def delete_with_unknown_id_is_refused(self, i, k):
+        sid, session, model = self.s(i)
+        known = self.choose(model.leaves(), k)
+        ids = [known] if known else []
+        ids.append(self.choose(set(IDS) - set(model.msgs), k) or f"absent{next(self.fresh)}")
+        with pytest.raises(sk.MessageNotFound):
+            session.delete(ids)
+
+    @rule(i=st.integers(0, 1))
+    def clear(self, i):
+        sid, session, model = self.s(i)
+        note(f"clear {sid!r}")
+        session.clear()
+        self.model[sid] = SessionModel()
+
+    # -- compaction -----------------------------------------------------------------------
+    def _compact_fn(self, messages, ctx):
+        self.calls.append((messages, ctx))
+        lo, span, prefer_overlay, decline, summary = self.plan
+        if decline:
+            return None
+        n = len(messages)
+        overlays = [j for j, m in enumerate(messages) if m["id"].startswith("compaction:")]
+        a = overlays[lo % len(overlays)] if prefer_overlay and overlays else lo % n
+        b = a + span % (n - a)
+        return sk.CompactionResult(messages[a]["id"], messages[b]["id"], summary)
+
+    @rule(
+        i=st.integers(0, 1),
+        leaf=st.one_of(st.none(), pick),
+        lo=pick,
+        span=st.one_of(st.integers(0, 3), pick),
+        prefer_overlay=st.booleans(),
+        decline=st.integers(0, 7).map(lambda x: x == 0),
+        summary=words,
+    )
+    def compact(self, i, leaf, lo, span, prefer_overlay, decline, summary):
+        sid, session, model = self.s(i)
+        leaf_id = None if leaf is None else self.choose(model.msgs, leaf)
+        target = leaf_id if leaf_id is not None else model.latest_leaf()
+        self.plan = (lo, span, prefer_overlay, decline, summary)
+        self.calls = []
+        note(f"compact {sid!r} leaf={leaf_id} plan={self.plan}")
+        comp = session.compact(leaf_id=leaf_id)
+        if target is None:
+            assert comp is None and not self.calls
+            return
+        assert len(self.calls) == 1
+        messages, ctx = self.calls[0]
+        path = model.path(target)
+        view = model.compacted(path)
+        applied = model.applied(path)
+        assert messages == view
+        assert ctx.session is session
+        assert ctx.leaf_id == target
+        assert ctx.tokens == sum(token_estimate(m) for m in view)
+        if applied:
+            assert ctx.previous is not None and ctx.previous.id in {c["id"] for _, _, c in applied}
+        else:
+            assert ctx.previous is None
+        if decline:
+            assert comp is None
+            return
+        by_id = {f"compaction:{c['id']}": c for c in model.comps}
+        n = len(view)
+        overlays = [j for j, m in enumerate(view) if m["id"].startswith("compaction:")]
+        a = overlays[lo % len(overlays)] if prefer_overlay and overlays else lo % n
+        b = a + span % (n - a)
+        first, last = view[a]["id"], view[b]["id"]
+        from_id = by_id[first]["from_id"] if first in by_id else first
+        to_id = by_id[last]["to_id"] if last in by_id else last
+        assert isinstance(comp, sk.Compaction)
+        assert (comp.from_id, comp.to_id, comp.summary) == (from_id, to_id, summary)
+        assert comp.id and comp.id not in {c["id"] for c in model.comps}
+        assert ISO_MS.match(comp.created_at)
+        assert isinstance(comp.tokens_before, int) and comp.tokens_before >= 0
+        record = {
+            "id": comp.id, "from_id": from_id, "to_id": to_id, "summary": summary,
+            "created_at": comp.created_at, "tokens_before": comp.tokens_before,
+        }
+        assert comp.tokens_after == token_estimate(overlay(record, 1))
+        model.comps.append(record)
+        # the new compaction shows on this path at once, replacing what it covers
+        ranges = [(s, e, c["id"]) for s, e, c in model.applied(path)]
+        pos = {m: j for j, m in enumerate(path)}
+        assert (pos[from_id], pos[to_id], comp.id) in ranges
+
+    @rule(i=st.integers(0, 1))
+    def compact_without_function_is_a_usage_error(self, i):
+        other = self.store.session(f"nofn-{SESSIONS[i]}")
+        with pytest.raises(sk.UsageError):
+            other.compact()
+
+    # -- search ---------------------------------------------------------------------------
+    @rule(
+        scope=st.sampled_from([0, 1, None]),
+        query=query_text,
+        limit=st.sampled_from([1, 3, 10, 1000]),
+    )
+    def search(self, scope, query, limit):
+        note(f"search scope={scope} {query!r} limit={limit}")
+        parsed = parse_query(query)
+        if scope is None:
+            hits = self.store.search(query, limit=limit)
+            sids = SESSIONS
+        else:
+            hits = self.store.session(SESSIONS[scope]).search(query, limit=limit)
+            sids = (SESSIONS[scope],)
+        if not parsed.empty:
+            self.searched = True
+        ref = {
+            (sid, mid)
+            for sid in sids
+            for mid, e in self.model[sid].msgs.items()
+            if matches("\n\n".join(text_of(e.message)), parsed)
+        }
+        got = [(h.session_id, h.id) for h in hits]
+        assert len(got) == len(set(got)), "a message was returned twice"
+        assert set(got) <= ref, f"hits that do not match the query: {set(got) - ref}"
+        assert len(got) == min(limit, len(ref)), f"missing hits: {ref - set(got)}"
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True)
+        for h in hits:
+            msg = self.model[h.session_id].msgs[h.id].message
+            assert h.role == msg["role"]
+            texts = text_of(msg)
+            if len(texts) == 1:
+                assert h.content == texts[0]
+            for t in texts:
+                assert t in h.content
+            assert isinstance(h.snippet, str)
+
+    # -- explicit reads ---------------------------------------------------------------------
+    @rule(
+        i=st.integers(0, 1),
+        k=pick,
+        max_bytes=st.one_of(st.integers(0, 3000), pick),
+        min_messages=st.integers(1, 4),
+        by_default=st.booleans(),
+    )
+    def read_at_leaf(self, i, k, max_bytes, min_messages, by_default):
+        sid, session, model = self.s(i)
+        leaf = model.latest_leaf() if by_default else self.choose(model.msgs, k)
+        if leaf is None:
+            assert session.recent_history(max_bytes, min_messages=min_messages).messages == []
+            return
+        kw = {} if by_default else {"leaf_id": leaf}
+        path = model.path(leaf)
+        raw = [model.msgs[m].message for m in path]
+        assert session.get_history(compacted=False, **kw) == raw
+        assert session.get_history(**kw) == model.compacted(path)
+        assert list(session.history(newest_first=True, **kw)) == model.compacted(path)[::-1]
+        first_two = list(itertools.islice(session.history(newest_first=True, compacted=False, **kw), 2))
+        assert first_two == raw[::-1][:2]
+        assert session.path_length(**kw) == len(path)
+        assert session.branches(leaf) == [model.msgs[c].message for c in model.children(leaf)]
+        # SPEC R3: the longest suffix within max_bytes, never fewer than min_messages
+        sizes = [canonical_size(m) for m in raw]
+        take, total = 0, 0
+        for size in reversed(sizes):
+            if take >= min_messages and total + size > max_bytes:
+                break
+            take += 1
+            total += size
+        window = session.recent_history(max_bytes, min_messages=min_messages, **kw)
+        assert window.messages == raw[len(raw) - take:]
+        assert window.truncated == (take < len(raw))
+        assert window.total_content_bytes == sum(sizes)
+
+    @rule(i=st.integers(0, 1), k=pick)
+    def reads_of_unknown_ids(self, i, k):
+        sid, session, model = self.s(i)
+        mid = self.choose(set(self.model[SESSIONS[1 - i]].msgs) - set(model.msgs), k) or f"absent{next(self.fresh)}"
+        assert session.get(mid) is None
+        for call in (
+            lambda: session.get_history(leaf_id=mid),
+            lambda: list(session.history(leaf_id=mid, newest_first=True)),
+            lambda: session.branches(mid),
+            lambda: session.path_length(mid),
+            lambda: session.recent_history(100, leaf_id=mid),
+        ):
+            with pytest.raises(sk.MessageNotFound):
+                call()
+
+    # -- invariants: every read agrees with the model --------------------------------------------
+    @invariant()
+    def reads_match_the_model(self):
+        for sid in SESSIONS:
+            session, model = self.store.session(sid), self.model[sid]
+            assert len(session) == len(model.msgs)
+            for mid, e in model.msgs.items():
+                assert session.get(mid) == e.message, mid
+            leaf = model.latest_leaf()
+            got_leaf = session.latest_leaf()
+            if leaf is None:
+                assert got_leaf is None
+                assert session.get_history() == []
+                assert session.get_history(compacted=False) == []
+                assert session.path_length() == 0
+                assert list(session.history(newest_first=True)) == []
+            else:
+                assert got_leaf == model.msgs[leaf].message
+                path = model.path(leaf)
+                view = model.compacted(path)
+                assert session.get_history(compacted=False) == [model.msgs[m].message for m in path]
+                assert session.get_history() == view
+                assert list(session.history(newest_first=True)) == view[::-1]
+                assert session.path_length() == len(path)
+                # reads are fresh copies
+                got_leaf["parts"].append({"type": "text", "text": "mutated"})
+                got_leaf["role"] = "mutated"
+                assert session.latest_leaf() == model.msgs[leaf].message
+            comps = session.compactions()
+            assert [(c.id, c.from_id, c.to_id, c.summary, c.created_at) for c in comps] == [
+                (c["id"], c["from_id"], c["to_id"], c["summary"], c["created_at"]) for c in model.comps
+            ]
+
+    @invariant()
+    def store_counts_match_the_model(self):
+        live = {sid: len(m.msgs) for sid, m in self.model.items() if m.msgs}
+        listed = {info.id: info.message_count for info in self.store.list_sessions()}
+        assert listed == live
+        stats = self.store.stats()
+        assert stats["messages"] == sum(live.values())
+        assert stats["sessions"] == len(live)
+        assert stats["compactions"] == sum(len(m.comps) for m in self.model.values())
+        live_payloads = set()
+        for m in self.model.values():
+            for e in m.msgs.values():
+                live_payloads |= payload_shas(e.message)
+        assert len(live_payloads) <= stats["blobs"] <= len(self.ever_payloads)
+        if not self.searched:
+            assert stats["indexed_messages"] == 0, "the index was built before any search"
+        else:
+            with_text = sum(1 for m in self.model.values() for e in m.msgs.values() if text_of(e.message))
+            assert with_text <= stats["indexed_messages"] <= stats["messages"]
+
+
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_random_operation_sequences_match_the_reference_model(engine):
+    machine = type(f"StoreMachine_{engine.replace('-', '_')}", (StoreMachine,), {"ENGINE": engine})
+    run_state_machine_as_test(machine, settings=SETTINGS)

@@ -1,0 +1,64 @@
+"""The public surface is pinned, and importing the store loads nothing heavy."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import sessionkit as sk
+
+PINNED = {
+    "__version__", "open_store", "LATEST", "Store", "Session", "AppendResult", "ChangeEvent",
+    "Compaction", "CompactionContext", "CompactionResult", "RecentHistory", "RunRecord", "SearchHit",
+    "SessionInfo", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
+    "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError",
+    "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
+    "RunInterrupted", "Agent", "RunResult", "RunController", "create_session", "SessionStore",
+    "FileSessionStore", "testing", "io", "plot", "widgets", "server",
+}
+
+
+def test_all_is_pinned():
+    assert set(sk.__all__) == PINNED
+    assert len(sk.__all__) == len(set(sk.__all__))
+
+
+def test_error_tree():
+    root = sk.SessionKitError
+    for name in ("InvalidMessage", "MessageNotFound", "SessionNotFound", "StoreClosed", "StoreLocked",
+                 "MessageTooLarge", "SchemaVersionError", "UsageError", "MissingDependency", "RunFailed",
+                 "ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted"):
+        assert issubclass(getattr(sk, name), root), name
+    assert issubclass(sk.InvalidMessage, ValueError)
+    assert issubclass(sk.MessageNotFound, LookupError)
+    assert issubclass(sk.SessionNotFound, LookupError)
+    assert issubclass(sk.MissingDependency, ImportError)
+    for name in ("ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted"):
+        assert issubclass(getattr(sk, name), sk.RunFailed)
+    err = sk.ModelError("x", run_id="r1")
+    assert err.run_id == "r1"
+
+
+HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy"]
+
+
+def test_import_loads_nothing_heavy():
+    code = (
+        "import sys, json, sessionkit, sessionkit.store, sessionkit.messages\n"
+        "s = sessionkit.open_store(); x = s.session('a')\n"
+        "x.append({'id': 'a', 'role': 'user', 'parts': [{'type': 'text', 'text': 'hi'}]})\n"
+        "x.search('hi'); x.get_history()\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_latest_sentinel():
+    assert repr(sk.LATEST) == "sessionkit.LATEST"
+    import copy
+    import pickle
+
+    assert copy.deepcopy(sk.LATEST) is sk.LATEST
+    assert pickle.loads(pickle.dumps(sk.LATEST)) is sk.LATEST
