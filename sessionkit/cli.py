@@ -87,6 +87,11 @@ def _size(n: int) -> str:
     return f"{n} B"  # unreachable
 
 
+def _count(n: int, noun: str) -> str:
+    """``3 messages``, ``1 message``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _one_line(text: str, width: int = _PREVIEW) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
@@ -728,8 +733,8 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
         w(f"   $ {PROG} {command}")
         w()
 
-    w(f"sessionkit demo: {stats['sessions']} sessions, {stats['messages']} messages, "
-      f"{stats['compactions']} compactions, {stats['blobs']} blob; written to")
+    w(f"sessionkit demo: {_count(stats['sessions'], 'session')}, {_count(stats['messages'], 'message')}, "
+      f"{_count(stats['compactions'], 'compaction')}, {_count(stats['blobs'], 'blob')}; written to")
     w(f"   {path}")
 
     step(1, "The sessions, newest activity first", f"ls {q}")
@@ -779,6 +784,15 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
 _IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_hh", "jsonl": "import_jsonl"}
 
 
+def _session_from_file(path: str) -> str:
+    """Default session id for an OpenAI chat file: its name without .gz/.jsonl/.json."""
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
     if not os.path.isfile(args.file):
@@ -790,45 +804,53 @@ def cmd_import(args, out: TextIO) -> int:
     with sk.open_store(args.store) as store:
         before = store.stats()
         if args.format == "openai":
-            session_id = args.session if args.session is not None else Path(args.file).stem
+            session_id = args.session if args.session is not None else _session_from_file(args.file)
             fn(store.session(session_id), args.file)
+            where = f"session {_sid(session_id)} of {args.store}"
         else:
             fn(store, args.file)
+            where = args.store
         after = store.stats()
     added_m = after["messages"] - before["messages"]
     added_s = after["sessions"] - before["sessions"]
-    print(f"imported {args.file} ({args.format}): {added_m:,} new messages, {added_s:,} new sessions; "
-          f"{args.store} now holds {after['messages']:,} messages in {after['sessions']:,} sessions", file=out)
+    print(f"imported {args.file} ({args.format}) into {where}: {_count(added_m, 'new message')}, "
+          f"{_count(added_s, 'new session')} (the store holds {_count(after['messages'], 'message')} in "
+          f"{_count(after['sessions'], 'session')})", file=out)
     return 0
 
 
 def cmd_export(args, out: TextIO) -> int:
-    """Export a store (or one session, for JSONL) to JSONL or a folder of Parquet files."""
+    """Export a store or one session, to JSONL or to a folder of Parquet files."""
     io = _optional_module("sessionkit.io", "export")
     with _existing_store(args.store) as store:
+        session = _existing_session(store, args.session, args.store) if args.session is not None else None
         if args.format == "parquet":
-            if args.session is not None:
-                raise CommandError("--session works with --format jsonl only; parquet exports the whole store")
-            _function(io, "export_parquet", "export")(store, args.path)
-            what = f"{store.stats()['sessions']:,} sessions"
-        else:
-            fn = _function(io, "export_jsonl", "export")
-            if args.session is not None:
-                session = _existing_session(store, args.session, args.store)
-                fn(session, args.path)
-                what = f"session {_sid(args.session)} ({len(session):,} messages)"
-            else:
+            fn = _function(io, "export_parquet", "export")
+            if session is None:
                 fn(store, args.path)
-                what = f"{store.stats()['sessions']:,} sessions"
+            else:
+                fn(store, args.path, session_ids=[session.session_id])
+        else:
+            _function(io, "export_jsonl", "export")(session if session is not None else store, args.path)
+        if session is not None:
+            what = f"session {_sid(session.session_id)} ({_count(len(session), 'message')})"
+        else:
+            stats = store.stats()
+            what = f"{_count(stats['sessions'], 'session')} ({_count(stats['messages'], 'message')})"
     print(f"exported {what} to {args.path} ({args.format})", file=out)
     return 0
 
 
-def _load_agent(spec: str):
-    """``module:attr`` -> the object, importing from the current folder first (like uvicorn)."""
+def _agent_spec(spec: str) -> tuple[str, str]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise CommandError(f"--agent must look like module:attribute (for example myapp.agents:support), got {spec!r}")
+    return module_name, attr
+
+
+def _load_agent(spec: str):
+    """``module:attr`` -> the object, importing from the current folder first (as uvicorn does)."""
+    module_name, attr = _agent_spec(spec)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -840,13 +862,14 @@ def _load_agent(spec: str):
     obj: Any = module
     for name in attr.split("."):
         if not hasattr(obj, name):
-            raise CommandError(f"--agent: {module_name!r} has no attribute {attr!r}")
+            raise CommandError(f"--agent: module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, name)
     return obj
 
 
 def cmd_serve(args, out: TextIO) -> int:
-    """Serve an agent over HTTP; the bearer token comes from SESSIONKIT_TOKEN, never argv."""
+    """Serve an agent over HTTP; the bearer token comes from SESSIONKIT_TOKEN, never from argv."""
+    _agent_spec(args.agent)  # a malformed spec fails before anything is loaded
     token = os.environ.get("SESSIONKIT_TOKEN", "")
     if not token:
         raise CommandError("set SESSIONKIT_TOKEN to the bearer token clients must send (16 characters or more)")
@@ -854,11 +877,11 @@ def cmd_serve(args, out: TextIO) -> int:
         raise CommandError("SESSIONKIT_TOKEN is shorter than 16 characters")
     server = _optional_module("sessionkit.server", "serve")
     create_app = _function(server, "create_app", "serve")
-    agent = _load_agent(args.agent)
     try:
         import uvicorn
     except ImportError as exc:
         raise CommandError("uvicorn is not installed; install it with: pip install 'sessionkit[server]'") from exc
+    agent = _load_agent(args.agent)
     with sk.open_store(args.store) as store:
         app = create_app(agent, store, token=token)
         uvicorn.run(app, host=args.host, port=args.port)
@@ -970,7 +993,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("path", metavar="PATH", help="the JSONL file, or the folder for Parquet")
     p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="default: jsonl")
-    p.add_argument("--session", metavar="ID", help="export this session only (jsonl)")
+    p.add_argument("--session", metavar="ID", help="export this session only")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(

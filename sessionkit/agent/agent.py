@@ -32,6 +32,7 @@ for the controller's next run.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -51,7 +52,15 @@ from ._loop import RunState, message_text, new_run_id
 from ._sync import run_coroutine_sync
 from .controller import RunController
 from .events import EventEmitter
-from .models import ChatModel, LiteLLMModel, ModelReply, ReasoningDelta, TextDelta, ToolCall
+from .models import (
+    ChatModel,
+    LiteLLMModel,
+    ModelReply,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    make_usage,
+)
 from .sessions import ExternalSession, _require_tree, create_session
 from .tools import Tool, as_tool, json_safe
 
@@ -600,7 +609,7 @@ class Agent:
                     pass
         if reply is None:
             raise ModelError(f"model {name!r} ended its reply stream without a ModelReply")
-        return reply
+        return _with_usage_keys(reply, name)
 
     async def _call_tool(self, call: ToolCall) -> tuple[Any, str | None]:
         """Run one tool call; a tool that raises becomes an error result, not a failed run."""
@@ -615,6 +624,21 @@ class Agent:
         except Exception as exc:
             return None, f"{type(exc).__name__}: {exc}"
         return json_safe(output), None
+
+
+def _with_usage_keys(reply: ModelReply, model_name: str) -> ModelReply:
+    """Make sure a reply's usage has exactly the SPEC keys (custom models may give fewer)."""
+    usage = reply.usage if isinstance(reply.usage, dict) else {}
+    cost = usage.get("cost_usd")
+    normal = make_usage(
+        model=usage.get("model") or model_name,
+        input_tokens=usage.get("in"),
+        output_tokens=usage.get("out"),
+        cache_read=usage.get("cache_read"),
+        cache_write=usage.get("cache_write"),
+        cost_usd=cost if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+    )
+    return reply if normal == usage else dataclasses.replace(reply, usage=normal)
 
 
 async def _drain(queue: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[dict]:

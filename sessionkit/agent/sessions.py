@@ -160,7 +160,8 @@ class FileSessionStore:
 
     Each line is one message; a run's messages are appended in a single write
     and flushed to disk (``fsync``), so an interrupted process leaves at most
-    one incomplete last line, which :meth:`load` skips.
+    one incomplete last line: :meth:`load` skips it and the next :meth:`save`
+    cuts it off before writing.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -204,13 +205,12 @@ class FileSessionStore:
         payload = "".join(dumps(m) + "\n" for m in new_messages).encode("utf-8")
         path = self.path(session_id)
         with self._lock:
-            with open(path, "ab") as handle:
-                if handle.tell() > 0:
-                    # a previous torn write must not glue onto our first line
-                    with open(path, "rb") as reader:
-                        reader.seek(-1, os.SEEK_END)
-                        if reader.read(1) != b"\n":
-                            payload = b"\n" + payload
+            with open(path, "a+b") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                if size:
+                    handle.seek(size - 1)
+                    if handle.read(1) != b"\n":
+                        _drop_torn_tail(handle, size)
                 handle.write(payload)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -225,6 +225,22 @@ class FileSessionStore:
                 continue
             out.append(unquote(stem))
         return out
+
+
+def _drop_torn_tail(handle: Any, size: int) -> None:
+    """Cut an unfinished last line (a write that never returned) off the file."""
+    block = 4096
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        handle.seek(start)
+        chunk = handle.read(end - start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            handle.truncate(start + cut + 1)
+            return
+        end = start
+    handle.truncate(0)
 
 
 def _is_sessionkit_store(store: Any) -> bool:

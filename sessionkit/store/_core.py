@@ -173,6 +173,8 @@ class Engine:
 
     kind = "abstract"
     path: str | None = None
+    #: A search ranks at most this many of the newest matching messages (bounded cost).
+    search_candidates: int = 10_000
 
     # lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -353,7 +355,14 @@ class Store:
 
     # -- search ---------------------------------------------------------------
     def search(self, query: str, *, session_id: str | None = None, limit: int = 10) -> list[SearchHit]:
-        """Full-text search over text parts (SPEC Q1-Q3); any string is a valid query."""
+        """Full-text search over text parts (SPEC Q1-Q3); any string is a valid query.
+
+        Words match case-insensitively with English stemming; all words must occur;
+        ``"double quotes"`` ask for a phrase. Hits come best first (BM25). The cost
+        of a search stays bounded however large the store grows: when a query
+        matches more than ``store.search_candidates`` messages (10,000 by default),
+        the best hits are chosen among the newest that many matches.
+        """
         eng = self._check()
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
             raise ValueError(f"limit must be a non-negative int, got {limit!r}")
@@ -373,6 +382,17 @@ class Store:
             text = _msg.message_text(msg)
             hits.append(SearchHit(mid, sid, role, text, snippet(text, parsed), float(score)))
         return hits
+
+    @property
+    def search_candidates(self) -> int:
+        """How many of the newest matches a search ranks at most (see :meth:`search`)."""
+        return self._engine.search_candidates
+
+    @search_candidates.setter
+    def search_candidates(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"search_candidates must be a positive int, got {value!r}")
+        self._engine.search_candidates = value
 
     # -- runs and events (used by sessionkit.agent and the server) -------------
     def runs(self, session_id: str) -> list[RunRecord]:

@@ -374,16 +374,22 @@ class SQLiteEngine(Engine):
         return self._index_on
 
     def search(self, fts_query, terms, sid, limit):
-        where = "sessionkit_fts MATCH ?"
-        params: list = [fts_query]
+        # Rank only the newest `search_candidates` matches: FTS5 walks matches in rowid
+        # order and stops there, so a query matching most of a huge store costs the same
+        # as one matching that many (see Store.search).
+        join = ""
+        params: list = []
         if sid is not None:
-            where += " AND m.session_id = ?"
+            join = "JOIN sessionkit_messages s ON s.seq = sessionkit_fts.rowid AND s.session_id = ?"
             params.append(sid)
-        params.append(limit)
+        params += [fts_query, self.search_candidates, limit]
         return self._q(
-            f"""SELECT m.seq, m.session_id, m.id, m.role, -bm25(sessionkit_fts) AS score
-                FROM sessionkit_fts JOIN sessionkit_messages m ON m.seq = sessionkit_fts.rowid
-                WHERE {where} ORDER BY bm25(sessionkit_fts), m.seq LIMIT ?""",
+            f"""SELECT c.seq, m.session_id, m.id, m.role, c.score FROM (
+                    SELECT sessionkit_fts.rowid AS seq, -bm25(sessionkit_fts) AS score
+                    FROM sessionkit_fts {join}
+                    WHERE sessionkit_fts MATCH ? ORDER BY sessionkit_fts.rowid DESC LIMIT ?
+                ) AS c JOIN sessionkit_messages m ON m.seq = c.seq
+                ORDER BY c.score DESC, c.seq DESC LIMIT ?""",
             params,
         )
 

@@ -1096,6 +1096,19 @@ class TestSearch:
         if not query.strip():
             assert hits == []
 
+    def test_Q1_bounded_candidates_rank_the_newest_matches(self, store):
+        s = store.session("s")
+        s.append(msg("old-best", "kiwi kiwi kiwi kiwi"))
+        for i in range(6):
+            s.append(msg(f"n{i}", "kiwi " + "padding words " * (i + 3)))
+        assert s.search("kiwi")[0].id == "old-best"
+        store.search_candidates = 3
+        hits = s.search("kiwi")
+        assert {h.id for h in hits} == {"n3", "n4", "n5"}
+        assert [h.id for h in hits] == ["n3", "n4", "n5"]  # shorter text ranks higher
+        with pytest.raises(ValueError):
+            store.search_candidates = 0
+
     def test_Q3_lazy_index_then_kept_current(self, store):
         s = store.session("s")
         chain(s, 5)

@@ -10,7 +10,7 @@ import pytest
 litellm = pytest.importorskip("litellm")
 
 # litellm's own pydantic types warn about ReadOnly TypedDict items under pytest's warning capture
-pytestmark = pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier:UserWarning")
+pytestmark = pytest.mark.filterwarnings("ignore:.*the `ReadOnly` qualifier:UserWarning")
 
 from sessionkit.errors import ModelError
 from sessionkit.agent import Agent

@@ -483,3 +483,22 @@ def test_one_controller_drives_one_run_at_a_time(mem_store):
 
     asyncio.run(main())
     assert mem_store.runs("b") == []
+
+
+def test_a_custom_model_object_works_and_its_usage_gets_every_key(mem_store):
+    class Echo:
+        """The smallest model object: no name, partial usage."""
+
+        async def stream(self, messages, *, tools):
+            from sessionkit.agent.models import ModelReply, TextDelta
+
+            text = "echo: " + messages[-1]["content"]
+            yield TextDelta(text)
+            yield ModelReply(text=text, usage={"in": 3})
+
+    agent = Agent("e", "", Echo())
+    result = agent.run_sync("hi", session=mem_store.session("echo"))
+    assert result.text == "echo: hi"
+    [usage] = [e for e in mem_store.events("echo") if e["kind"] == "usage"]
+    assert {k: usage[k] for k in ("in", "out", "cache_read", "cache_write", "cost_usd", "model")} == {
+        "in": 3, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "Echo"}

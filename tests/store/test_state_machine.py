@@ -228,19 +228,11 @@ def iso_from_datetime(d: datetime) -> str:
     return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
 
 
-def normalized(value: str) -> str:
-    """An ISO 8601 string in the store's own format (UTC, milliseconds, ``Z``)."""
-    text = value[:-1] + "+00:00" if value.endswith("Z") else value
-    return iso_from_datetime(datetime.fromisoformat(text))
-
-
 class Entry:
-    __slots__ = ("message", "parent", "order", "created")
+    __slots__ = ("message", "parent", "order")
 
-    def __init__(self, message, parent, order, created):
-        # created: the message's creation time as the store records it (W3's created_at,
-        # else the message's own createdAt, else the time of the write)
-        self.message, self.parent, self.order, self.created = message, parent, order, created
+    def __init__(self, message, parent, order):
+        self.message, self.parent, self.order = message, parent, order
 
 
 class SessionModel:
@@ -345,6 +337,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.fresh = itertools.count()
         self.plan = None
         self.calls = []
+        self.touched: set[tuple[str, str]] = set()  # (session, id) written or removed in this step
         for sid in SESSIONS:
             self.store.session(sid).on_compaction(self._compact_fn)
 
@@ -380,6 +373,7 @@ class StoreMachine(RuleBasedStateMachine):
         sid, session, model = self.s(i)
         note(f"{'import' if importing else 'append'} {sid!r}:{mid} parent={parent_mode}:{parent}")
         existing = model.msgs.get(mid)
+        self.touched.add((sid, mid))
         if importing:
             kwargs = {"parent_id": parent if parent_mode == "explicit" else None}
             if created_at is not None:
@@ -402,8 +396,7 @@ class StoreMachine(RuleBasedStateMachine):
             parent = model.latest_leaf()
         elif parent_mode == "root":
             parent = None
-        created = created_iso or normalized(expected["createdAt"])
-        model.msgs[mid] = Entry(expected, parent, next(self.order), created)
+        model.msgs[mid] = Entry(expected, parent, next(self.order))
         self.ever_payloads |= payload_shas(expected)
 
     # -- appends ------------------------------------------------------------------
@@ -473,8 +466,9 @@ class StoreMachine(RuleBasedStateMachine):
         entry = model.msgs[mid]
         expected = {"id": mid, **body}
         if "createdAt" not in expected:
-            # the writer gave none: the message's creation time, in the store's format (M3)
-            expected["createdAt"] = entry.created
+            # the writer gave none: the stored creation time stays, as written
+            expected["createdAt"] = entry.message["createdAt"]
+        self.touched.add((sid, mid))
         returned = session.update({"id": mid, **body})
         assert returned == expected
         entry.message = expected
@@ -489,8 +483,10 @@ class StoreMachine(RuleBasedStateMachine):
 
     # -- delete -------------------------------------------------------------------------
     def _remove(self, model, ids):
+        sid = next(k for k, v in self.model.items() if v is model)
         for mid in ids:
             del model.msgs[mid]
+            self.touched.add((sid, mid))
         model.comps = [c for c in model.comps if c["from_id"] in model.msgs and c["to_id"] in model.msgs]
 
     @rule(i=st.integers(0, 1), k=pick)
@@ -552,6 +548,7 @@ class StoreMachine(RuleBasedStateMachine):
         sid, session, model = self.s(i)
         note(f"clear {sid!r}")
         session.clear()
+        self.touched |= {(sid, mid) for mid in model.msgs}
         self.model[sid] = SessionModel()
 
     # -- compaction -----------------------------------------------------------------------
@@ -725,36 +722,59 @@ class StoreMachine(RuleBasedStateMachine):
 
     # -- invariants: every read agrees with the model --------------------------------------------
     @invariant()
-    def reads_match_the_model(self):
+    def written_messages_read_back(self):
+        for sid, mid in self.touched:
+            entry = self.model[sid].msgs.get(mid)
+            assert self.store.session(sid).get(mid) == (None if entry is None else entry.message), (sid, mid)
+        self.touched.clear()
+
+    @invariant()
+    def latest_path_matches_the_model(self):
         for sid in SESSIONS:
             session, model = self.store.session(sid), self.model[sid]
             assert len(session) == len(model.msgs)
-            for mid, e in model.msgs.items():
-                assert session.get(mid) == e.message, mid
             leaf = model.latest_leaf()
-            got_leaf = session.latest_leaf()
             if leaf is None:
-                assert got_leaf is None
+                assert session.latest_leaf() is None
                 assert session.get_history() == []
                 assert session.get_history(compacted=False) == []
-                assert session.path_length() == 0
-                assert list(session.history(newest_first=True)) == []
             else:
-                assert got_leaf == model.msgs[leaf].message
                 path = model.path(leaf)
-                view = model.compacted(path)
-                assert session.get_history(compacted=False) == [model.msgs[m].message for m in path]
-                assert session.get_history() == view
-                assert list(session.history(newest_first=True)) == view[::-1]
-                assert session.path_length() == len(path)
-                # reads are fresh copies
-                got_leaf["parts"].append({"type": "text", "text": "mutated"})
-                got_leaf["role"] = "mutated"
                 assert session.latest_leaf() == model.msgs[leaf].message
+                assert session.get_history(compacted=False) == [model.msgs[m].message for m in path]
+                assert session.get_history() == model.compacted(path)
             comps = session.compactions()
             assert [(c.id, c.from_id, c.to_id, c.summary, c.created_at) for c in comps] == [
                 (c["id"], c["from_id"], c["to_id"], c["summary"], c["created_at"]) for c in model.comps
             ]
+
+    @rule()
+    def every_read_matches_the_model(self):
+        for sid in SESSIONS:
+            session, model = self.store.session(sid), self.model[sid]
+            for mid, e in model.msgs.items():
+                assert session.get(mid) == e.message, mid
+            for leaf in model.leaves():
+                path = model.path(leaf)
+                view = model.compacted(path)
+                assert session.get_history(leaf_id=leaf) == view
+                assert list(session.history(leaf_id=leaf, newest_first=True)) == view[::-1]
+                assert session.get_history(leaf_id=leaf, compacted=False) == [model.msgs[m].message for m in path]
+                assert session.path_length(leaf) == len(path)
+            leaf = model.latest_leaf()
+            if leaf is None:
+                assert session.path_length() == 0
+                assert list(session.history(newest_first=True)) == []
+            else:
+                assert session.path_length() == len(model.path(leaf))
+                assert list(session.history(newest_first=True)) == model.compacted(model.path(leaf))[::-1]
+                # reads are fresh copies: changing one changes nothing stored
+                got = session.latest_leaf()
+                got["parts"].append({"type": "text", "text": "mutated"})
+                got["role"] = "mutated"
+                history = session.get_history(compacted=False)
+                history[-1]["parts"].clear()
+                assert session.get(leaf) == model.msgs[leaf].message
 
     @invariant()
     def store_counts_match_the_model(self):
