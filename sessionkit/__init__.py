@@ -44,6 +44,7 @@ from .store import (
     Session,
     SessionInfo,
     Store,
+    TreeNode,
     create_compact_function,
     open_store,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "RunRecord",
     "SearchHit",
     "SessionInfo",
+    "TreeNode",
     "create_compact_function",
     "SessionKitError",
     "InvalidMessage",

@@ -12,10 +12,12 @@
     sessionkit import / export                transcripts in and out (sessionkit.io)
     sessionkit serve                          the HTTP server (sessionkit.server)
 
-It uses the library's public API only, so what it prints is what a program reading the
-store would see. Read commands never create a store: a missing file is an error. Every
-failure is one line on stderr (``sessionkit: error: ...``) and a non-zero exit status;
-``--json`` on ``info``, ``ls``, ``show`` and ``search`` prints machine-readable output.
+It reads stores through the library's public API, so what it prints is what a program
+reading the store would see. Read commands never create a store: a missing file is an error, and
+before opening a SQLite file they check, read-only, that it holds sessionkit tables
+(opening would otherwise add them to another program's database).
+Every failure is one line on stderr (``sessionkit: error: ...``) and a non-zero exit
+status; ``--json`` on ``info``, ``ls``, ``show`` and ``search`` prints machine-readable output.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 _PREVIEW = 64  # characters of text shown per message in one-line views
+_MAX_INDENT = 48  # characters of tree drawing before a line's message id, at most
 _MAX_JSON = 400  # characters of a tool input/output shown in the chat view (--json shows all)
 
 
@@ -413,30 +416,31 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
 
     Without ``full``: what the model sees, each compaction summary in place of its range.
     With ``full``: every stored message, the compacted ranges marked where they start and end.
+    A message with siblings says which branch it is. A footer gives message and token counts.
     """
     latest = session.latest_leaf()
+    if latest is None:
+        print(f"session {_sid(session.session_id)} is empty", file=out)
+        return
     leaf = leaf_id if leaf_id is not None else latest["id"]
-    if leaf_id is not None:
-        session.path_length(leaf_id)  # an unknown leaf fails here, before anything is printed
-    is_latest = latest is not None and leaf == latest["id"]
+    session.path_length(leaf)  # an unknown leaf fails here, before anything is printed
     comps = {c.id: c for c in session.compactions()}
     applied: list[dict] = []
-    if comps:  # the compactions this path shows (a first pass that keeps only the summaries' metadata)
+    if full and comps:  # which ranges the model would not see: a first pass keeping only summary metadata
         applied = [info for m in session.history(leaf_id=leaf) if (info := _overlay_info(m)) is not None]
     begins = {a["from_id"]: a for a in applied}
     ends = {a["to_id"]: a for a in applied}
 
-    print(f"session {_sid(session.session_id)} · path to {leaf}"
-          f"{' (latest leaf)' if is_latest else ''} · "
-          f"{'full history' if full else 'as the model sees it'}", file=out)
+    print(f"session {_sid(session.session_id)} · path to {leaf}{' (latest leaf)' if leaf == latest['id'] else ''}"
+          f" · {'full history' if full else 'as the model sees it'}", file=out)
     print(file=out)
     raw_count = 0
     raw_tokens = 0
-    seen_count = 0
     parent: str | None = None
     for message in session.history(leaf_id=leaf, compacted=not full):
         info = _overlay_info(message)
         if info is not None:  # a summary standing in for a range (model view only)
+            applied.append(info)
             comp = comps.get(info.get("id"))
             after = comp.tokens_after if comp else estimate_tokens(message)
             print(f"══ compaction {str(info.get('id'))[:8]} · summary of {info.get('messages')} messages "
@@ -444,13 +448,12 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
             print(_text_of(message), file=out)
             print("══ end of summary; the messages after it are kept word for word ══", file=out)
             print(file=out)
-            seen_count += 1
             raw_count += int(info.get("messages") or 0)
             raw_tokens += int(info.get("tokens_before") or 0)
             parent = info.get("to_id")
             continue
         mid = message["id"]
-        if full and mid in begins:
+        if mid in begins:
             a = begins[mid]
             print(f"══ compacted range begins · compaction {str(a['id'])[:8]} shows the model one summary "
                   f"instead of the next {a.get('messages')} messages ({_span(a)}) ══", file=out)
@@ -460,23 +463,23 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
             siblings = [s["id"] for s in session.branches(parent)]
             if len(siblings) > 1:
                 others = [s for s in siblings if s != mid]
-                note = f"branch {siblings.index(mid) + 1} of {len(siblings)} (also: {', '.join(others)})"
+                listed = ", ".join(others[:5]) + (", …" if len(others) > 5 else "")
+                note = f"branch {siblings.index(mid) + 1} of {len(siblings)} (also: {listed})"
         _render_message(message, out, note=note)
-        if full and mid in ends:
+        if mid in ends:
             print(f"══ compacted range ends · compaction {str(ends[mid]['id'])[:8]} ══", file=out)
             print(file=out)
-        tokens = estimate_tokens(message)
         raw_count += 1
-        raw_tokens += tokens
+        raw_tokens += estimate_tokens(message)
         parent = mid
-    seen_count = raw_count - sum(int(a.get("messages") or 0) - 1 for a in applied)
-    seen_tokens = session.context_tokens(leaf)
     if applied:
-        print(f"{raw_count:,} messages (~{raw_tokens:,} tokens) on this path; the model sees {seen_count:,} "
-              f"(~{seen_tokens:,} tokens): {len(applied)} compaction{'s' if len(applied) > 1 else ''} applied."
-              + ("" if full else f" Add --full to see every message."), file=out)
+        seen_count = raw_count - sum(int(a.get("messages") or 0) - 1 for a in applied)
+        print(f"{_count(raw_count, 'message')} (~{raw_tokens:,} tokens) on this path; the model sees "
+              f"{seen_count:,} (~{session.context_tokens(leaf):,} tokens): "
+              f"{_count(len(applied), 'compaction')} applied." + ("" if full else " Add --full to see every message."),
+              file=out)
     else:
-        print(f"{raw_count:,} messages (~{raw_tokens:,} tokens) on this path.", file=out)
+        print(f"{_count(raw_count, 'message')} (~{raw_tokens:,} tokens) on this path.", file=out)
 
 
 def _write_json_array(items, out: TextIO) -> None:
@@ -494,16 +497,21 @@ def _write_json_array(items, out: TextIO) -> None:
 
 
 class _Tree:
-    """A session's message tree, walked from its root with ``session.branches``."""
+    """A session's message tree, walked from the root of the shown path with ``session.branches``.
+
+    A session can hold several roots (``append(..., parent_id=None)``); the API lists the
+    children of a message but not a session's roots, so messages under other roots are
+    counted (``len(session)`` tells how many) rather than drawn.
+    """
 
     def __init__(self, session: sk.Session, leaf_id: str | None):
         self.session = session
         latest = session.latest_leaf()
-        self.leaf = leaf_id if leaf_id is not None else latest["id"]
+        self.leaf = leaf_id if leaf_id is not None else (latest["id"] if latest else None)
         self.is_latest = latest is not None and self.leaf == latest["id"]
-        path = [m["id"] for m in session.history(leaf_id=self.leaf, compacted=False)]
-        self.path = path
-        self.on_path = set(path)
+        path = list(session.history(leaf_id=self.leaf, compacted=False)) if self.leaf is not None else []
+        self.path = [m["id"] for m in path]
+        self.on_path = set(self.path)
         self.messages: dict[str, dict] = {}
         self.parent: dict[str, str | None] = {}
         self.children: dict[str, list[str]] = {}
@@ -511,12 +519,13 @@ class _Tree:
         self.order: list[str] = []
         self.roots: list[str] = []
         if path:
-            root = session.get(path[0])
-            self._walk(root)
+            self._walk(path[0])
         self.unreachable = len(session) - len(self.messages)
         self.compactions = session.compactions()
-        self.applied = {info["id"] for m in session.history(leaf_id=self.leaf)
-                        if (info := _overlay_info(m)) is not None}
+        self.applied: set[str] = set()
+        if self.compactions and self.leaf is not None:
+            self.applied = {info["id"] for m in session.history(leaf_id=self.leaf)
+                            if (info := _overlay_info(m)) is not None}
         self.labels = {c.id: f"c{i + 1}" for i, c in enumerate(self.compactions)}
         self.covered: dict[str, list[str]] = {}
         self.sizes: dict[str, int | None] = {}
@@ -561,12 +570,12 @@ class _Tree:
         n = len(self.messages) + self.unreachable
         bp = self.branch_points()
         nc = len(self.compactions)
-        print(f"session {_sid(self.session.session_id)}: {n:,} messages, {bp} branch point"
-              f"{'' if bp == 1 else 's'}, {nc} compaction{'' if nc == 1 else 's'}", file=out)
+        print(f"session {_sid(self.session.session_id)}: {_count(n, 'message')}, {_count(bp, 'branch point')}, "
+              f"{_count(nc, 'compaction')}", file=out)
         print(f"* marks the path to {self.leaf}{' (latest leaf)' if self.is_latest else ''}; "
-              f"<n branches> marks a branch point", file=out)
+              "<n branches> marks a branch point", file=out)
         if self.compactions:
-            print(f"compactions, oldest first ([cN] tags the messages each one covers):", file=out)
+            print("compactions, oldest first ([cN] tags the messages each one covers):", file=out)
             for comp in self.compactions:
                 label = self.labels[comp.id]
                 size = self.sizes[comp.id]
@@ -592,6 +601,8 @@ class _Tree:
                 tags += "  [" + " ".join(self.covered[mid]) + "]"
             mark = "* " if mid in self.on_path else "  "
             role = str(msg.get("role", "?"))
+            if len(prefix) > _MAX_INDENT:  # deeply nested branches: keep the nearest levels visible
+                prefix = "…" + prefix[-(_MAX_INDENT - 1):]
             print(f"{mark}{prefix}{mid}  {role}: {_preview(msg)}{tags}", file=out)
             if len(kids) == 1:
                 stack.append((kids[0], cont, cont))
@@ -600,7 +611,7 @@ class _Tree:
                     last = i == len(kids) - 1
                     stack.append((kids[i], cont + ("└── " if last else "├── "), cont + ("    " if last else "│   ")))
         if self.unreachable:
-            print(f"({self.unreachable:,} more messages sit under other roots of this session, "
+            print(f"({_count(self.unreachable, 'more message')} sit under other roots of this session, "
                   f"which cannot be reached from {self.roots[0]!r}; show --leaf ID shows their paths)", file=out)
 
     def as_json(self) -> dict:
@@ -949,7 +960,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leaf", metavar="ID", help="show the path to this message instead of the latest leaf")
     p.add_argument("--tree", action="store_true",
                    help="the whole tree: branch points, the path (marked *), compaction ranges")
-    p.add_argument("--full", action="store_true", help="every message, compaction not applied")
+    p.add_argument("--full", action="store_true",
+                   help="every message, compaction not applied (--tree always shows every message)")
     p.add_argument("--json", action="store_true",
                    help="print the messages as JSON (with --tree: nodes with parent, children and message)")
     p.set_defaults(func=cmd_show)
@@ -1063,3 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug or a driver error nobody converted: still one line, unless debugging
+        if os.environ.get("SESSIONKIT_DEBUG"):
+            raise
+        return _fail(f"unexpected {type(exc).__name__}: {_describe(exc)} (set SESSIONKIT_DEBUG=1 for the traceback)")

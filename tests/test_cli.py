@@ -382,6 +382,21 @@ def test_show_tree_marks_branches_the_path_and_compaction_ranges(store_path, cli
     assert tree["compactions"][0]["messages"] == len(covered) and tree["compactions"][0]["applied"]
 
 
+def test_show_tree_counts_messages_under_other_roots(tmp_path):
+    path = str(tmp_path / "roots.db")
+    with sk.open_store(path) as store:
+        s = store.session("")
+        s.append(_msg("r1", "user", "first root"))
+        s.append(_msg("r1a", "assistant", "first reply"))
+        s.append(_msg("r2", "user", "second root"), parent_id=None)
+        latest_path = [m["id"] for m in s.get_history()]
+        others = len(s) - len(latest_path)
+    latest, older = run_batch([("show", path, "", "--tree"), ("show", path, "", "--tree", "--leaf", "r1a")])
+    assert f"({others} more messages sit under other roots" in assert_ok(latest)
+    assert re.search(r"^\* r2  user: second root$", latest.stdout, re.M)
+    assert re.search(r"^\* r1a  assistant: first reply$", assert_ok(older), re.M)
+
+
 # ---------------------------------------------------------------------------
 # search
 
@@ -468,10 +483,10 @@ def test_errors_are_one_line_and_exit_non_zero(store_path, tmp_path):
         (("demo", "--store", store_path), ("already exists",)),
     ]
     results = run_batch([argv for argv, _ in cases])
-    for (argv, fragments), result in zip(cases, results):
+    for (_, fragments), result in zip(cases, results):
         assert_error(result, *fragments)
     # the same through the console script: status, stdout and stderr of a real process
-    for (argv, fragments), result in zip(cases[:8:3], run_many([argv for argv, _ in cases[:8:3]])):
+    for (_, fragments), result in zip(cases[:8:3], run_many([argv for argv, _ in cases[:8:3]])):
         assert_error(result, *fragments)
     assert_error(run("serve", "--store", str(tmp_path / "s.db"), "--agent", "app:agent",
                      env=_env(SESSIONKIT_TOKEN="short")), "16 characters")
@@ -497,6 +512,55 @@ def test_import_export_serve_name_a_missing_module(store_path, tmp_path):
     assert_error(run("serve", "--store", str(tmp_path / "a.db"), "--agent", "app:agent", prefix=no_server,
                      env=_env(SESSIONKIT_TOKEN="t" * 24)), "sessionkit.server")
     assert not (tmp_path / "a.db").exists()
+
+
+# sessionkit.server and uvicorn replaced by recorders: checks what `serve` hands them.
+_FAKE_SERVE = r"""
+import json, sys, types
+calls = {}
+server = types.ModuleType("sessionkit.server")
+def create_app(agent, store, *, token=None):
+    calls["create_app"] = {"agent": repr(agent), "engine": store.engine, "path": store.path, "token": token}
+    return "the-app"
+server.create_app = create_app
+sys.modules["sessionkit.server"] = server
+uvicorn = types.ModuleType("uvicorn")
+def run(app, host, port):
+    calls["run"] = {"app": app, "host": host, "port": port}
+uvicorn.run = run
+sys.modules["uvicorn"] = uvicorn
+from sessionkit.cli import main
+status = main(sys.argv[1:])
+print(json.dumps({"status": status, **calls}))
+"""
+
+
+def test_serve_hands_agent_store_and_token_to_the_server(tmp_path):
+    (tmp_path / "myagents.py").write_text("support = 'the support agent'\n")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('no model configured')\n")
+    token = "s3cret-token-0123456789"
+    store = tmp_path / "served.db"
+    fake = [sys.executable, "-c", _FAKE_SERVE]
+    env = _env(SESSIONKIT_TOKEN=token)
+    result = run("serve", "--store", str(store), "--agent", "myagents:support", "--host", "0.0.0.0",
+                 "--port", "8123", prefix=fake, env=env, cwd=tmp_path)
+    report = json.loads(assert_ok(result))
+    assert report == {
+        "status": 0,
+        "create_app": {"agent": repr("the support agent"), "engine": "sqlite", "path": str(store.resolve()),
+                       "token": token},
+        "run": {"app": "the-app", "host": "0.0.0.0", "port": 8123},
+    }
+    assert token not in result.stderr
+    missing_attr = run("serve", "--store", str(store), "--agent", "myagents:nobody", prefix=fake, env=env,
+                       cwd=tmp_path)
+    assert missing_attr.stderr == "sessionkit: error: --agent: module 'myagents' has no attribute 'nobody'\n"
+    assert json.loads(missing_attr.stdout) == {"status": 1}
+    failing = run("serve", "--store", str(store), "--agent", "broken:agent", prefix=fake, env=env, cwd=tmp_path)
+    assert failing.stderr.splitlines() == [
+        "sessionkit: error: --agent: importing 'broken' failed: RuntimeError: no model configured"]
+    assert json.loads(failing.stdout) == {"status": 1}
+    assert_error(run("serve", "--store", str(store), "--agent", "a:b", "--port", "70000"), "--port")
 
 
 def _io_has(*names: str) -> bool:

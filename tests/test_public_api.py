@@ -11,7 +11,7 @@ import sessionkit as sk
 PINNED = {
     "__version__", "open_store", "LATEST", "Store", "Session", "AppendResult", "ChangeEvent",
     "Compaction", "CompactionContext", "CompactionResult", "RecentHistory", "RunRecord", "SearchHit",
-    "SessionInfo", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
+    "SessionInfo", "TreeNode", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
     "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
     "RunInterrupted", "Agent", "RunResult", "RunController", "create_session", "SessionStore",

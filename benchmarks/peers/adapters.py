@@ -66,6 +66,8 @@ class Peer:
     has_search = False
     search_kind = ""
     recent_kind = ""
+    # fixtures are bulk-loaded in chunks of this many messages (None: all in one call)
+    bulk_chunk: int | None = 5_000
 
     def __init__(self) -> None:
         self.notes: list[str] = []
@@ -154,6 +156,28 @@ class SessionKit(Peer):
 
     async def append(self, conv: str, msg: dict) -> None:
         self.store.session(conv).append(msg)
+
+    async def bulk_load(self, conv: str, msgs: list[dict]) -> None:
+        # Fixtures only (never timed): the public batched importer, sk.io.import_jsonl,
+        # writes the same chain as appends would, 1,000 messages per transaction.
+        import tempfile
+
+        try:
+            from sessionkit.io import import_jsonl
+        except ImportError:
+            return await super().bulk_load(conv, msgs)
+        leaf = self.store.session(conv).latest_leaf()
+        parent = leaf["id"] if leaf else None
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "fixture.jsonl"
+            with open(path, "w") as fh:
+                fh.write(json.dumps({"format": "sessionkit", "version": 1}) + "\n")
+                for m in msgs:
+                    line = {"type": "message", "session_id": conv, "parent_id": parent,
+                            "created_at": m["createdAt"], "message": m}
+                    fh.write(json.dumps(line) + "\n")
+                    parent = m["id"]
+            import_jsonl(self.store, path)
 
     async def read_all(self, conv: str) -> list:
         return self.store.session(conv).get_history()
@@ -603,6 +627,9 @@ class LangGraphSqlite(Peer):
         builder.add_edge("agent", END)
         self.graph = builder.compile(checkpointer=saver)
 
+    # one invocation per bulk load: every invocation re-serializes the whole state
+    bulk_chunk = None
+
     def _cfg(self, conv: str) -> dict:
         return {"configurable": {"thread_id": conv}}
 
@@ -711,11 +738,13 @@ class GoogleADK(Peer):
         from google.adk.sessions.schemas.v1 import StorageEvent
 
         s = await self.session(conv)
-        base = time.time()
+        ts = max(time.time(), getattr(self, "_last_ts", 0.0))
         async with self.svc.database_session_factory() as db:
-            for i, m in enumerate(msgs):
-                db.add(StorageEvent.from_event(s, self._event(m, timestamp=base + i * 1e-3)))
+            for m in msgs:
+                ts += 1e-5  # ADK orders events by timestamp: keep them strictly increasing
+                db.add(StorageEvent.from_event(s, self._event(m, timestamp=ts)))
             await db.commit()
+        self._last_ts = ts
         self.release(conv)
 
     async def read_all(self, conv: str) -> list:

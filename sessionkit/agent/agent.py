@@ -45,7 +45,6 @@ from ..errors import (
     RunFailed,
     RunInterrupted,
     RunTimeout,
-    UsageError,
 )
 from ..messages import dumps, validate
 from ._loop import RunState, message_text, new_run_id
@@ -61,7 +60,7 @@ from .models import (
     ToolCall,
     make_usage,
 )
-from .sessions import ExternalSession, _require_tree, create_session
+from .sessions import _require_tree, create_session
 from .tools import Tool, as_tool, json_safe
 
 __all__ = ["Agent", "RunResult"]

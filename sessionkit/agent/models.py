@@ -220,6 +220,11 @@ def _assistant_steps(parts: list[dict]) -> list[tuple[list[str], list[dict]]]:
     return [s for s in steps if s[0] or s[1]]
 
 
+def _arguments_json(value: Any) -> str:
+    """Tool input as the JSON string chat ``tool_calls`` carry (a missing input is ``{}``)."""
+    return json.dumps({} if value is None else value, ensure_ascii=False)
+
+
 def _tool_name(part: dict) -> str:
     if part.get("type") == "dynamic-tool":
         return str(part.get("toolName") or "tool")
@@ -261,7 +266,7 @@ def to_chat_messages(messages: Iterable[dict], *, system: str | None = None) -> 
                             "type": "function",
                             "function": {
                                 "name": _tool_name(p),
-                                "arguments": json.dumps(p.get("input") if p.get("input") is not None else {}, ensure_ascii=False),
+                                "arguments": _arguments_json(p.get("input")),
                             },
                         }
                         for p in done

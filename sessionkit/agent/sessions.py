@@ -22,11 +22,11 @@ import os
 import re
 import threading
 import uuid
-from urllib.parse import unquote
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import unquote
 
 from ..errors import UsageError
 from ..messages import dumps, now_iso, validate

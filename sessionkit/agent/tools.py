@@ -117,9 +117,10 @@ def _is_async(fn: Callable) -> bool:
     target = fn
     while isinstance(target, functools.partial):
         target = target.func
-    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(target, "__call__", None)
-    )
+    if inspect.iscoroutinefunction(target):
+        return True
+    # a callable object whose __call__ is async
+    return not inspect.isroutine(target) and inspect.iscoroutinefunction(type(target).__call__)
 
 
 def _bind(fn: Callable, arguments: dict) -> tuple[list, dict]:

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 
 from .. import messages as _msg
+from ..store._core import Compaction, Node, RunRecord
 
 __all__ = ["D1_COLUMNS", "StoreData", "tool_names", "TABLES"]
 
@@ -56,36 +57,54 @@ def tool_names(message: dict) -> list[str]:
     return out
 
 
-def _run_only_session_ids(engine) -> set[str]:
-    """Sessions holding runs, events or compactions but no message (SQL engines sharing the schema)."""
+_NODE_COLS = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
+_PAGE = 20_000
+
+
+def _scanner(engine):
+    """The engine's SQL helper when its tables follow the shared ``sessionkit_*`` layout, else None.
+
+    The SQLite and DuckDB engines share that layout; reading it with a few paged
+    queries is far cheaper than several queries per session (DuckDB spends about
+    a millisecond on any statement). Engines without it use the Engine interface.
+    """
     query = getattr(engine, "_q", None)
-    if not callable(query):
-        return set()
-    ids: set[str] = set()
-    for table in ("sessionkit_runs", "sessionkit_events", "sessionkit_compactions"):
-        try:
-            ids.update(r[0] for r in query(f'SELECT DISTINCT session_id FROM "{table}"'))
-        except Exception:  # an engine with another layout: its message sessions still count
-            continue
-    return ids
+    if not callable(query) or getattr(engine, "kind", None) not in ("sqlite", "duckdb"):
+        return None
+    return query
 
 
 class StoreData:
     """A read of a store (or some of its sessions) shaped as tables of Python lists.
 
-    ``session_ids=None`` covers every session (those with messages, and those
-    with only runs or events where the engine can list them).
+    ``session_ids=None`` covers every session: those with messages, and those
+    holding only runs, events or compactions. ``scan=False`` forces reads through
+    the Engine interface (one session at a time) even where a store-wide scan is
+    available; both give the same tables.
     """
 
-    def __init__(self, store, session_ids=None):
+    def __init__(self, store, session_ids=None, *, scan: bool = True):
         self.store = store
         self.engine = store._check()
+        self._nodes: dict[str, list] = {}
+        self._comps: dict[str, list] = {}
+        self._facts: dict[str, tuple] = {}
+        self._runs: dict[str, list] | None = None
+        self._events: dict[str, list] | None = None
+        self._scan = _scanner(self.engine) if (scan and session_ids is None) else None
+        if self._scan is not None:
+            try:
+                self._load_scan()
+            except Exception:  # a layout this reader does not know: fall back to the interface
+                self._scan = None
+                self._nodes, self._comps = {}, {}
+        if self._scan is not None:
+            return
         if session_ids is None:
             infos = self.engine.list_sessions()
-            self.infos = {i.id: i for i in infos}
-            known = [i.id for i in infos]
-            extra = _run_only_session_ids(self.engine) - set(known)
-            self.session_ids = known + sorted(extra)
+            ids = [i.id for i in infos]
+            extra = {sid for sid in self.store._sessions if sid not in set(ids)}
+            self.session_ids = ids + sorted(sid for sid in extra if self.engine.session_exists(sid))
         else:
             if isinstance(session_ids, str):
                 session_ids = [session_ids]
@@ -93,23 +112,78 @@ class StoreData:
             for sid in ids:
                 if not isinstance(sid, str):
                     raise TypeError(f"session ids must be str, got {type(sid).__name__}")
-            wanted = set(ids)
-            self.infos = {i.id: i for i in self.engine.list_sessions() if i.id in wanted}
             self.session_ids = ids
-        self._nodes: dict[str, list] = {}
-        self._comps: dict[str, list] = {}
-        self._facts: dict[str, tuple] = {}
+
+    def _load_scan(self) -> None:
+        q = self._scan
+        nodes: dict[str, list] = {}
+        last = 0
+        while True:  # paged by seq so memory per query stays bounded
+            rows = q(f"SELECT session_id, {_NODE_COLS} FROM sessionkit_messages WHERE seq > ? "
+                     f"ORDER BY seq LIMIT {_PAGE}", [last])
+            for r in rows:
+                nodes.setdefault(r[0], []).append(Node(*r[1:]))
+            if len(rows) < _PAGE:
+                break
+            last = rows[-1][1]
+        comps: dict[str, list] = {}
+        for r in q("SELECT session_id, id, from_id, to_id, summary, created_at, tokens_before, tokens_after "
+                   "FROM sessionkit_compactions ORDER BY seq"):
+            comps.setdefault(r[0], []).append(Compaction(*r[1:]))
+        runs: dict[str, list] = {}
+        for r in q("SELECT run_id, session_id, status, error, started_at, ended_at, usage, input "
+                   "FROM sessionkit_runs ORDER BY session_id, n"):
+            usage = json.loads(r[6]) if r[6] else None
+            runs.setdefault(r[1], []).append(RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], usage, r[7]))
+        events: dict[str, list] = {}
+        for sid, data in q("SELECT session_id, data FROM sessionkit_events ORDER BY session_id, seq"):
+            events.setdefault(sid, []).append(json.loads(data))
+        # sessions with messages, newest activity first (as list_sessions orders them), then the rest
+        with_messages = sorted(nodes, key=lambda sid: nodes[sid][-1].seq, reverse=True)
+        rest = sorted((set(comps) | set(runs) | set(events)) - set(nodes))
+        self.session_ids = with_messages + rest
+        self._nodes = nodes
+        self._comps = comps
+        self._runs, self._events = runs, events
+
+    def _contents(self, nodes: list) -> list[str]:
+        """Stored JSON of ``nodes`` (from one session or several), in order."""
+        if self._scan is None or len(nodes) < 2:
+            return self.engine.contents([n.seq for n in nodes])
+        lo, hi = nodes[0].seq, nodes[-1].seq
+        found = {}
+        long = []
+        for seq, chunks, content in self._scan(
+            "SELECT seq, chunks, content FROM sessionkit_messages WHERE seq >= ? AND seq <= ?", [lo, hi]
+        ):
+            if chunks:
+                long.append(seq)
+            else:
+                found[seq] = content
+        if long:
+            found.update(zip(long, self.engine.contents(long)))
+        return [found[n.seq] for n in nodes]
 
     # -- per session ------------------------------------------------------------
     def nodes(self, sid: str) -> list:
         if sid not in self._nodes:
-            self._nodes[sid] = self.engine.nodes(sid)
+            self._nodes[sid] = [] if self._scan is not None else self.engine.nodes(sid)
         return self._nodes[sid]
 
     def compaction_list(self, sid: str) -> list:
         if sid not in self._comps:
-            self._comps[sid] = [c for _, c in self.engine.compactions(sid)]
+            self._comps[sid] = [] if self._scan is not None else [c for _, c in self.engine.compactions(sid)]
         return self._comps[sid]
+
+    def run_list(self, sid: str) -> list:
+        if self._runs is not None:
+            return self._runs.get(sid, [])
+        return self.engine.runs(sid)
+
+    def event_list(self, sid: str) -> list:
+        if self._events is not None:
+            return self._events.get(sid, [])
+        return self.engine.events(sid, None)
 
     def _tree_facts(self, sid: str):
         if sid not in self._facts:
@@ -120,7 +194,7 @@ class StoreData:
         nodes = self.nodes(sid)
         by_id = {n.id: n for n in nodes}
         kids = Counter(n.parent_id for n in nodes if n.parent_id is not None)
-        latest = self.engine.latest(sid) if nodes else None
+        latest = max(nodes, key=lambda n: n.seq) if nodes else None  # the latest leaf (SPEC W4)
         on_path: set[str] = set()
         cur = latest
         while cur is not None:
@@ -136,54 +210,51 @@ class StoreData:
         return by_id, kids, latest, on_path, compacted_by, ranges
 
     # -- tables -----------------------------------------------------------------
+    def ordered_nodes(self) -> list[tuple[Any, str]]:
+        """``(node, session_id)`` of every message in scope, in write order."""
+        out = [(n, sid) for sid in self.session_ids for n in self.nodes(sid)]
+        if len(self.session_ids) > 1:
+            out.sort(key=lambda ns: ns[0].seq)
+        return out
+
+    def iter_contents(self):
+        """``(node, session_id, stored JSON)`` in write order, read in bounded batches."""
+        order = self.ordered_nodes()
+        size = _PAGE if self._scan is not None else _BATCH
+        for start in range(0, len(order), size):
+            chunk = order[start : start + size]
+            raws = self._contents([n for n, _ in chunk])
+            for (n, sid), raw in zip(chunk, raws):
+                yield n, sid, raw
+
     def messages(self, *, extra: bool = False, full_json: bool = False) -> dict[str, list]:
         """D1 columns in write order; ``extra`` adds ``seq`` and ``metadata`` (JSON text),
-        ``full_json`` adds ``message`` (the whole message as JSON)."""
-        rows: list[tuple] = []
-        for sid in self.session_ids:
-            nodes = self.nodes(sid)
-            if not nodes:
-                continue
-            _, kids, _, on_path, compacted_by, _ = self._tree_facts(sid)
-            for start in range(0, len(nodes), _BATCH):
-                chunk = nodes[start : start + _BATCH]
-                raws = self.engine.contents([n.seq for n in chunk])
-                for n, raw in zip(chunk, raws):
-                    msg = json.loads(raw)
-                    meta = msg.get("metadata")
-                    whole = None
-                    if full_json:
-                        whole = _msg.dumps(_msg.restore(raw, self.engine.blob)) if _msg._BLOB_KEY in raw else raw
-                    row = (
-                        sid,
-                        n.id,
-                        n.parent_id,
-                        n.depth,
-                        n.role,
-                        _msg.message_text(msg),
-                        len(msg.get("parts") or ()),
-                        tool_names(msg),
-                        n.tokens,
-                        n.bytes,
-                        n.created_at,
-                        kids.get(n.id, 0),
-                        n.id in on_path,
-                        compacted_by.get(n.id),
-                        n.seq,
-                        None if meta is None else _msg.dumps(meta),
-                        whole,
-                    )
-                    rows.append(row)
-        if len(self.session_ids) > 1:
-            rows.sort(key=lambda r: r[14])
+        ``full_json`` adds those and ``message`` (the whole message as JSON)."""
         names = list(D1_COLUMNS)
         if extra or full_json:
             names += ["seq", "metadata"]
         if full_json:
             names.append("message")
-        cols = {name: [] for name in names}
-        for i, name in enumerate(names):
-            cols[name] = [r[i] for r in rows]
+        cols: dict[str, list] = {name: [] for name in names}
+        c = [cols[name] for name in D1_COLUMNS]
+        seq_col, meta_col, msg_col = cols.get("seq"), cols.get("metadata"), cols.get("message")
+        text_of = _msg.message_text
+        for n, sid, raw in self.iter_contents():
+            _, kids, _, on_path, compacted_by, _ = self._tree_facts(sid)
+            msg = json.loads(raw)
+            values = (
+                sid, n.id, n.parent_id, n.depth, n.role, text_of(msg), len(msg.get("parts") or ()),
+                tool_names(msg), n.tokens, n.bytes, n.created_at, kids.get(n.id, 0), n.id in on_path,
+                compacted_by.get(n.id),
+            )
+            for col, value in zip(c, values):
+                col.append(value)
+            if seq_col is not None:
+                seq_col.append(n.seq)
+                meta = msg.get("metadata")
+                meta_col.append(None if meta is None else _msg.dumps(meta))
+            if msg_col is not None:
+                msg_col.append(_msg.dumps(_msg.restore(raw, self.engine.blob)) if _msg._BLOB_KEY in raw else raw)
         return cols
 
     def sessions(self) -> dict[str, list]:
@@ -192,9 +263,8 @@ class StoreData:
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
             nodes = self.nodes(sid)
-            info = self.infos.get(sid)
-            if not nodes and info is None and not self.compaction_list(sid) and not self.engine.runs(sid) \
-                    and not self.engine.events(sid, None):
+            runs = self.run_list(sid)
+            if not nodes and not runs and not self.compaction_list(sid) and not self.event_list(sid):
                 continue
             _, kids, latest, _, _, _ = self._tree_facts(sid)
             values = (
@@ -207,10 +277,10 @@ class StoreData:
                 sum(n.tokens for n in nodes),
                 sum(n.bytes for n in nodes),
                 None if latest is None else latest.id,
-                None if info is None else info.created_at,
-                None if info is None else info.updated_at,
+                min((n.created_at for n in nodes), default=None),
+                max((n.created_at for n in nodes), default=None),
                 len(self.compaction_list(sid)),
-                len(self.engine.runs(sid)),
+                len(runs),
             )
             for name, value in zip(names, values):
                 cols[name].append(value)
@@ -237,7 +307,7 @@ class StoreData:
                  "tokens_in", "tokens_out", "cache_read", "cache_write", "cost_usd", "model", "usage")
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
-            for r in self.engine.runs(sid):
+            for r in self.run_list(sid):
                 usage = r.usage if isinstance(r.usage, dict) else {}
                 values = (
                     r.session_id, r.run_id, r.status, r.error, r.input, r.started_at, r.ended_at,
@@ -254,7 +324,7 @@ class StoreData:
         names = ("session_id", "seq", "run_id", "kind", "ts", "data")
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
-            for ev in self.engine.events(sid, None):
+            for ev in self.event_list(sid):
                 values = (sid, ev.get("seq"), ev.get("run_id"), ev.get("kind"), ev.get("ts"), _msg.dumps(ev))
                 for name, value in zip(names, values):
                     cols[name].append(value)

@@ -31,13 +31,11 @@ FORMAT_VERSION = 1
 _BATCH = 1000
 
 
-def _scope(store_or_session) -> tuple[Any, list[str]]:
+def _scope(store_or_session) -> tuple[Any, list[str] | None]:
     if isinstance(store_or_session, Session):
         return store_or_session.store, [store_or_session.session_id]
     if isinstance(store_or_session, Store):
-        eng = store_or_session._check()
-        ids = [i.id for i in eng.list_sessions()]
-        return store_or_session, ids
+        return store_or_session, None
     raise TypeError(f"expected a sessionkit Store or Session, got {type(store_or_session).__name__}")
 
 
@@ -47,30 +45,32 @@ def export_jsonl(store_or_session, path: Any, *, progress: Any = None) -> dict:
     Returns ``{"sessions", "messages", "compactions"}`` counts. ``progress`` as for
     the importers (messages written).
     """
+    from ..analysis._tables import StoreData
+
     store, sids = _scope(store_or_session)
     path = as_path(path)
-    eng = store._check()
-    nodes = []
-    for sid in sids:
-        nodes += [(n, sid) for n in eng.nodes(sid)]
-    nodes.sort(key=lambda ns: ns[0].seq)
-    n_comps = 0
-    with open_write(path) as out, Progress(progress, total=len(nodes), desc=f"exporting {path.name}",
+    data = StoreData(store, sids)
+    eng = data.engine
+    total = sum(len(data.nodes(sid)) for sid in data.session_ids)
+    n_messages = n_comps = 0
+    sessions = set()
+    with open_write(path) as out, Progress(progress, total=total, desc=f"exporting {path.name}",
                                            unit="messages") as bar:
         out.write(_msg.dumps({"format": "sessionkit", "version": FORMAT_VERSION, "exported_at": _msg.now_iso()}))
         out.write("\n")
-        for start in range(0, len(nodes), _BATCH):
-            chunk = nodes[start : start + _BATCH]
-            raws = eng.contents([n.seq for n, _ in chunk])
-            for (node, sid), raw in zip(chunk, raws):
-                message = _msg.restore(raw, eng.blob)
-                line = {"type": "message", "session_id": sid, "parent_id": node.parent_id,
-                        "created_at": node.created_at, "message": message}
-                out.write(_msg.dumps(line))
-                out.write("\n")
-            bar.update(len(chunk))
-        for sid in sids:
-            for _, comp in eng.compactions(sid):
+        for node, sid, raw in data.iter_contents():
+            message = _msg.restore(raw, eng.blob)
+            line = {"type": "message", "session_id": sid, "parent_id": node.parent_id,
+                    "created_at": node.created_at, "message": message}
+            out.write(_msg.dumps(line))
+            out.write("\n")
+            sessions.add(sid)
+            n_messages += 1
+            if n_messages % 1000 == 0:
+                bar.update(1000)
+        bar.update(n_messages % 1000)
+        for sid in data.session_ids:
+            for comp in data.compaction_list(sid):
                 line = {"type": "compaction", "session_id": sid, "compaction": {
                     "id": comp.id, "from_id": comp.from_id, "to_id": comp.to_id, "summary": comp.summary,
                     "created_at": comp.created_at, "tokens_before": comp.tokens_before,
@@ -78,7 +78,7 @@ def export_jsonl(store_or_session, path: Any, *, progress: Any = None) -> dict:
                 out.write(_msg.dumps(line))
                 out.write("\n")
                 n_comps += 1
-    return {"sessions": len({sid for _, sid in nodes}), "messages": len(nodes), "compactions": n_comps}
+    return {"sessions": len(sessions), "messages": n_messages, "compactions": n_comps}
 
 
 def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, Any, Any]:

@@ -23,6 +23,7 @@ from ._core import (
     Session,
     SessionInfo,
     Store,
+    TreeNode,
 )
 from .compaction import create_compact_function
 from .search import SearchHit
@@ -40,6 +41,7 @@ __all__ = [
     "RecentHistory",
     "RunRecord",
     "SessionInfo",
+    "TreeNode",
     "SearchHit",
     "create_compact_function",
 ]

@@ -40,6 +40,7 @@ __all__ = [
     "CompactionContext",
     "RecentHistory",
     "RunRecord",
+    "TreeNode",
     "Engine",
     "Node",
 ]
@@ -142,6 +143,20 @@ class RunRecord:
     ended_at: str | None
     usage: dict | None
     input: str | None = None
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    """A message's place in its session's tree, without content (see :meth:`Session.nodes`)."""
+
+    id: str
+    parent_id: str | None
+    depth: int
+    role: str
+    tokens: int
+    bytes: int
+    created_at: str
+    seq: int
 
 
 class Node(NamedTuple):
@@ -654,6 +669,22 @@ class Session:
             raise MessageNotFound(f"message {id!r} is not in session {self.session_id!r}")
         kids = eng.children(self.session_id, id)
         return self._load([k.seq for k in kids])
+
+    def roots(self) -> list[dict]:
+        """Messages without a parent (each starts a tree of its own), oldest first."""
+        eng = self._eng()
+        return self._load([n.seq for n in eng.nodes(self.session_id) if n.parent_id is None])
+
+    def nodes(self) -> list[TreeNode]:
+        """The whole tree without message content, in write order: cheap even for large sessions.
+
+        Each :class:`TreeNode` has ``id``, ``parent_id``, ``depth``, ``role``, ``tokens``,
+        ``bytes``, ``created_at`` and ``seq`` (the store-wide write order).
+        """
+        return [
+            TreeNode(n.id, n.parent_id, n.depth, n.role, n.tokens, n.bytes, n.created_at, n.seq)
+            for n in self._eng().nodes(self.session_id)
+        ]
 
     def path_length(self, leaf_id: str | None = None) -> int:
         """Raw messages on the path to ``leaf_id`` (compaction ignored)."""

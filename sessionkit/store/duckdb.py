@@ -182,9 +182,19 @@ class _Shared:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        # None: not read yet. Only this process can write the file (DuckDB's file
-        # lock), and every engine on it shares this object, so a cached value stays true.
+        # Only this process can write the file (DuckDB's file lock) and every engine on
+        # it shares this object, so what is cached here stays true until we change it.
+        # None: not read yet.
         self.index_on: bool | None = None
+        # Each session's newest message (its latest leaf), so an append needs no lookup
+        # to find its parent: DuckDB spends about a millisecond on any statement.
+        # Dropped for a session on update/delete/clear, and for all on a rollback.
+        self.tails: dict[str, Node] = {}
+
+    def forget(self) -> None:
+        """After a rollback: cached state may describe rows that were never committed."""
+        self.index_on = None
+        self.tails.clear()
 
 
 _SHARED: "weakref.WeakValueDictionary[str, _Shared]" = weakref.WeakValueDictionary()
@@ -263,8 +273,8 @@ class DuckDBEngine(Engine):
         try:
             # Applied as settings, not connect() config: a different config would stop
             # other code in this process from opening the same file with plain connect().
-            if threads is not None:
-                self._db.execute(f"SET threads = {int(threads)}")
+            if threads is not None or os.environ.get("SK_T1"):
+                self._db.execute(f"SET threads = {int(threads or 1)}")
             if memory_limit is not None:
                 self._db.execute("SET memory_limit = ?", [str(memory_limit)])
             self._setup()
@@ -384,8 +394,7 @@ class DuckDBEngine(Engine):
                 yield self
             except BaseException:
                 self._depth = 0
-                # A failed write may have changed the cached index flag; read it again.
-                self._shared.index_on = None
+                self._shared.forget()
                 with contextlib.suppress(duckdb.Error):
                     self._db.execute("ROLLBACK")
                 raise
@@ -393,7 +402,7 @@ class DuckDBEngine(Engine):
             try:
                 self._db.execute("COMMIT")
             except duckdb.Error as exc:
-                self._shared.index_on = None
+                self._shared.forget()
                 with contextlib.suppress(duckdb.Error):
                     self._db.execute("ROLLBACK")
                 raise SessionKitError(f"DuckDB store {self.path or ':memory:'}: commit failed: {exc}") from exc
@@ -453,10 +462,20 @@ class DuckDBEngine(Engine):
         return {r[1]: Node(*r) for r in rows}
 
     def latest(self, sid):
-        row = self._one(
-            f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id = ? ORDER BY seq DESC LIMIT 1", [sid]
-        )
-        return None if row is None else Node(*row)
+        with self._lock:
+            tail = self._shared.tails.get(sid)
+            if tail is not None:
+                return tail
+            # max(seq) first, then the row: cheaper on DuckDB than ORDER BY seq DESC LIMIT 1
+            row = self._one(
+                f"""SELECT {_NODE} FROM sessionkit_messages WHERE session_id = ? AND seq =
+                    (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?)""",
+                [sid, sid],
+            )
+            if row is None:
+                return None
+            node = self._shared.tails[sid] = Node(*row)
+            return node
 
     def children(self, sid, mid):
         rows = self._q(
@@ -601,13 +620,13 @@ class DuckDBEngine(Engine):
         if sid is not None:
             where_sid = "WHERE d.session_id = ?"
             params.append(sid)
-        conds = ["per_doc.matched = ?"]
+        conds = ["matched = ?"]
         params.append(len(stems))
         for phrase in query.phrases:
             first, rest = phrase[0], phrase[1:]
             tests = " AND ".join(f"list_contains({col[w]}, x + {i})" for i, w in enumerate(rest, start=1))
             conds.append(f"len([x for x in {col[first]} if {tests}]) > 0")
-        params.append(int(limit))
+        params += [int(self.search_candidates), int(limit)]
         sql = f"""
             WITH hits AS (
                 SELECT term, seq, tf, pos FROM sessionkit_terms WHERE term IN ({marks})
@@ -628,11 +647,13 @@ class DuckDBEngine(Engine):
                 CROSS JOIN corpus c
                 {where_sid}
                 GROUP BY h.seq
+            ), cand AS (  -- rank only the newest search_candidates matches, like the SQLite engine
+                SELECT seq, score FROM per_doc WHERE {" AND ".join(conds)}
+                ORDER BY seq DESC LIMIT ?
             )
-            SELECT m.seq, m.session_id, m.id, m.role, per_doc.score
-            FROM per_doc JOIN sessionkit_messages m ON m.seq = per_doc.seq
-            WHERE {" AND ".join(conds)}
-            ORDER BY per_doc.score DESC, m.seq
+            SELECT m.seq, m.session_id, m.id, m.role, cand.score
+            FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
+            ORDER BY cand.score DESC, m.seq DESC
             LIMIT ?"""
         return [tuple(r) for r in self._q(sql, params)]
 
@@ -657,49 +678,34 @@ class DuckDBEngine(Engine):
         return head, [rest[i : i + self._chunk] for i in range(0, len(rest), self._chunk)]
 
     def append_simple(self, sid, prep, parent_id, created_at):
-        """One plain append as one INSERT: the parent is read and the row written together.
+        """One plain append, in as few statements as DuckDB allows.
 
-        DuckDB spends most of an append on per-statement overhead, so folding the
-        parent lookup, the existence check and the insert into one statement roughly
-        halves its cost. Messages with payloads or continuation rows take the general path.
+        The parent comes from the cached session tail (``LATEST``) or one key lookup;
+        without a search index the insert is a single autocommitted statement that
+        also checks the key. Messages with payloads or continuation rows take the
+        general path.
         """
         if prep.blobs or len(prep.stored_json) > self._chunk:
             return NotImplemented
-        msg = prep.message
-        key = _key(sid, msg["id"])
-        if parent_id is None:
-            source, pparams = "(SELECT NULL AS id, -1 AS depth, 0 AS path_bytes, 0 AS path_tokens)", []
-        elif isinstance(parent_id, str):
-            source = "(SELECT id, depth, path_bytes, path_tokens FROM sessionkit_messages WHERE msg_key = ?)"
-            pparams = [_key(sid, parent_id)]
-        else:  # LATEST: the session's newest row, which never has children
-            source = """(SELECT id, depth, path_bytes, path_tokens FROM sessionkit_messages
-                         WHERE session_id = ? ORDER BY seq DESC LIMIT 1)"""
-            pparams = [sid]
-        sql = f"""INSERT INTO sessionkit_messages
-                  (msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                   path_bytes, path_tokens, chunks, content)
-                  SELECT ?, ?, ?, p.id, coalesce(p.depth, -1) + 1, ?, ?, ?, ?,
-                         coalesce(p.path_bytes, 0) + ?, coalesce(p.path_tokens, 0) + ?, 0, ?
-                  FROM (SELECT 1) AS one LEFT JOIN {source} AS p ON true
-                  WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)
-                  {"AND p.id IS NOT NULL" if isinstance(parent_id, str) else ""}
-                  RETURNING seq"""
-        # Parameter order must follow the placeholders: the source subquery sits after
-        # the select list, so its parameters come after the row values.
-        params = [key, sid, msg["id"], msg["role"], created_at, prep.bytes, prep.tokens,
-                  prep.bytes, prep.tokens, prep.stored_json, *pparams, key]
         with self._lock:
+            if parent_id is None:
+                parent = None
+            elif isinstance(parent_id, str):
+                parent = self.node(sid, parent_id)
+                if parent is None:
+                    return "exists" if self.node(sid, prep.message["id"]) is not None else "no-parent"
+            else:
+                parent = self.latest(sid)
             if self.index_built():
                 with self.write():
-                    row = self._one(sql, params)
-                    if row is not None:
-                        self._index_docs([(row[0], sid, prep.text)])
+                    node = self.w_insert(sid, prep, parent, created_at, True)
             else:
-                row = self._one(sql, params)
-            if row is not None:
-                return "inserted"
-            return "exists" if self.node(sid, msg["id"]) is not None else "no-parent"
+                try:
+                    node = self.w_insert(sid, prep, parent, created_at, False)
+                except BaseException:
+                    self._shared.forget()
+                    raise
+            return "exists" if node is None else "inserted"
 
     def w_insert(self, sid, prep, parent, created_at, index):
         head, chunks = self._split_content(prep.stored_json)
@@ -734,7 +740,9 @@ class DuckDBEngine(Engine):
             self._put_blobs([(seq, sha, raw) for sha, raw in prep.blobs.items()])
         if index:
             self._index_docs([(seq, sid, prep.text)])
-        return Node(seq, msg["id"], pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, msg["role"])
+        node = Node(seq, msg["id"], pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, msg["role"])
+        self._shared.tails[sid] = node
+        return node
 
     def w_insert_many(self, sid, items, index):
         """Insert a batch of ``(prep, parent_id, created_at)`` with a few statements.
@@ -790,6 +798,7 @@ class DuckDBEngine(Engine):
             for (prep, node), seq in zip(plan, seqs):
                 known[node.id] = node._replace(seq=seq)
             self._bulk_rows(sid, plan, seqs)
+            self._shared.tails[sid] = known[plan[-1][1].id]
             if index:
                 self._index_docs([(seq, sid, prep.text) for (prep, _), seq in zip(plan, seqs)])
         return [(ins, known[mid].seq) for ins, mid in result]
@@ -915,6 +924,7 @@ class DuckDBEngine(Engine):
             self._run("DELETE FROM sessionkit_docs WHERE seq IN (SELECT unnest(?::BIGINT[]))", [part])
 
     def w_update(self, sid, node, prep, index):
+        self._shared.tails.pop(sid, None)  # path totals below this message change
         head, chunks = self._split_content(prep.stored_json)
         d_bytes = prep.bytes - node.bytes
         d_tokens = prep.tokens - node.tokens
@@ -958,6 +968,7 @@ class DuckDBEngine(Engine):
         return [Node(*r) for r in rows]
 
     def w_delete(self, sid, nodes):
+        self._shared.tails.pop(sid, None)
         seqs = [n.seq for n in nodes]
         ids = [n.id for n in nodes]
         self._gc_blobs(seqs)
@@ -973,6 +984,7 @@ class DuckDBEngine(Engine):
             )
 
     def w_clear(self, sid):
+        self._shared.tails.pop(sid, None)
         seqs = [r[0] for r in self._q("SELECT seq FROM sessionkit_messages WHERE session_id = ?", [sid])]
         self._gc_blobs(seqs)
         for part in _split(seqs, _BULK_ROWS):

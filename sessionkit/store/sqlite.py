@@ -356,6 +356,7 @@ class SQLiteEngine(Engine):
                     size += os.path.getsize(wal)
             return {
                 "engine": self.kind,
+                "schema_version": SCHEMA_VERSION,
                 "sessions": sessions,
                 "messages": messages,
                 "compactions": one("SELECT count(*) FROM sessionkit_compactions")[0],

@@ -779,6 +779,24 @@ class TestReading:
         assert r.total_content_bytes > 20_000
         assert len(r.messages) == 1
 
+    def test_R4_roots_and_nodes(self, store):
+        s = store.session("s")
+        chain(s, 3)
+        s.append(msg("r2", "second tree"), parent_id=None)
+        s.append(msg("x"), parent_id="m0")
+        assert ids_of(s.roots()) == ["m0", "r2"]
+        nodes = s.nodes()
+        assert [n.id for n in nodes] == ["m0", "m1", "m2", "r2", "x"]
+        by_id = {n.id: n for n in nodes}
+        assert by_id["x"].parent_id == "m0" and by_id["x"].depth == 1
+        assert by_id["m2"].depth == 2 and by_id["r2"].parent_id is None
+        assert [n.seq for n in nodes] == sorted(n.seq for n in nodes)
+        from sessionkit.messages import estimate_tokens
+
+        assert by_id["m1"].tokens == estimate_tokens(s.get("m1"))
+        assert by_id["m1"].role == "assistant"
+        assert store.session("empty").nodes() == [] and store.session("empty").roots() == []
+
     def test_R4_navigation(self, store):
         s = store.session("s")
         chain(s, 3)

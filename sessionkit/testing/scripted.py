@@ -34,7 +34,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from ..agent.models import ModelReply, ReasoningDelta, TextDelta, ToolCall, make_usage

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from sessionkit.errors import RunInterrupted
 from sessionkit.agent import Agent, RunController
+from sessionkit.errors import RunInterrupted
 from sessionkit.testing.scripted import ScriptedModel
 
 
@@ -165,7 +165,13 @@ def test_a_failing_subscriber_is_logged_and_does_not_stop_the_queue(caplog):
 def test_interrupt_from_another_thread_while_run_sync_waits(mem_store):
     agent = Agent("a", "", ScriptedModel([{"text": "never", "delay": 10}]))
     controller = RunController()
-    timer = threading.Timer(0.2, controller.interrupt)
+
+    def interrupt_once_active():
+        deadline = time.monotonic() + 5
+        while not controller.interrupt() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    timer = threading.Thread(target=interrupt_once_active)
     timer.start()
 
     async def cell():  # the notebook case: run_sync inside a running loop
@@ -173,7 +179,7 @@ def test_interrupt_from_another_thread_while_run_sync_waits(mem_store):
 
     with pytest.raises(RunInterrupted):
         asyncio.run(cell())
-    timer.cancel()
+    timer.join()
     assert mem_store.runs("nb")[0].status == "interrupted"
 
 

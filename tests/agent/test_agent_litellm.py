@@ -12,9 +12,9 @@ litellm = pytest.importorskip("litellm")
 # litellm's own pydantic types warn about ReadOnly TypedDict items under pytest's warning capture
 pytestmark = pytest.mark.filterwarnings("ignore:.*the `ReadOnly` qualifier:UserWarning")
 
-from sessionkit.errors import ModelError
 from sessionkit.agent import Agent
 from sessionkit.agent.models import LiteLLMModel
+from sessionkit.errors import ModelError
 
 
 def kinds(events):

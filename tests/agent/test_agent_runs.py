@@ -8,6 +8,7 @@ from unittest.mock import ANY
 
 import pytest
 
+from sessionkit.agent import Agent, RunController, RunResult
 from sessionkit.errors import (
     MaxStepsExceeded,
     MessageNotFound,
@@ -18,9 +19,8 @@ from sessionkit.errors import (
     SessionKitError,
     UsageError,
 )
-from sessionkit.agent import Agent, RunController, RunResult
-from sessionkit.testing.scripted import ScriptedModel, ScriptExhausted
 from sessionkit.store import create_compact_function
+from sessionkit.testing.scripted import ScriptedModel, ScriptExhausted
 
 
 def kinds(events):
@@ -469,16 +469,27 @@ def test_a_prompt_can_be_a_user_message_with_metadata(mem_store):
 
 
 def test_one_controller_drives_one_run_at_a_time(mem_store):
-    agent = Agent("a", "", ScriptedModel([{"text": "slow", "delay": 0.3}, "fast"]))
     controller = RunController()
 
     async def main():
+        release = asyncio.Event()
+        entered = asyncio.Event()
+
+        async def hold() -> str:
+            """Keeps the first run busy until the test lets it go."""
+            entered.set()
+            await release.wait()
+            return "released"
+
+        model = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]}, "done"])
+        agent = Agent("a", "", model, tools=[hold])
         first = asyncio.create_task(agent.run("1", session=mem_store.session("a"), controller=controller))
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(entered.wait(), 5)
         assert controller.active == mem_store.runs("a")[0].run_id
         with pytest.raises(UsageError):
             await agent.run("2", session=mem_store.session("b"), controller=controller)
-        await first
+        release.set()
+        assert (await first).text == "done"
         assert controller.active is None
 
     asyncio.run(main())

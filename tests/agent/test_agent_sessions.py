@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sessionkit.errors import ModelError, UsageError
 from sessionkit.agent import Agent, ExternalSession, FileSessionStore, SessionStore, create_session
+from sessionkit.errors import ModelError, UsageError
 from sessionkit.testing.scripted import ScriptedModel
 
 

@@ -1,0 +1,146 @@
+"""sessionkit JSONL: trees, compactions, metadata and write order survive a round trip."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+import sessionkit as sk
+
+
+def _lines(path):
+    """Every line of an export but the header (which carries the export time)."""
+    import gzip
+
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh]
+    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == 1
+    return rows[1:]
+
+
+def _text(mid, role, text, **extra):
+    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}], **extra}
+
+
+def _build_compacted(store):
+    """A session with branches, metadata, an out-of-row payload and two compactions."""
+    s = store.session("compacted")
+    payload = base64.b64encode(bytes(range(256)) * 20).decode()
+    s.append(_text("u1", "user", "first question " * 20, metadata={"tag": "a"}))
+    s.append(_text("a1", "assistant", "first answer " * 20))
+    s.append({"id": "u2", "role": "user", "parts": [
+        {"type": "text", "text": "look at this"},
+        {"type": "file", "mediaType": "application/octet-stream", "data": payload}]})
+    s.append(_text("a2", "assistant", "second answer " * 20))
+    s.append(_text("u3", "user", "third"))
+    s.append(_text("alt", "user", "a sibling of u2"), parent_id="a1")
+    s.append(_text("alt-a", "assistant", "answer on the other branch"))
+    plan = iter([("u1", "a2", "summary one"), ("compaction:", "u3", "summary two")])
+
+    def fn(messages, ctx):
+        frm, to, text = next(plan)
+        if frm == "compaction:":
+            frm = messages[0]["id"]
+        return sk.CompactionResult(frm, to, text)
+
+    s.on_compaction(fn)
+    c1 = s.compact(leaf_id="u3")
+    c2 = s.compact(leaf_id="u3")
+    assert c1 is not None and c2 is not None
+    return s
+
+
+def test_round_trip_of_the_real_data(loaded, tmp_path, make_store, engine):
+    src = loaded["store"]
+    first = tmp_path / "all.jsonl.gz"
+    counts = sk.io.export_jsonl(src, first)
+    assert counts["messages"] == src.stats()["messages"]
+    assert counts["sessions"] == len(src.list_sessions())
+    dst = make_store(engine, tmp_path, "copy")
+    sessions = sk.io.import_jsonl(dst, first)
+    assert len(sessions) == counts["sessions"]
+    second = tmp_path / "again.jsonl"
+    sk.io.export_jsonl(dst, second)
+    # same messages, parents, creation times and write order, line for line
+    assert _lines(second) == _lines(first)
+    assert [(i.id, i.message_count, i.created_at, i.updated_at) for i in dst.list_sessions()] == [
+        (i.id, i.message_count, i.created_at, i.updated_at) for i in src.list_sessions()]
+    for s in loaded["oasst"][:10] + loaded["tau"][:10] + loaded["hh"][:10]:
+        copy = dst.session(s.session_id)
+        assert copy.latest_leaf() == s.latest_leaf()
+        assert copy.get_history() == s.get_history()
+    # importing again adds nothing
+    sk.io.import_jsonl(dst, first)
+    assert dst.stats()["messages"] == counts["messages"]
+
+
+def test_compactions_and_payloads_survive(engine, make_store, tmp_path, duckdb_missing):
+    src = make_store(engine)
+    s = _build_compacted(src)
+    path = tmp_path / "c.jsonl"
+    counts = sk.io.export_jsonl(s, path)
+    assert counts == {"sessions": 1, "messages": 7, "compactions": 2}
+    targets = ["sqlite"] + ([] if duckdb_missing else ["duckdb"])
+    for target in targets:  # also across engines
+        dst = make_store(target)
+        (copy,) = sk.io.import_jsonl(dst, path)
+        assert copy.compactions() == s.compactions()
+        for leaf in ("u3", "alt-a"):
+            assert copy.get_history(leaf_id=leaf) == s.get_history(leaf_id=leaf)
+            assert copy.get_history(leaf_id=leaf, compacted=False) == s.get_history(leaf_id=leaf, compacted=False)
+        assert copy.latest_leaf()["id"] == "alt-a"
+        assert copy.get("u2") == s.get("u2")
+        assert dst.stats()["blobs"] == 1
+        sk.io.import_jsonl(dst, path)  # idempotent, compactions included
+        assert len(copy.compactions()) == 2 and len(copy) == 7
+
+
+def test_store_export_keeps_cross_session_write_order(store, tmp_path, make_store, engine):
+    a, b = store.session("a"), store.session("b")
+    a.append(_text("1", "user", "a1"))
+    b.append(_text("1", "user", "b1"))
+    a.append(_text("2", "assistant", "a2"))
+    path = tmp_path / "order.jsonl"
+    sk.io.export_jsonl(store, path)
+    assert [(r["session_id"], r["message"]["id"]) for r in _lines(path)] == [("a", "1"), ("b", "1"), ("a", "2")]
+    dst = make_store(engine)
+    sk.io.import_jsonl(dst, path)
+    assert [i.id for i in dst.list_sessions()] == [i.id for i in store.list_sessions()] == ["a", "b"]
+
+
+def test_session_export_holds_only_that_session(store, tmp_path):
+    store.session("a").append(_text("1", "user", "a"))
+    store.session("b").append(_text("1", "user", "b"))
+    path = tmp_path / "one.jsonl"
+    assert sk.io.export_jsonl(store.session("b"), path)["messages"] == 1
+    assert {r["session_id"] for r in _lines(path)} == {"b"}
+
+
+@pytest.mark.parametrize(
+    "lines, where, words",
+    [
+        (['{"format": "sessionkit", "version": 99}'], "line 1", "newer than this sessionkit reads"),
+        (['{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "parts": []}}'],
+         "line 1", "'role' is missing"),
+        (['{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',
+          '{"type": "message", "session_id": "s", "parent_id": "ghost", "message": {"id": "n", "role": "user", "parts": []}}'],
+         "line 2", "parent 'ghost'"),
+        (['{"type": "snapshot"}'], "line 1", "unknown line type"),
+        (['{"type": "compaction", "session_id": "s", "compaction": {"id": "c"}}'], "line 1", "invalid compaction"),
+        (['{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',
+          '{"type": "compaction", "session_id": "s", "compaction": {"id": "c", "from_id": "m", "to_id": "zz", '
+          '"summary": "x", "created_at": "2024-01-01T00:00:00.000Z", "tokens_before": 1, "tokens_after": 1}}'],
+         "line 2", "'zz' is not in session"),
+        (['not json'], "line 1", "not valid JSON"),
+    ],
+)
+def test_malformed_lines_are_named(store, tmp_path, lines, where, words):
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(sk.io.MalformedInput) as info:
+        sk.io.import_jsonl(store, path)
+    assert info.value.where == where
+    assert words in str(info.value)
