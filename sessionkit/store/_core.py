@@ -312,6 +312,18 @@ class Store:
         state = "closed" if self._closed else "open"
         return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
 
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
+        from ..widgets import _repr
+
+        return _repr.store_bundle(self)
+
+    def _repr_html_(self) -> str:
+        """A script-free HTML table of the sessions (nbconvert, GitHub)."""
+        from ..widgets import _repr
+
+        return _repr.store_html(self)
+
     def _check(self) -> Engine:
         if self._closed:
             raise StoreClosed("the store is closed")
@@ -348,10 +360,17 @@ class Store:
 
     # -- change feed ----------------------------------------------------------
     def subscribe(self, callback: Callable[[ChangeEvent], Any]) -> Callable[[], None]:
-        """Call ``callback(event)`` after every write in this process; returns ``unsubscribe``."""
+        """Call ``callback(event)`` after every write in this process; returns ``unsubscribe``.
+
+        On an engine shared by several processes (PostgreSQL), the callback also
+        receives the writes of other processes and machines, from a listener thread.
+        """
         if not callable(callback):
             raise TypeError("callback must be callable")
         self._subscribers.append(callback)
+        start = getattr(self._check(), "start_listener", None)
+        if start is not None:
+            start(self._deliver)  # idempotent: one listener per store
 
         def unsubscribe() -> None:
             try:
@@ -362,6 +381,15 @@ class Store:
         return unsubscribe
 
     def _emit(self, event: ChangeEvent) -> None:
+        publish = getattr(self._engine, "publish", None)
+        if publish is not None:  # tell other processes (PostgreSQL LISTEN/NOTIFY)
+            try:
+                publish(event)
+            except Exception:
+                log.exception("sessionkit: could not publish a change event")
+        self._deliver(event)
+
+    def _deliver(self, event: ChangeEvent) -> None:
         for cb in list(self._subscribers):
             try:
                 cb(event)
@@ -472,6 +500,18 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<sessionkit.Session {self.session_id!r} in {self._store!r}>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """Notebook display: a BranchTree widget when ipywidgets is installed, else static HTML."""
+        from ..widgets import _repr
+
+        return _repr.session_bundle(self)
+
+    def _repr_html_(self) -> str:
+        """A script-free HTML snapshot of the tree (nbconvert, GitHub)."""
+        from ..widgets import _repr
+
+        return _repr.session_html(self)
 
     @property
     def store(self) -> Store:

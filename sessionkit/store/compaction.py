@@ -143,7 +143,7 @@ def create_compact_function(
         while cut > start:
             head_ids = set().union(*(_tool_ids(m) for m in messages[start:cut]))
             tail_ids = set().union(*(_tool_ids(m) for m in messages[cut:]))
-            if head_ids & tail_ids or messages[cut].get("role") == "tool":
+            if head_ids & tail_ids or (cut < n and messages[cut].get("role") == "tool"):
                 cut -= 1
                 continue
             break

@@ -13,12 +13,14 @@ counting, cumulative path columns, compactions, runs and events). What differs:
   An insert writes the row only when the key is absent, in one statement; the
   UNIQUE constraint stays as the final guard.
 * **Search.** DuckDB's ``fts`` extension needs a download and does not update
-  incrementally, so this engine keeps its own inverted index in two tables:
-  ``sessionkit_docs(seq, session_id, length)`` (one row per indexed message) and
-  ``sessionkit_terms(term, seq, tf, pos)`` (one row per stem per message, with
-  the stem's token positions). It is built on the first search, kept current by
-  every write afterwards, and ranked with BM25 in SQL. A phrase matches when its
-  stems sit at consecutive positions, checked in the same SQL statement.
+  incrementally, so this engine keeps its own inverted index:
+  ``sessionkit_terms(term, seq, tf, pos)`` holds one row per stem per message
+  with the stem's token positions, and the message row's ``index_len`` column
+  its word count (NULL while it is not indexed; kept in the row so indexing an
+  append costs one extra statement, not two). The index is built on the first
+  search, kept current by every write afterwards, and ranked with BM25 in SQL.
+  A phrase matches when its stems sit at consecutive positions, checked in the
+  same SQL statement.
 * **Locking.** A DuckDB file admits one process. Opening a file another process
   holds raises :class:`~sessionkit.errors.StoreLocked` naming that process at
   once (DuckDB does not wait for the lock). Within one process, every store on
@@ -101,7 +103,8 @@ _SCHEMA = [
         path_bytes BIGINT NOT NULL,
         path_tokens BIGINT NOT NULL,
         chunks INTEGER NOT NULL DEFAULT 0,
-        content VARCHAR NOT NULL
+        content VARCHAR NOT NULL,
+        index_len INTEGER
     )""",
     """CREATE TABLE IF NOT EXISTS sessionkit_chunks (
         seq BIGINT NOT NULL,
@@ -130,11 +133,6 @@ _SCHEMA = [
         created_at VARCHAR NOT NULL,
         tokens_before BIGINT NOT NULL,
         tokens_after BIGINT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS sessionkit_docs (
-        seq BIGINT NOT NULL,
-        session_id VARCHAR NOT NULL,
-        length INTEGER NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS sessionkit_terms (
         term VARCHAR NOT NULL,
@@ -273,8 +271,8 @@ class DuckDBEngine(Engine):
         try:
             # Applied as settings, not connect() config: a different config would stop
             # other code in this process from opening the same file with plain connect().
-            if threads is not None or os.environ.get("SK_T1"):
-                self._db.execute(f"SET threads = {int(threads or 1)}")
+            if threads is not None:
+                self._db.execute(f"SET threads = {int(threads)}")
             if memory_limit is not None:
                 self._db.execute("SET memory_limit = ?", [str(memory_limit)])
             self._setup()
@@ -586,7 +584,7 @@ class DuckDBEngine(Engine):
                 "compactions": one("SELECT count(*) FROM sessionkit_compactions")[0],
                 "blobs": blobs,
                 "blob_bytes": int(blob_bytes),
-                "indexed_messages": one("SELECT count(*) FROM sessionkit_docs")[0] if self.index_built() else 0,
+                "indexed_messages": one("SELECT count(index_len) FROM sessionkit_messages")[0],
                 "runs": one("SELECT count(*) FROM sessionkit_runs")[0],
                 "events": one("SELECT count(*) FROM sessionkit_events")[0],
                 "bytes": size,
@@ -618,7 +616,7 @@ class DuckDBEngine(Engine):
         params += phrase_stems
         where_sid = ""
         if sid is not None:
-            where_sid = "WHERE d.session_id = ?"
+            where_sid = "WHERE m.session_id = ?"
             params.append(sid)
         conds = ["matched = ?"]
         params.append(len(stems))
@@ -633,17 +631,17 @@ class DuckDBEngine(Engine):
             ), df AS (
                 SELECT term, count(*)::DOUBLE AS n FROM hits GROUP BY term
             ), corpus AS (
-                SELECT count(*)::DOUBLE AS n, greatest(coalesce(avg(length), 0), 1)::DOUBLE AS avgdl
-                FROM sessionkit_docs
+                SELECT count(index_len)::DOUBLE AS n, greatest(coalesce(avg(index_len), 0), 1)::DOUBLE AS avgdl
+                FROM sessionkit_messages
             ), per_doc AS (
                 SELECT h.seq, count(*) AS matched,
                        sum(ln(1 + (c.n - df.n + 0.5) / (df.n + 0.5))
                            * h.tf * ({BM25_K1} + 1)
-                           / (h.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * d.length / c.avgdl))) AS score
+                           / (h.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.index_len / c.avgdl))) AS score
                        {pos_cols}
                 FROM hits h
                 JOIN df ON df.term = h.term
-                JOIN sessionkit_docs d ON d.seq = h.seq
+                JOIN sessionkit_messages m ON m.seq = h.seq
                 CROSS JOIN corpus c
                 {where_sid}
                 GROUP BY h.seq
@@ -696,12 +694,12 @@ class DuckDBEngine(Engine):
                     return "exists" if self.node(sid, prep.message["id"]) is not None else "no-parent"
             else:
                 parent = self.latest(sid)
-            if self.index_built():
+            if self.index_built() and _postings(prep.text)[0]:
                 with self.write():
                     node = self.w_insert(sid, prep, parent, created_at, True)
             else:
                 try:
-                    node = self.w_insert(sid, prep, parent, created_at, False)
+                    node = self.w_insert(sid, prep, parent, created_at, self.index_built())
                 except BaseException:
                     self._shared.forget()
                     raise
@@ -718,18 +716,19 @@ class DuckDBEngine(Engine):
             pid = parent.id
         msg = prep.message
         key = _key(sid, msg["id"])
-        # One statement that inserts only when the key is absent: measured several
-        # times faster on DuckDB than INSERT ... ON CONFLICT DO NOTHING, with the same
-        # effect under the write lock; the UNIQUE constraint still guards the key.
+        length, postings = _postings(prep.text) if index else (None, None)
+        # One statement that inserts only when the key is absent: several times faster
+        # on DuckDB than INSERT ... ON CONFLICT DO NOTHING, with the same effect under
+        # the write lock; the UNIQUE constraint still guards the key.
         row = self._one(
             """INSERT INTO sessionkit_messages
                (msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                path_bytes, path_tokens, chunks, content)
-               SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+                path_bytes, path_tokens, chunks, content, index_len)
+               SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
                WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)
                RETURNING seq""",
             [key, sid, msg["id"], pid, depth, msg["role"], created_at, prep.bytes, prep.tokens,
-             pb, pt, len(chunks), head, key],
+             pb, pt, len(chunks), head, length, key],
         )
         if row is None:
             return None
@@ -738,8 +737,8 @@ class DuckDBEngine(Engine):
             self._put_chunks([seq] * len(chunks), list(range(len(chunks))), chunks)
         if prep.blobs:
             self._put_blobs([(seq, sha, raw) for sha, raw in prep.blobs.items()])
-        if index:
-            self._index_docs([(seq, sid, prep.text)])
+        if postings:
+            self._put_terms([(seq, postings)])
         node = Node(seq, msg["id"], pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, msg["role"])
         self._shared.tails[sid] = node
         return node
@@ -797,17 +796,16 @@ class DuckDBEngine(Engine):
             seqs = sorted(r[0] for r in self._q("SELECT nextval('sessionkit_seq') FROM range(?)", [len(plan)]))
             for (prep, node), seq in zip(plan, seqs):
                 known[node.id] = node._replace(seq=seq)
-            self._bulk_rows(sid, plan, seqs)
+            self._bulk_rows(sid, plan, seqs, index)
             self._shared.tails[sid] = known[plan[-1][1].id]
-            if index:
-                self._index_docs([(seq, sid, prep.text) for (prep, _), seq in zip(plan, seqs)])
         return [(ins, known[mid].seq) for ins, mid in result]
 
-    def _bulk_rows(self, sid, plan, seqs) -> None:
+    def _bulk_rows(self, sid, plan, seqs, index) -> None:
         chunk_seq, chunk_n, chunk_data = [], [], []
         blobs = []
         for start in range(0, len(plan), _BULK_ROWS):
-            cols: list[list] = [[] for _ in range(14)]
+            cols: list[list] = [[] for _ in range(15)]
+            terms = []
             for (prep, node), seq in zip(plan[start : start + _BULK_ROWS], seqs[start : start + _BULK_ROWS]):
                 head, chunks = self._split_content(prep.stored_json)
                 for i, data in enumerate(chunks):
@@ -815,21 +813,26 @@ class DuckDBEngine(Engine):
                     chunk_n.append(i)
                     chunk_data.append(data)
                 blobs += [(seq, sha, raw) for sha, raw in prep.blobs.items()]
+                length = None
+                if index:
+                    length, postings = _postings(prep.text)
+                    terms.append((seq, postings))
                 row = (seq, _key(sid, node.id), sid, node.id, node.parent_id, node.depth, node.role,
                        node.created_at, node.bytes, node.tokens, node.path_bytes, node.path_tokens,
-                       len(chunks), head)
+                       len(chunks), head, length)
                 for c, v in zip(cols, row):
                     c.append(v)
             self._run(
                 """INSERT INTO sessionkit_messages
                    (seq, msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                    path_bytes, path_tokens, chunks, content)
+                    path_bytes, path_tokens, chunks, content, index_len)
                    SELECT unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
                           unnest(?::VARCHAR[]), unnest(?::INTEGER[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]),
                           unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::BIGINT[]), unnest(?::BIGINT[]),
-                          unnest(?::INTEGER[]), unnest(?::VARCHAR[])""",
+                          unnest(?::INTEGER[]), unnest(?::VARCHAR[]), unnest(?::INTEGER[])""",
                 cols,
             )
+            self._put_terms(terms)
         if chunk_seq:
             self._put_chunks(chunk_seq, chunk_n, chunk_data)
         if blobs:
@@ -884,32 +887,23 @@ class DuckDBEngine(Engine):
                 [shas],
             )
 
-    def _index_docs(self, docs: list[tuple[int, str, str]]) -> None:
-        """Add index entries for ``(seq, session_id, text)``; a message with no words still counts."""
-        d_seq, d_sid, d_len = [], [], []
+    def _put_terms(self, entries, table: str = "sessionkit_terms") -> None:
+        """Insert postings ``(seq, {stem: [positions]})`` into the index (or its staging table)."""
         t_term, t_seq, t_tf, t_pos = [], [], [], []
 
         def flush() -> None:
-            if d_seq:
-                self._run(
-                    "INSERT INTO sessionkit_docs SELECT unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::INTEGER[])",
-                    [d_seq, d_sid, d_len],
-                )
             if t_term:
                 self._run(
-                    """INSERT INTO sessionkit_terms
-                       SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[][])""",
+                    f"""INSERT INTO "{table}"
+                        SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::INTEGER[]),
+                               unnest(?::INTEGER[][])""",
                     [t_term, t_seq, t_tf, t_pos],
                 )
-            for lst in (d_seq, d_sid, d_len, t_term, t_seq, t_tf, t_pos):
+            for lst in (t_term, t_seq, t_tf, t_pos):
                 lst.clear()
 
-        for seq, sid, text in docs:
-            length, pos = _postings(text)
-            d_seq.append(seq)
-            d_sid.append(sid)
-            d_len.append(length)
-            for term, where in pos.items():
+        for seq, postings in entries:
+            for term, where in postings.items():
                 t_term.append(term)
                 t_seq.append(seq)
                 t_tf.append(len(where))
@@ -921,17 +915,18 @@ class DuckDBEngine(Engine):
     def _unindex(self, seqs) -> None:
         for part in _split(list(seqs), _BULK_ROWS):
             self._run("DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))", [part])
-            self._run("DELETE FROM sessionkit_docs WHERE seq IN (SELECT unnest(?::BIGINT[]))", [part])
 
     def w_update(self, sid, node, prep, index):
         self._shared.tails.pop(sid, None)  # path totals below this message change
         head, chunks = self._split_content(prep.stored_json)
         d_bytes = prep.bytes - node.bytes
         d_tokens = prep.tokens - node.tokens
+        length, postings = _postings(prep.text) if index else (None, None)
         self._run(
             """UPDATE sessionkit_messages SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,
-               path_tokens = path_tokens + ?, chunks = ?, content = ? WHERE seq = ?""",
-            [prep.message["role"], prep.bytes, prep.tokens, d_bytes, d_tokens, len(chunks), head, node.seq],
+               path_tokens = path_tokens + ?, chunks = ?, content = ?, index_len = ? WHERE seq = ?""",
+            [prep.message["role"], prep.bytes, prep.tokens, d_bytes, d_tokens, len(chunks), head, length,
+             node.seq],
         )
         self._run("DELETE FROM sessionkit_chunks WHERE seq = ?", [node.seq])
         if chunks:
@@ -953,7 +948,7 @@ class DuckDBEngine(Engine):
             )
         if index:
             self._unindex([node.seq])
-            self._index_docs([(node.seq, sid, prep.text)])
+            self._put_terms([(node.seq, postings)])
 
     def w_descendants(self, sid, mids):
         rows = self._q(
@@ -987,10 +982,12 @@ class DuckDBEngine(Engine):
         self._shared.tails.pop(sid, None)
         seqs = [r[0] for r in self._q("SELECT seq FROM sessionkit_messages WHERE session_id = ?", [sid])]
         self._gc_blobs(seqs)
-        for part in _split(seqs, _BULK_ROWS):
-            self._run("DELETE FROM sessionkit_chunks WHERE seq IN (SELECT unnest(?::BIGINT[]))", [part])
-            self._run("DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))", [part])
-        self._run("DELETE FROM sessionkit_docs WHERE session_id = ?", [sid])
+        for table in ("sessionkit_chunks", "sessionkit_terms"):
+            self._run(
+                f"""DELETE FROM "{table}" WHERE seq IN
+                    (SELECT seq FROM sessionkit_messages WHERE session_id = ?)""",
+                [sid],
+            )
         self._run("DELETE FROM sessionkit_messages WHERE session_id = ?", [sid])
         self._run("DELETE FROM sessionkit_compactions WHERE session_id = ?", [sid])
 
@@ -1013,57 +1010,43 @@ class DuckDBEngine(Engine):
         if row is not None and row[0] == "1":
             self._shared.index_on = True
             return
-        self._run("DELETE FROM sessionkit_terms")
-        self._run("DELETE FROM sessionkit_docs")
         # Postings go to a staging table batch by batch, then into the index sorted by
         # term: DuckDB's per-block min/max statistics then let a search skip almost
         # every block that holds none of its stems.
-        self._run(
-            "CREATE TEMP TABLE IF NOT EXISTS sessionkit_terms_staging AS SELECT * FROM sessionkit_terms LIMIT 0"
-        )
-        self._run("DELETE FROM sessionkit_terms_staging")
+        self._run("DELETE FROM sessionkit_terms")
+        self._run("CREATE OR REPLACE TEMP TABLE sessionkit_terms_staging AS SELECT * FROM sessionkit_terms LIMIT 0")
+        self._run("CREATE OR REPLACE TEMP TABLE sessionkit_lengths_staging (seq BIGINT, len INTEGER)")
         last = -1
         while True:
             rows = self._q(
-                """SELECT seq, session_id, content, chunks FROM sessionkit_messages
+                """SELECT seq, content, chunks FROM sessionkit_messages
                    WHERE seq > ? ORDER BY seq LIMIT ?""",
                 [last, 2000],
             )
             if not rows:
                 break
             last = rows[-1][0]
-            long = {seq for seq, _, _, chunks in rows if chunks}
-            full = dict(zip(long, self.contents(sorted(long)))) if long else {}
-            docs = [(seq, sid, _msg.message_text(json.loads(full.get(seq, content)))) for seq, sid, content, _ in rows]
-            self._stage_docs(docs)
+            long = [seq for seq, _, chunks in rows if chunks]
+            full = dict(zip(long, self.contents(long))) if long else {}
+            entries, lengths = [], []
+            for seq, content, _ in rows:
+                length, postings = _postings(_msg.message_text(json.loads(full.get(seq, content))))
+                entries.append((seq, postings))
+                lengths.append(length)
+            self._put_terms(entries, "sessionkit_terms_staging")
+            self._run(
+                "INSERT INTO sessionkit_lengths_staging SELECT unnest(?::BIGINT[]), unnest(?::INTEGER[])",
+                [[seq for seq, _ in entries], lengths],
+            )
         self._run("INSERT INTO sessionkit_terms SELECT * FROM sessionkit_terms_staging ORDER BY term, seq")
+        self._run(
+            """UPDATE sessionkit_messages SET index_len = l.len FROM sessionkit_lengths_staging AS l
+               WHERE sessionkit_messages.seq = l.seq"""
+        )
         self._run("DROP TABLE sessionkit_terms_staging")
+        self._run("DROP TABLE sessionkit_lengths_staging")
         self._run("INSERT OR REPLACE INTO sessionkit_meta VALUES ('index_built', '1')")
         self._shared.index_on = True
-
-    def _stage_docs(self, docs) -> None:
-        d_seq, d_sid, d_len = [], [], []
-        t_term, t_seq, t_tf, t_pos = [], [], [], []
-        for seq, sid, text in docs:
-            length, pos = _postings(text)
-            d_seq.append(seq)
-            d_sid.append(sid)
-            d_len.append(length)
-            for term, where in pos.items():
-                t_term.append(term)
-                t_seq.append(seq)
-                t_tf.append(len(where))
-                t_pos.append(where)
-        self._run(
-            "INSERT INTO sessionkit_docs SELECT unnest(?::BIGINT[]), unnest(?::VARCHAR[]), unnest(?::INTEGER[])",
-            [d_seq, d_sid, d_len],
-        )
-        if t_term:
-            self._run(
-                """INSERT INTO sessionkit_terms_staging
-                   SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::INTEGER[]), unnest(?::INTEGER[][])""",
-                [t_term, t_seq, t_tf, t_pos],
-            )
 
     def w_run_begin(self, sid, run_id, input, started_at):
         n = self._one("SELECT coalesce(max(n), 0) + 1 FROM sessionkit_runs WHERE session_id = ?", [sid])[0]

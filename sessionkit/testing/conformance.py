@@ -1009,6 +1009,14 @@ class TestCompaction:
         assert [m["id"] for m in hist].count(f"compaction:{c2.id}") == 1
         assert not any(m["id"] == f"compaction:{c1.id}" for m in hist)
 
+    def test_C4_no_tail_kept_when_asked(self, store):
+        s = store.session("s")
+        chain(s, 5)
+        fn = sk.create_compact_function(lambda p: "all", keep_recent_tokens=0, protect_head=0, min_tail_messages=0)
+        comp = s.on_compaction(fn).compact()
+        assert (comp.from_id, comp.to_id) == ("m0", "m4")
+        assert ids_of(s.get_history()) == [f"compaction:{comp.id}"]
+
     def test_C4_async_summarize(self, store):
         async def summarize(prompt):
             await asyncio.sleep(0)

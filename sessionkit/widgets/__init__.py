@@ -1,0 +1,67 @@
+"""Notebook views of sessions and runs (SPEC section 10).
+
+::
+
+    import sessionkit as sk
+    tree = sk.widgets.BranchTree(session)          # the whole tree; click selects a path
+    chat = sk.widgets.Transcript(session, follow=tree)   # that path as a chat
+    live = sk.widgets.RunView(controller)          # a run as it streams
+
+The widget classes need the ``widgets`` extra (anywidget, ipywidgets); the
+static snapshots in :mod:`sessionkit.widgets._static` do not, so a session or
+store still displays as HTML without it. Nothing here is imported by
+``import sessionkit``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["BranchTree", "Transcript", "RunView", "StoreBrowser", "snapshot", "widgets_available"]
+
+_WIDGETS = {"BranchTree", "Transcript", "RunView", "StoreBrowser"}
+
+
+def widgets_available() -> bool:
+    """True when anywidget and ipywidgets can be imported (the ``widgets`` extra)."""
+    for name in ("ipywidgets", "anywidget"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return False
+    return True
+
+
+def snapshot(obj: Any) -> str:
+    """Static, script-free HTML for a view, a session or a store (what nbconvert shows)."""
+    from . import _static
+
+    if hasattr(obj, "snapshot_html"):
+        return obj.snapshot_html()
+    if hasattr(obj, "list_sessions"):
+        return _static.store_html(obj)
+    return _static.session_html(obj)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WIDGETS:
+        try:
+            module = importlib.import_module("sessionkit.widgets._views")
+        except ImportError as exc:
+            if (exc.name or "").split(".")[0] not in ("anywidget", "ipywidgets", "traitlets", "comm", "psygnal"):
+                raise
+            from ..errors import MissingDependency
+
+            raise MissingDependency(
+                f"sessionkit.widgets.{name} needs anywidget and ipywidgets: "
+                "pip install 'sessionkit[widgets]'"
+            ) from exc
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'sessionkit.widgets' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _WIDGETS)

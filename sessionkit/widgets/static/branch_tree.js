@@ -1,0 +1,662 @@
+// BranchTree front end: the whole message tree on a canvas, laid out incrementally.
+//
+// The model's `_tree` holds parallel arrays (ids, parent, role, tokens) and the
+// compactions. Rows follow sessionkit.widgets._source.outline_rows exactly:
+// chains without branches collapse to first / "n more" / last, children oldest
+// first, one indent step per branch point, a band row before each compaction.
+// Only the rows in view are drawn; previews of their messages are fetched from
+// the kernel with a custom message ({type: "fetch", ids}) as they scroll in.
+
+const BT_ROW = 22;
+const BT_INDENT = 16;
+const BT_GUTTER = 12;
+const BT_COLLAPSE_MIN = 4;
+const BT_KIND_NODE = 0;
+const BT_KIND_MORE = 1;
+const BT_KIND_BAND = 2;
+
+class BTLayout {
+  constructor(tree, collapse, expanded) {
+    const n = tree.n;
+    this.tree = tree;
+    const count = new Int32Array(n + 1);
+    for (let i = 0; i < n; i++) if (tree.parent[i] >= 0) count[tree.parent[i] + 1]++;
+    for (let i = 0; i < n; i++) count[i + 1] += count[i];
+    this.kidStart = count;
+    this.kids = new Int32Array(Math.max(n, 1));
+    const fill = count.slice(0, n);
+    for (let i = 0; i < n; i++) {
+      const p = tree.parent[i];
+      if (p >= 0) this.kids[fill[p]++] = i;
+    }
+    this.bandAt = new Map();
+    (tree.compactions || []).forEach((band, k) => {
+      if (band.from >= 0 && band.messages) {
+        if (!this.bandAt.has(band.from)) this.bandAt.set(band.from, []);
+        this.bandAt.get(band.from).push(k);
+      }
+    });
+    this.collapse = collapse;
+    this.expanded = expanded;
+    this.kind = [];
+    this.a = [];
+    this.b = [];
+    this.depth = [];
+    this.chain = [];
+    this.chainFirst = [];
+    this.rowOf = new Int32Array(n).fill(-1);
+    this.forks = [];
+    this.maxDepth = 0;
+    this.chains = 0;
+    this.stack = [];
+    for (let i = n - 1; i >= 0; i--) if (tree.parent[i] < 0) this.stack.push([i, 0, -1]);
+    this.done = n === 0;
+  }
+  nKids(i) {
+    return this.kidStart[i + 1] - this.kidStart[i];
+  }
+  push(kind, a, b, depth, chain) {
+    const first = this.chain.length === 0 || this.chain[this.chain.length - 1] !== chain;
+    this.kind.push(kind);
+    this.a.push(a);
+    this.b.push(b);
+    this.depth.push(depth);
+    this.chain.push(chain);
+    this.chainFirst.push(first ? 1 : 0);
+    return this.kind.length - 1;
+  }
+  bands(i, depth, chain) {
+    for (const k of this.bandAt.get(i) || []) this.push(BT_KIND_BAND, k, i, depth, chain);
+  }
+  /** Lay out until `deadline` (performance.now() ms); true when finished. */
+  step(deadline) {
+    while (this.stack.length) {
+      if (performance.now() > deadline) return false;
+      const [start, depth, fork] = this.stack.pop();
+      const chain = [start];
+      while (this.nKids(chain[chain.length - 1]) === 1) chain.push(this.kids[this.kidStart[chain[chain.length - 1]]]);
+      const id = this.chains++;
+      const firstRow = this.kind.length;
+      if (depth > this.maxDepth) this.maxDepth = depth;
+      if (this.collapse && chain.length >= BT_COLLAPSE_MIN && !this.expanded.has(start)) {
+        this.bands(chain[0], depth, id);
+        this.rowOf[chain[0]] = this.push(BT_KIND_NODE, chain[0], -1, depth, id);
+        for (let j = 1; j < chain.length - 1; j++) this.bands(chain[j], depth, id);
+        const more = this.push(BT_KIND_MORE, chain[1], chain[chain.length - 2], depth, id);
+        for (let j = 1; j < chain.length - 1; j++) this.rowOf[chain[j]] = more;
+        const last = chain[chain.length - 1];
+        this.bands(last, depth, id);
+        this.rowOf[last] = this.push(BT_KIND_NODE, last, -1, depth, id);
+      } else {
+        for (const i of chain) {
+          this.bands(i, depth, id);
+          this.rowOf[i] = this.push(BT_KIND_NODE, i, -1, depth, id);
+        }
+      }
+      if (fork >= 0) this.forks[fork].children.push(firstRow);
+      const end = chain[chain.length - 1];
+      const k = this.nKids(end);
+      if (k >= 2) {
+        const f = this.forks.length;
+        this.forks.push({ row: this.rowOf[end], depth, children: [] });
+        for (let j = this.kidStart[end + 1] - 1; j >= this.kidStart[end]; j--) this.stack.push([this.kids[j], depth + 1, f]);
+      }
+    }
+    this.done = true;
+    return true;
+  }
+  get rows() {
+    return this.kind.length;
+  }
+}
+
+function btOnPath(tree, leaf) {
+  const flags = new Uint8Array(tree.n);
+  let i = leaf;
+  while (i >= 0 && i < tree.n && !flags[i]) {
+    flags[i] = 1;
+    i = tree.parent[i];
+  }
+  return flags;
+}
+
+function render({ model, el }) {
+  const cache = skCache(model);
+  const root = skEl("div", { class: "sk-view sk-tree-view", tabindex: "0" });
+  el.append(root);
+  const toolbar = skEl("div", { class: "sk-toolbar" });
+  const main = skEl("div", { class: "sk-tree-main" });
+  const wrap = skEl("div", { class: "sk-tree-wrap" });
+  const scroller = skEl("div", { class: "sk-tree-scroll", "data-row-height": String(BT_ROW) });
+  const sizer = skEl("div", { class: "sk-tree-sizer" });
+  const canvas = skEl("canvas", { class: "sk-tree-canvas", role: "img", "aria-label": "message tree" });
+  const panel = skEl("div", { class: "sk-tree-panel" });
+  const live = skEl("div", { class: "sk-sr", "aria-live": "polite" });
+  scroller.append(sizer);
+  wrap.append(scroller, canvas);
+  main.append(wrap, panel);
+  root.append(toolbar, main, live);
+  const ctx = canvas.getContext("2d");
+
+  let tree = null;
+  let ids = new Map();
+  let layout = null;
+  let expanded = new Set();
+  let active = new Uint8Array(0);
+  let chosen = new Uint8Array(0);
+  let pathTokens = [];
+  let hover = -1;
+  let focusBand = -1;
+  let frame = 0;
+  let layoutTimer = 0;
+  let fetchTimer = 0;
+  let disposed = false;
+
+  function setHeight() {
+    wrap.style.height = (model.get("height") || 420) + "px";
+  }
+
+  function buildToolbar() {
+    toolbar.textContent = "";
+    if (!tree) return;
+    let forks = 0;
+    let leaves = 0;
+    const kidsCount = new Int32Array(tree.n);
+    for (let i = 0; i < tree.n; i++) if (tree.parent[i] >= 0) kidsCount[tree.parent[i]]++;
+    for (let i = 0; i < tree.n; i++) {
+      if (kidsCount[i] > 1) forks++;
+      if (kidsCount[i] === 0) leaves++;
+    }
+    let activeLen = 0;
+    let activeTok = 0;
+    for (let i = 0; i < tree.n; i++)
+      if (active[i]) {
+        activeLen++;
+        activeTok += tree.tokens[i];
+      }
+    const box = skEl("input", { type: "checkbox" });
+    box.checked = !!model.get("collapse");
+    box.addEventListener("change", () => {
+      model.set("collapse", box.checked);
+      model.save_changes();
+    });
+    const legend = skEl("span", { class: "sk-legend" });
+    for (const role of tree.roles) legend.append(skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), role + " ");
+    toolbar.append(
+      skEl("b", { text: `Session ${tree.session_id || "(default)"}` }),
+      skEl("span", { class: "sk-meta", text: ` ${tree.n.toLocaleString()} messages · ${forks} branch points · ${leaves} leaves · ${(tree.compactions || []).length} compactions · latest path ${activeLen} msgs, ${skTokens(activeTok)} tokens ` }),
+      skEl("label", { class: "sk-check" }, box, " collapse chains"),
+      legend,
+    );
+  }
+
+  function resetTree() {
+    tree = model.get("_tree") || { n: 0, ids: [], parent: [], role: [], roles: [], tokens: [], compactions: [] };
+    ids = new Map();
+    for (let i = 0; i < tree.n; i++) ids.set(tree.ids[i], i);
+    active = btOnPath(tree, tree.latest);
+    updateChosen();
+    buildToolbar();
+    startLayout();
+  }
+
+  function updateChosen() {
+    const sel = ids.get(model.get("selected_id"));
+    chosen = sel === undefined ? new Uint8Array(tree ? tree.n : 0) : btOnPath(tree, sel);
+    root.dataset.selected = model.get("selected_id") || "";
+  }
+
+  function startLayout() {
+    const keepTop = scroller.scrollTop;
+    layout = new BTLayout(tree, !!model.get("collapse"), expanded);
+    root.dataset.layout = "running";
+    clearTimeout(layoutTimer);
+    const work = () => {
+      if (disposed || !layout) return;
+      const finished = layout.step(performance.now() + 12);
+      sizer.style.height = layout.rows * BT_ROW + "px";
+      sizer.style.width = BT_GUTTER + 40 + (layout.maxDepth + 1) * BT_INDENT + 480 + "px";
+      root.dataset.rows = String(layout.rows);
+      if (scroller.scrollTop !== keepTop && keepTop <= layout.rows * BT_ROW) scroller.scrollTop = keepTop;
+      schedule();
+      if (finished) root.dataset.layout = "done";
+      else layoutTimer = setTimeout(work, 0);
+    };
+    work();
+  }
+
+  function schedule() {
+    if (!frame) frame = requestAnimationFrame(draw);
+  }
+
+  function x0(depth) {
+    return BT_GUTTER + 10 + depth * BT_INDENT;
+  }
+
+  function rowActive(r) {
+    const kind = layout.kind[r];
+    if (kind === BT_KIND_BAND) return active[tree.compactions[layout.a[r]].from] === 1;
+    return active[layout.a[r]] === 1;
+  }
+
+  function rowChosen(r) {
+    const kind = layout.kind[r];
+    if (kind === BT_KIND_BAND) return chosen[tree.compactions[layout.a[r]].from] === 1;
+    return chosen[layout.a[r]] === 1;
+  }
+
+  function draw() {
+    frame = 0;
+    if (disposed || !layout) return;
+    const dpr = window.devicePixelRatio || 1;
+    const W = scroller.clientWidth;
+    const H = scroller.clientHeight;
+    if (!W || !H) return;
+    if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(H * dpr)) {
+      canvas.width = Math.round(W * dpr);
+      canvas.height = Math.round(H * dpr);
+      canvas.style.width = W + "px";
+      canvas.style.height = H + "px";
+    }
+    const top = scroller.scrollTop;
+    const left = scroller.scrollLeft;
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, W, H);
+    ctx.translate(-left, -top);
+    const rows = layout.rows;
+    const r0 = Math.max(0, Math.floor(top / BT_ROW) - 1);
+    const r1 = Math.min(rows - 1, Math.ceil((top + H) / BT_ROW) + 1);
+    const sel = ids.get(model.get("selected_id"));
+    const cmp = ids.get(model.get("compare_id"));
+    const right = left + W;
+    // row backgrounds
+    for (let r = r0; r <= r1; r++) {
+      const y = r * BT_ROW;
+      const kind = layout.kind[r];
+      if (kind === BT_KIND_BAND) {
+        ctx.fillStyle = layout.a[r] === focusBand ? "#fde68a" : "#fffbeb";
+        ctx.fillRect(left, y, W, BT_ROW);
+      } else if (kind === BT_KIND_NODE && (layout.a[r] === sel || layout.a[r] === cmp)) {
+        ctx.fillStyle = layout.a[r] === sel ? "#dbeafe" : "#fce7f3";
+        ctx.fillRect(left, y, W, BT_ROW);
+      } else if (rowChosen(r)) {
+        ctx.fillStyle = "#f1f5ff";
+        ctx.fillRect(left, y, W, BT_ROW);
+      }
+      if (r === hover) {
+        ctx.fillStyle = "rgba(0,0,0,0.04)";
+        ctx.fillRect(left, y, W, BT_ROW);
+      }
+    }
+    // compaction bands in the gutter
+    (tree.compactions || []).forEach((band, k) => {
+      if (band.from < 0 || band.to < 0 || !band.messages) return;
+      const a = layout.rowOf[band.from];
+      const b = layout.rowOf[band.to];
+      if (a < 0 || b < 0 || b < r0 || a > r1) return;
+      ctx.fillStyle = band.superseded ? "#fcd34d80" : "#f59e0b";
+      const lane = k % 3;
+      const start = Math.max(a - 1, 0);
+      ctx.fillRect(left + 2 + lane * 3.5, start * BT_ROW + 4, 3, (b - start + 1) * BT_ROW - 8);
+    });
+    ctx.lineWidth = 1.5;
+    // branch connectors: vertical from the fork row to its last child, elbows into each child
+    for (const fork of layout.forks) {
+      const kids = fork.children;
+      if (!kids.length) continue;
+      const last = kids[kids.length - 1];
+      if (last < r0 || fork.row > r1) continue;
+      const x = x0(fork.depth);
+      const x2 = x0(fork.depth + 1);
+      ctx.strokeStyle = "#cbd5e1";
+      ctx.beginPath();
+      ctx.moveTo(x, fork.row * BT_ROW + BT_ROW / 2);
+      ctx.lineTo(x, last * BT_ROW + BT_ROW / 2);
+      ctx.stroke();
+      let activeKid = -1;
+      for (const c of kids) {
+        if (c < r0 - 1 && c !== last) continue;
+        const y = c * BT_ROW + BT_ROW / 2;
+        const on = rowActive(c);
+        if (on) activeKid = c;
+        ctx.strokeStyle = on ? "#1e3a8a" : "#cbd5e1";
+        ctx.beginPath();
+        ctx.moveTo(x, y);
+        ctx.lineTo(x2 - 5, y);
+        ctx.stroke();
+      }
+      if (activeKid < 0) for (const c of kids) if (rowActive(c)) activeKid = c;
+      if (activeKid >= 0 && rowActive(fork.row)) {
+        ctx.strokeStyle = "#1e3a8a";
+        ctx.lineWidth = 2.5;
+        ctx.beginPath();
+        ctx.moveTo(x, fork.row * BT_ROW + BT_ROW / 2);
+        ctx.lineTo(x, activeKid * BT_ROW + BT_ROW / 2);
+        ctx.stroke();
+        ctx.lineWidth = 1.5;
+      }
+    }
+    // chain connectors
+    for (let r = Math.max(r0 - 1, 0); r < Math.min(r1 + 1, rows - 1); r++) {
+      if (layout.chain[r] !== layout.chain[r + 1]) continue;
+      const x = x0(layout.depth[r]);
+      const on = rowActive(r) && rowActive(r + 1);
+      ctx.strokeStyle = on ? "#1e3a8a" : "#cbd5e1";
+      ctx.lineWidth = on ? 2.5 : 1.5;
+      ctx.setLineDash(layout.kind[r] === BT_KIND_MORE || layout.kind[r + 1] === BT_KIND_MORE ? [3, 3] : []);
+      ctx.beginPath();
+      ctx.moveTo(x, r * BT_ROW + BT_ROW / 2);
+      ctx.lineTo(x, (r + 1) * BT_ROW + BT_ROW / 2);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    }
+    // glyphs and labels
+    ctx.textBaseline = "middle";
+    const want = [];
+    const tokX = right - 8;
+    for (let r = r0; r <= r1; r++) {
+      const y = r * BT_ROW + BT_ROW / 2;
+      const x = x0(layout.depth[r]);
+      const kind = layout.kind[r];
+      let tx = x + 10;
+      if (kind === BT_KIND_NODE) {
+        const i = layout.a[r];
+        const role = tree.roles[tree.role[i]];
+        const on = active[i] === 1;
+        ctx.fillStyle = skRoleColor(role);
+        ctx.beginPath();
+        ctx.arc(x, y, on ? 5 : 4, 0, Math.PI * 2);
+        ctx.fill();
+        if (!on) {
+          ctx.fillStyle = "#fff";
+          ctx.beginPath();
+          ctx.arc(x, y, 2, 0, Math.PI * 2);
+          ctx.fill();
+        }
+        if (i === sel || i === cmp) {
+          ctx.strokeStyle = i === sel ? "#1d4ed8" : "#be185d";
+          ctx.lineWidth = 2;
+          ctx.beginPath();
+          ctx.arc(x, y, 7.5, 0, Math.PI * 2);
+          ctx.stroke();
+        }
+        ctx.font = "600 12px system-ui, sans-serif";
+        ctx.fillStyle = skRoleColor(role);
+        ctx.fillText(role, tx, y);
+        tx += ctx.measureText(role).width + 8;
+        const nk = layout.nKids(i);
+        ctx.font = "11px system-ui, sans-serif";
+        ctx.textAlign = "right";
+        ctx.fillStyle = "#6b7280";
+        let label = skTokens(tree.tokens[i]) + " tok";
+        if (nk > 1) label = `${nk} branches · ` + label;
+        ctx.fillText(label, tokX, y);
+        const labelW = ctx.measureText(label).width;
+        ctx.textAlign = "left";
+        const id = tree.ids[i];
+        let text = cache.previews.get(id);
+        if (text === undefined) {
+          text = "…";
+          if (!cache.asked.has(id)) want.push(id);
+        }
+        ctx.font = (on ? "500 " : "") + "12px system-ui, sans-serif";
+        ctx.fillStyle = on ? "#111827" : "#4b5563";
+        const room = tokX - labelW - 12 - tx;
+        if (room > 20) ctx.fillText(btFit(ctx, text, room), tx, y);
+      } else if (kind === BT_KIND_MORE) {
+        let count = 0;
+        let tok = 0;
+        for (let i = layout.b[r]; ; i = tree.parent[i]) {
+          count++;
+          tok += tree.tokens[i];
+          if (i === layout.a[r]) break;
+        }
+        ctx.fillStyle = "#94a3b8";
+        ctx.font = "12px system-ui, sans-serif";
+        ctx.fillText(`⋯ ${count.toLocaleString()} more messages · ${skTokens(tok)} tokens (click to expand)`, tx, y);
+      } else {
+        const band = tree.compactions[layout.a[r]];
+        ctx.fillStyle = "#b45309";
+        ctx.font = "600 12px system-ui, sans-serif";
+        const head = `▤ compacted ${band.messages} msgs, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: `;
+        ctx.fillText(head, x - 4, y);
+        const w = ctx.measureText(head).width;
+        ctx.font = "12px system-ui, sans-serif";
+        ctx.fillStyle = "#92400e";
+        const room = tokX - (x - 4 + w);
+        if (room > 20) ctx.fillText(btFit(ctx, band.summary.replace(/\s+/g, " "), room), x - 4 + w, y);
+      }
+    }
+    if (want.length) requestPreviews(want);
+  }
+
+  function requestPreviews(list) {
+    for (const id of list) cache.asked.add(id);
+    clearTimeout(fetchTimer);
+    const pending = (requestPreviews.pending = (requestPreviews.pending || []).concat(list));
+    fetchTimer = setTimeout(() => {
+      const batch = pending.splice(0, 500);
+      requestPreviews.pending = pending;
+      if (batch.length) model.send({ type: "fetch", ids: batch, req: skNextReq() });
+    }, 30);
+  }
+
+  function onMessage(msg) {
+    if (!msg || typeof msg !== "object") return;
+    if (msg.type === "previews") {
+      for (const [id, text] of Object.entries(msg.items || {})) cache.previews.set(id, text);
+      schedule();
+    } else if (msg.type === "detail") {
+      cache.details.set(msg.id, msg.message);
+      if (msg.id === model.get("selected_id")) renderPanel();
+    }
+  }
+
+  function rowAt(event) {
+    const rect = scroller.getBoundingClientRect();
+    const y = event.clientY - rect.top + scroller.scrollTop;
+    const r = Math.floor(y / BT_ROW);
+    return layout && r >= 0 && r < layout.rows ? r : -1;
+  }
+
+  function pick(r, compare) {
+    const kind = layout.kind[r];
+    if (kind === BT_KIND_MORE) {
+      expanded.add(tree.parent[layout.a[r]]);
+      startLayout();
+      return;
+    }
+    if (kind === BT_KIND_BAND) {
+      focusBand = layout.a[r];
+      renderPanel();
+      schedule();
+      return;
+    }
+    focusBand = -1;
+    const id = tree.ids[layout.a[r]];
+    model.set(compare ? "compare_id" : "selected_id", id);
+    model.save_changes();
+    onSelection();
+  }
+
+  function onSelection() {
+    updateChosen();
+    const id = model.get("selected_id");
+    if (id && !cache.details.has(id)) model.send({ type: "detail", id, req: skNextReq() });
+    const i = ids.get(id);
+    if (i !== undefined) live.textContent = `selected ${tree.roles[tree.role[i]]} message ${id}`;
+    renderPanel();
+    schedule();
+  }
+
+  function scrollToNode(i) {
+    if (!layout || i === undefined) return;
+    const r = layout.rowOf[i];
+    if (r < 0) return;
+    const y = r * BT_ROW;
+    if (y < scroller.scrollTop || y > scroller.scrollTop + scroller.clientHeight - BT_ROW)
+      scroller.scrollTop = Math.max(0, y - scroller.clientHeight / 2);
+  }
+
+  function renderPanel() {
+    panel.textContent = "";
+    if (!tree) return;
+    if (focusBand >= 0 && tree.compactions[focusBand]) {
+      const band = tree.compactions[focusBand];
+      panel.append(
+        skEl("div", { class: "sk-panel-title", text: "▤ Compaction" + (band.superseded ? " (superseded)" : "") }),
+        skEl("div", { class: "sk-meta", text: `${band.messages} messages (${band.from_id} … ${band.to_id}) · ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tokens · ${band.created_at}` }),
+        skEl("div", { class: "sk-text sk-summary", text: band.summary }),
+      );
+      return;
+    }
+    const id = model.get("selected_id");
+    const i = ids.get(id);
+    if (i === undefined) {
+      panel.append(skEl("div", { class: "sk-meta", text: "Click a message to select its path; shift-click another to compare the two branches. Click a band for its summary." }));
+      return;
+    }
+    let depth = 0;
+    let tok = 0;
+    for (let j = i; j >= 0; j = tree.parent[j]) {
+      depth++;
+      tok += tree.tokens[j];
+    }
+    const role = tree.roles[tree.role[i]];
+    panel.append(
+      skEl("div", { class: "sk-panel-title" }, skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), `${role} · ${skTokens(tree.tokens[i])} tokens`),
+      skEl("div", { class: "sk-meta", text: `${id} · path ${depth} messages, ${skTokens(tok)} tokens · ${layout ? layout.nKids(i) : 0} children` }),
+    );
+    const detail = cache.details.get(id);
+    if (detail) {
+      const box = skEl("div", { class: "sk-panel-msg" });
+      box.append(skParts(detail));
+      if (detail.usage) box.append(skEl("div", { class: "sk-meta", text: `usage: in ${skTokens(detail.usage.in)} · out ${skTokens(detail.usage.out)} · ${skCost(detail.usage.cost_usd)}` }));
+      panel.append(box);
+    } else panel.append(skEl("div", { class: "sk-meta", text: "loading…" }));
+    const diff = model.get("diff") || {};
+    if (diff.a && diff.b) {
+      const row = (name, a, b) => skEl("tr", {}, skEl("th", { text: name }), skEl("td", { text: a }), skEl("td", { text: b }));
+      const sideCost = (s) => (s.cost_usd === null || s.cost_usd === undefined ? (s.cost_known ? "partly unpriced" : "unpriced") : skCost(s.cost_usd));
+      panel.append(
+        skEl("div", { class: "sk-panel-title", text: "Branch diff from the fork point" }),
+        skEl("div", { class: "sk-meta", text: `fork at ${diff.fork_id || "(separate roots)"} · ${diff.shared_messages} shared messages, ${skTokens(diff.shared_tokens)} tokens` }),
+        skEl("table", { class: "sk-diff" },
+          skEl("tr", {}, skEl("th", {}), skEl("th", { text: "selected" }), skEl("th", { text: "compared" })),
+          row("messages", diff.a.messages, diff.b.messages),
+          row("tokens", skTokens(diff.a.tokens), skTokens(diff.b.tokens)),
+          row("tool calls", diff.a.tool_calls, diff.b.tool_calls),
+          row("usage in/out", `${skTokens(diff.a.usage_in)}/${skTokens(diff.a.usage_out)}`, `${skTokens(diff.b.usage_in)}/${skTokens(diff.b.usage_out)}`),
+          row("cost", sideCost(diff.a), sideCost(diff.b)),
+          row("first message", diff.a.first_preview || "—", diff.b.first_preview || "—"),
+        ),
+      );
+    } else panel.append(skEl("div", { class: "sk-meta sk-hint", text: "Shift-click another message to compare branches." }));
+  }
+
+  // events
+  const onScroll = () => schedule();
+  const onClick = (event) => {
+    const r = rowAt(event);
+    if (r >= 0) pick(r, event.shiftKey || event.altKey || event.metaKey || event.ctrlKey);
+    root.focus({ preventScroll: true });
+  };
+  const onMove = (event) => {
+    const r = rowAt(event);
+    if (r !== hover) {
+      hover = r;
+      scroller.style.cursor = r >= 0 ? "pointer" : "default";
+      schedule();
+    }
+  };
+  const onLeave = () => {
+    hover = -1;
+    schedule();
+  };
+  const onKey = (event) => {
+    if (!layout || (event.key !== "ArrowDown" && event.key !== "ArrowUp")) return;
+    const i = ids.get(model.get("selected_id"));
+    let r = i === undefined ? -1 : layout.rowOf[i];
+    const step = event.key === "ArrowDown" ? 1 : -1;
+    for (r += step; r >= 0 && r < layout.rows; r += step) if (layout.kind[r] === BT_KIND_NODE) break;
+    if (r < 0 || r >= layout.rows) return;
+    event.preventDefault();
+    pick(r, false);
+    scrollToNode(layout.a[r]);
+  };
+  scroller.addEventListener("scroll", onScroll, { passive: true });
+  scroller.addEventListener("click", onClick);
+  scroller.addEventListener("mousemove", onMove);
+  scroller.addEventListener("mouseleave", onLeave);
+  root.addEventListener("keydown", onKey);
+  const resize = new ResizeObserver(() => schedule());
+  resize.observe(scroller);
+
+  const onTree = () => resetTree();
+  const onSel = () => {
+    onSelection();
+    scrollToNode(ids.get(model.get("selected_id")));
+  };
+  const onCollapse = () => {
+    buildToolbar();
+    startLayout();
+  };
+  const onDiff = () => renderPanel();
+  const onHeight = () => {
+    setHeight();
+    schedule();
+  };
+  model.on("change:_tree", onTree);
+  model.on("change:selected_id", onSel);
+  model.on("change:compare_id", onSelection);
+  model.on("change:collapse", onCollapse);
+  model.on("change:diff", onDiff);
+  model.on("change:height", onHeight);
+  model.on("msg:custom", onMessage);
+
+  setHeight();
+  resetTree();
+  onSelection();
+
+  return () => {
+    disposed = true;
+    cancelAnimationFrame(frame);
+    clearTimeout(layoutTimer);
+    clearTimeout(fetchTimer);
+    resize.disconnect();
+    model.off("change:_tree", onTree);
+    model.off("change:selected_id", onSel);
+    model.off("change:compare_id", onSelection);
+    model.off("change:collapse", onCollapse);
+    model.off("change:diff", onDiff);
+    model.off("change:height", onHeight);
+    model.off("msg:custom", onMessage);
+  };
+}
+
+/** Cut `text` with an ellipsis so it fits `width` pixels. */
+function btFit(ctx, text, width) {
+  if (ctx.measureText(text).width <= width) return text;
+  let lo = 0;
+  let hi = text.length;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (ctx.measureText(text.slice(0, mid) + "…").width <= width) lo = mid;
+    else hi = mid - 1;
+  }
+  return text.slice(0, lo) + "…";
+}
+
+/** Answers the requests of this view in a page written by to_html (no kernel there). */
+function offline(msg, state) {
+  const messages = (state._offline && state._offline.messages) || {};
+  if (msg.type === "fetch") {
+    const items = {};
+    for (const id of msg.ids) if (messages[id]) items[id] = messages[id].preview;
+    return { type: "previews", req: msg.req, items };
+  }
+  if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: messages[msg.id] || null };
+  return null;
+}
+
+export default { render, offline };

@@ -1,0 +1,91 @@
+// sessionkit widgets: helpers shared by every view (prepended to each view's module).
+
+const SK_ROLE_COLORS = { user: "#2563eb", assistant: "#15803d", system: "#64748b", tool: "#c2410c" };
+const SK_OTHER_COLOR = "#7c3aed";
+
+function skRoleColor(role) {
+  return SK_ROLE_COLORS[role] || SK_OTHER_COLOR;
+}
+
+/** Create an element: skEl("div", {class: "x", onclick: fn}, child, "text", ...). */
+function skEl(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on") && typeof value === "function") node.addEventListener(key.slice(2), value);
+    else if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key === "style" && typeof value === "object") Object.assign(node.style, value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function skTokens(n) {
+  if (n === null || n === undefined) return "?";
+  const a = Math.abs(n);
+  if (a >= 1e6) return (n / 1e6).toFixed(1) + "M";
+  if (a >= 1e4) return Math.round(n / 1e3) + "k";
+  if (a >= 1e3) return (n / 1e3).toFixed(1) + "k";
+  return String(n);
+}
+
+/** Dollars, or "unpriced" when a price is unknown (never shown as zero). */
+function skCost(cost, unpriced) {
+  if (cost === null || cost === undefined || (unpriced && !cost)) return "unpriced";
+  const text = cost < 1 ? "$" + cost.toFixed(4) : "$" + cost.toFixed(2);
+  return unpriced ? text + " + unpriced" : text;
+}
+
+function skJson(value) {
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch (err) {
+    return String(value);
+  }
+}
+
+/** Render a condensed message (see _source.message_view) into a DOM fragment. */
+function skParts(view) {
+  const frag = document.createDocumentFragment();
+  for (const p of (view && view.parts) || []) {
+    if (p.type === "text") frag.append(skEl("div", { class: "sk-text", text: p.text }));
+    else if (p.type === "reasoning")
+      frag.append(skEl("details", { class: "sk-reasoning" }, skEl("summary", { text: "reasoning" }), skEl("div", { class: "sk-text", text: p.text })));
+    else if (p.type === "tool") {
+      const status = p.error ? "error" : p.state || "";
+      const box = skEl("details", { class: "sk-tool", open: true },
+        skEl("summary", {}, "tool ", skEl("b", { text: p.name }), " ", skEl("span", { class: "sk-badge" + (p.error ? " sk-bad" : ""), text: status })));
+      if (p.input !== null && p.input !== undefined) box.append(skEl("div", { class: "sk-label", text: "input" }), skEl("pre", { text: p.input }));
+      if (p.output !== null && p.output !== undefined) box.append(skEl("div", { class: "sk-label", text: "output" }), skEl("pre", { text: p.output }));
+      if (p.error) box.append(skEl("div", { class: "sk-err", text: p.error }));
+      frag.append(box);
+    } else if (p.type === "file") {
+      frag.append(skEl("div", { class: "sk-badge", text: `file ${p.mediaType || ""} ${p.name || ""}` }));
+    } else {
+      frag.append(skEl("details", {}, skEl("summary", { text: `${p.kind} part` }), skEl("pre", { text: p.json })));
+    }
+  }
+  return frag;
+}
+
+/** Message cache shared by every view of one model (a model can be displayed twice). */
+const skCaches = new WeakMap();
+function skCache(model) {
+  let cache = skCaches.get(model);
+  if (!cache) {
+    cache = { previews: new Map(), details: new Map(), messages: new Map(), asked: new Set() };
+    skCaches.set(model, cache);
+  }
+  return cache;
+}
+
+let skReq = 0;
+function skNextReq() {
+  skReq += 1;
+  return skReq;
+}

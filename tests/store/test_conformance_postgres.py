@@ -1,0 +1,40 @@
+"""The store conformance suite on the PostgreSQL engine, each store in a schema of its own.
+
+The server is a throwaway cluster started for the test run (or ``SESSIONKIT_PG_URL``);
+see ``tests/store/pg_cluster.py``. Without one the tests skip, except under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import sessionkit as sk
+from sessionkit.testing.conformance import *  # noqa: F401,F403
+
+from .pg_cluster import pg_store_url, pg_url  # noqa: F401  (fixtures)
+
+
+@pytest.fixture
+def make_store(pg_store_url):  # noqa: F811
+    return lambda **opts: sk.open_store(pg_store_url(), **opts)
+
+
+@pytest.fixture
+def raw_sql():
+    def access(store, what):
+        eng = store._engine
+        with eng._pool.connection() as conn:
+            if what == "tables":
+                rows = conn.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (eng.schema,)
+                ).fetchall()
+                return [r[0] for r in rows]
+            if what == "version":
+                row = conn.execute(f"SELECT value FROM {eng._t['meta']} WHERE key = 'schema_version'").fetchone()
+                return int(row[0])
+            if what == "bump":
+                conn.execute(f"UPDATE {eng._t['meta']} SET value = '999' WHERE key = 'schema_version'")
+                return True
+        return None
+
+    return access

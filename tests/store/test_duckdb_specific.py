@@ -1,0 +1,386 @@
+"""What only the DuckDB engine has: its file lock, its own inverted index, its bulk path."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+pytest.importorskip("duckdb")
+
+import sessionkit as sk  # noqa: E402
+from sessionkit import messages as _msg  # noqa: E402
+from sessionkit.store import LATEST  # noqa: E402
+from sessionkit.store.duckdb import BM25_B, BM25_K1  # noqa: E402
+from sessionkit.store.search import matches, parse_query  # noqa: E402
+
+
+def msg(mid: str, text: str, role: str = "user") -> dict:
+    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
+
+
+@pytest.fixture
+def store(tmp_path):
+    st = sk.open_store(tmp_path / "t.duckdb")
+    yield st
+    st.close()
+
+
+def raw(store, sql, params=None):
+    return store._engine._q(sql, params)
+
+
+def index_rows(store, sid=None):
+    """{message id: sorted stems} of the indexed messages, straight from the index."""
+    where, params = "", []
+    if sid is not None:
+        where, params = "AND m.session_id = ?", [sid]
+    rows = raw(
+        store,
+        f"""SELECT m.id, t.term FROM sessionkit_messages m
+            LEFT JOIN sessionkit_terms t ON t.seq = m.seq
+            WHERE m.index_len IS NOT NULL {where}""",
+        params,
+    )
+    out: dict[str, list] = {}
+    for mid, term in rows:
+        out.setdefault(mid, [])
+        if term is not None:
+            out[mid].append(term)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------------------
+# S5: a file held by another process
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    import sessionkit as sk
+    store = sk.open_store(sys.argv[1])
+    store.session().append({"id": "held", "role": "user", "parts": []})
+    print("ready", flush=True)
+    sys.stdin.read()  # hold the file until the test closes our stdin
+    store.close()
+    """
+)
+
+
+def test_S5_file_held_by_another_process_raises_StoreLocked_naming_it(tmp_path):
+    path = str(tmp_path / "held.duckdb")
+    marker = "sessionkit-lock-holder-7f3a"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, path, marker],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        with pytest.raises(sk.StoreLocked) as info:
+            sk.open_store(path)
+        assert time.monotonic() - started < 5, "must fail at once, never wait for the lock"
+        text = str(info.value)
+        assert f"PID {proc.pid}" in text
+        assert marker in text  # the holder's command line, read from /proc
+        assert path in text
+        assert isinstance(info.value.__cause__, Exception)  # DuckDB's error kept as the cause
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    with sk.open_store(path) as again:  # released: opens normally and kept the data
+        assert again.session().get("held") is not None
+
+
+# ---------------------------------------------------------------------------
+# the inverted index
+
+
+def test_index_is_lazy_then_current_after_update_delete_clear(store):
+    s, other = store.session("s"), store.session("o")
+    s.append(msg("a", "Deploying the blue service"))
+    s.append(msg("b", "the green service failed"))
+    other.append(msg("x", "blue whales deploy nothing"))
+    assert raw(store, "SELECT count(*) FROM sessionkit_terms")[0][0] == 0  # nothing before a search
+    assert [h.id for h in s.search("deployments")] == ["a"]
+    assert index_rows(store, "s") == {
+        "a": ["blue", "deploy", "servic", "the"],
+        "b": ["fail", "green", "servic", "the"],
+    }
+    s.append(msg("c", "purple service"), parent_id="a")
+    s.import_message(msg("d", "imported purple"), parent_id="c")
+    assert index_rows(store, "s")["c"] == ["purpl", "servic"]
+    assert {h.id for h in s.search("purple")} == {"c", "d"}
+    s.update(msg("a", "now orange"))
+    assert index_rows(store, "s")["a"] == ["now", "orang"]
+    assert s.search("blue") == []
+    assert [h.id for h in store.search("blue")] == ["x"]
+    s.delete("b")
+    assert "b" not in index_rows(store, "s")
+    s.delete("c", subtree=True)
+    assert set(index_rows(store, "s")) == {"a"}
+    s.clear()
+    assert index_rows(store, "s") == {}
+    assert index_rows(store, "o") == {"x": ["blue", "deploy", "noth", "whale"]}
+    assert store.stats()["indexed_messages"] == 1
+    store.delete_session("o")
+    assert raw(store, "SELECT count(*) FROM sessionkit_terms")[0][0] == 0
+    assert raw(store, "SELECT count(index_len) FROM sessionkit_messages")[0][0] == 0
+
+
+def test_index_survives_reopen_and_keeps_positions(tmp_path):
+    path = tmp_path / "p.duckdb"
+    with sk.open_store(path) as st:
+        s = st.session()
+        s.append(msg("a", "to be or not to be"))
+        st.search("be")
+    with sk.open_store(path) as st:
+        assert st.stats()["indexed_messages"] == 1
+        st.session().append(msg("b", "not to worry"))  # indexed on write: the flag was stored
+        assert st.stats()["indexed_messages"] == 2
+        rows = dict(raw(st, "SELECT term, pos FROM sessionkit_terms t JOIN sessionkit_messages m "
+                            "ON m.seq = t.seq WHERE m.id = 'a'"))
+        assert rows == {"to": [0, 4], "be": [1, 5], "or": [2], "not": [3]}
+        assert [h.id for h in st.search('"not to be"')] == ["a"]
+        assert sorted(h.id for h in st.search('"not to"')) == ["a", "b"]
+
+
+def test_phrases_need_adjacent_stems_in_order(store):
+    s = store.session()
+    s.append(msg("fwd", "we deployed the new services yesterday"))
+    s.append(msg("rev", "services new deployed"))
+    s.append(msg("gap", "new shiny services"))
+    s.append(msg("rep", "very very good"))
+    assert [h.id for h in s.search('"new services"')] == ["fwd"]
+    assert [h.id for h in s.search('"deploying the new service"')] == ["fwd"]
+    assert [h.id for h in s.search('"services new"')] == ["rev"]
+    assert {h.id for h in s.search("new services")} == {"fwd", "rev", "gap"}
+    assert [h.id for h in s.search('"very very good"')] == ["rep"]
+    assert s.search('"very good very"') == []
+    assert [h.id for h in s.search('"new services" deployed')] == ["fwd"]
+
+
+WORDS = "alpha beta gamma delta deploy deploying deployment service services run running ran".split()
+
+
+def test_hits_equal_the_reference_semantics_on_random_texts(store):
+    rng = random.Random(7)
+    texts = {}
+    s = store.session()
+    for i in range(120):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 12)))
+        texts[f"m{i}"] = text
+        s.append(msg(f"m{i}", text), parent_id=None)
+    queries = ["alpha", "deploying", "run service", '"alpha beta"', '"deploy service" gamma',
+               '"running ran"', "delta delta", '"beta beta"']
+    queries += [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))) if rng.random() < 0.5
+        else '"' + " ".join(rng.choice(WORDS) for _ in range(2)) + '"'
+        for _ in range(30)
+    ]
+    for q in queries:
+        parsed = parse_query(q)
+        want = {mid for mid, text in texts.items() if matches(text, parsed)}
+        got = {h.id for h in s.search(q, limit=1000)}
+        assert got == want, q
+
+
+def test_bm25_scores_match_the_formula(store):
+    docs = {
+        "short": "kiwi mango",
+        "long": "kiwi mango papaya melon grape lemon lime",
+        "twice": "kiwi kiwi mango papaya",
+        "none": "papaya melon",
+        "rare": "durian kiwi",
+    }
+    s = store.session()
+    for mid, text in docs.items():
+        s.append(msg(mid, text), parent_id=None)
+    lengths = {mid: len(text.split()) for mid, text in docs.items()}
+    n, avgdl = len(docs), sum(lengths.values()) / len(docs)
+
+    def expected(mid, terms):
+        total = 0.0
+        for term in terms:
+            df = sum(term in docs[d].split() for d in docs)
+            tf = docs[mid].split().count(term)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            total += idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * lengths[mid] / avgdl))
+        return total
+
+    order = list(docs)
+    hits = s.search("kiwi")
+    assert [h.id for h in hits] == sorted(  # equal scores: the newer message first
+        [d for d in docs if "kiwi" in docs[d]], key=lambda d: (-round(expected(d, ["kiwi"]), 9), -order.index(d))
+    )
+    for h in hits:
+        assert h.score == pytest.approx(expected(h.id, ["kiwi"]))
+    assert hits[0].id == "twice"  # more occurrences win
+    assert [h.id for h in hits].index("short") < [h.id for h in hits].index("long")  # shorter wins
+    # a rare word weighs more than a common one
+    both = {h.id: h.score for h in s.search("durian kiwi")}
+    assert list(both) == ["rare"]
+    assert both["rare"] == pytest.approx(expected("rare", ["durian", "kiwi"]))
+    assert expected("rare", ["durian"]) > expected("rare", ["kiwi"])
+
+
+def test_search_scopes_to_the_session_but_ranks_store_wide(store):
+    a, b = store.session("a"), store.session("b")
+    a.append(msg("a1", "shared word here"))
+    b.append(msg("b1", "shared word there"))
+    assert [h.id for h in a.search("shared")] == ["a1"]
+    assert {(h.session_id, h.id) for h in store.search("shared")} == {("a", "a1"), ("b", "b1")}
+
+
+# ---------------------------------------------------------------------------
+# write order, bulk writes, files
+
+
+def test_write_sequence_is_never_reused(store):
+    s = store.session()
+    s.append(msg("a", "one"))
+    first = store._engine.node("", "a").seq
+    s.delete("a")
+    with pytest.raises(sk.MessageNotFound):
+        s.append(msg("x", "orphan"), parent_id="missing")
+    s.append(msg("b", "two"))
+    assert store._engine.node("", "b").seq > first
+    assert s.latest_leaf()["id"] == "b"
+
+
+def _bulk(store, sid, items):
+    eng = store._engine
+    preps = [(_msg.prepare(m, created_at=None), parent, None) for m, parent in items]
+    with eng.write():
+        return eng.w_insert_many(
+            sid, [(p, parent, _msg.normalize_created(p.message.get("createdAt"))) for p, parent, _ in preps],
+            eng.index_built(),
+        )
+
+
+def test_bulk_insert_matches_one_by_one(tmp_path):
+    payload = "data:image/png;base64," + "QUJD" * 2000
+    items = [
+        (msg("r", "root text"), None),
+        (msg("a", "first child"), "r"),
+        (msg("b", "second child"), "r"),
+        (msg("c", "after latest"), LATEST),
+        ({"id": "f", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "url": payload}]}, "a"),
+        (msg("big", "x" * 5000), "f"),
+        (msg("a", "duplicate id: ignored"), "r"),
+    ]
+    with sk.open_store(tmp_path / "one.duckdb", chunk_chars=1000) as one, \
+            sk.open_store(tmp_path / "bulk.duckdb", chunk_chars=1000) as bulk:
+        one.search("warm")  # index on in both, so the bulk path writes index rows too
+        bulk.search("warm")
+        s1 = one.session("s")
+        for m, parent in items:
+            if parent is LATEST:
+                s1.import_message(m, parent_id=LATEST)
+            else:
+                s1.import_message(m, parent_id=parent)
+        result = _bulk(bulk, "s", items)
+        assert [ins for ins, _ in result] == [True] * 6 + [False]
+        assert result[-1][1] == result[1][1]  # the duplicate points at the stored row
+        s2 = bulk.session("s")
+        strip = lambda ms: [{k: v for k, v in m.items() if k != "createdAt"} for m in ms]  # noqa: E731
+        for leaf in ("b", "c", "big"):
+            assert strip(s2.get_history(leaf_id=leaf)) == strip(s1.get_history(leaf_id=leaf))
+        assert s2.latest_leaf()["id"] == "big"
+        n1 = [n._replace(seq=0, created_at="") for n in one._engine.nodes("s")]
+        n2 = [n._replace(seq=0, created_at="") for n in bulk._engine.nodes("s")]
+        assert n1 == n2  # depth and path totals too
+        for key in ("messages", "blobs", "blob_bytes", "indexed_messages"):
+            assert bulk.stats()[key] == one.stats()[key]
+        assert [h.id for h in s2.search("child")] == [h.id for h in s1.search("child")]
+        assert raw(bulk, "SELECT count(*) FROM sessionkit_chunks")[0][0] > 0
+        again = _bulk(bulk, "s", items)  # idempotent: nothing new
+        assert [ins for ins, _ in again] == [False] * 7
+        assert bulk.stats()["messages"] == 6
+
+
+def test_bulk_insert_unknown_parent_stores_nothing(store):
+    before = store.stats()["messages"]
+    with pytest.raises(sk.MessageNotFound):
+        _bulk(store, "s", [(msg("a", "x"), None), (msg("b", "y"), "nope")])
+    assert store.stats()["messages"] == before
+    assert store.session("s").latest_leaf() is None
+    # an unknown parent is fine when the message itself is already stored
+    store.session("s").append(msg("a", "x"))
+    assert _bulk(store, "s", [(msg("a", "x"), "nope")])[0][0] is False
+
+
+def test_two_stores_on_one_file_in_one_process_share_it(tmp_path):
+    path = tmp_path / "shared.duckdb"
+    with sk.open_store(path) as one, sk.open_store(path) as two:
+        one.session().append(msg("a", "from one"))
+        two.session().append(msg("b", "from two"))  # attaches to a: the latest leaf
+        assert [m["id"] for m in one.session().get_history()] == ["a", "b"]
+        assert one.session().latest_leaf()["id"] == "b"
+
+
+def test_foreign_and_empty_files(tmp_path):
+    import sqlite3
+
+    lite = tmp_path / "lite.duckdb"
+    con = sqlite3.connect(lite)
+    con.execute("CREATE TABLE t(x)")
+    con.commit()
+    con.close()
+    with pytest.raises(ValueError, match="SQLite"):
+        sk.open_store(lite)
+    junk = tmp_path / "junk.duckdb"
+    junk.write_bytes(b"not a database at all" * 10)
+    with pytest.raises(ValueError, match="not a DuckDB database"):
+        sk.open_store(junk)
+    empty = tmp_path / "empty.duckdb"
+    empty.write_bytes(b"")
+    with sk.open_store(empty) as st:  # an empty file holds nothing: a new store
+        st.session().append(msg("a", "hello"))
+    with pytest.raises(ValueError, match="does not exist"):
+        sk.open_store(tmp_path / "no" / "such.duckdb")
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    import sessionkit as sk
+    store = sk.open_store(sys.argv[1], durability=sys.argv[2])
+    s = store.session()
+    i = 0
+    while True:
+        s.append({"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": "x" * (i % 50)}]})
+        print(f"m{i}", flush=True)
+        i += 1
+    """
+)
+
+
+@pytest.mark.parametrize("durability", ["normal", "full"])
+def test_S5_killed_writer_loses_no_returned_append(tmp_path, durability):
+    path = str(tmp_path / "kill.duckdb")
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, path, durability], stdout=subprocess.PIPE, text=True)
+    acked = []
+    try:
+        while len(acked) < 40:
+            line = proc.stdout.readline()
+            assert line, "the writer died early"
+            acked.append(line.strip())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        acked += [line.strip() for line in proc.stdout.read().splitlines()]
+    with sk.open_store(path) as st:
+        s = st.session()
+        stored = [m["id"] for m in s.get_history()]
+        assert stored[: len(acked)] == acked
+        assert len(stored) <= len(acked) + 1  # at most the append in flight, whole
+        for m in s.get_history():
+            assert m["role"] == "user"
