@@ -217,3 +217,51 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# ---------------------------------------------------------------------------
+# Grouped transactions
+
+
+class WriteGroups:
+    """Run many small imports (one per tree or pair) inside fewer transactions.
+
+    Each record's ``session._import_many`` joins the open transaction (engine
+    transactions nest), and every ``size`` records the transaction commits. Fewer
+    commits make bulk imports much faster, on file stores and on DuckDB above
+    all. An error rolls back only the group in progress; records of earlier
+    groups stay stored, and running the import again completes it (imports are
+    idempotent).
+    """
+
+    def __init__(self, store, size: int = 200):
+        self._engine = store._check()
+        self._size = size
+        self._count = 0
+        self._cm = None
+
+    def __enter__(self) -> "WriteGroups":
+        return self
+
+    def begin(self) -> None:
+        """Call before writing a record."""
+        if self._cm is None:
+            cm = self._engine.write()
+            cm.__enter__()
+            self._cm = cm
+
+    def done(self) -> None:
+        """Call after a record was written."""
+        self._count += 1
+        if self._count % self._size == 0:
+            self.commit()
+
+    def commit(self) -> None:
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            cm.__exit__(None, None, None)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            cm.__exit__(exc_type, exc, tb)

@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from ..errors import MessageTooLarge
-from ._common import MalformedInput, Progress, as_path, count_lines, iter_jsonl
+from ._common import MalformedInput, Progress, WriteGroups, as_path, count_lines, iter_jsonl
 
 __all__ = ["import_hh", "parse_turns"]
 
@@ -79,7 +79,8 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
 def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> list:
     """Import HH-RLHF pairs: one session per distinct pair, in file order.
 
-    Idempotent; each pair is written in one transaction. ``progress``: ``None``
+    Idempotent; pairs are written in groups of 200 per transaction (an error keeps
+    the groups before it). ``progress``: ``None``
     shows a bar only in a terminal or notebook, ``True``/``False`` force it, a
     callable gets ``(done, total)`` lines. Malformed input raises
     :class:`MalformedInput` naming the line.
@@ -88,7 +89,8 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
     source = str(path)
     sessions: dict[str, Any] = {}
     total = count_lines(path)
-    with Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar:
+    with Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar, \
+            WriteGroups(store) as groups:
         for lineno, obj in iter_jsonl(path):
             where = f"line {lineno}"
             if not isinstance(obj, dict):
@@ -106,12 +108,14 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
                 obj["chosen"].encode("utf-8") + b"\x00" + obj["rejected"].encode("utf-8")
             ).hexdigest()[:20]
             session = store.session(session_prefix + digest)
+            groups.begin()
             try:
                 session._import_many(_pair_items(turns["chosen"], turns["rejected"]))
             except MessageTooLarge:
                 raise
             except (ValueError, TypeError, LookupError) as exc:
                 raise MalformedInput(source, where, f"cannot import pair into session {session.session_id!r}: {exc}") from exc
+            groups.done()
             sessions.setdefault(session.session_id, session)
             bar.update()
     return list(sessions.values())

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import MessageTooLarge
-from ._common import MalformedInput, Progress, as_path, count_lines, iter_jsonl
+from ._common import MalformedInput, Progress, WriteGroups, as_path, count_lines, iter_jsonl
 
 __all__ = ["import_oasst"]
 
@@ -116,21 +116,25 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
     Returns the sessions in file order. Idempotent (ids are the OASST message ids);
     each tree is written in one transaction. ``progress``: ``None`` shows a bar only in
     a terminal or notebook, ``True``/``False`` force it, a callable gets ``(done, total)``
-    lines. Malformed input raises :class:`MalformedInput` naming the line.
+    lines. Malformed input raises :class:`MalformedInput` naming the line. Trees are
+    written in groups of 200 per transaction; an error keeps the groups before it.
     """
     path = as_path(path)
     source = str(path)
     sessions = []
     flat: dict[str, list[tuple[str, dict]]] = {}
     total = count_lines(path)
-    with Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar:
+    with Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
+            WriteGroups(store) as groups:
         for lineno, obj in iter_jsonl(path):
             where = f"line {lineno}"
             if not isinstance(obj, dict):
                 raise MalformedInput(source, where, "expected a JSON object (an OASST tree or message)")
             if "prompt" in obj:
                 tree_id, items = _tree_items(obj, where, source)
+                groups.begin()
                 sessions.append(_write(store, session_prefix + tree_id, items, source, where))
+                groups.done()
             elif "message_id" in obj:
                 tree_id = obj.get("message_tree_id")
                 if not isinstance(tree_id, str) or not tree_id:
@@ -140,7 +144,10 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                 raise MalformedInput(source, where, "neither an OASST tree ('prompt') nor a message ('message_id')")
             bar.update()
         for tree_id, rows in flat.items():
-            sessions.append(_write(store, session_prefix + tree_id, _flat_items(tree_id, rows, source), source, rows[0][0]))
+            items = _flat_items(tree_id, rows, source)
+            groups.begin()
+            sessions.append(_write(store, session_prefix + tree_id, items, source, rows[0][0]))
+            groups.done()
     unique = list({id(s): s for s in sessions}.values())
     return unique
 

@@ -9,6 +9,7 @@ so every engine behaves the same.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
 import uuid
@@ -254,6 +255,18 @@ class Engine:
     def w_run_end(self, run_id, status, error, usage, ended_at) -> None: ...
     def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
 
+    # internal records --------------------------------------------------------
+    # Small JSON documents that components built on the store (the HTTP server)
+    # keep beside a session: ``(session_id, kind, n) -> data``. They belong to the
+    # session: ``session_exists`` counts them and ``w_delete_session`` removes them.
+    def records(self, sid: str, kind: str) -> list[tuple[int, str]]:
+        """``(n, data)`` of the session's records of ``kind``, by ``n``."""
+        raise NotImplementedError(f"the {self.kind} engine keeps no internal records")
+
+    def w_put_records(self, sid: str, kind: str, items: list[tuple[int, str]]) -> None:
+        """Insert or replace each record ``(sid, kind, n)`` with ``data``."""
+        raise NotImplementedError(f"the {self.kind} engine keeps no internal records")
+
 
 # ---------------------------------------------------------------------------
 
@@ -346,7 +359,7 @@ class Store:
         return self._check().list_sessions()
 
     def delete_session(self, session_id: str) -> None:
-        """Remove everything of a session: messages, compactions, index entries, runs, events."""
+        """Remove everything of a session: messages, compactions, index entries, runs, events, records."""
         eng = self._check()
         if not eng.session_exists(session_id):
             raise SessionNotFound(f"no session {session_id!r} in this store")
@@ -368,8 +381,8 @@ class Store:
         if not callable(callback):
             raise TypeError("callback must be callable")
         self._subscribers.append(callback)
-        start = getattr(self._check(), "start_listener", None)
-        if start is not None:
+        start = getattr(self._engine, "start_listener", None)
+        if start is not None and not self._closed:
             start(self._deliver)  # idempotent: one listener per store
 
         def unsubscribe() -> None:
@@ -471,6 +484,27 @@ class Store:
 
     def _append_event(self, session_id: str, event: dict) -> dict:
         return self._append_events(session_id, [event])[0]
+
+    # -- internal records (used by the server) ---------------------------------
+    def _records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
+        """``(n, value)`` of a session's internal records of ``kind``, by ``n``.
+
+        Records are small JSON values that a component keeps beside a session (the
+        HTTP server keeps its session table and the messages callers sent). They
+        belong to the session: ``delete_session`` removes them.
+        """
+        return [(n, json.loads(data)) for n, data in self._check().records(session_id, kind)]
+
+    def _put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
+        """Insert or replace records ``(n, value)`` of ``kind`` in one transaction."""
+        rows = []
+        for n, value in items:
+            if not isinstance(n, int) or isinstance(n, bool):
+                raise TypeError(f"record numbers are ints, got {type(n).__name__}")
+            rows.append((n, _msg.dumps(value)))
+        eng = self._check()
+        with eng.write():
+            eng.w_put_records(session_id, kind, rows)
 
     # -- analysis (pandas and DuckDB load on first use) ----------------------------
     def messages_df(self, session_ids=None):

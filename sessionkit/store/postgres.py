@@ -3,7 +3,7 @@
 The engine for one store shared by many processes and machines. Tables and their
 meaning follow ``sqlite.py`` (``sessionkit_`` prefix, a schema-version row,
 continuation rows, payloads by SHA-256 with references, cumulative path columns,
-compactions, runs and events). What PostgreSQL changes:
+compactions, runs and events, internal records). What PostgreSQL changes:
 
 * **Where.** ``postgresql://user@host/db`` opens the tables in the connection's
   current schema (normally ``public``); ``schema="name"`` or ``?schema=name`` in the
@@ -19,8 +19,10 @@ compactions, runs and events). What PostgreSQL changes:
   pick the same parent and a session's ``seq`` order is its commit order.
   Idempotency is ``INSERT ... ON CONFLICT (session_id, id) DO NOTHING``.
 * **Fast append.** A plain append (no out-of-row payload, one row) is one
-  ``INSERT ... SELECT`` from the latest leaf or the given parent, sent with its
-  ``BEGIN``, lock and ``COMMIT`` in one pipeline: one network round trip.
+  statement: a call of the PL/pgSQL function ``sessionkit_append`` (installed with
+  the tables), which takes the session's lock, reads the latest leaf or the given
+  parent and inserts with ``ON CONFLICT (session_id, id) DO NOTHING``, all in one
+  round trip and one transaction.
 * **Search.** The stems come from :mod:`sessionkit.store.search`, exactly as on
   SQLite, and reach PostgreSQL as ``tsvector``/``tsquery`` literals (lexemes and
   positions, no text search parser or dictionary involved), so stemming and word
@@ -79,7 +81,7 @@ log = logging.getLogger("sessionkit")
 
 __all__ = ["PostgresEngine", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Stored JSON longer than this (characters) continues in sessionkit_chunks rows.
 DEFAULT_CHUNK_CHARS = 1 << 20
@@ -102,10 +104,21 @@ _MAX_LEXEMES_BYTES = 1_000_000
 _MAX_POSITION = 16383
 _MAX_POSITIONS = 256
 
-_TABLES = ("meta", "messages", "chunks", "blobs", "blob_refs", "compactions", "search", "runs", "events", "listeners")
+_TABLES = (
+    "meta", "messages", "chunks", "blobs", "blob_refs", "compactions", "search", "runs", "events", "records",
+    "listeners",
+)
 
 _NODE = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
 _NODE_M = ", ".join("m." + c.strip() for c in _NODE.split(","))
+
+_RECORDS_TABLE = """CREATE TABLE {records} (
+        session_id text NOT NULL,
+        kind text NOT NULL,
+        n bigint NOT NULL,
+        data text NOT NULL,
+        PRIMARY KEY (session_id, kind, n)
+    )"""
 
 _DDL = [
     "CREATE TABLE {meta} (key text PRIMARY KEY, value text NOT NULL)",
@@ -182,6 +195,7 @@ _DDL = [
         data text NOT NULL,
         PRIMARY KEY (session_id, seq)
     )""",
+    _RECORDS_TABLE,
     """CREATE TABLE {listeners} (
         origin text PRIMARY KEY,
         seen_at timestamptz NOT NULL DEFAULT now()
@@ -189,7 +203,10 @@ _DDL = [
 ]
 
 # Upgrades from an older schema version to the next one: {from_version: [statements]}.
-_MIGRATIONS: dict[int, list[str]] = {}
+# (The append function below is installed again after every creation or migration.)
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [_RECORDS_TABLE],  # 2: internal records kept beside a session (the HTTP server's tables)
+}
 
 _LISTENING = "EXISTS (SELECT 1 FROM {listeners} WHERE seen_at > now() - interval '%s')" % _LISTENER_TTL
 
@@ -238,6 +255,7 @@ _SQL = {
         " OR EXISTS (SELECT 1 FROM {runs} WHERE session_id = %(sid)s)"
         " OR EXISTS (SELECT 1 FROM {events} WHERE session_id = %(sid)s)"
         " OR EXISTS (SELECT 1 FROM {compactions} WHERE session_id = %(sid)s)"
+        " OR EXISTS (SELECT 1 FROM {records} WHERE session_id = %(sid)s)"
     ),
     "compactions": (
         "SELECT seq, id, from_id, to_id, summary, created_at, tokens_before, tokens_after"
@@ -267,6 +285,7 @@ _SQL = {
         " FROM {runs} WHERE session_id = %s ORDER BY n"
     ),
     "events": "SELECT data FROM {events} WHERE session_id = %s AND seq > %s ORDER BY seq",
+    "records": "SELECT n, data FROM {records} WHERE session_id = %s AND kind = %s ORDER BY n",
     # writes
     "insert": (
         "INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,"
@@ -328,6 +347,11 @@ _SQL = {
     "clear_compactions": "DELETE FROM {compactions} WHERE session_id = %s",
     "clear_runs": "DELETE FROM {runs} WHERE session_id = %s",
     "clear_events": "DELETE FROM {events} WHERE session_id = %s",
+    "clear_records": "DELETE FROM {records} WHERE session_id = %s",
+    "record_put": (
+        "INSERT INTO {records} (session_id, kind, n, data) VALUES (%s, %s, %s, %s)"
+        " ON CONFLICT (session_id, kind, n) DO UPDATE SET data = EXCLUDED.data"
+    ),
     "add_compaction": (
         "INSERT INTO {compactions} (session_id, id, from_id, to_id, summary, created_at, tokens_before,"
         " tokens_after) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
@@ -363,52 +387,71 @@ _SQL = {
     "listener_drop": "DELETE FROM {listeners} WHERE origin = %s",
 }
 
-# The fast append: one INSERT ... SELECT reading the parent's place (the latest leaf,
-# a named parent, or none) in the same statement.
-_APPEND_COLS = (
-    "INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,"
-    " path_bytes, path_tokens, chunks, content) "
-)
-_APPEND_SOURCES = {
-    "root": (
-        "SELECT %(sid)s::text, %(id)s::text, NULL::text, 0, %(role)s::text, %(created)s::text,"
-        " %(bytes)s::bigint, %(tokens)s::bigint, %(bytes)s::bigint, %(tokens)s::bigint, 0, %(content)s::text"
-    ),
-    "latest": (
-        "SELECT %(sid)s::text, %(id)s::text, p.id, coalesce(p.depth + 1, 0), %(role)s::text, %(created)s::text,"
-        " %(bytes)s::bigint, %(tokens)s::bigint, coalesce(p.path_bytes, 0) + %(bytes)s::bigint,"
-        " coalesce(p.path_tokens, 0) + %(tokens)s::bigint, 0, %(content)s::text"
-        " FROM (SELECT 1) AS one LEFT JOIN (SELECT id, depth, path_bytes, path_tokens FROM {messages}"
-        "   WHERE session_id = %(sid)s::text ORDER BY seq DESC LIMIT 1) AS p ON true"
-    ),
-    "parent": (
-        "SELECT %(sid)s::text, %(id)s::text, p.id, p.depth + 1, %(role)s::text, %(created)s::text,"
-        " %(bytes)s::bigint, %(tokens)s::bigint, p.path_bytes + %(bytes)s::bigint,"
-        " p.path_tokens + %(tokens)s::bigint, 0, %(content)s::text"
-        " FROM {messages} AS p WHERE p.session_id = %(sid)s::text AND p.id = %(pid)s::text"
-    ),
-}
-# Without the index, the row is written only while the flag still says "not built"
-# (read after the shared index lock, so a concurrent first search cannot miss it).
-_NOT_INDEXED = "(SELECT value FROM {meta} WHERE key = 'index_built') = '0'"
-_APPEND_NOTIFY = (
-    "(SELECT count(*) FROM (SELECT pg_notify(%(ch)s, x) FROM unnest(%(notes)s::text[]) AS u(x)"
-    " WHERE ins.seq IS NOT NULL AND " + _LISTENING + ") AS n)"
-)
+# The fast append: one statement, a call of this function, for a plain append. Each
+# statement inside a (volatile) PL/pgSQL function reads what committed before it
+# started, so once the session's advisory lock is granted, the read of the latest
+# leaf sees the previous holder's append: two writers never pick the same parent.
+# Returns the new seq; NULL when nothing was written (the id exists, or the named
+# parent does not); -1 when the search index was built meanwhile (call again with
+# the index entry).
+_APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
+        p_sid text, p_id text, p_kind text, p_parent_id text, p_role text, p_created text,
+        p_bytes bigint, p_tokens bigint, p_content text, p_index tsvector,
+        p_index_key bigint, p_session_key bigint, p_channel text, p_notes text[]
+    ) RETURNS bigint LANGUAGE plpgsql AS $sessionkit$
+    DECLARE
+        new_seq bigint;
+        built boolean;
+        listening boolean;
+        parent text;
+        parent_depth integer;
+        parent_bytes bigint;
+        parent_tokens bigint;
+    BEGIN
+        IF p_index IS NULL THEN  -- a first search waits for this append, or this append sees its flag
+            PERFORM pg_catalog.pg_advisory_xact_lock_shared(p_index_key), pg_catalog.pg_advisory_xact_lock(p_session_key);
+        ELSE
+            PERFORM pg_catalog.pg_advisory_xact_lock(p_session_key);
+        END IF;
+        SELECT (SELECT value = '1' FROM {meta} WHERE key = 'index_built'), """ + _LISTENING + """
+          INTO built, listening;
+        IF built AND p_index IS NULL THEN
+            RETURN -1;
+        END IF;
+        IF p_kind = 'latest' THEN
+            SELECT id, depth, path_bytes, path_tokens INTO parent, parent_depth, parent_bytes, parent_tokens
+              FROM {messages} WHERE session_id = p_sid ORDER BY seq DESC LIMIT 1;
+        ELSIF p_kind = 'parent' THEN
+            SELECT id, depth, path_bytes, path_tokens INTO parent, parent_depth, parent_bytes, parent_tokens
+              FROM {messages} WHERE session_id = p_sid AND id = p_parent_id;
+            IF NOT FOUND THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+        INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,
+                                path_bytes, path_tokens, chunks, content)
+        VALUES (p_sid, p_id, parent, coalesce(parent_depth + 1, 0), p_role, p_created, p_bytes, p_tokens,
+                coalesce(parent_bytes, 0) + p_bytes, coalesce(parent_tokens, 0) + p_tokens, 0, p_content)
+        ON CONFLICT (session_id, id) DO NOTHING
+        RETURNING seq INTO new_seq;
+        IF new_seq IS NULL THEN  -- the id exists (or, for a named parent, see above)
+            RETURN NULL;
+        END IF;
+        IF p_index IS NOT NULL THEN
+            INSERT INTO {search} (seq, session_id, body) VALUES (new_seq, p_sid, p_index);
+        END IF;
+        IF listening THEN
+            PERFORM pg_catalog.pg_notify(p_channel, note) FROM unnest(p_notes) AS note;
+        END IF;
+        RETURN new_seq;
+    END
+    $sessionkit$"""
 
-
-def _append_sql(kind: str, indexed: bool) -> str:
-    src = _APPEND_SOURCES[kind]
-    if not indexed:
-        src += (" AND " if kind == "parent" else " WHERE ") + _NOT_INDEXED
-    insert = _APPEND_COLS + src + " ON CONFLICT (session_id, id) DO NOTHING RETURNING seq, session_id"
-    if indexed:
-        return (
-            "WITH ins AS (" + insert + "), idx AS (INSERT INTO {search} (seq, session_id, body)"
-            " SELECT seq, session_id, %(tsv)s::tsvector FROM ins)"
-            " SELECT ins.seq, " + _APPEND_NOTIFY + " FROM ins"
-        )
-    return "WITH ins AS (" + insert + ") SELECT ins.seq, " + _APPEND_NOTIFY + " FROM ins"
+_APPEND_CALL = (
+    "SELECT {fn_append}(%(sid)s::text, %(id)s::text, %(kind)s::text, %(pid)s::text, %(role)s::text,"
+    " %(created)s::text, %(bytes)s::bigint, %(tokens)s::bigint, %(content)s::text, %(index)s::tsvector,"
+    " %(index_key)s::bigint, %(session_key)s::bigint, %(ch)s::text, %(notes)s::text[])"
+)
 
 
 # ---------------------------------------------------------------------------
@@ -419,18 +462,27 @@ def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _query_pairs(query: str) -> list[tuple[str, str]]:
+    """``key=value`` pairs of a URL query, kept percent-encoded exactly as written (libpq decodes them)."""
+    pairs = []
+    for item in query.split("&"):
+        if item:
+            key, _, value = item.partition("=")
+            pairs.append((key, value))
+    return pairs
+
+
 def _parse_url(url: str) -> tuple[str, str | None]:
     """``(conninfo, schema)``: the URL libpq gets (without ``schema=``) and that parameter."""
     parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     schema = None
     rest = []
-    for key, value in query:
-        if key == "schema":
-            schema = value
+    for key, value in _query_pairs(parts.query):
+        if urllib.parse.unquote(key) == "schema":
+            schema = urllib.parse.unquote(value)
         else:
-            rest.append((key, value))
-    conninfo = urllib.parse.urlunsplit(("postgresql", parts.netloc, parts.path, urllib.parse.urlencode(rest), ""))
+            rest.append(key + "=" + value)
+    conninfo = urllib.parse.urlunsplit(("postgresql", parts.netloc, parts.path, "&".join(rest), ""))
     return conninfo, schema
 
 
@@ -441,10 +493,10 @@ def _shown_url(conninfo: str, schema: str | None) -> str:
     if "@" in netloc:
         userinfo, hosts = netloc.rsplit("@", 1)
         netloc = userinfo.split(":", 1)[0] + "@" + hosts
-    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
+    query = [k + "=" + v for k, v in _query_pairs(parts.query) if urllib.parse.unquote(k) != "password"]
     if schema is not None:
-        query.append(("schema", schema))
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, urllib.parse.urlencode(query), ""))
+        query.append("schema=" + urllib.parse.quote(schema, safe=""))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), ""))
 
 
 def _lexeme(stem: str) -> str:
@@ -649,33 +701,42 @@ class PostgresEngine(Engine):
                 if version is not None and version > SCHEMA_VERSION:
                     raise self._too_new(version)
                 if version != SCHEMA_VERSION:
-                    with conn.transaction():
-                        # One process creates or migrates; the others wait here, then find it done.
-                        conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (self._key("schema"),))
-                        version = self._read_version(conn)
-                        if version is None:
-                            exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
-                                                  (schema,)).fetchone()
-                            if exists is None:
-                                conn.execute("CREATE SCHEMA " + _quote_ident(schema))
-                            for stmt in _DDL:
-                                conn.execute(stmt.format(**self._t))
-                            conn.execute(
-                                "INSERT INTO {meta} (key, value) VALUES ('schema_version', %s),"
-                                " ('index_built', '0')".format(**self._t),
-                                (str(SCHEMA_VERSION),),
-                            )
-                        elif version > SCHEMA_VERSION:
-                            raise self._too_new(version)
-                        elif version < SCHEMA_VERSION:
-                            for v in range(version, SCHEMA_VERSION):
-                                for stmt in _MIGRATIONS.get(v, []):
-                                    conn.execute(stmt.format(**self._t))
-                            conn.execute("UPDATE {meta} SET value = %s WHERE key = 'schema_version'".format(**self._t),
-                                         (str(SCHEMA_VERSION),))
+                    # One process creates or migrates; the others wait for the lock, then find
+                    # the work done. The lock is taken before the transaction begins, so the
+                    # transaction reads the catalogs as the previous holder left them.
+                    key = self._key("schema")
+                    conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
+                    try:
+                        with conn.transaction():
+                            self._create_or_migrate(conn, schema)
+                    finally:
+                        conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (key,))
         except psycopg.Error as exc:
             raise _convert(exc, self.path) from exc
         return schema
+
+    def _create_or_migrate(self, conn, schema: str) -> None:
+        version = self._read_version(conn)
+        if version is None:
+            if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is None:
+                conn.execute("CREATE SCHEMA " + _quote_ident(schema))
+            # DDL takes no parameters: one round trip for the whole schema
+            conn.execute(";\n".join(stmt.format(**self._t) for stmt in _DDL))
+            conn.execute(
+                "INSERT INTO {meta} (key, value) VALUES ('schema_version', %s), ('index_built', '0')".format(**self._t),
+                (str(SCHEMA_VERSION),),
+            )
+        elif version > SCHEMA_VERSION:
+            raise self._too_new(version)
+        elif version < SCHEMA_VERSION:
+            for v in range(version, SCHEMA_VERSION):
+                for stmt in _MIGRATIONS.get(v, []):
+                    conn.execute(stmt.format(**self._t))
+            conn.execute("UPDATE {meta} SET value = %s WHERE key = 'schema_version'".format(**self._t),
+                         (str(SCHEMA_VERSION),))
+        else:
+            return
+        conn.execute(_APPEND_FUNCTION.format(**self._t))
 
     def _too_new(self, version: int) -> SchemaVersionError:
         return SchemaVersionError(
@@ -687,17 +748,16 @@ class PostgresEngine(Engine):
         self.schema = schema
         qs = _quote_ident(schema)
         self._t = {name: f"{qs}.{_quote_ident('sessionkit_' + name)}" for name in _TABLES}
+        self._t["fn_append"] = f"{qs}.{_quote_ident('sessionkit_append')}"
+        if "$sessionkit$" in schema:
+            raise ValueError(f"schema name {schema!r} may not contain '$sessionkit$'")
         sql = {key: text.format(**self._t) for key, text in _SQL.items()}
         self._search_sql = {
             False: _SQL["search"].replace("/*session*/", "").format(**self._t),
             True: _SQL["search"].replace("/*session*/", "AND session_id = %(sid)s").format(**self._t),
         }
         self._s = sql
-        self._append = {
-            (kind, indexed): _append_sql(kind, indexed).format(**self._t)
-            for kind in _APPEND_SOURCES
-            for indexed in (False, True)
-        }
+        self._append_call = _APPEND_CALL.format(**self._t)
         name = "sessionkit:" + schema
         if len(name.encode("utf-8")) > 63:
             name = "sessionkit:" + hashlib.blake2b(schema.encode("utf-8"), digest_size=16).hexdigest()
@@ -940,7 +1000,18 @@ class PostgresEngine(Engine):
         rows = self._q(self._s["events"], (sid, -1 if after_seq is None else after_seq))
         return [json.loads(r[0]) for r in rows]
 
+    @_guarded
+    def records(self, sid, kind):
+        return [(r[0], r[1]) for r in self._q(self._s["records"], (sid, kind))]
+
     # -- writes -------------------------------------------------------------------
+    @_guarded
+    def w_put_records(self, sid, kind, items):
+        rows = [(sid, kind, n, data) for n, data in items]
+        if rows:
+            with self._tx().conn.cursor() as cur:
+                cur.executemany(self._s["record_put"], rows)
+
     @_guarded
     def w_index_on(self):
         if self._index_on:
@@ -1074,6 +1145,7 @@ class PostgresEngine(Engine):
         self._lock_events(tx, sid)
         tx.conn.execute(self._s["clear_runs"], (sid,))
         tx.conn.execute(self._s["clear_events"], (sid,))
+        tx.conn.execute(self._s["clear_records"], (sid,))
 
     @_guarded
     def w_add_compaction(self, sid, comp):
@@ -1113,39 +1185,24 @@ class PostgresEngine(Engine):
         msg = prep.message
         kind = "root" if parent_id is None else ("parent" if isinstance(parent_id, str) else "latest")
         params = {
-            "sid": sid, "id": msg["id"], "role": msg["role"], "created": created_at, "bytes": prep.bytes,
-            "tokens": prep.tokens, "content": prep.stored_json, "pid": parent_id if kind == "parent" else None,
-            "ch": self._channel, "notes": self._notes(self._append_doc(sid, msg["id"], prep.stored_json)),
+            "sid": sid, "id": msg["id"], "kind": kind, "pid": parent_id if kind == "parent" else None,
+            "role": msg["role"], "created": created_at, "bytes": prep.bytes, "tokens": prep.tokens,
+            "content": prep.stored_json, "index": None, "index_key": self._k_index,
+            "session_key": self._key("session", sid), "ch": self._channel,
+            "notes": self._notes(self._append_doc(sid, msg["id"], prep.stored_json)),
         }
-        key = self._key("session", sid)
+        seq = None
         for _ in range(2):
-            indexed = self._index_on
-            if indexed:
-                params["tsv"] = _tsvector(prep.text)
-                lock, lock_params = "SELECT pg_advisory_xact_lock(%s::bigint)", (key,)
-            else:
-                lock = "SELECT pg_advisory_xact_lock_shared(%s::bigint), pg_advisory_xact_lock(%s::bigint)"
-                lock_params = (self._k_index, key)
-            # BEGIN, the session lock, the insert (with its NOTIFY) and COMMIT in one round trip.
-            # The insert's snapshot is taken after the lock is granted, so it sees the
-            # latest leaf committed by the previous holder.
-            with self._pool.connection() as conn:
-                try:
-                    with conn.pipeline():
-                        conn.execute("BEGIN")
-                        conn.execute(lock, lock_params)
-                        cur = conn.execute(self._append[(kind, indexed)], params)
-                        conn.execute("COMMIT")
-                    row = cur.fetchone()
-                except BaseException:
-                    _quiet_rollback(conn)
-                    raise
-            if row is not None:
-                self._tls.published = (sid, msg["id"])
-                return "inserted"
-            if indexed or not self.index_built():
+            if self._index_on:
+                params["index"] = _tsvector(prep.text)
+            with self._pool.connection() as conn:  # one statement: its own transaction
+                seq = conn.execute(self._append_call, params).fetchone()[0]
+            if seq != -1:
                 break
-            # another process built the search index meanwhile: write the row with its entry
+            self._index_on = True  # another process built the search index meanwhile
+        if seq is not None and seq > 0:
+            self._tls.published = (sid, msg["id"])
+            return "inserted"
         if self.node(sid, msg["id"]) is not None:
             return "exists"
         return "no-parent" if kind == "parent" else NotImplemented

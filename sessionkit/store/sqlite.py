@@ -24,12 +24,20 @@ from ..errors import SchemaVersionError, SessionKitError, StoreLocked
 from . import search as _search
 from ._core import Compaction, Engine, Node, RunRecord, SessionInfo
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Stored JSON longer than this (characters) continues in sessionkit_chunks rows.
 DEFAULT_CHUNK_CHARS = 1 << 20
 
 _NODE = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
+
+_RECORDS_TABLE = """CREATE TABLE IF NOT EXISTS sessionkit_records (
+        session_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (session_id, kind, n)
+    ) WITHOUT ROWID"""
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS sessionkit_meta (
@@ -105,10 +113,13 @@ _SCHEMA = [
         data TEXT NOT NULL,
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID""",
+    _RECORDS_TABLE,
 ]
 
 # Upgrades from an older schema version to the next one: {from_version: [statements]}.
-_MIGRATIONS: dict[int, list[str]] = {}
+_MIGRATIONS: dict[int, list[str]] = {
+    1: [_RECORDS_TABLE],  # 2: internal records kept beside a session (the HTTP server's tables)
+}
 
 
 _INSERT = """INSERT OR IGNORE INTO sessionkit_messages
@@ -330,7 +341,8 @@ class SQLiteEngine(Engine):
         return [SessionInfo(*r) for r in rows]
 
     def session_exists(self, sid):
-        for table in ("sessionkit_messages", "sessionkit_runs", "sessionkit_events", "sessionkit_compactions"):
+        for table in ("sessionkit_messages", "sessionkit_runs", "sessionkit_events", "sessionkit_compactions",
+                      "sessionkit_records"):
             if self._one(f"SELECT 1 FROM {table} WHERE session_id=? LIMIT 1", (sid,)):
                 return True
         return False
@@ -401,6 +413,9 @@ class SQLiteEngine(Engine):
             (sid,),
         )
         return [RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7]) for r in rows]
+
+    def records(self, sid, kind):
+        return self._q("SELECT n, data FROM sessionkit_records WHERE session_id=? AND kind=? ORDER BY n", (sid, kind))
 
     def events(self, sid, after_seq):
         rows = self._q(
@@ -547,6 +562,7 @@ class SQLiteEngine(Engine):
         self.w_clear(sid)
         self._db.execute("DELETE FROM sessionkit_runs WHERE session_id=?", (sid,))
         self._db.execute("DELETE FROM sessionkit_events WHERE session_id=?", (sid,))
+        self._db.execute("DELETE FROM sessionkit_records WHERE session_id=?", (sid,))
 
     def w_add_compaction(self, sid, comp):
         self._db.execute(
@@ -651,6 +667,13 @@ class SQLiteEngine(Engine):
             [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in out],
         )
         return out
+
+
+    def w_put_records(self, sid, kind, items):
+        self._db.executemany(
+            "INSERT OR REPLACE INTO sessionkit_records(session_id, kind, n, data) VALUES (?,?,?,?)",
+            [(sid, kind, n, data) for n, data in items],
+        )
 
 
 def _split(items, size):

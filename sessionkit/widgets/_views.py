@@ -597,7 +597,7 @@ class RunView(_View):
 
     def detach(self) -> None:
         """Stop following the controller (what was shown stays)."""
-        for undo in self._detach:
+        for undo in getattr(self, "_detach", ()):
             try:
                 undo()
             except Exception:
@@ -721,8 +721,9 @@ class RunView(_View):
 
     def close(self) -> None:
         self.detach()
-        with self._lock:
-            self._cancel_timer()
+        if getattr(self, "_timer", None) is not None:
+            self._timer.cancel()
+            self._timer = None
         super().close()
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from nbhelpers import jupyter_env
+
 CHROMIUM = os.environ.get("SESSIONKIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -59,22 +61,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def jupyter_env(base: Path) -> dict:
-    """Environment with every Jupyter and IPython folder inside ``base``."""
-    env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                     ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("JUPYTERLAB_SETTINGS_DIR", "lab-user-settings"),
-                     ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")):
-        path = base / sub
-        path.mkdir(parents=True, exist_ok=True)
-        env[var] = str(path)
-    env["JUPYTER_PLATFORM_DIRS"] = "1"
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    env["LITELLM_OFFLINE_MODE"] = "true"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,9 @@ the test builds the same sessions to know what the page must show.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+from pathlib import Path
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
@@ -101,3 +103,19 @@ def run_script() -> list:
                  "and end the day with a dinner of petiscos in Bairro Alto.",
          "usage": {"in": 1020, "out": 48}},
     ]
+
+
+def jupyter_env(base: Path) -> dict:
+    """Environment with every Jupyter and IPython folder inside ``base``."""
+    env = dict(os.environ)
+    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
+                     ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("JUPYTERLAB_SETTINGS_DIR", "lab-user-settings"),
+                     ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")):
+        path = base / sub
+        path.mkdir(parents=True, exist_ok=True)
+        env[var] = str(path)
+    env["JUPYTER_PLATFORM_DIRS"] = "1"
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    env["LITELLM_OFFLINE_MODE"] = "true"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

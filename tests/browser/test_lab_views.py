@@ -18,6 +18,7 @@ import pytest
 pytestmark = pytest.mark.timeout(240)
 
 HERE = Path(__file__).resolve().parent
+SHOTS = HERE.parents[1] / "artifacts" / "screenshots"
 
 
 def _cells(out: Path) -> list[str]:
@@ -83,10 +84,21 @@ def notebook(lab, browser, tmp_path_factory):
     )
     page.goto(f"{url}/lab/tree/views.ipynb?token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    # JupyterLab may ask which kernel to start: take the notebook's own (python3)
+    try:
+        page.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=5_000)
+        page.locator(".jp-Dialog .jp-mod-accept").first.click()
+    except Exception:
+        pass
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    _wait_file(out / "done.txt", 90)
+    try:
+        _wait_file(out / "done.txt", 60)
+    except AssertionError:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / "failure-run-all.png"))
+        raise AssertionError(f"the notebook did not finish; page errors: {errors}; see {SHOTS / 'failure-run-all.png'}")
     page.wait_for_selector(".sk-tree-view", timeout=30_000)
     yield page, out, nb_path, errors
     context.close()

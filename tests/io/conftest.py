@@ -118,16 +118,45 @@ def tau_sid():
     return tau_session_id
 
 
-@pytest.fixture(scope="module", params=ENGINES)
-def loaded(request, oasst_path, tau_records, hh_path):
-    """A store per engine holding all three samples; tests must not change it."""
-    s = _open(request.param)
+#: How much of each sample the DuckDB variants import (None: all of it). DuckDB spends
+#: about a millisecond on every statement and imports still write message by message
+#: there, so the whole tau-bench and HH files take minutes on that engine; the SQLite
+#: variants always import everything. Set these to None when DuckDB imports batch.
+DUCKDB_SAMPLE = {"oasst": None, "tau": 20, "hh": 50}
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def loaded(request, oasst_path, oasst_trees, tau_records, hh_path, hh_records, tmp_path_factory):
+    """A store per engine holding the samples (see DUCKDB_SAMPLE); tests must not change it.
+
+    Keys: ``store``, ``engine``, the sessions ``oasst``, ``tau``, ``hh``, and the source
+    records imported ``oasst_trees``, ``tau_records``, ``hh_records`` with ``full`` telling
+    which samples were imported whole.
+    """
+    engine = request.param
+    limits = DUCKDB_SAMPLE if engine == "duckdb" else {"oasst": None, "tau": None, "hh": None}
+    folder = tmp_path_factory.mktemp(f"loaded-{engine}")
+    trees = oasst_trees[: limits["oasst"]]
+    tau = tau_records[: limits["tau"]]
+    pairs = hh_records[: limits["hh"]]
+    if limits["oasst"] is not None:
+        oasst_path = folder / "oasst.jsonl"
+        oasst_path.write_text("".join(json.dumps(t) + "\n" for t in trees), encoding="utf-8")
+    if limits["hh"] is not None:
+        hh_path = folder / "hh.jsonl"
+        hh_path.write_text("".join(json.dumps(r) + "\n" for r in pairs), encoding="utf-8")
+    s = _open(engine)
     oasst = sk.io.import_oasst(s, oasst_path)
-    tau = []
-    for rec in tau_records:
+    tau_sessions = []
+    for rec in tau:
         session = s.session(tau_session_id(rec))
         sk.io.import_openai(session, rec["traj"])
-        tau.append(session)
+        tau_sessions.append(session)
     hh = sk.io.import_hh(s, hh_path)
-    yield {"store": s, "engine": request.param, "oasst": oasst, "tau": tau, "hh": hh}
+    yield {
+        "store": s, "engine": engine, "oasst": oasst, "tau": tau_sessions, "hh": hh,
+        "oasst_trees": trees, "tau_records": tau, "hh_records": pairs,
+        "oasst_path": oasst_path, "hh_path": hh_path,
+        "full": {k: v is None for k, v in limits.items()},
+    }
     s.close()

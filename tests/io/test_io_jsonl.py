@@ -53,8 +53,9 @@ def _build_compacted(store):
     return s
 
 
-def test_round_trip_of_the_real_data(loaded, tmp_path, make_store, engine):
+def test_round_trip_of_the_real_data(loaded, tmp_path, make_store):
     src = loaded["store"]
+    engine = loaded["engine"]
     first = tmp_path / "all.jsonl.gz"
     counts = sk.io.export_jsonl(src, first)
     assert counts["messages"] == src.stats()["messages"]

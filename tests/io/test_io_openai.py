@@ -189,9 +189,10 @@ def test_malformed_jsonl_names_the_line(store, tmp_path):
 # tau-bench: 200 real trajectories
 
 
-def test_all_tau_bench_trajectories_with_every_tool_call_paired(loaded, tau_records, tau_sid):
+def test_all_tau_bench_trajectories_with_every_tool_call_paired(loaded, tau_sid):
     store = loaded["store"]
-    assert len(tau_records) == 200
+    tau_records = loaded["tau_records"]  # all 200 on SQLite (see DUCKDB_SAMPLE in conftest.py)
+    assert len(tau_records) == 200 or not loaded["full"]["tau"]
     calls_seen = 0
     for rec in tau_records:
         traj = rec["traj"]
@@ -221,15 +222,17 @@ def test_all_tau_bench_trajectories_with_every_tool_call_paired(loaded, tau_reco
         texts = [m["content"] for m in kept if m["content"]]
         assert [p["text"] for m in history for p in m["parts"] if p["type"] == "text"] == texts
         calls_seen += len(expected)
-    assert calls_seen == 1164
     roles = Counter(m["role"] for s in loaded["tau"] for m in s.get_history())
-    assert roles == {"system": 200, "user": 1490, "assistant": 2454}
+    assert roles == Counter(m["role"] for rec in tau_records for m in rec["traj"] if m["role"] != "tool")
+    if loaded["full"]["tau"]:  # the counts SOURCES.md states for the whole file
+        assert calls_seen == 1164
+        assert roles == {"system": 200, "user": 1490, "assistant": 2454}
 
 
-def test_tau_bench_reimport_adds_nothing(loaded, tau_records, tau_sid):
+def test_tau_bench_reimport_adds_nothing(loaded, tau_sid):
     store = loaded["store"]
     before = store.stats()["messages"]
-    for rec in tau_records[:40]:
+    for rec in loaded["tau_records"][:40]:
         results = sk.io.import_openai(store.session(tau_sid(rec)), rec["traj"])
         assert not any(r.inserted for r in results)
     assert store.stats()["messages"] == before

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import sessionkit as sk
+
+
+@pytest.fixture
+def store():
+    """Progress does not depend on the engine: one SQLite store is enough."""
+    with sk.open_store() as s:
+        yield s
 
 
 def test_quiet_by_default_when_not_interactive(store, oasst_path, capfd):
@@ -37,7 +46,5 @@ def test_plain_counter_without_tqdm(store, oasst_path, capsys, monkeypatch):
 
 
 def test_bad_progress_value(store, oasst_path):
-    import pytest
-
     with pytest.raises(TypeError, match="progress"):
         sk.io.import_oasst(store, oasst_path, progress="yes")

@@ -38,3 +38,30 @@ def raw_sql():
         return None
 
     return access
+
+
+def test_random_operation_sequences_match_the_reference_model_on_postgres(pg_url, monkeypatch):  # noqa: F811
+    """The hypothesis state machine of test_state_machine.py, on a fresh schema per example.
+
+    ``SESSIONKIT_PG_HYPOTHESIS_EXAMPLES`` sets the number of examples (25 by default: each
+    example opens a new store on the server, so this engine runs fewer than the others).
+    """
+    import os
+
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from . import test_state_machine as sm
+    from .pg_cluster import new_store_url
+
+    original = sm.open_engine
+
+    def open_engine(engine, folder):
+        if engine == "postgres":
+            return sk.open_store(new_store_url(), chunk_chars=sm.CHUNK_CHARS)
+        return original(engine, folder)
+
+    monkeypatch.setattr(sm, "open_engine", open_engine)
+    machine = type("StoreMachine_postgres", (sm.StoreMachine,), {"ENGINE": "postgres"})
+    examples = int(os.environ.get("SESSIONKIT_PG_HYPOTHESIS_EXAMPLES", 25))
+    run_state_machine_as_test(machine, settings=settings(sm.SETTINGS, max_examples=examples))

@@ -706,15 +706,19 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(
         i=st.integers(0, 1),
         k=pick,
-        max_bytes=st.one_of(st.integers(0, 3000), pick),
+        budget=st.one_of(
+            st.tuples(st.just("exact"), pick, st.integers(-1, 1)),  # at a message boundary, +-1 byte
+            st.tuples(st.just("any"), st.integers(0, 5000), st.just(0)),
+        ),
         min_messages=st.integers(1, 4),
         by_default=st.booleans(),
     )
-    def read_at_leaf(self, i, k, max_bytes, min_messages, by_default):
+    def read_at_leaf(self, i, k, budget, min_messages, by_default):
         sid, session, model = self.r(i)
         leaf = model.latest_leaf() if by_default else self.choose(model.msgs, k)
         if leaf is None:
-            assert session.recent_history(max_bytes, min_messages=min_messages).messages == []
+            window = session.recent_history(budget[1], min_messages=min_messages)
+            assert (window.messages, window.truncated, window.total_content_bytes) == ([], False, 0)
             return
         kw = {} if by_default else {"leaf_id": leaf}
         path = model.path(leaf)
@@ -728,6 +732,11 @@ class StoreMachine(RuleBasedStateMachine):
         assert session.branches(leaf) == [model.msgs[c].message for c in model.children(leaf)]
         # SPEC R3: the longest suffix within max_bytes, never fewer than min_messages
         sizes = [canonical_size(m) for m in raw]
+        kind, value, delta = budget
+        if kind == "exact":
+            max_bytes = max(0, sum(sizes[value % len(sizes):]) + delta)
+        else:
+            max_bytes = value
         take, total = 0, 0
         for size in reversed(sizes):
             if take >= min_messages and total + size > max_bytes:

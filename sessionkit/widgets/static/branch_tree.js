@@ -215,7 +215,7 @@ function render({ model, el }) {
       if (disposed || !layout) return;
       const finished = layout.step(performance.now() + 12);
       sizer.style.height = layout.rows * BT_ROW + "px";
-      sizer.style.width = BT_GUTTER + 40 + (layout.maxDepth + 1) * BT_INDENT + 480 + "px";
+      sizer.style.width = "100%";
       root.dataset.rows = String(layout.rows);
       if (scroller.scrollTop !== keepTop && keepTop <= layout.rows * BT_ROW) scroller.scrollTop = keepTop;
       schedule();
@@ -229,8 +229,11 @@ function render({ model, el }) {
     if (!frame) frame = requestAnimationFrame(draw);
   }
 
+  // Deep trees would run off the right edge: the rows in view are shifted left so
+  // the shallowest of them sits near the gutter (ancestors' lines leave the view).
+  let shift = 0;
   function x0(depth) {
-    return BT_GUTTER + 10 + depth * BT_INDENT;
+    return BT_GUTTER + 10 + (depth - shift) * BT_INDENT;
   }
 
   function rowActive(r) {
@@ -269,6 +272,10 @@ function render({ model, el }) {
     const sel = ids.get(model.get("selected_id"));
     const cmp = ids.get(model.get("compare_id"));
     const right = left + W;
+    let minDepth = Infinity;
+    for (let r = r0; r <= r1; r++) if (layout.depth[r] < minDepth) minDepth = layout.depth[r];
+    shift = Number.isFinite(minDepth) ? Math.max(0, minDepth - 2) : 0;
+    root.dataset.shift = String(shift);
     // row backgrounds
     for (let r = r0; r <= r1; r++) {
       const y = r * BT_ROW;

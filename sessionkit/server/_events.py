@@ -1,0 +1,137 @@
+"""Event fan-out: one retained window per session, any number of live subscribers.
+
+Everything here runs on the server's event loop thread, never across an ``await``:
+taking the window snapshot and registering a subscriber happen in one step, and
+events are published in ``seq`` order by the same thread, so a subscriber receives
+every frame after its snapshot exactly once and in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Iterable
+
+__all__ = ["EventHub", "Subscriber", "CLOSED", "dumps_event"]
+
+
+def dumps_event(value: dict) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Closed:
+    def __repr__(self) -> str:
+        return "CLOSED"
+
+
+#: What :meth:`Subscriber.get` returns once the subscriber is closed.
+CLOSED = _Closed()
+
+
+class Subscriber:
+    """A live reader of one session's events (an SSE response or a WebSocket).
+
+    Items are ``(seq | None, json_text)``; ``seq`` is None for frames without an
+    event id (the gap notice, WebSocket replies). A reader too slow to keep up
+    (more than ``limit`` frames waiting) is closed with ``reason="too_slow"``: it
+    reconnects with ``Last-Event-ID`` and resumes.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.items: deque[tuple[int | None, str]] = deque()
+        self.closed = False
+        self.reason: str | None = None
+        self.last_seq = -1
+        self._wake = asyncio.Event()
+
+    def put(self, seq: int | None, text: str) -> None:
+        if self.closed:
+            return
+        if seq is not None:
+            if seq <= self.last_seq:  # already queued or sent: never twice
+                return
+            self.last_seq = seq
+        if len(self.items) >= self.limit:
+            self.close("too_slow")
+            return
+        self.items.append((seq, text))
+        self._wake.set()
+
+    def close(self, reason: str = "closed") -> None:
+        if not self.closed:
+            self.closed = True
+            self.reason = reason
+        self._wake.set()
+
+    async def get(self, timeout: float | None = None):
+        """The next item, ``CLOSED``, or None when ``timeout`` passed with nothing new."""
+        while True:
+            if self.items:
+                return self.items.popleft()
+            if self.closed:
+                return CLOSED
+            self._wake.clear()
+            try:
+                if timeout is None:
+                    await self._wake.wait()
+                else:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                if not self.items and not self.closed:
+                    return None
+
+
+class EventHub:
+    """The retained window of a session's events (public form) and its subscribers."""
+
+    def __init__(self, window: int, *, after_seq: int = -1) -> None:
+        self.window = window
+        self.frames: deque[tuple[int, str]] = deque(maxlen=window)
+        self.last_seq = after_seq
+        self.subscribers: set[Subscriber] = set()
+
+    def load(self, events: Iterable[dict]) -> None:
+        for event in events:
+            self.publish(event)
+
+    def publish(self, event: dict) -> None:
+        seq = event.get("seq")
+        if not isinstance(seq, int) or seq <= self.last_seq:
+            return
+        text = dumps_event(event)
+        self.frames.append((seq, text))
+        self.last_seq = seq
+        for sub in list(self.subscribers):
+            sub.put(seq, text)
+
+    @property
+    def earliest_seq(self) -> int:
+        """The oldest ``seq`` still retained (``last_seq + 1`` when none is)."""
+        return self.frames[0][0] if self.frames else self.last_seq + 1
+
+    def subscribe(self, sub: Subscriber, after: int | None) -> None:
+        """Queue the replay for ``sub`` (the window, or what follows ``after``) and register it."""
+        if after is None:
+            replay = list(self.frames)
+        else:
+            earliest = self.earliest_seq
+            if after + 1 < earliest:
+                gap = {"error": "events_gap", "requestedSeq": after + 1, "earliestSeq": earliest}
+                sub.put(None, dumps_event(gap))
+                replay = list(self.frames)
+            else:
+                replay = [f for f in self.frames if f[0] > after]
+                sub.last_seq = max(sub.last_seq, after)
+        for seq, text in replay:
+            sub.put(seq, text)
+        self.subscribers.add(sub)
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.subscribers.discard(sub)
+
+    def close_all(self, reason: str) -> None:
+        for sub in list(self.subscribers):
+            sub.close(reason)
+        self.subscribers.clear()

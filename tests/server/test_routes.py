@@ -1,0 +1,257 @@
+"""Every route and its answers (SPEC section 9, H1, H2), against a real uvicorn server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from urllib.parse import quote
+
+import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+import sessionkit as sk
+from sessionkit.testing import ScriptedModel
+
+from conftest import AUTH, TOKEN, Gate, echo, echo_agent, wait_idle
+
+
+def test_create_session_201_then_200_and_a_minted_id(serve, store):
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        r = c.post("/sessions", json={"sessionId": "chat-1"})
+        assert r.status_code == 201 and r.json() == {"sessionId": "chat-1"}
+        r = c.post("/sessions", json={"sessionId": "chat-1"})
+        assert r.status_code == 200 and r.json() == {"sessionId": "chat-1"}
+        minted = c.post("/sessions")
+        assert minted.status_code == 201
+        new_id = minted.json()["sessionId"]
+        assert c.get(f"/sessions/{new_id}").status_code == 200
+        state = c.get("/sessions/chat-1").json()
+        assert state == {"sessionId": "chat-1", "runs": [], "active": None, "queued": 0, "messages": []}
+
+
+BAD_IDS = ["-lead", ".dot", "_under", "a" * 127, "sp ace", "semi;colon", "slash/inside", "ümlaut", "a%b"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_malformed_session_ids_get_400_on_every_route(serve, store, bad):
+    live = serve(echo_agent(), store)
+    path_id = quote(bad, safe="")
+    with live.client() as c:
+        r = c.post("/sessions", json={"sessionId": bad})
+        assert (r.status_code, r.json()) == (400, {"error": "session_id_invalid"})
+        for method, suffix, body in [("GET", "", None), ("DELETE", "", None), ("POST", "/messages", {"text": "x"}),
+                                     ("GET", "/events", None)]:
+            r = c.request(method, f"/sessions/{path_id}{suffix}", json=body)
+            assert (r.status_code, r.json()) == (400, {"error": "session_id_invalid"}), (method, suffix, bad)
+    with pytest.raises(InvalidStatus) as info:
+        connect(f"{live.ws_url}/sessions/{path_id}/ws", additional_headers=AUTH, open_timeout=5)
+    assert info.value.response.status_code == 400
+    assert json.loads(info.value.response.body) == {"error": "session_id_invalid"}
+
+
+def test_longest_and_shortest_valid_ids_are_accepted(serve, store):
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        for good in ["a", "Z9", "a" * 126, "a.b-c_d"]:
+            assert c.post("/sessions", json={"sessionId": good}).status_code == 201
+            assert c.get(f"/sessions/{good}").status_code == 200
+
+
+def test_unknown_and_deleted_sessions_get_404_on_every_route(serve, store):
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        assert c.post("/sessions", json={"sessionId": "gone"}).status_code == 201
+        assert c.delete("/sessions/gone").status_code == 202
+        for sid in ("never", "gone"):
+            for method, suffix, body in [("GET", "", None), ("DELETE", "", None),
+                                         ("POST", "/messages", {"text": "x"}), ("GET", "/events", None)]:
+                r = c.request(method, f"/sessions/{sid}{suffix}", json=body)
+                assert (r.status_code, r.json()) == (404, {"error": "session_not_found"}), (sid, method, suffix)
+            with pytest.raises(InvalidStatus) as info:
+                connect(f"{live.ws_url}/sessions/{sid}/ws", additional_headers=AUTH, open_timeout=5)
+            assert info.value.response.status_code == 404
+
+
+def test_a_session_in_the_store_that_the_server_never_created_is_404_until_created(serve, store):
+    store.session("imported").append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "old"}]})
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        assert c.get("/sessions/imported").status_code == 404
+        assert c.post("/sessions", json={"sessionId": "imported"}).status_code == 201
+        r = c.post("/sessions/imported/messages", json={"text": "new"})
+        assert r.status_code == 202 and r.json() == {"runId": "imported.1", "queued": False}
+        wait_idle(c, "imported")
+    texts = [m["parts"][0]["text"] for m in store.session("imported").get_history()]
+    assert texts == ["old", "new", "echo: new"]
+
+
+def test_unknown_paths_and_methods(serve, store):
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "s"})
+        r = c.get("/nothing")
+        assert (r.status_code, r.json()) == (404, {"error": "not_found"})
+        assert c.get("/sessions/s/other").status_code == 404
+        assert c.get("/sessions/s/events/x").status_code == 404
+        r = c.put("/sessions/s")
+        assert r.status_code == 405 and r.json() == {"error": "method_not_allowed"}
+        assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "DELETE"}
+        assert c.get("/sessions").status_code == 405
+        assert c.get("/sessions/s/messages").status_code == 405
+        assert c.post("/sessions/s/events").status_code == 405
+        r = c.get("/sessions/s/ws")  # plain HTTP on the WebSocket route
+        assert (r.status_code, r.json()) == (426, {"error": "upgrade_required"})
+
+
+def test_a_message_starts_a_run_and_the_session_describes_it(serve, store):
+    model = ScriptedModel([echo()] * 10)
+    live = serve(sk.Agent("echo", "SECRET SYSTEM PROMPT", model), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "chat"})
+        r = c.post("/sessions/chat/messages", json={"text": "hello there", "author": "ada"})
+        assert r.status_code == 202 and r.json() == {"runId": "chat.1", "queued": False}
+        state = wait_idle(c, "chat")
+        r = c.post("/sessions/chat/messages", json={"text": "second", "mode": "steer"})
+        assert r.json() == {"runId": "chat.2", "queued": False}
+        state = wait_idle(c, "chat")
+        raw = c.get("/sessions/chat").text
+    assert state["sessionId"] == "chat" and state["active"] is None and state["queued"] == 0
+    assert [(r["runId"], r["status"], r["input"]) for r in state["runs"]] == [
+        ("chat.1", "completed", "hello there"), ("chat.2", "completed", "second")]
+    assert all(r["startedAt"].endswith("Z") for r in state["runs"])
+    msgs = state["messages"]
+    assert [(m["runId"], m["text"], m["mode"], m["queued"]) for m in msgs] == [
+        ("chat.1", "hello there", "followUp", False), ("chat.2", "second", "steer", False)]
+    assert msgs[0]["author"] == "ada" and "author" not in msgs[1] and msgs[0]["at"].endswith("Z")
+    # the author is kept in the user message's metadata; the model input never leaves the server
+    first_user = store.session("chat").get_history()[0]
+    assert first_user["metadata"]["author"] == "ada"
+    assert "SECRET SYSTEM PROMPT" not in raw and "system" not in raw
+
+
+def test_bad_message_bodies_get_400(serve, store):
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "s"})
+        bodies = [b"not json", b"[1,2]", b'"text"', b"{}", b'{"text": ""}', b'{"text": 5}',
+                  b'{"text": "x", "mode": "later"}', b'{"text": "x", "author": 7}']
+        for body in bodies:
+            r = c.post("/sessions/s/messages", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 400 and r.json()["error"] == "invalid_body", body
+        r = c.post("/sessions", content=b"[]", headers={"Content-Type": "application/json"})
+        assert r.status_code == 400
+        assert c.get("/sessions/s").json()["messages"] == []
+
+
+def test_messages_to_a_busy_session_join_the_active_run_steers_first(serve, store):
+    gate = Gate()
+    model = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]}] + [echo()] * 10)
+    live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "q"})
+        assert c.post("/sessions/q/messages", json={"text": "start"}).json() == {"runId": "q.1", "queued": False}
+        assert gate.entered.wait(10)
+        answers = [c.post("/sessions/q/messages", json=body).json() for body in (
+            {"text": "follow 1"}, {"text": "steer 1", "mode": "steer", "author": "bob"}, {"text": "follow 2",
+                                                                                        "mode": "followUp"})]
+        assert answers == [{"runId": "q.1", "queued": True}] * 3
+        busy = c.get("/sessions/q").json()
+        assert busy["active"] == "q.1" and busy["queued"] == 3
+        gate.opened.set()
+        state = wait_idle(c, "q")
+    assert [r["runId"] for r in state["runs"]] == ["q.1"]
+    assert [(m["text"], m["mode"], m["queued"], m["runId"]) for m in state["messages"]] == [
+        ("start", "followUp", False, "q.1"), ("follow 1", "followUp", True, "q.1"),
+        ("steer 1", "steer", True, "q.1"), ("follow 2", "followUp", True, "q.1")]
+    users = [m for m in store.session("q").get_history() if m["role"] == "user"]
+    assert [m["parts"][0]["text"] for m in users] == ["start", "steer 1", "follow 1", "follow 2"]
+    assert users[1]["metadata"]["author"] == "bob"
+
+
+def test_a_message_after_the_last_turn_boundary_opens_the_next_run(serve, store):
+    """While the run saves its messages it takes no more: the answer names the next run."""
+    live = serve(echo_agent(), store)
+    session = store.session("late")
+    saving, release = threading.Event(), threading.Event()
+    original = session._append_many
+
+    def slow_append(messages, **kwargs):
+        saving.set()
+        release.wait(10)
+        return original(messages, **kwargs)
+
+    session._append_many = slow_append
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "late"})
+        assert c.post("/sessions/late/messages", json={"text": "one"}).json()["runId"] == "late.1"
+        assert saving.wait(10)
+        answer = c.post("/sessions/late/messages", json={"text": "two"}).json()
+        assert answer == {"runId": "late.2", "queued": True}
+        session._append_many = original
+        release.set()
+        state = wait_idle(c, "late")
+    assert [(r["runId"], r["input"], r["status"]) for r in state["runs"]] == [
+        ("late.1", "one", "completed"), ("late.2", "two", "completed")]
+    texts = [m["parts"][0]["text"] for m in session.get_history()]
+    assert texts == ["one", "echo: one", "two", "echo: two"]
+
+
+def test_delete_during_a_run_cancels_it_and_drops_the_queue(serve, store, sse):
+    model = ScriptedModel([echo(delay=30)] + [echo()] * 5)
+    live = serve(sk.Agent("slow", "", model), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "d"})
+        reader = sse(f"{live.url}/sessions/d/events")
+        assert c.post("/sessions/d/messages", json={"text": "long"}).json() == {"runId": "d.1", "queued": False}
+        assert c.post("/sessions/d/messages", json={"text": "queued"}).json() == {"runId": "d.1", "queued": True}
+        reader.wait(lambda fs: any(d.get("kind") == "turn.start" for _, d in fs))
+        r = c.delete("/sessions/d")
+        assert r.status_code == 202 and r.json() == {"sessionId": "d", "status": "deleted"}
+        ended = reader.wait_runs_ended(1, timeout=5)
+        run_end = [d for _, d in ended if d.get("kind") == "run.end"][0]
+        assert run_end["status"] == "interrupted" and run_end["run_id"] == "d.1"
+        assert reader.ended.wait(5), "the event stream of a deleted session ends"
+        assert c.get("/sessions/d").status_code == 404
+        assert "d" not in [s.id for s in store.list_sessions()] and store.runs("d") == [] and store.events("d") == []
+        assert len(model.calls) == 1  # the queued message never ran
+        # the id can be used again, from scratch
+        assert c.post("/sessions", json={"sessionId": "d"}).status_code == 201
+        assert c.post("/sessions/d/messages", json={"text": "fresh"}).json() == {"runId": "d.1", "queued": False}
+        state = wait_idle(c, "d")
+        assert [m["text"] for m in state["messages"]] == ["fresh"]
+
+
+def test_a_failed_run_is_reported_and_the_session_goes_on(serve, store, sse):
+    model = ScriptedModel([{"error": RuntimeError("provider down")}, echo()])
+    live = serve(sk.Agent("flaky", "", model), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "f"})
+        reader = sse(f"{live.url}/sessions/f/events")
+        c.post("/sessions/f/messages", json={"text": "one"})
+        reader.wait_runs_ended(1)
+        c.post("/sessions/f/messages", json={"text": "two"})
+        reader.wait_runs_ended(2)
+        state = wait_idle(c, "f")
+    assert [(r["runId"], r["status"]) for r in state["runs"]] == [("f.1", "failed"), ("f.2", "completed")]
+    ends = [d for d in reader.events() if d["kind"] == "run.end"]
+    assert "provider down" in ends[0]["error"]
+
+
+def test_openapi_document_describes_every_route_without_a_token(serve, store):
+    live = serve(echo_agent(), store)
+    r = httpx.get(f"{live.url}/openapi.json")
+    assert r.status_code == 200
+    doc = r.json()
+    assert doc["openapi"].startswith("3.1")
+    paths = doc["paths"]
+    assert set(paths) == {"/openapi.json", "/sessions", "/sessions/{sessionId}", "/sessions/{sessionId}/messages",
+                          "/sessions/{sessionId}/events", "/sessions/{sessionId}/ws"}
+    assert set(paths["/sessions/{sessionId}"]) >= {"get", "delete"}
+    assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    assert paths["/openapi.json"]["get"]["security"] == []
+    assert "429" in paths["/sessions/{sessionId}/messages"]["post"]["responses"]
+    assert "409" in paths["/sessions/{sessionId}/messages"]["post"]["responses"]
+    assert TOKEN not in r.text

@@ -1,0 +1,427 @@
+"""What only the PostgreSQL engine promises: many processes on one store, the change feed
+across processes (LISTEN/NOTIFY), concurrent schema creation, and the search index kept
+current by writers that did not build it.
+
+Each test gets a fresh schema on the throwaway server of ``pg_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import sessionkit as sk
+
+from .pg_cluster import pg_store_url, pg_url  # noqa: F401  (fixtures)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def msg(mid: str, text: str = "", role: str = "user") -> dict:
+    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text or f"text of {mid}"}]}
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+# ---------------------------------------------------------------------------
+# helper processes: each prints "ready", waits for a line on stdin, works, prints JSON
+
+_WRITER = """
+import json, sys
+import sessionkit as sk
+url, wid, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = sk.open_store(url)
+s = store.session("shared")
+print("ready", flush=True)
+sys.stdin.readline()
+inserted = 0
+for i in range(n):
+    text = f"writer {wid} message {i} " + "words " * (i % 7)
+    r = s.append({"id": f"w{wid}-{i}", "role": "user" if i % 2 == 0 else "assistant",
+                  "parts": [{"type": "text", "text": text}]})
+    inserted += r.inserted
+retry = s.append({"id": f"w{wid}-0", "role": "user", "parts": []})  # a retried append
+store.close()
+print(json.dumps({"inserted": inserted, "retry_inserted": retry.inserted}), flush=True)
+"""
+
+_SUBSCRIBER = """
+import json, sys, threading, time
+import sessionkit as sk
+url, expected, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+store = sk.open_store(url)
+got = []
+done = threading.Event()
+def on_event(ev):
+    got.append([ev.type, ev.session_id, list(ev.message_ids), ev.message])
+    if len(got) >= expected:
+        done.set()
+store.subscribe(on_event)
+print("ready", flush=True)
+sys.stdin.readline()
+done.wait(timeout)
+time.sleep(0.5)  # anything arriving now would be one too many
+store.close()
+print(json.dumps(got), flush=True)
+"""
+
+_OPENER = """
+import json, sys
+import sessionkit as sk
+url, wid = sys.argv[1], sys.argv[2]
+print("ready", flush=True)
+sys.stdin.readline()
+with sk.open_store(url) as store:
+    r = store.session(f"opener-{wid}").append({"id": "first", "role": "user", "parts": []})
+    stats = store.stats()
+print(json.dumps({"inserted": r.inserted, "schema_version": stats["schema_version"]}), flush=True)
+"""
+
+
+def spawn(code: str, *args) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def await_ready(procs, timeout: float = 60.0) -> None:
+    for p in procs:
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            p.kill()
+            raise AssertionError(f"helper process did not start: {line!r} {p.stderr.read()[-2000:]}")
+
+
+def go(procs) -> None:
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+
+
+def result(p: subprocess.Popen, timeout: float = 90.0):
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_four_processes_append_to_one_session_and_a_fifth_receives_every_append(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    n = 60
+    writers_count = 4
+    sk.open_store(url).close()  # the schema exists; concurrent creation has its own test
+    subscriber = spawn(_SUBSCRIBER, url, writers_count * n, 60)
+    writers = [spawn(_WRITER, url, w, n) for w in range(writers_count)]
+    try:
+        await_ready([subscriber, *writers])
+        go([subscriber, *writers])
+        outcomes = [result(w) for w in writers]
+        events = result(subscriber)
+    finally:
+        for p in (subscriber, *writers):
+            if p.poll() is None:
+                p.kill()
+    assert all(o == {"inserted": n, "retry_inserted": False} for o in outcomes), outcomes
+
+    with sk.open_store(url) as store:
+        s = store.session("shared")
+        nodes = s.nodes()
+        ids = [node.id for node in nodes]
+        expected_ids = {f"w{w}-{i}" for w in range(writers_count) for i in range(n)}
+        # nothing lost, nothing duplicated
+        assert len(ids) == writers_count * n and set(ids) == expected_ids
+        # every append attached to the latest leaf: one chain in write order
+        assert nodes[0].parent_id is None and nodes[0].depth == 0
+        for before, node in zip(nodes, nodes[1:]):
+            assert node.parent_id == before.id, (before, node)
+            assert node.depth == before.depth + 1
+        # each writer's messages keep its own order
+        for w in range(writers_count):
+            mine = [i for i in ids if i.startswith(f"w{w}-")]
+            assert mine == [f"w{w}-{i}" for i in range(n)]
+        history = s.get_history()
+        assert [m["id"] for m in history] == ids
+        window = s.recent_history(10**9)
+        assert window.total_content_bytes == sum(node.bytes for node in nodes)
+        stored = {m["id"]: m for m in history}
+
+    # the fifth process saw every append exactly once, with the message as stored
+    assert [e[0] for e in events] == ["append"] * len(events)
+    seen = [e[2][0] for e in events]
+    assert len(seen) == len(set(seen)) == writers_count * n
+    assert set(seen) == expected_ids
+    assert all(e[1] == "shared" and e[3] == stored[e[2][0]] for e in events)
+    # per writer, events arrive in that writer's order
+    for w in range(writers_count):
+        mine = [i for i in seen if i.startswith(f"w{w}-")]
+        assert mine == [f"w{w}-{i}" for i in range(n)]
+
+
+def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa: F811
+    url = pg_store_url()  # a schema nobody created yet
+    openers = [spawn(_OPENER, url, w) for w in range(4)]
+    try:
+        await_ready(openers)
+        go(openers)
+        outcomes = [result(p) for p in openers]
+    finally:
+        for p in openers:
+            if p.poll() is None:
+                p.kill()
+    from sessionkit.store.postgres import SCHEMA_VERSION
+
+    assert outcomes == [{"inserted": True, "schema_version": SCHEMA_VERSION}] * 4
+    with sk.open_store(url) as store:
+        assert sorted(i.id for i in store.list_sessions()) == [f"opener-{w}" for w in range(4)]
+        eng = store._engine
+        with eng._pool.connection() as conn:
+            rows = conn.execute(f"SELECT key, value FROM {eng._t['meta']} ORDER BY key").fetchall()
+        assert rows == [("index_built", "0"), ("schema_version", str(SCHEMA_VERSION))]
+
+
+def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_url):  # noqa: F811
+    from sessionkit.store import postgres
+
+    url = pg_store_url()
+    with sk.open_store(url) as store:
+        store.session("s").append(msg("a"))
+        eng = store._engine
+        with eng._pool.connection() as conn:  # make it a version 1 store: no records table
+            conn.execute(f"DROP TABLE {eng._t['records']}")
+            conn.execute(f"UPDATE {eng._t['meta']} SET value = '1' WHERE key = 'schema_version'")
+    openers = [spawn(_OPENER, url, w) for w in range(3)]
+    try:
+        await_ready(openers)
+        go(openers)
+        outcomes = [result(p) for p in openers]
+    finally:
+        for p in openers:
+            if p.poll() is None:
+                p.kill()
+    assert outcomes == [{"inserted": True, "schema_version": postgres.SCHEMA_VERSION}] * 3
+    with sk.open_store(url) as store:
+        assert store.session("s").get("a")["id"] == "a"
+        store._put_records("s", "kind", [(1, {"x": 1}), (2, [2])])
+        store._put_records("s", "kind", [(1, {"x": "replaced"})])
+        assert store._records("s", "kind") == [(1, {"x": "replaced"}), (2, [2])]
+        assert store._records("s", "other") == []
+        store._put_records("only-records", "kind", [(0, "v")])
+        assert store._engine.session_exists("only-records")
+        store.delete_session("only-records")
+        assert store._records("only-records", "kind") == []
+
+
+# ---------------------------------------------------------------------------
+# two engines in one process behave like two processes (each has its own origin)
+
+
+def test_remote_writes_reported_once_and_own_writes_not_twice(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as a, sk.open_store(url) as b:
+        events = []
+        a.subscribe(events.append)
+        a.session("s").append(msg("local"))
+        b.session("s").append(msg("remote"))
+        assert wait_for(lambda: len(events) >= 2)
+        b.session("s").update(msg("remote", "edited"))
+        b.session("s").on_compaction(lambda m, c: sk.CompactionResult("local", "remote", "sum")).compact()
+        b.session("s").import_message(msg("imported"))  # imports send no event, here or elsewhere
+        b.session("s").delete("imported")
+        b.session("other").append(msg("x"))
+        b.delete_session("other")
+        assert wait_for(lambda: len(events) >= 7)
+        time.sleep(0.3)
+        kinds = [(e.type, e.session_id, e.message_ids) for e in events]
+        assert kinds == [
+            ("append", "s", ("local",)),
+            ("append", "s", ("remote",)),
+            ("update", "s", ("remote",)),
+            ("compact", "s", ("local", "remote")),
+            ("delete", "s", ("imported",)),
+            ("append", "other", ("x",)),
+            ("clear", "other", ()),
+        ]
+        assert events[1].message == b.session("s").get("remote") or events[1].message["parts"][0]["text"] == \
+            "text of remote"
+        assert events[2].message["parts"][0]["text"] == "edited"
+        overlay = events[3].message
+        assert overlay["parts"] == [{"type": "text", "text": "sum"}]
+        assert overlay["metadata"]["compaction"]["messages"] == 2
+
+
+def test_large_events_cross_processes_intact(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as a, sk.open_store(url) as b:
+        events = []
+        a.subscribe(events.append)
+        s = b.session("s")
+        medium = msg("medium", "é" * 20_000)  # several NOTIFY payloads, reassembled
+        big = msg("big", "word " * 40_000)  # too long to send: read back by the listener
+        s.append(medium)
+        s.append(big)
+        ids = [f"n{i}" for i in range(600)]
+        s._append_many([msg(i) for i in ids])
+        s.delete(["medium", "big", *ids], subtree=True)
+        assert wait_for(lambda: len(events) >= 603)
+        assert events[0].message["parts"] == medium["parts"]
+        assert events[1].message["parts"] == big["parts"]
+        assert [e.message_ids[0] for e in events[2:602]] == ids
+        assert events[602].type == "delete" and set(events[602].message_ids) == {"medium", "big", *ids}
+
+
+def test_mirror_follows_writes_of_another_process(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as a, sk.open_store(url) as b:
+        target = []
+        a.session("s").mirror(target, transform=lambda m: m["id"])
+        b.session("s").append(msg("one"))
+        b.session("s").append(msg("two"))
+        assert wait_for(lambda: target == ["one", "two"])
+        b.session("s").append(msg("alt"), parent_id="one")
+        assert wait_for(lambda: target == ["one", "alt"])
+
+
+def test_index_built_elsewhere_is_kept_current_by_every_writer(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as a, sk.open_store(url) as b:
+        sa, sb = a.session("s"), b.session("s")
+        sb.append(msg("before", "zebra before"))
+        assert b.stats()["indexed_messages"] == 0
+        assert [h.id for h in sa.search("zebra")] == ["before"]  # a builds the index
+        # b never searched: its writes still find the flag and index themselves
+        sb.append(msg("fast", "zebra fast path"))
+        sb.import_message(msg("imported", "zebra imported"), parent_id="fast")
+        sb.update(msg("before", "giraffe"))
+        assert {h.id for h in sa.search("zebra")} == {"fast", "imported"}
+        assert [h.id for h in sa.search("giraffe")] == ["before"]
+        assert a.stats()["indexed_messages"] == 3
+
+
+def test_concurrent_first_searches_and_writes_lose_no_index_entry(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    stores = [sk.open_store(url) for _ in range(3)]
+    try:
+        errors = []
+
+        def write(k):
+            try:
+                s = stores[k].session(f"w{k}")
+                for i in range(40):
+                    s.append(msg(f"{k}-{i}", f"needle {k} {i}"))
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in (0, 1)]
+        for t in threads:
+            t.start()
+        time.sleep(0.05)
+        stores[2].search("needle")  # builds the index while the others write
+        for t in threads:
+            t.join()
+        assert errors == []
+        hits = stores[2].search("needle", limit=1000)
+        assert len(hits) == 80
+        assert stores[2].stats()["indexed_messages"] == 80
+    finally:
+        for st in stores:
+            st.close()
+
+
+def test_threads_appending_to_one_session_build_one_chain(pg_store_url):  # noqa: F811
+    with sk.open_store(pg_store_url(), pool_size=4) as store:
+        s = store.session("s")
+
+        def work(t):
+            for i in range(25):
+                s.append(msg(f"t{t}-{i}"))
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        nodes = s.nodes()
+        assert len(nodes) == 100
+        assert all(b.parent_id == a.id for a, b in zip(nodes, nodes[1:]))
+
+
+def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):  # noqa: F811
+    with sk.open_store(pg_store_url()) as store:
+        def work(t):
+            for i in range(20):
+                store._append_events("s", [{"kind": "x", "run_id": f"r{t}", "i": i}])
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [e["seq"] for e in store.events("s")] == list(range(80))
+
+
+def test_long_paths_stream_from_a_server_side_cursor(pg_store_url, monkeypatch):  # noqa: F811
+    from sessionkit.store import postgres
+
+    monkeypatch.setattr(postgres, "_FIRST_BATCH", 7)
+    with sk.open_store(pg_store_url(), chunk_chars=50) as store:
+        s = store.session("s")
+        ids = [f"m{i}" for i in range(40)]
+        for i in ids:
+            s.append(msg(i, "a fairly long text that needs continuation rows " * 2))
+        comp = s.on_compaction(lambda m, c: sk.CompactionResult("m3", "m30", "sum")).compact()
+        assert [m["id"] for m in s.get_history()] == ids[:3] + [f"compaction:{comp.id}"] + ids[31:]
+        assert [m["id"] for m in s.get_history(compacted=False)] == ids
+        assert s.get("m5")["parts"][0]["text"].startswith("a fairly long text")
+        with store._engine.write():  # inside a transaction too
+            assert [row[1] for row in store._engine.path_skeleton("s", s.nodes()[-1].seq)] == ids[::-1]
+
+
+def test_path_hides_password_and_reopens_the_same_schema(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as store:
+        store.session("s").append(msg("a"))
+        path = store.path
+    assert "schema=" in path
+    with sk.open_store(path) as again:
+        assert again.session("s").get("a") is not None
+    from sessionkit.store.postgres import _parse_url, _shown_url
+
+    conninfo, schema = _parse_url("postgres://u:secret@h:5/db?sslmode=disable&schema=x&password=p2")
+    assert schema == "x" and "secret" in conninfo and "schema" not in conninfo
+    shown = _shown_url(conninfo, schema)
+    assert "secret" not in shown and "p2" not in shown and shown.endswith("sslmode=disable&schema=x")
+
+
+def test_nul_in_ids_is_refused_and_stores_nothing(pg_store_url):  # noqa: F811
+    with sk.open_store(pg_store_url()) as store:
+        s = store.session("s")
+        s.append(msg("ok"))
+        for bad in ("a\x00b",):
+            with pytest.raises(sk.InvalidMessage):
+                s.append(msg(bad))
+            with pytest.raises(sk.InvalidMessage):
+                store.session(bad).append(msg("x"))
+        assert [n.id for n in s.nodes()] == ["ok"]
+        s.append(msg("after"))  # the pool's connections are still usable
+        assert len(s) == 2
+
+
+def test_unreachable_server_is_a_clear_error():
+    with pytest.raises(sk.SessionKitError) as info:
+        sk.open_store("postgresql://nobody@127.0.0.1:1/none", connect_timeout=2)
+    assert "127.0.0.1" in str(info.value)

@@ -1,0 +1,147 @@
+"""RunView: folding run events, batching live updates, the queue, replay from the store."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import sessionkit as sk
+from sessionkit.testing import ScriptedModel
+from sessionkit.widgets import RunView
+from sessionkit.widgets import _runlog
+
+from viewtools import front
+
+LONG = " ".join(f"word{i}" for i in range(60))
+
+
+def weather(city: str) -> dict:
+    """Weather for a city."""
+    return {"city": city, "sky": "sunny"}
+
+
+def _agent(script):
+    return sk.Agent("t", "Be brief.", ScriptedModel(script), tools=[weather])
+
+
+def _strip(state):
+    """A state without timestamps, to compare live and replayed views."""
+    for run in state["runs"]:
+        run["started"] = run["ended"] = None
+    return state
+
+
+def test_replay_of_a_stored_run_shows_turns_tools_and_usage(store):
+    s = store.session("r")
+    agent = _agent([{"tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}}], "usage": {"in": 10, "out": 5}},
+                    {"text": "Sunny in Oslo.", "usage": {"in": 20, "out": 7}}])
+    result = agent.run_sync("Weather in Oslo?", session=s)
+    view = RunView(result)
+    st = view.state
+    (run,) = st["runs"]
+    assert run["run_id"] == result.run_id and run["status"] == "completed"
+    assert run["input"] == "Weather in Oslo?"
+    assert [t["turn"] for t in run["turns"]] == [1, 2]
+    (tool,) = run["turns"][0]["tools"]
+    assert (tool["name"], tool["input"], tool["output"], tool["done"]) == ("weather", {"city": "Oslo"}, {"city": "Oslo", "sky": "sunny"}, True)
+    assert run["turns"][1]["text"] == result.text == view.text
+    assert [t["stop_reason"] for t in run["turns"]] == ["tool_calls", "stop"]
+    assert (st["usage"]["in"], st["usage"]["out"], st["usage"]["calls"]) == (result.usage["in"], result.usage["out"], 2)
+    assert st["usage"]["unpriced"] == 2  # a scripted model has no price
+    assert view.summary["status"] == "completed" and view.summary["turns"] == 2
+    # the same from the session, by run id, and from the raw event list
+    assert _strip(RunView.replay(s, result.run_id).state) == _strip(st)
+    assert _strip(RunView(store.events("r")).state) == _strip(st)
+
+
+def test_live_run_is_sent_in_batches_that_add_up_to_the_stored_events(store, record):
+    s = store.session("live")
+    controller = sk.RunController()
+    view = RunView(controller, interval=0.05)
+    sent = record(view)
+
+    class Slow(ScriptedModel):
+        async def stream(self, messages, *, tools):
+            async for item in super().stream(messages, tools=tools):
+                yield item
+                await asyncio.sleep(0.004)
+
+    agent = sk.Agent("t", "Be brief.", Slow([LONG]))
+    result = asyncio.run(agent.run("Say many words", session=s, controller=controller))
+    batches = sent.of("events")
+    stored = store.events("live")
+    deltas = [e for e in stored if e["kind"] == "delta.text"]
+    assert len(deltas) == 60
+    assert 2 <= len(batches) < len(deltas)  # merged, not one message per delta
+    flat = [e for b in batches for e in b["events"]]
+    assert [e["_i"] for e in flat] == list(range(len(flat)))
+    assert "".join(e["text"] for e in flat if e["kind"] == "delta.text") == result.text == LONG
+    assert [e["kind"] for e in flat if e["kind"] != "delta.text"] == [e["kind"] for e in stored if e["kind"] != "delta.text"]
+    assert _strip(_runlog.fold(flat)) == _strip(RunView(result).state) == _strip(view.state)
+    assert view.summary["status"] == "completed"
+    # a front end that opens late gets everything at once
+    front(view, {"type": "hello", "req": 1})
+    (reset,) = sent.of("reset")
+    assert reset["events"] == flat
+
+
+def test_text_deltas_are_batched_every_interval(record):
+    view = RunView(interval=0.075)
+    sent = record(view)
+    stamps = []
+    original = view.send
+
+    def timed(content, buffers=None):
+        stamps.append(time.monotonic())
+        original(content)
+
+    view.send = timed
+    view.push({"kind": "run.start", "run_id": "r", "input": "x", "seq": 0})
+
+    def feed():
+        for i in range(100):
+            view.push({"kind": "delta.text", "run_id": "r", "text": "a", "seq": i + 1})
+            time.sleep(0.005)
+
+    worker = threading.Thread(target=feed)
+    worker.start()
+    worker.join()
+    time.sleep(0.2)
+    batches = sent.of("events")
+    assert "".join(e.get("text", "") for b in batches for e in b["events"]) == "a" * 100
+    assert 4 <= len(batches) <= 14  # ~0.5 s of deltas at one batch per 75 ms
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert min(gaps) > 0.045
+    assert view.batches == len(batches)
+
+
+def test_queue_and_controls_from_the_page(record):
+    controller = sk.RunController()
+    view = RunView(controller)
+    controller.follow_up("later")
+    controller.steer("now")
+    assert view.queue["queued"] == 2
+    assert [i["text"] for i in view.queue["items"]] == ["now", "later"]
+    front(view, {"type": "steer", "text": "first!"})
+    front(view, {"type": "follow_up", "text": "last"})
+    assert [i["text"] for i in controller.items] == ["now", "first!", "later", "last"]
+    front(view, {"type": "clear", "index": 0})
+    assert [i["text"] for i in view.queue["items"]] == ["first!", "later", "last"]
+    front(view, {"type": "clear", "index": 99})  # out of range: ignored
+    assert view.controls
+    view.detach()
+    assert not view.controls
+    controller.follow_up("unseen")
+    assert view.queue["queued"] == 3
+
+
+def test_bad_sources():
+    with pytest.raises(TypeError):
+        RunView(42)
+    with pytest.raises(ValueError):
+        RunView(interval=-1)
+    with pytest.raises(TypeError):
+        RunView().push("not an event")
