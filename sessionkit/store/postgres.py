@@ -409,7 +409,8 @@ _APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
         parent_tokens bigint;
     BEGIN
         IF p_index IS NULL THEN  -- a first search waits for this append, or this append sees its flag
-            PERFORM pg_catalog.pg_advisory_xact_lock_shared(p_index_key), pg_catalog.pg_advisory_xact_lock(p_session_key);
+            PERFORM pg_catalog.pg_advisory_xact_lock_shared(p_index_key),
+                    pg_catalog.pg_advisory_xact_lock(p_session_key);
         ELSE
             PERFORM pg_catalog.pg_advisory_xact_lock(p_session_key);
         END IF;
