@@ -31,7 +31,6 @@ Logical message -> peer records (one API call per logical message in every case)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sqlite3

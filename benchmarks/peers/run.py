@@ -320,6 +320,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
                 stored_convs += 1
                 if time.perf_counter() > stop:
                     break
+            res["many_size"] = stored_convs
             res["notes"].append(
                 f"the {n_convs:,}x{conv_len} append phase stopped at its {budget:.0f} s cap after "
                 f"{done_convs:,} conversations; {stored_convs - done_convs:,} more were bulk-loaded, "
@@ -611,6 +612,11 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
                     f"{r['name']}: building the memory probe's conversation stopped at its "
                     f"{cfg['mem_budget']:.0f} s cap: it read {c['short']:,} messages, not {cfg['mem']:,}"
                 )
+            if key == "read_conv" and r.get("many_size", cfg["convs"]) < cfg["convs"]:
+                marks += note(
+                    f"{r['name']}: the store held {r['many_size']:,} conversations, not "
+                    f"{cfg['convs']:,}, when it was read (append and bulk-load caps)"
+                )
             if key in ("read_full", "read_recent", "search") and r.get("single_size", cfg["single"]) < cfg["single"]:
                 marks += note(
                     f"{r['name']}: the long conversation held {r['single_size']:,} messages, "
@@ -622,8 +628,9 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
     out = [
         f"## Session stores side by side ({args.mode} mode)",
         "",
-        f"Machine: {machine()}.",
-        f"Command: `{args.command_line}`; total {total_secs / 60:.1f} min.",
+        f"Machine: {getattr(args, 'machine', None) or machine()}.",
+        f"Command: `{args.command_line}`; total {total_secs / 60:.1f} min"
+        + (f"; load average {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end." if getattr(args, "load", None) else "."),
         "Ratios in brackets are this row divided by sessionkit (SQLite): above 1 is more "
         "msg/s, but also more ms, bytes and MB.",
         "",
@@ -667,6 +674,7 @@ def parent_main(args: argparse.Namespace) -> None:
     env = dict(os.environ, PEERS_SYNC=args.durability, PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
     started = time.perf_counter()
+    load_start = os.getloadavg()[0]
     results = []
     print(f"work folder {work} (log: {log})", file=sys.stderr)
     for p in peers:
@@ -700,12 +708,17 @@ def parent_main(args: argparse.Namespace) -> None:
                 shutil.rmtree(d, ignore_errors=True)
         print(f"{p}: done in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     total = time.perf_counter() - started
+    args.load = (load_start, os.getloadavg()[0])
     table = render(results, cfg, args, total)
     print(table)
     if args.out:
         Path(args.out).write_text(table)
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": cfg, "results": results}, indent=1, default=str))
+        meta = {"mode": args.mode, "command_line": args.command_line, "total_secs": total,
+                "load": args.load, "machine": machine()}
+        Path(args.json).write_text(
+            json.dumps({"config": cfg, "meta": meta, "results": results}, indent=1, default=str)
+        )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -726,6 +739,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the stores and the log afterwards")
     ap.add_argument("--out", help="also write the Markdown to this file")
     ap.add_argument("--json", help="also write every measurement as JSON to this file")
+    ap.add_argument("--render", metavar="JSON", help="print the table again from a --json file, run nothing")
     ap.add_argument("--child", choices=["bench", "membuild", "memread"], help=argparse.SUPPRESS)
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
@@ -734,6 +748,15 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         child_main(args)
+        return
+    if args.render:
+        data = json.loads(Path(args.render).read_text())
+        meta = data.get("meta", {})
+        args.mode = meta.get("mode", "?")
+        args.command_line = meta.get("command_line", "?")
+        args.load = meta.get("load")
+        args.machine = meta.get("machine")
+        sys.stdout.write(render(data["results"], data["config"], args, meta.get("total_secs", 0.0)))
         return
     args.command_line = "python benchmarks/peers/run.py " + " ".join(sys.argv[1:])
     parent_main(args)

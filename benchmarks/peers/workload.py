@@ -16,6 +16,7 @@ reads the clock or the environment: the same arguments always give the same mess
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import random
 from functools import lru_cache
@@ -113,8 +114,6 @@ def message(conversation: int, index: int) -> dict:
     # A fixed, increasing creation time so every store keeps the same timestamps.
     ms = 1_700_000_000_000 + conversation * 10_000_000 + index * 1_000
     secs, milli = divmod(ms, 1000)
-    import datetime as _dt
-
     created = (
         _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
         + f".{milli:03d}Z"

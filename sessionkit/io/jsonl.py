@@ -31,23 +31,28 @@ FORMAT_VERSION = 1
 _BATCH = 1000
 
 
-def _scope(store_or_session) -> tuple[Any, list[str] | None]:
+def _scope(store_or_session, session_ids) -> tuple[Any, list[str] | None]:
     if isinstance(store_or_session, Session):
+        if session_ids is not None:
+            raise TypeError("session_ids applies to a store export, not to a session")
         return store_or_session.store, [store_or_session.session_id]
     if isinstance(store_or_session, Store):
-        return store_or_session, None
+        if isinstance(session_ids, str):
+            session_ids = [session_ids]
+        return store_or_session, None if session_ids is None else list(session_ids)
     raise TypeError(f"expected a sessionkit Store or Session, got {type(store_or_session).__name__}")
 
 
-def export_jsonl(store_or_session, path: Any, *, progress: Any = None) -> dict:
-    """Write a store (every session) or one session to ``path`` in sessionkit JSONL.
+def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any = None) -> dict:
+    """Write a store (every session, or those in ``session_ids``) or one session to
+    ``path`` in sessionkit JSONL.
 
     Returns ``{"sessions", "messages", "compactions"}`` counts. ``progress`` as for
     the importers (messages written).
     """
     from ..analysis._tables import StoreData
 
-    store, sids = _scope(store_or_session)
+    store, sids = _scope(store_or_session, session_ids)
     path = as_path(path)
     data = StoreData(store, sids)
     eng = data.engine

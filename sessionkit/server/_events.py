@@ -117,7 +117,9 @@ class EventHub:
             replay = list(self.frames)
         else:
             earliest = self.earliest_seq
-            if after + 1 < earliest:
+            # Older than the window: events were lost to this reader. Beyond the last event:
+            # the reader followed an earlier session of the same id (deleted, created again).
+            if after + 1 < earliest or after > self.last_seq:
                 gap = {"error": "events_gap", "requestedSeq": after + 1, "earliestSeq": earliest}
                 sub.put(None, dumps_event(gap))
                 replay = list(self.frames)

@@ -71,7 +71,8 @@ class Lease:
             }
             data = (json.dumps(me) + "\n").encode()
             os.ftruncate(fd, 0)
-            os.pwrite(fd, data, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, data)
         except BaseException:
             os.close(fd)
             raise
@@ -130,7 +131,8 @@ def _read_holder(fd: int) -> dict | None:
     # The holder writes its name just after locking: give it a moment if the file is empty.
     for _ in range(20):
         try:
-            raw = os.pread(fd, 4096, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            raw = os.read(fd, 4096)
         except OSError:
             return None
         if raw.strip():

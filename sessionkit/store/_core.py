@@ -207,6 +207,18 @@ class Engine:
     def ancestors(self, sid: str, seq: int, limit: int | None) -> list[Node]:
         """Nodes from ``seq`` (included) towards the root, at most ``limit``."""
         ...
+    def window(self, sid: str, start_id: str | None, limit: int) -> list[tuple[Node, str]]:
+        """``(node, stored JSON)`` from ``start_id`` (None: the latest leaf) towards the root.
+
+        At most ``limit`` rows; empty when the start does not exist. Engines may do this
+        in one query; this default composes the other primitives.
+        """
+        node = self.latest(sid) if start_id is None else self.node(sid, start_id)
+        if node is None:
+            return []
+        nodes = self.ancestors(sid, node.seq, limit)
+        return list(zip(nodes, self.contents([n.seq for n in nodes])))
+
     def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:
         """``(seq, id, tokens)`` from the message ``seq`` up to the root."""
         ...
@@ -857,36 +869,33 @@ class Session:
             raise ValueError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         if not isinstance(min_messages, int) or min_messages < 1:
             raise ValueError(f"min_messages must be an int >= 1, got {min_messages!r}")
-        leaf = self._leaf(leaf_id)
-        if leaf is None:
-            return RecentHistory([], False, 0)
         eng = self._eng()
-        chosen: list[Node] = []
+        chosen: list[tuple[Node, str]] = []
         total = 0
-        seq: int | None = leaf.seq
+        start: str | None = leaf_id
         batch = max(16, min_messages)
-        done = False
-        while seq is not None and not done:
-            nodes = eng.ancestors(self.session_id, seq, batch)
-            if not nodes:
+        while True:
+            rows = eng.window(self.session_id, start, batch)
+            if not rows:
+                if start is leaf_id and leaf_id is not None:
+                    raise MessageNotFound(f"message {leaf_id!r} is not in session {self.session_id!r}")
                 break
-            for node in nodes:
+            done = False
+            for node, raw in rows:
                 if len(chosen) >= min_messages and total + node.bytes > max_bytes:
                     done = True
                     break
-                chosen.append(node)
+                chosen.append((node, raw))
                 total += node.bytes
-            if done or nodes[-1].parent_id is None:
+            start = rows[-1][0].parent_id
+            if done or start is None:
                 break
-            parent = eng.node(self.session_id, nodes[-1].parent_id)
-            seq = None if parent is None else parent.seq
             batch = min(batch * 2, _BATCH)
+        if not chosen:
+            return RecentHistory([], False, 0)
         chosen.reverse()
-        msgs = []
-        for chunk in _chunks(range(len(chosen)), _BATCH):
-            msgs += self._load([chosen[i].seq for i in chunk])
-        truncated = bool(chosen) and chosen[0].depth > 0
-        return RecentHistory(msgs, truncated, leaf.path_bytes)
+        msgs = [_msg.restore(raw, eng.blob) for _, raw in chosen]
+        return RecentHistory(msgs, chosen[0][0].depth > 0, chosen[-1][0].path_bytes)
 
     # -- compaction -----------------------------------------------------------------
     def on_compaction(self, fn: Callable) -> "Session":

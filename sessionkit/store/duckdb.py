@@ -188,6 +188,7 @@ class _Shared:
         # to find its parent: DuckDB spends about a millisecond on any statement.
         # Dropped for a session on update/delete/clear, and for all on a rollback.
         self.tails: dict[str, Node] = {}
+        self.users = 0  # open engines on this file in this process
 
     def forget(self) -> None:
         """After a rollback: cached state may describe rows that were never committed."""
@@ -267,7 +268,13 @@ class DuckDBEngine(Engine):
         self._depth = 0
         self._shared = _shared_for(self.path)
         self._lock = self._shared.lock
-        self._db = self._connect(location)
+        with self._lock:
+            self._db = self._connect(location)
+            if self._shared.users == 0:
+                # No engine had the file open here, so another process may have written
+                # it since: nothing cached from before still holds.
+                self._shared.forget()
+            self._shared.users += 1
         try:
             # Applied as settings, not connect() config: a different config would stop
             # other code in this process from opening the same file with plain connect().
@@ -277,7 +284,7 @@ class DuckDBEngine(Engine):
                 self._db.execute("SET memory_limit = ?", [str(memory_limit)])
             self._setup()
         except BaseException:
-            self._db.close()
+            self.close()
             raise
 
     # -- setup ----------------------------------------------------------------
@@ -298,7 +305,7 @@ class DuckDBEngine(Engine):
             return duckdb.connect(self.path)
         except duckdb.IOException as exc:
             text = str(exc)
-            if "lock" in text.lower():
+            if "Conflicting lock" in text or "Could not set lock" in text:
                 raise StoreLocked(
                     f"DuckDB store {self.path} is held by {_describe_holder(text)}; a DuckDB file admits "
                     "one process at a time: close it there, or use SQLite or PostgreSQL to share a store "
@@ -372,6 +379,7 @@ class DuckDBEngine(Engine):
         with self._lock:
             if not self._closed:
                 self._closed = True
+                self._shared.users -= 1
                 self._db.close()
 
     # -- transactions and statement helpers -------------------------------------
@@ -703,6 +711,8 @@ class DuckDBEngine(Engine):
                 except BaseException:
                     self._shared.forget()
                     raise
+                if node is not None and self._full and self.path is not None:
+                    self._sync_folder()
             return "exists" if node is None else "inserted"
 
     def w_insert(self, sid, prep, parent, created_at, index):

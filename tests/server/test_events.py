@@ -129,6 +129,24 @@ def test_a_resume_older_than_the_window_gets_the_gap_notice_then_the_window(serv
         assert [i for i, _ in frames[1:]] == list(range(earliest, store.events("g")[-1]["seq"] + 1))
 
 
+def test_a_resume_point_beyond_the_last_event_is_a_gap_too(serve, store, sse):
+    """A reader that followed an earlier session of the same id (deleted, then created again)."""
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "again"})
+        c.post("/sessions/again/messages", json={"text": "old life"})
+        wait_idle(c, "again")
+        old_last = store.events("again")[-1]["seq"]
+        c.delete("/sessions/again")
+        c.post("/sessions", json={"sessionId": "again"})
+        c.post("/sessions/again/messages", json={"text": "new"})
+        wait_idle(c, "again")
+        reader = sse(f"{live.url}/sessions/again/events", {**AUTH, "Last-Event-ID": str(old_last + 5)})
+        frames = reader.wait(lambda fs: any(d.get("kind") == "run.end" for _, d in fs))
+    assert frames[0] == (None, {"error": "events_gap", "requestedSeq": old_last + 6, "earliestSeq": 0})
+    assert [d for _, d in frames[1:]] == store.events("again")
+
+
 def test_a_malformed_last_event_id_is_400(serve, store):
     live = serve(echo_agent(), store)
     with live.client() as c:

@@ -8,7 +8,7 @@ Run as a script::
 ``crash`` appends ``crash_message(n)`` for n = START, START+1, ... until killed, printing
 ``try n`` before each append and ``ok n`` right after it returns (flushed each time).
 ``concurrent`` prints ``ready``, waits for a line on stdin, runs :func:`concurrent_writer`
-and prints ``done``.
+and prints ``done START END`` (wall-clock seconds).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import sys
+import time
 import traceback
 
 CRASH_SESSION = "crash"
@@ -83,10 +84,11 @@ def writer_message(name: str, i: int, where: str) -> dict:
     }
 
 
-def concurrent_writer(store, name: str, count: int) -> None:
+def concurrent_writer(store, name: str, count: int) -> tuple[float, float]:
     """Append ``count`` messages to the writer's own session, to ``SHARED`` (default parent)
     and to ``BRANCHES`` (under the writer's own previous message), retrying some
-    appends to show a retry writes nothing."""
+    appends to show a retry writes nothing. Returns the wall-clock start and end."""
+    started = time.time()
     own = store.session(f"own-{name}")
     shared = store.session(SHARED)
     branches = store.session(BRANCHES)
@@ -100,6 +102,7 @@ def concurrent_writer(store, name: str, count: int) -> None:
             assert not again.inserted and again.message["parts"][0]["text"].startswith("shared ")
             again = branches.append(writer_message(name, i - 2, "retried"), parent_id=f"{name}-{i}")
             assert not again.inserted
+    return started, time.time()
 
 
 def main(argv: list[str]) -> int:
@@ -116,13 +119,13 @@ def main(argv: list[str]) -> int:
         print("ready", flush=True)
         sys.stdin.readline()
         try:
-            concurrent_writer(store, name, int(count))
+            started, ended = concurrent_writer(store, name, int(count))
         except BaseException:
             traceback.print_exc()
             return 1
         finally:
             store.close()
-        print("done", flush=True)
+        print(f"done {started} {ended}", flush=True)
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
 

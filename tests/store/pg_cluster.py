@@ -101,8 +101,11 @@ class Cluster:
     def start(self) -> "Cluster":
         import pwd
 
-        self.root = tempfile.mkdtemp(prefix="sessionkit-pg-")
-        if os.geteuid() == 0:
+        as_root = os.geteuid() == 0
+        # as root the server runs as 'postgres', which must reach the folder: not under
+        # a private TMPDIR such as /root/tmp
+        self.root = tempfile.mkdtemp(prefix="sessionkit-pg-", dir="/tmp" if as_root else None)
+        if as_root:
             try:
                 entry = pwd.getpwnam("postgres")
             except KeyError as exc:

@@ -58,7 +58,7 @@ ENGINES = [
 ]
 
 SESSIONS = ("", "s2")  # the default session and a named one
-IDS = tuple(f"m{i}" for i in range(24))  # shared by both sessions, so ids repeat across them
+IDS = tuple(f"m{i}" for i in range(40))  # shared by both sessions, so ids repeat across them
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -432,15 +432,19 @@ class StoreMachine(RuleBasedStateMachine):
     def append_to_latest_leaf(self, i, mid, body):
         self._insert(i, mid, body, "latest")
 
-    @rule(i=st.integers(0, 1), mid=st.sampled_from(IDS), body=message_body(), k=pick)
-    def append_under_parent(self, i, mid, body, k):
-        parent = self.choose(self.model[SESSIONS[i]].msgs, k)
+    @rule(i=st.integers(0, 1), mid=st.sampled_from(IDS), body=message_body(), k=pick, at_leaf=st.booleans())
+    def append_under_parent(self, i, mid, body, k, at_leaf):
+        model = self.model[SESSIONS[i]]
+        # under a leaf grows a branch deeper; under an inner message starts a new branch
+        parent = self.choose(model.leaves() if at_leaf else model.msgs, k)
         if parent is None:
             return
         self._insert(i, mid, body, "explicit", parent)
 
-    @rule(i=st.integers(0, 1), mid=st.sampled_from(IDS), body=message_body())
-    def append_new_root(self, i, mid, body):
+    @rule(i=st.integers(0, 1), mid=st.sampled_from(IDS), body=message_body(), now=st.integers(0, 2))
+    def append_new_root(self, i, mid, body, now):
+        if now:  # less often than the others, so paths grow long
+            return
         self._insert(i, mid, body, "root")
 
     @rule(i=st.integers(0, 1), k=pick, body=message_body(), mode=st.sampled_from(["latest", "root", "explicit"]))
@@ -468,7 +472,7 @@ class StoreMachine(RuleBasedStateMachine):
         mid=st.sampled_from(IDS),
         body=message_body(),
         k=pick,
-        under=st.booleans(),
+        under=st.integers(0, 3).map(bool),
         when=st.one_of(st.none(), epoch_ms, aware_datetime),
     )
     def import_message(self, i, mid, body, k, under, when):
@@ -590,40 +594,50 @@ class StoreMachine(RuleBasedStateMachine):
     # -- compaction -----------------------------------------------------------------------
     def _compact_fn(self, messages, ctx):
         self.calls.append((messages, ctx))
-        lo, span, prefer_overlay, decline, summary = self.plan
-        if decline:
-            return None
-        n = len(messages)
-        overlays = [j for j, m in enumerate(messages) if m["id"].startswith("compaction:")]
-        a = overlays[lo % len(overlays)] if prefer_overlay and overlays else lo % n
-        b = a + span % (n - a)
-        return sk.CompactionResult(messages[a]["id"], messages[b]["id"], summary)
+        return self.plan
 
     @rule(
         i=st.integers(0, 1),
         leaf=st.one_of(st.none(), pick),
+        how=st.sampled_from(["range", "range", "from-summary", "same-start-shorter", "decline"]),
         lo=pick,
         span=st.one_of(st.integers(0, 3), pick),
-        prefer_overlay=st.booleans(),
-        decline=st.integers(0, 7).map(lambda x: x == 0),
         summary=words,
     )
-    def compact(self, i, leaf, lo, span, prefer_overlay, decline, summary):
+    def compact(self, i, leaf, how, lo, span, summary):
+        """Compact a range of the path as the model sees it: any range of the compacted path
+        (which may start or end at an earlier summary: that extends it), or a shorter range
+        with the same start as an earlier compaction (the newer one must win on read)."""
         sid, session, model = self.s(i)
         leaf_id = None if leaf is None else self.choose(model.msgs, leaf)
         target = leaf_id if leaf_id is not None else model.latest_leaf()
-        self.plan = (lo, span, prefer_overlay, decline, summary)
-        self.calls = []
-        note(f"compact {sid!r} leaf={leaf_id} plan={self.plan}")
-        comp = session.compact(leaf_id=leaf_id)
         if target is None:
-            assert comp is None and not self.calls
+            self.plan, self.calls = None, []
+            assert session.compact(leaf_id=leaf_id) is None and not self.calls
             return
-        assert len(self.calls) == 1
-        messages, ctx = self.calls[0]
         path = model.path(target)
         view = model.compacted(path)
         applied = model.applied(path)
+        by_overlay = {f"compaction:{c['id']}": c for c in model.comps}
+        overlays = [j for j, m in enumerate(view) if m["id"] in by_overlay]
+        if how == "from-summary" and overlays:
+            a = overlays[lo % len(overlays)]
+            first, last = view[a]["id"], view[a + span % (len(view) - a)]["id"]
+        elif how == "same-start-shorter" and applied:
+            start, end, comp = applied[lo % len(applied)]
+            first, last = comp["from_id"], path[start + span % (end - start + 1)]  # raw ids
+        else:
+            a = lo % len(view)
+            first, last = view[a]["id"], view[a + span % (len(view) - a)]["id"]
+        from_id = by_overlay[first]["from_id"] if first in by_overlay else first
+        to_id = by_overlay[last]["to_id"] if last in by_overlay else last
+        self.plan = None if how == "decline" else sk.CompactionResult(first, last, summary)
+        self.calls = []
+        note(f"compact {sid!r} leaf={leaf_id} {how} {first}..{last}")
+        comp = session.compact(leaf_id=leaf_id)
+        # the function saw the path as the model sees it
+        assert len(self.calls) == 1
+        messages, ctx = self.calls[0]
         assert messages == view
         assert ctx.session is session
         assert ctx.leaf_id == target
@@ -632,17 +646,9 @@ class StoreMachine(RuleBasedStateMachine):
             assert ctx.previous is not None and ctx.previous.id in {c["id"] for _, _, c in applied}
         else:
             assert ctx.previous is None
-        if decline:
+        if self.plan is None:
             assert comp is None
             return
-        by_id = {f"compaction:{c['id']}": c for c in model.comps}
-        n = len(view)
-        overlays = [j for j, m in enumerate(view) if m["id"].startswith("compaction:")]
-        a = overlays[lo % len(overlays)] if prefer_overlay and overlays else lo % n
-        b = a + span % (n - a)
-        first, last = view[a]["id"], view[b]["id"]
-        from_id = by_id[first]["from_id"] if first in by_id else first
-        to_id = by_id[last]["to_id"] if last in by_id else last
         assert isinstance(comp, sk.Compaction)
         assert (comp.from_id, comp.to_id, comp.summary) == (from_id, to_id, summary)
         assert comp.id and comp.id not in {c["id"] for c in model.comps}
@@ -654,10 +660,9 @@ class StoreMachine(RuleBasedStateMachine):
         }
         assert comp.tokens_after == token_estimate(overlay(record, 1))
         model.comps.append(record)
-        # the new compaction shows on this path at once, replacing what it covers
-        ranges = [(s, e, c["id"]) for s, e, c in model.applied(path)]
+        # the newest compaction shows on this path at once, replacing what it covers
         pos = {m: j for j, m in enumerate(path)}
-        assert (pos[from_id], pos[to_id], comp.id) in ranges
+        assert (pos[from_id], pos[to_id], comp.id) in [(s, e, c["id"]) for s, e, c in model.applied(path)]
 
     @rule(i=st.integers(0, 1))
     def compact_without_function_is_a_usage_error(self, i):
