@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import signal
 import socket
 import statistics
@@ -64,7 +65,8 @@ def serve(store_path: str, replies: int) -> None:
     app = create_app(agent, store, token=TOKEN, max_concurrent_runs=1_000)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    print(sock.getsockname()[1], flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(sock.getsockname()[1], f"{usage.ru_utime + usage.ru_stime:.3f}", flush=True)  # port, CPU so far
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, backlog=4096)
     try:
         uvicorn.Server(config).run(sockets=[sock])
@@ -72,9 +74,8 @@ def serve(store_path: str, replies: int) -> None:
         pass
     finally:
         store.close()
-        import resource
-        ru = resource.getrusage(resource.RUSAGE_SELF)
-        print(f"server cpu user {ru.ru_utime:.1f}s sys {ru.ru_stime:.1f}s", file=sys.stderr)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        print(f"cpu {usage.ru_utime + usage.ru_stime:.3f}", flush=True)
 
 
 # ---------------------------------------------------------------------------
@@ -237,28 +238,26 @@ def main() -> int:
     if not (1 <= args.clients <= 500 and 1 <= args.messages <= 1_000):
         parser.error("keep it bounded: 1-500 clients, 1-1000 messages each")
 
+    load_before = os.getloadavg()[0]
     folder = tempfile.mkdtemp(prefix="sessionkit-load-")
     store_path = os.path.join(folder, "load.db")
     replies = args.clients * args.messages + 10
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
-    server = subprocess.Popen([sys.executable, *os.environ.get("SK_LOAD_SERVER", __file__).split(), "--serve", store_path, str(replies)] if not os.environ.get("SK_PROF") else [sys.executable, "/tmp/prof_serve.py", store_path, str(replies)],
+    server = subprocess.Popen([sys.executable, __file__, "--serve", store_path, str(replies)],
                               stdout=subprocess.PIPE, env=env)
+    startup_cpu = None
     try:
-        port = int(server.stdout.readline())
+        port_text, startup_cpu = server.stdout.readline().split()
+        port = int(port_text)
         base = f"http://127.0.0.1:{port}"
         _wait_for(base)
         clients = [Client(i, base, args.messages, args.transport) for i in range(args.clients)]
+        cpu_before = _cpu()
         elapsed = asyncio.run(asyncio.wait_for(drive(base, clients), args.timeout))
+        client_cpu = _cpu() - cpu_before
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-    import resource
-    ru = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"client cpu user {ru.ru_utime:.1f}s sys {ru.ru_stime:.1f}s", file=sys.stderr)
+        server_cpu = _server_cpu(server) - float(startup_cpu or "nan")
+    load_after = os.getloadavg()[0]
     result = check(store_path, clients)
     sent = sum(len(c.sent) for c in clients)
     latencies = sorted(x for c in clients for x in c.latencies)
@@ -271,6 +270,10 @@ def main() -> int:
           f"{result['events'] / elapsed:.0f} events/s streamed")
     print(f"  round trip (send -> run.end)  p50 {_pct(latencies, 50) * 1000:.0f} ms, "
           f"p95 {_pct(latencies, 95) * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms")
+    print(f"  CPU time                server {server_cpu:.1f} s ({server_cpu / sent * 1000:.1f} ms per message, "
+          f"after startup), clients {client_cpu:.1f} s")
+    print(f"  machine load average    {load_before:.1f} before, {load_after:.1f} after "
+          f"(other processes share the {os.cpu_count()} CPUs)")
     print(f"  events                  {result['events']} stored, each received once and in order: "
           f"{'yes' if not result['problems'] else 'NO'}")
     if result["problems"]:
@@ -280,6 +283,25 @@ def main() -> int:
         return 1
     print("  no lost message, no duplicated event")
     return 0
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _server_cpu(server: subprocess.Popen) -> float:
+    """The server's CPU seconds, which it prints when it stops."""
+    server.send_signal(signal.SIGINT)
+    try:
+        out, _ = server.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        out, _ = server.communicate()
+    for line in out.decode().splitlines():
+        if line.startswith("cpu "):
+            return float(line.split()[1])
+    return float("nan")
 
 
 def _pct(values: list[float], p: float) -> float:

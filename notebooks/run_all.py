@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                 nb = execute(work / path.name, work, env)
             except Exception as exc:  # a failing cell: say which notebook and keep going
                 failed += 1
-                print(f"FAILED  {path.name}: {type(exc).__name__}: {str(exc)[-2000:]}", file=sys.stderr)
+                message = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+                print(f"FAILED  {path.name}: {type(exc).__name__}: {message[-2000:]}", file=sys.stderr)
                 continue
             took = time.monotonic() - started
             if args.check:

@@ -1,10 +1,11 @@
-"""Tables built from any store through the engine interface, as plain Python columns.
+"""Tables read from any store, as plain Python columns.
 
 Nothing here imports pandas, pyarrow or DuckDB: :mod:`sessionkit.analysis` turns
 the columns into DataFrames, Arrow tables (for DuckDB and Parquet) and plots.
-Every engine provides the reads used here (``nodes``, ``contents``,
-``compactions``, ``runs``, ``events``, ``list_sessions``), so the tables look
-the same whatever engine holds the store.
+A store-wide read of a SQLite or DuckDB store scans their shared ``sessionkit_*``
+tables with a few paged queries; anything else (one session, other engines)
+reads through the Engine interface (``nodes``, ``contents``, ``compactions``,
+``runs``, ``events``, ``list_sessions``). Both give the same tables.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class StoreData:
             except Exception:  # a layout this reader does not know: fall back to the interface
                 self._scan = None
                 self._nodes, self._comps = {}, {}
+                self._runs = self._events = None
         if self._scan is not None:
             return
         if session_ids is None:

@@ -16,8 +16,9 @@ adds nothing. Imports write in batches, one transaction per tree, pair,
 trajectory or block of lines.
 
 Progress: every importer takes ``progress=``. ``None`` (the default) shows a bar
-only when stderr is a terminal or the code runs in a Jupyter kernel, so scripts,
-logs and tests stay quiet; ``True`` always shows it (``tqdm`` when installed,
+for inputs of 1,000 records or more, and only when stderr is a terminal or the
+code runs in a Jupyter kernel, so scripts, logs, tests and loops of small imports
+stay quiet; ``True`` always shows it (``tqdm`` when installed,
 else a one-line counter on stderr); ``False`` never; a callable ``fn(done, total)``
 receives the counts instead.
 

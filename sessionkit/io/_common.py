@@ -158,14 +158,18 @@ def _interactive() -> bool:
 class Progress:
     """Progress of a long import.
 
-    ``progress`` is ``None`` (show it only when running in a terminal or a Jupyter
-    kernel, so scripts, CI logs and tests stay quiet), ``True`` (always show it),
+    ``progress`` is ``None`` (show it only for long inputs, ``auto_min`` records or
+    more, and only when running in a terminal or a Jupyter kernel, so scripts, CI
+    logs, tests and loops of small imports stay quiet), ``True`` (always show it),
     ``False`` (never), or a callable ``fn(done, total)`` called as records finish
     (``total`` may be ``None`` when unknown). Shown progress uses ``tqdm`` when it
     is installed, otherwise a one-line counter on stderr.
     """
 
-    def __init__(self, progress: Any, *, total: int | None, desc: str, unit: str):
+    #: Inputs shorter than this show no progress unless asked for.
+    AUTO_MIN = 1000
+
+    def __init__(self, progress: Any, *, total: int | None, desc: str, unit: str, auto_min: int | None = None):
         self.done = 0
         self.total = total
         self._fn: Callable[[int, int | None], Any] | None = None
@@ -175,7 +179,8 @@ class Progress:
         self._unit = unit
         self._last = 0.0
         if progress is None:
-            progress = _interactive()
+            floor = self.AUTO_MIN if auto_min is None else auto_min
+            progress = (total is None or total >= floor) and _interactive()
         if callable(progress) and not isinstance(progress, bool):
             self._fn = progress
         elif progress is True:

@@ -14,12 +14,11 @@ import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from starlette.applications import Starlette
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import StoreClosed, UsageError
@@ -106,8 +105,6 @@ def _segments(scope: dict) -> list[str] | None:
     if isinstance(raw, (bytes, bytearray)):
         path = raw.decode("latin-1").split("?", 1)[0]
     else:
-        from urllib.parse import quote
-
         path = quote(scope.get("path", ""))
     root = scope.get("root_path", "")
     if root and path.startswith(root):
@@ -264,6 +261,13 @@ class SessionServer:
 
     # ------------------------------------------------------------------ HTTP
 
+    async def asgi(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            response = await self.http(Request(scope, receive))
+            await response(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self.websocket(WebSocket(scope, receive, send))
+
     async def http(self, request: Request) -> Response:
         try:
             return await self._route(request)
@@ -322,6 +326,7 @@ class SessionServer:
                 if method != "GET":
                     raise Rejected(405, "method_not_allowed", allow="GET")
                 self._state(principal, session_id)
+                _resume_after(request, header=False)
                 raise Rejected(426, "upgrade_required")
         raise Rejected(404, "not_found")
 
@@ -537,13 +542,10 @@ def create_app(
         max_queued=max_queued,
         events_window=events_window,
     )
-    methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
-    app = Starlette(
-        routes=[
-            Route("/{path:path}", server.http, methods=methods),
-            WebSocketRoute("/{path:path}", server.websocket),
-        ],
-        lifespan=server.lifespan,
-    )
+    app = Starlette(lifespan=server.lifespan)
+    # Every request goes to the server's own dispatch, which reads the raw path: a
+    # session id with an encoded "/" or a newline is still one path segment (400),
+    # and every answer, even for an unknown path, is JSON and comes after the auth check.
+    app.router.default = server.asgi
     app.state.sessionkit = server
     return app

@@ -74,10 +74,8 @@ class Subscriber:
                 return CLOSED
             self._wake.clear()
             try:
-                if timeout is None:
+                async with asyncio.timeout(timeout):
                     await self._wake.wait()
-                else:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 if not self.items and not self.closed:
                     return None

@@ -212,8 +212,8 @@ class SessionManager:
         messages = self.store._records(stored_id, MESSAGE_KIND)
         state.next_msg = (messages[-1][0] + 1) if messages else 1
         self._recover_stale_runs(state, runs, record)
+        self._trim()  # before adding: the caller is about to use this one
         self.states[stored_id] = state
-        self._trim()
         return state
 
     def _recover_stale_runs(self, state: SessionState, runs, record: dict) -> None:
@@ -276,6 +276,8 @@ class SessionManager:
                 pass
         if self.session_record(stored_id) is not None:
             return False
+        if state is not None and state.task is None:  # it was deleted behind the server's back
+            self._drop(state)
         session = self.store.session(stored_id)
         digest = await asyncio.to_thread(lambda: conversation_digest(session.history(compacted=False)))
         if self.session_record(stored_id) is not None:  # created meanwhile

@@ -223,6 +223,29 @@ _SQL = {
         "   ON m.session_id = %(sid)s AND m.id = up.parent_id WHERE up.n < %(limit)s"
         ") SELECT " + _NODE + " FROM up ORDER BY n"
     ),
+    # The recent window: nodes and their stored JSON from a start (the latest leaf, or
+    # an id) towards the root, in one statement.
+    "window_latest": (
+        "WITH RECURSIVE up AS ("
+        " (SELECT " + _NODE + ", chunks, content, 1 AS n FROM {messages} WHERE session_id = %(sid)s"
+        "   ORDER BY seq DESC LIMIT 1)"
+        " UNION ALL"
+        " SELECT " + _NODE_M + ", m.chunks, m.content, up.n + 1 FROM up JOIN {messages} m"
+        "   ON m.session_id = %(sid)s AND m.id = up.parent_id WHERE up.n < %(limit)s"
+        ") SELECT " + _NODE + ", CASE WHEN chunks > 0 THEN content || coalesce("
+        "  (SELECT string_agg(c.data, '' ORDER BY c.n) FROM {chunks} c WHERE c.seq = up.seq), '')"
+        " ELSE content END FROM up ORDER BY n"
+    ),
+    "window_from": (
+        "WITH RECURSIVE up AS ("
+        " SELECT " + _NODE + ", chunks, content, 1 AS n FROM {messages} WHERE session_id = %(sid)s AND id = %(id)s"
+        " UNION ALL"
+        " SELECT " + _NODE_M + ", m.chunks, m.content, up.n + 1 FROM up JOIN {messages} m"
+        "   ON m.session_id = %(sid)s AND m.id = up.parent_id WHERE up.n < %(limit)s"
+        ") SELECT " + _NODE + ", CASE WHEN chunks > 0 THEN content || coalesce("
+        "  (SELECT string_agg(c.data, '' ORDER BY c.n) FROM {chunks} c WHERE c.seq = up.seq), '')"
+        " ELSE content END FROM up ORDER BY n"
+    ),
     "skeleton": (
         "WITH RECURSIVE up AS ("
         " SELECT seq, id, parent_id, tokens, 1 AS n FROM {messages} WHERE seq = %(seq)s"
@@ -900,6 +923,14 @@ class PostgresEngine(Engine):
         rows = self._q(self._s["ancestors"], {"seq": seq, "sid": sid, "limit": _UNLIMITED if limit is None else limit},
                        sid)
         return [Node(*r) for r in rows]
+
+    @_guarded
+    def window(self, sid, start_id, limit):
+        if start_id is None:
+            rows = self._q(self._s["window_latest"], {"sid": sid, "limit": limit}, sid)
+        else:
+            rows = self._q(self._s["window_from"], {"sid": sid, "id": start_id, "limit": limit}, sid)
+        return [(Node(*r[:10]), r[10]) for r in rows]
 
     @_guarded_gen
     def path_skeleton(self, sid, seq):

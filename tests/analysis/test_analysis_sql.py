@@ -112,13 +112,20 @@ def test_sessions_view_counts_leaves_and_branch_points(real):
         assert row["roots"] == 1
 
 
-def test_metadata_is_queryable_as_json(real):
-    if not real["hh"]:
-        pytest.skip("this engine's sample holds no HH pairs")
-    df = real["store"].sql(
-        "SELECT count(*) AS n FROM messages WHERE json_extract(metadata, '$.hh.chosen')::BOOLEAN "
-        "AND n_children = 0")
-    assert df["n"][0] == len(real["hh"])  # one chosen leaf per pair
+def test_metadata_is_queryable_as_json(store, sources, tmp_path):
+    import json
+
+    pairs = sources["hh"][:40]
+    path = tmp_path / "hh.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in pairs), encoding="utf-8")
+    sk.io.import_hh(store, path)
+    df = store.sql(
+        "SELECT json_extract(metadata, '$.hh.chosen')::BOOLEAN AS chosen, count(*) AS leaves FROM messages "
+        "WHERE n_children = 0 GROUP BY 1 ORDER BY 1")
+    assert df.to_dict("records") == [{"chosen": False, "leaves": 40}, {"chosen": True, "leaves": 40}]
+    latest = store.sql("SELECT count(*) AS n FROM messages WHERE on_latest_path AND n_children = 0 "
+                       "AND json_extract(metadata, '$.hh.chosen')::BOOLEAN")
+    assert latest["n"][0] == 40  # every session's latest leaf is its chosen reply
 
 
 def test_runs_events_and_compactions_views(store):

@@ -48,3 +48,17 @@ def test_plain_counter_without_tqdm(store, oasst_path, capsys, monkeypatch):
 def test_bad_progress_value(store, oasst_path):
     with pytest.raises(TypeError, match="progress"):
         sk.io.import_oasst(store, oasst_path, progress="yes")
+
+
+def test_auto_mode_shows_only_long_inputs_in_a_terminal(monkeypatch):
+    from sessionkit.io import _common
+
+    monkeypatch.setattr(_common, "_interactive", lambda: True)
+    assert _common.Progress(None, total=10, desc="x", unit="lines")._plain is False
+    assert _common.Progress(None, total=10, desc="x", unit="lines")._bar is None
+    long = _common.Progress(None, total=5000, desc="x", unit="lines")
+    assert long._bar is not None or long._plain
+    long.close()
+    monkeypatch.setattr(_common, "_interactive", lambda: False)
+    quiet = _common.Progress(None, total=5000, desc="x", unit="lines")
+    assert quiet._bar is None and not quiet._plain

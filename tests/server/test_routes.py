@@ -32,7 +32,8 @@ def test_create_session_201_then_200_and_a_minted_id(serve, store):
         assert state == {"sessionId": "chat-1", "runs": [], "active": None, "queued": 0, "messages": []}
 
 
-BAD_IDS = ["-lead", ".dot", "_under", "a" * 127, "sp ace", "semi;colon", "slash/inside", "ümlaut", "a%b"]
+BAD_IDS = ["-lead", ".dot", "_under", "a" * 127, "sp ace", "semi;colon", "slash/inside", "ümlaut", "a%b", "new\nline",
+           "trailing\n"]
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)

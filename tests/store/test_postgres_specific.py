@@ -387,6 +387,9 @@ def test_long_paths_stream_from_a_server_side_cursor(pg_store_url, monkeypatch):
         assert [m["id"] for m in s.get_history()] == ids[:3] + [f"compaction:{comp.id}"] + ids[31:]
         assert [m["id"] for m in s.get_history(compacted=False)] == ids
         assert s.get("m5")["parts"][0]["text"].startswith("a fairly long text")
+        window = s.recent_history(10**9, leaf_id="m30")  # the window reads continuation rows too
+        assert [m["id"] for m in window.messages] == ids[:31] and window.truncated is False
+        assert window.messages[-1] == s.get("m30")
         with store._engine.write():  # inside a transaction too
             assert [row[1] for row in store._engine.path_skeleton("s", s.nodes()[-1].seq)] == ids[::-1]
 
