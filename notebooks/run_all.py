@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import configparser
 import copy
 import json
 import os
@@ -158,10 +157,10 @@ def execute(path: Path, workdir: Path, env: dict[str, str]):
 
 
 def sanitize_rules(cfg: Path = HERE / "sanitize.cfg") -> list[tuple[re.Pattern, str]]:
-    """The ``(regex, replacement)`` pairs of an nbval sanitize file, in file order."""
-    parser = configparser.ConfigParser(interpolation=None)
-    parser.read(cfg, encoding="utf-8")
-    return [(re.compile(parser[s]["regex"]), parser[s]["replace"]) for s in parser.sections()]
+    """The ``(regex, replacement)`` pairs of an nbval sanitize file, read the way nbval reads them."""
+    text = cfg.read_text(encoding="utf-8")
+    pairs = re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.MULTILINE)
+    return [(re.compile(regex), replace) for regex, replace in pairs]
 
 
 def _comparable(nb, rules) -> list[list[str]]:

@@ -70,6 +70,8 @@ WORDS = [
     "deploy", "deploying", "deployments", "deployed", "cat", "cats", "running", "runs",
     "the", "and", "Zürich", "naïve", "日本語", "alpha", "beta", "NEAR", "OR", "AND", "NOT",
     "x_y", "error", "errors", "42", "Straße", "über", "café",
+    # words where Unicode word rules, case folding and stemming are easy to get wrong
+    "STRASSE", "İstanbul", "ﬁle", "e\u0301te", "x²", "٣٤", "don't", "co-op", "ΣΊΣΥΦΟΣ", "😀ok", "xꞵy",
 ]
 
 
@@ -580,6 +582,20 @@ class StoreMachine(RuleBasedStateMachine):
         ids.append(self.choose(set(IDS) - set(model.msgs), k) or f"absent{next(self.fresh)}")
         with pytest.raises(sk.MessageNotFound):
             session.delete(ids)
+
+    @rule(i=st.integers(0, 1), now=st.integers(0, 7))
+    def delete_session(self, i, now):
+        if now:
+            return
+        sid, session, model = self.s(i)
+        note(f"delete_session {sid!r}")
+        if not model.msgs:
+            with pytest.raises(sk.SessionNotFound):
+                self.store.delete_session(sid)
+            return
+        self.store.delete_session(sid)
+        self.touched |= {(sid, mid) for mid in model.msgs}
+        self.model[sid] = SessionModel()
 
     @rule(i=st.integers(0, 1), now=st.integers(0, 7))
     def clear(self, i, now):
