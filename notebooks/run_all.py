@@ -130,13 +130,18 @@ def execute(path: Path, workdir: Path, env: dict[str, str]):
     import nbclient
     import nbformat
 
+    from jupyter_client.manager import KernelManager
+
     nb = nbformat.read(str(path), as_version=4)
     old = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
     try:
+        # IPC sockets in the private runtime folder: a local kernel needs no TCP ports.
+        km = KernelManager(kernel_name="python3", transport="ipc") if os.name == "posix" else None
         client = nbclient.NotebookClient(
             nb,
+            km=km,
             timeout=CELL_TIMEOUT,
             kernel_name="python3",
             store_widget_state=False,

@@ -60,8 +60,8 @@ class _Auth:
                 raise TypeError(f"token must be a str, got {type(token).__name__}")
             if len(token) < MIN_TOKEN_CHARS:
                 raise ValueError(f"token must be at least {MIN_TOKEN_CHARS} characters long, got {len(token)}")
-            if token != token.strip() or any(c.isspace() for c in token):
-                raise ValueError("token must not contain whitespace")
+            if token != token.strip():
+                raise ValueError("token must not start or end with whitespace (HTTP would drop it)")
         if authenticate is not None and not callable(authenticate):
             raise TypeError("authenticate must be a callable: authenticate(request) -> principal id or None")
         if token is None and authenticate is None:
@@ -77,7 +77,9 @@ class _Auth:
             header = conn.headers.get("authorization", "")
             scheme, _, value = header.partition(" ")
             if scheme.lower() == "bearer":
-                given = hashlib.sha256(value.strip().encode("utf-8", "surrogateescape")).digest()
+                # Header values arrive as bytes (decoded as latin-1): compare bytes with the
+                # token's UTF-8 bytes, so a non-ASCII token works too.
+                given = hashlib.sha256(value.strip().encode("latin-1", "replace")).digest()
                 if hmac.compare_digest(given, self._token_hash):
                     return ""
         if self._authenticate is None:
@@ -516,8 +518,9 @@ def create_app(
     """An ASGI app serving ``agent`` over the sessions of ``store`` (SPEC section 9).
 
     Clients authenticate with ``Authorization: Bearer <token>`` (``token`` is at least
-    16 characters) or through ``authenticate(request)`` (sync or async; returns the
-    caller's principal id, or None/raises to refuse). With ``authenticate`` every
+    16 characters) or through ``authenticate(request)`` (sync or async; gets the
+    Starlette request, a ``WebSocket`` on the WebSocket route; returns the caller's
+    principal id, a non-empty str, or None/raises to refuse). With ``authenticate`` every
     principal has its own namespace of session ids; the bearer token has the
     default one, whose sessions keep their ids in the store. When both are given,
     a request carrying the token is the token's, any other goes to ``authenticate``.

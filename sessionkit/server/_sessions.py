@@ -422,7 +422,7 @@ class SessionManager:
                 if state.task is None:
                     return await self._start(state, text, mode, author, metadata)
         if state.queued >= self.max_queued:
-            raise Rejected(429, "too_busy", reason="queue_full")
+            raise Rejected(429, "too_busy")  # this session's queue is full
         if state.accepting:
             rec = self._record_message(state, state.run_n, text, mode, author, queued=True)
             (state.controller.steer if mode == STEER else state.controller.follow_up)(text, metadata=metadata)
@@ -438,7 +438,7 @@ class SessionManager:
 
     async def _start(self, state: SessionState, text, mode, author, metadata) -> dict:
         if self.active_runs >= self.max_concurrent_runs:
-            raise Rejected(429, "too_busy", reason="concurrent_runs")
+            raise Rejected(429, "too_busy")
         record = self.session_record(state.stored_id)
         if record is None:
             raise Rejected(404, "session_not_found")
@@ -453,7 +453,7 @@ class SessionManager:
         if self.closing:
             raise Rejected(503, "server_stopping")
         if self.active_runs >= self.max_concurrent_runs:  # others started while we read
-            raise Rejected(429, "too_busy", reason="concurrent_runs")
+            raise Rejected(429, "too_busy")
         n = state.run_n + 1
         rec = self._record_message(state, n, text, mode, author, queued=False)
         state.run_n = n

@@ -229,13 +229,10 @@ def _describe_holder(text: str) -> str:
     return who + ")"
 
 
-def _postings(text: str) -> tuple[int, dict[str, list[int]]]:
-    """Token count and ``{stem: [positions]}`` of a message's text."""
-    stems = _search.index_text(text).split()
-    pos: dict[str, list[int]] = {}
-    for i, st in enumerate(stems):
-        pos.setdefault(st, []).append(i)
-    return len(stems), pos
+def _body(text: str) -> tuple[int, str]:
+    """Word count and indexed form (stems joined by single spaces) of a message's text."""
+    body = _search.index_text(text)
+    return (body.count(" ") + 1 if body else 0), body
 
 
 class DuckDBEngine(Engine):
@@ -276,8 +273,13 @@ class DuckDBEngine(Engine):
                 self._shared.forget()
             self._shared.users += 1
         try:
+            # A long index build must not draw DuckDB's progress bar into a notebook.
+            self._db.execute("SET enable_progress_bar = false")
             # Applied as settings, not connect() config: a different config would stop
             # other code in this process from opening the same file with plain connect().
+            if self._full:
+                with contextlib.suppress(duckdb.CatalogException):  # older DuckDB lacks the setting
+                    self._db.execute("SET fsync_mode = 'FULL'")  # F_FULLFSYNC on macOS
             if threads is not None:
                 self._db.execute(f"SET threads = {int(threads)}")
             if memory_limit is not None:
@@ -702,7 +704,7 @@ class DuckDBEngine(Engine):
                     return "exists" if self.node(sid, prep.message["id"]) is not None else "no-parent"
             else:
                 parent = self.latest(sid)
-            if self.index_built() and _postings(prep.text)[0]:
+            if self.index_built() and _body(prep.text)[0]:
                 with self.write():
                     node = self.w_insert(sid, prep, parent, created_at, True)
             else:
@@ -726,7 +728,7 @@ class DuckDBEngine(Engine):
             pid = parent.id
         msg = prep.message
         key = _key(sid, msg["id"])
-        length, postings = _postings(prep.text) if index else (None, None)
+        length, body = _body(prep.text) if index else (None, "")
         # One statement that inserts only when the key is absent: several times faster
         # on DuckDB than INSERT ... ON CONFLICT DO NOTHING, with the same effect under
         # the write lock; the UNIQUE constraint still guards the key.
@@ -747,8 +749,8 @@ class DuckDBEngine(Engine):
             self._put_chunks([seq] * len(chunks), list(range(len(chunks))), chunks)
         if prep.blobs:
             self._put_blobs([(seq, sha, raw) for sha, raw in prep.blobs.items()])
-        if postings:
-            self._put_terms([(seq, postings)])
+        if body:
+            self._put_terms([seq], [body])
         node = Node(seq, msg["id"], pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, msg["role"])
         self._shared.tails[sid] = node
         return node
@@ -815,7 +817,7 @@ class DuckDBEngine(Engine):
         blobs = []
         for start in range(0, len(plan), _BULK_ROWS):
             cols: list[list] = [[] for _ in range(15)]
-            terms = []
+            t_seqs, t_bodies = [], []
             for (prep, node), seq in zip(plan[start : start + _BULK_ROWS], seqs[start : start + _BULK_ROWS]):
                 head, chunks = self._split_content(prep.stored_json)
                 for i, data in enumerate(chunks):
@@ -825,8 +827,10 @@ class DuckDBEngine(Engine):
                 blobs += [(seq, sha, raw) for sha, raw in prep.blobs.items()]
                 length = None
                 if index:
-                    length, postings = _postings(prep.text)
-                    terms.append((seq, postings))
+                    length, body = _body(prep.text)
+                    if body:
+                        t_seqs.append(seq)
+                        t_bodies.append(body)
                 row = (seq, _key(sid, node.id), sid, node.id, node.parent_id, node.depth, node.role,
                        node.created_at, node.bytes, node.tokens, node.path_bytes, node.path_tokens,
                        len(chunks), head, length)
@@ -842,7 +846,7 @@ class DuckDBEngine(Engine):
                           unnest(?::INTEGER[]), unnest(?::VARCHAR[]), unnest(?::INTEGER[])""",
                 cols,
             )
-            self._put_terms(terms)
+            self._put_terms(t_seqs, t_bodies)
         if chunk_seq:
             self._put_chunks(chunk_seq, chunk_n, chunk_data)
         if blobs:
@@ -897,30 +901,22 @@ class DuckDBEngine(Engine):
                 [shas],
             )
 
-    def _put_terms(self, entries, table: str = "sessionkit_terms") -> None:
-        """Insert postings ``(seq, {stem: [positions]})`` into the index (or its staging table)."""
-        t_term, t_seq, t_tf, t_pos = [], [], [], []
+    def _put_terms(self, seqs: list[int], bodies: list[str], table: str = "sessionkit_terms") -> None:
+        """Index ``bodies`` (stems joined by spaces) of the messages ``seqs``.
 
-        def flush() -> None:
-            if t_term:
-                self._run(
-                    f"""INSERT INTO "{table}"
-                        SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]), unnest(?::INTEGER[]),
-                               unnest(?::INTEGER[][])""",
-                    [t_term, t_seq, t_tf, t_pos],
-                )
-            for lst in (t_term, t_seq, t_tf, t_pos):
-                lst.clear()
-
-        for seq, postings in entries:
-            for term, where in postings.items():
-                t_term.append(term)
-                t_seq.append(seq)
-                t_tf.append(len(where))
-                t_pos.append(where)
-            if len(t_term) >= 5 * _BULK_ROWS:
-                flush()
-        flush()
+        The words are split and their positions gathered in SQL: handing DuckDB one
+        string per message is far cheaper than a Python list per stem.
+        """
+        for start in range(0, len(seqs), _BULK_ROWS):
+            self._run(
+                f"""INSERT INTO "{table}"
+                    SELECT term, seq, count(*), list(pos ORDER BY pos) FROM (
+                        SELECT seq, unnest(words) AS term, unnest(range(len(words)))::INTEGER AS pos
+                        FROM (SELECT unnest(?::BIGINT[]) AS seq, string_split(unnest(?::VARCHAR[]), ' ') AS words)
+                        WHERE words <> ['']
+                    ) GROUP BY term, seq""",
+                [seqs[start : start + _BULK_ROWS], bodies[start : start + _BULK_ROWS]],
+            )
 
     def _unindex(self, seqs) -> None:
         for part in _split(list(seqs), _BULK_ROWS):
@@ -931,7 +927,7 @@ class DuckDBEngine(Engine):
         head, chunks = self._split_content(prep.stored_json)
         d_bytes = prep.bytes - node.bytes
         d_tokens = prep.tokens - node.tokens
-        length, postings = _postings(prep.text) if index else (None, None)
+        length, body = _body(prep.text) if index else (None, "")
         self._run(
             """UPDATE sessionkit_messages SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,
                path_tokens = path_tokens + ?, chunks = ?, content = ?, index_len = ? WHERE seq = ?""",
@@ -958,7 +954,8 @@ class DuckDBEngine(Engine):
             )
         if index:
             self._unindex([node.seq])
-            self._put_terms([(node.seq, postings)])
+            if body:
+                self._put_terms([node.seq], [body])
 
     def w_descendants(self, sid, mids):
         rows = self._q(
@@ -1038,15 +1035,16 @@ class DuckDBEngine(Engine):
             last = rows[-1][0]
             long = [seq for seq, _, chunks in rows if chunks]
             full = dict(zip(long, self.contents(long))) if long else {}
-            entries, lengths = [], []
+            seqs, bodies, lengths = [], [], []
             for seq, content, _ in rows:
-                length, postings = _postings(_msg.message_text(json.loads(full.get(seq, content))))
-                entries.append((seq, postings))
+                length, body = _body(_msg.message_text(json.loads(full.get(seq, content))))
+                seqs.append(seq)
+                bodies.append(body)
                 lengths.append(length)
-            self._put_terms(entries, "sessionkit_terms_staging")
+            self._put_terms(seqs, bodies, "sessionkit_terms_staging")
             self._run(
                 "INSERT INTO sessionkit_lengths_staging SELECT unnest(?::BIGINT[]), unnest(?::INTEGER[])",
-                [[seq for seq, _ in entries], lengths],
+                [seqs, lengths],
             )
         self._run("INSERT INTO sessionkit_terms SELECT * FROM sessionkit_terms_staging ORDER BY term, seq")
         self._run(

@@ -112,8 +112,10 @@ def lab(chromium_path, tmp_path_factory):
         log.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_path):
+    # Module scope: Playwright's sync API marks an event loop as running in this thread
+    # for as long as it is open, which would break asyncio.run() in later test modules.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

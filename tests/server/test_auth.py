@@ -12,7 +12,7 @@ from websockets.sync.client import connect
 import sessionkit as sk
 from sessionkit.server import create_app
 
-from conftest import AUTH, TOKEN, echo_agent, wait_idle
+from live_server import AUTH, TOKEN, echo_agent, wait_idle
 
 ROUTES = [
     ("POST", "/sessions", {"sessionId": "s"}),
@@ -67,6 +67,15 @@ def test_the_right_token_in_any_scheme_case_is_accepted(serve, store):
         assert r.status_code in (200, 201)
 
 
+def test_tokens_with_spaces_or_beyond_ascii_work(serve, store):
+    for token in ("two words and more than 16", "jeton-à-clé-0123456789"):
+        live = serve(echo_agent(), sk.open_store(), token=token)
+        good = {"Authorization": f"Bearer {token}".encode()}
+        assert httpx.post(f"{live.url}/sessions", json={"sessionId": "s"}, headers=good).status_code == 201
+        bad = {"Authorization": f"Bearer {token[:-1]}x".encode()}
+        assert httpx.get(f"{live.url}/sessions/s", headers=bad).status_code == 401
+
+
 def test_tokens_are_compared_in_constant_time(serve, store, monkeypatch):
     import hmac
 
@@ -96,7 +105,7 @@ def test_creation_refuses_short_tokens_and_missing_auth(store):
     with pytest.raises(TypeError):
         create_app(agent, store, token=b"0123456789abcdefgh")
     with pytest.raises(ValueError):
-        create_app(agent, store, token="0123456789 abcdefgh")
+        create_app(agent, store, token=" 0123456789abcdefgh")
     with pytest.raises(TypeError):
         create_app(agent, store, authenticate="not callable")
     for name in ("max_body_bytes", "max_concurrent_runs", "max_queued", "events_window"):

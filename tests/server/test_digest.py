@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sessionkit as sk
 
-from conftest import echo_agent, wait_idle
+from live_server import echo_agent, wait_idle
 
 
 def _started(c, sid: str) -> None:

@@ -12,7 +12,7 @@ from websockets.sync.client import connect
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
-from conftest import AUTH, Gate, echo, echo_agent, seqs, wait_idle
+from live_server import AUTH, Gate, echo, echo_agent, seqs, wait_idle
 
 
 def run_ends(frames) -> list[dict]:

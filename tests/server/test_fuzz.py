@@ -9,15 +9,22 @@ from __future__ import annotations
 
 from collections import Counter
 
+import os
+
 import pytest
 
-schemathesis = pytest.importorskip("schemathesis")
+try:
+    import schemathesis
+except ImportError:  # a dev dependency: CI must have it, a partial install skips
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise
+    pytest.skip("schemathesis is not installed", allow_module_level=True)
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 
-from conftest import AUTH, TOKEN, echo_agent  # noqa: E402
+from live_server import AUTH, TOKEN, echo_agent  # noqa: E402
 
 EXAMPLES = 25
 SKIP = {"streamEvents"}

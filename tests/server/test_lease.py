@@ -16,7 +16,7 @@ import pytest
 import sessionkit as sk
 from sessionkit.server import create_app
 
-from conftest import AUTH, TOKEN, SSEReader, echo_agent
+from live_server import AUTH, TOKEN, SSEReader, echo_agent
 
 
 def test_a_second_server_on_the_same_file_refuses_to_start_naming_the_holder(tmp_path, serve):

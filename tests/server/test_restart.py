@@ -15,7 +15,7 @@ import pytest
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
-from conftest import AUTH, TOKEN, Gate, echo, echo_agent, seqs, wait_idle
+from live_server import AUTH, TOKEN, Gate, echo, echo_agent, seqs, wait_idle
 
 
 def test_stop_mid_conversation_then_continue_on_the_same_store(tmp_path, serve, sse):
@@ -176,3 +176,21 @@ def test_a_run_killed_after_saving_its_messages_is_completed_not_409(tmp_path, s
             assert [(x["runId"], x["status"]) for x in runs] == [("chat.1", "completed"),
                                                                  ("chat.2", "interrupted")]
             assert (r.status_code, r.json()) == (409, {"error": "conversation_unrecoverable"})
+
+
+def test_idle_sessions_are_forgotten_and_reload_from_the_store(serve, store):
+    live = serve(echo_agent(), store)
+    manager = live.app.state.sessionkit.sessions
+    manager.keep_idle = 2
+    with live.client() as c:
+        for i in range(5):
+            c.post("/sessions", json={"sessionId": f"s{i}"})
+            c.post(f"/sessions/s{i}/messages", json={"text": f"first {i}"})
+            wait_idle(c, f"s{i}")
+        assert len(manager.states) <= 3
+        for i in range(5):  # each continues where it was, read back from the store
+            assert c.post(f"/sessions/s{i}/messages", json={"text": f"second {i}"}).json() == {
+                "runId": f"s{i}.2", "queued": False}
+            state = wait_idle(c, f"s{i}")
+            assert [m["runId"] for m in state["messages"]] == [f"s{i}.1", f"s{i}.2"]
+        assert len(manager.states) <= 3

@@ -14,7 +14,7 @@ from websockets.sync.client import connect
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
-from conftest import AUTH, TOKEN, Gate, echo, echo_agent, wait_idle
+from live_server import AUTH, TOKEN, Gate, echo, echo_agent, wait_idle
 
 
 def test_create_session_201_then_200_and_a_minted_id(serve, store):
@@ -256,3 +256,25 @@ def test_openapi_document_describes_every_route_without_a_token(serve, store):
     assert "429" in paths["/sessions/{sessionId}/messages"]["post"]["responses"]
     assert "409" in paths["/sessions/{sessionId}/messages"]["post"]["responses"]
     assert TOKEN not in r.text
+
+
+def test_messages_a_failed_run_did_not_take_open_the_next_run(serve, store):
+    gate = Gate()
+    model = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]},
+                           {"error": RuntimeError("provider down")}] + [echo()] * 5)
+    live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "f"})
+        c.post("/sessions/f/messages", json={"text": "start"})
+        assert gate.entered.wait(10)
+        assert c.post("/sessions/f/messages", json={"text": "q1"}).json() == {"runId": "f.1", "queued": True}
+        assert c.post("/sessions/f/messages", json={"text": "q2", "author": "zoe"}).json() == {
+            "runId": "f.1", "queued": True}
+        gate.opened.set()  # q1 joins run 1, whose next model call fails; q2 is left over
+        state = wait_idle(c, "f")
+    assert [(r["runId"], r["status"], r["input"]) for r in state["runs"]] == [
+        ("f.1", "failed", "start"), ("f.2", "completed", "q2")]
+    assert [(m["text"], m["runId"]) for m in state["messages"]] == [("start", "f.1"), ("q1", "f.1"), ("q2", "f.2")]
+    history = store.session("f").get_history()
+    assert [m["parts"][0]["text"] for m in history] == ["q2", "echo: q2"]
+    assert history[0]["metadata"]["author"] == "zoe"

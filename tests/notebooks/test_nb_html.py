@@ -1,0 +1,57 @@
+"""Each notebook converts to HTML with nbconvert, and its views show there as static snapshots.
+
+The committed outputs are converted (the nbval test proves they are what a fresh run
+produces). Widget views are saved without their widget state, so the HTML shows what
+GitHub and nbviewer show: each view's script-free snapshot (``data-sessionkit-snapshot``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from nbtools import EXPECTED, NOTEBOOKS, need
+
+#: notebook -> (snapshot kind -> how many at least, a phrase that must appear in the page)
+VIEWS = {
+    "01-quickstart": ({"tree": 2, "transcript": 1}, "Session deploy-help"),
+    "02-regeneration-and-branches": ({"tree": 1, "transcript": 1}, "How many gunicorn workers should I run?"),
+    "03-search": ({"tree": 1, "transcript": 1, "store": 1}, "Write an article on Quantum Gravity"),
+    "04-agent-runs": ({"run": 2, "tree": 1}, "queued steer message"),
+    "05-compaction": ({"transcript": 2, "tree": 1}, "hidden by compaction"),
+    "06-transcript-analysis": ({"tree": 1}, "update_reservation_flights"),
+    "07-serving": ({"run": 1, "tree": 1}, "pack an umbrella for Porto only"),
+}
+
+
+def test_every_tour_notebook_has_expected_views():
+    assert set(VIEWS) == set(EXPECTED)
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    need("nbconvert")
+    import nbconvert
+
+    return nbconvert.HTMLExporter()
+
+
+@pytest.mark.parametrize("stem", EXPECTED)
+def test_notebook_converts_to_html_with_static_views(exporter, stem):
+    import nbformat
+
+    nb = nbformat.read(str(NOTEBOOKS / f"{stem}.ipynb"), as_version=4)
+    html, _ = exporter.from_notebook_node(nb)
+    kinds = Counter(re.findall(r'data-sessionkit-snapshot="(\w+)"', html))
+    expected, phrase = VIEWS[stem]
+    for kind, least in expected.items():
+        assert kinds[kind] >= least, f"{stem}: {kinds[kind]} {kind} snapshots in the HTML, expected {least}"
+    assert phrase in html, f"{stem}: {phrase!r} is not in the HTML"
+    # no view fell back to a widget placeholder or an error
+    assert "Error displaying widget" not in html
+    assert "snapshot failed" not in html
+    # the figures are embedded images
+    if stem in ("04-agent-runs", "05-compaction", "06-transcript-analysis"):
+        assert html.count("data:image/png;base64,") >= 1, f"{stem}: no figure in the HTML"

@@ -1,0 +1,258 @@
+"""Helpers for the HTTP tests: a uvicorn server on 127.0.0.1 in a thread, scripted agents, an SSE reader."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+import uvicorn
+
+import sessionkit as sk
+from sessionkit.testing import ScriptedModel
+
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+# ---------------------------------------------------------------------------
+# scripted agents
+
+
+def last_user_text(messages: list[dict]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):
+                return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            return content or ""
+    return ""
+
+
+def echo(delay: float = 0.0) -> Callable[[list[dict]], dict]:
+    """A scripted reply answering ``echo: <last user text>`` after ``delay`` seconds."""
+
+    def reply(messages: list[dict]) -> dict:
+        return {"text": f"echo: {last_user_text(messages)}", "delay": delay}
+
+    return reply
+
+
+class Gate:
+    """A tool that holds a run at a turn boundary until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    def tool(self):
+        gate = self
+
+        async def hold() -> str:
+            """Wait until the test lets the run go on."""
+            gate.entered.set()
+            while not gate.opened.is_set():
+                await asyncio.sleep(0.01)
+            return "released"
+
+        return hold
+
+
+def echo_agent(delay: float = 0.0, n: int = 500, tools=()) -> sk.Agent:
+    return sk.Agent("echo", "Repeat what you hear.", ScriptedModel([echo(delay)] * n), tools=tools)
+
+
+# ---------------------------------------------------------------------------
+# a live server
+
+
+class LiveServer:
+    """uvicorn serving ``app`` on a free loopback port, in a thread."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self.server.run(sockets=[self.sock])
+        except BaseException as exc:  # startup failures end the thread
+            self.error = exc
+
+    def start(self) -> "LiveServer":
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError(f"the server did not start: {self.error!r}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("the server did not start within 15 s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            # As on SIGINT/SIGTERM in `sessionkit serve`: end the event streams, then stop.
+            loop = getattr(self.app.state.sessionkit.sessions, "loop", None)
+            if loop is not None and not loop.is_closed():
+                try:
+                    loop.call_soon_threadsafe(self.app.state.sessionkit.sessions.close_streams, "server_stopping")
+                except RuntimeError:
+                    pass
+            self.server.should_exit = True
+            self.thread.join(20)
+            assert not self.thread.is_alive(), "the server did not stop"
+        self.sock.close()
+
+    def client(self, headers: dict | None = AUTH, **kwargs) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=headers or {}, timeout=10, **kwargs)
+
+
+# ---------------------------------------------------------------------------
+# an event-stream reader
+
+
+class SSEReader:
+    """Reads ``GET /sessions/{id}/events`` over a plain socket in a thread.
+
+    ``frames`` are ``(id, data)`` in arrival order. ``close()`` shuts the socket
+    down, which is what a client going away looks like to the server.
+    """
+
+    def __init__(self, url: str, headers: dict | None = None) -> None:
+        parsed = httpx.URL(url)
+        self.host, self.port = parsed.host, parsed.port
+        self.target = parsed.raw_path.decode()
+        self.headers = dict(AUTH if headers is None else headers)
+        self.frames: list[tuple[int | None, dict]] = []
+        self.comments = 0
+        self.status: int | None = None
+        self.body = b""
+        self.ended = threading.Event()
+        self.opened = threading.Event()
+        self._cond = threading.Condition()
+        self._sock = socket.create_connection((self.host, self.port), timeout=30)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+        assert self.opened.wait(10), "the event stream did not open"
+
+    def _read(self) -> None:
+        try:
+            lines = [f"GET {self.target} HTTP/1.1", f"Host: {self.host}:{self.port}", "Accept: text/event-stream"]
+            lines += [f"{k}: {v}" for k, v in self.headers.items()]
+            self._sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            reader = self._sock.makefile("rb")
+            status = reader.readline().decode()
+            self.status = int(status.split()[1])
+            headers = {}
+            while True:
+                line = reader.readline().decode().strip()
+                if not line:
+                    break
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            self.opened.set()
+            chunks = self._chunks(reader) if headers.get("transfer-encoding") == "chunked" else None
+            if self.status != 200:
+                self.body = b"".join(chunks) if chunks is not None else reader.read(int(headers.get("content-length", 0)))
+                return
+            buffer = b""
+            for chunk in chunks:
+                buffer += chunk
+                while b"\n\n" in buffer:
+                    block, buffer = buffer.split(b"\n\n", 1)
+                    self._frame(block.decode())
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.opened.set()
+            self.ended.set()
+            with self._cond:
+                self._cond.notify_all()
+
+    @staticmethod
+    def _chunks(reader):
+        while True:
+            size_line = reader.readline()
+            if not size_line:
+                return
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                reader.readline()
+                return
+            data = reader.read(size)
+            reader.readline()
+            yield data
+
+    def _frame(self, block: str) -> None:
+        event_id, data = None, []
+        for line in block.split("\n"):
+            if line.startswith(":"):
+                self.comments += 1
+            elif line.startswith("id:"):
+                event_id = int(line[3:].strip())
+            elif line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+        if data:
+            with self._cond:
+                self.frames.append((event_id, json.loads("\n".join(data))))
+                self._cond.notify_all()
+
+    def wait(self, predicate: Callable[[list], bool], timeout: float = 15) -> list:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not predicate(self.frames):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out waiting on the event stream; got {self.frames!r}")
+                self._cond.wait(min(left, 0.2))
+            return list(self.frames)
+
+    def events(self) -> list[dict]:
+        with self._cond:
+            return [d for _, d in self.frames if "seq" in d]
+
+    def wait_runs_ended(self, count: int, timeout: float = 15) -> list:
+        return self.wait(lambda fs: sum(1 for _, d in fs if d.get("kind") == "run.end") >= count, timeout)
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        self._thread.join(5)
+
+
+def wait_idle(client: httpx.Client, session_id: str, timeout: float = 15) -> dict:
+    """Poll ``GET /sessions/{id}`` until no run is active and nothing is queued."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = client.get(f"/sessions/{session_id}").json()
+        if state["active"] is None and state["queued"] == 0 and all(r["status"] != "running" for r in state["runs"]):
+            return state
+        if time.monotonic() > deadline:
+            raise AssertionError(f"session {session_id} still busy: {state}")
+        time.sleep(0.02)
+
+
+def seqs(events: list[dict]) -> list[int]:
+    return [e["seq"] for e in events]
