@@ -130,18 +130,13 @@ def execute(path: Path, workdir: Path, env: dict[str, str]):
     import nbclient
     import nbformat
 
-    from jupyter_client.manager import KernelManager
-
     nb = nbformat.read(str(path), as_version=4)
     old = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
     try:
-        # IPC sockets in the private runtime folder: a local kernel needs no TCP ports.
-        km = KernelManager(kernel_name="python3", transport="ipc") if os.name == "posix" else None
         client = nbclient.NotebookClient(
             nb,
-            km=km,
             timeout=CELL_TIMEOUT,
             kernel_name="python3",
             store_widget_state=False,
@@ -175,9 +170,16 @@ def _comparable(nb, rules) -> list[list[str]]:
         if cell.cell_type != "code":
             continue
         texts = []
+        last_stream = None
         for out in cell.get("outputs", []):
             if out.get("output_type") == "stream":
-                texts.append(f"{out.get('name')}: {out.get('text')}")
+                if last_stream == out.get("name"):  # consecutive writes to one stream are one output
+                    texts[-1] += out.get("text", "")
+                else:
+                    texts.append(f"{out.get('name')}: {out.get('text')}")
+                last_stream = out.get("name")
+                continue
+            last_stream = None
             for key in ("text/plain", "text/html", "text/markdown", "application/json"):
                 value = (out.get("data") or {}).get(key)
                 if value is not None:

@@ -3,7 +3,7 @@
 Run as a script::
 
     python _writers.py crash PATH SESSION START CHUNK_CHARS BUILD_INDEX
-    python _writers.py concurrent PATH NAME COUNT
+    python _writers.py concurrent PATH NAME COUNT SEARCH_AT
 
 ``crash`` appends ``crash_message(n)`` for n = START, START+1, ... until killed, printing
 ``try n`` before each append and ``ok n`` right after it returns (flushed each time).
@@ -84,15 +84,19 @@ def writer_message(name: str, i: int, where: str) -> dict:
     }
 
 
-def concurrent_writer(store, name: str, count: int) -> tuple[float, float]:
+def concurrent_writer(store, name: str, count: int, search_at: int = -1) -> tuple[float, float]:
     """Append ``count`` messages to the writer's own session, to ``SHARED`` (default parent)
     and to ``BRANCHES`` (under the writer's own previous message), retrying some
-    appends to show a retry writes nothing. Returns the wall-clock start and end."""
+    appends to show a retry writes nothing; after ``search_at`` messages, search (the
+    first search in a store builds the index while the others keep writing).
+    Returns the wall-clock start and end."""
     started = time.time()
     own = store.session(f"own-{name}")
     shared = store.session(SHARED)
     branches = store.session(BRANCHES)
     for i in range(count):
+        if i == search_at:
+            store.search("number")
         assert own.append(writer_message(name, i, "own")).inserted
         assert shared.append(writer_message(name, i, "shared")).inserted
         parent = None if i == 0 else f"{name}-{i - 1}"
@@ -114,12 +118,12 @@ def main(argv: list[str]) -> int:
     if mode == "concurrent":
         import sessionkit as sk
 
-        path, name, count = argv[1:4]
+        path, name, count, search_at = argv[1:5]
         store = sk.open_store(path)
         print("ready", flush=True)
         sys.stdin.readline()
         try:
-            started, ended = concurrent_writer(store, name, int(count))
+            started, ended = concurrent_writer(store, name, int(count), int(search_at))
         except BaseException:
             traceback.print_exc()
             return 1

@@ -22,7 +22,7 @@ _spec = importlib.util.spec_from_file_location("sessionkit_test_writers", Path(_
 writers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(writers)
 
-COUNT = int(os.environ.get("SESSIONKIT_CONCURRENCY_COUNT", 200))  # messages per writer and session
+COUNT = int(os.environ.get("SESSIONKIT_CONCURRENCY_COUNT", 500))  # messages per writer and session
 
 
 def _chain(session, leaf_id):
@@ -36,7 +36,8 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
     sk.open_store(path).close()  # the schema exists before anyone races to write
     procs = [
         subprocess.Popen(
-            [sys.executable, str(Path(writers.__file__)), "concurrent", str(path), f"p{k}", str(COUNT)],
+            [sys.executable, str(Path(writers.__file__)), "concurrent", str(path), f"p{k}", str(COUNT),
+             str(COUNT // 2 if k else -1)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for k in range(2)
@@ -49,14 +50,16 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
         errors: list[BaseException] = []
         spans = []  # (start, end) of every writer
 
-        def thread_writer(name):
+        def thread_writer(name, search_at):
             go.wait()
             try:
-                spans.append(writers.concurrent_writer(store, name, COUNT))
+                spans.append(writers.concurrent_writer(store, name, COUNT, search_at))
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
-        threads = [threading.Thread(target=thread_writer, args=(f"t{k}",)) for k in range(4)]
+        # one thread and one process search midway: the index gets built while others write
+        threads = [threading.Thread(target=thread_writer, args=(f"t{k}", COUNT // 3 if k == 1 else -1))
+                   for k in range(4)]
         for t in threads:
             t.start()
         for p in procs:  # release everyone at once
@@ -116,6 +119,16 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
         stats = store.stats()
         assert stats["messages"] == 3 * COUNT * len(names)
         assert stats["sessions"] == len(names) + 2
+        assert stats["indexed_messages"] == stats["messages"]
+
+        # the index holds every message, whether written before it existed or after
+        for name in names:
+            for i in range(COUNT):
+                hits = shared.search(f'"{name} number {i}"', limit=5)
+                assert [h.id for h in hits] == [f"{name}-{i}"], (name, i)
+        hits = store.search("own number", limit=10 * COUNT)
+        assert len(hits) == COUNT * len(names)
+        assert {h.session_id for h in hits} == {f"own-{n}" for n in names}
 
 
 def _reader_check(session, leaf_id, newest_first):
@@ -143,7 +156,7 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
     wsession = writer_store.session("live")
     rsession = reader_store.session("live")
     written: list[tuple[str, int]] = []  # (id, depth)
-    total = 1500
+    total = 4000
     done = threading.Event()
     errors: list[BaseException] = []
     reads = {"paths": 0, "messages": 0}

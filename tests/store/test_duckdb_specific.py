@@ -384,3 +384,105 @@ def test_S5_killed_writer_loses_no_returned_append(tmp_path, durability):
         assert len(stored) <= len(acked) + 1  # at most the append in flight, whole
         for m in s.get_history():
             assert m["role"] == "user"
+
+
+def test_internal_records_belong_to_their_session(store):
+    store._put_records("s", "queue", [(1, {"a": 1}), (2, "two")])
+    store._put_records("s", "queue", [(2, ["replaced"]), (3, None)])
+    store._put_records("t", "queue", [(1, "other session")])
+    assert store._records("s", "queue") == [(1, {"a": 1}), (2, ["replaced"]), (3, None)]
+    assert store._records("s", "other-kind") == []
+    assert store.session("s").store is store and store._engine.session_exists("s")
+    store.delete_session("s")
+    assert store._records("s", "queue") == []
+    assert store._records("t", "queue") == [(1, "other session")]
+
+
+def test_window_reads_nodes_and_content_in_one_walk(tmp_path):
+    with sk.open_store(tmp_path / "w.duckdb", chunk_chars=50) as st:
+        s = st.session()
+        for i in range(6):
+            s.append(msg(f"m{i}", f"message {i} " + "long " * (30 if i == 3 else 0)))
+        s.append(msg("side", "a branch"), parent_id="m2")
+        eng = st._engine
+        latest = eng.window("", None, 3)
+        assert [n.id for n, _ in latest] == ["side", "m2", "m1"]
+        rows = eng.window("", "m5", 10)
+        assert [n.id for n, _ in rows] == ["m5", "m4", "m3", "m2", "m1", "m0"]
+        assert [_msg.restore(raw, eng.blob) for _, raw in rows] == [s.get(n.id) for n, _ in rows]
+        assert eng.window("", "nope", 5) == [] and eng.window("empty", None, 5) == []
+        recent = s.recent_history(10_000, leaf_id="m5")
+        assert [m["id"] for m in recent.messages] == ["m0", "m1", "m2", "m3", "m4", "m5"]
+
+
+V1_SCHEMA = [  # the first layout written under schema version 1
+    "CREATE TABLE sessionkit_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
+    "CREATE SEQUENCE sessionkit_seq START 1",
+    """CREATE TABLE sessionkit_messages (seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq'),
+        msg_key VARCHAR NOT NULL UNIQUE, session_id VARCHAR NOT NULL, id VARCHAR NOT NULL, parent_id VARCHAR,
+        depth INTEGER NOT NULL, role VARCHAR NOT NULL, created_at VARCHAR NOT NULL, bytes BIGINT NOT NULL,
+        tokens BIGINT NOT NULL, path_bytes BIGINT NOT NULL, path_tokens BIGINT NOT NULL,
+        chunks INTEGER NOT NULL DEFAULT 0, content VARCHAR NOT NULL)""",
+    "CREATE TABLE sessionkit_chunks (seq BIGINT NOT NULL, n INTEGER NOT NULL, data VARCHAR NOT NULL, PRIMARY KEY (seq, n))",
+    "CREATE TABLE sessionkit_blobs (sha256 VARCHAR PRIMARY KEY, size BIGINT NOT NULL, data BLOB NOT NULL)",
+    "CREATE TABLE sessionkit_blob_refs (seq BIGINT NOT NULL, sha256 VARCHAR NOT NULL, PRIMARY KEY (seq, sha256))",
+    "CREATE SEQUENCE sessionkit_compaction_seq START 1",
+    """CREATE TABLE sessionkit_compactions (seq BIGINT NOT NULL DEFAULT nextval('sessionkit_compaction_seq'),
+        session_id VARCHAR NOT NULL, id VARCHAR NOT NULL, from_id VARCHAR NOT NULL, to_id VARCHAR NOT NULL,
+        summary VARCHAR NOT NULL, created_at VARCHAR NOT NULL, tokens_before BIGINT NOT NULL,
+        tokens_after BIGINT NOT NULL)""",
+    "CREATE TABLE sessionkit_docs (seq BIGINT NOT NULL, session_id VARCHAR NOT NULL, length INTEGER NOT NULL)",
+    "CREATE TABLE sessionkit_terms (term VARCHAR NOT NULL, seq BIGINT NOT NULL, tf INTEGER NOT NULL, pos INTEGER[] NOT NULL)",
+    """CREATE TABLE sessionkit_runs (run_id VARCHAR PRIMARY KEY, session_id VARCHAR NOT NULL,
+        status VARCHAR NOT NULL, input VARCHAR, error VARCHAR, started_at VARCHAR NOT NULL, ended_at VARCHAR,
+        usage VARCHAR, n INTEGER NOT NULL)""",
+    """CREATE TABLE sessionkit_events (session_id VARCHAR NOT NULL, seq BIGINT NOT NULL, run_id VARCHAR,
+        data VARCHAR NOT NULL, PRIMARY KEY (session_id, seq))""",
+    "INSERT INTO sessionkit_meta VALUES ('schema_version', '1'), ('index_built', '1')",
+    """INSERT INTO sessionkit_messages (msg_key, session_id, id, parent_id, depth, role, created_at, bytes,
+        tokens, path_bytes, path_tokens, content) VALUES ('0:a', '', 'a', NULL, 0, 'user',
+        '2026-01-01T00:00:00.000Z', 10, 5, 10, 5,
+        '{"id":"a","role":"user","parts":[{"type":"text","text":"old kiwi"}],"createdAt":"2026-01-01T00:00:00.000Z"}')""",
+    "INSERT INTO sessionkit_docs VALUES (1, '', 2)",
+    "INSERT INTO sessionkit_terms VALUES ('old', 1, 1, [0]), ('kiwi', 1, 1, [1])",
+]
+
+
+def test_schema_1_file_is_upgraded_and_reindexed(tmp_path):
+    import duckdb
+
+    path = str(tmp_path / "v1.duckdb")
+    con = duckdb.connect(path)
+    for stmt in V1_SCHEMA:
+        con.execute(stmt)
+    con.close()
+    with sk.open_store(path) as st:
+        assert st.stats()["schema_version"] >= 2
+        assert st.stats()["indexed_messages"] == 0  # rebuilt on the next search
+        s = st.session()
+        s.append(msg("b", "new kiwi"))
+        assert {h.id for h in s.search("kiwi")} == {"a", "b"}
+        st._put_records("", "k", [(1, "x")])
+        assert [m["id"] for m in s.get_history()] == ["a", "b"]
+
+
+def test_cached_state_is_dropped_when_another_process_wrote_the_file(tmp_path):
+    path = str(tmp_path / "handoff.duckdb")
+    first = sk.open_store(path)
+    first.session().append(msg("a", "here"))
+    first.close()  # the engine object lives on; its cached tail must not outlive the file lock
+    subprocess.run(
+        [sys.executable, "-c",
+         "import sys, sessionkit as sk\n"
+         "with sk.open_store(sys.argv[1]) as st:\n"
+         "    st.session().append({'id': 'b', 'role': 'user', 'parts': []})\n"
+         "    st.search('warm')\n",
+         path],
+        check=True, timeout=60,
+    )
+    with sk.open_store(path) as again:
+        s = again.session()
+        assert s.latest_leaf()["id"] == "b"
+        s.append(msg("c", "there"))
+        assert [m["id"] for m in s.get_history()] == ["a", "b", "c"]
+        assert [h.id for h in s.search("there")] == ["c"]  # the other process built the index
