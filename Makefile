@@ -9,7 +9,7 @@ EXTRAS  ?= dev
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo tour notebooks test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -25,9 +25,17 @@ $(STAMP): pyproject.toml
 	fi
 	@touch $(STAMP)
 
-## The main job: build a demo store and take the tour (offline, no API key).
+## The main job: JupyterLab on the tour notebooks with a ready demo store (offline, no API key).
 demo: setup
+	$(BIN)/python -m sessionkit._lab
+
+## The same demo store as a guided tour in the terminal.
+tour: setup
 	$(BIN)/sessionkit demo
+
+## Re-run every notebook and save its outputs (what the notebook tests compare against).
+notebooks: setup
+	$(BIN)/python notebooks/run_all.py
 
 ## Every test.
 test: setup
