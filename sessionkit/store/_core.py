@@ -256,6 +256,12 @@ class Engine:
     def w_insert(self, sid, prep, parent: Node | None, created_at: str, index: bool) -> Node | None:
         """Insert unless (sid, id) exists; return the new Node or None when it existed."""
         ...
+
+    # Optional: ``w_insert_many(sid, rows, index) -> list[(inserted, seq)]`` inserts
+    # ``rows`` of ``(prep, parent_id, created_at)`` in order, with ``Session._insert_one``'s
+    # meaning (parent_id: a str, None or LATEST; an unknown parent raises MessageNotFound
+    # unless the message itself exists); ``seq`` is the stored row's either way.
+    # Session._import_many uses it when present (bulk imports).
     def w_update(self, sid, node: Node, prep, index: bool) -> None: ...
     def w_delete(self, sid, nodes: list[Node]) -> None: ...
     def w_descendants(self, sid, mids: list[str]) -> list[Node]: ...
@@ -619,8 +625,19 @@ class Session:
         out = []
         with eng.write():
             index = eng.w_index_on()
-            for prep, parent_id, iso in preps:
-                out.append(self._insert_one(eng, prep, parent_id, iso, index))
+            bulk = getattr(eng, "w_insert_many", None)
+            if bulk is None:
+                for prep, parent_id, iso in preps:
+                    out.append(self._insert_one(eng, prep, parent_id, iso, index))
+                return out
+            rows = [(prep, parent_id, iso or _created_from(prep.message)) for prep, parent_id, iso in preps]
+            results = bulk(self.session_id, rows, index)
+            old = [seq for inserted, seq in results if not inserted]
+            stored: dict[int, dict] = {}
+            for chunk in _chunks(old, _BATCH):
+                stored.update(zip(chunk, self._load(chunk)))
+        for (prep, _, _), (inserted, seq) in zip(rows, results):
+            out.append(AppendResult(True, prep.message) if inserted else AppendResult(False, stored[seq]))
         return out
 
     def _prepare(self, message, strip, created_at):
@@ -1055,7 +1072,7 @@ class Session:
                 node = self._eng().node(self.session_id, ev.message["id"])
                 if node is not None and node.parent_id == state["last"]:
                     current = list(get())
-                    current.append(tf(ev.message))
+                    current.append(tf(_msg.deep_copy(ev.message)))  # never the dict append returned
                     put(current)
                     state["last"] = node.id
                     return

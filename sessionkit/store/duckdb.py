@@ -835,7 +835,7 @@ class DuckDBEngine(Engine):
         known = self._nodes_by_id(sid, sorted(wanted))
         latest: Node | None = None
         latest_read = False
-        plan: list[tuple] = []  # (prep, parent Node | None, created_at) for rows to insert
+        plan: list[tuple] = []  # (prep, new Node) for the rows to insert, in order
         result: list[tuple[bool, int | str]] = []
         for prep, parent_id, created_at in items:
             mid = prep.message["id"]

@@ -118,11 +118,9 @@ def tau_sid():
     return tau_session_id
 
 
-#: How much of each sample the DuckDB variants import (None: all of it). DuckDB spends
-#: about a millisecond on every statement and imports still write message by message
-#: there, so the whole tau-bench and HH files take minutes on that engine; the SQLite
-#: variants always import everything. Set these to None when DuckDB imports batch.
-DUCKDB_SAMPLE = {"oasst": None, "tau": 20, "hh": 50}
+#: How much of each sample the DuckDB variant imports (None: all of it): bulk imports batch
+#: their writes on every engine, so both engines get the whole files.
+DUCKDB_SAMPLE = {"oasst": None, "tau": None, "hh": None}
 
 
 @pytest.fixture(scope="session", params=ENGINES)

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "ready", p.stderr.read()
-        go = threading.Barrier(5)
+        go = threading.Barrier(5, timeout=120)
         errors: list[BaseException] = []
         spans = []  # (start, end) of every writer
 
@@ -58,7 +59,7 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
                 errors.append(exc)
 
         # one thread and one process search midway: the index gets built while others write
-        threads = [threading.Thread(target=thread_writer, args=(f"t{k}", COUNT // 3 if k == 1 else -1))
+        threads = [threading.Thread(target=thread_writer, args=(f"t{k}", COUNT // 3 if k == 1 else -1), daemon=True)
                    for k in range(4)]
         for t in threads:
             t.start()
@@ -133,7 +134,11 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
 
 def _reader_check(session, leaf_id, newest_first):
     """Stream a path and check it is whole: parents chain up, depths count down to the root."""
-    got = list(session.history(leaf_id=leaf_id, newest_first=newest_first, compacted=False))
+    got = []
+    for m in session.history(leaf_id=leaf_id, newest_first=newest_first, compacted=False):
+        got.append(m)
+        if len(got) % 64 == 0:
+            time.sleep(0)  # let the writer in while this read is half done
     if newest_first:
         got.reverse()
     assert got, "empty path"
@@ -188,6 +193,7 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
         try:
             while not done.is_set():
                 if not written:
+                    time.sleep(0.001)
                     continue
                 leaf = written[rng.randrange(len(written))][0]
                 for leaf_id in (None, leaf):
@@ -204,7 +210,8 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(k,)) for k in range(2)]
+    threads = [threading.Thread(target=writer, daemon=True)]
+    threads += [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(2)]
     try:
         for t in threads:
             t.start()

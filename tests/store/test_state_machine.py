@@ -257,7 +257,7 @@ class Entry:
 class SessionModel:
     def __init__(self):
         self.msgs: dict[str, Entry] = {}
-        self.comps: list[dict] = []  # oldest first: id, from_id, to_id, summary, created_at, tokens_after
+        self.comps: list[dict] = []  # oldest first: id, from_id, to_id, summary, created_at, tokens_before
 
     def children(self, mid):
         return sorted((k for k, e in self.msgs.items() if e.parent == mid), key=lambda k: self.msgs[k].order)
@@ -287,8 +287,9 @@ class SessionModel:
         return out[::-1]
 
     def applied(self, path):
-        """(start, end, comp) of compactions shown on this path: the whole range on it,
-        and where ranges overlap the newest one wins (so one with the same start replaces)."""
+        """(start, end, comp) of the compactions shown on this path: those whose whole range
+        is on it (C5). Where ranges overlap the newest wins: C5 says so for a shared start;
+        other overlaps (ranges made on different branches) follow the same rule here."""
         pos = {m: i for i, m in enumerate(path)}
         chosen = []
         for comp in reversed(self.comps):
@@ -360,6 +361,14 @@ class StoreMachine(RuleBasedStateMachine):
         self.touched: set[tuple[str, str]] = set()  # (session, id) written or removed
         self.written: set[str] = set()  # sessions
         self.counts_changed = False  # messages, sessions, compactions, payloads or the index
+        # change events the store sent (F1), and those the model says this step must send
+        self.events: list = []
+        self.expected_events: list[tuple] = []
+        self.store.subscribe(lambda ev: self.events.append(copy.deepcopy(ev)))  # as sent
+        # a mirror of the second session (F2): after each write that sends an event, it
+        # equals the path the model says the model sees
+        self.mirrored: list = []
+        self.store.session(SESSIONS[1]).mirror(self.mirrored)
         for sid in SESSIONS:
             self.store.session(sid).on_compaction(self._compact_fn)
         assert self.store.session() is self.store.session("")  # one cached handle per id (S2)
@@ -428,6 +437,8 @@ class StoreMachine(RuleBasedStateMachine):
             return
         assert res.inserted is True
         expected = self._check_new(res.message, self._expect_stored(copy.deepcopy(body), mid, created_iso), before, after)
+        if not importing:  # imports send no change event (W3)
+            self.expected_events.append(("append", sid, (mid,), copy.deepcopy(expected)))
         _scribble(sent)  # the caller's dict and the returned one are theirs to change (M3)
         _scribble(res.message)
         if parent_mode == "latest":
@@ -546,6 +557,7 @@ class StoreMachine(RuleBasedStateMachine):
         _scribble(returned)
         old = entry.message
         entry.message = expected
+        self.expected_events.append(("update", sid, (mid,), copy.deepcopy(expected)))
         self._probe_index(text_of(old) + text_of(expected))
         self.ever_payloads |= payload_shas(expected)
         self.counts_changed = True  # payloads may have changed
@@ -560,6 +572,7 @@ class StoreMachine(RuleBasedStateMachine):
     # -- delete -------------------------------------------------------------------------
     def _remove(self, model, ids):
         sid = next(k for k, v in self.model.items() if v is model)
+        self.expected_events.append(("delete", sid, tuple(sorted(ids)), None))
         texts = []
         for mid in ids:
             texts += text_of(model.msgs.pop(mid).message)
@@ -607,16 +620,19 @@ class StoreMachine(RuleBasedStateMachine):
         assert sorted(session.delete(gone)) == sorted(gone)
         self._remove(model, gone)
 
-    @rule(i=st.integers(0, 1), k=pick)
-    def delete_with_children_is_refused(self, i, k):
+    @rule(i=st.integers(0, 1), k=pick, some=st.integers(0, 1 << 16))
+    def delete_with_children_is_refused(self, i, k, some):
         sid, session, model = self.s(i)
         parents = [m for m in model.msgs if model.children(m)]
         mid = self.choose(parents, k)
         if mid is None:
             return
-        note(f"refused delete {sid!r}:{mid}")
+        # the message and some of its descendants, never all of them
+        below = model.descendants(mid)
+        listed = [mid] + [d for j, d in enumerate(below) if some >> (j % 16) & 1][: len(below) - 1]
+        note(f"refused delete {sid!r}:{listed}")
         with pytest.raises(ValueError):
-            session.delete(mid)
+            session.delete(listed)
         # the invariants check that nothing changed
 
     @rule(i=st.integers(0, 1), k=pick)
@@ -639,6 +655,7 @@ class StoreMachine(RuleBasedStateMachine):
                 self.store.delete_session(sid)
             return
         self.store.delete_session(sid)
+        self.expected_events.append(("clear", sid, None, None))
         self.counts_changed = True
         self.touched |= {(sid, mid) for mid in model.msgs}
         self.model[sid] = SessionModel()
@@ -651,6 +668,7 @@ class StoreMachine(RuleBasedStateMachine):
         sid, session, model = self.s(i)
         note(f"clear {sid!r}")
         session.clear()
+        self.expected_events.append(("clear", sid, None, None))
         self.counts_changed = True
         self.touched |= {(sid, mid) for mid in model.msgs}
         self.model[sid] = SessionModel()
@@ -664,7 +682,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(
         i=st.integers(0, 1),
         leaf=st.one_of(st.none(), pick),
-        how=st.sampled_from(["range", "range", "from-summary", "same-start-shorter", "decline"]),
+        how=st.sampled_from(["range", "range", "from-summary", "same-start-shorter", "decline", "bad-range"]),
         lo=pick,
         span=st.one_of(st.integers(0, 3), pick),
         summary=words,
@@ -696,6 +714,21 @@ class StoreMachine(RuleBasedStateMachine):
             first, last = view[a]["id"], view[a + span % (len(view) - a)]["id"]
         from_id = by_overlay[first]["from_id"] if first in by_overlay else first
         to_id = by_overlay[last]["to_id"] if last in by_overlay else last
+        if how == "bad-range":
+            # ends in the wrong order, or an end that is not on this path: refused, nothing stored
+            off_path = sorted(set(model.msgs) - set(path))
+            if off_path and lo % 2:
+                bad = sk.CompactionResult(first, off_path[lo % len(off_path)], summary)
+            elif first != last:
+                bad = sk.CompactionResult(last, first, summary)
+            else:
+                bad = sk.CompactionResult(first, f"absent{next(self.fresh)}", summary)
+            self.plan, self.calls = bad, []
+            note(f"compact {sid!r} leaf={leaf_id} refused {bad.from_id}..{bad.to_id}")
+            with pytest.raises(ValueError):
+                session.compact(leaf_id=leaf_id)
+            assert len(self.calls) == 1
+            return
         self.plan = None if how == "decline" else sk.CompactionResult(first, last, summary)
         self.calls = []
         note(f"compact {sid!r} leaf={leaf_id} {how} {first}..{last}")
@@ -725,6 +758,7 @@ class StoreMachine(RuleBasedStateMachine):
         }
         assert comp.tokens_after == token_estimate(overlay(record, 1))
         model.comps.append(record)
+        self.expected_events.append(("compact", sid, None, None))
         self.counts_changed = True
         # the newest compaction shows on this path at once, replacing what it covers
         pos = {m: j for j, m in enumerate(path)}
@@ -903,6 +937,20 @@ class StoreMachine(RuleBasedStateMachine):
             ]
         if self.counts_changed:
             self.store_counts_match_the_model()
+        # one change event per write that changed something, none for imports, retries,
+        # refused writes or reads (F1, W1, W3)
+        got = []
+        for ev in self.events:
+            ids = tuple(sorted(ev.message_ids)) if ev.type in ("append", "update", "delete") else None
+            msg = ev.message if ev.type in ("append", "update") else None
+            got.append((ev.type, ev.session_id, ids, msg))
+        assert got == self.expected_events
+        if any(e[1] == SESSIONS[1] for e in self.expected_events):
+            model = self.model[SESSIONS[1]]
+            leaf = model.latest_leaf()
+            assert self.mirrored == ([] if leaf is None else model.compacted(model.path(leaf)))
+        self.events.clear()
+        self.expected_events.clear()
         self.touched.clear()
         self.written.clear()
         self.counts_changed = False
@@ -943,6 +991,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert stats["messages"] == sum(live.values())
         assert stats["sessions"] == len(live)
         assert stats["compactions"] == sum(len(m.comps) for m in self.model.values())
+        assert (stats["bytes"] > 0) == (self.ENGINE != "sqlite-memory")  # file size, 0 in memory
         live_payloads = set()
         for m in self.model.values():
             for e in m.msgs.values():
