@@ -890,7 +890,7 @@ class Session:
         chosen: list[tuple[Node, str]] = []
         total = 0
         start: str | None = leaf_id
-        batch = max(16, min_messages)
+        batch = max(16, min_messages + 1)  # one more than needed: is the next one in the window?
         while True:
             rows = eng.window(self.session_id, start, batch)
             if not rows:
