@@ -8,6 +8,7 @@ so every engine behaves the same.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -421,7 +422,12 @@ class Store:
         self._deliver(event)
 
     def _deliver(self, event: ChangeEvent) -> None:
-        for cb in list(self._subscribers):
+        subscribers = list(self._subscribers)
+        if subscribers and event.message is not None:
+            # Subscribers get their own copy: the writer's caller holds the dict that
+            # append() returned, and neither side may see the other's edits.
+            event = dataclasses.replace(event, message=_msg.deep_copy(event.message))
+        for cb in subscribers:
             try:
                 cb(event)
             except Exception:  # a subscriber never breaks a write

@@ -1182,6 +1182,15 @@ class TestChangeFeed:
         s.append(msg("after"))
         assert len(events) == 7
 
+    def test_F1_event_message_is_not_the_returned_dict(self, store):
+        events = []
+        store.subscribe(events.append)
+        r = store.session("s").append(msg("a"))
+        r.message["parts"][0]["text"] = "changed by the caller"
+        assert events[0].message["parts"][0]["text"] == "text of a"
+        events[0].message["role"] = "changed by a subscriber"
+        assert store.session("s").get("a")["role"] == "user" and r.message["role"] == "user"
+
     def test_F1_raising_callback_does_not_stop_write(self, store, caplog):
         seen = []
 
