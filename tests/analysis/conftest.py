@@ -6,7 +6,6 @@ Everything is a fixture (no helper imports), so the tests run under any pytest i
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import os
 import tempfile
@@ -23,20 +22,8 @@ import sessionkit as sk  # noqa: E402
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-def _duckdb_engine_missing() -> str | None:
-    try:
-        importlib.import_module("sessionkit.store.duckdb")
-    except ImportError as exc:
-        return f"the DuckDB engine (sessionkit.store.duckdb) is not available yet: {exc}"
-    return None
-
-
-_NO_DUCKDB = _duckdb_engine_missing()
-
-ENGINES = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("duckdb", id="duckdb", marks=pytest.mark.skipif(_NO_DUCKDB is not None, reason=_NO_DUCKDB or "")),
-]
+# The DuckDB engine ships with the package: a broken import must fail the run, not skip.
+ENGINES = [pytest.param("sqlite", id="sqlite"), pytest.param("duckdb", id="duckdb")]
 
 #: How much of each sample the DuckDB variant imports (None: all of it): bulk imports batch
 #: their writes on every engine, so both engines get the whole files.

@@ -6,7 +6,6 @@ Everything is a fixture (no helper imports), so the tests run under any pytest i
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 from pathlib import Path
 
@@ -17,20 +16,8 @@ import sessionkit as sk
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
-def _duckdb_engine_missing() -> str | None:
-    try:
-        importlib.import_module("sessionkit.store.duckdb")
-    except ImportError as exc:
-        return f"the DuckDB engine (sessionkit.store.duckdb) is not available yet: {exc}"
-    return None
-
-
-_NO_DUCKDB = _duckdb_engine_missing()
-
-ENGINES = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("duckdb", id="duckdb", marks=pytest.mark.skipif(_NO_DUCKDB is not None, reason=_NO_DUCKDB or "")),
-]
+# The DuckDB engine ships with the package: a broken import must fail the run, not skip.
+ENGINES = [pytest.param("sqlite", id="sqlite"), pytest.param("duckdb", id="duckdb")]
 
 
 def _open(engine: str, folder: Path | None = None, name: str = "store"):
@@ -42,12 +29,6 @@ def _open(engine: str, folder: Path | None = None, name: str = "store"):
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return DATA
-
-
-@pytest.fixture(scope="session")
-def duckdb_missing() -> str | None:
-    """Why the DuckDB engine cannot be used, or None when it can."""
-    return _NO_DUCKDB
 
 
 @pytest.fixture(params=ENGINES)

@@ -84,13 +84,13 @@ def test_round_trip_of_the_real_data(loaded, tmp_path, make_store):
     assert dst.stats()["messages"] == counts["messages"]
 
 
-def test_compactions_and_payloads_survive(engine, make_store, tmp_path, duckdb_missing):
+def test_compactions_and_payloads_survive(engine, make_store, tmp_path):
     src = make_store(engine)
     s = _build_compacted(src)
     path = tmp_path / "c.jsonl"
     counts = sk.io.export_jsonl(s, path)
     assert counts == {"sessions": 1, "messages": 7, "compactions": 2}
-    targets = ["sqlite"] + ([] if duckdb_missing else ["duckdb"])
+    targets = ["sqlite", "duckdb"]
     for target in targets:  # also across engines
         dst = make_store(target)
         (copy,) = sk.io.import_jsonl(dst, path)
