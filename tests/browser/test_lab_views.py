@@ -127,6 +127,11 @@ def test_click_in_branch_tree_sets_selected_id_in_kernel(notebook, screenshots):
     transcript = page.locator(".sk-transcript-view").first
     page.wait_for_function("el => el.dataset.leaf === 'a4'", arg=transcript.element_handle(), timeout=10_000)
     expected = len(store.session("trip").get_history(leaf_id=target, compacted=True))
+    try:
+        page.wait_for_function("([el, n]) => el.dataset.entries === n",
+                               arg=[transcript.element_handle(), str(expected)], timeout=10_000)
+    except Exception:
+        pass  # the assertion below reports what the page shows
     assert transcript.get_attribute("data-entries") == str(expected)
     page.wait_for_timeout(300)
     view.screenshot(path=str(screenshots / "branch-tree.png"))
@@ -135,6 +140,12 @@ def test_click_in_branch_tree_sets_selected_id_in_kernel(notebook, screenshots):
     transcript.locator("button[data-mode='full']").click()
     page.wait_for_function("el => el.dataset.mode === 'full'", arg=transcript.element_handle(), timeout=10_000)
     full = len(store.session("trip").get_history(leaf_id=target, compacted=False))
+    # the mode flips at once; the entries follow after a round trip to the kernel
+    try:
+        page.wait_for_function("([el, n]) => el.dataset.entries === n",
+                               arg=[transcript.element_handle(), str(full)], timeout=10_000)
+    except Exception:
+        pass  # the assertion below reports what the page shows
     assert transcript.get_attribute("data-entries") == str(full)
     assert transcript.locator(".sk-msg.sk-hidden").count() == 4
     transcript.screenshot(path=str(screenshots / "transcript-full.png"))
