@@ -892,10 +892,28 @@ def cmd_serve(args, out: TextIO) -> int:
         import uvicorn
     except ImportError as exc:
         raise CommandError("uvicorn is not installed; install it with: pip install 'sessionkit[server]'") from exc
+    if args.workers > 1:
+        return _serve_workers(args, uvicorn)
     agent = _load_agent(args.agent)
     with sk.open_store(args.store) as store:
         app = create_app(agent, store, token=token)
         uvicorn.run(app, host=args.host, port=args.port)
+    return 0
+
+
+def _serve_workers(args, uvicorn) -> int:
+    """Several worker processes on one port, each with its own app on the one PostgreSQL store."""
+    if not str(args.store).lower().startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        raise CommandError("--workers above 1 needs a PostgreSQL store (postgresql://...): "
+                           "a SQLite or DuckDB store is served by one process")
+    _load_agent(args.agent)  # fail here, once, rather than in every worker
+    with sk.open_store(args.store):  # creates or migrates the tables before the workers start
+        pass
+    os.environ["SESSIONKIT_SERVE_STORE"] = args.store
+    os.environ["SESSIONKIT_SERVE_AGENT"] = args.agent
+    os.environ["SESSIONKIT_SERVE_CWD"] = os.getcwd()
+    uvicorn.run("sessionkit.server._worker:app", factory=True, workers=args.workers,
+                host=args.host, port=args.port)
     return 0
 
 
@@ -1018,6 +1036,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the sessionkit.Agent to serve, e.g. myapp.agents:support (imported from the current folder)")
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     p.add_argument("--port", type=_port, default=8000, help="default: 8000")
+    p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                   help="worker processes (default: 1); above 1 needs a PostgreSQL store, which they share")
     p.set_defaults(func=cmd_serve)
     return parser
 

@@ -46,6 +46,12 @@ How it behaves:
   ``<store>.server.lock``, released by the kernel even after a crash): a second
   server refuses to start with :class:`~sessionkit.StoreLocked` naming the holder
   (pid, host, start time). Run one worker process per store.
+* On PostgreSQL there is no lease: any number of server processes (``sessionkit
+  serve --workers N``, or servers on several machines) share one store. One of
+  them at a time drives a session's runs; a message sent to another is handed to
+  it through the store (same ``runId``, ``queued: true`` while the run takes
+  messages), and every process streams every session's events. ``max_concurrent_runs``
+  counts the runs of one process.
 """
 
 from __future__ import annotations

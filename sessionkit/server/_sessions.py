@@ -13,15 +13,37 @@ What lives where:
 
 Everything here runs on the server's event loop; blocking reads of a whole
 conversation (the digest) go to a worker thread.
+
+Several processes on one store (PostgreSQL, ``store._shared``): any worker takes any
+request, and the store keeps them in step.
+
+* Two store-wide holds per session (advisory locks, given back if a process dies):
+  ``accept`` is held for every decision about a message (start a run, join one) and
+  for creating the session; ``run`` is held by the one worker driving the session's
+  runs, its *owner*, from the start of a run until it goes idle. A worker that takes
+  ``run`` first closes the runs a dead owner left ``running``.
+* The owner keeps a ``server.status`` record (n=0: the current run number, whether a
+  run is active and still takes queued messages, the queue length) that other
+  workers read to answer requests. A message sent to another worker while a run is
+  active is recorded ``pending`` and signalled to the owner, which hands it to the
+  active run (or the next one) and records the run that took it. Before the owner
+  goes idle it looks once more for pending messages, holding ``accept``, so none is
+  left behind.
+* Every worker streams every session's events: the engine signals each event
+  append, and a worker with live readers reads the new events from the store.
+* Deleting a session asks its owner to stop, takes ``run``, then deletes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import contextlib
 import json
 import logging
+import os
 import re
+import socket
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -42,12 +64,15 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,125}\Z")
 
 SESSION_KIND = "server.session"
 MESSAGE_KIND = "server.message"
+STATUS_KIND = "server.status"
 STEER = "steer"
 FOLLOW_UP = "followUp"
 MODES = (FOLLOW_UP, STEER)
 
 #: How long DELETE and shutdown wait for an interrupted run to record its end.
 _STOP_GRACE = 10.0
+#: How long a request waits for another worker's decision on the same session.
+_ACCEPT_WAIT = 30.0
 
 
 class Rejected(Exception):
@@ -115,6 +140,8 @@ class SessionState:
     turn_had_tools: bool = False
     started_at: str | None = None
     current_input: str | None = None
+    holds_run: bool = False  # this worker is the session's owner (shared stores)
+    status: dict | None = None  # the last status record this worker wrote
 
     @property
     def run_prefix(self) -> str:
@@ -168,6 +195,9 @@ class SessionManager:
         self.closing = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        self.shared = bool(getattr(store, "_shared", False))
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self._listening = False
 
     def bind_loop(self) -> None:
         """Start serving on the running loop (a restarted app starts from the store again)."""
@@ -176,6 +206,9 @@ class SessionManager:
         self.closing = False
         self.states.clear()
         self.active_runs = 0
+        if self.shared and not self._listening:
+            self.store._on_signal(self._signal_from_thread)
+            self._listening = True
 
     # ------------------------------------------------------------------ lookup
 
@@ -203,18 +236,26 @@ class SessionManager:
         state = SessionState(stored_id=stored_id, public_id=public_id, controller=controller)
         controller.on_event(lambda event, s=state: self._on_event(s, event))
         runs = self.store.runs(stored_id)
+        state.run_n = self._top_run(state, runs)
+        messages = self.store._records(stored_id, MESSAGE_KIND)
+        state.next_msg = (messages[-1][0] + 1) if messages else 1
+        if self.shared:  # another worker may be running it: recovery waits for the run hold
+            state.run_n = max(state.run_n, self._status(stored_id).get("runN", 0))
+        else:
+            self._recover_stale_runs(state, runs, record)
+        self._trim()  # before adding: the caller is about to use this one
+        self.states[stored_id] = state
+        return state
+
+    @staticmethod
+    def _top_run(state: SessionState, runs) -> int:
+        """The highest run number the store knows for the session."""
         top = len(runs)
         for run in runs:
             rest = run.run_id[len(state.run_prefix):] if run.run_id.startswith(state.run_prefix) else ""
             if rest.isdigit():
                 top = max(top, int(rest))
-        state.run_n = top
-        messages = self.store._records(stored_id, MESSAGE_KIND)
-        state.next_msg = (messages[-1][0] + 1) if messages else 1
-        self._recover_stale_runs(state, runs, record)
-        self._trim()  # before adding: the caller is about to use this one
-        self.states[stored_id] = state
-        return state
+        return top
 
     def _recover_stale_runs(self, state: SessionState, runs, record: dict) -> None:
         """Close runs a stopped server left ``running`` (this process drives none of them).
@@ -274,16 +315,18 @@ class SessionManager:
         if state is not None and state.deleted:
             async with state.lock:  # a DELETE is finishing: create afresh after it
                 pass
-        if self.session_record(stored_id) is not None:
-            return False
-        if state is not None and state.task is None:  # it was deleted behind the server's back
-            self._drop(state)
-        session = self.store.session(stored_id)
-        digest = await asyncio.to_thread(lambda: conversation_digest(session.history(compacted=False)))
-        if self.session_record(stored_id) is not None:  # created meanwhile
-            return False
-        self.store._put_records(stored_id, SESSION_KIND, [(0, {"createdAt": _msg.now_iso(), "digest": digest})])
-        return True
+        async with self._hold("accept", stored_id):  # another worker may be creating it too
+            if self.session_record(stored_id) is not None:
+                return False
+            if state is not None and state.task is None:  # it was deleted behind the server's back
+                self._drop(state)
+            session = self.store.session(stored_id)
+            digest = await asyncio.to_thread(lambda: conversation_digest(session.history(compacted=False)))
+            if self.session_record(stored_id) is not None:  # created meanwhile
+                return False
+            self.store._put_records(stored_id, SESSION_KIND,
+                                    [(0, {"createdAt": _msg.now_iso(), "digest": digest})])
+            return True
 
     async def delete(self, state: SessionState) -> None:
         """Cancel the active run, drop the queue, remove the session and everything of it."""
@@ -292,11 +335,32 @@ class SessionManager:
                 raise Rejected(404, "session_not_found")
             state.deleted = True
             await self._stop(state)
+            held = await self._take_run_for_delete(state) if self.shared else False
             try:
                 await asyncio.to_thread(self.store.delete_session, state.stored_id)
             except SessionNotFound:
                 pass
+            finally:
+                if held:
+                    self.store._release_hold(self._hold_name("run", state.stored_id))
+            if self.shared:
+                self.store._signal(state.stored_id, "deleted")
             self._drop(state)
+
+    async def _take_run_for_delete(self, state: SessionState) -> bool:
+        """Ask the worker running the session to stop; True once this worker holds ``run``."""
+        name = self._hold_name("run", state.stored_id)
+        deadline = self.loop.time() + 2 * _STOP_GRACE + 5
+        asked = False
+        while not self.store._try_hold(name):
+            if not asked:
+                self.store._signal(state.stored_id, "stop")
+                asked = True
+            if self.loop.time() > deadline:
+                log.warning("session %r: the worker running it did not stop; deleting anyway", state.public_id)
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     async def _stop(self, state: SessionState) -> None:
         """Interrupt the run, drop queued messages, wait for the run to record its end."""
@@ -340,20 +404,31 @@ class SessionManager:
             runs.append({"runId": public, "status": run.status, "input": run.input,
                          "startedAt": run.started_at, "endedAt": run.ended_at})
         active = None
-        if state.task is not None and state.running:
-            active = f"{state.public_id}.{state.run_n}"
+        queued = state.queued
+        running, run_n, run_input, started_at = state.task is not None and state.running, state.run_n, \
+            state.current_input, state.started_at
+        records = self.store._records(state.stored_id, MESSAGE_KIND)
+        if self.shared and state.task is None:  # another worker may own it: its status record says
+            status = self._status(state.stored_id)
+            running = bool(status.get("running")) and self._owner_alive(state.stored_id)
+            queued = sum(1 for _, rec in records if rec.get("pending"))
+            if running:
+                run_n, run_input, started_at = status.get("runN", 0), status.get("input"), status.get("startedAt")
+                queued += status.get("queued", 0)
+        if running:
+            active = f"{state.public_id}.{run_n}"
             if active not in seen:  # accepted, not yet recorded by the agent
-                runs.append({"runId": active, "status": "running", "input": state.current_input,
-                             "startedAt": state.started_at, "endedAt": None})
+                runs.append({"runId": active, "status": "running", "input": run_input,
+                             "startedAt": started_at, "endedAt": None})
         messages = []
-        for _, rec in self.store._records(state.stored_id, MESSAGE_KIND):
+        for _, rec in records:
             item = {"runId": f"{state.public_id}.{rec['run']}", "text": rec["text"], "mode": rec["mode"],
                     "queued": rec["queued"], "at": rec["at"]}
             if rec.get("author") is not None:
                 item["author"] = rec["author"]
             messages.append(item)
         return {"sessionId": state.public_id, "runs": runs, "active": active,
-                "queued": state.queued, "messages": messages}
+                "queued": queued, "messages": messages}
 
     # ------------------------------------------------------------------ events
 
@@ -405,6 +480,8 @@ class SessionManager:
             state.accepting = False
         if state.hub is not None:
             state.hub.publish(state.public_event(event))
+        if state.holds_run:
+            self._write_status(state)
 
     # ------------------------------------------------------------------ messages
 
@@ -415,12 +492,18 @@ class SessionManager:
         if self.closing:
             raise Rejected(503, "server_stopping")
         metadata = {"author": author} if author is not None else None
+        if self.shared:
+            return await self._submit_shared(state, text, mode, author, metadata)
         if state.task is None:
             async with state.lock:
                 if state.deleted:
                     raise Rejected(404, "session_not_found")
                 if state.task is None:
                     return await self._start(state, text, mode, author, metadata)
+        return self._join(state, text, mode, author, metadata)
+
+    def _join(self, state: SessionState, text, mode, author, metadata) -> dict:
+        """A message while this worker runs the session: into the active run, or the next."""
         if state.queued >= self.max_queued:
             raise Rejected(429, "too_busy")  # this session's queue is full
         if state.accepting:
@@ -434,7 +517,54 @@ class SessionManager:
         queued = state.running
         rec = self._record_message(state, state.run_n + 1, text, mode, author, queued=queued)
         state.pending.append(_Item(text, mode, metadata, rec))
+        if self.shared:
+            self._write_status(state)
         return {"runId": f"{state.public_id}.{state.run_n + 1}", "queued": queued}
+
+    async def _submit_shared(self, state: SessionState, text, mode, author, metadata) -> dict:
+        """``submit`` when other workers serve the same store (see the module docstring)."""
+        sid = state.stored_id
+        async with state.lock:
+            if state.deleted or state.stopping:
+                raise Rejected(404, "session_not_found")
+            async with self._hold("accept", sid):
+                if self.session_record(sid) is None:  # deleted by another worker
+                    raise Rejected(404, "session_not_found")
+                messages = self.store._records(sid, MESSAGE_KIND)
+                state.next_msg = max(state.next_msg, messages[-1][0] + 1 if messages else 1)
+                if state.task is not None:  # this worker runs it
+                    return self._join(state, text, mode, author, metadata)
+                if not self.store._try_hold(self._hold_name("run", sid)):
+                    return self._join_remote(state, text, mode, author, messages)
+                state.holds_run = True
+                try:
+                    runs = self.store.runs(sid)
+                    state.run_n = max(state.run_n, self._status(sid).get("runN", 0), self._top_run(state, runs))
+                    record = self.session_record(sid)
+                    if record is None:
+                        raise Rejected(404, "session_not_found")
+                    self._recover_stale_runs(state, runs, record)  # a dead owner's runs
+                    answer = await self._start(state, text, mode, author, metadata)
+                except BaseException:
+                    if state.task is None:
+                        self._release_run(state)
+                    raise
+                self._absorb(state)  # messages a dead owner accepted and never ran
+                return answer
+
+    def _join_remote(self, state: SessionState, text, mode, author, messages) -> dict:
+        """A message while another worker runs the session: recorded pending, its owner told."""
+        status = self._status(state.stored_id)
+        waiting = sum(1 for _, rec in messages if rec.get("pending")) + status.get("queued", 0)
+        if waiting >= self.max_queued:
+            raise Rejected(429, "too_busy")
+        if status.get("accepting"):  # joins the active run at its next turn boundary
+            run_n, queued = status.get("runN", 0), True
+        else:  # opens the next run; it waits only if a run is still in progress
+            run_n, queued = status.get("runN", 0) + 1, bool(status.get("running"))
+        self._record_message(state, run_n, text, mode, author, queued=queued, pending=True)
+        self.store._signal(state.stored_id, "message")
+        return {"runId": f"{state.public_id}.{run_n}", "queued": queued}
 
     async def _start(self, state: SessionState, text, mode, author, metadata) -> dict:
         if self.active_runs >= self.max_concurrent_runs:
@@ -465,11 +595,13 @@ class SessionManager:
                                          name=f"sessionkit run {state.public_id}.{n}")
         return {"runId": f"{state.public_id}.{n}", "queued": False}
 
-    def _record_message(self, state, run_n, text, mode, author, *, queued) -> int:
+    def _record_message(self, state, run_n, text, mode, author, *, queued, pending=False) -> int:
         rec = state.next_msg
         value = {"run": run_n, "text": text, "mode": mode, "queued": queued, "at": _msg.now_iso()}
         if author is not None:
             value["author"] = author
+        if pending:
+            value["pending"] = True
         self.store._put_records(state.stored_id, MESSAGE_KIND, [(rec, value)])
         state.next_msg = rec + 1
         return rec
@@ -485,6 +617,8 @@ class SessionManager:
                 state.running = state.accepting = True
                 state.turn_had_tools = False
                 state.current_input = item.text
+                if self.shared:
+                    self._write_status(state)
                 try:
                     await self.agent.run(
                         item.text,
@@ -501,13 +635,34 @@ class SessionManager:
                     log.exception("session %r: run %s failed", state.public_id, state.run_n)
                 finally:
                     state.running = state.accepting = False
+                    if state.holds_run:
+                        self._write_status(state)
                 await self._checkpoint(state)
                 item = self._next_item(state)
+                if item is None and self.shared and not (state.stopping or self.closing):
+                    item = await self._last_look(state)
         finally:
             state.running = state.accepting = False
             state.task = None
             self.active_runs -= 1
+            if state.holds_run:
+                self._write_status(state)
+                self._release_run(state)
             self._trim()
+
+    async def _last_look(self, state: SessionState) -> _Item | None:
+        """Before going idle: take what other workers queued meanwhile, or give ``run`` back.
+
+        Holding ``accept``, no other worker can record a message for this owner between
+        the look and the release, so nothing pending is left behind.
+        """
+        async with self._hold("accept", state.stored_id):
+            item = self._next_item(state)
+            if item is None:
+                state.running = state.accepting = False
+                self._write_status(state)
+                self._release_run(state)
+            return item
 
     async def _checkpoint(self, state: SessionState) -> None:
         """After a run: record the conversation's digest and the last event's seq."""
@@ -534,6 +689,8 @@ class SessionManager:
 
     def _next_item(self, state: SessionState) -> _Item | None:
         """The message that opens the next run (messages the last run did not take first)."""
+        if self.shared:
+            self._absorb(state)
         leftovers = state.controller.clear()  # a failed or interrupted run leaves its queue
         items: list[_Item] = []
         if leftovers:
@@ -567,3 +724,121 @@ class SessionManager:
             state.queued_recs[it.mode].append(it.rec)
         state.started_at = _msg.now_iso()
         return first
+
+    # ------------------------------------------------------------------ several workers
+
+    @staticmethod
+    def _hold_name(kind: str, stored_id: str) -> str:
+        return f"server.{kind}\x00{stored_id}"
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, kind: str, stored_id: str):
+        """Hold ``kind`` for the session across workers (nothing to hold on a store of one server)."""
+        if not self.shared:
+            yield
+            return
+        name = self._hold_name(kind, stored_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _ACCEPT_WAIT
+        delay = 0.002
+        while not self.store._try_hold(name):
+            if loop.time() > deadline:
+                raise Rejected(429, "too_busy")  # another worker has held the session this long
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        try:
+            yield
+        finally:
+            self.store._release_hold(name)
+
+    def _release_run(self, state: SessionState) -> None:
+        if state.holds_run:
+            state.holds_run = False
+            try:
+                self.store._release_hold(self._hold_name("run", state.stored_id))
+            except Exception:
+                log.exception("session %r: could not give back the run hold", state.public_id)
+
+    def _status(self, stored_id: str) -> dict:
+        rows = self.store._records(stored_id, STATUS_KIND)
+        return rows[0][1] if rows and isinstance(rows[0][1], dict) else {}
+
+    def _owner_alive(self, stored_id: str) -> bool:
+        """Whether some worker holds the session's ``run`` (a dead one's hold is gone)."""
+        return self.store._hold_taken(self._hold_name("run", stored_id))
+
+    def _write_status(self, state: SessionState) -> None:
+        """The owner's view of the session, for the other workers (written when it changes)."""
+        if state.deleted:
+            return
+        value = {"runN": state.run_n, "running": state.running, "accepting": state.accepting,
+                 "queued": state.queued, "input": state.current_input, "startedAt": state.started_at,
+                 "owner": self.worker}
+        if value == state.status:
+            return
+        try:
+            self.store._put_records(state.stored_id, STATUS_KIND, [(0, value)])
+            state.status = value
+        except Exception:
+            log.exception("session %r: could not record its status for the other workers", state.public_id)
+
+    def _signal_from_thread(self, stored_id: str, kind: str, data: Any) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._on_signal, stored_id, kind, data)
+
+    def _on_signal(self, stored_id: str, kind: str, data: Any) -> None:
+        """Another worker's news about a session this worker has loaded (on the loop)."""
+        state = self.states.get(stored_id)
+        if state is None:
+            return
+        try:
+            if kind == "events":
+                self._pull_events(state, data)
+            elif kind == "message":
+                self._absorb(state)
+            elif kind == "stop":
+                if state.task is not None and not state.deleted:
+                    state.deleted = True  # another worker is deleting it
+                    asyncio.get_running_loop().create_task(self._stop_and_drop(state))
+            elif kind == "deleted":
+                if state.task is None and not state.holds_run:
+                    self._drop(state)
+        except Exception:
+            log.exception("session %r: could not handle the %s signal of another worker", state.public_id, kind)
+
+    async def _stop_and_drop(self, state: SessionState) -> None:
+        await self._stop(state)
+        self._drop(state)
+
+    def _pull_events(self, state: SessionState, last: Any) -> None:
+        """Read the events another worker appended into the session's window (live readers only)."""
+        hub = state.hub
+        if hub is None or (isinstance(last, int) and last <= hub.last_seq):
+            return
+        for event in self.store.events(state.stored_id, hub.last_seq if hub.last_seq >= 0 else None):
+            hub.publish(state.public_event(event))
+
+    def _absorb(self, state: SessionState) -> None:
+        """Take the messages other workers recorded pending: into the active run, or the next."""
+        if not state.holds_run or state.task is None or state.stopping or self.closing:
+            return
+        updates = []
+        for n, rec in self.store._records(state.stored_id, MESSAGE_KIND):
+            if not rec.get("pending"):
+                continue
+            metadata = {"author": rec["author"]} if rec.get("author") is not None else None
+            if state.accepting:
+                (state.controller.steer if rec["mode"] == STEER else state.controller.follow_up)(
+                    rec["text"], metadata=metadata)
+                state.queued_recs[rec["mode"]].append(n)
+                run_n = state.run_n
+            else:
+                state.pending.append(_Item(rec["text"], rec["mode"], metadata, n))
+                run_n = state.run_n + 1
+            updates.append((n, dict(rec, pending=False, run=run_n)))
+        if updates:
+            self.store._put_records(state.stored_id, MESSAGE_KIND, updates)
+            self._write_status(state)

@@ -509,6 +509,40 @@ class Store:
     def _append_event(self, session_id: str, event: dict) -> dict:
         return self._append_events(session_id, [event])[0]
 
+    # -- several processes on one store (used by the server) ----------------------
+    @property
+    def _shared(self) -> bool:
+        """Whether several processes may serve this store at once (PostgreSQL)."""
+        return bool(getattr(self._engine, "shared", False))
+
+    def _try_hold(self, name: str) -> bool:
+        """Take the store-wide hold ``name`` unless some process has it (shared engines only)."""
+        return self._check().try_hold(name)
+
+    def _hold_taken(self, name: str) -> bool:
+        """Whether any process holds ``name`` now (without taking it)."""
+        return self._check().hold_taken(name)
+
+    def _release_hold(self, name: str) -> None:
+        eng = self._engine
+        if not self._closed:
+            eng.release_hold(name)
+
+    def _signal(self, session_id: str, kind: str, data: Any = None) -> None:
+        """Tell the other processes on this store ``(session_id, kind, data)`` (shared engines only)."""
+        if not self._closed:
+            self._engine.signal(session_id, kind, data)
+
+    def _on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
+        """Call ``handler(session_id, kind, data)`` from a listener thread for other processes' signals.
+
+        Besides what ``_signal`` sends, the engine signals ``"events"`` (data: the last
+        ``seq``) whenever another process appends run events.
+        """
+        eng = self._check()
+        eng.on_signal(handler)
+        eng.start_listener(self._deliver)
+
     # -- internal records (used by the server) ---------------------------------
     def _records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
         """``(n, value)`` of a session's internal records of ``kind``, by ``n``.

@@ -41,6 +41,11 @@ compactions, runs and events, internal records). What PostgreSQL changes:
   writes of *other* processes and machines (each engine tags its notifications
   with an origin id and skips its own). Notifications sent while the listener is
   reconnecting are lost; re-read the session to catch up.
+* **Several servers.** For the HTTP server's worker processes the engine also
+  offers store-wide *holds* (session-level advisory locks on one connection kept
+  for them, so a process that dies gives its holds back), signals between
+  processes on the same channel, and a signal after every run-event append, so a
+  server process streams events that another one's run writes.
 * **Durability.** ``durability="normal"`` keeps the server's
   ``synchronous_commit`` (``on`` unless a DBA changed it: a returned append is on
   the server's disk); ``"full"`` sets ``synchronous_commit = on`` on every
@@ -684,6 +689,10 @@ class PostgresEngine(Engine):
         self._closed = False
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
+        self._signal_handlers: list = []
+        self._holds: set[str] = set()
+        self._holds_conn = None
+        self._holds_lock = threading.Lock()
         self.schema = self._setup(schema)
         self._pool = ConnectionPool(
             conninfo,
@@ -809,6 +818,12 @@ class PostgresEngine(Engine):
         listener = self._listener
         if listener is not None:
             listener.stop()
+        with self._holds_lock:
+            if self._holds_conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._holds_conn.close()  # gives back every hold
+                self._holds_conn = None
+            self._holds.clear()
         self._pool.close()
 
     def _cur_tx(self) -> _Tx | None:
@@ -1262,7 +1277,90 @@ class PostgresEngine(Engine):
             out.append(ev)
         with conn.cursor() as cur:
             cur.executemany(self._s["event_put"], [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in out])
+        if out:  # other processes' servers stream this session's events too (delivered at commit)
+            conn.execute(self._s["notify"], {"ch": self._channel,
+                                             "notes": self._notes(self._signal_doc(sid, "events", out[-1]["seq"]))})
         return out
+
+    # -- what several server processes on one store share ----------------------------
+    #: Several processes may serve this store at once (the HTTP server coordinates them).
+    shared = True
+
+    def try_hold(self, name: str) -> bool:
+        """Take the store-wide hold ``name`` unless any process (this one too) has it.
+
+        Holds are PostgreSQL session-level advisory locks on one connection kept for
+        them, so a process that dies (or loses that connection) gives its holds back.
+        """
+        with self._holds_lock:
+            if name in self._holds:
+                return False  # not re-entrant: a hold excludes this process's other tasks too
+            if self._closed:
+                raise SessionKitError(f"store {self.path} is closed")
+            try:
+                conn = self._holds_conn
+                if conn is None or conn.closed:
+                    self._holds.clear()  # a new connection holds nothing yet
+                    conn = self._holds_conn = psycopg.connect(
+                        self._conninfo, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
+                got = conn.execute("SELECT pg_try_advisory_lock(%s::bigint)", (self._key("hold", name),)).fetchone()[0]
+            except psycopg.Error as exc:
+                self._drop_holds_conn()
+                raise _convert(exc, self.path) from exc
+            if got:
+                self._holds.add(name)
+            return bool(got)
+
+    def hold_taken(self, name: str) -> bool:
+        """Whether any process holds ``name`` now (read from ``pg_locks``, nothing taken)."""
+        key = self._key("hold", name) & 0xFFFFFFFFFFFFFFFF
+        row = self._one(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1)",
+            (key >> 32, key & 0xFFFFFFFF))
+        return bool(row[0])
+
+    def release_hold(self, name: str) -> None:
+        """Give back a hold taken with :meth:`try_hold` (nothing when not held)."""
+        with self._holds_lock:
+            if name not in self._holds:
+                return
+            self._holds.discard(name)
+            conn = self._holds_conn
+            if conn is None or conn.closed:
+                return
+            try:
+                conn.execute("SELECT pg_advisory_unlock(%s::bigint)", (self._key("hold", name),))
+            except psycopg.Error as exc:  # the connection is gone, and its holds with it
+                log.warning("sessionkit: could not give back hold %r on %s: %s", name, self.path, exc)
+                self._drop_holds_conn()
+
+    def _drop_holds_conn(self) -> None:
+        conn, self._holds_conn = self._holds_conn, None
+        self._holds.clear()
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()
+
+    @staticmethod
+    def _signal_doc(sid: str, kind: str, data) -> str:
+        return json.dumps({"t": "signal", "s": sid, "k": kind, "d": data})
+
+    def signal(self, sid: str, kind: str, data=None) -> None:
+        """Tell other processes' ``on_signal`` handlers ``(sid, kind, data)`` (not this process's)."""
+        if self._closed:
+            return
+        params = {"ch": self._channel, "notes": self._notes(self._signal_doc(sid, kind, data))}
+        try:
+            with self._pool.connection() as conn:
+                conn.execute(self._s["notify"], params)
+        except psycopg.Error as exc:
+            log.warning("sessionkit: could not signal %s for session %r to other processes: %s", kind, sid, exc)
+
+    def on_signal(self, handler) -> None:
+        """Call ``handler(sid, kind, data)`` (from the listener thread) for other processes' signals."""
+        self._signal_handlers.append(handler)
 
     # -- change feed across processes ---------------------------------------------------
     def _notes(self, doc: str) -> list[str]:
@@ -1410,7 +1508,15 @@ class _Listener(threading.Thread):
                 if len(parts) < count:
                     return
                 doc = "".join(self._partial.pop((origin, key)))
-            event = self.engine._event_from(json.loads(doc))
+            data = json.loads(doc)
+            if data.get("t") == "signal":
+                for handler in list(self.engine._signal_handlers):
+                    try:
+                        handler(data["s"], data["k"], data.get("d"))
+                    except Exception:
+                        log.exception("sessionkit: signal handler raised")
+                return
+            event = self.engine._event_from(data)
         except (ValueError, KeyError, TypeError):
             log.debug("sessionkit: ignored a notification that is not a sessionkit event: %.80r", payload)
             return

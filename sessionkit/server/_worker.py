@@ -1,0 +1,31 @@
+"""The app each worker process of ``sessionkit serve --workers N`` builds for itself.
+
+uvicorn starts its worker processes afresh and has each import an app factory; the
+command passes what the factory needs in the environment: ``SESSIONKIT_SERVE_STORE``
+(the store URL), ``SESSIONKIT_SERVE_AGENT`` (``module:attr``, imported from
+``SESSIONKIT_SERVE_CWD`` first) and ``SESSIONKIT_TOKEN``. Every worker opens its own
+connection pool on the one PostgreSQL store; the store keeps the workers in step
+(see :mod:`sessionkit.server._sessions`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["app"]
+
+
+def app():
+    """Build this worker's app from the environment (an ASGI app for uvicorn's ``factory=True``)."""
+    import sessionkit as sk
+    from sessionkit.cli import _load_agent
+
+    from ._app import create_app
+
+    folder = os.environ.get("SESSIONKIT_SERVE_CWD")
+    if folder and folder not in sys.path:
+        sys.path.insert(0, folder)
+    agent = _load_agent(os.environ["SESSIONKIT_SERVE_AGENT"])
+    store = sk.open_store(os.environ["SESSIONKIT_SERVE_STORE"])
+    return create_app(agent, store, token=os.environ["SESSIONKIT_TOKEN"])

@@ -1,0 +1,336 @@
+"""Several server processes on one PostgreSQL store (issue: PostgreSQL engine).
+
+Each worker is a real ``sessionkit serve`` process on its own 127.0.0.1 port (and,
+last, ``--workers 2`` sharing one port), all on one store of the throwaway
+PostgreSQL server of ``tests/store/pg_cluster.py``. The agent module they serve is
+written to a temporary folder: a scripted model that echoes, and a ``hold`` tool
+that keeps a run at a turn boundary until the test creates a file.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from live_server import AUTH, TOKEN, SSEReader, wait_idle
+
+pytest.importorskip("psycopg")
+
+AGENT = textwrap.dedent('''
+    import os, pathlib, time
+    import sessionkit as sk
+    from sessionkit.testing import ScriptedModel
+
+    GATE = pathlib.Path(os.environ["GATE_DIR"])
+
+    def last_user_text(messages):
+        for m in reversed(messages):
+            if m.get("role") == "user":
+                c = m.get("content")
+                return "".join(b.get("text", "") for b in c) if isinstance(c, list) else (c or "")
+        return ""
+
+    def reply(messages):
+        text = last_user_text(messages)
+        if messages[-1].get("role") == "user" and text.startswith("hold"):
+            return {"text": "holding", "tool_calls": [{"name": "hold", "arguments": {}}]}
+        return {"text": f"echo: {text}", "delay": float(os.environ.get("REPLY_DELAY", "0"))}
+
+    def hold() -> str:
+        """Wait until the test opens the gate."""
+        (GATE / "entered").touch()
+        while not (GATE / "open").exists():
+            time.sleep(0.01)
+        return "released"
+
+    agent = sk.Agent("echo", "Repeat what you hear.", ScriptedModel([reply] * 100000), tools=[hold])
+''')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Worker:
+    """A ``sessionkit serve`` process on its own port."""
+
+    def __init__(self, folder: Path, store_url: str, *, workers: int = 1, delay: float = 0.0) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN, GATE_DIR=str(folder / "gate"), REPLY_DELAY=str(delay),
+                   LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
+        self.log = open(folder / f"worker-{self.port}.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sessionkit", "serve", "--store", store_url, "--agent", "workers_agent:agent",
+             "--port", str(self.port), "--workers", str(workers)],
+            cwd=folder, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited with {self.proc.returncode}: {self.output()}")
+            try:
+                if httpx.get(f"{self.url}/openapi.json", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not start: {self.output()}")
+            time.sleep(0.1)
+        self.client = httpx.Client(base_url=self.url, headers=AUTH, timeout=30)
+
+    def output(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-4000:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def cluster(tmp_path, pg_store_url):
+    """``start(n, **options) -> [Worker]``: n servers on one new store; all stopped at the end."""
+    (tmp_path / "workers_agent.py").write_text(AGENT)
+    (tmp_path / "gate").mkdir()
+    url = pg_store_url()
+    started: list[Worker] = []
+
+    def start(n: int, **options) -> list[Worker]:
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            workers = list(pool.map(lambda _: Worker(tmp_path, url, **options), range(n)))
+        started.extend(workers)
+        return workers
+
+    start.url = url
+    start.gate = tmp_path / "gate"
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def _wait_file(path: Path, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.01)
+
+
+def _conversation(url: str, session_id: str) -> list[tuple[str, str]]:
+    import sessionkit as sk
+
+    with sk.open_store(url) as store:
+        return [(m["role"], "".join(p.get("text", "") for p in m["parts"] if p.get("type") == "text"))
+                for m in store.session(session_id).history() if m["role"] in ("user", "assistant")]
+
+
+def test_a_message_to_one_worker_is_seen_by_a_stream_on_another(cluster):
+    a, b = cluster(2)
+    assert a.client.post("/sessions", json={"sessionId": "chat"}).status_code == 201
+    assert b.client.post("/sessions", json={"sessionId": "chat"}).status_code == 200  # one session, both see it
+    on_b = SSEReader(f"{b.url}/sessions/chat/events")
+    on_a = SSEReader(f"{a.url}/sessions/chat/events")
+    try:
+        assert a.client.post("/sessions/chat/messages", json={"text": "one"}).json() == {"runId": "chat.1",
+                                                                                          "queued": False}
+        frames = on_b.wait_runs_ended(1)
+        wait_idle(a.client, "chat")
+        assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.2",
+                                                                                          "queued": False}
+        frames = on_b.wait_runs_ended(2)
+        frames_a = on_a.wait_runs_ended(2)
+    finally:
+        on_b.close()
+        on_a.close()
+    for seen in (frames, frames_a):  # every event of both runs, once each, in order, on both workers
+        assert [s for s, _ in seen] == list(range(len(seen)))
+        assert [(d["kind"], d["run_id"]) for _, d in seen if d["kind"] in ("run.start", "run.end")] == [
+            ("run.start", "chat.1"), ("run.end", "chat.1"), ("run.start", "chat.2"), ("run.end", "chat.2")]
+        assert "".join(d["text"] for _, d in seen if d["kind"] == "delta.text") == "echo: oneecho: two"
+    assert frames == frames_a
+    state = wait_idle(b.client, "chat")
+    assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "completed"), ("chat.2", "completed")]
+    assert a.client.get("/sessions/chat").json() == state
+
+
+def test_a_message_to_a_busy_session_on_another_worker_joins_the_active_run(cluster):
+    a, b = cluster(2)
+    a.client.post("/sessions", json={"sessionId": "chat"})
+    stream = SSEReader(f"{b.url}/sessions/chat/events")
+    try:
+        assert a.client.post("/sessions/chat/messages", json={"text": "hold on"}).json() == {
+            "runId": "chat.1", "queued": False}
+        _wait_file(cluster.gate / "entered")
+        assert b.client.post("/sessions/chat/messages", json={"text": "two", "author": "bo"}).json() == {
+            "runId": "chat.1", "queued": True}
+        busy = b.client.get("/sessions/chat").json()  # the other worker reports the owner's run
+        assert busy["active"] == "chat.1"
+        assert [(m["runId"], m["text"], m["queued"]) for m in busy["messages"]] == [
+            ("chat.1", "hold on", False), ("chat.1", "two", True)]
+        (cluster.gate / "open").touch()
+        frames = stream.wait_runs_ended(1)
+    finally:
+        stream.close()
+    state = wait_idle(b.client, "chat")
+    assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "completed")]
+    assert state["messages"][1]["author"] == "bo"
+    inputs = [d.get("input") for _, d in frames if d["kind"] == "turn.start"]
+    assert "two" in inputs  # taken by the run on the other worker, at a turn boundary
+    assert _conversation(cluster.url, "chat")[-2:] == [("user", "two"), ("assistant", "echo: two")]
+
+
+def test_runs_are_numbered_once_across_workers_under_concurrent_messages(cluster):
+    workers = cluster(3, delay=0.05)
+    sessions = [f"s{i}" for i in range(6)]
+    for sid in sessions:
+        assert workers[0].client.post("/sessions", json={"sessionId": sid}).status_code == 201
+    jobs = [(sid, f"{sid} message {k}", workers[(i + k) % 3]) for k in range(5) for i, sid in enumerate(sessions)]
+
+    def send(job):
+        sid, text, worker = job
+        with httpx.Client(base_url=worker.url, headers=AUTH, timeout=30) as c:
+            r = c.post(f"/sessions/{sid}/messages", json={"text": text})
+        return sid, text, r.status_code, r.json()
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(send, jobs))
+    assert all(status == 202 for _, _, status, _ in answers), answers
+    for sid in sessions:
+        state = wait_idle(workers[1].client, sid, timeout=60)
+        said = {text: answer["runId"] for s, text, _, answer in answers if s == sid}
+        run_ids = [r["runId"] for r in state["runs"]]
+        assert len(run_ids) == len(set(run_ids)) and all(r["status"] == "completed" for r in state["runs"])
+        assert run_ids == [f"{sid}.{n}" for n in range(1, len(run_ids) + 1)]
+        recorded = {m["text"]: m["runId"] for m in state["messages"]}
+        assert recorded.keys() == said.keys()
+        assert set(recorded.values()) <= set(run_ids)
+        talk = _conversation(cluster.url, sid)
+        users = [t for role, t in talk if role == "user"]
+        assert sorted(users) == sorted(said)  # every message answered, none twice
+        assert [t for role, t in talk if role == "assistant"] == [f"echo: {u}" for u in users]
+
+
+def test_delete_on_one_worker_stops_the_run_on_another(cluster):
+    a, b = cluster(2)
+    a.client.post("/sessions", json={"sessionId": "chat"})
+    stream = SSEReader(f"{a.url}/sessions/chat/events")
+    try:
+        a.client.post("/sessions/chat/messages", json={"text": "hold it"})
+        _wait_file(cluster.gate / "entered")
+        assert b.client.delete("/sessions/chat").json() == {"sessionId": "chat", "status": "deleted"}
+        assert stream.ended.wait(20)  # the owner closed its readers
+    finally:
+        stream.close()
+    for worker in (a, b):
+        assert worker.client.get("/sessions/chat").status_code == 404
+        assert worker.client.post("/sessions/chat/messages", json={"text": "x"}).status_code == 404
+    import sessionkit as sk
+
+    with sk.open_store(cluster.url) as store:
+        assert "chat" not in store.list_sessions()
+    # the id can be used again, on either worker, from scratch
+    assert b.client.post("/sessions", json={"sessionId": "chat"}).status_code == 201
+    (cluster.gate / "open").touch()
+    assert a.client.post("/sessions/chat/messages", json={"text": "again"}).json() == {"runId": "chat.1",
+                                                                                        "queued": False}
+    assert [(r["runId"], r["status"]) for r in wait_idle(b.client, "chat")["runs"]] == [("chat.1", "completed")]
+
+
+def test_a_killed_worker_s_run_is_closed_and_another_worker_carries_on(cluster):
+    a, b = cluster(2)
+    a.client.post("/sessions", json={"sessionId": "chat"})
+    a.client.post("/sessions/chat/messages", json={"text": "hold this"})
+    _wait_file(cluster.gate / "entered")
+    assert b.client.get("/sessions/chat").json()["active"] == "chat.1"
+    a.kill()  # SIGKILL mid-run: its connections, and the hold on the session, go with it
+    deadline = time.monotonic() + 20
+    while b.client.get("/sessions/chat").json()["active"] is not None:  # the hold is gone
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (cluster.gate / "open").touch()
+    assert b.client.post("/sessions/chat/messages", json={"text": "next"}).json() == {"runId": "chat.2",
+                                                                                       "queued": False}
+    state = wait_idle(b.client, "chat")
+    assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "interrupted"),
+                                                                   ("chat.2", "completed")]
+    assert _conversation(cluster.url, "chat")[-2:] == [("user", "next"), ("assistant", "echo: next")]
+
+
+def test_serve_workers_shares_one_port_between_processes(cluster):
+    (server,) = cluster(1, workers=2)
+    workers = _worker_pids(server.proc.pid)
+    assert len(workers) == 2
+    sessions = [f"w{i}" for i in range(8)]
+    for sid in sessions:
+        assert server.client.post("/sessions", json={"sessionId": sid}).status_code == 201
+    streams = {sid: SSEReader(f"{server.url}/sessions/{sid}/events") for sid in sessions}
+    try:
+        for k in range(2):
+            for sid in sessions:  # a new connection each: the kernel hands them to either worker
+                with httpx.Client(base_url=server.url, headers=AUTH) as c:
+                    assert c.post(f"/sessions/{sid}/messages", json={"text": f"{sid}-{k}"}).status_code == 202
+        for sid, stream in streams.items():
+            frames = stream.wait(lambda fs, sid=sid: any(
+                d.get("kind") == "delta.text" and d["text"] == f"{sid}-1" for _, d in fs), timeout=30)
+            assert [s for s, _ in frames] == list(range(len(frames)))
+    finally:
+        for stream in streams.values():
+            stream.close()
+    owners = set()
+    import sessionkit as sk
+
+    with sk.open_store(cluster.url) as store:
+        for sid in sessions:
+            owners.update(v["owner"] for _, v in store._records(sid, "server.status"))
+    assert owners  # each owner is "host:pid" of a worker process
+    assert {int(o.rsplit(":", 1)[1]) for o in owners} <= workers
+
+
+def _worker_pids(parent: int) -> set[int]:
+    """The pids of uvicorn's worker processes under ``parent`` (read from /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and "spawn_main" in cmdline:
+            found.add(int(entry.name))
+    return found
+
+
+def test_workers_above_one_need_postgresql(tmp_path):
+    env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN)
+    (tmp_path / "workers_agent.py").write_text(AGENT)
+    out = subprocess.run([sys.executable, "-m", "sessionkit", "serve", "--store", str(tmp_path / "x.db"),
+                          "--agent", "workers_agent:agent", "--workers", "2"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "--workers above 1 needs a PostgreSQL store" in out.stderr
+    assert not (tmp_path / "x.db").exists()
