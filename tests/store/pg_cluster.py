@@ -76,7 +76,7 @@ class Cluster:
     and tests run several times faster. The benchmark keeps the server's defaults.
     """
 
-    def __init__(self, bindir: str | None = None, *, durable: bool = False):
+    def __init__(self, bindir: str | None = None, *, durable: bool = False, stop_at_exit: bool = True):
         self.bindir = bindir or find_bindir()
         if self.bindir is None:
             raise Unavailable(
@@ -84,6 +84,7 @@ class Cluster:
                 "(apt-get install -y postgresql) or set SESSIONKIT_PG_URL"
             )
         self.durable = durable
+        self.stop_at_exit = stop_at_exit
         self.root: str | None = None
         self.port: int | None = None
         self._user: str | None = None
@@ -133,7 +134,8 @@ class Cluster:
             out = self._run([os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.root, "log"),
                              "-w", "-t", "60", "-o", opts, "start"])
             if out.returncode == 0:
-                atexit.register(self.stop)
+                if self.stop_at_exit:
+                    atexit.register(self.stop)
                 return self
             last = self._log_tail() or out.stderr.strip() or out.stdout.strip()
         self._remove()
@@ -264,3 +266,40 @@ if pytest is not None:
     def pg_store_url(pg_url):
         """``new()`` -> a URL for a fresh, empty store."""
         return new_store_url
+
+
+# ---------------------------------------------------------------------------
+# for CI: one cluster for the whole run, started before the tests and stopped after
+
+def _main(argv: list[str]) -> int:
+    """``start`` prints ``<folder> <url>`` of a new cluster (with a database for the tests);
+    ``stop <folder>`` stops that cluster and removes its folder."""
+    import json
+    import sys
+
+    if argv[:1] == ["start"]:
+        cluster = Cluster(stop_at_exit=False).start()
+        try:
+            _admin(cluster.url("postgres"), "CREATE DATABASE sessionkit_tests")
+        except BaseException:
+            cluster.stop()
+            raise
+        with open(os.path.join(cluster.root, "cluster.json"), "w") as f:
+            json.dump({"bindir": cluster.bindir, "user": cluster._user}, f)
+        print(cluster.root, cluster.url("sessionkit_tests"))
+        return 0
+    if argv[:1] == ["stop"] and len(argv) == 2:
+        with open(os.path.join(argv[1], "cluster.json")) as f:
+            saved = json.load(f)
+        cluster = Cluster(saved["bindir"], stop_at_exit=False)
+        cluster.root, cluster._user = argv[1], saved["user"]
+        cluster.stop()
+        return 0
+    print("usage: pg_cluster.py start | stop FOLDER", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(_main(sys.argv[1:]))
