@@ -17,6 +17,14 @@ else the machine is doing (the load average is printed too).
     python benchmarks/server_load.py                      # 50 clients x 20 messages
     python benchmarks/server_load.py --clients 10 --messages 5 --transport ws
 
+With ``--store postgresql`` (a throwaway PostgreSQL cluster, started here with the
+server's default durability) or ``--store postgresql://...``, ``--servers N`` runs N
+server processes on the one store. Client *i* then follows its event stream on
+server *i+1* and sends its *k*-th message to server *i+k*, so every stream shows runs
+another process drives and each pair of messages sent at once goes to two servers.
+
+    python benchmarks/server_load.py --store postgresql --servers 2
+
 Bounded: the whole run stops with an error after ``--timeout`` seconds.
 """
 
@@ -86,9 +94,11 @@ def serve(store_path: str, replies: int) -> None:
 
 
 class Client:
-    def __init__(self, index: int, base: str, messages: int, transport: str) -> None:
+    def __init__(self, index: int, bases: list[str], messages: int, transport: str) -> None:
         self.sid = f"load-{index:03d}"
-        self.base = base
+        self.index = index
+        self.bases = bases
+        self.base = bases[(index + 1) % len(bases)]  # where its event stream is read
         self.count = messages
         self.transport = transport
         self.sent: list[str] = []
@@ -132,9 +142,10 @@ class Client:
                 self._ws_replies.put_nowait(data)
 
     async def send(self, http, ws, text: str) -> dict:
+        base = self.bases[(self.index + len(self.sent)) % len(self.bases)]
         self.sent.append(text)
         if ws is None:
-            r = await http.post(f"{self.base}/sessions/{self.sid}/messages", json={"text": text}, headers=AUTH)
+            r = await http.post(f"{base}/sessions/{self.sid}/messages", json={"text": text}, headers=AUTH)
             if r.status_code != 202:
                 raise RuntimeError(f"{self.sid}: {text!r} got {r.status_code} {r.text}")
             answer = r.json()
@@ -180,7 +191,7 @@ class Client:
                 pass
 
 
-async def drive(base: str, clients: list[Client]) -> float:
+async def drive(clients: list[Client]) -> float:
     import httpx
 
     # Idle connections are dropped by the client before uvicorn drops them (after 5 s), so a
@@ -236,6 +247,10 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20, help="messages per client")
     parser.add_argument("--transport", choices=("sse", "ws"), default="sse")
     parser.add_argument("--timeout", type=float, default=180, help="seconds before giving up")
+    parser.add_argument("--store", default="sqlite",
+                        help="sqlite (a temporary file, the default), postgresql (a throwaway cluster) "
+                             "or a postgresql:// URL")
+    parser.add_argument("--servers", type=int, default=1, help="server processes on the store (PostgreSQL)")
     parser.add_argument("--serve", nargs=2, metavar=("STORE", "REPLIES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -243,35 +258,62 @@ def main() -> int:
         return 0
     if not (1 <= args.clients <= 500 and 1 <= args.messages <= 1_000):
         parser.error("keep it bounded: 1-500 clients, 1-1000 messages each")
+    if not 1 <= args.servers <= 16:
+        parser.error("--servers: 1-16")
+    postgres = args.store != "sqlite"
+    if args.servers > 1 and not postgres:
+        parser.error("--servers above 1 needs --store postgresql (a SQLite store is served by one process)")
 
     load_before = os.getloadavg()[0]
     folder = tempfile.mkdtemp(prefix="sessionkit-load-")
-    store_path = os.path.join(folder, "load.db")
+    cluster = None
+    if args.store == "sqlite":
+        store_path = os.path.join(folder, "load.db")
+    elif args.store == "postgresql":
+        sys.path.insert(0, str(HERE.parent / "tests" / "store"))
+        from pg_cluster import Cluster  # tests/store/pg_cluster.py
+
+        cluster = Cluster(durable=True).start()
+        store_path = cluster.url("postgres") + f"?schema=load_{os.getpid()}"
+    else:
+        store_path = args.store + ("&" if "?" in args.store else "?") + f"schema=load_{os.getpid()}"
     replies = args.clients * args.messages + 10
     env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
-    server = subprocess.Popen([sys.executable, __file__, "--serve", store_path, str(replies)],
-                              stdout=subprocess.PIPE, env=env)
-    startup_cpu = None
+    if postgres:
+        import sessionkit as sk
+
+        sk.open_store(store_path).close()  # the tables, before the servers start together
+    servers = [subprocess.Popen([sys.executable, __file__, "--serve", store_path, str(replies)],
+                                stdout=subprocess.PIPE, env=env) for _ in range(args.servers)]
+    startup_cpu: list[float] = []
     try:
-        port_text, startup_cpu = server.stdout.readline().split()
-        port = int(port_text)
-        base = f"http://127.0.0.1:{port}"
-        _wait_for(base)
-        clients = [Client(i, base, args.messages, args.transport) for i in range(args.clients)]
+        bases = []
+        for server in servers:
+            port_text, cpu_text = server.stdout.readline().split()
+            startup_cpu.append(float(cpu_text))
+            bases.append(f"http://127.0.0.1:{int(port_text)}")
+        for base in bases:
+            _wait_for(base)
+        clients = [Client(i, bases, args.messages, args.transport) for i in range(args.clients)]
         cpu_before = _cpu()
-        elapsed = asyncio.run(asyncio.wait_for(drive(base, clients), args.timeout))
+        elapsed = asyncio.run(asyncio.wait_for(drive(clients), args.timeout))
         client_cpu = _cpu() - cpu_before
     finally:
-        server_cpu = _server_cpu(server) - float(startup_cpu or "nan")
+        server_cpu = sum(_server_cpu(server) for server in servers) - (
+            sum(startup_cpu) if len(startup_cpu) == len(servers) else float("nan"))
     load_after = os.getloadavg()[0]
     try:
         result = check(store_path, clients)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        if cluster is not None:
+            cluster.stop()
     sent = sum(len(c.sent) for c in clients)
     latencies = sorted(x for c in clients for x in c.latencies)
     print(f"sessionkit server load test ({platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, {args.transport.upper()}, SQLite file store, scripted model)")
+          f"{os.cpu_count()} CPUs, {args.transport.upper()}, "
+          f"{'PostgreSQL store, ' + str(args.servers) + ' server process(es)' if postgres else 'SQLite file store'}, "
+          f"scripted model)")
     print(f"  clients x messages      {args.clients} x {args.messages} = {sent} messages, "
           f"{result['queued']} sent to a busy session, {sent - result['runs']} joined a run, {result['runs']} runs")
     print(f"  wall time               {elapsed:.2f} s")
