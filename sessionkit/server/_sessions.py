@@ -640,7 +640,13 @@ class SessionManager:
                 await self._checkpoint(state)
                 item = self._next_item(state)
                 if item is None and self.shared and not (state.stopping or self.closing):
-                    item = await self._last_look(state)
+                    try:
+                        item = await self._last_look(state)
+                    except Rejected:  # other workers held the session too long; what they
+                        # queued stays pending and rides with the session's next run
+                        log.warning("session %r: could not look for queued messages before going idle",
+                                    state.public_id)
+                        item = None
         finally:
             state.running = state.accepting = False
             state.task = None
