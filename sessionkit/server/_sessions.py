@@ -549,6 +549,7 @@ class SessionManager:
                     if state.task is None:
                         self._release_run(state)
                     raise
+                self._write_status(state)  # before answering: every worker now reports the run
                 self._absorb(state)  # messages a dead owner accepted and never ran
                 return answer
 

@@ -264,6 +264,9 @@ def test_a_killed_worker_s_run_is_closed_and_another_worker_carries_on(cluster):
     a.client.post("/sessions/chat/messages", json={"text": "hold this"})
     _wait_file(cluster.gate / "entered")
     assert b.client.get("/sessions/chat").json()["active"] == "chat.1"
+    os.killpg(a.proc.pid, signal.SIGSTOP)  # frozen: it still holds the session but takes nothing
+    assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.1",
+                                                                                      "queued": True}
     a.kill()  # SIGKILL mid-run: its connections, and the hold on the session, go with it
     deadline = time.monotonic() + 20
     while b.client.get("/sessions/chat").json()["active"] is not None:  # the hold is gone
@@ -275,7 +278,11 @@ def test_a_killed_worker_s_run_is_closed_and_another_worker_carries_on(cluster):
     state = wait_idle(b.client, "chat")
     assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "interrupted"),
                                                                    ("chat.2", "completed")]
-    assert _conversation(cluster.url, "chat")[-2:] == [("user", "next"), ("assistant", "echo: next")]
+    # what the dead worker had accepted but never ran rides with the next run
+    assert [(m["text"], m["runId"]) for m in state["messages"]] == [
+        ("hold this", "chat.1"), ("two", "chat.2"), ("next", "chat.2")]
+    assert _conversation(cluster.url, "chat")[-4:] == [("user", "next"), ("assistant", "echo: next"),
+                                                        ("user", "two"), ("assistant", "echo: two")]
 
 
 def test_serve_workers_shares_one_port_between_processes(cluster):
