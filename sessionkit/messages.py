@@ -19,7 +19,6 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -129,11 +128,29 @@ def validate(message: Any) -> None:
         raise InvalidMessage(f"message {mid!r}: field 'createdAt' must be an ISO 8601 string")
 
 
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+if json.encoder.c_make_encoder is not None:
+    # The C encoder, built once: json.dumps builds a JSONEncoder and a C encoder on every
+    # call, and this runs for each append. Without a markers dict it skips the cycle
+    # check, which a shared dict could not do safely; a cycle ends in RecursionError.
+    _c_encoder = json.encoder.c_make_encoder(
+        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+
+    def _encode(value: Any) -> str:
+        return "".join(_c_encoder(value, 0))
+else:
+    _encode = _encoder.encode
+# The decoder's scanner, called directly on JSON that dumps() wrote (no surrounding
+# whitespace to skip); json.loads would add three Python calls and two regex matches.
+_scan = json.JSONDecoder().scan_once
+
+
 def dumps(value: Any) -> str:
     """Canonical compact JSON; ``TypeError`` for anything JSON cannot encode (sets, NaN...)."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except ValueError as exc:  # NaN / infinity / circular reference
+        return _encode(value)
+    except (ValueError, RecursionError) as exc:  # NaN / infinity / a cycle or too deep
         raise TypeError(f"message is not JSON-encodable: {exc}") from exc
     except TypeError as exc:
         raise TypeError(f"message is not JSON-encodable: {exc}") from exc
@@ -150,8 +167,13 @@ def message_text(message: dict) -> str:
     return "\n\n".join(out)
 
 
-def _countable_strings(message: dict):
-    for part in message.get("parts") or ():
+def _is_tool(ptype: Any) -> bool:
+    return isinstance(ptype, str) and (ptype.startswith("tool-") or ptype == "dynamic-tool")
+
+
+def _countable_strings(message: dict, tool_json: dict | None = None):
+    """Text, reasoning and tool I/O; ``tool_json`` may hold the I/O already encoded (see _encode_message)."""
+    for i, part in enumerate(message.get("parts") or ()):
         if not isinstance(part, dict):
             continue
         ptype = part.get("type")
@@ -159,33 +181,119 @@ def _countable_strings(message: dict):
             text = part.get("text")
             if isinstance(text, str):
                 yield text
-        elif isinstance(ptype, str) and (ptype.startswith("tool-") or ptype == "dynamic-tool"):
+        elif _is_tool(ptype):
             for key in ("input", "output"):
                 if key in part and part[key] is not None:
                     value = part[key]
-                    yield value if isinstance(value, str) else dumps(value)
+                    if isinstance(value, str):
+                        yield value
+                    else:
+                        yield dumps(value) if tool_json is None else tool_json[i, key]
 
 
-def estimate_tokens(message: dict) -> int:
+# dumps() of str keys, as the encoder writes them inside an object.
+_encode_key = json.encoder.encode_basestring
+
+
+def _encode_message(message: dict) -> tuple[str, dict]:
+    """``dumps(message)``, and ``{(part index, key): JSON}`` for each tool input and output
+    that is not a string (the token estimate counts their JSON).
+
+    Tool results are often most of a message, so the objects around them are joined
+    from pieces encoded once (in one join: the results are long): an object encodes as
+    ``{`` + ``"key":value`` pairs joined by ``,`` + ``}``, the text the encoder writes
+    for the whole message.
+    """
+    parts = message["parts"]
+    tool_json = {}
+    for i, part in enumerate(parts):
+        if _is_tool(part.get("type")):
+            for key in ("input", "output"):
+                value = part.get(key)
+                if value is not None and not isinstance(value, str):
+                    tool_json[i, key] = dumps(value)
+    if not tool_json or any(type(k) is not str for k in message):  # the encoder converts other keys
+        return dumps(message), tool_json
+    out = []
+    for k, v in message.items():
+        out.append("," if out else "{")
+        out.append(_encode_key(k))
+        out.append(":")
+        if k != "parts":
+            out.append(dumps(v))
+            continue
+        for i, part in enumerate(parts):
+            out.append("," if i else "[")
+            if (i, "input") not in tool_json and (i, "output") not in tool_json:
+                out.append(dumps(part))
+                continue
+            if any(type(pk) is not str for pk in part):
+                return dumps(message), tool_json
+            first = True
+            for pk, pv in part.items():
+                out.append("{" if first else ",")
+                first = False
+                out.append(_encode_key(pk))
+                out.append(":")
+                out.append(tool_json[i, pk] if (i, pk) in tool_json else dumps(pv))
+            out.append("}")
+        out.append("]" if parts else "[]")
+    out.append("}")
+    return "".join(out), tool_json
+
+
+# ASCII whitespace (as str.split() sees it) -> b" ", every other byte -> b"x".
+_WORD_BYTES = bytes(32 if chr(i).isspace() else 120 for i in range(256))
+
+
+def _count_words(text: str) -> int:
+    """``len(text.split())`` without building the list: ASCII text (the common case, and an
+    O(1) check) is mapped to spaces and x's, where each word starts with " x" or at 0."""
+    if text.isascii():
+        marks = text.encode("ascii").translate(_WORD_BYTES)
+        return marks.count(b" x") + (marks[:1] == b"x")
+    return len(text.split())
+
+
+def estimate_tokens(message: dict, _tool_json: dict | None = None) -> int:
     """SPEC M6: ``ceil(max(chars / 4, words * 1.3)) + 4`` over text, reasoning and tool I/O."""
     chars = 0
     words = 0
-    for text in _countable_strings(message):
+    for text in _countable_strings(message, _tool_json):
         chars += len(text)
-        words += len(text.split())
+        words += _count_words(text)
     return math.ceil(max(chars / 4, words * 1.3)) + 4
 
 
-@dataclass
 class Prepared:
-    """A validated message ready for storage."""
+    """A validated message ready for storage (made by :func:`prepare`).
 
-    message: dict  # the message as it will read back (createdAt filled in)
-    stored_json: str  # JSON kept in the row: payloads replaced by references
-    blobs: dict[str, bytes] = field(default_factory=dict)  # sha256 hex -> bytes
-    tokens: int = 0
-    bytes: int = 0  # size of the whole message as JSON (what the caller wrote)
-    text: str = ""
+    ``message``, the message as it will read back (createdAt filled in), is decoded
+    from ``full_json`` when first read: an append whose result nobody reads never
+    builds that copy.
+    """
+
+    __slots__ = ("full_json", "stored_json", "blobs", "tokens", "bytes", "text", "id", "role", "created_at",
+                 "_message")
+
+    def __init__(self, *, full_json: str, stored_json: str, blobs: dict[str, bytes], tokens: int, bytes: int,
+                 text: str, id: str, role: str, created_at: str, message: dict | None = None):
+        self.full_json = full_json  # the message as it will read back, as JSON
+        self.stored_json = stored_json  # JSON kept in the row: payloads replaced by references
+        self.blobs = blobs  # sha256 hex -> bytes
+        self.tokens = tokens
+        self.bytes = bytes  # size of the whole message as JSON (what the caller wrote)
+        self.text = text
+        self.id = id
+        self.role = role
+        self.created_at = created_at  # the message's createdAt, as stored
+        self._message = message
+
+    @property
+    def message(self) -> dict:
+        if self._message is None:
+            self._message = _scan(self.full_json, 0)[0]  # a fresh deep copy with JSON semantics
+        return self._message
 
 
 def _b64_canonical(encoded: str) -> bytes | None:
@@ -236,35 +344,44 @@ def prepare(
     """Validate and encode a message for storage (SPEC M2-M6).
 
     The caller's dict is never mutated; the result holds a fresh copy that
-    shares nothing with it. ``created_at`` fills in a missing ``createdAt``.
-    This runs on every append, so it avoids a second encode where it can.
+    shares nothing with it (decoded from the JSON when first read). ``created_at``
+    fills in a missing ``createdAt``. This runs on every append, so it avoids a
+    second encode where it can; the token estimate and text are read from the
+    caller's dict, which holds what the JSON says.
     """
     validate(message)
-    full_json = dumps(message)  # raises TypeError for non-JSON values before anything else
-    msg = json.loads(full_json)  # a fresh deep copy with JSON semantics
-    if strip_metadata_keys and isinstance(msg.get("metadata"), dict):
-        meta = msg["metadata"]
-        if any(k in meta for k in strip_metadata_keys):
+    full_json, tool_json = _encode_message(message)  # TypeError for non-JSON values before anything else
+    msg = None  # the copy, built here only when it must change
+    created = message.get("createdAt")
+    if strip_metadata_keys and isinstance(message.get("metadata"), dict):
+        if any(k in message["metadata"] for k in strip_metadata_keys):
+            msg = _scan(full_json, 0)[0]
+            meta = msg["metadata"]
             for key in strip_metadata_keys:
                 meta.pop(key, None)
             full_json = dumps(msg)
-    if msg.get("createdAt") is None:
-        stamp = created_at or now_iso()
-        if "createdAt" in msg:  # an explicit null
-            msg["createdAt"] = stamp
+    if created is None:
+        created = created_at or now_iso()
+        if "createdAt" in message:  # an explicit null
+            if msg is None:
+                msg = _scan(full_json, 0)[0]
+            msg["createdAt"] = created
             full_json = dumps(msg)
         else:
-            msg["createdAt"] = stamp
+            if msg is not None:
+                msg["createdAt"] = created
             # append the key to the encoded object instead of encoding it all again
-            full_json = full_json[:-1] + ("," if len(full_json) > 2 else "") + '"createdAt":"' + stamp + '"}'
-    size = len(full_json.encode("utf-8"))
+            full_json = full_json[:-1] + ("," if len(full_json) > 2 else "") + '"createdAt":"' + created + '"}'
+    size = len(full_json) if full_json.isascii() else len(full_json.encode("utf-8"))
     if max_bytes is not None and size > max_bytes:
         raise MessageTooLarge(
-            f"message {msg['id']!r} is {size} bytes, over max_message_bytes={max_bytes}"
+            f"message {message['id']!r} is {size} bytes, over max_message_bytes={max_bytes}"
         )
     blobs: dict[str, bytes] = {}
     stored_json = full_json
     if '"file"' in full_json:
+        if msg is None:
+            msg = _scan(full_json, 0)[0]
         stored_parts = []
         changed = False
         for part in msg["parts"]:
@@ -278,13 +395,21 @@ def prepare(
             stored = dict(msg)
             stored["parts"] = stored_parts
             stored_json = dumps(stored)
+    mid, role = message["id"], message["role"]
+    if type(mid) is not str or type(role) is not str or type(created) is not str:
+        msg = msg or _scan(full_json, 0)[0]
+        mid, role, created = msg["id"], msg["role"], msg["createdAt"]  # plain strings, as they read back
     return Prepared(
-        message=msg,
+        full_json=full_json,
         stored_json=stored_json,
         blobs=blobs,
-        tokens=estimate_tokens(msg),
+        tokens=estimate_tokens(message, tool_json),
         bytes=size,
-        text=message_text(msg),
+        text=message_text(message),
+        id=mid,
+        role=role,
+        created_at=created,
+        message=msg,
     )
 
 

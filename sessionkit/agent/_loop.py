@@ -14,6 +14,8 @@ and to test on their own:
 
 from __future__ import annotations
 
+import os
+import time
 import uuid
 from typing import Any
 
@@ -25,8 +27,11 @@ __all__ = ["RunState", "new_message_id", "new_run_id", "message_text"]
 
 
 def new_message_id() -> str:
-    """A fresh message id (random, so ids never collide across processes)."""
-    return "msg_" + uuid.uuid4().hex[:24]
+    """A fresh message id: ``msg_`` and 24 hex digits, the time in milliseconds then 48
+    random bits. A session's ids grow with time, so the store's index of ids takes each
+    new one at its end, where wholly random ids would land on a different page each
+    time; the random part keeps ids of different processes apart."""
+    return "msg_" + format(time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF, "012x") + os.urandom(6).hex()
 
 
 def new_run_id() -> str:

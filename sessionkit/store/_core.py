@@ -79,6 +79,23 @@ class AppendResult:
     inserted: bool
     message: dict
 
+    @classmethod
+    def _stored(cls, prepared) -> "AppendResult":
+        """The result of storing ``prepared`` (a messages.Prepared): ``message`` is its copy,
+        decoded on first read, so an append whose result goes unread never builds it."""
+        result = object.__new__(cls)
+        object.__setattr__(result, "inserted", True)
+        object.__setattr__(result, "_prepared", prepared)
+        return result
+
+    def __getattr__(self, name):  # only for attributes not set: ``message`` of a _stored result
+        prepared = self.__dict__.get("_prepared")
+        if name != "message" or prepared is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        message = prepared.message
+        object.__setattr__(self, "message", message)
+        return message
+
 
 @dataclass(frozen=True)
 class SessionInfo:
@@ -621,9 +638,9 @@ class Session:
         if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
             raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
         prep = self._prepare(message, strip, None)
-        status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep.message))
+        status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
         if status == "inserted":
-            result = AppendResult(True, prep.message)
+            result = AppendResult._stored(prep)
         elif status == "exists":
             node = self._eng().node(self.session_id, prep.message["id"])
             result = AppendResult(False, self._read(node.seq))
@@ -632,7 +649,9 @@ class Session:
         else:
             result = self._write_prepared([prep], parent_id, created_at=None)[0]
         if result.inserted:
-            self._store._emit(ChangeEvent("append", self.session_id, (result.message["id"],), result.message))
+            store = self._store
+            if store._subscribers or hasattr(store._engine, "publish"):  # else nobody gets the event
+                store._emit(ChangeEvent("append", self.session_id, (result.message["id"],), result.message))
             self._maybe_compact()
         return result
 
@@ -670,14 +689,14 @@ class Session:
                 for prep, parent_id, iso in preps:
                     out.append(self._insert_one(eng, prep, parent_id, iso, index))
                 return out
-            rows = [(prep, parent_id, iso or _created_from(prep.message)) for prep, parent_id, iso in preps]
+            rows = [(prep, parent_id, iso or _created_from(prep)) for prep, parent_id, iso in preps]
             results = bulk(self.session_id, rows, index)
             old = [seq for inserted, seq in results if not inserted]
             stored: dict[int, dict] = {}
             for chunk in _chunks(old, _BATCH):
                 stored.update(zip(chunk, self._load(chunk)))
         for (prep, _, _), (inserted, seq) in zip(rows, results):
-            out.append(AppendResult(True, prep.message) if inserted else AppendResult(False, stored[seq]))
+            out.append(AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq]))
         return out
 
     def _prepare(self, message, strip, created_at):
@@ -720,12 +739,12 @@ class Session:
                 if existing is not None:
                     return AppendResult(False, self._read(existing.seq))
                 raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
-        stamp = created_at or _created_from(prep.message)
+        stamp = created_at or _created_from(prep)
         node = eng.w_insert(sid, prep, parent, stamp, index)
         if node is None:
             existing = eng.node(sid, mid)
             return AppendResult(False, self._read(existing.seq))
-        return AppendResult(True, prep.message)  # prepare() made a private copy
+        return AppendResult._stored(prep)  # prepare() made a private copy
 
     def update(self, message: dict) -> dict:
         """Replace the stored content of ``message["id"]`` (its place in the tree stays)."""
@@ -1126,8 +1145,9 @@ class Session:
 # helpers
 
 
-def _created_from(message: dict) -> str:
-    return _msg.normalize_created(message.get("createdAt")) or _msg.now_iso()
+def _created_from(prep) -> str:
+    """The creation time to store for a prepared message (its createdAt, else now)."""
+    return _msg.normalize_created(prep.created_at) or _msg.now_iso()
 
 
 def _unwrap(mid: str, comps: dict[str, Compaction], which: str) -> str:

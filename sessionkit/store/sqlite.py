@@ -8,6 +8,15 @@ present, which is all write order needs; ``AUTOINCREMENT`` would cost an extra
 write per append), with ``UNIQUE(session_id, id)`` giving idempotent inserts. Every row also keeps
 its depth and the running byte and token totals of its path, so path length,
 recent windows and compaction thresholds never walk the whole conversation.
+
+Each index a row enters is one more page written per commit, which is most of an
+append's cost. The latest leaf comes from the index on ``(session_id, seq)``; the
+children index holds branches only: a row whose parent was its session's latest row
+is the next row after it in that order (``branch`` = 0), which is how conversations
+grow, so such an append writes the table, the key index and the order index. A plain
+append is one statement; under the latest leaf it inserts with ``VALUES`` and checks, in
+the same statement, that the session's latest row is still the one this connection last
+wrote there (see _APPEND_AFTER).
 """
 
 from __future__ import annotations
@@ -24,12 +33,43 @@ from ..errors import SchemaVersionError, SessionKitError, StoreLocked
 from . import search as _search
 from ._core import Compaction, Engine, Node, RunRecord, SessionInfo
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Stored JSON longer than this (characters) continues in sessionkit_chunks rows.
 DEFAULT_CHUNK_CHARS = 1 << 20
 
 _NODE = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
+
+# ``branch`` is 0 when the row's parent was its session's latest row as it was written
+# (or it has no parent): such a row is the next one after its parent in the session's
+# ``seq`` order, where the order index finds it, so it needs no entry in the children
+# index. Most rows of a conversation are like that, and each index a row enters is one
+# more page written per commit. The default (1) keeps a row findable through the index
+# whoever writes it. It comes before ``content`` so reading it never reads a long row's
+# overflow pages.
+_MESSAGES_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
+        seq INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        id TEXT NOT NULL,
+        parent_id TEXT,
+        depth INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        tokens INTEGER NOT NULL,
+        path_bytes INTEGER NOT NULL,
+        path_tokens INTEGER NOT NULL,
+        chunks INTEGER NOT NULL DEFAULT 0,
+        branch INTEGER NOT NULL DEFAULT 1,
+        content TEXT NOT NULL
+    )"""
+
+_MESSAGES_INDEXES = [
+    "CREATE UNIQUE INDEX IF NOT EXISTS sessionkit_messages_key ON sessionkit_messages(session_id, id)",
+    "CREATE INDEX IF NOT EXISTS sessionkit_messages_order ON sessionkit_messages(session_id, seq)",
+    "CREATE INDEX IF NOT EXISTS sessionkit_messages_branches ON sessionkit_messages(session_id, parent_id) "
+    "WHERE branch = 1",
+]
 
 _RECORDS_TABLE = """CREATE TABLE IF NOT EXISTS sessionkit_records (
         session_id TEXT NOT NULL,
@@ -44,24 +84,8 @@ _SCHEMA = [
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
     )""",
-    """CREATE TABLE IF NOT EXISTS sessionkit_messages (
-        seq INTEGER PRIMARY KEY,
-        session_id TEXT NOT NULL,
-        id TEXT NOT NULL,
-        parent_id TEXT,
-        depth INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        bytes INTEGER NOT NULL,
-        tokens INTEGER NOT NULL,
-        path_bytes INTEGER NOT NULL,
-        path_tokens INTEGER NOT NULL,
-        chunks INTEGER NOT NULL DEFAULT 0,
-        content TEXT NOT NULL
-    )""",
-    "CREATE UNIQUE INDEX IF NOT EXISTS sessionkit_messages_key ON sessionkit_messages(session_id, id)",
-    "CREATE INDEX IF NOT EXISTS sessionkit_messages_children ON sessionkit_messages(session_id, parent_id)",
-    "CREATE INDEX IF NOT EXISTS sessionkit_messages_order ON sessionkit_messages(session_id, seq)",
+    _MESSAGES_TABLE.format(name="sessionkit_messages"),
+    *_MESSAGES_INDEXES,
     """CREATE TABLE IF NOT EXISTS sessionkit_chunks (
         seq INTEGER NOT NULL,
         n INTEGER NOT NULL,
@@ -116,16 +140,6 @@ _SCHEMA = [
     _RECORDS_TABLE,
 ]
 
-# Upgrades from an older schema version to the next one: {from_version: [statements]}.
-_MIGRATIONS: dict[int, list[str]] = {
-    1: [_RECORDS_TABLE],  # 2: internal records kept beside a session (the HTTP server's tables)
-}
-
-
-_INSERT = """INSERT OR IGNORE INTO sessionkit_messages
-    (session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens, chunks, content)
-    """
-
 _FTS_TRIGGERS = [
     """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_insert AFTER INSERT ON sessionkit_messages
        WHEN new.chunks = 0 BEGIN
@@ -140,6 +154,99 @@ _FTS_TRIGGERS = [
            SELECT new.seq, sessionkit_index_text(new.content) WHERE new.chunks = 0;
        END""",
 ]
+
+
+def _upgrade_to_3(db: sqlite3.Connection) -> None:
+    """Version 3: the ``branch`` column and the partial children index (see _MESSAGES_TABLE).
+
+    The table is rebuilt so ``branch`` sits before ``content``. Every row keeps its
+    ``seq``, so search index rows, continuation rows and payload references stay valid.
+    """
+    built = db.execute("SELECT value FROM sessionkit_meta WHERE key='index_built'").fetchone()
+    db.execute(_MESSAGES_TABLE.format(name="sessionkit_messages_v3"))
+    db.execute(
+        """INSERT INTO sessionkit_messages_v3 (seq, session_id, id, parent_id, depth, role, created_at, bytes,
+               tokens, path_bytes, path_tokens, chunks, branch, content)
+           SELECT seq, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes,
+               path_tokens, chunks,
+               parent_id IS NOT NULL AND parent_id IS NOT (
+                   SELECT p.id FROM sessionkit_messages p WHERE p.session_id = m.session_id AND p.seq < m.seq
+                   ORDER BY p.seq DESC LIMIT 1),
+               content
+           FROM sessionkit_messages m ORDER BY seq"""
+    )
+    db.execute("DROP TABLE sessionkit_messages")  # its indexes and search triggers go with it
+    db.execute("ALTER TABLE sessionkit_messages_v3 RENAME TO sessionkit_messages")
+    for stmt in _MESSAGES_INDEXES:
+        db.execute(stmt)
+    if built is not None and built[0] == "1":
+        for stmt in _FTS_TRIGGERS:
+            db.execute(stmt)
+
+
+# Upgrades from an older schema version to the next one: {from_version: [statements or
+# functions of the connection]}, run in the transaction that opens the store.
+_MIGRATIONS: dict[int, list] = {
+    1: [_RECORDS_TABLE],  # 2: internal records kept beside a session (the HTTP server's tables)
+    2: [_upgrade_to_3],  # 3: rows that follow their parent stay out of the children index
+}
+
+#: The children of :mid in session :sid, oldest first.
+_CHILDREN = f"""SELECT {_NODE} FROM sessionkit_messages WHERE session_id = :sid AND parent_id = :mid AND branch = 1
+    UNION ALL
+    SELECT {_NODE} FROM (
+        SELECT {_NODE}, branch FROM sessionkit_messages
+        WHERE session_id = :sid AND seq > (SELECT seq FROM sessionkit_messages WHERE session_id = :sid AND id = :mid)
+        ORDER BY seq LIMIT 1
+    ) WHERE parent_id = :mid AND branch = 0
+    ORDER BY seq"""
+
+#: ``down(seq, id)``: the rows whose ids are in the JSON list :ids and all their descendants.
+#: A row's children: those in the children index, and the next row of its session when
+#: that one follows it (branch = 0, see _MESSAGES_TABLE). Both are named (INDEXED BY,
+#: the unary +) because without table statistics SQLite may otherwise scan the whole
+#: session at each step.
+_DESCENDANTS = """WITH RECURSIVE down(seq, id) AS (
+    SELECT seq, id FROM sessionkit_messages
+      WHERE session_id = :sid AND id IN (SELECT value FROM json_each(:ids))
+    UNION
+    SELECT m.seq, m.id FROM down JOIN sessionkit_messages AS m ON m.seq IN (
+        SELECT c.seq FROM sessionkit_messages AS c INDEXED BY sessionkit_messages_branches
+          WHERE c.session_id = :sid AND c.parent_id = down.id AND c.branch = 1
+        UNION ALL
+        SELECT min(x.seq) FROM sessionkit_messages AS x INDEXED BY sessionkit_messages_order
+          WHERE x.session_id = :sid AND x.seq > down.seq
+      ) AND +m.parent_id = down.id
+)"""
+
+_INSERT = """INSERT OR IGNORE INTO sessionkit_messages (session_id, id, parent_id, depth, role, created_at, bytes,
+    tokens, path_bytes, path_tokens, chunks, branch, content) """
+
+# append_simple's statements; parameters ?1 session, ?2 id, ?3 role, ?4 created_at,
+# ?5 bytes, ?6 tokens, ?7 JSON, then each statement's own.
+_APPEND_ROOT = _INSERT + "VALUES (?1, ?2, NULL, 0, ?3, ?4, ?5, ?6, ?5, ?6, 0, 0, ?7)"
+# Under the latest row: it follows its parent (branch 0). The empty session gives a root.
+# (max() is one seek in the order index; a LIMIT 1 subquery joined in costs more.)
+_APPEND_LATEST = _INSERT + """SELECT ?1, ?2, p.id, coalesce(p.depth + 1, 0), ?3, ?4, ?5, ?6,
+    coalesce(p.path_bytes, 0) + ?5, coalesce(p.path_tokens, 0) + ?6, 0, 0, ?7
+    FROM (SELECT max(seq) AS seq FROM sessionkit_messages WHERE session_id = ?1) AS last
+    LEFT JOIN sessionkit_messages AS p ON p.seq = last.seq"""
+# Under the latest row as this connection last wrote it, (?8 seq, ?9 id, ?10 depth,
+# ?11 path bytes, ?12 path tokens): when the session's latest row is no longer exactly
+# that, depth is NULL and the row is ignored (the caller falls back to _APPEND_LATEST).
+# Reading the parent in a subquery of VALUES spares the temporary copy of the row
+# that INSERT ... SELECT makes when it reads the table it writes.
+_APPEND_AFTER = _INSERT + """VALUES (?1, ?2, ?9,
+    CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
+               WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?8, ?9, ?10, ?11, ?12) THEN ?10 + 1 END,
+    ?3, ?4, ?5, ?6, ?11 + ?5, ?12 + ?6, 0, 0, ?7)"""
+# What _APPEND_LATEST wrote, for _tails, in the same statement where SQLite has RETURNING.
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
+_TAIL_RETURNED = " RETURNING seq, id, depth, path_bytes, path_tokens"
+# Under a given parent (?8 its id): no row when it does not exist.
+_APPEND_UNDER = _INSERT + """SELECT ?1, ?2, p.id, p.depth + 1, ?3, ?4, ?5, ?6, p.path_bytes + ?5,
+    p.path_tokens + ?6, 0, p.seq <> (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1), ?7
+    FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?8"""
 
 
 def _index_json(content: str) -> str:
@@ -161,6 +268,10 @@ class SQLiteEngine(Engine):
         self._lock = threading.RLock()
         self._depth = 0
         self._index_on = False
+        # session -> (seq, id, depth, path_bytes, path_tokens) of the last row append_simple
+        # wrote there: the next append under the latest row checks it in its statement
+        # (_APPEND_AFTER), so a stale entry costs a retry, never a wrong parent.
+        self._tails: dict[str, tuple] = {}
         if self.path is not None:
             parent = Path(self.path).parent
             if not parent.is_dir():
@@ -218,7 +329,10 @@ class SQLiteEngine(Engine):
                     else:
                         for v in range(version, SCHEMA_VERSION):
                             for stmt in _MIGRATIONS.get(v, []):
-                                db.execute(stmt)
+                                if isinstance(stmt, str):
+                                    db.execute(stmt)
+                                else:
+                                    stmt(db)
                         db.execute("UPDATE sessionkit_meta SET value = ? WHERE key = 'schema_version'",
                                    (str(SCHEMA_VERSION),))
         except sqlite3.DatabaseError as exc:
@@ -253,6 +367,7 @@ class SQLiteEngine(Engine):
                 return
             self._db.execute("BEGIN IMMEDIATE")
             self._depth = 1
+            self._tails.clear()  # this transaction may move any session's latest row
             try:
                 yield self
             except BaseException:
@@ -283,10 +398,7 @@ class SQLiteEngine(Engine):
         return None if row is None else Node(*row)
 
     def children(self, sid, mid):
-        rows = self._q(
-            f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? AND parent_id=? ORDER BY seq", (sid, mid)
-        )
-        return [Node(*r) for r in rows]
+        return [Node(*r) for r in self._q(_CHILDREN, {"sid": sid, "mid": mid})]
 
     def nodes(self, sid):
         rows = self._q(f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? ORDER BY seq", (sid,))
@@ -471,12 +583,13 @@ class SQLiteEngine(Engine):
             pb = parent.path_bytes + prep.bytes
             pt = parent.path_tokens + prep.tokens
             pid = parent.id
-        msg = prep.message
+        # A row follows its parent (branch 0) when the parent is the session's latest row.
         cur = db.execute(
-            """INSERT OR IGNORE INTO sessionkit_messages
-               (session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,
-                chunks, content) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)""",
-            (sid, msg["id"], pid, depth, msg["role"], created_at, prep.bytes, prep.tokens, pb, pt, nchunks, head),
+            _INSERT + """VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,
+                ?12 IS NOT NULL AND ?12 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),
+                ?13)""",
+            (sid, prep.id, pid, depth, prep.role, created_at, prep.bytes, prep.tokens, pb, pt, nchunks,
+             None if parent is None else parent.seq, head),
         )
         if cur.rowcount == 0:
             return None
@@ -490,7 +603,7 @@ class SQLiteEngine(Engine):
             self._put_blobs(seq, prep.blobs)
         if nchunks and self._flag_in_tx():  # the trigger skips rows whose JSON continues elsewhere
             db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
-        return Node(seq, msg["id"], pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, msg["role"])
+        return Node(seq, prep.id, pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, prep.role)
 
     def _put_blobs(self, seq, blobs):
         db = self._db
@@ -541,13 +654,10 @@ class SQLiteEngine(Engine):
             self._put_blobs(node.seq, prep.blobs)
         if db_ or dt:
             db.execute(
-                """WITH RECURSIVE down(id) AS (
-                       SELECT id FROM sessionkit_messages WHERE session_id=? AND parent_id=?
-                       UNION ALL
-                       SELECT m.id FROM down JOIN sessionkit_messages m ON m.session_id=? AND m.parent_id=down.id
-                   ) UPDATE sessionkit_messages SET path_bytes=path_bytes+?, path_tokens=path_tokens+?
-                     WHERE session_id=? AND id IN (SELECT id FROM down)""",
-                (sid, node.id, sid, db_, dt, sid),
+                _DESCENDANTS + """ UPDATE sessionkit_messages
+                    SET path_bytes = path_bytes + :db, path_tokens = path_tokens + :dt
+                    WHERE seq IN (SELECT seq FROM down WHERE seq <> :seq)""",
+                {"sid": sid, "ids": json.dumps([node.id]), "seq": node.seq, "db": db_, "dt": dt},
             )
         if nchunks and self._flag_in_tx():
             db.execute("DELETE FROM sessionkit_fts WHERE rowid=?", (node.seq,))
@@ -556,13 +666,8 @@ class SQLiteEngine(Engine):
 
     def w_descendants(self, sid, mids):
         rows = self._db.execute(
-            f"""WITH RECURSIVE down(id) AS (
-                    SELECT value FROM json_each(?)
-                    UNION
-                    SELECT m.id FROM down JOIN sessionkit_messages m ON m.session_id=? AND m.parent_id=down.id
-                ) SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? AND id IN (SELECT id FROM down)
-                ORDER BY seq""",
-            (json.dumps(mids), sid, sid),
+            _DESCENDANTS + f" SELECT {_NODE} FROM sessionkit_messages WHERE seq IN (SELECT seq FROM down) ORDER BY seq",
+            {"sid": sid, "ids": json.dumps(mids)},
         ).fetchall()
         return [Node(*r) for r in rows]
 
@@ -643,37 +748,47 @@ class SQLiteEngine(Engine):
     def append_simple(self, sid, prep, parent_id, created_at):
         if prep.blobs or len(prep.stored_json) > self._chunk:
             return NotImplemented
-        msg = prep.message
-        params = {
-            "sid": sid, "id": msg["id"], "role": msg["role"], "created": created_at,
-            "bytes": prep.bytes, "tokens": prep.tokens, "content": prep.stored_json, "pid": parent_id,
-        }
         # One statement (its own transaction): the parent's place is read and the row
         # written atomically, so this needs no BEGIN/COMMIT round trips.
-        if parent_id is None:
-            sql = _INSERT + "VALUES (:sid, :id, NULL, 0, :role, :created, :bytes, :tokens, :bytes, :tokens, 0, :content)"
-        else:
-            source = (
-                "(SELECT id, depth, path_bytes, path_tokens FROM sessionkit_messages "
-                "WHERE session_id = :sid ORDER BY seq DESC LIMIT 1)"
-                if isinstance(parent_id, str) is False
-                else "(SELECT id, depth, path_bytes, path_tokens FROM sessionkit_messages "
-                "WHERE session_id = :sid AND id = :pid)"
-            )
-            sql = _INSERT + (
-                "SELECT :sid, :id, p.id, coalesce(p.depth + 1, 0), :role, :created, :bytes, :tokens, "
-                "coalesce(p.path_bytes, 0) + :bytes, coalesce(p.path_tokens, 0) + :tokens, 0, :content "
-                f"FROM (SELECT 1) AS one LEFT JOIN {source} AS p ON 1"
-            )
-            if isinstance(parent_id, str):
-                sql += " WHERE p.id IS NOT NULL"
+        params = (sid, prep.id, prep.role, created_at, prep.bytes, prep.tokens, prep.stored_json)
         with self._lock:
-            cur = self._db.execute(sql, params)
-            if cur.rowcount == 1:
+            if parent_id is None:
+                inserted = self._db.execute(_APPEND_ROOT, params).rowcount == 1
+            elif isinstance(parent_id, str):
+                inserted = self._db.execute(_APPEND_UNDER, params + (parent_id,)).rowcount == 1
+            else:
+                inserted = self._append_latest(sid, prep, params)
+            if inserted:
+                if parent_id is None or isinstance(parent_id, str):
+                    self._tails.pop(sid, None)
                 return "inserted"
-            if self.node(sid, msg["id"]) is not None:
+            if self.node(sid, prep.id) is not None:
                 return "exists"
             return "no-parent"
+
+    def _append_latest(self, sid, prep, params) -> bool:
+        """append_simple under the session's latest row; keeps ``_tails``."""
+        db = self._db
+        tail = self._tails.get(sid)
+        if tail is not None:
+            cur = db.execute(_APPEND_AFTER, params + tail)
+            if cur.rowcount == 1:
+                self._tails[sid] = (cur.lastrowid, prep.id, tail[2] + 1, tail[3] + prep.bytes, tail[4] + prep.tokens)
+                return True
+        if _RETURNING:
+            rows = db.execute(_APPEND_LATEST + _TAIL_RETURNED, params).fetchall()  # all: the statement ends
+            row = rows[0] if rows else None
+        else:
+            cur = db.execute(_APPEND_LATEST, params)
+            row = cur.rowcount == 1 and db.execute(
+                "SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages WHERE seq = ?",
+                (cur.lastrowid,)).fetchone()
+        if not row:
+            return False
+        if len(self._tails) >= 4096:  # a bound: the sessions written most recently gain
+            self._tails.clear()
+        self._tails[sid] = tuple(row)
+        return True
 
     def w_run_begin(self, sid, run_id, input, started_at):
         n = self._db.execute("SELECT coalesce(max(n), 0) + 1 FROM sessionkit_runs WHERE session_id=?",
