@@ -342,7 +342,7 @@ class SessionServer:
             body += chunk
             if len(body) > self.max_body_bytes:
                 raise Rejected(413, "body_too_large")
-        if not body.strip():
+        if not body:  # nothing at all; whitespace alone is a body that is not JSON
             return _EMPTY
         try:
             return json.loads(body)

@@ -610,11 +610,23 @@ class SessionManager:
     # ------------------------------------------------------------------ runs
 
     async def _drive(self, state: SessionState, item: _Item | None) -> None:
-        """Run the session's runs one after another while messages keep coming."""
+        """Run the session's runs one after another while messages keep coming.
+
+        ``active_runs`` counts runs in progress: _start counted the first; a later one,
+        for messages already accepted, waits for a free place rather than being refused.
+        """
+        counted = True
         try:
             while item is not None:
+                while not counted and self.active_runs >= self.max_concurrent_runs:
+                    if state.stopping or self.closing:
+                        break
+                    await asyncio.sleep(0.01)
                 if state.stopping or self.closing:
                     break
+                if not counted:
+                    self.active_runs += 1
+                    counted = True
                 state.running = state.accepting = True
                 state.turn_had_tools = False
                 state.current_input = item.text
@@ -636,6 +648,8 @@ class SessionManager:
                     log.exception("session %r: run %s failed", state.public_id, state.run_n)
                 finally:
                     state.running = state.accepting = False
+                    self.active_runs -= 1  # the run is over: its place is free for any session
+                    counted = False
                     if state.holds_run:
                         self._write_status(state)
                 await self._checkpoint(state)
@@ -651,7 +665,8 @@ class SessionManager:
         finally:
             state.running = state.accepting = False
             state.task = None
-            self.active_runs -= 1
+            if counted:
+                self.active_runs -= 1
             if state.holds_run:
                 self._write_status(state)
                 self._release_run(state)

@@ -144,6 +144,9 @@ def test_bad_message_bodies_get_400(serve, store):
             assert r.status_code == 400 and r.json()["error"] == "invalid_body", body
         r = c.post("/sessions", content=b"[]", headers={"Content-Type": "application/json"})
         assert r.status_code == 400
+        for blank in (b"\n", b"  "):  # whitespace is a body, and not JSON: only no body mints an id
+            r = c.post("/sessions", content=blank, headers={"Content-Type": "application/json"})
+            assert (r.status_code, r.json()["error"]) == (400, "invalid_body"), blank
         assert c.get("/sessions/s").json()["messages"] == []
 
 
