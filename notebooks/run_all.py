@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sessionkit._lab import _kernel_spec  # the same kernel spec JupyterLab's demo uses
+
 HERE = Path(__file__).resolve().parent
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -82,14 +84,7 @@ def kernel_env(base: Path) -> dict[str, str]:
         path = base / sub
         path.mkdir(parents=True, exist_ok=True)
         env[var] = str(path)
-    spec = base / "path" / "kernels" / "python3"
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-        "metadata": {"debugger": True},
-    }))
+    _kernel_spec(base / "path")
     env["JUPYTER_PATH"] = str(base / "path")
     env["JUPYTER_PLATFORM_DIRS"] = "1"
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"

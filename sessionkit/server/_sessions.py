@@ -528,7 +528,8 @@ class SessionManager:
             if state.deleted or state.stopping:
                 raise Rejected(404, "session_not_found")
             async with self._hold("accept", sid):
-                if self.session_record(sid) is None:  # deleted by another worker
+                record = self.session_record(sid)
+                if record is None:  # deleted by another worker
                     raise Rejected(404, "session_not_found")
                 messages = self.store._records(sid, MESSAGE_KIND)
                 state.next_msg = max(state.next_msg, messages[-1][0] + 1 if messages else 1)
@@ -540,9 +541,6 @@ class SessionManager:
                 try:
                     runs = self.store.runs(sid)
                     state.run_n = max(state.run_n, self._status(sid).get("runN", 0), self._top_run(state, runs))
-                    record = self.session_record(sid)
-                    if record is None:
-                        raise Rejected(404, "session_not_found")
                     self._recover_stale_runs(state, runs, record)  # a dead owner's runs
                     answer = await self._start(state, text, mode, author, metadata)
                 except BaseException:

@@ -215,6 +215,19 @@ _MIGRATIONS: dict[int, list[str]] = {
 
 _LISTENING = "EXISTS (SELECT 1 FROM {listeners} WHERE seen_at > now() - interval '%s')" % _LISTENER_TTL
 
+# The recent window: nodes and their stored JSON from a start (``{start}``: the latest
+# leaf, or an id) towards the root, in one statement.
+_WINDOW = (
+    "WITH RECURSIVE up AS ("
+    " {start}"
+    " UNION ALL"
+    " SELECT " + _NODE_M + ", m.chunks, m.content, up.n + 1 FROM up JOIN {{messages}} m"
+    "   ON m.session_id = %(sid)s AND m.id = up.parent_id WHERE up.n < %(limit)s"
+    ") SELECT " + _NODE + ", CASE WHEN chunks > 0 THEN content || coalesce("
+    "  (SELECT string_agg(c.data, '' ORDER BY c.n) FROM {{chunks}} c WHERE c.seq = up.seq), '')"
+    " ELSE content END FROM up ORDER BY n"
+)
+
 _SQL = {
     "node": "SELECT " + _NODE + " FROM {messages} WHERE session_id = %s AND id = %s",
     "latest": "SELECT " + _NODE + " FROM {messages} WHERE session_id = %s ORDER BY seq DESC LIMIT 1",
@@ -228,29 +241,11 @@ _SQL = {
         "   ON m.session_id = %(sid)s AND m.id = up.parent_id WHERE up.n < %(limit)s"
         ") SELECT " + _NODE + " FROM up ORDER BY n"
     ),
-    # The recent window: nodes and their stored JSON from a start (the latest leaf, or
-    # an id) towards the root, in one statement.
-    "window_latest": (
-        "WITH RECURSIVE up AS ("
-        " (SELECT " + _NODE + ", chunks, content, 1 AS n FROM {messages} WHERE session_id = %(sid)s"
-        "   ORDER BY seq DESC LIMIT 1)"
-        " UNION ALL"
-        " SELECT " + _NODE_M + ", m.chunks, m.content, up.n + 1 FROM up JOIN {messages} m"
-        "   ON m.session_id = %(sid)s AND m.id = up.parent_id WHERE up.n < %(limit)s"
-        ") SELECT " + _NODE + ", CASE WHEN chunks > 0 THEN content || coalesce("
-        "  (SELECT string_agg(c.data, '' ORDER BY c.n) FROM {chunks} c WHERE c.seq = up.seq), '')"
-        " ELSE content END FROM up ORDER BY n"
-    ),
-    "window_from": (
-        "WITH RECURSIVE up AS ("
-        " SELECT " + _NODE + ", chunks, content, 1 AS n FROM {messages} WHERE session_id = %(sid)s AND id = %(id)s"
-        " UNION ALL"
-        " SELECT " + _NODE_M + ", m.chunks, m.content, up.n + 1 FROM up JOIN {messages} m"
-        "   ON m.session_id = %(sid)s AND m.id = up.parent_id WHERE up.n < %(limit)s"
-        ") SELECT " + _NODE + ", CASE WHEN chunks > 0 THEN content || coalesce("
-        "  (SELECT string_agg(c.data, '' ORDER BY c.n) FROM {chunks} c WHERE c.seq = up.seq), '')"
-        " ELSE content END FROM up ORDER BY n"
-    ),
+    "window_latest": _WINDOW.format(start=(
+        "(SELECT " + _NODE + ", chunks, content, 1 AS n FROM {messages} WHERE session_id = %(sid)s"
+        "   ORDER BY seq DESC LIMIT 1)")),
+    "window_from": _WINDOW.format(start=(
+        "SELECT " + _NODE + ", chunks, content, 1 AS n FROM {messages} WHERE session_id = %(sid)s AND id = %(id)s")),
     "skeleton": (
         "WITH RECURSIVE up AS ("
         " SELECT seq, id, parent_id, tokens, 1 AS n FROM {messages} WHERE seq = %(seq)s"

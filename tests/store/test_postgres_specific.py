@@ -172,17 +172,22 @@ def test_four_processes_append_to_one_session_and_a_fifth_receives_every_append(
         assert mine == [f"w{w}-{i}" for i in range(n)]
 
 
-def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa: F811
-    url = pg_store_url()  # a schema nobody created yet
-    openers = [spawn(_OPENER, url, w) for w in range(4)]
+def _open_at_once(url: str, n: int) -> list:
+    """What ``n`` processes report after opening the store at ``url`` at the same moment."""
+    openers = [spawn(_OPENER, url, w) for w in range(n)]
     try:
         await_ready(openers)
         go(openers)
-        outcomes = [result(p) for p in openers]
+        return [result(p) for p in openers]
     finally:
         for p in openers:
             if p.poll() is None:
                 p.kill()
+
+
+def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa: F811
+    url = pg_store_url()  # a schema nobody created yet
+    outcomes = _open_at_once(url, 4)
     from sessionkit.store.postgres import SCHEMA_VERSION
 
     assert outcomes == [{"inserted": True, "schema_version": SCHEMA_VERSION}] * 4
@@ -204,15 +209,7 @@ def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_u
         with eng._pool.connection() as conn:  # make it a version 1 store: no records table
             conn.execute(f"DROP TABLE {eng._t['records']}")
             conn.execute(f"UPDATE {eng._t['meta']} SET value = '1' WHERE key = 'schema_version'")
-    openers = [spawn(_OPENER, url, w) for w in range(3)]
-    try:
-        await_ready(openers)
-        go(openers)
-        outcomes = [result(p) for p in openers]
-    finally:
-        for p in openers:
-            if p.poll() is None:
-                p.kill()
+    outcomes = _open_at_once(url, 3)
     assert outcomes == [{"inserted": True, "schema_version": postgres.SCHEMA_VERSION}] * 3
     with sk.open_store(url) as store:
         assert store.session("s").get("a")["id"] == "a"
