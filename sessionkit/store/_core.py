@@ -208,7 +208,7 @@ class Engine:
     kind = "abstract"
     path: str | None = None
     #: A search ranks at most this many of the newest matching messages (bounded cost).
-    search_candidates: int = 10_000
+    search_candidates: int = 2_000
 
     # lifecycle -----------------------------------------------------------
     def close(self) -> None:
@@ -456,9 +456,11 @@ class Store:
 
         Words match case-insensitively with English stemming; all words must occur;
         ``"double quotes"`` ask for a phrase. Hits come best first (BM25). The cost
-        of a search stays bounded however large the store grows: when a query
-        matches more than ``store.search_candidates`` messages (10,000 by default),
-        the best hits are chosen among the newest that many matches.
+        of ranking stays bounded however large the store grows: when a query
+        matches more than ``store.search_candidates`` messages (2,000 by default),
+        the best hits are chosen among the newest that many matches. On SQLite,
+        when those all lie among the newest ``search_window`` messages, BM25's word
+        statistics come from those messages rather than the whole store.
         """
         eng = self._check()
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:

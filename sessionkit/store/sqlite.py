@@ -17,6 +17,13 @@ grow, so such an append writes the table, the key index and the order index. A p
 append is one statement; under the latest leaf it inserts with ``VALUES`` and checks, in
 the same statement, that the session's latest row is still the one this connection last
 wrote there (see _APPEND_AFTER).
+
+Search uses FTS5, built on the first search and kept by triggers after. A store larger
+than ``search_window`` messages (131,072 by default; an ``open_store`` option) by a
+quarter also keeps a second FTS5 index of its newest messages, the search window,
+brought up to date by each search: a search whose candidates all lie there is ranked
+with the window's word statistics, so its cost stays bounded however large the store
+grows (see _RECENT_TABLE).
 """
 
 from __future__ import annotations
@@ -33,10 +40,16 @@ from ..errors import SchemaVersionError, SessionKitError, StoreLocked
 from . import search as _search
 from ._core import Compaction, Engine, Node, RunRecord, SessionInfo
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Stored JSON longer than this (characters) continues in sessionkit_chunks rows.
 DEFAULT_CHUNK_CHARS = 1 << 20
+
+#: Messages in the search window (see _RECENT_TABLE): a store larger than this by a
+#: quarter keeps a second full-text index of its newest messages.
+DEFAULT_SEARCH_WINDOW = 1 << 17
+
+_MAX_SEQ = (1 << 63) - 1
 
 _NODE = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
 
@@ -155,6 +168,47 @@ _FTS_TRIGGERS = [
        END""",
 ]
 
+# The search window. FTS5's bm25() counts, for each query word, every indexed row that
+# holds it, so ranking a common word costs time in proportion to the whole store even
+# when only the newest matches are ranked. Once a store outgrows `search_window` by a
+# quarter, a second FTS5 table holds exactly the main index's rows with seq in
+# [recent_lo, recent_hi] (kept in sessionkit_meta). Each search first brings the window
+# up to the newest row, dropping what falls behind its `search_window` messages, in one
+# write transaction (SQLiteEngine._sync_window), so appends never pay for it; a search
+# whose candidates all lie in the window is ranked there and its word counts stay
+# bounded however large the store grows. The triggers below replace _FTS_TRIGGERS then:
+# they keep rows inside the window's range in step (deletes, updates, and inserts that
+# reuse a number inside it after the newest rows were deleted), copying the main
+# table's row so the text is stemmed once. FTS5 rather than a hand-written index because
+# it is SQLite's own and transactional with the rows it indexes.
+_RECENT_TABLE = """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts_recent USING fts5(
+        body, tokenize = 'unicode61 remove_diacritics 0'
+    )"""
+_IN_WINDOW = """{seq} BETWEEN (SELECT CAST(value AS INTEGER) FROM sessionkit_meta WHERE key = 'recent_lo')
+               AND (SELECT CAST(value AS INTEGER) FROM sessionkit_meta WHERE key = 'recent_hi')"""
+_FTS_NAMES = ("sessionkit_fts_insert", "sessionkit_fts_delete", "sessionkit_fts_update")
+_COPY_TO_RECENT = f"""INSERT INTO sessionkit_fts_recent(rowid, body)
+           SELECT rowid, body FROM sessionkit_fts WHERE rowid = {{seq}} AND {_IN_WINDOW}"""
+_DROP_FROM_RECENT = f"DELETE FROM sessionkit_fts_recent WHERE rowid = {{seq}} AND {_IN_WINDOW}"
+_FTS_TRIGGERS_WINDOWED = [
+    f"""CREATE TRIGGER IF NOT EXISTS sessionkit_fts_insert AFTER INSERT ON sessionkit_messages
+       WHEN new.chunks = 0 BEGIN
+         INSERT INTO sessionkit_fts(rowid, body) VALUES (new.seq, sessionkit_index_text(new.content));
+         {_COPY_TO_RECENT.format(seq="new.seq")};
+       END""",
+    f"""CREATE TRIGGER IF NOT EXISTS sessionkit_fts_delete AFTER DELETE ON sessionkit_messages BEGIN
+         {_DROP_FROM_RECENT.format(seq="old.seq")};
+         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
+       END""",
+    f"""CREATE TRIGGER IF NOT EXISTS sessionkit_fts_update AFTER UPDATE OF content ON sessionkit_messages BEGIN
+         {_DROP_FROM_RECENT.format(seq="old.seq")};
+         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
+         INSERT INTO sessionkit_fts(rowid, body)
+           SELECT new.seq, sessionkit_index_text(new.content) WHERE new.chunks = 0;
+         {_COPY_TO_RECENT.format(seq="new.seq")};
+       END""",
+]
+
 
 def _upgrade_to_3(db: sqlite3.Connection) -> None:
     """Version 3: the ``branch`` column and the partial children index (see _MESSAGES_TABLE).
@@ -189,6 +243,7 @@ def _upgrade_to_3(db: sqlite3.Connection) -> None:
 _MIGRATIONS: dict[int, list] = {
     1: [_RECORDS_TABLE],  # 2: internal records kept beside a session (the HTTP server's tables)
     2: [_upgrade_to_3],  # 3: rows that follow their parent stay out of the children index
+    3: [],  # 4: the search window (_RECENT_TABLE), created when a store outgrows it
 }
 
 #: The children of :mid in session :sid, oldest first.
@@ -258,9 +313,14 @@ class SQLiteEngine(Engine):
     kind = "sqlite"
 
     def __init__(self, path: str, *, durability: str = "normal", chunk_chars: int = DEFAULT_CHUNK_CHARS,
-                 busy_timeout: float = 30.0, wal_autocheckpoint: int = 8192):
+                 busy_timeout: float = 30.0, wal_autocheckpoint: int = 8192,
+                 search_window: int = DEFAULT_SEARCH_WINDOW):
         if durability not in ("normal", "full"):
             raise ValueError(f"durability must be 'normal' or 'full', got {durability!r}")
+        if not isinstance(search_window, int) or isinstance(search_window, bool) or search_window < 1:
+            raise ValueError(f"search_window must be a positive int, got {search_window!r}")
+        #: How many of the newest messages the search window holds at least (_RECENT_TABLE).
+        self.search_window = search_window
         self.path = None if path == ":memory:" else str(Path(path).resolve())
         self._chunk = int(chunk_chars)
         if self._chunk < 1:
@@ -534,23 +594,50 @@ class SQLiteEngine(Engine):
 
     def search(self, fts_query, terms, sid, limit):
         # Rank only the newest `search_candidates` matches: FTS5 walks matches in rowid
-        # order and stops there, so a query matching most of a huge store costs the same
-        # as one matching that many (see Store.search).
-        join = ""
-        params: list = []
+        # order and stops there (see Store.search). When all of them lie in the search
+        # window, they are ranked there, so bm25()'s word counts cover the window, not
+        # the store (see _RECENT_TABLE).
+        cand = self.search_candidates
+        self._sync_window()
+        with self._lock:
+            lo, hi = self._window()
+            first, last = 0, _MAX_SEQ
+            if sid is not None:
+                first, last = self._db.execute(
+                    "SELECT min(seq), max(seq) FROM sessionkit_messages WHERE session_id = ?", (sid,)).fetchone()
+                if first is None:
+                    return []
+            # Rows above hi were written after this search began (it synced the window).
+            if lo is not None and lo <= last and first <= hi:
+                rows, n = self._rank("sessionkit_fts_recent", fts_query, sid, max(first, lo), min(last, hi),
+                                     cand, limit)
+                if first >= lo or n >= cand:
+                    return rows
+            return self._rank("sessionkit_fts", fts_query, sid, first, last, cand, limit)[0]
+
+    def _rank(self, table, fts_query, sid, first, last, cand, limit):
+        """``(rows, n)``: the best ``limit`` of the newest ``cand`` matches in ``table``
+        with seq in [first, last], as ``(seq, session_id, id, role, score)``, and how
+        many matches were ranked (0 when there is no hit)."""
+        join, params = "", []
         if sid is not None:
-            join = "JOIN sessionkit_messages s ON s.seq = sessionkit_fts.rowid AND s.session_id = ?"
+            join = f"JOIN sessionkit_messages s ON s.seq = {table}.rowid AND s.session_id = ?"
             params.append(sid)
-        params += [fts_query, self.search_candidates, limit]
-        return self._q(
-            f"""SELECT c.seq, m.session_id, m.id, m.role, c.score FROM (
-                    SELECT sessionkit_fts.rowid AS seq, -bm25(sessionkit_fts) AS score
-                    FROM sessionkit_fts {join}
-                    WHERE sessionkit_fts MATCH ? ORDER BY sessionkit_fts.rowid DESC LIMIT ?
-                ) AS c JOIN sessionkit_messages m ON m.seq = c.seq
-                ORDER BY c.score DESC, c.seq DESC LIMIT ?""",
+        params += [fts_query, first, last, cand, limit]
+        # The candidates are ranked and counted in one pass (the window function), and
+        # only the best `limit` are joined to their messages.
+        rows = self._db.execute(
+            f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n FROM (
+                    SELECT seq, score, count(*) OVER () AS n FROM (
+                        SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table} {join}
+                        WHERE {table} MATCH ? AND {table}.rowid BETWEEN ? AND ?
+                        ORDER BY {table}.rowid DESC LIMIT ?
+                    ) ORDER BY score DESC, seq DESC LIMIT ?
+                ) AS t JOIN sessionkit_messages m ON m.seq = t.seq
+                ORDER BY t.score DESC, t.seq DESC""",
             params,
-        )
+        ).fetchall()
+        return [r[:5] for r in rows], (rows[0][5] if rows else 0)
 
     def runs(self, sid):
         rows = self._q(
@@ -603,6 +690,8 @@ class SQLiteEngine(Engine):
             self._put_blobs(seq, prep.blobs)
         if nchunks and self._flag_in_tx():  # the trigger skips rows whose JSON continues elsewhere
             db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
+            if self._window()[0] is not None:
+                db.execute(_COPY_TO_RECENT.format(seq="?1"), (seq,))
         return Node(seq, prep.id, pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, prep.role)
 
     def _put_blobs(self, seq, blobs):
@@ -659,10 +748,12 @@ class SQLiteEngine(Engine):
                     WHERE seq IN (SELECT seq FROM down WHERE seq <> :seq)""",
                 {"sid": sid, "ids": json.dumps([node.id]), "seq": node.seq, "db": db_, "dt": dt},
             )
-        if nchunks and self._flag_in_tx():
+        if nchunks and self._flag_in_tx():  # as in w_insert; the trigger dropped the old text
             db.execute("DELETE FROM sessionkit_fts WHERE rowid=?", (node.seq,))
             db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
                        (node.seq, _search.index_text(prep.text)))
+            if self._window()[0] is not None:
+                db.execute(_COPY_TO_RECENT.format(seq="?1"), (node.seq,))
 
     def w_descendants(self, sid, mids):
         rows = self._db.execute(
@@ -719,6 +810,8 @@ class SQLiteEngine(Engine):
             self._index_on = True
             return
         db.execute("DELETE FROM sessionkit_fts")
+        db.execute("DROP TABLE IF EXISTS sessionkit_fts_recent")
+        db.execute("DELETE FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')")
         cur = db.execute("SELECT seq, content, chunks FROM sessionkit_messages")
         batch = []
         reader = self._db.cursor()
@@ -733,10 +826,66 @@ class SQLiteEngine(Engine):
                 batch.clear()
         if batch:
             reader.executemany("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", batch)
+        for name in _FTS_NAMES:  # (a window's triggers, if any, went with its table)
+            db.execute(f"DROP TRIGGER IF EXISTS {name}")
         for stmt in _FTS_TRIGGERS:
             db.execute(stmt)
         db.execute("INSERT OR REPLACE INTO sessionkit_meta VALUES ('index_built', '1')")
         self._index_on = True
+
+    def _sync_window(self) -> None:
+        """Bring the search window up to the newest row (see _RECENT_TABLE): create it
+        once the store outgrows it, copy the rows added since, drop those that fell
+        behind. A read when there is nothing to do; otherwise one write transaction."""
+        if not self.index_built():
+            return
+        with self._lock:
+            if not self._window_stale():
+                return
+            with self.write():
+                if not self._window_stale():  # another process did it meanwhile
+                    return
+                db = self._db
+                top = db.execute("SELECT max(seq) FROM sessionkit_messages").fetchone()[0]
+                lo, hi = self._window()
+                new_lo = top - self.search_window + 1
+                if lo is None:
+                    db.execute(_RECENT_TABLE)
+                    for name in _FTS_NAMES:
+                        db.execute(f"DROP TRIGGER IF EXISTS {name}")
+                    for stmt in _FTS_TRIGGERS_WINDOWED:
+                        db.execute(stmt)
+                elif hi < new_lo:  # nothing in it would stay: start afresh
+                    db.execute("DROP TABLE sessionkit_fts_recent")
+                    db.execute(_RECENT_TABLE)
+                    lo = None
+                if lo is None:
+                    lo, hi = new_lo, new_lo - 1
+                db.execute("INSERT INTO sessionkit_fts_recent(rowid, body) "
+                           "SELECT rowid, body FROM sessionkit_fts WHERE rowid > ? AND rowid <= ?", (hi, top))
+                if new_lo > lo:
+                    db.execute("DELETE FROM sessionkit_fts_recent WHERE rowid < ?", (new_lo,))
+                    lo = new_lo
+                db.executemany("INSERT OR REPLACE INTO sessionkit_meta VALUES (?, ?)",
+                               [("recent_lo", str(lo)), ("recent_hi", str(top))])
+
+    def _window_stale(self) -> bool:
+        """Whether the window must be created or has rows to catch up on."""
+        top = self._db.execute("SELECT max(seq) FROM sessionkit_messages").fetchone()[0]
+        if top is None:
+            return False
+        lo, hi = self._window()
+        if lo is None:
+            return top >= self.search_window + self.search_window // 4
+        return top > hi
+
+    def _window(self) -> tuple[int | None, int | None]:
+        """``(recent_lo, recent_hi)``: the seq range the window holds, or Nones."""
+        rows = dict(self._db.execute(
+            "SELECT key, value FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')").fetchall())
+        if "recent_lo" not in rows:
+            return None, None
+        return int(rows["recent_lo"]), int(rows["recent_hi"])
 
     def w_index_on(self):
         return False  # triggers keep the index; see _FTS_TRIGGERS

@@ -1,4 +1,6 @@
-"""The store conformance suite on the SQLite engine: a file store and an in-memory store."""
+"""The store conformance suite on the SQLite engine: a file store, an in-memory store, and
+a file store whose search window (a second index of the newest messages) is four
+messages wide, so the suite's searches run with the window in place."""
 
 from __future__ import annotations
 
@@ -9,11 +11,13 @@ import sessionkit as sk
 from sessionkit.testing.conformance import *  # noqa: F401,F403
 
 
-@pytest.fixture(params=["file", "memory"])
+@pytest.fixture(params=["file", "memory", "window"])
 def make_store(request, tmp_path):
     counter = itertools.count()
     if request.param == "memory":
         return lambda **opts: sk.open_store(":memory:", **opts)
+    if request.param == "window":
+        return lambda **opts: sk.open_store(tmp_path / f"store{next(counter)}.db", **{"search_window": 4, **opts})
     return lambda **opts: sk.open_store(tmp_path / f"store{next(counter)}.db", **opts)
 
 

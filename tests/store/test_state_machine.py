@@ -50,6 +50,10 @@ if os.environ.get("SESSIONKIT_HYPOTHESIS_STEPS"):
 
 #: Small continuation-row size for the SQLite file engine, so split messages appear often.
 CHUNK_CHARS = 173
+#: A search window (the SQLite engine's second index of its newest messages) this many
+#: messages wide for the SQLite file engine, so it is created, trimmed and written
+#: through by every kind of step.
+WINDOW = 5
 
 _DUCKDB_MISSING = importlib.util.find_spec("sessionkit.store.duckdb") is None
 
@@ -334,7 +338,7 @@ def open_engine(engine: str, folder: str):
     if engine == "sqlite-memory":
         return sk.open_store(":memory:")
     if engine == "sqlite-file":
-        return sk.open_store(os.path.join(folder, "store.db"), chunk_chars=CHUNK_CHARS)
+        return sk.open_store(os.path.join(folder, "store.db"), chunk_chars=CHUNK_CHARS, search_window=WINDOW)
     if engine == "duckdb-file":
         return sk.open_store(os.path.join(folder, "store.duckdb"))
     raise AssertionError(engine)
@@ -900,6 +904,19 @@ class StoreMachine(RuleBasedStateMachine):
                 call()
 
     # -- invariants: every read agrees with the model --------------------------------------------
+    @invariant()
+    def the_search_window_holds_exactly_the_newest_indexed_rows(self):
+        """SQLite file engine: the window's rows are the main index's rows in its range."""
+        if self.ENGINE != "sqlite-file" or not (self.written or self.counts_changed):
+            return
+        lo, hi = self.store._engine._window()
+        if lo is None:
+            return
+        db = self.store._engine._db
+        inside = db.execute("SELECT rowid, body FROM sessionkit_fts_recent ORDER BY rowid").fetchall()
+        assert inside == db.execute(
+            "SELECT rowid, body FROM sessionkit_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)).fetchall()
+
     @invariant()
     def reads_agree_with_the_model(self):
         """After each step: what it wrote reads back, and every session it touched shows the
