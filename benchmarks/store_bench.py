@@ -255,12 +255,10 @@ def bench_reads(tmp: Path, table: Table, sizes: list[int], stream_n: int, search
     searches = []
     try:
         _bench_reads(tmp, table, sizes, stream_n, search_sizes, searches)
-    finally:
-        for q in SEARCHES:
-            for q2, n, hits, a, b in searches:
-                if q2 == q:
-                    table.add(f"search {q}, top 10, {n:,} msgs ({hits:,} matches)", fmt_ms(a), fmt_ms(b),
-                              f"{a / b:.2f}x time", "flat in n")
+    finally:  # grouped by query, each at every size
+        for q, n, hits, a, b in sorted(searches, key=lambda row: SEARCHES.index(row[0])):
+            table.add(f"search {q}, top 10, {n:,} msgs ({hits:,} matches)", fmt_ms(a), fmt_ms(b),
+                      f"{a / b:.2f}x time", "flat in n")
 
 
 def _bench_reads(tmp, table, sizes, stream_n, search_sizes, searches) -> None:

@@ -598,9 +598,8 @@ class SQLiteEngine(Engine):
         # window, they are ranked there, so bm25()'s word counts cover the window, not
         # the store (see _RECENT_TABLE).
         cand = self.search_candidates
-        self._sync_window()
+        lo, hi = self._sync_window()
         with self._lock:
-            lo, hi = self._window()
             first, last = 0, _MAX_SEQ
             if sid is not None:
                 first, last = self._db.execute(
@@ -833,21 +832,22 @@ class SQLiteEngine(Engine):
         db.execute("INSERT OR REPLACE INTO sessionkit_meta VALUES ('index_built', '1')")
         self._index_on = True
 
-    def _sync_window(self) -> None:
+    def _sync_window(self) -> tuple[int | None, int | None]:
         """Bring the search window up to the newest row (see _RECENT_TABLE): create it
         once the store outgrows it, copy the rows added since, drop those that fell
-        behind. A read when there is nothing to do; otherwise one write transaction."""
+        behind. A read when there is nothing to do; otherwise one write transaction.
+        Returns the window's range as _window does."""
         if not self.index_built():
-            return
+            return None, None
         with self._lock:
-            if not self._window_stale():
-                return
+            top, lo, hi = self._window_work()
+            if top is None:
+                return lo, hi
             with self.write():
-                if not self._window_stale():  # another process did it meanwhile
-                    return
+                top, lo, hi = self._window_work()  # another process may have done it meanwhile
+                if top is None:
+                    return lo, hi
                 db = self._db
-                top = db.execute("SELECT max(seq) FROM sessionkit_messages").fetchone()[0]
-                lo, hi = self._window()
                 new_lo = top - self.search_window + 1
                 if lo is None:
                     db.execute(_RECENT_TABLE)
@@ -868,16 +868,16 @@ class SQLiteEngine(Engine):
                     lo = new_lo
                 db.executemany("INSERT OR REPLACE INTO sessionkit_meta VALUES (?, ?)",
                                [("recent_lo", str(lo)), ("recent_hi", str(top))])
+                return lo, top
 
-    def _window_stale(self) -> bool:
-        """Whether the window must be created or has rows to catch up on."""
+    def _window_work(self) -> tuple[int | None, int | None, int | None]:
+        """``(top, lo, hi)``: the newest seq and the window's range, with ``top`` None
+        unless the window must be created or has rows to catch up on."""
         top = self._db.execute("SELECT max(seq) FROM sessionkit_messages").fetchone()[0]
-        if top is None:
-            return False
         lo, hi = self._window()
-        if lo is None:
-            return top >= self.search_window + self.search_window // 4
-        return top > hi
+        w = self.search_window
+        due = top is not None and (top >= w + w // 4 if lo is None else top > hi)
+        return (top if due else None), lo, hi
 
     def _window(self) -> tuple[int | None, int | None]:
         """``(recent_lo, recent_hi)``: the seq range the window holds, or Nones."""
