@@ -28,6 +28,7 @@ from .errors import (
     SessionKitError,
     SessionNotFound,
     StoreClosed,
+    StoreCorrupt,
     StoreLocked,
     UsageError,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "StoreLocked",
     "MessageTooLarge",
     "SchemaVersionError",
+    "StoreCorrupt",
     "UsageError",
     "MissingDependency",
     "RunFailed",

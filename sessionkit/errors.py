@@ -12,6 +12,7 @@ Where a Python user expects a built-in type, the error also derives from it, so
     ├── StoreLocked                                 another process holds the store
     ├── MessageTooLarge         (also ValueError)   over max_message_bytes
     ├── SchemaVersionError                          written by a newer sessionkit
+    ├── StoreCorrupt                                a damaged store file or schema
     ├── UsageError                                  a call that cannot be honoured now
     ├── MissingDependency       (also ImportError)  an optional extra is not installed
     └── RunFailed                                   an agent run did not complete
@@ -32,6 +33,7 @@ __all__ = [
     "StoreLocked",
     "MessageTooLarge",
     "SchemaVersionError",
+    "StoreCorrupt",
     "UsageError",
     "MissingDependency",
     "RunFailed",
@@ -78,6 +80,12 @@ class MessageTooLarge(SessionKitError, ValueError):
 
 class SchemaVersionError(SessionKitError):
     """The store was written by a newer sessionkit schema than this one understands."""
+
+
+class StoreCorrupt(SessionKitError):
+    """The store's file or schema is damaged (a broken page, a missing table, a garbage
+    schema version); nothing was changed. Restore it from a copy, or export what still
+    reads with ``sessionkit export``."""
 
 
 class UsageError(SessionKitError):

@@ -12,7 +12,7 @@ PINNED = {
     "__version__", "open_store", "LATEST", "Store", "Session", "AppendResult", "ChangeEvent",
     "Compaction", "CompactionContext", "CompactionResult", "RecentHistory", "RunRecord", "SearchHit",
     "SessionInfo", "TreeNode", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
-    "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError",
+    "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError", "StoreCorrupt",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
     "RunInterrupted", "Agent", "RunResult", "RunController", "create_session", "SessionStore",
     "FileSessionStore", "testing", "io", "plot", "widgets", "server",
@@ -27,7 +27,7 @@ def test_all_is_pinned():
 def test_error_tree():
     root = sk.SessionKitError
     for name in ("InvalidMessage", "MessageNotFound", "SessionNotFound", "StoreClosed", "StoreLocked",
-                 "MessageTooLarge", "SchemaVersionError", "UsageError", "MissingDependency", "RunFailed",
+                 "MessageTooLarge", "SchemaVersionError", "StoreCorrupt", "UsageError", "MissingDependency", "RunFailed",
                  "ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted"):
         assert issubclass(getattr(sk, name), root), name
     assert issubclass(sk.InvalidMessage, ValueError)

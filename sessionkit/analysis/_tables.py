@@ -69,7 +69,7 @@ def _scanner(engine):
     queries is far cheaper than several queries per session (DuckDB spends about
     a millisecond on any statement). Engines without it use the Engine interface.
     """
-    query = getattr(engine, "_q", None)
+    query = getattr(engine, "fetch", None)
     if not callable(query) or getattr(engine, "kind", None) not in ("sqlite", "duckdb"):
         return None
     return query

@@ -193,6 +193,21 @@ class Node(NamedTuple):
     role: str
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do beyond the shared contract, declared (never probed).
+
+    ``bulk_insert``: imports write many messages per statement. ``coordination``:
+    several processes may serve one store (holds and signals between them, used by
+    the HTTP server). ``shared_feed``: :meth:`Store.subscribe` also reports the
+    writes of other processes.
+    """
+
+    bulk_insert: bool = False
+    coordination: bool = False
+    shared_feed: bool = False
+
+
 # ---------------------------------------------------------------------------
 # Engine interface
 
@@ -207,6 +222,7 @@ class Engine:
 
     kind = "abstract"
     path: str | None = None
+    capabilities = Capabilities()
     #: A search ranks at most this many of the newest matching messages (bounded cost).
     search_candidates: int = 2_000
 

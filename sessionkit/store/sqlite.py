@@ -1,29 +1,30 @@
 """SQLite engine: stdlib ``sqlite3``, WAL, FTS5.
 
-One connection per store, shared by threads under a re-entrant lock; writes run
-in ``BEGIN IMMEDIATE`` transactions so several processes can append to one file
-(SQLite's busy timeout queues them). Each message is one row keyed by a
-store-wide ``seq`` (the rowid: a new row always gets a number above every row
-present, which is all write order needs; ``AUTOINCREMENT`` would cost an extra
-write per append), with ``UNIQUE(session_id, id)`` giving idempotent inserts. Every row also keeps
-its depth and the running byte and token totals of its path, so path length,
-recent windows and compaction thresholds never walk the whole conversation.
+What SQLite changes from the shared engine (:mod:`sessionkit.store._sql`):
 
-Each index a row enters is one more page written per commit, which is most of an
-append's cost. The latest leaf comes from the index on ``(session_id, seq)``; the
-children index holds branches only: a row whose parent was its session's latest row
-is the next row after it in that order (``branch`` = 0), which is how conversations
-grow, so such an append writes the table, the key index and the order index. A plain
-append is one statement; under the latest leaf it inserts with ``VALUES`` and checks, in
-the same statement, that the session's latest row is still the one this connection last
-wrote there (see _APPEND_AFTER).
-
-Search uses FTS5, built on the first search and kept by triggers after. A store larger
-than ``search_window`` messages (131,072 by default; an ``open_store`` option) by a
-quarter also keeps a second FTS5 index of its newest messages, the search window,
-brought up to date by each search: a search whose candidates all lie there is ranked
-with the window's word statistics, so its cost stays bounded however large the store
-grows (see _RECENT_TABLE).
+* **Connection.** One connection per store, shared by threads under a re-entrant
+  lock; writes run in ``BEGIN IMMEDIATE`` transactions so several processes can
+  append to one file: a writer waits up to ``busy_timeout`` seconds (30 by default)
+  for another process's write lock, then gets :class:`~sessionkit.StoreLocked`.
+* **Write order.** Each message is one row keyed by a store-wide ``seq`` (the rowid:
+  a new row always gets a number above every row present, which is all write order
+  needs; ``AUTOINCREMENT`` would cost an extra write per append), with
+  ``UNIQUE(session_id, id)`` giving idempotent inserts.
+* **Fewer index pages per append.** Each index a row enters is one more page written
+  per commit, which is most of an append's cost. The latest leaf comes from the index
+  on ``(session_id, seq)``; the children index holds branches only: a row whose parent
+  was its session's latest row is the next row after it in that order (``branch`` =
+  0), which is how conversations grow, so such an append writes the table, the key
+  index and the order index.
+* **Fast append.** A plain append is one statement; under the latest leaf it inserts
+  with ``VALUES`` and checks, in the same statement, that the session's latest row is
+  still the one this connection last wrote there (see _APPEND_AFTER).
+* **Search.** FTS5, built on the first search and kept by triggers after. A store
+  larger than ``search_window`` messages (131,072 by default; an ``open_store``
+  option) by a quarter also keeps a second FTS5 index of its newest messages, the
+  search window, brought up to date by each search: a search whose candidates all lie
+  there is ranked with the window's word statistics, so its cost stays bounded however
+  large the store grows (see _RECENT_TABLE).
 """
 
 from __future__ import annotations
@@ -32,18 +33,15 @@ import contextlib
 import json
 import os
 import sqlite3
-import threading
 from pathlib import Path
 
 from .. import messages as _msg
-from ..errors import SchemaVersionError, SessionKitError, StoreLocked
+from ..errors import SessionKitError, StoreCorrupt, StoreLocked
 from . import search as _search
-from ._core import Compaction, Engine, Node, RunRecord, SessionInfo
+from ._core import Capabilities, Node
+from ._sql import DIALECTS, SCHEMA_VERSION, TABLES, LocalEngine
 
-SCHEMA_VERSION = 4
-
-#: Stored JSON longer than this (characters) continues in sessionkit_chunks rows.
-DEFAULT_CHUNK_CHARS = 1 << 20
+__all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 
 #: Messages in the search window (see _RECENT_TABLE): a store larger than this by a
 #: quarter keeps a second full-text index of its newest messages.
@@ -51,107 +49,10 @@ DEFAULT_SEARCH_WINDOW = 1 << 17
 
 _MAX_SEQ = (1 << 63) - 1
 
-_NODE = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
 
-# ``branch`` is 0 when the row's parent was its session's latest row as it was written
-# (or it has no parent): such a row is the next one after its parent in the session's
-# ``seq`` order, where the order index finds it, so it needs no entry in the children
-# index. Most rows of a conversation are like that, and each index a row enters is one
-# more page written per commit. The default (1) keeps a row findable through the index
-# whoever writes it. It comes before ``content`` so reading it never reads a long row's
-# overflow pages.
-_MESSAGES_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
-        seq INTEGER PRIMARY KEY,
-        session_id TEXT NOT NULL,
-        id TEXT NOT NULL,
-        parent_id TEXT,
-        depth INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        bytes INTEGER NOT NULL,
-        tokens INTEGER NOT NULL,
-        path_bytes INTEGER NOT NULL,
-        path_tokens INTEGER NOT NULL,
-        chunks INTEGER NOT NULL DEFAULT 0,
-        branch INTEGER NOT NULL DEFAULT 1,
-        content TEXT NOT NULL
-    )"""
-
-_MESSAGES_INDEXES = [
-    "CREATE UNIQUE INDEX IF NOT EXISTS sessionkit_messages_key ON sessionkit_messages(session_id, id)",
-    "CREATE INDEX IF NOT EXISTS sessionkit_messages_order ON sessionkit_messages(session_id, seq)",
-    "CREATE INDEX IF NOT EXISTS sessionkit_messages_branches ON sessionkit_messages(session_id, parent_id) "
-    "WHERE branch = 1",
-]
-
-_RECORDS_TABLE = """CREATE TABLE IF NOT EXISTS sessionkit_records (
-        session_id TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        data TEXT NOT NULL,
-        PRIMARY KEY (session_id, kind, n)
-    ) WITHOUT ROWID"""
-
-_SCHEMA = [
-    """CREATE TABLE IF NOT EXISTS sessionkit_meta (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )""",
-    _MESSAGES_TABLE.format(name="sessionkit_messages"),
-    *_MESSAGES_INDEXES,
-    """CREATE TABLE IF NOT EXISTS sessionkit_chunks (
-        seq INTEGER NOT NULL,
-        n INTEGER NOT NULL,
-        data TEXT NOT NULL,
-        PRIMARY KEY (seq, n)
-    ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS sessionkit_blobs (
-        sha256 TEXT PRIMARY KEY,
-        size INTEGER NOT NULL,
-        data BLOB NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS sessionkit_blob_refs (
-        seq INTEGER NOT NULL,
-        sha256 TEXT NOT NULL,
-        PRIMARY KEY (seq, sha256)
-    ) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS sessionkit_blob_refs_sha ON sessionkit_blob_refs(sha256)",
-    """CREATE TABLE IF NOT EXISTS sessionkit_compactions (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        session_id TEXT NOT NULL,
-        id TEXT NOT NULL,
-        from_id TEXT NOT NULL,
-        to_id TEXT NOT NULL,
-        summary TEXT NOT NULL,
-        created_at TEXT NOT NULL,
-        tokens_before INTEGER NOT NULL,
-        tokens_after INTEGER NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS sessionkit_compactions_session ON sessionkit_compactions(session_id)",
-    """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts USING fts5(
+_FTS_TABLE = """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts USING fts5(
         body, tokenize = 'unicode61 remove_diacritics 0'
-    )""",
-    """CREATE TABLE IF NOT EXISTS sessionkit_runs (
-        run_id TEXT PRIMARY KEY,
-        session_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        input TEXT,
-        error TEXT,
-        started_at TEXT NOT NULL,
-        ended_at TEXT,
-        usage TEXT,
-        n INTEGER NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS sessionkit_runs_session ON sessionkit_runs(session_id, n)",
-    """CREATE TABLE IF NOT EXISTS sessionkit_events (
-        session_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        run_id TEXT,
-        data TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq)
-    ) WITHOUT ROWID""",
-    _RECORDS_TABLE,
-]
+    )"""
 
 _FTS_TRIGGERS = [
     """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_insert AFTER INSERT ON sessionkit_messages
@@ -209,15 +110,105 @@ _FTS_TRIGGERS_WINDOWED = [
        END""",
 ]
 
+#: The children of a message, oldest first: those in the children index, and the next
+#: row of the session when that one follows it (branch = 0).
+_CHILDREN = """SELECT {node} FROM {messages} WHERE session_id = ?1 AND parent_id = ?2 AND branch = 1
+    UNION ALL
+    SELECT {node} FROM (
+        SELECT {node}, branch FROM {messages}
+        WHERE session_id = ?1 AND seq > (SELECT seq FROM {messages} WHERE session_id = ?1 AND id = ?2)
+        ORDER BY seq LIMIT 1
+    ) WHERE parent_id = ?2 AND branch = 0
+    ORDER BY seq"""
 
-def _upgrade_to_3(db: sqlite3.Connection) -> None:
-    """Version 3: the ``branch`` column and the partial children index (see _MESSAGES_TABLE).
+#: The rows whose ids are in the JSON list ?1 and all their descendants (session ?2).
+#: A row's children: those in the children index, and the next row of its session when
+#: that one follows it (branch = 0). Both are named (INDEXED BY, the unary +) because
+#: without table statistics SQLite may otherwise scan the whole session at each step.
+_DESCENDANTS = """WITH RECURSIVE down(seq, id) AS (
+    SELECT seq, id FROM {messages} WHERE session_id = ?2 AND id IN (SELECT value FROM json_each(?1))
+    UNION
+    SELECT m.seq, m.id FROM down JOIN {messages} AS m ON m.seq IN (
+        SELECT c.seq FROM {messages} AS c INDEXED BY sessionkit_messages_branches
+          WHERE c.session_id = ?2 AND c.parent_id = down.id AND c.branch = 1
+        UNION ALL
+        SELECT min(x.seq) FROM {messages} AS x INDEXED BY sessionkit_messages_order
+          WHERE x.session_id = ?2 AND x.seq > down.seq
+      ) AND +m.parent_id = down.id
+) SELECT {node} FROM {messages} WHERE seq IN (SELECT seq FROM down) ORDER BY seq"""
 
-    The table is rebuilt so ``branch`` sits before ``content``. Every row keeps its
-    ``seq``, so search index rows, continuation rows and payload references stay valid.
+
+def _insert(values: dict[str, str], source: str = "") -> str:
+    """``INSERT OR IGNORE`` of a message row with one SQL expression per column (every
+    column of ``TABLES["messages"]`` but ``seq`` must have one), as ``VALUES`` or, with a
+    ``source`` (``FROM ...``), as a ``SELECT``."""
+    cols = [c for c in TABLES["messages"].column_names("sqlite") if c != "seq"]
+    exprs = ", ".join(values[c] for c in cols)
+    body = f"SELECT {exprs} {source}" if source else f"VALUES ({exprs})"
+    return f"INSERT OR IGNORE INTO sessionkit_messages ({', '.join(cols)}) {body}"
+
+
+# The fast appends' statements; parameters ?1 session, ?2 id, ?3 role, ?4 created_at,
+# ?5 bytes, ?6 tokens, ?7 JSON, then each statement's own.
+_PLAIN = {"session_id": "?1", "id": "?2", "role": "?3", "created_at": "?4", "bytes": "?5", "tokens": "?6",
+          "chunks": "0", "content": "?7"}
+_APPEND_ROOT = _insert({**_PLAIN, "parent_id": "NULL", "depth": "0", "path_bytes": "?5", "path_tokens": "?6",
+                        "branch": "0"})
+# Under the latest row: it follows its parent (branch 0). The empty session gives a root.
+# (max() is one seek in the order index; a LIMIT 1 subquery joined in costs more.)
+_APPEND_LATEST = _insert({
+    **_PLAIN, "parent_id": "p.id", "depth": "coalesce(p.depth + 1, 0)", "path_bytes": "coalesce(p.path_bytes, 0) + ?5",
+    "path_tokens": "coalesce(p.path_tokens, 0) + ?6", "branch": "0",
+}, """FROM (SELECT max(seq) AS seq FROM sessionkit_messages WHERE session_id = ?1) AS last
+    LEFT JOIN sessionkit_messages AS p ON p.seq = last.seq""")
+# Under the latest row as this connection last wrote it, (?8 seq, ?9 id, ?10 depth,
+# ?11 path bytes, ?12 path tokens): when the session's latest row is no longer exactly
+# that, depth is NULL and the row is ignored (the caller falls back to _APPEND_LATEST).
+# Reading the parent in a subquery of VALUES spares the temporary copy of the row
+# that INSERT ... SELECT makes when it reads the table it writes.
+_APPEND_AFTER = _insert({
+    **_PLAIN, "parent_id": "?9",
+    "depth": """CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
+               WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?8, ?9, ?10, ?11, ?12) THEN ?10 + 1 END""",
+    "path_bytes": "?11 + ?5", "path_tokens": "?12 + ?6", "branch": "0",
+})
+# What _APPEND_LATEST wrote, for _tails, in the same statement where SQLite has RETURNING.
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
+_TAIL_RETURNED = " RETURNING seq, id, depth, path_bytes, path_tokens"
+# Under a given parent (?8 its id): no row when it does not exist.
+_APPEND_UNDER = _insert({
+    **_PLAIN, "parent_id": "p.id", "depth": "p.depth + 1", "path_bytes": "p.path_bytes + ?5",
+    "path_tokens": "p.path_tokens + ?6",
+    "branch": "p.seq <> (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
+}, "FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?8")
+# The general insert: a row follows its parent (branch 0) when the parent is the
+# session's latest row (?13: the parent's seq, NULL for a root).
+_INSERT_ROW = _insert({
+    "session_id": "?1", "id": "?2", "parent_id": "?3", "depth": "?4", "role": "?5", "created_at": "?6",
+    "bytes": "?7", "tokens": "?8", "path_bytes": "?9", "path_tokens": "?10", "chunks": "?11", "content": "?12",
+    "branch": "?13 IS NOT NULL AND ?13 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
+})
+
+
+def _index_json(content: str) -> str:
+    """The indexed form of a stored message: stemmed words of its text parts."""
+    return _search.index_text(_msg.message_text(json.loads(content)))
+
+
+def _upgrade_to_3(engine: "SQLiteEngine") -> None:
+    """Version 3: the ``branch`` column and the partial children index (see _sql.TABLES).
+
+    The table is rebuilt so ``branch`` sits before ``content``, with the layout of
+    version 3 as it was (later versions alter it). Every row keeps its ``seq``, so search
+    index rows, continuation rows and payload references stay valid.
     """
+    db = engine._db
     built = db.execute("SELECT value FROM sessionkit_meta WHERE key='index_built'").fetchone()
-    db.execute(_MESSAGES_TABLE.format(name="sessionkit_messages_v3"))
+    db.execute("""CREATE TABLE sessionkit_messages_v3 (
+        seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL, id TEXT NOT NULL, parent_id TEXT,
+        depth INTEGER NOT NULL, role TEXT NOT NULL, created_at TEXT NOT NULL, bytes INTEGER NOT NULL,
+        tokens INTEGER NOT NULL, path_bytes INTEGER NOT NULL, path_tokens INTEGER NOT NULL,
+        chunks INTEGER NOT NULL DEFAULT 0, branch INTEGER NOT NULL DEFAULT 1, content TEXT NOT NULL)""")
     db.execute(
         """INSERT INTO sessionkit_messages_v3 (seq, session_id, id, parent_id, depth, role, created_at, bytes,
                tokens, path_bytes, path_tokens, chunks, branch, content)
@@ -231,103 +222,36 @@ def _upgrade_to_3(db: sqlite3.Connection) -> None:
     )
     db.execute("DROP TABLE sessionkit_messages")  # its indexes and search triggers go with it
     db.execute("ALTER TABLE sessionkit_messages_v3 RENAME TO sessionkit_messages")
-    for stmt in _MESSAGES_INDEXES:
-        db.execute(stmt)
+    messages = TABLES["messages"]
+    for index in messages.indexes:
+        if "sqlite" in index.only:
+            db.execute(engine.index_sql(index, messages))
     if built is not None and built[0] == "1":
         for stmt in _FTS_TRIGGERS:
             db.execute(stmt)
 
 
-# Upgrades from an older schema version to the next one: {from_version: [statements or
-# functions of the connection]}, run in the transaction that opens the store.
-_MIGRATIONS: dict[int, list] = {
-    1: [_RECORDS_TABLE],  # 2: internal records kept beside a session (the HTTP server's tables)
-    2: [_upgrade_to_3],  # 3: rows that follow their parent stay out of the children index
-    3: [],  # 4: the search window (_RECENT_TABLE), created when a store outgrows it
-}
-
-#: The children of :mid in session :sid, oldest first.
-_CHILDREN = f"""SELECT {_NODE} FROM sessionkit_messages WHERE session_id = :sid AND parent_id = :mid AND branch = 1
-    UNION ALL
-    SELECT {_NODE} FROM (
-        SELECT {_NODE}, branch FROM sessionkit_messages
-        WHERE session_id = :sid AND seq > (SELECT seq FROM sessionkit_messages WHERE session_id = :sid AND id = :mid)
-        ORDER BY seq LIMIT 1
-    ) WHERE parent_id = :mid AND branch = 0
-    ORDER BY seq"""
-
-#: ``down(seq, id)``: the rows whose ids are in the JSON list :ids and all their descendants.
-#: A row's children: those in the children index, and the next row of its session when
-#: that one follows it (branch = 0, see _MESSAGES_TABLE). Both are named (INDEXED BY,
-#: the unary +) because without table statistics SQLite may otherwise scan the whole
-#: session at each step.
-_DESCENDANTS = """WITH RECURSIVE down(seq, id) AS (
-    SELECT seq, id FROM sessionkit_messages
-      WHERE session_id = :sid AND id IN (SELECT value FROM json_each(:ids))
-    UNION
-    SELECT m.seq, m.id FROM down JOIN sessionkit_messages AS m ON m.seq IN (
-        SELECT c.seq FROM sessionkit_messages AS c INDEXED BY sessionkit_messages_branches
-          WHERE c.session_id = :sid AND c.parent_id = down.id AND c.branch = 1
-        UNION ALL
-        SELECT min(x.seq) FROM sessionkit_messages AS x INDEXED BY sessionkit_messages_order
-          WHERE x.session_id = :sid AND x.seq > down.seq
-      ) AND +m.parent_id = down.id
-)"""
-
-_INSERT = """INSERT OR IGNORE INTO sessionkit_messages (session_id, id, parent_id, depth, role, created_at, bytes,
-    tokens, path_bytes, path_tokens, chunks, branch, content) """
-
-# append_simple's statements; parameters ?1 session, ?2 id, ?3 role, ?4 created_at,
-# ?5 bytes, ?6 tokens, ?7 JSON, then each statement's own.
-_APPEND_ROOT = _INSERT + "VALUES (?1, ?2, NULL, 0, ?3, ?4, ?5, ?6, ?5, ?6, 0, 0, ?7)"
-# Under the latest row: it follows its parent (branch 0). The empty session gives a root.
-# (max() is one seek in the order index; a LIMIT 1 subquery joined in costs more.)
-_APPEND_LATEST = _INSERT + """SELECT ?1, ?2, p.id, coalesce(p.depth + 1, 0), ?3, ?4, ?5, ?6,
-    coalesce(p.path_bytes, 0) + ?5, coalesce(p.path_tokens, 0) + ?6, 0, 0, ?7
-    FROM (SELECT max(seq) AS seq FROM sessionkit_messages WHERE session_id = ?1) AS last
-    LEFT JOIN sessionkit_messages AS p ON p.seq = last.seq"""
-# Under the latest row as this connection last wrote it, (?8 seq, ?9 id, ?10 depth,
-# ?11 path bytes, ?12 path tokens): when the session's latest row is no longer exactly
-# that, depth is NULL and the row is ignored (the caller falls back to _APPEND_LATEST).
-# Reading the parent in a subquery of VALUES spares the temporary copy of the row
-# that INSERT ... SELECT makes when it reads the table it writes.
-_APPEND_AFTER = _INSERT + """VALUES (?1, ?2, ?9,
-    CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
-               WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?8, ?9, ?10, ?11, ?12) THEN ?10 + 1 END,
-    ?3, ?4, ?5, ?6, ?11 + ?5, ?12 + ?6, 0, 0, ?7)"""
-# What _APPEND_LATEST wrote, for _tails, in the same statement where SQLite has RETURNING.
-_RETURNING = sqlite3.sqlite_version_info >= (3, 35)
-_TAIL_RETURNED = " RETURNING seq, id, depth, path_bytes, path_tokens"
-# Under a given parent (?8 its id): no row when it does not exist.
-_APPEND_UNDER = _INSERT + """SELECT ?1, ?2, p.id, p.depth + 1, ?3, ?4, ?5, ?6, p.path_bytes + ?5,
-    p.path_tokens + ?6, 0, p.seq <> (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1), ?7
-    FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?8"""
-
-
-def _index_json(content: str) -> str:
-    """The indexed form of a stored message: stemmed words of its text parts."""
-    return _search.index_text(_msg.message_text(json.loads(content)))
-
-
-class SQLiteEngine(Engine):
+class SQLiteEngine(LocalEngine):
     kind = "sqlite"
+    dialect = DIALECTS["sqlite"]
+    driver_errors = (sqlite3.Error,)
+    capabilities = Capabilities(bulk_insert=True)
+    STATEMENTS = {"children": _CHILDREN, "descendants": _DESCENDANTS, "insert": _INSERT_ROW}
+    EXTRA_SCHEMA = (_FTS_TABLE,)
+    BEGIN = "BEGIN IMMEDIATE"  # the write lock now: waits busy_timeout for other processes
 
-    def __init__(self, path: str, *, durability: str = "normal", chunk_chars: int = DEFAULT_CHUNK_CHARS,
-                 busy_timeout: float = 30.0, wal_autocheckpoint: int = 8192,
-                 search_window: int = DEFAULT_SEARCH_WINDOW):
-        if durability not in ("normal", "full"):
-            raise ValueError(f"durability must be 'normal' or 'full', got {durability!r}")
+    def __init__(self, path: str, *, busy_timeout: float = 30.0, wal_autocheckpoint: int = 8192,
+                 search_window: int = DEFAULT_SEARCH_WINDOW, **options):
         if not isinstance(search_window, int) or isinstance(search_window, bool) or search_window < 1:
             raise ValueError(f"search_window must be a positive int, got {search_window!r}")
+        if (not isinstance(busy_timeout, (int, float)) or isinstance(busy_timeout, bool)
+                or not 0 <= busy_timeout <= 86_400 or busy_timeout != busy_timeout):
+            raise ValueError(f"busy_timeout must be a number of seconds from 0 to 86400, got {busy_timeout!r}")
+        super().__init__(**options)
         #: How many of the newest messages the search window holds at least (_RECENT_TABLE).
         self.search_window = search_window
+        self.busy_timeout = float(busy_timeout)
         self.path = None if path == ":memory:" else str(Path(path).resolve())
-        self._chunk = int(chunk_chars)
-        if self._chunk < 1:
-            raise ValueError("chunk_chars must be positive")
-        self._lock = threading.RLock()
-        self._depth = 0
-        self._index_on = False
         # session -> (seq, id, depth, path_bytes, path_tokens) of the last row append_simple
         # wrote there: the next append under the latest row checks it in its statement
         # (_APPEND_AFTER), so a stale entry costs a retry, never a wrong parent.
@@ -336,10 +260,12 @@ class SQLiteEngine(Engine):
             parent = Path(self.path).parent
             if not parent.is_dir():
                 raise ValueError(f"cannot open store {path!r}: folder {str(parent)!r} does not exist")
+            if Path(self.path).is_dir():
+                raise ValueError(f"cannot open store {path!r}: it is a folder")
         try:
             self._db = sqlite3.connect(
                 path if self.path is None else self.path,
-                timeout=busy_timeout,
+                timeout=self.busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
             )
@@ -350,7 +276,7 @@ class SQLiteEngine(Engine):
         self._db.create_function("sessionkit_index_text", 1, _index_json, deterministic=True)
         self._autocheckpoint = int(wal_autocheckpoint)
         try:
-            self._setup(durability)
+            self._setup(self.durability)
         except BaseException:
             self._db.close()
             raise
@@ -359,7 +285,22 @@ class SQLiteEngine(Engine):
     def _setup(self, durability: str) -> None:
         db = self._db
         try:
-            db.execute("PRAGMA busy_timeout = 30000")
+            self._pragmas(durability)
+        except StoreCorrupt as exc:
+            if "not a database" in str(exc.__cause__):  # a foreign file: a bad argument, not damage
+                raise ValueError(f"{self.path} is not a SQLite database: {exc.__cause__}") from exc
+            raise
+        version = self.schema_version()
+        if version is not None and version > SCHEMA_VERSION:
+            raise self.too_new(version)
+        if version != SCHEMA_VERSION:
+            with self.write():
+                self.create_or_migrate()  # reads the version again: another process may have done it
+
+    def _pragmas(self, durability: str) -> None:
+        db = self._db
+        with self.guard():
+            db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             if self.path is not None:
                 db.execute("PRAGMA journal_mode = WAL")
                 # A checkpoint syncs the WAL and the database file. Checkpointing every
@@ -370,227 +311,63 @@ class SQLiteEngine(Engine):
                 db.execute(f"PRAGMA journal_size_limit = {64 * 2**20}")
             db.execute(f"PRAGMA synchronous = {'FULL' if durability == 'full' else 'NORMAL'}")
             db.execute("PRAGMA foreign_keys = OFF")
-            version = self._read_version()
-            if version is not None and version > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"store {self.path or ':memory:'} has schema version {version}; this sessionkit "
-                    f"reads up to {SCHEMA_VERSION}: upgrade sessionkit"
-                )
-            if version != SCHEMA_VERSION:
-                with self.write():
-                    version = self._read_version()  # another process may have created it meanwhile
-                    if version is None:
-                        for stmt in _SCHEMA:
-                            db.execute(stmt)
-                        db.execute("INSERT INTO sessionkit_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                        db.execute("INSERT INTO sessionkit_meta VALUES ('index_built', '0')")
-                    elif version > SCHEMA_VERSION:
-                        raise SchemaVersionError(f"store has schema version {version}; upgrade sessionkit")
-                    else:
-                        for v in range(version, SCHEMA_VERSION):
-                            for stmt in _MIGRATIONS.get(v, []):
-                                if isinstance(stmt, str):
-                                    db.execute(stmt)
-                                else:
-                                    stmt(db)
-                        db.execute("UPDATE sessionkit_meta SET value = ? WHERE key = 'schema_version'",
-                                   (str(SCHEMA_VERSION),))
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc) or "malformed" in str(exc):
-                raise ValueError(f"{self.path} is not a SQLite database: {exc}") from exc
-            if "locked" in str(exc):
-                raise StoreLocked(f"store {self.path} is locked by another process: {exc}") from exc
-            raise SessionKitError(f"cannot open SQLite store {self.path}: {exc}") from exc
 
-    def _read_version(self) -> int | None:
-        row = self._db.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name='sessionkit_meta'"
-        ).fetchone()
-        if row is None:
-            return None
-        row = self._db.execute("SELECT value FROM sessionkit_meta WHERE key='schema_version'").fetchone()
-        return None if row is None else int(row[0])
+    def table_exists(self, name: str) -> bool:
+        return self.fetch_one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)) is not None
+
+    def upgrade_to_3(self) -> None:
+        _upgrade_to_3(self)
+
+    def translate(self, exc: BaseException) -> BaseException:
+        text = str(exc)
+        where = self.path or ":memory:"
+        if "locked" in text or "busy" in text:
+            return StoreLocked(
+                f"store {where} is locked: another process held its write lock for more than "
+                f"busy_timeout={self.busy_timeout:g} s ({text})"
+            )
+        if isinstance(exc, sqlite3.DatabaseError) and (
+            "malformed" in text or "not a database" in text or "corrupt" in text or "no such table" in text
+            or "no such column" in text
+        ):
+            return StoreCorrupt(f"store {where} is damaged: {text}")
+        return SessionKitError(f"SQLite store {where}: {text}")
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._db.close()
 
+    # -- connection model -------------------------------------------------------
+    def began(self) -> None:
+        self._tails.clear()  # this transaction may move any session's latest row
+
     @contextlib.contextmanager
-    def write(self):
+    def snapshot(self):
         with self._lock:
-            if self._depth:
-                self._depth += 1
-                try:
-                    yield self
-                finally:
-                    self._depth -= 1
+            if self._depth or self._db.in_transaction:
+                yield self
                 return
-            self._db.execute("BEGIN IMMEDIATE")
-            self._depth = 1
-            self._tails.clear()  # this transaction may move any session's latest row
+            with self.guard():
+                self._db.execute("BEGIN")  # deferred: a read transaction, one state of the file
             try:
                 yield self
-            except BaseException:
-                self._depth = 0
-                self._db.execute("ROLLBACK")
-                raise
-            else:
-                self._depth = 0
-                self._db.execute("COMMIT")
-
-    def _q(self, sql: str, params=()) -> list:
-        with self._lock:
-            return self._db.execute(sql, params).fetchall()
-
-    def _one(self, sql: str, params=()):
-        with self._lock:
-            return self._db.execute(sql, params).fetchone()
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("COMMIT")
 
     # -- reads ------------------------------------------------------------------
-    def node(self, sid, mid):
-        row = self._one(f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? AND id=?", (sid, mid))
-        return None if row is None else Node(*row)
-
-    def latest(self, sid):
-        row = self._one(
-            f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? ORDER BY seq DESC LIMIT 1", (sid,)
-        )
-        return None if row is None else Node(*row)
-
-    def children(self, sid, mid):
-        return [Node(*r) for r in self._q(_CHILDREN, {"sid": sid, "mid": mid})]
-
-    def nodes(self, sid):
-        rows = self._q(f"SELECT {_NODE} FROM sessionkit_messages WHERE session_id=? ORDER BY seq", (sid,))
-        return [Node(*r) for r in rows]
-
-    def ancestors(self, sid, seq, limit):
-        cols = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
-        mcols = ", ".join("m." + c.strip() for c in cols.split(","))
-        rows = self._q(
-            f"""WITH RECURSIVE up({cols}) AS (
-                    SELECT {cols} FROM sessionkit_messages WHERE seq = ?
-                    UNION ALL
-                    SELECT {mcols} FROM up JOIN sessionkit_messages m
-                      ON m.session_id = ? AND m.id = up.parent_id
-                    LIMIT ?
-                ) SELECT {cols} FROM up""",
-            (seq, sid, -1 if limit is None else limit),
-        )
-        return [Node(*r) for r in rows]
-
-    def window(self, sid, start_id, limit):
-        cols = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role, chunks, content"
-        mcols = ", ".join("m." + c.strip() for c in cols.split(","))
-        if start_id is None:
-            seed = (f"SELECT * FROM (SELECT {cols} FROM sessionkit_messages WHERE session_id = :sid "
-                    "ORDER BY seq DESC LIMIT 1)")
-        else:
-            seed = f"SELECT {cols} FROM sessionkit_messages WHERE session_id = :sid AND id = :start"
-        rows = self._q(
-            f"""WITH RECURSIVE up({cols}) AS (
-                    {seed}
-                    UNION ALL
-                    SELECT {mcols} FROM up JOIN sessionkit_messages m
-                      ON m.session_id = :sid AND m.id = up.parent_id
-                    LIMIT :limit
-                ) SELECT {cols} FROM up""",
-            {"sid": sid, "start": start_id, "limit": limit},
-        )
-        out = []
-        for r in rows:
-            content = r[11]
-            if r[10]:
-                content += "".join(x[0] for x in self._q(
-                    "SELECT data FROM sessionkit_chunks WHERE seq=? ORDER BY n", (r[0],)))
-            out.append((Node(*r[:10]), content))
-        return out
-
-    def path_skeleton(self, sid, seq):
-        return self._q(
-            """WITH RECURSIVE up(seq, id, parent_id, tokens) AS (
-                   SELECT seq, id, parent_id, tokens FROM sessionkit_messages WHERE seq = ?
-                   UNION ALL
-                   SELECT m.seq, m.id, m.parent_id, m.tokens FROM up JOIN sessionkit_messages m
-                     ON m.session_id = ? AND m.id = up.parent_id
-               ) SELECT seq, id, tokens FROM up""",
-            (seq, sid),
-        )
-
-    def contents(self, seqs):
-        if not seqs:
-            return []
-        marks = ",".join("?" * len(seqs))
-        rows = self._q(f"SELECT seq, content, chunks FROM sessionkit_messages WHERE seq IN ({marks})", seqs)
-        found = {}
-        for seq, content, chunks in rows:
-            if chunks:
-                rest = self._q("SELECT data FROM sessionkit_chunks WHERE seq=? ORDER BY n", (seq,))
-                content = content + "".join(r[0] for r in rest)
-            found[seq] = content
-        return [found[s] for s in seqs]
-
-    def blob(self, sha):
-        row = self._one("SELECT data FROM sessionkit_blobs WHERE sha256=?", (sha,))
-        if row is None:
-            raise SessionKitError(f"payload {sha} is missing from the store")
-        return bytes(row[0])
-
-    def count(self, sid):
-        return self._one("SELECT count(*) FROM sessionkit_messages WHERE session_id=?", (sid,))[0]
-
-    def list_sessions(self):
-        rows = self._q(
-            """SELECT session_id, count(*), min(created_at), max(created_at) FROM sessionkit_messages
-               GROUP BY session_id ORDER BY max(seq) DESC"""
-        )
-        return [SessionInfo(*r) for r in rows]
-
-    def session_exists(self, sid):
-        for table in ("sessionkit_messages", "sessionkit_runs", "sessionkit_events", "sessionkit_compactions",
-                      "sessionkit_records"):
-            if self._one(f"SELECT 1 FROM {table} WHERE session_id=? LIMIT 1", (sid,)):
-                return True
-        return False
-
-    def compactions(self, sid):
-        rows = self._q(
-            """SELECT seq, id, from_id, to_id, summary, created_at, tokens_before, tokens_after
-               FROM sessionkit_compactions WHERE session_id=? ORDER BY seq""",
-            (sid,),
-        )
-        return [(r[0], Compaction(*r[1:])) for r in rows]
-
-    def stats(self):
+    def size_bytes(self) -> int:
+        if self.path is None:
+            return 0
         with self._lock:
-            one = lambda sql: self._db.execute(sql).fetchone()  # noqa: E731
-            sessions, messages = one("SELECT count(DISTINCT session_id), count(*) FROM sessionkit_messages")
-            blobs, blob_bytes = one("SELECT count(*), coalesce(sum(size), 0) FROM sessionkit_blobs")
-            size = 0
-            if self.path is not None:
-                size = one("PRAGMA page_count")[0] * one("PRAGMA page_size")[0]
-                wal = self.path + "-wal"
-                if os.path.exists(wal):
-                    size += os.path.getsize(wal)
-            return {
-                "engine": self.kind,
-                "schema_version": SCHEMA_VERSION,
-                "sessions": sessions,
-                "messages": messages,
-                "compactions": one("SELECT count(*) FROM sessionkit_compactions")[0],
-                "blobs": blobs,
-                "blob_bytes": blob_bytes,
-                "indexed_messages": one("SELECT count(*) FROM sessionkit_fts")[0] if self.index_built() else 0,
-                "runs": one("SELECT count(*) FROM sessionkit_runs")[0],
-                "events": one("SELECT count(*) FROM sessionkit_events")[0],
-                "bytes": size,
-            }
+            size = self.fetch_one("PRAGMA page_count")[0] * self.fetch_one("PRAGMA page_size")[0]
+        with contextlib.suppress(OSError):
+            size += os.path.getsize(self.path + "-wal")
+        return size
 
-    def index_built(self):
-        if not self._index_on:
-            row = self._one("SELECT value FROM sessionkit_meta WHERE key='index_built'")
-            self._index_on = row is not None and row[0] == "1"
-        return self._index_on
+    def indexed_count(self) -> int:
+        return self.fetch_one("SELECT count(*) FROM sessionkit_fts")[0] if self.index_built() else 0
 
     def search(self, fts_query, terms, sid, limit):
         # Rank only the newest `search_candidates` matches: FTS5 walks matches in rowid
@@ -602,8 +379,8 @@ class SQLiteEngine(Engine):
         with self._lock:
             first, last = 0, _MAX_SEQ
             if sid is not None:
-                first, last = self._db.execute(
-                    "SELECT min(seq), max(seq) FROM sessionkit_messages WHERE session_id = ?", (sid,)).fetchone()
+                first, last = self.fetch_one(
+                    "SELECT min(seq), max(seq) FROM sessionkit_messages WHERE session_id = ?", (sid,))
                 if first is None:
                     return []
             # Rows above hi were written after this search began (it synced the window).
@@ -625,7 +402,7 @@ class SQLiteEngine(Engine):
         params += [fts_query, first, last, cand, limit]
         # The candidates are ranked and counted in one pass (the window function), and
         # only the best `limit` are joined to their messages.
-        rows = self._db.execute(
+        rows = self.fetch(
             f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n FROM (
                     SELECT seq, score, count(*) OVER () AS n FROM (
                         SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table} {join}
@@ -635,203 +412,10 @@ class SQLiteEngine(Engine):
                 ) AS t JOIN sessionkit_messages m ON m.seq = t.seq
                 ORDER BY t.score DESC, t.seq DESC""",
             params,
-        ).fetchall()
+        )
         return [r[:5] for r in rows], (rows[0][5] if rows else 0)
 
-    def runs(self, sid):
-        rows = self._q(
-            """SELECT run_id, session_id, status, error, started_at, ended_at, usage, input
-               FROM sessionkit_runs WHERE session_id=? ORDER BY n""",
-            (sid,),
-        )
-        return [RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7]) for r in rows]
-
-    def records(self, sid, kind):
-        return self._q("SELECT n, data FROM sessionkit_records WHERE session_id=? AND kind=? ORDER BY n", (sid, kind))
-
-    def events(self, sid, after_seq):
-        rows = self._q(
-            "SELECT data FROM sessionkit_events WHERE session_id=? AND seq > ? ORDER BY seq",
-            (sid, -1 if after_seq is None else after_seq),
-        )
-        return [json.loads(r[0]) for r in rows]
-
-    # -- writes -------------------------------------------------------------------
-    def w_insert(self, sid, prep, parent, created_at, index):
-        db = self._db
-        content = prep.stored_json
-        head, rest = content[: self._chunk], content[self._chunk :]
-        nchunks = (len(rest) + self._chunk - 1) // self._chunk
-        if parent is None:
-            depth, pb, pt, pid = 0, prep.bytes, prep.tokens, None
-        else:
-            depth = parent.depth + 1
-            pb = parent.path_bytes + prep.bytes
-            pt = parent.path_tokens + prep.tokens
-            pid = parent.id
-        # A row follows its parent (branch 0) when the parent is the session's latest row.
-        cur = db.execute(
-            _INSERT + """VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,
-                ?12 IS NOT NULL AND ?12 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),
-                ?13)""",
-            (sid, prep.id, pid, depth, prep.role, created_at, prep.bytes, prep.tokens, pb, pt, nchunks,
-             None if parent is None else parent.seq, head),
-        )
-        if cur.rowcount == 0:
-            return None
-        seq = cur.lastrowid
-        if nchunks:
-            db.executemany(
-                "INSERT INTO sessionkit_chunks VALUES (?,?,?)",
-                [(seq, i, rest[i * self._chunk : (i + 1) * self._chunk]) for i in range(nchunks)],
-            )
-        if prep.blobs:
-            self._put_blobs(seq, prep.blobs)
-        if nchunks and self._flag_in_tx():  # the trigger skips rows whose JSON continues elsewhere
-            db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
-            if self._window()[0] is not None:
-                db.execute(_COPY_TO_RECENT.format(seq="?1"), (seq,))
-        return Node(seq, prep.id, pid, depth, prep.bytes, prep.tokens, pb, pt, created_at, prep.role)
-
-    def _put_blobs(self, seq, blobs):
-        db = self._db
-        db.executemany(
-            "INSERT OR IGNORE INTO sessionkit_blobs(sha256, size, data) VALUES (?,?,?)",
-            [(sha, len(raw), raw) for sha, raw in blobs.items()],
-        )
-        db.executemany("INSERT OR IGNORE INTO sessionkit_blob_refs VALUES (?,?)", [(seq, sha) for sha in blobs])
-
-    def _gc_blobs(self, seqs):
-        """Drop the refs of ``seqs`` and any payload no longer referenced."""
-        db = self._db
-        if not seqs:
-            return
-        for part in _split(seqs, 500):
-            marks = ",".join("?" * len(part))
-            shas = [r[0] for r in db.execute(
-                f"SELECT DISTINCT sha256 FROM sessionkit_blob_refs WHERE seq IN ({marks})", part)]
-            if not shas:
-                continue
-            db.execute(f"DELETE FROM sessionkit_blob_refs WHERE seq IN ({marks})", part)
-            db.executemany(
-                """DELETE FROM sessionkit_blobs WHERE sha256 = ?
-                   AND NOT EXISTS (SELECT 1 FROM sessionkit_blob_refs r WHERE r.sha256 = ?)""",
-                [(s, s) for s in shas],
-            )
-
-    def w_update(self, sid, node, prep, index):
-        db = self._db
-        content = prep.stored_json
-        head, rest = content[: self._chunk], content[self._chunk :]
-        nchunks = (len(rest) + self._chunk - 1) // self._chunk
-        db_ = prep.bytes - node.bytes
-        dt = prep.tokens - node.tokens
-        db.execute(
-            """UPDATE sessionkit_messages SET role=?, bytes=?, tokens=?, path_bytes=path_bytes+?,
-               path_tokens=path_tokens+?, chunks=?, content=? WHERE seq=?""",
-            (prep.message["role"], prep.bytes, prep.tokens, db_, dt, nchunks, head, node.seq),
-        )
-        db.execute("DELETE FROM sessionkit_chunks WHERE seq=?", (node.seq,))
-        if nchunks:
-            db.executemany(
-                "INSERT INTO sessionkit_chunks VALUES (?,?,?)",
-                [(node.seq, i, rest[i * self._chunk : (i + 1) * self._chunk]) for i in range(nchunks)],
-            )
-        self._gc_blobs([node.seq])
-        if prep.blobs:
-            self._put_blobs(node.seq, prep.blobs)
-        if db_ or dt:
-            db.execute(
-                _DESCENDANTS + """ UPDATE sessionkit_messages
-                    SET path_bytes = path_bytes + :db, path_tokens = path_tokens + :dt
-                    WHERE seq IN (SELECT seq FROM down WHERE seq <> :seq)""",
-                {"sid": sid, "ids": json.dumps([node.id]), "seq": node.seq, "db": db_, "dt": dt},
-            )
-        if nchunks and self._flag_in_tx():  # as in w_insert; the trigger dropped the old text
-            db.execute("DELETE FROM sessionkit_fts WHERE rowid=?", (node.seq,))
-            db.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
-                       (node.seq, _search.index_text(prep.text)))
-            if self._window()[0] is not None:
-                db.execute(_COPY_TO_RECENT.format(seq="?1"), (node.seq,))
-
-    def w_descendants(self, sid, mids):
-        rows = self._db.execute(
-            _DESCENDANTS + f" SELECT {_NODE} FROM sessionkit_messages WHERE seq IN (SELECT seq FROM down) ORDER BY seq",
-            {"sid": sid, "ids": json.dumps(mids)},
-        ).fetchall()
-        return [Node(*r) for r in rows]
-
-    def w_delete(self, sid, nodes):
-        db = self._db
-        seqs = [n.seq for n in nodes]
-        ids = [n.id for n in nodes]
-        self._gc_blobs(seqs)
-        for part in _split(seqs, 500):
-            marks = ",".join("?" * len(part))
-            db.execute(f"DELETE FROM sessionkit_chunks WHERE seq IN ({marks})", part)
-            db.execute(f"DELETE FROM sessionkit_messages WHERE seq IN ({marks})", part)  # triggers drop index rows
-        for part in _split(ids, 400):
-            marks = ",".join("?" * len(part))
-            db.execute(
-                f"DELETE FROM sessionkit_compactions WHERE session_id=? AND (from_id IN ({marks}) OR to_id IN ({marks}))",
-                [sid, *part, *part],
-            )
-
-    def w_clear(self, sid):
-        db = self._db
-        seqs = [r[0] for r in db.execute("SELECT seq FROM sessionkit_messages WHERE session_id=?", (sid,))]
-        self._gc_blobs(seqs)
-        for part in _split(seqs, 500):
-            marks = ",".join("?" * len(part))
-            db.execute(f"DELETE FROM sessionkit_chunks WHERE seq IN ({marks})", part)
-        db.execute("DELETE FROM sessionkit_messages WHERE session_id=?", (sid,))  # triggers drop index rows
-        db.execute("DELETE FROM sessionkit_compactions WHERE session_id=?", (sid,))
-
-    def w_delete_session(self, sid):
-        self.w_clear(sid)
-        self._db.execute("DELETE FROM sessionkit_runs WHERE session_id=?", (sid,))
-        self._db.execute("DELETE FROM sessionkit_events WHERE session_id=?", (sid,))
-        self._db.execute("DELETE FROM sessionkit_records WHERE session_id=?", (sid,))
-
-    def w_add_compaction(self, sid, comp):
-        self._db.execute(
-            """INSERT INTO sessionkit_compactions
-               (session_id, id, from_id, to_id, summary, created_at, tokens_before, tokens_after)
-               VALUES (?,?,?,?,?,?,?,?)""",
-            (sid, comp.id, comp.from_id, comp.to_id, comp.summary, comp.created_at,
-             comp.tokens_before, comp.tokens_after),
-        )
-
-    def w_build_index(self):
-        db = self._db
-        row = db.execute("SELECT value FROM sessionkit_meta WHERE key='index_built'").fetchone()
-        if row is not None and row[0] == "1":
-            self._index_on = True
-            return
-        db.execute("DELETE FROM sessionkit_fts")
-        db.execute("DROP TABLE IF EXISTS sessionkit_fts_recent")
-        db.execute("DELETE FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')")
-        cur = db.execute("SELECT seq, content, chunks FROM sessionkit_messages")
-        batch = []
-        reader = self._db.cursor()
-        for seq, content, chunks in cur:
-            if chunks:
-                content += "".join(r[0] for r in reader.execute(
-                    "SELECT data FROM sessionkit_chunks WHERE seq=? ORDER BY n", (seq,)))
-            text = _msg.message_text(json.loads(content))
-            batch.append((seq, _search.index_text(text)))
-            if len(batch) >= 1000:
-                reader.executemany("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", batch)
-                batch.clear()
-        if batch:
-            reader.executemany("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", batch)
-        for name in _FTS_NAMES:  # (a window's triggers, if any, went with its table)
-            db.execute(f"DROP TRIGGER IF EXISTS {name}")
-        for stmt in _FTS_TRIGGERS:
-            db.execute(stmt)
-        db.execute("INSERT OR REPLACE INTO sessionkit_meta VALUES ('index_built', '1')")
-        self._index_on = True
-
+    # -- the search window --------------------------------------------------------------
     def _sync_window(self) -> tuple[int | None, int | None]:
         """Bring the search window up to the newest row (see _RECENT_TABLE): create it
         once the store outgrows it, copy the rows added since, drop those that fell
@@ -847,33 +431,29 @@ class SQLiteEngine(Engine):
                 top, lo, hi = self._window_work()  # another process may have done it meanwhile
                 if top is None:
                     return lo, hi
-                db = self._db
                 new_lo = top - self.search_window + 1
                 if lo is None:
-                    db.execute(_RECENT_TABLE)
-                    for name in _FTS_NAMES:
-                        db.execute(f"DROP TRIGGER IF EXISTS {name}")
-                    for stmt in _FTS_TRIGGERS_WINDOWED:
-                        db.execute(stmt)
+                    self.execute(_RECENT_TABLE)
+                    self._install_triggers(_FTS_TRIGGERS_WINDOWED)
                 elif hi < new_lo:  # nothing in it would stay: start afresh
-                    db.execute("DROP TABLE sessionkit_fts_recent")
-                    db.execute(_RECENT_TABLE)
+                    self.execute("DROP TABLE sessionkit_fts_recent")
+                    self.execute(_RECENT_TABLE)
                     lo = None
                 if lo is None:
                     lo, hi = new_lo, new_lo - 1
-                db.execute("INSERT INTO sessionkit_fts_recent(rowid, body) "
-                           "SELECT rowid, body FROM sessionkit_fts WHERE rowid > ? AND rowid <= ?", (hi, top))
+                self.execute("INSERT INTO sessionkit_fts_recent(rowid, body) "
+                             "SELECT rowid, body FROM sessionkit_fts WHERE rowid > ? AND rowid <= ?", (hi, top))
                 if new_lo > lo:
-                    db.execute("DELETE FROM sessionkit_fts_recent WHERE rowid < ?", (new_lo,))
+                    self.execute("DELETE FROM sessionkit_fts_recent WHERE rowid < ?", (new_lo,))
                     lo = new_lo
-                db.executemany("INSERT OR REPLACE INTO sessionkit_meta VALUES (?, ?)",
-                               [("recent_lo", str(lo)), ("recent_hi", str(top))])
+                self.execute(self.sql["meta_put"], ("recent_lo", str(lo)))
+                self.execute(self.sql["meta_put"], ("recent_hi", str(top)))
                 return lo, top
 
     def _window_work(self) -> tuple[int | None, int | None, int | None]:
         """``(top, lo, hi)``: the newest seq and the window's range, with ``top`` None
         unless the window must be created or has rows to catch up on."""
-        top = self._db.execute("SELECT max(seq) FROM sessionkit_messages").fetchone()[0]
+        top = self.fetch_one("SELECT max(seq) FROM sessionkit_messages")[0]
         lo, hi = self._window()
         w = self.search_window
         due = top is not None and (top >= w + w // 4 if lo is None else top > hi)
@@ -881,18 +461,64 @@ class SQLiteEngine(Engine):
 
     def _window(self) -> tuple[int | None, int | None]:
         """``(recent_lo, recent_hi)``: the seq range the window holds, or Nones."""
-        rows = dict(self._db.execute(
-            "SELECT key, value FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')").fetchall())
+        rows = dict(self.fetch(
+            "SELECT key, value FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')"))
         if "recent_lo" not in rows:
             return None, None
         return int(rows["recent_lo"]), int(rows["recent_hi"])
 
+    def _install_triggers(self, triggers) -> None:
+        for name in _FTS_NAMES:
+            self.execute(f"DROP TRIGGER IF EXISTS {name}")
+        for stmt in triggers:
+            self.execute(stmt)
+
+    # -- the search index (triggers keep it; see _FTS_TRIGGERS) ------------------------
     def w_index_on(self):
-        return False  # triggers keep the index; see _FTS_TRIGGERS
+        return False  # triggers keep the index
 
     def _flag_in_tx(self) -> bool:
-        row = self._db.execute("SELECT value FROM sessionkit_meta WHERE key='index_built'").fetchone()
-        return row is not None and row[0] == "1"
+        return self.meta("index_built") == "1"
+
+    def begin_index_build(self) -> None:
+        self.execute("DELETE FROM sessionkit_fts")
+        self.execute("DROP TABLE IF EXISTS sessionkit_fts_recent")
+        self.execute("DELETE FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')")
+
+    def index_batch(self, rows):
+        self.execute_many("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
+                          [(seq, _search.index_text(text)) for seq, _, text in rows])
+
+    def finish_index_build(self) -> None:
+        self._install_triggers(_FTS_TRIGGERS)  # (a window's triggers, if any, went with its table)
+
+    def _index_long(self, seq: int, prep) -> None:
+        """The trigger skips rows whose JSON continues elsewhere: index them here."""
+        self.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
+        if self._window()[0] is not None:
+            self.execute(_COPY_TO_RECENT.format(seq="?1"), (seq,))
+
+    def index_new(self, sid, seq, prep, nchunks, index):
+        if nchunks and self._flag_in_tx():
+            self._index_long(seq, prep)
+
+    def index_changed(self, sid, seq, prep, nchunks, index):
+        if nchunks and self._flag_in_tx():  # the trigger dropped the old text
+            self.execute("DELETE FROM sessionkit_fts WHERE rowid = ?", (seq,))
+            self._index_long(seq, prep)
+
+    # -- writes -------------------------------------------------------------------
+    def insert_row(self, sid, prep, node, parent, head, nchunks, index):
+        values = self.message_values(sid, node, head, nchunks) + (None if parent is None else parent.seq,)
+        with self.guard(), self.connection() as db:
+            cur = db.execute(self.sql["insert"], values)  # (no RETURNING: SQLite before 3.35 lacks it)
+            return cur.lastrowid if cur.rowcount == 1 else None
+
+    def w_descendants(self, sid, mids):
+        return [Node(*r) for r in self.fetch(self.sql["descendants"], (json.dumps(list(mids)), sid))]
+
+    def listed(self, values):
+        return json.dumps(list(values))
 
     def append_simple(self, sid, prep, parent_id, created_at):
         if prep.blobs or len(prep.stored_json) > self._chunk:
@@ -900,20 +526,21 @@ class SQLiteEngine(Engine):
         # One statement (its own transaction): the parent's place is read and the row
         # written atomically, so this needs no BEGIN/COMMIT round trips.
         params = (sid, prep.id, prep.role, created_at, prep.bytes, prep.tokens, prep.stored_json)
-        with self._lock:
+        with self._lock, self.guard():
+            db = self._db
             if parent_id is None:
-                inserted = self._db.execute(_APPEND_ROOT, params).rowcount == 1
+                inserted = db.execute(_APPEND_ROOT, params).rowcount == 1
             elif isinstance(parent_id, str):
-                inserted = self._db.execute(_APPEND_UNDER, params + (parent_id,)).rowcount == 1
+                inserted = db.execute(_APPEND_UNDER, params + (parent_id,)).rowcount == 1
             else:
                 inserted = self._append_latest(sid, prep, params)
             if inserted:
                 if parent_id is None or isinstance(parent_id, str):
                     self._tails.pop(sid, None)
                 return "inserted"
-            if self.node(sid, prep.id) is not None:
-                return "exists"
-            return "no-parent"
+        if self.node(sid, prep.id) is not None:
+            return "exists"
+        return "no-parent"
 
     def _append_latest(self, sid, prep, params) -> bool:
         """append_simple under the session's latest row; keeps ``_tails``."""
@@ -938,42 +565,3 @@ class SQLiteEngine(Engine):
             self._tails.clear()
         self._tails[sid] = tuple(row)
         return True
-
-    def w_run_begin(self, sid, run_id, input, started_at):
-        n = self._db.execute("SELECT coalesce(max(n), 0) + 1 FROM sessionkit_runs WHERE session_id=?",
-                             (sid,)).fetchone()[0]
-        self._db.execute(
-            "INSERT INTO sessionkit_runs(run_id, session_id, status, input, started_at, n) VALUES (?,?,?,?,?,?)",
-            (run_id, sid, "running", input, started_at, n),
-        )
-
-    def w_run_end(self, run_id, status, error, usage, ended_at):
-        self._db.execute(
-            "UPDATE sessionkit_runs SET status=?, error=?, usage=?, ended_at=? WHERE run_id=?",
-            (status, error, None if usage is None else _msg.dumps(usage), ended_at, run_id),
-        )
-
-    def w_append_events(self, sid, events):
-        start = self._db.execute("SELECT coalesce(max(seq), -1) + 1 FROM sessionkit_events WHERE session_id=?",
-                                 (sid,)).fetchone()[0]
-        out = []
-        for i, ev in enumerate(events):
-            ev["seq"] = start + i
-            out.append(ev)
-        self._db.executemany(
-            "INSERT INTO sessionkit_events VALUES (?,?,?,?)",
-            [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in out],
-        )
-        return out
-
-
-    def w_put_records(self, sid, kind, items):
-        self._db.executemany(
-            "INSERT OR REPLACE INTO sessionkit_records(session_id, kind, n, data) VALUES (?,?,?,?)",
-            [(sid, kind, n, data) for n, data in items],
-        )
-
-
-def _split(items, size):
-    for i in range(0, len(items), size):
-        yield list(items[i : i + size])

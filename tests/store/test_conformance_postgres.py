@@ -30,10 +30,10 @@ def raw_sql():
                 ).fetchall()
                 return [r[0] for r in rows]
             if what == "version":
-                row = conn.execute(f"SELECT value FROM {eng._t['meta']} WHERE key = 'schema_version'").fetchone()
+                row = conn.execute(f"SELECT value FROM {eng.table('meta')} WHERE key = 'schema_version'").fetchone()
                 return int(row[0])
             if what == "bump":
-                conn.execute(f"UPDATE {eng._t['meta']} SET value = '999' WHERE key = 'schema_version'")
+                conn.execute(f"UPDATE {eng.table('meta')} SET value = '999' WHERE key = 'schema_version'")
                 return True
         return None
 

@@ -195,7 +195,7 @@ def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa:
         assert sorted(i.id for i in store.list_sessions()) == [f"opener-{w}" for w in range(4)]
         eng = store._engine
         with eng._pool.connection() as conn:
-            rows = conn.execute(f"SELECT key, value FROM {eng._t['meta']} ORDER BY key").fetchall()
+            rows = conn.execute(f"SELECT key, value FROM {eng.table('meta')} ORDER BY key").fetchall()
         assert rows == [("index_built", "0"), ("schema_version", str(SCHEMA_VERSION))]
 
 
@@ -207,8 +207,8 @@ def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_u
         store.session("s").append(msg("a"))
         eng = store._engine
         with eng._pool.connection() as conn:  # make it a version 1 store: no records table
-            conn.execute(f"DROP TABLE {eng._t['records']}")
-            conn.execute(f"UPDATE {eng._t['meta']} SET value = '1' WHERE key = 'schema_version'")
+            conn.execute(f"DROP TABLE {eng.table('records')}")
+            conn.execute(f"UPDATE {eng.table('meta')} SET value = '1' WHERE key = 'schema_version'")
     outcomes = _open_at_once(url, 3)
     assert outcomes == [{"inserted": True, "schema_version": postgres.SCHEMA_VERSION}] * 3
     with sk.open_store(url) as store:
@@ -371,10 +371,10 @@ def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):  # noqa: F8
         assert [e["seq"] for e in store.events("s")] == list(range(80))
 
 
-def test_long_paths_stream_from_a_server_side_cursor(pg_store_url, monkeypatch):  # noqa: F811
+def test_long_paths_are_read_in_pages(pg_store_url, monkeypatch):  # noqa: F811
     from sessionkit.store import postgres
 
-    monkeypatch.setattr(postgres, "_FIRST_BATCH", 7)
+    monkeypatch.setattr(postgres.PostgresEngine, "PAGE", 7)
     with sk.open_store(pg_store_url(), chunk_chars=50) as store:
         s = store.session("s")
         ids = [f"m{i}" for i in range(40)]

@@ -1,0 +1,1222 @@
+"""The storage layer every engine shares: one DB-API engine base driven by per-dialect SQL.
+
+Each fact lives here once: the tables and their columns (:data:`TABLES`), the one
+schema ledger every engine follows (:data:`MIGRATIONS`), row mapping, continuation
+rows of long messages, payload references and their collection, path totals,
+delete and clear cascades, compactions, runs, events and records. An engine
+(``sqlite.py``, ``duckdb.py``, ``postgres.py``) is a subclass that supplies what
+truly differs: its connection and transaction model, locking, its search index,
+its fast append path and its driver's errors.
+
+Statements are written once, with ``?`` parameters and ``{name}`` fields:
+``{messages}`` and the other table names (quoted and, on PostgreSQL, qualified by
+the store's schema), ``{node}`` (the columns of a :class:`Node`), and the list
+fragments ``{in_seqs}``, ``{in_ids}``, ``{in_shas}`` (membership in one list
+parameter: ``IN (SELECT value FROM json_each(?))`` on SQLite,
+``IN (SELECT unnest(?::BIGINT[]))`` on DuckDB, ``= ANY(?::bigint[])`` on
+PostgreSQL; pass the values through :meth:`SQLEngine.listed`). A
+:class:`Dialect` compiles them once per engine (PostgreSQL's ``%s`` placeholders
+included), and an engine overrides a statement by name only where its SQL must
+differ.
+
+Adding a per-message column takes three steps, all here: a :class:`Column` in
+``TABLES["messages"]``, a :class:`Migration` that adds it to stored files, and its
+value in :meth:`SQLEngine.message_values`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import messages as _msg
+from ..errors import InvalidMessage, MessageNotFound, SchemaVersionError, SessionKitError, StoreClosed, StoreCorrupt
+from ._core import LATEST, Compaction, Engine, Node, RunRecord, SessionInfo
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Column",
+    "Index",
+    "Table",
+    "TABLES",
+    "Migration",
+    "MIGRATIONS",
+    "Dialect",
+    "DIALECTS",
+    "SQLEngine",
+    "LocalEngine",
+    "NODE_COLUMNS",
+]
+
+#: The schema version every engine writes (see :data:`MIGRATIONS`).
+SCHEMA_VERSION = 5
+
+#: Stored JSON longer than this (characters) continues in ``sessionkit_chunks`` rows.
+DEFAULT_CHUNK_CHARS = 1 << 20
+
+#: The columns of a :class:`Node`, in its field order.
+NODE_COLUMNS = ("seq", "id", "parent_id", "depth", "bytes", "tokens", "path_bytes", "path_tokens", "created_at",
+                "role")
+
+_ALL = ("sqlite", "duckdb", "postgresql")
+
+
+# ---------------------------------------------------------------------------
+# Tables
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: logical ``type`` (``text``, ``int``, ``bigint``, ``blob``, or ``seq``,
+    the store-wide write sequence each dialect makes its own way), and the engines
+    that keep it (``only``)."""
+
+    name: str
+    type: str
+    null: bool = False
+    default: str | None = None
+    only: tuple[str, ...] = _ALL
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    columns: str
+    unique: bool = False
+    where: str | None = None
+    only: tuple[str, ...] = _ALL
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # without the sessionkit_ prefix
+    columns: tuple[Column, ...]
+    key: tuple[str, ...] = ()
+    indexes: tuple[Index, ...] = ()
+    only: tuple[str, ...] = _ALL
+    #: Rows stored in primary key order (SQLite: WITHOUT ROWID), for small keyed rows.
+    clustered: bool = False
+
+    def column_names(self, dialect: str) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if dialect in c.only)
+
+
+_SQLITE_PG = ("sqlite", "postgresql")
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    Table("meta", (Column("key", "text"), Column("value", "text")), key=("key",)),
+    Table("messages", (
+        Column("seq", "seq"),
+        # DuckDB answers point lookups from an index only for a one-column equality: the
+        # session id, length-prefixed, followed by the message id.
+        Column("msg_key", "text", only=("duckdb",)),
+        Column("session_id", "text"),
+        Column("id", "text"),
+        Column("parent_id", "text", null=True),
+        Column("depth", "int"),
+        Column("role", "text"),
+        Column("created_at", "text"),
+        Column("bytes", "bigint"),
+        Column("tokens", "bigint"),
+        Column("path_bytes", "bigint"),
+        Column("path_tokens", "bigint"),
+        Column("chunks", "int", default="0"),
+        # SQLite: 0 when the row followed its session's latest row as it was written,
+        # so it needs no entry in the children index (see sqlite.py). Before content,
+        # so reading it never reads a long row's overflow pages.
+        Column("branch", "int", default="1", only=("sqlite",)),
+        Column("content", "text"),
+        # DuckDB: the message's word count in its search index (NULL: not indexed).
+        Column("index_len", "int", null=True, only=("duckdb",)),
+    ), key=("seq",), indexes=(
+        Index("sessionkit_messages_key", "session_id, id", unique=True, only=_SQLITE_PG),
+        Index("sessionkit_messages_msg_key", "msg_key", unique=True, only=("duckdb",)),
+        Index("sessionkit_messages_order", "session_id, seq", only=_SQLITE_PG),
+        Index("sessionkit_messages_branches", "session_id, parent_id", where="branch = 1", only=("sqlite",)),
+        Index("sessionkit_messages_children", "session_id, parent_id", only=("postgresql",)),
+    )),
+    Table("chunks", (Column("seq", "bigint"), Column("n", "int"), Column("data", "text")), key=("seq", "n"),
+          clustered=True),
+    Table("blobs", (Column("sha256", "text"), Column("size", "bigint"), Column("data", "blob")), key=("sha256",)),
+    Table("blob_refs", (Column("seq", "bigint"), Column("sha256", "text")), key=("seq", "sha256"), clustered=True,
+          indexes=(Index("sessionkit_blob_refs_sha", "sha256", only=_SQLITE_PG),)),
+    Table("compactions", (
+        Column("seq", "seq"),
+        Column("session_id", "text"),
+        Column("id", "text"),
+        Column("from_id", "text"),
+        Column("to_id", "text"),
+        Column("summary", "text"),
+        Column("created_at", "text"),
+        Column("tokens_before", "bigint"),
+        Column("tokens_after", "bigint"),
+    ), key=("seq",), indexes=(Index("sessionkit_compactions_session", "session_id, seq", only=_SQLITE_PG),)),
+    Table("runs", (
+        Column("run_id", "text"),
+        Column("session_id", "text"),
+        Column("status", "text"),
+        Column("input", "text", null=True),
+        Column("error", "text", null=True),
+        Column("started_at", "text"),
+        Column("ended_at", "text", null=True),
+        Column("usage", "text", null=True),
+        Column("n", "int"),
+    ), key=("run_id",), indexes=(Index("sessionkit_runs_session", "session_id, n", only=_SQLITE_PG),)),
+    Table("events", (
+        Column("session_id", "text"), Column("seq", "bigint"), Column("run_id", "text", null=True),
+        Column("data", "text"),
+    ), key=("session_id", "seq"), clustered=True),
+    Table("records", (
+        Column("session_id", "text"), Column("kind", "text"), Column("n", "bigint"), Column("data", "text"),
+    ), key=("session_id", "kind", "n"), clustered=True),
+    # The schema ledger: one row per migration applied to this store.
+    Table("migrations", (Column("version", "int"), Column("note", "text"), Column("applied_at", "text")),
+          key=("version",), clustered=True),
+)}
+
+
+# ---------------------------------------------------------------------------
+# Migrations
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema ledger. ``steps`` maps a dialect (or ``"*"`` for every
+    dialect) to statements (templates, see the module notes) or functions called
+    with the engine, run in order inside the transaction that opens the store."""
+
+    version: int
+    note: str
+    steps: dict[str, tuple[str | Callable[[SQLEngine], None], ...]] = field(default_factory=dict)
+
+    def steps_for(self, dialect: str) -> tuple:
+        return self.steps.get("*", ()) + self.steps.get(dialect, ())
+
+
+def _create_table(name: str) -> Callable[[SQLEngine], None]:
+    return lambda engine: engine.create_table(TABLES[name])
+
+
+def _sqlite_branch_column(engine: SQLEngine) -> None:
+    engine.upgrade_to_3()
+
+
+#: Every engine follows this one ledger: a store at version v has had every migration
+#: up to v applied (version 1 is the first table layout). Files written before the
+#: ledger carry the same numbers: versions 3 and 4 changed SQLite files only, so a
+#: DuckDB or PostgreSQL file at version 2 is at the ledger's version 4.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(2, "records: small JSON documents kept beside a session", {
+        "*": (_create_table("records"),),
+        # DuckDB: word counts moved into the message row; the index is rebuilt by the next search.
+        "duckdb": (
+            "ALTER TABLE {messages} ADD COLUMN IF NOT EXISTS index_len INTEGER",
+            "DROP TABLE IF EXISTS sessionkit_docs",
+            "DELETE FROM sessionkit_terms",
+            "UPDATE {messages} SET index_len = NULL",
+            "UPDATE {meta} SET value = '0' WHERE key = 'index_built'",
+        ),
+    }),
+    Migration(3, "SQLite: rows that follow their parent stay out of the children index",
+              {"sqlite": (_sqlite_branch_column,)}),
+    Migration(4, "SQLite: the search window, created when a store outgrows it"),
+    Migration(5, "the schema ledger (sessionkit_migrations)", {"*": (_create_table("migrations"),)}),
+)
+
+
+# ---------------------------------------------------------------------------
+# Dialects
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What differs in SQL text between engines, as plain data (no behaviour)."""
+
+    name: str
+    types: dict[str, str]
+    #: Column definition of a table's write sequence (``seq``), by table.
+    seq_columns: dict[str, str]
+    #: The rows of one list parameter, for ints and for strings (a SELECT).
+    ints_rows: str
+    texts_rows: str
+    #: Membership in one list parameter (default: IN the rows above).
+    in_ints: str = ""
+    in_texts: str = ""
+    #: Row locks taken when payload rows are shared or collected (several writers).
+    lock_share: str = ""
+    lock_update: str = ""
+    #: Tables whose primary key is their storage order (SQLite: WITHOUT ROWID).
+    clustered_suffix: str = ""
+    #: DB-API placeholder: "?" (qmark) or "%s" (format).
+    placeholder: str = "?"
+    #: Statements run before each table is created (DuckDB: its sequences).
+    before_table: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.in_ints:
+            object.__setattr__(self, "in_ints", f"IN ({self.ints_rows})")
+        if not self.in_texts:
+            object.__setattr__(self, "in_texts", f"IN ({self.texts_rows})")
+
+    def column_sql(self, col: Column, table: str) -> str:
+        if col.type == "seq":
+            return self.seq_columns[table]
+        sql = f"{col.name} {self.types[col.type]}"
+        if not col.null:
+            sql += " NOT NULL"
+        if col.default is not None:
+            sql += f" DEFAULT {col.default}"
+        return sql
+
+    def table_sql(self, table: Table, qualified: str) -> str:
+        cols = [self.column_sql(c, table.name) for c in table.columns if self.name in c.only]
+        if table.key and not any(c.type == "seq" for c in table.columns):  # else the seq column decides
+            cols.append(f"PRIMARY KEY ({', '.join(table.key)})")
+        suffix = self.clustered_suffix if table.clustered else ""
+        return f"CREATE TABLE IF NOT EXISTS {qualified} (\n    " + ",\n    ".join(cols) + f"\n){suffix}"
+
+    def compile(self, template: str, fields: dict[str, str]) -> str:
+        sql = template.format(**fields)
+        if self.placeholder != "?":
+            sql = sql.replace("%", "%%").replace("?", self.placeholder)
+        return sql
+
+
+#: The dialects, as data: what differs in SQL text between the engines.
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (
+    Dialect(
+        name="sqlite",
+        types={"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "blob": "BLOB"},
+        seq_columns={"messages": "seq INTEGER PRIMARY KEY",
+                     "compactions": "seq INTEGER PRIMARY KEY AUTOINCREMENT"},
+        ints_rows="SELECT value FROM json_each(?)",
+        texts_rows="SELECT value FROM json_each(?)",
+        clustered_suffix=" WITHOUT ROWID",
+    ),
+    Dialect(
+        name="duckdb",
+        types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB"},
+        seq_columns={"messages": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq')",
+                     "compactions": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_compaction_seq')"},
+        ints_rows="SELECT unnest(?::BIGINT[])",
+        texts_rows="SELECT unnest(?::VARCHAR[])",
+        before_table={
+            "messages": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_seq START 1",),
+            "compactions": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_compaction_seq START 1",),
+        },
+    ),
+    Dialect(
+        name="postgresql",
+        types={"text": "text", "int": "integer", "bigint": "bigint", "blob": "bytea"},
+        seq_columns={"messages": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                     "compactions": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"},
+        ints_rows="SELECT unnest(?::bigint[])",
+        texts_rows="SELECT unnest(?::text[])",
+        in_ints="= ANY(?::bigint[])",
+        in_texts="= ANY(?::text[])",
+        lock_share=" FOR KEY SHARE",
+        lock_update=" FOR UPDATE",
+        placeholder="%s",
+    ),
+)}
+
+
+# ---------------------------------------------------------------------------
+# Statements shared by every engine (an engine overrides one by defining it in its
+# own ``STATEMENTS``).
+
+_ANCESTOR_CTE = """WITH RECURSIVE up AS (
+        SELECT {node}{extra}, 1 AS k FROM {messages} WHERE {seed}
+        UNION ALL
+        SELECT {m_node}{m_extra}, up.k + 1 FROM up JOIN {messages} m ON m.session_id = ? AND m.id = up.parent_id
+        WHERE up.k < ?
+    ) SELECT {node}{extra} FROM up ORDER BY k"""
+
+STATEMENTS: dict[str, str] = {
+    "node": "SELECT {node} FROM {messages} WHERE session_id = ? AND id = ?",
+    "node_at": "SELECT {node} FROM {messages} WHERE seq = ?",
+    "latest": "SELECT {node} FROM {messages} WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+    "children": "SELECT {node} FROM {messages} WHERE session_id = ? AND parent_id = ? ORDER BY seq",
+    "nodes": "SELECT {node} FROM {messages} WHERE session_id = ? ORDER BY seq",
+    "nodes_by_id": "SELECT {node} FROM {messages} WHERE session_id = ? AND id {in_ids}",
+    # From a row towards the root, at most ? rows (seed parameter, session, limit).
+    "walk_up": _ANCESTOR_CTE.format(node="{node}", m_node="{m_node}", extra="", m_extra="",
+                                    messages="{messages}", seed="seq = ?"),
+    "walk_up_content": _ANCESTOR_CTE.format(node="{node}", m_node="{m_node}", extra=", chunks, content",
+                                            m_extra=", m.chunks, m.content", messages="{messages}",
+                                            seed="seq = ?"),
+    # The rows of one session from a seq down, newest first (a path's contiguous runs).
+    "scan_down": "SELECT {node} FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?",
+    "scan_down_content": ("SELECT {node}, chunks, content FROM {messages} WHERE session_id = ? AND seq <= ?"
+                          " ORDER BY seq DESC LIMIT ?"),
+    "contents": "SELECT seq, chunks, content FROM {messages} WHERE seq {in_seqs}",
+    "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",
+    "blob": "SELECT data FROM {blobs} WHERE sha256 = ?",
+    "count": "SELECT count(*) FROM {messages} WHERE session_id = ?",
+    "list_sessions": ("SELECT session_id, count(*), min(created_at), max(created_at) FROM {messages}"
+                      " GROUP BY session_id ORDER BY max(seq) DESC"),
+    "session_exists": (
+        "SELECT EXISTS (SELECT 1 FROM {messages} WHERE session_id = ?)"
+        " OR EXISTS (SELECT 1 FROM {runs} WHERE session_id = ?)"
+        " OR EXISTS (SELECT 1 FROM {events} WHERE session_id = ?)"
+        " OR EXISTS (SELECT 1 FROM {compactions} WHERE session_id = ?)"
+        " OR EXISTS (SELECT 1 FROM {records} WHERE session_id = ?)"
+    ),
+    "compactions": ("SELECT seq, id, from_id, to_id, summary, created_at, tokens_before, tokens_after"
+                    " FROM {compactions} WHERE session_id = ? ORDER BY seq"),
+    "has_compactions": "SELECT 1 FROM {compactions} WHERE session_id = ? LIMIT 1",
+    "counts": (
+        "SELECT (SELECT count(DISTINCT session_id) FROM {messages}), (SELECT count(*) FROM {messages}),"
+        " (SELECT count(*) FROM {compactions}), (SELECT count(*) FROM {blobs}),"
+        " (SELECT coalesce(sum(size), 0) FROM {blobs}), (SELECT count(*) FROM {runs}),"
+        " (SELECT count(*) FROM {events})"
+    ),
+    "runs": ("SELECT run_id, session_id, status, error, started_at, ended_at, usage, input"
+             " FROM {runs} WHERE session_id = ? ORDER BY n"),
+    "events": "SELECT data FROM {events} WHERE session_id = ? AND seq > ? ORDER BY seq",
+    "records": "SELECT n, data FROM {records} WHERE session_id = ? AND kind = ? ORDER BY n",
+    "meta_get": "SELECT value FROM {meta} WHERE key = ?",
+    "meta_put": "INSERT INTO {meta} (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    "ledger_put": ("INSERT INTO {migrations} (version, note, applied_at) VALUES (?, ?, ?)"
+                   " ON CONFLICT (version) DO NOTHING"),
+    "ledger": "SELECT version, note, applied_at FROM {migrations} ORDER BY version",
+    # writes
+    "insert": ("INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,"
+               " path_bytes, path_tokens, chunks, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+               " ON CONFLICT (session_id, id) DO NOTHING RETURNING seq"),
+    "delete_chunks": "DELETE FROM {chunks} WHERE seq {in_seqs}",
+    "blobs_present": "SELECT sha256 FROM {blobs} WHERE sha256 {in_shas} ORDER BY sha256{lock_share}",
+    "blob_refs_of": "SELECT DISTINCT sha256 FROM {blob_refs} WHERE seq {in_seqs} ORDER BY sha256",
+    "blob_refs_drop": "DELETE FROM {blob_refs} WHERE seq {in_seqs}",
+    "blobs_lock": "SELECT sha256 FROM {blobs} WHERE sha256 {in_shas} ORDER BY sha256{lock_update}",
+    "blobs_gc": ("DELETE FROM {blobs} WHERE sha256 {in_shas}"
+                 " AND NOT EXISTS (SELECT 1 FROM {blob_refs} r WHERE r.sha256 = {blobs}.sha256)"),
+    "update": ("UPDATE {messages} SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,"
+               " path_tokens = path_tokens + ?, chunks = ?, content = ? WHERE seq = ?"),
+    "shift_paths": "UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ? WHERE seq {in_seqs}",
+    "descendants": (
+        "WITH RECURSIVE down(id) AS ("
+        " {texts_rows}"
+        " UNION"
+        " SELECT m.id FROM down JOIN {messages} m ON m.session_id = ? AND m.parent_id = down.id"
+        ") SELECT {node} FROM {messages} WHERE session_id = ? AND id IN (SELECT id FROM down) ORDER BY seq"
+    ),
+    "delete_messages": "DELETE FROM {messages} WHERE seq {in_seqs}",
+    "delete_compactions_of": ("DELETE FROM {compactions} WHERE session_id = ?"
+                              " AND (from_id {in_ids} OR to_id {in_ids})"),
+    "session_seqs": "SELECT seq FROM {messages} WHERE session_id = ?",
+    "clear_messages": "DELETE FROM {messages} WHERE session_id = ?",
+    "clear_compactions": "DELETE FROM {compactions} WHERE session_id = ?",
+    "clear_runs": "DELETE FROM {runs} WHERE session_id = ?",
+    "clear_events": "DELETE FROM {events} WHERE session_id = ?",
+    "clear_records": "DELETE FROM {records} WHERE session_id = ?",
+    "add_compaction": ("INSERT INTO {compactions} (session_id, id, from_id, to_id, summary, created_at,"
+                       " tokens_before, tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+    "run_begin": ("INSERT INTO {runs} (run_id, session_id, status, input, started_at, n)"
+                  " SELECT ?, ?, 'running', ?, ?, coalesce(max(n), 0) + 1 FROM {runs} WHERE session_id = ?"),
+    "run_end": "UPDATE {runs} SET status = ?, error = ?, usage = ?, ended_at = ? WHERE run_id = ?",
+    "events_next": "SELECT coalesce(max(seq), -1) + 1 FROM {events} WHERE session_id = ?",
+    "index_source": "SELECT seq, session_id, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
+}
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+class _Statements(dict):
+    """Compiled statements by name; a missing one is a bug, reported as such."""
+
+    def __missing__(self, key: str) -> str:
+        raise KeyError(f"no SQL statement named {key!r}")
+
+
+# ---------------------------------------------------------------------------
+# The engine base
+
+
+class SQLEngine(Engine):
+    """An engine over a DB-API driver: the shared half of every engine.
+
+    Subclasses set :attr:`dialect` and :attr:`driver_errors` and implement the
+    connection model (:meth:`connection`, :meth:`write`, :meth:`snapshot`), the
+    driver's error mapping (:meth:`translate`), the catalog probe
+    (:meth:`table_exists`), the search index hooks and, where they have one, a fast
+    append (:meth:`append_simple`).
+    """
+
+    dialect: Dialect
+    #: The driver's exception types; each is mapped by :meth:`translate` where it is raised.
+    driver_errors: tuple[type[BaseException], ...] = ()
+    #: Engine-specific statements (overriding or adding to :data:`STATEMENTS`).
+    STATEMENTS: dict[str, str] = {}
+    #: Statements the engine's schema adds after the shared tables (search index, functions).
+    EXTRA_SCHEMA: tuple[str, ...] = ()
+    #: Rows a path read takes in one statement at most.
+    PAGE = 256
+    #: Whether paths are read as range scans of their runs (see :meth:`walk`); engines
+    #: without an index on ``(session_id, seq)`` follow parents one key at a time.
+    WALK_BY_RANGE = True
+
+    def __init__(self, *, durability: str = "normal", chunk_chars: int | None = None, table_prefix: str = ""):
+        if durability not in ("normal", "full"):
+            raise ValueError(f"durability must be 'normal' or 'full', got {durability!r}")
+        self.durability = durability
+        chunk = DEFAULT_CHUNK_CHARS if chunk_chars is None else chunk_chars
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+            raise ValueError(f"chunk_chars must be a positive int, got {chunk_chars!r}")
+        self._chunk = chunk
+        self._fields = {name: table_prefix + self.quote("sessionkit_" + name) for name in TABLES}
+        self.sql = self.compile_all()
+        self._index_on = False
+        self._inserts: dict[tuple[str, str], str] = {}
+
+    # -- SQL text ---------------------------------------------------------------
+    @staticmethod
+    def quote(name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def template_fields(self) -> dict[str, str]:
+        d = self.dialect
+        fields = dict(self._fields)
+        fields.update(
+            node=", ".join(NODE_COLUMNS),
+            m_node=", ".join("m." + c for c in NODE_COLUMNS),
+            in_seqs=d.in_ints,
+            in_ids=d.in_texts,
+            in_shas=d.in_texts,
+            lock_share=d.lock_share,
+            lock_update=d.lock_update,
+            ints_rows=d.ints_rows,
+            texts_rows=d.texts_rows,
+        )
+        return fields
+
+    def compile_all(self) -> _Statements:
+        fields = self.template_fields()
+        out = _Statements()
+        for name, text in {**STATEMENTS, **self.STATEMENTS}.items():
+            out[name] = self.dialect.compile(text, fields)
+        return out
+
+    def compile(self, template: str) -> str:
+        """One statement written like :data:`STATEMENTS`, compiled for this engine."""
+        return self.dialect.compile(template, self.template_fields())
+
+    def listed(self, values: Iterable) -> Any:
+        """The parameter for an ``{in_seqs}``/``{in_ids}`` fragment."""
+        return list(values)
+
+    def table(self, name: str) -> str:
+        """A table's name as statements must write it."""
+        return self._fields[name]
+
+    # -- connection model (engine) ------------------------------------------------
+    def connection(self) -> contextlib.AbstractContextManager:
+        """The connection statements run on now: the write transaction's, when this
+        thread is inside :meth:`write`, else one for this read."""
+        raise NotImplementedError
+
+    def snapshot(self) -> contextlib.AbstractContextManager:
+        """Reads inside see one state of the store (several statements, one answer)."""
+        return contextlib.nullcontext()
+
+    def translate(self, exc: BaseException) -> BaseException:
+        """A driver error as a sessionkit error (raised ``from`` the original)."""
+        return SessionKitError(f"{self.kind} store {self.path or ':memory:'}: {exc}")
+
+    def table_exists(self, name: str) -> bool:
+        raise NotImplementedError
+
+    # -- the boundary: every statement runs through these ----------------------------
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """Map the driver's errors to sessionkit's at the boundary (one place per driver)."""
+        try:
+            yield
+        except self.driver_errors as exc:
+            raise self.translate(exc) from exc
+        except UnicodeError as exc:  # a driver encoding a lone surrogate (validation names fields first)
+            raise InvalidMessage(f"a value is not valid Unicode text (it holds a lone surrogate): {exc}") from exc
+
+    def fetch(self, sql: str, params: Sequence = ()) -> list:
+        with self.guard(), self.connection() as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def fetch_one(self, sql: str, params: Sequence = ()):
+        with self.guard(), self.connection() as conn:
+            return conn.execute(sql, params).fetchone()
+
+    def execute(self, sql: str, params: Sequence = ()) -> None:
+        with self.guard(), self.connection() as conn:
+            conn.execute(sql, params)
+
+    def execute_many(self, sql: str, rows: list[Sequence]) -> None:
+        if not rows:
+            return
+        with self.guard(), self.connection() as conn:
+            conn.executemany(sql, rows)
+
+    def insert_rows(self, table: str, rows: list[Sequence], conflict: str = "") -> None:
+        """Insert whole rows (every column of ``table``, in :data:`TABLES` order), with
+        an optional ``ON CONFLICT`` clause."""
+        if not rows:
+            return
+        key = (table, conflict)
+        sql = self._inserts.get(key)
+        if sql is None:
+            cols = TABLES[table].column_names(self.dialect.name)
+            sql = self._inserts[key] = self.compile(
+                f"INSERT INTO {{{table}}} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) {conflict}")
+        self.execute_many(sql, rows)
+
+    # -- schema and the ledger ----------------------------------------------------
+    def create_table(self, table: Table) -> None:
+        if self.dialect.name not in table.only:
+            return
+        for stmt in self.dialect.before_table.get(table.name, ()):
+            self.execute(self.compile(stmt))
+        self.execute(self.dialect.table_sql(table, self.table(table.name)))
+        for index in table.indexes:
+            if self.dialect.name in index.only:
+                self.execute(self.index_sql(index, table))
+
+    def index_sql(self, index: Index, table: Table) -> str:
+        unique = "UNIQUE " if index.unique else ""
+        where = f" WHERE {index.where}" if index.where else ""
+        return (f"CREATE {unique}INDEX IF NOT EXISTS {self.quote(index.name)} ON {self.table(table.name)}"
+                f" ({index.columns}){where}")
+
+    def schema_version(self) -> int | None:
+        """The stored schema version; None when no store is there yet."""
+        if not self.table_exists("sessionkit_meta"):
+            return None
+        row = self.fetch_one(self.sql["meta_get"], ("schema_version",))
+        if row is None:
+            raise StoreCorrupt(f"store {self.path or ':memory:'}: sessionkit_meta has no schema_version row")
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            raise StoreCorrupt(
+                f"store {self.path or ':memory:'}: the schema version {row[0]!r} is not a number"
+            ) from None
+        if version < 1:
+            raise StoreCorrupt(f"store {self.path or ':memory:'}: the schema version {version} is not valid")
+        return version
+
+    def too_new(self, version: int) -> SchemaVersionError:
+        return SchemaVersionError(
+            f"store {self.path or ':memory:'} has schema version {version}; this sessionkit reads up to "
+            f"{SCHEMA_VERSION}: upgrade sessionkit"
+        )
+
+    def create_or_migrate(self) -> None:
+        """Create the tables, or bring an older store up to :data:`SCHEMA_VERSION`.
+
+        Runs inside the engine's opening transaction (and its lock, where several
+        processes may open a store at once)."""
+        version = self.schema_version()
+        if version == SCHEMA_VERSION:
+            return
+        if version is not None and version > SCHEMA_VERSION:
+            raise self.too_new(version)
+        now = _msg.now_iso()
+        if version is None:
+            for table in TABLES.values():
+                self.create_table(table)
+            for stmt in self.EXTRA_SCHEMA:
+                self.execute(self.compile(stmt))
+            self.execute(self.sql["meta_put"], ("schema_version", str(SCHEMA_VERSION)))
+            self.execute(self.sql["meta_put"], ("index_built", "0"))
+            self.execute(self.sql["ledger_put"], (1, "tables created", now))
+            for m in MIGRATIONS:
+                self.execute(self.sql["ledger_put"], (m.version, m.note, now))
+        else:
+            for m in MIGRATIONS:
+                if m.version <= version:
+                    continue
+                for step in m.steps_for(self.dialect.name):
+                    if isinstance(step, str):
+                        self.execute(self.compile(step))
+                    else:
+                        step(self)
+                if m.version >= 5:  # the ledger exists from version 5 on
+                    self.execute(self.sql["ledger_put"], (m.version, m.note, now))
+            self.execute(self.sql["meta_put"], ("schema_version", str(SCHEMA_VERSION)))
+        self.after_migrate()
+
+    def after_migrate(self) -> None:
+        """Engine work after the tables were created or upgraded (e.g. stored functions)."""
+
+    def upgrade_to_3(self) -> None:  # SQLite only (see sqlite.py)
+        raise NotImplementedError
+
+    def ledger(self) -> list[tuple[int, str, str]]:
+        """``(version, note, applied_at)`` of every migration recorded in this store."""
+        return [tuple(r) for r in self.fetch(self.sql["ledger"])]
+
+    def meta(self, key: str) -> str | None:
+        row = self.fetch_one(self.sql["meta_get"], (key,))
+        return None if row is None else row[0]
+
+    # -- reads ---------------------------------------------------------------------
+    def node(self, sid, mid):
+        self.before_read(sid)
+        row = self.fetch_one(self.sql["node"], (sid, mid))
+        return None if row is None else Node(*row)
+
+    def nodes_by_id(self, sid: str, mids: Iterable[str]) -> dict[str, Node]:
+        mids = list(mids)
+        if not mids:
+            return {}
+        self.before_read(sid)
+        return {r[1]: Node(*r) for r in self.fetch(self.sql["nodes_by_id"], (sid, self.listed(mids)))}
+
+    def latest(self, sid):
+        self.before_read(sid)
+        row = self.fetch_one(self.sql["latest"], (sid,))
+        return None if row is None else Node(*row)
+
+    def children(self, sid, mid):
+        self.before_read(sid)
+        return [Node(*r) for r in self.fetch(self.sql["children"], (sid, mid))]
+
+    def nodes(self, sid):
+        self.before_read(sid)
+        return [Node(*r) for r in self.fetch(self.sql["nodes"], (sid,))]
+
+    def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
+        """``(node, stored JSON or None)`` from ``start`` (included) towards the root,
+        at most ``limit`` rows, leaf first (see :meth:`walk_pages`)."""
+        out: list[tuple[Node, str | None]] = []
+        for page in self.walk_pages(sid, start, limit, content):
+            out += page
+        return out
+
+    def walk_pages(self, sid: str, start: Node, limit: int | None, content: bool,
+                   first: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
+        """The path from ``start`` towards the root in pages of ``(node, stored JSON or
+        None)``, leaf first, at most ``limit`` rows in all; the first page holds at most
+        ``first`` rows, later ones grow (a caller that stops early reads no older rows).
+
+        Conversations grow by appending under the newest message, so a path is
+        mostly runs of consecutive rows of its session: each run is read with range
+        scans in write order, and only where a run breaks (a branch) is the next
+        parent found by its key. A row deleted meanwhile ends the path there.
+        """
+        remaining = _UNLIMITED if limit is None else limit
+        if remaining <= 0:
+            return
+        self.before_read(sid)
+        if not self.WALK_BY_RANGE:  # one recursive statement, a key lookup per step
+            name = "walk_up_content" if content else "walk_up"
+            rows = self.fetch(self.sql[name], (start.seq, sid, remaining))
+            page = [(Node(*r[:10]), self._joined(r) if content else None) for r in rows]
+            if content:
+                self._join_chunks(page)
+            if page:
+                yield page
+            return
+        size = min(first or self.PAGE, self.PAGE) if content else 4 * self.PAGE
+        want: str | None = start.id
+        seq = start.seq
+        name = "scan_down_content" if content else "scan_down"
+        while want is not None and remaining > 0:
+            n = min(remaining, size)
+            rows = self.fetch(self.sql[name], (sid, seq, n))
+            page: list[tuple[Node, str | None]] = []
+            for r in rows:
+                if r[1] != want:
+                    break
+                node = Node(*r[:10])
+                page.append((node, self._joined(r) if content else None))
+                want = node.parent_id
+                if want is None:
+                    break
+            if page:
+                if content:
+                    self._join_chunks(page)
+                remaining -= len(page)
+                yield page
+            if want is None or remaining <= 0:
+                return
+            size = min(size * 4, self.PAGE if content else 16 * self.PAGE)
+            if len(page) == n and rows[-1][1] == page[-1][0].id:
+                seq = page[-1][0].seq - 1  # the run goes on past this page
+                continue
+            parent = self.node(sid, want)  # a branch point: the parent is elsewhere
+            if parent is None:
+                return  # deleted meanwhile: the path ends here
+            seq = parent.seq
+
+    def _joined(self, row) -> str | None:
+        # (…node, chunks, content): content continues in chunk rows when chunks > 0
+        return row[11] if not row[10] else _Pending(row[0], row[11])
+
+    def _join_chunks(self, out: list) -> None:
+        pending = [i for i, (_, c) in enumerate(out) if isinstance(c, _Pending)]
+        if not pending:
+            return
+        rest = self._chunk_rows([out[i][1].seq for i in pending])
+        for i in pending:
+            node, p = out[i]
+            out[i] = (node, p.head + "".join(rest.get(p.seq, ())))
+
+    def _chunk_rows(self, seqs: list[int]) -> dict[int, list[str]]:
+        rest: dict[int, list[str]] = {}
+        for part in _split(seqs, 1000):
+            for seq, data in self.fetch(self.sql["chunks_of"], (self.listed(part),)):
+                rest.setdefault(seq, []).append(data)
+        return rest
+
+    def ancestors(self, sid, seq, limit):
+        """Nodes from ``seq`` (included) towards the root, at most ``limit``."""
+        if limit is not None and limit <= 0:
+            return []
+        row = self.fetch_one(self.sql["node_at"], (seq,))
+        if row is None:
+            return []
+        return [n for n, _ in self.walk(sid, Node(*row), _UNLIMITED if limit is None else limit, False)]
+
+    def window(self, sid, start_id, limit):
+        if limit is not None and limit <= 0:
+            return []
+        start = self.latest(sid) if start_id is None else self.node(sid, start_id)
+        if start is None:
+            return []
+        return self.walk(sid, start, _UNLIMITED if limit is None else limit, True)
+
+    def path_skeleton(self, sid, seq):
+        """``(seq, id, tokens)`` from the row ``seq`` up to the root, streamed in pages."""
+        row = self.fetch_one(self.sql["node_at"], (seq,))
+        if row is None:
+            return
+        for page in self.walk_pages(sid, Node(*row), None, False):
+            for n, _ in page:
+                yield n.seq, n.id, n.tokens
+
+    def contents(self, seqs):
+        """Stored JSON for each seq, in the given order; None for a row deleted meanwhile."""
+        if not seqs:
+            return []
+        found: dict[int, str] = {}
+        long: list[tuple[int, str]] = []
+        for part in _split(list(seqs), 1000):
+            for seq, chunks, content in self.fetch(self.sql["contents"], (self.listed(part),)):
+                if chunks:
+                    long.append((seq, content))
+                else:
+                    found[seq] = content
+        if long:
+            rest = self._chunk_rows([s for s, _ in long])
+            for seq, head in long:
+                found[seq] = head + "".join(rest.get(seq, ()))
+        return [found.get(s) for s in seqs]
+
+    def blob(self, sha):
+        row = self.fetch_one(self.sql["blob"], (sha,))
+        if row is None:
+            raise StoreCorrupt(f"store {self.path or ':memory:'}: payload {sha} is missing")
+        return bytes(row[0])
+
+    def count(self, sid):
+        self.before_read(sid)
+        return self.fetch_one(self.sql["count"], (sid,))[0]
+
+    def list_sessions(self):
+        return [SessionInfo(*r) for r in self.fetch(self.sql["list_sessions"])]
+
+    def session_exists(self, sid):
+        return bool(self.fetch_one(self.sql["session_exists"], (sid,) * 5)[0])
+
+    def compactions(self, sid):
+        self.before_read(sid)
+        return [(r[0], Compaction(*r[1:])) for r in self.fetch(self.sql["compactions"], (sid,))]
+
+    def has_compactions(self, sid: str) -> bool:
+        return self.fetch_one(self.sql["has_compactions"], (sid,)) is not None
+
+    def stats(self):
+        sessions, messages, compactions, blobs, blob_bytes, runs, events = self.fetch_one(self.sql["counts"])
+        return {
+            "engine": self.kind,
+            "schema_version": SCHEMA_VERSION,
+            "sessions": sessions,
+            "messages": messages,
+            "compactions": compactions,
+            "blobs": blobs,
+            "blob_bytes": int(blob_bytes),
+            "indexed_messages": self.indexed_count(),
+            "runs": runs,
+            "events": events,
+            "bytes": self.size_bytes(),
+        }
+
+    def indexed_count(self) -> int:
+        raise NotImplementedError
+
+    def size_bytes(self) -> int:
+        return 0
+
+    def runs(self, sid):
+        return [RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7])
+                for r in self.fetch(self.sql["runs"], (sid,))]
+
+    def events(self, sid, after_seq):
+        rows = self.fetch(self.sql["events"], (sid, -1 if after_seq is None else int(after_seq)))
+        return [json.loads(r[0]) for r in rows]
+
+    def records(self, sid, kind):
+        return [(r[0], r[1]) for r in self.fetch(self.sql["records"], (sid, kind))]
+
+    # -- writes: messages ----------------------------------------------------------
+    def split(self, content: str) -> tuple[str, list[str]]:
+        """A stored JSON's head (kept in the row) and its continuation rows."""
+        head, rest = content[: self._chunk], content[self._chunk :]
+        return head, [rest[i : i + self._chunk] for i in range(0, len(rest), self._chunk)]
+
+    @staticmethod
+    def placed(prep, parent: Node | None, created_at: str, seq: int = -1) -> Node:
+        """The Node a message gets under ``parent``: depth and the path's running totals."""
+        if parent is None:
+            return Node(seq, prep.id, None, 0, prep.bytes, prep.tokens, prep.bytes, prep.tokens, created_at,
+                        prep.role)
+        return Node(seq, prep.id, parent.id, parent.depth + 1, prep.bytes, prep.tokens,
+                    parent.path_bytes + prep.bytes, parent.path_tokens + prep.tokens, created_at, prep.role)
+
+    def message_values(self, sid: str, node: Node, head: str, nchunks: int) -> tuple:
+        """The values of the shared message columns, as ``STATEMENTS["insert"]`` lists them."""
+        return (sid, node.id, node.parent_id, node.depth, node.role, node.created_at, node.bytes, node.tokens,
+                node.path_bytes, node.path_tokens, nchunks, head)
+
+    def w_insert(self, sid, prep, parent, created_at, index):
+        node = self.placed(prep, parent, created_at)
+        head, chunks = self.split(prep.stored_json)
+        seq = self.insert_row(sid, prep, node, parent, head, len(chunks), index)
+        if seq is None:
+            return None
+        node = node._replace(seq=seq)
+        self.put_chunks(seq, chunks)
+        if prep.blobs:
+            self.put_blobs(seq, prep.blobs)
+        self.index_new(sid, seq, prep, len(chunks), index)
+        return node
+
+    def insert_row(self, sid, prep, node: Node, parent: Node | None, head: str, nchunks: int, index: bool):
+        """Insert a message row unless its id is stored; the new seq, or None."""
+        row = self.fetch_one(self.sql["insert"], self.message_values(sid, node, head, nchunks))
+        return None if row is None else row[0]
+
+    def w_insert_many(self, sid, items, index):
+        """Insert ``(prep, parent_id, created_at)`` in order (``parent_id``: an id, None
+        or LATEST), as a caller doing each lookup and insert in turn would; returns
+        ``(inserted, seq)`` per item. An id already stored (or earlier in the batch)
+        is left alone; an unknown parent raises MessageNotFound unless the message
+        itself exists."""
+        if not items:
+            return []
+        wanted = {prep.id for prep, _, _ in items}
+        wanted.update(p for _, p, _ in items if isinstance(p, str))
+        known = self.nodes_by_id(sid, sorted(wanted))
+        latest: Node | None = None
+        latest_read = False
+        plan: list[tuple] = []  # (prep, node, parent) of the rows to insert, in order
+        result: list[tuple[bool, str]] = []
+        for prep, parent_id, created_at in items:
+            mid = prep.id
+            if parent_id is LATEST:
+                if not latest_read:
+                    latest, latest_read = self.latest(sid), True
+                parent = latest
+            elif parent_id is None:
+                parent = None
+            else:
+                parent = known.get(parent_id)
+                if parent is None:
+                    if mid in known:
+                        result.append((False, mid))
+                        continue
+                    raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
+            if mid in known:
+                result.append((False, mid))
+                continue
+            node = self.placed(prep, parent, created_at)
+            known[mid] = node
+            latest, latest_read = node, True
+            plan.append((prep, node, parent))
+            result.append((True, mid))
+        if plan:
+            for node in self.insert_planned(sid, plan, index):
+                known[node.id] = node
+        return [(ins, known[mid].seq) for ins, mid in result]
+
+    def insert_planned(self, sid, plan, index) -> list[Node]:
+        """Write planned rows ``(prep, node, parent)`` (parents resolved); their Nodes."""
+        out = []
+        by_id: dict[str, Node] = {}
+        for prep, node, parent in plan:
+            if parent is not None and parent.id in by_id:
+                parent = by_id[parent.id]
+            stored = self.w_insert(sid, prep, parent, node.created_at, index)
+            if stored is None:  # written meanwhile by another process
+                stored = self.node(sid, prep.id)
+            by_id[prep.id] = stored
+            out.append(stored)
+        return out
+
+    def put_chunks(self, seq: int, chunks: list[str]) -> None:
+        self.insert_rows("chunks", [(seq, i, data) for i, data in enumerate(chunks)])
+
+    def put_blobs(self, seq: int, blobs: dict[str, bytes]) -> None:
+        """Store payloads once each by SHA-256 and this row's references to them.
+
+        Existing payload rows are locked (where several writers exist) so that a
+        concurrent collection cannot remove them under this reference."""
+        shas = sorted(blobs)
+        present = {r[0] for r in self.fetch(self.sql["blobs_present"], (self.listed(shas),))}
+        self.insert_rows("blobs", [(s, len(blobs[s]), blobs[s]) for s in shas if s not in present],
+                         "ON CONFLICT (sha256) DO UPDATE SET size = excluded.size")
+        self.insert_rows("blob_refs", [(seq, s) for s in shas], "ON CONFLICT DO NOTHING")
+
+    def gc_blobs(self, seqs: list[int]) -> None:
+        """Drop the references of ``seqs`` and every payload no longer referenced."""
+        for part in _split(list(seqs), 1000):
+            shas = [r[0] for r in self.fetch(self.sql["blob_refs_of"], (self.listed(part),))]
+            if not shas:
+                continue
+            self.execute(self.sql["blob_refs_drop"], (self.listed(part),))
+            self.fetch(self.sql["blobs_lock"], (self.listed(shas),))
+            self.execute(self.sql["blobs_gc"], (self.listed(shas),))
+
+    def w_update(self, sid, node, prep, index):
+        self.lock_session(sid)
+        head, chunks = self.split(prep.stored_json)
+        d_bytes, d_tokens = prep.bytes - node.bytes, prep.tokens - node.tokens
+        self.execute(self.sql["update"], (prep.role, prep.bytes, prep.tokens, d_bytes, d_tokens, len(chunks), head,
+                                          node.seq))
+        self.update_extras(sid, node, prep, index)
+        self.execute(self.sql["delete_chunks"], (self.listed([node.seq]),))
+        self.put_chunks(node.seq, chunks)
+        self.gc_blobs([node.seq])
+        if prep.blobs:
+            self.put_blobs(node.seq, prep.blobs)
+        if d_bytes or d_tokens:
+            below = [n.seq for n in self.w_descendants(sid, [node.id]) if n.seq != node.seq]
+            for part in _split(below, 1000):
+                self.execute(self.sql["shift_paths"], (d_bytes, d_tokens, self.listed(part)))
+        self.index_changed(sid, node.seq, prep, len(chunks), index)
+
+    def w_descendants(self, sid, mids):
+        self.before_read(sid)
+        rows = self.fetch(self.sql["descendants"], (self.listed(list(mids)), sid, sid))
+        return [Node(*r) for r in rows]
+
+    def w_delete(self, sid, nodes):
+        self.lock_session(sid)
+        self.forget(sid)
+        seqs = [n.seq for n in nodes]
+        ids = [n.id for n in nodes]
+        self.gc_blobs(seqs)
+        self.unindex(seqs)
+        for part in _split(seqs, 1000):
+            self.execute(self.sql["delete_chunks"], (self.listed(part),))
+            self.execute(self.sql["delete_messages"], (self.listed(part),))
+        for part in _split(ids, 1000):
+            self.execute(self.sql["delete_compactions_of"], (sid, self.listed(part), self.listed(part)))
+
+    def w_clear(self, sid):
+        self.lock_session(sid)
+        self.forget(sid)
+        seqs = [r[0] for r in self.fetch(self.sql["session_seqs"], (sid,))]
+        self.gc_blobs(seqs)
+        self.unindex_session(sid, seqs)
+        for part in _split(seqs, 1000):
+            self.execute(self.sql["delete_chunks"], (self.listed(part),))
+        self.execute(self.sql["clear_messages"], (sid,))
+        self.execute(self.sql["clear_compactions"], (sid,))
+
+    def w_delete_session(self, sid):
+        self.w_clear(sid)
+        self.lock_events(sid)
+        for name in ("clear_runs", "clear_events", "clear_records"):
+            self.execute(self.sql[name], (sid,))
+
+    def w_add_compaction(self, sid, comp):
+        self.lock_session(sid)
+        self.execute(self.sql["add_compaction"], (sid, comp.id, comp.from_id, comp.to_id, comp.summary,
+                                                  comp.created_at, comp.tokens_before, comp.tokens_after))
+
+    # -- writes: runs, events, records ----------------------------------------------
+    def w_run_begin(self, sid, run_id, input, started_at):
+        self.lock_events(sid)
+        self.execute(self.sql["run_begin"], (run_id, sid, input, started_at, sid))
+
+    def w_run_end(self, run_id, status, error, usage, ended_at):
+        self.execute(self.sql["run_end"], (status, error, None if usage is None else _msg.dumps(usage), ended_at,
+                                           run_id))
+
+    def w_append_events(self, sid, events):
+        self.lock_events(sid)
+        start = self.fetch_one(self.sql["events_next"], (sid,))[0]
+        for i, ev in enumerate(events):
+            ev["seq"] = start + i
+        self.insert_rows("events", [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in events])
+        return events
+
+    def w_put_records(self, sid, kind, items):
+        latest = dict(items)  # the last value for a number wins
+        self.insert_rows("records", [(sid, kind, n, data) for n, data in latest.items()],
+                         "ON CONFLICT (session_id, kind, n) DO UPDATE SET data = excluded.data")
+
+    # -- the search index: shared build loop, engine hooks -----------------------------
+    def w_build_index(self):
+        self.lock_index_build()
+        if self.meta("index_built") == "1":  # built meanwhile (another process, another store)
+            self.mark_index_built()
+            return
+        self.begin_index_build()
+        last = 0
+        while True:
+            rows = self.fetch(self.sql["index_source"], (last, 2000))
+            if not rows:
+                break
+            last = rows[-1][0]
+            long = [seq for seq, _, chunks, _ in rows if chunks]
+            full = dict(zip(long, self.contents(long))) if long else {}
+            batch = [(seq, sid, _msg.message_text(json.loads(full.get(seq) or content)))
+                     for seq, sid, _, content in rows]
+            self.index_batch(batch)
+        self.finish_index_build()
+        self.execute(self.sql["meta_put"], ("index_built", "1"))
+        self.mark_index_built()
+
+    def index_built(self):
+        """Whether the search index exists (once built, it is never dropped: cached)."""
+        if not self._index_on:
+            self._index_on = self.meta("index_built") == "1"
+        return self._index_on
+
+    def mark_index_built(self) -> None:
+        self._index_on = True
+
+    def lock_index_build(self) -> None:
+        """Keep other writers out while the index is built (engines with several writers)."""
+
+    def begin_index_build(self) -> None:
+        """Prepare an empty index before its first batch."""
+
+    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
+        """Index ``(seq, session_id, text)`` rows (the index build)."""
+        raise NotImplementedError
+
+    def finish_index_build(self) -> None:
+        """After the last batch (e.g. install the index's triggers)."""
+
+    def index_new(self, sid: str, seq: int, prep, nchunks: int, index: bool) -> None:
+        """Index a row just inserted (when ``index``)."""
+
+    def index_changed(self, sid: str, seq: int, prep, nchunks: int, index: bool) -> None:
+        """Re-index a row just updated (when ``index``)."""
+
+    def update_extras(self, sid: str, node: Node, prep, index: bool) -> None:
+        """Engine columns to change with an update (beyond the shared ones)."""
+
+    def unindex(self, seqs: list[int]) -> None:
+        """Drop the index entries of rows about to be deleted."""
+
+    def unindex_session(self, sid: str, seqs: list[int]) -> None:
+        self.unindex(seqs)
+
+    # -- locking and caches (engines with several writers or caches) ------------------
+    def before_read(self, sid: str) -> None:
+        """Called before a read of one session: inside a write transaction, engines with
+        several writers make it wait for the session's other writers first."""
+
+    def lock_session(self, sid: str) -> None:
+        """Serialize this session's writers until the transaction ends."""
+
+    def lock_events(self, sid: str) -> None:
+        """Serialize this session's run and event writers until the transaction ends."""
+
+    def forget(self, sid: str) -> None:
+        """Drop what is cached of a session (its rows are about to change)."""
+
+
+class LocalEngine(SQLEngine):
+    """The connection model of an embedded database (SQLite, DuckDB): one connection per
+    store, shared by threads under a re-entrant lock; :meth:`write` transactions nest
+    (an inner one joins the outer)."""
+
+    #: The statement that starts a write transaction.
+    BEGIN = "BEGIN"
+
+    def __init__(self, **options: Any):
+        super().__init__(**options)
+        self._lock: Any = threading.RLock()
+        self._db: Any = None
+        self._depth = 0
+        self._closed = False
+
+    @contextlib.contextmanager
+    def connection(self):
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            yield self._db
+
+    @contextlib.contextmanager
+    def write(self):
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self
+                finally:
+                    self._depth -= 1
+                return
+            self.execute(self.BEGIN)
+            self._depth = 1
+            self.began()
+            try:
+                yield self
+                self._depth = 0
+                self.execute("COMMIT")
+            except BaseException:
+                self._depth = 0
+                self.rolled_back()
+                with contextlib.suppress(*self.driver_errors):
+                    self._db.execute("ROLLBACK")
+                raise
+            self.committed()
+
+    def began(self) -> None:
+        """A write transaction started (drop what it may change in caches)."""
+
+    def rolled_back(self) -> None:
+        """A write transaction was rolled back (cached state may describe uncommitted rows)."""
+
+    def committed(self) -> None:
+        """A write transaction committed."""
+
+
+class _Pending:
+    """The head of a stored JSON whose rest is in continuation rows (read in one batch)."""
+
+    __slots__ = ("seq", "head")
+
+    def __init__(self, seq: int, head: str):
+        self.seq = seq
+        self.head = head
+
+
+_UNLIMITED = 1 << 62
+
+
+def _split(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
