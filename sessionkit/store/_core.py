@@ -24,6 +24,7 @@ from ..errors import (
     MessageNotFound,
     SessionNotFound,
     StoreClosed,
+    StoreCorrupt,
     UsageError,
 )
 from .search import SearchHit, parse_query, snippet
@@ -252,6 +253,19 @@ class Engine:
             return []
         nodes = self.ancestors(sid, node.seq, limit)
         return list(zip(nodes, self.contents([n.seq for n in nodes])))
+
+    def walk_pages(self, sid: str, start: Node | None, limit: int | None, content: bool,
+                   first: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
+        """The path from ``start`` (None: the session's latest row) towards the root, in
+        pages of ``(node, stored JSON or None)``, leaf first."""
+        raise NotImplementedError
+
+    def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
+        return [row for page in self.walk_pages(sid, start, limit, content) for row in page]
+
+    def snapshot(self):
+        """Context manager: reads inside see one state of the store."""
+        raise NotImplementedError
 
     def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:
         """``(seq, id, tokens)`` from the message ``seq`` up to the root."""
@@ -493,10 +507,25 @@ class Store:
         contents = eng.contents([r[0] for r in rows])
         hits = []
         for (seq, sid, mid, role, score), raw in zip(rows, contents):
-            msg = _msg.restore(raw, eng.blob)
+            msg = self._restore(seq, raw)
+            if msg is None:
+                continue  # deleted since the index answered
             text = _msg.message_text(msg)
             hits.append(SearchHit(mid, sid, role, text, snippet(text, parsed), float(score)))
         return hits
+
+    def _restore(self, seq: int, raw: str | None) -> dict | None:
+        """A message from its stored JSON (payloads put back); None for a row deleted
+        meanwhile, including one whose payload went with it before it was read."""
+        if raw is None:
+            return None
+        eng = self._engine
+        try:
+            return _msg.restore(raw, eng.blob)
+        except StoreCorrupt:
+            if eng.contents([seq])[0] is None:
+                return None
+            raise
 
     @property
     def search_candidates(self) -> int:
@@ -819,9 +848,12 @@ class Session:
         self._store._emit(ChangeEvent("clear", self.session_id, ()))
 
     # -- reading ------------------------------------------------------------------
-    def _read(self, seq: int) -> dict:
-        eng = self._eng()
-        return _msg.restore(eng.contents([seq])[0], eng.blob)
+    def _read(self, seq: int) -> dict | None:
+        """The stored message of a row; None when it was deleted meanwhile."""
+        return self._restore(seq, self._eng().contents([seq])[0])
+
+    def _restore(self, seq: int, raw: str | None) -> dict | None:
+        return self._store._restore(seq, raw)
 
     def _leaf(self, leaf_id: str | None) -> Node | None:
         eng = self._eng()
@@ -834,26 +866,32 @@ class Session:
 
     def get(self, id: str) -> dict | None:
         """The message with this id, or None."""
-        node = self._eng().node(self.session_id, id)
-        return None if node is None else self._read(node.seq)
+        eng = self._eng()
+        with eng.snapshot():
+            node = eng.node(self.session_id, id)
+            return None if node is None else self._read(node.seq)
 
     def latest_leaf(self) -> dict | None:
         """The latest leaf (SPEC W4), or None in an empty session."""
-        node = self._eng().latest(self.session_id)
-        return None if node is None else self._read(node.seq)
+        eng = self._eng()
+        with eng.snapshot():
+            node = eng.latest(self.session_id)
+            return None if node is None else self._read(node.seq)
 
     def branches(self, id: str) -> list[dict]:
         """Direct children of a message, oldest first."""
         eng = self._eng()
-        if eng.node(self.session_id, id) is None:
-            raise MessageNotFound(f"message {id!r} is not in session {self.session_id!r}")
-        kids = eng.children(self.session_id, id)
-        return self._load([k.seq for k in kids])
+        with eng.snapshot():
+            if eng.node(self.session_id, id) is None:
+                raise MessageNotFound(f"message {id!r} is not in session {self.session_id!r}")
+            kids = eng.children(self.session_id, id)
+            return self._load([k.seq for k in kids])
 
     def roots(self) -> list[dict]:
         """Messages without a parent (each starts a tree of its own), oldest first."""
         eng = self._eng()
-        return self._load([n.seq for n in eng.nodes(self.session_id) if n.parent_id is None])
+        with eng.snapshot():
+            return self._load([n.seq for n in eng.nodes(self.session_id) if n.parent_id is None])
 
     def nodes(self) -> list[TreeNode]:
         """The whole tree without message content, in write order: cheap even for large sessions.
@@ -875,8 +913,13 @@ class Session:
         return self._eng().count(self.session_id)
 
     def _load(self, seqs: list[int]) -> list[dict]:
-        eng = self._eng()
-        return [_msg.restore(raw, eng.blob) for raw in eng.contents(seqs)]
+        """The messages of these rows, in order; rows deleted meanwhile are left out."""
+        out = []
+        for seq, raw in zip(seqs, self._eng().contents(seqs)):
+            message = self._restore(seq, raw)
+            if message is not None:
+                out.append(message)
+        return out
 
     def history(self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True) -> Iterator[dict]:
         """Yield the path from the root to the leaf (default: the latest leaf), streaming.
@@ -894,28 +937,45 @@ class Session:
         return self._walk_skeleton(leaf, comps, newest_first)
 
     def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]:
-        """The path from the root to the leaf as a list (SPEC R2)."""
-        return list(self.history(leaf_id=leaf_id, compacted=compacted))
+        """The path from the root to the leaf as a list (SPEC R2), read as one state of the store.
+
+        The path is read newest first in range scans of its runs, content included,
+        then put in order; compaction overlays replace their ranges.
+        """
+        eng = self._eng()
+        with eng.snapshot():
+            leaf = self._leaf(leaf_id)
+            if leaf is None:
+                return []
+            comps = eng.compactions(self.session_id) if compacted else []
+            rows = eng.walk(self.session_id, leaf, leaf.depth + 1, True)
+            rows.reverse()
+            messages = [self._restore(node.seq, raw) for node, raw in rows]
+        if not comps:
+            return messages
+        ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
+        ranges = _choose_ranges(comps, {node.id: i for i, (node, _) in enumerate(rows) if node.id in ends})
+        out: list = []
+        pos = 0
+        for start, end, comp in ranges:
+            out += messages[pos:start]
+            out.append(_overlay(comp, end - start + 1))
+            pos = end + 1
+        out += messages[pos:]
+        return out
 
     def snapshot(self) -> list[dict]:
         """A deep copy of the latest path, compaction applied."""
         return self.get_history()
 
     def _walk_up(self, leaf: Node) -> Iterator[dict]:
-        eng = self._eng()
-        seq: int | None = leaf.seq
-        batch = 16
-        while seq is not None:
-            nodes = eng.ancestors(self.session_id, seq, batch)
-            if not nodes:
-                return
-            yield from self._load([n.seq for n in nodes])
-            last = nodes[-1]
-            if last.parent_id is None:
-                return
-            parent = eng.node(self.session_id, last.parent_id)
-            seq = None if parent is None else parent.seq
-            batch = min(batch * 2, _BATCH)
+        # Pages start small and grow: a caller taking the newest few reads little.
+        for page in self._eng().walk_pages(self.session_id, leaf, None, True, first=16):
+            for node, raw in page:
+                message = self._restore(node.seq, raw)
+                if message is None:
+                    return  # deleted meanwhile: the path ends here
+                yield message
 
     def _skeleton(self, leaf: Node, comps: list[tuple[int, Compaction]]):
         """Seqs root->leaf, and the compactions that apply to this path as position ranges."""
@@ -964,32 +1024,34 @@ class Session:
         if not isinstance(min_messages, int) or min_messages < 1:
             raise ValueError(f"min_messages must be an int >= 1, got {min_messages!r}")
         eng = self._eng()
+        start = None if leaf_id is None else self._leaf(leaf_id)  # None: the session's latest row
         chosen: list[tuple[Node, str]] = []
         total = 0
-        start: str | None = leaf_id
-        batch = max(16, min_messages + 1)  # one more than needed: is the next one in the window?
-        while True:
-            rows = eng.window(self.session_id, start, batch)
-            if not rows:
-                if start is leaf_id and leaf_id is not None:
-                    raise MessageNotFound(f"message {leaf_id!r} is not in session {self.session_id!r}")
-                break
+        # The first page holds one more than needed: is the next message in the window too?
+        for page in eng.walk_pages(self.session_id, start, None, True, first=min(min_messages + 1, 1 << 20)):
             done = False
-            for node, raw in rows:
+            for node, raw in page:
                 if len(chosen) >= min_messages and total + node.bytes > max_bytes:
                     done = True
                     break
                 chosen.append((node, raw))
                 total += node.bytes
-            start = rows[-1][0].parent_id
-            if done or start is None:
+            if done:
                 break
-            batch = min(batch * 2, _BATCH)
         if not chosen:
             return RecentHistory([], False, 0)
         chosen.reverse()
-        msgs = [_msg.restore(raw, eng.blob) for _, raw in chosen]
-        return RecentHistory(msgs, chosen[0][0].depth > 0, chosen[-1][0].path_bytes)
+        msgs = []
+        for node, raw in chosen:
+            message = self._restore(node.seq, raw)
+            if message is None:  # deleted meanwhile: the window ends below it
+                msgs.clear()
+                continue
+            msgs.append(message)
+        if not msgs:
+            return RecentHistory([], False, 0)
+        first = chosen[len(chosen) - len(msgs)][0]
+        return RecentHistory(msgs, first.depth > 0, chosen[-1][0].path_bytes)
 
     # -- compaction -----------------------------------------------------------------
     def on_compaction(self, fn: Callable) -> "Session":

@@ -711,6 +711,10 @@ class SQLEngine(Engine):
         if remaining <= 0:
             return
         self.before_read(sid)
+        if start is None and not self.WALK_BY_RANGE:
+            start = self.latest(sid)
+            if start is None:
+                return
         if not self.WALK_BY_RANGE:  # one recursive statement, a key lookup per step
             name = "walk_up_content" if content else "walk_up"
             rows = self.fetch(self.sql[name], (start.seq, sid, remaining))
@@ -721,15 +725,16 @@ class SQLEngine(Engine):
                 yield page
             return
         size = min(first or self.PAGE, self.PAGE) if content else 4 * self.PAGE
-        want: str | None = start.id
-        seq = start.seq
+        # Without a start, the session's newest row: its latest leaf (nothing is newer).
+        want: str | None | _Any = _ANY if start is None else start.id
+        seq = _MAX_SEQ if start is None else start.seq
         name = "scan_down_content" if content else "scan_down"
         while want is not None and remaining > 0:
             n = min(remaining, size)
             rows = self.fetch(self.sql[name], (sid, seq, n))
             page: list[tuple[Node, str | None]] = []
             for r in rows:
-                if r[1] != want:
+                if r[1] != want and want is not _ANY:
                     break
                 node = Node(*r[:10])
                 page.append((node, self._joined(r) if content else None))
@@ -741,8 +746,8 @@ class SQLEngine(Engine):
                     self._join_chunks(page)
                 remaining -= len(page)
                 yield page
-            if want is None or remaining <= 0:
-                return
+            if want is None or want is _ANY or remaining <= 0:
+                return  # the root, an empty session, or enough
             size = min(size * 4, self.PAGE if content else 16 * self.PAGE)
             if len(page) == n and rows[-1][1] == page[-1][0].id:
                 seq = page[-1][0].seq - 1  # the run goes on past this page
@@ -1215,6 +1220,14 @@ class _Pending:
 
 
 _UNLIMITED = 1 << 62
+_MAX_SEQ = (1 << 63) - 1
+
+
+class _Any:
+    """The first row of a walk without a start: whichever is the session's newest."""
+
+
+_ANY = _Any()
 
 
 def _split(items: list, size: int) -> Iterator[list]:

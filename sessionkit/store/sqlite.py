@@ -379,8 +379,11 @@ class SQLiteEngine(LocalEngine):
         with self._lock:
             first, last = 0, _MAX_SEQ
             if sid is not None:
+                # (two subqueries: SQLite seeks one end of the index for a lone min() or
+                # max(), but scans the whole session for both in one SELECT)
                 first, last = self.fetch_one(
-                    "SELECT min(seq), max(seq) FROM sessionkit_messages WHERE session_id = ?", (sid,))
+                    "SELECT (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
+                    " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)", (sid,))
                 if first is None:
                     return []
             # Rows above hi were written after this search began (it synced the window).
@@ -395,18 +398,22 @@ class SQLiteEngine(LocalEngine):
         """``(rows, n)``: the best ``limit`` of the newest ``cand`` matches in ``table``
         with seq in [first, last], as ``(seq, session_id, id, role, score)``, and how
         many matches were ranked (0 when there is no hit)."""
-        join, params = "", []
+        # A session's matches: the full-text index walks its matches newest first and
+        # each is checked in the compact (session_id, seq) index, not in the table, whose
+        # rows hold the content.
+        where, params = "", [fts_query, first, last]
         if sid is not None:
-            join = f"JOIN sessionkit_messages s ON s.seq = {table}.rowid AND s.session_id = ?"
+            where = (f"AND EXISTS (SELECT 1 FROM sessionkit_messages s INDEXED BY sessionkit_messages_order"
+                     f" WHERE s.session_id = ? AND s.seq = {table}.rowid)")
             params.append(sid)
-        params += [fts_query, first, last, cand, limit]
+        params += [cand, limit]
         # The candidates are ranked and counted in one pass (the window function), and
         # only the best `limit` are joined to their messages.
         rows = self.fetch(
             f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n FROM (
                     SELECT seq, score, count(*) OVER () AS n FROM (
-                        SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table} {join}
-                        WHERE {table} MATCH ? AND {table}.rowid BETWEEN ? AND ?
+                        SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table}
+                        WHERE {table} MATCH ? AND {table}.rowid BETWEEN ? AND ? {where}
                         ORDER BY {table}.rowid DESC LIMIT ?
                     ) ORDER BY score DESC, seq DESC LIMIT ?
                 ) AS t JOIN sessionkit_messages m ON m.seq = t.seq
