@@ -926,7 +926,9 @@ class Session:
 
         Content is fetched in bounded batches; no transaction stays open between
         yields. With ``newest_first=True`` it walks from the leaf up, and stopping
-        early reads no older rows.
+        early reads no older rows. A message deleted (by another thread or process)
+        while the stream is read ends the stream before it; :meth:`get_history` reads
+        the whole path as one state of the store.
         """
         leaf = self._leaf(leaf_id)  # raises now, not at the first next()
         if leaf is None:
@@ -1015,7 +1017,12 @@ class Session:
                 continue
             idx = range(end, start - 1, -1) if newest_first else range(start, end + 1)
             for chunk in _chunks(idx, _BATCH):
-                yield from self._load([seqs[i] for i in chunk])
+                batch = [seqs[i] for i in chunk]
+                for seq, raw in zip(batch, self._eng().contents(batch)):
+                    message = self._restore(seq, raw)
+                    if message is None:
+                        return  # deleted since the stream began: it ends here
+                    yield message
 
     def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None) -> RecentHistory:
         """The longest suffix of the path within ``max_bytes`` (SPEC R3); cost grows with the window."""

@@ -152,7 +152,8 @@ def reopen():
 
 @pytest.fixture
 def raw_sql():
-    """Engine-specific raw access: ``raw_sql(store, "tables"|"version"|"bump")``; None when unsupported."""
+    """Engine-specific raw access: ``raw_sql(store, "tables"|"version"|"bump"|"garbage")`` (``bump``
+    records a newer schema version, ``garbage`` a version that is not a number); None when unsupported."""
     return lambda store, what: None
 
 
@@ -503,6 +504,77 @@ class TestStoresAndSessions:
         again = reopen(store, expect_error=sk.SchemaVersionError)
         if again is None:
             pytest.skip("in-memory store cannot be reopened")
+
+    def test_S13_a_garbage_schema_version_is_StoreCorrupt(self, store, reopen, raw_sql):
+        if raw_sql(store, "version") is None:
+            pytest.skip("engine gives no raw access")
+        raw_sql(store, "garbage")
+        again = reopen(store, expect_error=sk.StoreCorrupt)
+        if again is None:
+            pytest.skip("in-memory store cannot be reopened")
+
+    def test_S13_reads_racing_deletes_see_before_or_after(self, store):
+        """A reader never gets an error from a delete in another thread: each read is a
+        state the store was in (a path is a chain of parent and child), or the message
+        is gone (MessageNotFound for an explicit leaf that was deleted)."""
+        s = store.session("race")
+        s.append(msg("root", "common words here"))
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def writer():
+            try:
+                for r in range(25):
+                    ids = [f"b{r}-{i}" for i in range(6)]
+                    parent = "root"
+                    for mid in ids:
+                        s.append(msg(mid, "common words here"), parent_id=parent)
+                        parent = mid
+                    s.delete(ids[0], subtree=True)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            finally:
+                stop.set()
+
+        def check_path(path, whole=True):
+            # a chain from the root; a stream may end early where a message was deleted
+            assert path and path[0]["id"] == "root" or not whole
+            for a, b in zip(path, path[1:]):
+                assert b["id"].split("-")[0] == a["id"].split("-")[0] or a["id"] == "root"
+
+        def reader():
+            try:
+                while not stop.is_set():
+                    check_path(s.get_history())
+                    check_path(list(s.history()) or [{"id": "root"}])  # a prefix of the path
+                    newest = list(s.history(newest_first=True))
+                    check_path(newest[::-1], whole=False)  # a suffix of the path
+                    for m in s.branches("root"):
+                        assert m["id"].endswith("-0")
+                    for hit in s.search("common words"):
+                        assert hit.content == "common words here"
+                    for hit in store.search("common"):
+                        assert hit.session_id == "race"
+                    window = s.recent_history(10**6)
+                    if window.messages:
+                        assert window.messages[-1]["id"] == window.messages[-1]["id"]
+                    leaf = s.latest_leaf()
+                    if leaf is not None and leaf["id"] != "root":
+                        try:
+                            check_path(s.get_history(leaf_id=leaf["id"]))
+                        except sk.MessageNotFound:
+                            pass  # deleted after the leaf was read: the state after
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        s.search("common")  # the index exists, so every write keeps it
+        threads = [threading.Thread(target=writer), threading.Thread(target=reader),
+                   threading.Thread(target=reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
 
 
 # ---------------------------------------------------------------------------

@@ -32,8 +32,9 @@ def raw_sql():
             return [r[0] for r in rows]
         if what == "version":
             return int(con.execute("SELECT value FROM sessionkit_meta WHERE key = 'schema_version'").fetchone()[0])
-        if what == "bump":
-            con.execute("UPDATE sessionkit_meta SET value = '999' WHERE key = 'schema_version'")
+        if what in ("bump", "garbage"):
+            value = "999" if what == "bump" else "not a number"
+            con.execute("UPDATE sessionkit_meta SET value = ? WHERE key = 'schema_version'", [value])
             return True
         return None
 

@@ -32,8 +32,9 @@ def raw_sql():
             if what == "version":
                 row = conn.execute(f"SELECT value FROM {eng.table('meta')} WHERE key = 'schema_version'").fetchone()
                 return int(row[0])
-            if what == "bump":
-                conn.execute(f"UPDATE {eng.table('meta')} SET value = '999' WHERE key = 'schema_version'")
+            if what in ("bump", "garbage"):
+                value = "999" if what == "bump" else "not a number"
+                conn.execute(f"UPDATE {eng.table('meta')} SET value = %s WHERE key = 'schema_version'", (value,))
                 return True
         return None
 
