@@ -97,7 +97,7 @@ _HEARTBEAT_SECONDS = 60.0
 
 # tsvector limits (PostgreSQL's MAXSTRLEN, MAXSTRPOS, MAXENTRYPOS, MAXNUMPOS)
 _MAX_LEXEME_BYTES = 2000
-_MAX_LEXEMES_BYTES = 1_000_000
+_MAX_LEXEMES_BYTES = (1 << 20) - 1  # MAXSTRPOS
 _MAX_POSITION = 16383
 _MAX_POSITIONS = 256
 
@@ -288,9 +288,12 @@ def _tsvector(text: str) -> str:
     budget = _MAX_LEXEMES_BYTES
     for lex, pos in positions.items():
         size = len(lex) if lex.isascii() else len(lex.encode("utf-8"))
-        if size > budget:
-            break
-        budget -= size
+        # What PostgreSQL counts against its limit: the lexeme padded to an even length,
+        # and its positions (two bytes each, plus a two-byte count).
+        cost = size + (size & 1) + 2 + 2 * len(pos)
+        if cost > budget:
+            break  # the words that fit are indexed; the message is stored whole either way
+        budget -= cost
         out.append(_quote_lexeme(lex) + ":" + ",".join(map(str, pos)))
     return " ".join(out)
 

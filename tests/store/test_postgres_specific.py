@@ -425,3 +425,28 @@ def test_unreachable_server_is_a_clear_error():
     with pytest.raises(sk.SessionKitError) as info:
         sk.open_store("postgresql://nobody@127.0.0.1:1/none", connect_timeout=2)
     assert "127.0.0.1" in str(info.value)
+
+
+def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words(pg_store_url):  # noqa: F811
+    """PostgreSQL caps a tsvector at 1 MB of lexemes and positions: a longer message keeps
+    what fits in the index (its first distinct words) and is stored whole, whether it
+    is appended to an indexed store or met by the first search's index build."""
+    import random
+    import uuid
+
+    rng = random.Random(5)
+    log = "\n".join(f"request {uuid.UUID(int=rng.getrandbits(128))} served in {rng.randint(1, 999)} ms"
+                    for _ in range(60_000))  # ~3.7 MB, ~300,000 distinct words
+    first = log.split()[1].split("-")[0]
+    for indexed_first in (True, False):
+        with sk.open_store(pg_store_url()) as store:
+            s = store.session("s")
+            s.append(msg("small", "hello world"))
+            if indexed_first:
+                store.search("hello")  # appends now index as they go
+            s.append(msg("big", log))
+            assert s.get("big")["parts"][0]["text"] == log
+            assert [h.id for h in s.search("request served")] == ["big"]
+            assert [h.id for h in s.search(first)] == ["big"]
+            assert [h.id for h in s.search("hello")] == ["small"]
+            assert store.stats()["indexed_messages"] == 2
