@@ -64,7 +64,7 @@ from ..errors import (
     missing,
 )
 from . import search as _search
-from ._core import LATEST, Compaction, Engine, Node, RunRecord, SessionInfo
+from ._core import LATEST, Capabilities, Compaction, Engine, Node, RunRecord, SessionInfo
 
 try:
     import duckdb
@@ -275,6 +275,7 @@ class DuckDBEngine(Engine):
     """
 
     kind = "duckdb"
+    capabilities = Capabilities(bulk_insert=True)
 
     def __init__(
         self,

@@ -74,7 +74,7 @@ import uuid
 from .. import messages as _msg
 from ..errors import InvalidMessage, MessageNotFound, SchemaVersionError, SessionKitError, missing
 from . import search as _search
-from ._core import ChangeEvent, Compaction, Engine, Node, RunRecord, SessionInfo
+from ._core import Capabilities, ChangeEvent, Compaction, Engine, Node, RunRecord, SessionInfo
 
 try:
     import psycopg
@@ -645,6 +645,7 @@ class PostgresEngine(Engine):
     """Storage primitives on PostgreSQL (see the module docstring)."""
 
     kind = "postgresql"
+    capabilities = Capabilities(coordination=True, shared_feed=True)
 
     def __init__(
         self,

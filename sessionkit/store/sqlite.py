@@ -38,7 +38,7 @@ from pathlib import Path
 from .. import messages as _msg
 from ..errors import SchemaVersionError, SessionKitError, StoreLocked
 from . import search as _search
-from ._core import Compaction, Engine, Node, RunRecord, SessionInfo
+from ._core import Capabilities, Compaction, Engine, Node, RunRecord, SessionInfo
 
 SCHEMA_VERSION = 4
 
@@ -311,6 +311,7 @@ def _index_json(content: str) -> str:
 
 class SQLiteEngine(Engine):
     kind = "sqlite"
+    capabilities = Capabilities()
 
     def __init__(self, path: str, *, durability: str = "normal", chunk_chars: int = DEFAULT_CHUNK_CHARS,
                  busy_timeout: float = 30.0, wal_autocheckpoint: int = 8192,
