@@ -1084,47 +1084,6 @@ class Store:
                         rows.append((sid, _tree_node(n), _msg.restore(raw, eng.blob)))
                 yield rows
 
-    # -- former private names, kept until every caller uses the public ones -----------
-    def _run_begin(self, session_id: str, run_id: str, input: str) -> None:
-        self.begin_run(session_id, run_id, input)
-
-    def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None:
-        self.end_run(run_id, status=status, error=error, usage=usage)
-
-    def _append_events(self, session_id: str, events: list[dict]) -> list[dict]:
-        return self.append_events(session_id, events)
-
-    def _append_event(self, session_id: str, event: dict) -> dict:
-        return self.append_events(session_id, [event])[0]
-
-    @property
-    def _shared(self) -> bool:
-        return self._engine.capabilities.coordination
-
-    def _try_hold(self, name: str) -> bool:
-        return self.try_hold(name)
-
-    def _hold_taken(self, name: str) -> bool:
-        return self.hold_taken(name)
-
-    def _release_hold(self, name: str) -> None:
-        self.release_hold(name)
-
-    def _signal(self, session_id: str, kind: str, data: Any = None) -> None:
-        self.signal(session_id, kind, data)
-
-    def _on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
-        self.on_signal(handler)
-
-    def _records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
-        try:
-            return self.records(session_id, kind)
-        except UsageError as exc:
-            raise NotImplementedError(str(exc)) from exc
-
-    def _put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
-        self.put_records(session_id, kind, items)
-
     # -- analysis (pandas and DuckDB load on first use) ----------------------------
     def messages_df(self, session_ids=None):
         """One row per message with the SPEC D1 columns (a pandas DataFrame); see sessionkit.analysis."""
@@ -1713,16 +1672,6 @@ class Session:
                     raise MessageNotFound(f"compaction {comp.id!r}: message {mid!r} is not in session {self.session_id!r}")
             eng.w_add_compaction(self.session_id, comp)
         return True
-
-    # -- former private names, kept until every caller uses the public ones -----------
-    def _append_many(self, messages: list[dict], *, parent_id: Any = LATEST) -> list[AppendResult]:
-        return self.append_many(messages, parent_id=parent_id)
-
-    def _import_many(self, items: list[tuple[dict, Any, Any]]) -> list[AppendResult]:
-        return self.import_many(items)
-
-    def _restore_compaction(self, comp: Compaction) -> bool:
-        return self.import_compaction(comp)
 
     # -- analysis (pandas loads on first use) ------------------------------------------
     def to_pandas(self):
