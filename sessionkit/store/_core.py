@@ -528,8 +528,12 @@ class Engine:
     def nodes_by_id(self, sid: str, mids: list[str]) -> list[Node]:
         """The nodes of those of ``mids`` stored in the session (unknown ids left out), in no order.
 
-        Default: one :meth:`node` lookup per id; engines may answer in one query.
+        Default: one :meth:`node` lookup per id for a few ids, else one read of the
+        session's nodes; engines may answer in one query.
         """
+        if len(mids) > _MANY_IDS:
+            wanted = set(mids)
+            return [n for n in self.nodes(sid) if n.id in wanted]
         out = []
         for mid in mids:
             node = self.node(sid, mid)
@@ -620,6 +624,8 @@ def _batches(rows: Iterable, size: int) -> Iterator[list]:
 
 
 _BATCH = 256
+#: Above this many ids, Engine.nodes_by_id reads the session's nodes once instead of each id.
+_MANY_IDS = 64
 #: Messages whose content one read of a scan fetches at most.
 _SCAN_READ = 1_000
 

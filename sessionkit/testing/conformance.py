@@ -1726,6 +1726,11 @@ class TestTreeReadModel:
         assert s.get_many([]) == {} and s.get_many("m1") == {"m1": s.get("m1")}
         with pytest.raises(TypeError):
             s.get_many(["m1", 2])
+        big = store.session("big")
+        ids = chain(big, 90, prefix="b")
+        wanted = ids[::-1][:80] + ["ghost", "m0"]  # many ids: read another way, same answer
+        got = big.get_many(wanted)
+        assert list(got) == ids[::-1][:80] and got == {k: big.get(k) for k in ids[::-1][:80]}
 
 
 class TestScan:
