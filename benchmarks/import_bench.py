@@ -53,7 +53,7 @@ def synthetic_import(store, n: int, per_session: int = 100) -> float:
             m = message(conv, i)
             batch.append((m, parent, None))
             parent = m["id"]
-        store.session(f"s{conv}")._import_many(batch)
+        store.session(f"s{conv}").import_many(batch)
     return time.perf_counter() - t
 
 

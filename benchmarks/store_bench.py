@@ -108,10 +108,10 @@ def sk_bulk(store, sid: str, msgs) -> None:
         batch.append((m, parent, None))
         parent = m["id"]
         if len(batch) >= 10_000:
-            session._import_many(batch)
+            session.import_many(batch)
             batch.clear()
     if batch:
-        session._import_many(batch)
+        session.import_many(batch)
 
 
 def msgs_for(conv: int, n: int):

@@ -13,9 +13,9 @@
     sessionkit serve                          the HTTP server (sessionkit.server)
 
 It reads stores through the library's public API, so what it prints is what a program
-reading the store would see. Read commands never create a store: a missing file is an error, and
-before opening a SQLite file they check, read-only, that it holds sessionkit tables
-(opening would otherwise add them to another program's database).
+reading the store would see. Read commands never create a store: they open it with
+``open_store(..., create=False)``, so a missing file, or another program's database, is an
+error and is left as it was.
 Every failure is one line on stderr (``sessionkit: error: ...``) and a non-zero exit
 status; ``--json`` on ``info``, ``ls``, ``show`` and ``search`` prints machine-readable output.
 """
@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 import sessionkit as sk
 from sessionkit.messages import estimate_tokens
+from sessionkit.parts import one_line, overlay_info, part_kinds, text_of
 
 __all__ = ["main", "build_parser", "CommandError"]
 
@@ -95,34 +96,12 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _one_line(text: str, width: int = _PREVIEW) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
-
-
 def _clip(text: str, limit: int = _MAX_JSON) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
-
-
-def _text_of(message: dict) -> str:
-    parts = message.get("parts") or ()
-    return "\n\n".join(
-        p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-    )
-
-
-def _overlay_info(message: dict) -> dict | None:
-    """The ``metadata.compaction`` of a compaction summary read from a path, else None."""
-    meta = message.get("metadata")
-    if str(message.get("id", "")).startswith("compaction:") and isinstance(meta, dict):
-        info = meta.get("compaction")
-        if isinstance(info, dict):
-            return info
-    return None
 
 
 def _inline_size(part: dict) -> int | None:
@@ -139,29 +118,10 @@ def _inline_size(part: dict) -> int | None:
     return None
 
 
-def _part_kinds(message: dict) -> list[str]:
-    """Short descriptions of a message's non-text parts (for one-line views)."""
-    kinds = []
-    for part in message.get("parts") or ():
-        if not isinstance(part, dict):
-            continue
-        ptype = str(part.get("type", ""))
-        if ptype == "text" or ptype == "step-start":
-            continue
-        if ptype.startswith("tool-"):
-            kinds.append(f"tool {ptype[5:]}")
-        elif ptype == "dynamic-tool":
-            kinds.append(f"tool {part.get('toolName', '?')}")
-        elif ptype == "file":
-            kinds.append(f"file {part.get('mediaType', '?')}")
-        else:
-            kinds.append(ptype)
-    return kinds
-
-
 def _preview(message: dict) -> str:
-    text = _one_line(_text_of(message))
-    kinds = _part_kinds(message)
+    """One line for a message in tree views: its text, then its other parts in brackets."""
+    text = one_line(text_of(message), _PREVIEW)
+    kinds = part_kinds(message)
     extra = f"[{', '.join(kinds)}]" if kinds else ""
     return f"{text} {extra}".strip() if text else (extra or "(no text)")
 
@@ -183,50 +143,15 @@ def _local_path(target: str) -> str | None:
 
 @contextlib.contextmanager
 def _existing_store(target: str) -> Iterator[sk.Store]:
-    """Open a store that must already exist: read commands never create an empty file."""
-    path = _local_path(target)
-    if path == ":memory:":
-        raise CommandError(f"{target!r} is an in-memory store, empty in every new process: give a store file")
-    if path is not None:
-        if os.path.isdir(path):
-            raise CommandError(f"{target!r} is a folder, not a store file")
-        if not os.path.exists(path):
-            raise CommandError(f"no store at {target!r}: the file does not exist")
-        if _is_sqlite_target(target) and not _has_sessionkit_tables(path):
-            raise CommandError(f"{target!r} is not a sessionkit store (it has no sessionkit_ tables)")
-    store = sk.open_store(target)
+    """Open a store that must already exist: read commands never create or change a file."""
+    try:
+        store = sk.open_store(target, create=False)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
     try:
         yield store
     finally:
         store.close()
-
-
-def _is_sqlite_target(target: str) -> bool:
-    lower = target.lower()
-    return lower.startswith("sqlite:///") or ("://" not in lower and lower.endswith((".db", ".sqlite", ".sqlite3")))
-
-
-def _has_sessionkit_tables(path: str) -> bool:
-    """False for an empty file or another program's SQLite database.
-
-    Opening a store creates its tables, so without this check a read command would
-    quietly add sessionkit's schema to someone else's database. Any doubt (not SQLite
-    at all, unreadable) answers True and leaves the verdict to ``open_store``.
-    """
-    import sqlite3
-    from urllib.parse import quote
-
-    if os.path.getsize(path) == 0:
-        return False
-    try:
-        db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
-        try:
-            rows = db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        finally:
-            db.close()
-    except sqlite3.Error:
-        return True
-    return any(name.startswith("sessionkit_") for (name,) in rows)
 
 
 def _existing_session(store: sk.Store, session_id: str, target: str) -> sk.Session:
@@ -241,24 +166,6 @@ def _existing_session(store: sk.Store, session_id: str, target: str) -> sk.Sessi
             hint = " (it holds no sessions)"
         raise CommandError(f"no session {session_id!r} in {target}{hint}")
     return session
-
-
-def _schema_version(store: sk.Store, stats: dict) -> int | None:
-    """The store's schema version.
-
-    Opening a store migrates it to the engine's ``SCHEMA_VERSION`` or refuses a newer one
-    (``SchemaVersionError``), so once open, the file's version is the engine's constant.
-    """
-    if "schema_version" in stats:
-        return stats["schema_version"]
-    module = {"sqlite": "sessionkit.store.sqlite", "duckdb": "sessionkit.store.duckdb",
-              "postgresql": "sessionkit.store.postgres"}.get(store.engine)
-    if module is None:
-        return None
-    try:
-        return getattr(importlib.import_module(module), "SCHEMA_VERSION", None)
-    except ImportError:
-        return None
 
 
 def _optional_module(module: str, command: str):
@@ -292,7 +199,7 @@ _STAT_ORDER = ("sessions", "messages", "compactions", "blobs", "indexed_messages
 def _info_report(store: sk.Store, target: str) -> dict:
     stats = store.stats()
     return {"store": store.path or target, "engine": store.engine,
-            "schema_version": _schema_version(store, stats), **stats}
+            "schema_version": stats.get("schema_version"), **stats}
 
 
 def _render_info(store: sk.Store, target: str, out: TextIO) -> None:
@@ -427,7 +334,7 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
     comps = {c.id: c for c in session.compactions()}
     applied: list[dict] = []
     if full and comps:  # which ranges the model would not see: a first pass keeping only summary metadata
-        applied = [info for m in session.history(leaf_id=leaf) if (info := _overlay_info(m)) is not None]
+        applied = [info for m in session.history(leaf_id=leaf) if (info := overlay_info(m)) is not None]
     begins = {a["from_id"]: a for a in applied}
     ends = {a["to_id"]: a for a in applied}
 
@@ -438,14 +345,14 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
     raw_tokens = 0
     parent: str | None = None
     for message in session.history(leaf_id=leaf, compacted=not full):
-        info = _overlay_info(message)
+        info = overlay_info(message)
         if info is not None:  # a summary standing in for a range (model view only)
             applied.append(info)
             comp = comps.get(info.get("id"))
             after = comp.tokens_after if comp else estimate_tokens(message)
             print(f"══ compaction {str(info.get('id'))[:8]} · summary of {info.get('messages')} messages "
                   f"({_span(info)}) · {info.get('tokens_before', 0):,} → {after:,} tokens ══", file=out)
-            print(_text_of(message), file=out)
+            print(text_of(message), file=out)
             print("══ end of summary; the messages after it are kept word for word ══", file=out)
             print(file=out)
             raw_count += int(info.get("messages") or 0)
@@ -497,71 +404,55 @@ def _write_json_array(items, out: TextIO) -> None:
 
 
 class _Tree:
-    """A session's message tree, walked from the root of the shown path with ``session.branches``.
+    """A session's message tree from the root of the shown path, drawn from ``session.tree()``.
 
-    A session can hold several roots (``append(..., parent_id=None)``); the API lists the
-    children of a message but not a session's roots, so messages under other roots are
-    counted (``len(session)`` tells how many) rather than drawn.
+    A session can hold several roots (``append(..., parent_id=None)``); messages under
+    other roots than the shown path's are counted rather than drawn.
     """
 
     def __init__(self, session: sk.Session, leaf_id: str | None):
         self.session = session
-        latest = session.latest_leaf()
-        self.leaf = leaf_id if leaf_id is not None else (latest["id"] if latest else None)
-        self.is_latest = latest is not None and self.leaf == latest["id"]
-        path = list(session.history(leaf_id=self.leaf, compacted=False)) if self.leaf is not None else []
-        self.path = [m["id"] for m in path]
+        tree = session.tree()
+        self.leaf = leaf_id if leaf_id is not None else tree.latest_id
+        self.is_latest = tree.latest_id is not None and self.leaf == tree.latest_id
+        path = session.path(self.leaf) if self.leaf is not None else None
+        self.path = [n.id for n in path.nodes] if path is not None else []
         self.on_path = set(self.path)
-        self.messages: dict[str, dict] = {}
         self.parent: dict[str, str | None] = {}
         self.children: dict[str, list[str]] = {}
         self.depth: dict[str, int] = {}
         self.order: list[str] = []
         self.roots: list[str] = []
-        if path:
-            self._walk(path[0])
-        self.unreachable = len(session) - len(self.messages)
-        self.compactions = session.compactions()
-        self.applied: set[str] = set()
-        if self.compactions and self.leaf is not None:
-            self.applied = {info["id"] for m in session.history(leaf_id=self.leaf)
-                            if (info := _overlay_info(m)) is not None}
+        if self.path:
+            self._walk(tree, self.path[0])
+        self.messages: dict[str, dict] = session.get_many(self.order)
+        self.unreachable = len(tree) - len(self.order)
+        self.compactions = [placed.compaction for placed in tree.compactions]
+        self.applied: set[str] = {span.compaction.id for span in path.spans} if path is not None else set()
         self.labels = {c.id: f"c{i + 1}" for i, c in enumerate(self.compactions)}
         self.covered: dict[str, list[str]] = {}
         self.sizes: dict[str, int | None] = {}
-        for comp in self.compactions:
-            ids = self._range(comp.from_id, comp.to_id)
-            self.sizes[comp.id] = None if ids is None else len(ids)
-            for mid in ids or ():
+        for placed in tree.compactions:
+            comp = placed.compaction
+            ids = placed.ids if placed.ids and placed.ids[0] in self.depth else ()
+            self.sizes[comp.id] = len(ids) if ids else None
+            for mid in ids:
                 self.covered.setdefault(mid, []).append(self.labels[comp.id])
 
-    def _walk(self, root: dict) -> None:
+    def _walk(self, tree, root: str) -> None:
         # Depth first, children oldest first, without recursion (paths can be very long).
-        self.roots.append(root["id"])
-        self.parent[root["id"]] = None
-        stack: list[tuple[dict, int]] = [(root, 0)]
+        self.roots.append(root)
+        self.parent[root] = None
+        stack: list[tuple[str, int]] = [(root, 0)]
         while stack:
-            message, depth = stack.pop()
-            mid = message["id"]
-            self.messages[mid] = message
+            mid, depth = stack.pop()
             self.depth[mid] = depth
             self.order.append(mid)
-            kids = self.session.branches(mid)
-            self.children[mid] = [k["id"] for k in kids]
+            kids = [k.id for k in tree.children(mid)]
+            self.children[mid] = kids
             for kid in reversed(kids):
-                self.parent[kid["id"]] = mid
+                self.parent[kid] = mid
                 stack.append((kid, depth + 1))
-
-    def _range(self, from_id: str, to_id: str) -> list[str] | None:
-        """Ids from ``from_id`` down to ``to_id`` (inclusive), or None if not a path in this tree."""
-        ids = []
-        node: str | None = to_id
-        while node is not None and node in self.messages:
-            ids.append(node)
-            if node == from_id:
-                return ids[::-1]
-            node = self.parent.get(node)
-        return None
 
     def branch_points(self) -> int:
         return sum(1 for kids in self.children.values() if len(kids) > 1)
@@ -861,21 +752,13 @@ def _agent_spec(spec: str) -> tuple[str, str]:
 
 def _load_agent(spec: str):
     """``module:attr`` -> the object, importing from the current folder first (as uvicorn does)."""
-    module_name, attr = _agent_spec(spec)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    _agent_spec(spec)
+    from sessionkit.agent._loading import load_agent
+
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise CommandError(f"--agent: cannot import {module_name!r}: {exc}") from exc
-    except Exception as exc:  # the user's module failed while importing
-        raise CommandError(f"--agent: importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
-    obj: Any = module
-    for name in attr.split("."):
-        if not hasattr(obj, name):
-            raise CommandError(f"--agent: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, name)
-    return obj
+        return load_agent(spec)
+    except ValueError as exc:
+        raise CommandError(f"--agent: {exc}") from exc
 
 
 def cmd_serve(args, out: TextIO) -> int:

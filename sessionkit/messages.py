@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidMessage, MessageTooLarge
+from .parts import text_of as message_text  # the text of a message: its text parts joined by blank lines
 
 __all__ = [
     "validate",
@@ -154,17 +155,6 @@ def dumps(value: Any) -> str:
         raise TypeError(f"message is not JSON-encodable: {exc}") from exc
     except TypeError as exc:
         raise TypeError(f"message is not JSON-encodable: {exc}") from exc
-
-
-def message_text(message: dict) -> str:
-    """The text of a message: its ``text`` parts joined by blank lines (what search indexes)."""
-    out = []
-    for part in message.get("parts") or ():
-        if isinstance(part, dict) and part.get("type") == "text":
-            text = part.get("text")
-            if isinstance(text, str):
-                out.append(text)
-    return "\n\n".join(out)
 
 
 def _is_tool(ptype: Any) -> bool:

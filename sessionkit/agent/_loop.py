@@ -23,7 +23,7 @@ from ..errors import MaxStepsExceeded
 from ..messages import now_iso
 from .models import ModelReply, add_usage, empty_usage, to_chat_messages
 
-__all__ = ["RunState", "new_message_id", "new_run_id", "message_text"]
+__all__ = ["RunState", "new_message_id", "new_run_id"]
 
 
 def new_message_id() -> str:
@@ -37,15 +37,6 @@ def new_message_id() -> str:
 def new_run_id() -> str:
     """A fresh run id."""
     return "run_" + uuid.uuid4().hex[:24]
-
-
-def message_text(message: dict) -> str:
-    """The text parts of a message, joined (what a prompt or reply "says")."""
-    return "".join(
-        p.get("text", "")
-        for p in message.get("parts") or ()
-        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-    )
 
 
 class RunState:

@@ -47,10 +47,11 @@ from ..errors import (
     RunTimeout,
 )
 from ..messages import dumps, validate
-from ._loop import RunState, message_text, new_run_id
+from ..parts import text_of
+from ._loop import RunState, new_run_id
 from ._sync import run_coroutine_sync
 from .controller import RunController
-from .events import EventEmitter
+from .events import EventEmitter, RunLog
 from .models import (
     ChatModel,
     LiteLLMModel,
@@ -98,7 +99,7 @@ class _RunTarget:
     def __init__(self, session: Any) -> None:
         missing = [
             name
-            for name in ("session_id", "get_history", "latest_leaf", "_append_many")
+            for name in ("session_id", "get_history", "latest_leaf", "append_many")
             if not hasattr(session, name)
         ]
         if missing:
@@ -108,10 +109,11 @@ class _RunTarget:
             )
         self.session = session
         self.session_id = session.session_id
-        run_log = getattr(session, "_run_log", None)
+        # A store session records its runs in its store; another session says where (run_log).
+        run_log = getattr(session, "run_log", None)
         if run_log is None:
-            run_log = getattr(session, "store", None) or getattr(session, "_store", None)
-        if run_log is None or not callable(getattr(run_log, "_run_begin", None)):
+            run_log = getattr(session, "store", None)
+        if not isinstance(run_log, RunLog):
             raise TypeError(f"cannot find where session {self.session_id!r} records its runs")
         self.run_log = run_log
 
@@ -125,7 +127,7 @@ class _RunTarget:
         return list(self.session.get_history(leaf_id=leaf_id))
 
     def append(self, messages: list[dict], parent_id: str | None) -> list[dict]:
-        results = self.session._append_many(messages, parent_id=parent_id)
+        results = self.session.append_many(messages, parent_id=parent_id)
         return [r.message for r in results]
 
 
@@ -165,7 +167,7 @@ def _check_prompt(prompt: Any) -> str:
             raise ValueError("a prompt given as a message must have role 'user'")
         if not isinstance(prompt.get("parts"), list):
             raise ValueError("a prompt given as a message needs a 'parts' list")
-        return message_text(prompt)
+        return text_of(prompt, "")
     raise TypeError(f"prompt must be a str or a user message dict, got {type(prompt).__name__}")
 
 
@@ -423,7 +425,7 @@ class Agent:
         if listener is not None:
             emitter.listeners.append(listener)
         if controller is not None:
-            emitter.listeners.append(controller._deliver)
+            emitter.listeners.append(controller._take_event)
 
         loop = asyncio.get_running_loop()
         inner: asyncio.Task | None = None
@@ -441,7 +443,7 @@ class Agent:
         if controller is not None:
             controller._attach(run_id, cancel)
         try:
-            target.run_log._run_begin(target.session_id, run_id, input_text)
+            target.run_log.begin_run(target.session_id, run_id, input_text)
             try:
                 emitter.emit("run.start", input=input_text)
                 inner = asyncio.ensure_future(self._turns(state, emitter, controller))
@@ -520,7 +522,7 @@ class Agent:
             error_type = None if error is None else "CancelledError"
             text = error
         try:
-            target.run_log._run_end(emitter.run_id, status=status, error=text, usage=usage)
+            target.run_log.end_run(emitter.run_id, status=status, error=text, usage=usage)
         except Exception:
             if status == "completed":
                 raise
@@ -543,7 +545,7 @@ class Agent:
             for index in range(len(path) - 1, -1, -1):
                 message = path[index]
                 if message.get("role") == "user" and not str(message.get("id", "")).startswith("compaction:"):
-                    return message["id"], path[: index + 1], message_text(message)
+                    return message["id"], path[: index + 1], text_of(message, "")
         raise ValueError(f"message {message_id!r} has no user message to answer on its path")
 
     async def _turns(self, state: RunState, emitter: EventEmitter, controller: RunController | None) -> None:

@@ -220,7 +220,7 @@ class RunController:
         self._notify()
         return item
 
-    def _deliver(self, event: dict) -> None:
+    def _take_event(self, event: dict) -> None:
         with self._lock:
             listeners = list(self._event_listeners)
         for callback in listeners:

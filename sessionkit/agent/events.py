@@ -34,7 +34,7 @@ import copy
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..messages import now_iso
 from ..store import RunRecord  # one record type for every run log
@@ -56,14 +56,21 @@ EVENT_KINDS = (
 )
 
 
+@runtime_checkable
 class RunLog(Protocol):
-    """Where runs and their events are recorded (a sessionkit store, or :class:`MemoryRunLog`)."""
+    """Where runs and their events are recorded: a sessionkit ``Store``, or :class:`MemoryRunLog`.
 
-    def _run_begin(self, session_id: str, run_id: str, input: str) -> None: ...
+    ``begin_run`` records a run as ``"running"``, ``append_events`` stores events
+    (numbering ``seq`` per session from 0, across runs) and returns them as
+    stored, ``end_run`` records how the run ended; ``runs`` and ``events`` read
+    them back.
+    """
 
-    def _append_event(self, session_id: str, event: dict) -> dict: ...
+    def begin_run(self, session_id: str, run_id: str, input: str) -> None: ...
 
-    def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None: ...
+    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]: ...
+
+    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None: ...
 
     def runs(self, session_id: str) -> list: ...
 
@@ -81,7 +88,8 @@ class MemoryRunLog:
         self._runs: dict[str, dict] = {}
         self._events: dict[str, list[dict]] = {}
 
-    def _run_begin(self, session_id: str, run_id: str, input: str) -> None:
+    def begin_run(self, session_id: str, run_id: str, input: str) -> None:
+        """Record a run as started (``"running"``); a run id already recorded -> ValueError."""
         with self._lock:
             if run_id in self._runs:
                 raise ValueError(f"run id {run_id!r} is already recorded")
@@ -96,10 +104,8 @@ class MemoryRunLog:
                 "input": input,
             }
 
-    def _append_event(self, session_id: str, event: dict) -> dict:
-        return self._append_events(session_id, [event])[0]
-
-    def _append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+        """Store events of a session (``seq`` numbered from 0 per session); returns them as stored."""
         out = []
         with self._lock:
             stored = self._events.setdefault(session_id, [])
@@ -111,7 +117,8 @@ class MemoryRunLog:
                 out.append(copy.deepcopy(full))
         return out
 
-    def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None:
+    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+        """Record how a run ended; an unknown run id -> LookupError."""
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
@@ -143,7 +150,7 @@ class EventEmitter:
     def emit(self, kind: str, **fields: Any) -> dict:
         """Store one event and deliver it; returns the stored event (with ``seq``)."""
         event = {"run_id": self.run_id, "kind": kind, **fields}
-        stored = self.run_log._append_event(self.session_id, event)
+        stored = self.run_log.append_events(self.session_id, [event])[0]
         for listener in list(self.listeners):
             try:
                 listener(stored)

@@ -30,6 +30,7 @@ from urllib.parse import unquote
 
 from ..errors import UsageError
 from ..messages import dumps, now_iso, validate
+from ..store import Store
 from .events import MemoryRunLog, RunRecord
 
 __all__ = ["ExternalSession", "FileSessionStore", "SessionStore", "create_session"]
@@ -68,7 +69,8 @@ class ExternalSession:
     def __init__(self, store: SessionStore, session_id: str) -> None:
         self.store = store
         self.session_id = session_id
-        self._run_log = MemoryRunLog()
+        #: Where this session's runs and events are recorded (in memory).
+        self.run_log = MemoryRunLog()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -113,9 +115,17 @@ class ExternalSession:
 
     def append(self, message: dict) -> SavedMessage:
         """Save one message after the others (validated like a store append)."""
-        return self._append_many([message])[0]
+        return self.append_many([message])[0]
 
-    def _append_many(self, messages: Iterable[dict], *, parent_id: Any = None) -> list[SavedMessage]:
+    def append_many(self, messages: Iterable[dict], *, parent_id: Any = None, source: str = "server") -> list[SavedMessage]:
+        """Save messages after the others in one ``save`` call; every one is validated first.
+
+        The session is a straight line: ``parent_id`` (accepted for the shape of
+        ``Session.append_many``) is not used, each message follows the one before.
+        Messages get a ``createdAt`` when they have none.
+        """
+        if source not in ("server", "client"):
+            raise ValueError(f"source must be 'server' or 'client', got {source!r}")
         prepared = []
         for message in messages:
             validate(message)
@@ -128,11 +138,11 @@ class ExternalSession:
 
     def runs(self) -> list[RunRecord]:
         """This session's runs, oldest first."""
-        return self._run_log.runs(self.session_id)
+        return self.run_log.runs(self.session_id)
 
     def events(self, after_seq: int | None = None) -> list[dict]:
         """This session's run events in ``seq`` order."""
-        return self._run_log.events(self.session_id, after_seq)
+        return self.run_log.events(self.session_id, after_seq)
 
 
 _SAFE = re.compile(r"[A-Za-z0-9.-]")
@@ -243,10 +253,6 @@ def _drop_torn_tail(handle: Any, size: int) -> None:
     handle.truncate(0)
 
 
-def _is_sessionkit_store(store: Any) -> bool:
-    return callable(getattr(store, "session", None)) and callable(getattr(store, "_run_begin", None))
-
-
 def create_session(session_id: str | None = None, *, store: Any = None) -> Any:
     """A session for runs (SPEC A7).
 
@@ -265,7 +271,7 @@ def create_session(session_id: str | None = None, *, store: Any = None) -> Any:
         from ..store import open_store
 
         return open_store(":memory:").session(session_id)
-    if _is_sessionkit_store(store):
+    if isinstance(store, Store):
         return store.session(session_id)
     if isinstance(store, SessionStore):
         return ExternalSession(store, session_id)

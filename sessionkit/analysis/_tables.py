@@ -2,20 +2,22 @@
 
 Nothing here imports pandas, pyarrow or DuckDB: :mod:`sessionkit.analysis` turns
 the columns into DataFrames, Arrow tables (for DuckDB and Parquet) and plots.
-A store-wide read of a SQLite or DuckDB store scans their shared ``sessionkit_*``
-tables with a few paged queries; anything else (one session, other engines)
-reads through the Engine interface (``nodes``, ``contents``, ``compactions``,
-``runs``, ``events``, ``list_sessions``). Both give the same tables.
+Everything is read through the store's public API: a store-wide read pages through
+:meth:`Store.scan` (nodes, messages, compactions, runs, events); ``scan=False``
+reads session by session through :class:`Session` instead. Both give the same
+tables. What a compaction covers and which messages lie on the latest path come
+from the store's tree read model (:class:`sessionkit.store.Tree`).
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
+import itertools
 from typing import Any
 
 from .. import messages as _msg
-from ..store._core import Compaction, Node, RunRecord
+from ..errors import StoreClosed
+from ..parts import text_of, tool_names
+from ..store import Tree
 
 __all__ = ["D1_COLUMNS", "StoreData", "tool_names", "TABLES"]
 
@@ -41,177 +43,125 @@ D1_COLUMNS = (
 TABLES = ("messages", "sessions", "compactions", "runs", "events")
 
 _BATCH = 500
-
-
-def tool_names(message: dict) -> list[str]:
-    """Names of the tool parts of a message, one per call, in part order."""
-    out = []
-    for part in message.get("parts") or ():
-        if not isinstance(part, dict):
-            continue
-        ptype = part.get("type")
-        if isinstance(ptype, str):
-            if ptype.startswith("tool-"):
-                out.append(ptype[5:])
-            elif ptype == "dynamic-tool" and isinstance(part.get("toolName"), str):
-                out.append(part["toolName"])
-    return out
-
-
-_NODE_COLS = "seq, id, parent_id, depth, bytes, tokens, path_bytes, path_tokens, created_at, role"
 _PAGE = 20_000
 
 
-def _scanner(engine):
-    """The engine's SQL helper when its tables follow the shared ``sessionkit_*`` layout, else None.
+class _Facts:
+    """What the D1 columns need to know about one session's tree."""
 
-    The SQLite and DuckDB engines share that layout; reading it with a few paged
-    queries is far cheaper than several queries per session (DuckDB spends about
-    a millisecond on any statement). Engines without it use the Engine interface.
-    """
-    query = getattr(engine, "fetch", None)
-    if not callable(query) or getattr(engine, "kind", None) not in ("sqlite", "duckdb"):
-        return None
-    return query
+    __slots__ = ("tree", "kids", "on_path", "compacted_by", "sizes")
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+        self.kids: dict[str, int] = {}
+        for node in tree.nodes:
+            if node.parent_id is not None:
+                self.kids[node.parent_id] = self.kids.get(node.parent_id, 0) + 1
+        self.on_path = {n.id for n in tree.path()}
+        self.compacted_by = tree.compacted_by()
+        self.sizes = {p.compaction.id: (p.messages or None) for p in tree.compactions}
 
 
 class StoreData:
     """A read of a store (or some of its sessions) shaped as tables of Python lists.
 
     ``session_ids=None`` covers every session: those with messages, and those
-    holding only runs, events or compactions. ``scan=False`` forces reads through
-    the Engine interface (one session at a time) even where a store-wide scan is
-    available; both give the same tables.
+    holding only runs, events or compactions. ``scan=False`` reads one session at a
+    time through the Session API even where a store-wide scan would do; both give
+    the same tables.
     """
 
     def __init__(self, store, session_ids=None, *, scan: bool = True):
+        if store.closed:
+            raise StoreClosed("the store is closed")
         self.store = store
-        self.engine = store._check()
-        self._nodes: dict[str, list] = {}
-        self._comps: dict[str, list] = {}
-        self._facts: dict[str, tuple] = {}
-        self._runs: dict[str, list] | None = None
-        self._events: dict[str, list] | None = None
-        self._scan = _scanner(self.engine) if (scan and session_ids is None) else None
-        if self._scan is not None:
-            try:
-                self._load_scan()
-            except Exception:  # a layout this reader does not know: fall back to the interface
-                self._scan = None
-                self._nodes, self._comps = {}, {}
-                self._runs = self._events = None
-        if self._scan is not None:
-            return
-        if session_ids is None:
-            infos = self.engine.list_sessions()
-            ids = [i.id for i in infos]
-            extra = {sid for sid in self.store._sessions if sid not in set(ids)}
-            self.session_ids = ids + sorted(sid for sid in extra if self.engine.session_exists(sid))
-        else:
+        if session_ids is not None:
             if isinstance(session_ids, str):
                 session_ids = [session_ids]
-            ids = list(dict.fromkeys(session_ids))
-            for sid in ids:
+            session_ids = list(dict.fromkeys(session_ids))
+            for sid in session_ids:
                 if not isinstance(sid, str):
                     raise TypeError(f"session ids must be str, got {type(sid).__name__}")
-            self.session_ids = ids
+        self._given = session_ids
+        #: The store-wide scan, or None when reading session by session.
+        self._scan = store.scan if (scan and session_ids is None) else None
+        self._ids: list[str] | None = session_ids
+        self._nodes: dict[str, list] | None = None
+        self._comps: dict[str, list] | None = None
+        self._runs: dict[str, list] | None = None
+        self._events: dict[str, list] | None = None
+        self._facts: dict[str, _Facts] = {}
 
-    def _load_scan(self) -> None:
-        q = self._scan
-        nodes: dict[str, list] = {}
-        last = 0
-        while True:  # paged by seq so memory per query stays bounded
-            rows = q(f"SELECT session_id, {_NODE_COLS} FROM sessionkit_messages WHERE seq > ? "
-                     f"ORDER BY seq LIMIT {_PAGE}", [last])
-            for r in rows:
-                nodes.setdefault(r[0], []).append(Node(*r[1:]))
-            if len(rows) < _PAGE:
-                break
-            last = rows[-1][1]
-        comps: dict[str, list] = {}
-        for r in q("SELECT session_id, id, from_id, to_id, summary, created_at, tokens_before, tokens_after "
-                   "FROM sessionkit_compactions ORDER BY seq"):
-            comps.setdefault(r[0], []).append(Compaction(*r[1:]))
-        runs: dict[str, list] = {}
-        for r in q("SELECT run_id, session_id, status, error, started_at, ended_at, usage, input "
-                   "FROM sessionkit_runs ORDER BY session_id, n"):
-            usage = json.loads(r[6]) if r[6] else None
-            runs.setdefault(r[1], []).append(RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], usage, r[7]))
-        events: dict[str, list] = {}
-        for sid, data in q("SELECT session_id, data FROM sessionkit_events ORDER BY session_id, seq"):
-            events.setdefault(sid, []).append(json.loads(data))
-        # sessions with messages, newest activity first (as list_sessions orders them), then the rest
-        with_messages = sorted(nodes, key=lambda sid: nodes[sid][-1].seq, reverse=True)
-        rest = sorted((set(comps) | set(runs) | set(events)) - set(nodes))
-        self.session_ids = with_messages + rest
-        self._nodes = nodes
-        self._comps = comps
-        self._runs, self._events = runs, events
+    # -- reading ------------------------------------------------------------------
+    def _grouped(self, kind: str) -> dict[str, list]:
+        """Rows of ``kind`` by session, from one scan of the scope."""
+        out: dict[str, list] = {}
+        if self._scan is None and self._given is None:
+            for sid in self.session_ids:
+                rows = self._per_session(kind, sid)
+                if rows:
+                    out[sid] = rows
+            return out
+        for batch in self.store.scan(kind, session_ids=self._given, batch_size=_PAGE):
+            for sid, row in batch:
+                out.setdefault(sid, []).append(row)
+        return out
 
-    def _contents(self, nodes: list) -> list[str]:
-        """Stored JSON of ``nodes`` (from one session or several), in order."""
-        if self._scan is None or len(nodes) < 2:
-            return self.engine.contents([n.seq for n in nodes])
-        lo, hi = nodes[0].seq, nodes[-1].seq
-        found = {}
-        long = []
-        for seq, chunks, content in self._scan(
-            "SELECT seq, chunks, content FROM sessionkit_messages WHERE seq >= ? AND seq <= ?", [lo, hi]
-        ):
-            if chunks:
-                long.append(seq)
+    def _per_session(self, kind: str, sid: str) -> list:
+        if kind == "nodes":
+            return self.store.session(sid).nodes()
+        if kind == "compactions":
+            return self.store.session(sid).compactions()
+        if kind == "runs":
+            return self.store.runs(sid)
+        return self.store.events(sid)
+
+    @property
+    def session_ids(self) -> list[str]:
+        """The sessions in scope: with messages (newest activity first), then the others by id."""
+        if self._ids is None:
+            if self._scan is None:  # session by session: the sessions with messages, then the rest
+                listed = [info.id for info in self.store.list_sessions()]
+                others: set[str] = set()
+                for kind in ("compactions", "runs", "events"):
+                    for batch in self.store.scan(kind):
+                        others.update(sid for sid, _ in batch)
+                self._ids = listed + sorted(others.difference(listed))
             else:
-                found[seq] = content
-        if long:
-            found.update(zip(long, self.engine.contents(long)))
-        return [found[n.seq] for n in nodes]
+                nodes = self._all("nodes")
+                with_messages = sorted(nodes, key=lambda sid: nodes[sid][-1].seq, reverse=True)
+                rest = set(self._all("compactions")) | set(self._all("runs")) | set(self._all("events"))
+                self._ids = with_messages + sorted(rest.difference(nodes))
+        return self._ids
 
-    # -- per session ------------------------------------------------------------
+    def _all(self, kind: str) -> dict[str, list]:
+        attr = {"nodes": "_nodes", "compactions": "_comps", "runs": "_runs", "events": "_events"}[kind]
+        cached = getattr(self, attr)
+        if cached is None:
+            cached = self._grouped(kind)
+            setattr(self, attr, cached)
+        return cached
+
     def nodes(self, sid: str) -> list:
-        if sid not in self._nodes:
-            self._nodes[sid] = [] if self._scan is not None else self.engine.nodes(sid)
-        return self._nodes[sid]
+        """The session's :class:`~sessionkit.TreeNode` rows in write order."""
+        return self._all("nodes").get(sid, [])
 
     def compaction_list(self, sid: str) -> list:
-        if sid not in self._comps:
-            self._comps[sid] = [] if self._scan is not None else [c for _, c in self.engine.compactions(sid)]
-        return self._comps[sid]
+        return self._all("compactions").get(sid, [])
 
     def run_list(self, sid: str) -> list:
-        if self._runs is not None:
-            return self._runs.get(sid, [])
-        return self.engine.runs(sid)
+        return self._all("runs").get(sid, [])
 
     def event_list(self, sid: str) -> list:
-        if self._events is not None:
-            return self._events.get(sid, [])
-        return self.engine.events(sid, None)
+        return self._all("events").get(sid, [])
 
-    def _tree_facts(self, sid: str):
-        if sid not in self._facts:
-            self._facts[sid] = self._compute_facts(sid)
-        return self._facts[sid]
+    def facts(self, sid: str) -> _Facts:
+        """The session's tree and what the D1 columns derive from it."""
+        facts = self._facts.get(sid)
+        if facts is None:
+            facts = self._facts[sid] = _Facts(Tree.build(sid, self.nodes(sid), self.compaction_list(sid)))
+        return facts
 
-    def _compute_facts(self, sid: str):
-        nodes = self.nodes(sid)
-        by_id = {n.id: n for n in nodes}
-        kids = Counter(n.parent_id for n in nodes if n.parent_id is not None)
-        latest = max(nodes, key=lambda n: n.seq) if nodes else None  # the latest leaf (SPEC W4)
-        on_path: set[str] = set()
-        cur = latest
-        while cur is not None:
-            on_path.add(cur.id)
-            cur = by_id.get(cur.parent_id) if cur.parent_id is not None else None
-        compacted_by: dict[str, str] = {}
-        ranges: dict[str, int | None] = {}
-        for comp in self.compaction_list(sid):  # oldest first: a newer one covering a message wins
-            span = _range(by_id, comp.from_id, comp.to_id)
-            ranges[comp.id] = None if span is None else len(span)
-            for mid in span or ():
-                compacted_by[mid] = comp.id
-        return by_id, kids, latest, on_path, compacted_by, ranges
-
-    # -- tables -----------------------------------------------------------------
     def ordered_nodes(self) -> list[tuple[Any, str]]:
         """``(node, session_id)`` of every message in scope, in write order."""
         out = [(n, sid) for sid in self.session_ids for n in self.nodes(sid)]
@@ -219,16 +169,25 @@ class StoreData:
             out.sort(key=lambda ns: ns[0].seq)
         return out
 
-    def iter_contents(self):
-        """``(node, session_id, stored JSON)`` in write order, read in bounded batches."""
+    def iter_messages(self):
+        """``(node, session_id, message)`` of every message in scope, in write order, read in batches."""
+        if self._scan is not None or self._given is not None:
+            for batch in self.store.scan("messages", session_ids=self._given, batch_size=_PAGE):
+                for sid, node, message in batch:
+                    yield node, sid, message
+            return
         order = self.ordered_nodes()
-        size = _PAGE if self._scan is not None else _BATCH
-        for start in range(0, len(order), size):
-            chunk = order[start : start + size]
-            raws = self._contents([n for n, _ in chunk])
-            for (n, sid), raw in zip(chunk, raws):
-                yield n, sid, raw
+        for start in range(0, len(order), _BATCH):
+            chunk = order[start : start + _BATCH]
+            found: dict[str, dict] = {}
+            for sid, group in itertools.groupby(sorted(chunk, key=lambda ns: ns[1]), key=lambda ns: ns[1]):
+                found.update({(sid, k): v for k, v in self.store.session(sid).get_many([n.id for n, _ in group]).items()})
+            for node, sid in chunk:
+                message = found.get((sid, node.id))
+                if message is not None:  # deleted since the tree was read
+                    yield node, sid, message
 
+    # -- tables -----------------------------------------------------------------
     def messages(self, *, extra: bool = False, full_json: bool = False) -> dict[str, list]:
         """D1 columns in write order; ``extra`` adds ``seq`` and ``metadata`` (JSON text),
         ``full_json`` adds those and ``message`` (the whole message as JSON)."""
@@ -240,23 +199,34 @@ class StoreData:
         cols: dict[str, list] = {name: [] for name in names}
         c = [cols[name] for name in D1_COLUMNS]
         seq_col, meta_col, msg_col = cols.get("seq"), cols.get("metadata"), cols.get("message")
-        text_of = _msg.message_text
-        for n, sid, raw in self.iter_contents():
-            _, kids, _, on_path, compacted_by, _ = self._tree_facts(sid)
-            msg = json.loads(raw)
+        # One pass over the messages; the columns that depend on a session's whole tree
+        # are filled after it, from the nodes that pass read (no second read of them).
+        collect: dict[str, list] | None = {} if self._nodes is None else None
+        where: list[tuple[str, str]] = []
+        for n, sid, msg in self.iter_messages():
+            if collect is not None:
+                collect.setdefault(sid, []).append(n)
             values = (
                 sid, n.id, n.parent_id, n.depth, n.role, text_of(msg), len(msg.get("parts") or ()),
-                tool_names(msg), n.tokens, n.bytes, n.created_at, kids.get(n.id, 0), n.id in on_path,
-                compacted_by.get(n.id),
+                tool_names(msg), n.tokens, n.bytes, n.created_at, 0, False, None,
             )
             for col, value in zip(c, values):
                 col.append(value)
+            where.append((sid, n.id))
             if seq_col is not None:
                 seq_col.append(n.seq)
                 meta = msg.get("metadata")
                 meta_col.append(None if meta is None else _msg.dumps(meta))
             if msg_col is not None:
-                msg_col.append(_msg.dumps(_msg.restore(raw, self.engine.blob)) if _msg._BLOB_KEY in raw else raw)
+                msg_col.append(_msg.dumps(msg))
+        if collect is not None:
+            self._nodes = collect
+        kids, on_path, compacted_by = cols["n_children"], cols["on_latest_path"], cols["compacted_by"]
+        for i, (sid, mid) in enumerate(where):
+            facts = self.facts(sid)
+            kids[i] = facts.kids.get(mid, 0)
+            on_path[i] = mid in facts.on_path
+            compacted_by[i] = facts.compacted_by.get(mid)
         return cols
 
     def sessions(self) -> dict[str, list]:
@@ -268,7 +238,8 @@ class StoreData:
             runs = self.run_list(sid)
             if not nodes and not runs and not self.compaction_list(sid) and not self.event_list(sid):
                 continue
-            _, kids, latest, _, _, _ = self._tree_facts(sid)
+            facts = self.facts(sid)
+            kids, latest = facts.kids, facts.tree.latest_id
             values = (
                 sid,
                 len(nodes),
@@ -278,7 +249,7 @@ class StoreData:
                 max((n.depth for n in nodes), default=None),
                 sum(n.tokens for n in nodes),
                 sum(n.bytes for n in nodes),
-                None if latest is None else latest.id,
+                latest,
                 min((n.created_at for n in nodes), default=None),
                 max((n.created_at for n in nodes), default=None),
                 len(self.compaction_list(sid)),
@@ -296,7 +267,7 @@ class StoreData:
             comps = self.compaction_list(sid)
             if not comps:
                 continue
-            ranges = self._tree_facts(sid)[5]
+            ranges = self.facts(sid).sizes
             for c in comps:
                 values = (sid, c.id, c.from_id, c.to_id, c.summary, c.created_at, c.tokens_before,
                           c.tokens_after, ranges.get(c.id))
@@ -336,18 +307,6 @@ class StoreData:
         if name not in TABLES:
             raise ValueError(f"unknown table {name!r}; tables are {', '.join(TABLES)}")
         return getattr(self, name)(**options)
-
-
-def _range(by_id: dict, from_id: str, to_id: str) -> list[str] | None:
-    """Ids from ``to_id`` up to ``from_id`` (both included), or None when not one path."""
-    out = []
-    cur = by_id.get(to_id)
-    while cur is not None:
-        out.append(cur.id)
-        if cur.id == from_id:
-            return out
-        cur = by_id.get(cur.parent_id) if cur.parent_id is not None else None
-    return None
 
 
 def _int(value: Any) -> int | None:

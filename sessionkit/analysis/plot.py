@@ -67,27 +67,22 @@ def tokens_along_path(session, *, leaf_id: str | None = None, compacted: bool = 
     summary's tokens) or in full. With ``cumulative`` the running total is drawn
     as a line on a second y axis (``ax.figure.axes[1]``). Returns the bars' Axes.
     """
-    from ..store import Session
+    from ..store import CompactionSpan, Session
 
     if not isinstance(session, Session):
         raise TypeError(f"tokens_along_path needs a Session, got {type(session).__name__}")
     _pyplot()
     from matplotlib.patches import Patch
 
-    leaf = session._leaf(leaf_id)
-    eng = session.store._check()
-    raw = {} if leaf is None else {mid: tok for _, mid, tok in eng.path_skeleton(session.session_id, leaf.seq)}
-    comps = {c.id: c for c in session.compactions()}
-    ids, roles, tokens = [], [], []
-    for msg in session.history(leaf_id=leaf_id, compacted=compacted) if leaf is not None else ():
-        meta = (msg.get("metadata") or {}).get("compaction") if msg["id"].startswith("compaction:") else None
-        if meta is not None and meta.get("id") in comps:
-            tokens.append(comps[meta["id"]].tokens_after)
+    path = session.path(leaf_id)
+    roles, tokens = [], []
+    for item in (path.model_view() if compacted else path.nodes):
+        if isinstance(item, CompactionSpan):  # a summary in place of its range
+            tokens.append(item.tokens_model)
             roles.append("compaction")
         else:
-            tokens.append(raw[msg["id"]])
-            roles.append(msg["role"])
-        ids.append(msg["id"])
+            tokens.append(item.tokens)
+            roles.append(item.role)
     ax = _axes(ax)
     colors = [_ROLE_COLORS.get(r, "#bcbd22" if r == "compaction" else _OTHER) for r in roles]
     ax.bar(range(len(tokens)), tokens, color=colors)
@@ -121,8 +116,7 @@ def branch_fanout(source, *, ax: Any = None):
     data = _scope(source)
     counts: Counter = Counter()
     for sid in data.session_ids:
-        kids = data._tree_facts(sid)[1]
-        counts.update(kids.values())
+        counts.update(data.facts(sid).kids.values())
     ax = _axes(ax)
     top = max(counts, default=0)
     xs = list(range(1, top + 1))

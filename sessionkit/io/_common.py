@@ -231,16 +231,15 @@ class Progress:
 class WriteGroups:
     """Run many small imports (one per tree or pair) inside fewer transactions.
 
-    Each record's ``session._import_many`` joins the open transaction (engine
-    transactions nest), and every ``size`` records the transaction commits. Fewer
-    commits make bulk imports much faster, on file stores and on DuckDB above
-    all. An error rolls back only the group in progress; records of earlier
-    groups stay stored, and running the import again completes it (imports are
-    idempotent).
+    Each record's ``session.import_many`` joins the open ``store.transaction()``,
+    and every ``size`` records the transaction commits. Fewer commits make bulk
+    imports much faster, on file stores and on DuckDB above all. An error rolls
+    back only the group in progress; records of earlier groups stay stored, and
+    running the import again completes it (imports are idempotent).
     """
 
     def __init__(self, store, size: int = 200):
-        self._engine = store._check()
+        self._store = store
         self._size = size
         self._count = 0
         self._cm = None
@@ -251,7 +250,7 @@ class WriteGroups:
     def begin(self) -> None:
         """Call before writing a record."""
         if self._cm is None:
-            cm = self._engine.write()
+            cm = self._store.transaction()
             cm.__enter__()
             self._cm = cm
 

@@ -110,7 +110,7 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             session = store.session(session_prefix + digest)
             groups.begin()
             try:
-                session._import_many(_pair_items(turns["chosen"], turns["rejected"]))
+                session.import_many(_pair_items(turns["chosen"], turns["rejected"]))
             except MessageTooLarge:
                 raise
             except (ValueError, TypeError, LookupError) as exc:

@@ -55,7 +55,6 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
     store, sids = _scope(store_or_session, session_ids)
     path = as_path(path)
     data = StoreData(store, sids)
-    eng = data.engine
     total = sum(len(data.nodes(sid)) for sid in data.session_ids)
     n_messages = n_comps = 0
     sessions = set()
@@ -63,8 +62,7 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
                                            unit="messages") as bar:
         out.write(_msg.dumps({"format": "sessionkit", "version": FORMAT_VERSION, "exported_at": _msg.now_iso()}))
         out.write("\n")
-        for node, sid, raw in data.iter_contents():
-            message = _msg.restore(raw, eng.blob)
+        for node, sid, message in data.iter_messages():
             line = {"type": "message", "session_id": sid, "parent_id": node.parent_id,
                     "created_at": node.created_at, "message": message}
             out.write(_msg.dumps(line))
@@ -156,7 +154,7 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
         session = sessions[batch_sid]
         groups.begin()
         try:
-            session._import_many(batch)
+            session.import_many(batch)
         except MessageTooLarge:
             raise
         except (ValueError, TypeError, LookupError) as exc:
@@ -196,7 +194,7 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
                 sid, comp = _check_compaction_line(obj, source, where)
                 session = sessions.setdefault(sid, store.session(sid))
                 try:
-                    session._restore_compaction(comp)
+                    session.import_compaction(comp)
                 except MessageNotFound as exc:
                     raise MalformedInput(source, where, str(exc)) from None
             else:

@@ -155,7 +155,7 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
 def _write(store, session_id: str, items: list, source: str, where: str):
     session = store.session(session_id)
     try:
-        session._import_many(items)
+        session.import_many(items)
     except MessageTooLarge:
         raise
     except (ValueError, TypeError, LookupError) as exc:

@@ -38,7 +38,7 @@ _BATCH = 500
 _KNOWN = {"role", "content", "tool_calls", "tool_call_id", "function_call", "reasoning_content"}
 
 
-def _text_of(content: Any) -> Any:
+def _tool_output(content: Any) -> Any:
     """A tool message's content as output: a string stays; a list of text parts is joined."""
     if isinstance(content, list) and all(
         isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
@@ -179,7 +179,7 @@ def chat_to_messages(
                 part = match[-1]
                 functions.remove(part)
             part["state"] = "output-available"
-            part["output"] = _text_of(rec.get("content"))
+            part["output"] = _tool_output(rec.get("content"))
             absorbed[part["_owner"]].append(rec)
             continue
         parts: list[dict] = []
@@ -284,6 +284,6 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
     with Progress(progress, total=len(converted), desc=f"importing {name}", unit="messages") as bar:
         for start in range(0, len(converted), _BATCH):
             chunk = converted[start : start + _BATCH]
-            results += session._import_many([(m, p, None) for m, p in chunk])
+            results += session.import_many([(m, p, None) for m, p in chunk])
             bar.update(len(chunk))
     return results

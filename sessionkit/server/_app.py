@@ -185,8 +185,8 @@ class SessionServer:
         self.agent = agent
         self.store = store
         try:
-            store._records("", "server.session")
-        except NotImplementedError as exc:
+            store.records("", "server.session")
+        except UsageError as exc:
             raise UsageError(f"the {store.engine} engine cannot hold the server's tables yet: {exc}") from exc
         self.sessions = SessionManager(
             agent,

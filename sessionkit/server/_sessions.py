@@ -2,7 +2,7 @@
 
 What lives where:
 
-* in the store, as internal records beside each session (``Store._records``):
+* in the store, as records beside each session (``Store.records``):
   ``server.session`` (n=0: ``createdAt``, ``digest`` of the conversation after the
   last run, ``lastSeq``) and ``server.message`` (n=1, 2, ...: what callers sent,
   with the run it was given to); runs and events are the agent's own records;
@@ -14,7 +14,7 @@ What lives where:
 Everything here runs on the server's event loop; blocking reads of a whole
 conversation (the digest) go to a worker thread.
 
-Several processes on one store (PostgreSQL, ``store._shared``): any worker takes any
+Several processes on one store (PostgreSQL, ``store.capabilities.coordination``): any worker takes any
 request, and the store keeps them in step.
 
 * Two store-wide holds per session (advisory locks, given back if a process dies):
@@ -195,7 +195,7 @@ class SessionManager:
         self.closing = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self.shared = bool(getattr(store, "_shared", False))
+        self.shared = store.capabilities.coordination
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self._listening = False
 
@@ -207,13 +207,13 @@ class SessionManager:
         self.states.clear()
         self.active_runs = 0
         if self.shared and not self._listening:
-            self.store._on_signal(self._signal_from_thread)
+            self.store.on_signal(self._signal_from_thread)
             self._listening = True
 
     # ------------------------------------------------------------------ lookup
 
     def session_record(self, stored_id: str) -> dict | None:
-        rows = self.store._records(stored_id, SESSION_KIND)
+        rows = self.store.records(stored_id, SESSION_KIND)
         return rows[0][1] if rows else None
 
     def get(self, stored_id: str, public_id: str) -> SessionState:
@@ -237,7 +237,7 @@ class SessionManager:
         controller.on_event(lambda event, s=state: self._on_event(s, event))
         runs = self.store.runs(stored_id)
         state.run_n = self._top_run(state, runs)
-        messages = self.store._records(stored_id, MESSAGE_KIND)
+        messages = self.store.records(stored_id, MESSAGE_KIND)
         state.next_msg = (messages[-1][0] + 1) if messages else 1
         if self.shared:  # another worker may be running it: recovery waits for the run hold
             state.run_n = max(state.run_n, self._status(stored_id).get("runN", 0))
@@ -277,16 +277,16 @@ class SessionManager:
             saved = tail < len(path) and record.get("digest") == conversation_digest(path[:tail])
             status = "completed" if saved else "interrupted"
             error = None if saved else "the server stopped during this run"
-            self.store._run_end(run.run_id, status=status, error=error, usage=run.usage)
-            stored = self.store._append_event(
+            self.store.end_run(run.run_id, status=status, error=error, usage=run.usage)
+            stored = self.store.append_events(
                 state.stored_id,
-                {"run_id": run.run_id, "kind": "run.end", "status": status, "error": error,
-                 "error_type": None if saved else "ServerStopped", "usage": run.usage},
-            )
+                [{"run_id": run.run_id, "kind": "run.end", "status": status, "error": error,
+                  "error_type": None if saved else "ServerStopped", "usage": run.usage}],
+            )[0]
             if saved:
                 record = dict(record, digest=conversation_digest(path))
             record["lastSeq"] = stored["seq"]
-            self.store._put_records(state.stored_id, SESSION_KIND, [(0, record)])
+            self.store.put_records(state.stored_id, SESSION_KIND, [(0, record)])
 
     def _trim(self) -> None:
         """Forget idle sessions beyond ``keep_idle`` (they load again from the store)."""
@@ -324,7 +324,7 @@ class SessionManager:
             digest = await asyncio.to_thread(lambda: conversation_digest(session.history(compacted=False)))
             if self.session_record(stored_id) is not None:  # created meanwhile
                 return False
-            self.store._put_records(stored_id, SESSION_KIND,
+            self.store.put_records(stored_id, SESSION_KIND,
                                     [(0, {"createdAt": _msg.now_iso(), "digest": digest})])
             return True
 
@@ -342,9 +342,9 @@ class SessionManager:
                 pass
             finally:
                 if held:
-                    self.store._release_hold(self._hold_name("run", state.stored_id))
+                    self.store.release_hold(self._hold_name("run", state.stored_id))
             if self.shared:
-                self.store._signal(state.stored_id, "deleted")
+                self.store.signal(state.stored_id, "deleted")
             self._drop(state)
 
     async def _take_run_for_delete(self, state: SessionState) -> bool:
@@ -352,9 +352,9 @@ class SessionManager:
         name = self._hold_name("run", state.stored_id)
         deadline = self.loop.time() + 2 * _STOP_GRACE + 5
         asked = False
-        while not self.store._try_hold(name):
+        while not self.store.try_hold(name):
             if not asked:
-                self.store._signal(state.stored_id, "stop")
+                self.store.signal(state.stored_id, "stop")
                 asked = True
             if self.loop.time() > deadline:
                 log.warning("session %r: the worker running it did not stop; deleting anyway", state.public_id)
@@ -407,7 +407,7 @@ class SessionManager:
         queued = state.queued
         running, run_n, run_input, started_at = state.task is not None and state.running, state.run_n, \
             state.current_input, state.started_at
-        records = self.store._records(state.stored_id, MESSAGE_KIND)
+        records = self.store.records(state.stored_id, MESSAGE_KIND)
         if self.shared and state.task is None:  # another worker may own it: its status record says
             status = self._status(state.stored_id)
             running = bool(status.get("running")) and self._owner_alive(state.stored_id)
@@ -531,11 +531,11 @@ class SessionManager:
                 record = self.session_record(sid)
                 if record is None:  # deleted by another worker
                     raise Rejected(404, "session_not_found")
-                messages = self.store._records(sid, MESSAGE_KIND)
+                messages = self.store.records(sid, MESSAGE_KIND)
                 state.next_msg = max(state.next_msg, messages[-1][0] + 1 if messages else 1)
                 if state.task is not None:  # this worker runs it
                     return self._join(state, text, mode, author, metadata)
-                if not self.store._try_hold(self._hold_name("run", sid)):
+                if not self.store.try_hold(self._hold_name("run", sid)):
                     return self._join_remote(state, text, mode, author, messages)
                 state.holds_run = True
                 try:
@@ -562,7 +562,7 @@ class SessionManager:
         else:  # opens the next run; it waits only if a run is still in progress
             run_n, queued = status.get("runN", 0) + 1, bool(status.get("running"))
         self._record_message(state, run_n, text, mode, author, queued=queued, pending=True)
-        self.store._signal(state.stored_id, "message")
+        self.store.signal(state.stored_id, "message")
         return {"runId": f"{state.public_id}.{run_n}", "queued": queued}
 
     async def _start(self, state: SessionState, text, mode, author, metadata) -> dict:
@@ -601,7 +601,7 @@ class SessionManager:
             value["author"] = author
         if pending:
             value["pending"] = True
-        self.store._put_records(state.stored_id, MESSAGE_KIND, [(rec, value)])
+        self.store.put_records(state.stored_id, MESSAGE_KIND, [(rec, value)])
         state.next_msg = rec + 1
         return rec
 
@@ -703,7 +703,7 @@ class SessionManager:
                 last = newer[-1]["seq"] if newer else hint
             if isinstance(last, int) and last >= 0:
                 record["lastSeq"] = last
-            self.store._put_records(state.stored_id, SESSION_KIND, [(0, record)])
+            self.store.put_records(state.stored_id, SESSION_KIND, [(0, record)])
         except Exception:
             log.exception("session %r: could not record the conversation digest", state.public_id)
 
@@ -731,11 +731,11 @@ class SessionManager:
         state.run_n += 1
         if leftovers:  # they were told the run that failed: record the run that takes them
             updates = []
-            for rec_n, value in self.store._records(state.stored_id, MESSAGE_KIND):
+            for rec_n, value in self.store.records(state.stored_id, MESSAGE_KIND):
                 if any(it.rec == rec_n for it in items[: len(leftovers)]):
                     updates.append((rec_n, dict(value, run=state.run_n)))
             if updates:
-                self.store._put_records(state.stored_id, MESSAGE_KIND, updates)
+                self.store.put_records(state.stored_id, MESSAGE_KIND, updates)
         first, rest = items[0], items[1:]
         for it in rest:
             (state.controller.steer if it.mode == STEER else state.controller.follow_up)(
@@ -761,7 +761,7 @@ class SessionManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _ACCEPT_WAIT
         delay = 0.002
-        while not self.store._try_hold(name):
+        while not self.store.try_hold(name):
             if loop.time() > deadline:
                 raise Rejected(429, "too_busy")  # another worker has held the session this long
             await asyncio.sleep(delay)
@@ -769,23 +769,23 @@ class SessionManager:
         try:
             yield
         finally:
-            self.store._release_hold(name)
+            self.store.release_hold(name)
 
     def _release_run(self, state: SessionState) -> None:
         if state.holds_run:
             state.holds_run = False
             try:
-                self.store._release_hold(self._hold_name("run", state.stored_id))
+                self.store.release_hold(self._hold_name("run", state.stored_id))
             except Exception:
                 log.exception("session %r: could not give back the run hold", state.public_id)
 
     def _status(self, stored_id: str) -> dict:
-        rows = self.store._records(stored_id, STATUS_KIND)
+        rows = self.store.records(stored_id, STATUS_KIND)
         return rows[0][1] if rows and isinstance(rows[0][1], dict) else {}
 
     def _owner_alive(self, stored_id: str) -> bool:
         """Whether some worker holds the session's ``run`` (a dead one's hold is gone)."""
-        return self.store._hold_taken(self._hold_name("run", stored_id))
+        return self.store.hold_taken(self._hold_name("run", stored_id))
 
     def _write_status(self, state: SessionState) -> None:
         """The owner's view of the session, for the other workers (written when it changes)."""
@@ -797,7 +797,7 @@ class SessionManager:
         if value == state.status:
             return
         try:
-            self.store._put_records(state.stored_id, STATUS_KIND, [(0, value)])
+            self.store.put_records(state.stored_id, STATUS_KIND, [(0, value)])
             state.status = value
         except Exception:
             log.exception("session %r: could not record its status for the other workers", state.public_id)
@@ -846,7 +846,7 @@ class SessionManager:
         if not state.holds_run or state.task is None or state.stopping or self.closing:
             return
         updates = []
-        for n, rec in self.store._records(state.stored_id, MESSAGE_KIND):
+        for n, rec in self.store.records(state.stored_id, MESSAGE_KIND):
             if not rec.get("pending"):
                 continue
             metadata = {"author": rec["author"]} if rec.get("author") is not None else None
@@ -860,5 +860,5 @@ class SessionManager:
                 run_n = state.run_n + 1
             updates.append((n, dict(rec, pending=False, run=run_n)))
         if updates:
-            self.store._put_records(state.stored_id, MESSAGE_KIND, updates)
+            self.store.put_records(state.stored_id, MESSAGE_KIND, updates)
             self._write_status(state)

@@ -19,13 +19,13 @@ __all__ = ["app"]
 def app():
     """Build this worker's app from the environment (an ASGI app for uvicorn's ``factory=True``)."""
     import sessionkit as sk
-    from sessionkit.cli import _load_agent
+    from sessionkit.agent._loading import load_agent
 
     from ._app import create_app
 
     folder = os.environ.get("SESSIONKIT_SERVE_CWD")
     if folder and folder not in sys.path:
         sys.path.insert(0, folder)
-    agent = _load_agent(os.environ["SESSIONKIT_SERVE_AGENT"])
+    agent = load_agent(os.environ["SESSIONKIT_SERVE_AGENT"])
     store = sk.open_store(os.environ["SESSIONKIT_SERVE_STORE"])
     return create_app(agent, store, token=os.environ["SESSIONKIT_TOKEN"])

@@ -13,16 +13,22 @@ from typing import Any
 
 from ._core import (
     LATEST,
+    SCAN_KINDS,
     AppendResult,
+    Capabilities,
     ChangeEvent,
     Compaction,
     CompactionContext,
     CompactionResult,
+    CompactionSpan,
+    PathView,
     RecentHistory,
     RunRecord,
     Session,
     SessionInfo,
     Store,
+    Tree,
+    TreeCompaction,
     TreeNode,
 )
 from .compaction import create_compact_function
@@ -42,6 +48,12 @@ __all__ = [
     "RunRecord",
     "SessionInfo",
     "TreeNode",
+    "Tree",
+    "TreeCompaction",
+    "PathView",
+    "CompactionSpan",
+    "Capabilities",
+    "SCAN_KINDS",
     "SearchHit",
     "create_compact_function",
 ]
@@ -76,12 +88,44 @@ def _resolve(target: Any) -> tuple[str, str]:
     )
 
 
+def _require_existing(target: Any, options: dict) -> None:
+    """ValueError unless ``target`` already holds a sessionkit store (``create=False``).
+
+    Path checks come first, so a missing file is reported as such whatever its name.
+    """
+    from ._probe import holds_store
+
+    shown = os.fspath(target) if isinstance(target, PurePath) else target
+    local = None  # the file a path target names (None: a server URL)
+    if isinstance(shown, str):
+        lower = shown.lower()
+        if lower.startswith(("sqlite:///", "duckdb:///")):
+            local = shown[len("sqlite:///") :] or ":memory:"
+        elif "://" not in shown:
+            local = shown
+    if local is not None:
+        if local == ":memory:":
+            raise ValueError(
+                f"{shown!r} is an in-memory store, empty in every new process: create=False opens only "
+                "a store that exists already"
+            )
+        if os.path.isdir(local):
+            raise ValueError(f"{shown!r} is a folder, not a store file")
+        if not os.path.exists(local):
+            raise ValueError(f"no store at {shown!r}: the file does not exist")
+    engine, location = _resolve(target)
+    if not holds_store(engine, location, options):
+        where = "schema" if engine == "postgresql" else "file"
+        raise ValueError(f"{shown!r} is not a sessionkit store (the {where} has no sessionkit_ tables)")
+
+
 def open_store(
     target: Any = ":memory:",
     *,
     max_message_bytes: int | None = None,
     reserved_metadata_keys: Any = (),
     durability: str = "normal",
+    create: bool = True,
     **engine_options: Any,
 ) -> Store:
     """Open (or create) a store.
@@ -89,11 +133,17 @@ def open_store(
     Options: ``max_message_bytes`` (larger appends raise ``MessageTooLarge``),
     ``reserved_metadata_keys`` (removed from client-sourced appends),
     ``durability`` (``"normal"``: WAL with synchronous=NORMAL; ``"full"``: fsync on
-    every commit). Engine-specific options pass through.
+    every commit), ``create`` (``False``: open only a store that already exists; a
+    target holding none -- a missing file, another program's database, an empty
+    PostgreSQL schema, ``:memory:`` -- raises ``ValueError`` naming it, and nothing
+    is created or changed). Engine-specific options pass through.
 
     >>> store = open_store()            # in-memory SQLite
     >>> store = open_store("chats.db")  # a SQLite file
+    >>> store = open_store("chats.db", create=False)  # only if it is already a store
     """
+    if not create:
+        _require_existing(target, engine_options)
     engine, location = _resolve(target)
     if max_message_bytes is not None and (
         not isinstance(max_message_bytes, int) or isinstance(max_message_bytes, bool) or max_message_bytes < 1

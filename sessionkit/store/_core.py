@@ -8,7 +8,9 @@ so every engine behaves the same.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import heapq
 import itertools
 import json
 import logging
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .. import messages as _msg
+from .. import parts as _parts
 from ..errors import (
     MessageNotFound,
     SessionNotFound,
@@ -27,6 +30,7 @@ from ..errors import (
     StoreCorrupt,
     UsageError,
 )
+from . import _conveniences
 from .search import SearchHit, parse_query, snippet
 
 log = logging.getLogger("sessionkit")
@@ -44,6 +48,12 @@ __all__ = [
     "RecentHistory",
     "RunRecord",
     "TreeNode",
+    "Tree",
+    "TreeCompaction",
+    "PathView",
+    "CompactionSpan",
+    "Capabilities",
+    "SCAN_KINDS",
     "Engine",
     "Node",
 ]
@@ -179,6 +189,210 @@ class TreeNode:
     seq: int
 
 
+@dataclass(frozen=True)
+class TreeCompaction:
+    """A compaction placed in its session's tree (see :class:`Tree`).
+
+    ``ids`` are the messages its range holds, from ``from_id`` down to ``to_id``;
+    empty when ``from_id`` is not ``to_id`` or one of its ancestors in the session
+    (a range that covers nothing). ``superseded`` is True when a newer compaction's
+    range shares a message with this one.
+    """
+
+    compaction: Compaction
+    ids: tuple[str, ...]
+    superseded: bool
+
+    @property
+    def messages(self) -> int:
+        """How many messages the range holds (0 when it covers nothing)."""
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A session's whole tree without message content: what views, plots and the CLI draw.
+
+    ``nodes`` are every message's :class:`TreeNode` in write order (a parent always
+    comes before its children), ``latest_id`` the latest leaf (SPEC W4; None when
+    the session is empty) and ``compactions`` every compaction, oldest first, placed
+    in the tree. Get one with :meth:`Session.tree`, or build one from rows of
+    :meth:`Store.scan` with :meth:`Tree.build`.
+    """
+
+    session_id: str
+    nodes: tuple[TreeNode, ...]
+    latest_id: str | None
+    compactions: tuple[TreeCompaction, ...]
+    _tree_index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _tree_children: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index = self._tree_index
+        kids = self._tree_children
+        for node in self.nodes:
+            index[node.id] = node
+            if node.parent_id is not None:
+                kids.setdefault(node.parent_id, []).append(node)
+
+    @classmethod
+    def build(cls, session_id: str, nodes: Iterable[TreeNode], compactions: Iterable[Compaction]) -> "Tree":
+        """The tree of ``nodes`` (any order) and ``compactions`` (oldest first).
+
+        This is where a compaction's place in the tree is computed: the messages
+        from its ``to_id`` up to its ``from_id``, and whether a newer one overlaps it.
+        """
+        ordered = tuple(sorted(nodes, key=lambda n: n.seq))
+        by_id = {n.id: n for n in ordered}
+        comps = list(compactions)
+        covered: list[tuple[str, ...]] = []
+        for comp in comps:
+            chain: list[str] = []
+            node = by_id.get(comp.to_id)
+            while node is not None:
+                chain.append(node.id)
+                if node.id == comp.from_id:
+                    break
+                node = by_id.get(node.parent_id) if node.parent_id is not None else None
+            else:
+                chain = []  # from_id is not on the way up from to_id: the range covers nothing
+            chain.reverse()
+            covered.append(tuple(chain))
+        sets = [set(c) for c in covered]
+        placed = tuple(
+            TreeCompaction(comp, covered[k], any(sets[k] & sets[j] for j in range(k + 1, len(comps))))
+            for k, comp in enumerate(comps)
+        )
+        return cls(session_id, ordered, ordered[-1].id if ordered else None, placed)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._tree_index
+
+    def node(self, message_id: str) -> TreeNode:
+        """The node of ``message_id``; an unknown id -> ``MessageNotFound``."""
+        node = self._tree_index.get(message_id)
+        if node is None:
+            raise MessageNotFound(f"message {message_id!r} is not in session {self.session_id!r}")
+        return node
+
+    def children(self, message_id: str) -> list[TreeNode]:
+        """Direct children of a message, oldest first (``[]`` for a leaf)."""
+        self.node(message_id)
+        return list(self._tree_children.get(message_id, ()))
+
+    def roots(self) -> list[TreeNode]:
+        """Messages without a parent, oldest first."""
+        return [n for n in self.nodes if n.parent_id is None]
+
+    def path(self, leaf_id: str | None = None) -> list[TreeNode]:
+        """Nodes from the root down to ``leaf_id`` (default: the latest leaf; ``[]`` when empty)."""
+        if leaf_id is None:
+            if self.latest_id is None:
+                return []
+            leaf_id = self.latest_id
+        out = []
+        node: TreeNode | None = self.node(leaf_id)
+        while node is not None:
+            out.append(node)
+            node = self._tree_index.get(node.parent_id) if node.parent_id is not None else None
+        out.reverse()
+        return out
+
+    def compacted_by(self) -> dict[str, str]:
+        """For each message some compaction's range holds: the id of the newest such compaction."""
+        out: dict[str, str] = {}
+        for placed in self.compactions:  # oldest first: a newer one covering a message wins
+            for mid in placed.ids:
+                out[mid] = placed.compaction.id
+        return out
+
+
+@dataclass(frozen=True)
+class CompactionSpan:
+    """A compaction applied to a path: it replaces positions ``start`` .. ``end`` (both included)."""
+
+    start: int
+    end: int
+    compaction: Compaction
+    #: Tokens of the messages it replaces on this path (their stored estimates).
+    tokens_full: int
+
+    @property
+    def messages(self) -> int:
+        """How many messages of the path the summary replaces."""
+        return self.end - self.start + 1
+
+    @property
+    def tokens_model(self) -> int:
+        """Tokens of the summary as the model sees it (``compaction.tokens_after``)."""
+        return self.compaction.tokens_after
+
+
+@dataclass(frozen=True)
+class PathView:
+    """One path of a session without message content (see :meth:`Session.path`).
+
+    ``nodes`` run from the root to ``leaf_id`` (positions 0 ..), ``spans`` are the
+    compactions that apply to this path when it is read (SPEC C5: whole range on
+    the path, the newest of overlapping ones), in path order and never
+    overlapping. ``tokens_full`` is the raw path's token estimate, ``tokens_model``
+    the path's as the model sees it (each span replaced by its summary).
+    """
+
+    session_id: str
+    leaf_id: str | None
+    nodes: tuple[TreeNode, ...]
+    spans: tuple[CompactionSpan, ...]
+    tokens_full: int
+    tokens_model: int
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def span_at(self, position: int) -> CompactionSpan | None:
+        """The span replacing the message at ``position``, or None when it is read word for word."""
+        for span in self.spans:
+            if span.start <= position <= span.end:
+                return span
+        return None
+
+    def model_view(self) -> list[TreeNode | CompactionSpan]:
+        """The path as the model sees it: nodes read word for word, one span per summary."""
+        out: list[TreeNode | CompactionSpan] = []
+        pos = 0
+        for span in self.spans:
+            out.extend(self.nodes[pos : span.start])
+            out.append(span)
+            pos = span.end + 1
+        out.extend(self.nodes[pos:])
+        return out
+
+
+#: What :meth:`Store.scan` reads: rows of ``(session_id, ...)`` per kind.
+SCAN_KINDS = ("nodes", "messages", "compactions", "runs", "events")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do beyond the primitives every engine has, declared by the engine.
+
+    ``bulk_insert``: the engine inserts a batch of messages in a few statements
+    (``Engine.w_insert_many``), used by :meth:`Session.import_many`.
+    ``coordination``: several processes may serve one store at once; the store
+    offers cross-process holds and signals (:meth:`Store.try_hold`,
+    :meth:`Store.signal`...), which the HTTP server uses to share sessions.
+    ``shared_feed``: :meth:`Store.subscribe` also reports the writes of other
+    processes and machines (``Engine.publish`` / ``Engine.start_listener``).
+    """
+
+    bulk_insert: bool = False
+    coordination: bool = False
+    shared_feed: bool = False
+
+
 class Node(NamedTuple):
     """A message's place in the tree, without its content."""
 
@@ -192,21 +406,6 @@ class Node(NamedTuple):
     path_tokens: int
     created_at: str
     role: str
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What an engine can do beyond the shared contract, declared (never probed).
-
-    ``bulk_insert``: imports write many messages per statement. ``coordination``:
-    several processes may serve one store (holds and signals between them, used by
-    the HTTP server). ``shared_feed``: :meth:`Store.subscribe` also reports the
-    writes of other processes.
-    """
-
-    bulk_insert: bool = False
-    coordination: bool = False
-    shared_feed: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -223,7 +422,8 @@ class Engine:
 
     kind = "abstract"
     path: str | None = None
-    capabilities = Capabilities()
+    #: What this engine can do beyond the primitives below (see :class:`Capabilities`).
+    capabilities: Capabilities = Capabilities()
     #: A search ranks at most this many of the newest matching messages (bounded cost).
     search_candidates: int = 2_000
 
@@ -305,11 +505,17 @@ class Engine:
         """Insert unless (sid, id) exists; return the new Node or None when it existed."""
         ...
 
-    # Optional: ``w_insert_many(sid, rows, index) -> list[(inserted, seq)]`` inserts
-    # ``rows`` of ``(prep, parent_id, created_at)`` in order, with ``Session._insert_one``'s
-    # meaning (parent_id: a str, None or LATEST; an unknown parent raises MessageNotFound
-    # unless the message itself exists); ``seq`` is the stored row's either way.
-    # Session._import_many uses it when present (bulk imports).
+    def w_insert_many(self, sid, rows, index) -> list[tuple[bool, int]]:
+        """Insert ``rows`` of ``(prep, parent_id, created_at)`` in order (in a few
+        statements where the engine declares ``capabilities.bulk_insert``).
+
+        Same meaning as ``Session._insert_one`` for each row (parent_id: a str, None or
+        LATEST; an unknown parent raises MessageNotFound unless the message itself
+        exists). Returns ``(inserted, seq)`` per row, ``seq`` being the stored row's
+        either way. :meth:`Session.import_many` uses it on engines that declare it.
+        """
+        raise NotImplementedError(f"the {self.kind} engine has no bulk insert")
+
     def w_update(self, sid, node: Node, prep, index: bool) -> None: ...
     def w_delete(self, sid, nodes: list[Node]) -> None: ...
     def w_descendants(self, sid, mids: list[str]) -> list[Node]: ...
@@ -333,11 +539,110 @@ class Engine:
         """Insert or replace each record ``(sid, kind, n)`` with ``data``."""
         raise NotImplementedError(f"the {self.kind} engine keeps no internal records")
 
+    # reading many ----------------------------------------------------------------
+    def nodes_by_id(self, sid: str, mids: list[str]) -> list[Node]:
+        """The nodes of those of ``mids`` stored in the session (unknown ids left out), in no order.
+
+        Default: one :meth:`node` lookup per id for a few ids, else one read of the
+        session's nodes; engines may answer in one query.
+        """
+        if len(mids) > _MANY_IDS:
+            wanted = set(mids)
+            return [n for n in self.nodes(sid) if n.id in wanted]
+        out = []
+        for mid in mids:
+            node = self.node(sid, mid)
+            if node is not None:
+                out.append(node)
+        return out
+
+    # store-wide scans (Store.scan) -------------------------------------------------
+    # Each yields batches of at most ``batch_size`` rows and keeps no transaction open
+    # across yields. Nodes and compactions come in store-wide write order (seq); runs
+    # and events session by session (in ``session_ids`` order), each session's in its
+    # order. ``session_ids=None`` means every session (:meth:`scan_session_ids`). The
+    # defaults read each session through the primitives above and merge them, so their
+    # memory grows with the rows read; an engine with a store-wide index should page
+    # through it instead (one query per batch, e.g. ``WHERE seq > last ORDER BY seq``).
+    def scan_session_ids(self) -> list[str]:
+        """Every session holding anything, those with messages first (newest activity first).
+
+        Default: the sessions holding messages (:meth:`list_sessions`). An engine that
+        can also list sessions holding only runs, events, compactions or records
+        overrides this.
+        """
+        return [info.id for info in self.list_sessions()]
+
+    def scan_nodes(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, Node]]]:
+        """``(session_id, Node)`` of every message of ``session_ids``, in write order."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        rows = heapq.merge(*([(n.seq, sid, n) for n in self.nodes(sid)] for sid in ids), key=lambda r: r[0])
+        return _batches(((sid, n) for _, sid, n in rows), batch_size)
+
+    def scan_compactions(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, Compaction]]]:
+        """``(session_id, Compaction)`` of every compaction of ``session_ids``, in write order."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        rows = heapq.merge(*([(seq, sid, c) for seq, c in self.compactions(sid)] for sid in ids), key=lambda r: r[0])
+        return _batches(((sid, c) for _, sid, c in rows), batch_size)
+
+    def scan_runs(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, RunRecord]]]:
+        """``(session_id, RunRecord)`` of every run of ``session_ids``, session by session, oldest first."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        return _batches(((sid, r) for sid in ids for r in self.runs(sid)), batch_size)
+
+    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+        """``(session_id, event)`` of every run event of ``session_ids``, session by session, by seq."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        return _batches(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
+
+    # several processes (capabilities.shared_feed / capabilities.coordination) ------
+    def publish(self, event: ChangeEvent) -> None:
+        """Tell listening processes about a committed write of this process (``shared_feed``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no shared change feed")
+
+    def start_listener(self, callback: Callable[[ChangeEvent], Any]) -> None:
+        """Report other processes' writes to ``callback`` from a thread; idempotent (``shared_feed``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no shared change feed")
+
+    def try_hold(self, name: str) -> bool:
+        """Take the store-wide hold ``name`` unless any process has it (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process holds")
+
+    def hold_taken(self, name: str) -> bool:
+        """Whether any process holds ``name`` now, without taking it (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process holds")
+
+    def release_hold(self, name: str) -> None:
+        """Give back a hold taken with :meth:`try_hold` (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process holds")
+
+    def signal(self, sid: str, kind: str, data: Any = None) -> None:
+        """Tell other processes' signal handlers ``(sid, kind, data)`` (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process signals")
+
+    def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
+        """Call ``handler(sid, kind, data)`` for other processes' signals (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process signals")
+
+
+def _batches(rows: Iterable, size: int) -> Iterator[list]:
+    """``rows`` in lists of at most ``size``."""
+    it = iter(rows)
+    while True:
+        batch = list(itertools.islice(it, size))
+        if not batch:
+            return
+        yield batch
+
 
 # ---------------------------------------------------------------------------
 
 
 _BATCH = 256
+#: Above this many ids, Engine.nodes_by_id reads the session's nodes once instead of each id.
+_MANY_IDS = 64
+#: Messages whose content one read of a scan fetches at most.
+_SCAN_READ = 1_000
 
 
 class Store:
@@ -358,6 +663,8 @@ class Store:
         self._sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
         self._subscribers: list[Callable[[ChangeEvent], Any]] = []
+        # Per thread: the change events of the open store.transaction(), else None.
+        self._tx_local = threading.local()
         self.max_message_bytes = max_message_bytes
         self.reserved_metadata_keys = tuple(reserved_metadata_keys)
 
@@ -374,6 +681,16 @@ class Store:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this store's engine can do beyond the common API (see :class:`Capabilities`).
+
+        ``store.capabilities.coordination`` tells whether several server processes may
+        share the store; ``shared_feed`` whether :meth:`subscribe` reports other
+        processes' writes; ``bulk_insert`` whether imports insert in batches.
+        """
+        return self._engine.capabilities
 
     def close(self) -> None:
         if not self._closed:
@@ -393,15 +710,11 @@ class Store:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
-        from ..widgets import _repr
-
-        return _repr.store_bundle(self)
+        return _conveniences.store_bundle(self)
 
     def _repr_html_(self) -> str:
         """A script-free HTML table of the sessions (nbconvert, GitHub)."""
-        from ..widgets import _repr
-
-        return _repr.store_html(self)
+        return _conveniences.store_html(self)
 
     def _check(self) -> Engine:
         if self._closed:
@@ -434,22 +747,60 @@ class Store:
         self._emit(ChangeEvent("clear", session_id, ()))
 
     def stats(self) -> dict:
-        """Counts and sizes: sessions, messages, compactions, blobs, blob_bytes, indexed_messages, bytes."""
+        """Counts and sizes: ``sessions``, ``messages``, ``compactions``, ``blobs``, ``blob_bytes``,
+        ``indexed_messages``, ``bytes``, ``runs``, ``events``, and ``schema_version`` (the
+        version of the store's tables: opening a store upgrades older tables to it)."""
         return self._check().stats()
+
+    # -- transactions ---------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        """Group writes into one transaction: all of them are stored, or none.
+
+        Every write of this thread inside the ``with`` block (appends, imports,
+        updates, deletes, runs, events, records) joins it, and so does a nested
+        ``store.transaction()``. Many small writes commit much faster this way.
+        Change events of the writes are delivered once the transaction commits,
+        and dropped if it rolls back (an exception leaves the block). Other
+        threads' writes wait until it ends; keep it short.
+
+        >>> with store.transaction():
+        ...     for m in messages:
+        ...         session.append(m)
+        """
+        eng = self._check()
+        local = self._tx_local
+        outer = getattr(local, "events", None) is None
+        if outer:
+            local.events = []
+        try:
+            with eng.write():
+                yield self
+        except BaseException:
+            if outer:
+                local.events = None
+            raise
+        if outer:
+            events, local.events = local.events, None
+            for event in events:
+                self._emit(event)
+
+    def _in_transaction(self) -> bool:
+        return getattr(self._tx_local, "events", None) is not None
 
     # -- change feed ----------------------------------------------------------
     def subscribe(self, callback: Callable[[ChangeEvent], Any]) -> Callable[[], None]:
         """Call ``callback(event)`` after every write in this process; returns ``unsubscribe``.
 
-        On an engine shared by several processes (PostgreSQL), the callback also
-        receives the writes of other processes and machines, from a listener thread.
+        On an engine shared by several processes (``capabilities.shared_feed``:
+        PostgreSQL), the callback also receives the writes of other processes and
+        machines, from a listener thread.
         """
         if not callable(callback):
             raise TypeError("callback must be callable")
         self._subscribers.append(callback)
-        start = getattr(self._engine, "start_listener", None)
-        if start is not None and not self._closed:
-            start(self._deliver)  # idempotent: one listener per store
+        if self._engine.capabilities.shared_feed and not self._closed:
+            self._engine.start_listener(self._deliver)  # idempotent: one listener per store
 
         def unsubscribe() -> None:
             try:
@@ -459,11 +810,18 @@ class Store:
 
         return unsubscribe
 
+    def _wants_events(self) -> bool:
+        """Whether anyone receives change events (else a writer need not build them)."""
+        return bool(self._subscribers) or self._engine.capabilities.shared_feed
+
     def _emit(self, event: ChangeEvent) -> None:
-        publish = getattr(self._engine, "publish", None)
-        if publish is not None:  # tell other processes (PostgreSQL LISTEN/NOTIFY)
+        queued = getattr(self._tx_local, "events", None)
+        if queued is not None:  # inside store.transaction(): delivered after the commit
+            queued.append(event)
+            return
+        if self._engine.capabilities.shared_feed:  # tell other processes (PostgreSQL LISTEN/NOTIFY)
             try:
-                publish(event)
+                self._engine.publish(event)
             except Exception:
                 log.exception("sessionkit: could not publish a change event")
         self._deliver(event)
@@ -510,7 +868,7 @@ class Store:
             msg = self._restore(seq, raw)
             if msg is None:
                 continue  # deleted since the index answered
-            text = _msg.message_text(msg)
+            text = _parts.text_of(msg)
             hits.append(SearchHit(mid, sid, role, text, snippet(text, parsed), float(score)))
         return hits
 
@@ -538,7 +896,7 @@ class Store:
             raise ValueError(f"search_candidates must be a positive int, got {value!r}")
         self._engine.search_candidates = value
 
-    # -- runs and events (used by sessionkit.agent and the server) -------------
+    # -- runs and events (SPEC A3, A4) -------------------------------------------
     def runs(self, session_id: str) -> list[RunRecord]:
         """Recorded agent runs of a session, oldest first."""
         return self._check().runs(session_id)
@@ -547,20 +905,40 @@ class Store:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         return self._check().events(session_id, after_seq)
 
-    def _run_begin(self, session_id: str, run_id: str, input: str) -> None:
+    def begin_run(self, session_id: str, run_id: str, input: str | None) -> None:
+        """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
+
+        The agent calls this before a run's first event; :meth:`runs` lists the run
+        from then on. Run ids are unique in a store.
+        """
+        _require_str("session_id", session_id)
+        _require_str("run_id", run_id)
         eng = self._check()
         with eng.write():
             eng.w_run_begin(session_id, run_id, input, _msg.now_iso())
 
-    def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None:
+    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+        """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
+        ``"interrupted"``), the error text of a failure and the run's summed ``usage``."""
+        _require_str("run_id", run_id)
+        _require_str("status", status)
         eng = self._check()
         with eng.write():
             eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
 
-    def _append_events(self, session_id: str, events: list[dict]) -> list[dict]:
+    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+        """Store run events of a session (SPEC A4) in one transaction; returns them as stored.
+
+        Each event is a JSON object; the store sets ``session_id`` and the next ``seq``
+        of the session (from 0, across all its runs), and adds ``v`` (1) and ``ts``
+        (now) when missing. Events are kept until the session is deleted.
+        """
+        _require_str("session_id", session_id)
         eng = self._check()
         out = []
         for ev in events:
+            if not isinstance(ev, dict):
+                raise TypeError(f"an event must be a dict, got {type(ev).__name__}")
             ev = dict(ev)
             ev.setdefault("v", 1)
             ev.setdefault("ts", _msg.now_iso())
@@ -568,78 +946,176 @@ class Store:
             _msg.dumps(ev)
             out.append(ev)
         with eng.write():
-            return eng.w_append_events(session_id, out)
+            stored = eng.w_append_events(session_id, out)
+        return stored
 
-    def _append_event(self, session_id: str, event: dict) -> dict:
-        return self._append_events(session_id, [event])[0]
+    # -- records --------------------------------------------------------------------
+    def records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
+        """``(n, value)`` of a session's records of ``kind``, by ``n``.
 
-    # -- several processes on one store (used by the server) ----------------------
-    @property
-    def _shared(self) -> bool:
-        """Whether several processes may serve this store at once (PostgreSQL)."""
-        return bool(getattr(self._engine, "shared", False))
-
-    def _try_hold(self, name: str) -> bool:
-        """Take the store-wide hold ``name`` unless some process has it (shared engines only)."""
-        return self._check().try_hold(name)
-
-    def _hold_taken(self, name: str) -> bool:
-        """Whether any process holds ``name`` now (without taking it)."""
-        return self._check().hold_taken(name)
-
-    def _release_hold(self, name: str) -> None:
-        eng = self._engine
-        if not self._closed:
-            eng.release_hold(name)
-
-    def _signal(self, session_id: str, kind: str, data: Any = None) -> None:
-        """Tell the other processes on this store ``(session_id, kind, data)`` (shared engines only)."""
-        if not self._closed:
-            self._engine.signal(session_id, kind, data)
-
-    def _on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
-        """Call ``handler(session_id, kind, data)`` from a listener thread for other processes' signals.
-
-        Besides what ``_signal`` sends, the engine signals ``"events"`` (data: the last
-        ``seq``) whenever another process appends run events.
+        Records are small JSON values that a component built on the store keeps
+        beside a session, numbered ``n`` within their ``kind`` (the HTTP server keeps
+        its session table and the messages callers sent as ``server.*`` kinds). They
+        belong to the session: :meth:`delete_session` removes them with it.
         """
+        _require_str("session_id", session_id)
+        _require_str("kind", kind)
         eng = self._check()
-        eng.on_signal(handler)
-        eng.start_listener(self._deliver)
+        try:
+            rows = eng.records(session_id, kind)
+        except NotImplementedError as exc:
+            raise UsageError(f"the {eng.kind} engine keeps no records: {exc}") from exc
+        return [(n, json.loads(data)) for n, data in rows]
 
-    # -- internal records (used by the server) ---------------------------------
-    def _records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
-        """``(n, value)`` of a session's internal records of ``kind``, by ``n``.
-
-        Records are small JSON values that a component keeps beside a session (the
-        HTTP server keeps its session table and the messages callers sent). They
-        belong to the session: ``delete_session`` removes them.
-        """
-        return [(n, json.loads(data)) for n, data in self._check().records(session_id, kind)]
-
-    def _put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
-        """Insert or replace records ``(n, value)`` of ``kind`` in one transaction."""
+    def put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
+        """Insert or replace records ``(n, value)`` of ``kind`` in one transaction (see :meth:`records`)."""
+        _require_str("session_id", session_id)
+        _require_str("kind", kind)
         rows = []
         for n, value in items:
             if not isinstance(n, int) or isinstance(n, bool):
                 raise TypeError(f"record numbers are ints, got {type(n).__name__}")
             rows.append((n, _msg.dumps(value)))
         eng = self._check()
-        with eng.write():
-            eng.w_put_records(session_id, kind, rows)
+        try:
+            with eng.write():
+                eng.w_put_records(session_id, kind, rows)
+        except NotImplementedError as exc:
+            raise UsageError(f"the {eng.kind} engine keeps no records: {exc}") from exc
+
+    # -- several processes on one store (capabilities.coordination) ----------------
+    def _coordinated(self, what: str) -> Engine:
+        eng = self._check()
+        if not eng.capabilities.coordination:
+            raise UsageError(
+                f"{what} needs a store that several processes may serve at once (PostgreSQL); "
+                f"this {eng.kind} store is served by one process (store.capabilities.coordination is False)"
+            )
+        return eng
+
+    def try_hold(self, name: str) -> bool:
+        """Take the store-wide hold ``name`` unless some process (this one included) has it.
+
+        Holds coordinate processes that share one store (the HTTP server's workers):
+        True means this process now holds ``name`` until :meth:`release_hold` or
+        until it ends (a process that dies gives its holds back). Holds are not
+        re-entrant. Needs ``capabilities.coordination``, else ``UsageError``.
+        """
+        _require_str("name", name)
+        return self._coordinated("store.try_hold").try_hold(name)
+
+    def hold_taken(self, name: str) -> bool:
+        """Whether any process holds ``name`` now (nothing is taken); see :meth:`try_hold`."""
+        _require_str("name", name)
+        return self._coordinated("store.hold_taken").hold_taken(name)
+
+    def release_hold(self, name: str) -> None:
+        """Give back the hold ``name`` taken with :meth:`try_hold` (nothing when not held or closed)."""
+        _require_str("name", name)
+        if self._closed:
+            return
+        self._coordinated("store.release_hold").release_hold(name)
+
+    def signal(self, session_id: str, kind: str, data: Any = None) -> None:
+        """Tell the other processes on this store ``(session_id, kind, data)``; ``data`` is JSON.
+
+        Their :meth:`on_signal` handlers receive it; this process's do not. Best
+        effort: a signal that cannot be sent is logged. Nothing when closed.
+        """
+        _require_str("session_id", session_id)
+        _require_str("kind", kind)
+        if self._closed:
+            return
+        self._coordinated("store.signal").signal(session_id, kind, data)
+
+    def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
+        """Call ``handler(session_id, kind, data)`` from a listener thread for other processes' signals.
+
+        Besides what :meth:`signal` sends, the store signals ``"events"`` (data: the
+        last ``seq``) whenever another process appends run events to a session.
+        Starts the change feed's listener too (see :meth:`subscribe`).
+        """
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        eng = self._coordinated("store.on_signal")
+        eng.on_signal(handler)
+        eng.start_listener(self._deliver)
+
+    # -- reading everything ------------------------------------------------------------
+    def scan(self, kind: str, *, session_ids: Iterable[str] | None = None,
+             batch_size: int = 20_000) -> Iterator[list[tuple]]:
+        """Read every row of ``kind`` in the store (or of ``session_ids``), in batches.
+
+        Yields lists of at most ``batch_size`` rows, each starting with its session id:
+
+        - ``"nodes"``: ``(session_id, TreeNode)``, no content;
+        - ``"messages"``: ``(session_id, TreeNode, message)``, payloads restored;
+        - ``"compactions"``: ``(session_id, Compaction)``;
+        - ``"runs"``: ``(session_id, RunRecord)``;
+        - ``"events"``: ``(session_id, event)``.
+
+        Nodes, messages and compactions come in store-wide write order (the order
+        an export replays them in); runs and events session by session, each
+        session's in its order (runs as they began, events by ``seq``).
+        ``session_ids=None`` covers every session, including those holding only
+        runs, events or compactions. Content is read one batch at a time, so the
+        batch bounds the memory messages take; the node rows an engine merges to
+        give write order may be held for the whole scan. No transaction stays open
+        while the caller holds a batch: a scan racing writes sees each row as it
+        was when its batch was read. Analysis and export read a whole store so.
+
+        >>> for batch in store.scan("messages", batch_size=1_000):
+        ...     for session_id, node, message in batch:
+        ...         ...
+        """
+        if kind not in SCAN_KINDS:
+            raise ValueError(f"unknown scan kind {kind!r}; kinds are {', '.join(SCAN_KINDS)}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        eng = self._check()
+        ids = self._scan_ids(eng, session_ids)
+        return self._scan_batches(eng, kind, ids, batch_size)
+
+    def _scan_ids(self, eng: Engine, session_ids) -> list[str] | None:
+        if session_ids is not None:
+            if isinstance(session_ids, str):
+                session_ids = [session_ids]
+            ids = list(dict.fromkeys(session_ids))
+            for sid in ids:
+                _require_str("session ids", sid)
+            return ids
+        return None  # every session: the engine lists them all (scan_session_ids)
+
+    def _scan_batches(self, eng: Engine, kind: str, ids, batch_size: int) -> Iterator[list[tuple]]:
+        if kind == "compactions":
+            yield from eng.scan_compactions(ids, batch_size)
+        elif kind == "runs":
+            yield from eng.scan_runs(ids, batch_size)
+        elif kind == "events":
+            yield from eng.scan_events(ids, batch_size)
+        else:
+            for batch in eng.scan_nodes(ids, batch_size):
+                self._check()
+                if kind == "nodes":
+                    yield [(sid, _tree_node(n)) for sid, n in batch]
+                    continue
+                rows = []
+                for chunk in _chunks(batch, _SCAN_READ):
+                    raws = eng.contents([n.seq for _, n in chunk])
+                    for (sid, n), raw in zip(chunk, raws):
+                        message = self._restore(n.seq, raw)
+                        if message is not None:  # (None: deleted since its batch was read)
+                            rows.append((sid, _tree_node(n), message))
+                yield rows
 
     # -- analysis (pandas and DuckDB load on first use) ----------------------------
     def messages_df(self, session_ids=None):
         """One row per message with the SPEC D1 columns (a pandas DataFrame); see sessionkit.analysis."""
-        from ..analysis import messages_df
-
-        return messages_df(self, session_ids)
+        return _conveniences.messages_df(self, session_ids)
 
     def sql(self, query: str, params=None):
         """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
-        from ..analysis import sql
-
-        return sql(self, query, params)
+        return _conveniences.sql(self, query, params)
 
 
 # ---------------------------------------------------------------------------
@@ -659,15 +1135,11 @@ class Session:
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         """Notebook display: a BranchTree widget when ipywidgets is installed, else static HTML."""
-        from ..widgets import _repr
-
-        return _repr.session_bundle(self)
+        return _conveniences.session_bundle(self)
 
     def _repr_html_(self) -> str:
         """A script-free HTML snapshot of the tree (nbconvert, GitHub)."""
-        from ..widgets import _repr
-
-        return _repr.session_html(self)
+        return _conveniences.session_html(self)
 
     @property
     def store(self) -> Store:
@@ -679,13 +1151,14 @@ class Session:
     # -- writing ------------------------------------------------------------------
     def append(self, message: dict, *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
         """Add a message (SPEC W1). Idempotent on ``message["id"]``: the first write wins."""
-        if source not in ("server", "client"):
-            raise ValueError(f"source must be 'server' or 'client', got {source!r}")
-        strip = self._store.reserved_metadata_keys if source == "client" else ()
-        if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
-            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        strip = self._strip_for(source)
+        _check_parent(parent_id)
         prep = self._prepare(message, strip, None)
-        status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
+        store = self._store
+        if store._in_transaction():  # the one-statement fast path commits on its own: not here
+            status = NotImplemented
+        else:
+            status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
         if status == "inserted":
             result = AppendResult._stored(prep)
         elif status == "exists":
@@ -696,48 +1169,81 @@ class Session:
         else:
             result = self._write_prepared([prep], parent_id, created_at=None)[0]
         if result.inserted:
-            store = self._store
-            if store._subscribers or hasattr(store._engine, "publish"):  # else nobody gets the event
-                store._emit(ChangeEvent("append", self.session_id, (result.message["id"],), result.message))
+            self._announce([result])
             self._maybe_compact()
         return result
 
-    def _append_many(self, messages: list[dict], *, parent_id: Any = LATEST) -> list[AppendResult]:
-        """Append a chain in one transaction: each message's parent is the one before it."""
-        results = self._write_chain(list(messages), parent_id, strip=(), created_at=None)
-        for r in results:
-            if r.inserted:
-                self._store._emit(ChangeEvent("append", self.session_id, (r.message["id"],), r.message))
-        if any(r.inserted for r in results):
+    def append_many(self, messages: Iterable[dict], *, parent_id: Any = LATEST,
+                    source: str = "server") -> list[AppendResult]:
+        """Append a chain of messages in one transaction (SPEC W7).
+
+        The first message goes under ``parent_id`` (as :meth:`append`: ``LATEST``,
+        ``None`` for a new root, or a message id), each next one under the one
+        before. Every message is validated before anything is written: one invalid
+        message raises its error and nothing is stored. An id already stored keeps
+        its place (``inserted=False``, the stored message) and the next message
+        attaches under it, so a retried chain completes without duplicates.
+        ``source="client"`` strips the reserved metadata keys (SPEC W2). One change
+        event per inserted message, after the commit; the compaction threshold
+        (SPEC C2) is checked once, after the whole chain.
+        """
+        strip = self._strip_for(source)
+        if isinstance(messages, dict):
+            raise TypeError("append_many takes a list of messages; use append() for one")
+        results = self._write_chain(list(messages), parent_id, strip=strip, created_at=None)
+        inserted = [r for r in results if r.inserted]
+        if inserted:
+            self._announce(inserted)
             self._maybe_compact()
         return results
 
+    def _strip_for(self, source: str) -> tuple[str, ...]:
+        if source not in ("server", "client"):
+            raise ValueError(f"source must be 'server' or 'client', got {source!r}")
+        return self._store.reserved_metadata_keys if source == "client" else ()
+
+    def _announce(self, inserted: list[AppendResult]) -> None:
+        """One ``append`` change event per inserted message (none built when nobody listens)."""
+        store = self._store
+        if not store._wants_events():
+            return
+        for r in inserted:
+            store._emit(ChangeEvent("append", self.session_id, (r.message["id"],), r.message))
+
     def import_message(self, message: dict, *, parent_id: str | None = None, created_at: Any = None) -> AppendResult:
         """Store a message as is (SPEC W3): no change event, never triggers compaction."""
-        if parent_id is LATEST:
-            pass
-        elif parent_id is not None and not isinstance(parent_id, str):
-            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        _check_parent(parent_id)
         iso = _msg.to_iso(created_at) if created_at is not None else None
         return self._write_chain([message], parent_id, strip=(), created_at=iso)[0]
 
-    def _import_many(self, items: list[tuple[dict, Any, Any]]) -> list[AppendResult]:
-        """Import ``(message, parent_id, created_at)`` triples in one transaction (bulk import)."""
+    def import_many(self, items: Iterable[tuple[dict, Any, Any]]) -> list[AppendResult]:
+        """Import many messages in one transaction: each item is ``(message, parent_id, created_at)``.
+
+        Each item means what :meth:`import_message` does with those arguments (the
+        message stored as is under ``parent_id`` -- an id, ``None`` for a root or
+        ``LATEST`` --, with ``created_at`` or its own ``createdAt``); a parent may be
+        a message earlier in ``items``. Idempotent: an id already stored is left as
+        it is (``inserted=False``). Every message is validated first and an unknown
+        parent fails the whole call, so it stores all of them or nothing. No change
+        events, no compaction. Engines that declare ``capabilities.bulk_insert``
+        insert the batch in a few statements, the others one statement per message
+        (importers call this per tree or file batch).
+        """
         eng = self._eng()
         preps = []
-        for message, parent_id, created_at in items:
+        for item in items:
+            try:
+                message, parent_id, created_at = item
+            except (TypeError, ValueError):
+                raise TypeError("import_many takes (message, parent_id, created_at) items") from None
+            _check_parent(parent_id)
             iso = _msg.to_iso(created_at) if created_at is not None else None
             preps.append((self._prepare(message, (), iso), parent_id, iso))
         out = []
         with eng.write():
             index = eng.w_index_on()
-            bulk = getattr(eng, "w_insert_many", None)
-            if bulk is None:
-                for prep, parent_id, iso in preps:
-                    out.append(self._insert_one(eng, prep, parent_id, iso, index))
-                return out
             rows = [(prep, parent_id, iso or _created_from(prep)) for prep, parent_id, iso in preps]
-            results = bulk(self.session_id, rows, index)
+            results = eng.w_insert_many(self.session_id, rows, index)
             old = [seq for inserted, seq in results if not inserted]
             stored: dict[int, dict] = {}
             for chunk in _chunks(old, _BATCH):
@@ -755,8 +1261,7 @@ class Session:
         )
 
     def _write_chain(self, messages, parent_id, *, strip, created_at) -> list[AppendResult]:
-        if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
-            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        _check_parent(parent_id)
         preps = [self._prepare(m, strip, created_at) for m in messages]  # validate all first
         return self._write_prepared(preps, parent_id, created_at=created_at)
 
@@ -903,6 +1408,53 @@ class Session:
             TreeNode(n.id, n.parent_id, n.depth, n.role, n.tokens, n.bytes, n.created_at, n.seq)
             for n in self._eng().nodes(self.session_id)
         ]
+
+    def get_many(self, ids: Iterable[str]) -> dict[str, dict]:
+        """The stored messages of ``ids`` as ``{id: message}``, in the order asked; unknown ids are left out.
+
+        One batched read (a few queries however many ids), for views that show a
+        page of messages at a time.
+        """
+        if isinstance(ids, str):
+            ids = [ids]
+        wanted = list(dict.fromkeys(ids))
+        for mid in wanted:
+            _require_str("message ids", mid)
+        eng = self._eng()
+        found = {n.id: n.seq for n in eng.nodes_by_id(self.session_id, wanted)}
+        order = [mid for mid in wanted if mid in found]
+        out: dict[str, dict] = {}
+        for chunk in _chunks(order, _BATCH):
+            out.update(zip(chunk, self._load([found[mid] for mid in chunk])))
+        return out
+
+    def tree(self) -> Tree:
+        """The whole tree without message content: nodes, latest leaf and compactions placed in it.
+
+        Reads two cheap queries however large the session (no message body); see
+        :class:`Tree`. Views, plots and the command line draw from it.
+        """
+        eng = self._eng()
+        nodes = [_tree_node(n) for n in eng.nodes(self.session_id)]
+        return Tree.build(self.session_id, nodes, [c for _, c in eng.compactions(self.session_id)])
+
+    def path(self, leaf_id: str | None = None) -> PathView:
+        """The path from the root to ``leaf_id`` (default: the latest leaf) without content.
+
+        Gives its nodes and the compactions that apply to it when it is read, as
+        spans of positions, with token totals in full and as the model sees it (see
+        :class:`PathView`). An unknown ``leaf_id`` -> ``MessageNotFound``.
+        """
+        leaf = self._leaf(leaf_id)
+        if leaf is None:
+            return PathView(self.session_id, None, (), (), 0, 0)
+        eng = self._eng()
+        nodes = [_tree_node(n) for n in reversed(eng.ancestors(self.session_id, leaf.seq, None))]
+        tokens = [n.tokens for n in nodes]
+        comps = eng.compactions(self.session_id)
+        ranges = _choose_ranges(comps, {n.id: i for i, n in enumerate(nodes)}) if comps else []
+        spans = tuple(CompactionSpan(a, b, comp, sum(tokens[a : b + 1])) for a, b, comp in ranges)
+        return PathView(self.session_id, leaf.id, tuple(nodes), spans, sum(tokens), _model_tokens(tokens, ranges))
 
     def path_length(self, leaf_id: str | None = None) -> int:
         """Raw messages on the path to ``leaf_id`` (compaction ignored)."""
@@ -1091,12 +1643,8 @@ class Session:
 
     def _compacted_tokens(self, leaf, comps):
         seqs, tokens, ranges = self._skeleton(leaf, comps)
-        total = sum(tokens)
-        for start, end, comp in ranges:
-            total -= sum(tokens[start : end + 1])
-            total += comp.tokens_after
         previous = ranges[-1][2] if ranges else None  # the latest range along the path
-        return total, previous
+        return _model_tokens(tokens, ranges), previous
 
     def _maybe_compact(self) -> None:
         if self._compact_fn is None or self._compact_after is None:
@@ -1164,12 +1712,17 @@ class Session:
         self._store._emit(ChangeEvent("compact", self.session_id, (from_id, to_id), _overlay(comp, b - a + 1)))
         return comp
 
-    def _restore_compaction(self, comp: Compaction) -> bool:
+    def import_compaction(self, compaction: Compaction) -> bool:
         """Store a compaction exactly as given (id, time, token counts), as an import does.
 
-        No change event. Returns False when this session already holds a compaction
-        with that id; an endpoint missing from the session -> MessageNotFound.
+        Used to restore an exported session. No change event, no compaction function
+        runs. Returns False when this session already holds a compaction with that id
+        (imports are idempotent); an endpoint missing from the session ->
+        ``MessageNotFound``, nothing stored.
         """
+        if not isinstance(compaction, Compaction):
+            raise TypeError(f"import_compaction takes a sessionkit Compaction, got {type(compaction).__name__}")
+        comp = compaction
         eng = self._eng()
         with eng.write():
             if any(c.id == comp.id for _, c in eng.compactions(self.session_id)):
@@ -1183,9 +1736,7 @@ class Session:
     # -- analysis (pandas loads on first use) ------------------------------------------
     def to_pandas(self):
         """This session's messages as a DataFrame with the SPEC D1 columns, in write order."""
-        from ..analysis import to_pandas
-
-        return to_pandas(self)
+        return _conveniences.to_pandas(self)
 
     # -- search and feed ---------------------------------------------------------------
     def search(self, query: str, *, limit: int = 10) -> list[SearchHit]:
@@ -1232,6 +1783,20 @@ class Session:
 # helpers
 
 
+def _check_parent(parent_id: Any) -> None:
+    if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
+        raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+
+
+def _require_str(what: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+
+
+def _tree_node(n: Node) -> TreeNode:
+    return TreeNode(n.id, n.parent_id, n.depth, n.role, n.tokens, n.bytes, n.created_at, n.seq)
+
+
 def _created_from(prep) -> str:
     """The creation time to store for a prepared message (its createdAt, else now)."""
     return _msg.normalize_created(prep.created_at) or _msg.now_iso()
@@ -1240,15 +1805,21 @@ def _created_from(prep) -> str:
 def _unwrap(mid: str, comps: dict[str, Compaction], which: str) -> str:
     if not isinstance(mid, str) or not mid:
         raise ValueError(f"CompactionResult.{which} must be a message id")
-    if mid.startswith("compaction:"):
-        comp = comps.get(mid[len("compaction:") :])
+    if mid.startswith(_parts.OVERLAY_PREFIX):
+        comp = comps.get(mid[len(_parts.OVERLAY_PREFIX) :])
         if comp is not None:
             return comp.from_id if which == "from_id" else comp.to_id
     return mid
 
 
 def _choose_ranges(comps: list[tuple[int, Compaction]], pos: dict[str, int]):
-    """Compactions applying to a path: whole range on it; among overlapping ones the newest wins."""
+    """Compactions applying to a path: whole range on it; among overlapping ones the newest wins.
+
+    ``pos`` maps message ids to their positions on the path (root = 0); the result is
+    ``(start, end, compaction)`` in path order. This is the one place that decides
+    what a compaction covers on a path: reads, thresholds and :meth:`Session.path`
+    all come here.
+    """
     chosen: list[tuple[int, int, Compaction]] = []
     for _, comp in sorted(comps, key=lambda sc: sc[0], reverse=True):
         a, b = pos.get(comp.from_id), pos.get(comp.to_id)
@@ -1261,23 +1832,21 @@ def _choose_ranges(comps: list[tuple[int, Compaction]], pos: dict[str, int]):
     return chosen
 
 
+def _model_tokens(tokens, ranges) -> int:
+    """Tokens of a path as the model sees it: each applied range counts as its summary."""
+    total = sum(tokens)
+    for start, end, comp in ranges:
+        total -= sum(tokens[start : end + 1])
+        total += comp.tokens_after
+    return total
+
+
 def _overlay(comp: Compaction, count: int) -> dict:
     """The message a compaction shows as on read (SPEC C5)."""
-    return {
-        "id": f"compaction:{comp.id}",
-        "role": "assistant",
-        "parts": [{"type": "text", "text": comp.summary}],
-        "createdAt": comp.created_at,
-        "metadata": {
-            "compaction": {
-                "id": comp.id,
-                "from_id": comp.from_id,
-                "to_id": comp.to_id,
-                "messages": count,
-                "tokens_before": comp.tokens_before,
-            }
-        },
-    }
+    return _parts.overlay_message(
+        id=comp.id, from_id=comp.from_id, to_id=comp.to_id, summary=comp.summary,
+        created_at=comp.created_at, messages=count, tokens_before=comp.tokens_before,
+    )
 
 
 def _chunks(seq, size):

@@ -422,6 +422,18 @@ STATEMENTS: dict[str, str] = {
     "run_end": "UPDATE {runs} SET status = ?, error = ?, usage = ?, ended_at = ? WHERE run_id = ?",
     "events_next": "SELECT coalesce(max(seq), -1) + 1 FROM {events} WHERE session_id = ?",
     "index_source": "SELECT seq, session_id, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
+    # store-wide scans, a page at a time (keyset: after the last row of the page before)
+    "scan_sessions": "SELECT session_id FROM {messages} GROUP BY session_id ORDER BY max(seq) DESC",
+    "scan_side_sessions": ("SELECT session_id FROM {runs} UNION SELECT session_id FROM {events}"
+                           " UNION SELECT session_id FROM {compactions} UNION SELECT session_id FROM {records}"
+                           " ORDER BY 1"),
+    "scan_nodes": "SELECT session_id, {node} FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
+    "scan_compactions": ("SELECT session_id, seq, id, from_id, to_id, summary, created_at, tokens_before,"
+                         " tokens_after FROM {compactions} WHERE seq > ? ORDER BY seq LIMIT ?"),
+    "scan_runs": ("SELECT run_id, session_id, status, error, started_at, ended_at, usage, input, n FROM {runs}"
+                  " WHERE session_id > ? OR (session_id = ? AND n > ?) ORDER BY session_id, n LIMIT ?"),
+    "scan_events": ("SELECT session_id, seq, data FROM {events}"
+                    " WHERE session_id > ? OR (session_id = ? AND seq > ?) ORDER BY session_id, seq LIMIT ?"),
 }
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -668,12 +680,12 @@ class SQLEngine(Engine):
         row = self.fetch_one(self.sql["node"], (sid, mid))
         return None if row is None else Node(*row)
 
-    def nodes_by_id(self, sid: str, mids: Iterable[str]) -> dict[str, Node]:
+    def nodes_by_id(self, sid, mids):
         mids = list(mids)
         if not mids:
-            return {}
+            return []
         self.before_read(sid)
-        return {r[1]: Node(*r) for r in self.fetch(self.sql["nodes_by_id"], (sid, self.listed(mids)))}
+        return [Node(*r) for r in self.fetch(self.sql["nodes_by_id"], (sid, self.listed(mids)))]
 
     def latest(self, sid):
         self.before_read(sid)
@@ -877,6 +889,61 @@ class SQLEngine(Engine):
     def records(self, sid, kind):
         return [(r[0], r[1]) for r in self.fetch(self.sql["records"], (sid, kind))]
 
+    # -- store-wide scans (Store.scan): one query a page ------------------------------
+    def scan_session_ids(self):
+        listed = [r[0] for r in self.fetch(self.sql["scan_sessions"])]
+        seen = set(listed)
+        return listed + [r[0] for r in self.fetch(self.sql["scan_side_sessions"]) if r[0] not in seen]
+
+    def scan_nodes(self, session_ids, batch_size):
+        if session_ids is not None:  # some sessions: each through its own index range
+            yield from super().scan_nodes(session_ids, batch_size)
+            return
+        last = 0
+        while True:
+            rows = self.fetch(self.sql["scan_nodes"], (last, batch_size))
+            if not rows:
+                return
+            last = rows[-1][1]
+            yield [(r[0], Node(*r[1:])) for r in rows]
+
+    def scan_compactions(self, session_ids, batch_size):
+        if session_ids is not None:
+            yield from super().scan_compactions(session_ids, batch_size)
+            return
+        last = 0
+        while True:
+            rows = self.fetch(self.sql["scan_compactions"], (last, batch_size))
+            if not rows:
+                return
+            last = rows[-1][1]
+            yield [(r[0], Compaction(*r[2:])) for r in rows]
+
+    def scan_runs(self, session_ids, batch_size):
+        if session_ids is not None:
+            yield from super().scan_runs(session_ids, batch_size)
+            return
+        for page in self._keyset("scan_runs", batch_size, key=lambda r: (r[1], r[8])):
+            yield [(r[1], RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7]))
+                   for r in page]
+
+    def scan_events(self, session_ids, batch_size):
+        if session_ids is not None:
+            yield from super().scan_events(session_ids, batch_size)
+            return
+        for page in self._keyset("scan_events", batch_size, key=lambda r: (r[0], r[1])):
+            yield [(r[0], json.loads(r[2])) for r in page]
+
+    def _keyset(self, name: str, batch_size: int, key) -> Iterator[list]:
+        """Pages of a statement ordered by ``(session_id, number)``, each after the last."""
+        sid, n = "", -(1 << 62)
+        while True:
+            rows = self.fetch(self.sql[name], (sid, sid, n, batch_size))
+            if not rows:
+                return
+            sid, n = key(rows[-1])
+            yield rows
+
     # -- writes: messages ----------------------------------------------------------
     def split(self, content: str) -> tuple[str, list[str]]:
         """A stored JSON's head (kept in the row) and its continuation rows."""
@@ -925,7 +992,7 @@ class SQLEngine(Engine):
             return []
         wanted = {prep.id for prep, _, _ in items}
         wanted.update(p for _, p, _ in items if isinstance(p, str))
-        known = self.nodes_by_id(sid, sorted(wanted))
+        known = {n.id: n for n in self.nodes_by_id(sid, sorted(wanted))}
         latest: Node | None = None
         latest_read = False
         plan: list[tuple] = []  # (prep, node, parent) of the rows to insert, in order

@@ -336,9 +336,8 @@ class DuckDBEngine(LocalEngine):
     def nodes_by_id(self, sid, mids):
         mids = list(mids)
         if not mids:
-            return {}
-        rows = self.fetch(self.sql["nodes_by_id"], ([_key(sid, m) for m in mids],))
-        return {r[1]: Node(*r) for r in rows}
+            return []
+        return [Node(*r) for r in self.fetch(self.sql["nodes_by_id"], ([_key(sid, m) for m in mids],))]
 
     def latest(self, sid):
         with self._lock:

@@ -235,7 +235,7 @@ class SQLiteEngine(LocalEngine):
     kind = "sqlite"
     dialect = DIALECTS["sqlite"]
     driver_errors = (sqlite3.Error,)
-    capabilities = Capabilities(bulk_insert=True)
+    capabilities = Capabilities()  # an import writes a statement per message
     STATEMENTS = {"children": _CHILDREN, "descendants": _DESCENDANTS, "insert": _INSERT_ROW}
     EXTRA_SCHEMA = (_FTS_TABLE,)
     BEGIN = "BEGIN IMMEDIATE"  # the write lock now: waits busy_timeout for other processes

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as _dt
+from dataclasses import FrozenInstanceError
 import hashlib
 import json
 import math
@@ -45,6 +46,13 @@ __all__ = [
     "TestCompaction",
     "TestSearch",
     "TestChangeFeed",
+    "TestAppendMany",
+    "TestImports",
+    "TestTransactions",
+    "TestRunsEventsRecords",
+    "TestTreeReadModel",
+    "TestScan",
+    "TestCapabilities",
 ]
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -1328,3 +1336,556 @@ class TestChangeFeed:
         assert box.value[0]["parts"][0]["text"] == "text of a"  # left alone
         s.append(msg("c"))
         assert box.value == s.get_history()
+
+
+# ---------------------------------------------------------------------------
+# The public API the layers above the store live on: chains, bulk imports,
+# transactions, runs and events, records, the tree read model, scans, capabilities.
+
+
+def _parent_of(session, mid):
+    """The parent id of ``mid``, read from the raw path (not from the API under test)."""
+    path = ids_of(session.get_history(leaf_id=mid, compacted=False))
+    return path[-2] if len(path) > 1 else None
+
+
+class TestAppendMany:
+    """SPEC W7: ``session.append_many`` appends a chain in one transaction."""
+
+    def test_W7_chain_under_the_latest_leaf(self, store):
+        s = store.session("s")
+        s.append(msg("m0"))
+        results = s.append_many([msg("a"), msg("b", role="assistant"), msg("c")])
+        assert [r.inserted for r in results] == [True, True, True]
+        assert ids_of(s.get_history()) == ["m0", "a", "b", "c"]
+        assert [_parent_of(s, m) for m in ("a", "b", "c")] == ["m0", "a", "b"]
+        assert [r.message for r in results] == [s.get("a"), s.get("b"), s.get("c")]
+        assert all(ISO_MS.match(r.message["createdAt"]) for r in results)
+
+    def test_W7_parent_none_and_explicit_parent(self, store):
+        s = store.session("s")
+        chain(s, 3)  # m0 m1 m2
+        s.append_many([msg("r1"), msg("r2")], parent_id=None)
+        assert ids_of(s.get_history(leaf_id="r2")) == ["r1", "r2"]
+        s.append_many([msg("b1"), msg("b2")], parent_id="m0")
+        assert ids_of(s.get_history(leaf_id="b2")) == ["m0", "b1", "b2"]
+        assert ids_of(s.branches("m0")) == ["m1", "b1"]
+        assert s.latest_leaf()["id"] == "b2"
+        assert s.append_many([]) == [] and len(s) == 7
+
+    def test_W7_unknown_parent_stores_nothing(self, store):
+        s = store.session("s")
+        chain(s, 2)
+        before = snapshot_store(store)
+        with pytest.raises(sk.MessageNotFound):
+            s.append_many([msg("x"), msg("y")], parent_id="ghost")
+        assert snapshot_store(store) == before
+
+    @pytest.mark.parametrize("bad, error", [
+        ({"id": "bad", "parts": []}, ValueError),  # no role
+        ({"id": "bad", "role": "user", "parts": [{"type": "text", "text": {1, 2}}]}, TypeError),
+        ("not a message", TypeError),
+    ])
+    def test_W7_one_invalid_message_stores_nothing(self, store, bad, error):
+        s = store.session("s")
+        chain(s, 2)
+        events = []
+        store.subscribe(events.append)
+        before = snapshot_store(store)
+        with pytest.raises(error):
+            s.append_many([msg("x"), msg("y"), bad, msg("z")])
+        assert snapshot_store(store) == before
+        assert events == []
+        if error is ValueError:
+            with pytest.raises(sk.InvalidMessage, match="role"):
+                s.append_many([msg("x"), bad])
+
+    def test_W7_an_existing_id_keeps_its_place_and_the_next_attaches_under_it(self, store):
+        s = store.session("s")
+        chain(s, 2)  # m0 m1
+        s.append(msg("y"), parent_id="m0")  # a branch beside m1
+        stored = s.get("m1")
+        results = s.append_many([msg("m1", "changed text"), msg("n")], parent_id="y")
+        assert [r.inserted for r in results] == [False, True]
+        assert results[0].message == s.get("m1") == stored  # the first write wins
+        assert _parent_of(s, "m1") == "m0"  # not moved under y
+        assert ids_of(s.get_history(leaf_id="n")) == ["m0", "m1", "n"]
+
+    def test_W7_a_retried_chain_adds_nothing_and_sends_no_event(self, store):
+        s = store.session("s")
+        chain(s, 1)
+        first = s.append_many([msg("a"), msg("b")])
+        events = []
+        store.subscribe(events.append)
+        again = s.append_many([msg("a"), msg("b")])
+        assert [r.inserted for r in again] == [False, False]
+        assert [r.message for r in again] == [r.message for r in first]
+        assert len(s) == 3 and events == []
+
+    def test_W7_one_event_per_inserted_message_after_the_commit(self, store):
+        s = store.session("s")
+        chain(s, 1)  # m0
+        seen = []
+
+        def on_event(ev):  # every message of the chain is stored when the first event comes
+            seen.append((ev.type, ev.message_ids, len(store.session("s"))))
+
+        store.subscribe(on_event)
+        s.append_many([msg("m0"), msg("a"), msg("b"), msg("c")], parent_id=None)
+        assert seen == [("append", ("a",), 4), ("append", ("b",), 4), ("append", ("c",), 4)]
+
+    def test_W7_compaction_is_checked_once_after_the_chain(self, store):
+        s = store.session("s")
+        calls = []
+
+        def fn(messages, ctx):
+            calls.append((ctx.leaf_id, ids_of(messages)))
+            return None
+
+        s.on_compaction(fn).compact_after(0)
+        s.append_many([msg("a"), msg("b"), msg("c")])
+        assert calls == [("c", ["a", "b", "c"])]
+        s.append_many([msg("a"), msg("b")], parent_id=None)  # nothing inserted: no check
+        assert len(calls) == 1
+
+    def test_W7_client_source_strips_reserved_metadata(self, store_factory):
+        st = store_factory(reserved_metadata_keys=["verified"])
+        s = st.session("s")
+        meta = {"verified": True, "note": "kept"}
+        client = s.append_many([msg("a", metadata=dict(meta)), msg("b", metadata=dict(meta))], source="client")
+        assert [r.message["metadata"] for r in client] == [{"note": "kept"}, {"note": "kept"}]
+        assert s.get("b")["metadata"] == {"note": "kept"}
+        server = s.append_many([msg("c", metadata=dict(meta))])
+        assert server[0].message["metadata"] == meta
+        with pytest.raises(ValueError, match="source"):
+            s.append_many([msg("d")], source="browser")
+        assert s.get("d") is None
+
+
+class TestImports:
+    """``session.import_many`` and ``session.import_compaction``: bulk import, idempotent, silent."""
+
+    def test_import_many_parents_times_and_silence(self, store):
+        s = store.session("s")
+        calls, events = [], []
+        s.on_compaction(lambda m, c: calls.append(1)).compact_after(0)
+        store.subscribe(events.append)
+        when = _dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.timezone.utc)
+        results = s.import_many([
+            (msg("r"), None, when),
+            (msg("a", role="assistant"), "r", 1_700_000_000_000),
+            (msg("b"), "a", None),
+            (msg("alt", role="assistant"), "r", None),
+        ])
+        assert [r.inserted for r in results] == [True] * 4
+        assert s.get("r")["createdAt"] == "2024-05-06T07:08:09.123Z"
+        assert s.get("a")["createdAt"] == sk.messages.to_iso(1_700_000_000_000)
+        assert ids_of(s.get_history(leaf_id="b")) == ["r", "a", "b"]
+        assert ids_of(s.branches("r")) == ["a", "alt"]
+        assert s.latest_leaf()["id"] == "alt"
+        assert calls == [] and events == []
+
+    def test_import_many_is_idempotent(self, store):
+        s = store.session("s")
+        items = [(msg(f"m{i}"), f"m{i - 1}" if i else None, None) for i in range(5)]
+        first = s.import_many(items)
+        again = s.import_many(items)
+        assert [r.inserted for r in again] == [False] * 5
+        assert [r.message for r in again] == [r.message for r in first] == s.get_history()
+        assert len(s) == 5
+
+    def test_import_many_latest_parent(self, store):
+        s = store.session("s")
+        chain(s, 2)
+        s.import_many([(msg("x"), sk.LATEST, None), (msg("y"), sk.LATEST, None)])
+        assert ids_of(s.get_history()) == ["m0", "m1", "x", "y"]
+
+    @pytest.mark.parametrize("bad_item", [
+        (msg("z"), "ghost", None),  # unknown parent
+        ({"id": "z", "role": "user"}, None, None),  # no parts
+        (msg("z"), 42, None),  # a parent that is not an id
+    ])
+    def test_import_many_stores_all_or_nothing(self, store, bad_item):
+        s = store.session("s")
+        chain(s, 1)
+        before = snapshot_store(store)
+        with pytest.raises((LookupError, ValueError, TypeError)):
+            s.import_many([(msg("x"), "m0", None), (msg("y"), "x", None), bad_item])
+        assert snapshot_store(store) == before
+
+    def test_import_compaction_restores_exactly_and_once(self, store):
+        s = store.session("s")
+        chain(s, 5)
+        events = []
+        store.subscribe(events.append)
+        comp = sk.Compaction("c0ffee", "m1", "m3", "an imported summary", "2024-01-02T03:04:05.678Z", 321, 12)
+        assert s.import_compaction(comp) is True
+        assert s.import_compaction(comp) is False
+        assert s.compactions() == [comp]
+        hist = s.get_history()
+        assert ids_of(hist) == ["m0", "compaction:c0ffee", "m4"]
+        assert hist[1]["createdAt"] == comp.created_at
+        assert hist[1]["metadata"]["compaction"]["tokens_before"] == 321
+        assert s.context_tokens() == s.path().tokens_model
+        assert events == []
+        with pytest.raises(sk.MessageNotFound):
+            s.import_compaction(sk.Compaction("other", "m1", "ghost", "x", comp.created_at, 1, 1))
+        with pytest.raises(TypeError):
+            s.import_compaction({"id": "dict"})
+        assert s.compactions() == [comp]
+
+
+class TestTransactions:
+    """``store.transaction()``: many writes, one commit; events after it, none after a rollback."""
+
+    def test_writes_commit_together_and_events_follow_the_commit(self, store):
+        events = []
+        store.subscribe(events.append)
+        a, b = store.session("a"), store.session("b")
+        with store.transaction() as tx:
+            assert tx is store
+            a.append(msg("a1"))
+            a.append(msg("a2"))
+            a.append_many([msg("a3"), msg("a4")])
+            b.import_message(msg("b1"))
+            b.update(msg("b1", "edited"))
+            store.begin_run("a", "run-1", "hi")
+            store.append_events("a", [{"run_id": "run-1", "kind": "run.start"}])
+            store.put_records("a", "k", [(1, "one")])
+            assert ids_of(a.get_history()) == ["a1", "a2", "a3", "a4"]  # reads see the transaction
+            assert events == []
+        assert [(e.type, e.message_ids) for e in events] == [
+            ("append", ("a1",)), ("append", ("a2",)), ("append", ("a3",)), ("append", ("a4",)),
+            ("update", ("b1",)),
+        ]
+        assert ids_of(a.get_history()) == ["a1", "a2", "a3", "a4"]
+        assert b.get("b1")["parts"][0]["text"] == "edited"
+        assert [r.run_id for r in store.runs("a")] == ["run-1"]
+        assert [e["kind"] for e in store.events("a")] == ["run.start"]
+        assert store.records("a", "k") == [(1, "one")]
+
+    def test_an_error_rolls_everything_back_and_drops_the_events(self, store):
+        s = store.session("s")
+        chain(s, 2)
+        before = snapshot_store(store)
+        events = []
+        store.subscribe(events.append)
+        with pytest.raises(RuntimeError, match="changed my mind"):
+            with store.transaction():
+                s.append(msg("x"))
+                s.append(msg("y"), parent_id="m0")
+                s.delete("y")
+                s.update(msg("m0", "edited"))
+                store.session("t").append_many([msg("t1"), msg("t2")])
+                s.on_compaction(_summary_fn("m0", "x")).compact(leaf_id="x")
+                store.begin_run("s", "run-1", "hi")
+                store.put_records("s", "k", [(1, "one")])
+                raise RuntimeError("changed my mind")
+        assert snapshot_store(store) == before
+        assert events == [] and store.runs("s") == [] and store.records("s", "k") == []
+        s.append(msg("after"))  # writes after a rollback report as usual
+        assert [e.message_ids for e in events] == [("after",)]
+
+    def test_a_nested_transaction_joins_the_outer_one(self, store):
+        s = store.session("s")
+        events = []
+        store.subscribe(events.append)
+        with pytest.raises(ValueError):
+            with store.transaction():
+                s.append(msg("outer"))
+                with store.transaction():
+                    s.append(msg("inner"))
+                assert events == []  # the inner exit commits nothing
+                raise ValueError("abort")
+        assert len(s) == 0 and events == []
+        with store.transaction():
+            s.append(msg("outer"))
+            with store.transaction():
+                s.append(msg("inner"))
+        assert ids_of(s.get_history()) == ["outer", "inner"]
+        assert [e.message_ids for e in events] == [("outer",), ("inner",)]
+
+    def test_a_failed_write_inside_keeps_the_transaction_usable(self, store):
+        s = store.session("s")
+        with store.transaction():
+            s.append(msg("a"))
+            with pytest.raises(sk.MessageNotFound):
+                s.append(msg("b"), parent_id="ghost")
+            s.append(msg("c"))
+        assert ids_of(s.get_history()) == ["a", "c"]
+
+    def test_transaction_on_a_closed_store(self, store):
+        store.close()
+        with pytest.raises(sk.StoreClosed):
+            with store.transaction():
+                pass
+
+
+class TestRunsEventsRecords:
+    """SPEC A3/A4 storage: ``begin_run``/``end_run``/``append_events``; ``records``/``put_records``."""
+
+    def test_runs_are_recorded_from_start_to_end(self, store):
+        store.begin_run("s", "s.1", "first prompt")
+        (run,) = store.runs("s")
+        assert (run.run_id, run.session_id, run.status, run.input, run.ended_at) == ("s.1", "s", "running",
+                                                                                   "first prompt", None)
+        assert ISO_MS.match(run.started_at)
+        usage = {"in": 10, "out": 4, "cost_usd": None, "model": "m"}
+        store.end_run("s.1", status="completed", usage=usage)
+        store.begin_run("s", "s.2", "second")
+        store.end_run("s.2", status="failed", error="boom")
+        done, failed = store.runs("s")
+        assert (done.status, done.error, done.usage) == ("completed", None, usage)
+        assert ISO_MS.match(done.ended_at)
+        assert (failed.run_id, failed.status, failed.error, failed.usage) == ("s.2", "failed", "boom", None)
+        assert store.runs("other") == []
+        with pytest.raises(TypeError):
+            store.begin_run("s", 3, "x")
+
+    def test_events_are_numbered_per_session_across_runs(self, store):
+        out = store.append_events("s", [{"run_id": "s.1", "kind": "run.start", "input": "hi"},
+                                        {"run_id": "s.1", "kind": "run.end", "session_id": "ignored"}])
+        more = store.append_events("s", [{"run_id": "s.2", "kind": "run.start", "v": 1, "ts": "2024-01-01T00:00:00.000Z"}])
+        other = store.append_events("t", [{"kind": "note"}])
+        assert [e["seq"] for e in out + more] == [0, 1, 2] and other[0]["seq"] == 0
+        assert all(e["session_id"] == "s" and e["v"] == 1 and ISO_MS.match(e["ts"]) for e in out + more)
+        assert more[0]["ts"] == "2024-01-01T00:00:00.000Z"
+        assert store.events("s") == out + more
+        assert store.events("s", after_seq=0) == out[1:] + more
+        assert store.events("t") == other
+        assert store.append_events("s", []) == []
+        with pytest.raises(TypeError):
+            store.append_events("s", ["not an event"])
+        with pytest.raises(TypeError):
+            store.append_events("s", [{"kind": "x", "bad": {1, 2}}])
+        assert len(store.events("s")) == 3
+
+    def test_records_sit_beside_a_session_and_go_with_it(self, store):
+        store.session("s").append(msg("a"))
+        store.put_records("s", "queue", [(2, {"text": "b"}), (1, ["a", 1, None, 2.5])])
+        store.put_records("s", "queue", [(2, "replaced")])
+        store.put_records("s", "table", [(0, {"n": 0})])
+        store.put_records("t", "queue", [(1, True)])
+        assert store.records("s", "queue") == [(1, ["a", 1, None, 2.5]), (2, "replaced")]
+        assert store.records("s", "table") == [(0, {"n": 0})]
+        assert store.records("s", "nothing") == []
+        assert store.records("t", "queue") == [(1, True)]
+        with pytest.raises(TypeError):
+            store.put_records("s", "queue", [(3, "ok"), ("4", "not an int")])
+        with pytest.raises(TypeError):
+            store.put_records("s", "queue", [(3, "ok"), (4, {1, 2})])
+        assert [n for n, _ in store.records("s", "queue")] == [1, 2]  # nothing of a failed call
+        store.begin_run("s", "s.1", "x")
+        store.append_events("s", [{"kind": "k"}])
+        store.delete_session("s")
+        assert store.records("s", "queue") == [] and store.records("s", "table") == []
+        assert store.runs("s") == [] and store.events("s") == []
+        assert store.records("t", "queue") == [(1, True)]
+
+    def test_a_session_holding_only_records_or_runs_exists(self, store):
+        store.put_records("only-records", "k", [(0, "v")])
+        store.begin_run("only-runs", "r.1", "x")
+        store.delete_session("only-records")
+        store.delete_session("only-runs")
+        assert store.records("only-records", "k") == [] and store.runs("only-runs") == []
+        with pytest.raises(sk.SessionNotFound):
+            store.delete_session("only-records")
+
+
+def _branched(store):
+    """m0..m3 with a branch b2, b3 under m1; compactions on the shared prefix and on branch A."""
+    s = store.session("s")
+    chain(s, 4)
+    s.append(msg("b2", "branch b two", "assistant"), parent_id="m1")
+    s.append(msg("b3", "branch b three"), parent_id="b2")
+    shared = s.on_compaction(_summary_fn("m0", "m1", "prefix")).compact(leaf_id="m3")
+    on_a = s.on_compaction(_summary_fn("m1", "m3", "branch A")).compact(leaf_id="m3")
+    return s, shared, on_a
+
+
+class TestTreeReadModel:
+    """``session.tree()``, ``session.path()`` and ``session.get_many()``: what views, plots and the CLI draw."""
+
+    def test_tree_nodes_latest_children_and_paths(self, store):
+        s, shared, on_a = _branched(store)
+        tree = s.tree()
+        assert isinstance(tree, sk.store.Tree) and tree.session_id == "s"
+        assert list(tree.nodes) == s.nodes() and len(tree) == len(s) == 6
+        assert tree.latest_id == s.latest_leaf()["id"] == "b3"
+        for node in tree.nodes:
+            assert [n.id for n in tree.children(node.id)] == ids_of(s.branches(node.id))
+            assert [n.id for n in tree.path(node.id)] == ids_of(s.get_history(leaf_id=node.id, compacted=False))
+        assert [n.id for n in tree.path()] == ids_of(s.get_history(compacted=False))
+        assert [n.id for n in tree.roots()] == ids_of(s.roots()) == ["m0"]
+        assert "b2" in tree and "ghost" not in tree
+        with pytest.raises(sk.MessageNotFound):
+            tree.node("ghost")
+        empty = store.session("empty").tree()
+        assert (empty.nodes, empty.latest_id, empty.compactions, empty.path()) == ((), None, (), [])
+
+    def test_tree_places_each_compaction(self, store):
+        s, shared, on_a = _branched(store)
+        # a range whose start is not above its end covers nothing (as a read would apply it nowhere)
+        stray = sk.Compaction("stray", "b2", "m3", "stray", shared.created_at, 1, 1)
+        s.import_compaction(stray)
+        placed = {p.compaction.id: p for p in s.tree().compactions}
+        assert [p.compaction for p in s.tree().compactions] == s.compactions()
+
+        def raw_range(a, b, leaf):
+            ids = ids_of(s.get_history(leaf_id=leaf, compacted=False))
+            return tuple(ids[ids.index(a): ids.index(b) + 1])
+
+        assert placed[shared.id].ids == raw_range("m0", "m1", "m3") and placed[shared.id].messages == 2
+        assert placed[on_a.id].ids == raw_range("m1", "m3", "m3") and placed[on_a.id].messages == 3
+        assert placed["stray"].ids == () and placed["stray"].messages == 0
+        assert placed[shared.id].superseded is True  # the newer one on branch A shares m1
+        assert placed[on_a.id].superseded is False and placed["stray"].superseded is False
+        assert s.tree().compacted_by() == {"m0": shared.id, "m1": on_a.id, "m2": on_a.id, "m3": on_a.id}
+
+    def test_tree_build_from_scanned_rows_equals_session_tree(self, store):
+        s, _, _ = _branched(store)
+        nodes = [n for batch in store.scan("nodes") for sid, n in batch if sid == "s"]
+        comps = [c for batch in store.scan("compactions") for sid, c in batch if sid == "s"]
+        assert sk.store.Tree.build("s", reversed(nodes), comps) == s.tree()
+
+    @pytest.mark.parametrize("leaf", ["m3", "b3", "m1", "m0", None])
+    def test_path_spans_match_what_a_read_applies(self, store, leaf):
+        from sessionkit.messages import estimate_tokens
+
+        s, shared, on_a = _branched(store)
+        path = s.path(leaf)
+        raw = s.get_history(leaf_id=leaf, compacted=False)
+        seen = s.get_history(leaf_id=leaf)
+        assert path.leaf_id == raw[-1]["id"]
+        assert [n.id for n in path.nodes] == ids_of(raw)
+        assert [n.tokens for n in path.nodes] == [estimate_tokens(m) for m in raw]
+        assert path.tokens_full == sum(estimate_tokens(m) for m in raw)
+        assert path.tokens_model == s.context_tokens(leaf)
+        # the model's view: each span where a read puts its summary
+        view = ["compaction:" + i.compaction.id if isinstance(i, sk.store.CompactionSpan) else i.id
+                for i in path.model_view()]
+        assert view == ids_of(seen)
+        overlays = [m["metadata"]["compaction"] for m in seen if m["id"].startswith("compaction:")]
+        assert [(sp.compaction.id, sp.messages) for sp in path.spans] == [(o["id"], o["messages"]) for o in overlays]
+        for span in path.spans:
+            covered = ids_of(raw)[span.start: span.end + 1]
+            assert (covered[0], covered[-1]) == (span.compaction.from_id, span.compaction.to_id)
+            assert span.tokens_full == sum(estimate_tokens(m) for m in raw[span.start: span.end + 1])
+            assert span.tokens_model == span.compaction.tokens_after
+            assert all(path.span_at(p) == span for p in range(span.start, span.end + 1))
+        expected = {"m3": [on_a.id], "b3": [shared.id], "m1": [shared.id], "m0": [], None: [shared.id]}[leaf]
+        assert [sp.compaction.id for sp in path.spans] == expected
+
+    def test_path_of_an_empty_session_and_unknown_leaf(self, store):
+        s = store.session("s")
+        path = s.path()
+        assert (path.leaf_id, path.nodes, path.spans, path.tokens_full, path.tokens_model) == (None, (), (), 0, 0)
+        with pytest.raises(sk.MessageNotFound):
+            s.path("ghost")
+
+    def test_get_many_reads_a_batch(self, store):
+        s = store.session("s")
+        chain(s, 5)
+        raw, b64 = b64_payload(5000, "many")
+        s.append({"id": "f", "role": "user", "parts": [{"type": "file", "mediaType": "image/png",
+                                                          "url": "data:image/png;base64," + b64}]})
+        store.session("t").append(msg("t0"))
+        got = s.get_many(["m3", "ghost", "f", "m0", "m3", "t0", "compaction:x"])
+        assert list(got) == ["m3", "f", "m0"]
+        assert got == {k: s.get(k) for k in ("m3", "f", "m0")}
+        got["m3"]["role"] = "changed"
+        assert s.get("m3")["role"] == "assistant"
+        assert s.get_many([]) == {} and s.get_many("m1") == {"m1": s.get("m1")}
+        with pytest.raises(TypeError):
+            s.get_many(["m1", 2])
+        big = store.session("big")
+        ids = chain(big, 90, prefix="b")
+        wanted = ids[::-1][:80] + ["ghost", "m0"]  # many ids: read another way, same answer
+        got = big.get_many(wanted)
+        assert list(got) == ids[::-1][:80] and got == {k: big.get(k) for k in ids[::-1][:80]}
+
+
+class TestScan:
+    """``store.scan``: every row of a kind, in batches, in write order."""
+
+    def _fill(self, store):
+        a, b = store.session("a"), store.session("b")
+        for i in range(4):  # interleaved writes: the scan must follow write order across sessions
+            a.append(msg(f"a{i}"))
+            b.append(msg(f"b{i}"))
+        raw, b64 = b64_payload(5000, "scan")
+        a.append({"id": "file", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "data": b64}]})
+        a.on_compaction(_summary_fn("a0", "a1")).compact()
+        b.on_compaction(_summary_fn("b1", "b2")).compact()
+        store.begin_run("a", "a.1", "x")
+        store.begin_run("runs-only", "r.1", "y")
+        store.append_events("events-only", [{"kind": "k1"}, {"kind": "k2"}, {"kind": "k3"}])
+        store.append_events("a", [{"kind": "a-event"}])
+        return a, b
+
+    def test_nodes_and_messages_in_write_order_in_small_batches(self, store):
+        a, b = self._fill(store)
+        batches = list(store.scan("nodes", batch_size=3))
+        assert all(1 <= len(batch) <= 3 for batch in batches) and len(batches) == 3
+        rows = [row for batch in batches for row in batch]
+        expected = sorted([("a", n) for n in a.nodes()] + [("b", n) for n in b.nodes()], key=lambda r: r[1].seq)
+        assert rows == expected
+        assert [n.id for _, n in rows][:4] == ["a0", "b0", "a1", "b1"]
+        messages = [row for batch in store.scan("messages", batch_size=2) for row in batch]
+        assert [(sid, node) for sid, node, _ in messages] == expected
+        assert all(m == store.session(sid).get(node.id) for sid, node, m in messages)
+        one = [row for batch in store.scan("messages", session_ids=["b"], batch_size=100) for row in batch]
+        assert [node.id for _, node, _ in one] == ["b0", "b1", "b2", "b3"]
+
+    def test_compactions_runs_events_cover_every_session(self, store):
+        a, b = self._fill(store)
+        comps = [row for batch in store.scan("compactions", batch_size=1) for row in batch]
+        assert comps == [("a", c) for c in a.compactions()] + [("b", c) for c in b.compactions()]
+        runs = [row for batch in store.scan("runs") for row in batch]
+        assert sorted((sid, r.run_id) for sid, r in runs) == [("a", "a.1"), ("runs-only", "r.1")]
+        assert all(r == next(x for x in store.runs(sid) if x.run_id == r.run_id) for sid, r in runs)
+        events = [row for batch in store.scan("events", batch_size=2) for row in batch]
+        assert sorted((sid, e["seq"], e["kind"]) for sid, e in events) == [
+            ("a", 0, "a-event"), ("events-only", 0, "k1"), ("events-only", 1, "k2"), ("events-only", 2, "k3")]
+        only = [e["seq"] for sid, e in events if sid == "events-only"]
+        assert only == [0, 1, 2]  # each session's rows in its order
+        picked = [row for batch in store.scan("runs", session_ids=["runs-only", "b"]) for row in batch]
+        assert [(sid, r.run_id) for sid, r in picked] == [("runs-only", "r.1")]
+
+    def test_a_scan_of_an_empty_store_and_bad_arguments(self, store):
+        assert list(store.scan("nodes")) == [] and list(store.scan("events")) == []
+        with pytest.raises(ValueError, match="kind"):
+            store.scan("tables")
+        with pytest.raises(ValueError, match="batch_size"):
+            store.scan("nodes", batch_size=0)
+        with pytest.raises(TypeError):
+            store.scan("nodes", session_ids=[1])
+        store.close()
+        with pytest.raises(sk.StoreClosed):
+            store.scan("nodes")
+
+
+class TestCapabilities:
+    """``store.capabilities``: what the engine declares; coordination calls need it."""
+
+    def test_capabilities_are_declared(self, store):
+        caps = store.capabilities
+        assert isinstance(caps, sk.store.Capabilities)
+        assert all(isinstance(getattr(caps, f), bool) for f in ("bulk_insert", "coordination", "shared_feed"))
+        with pytest.raises(FrozenInstanceError):
+            caps.coordination = not caps.coordination
+
+    def test_coordination_needs_the_capability(self, store):
+        if store.capabilities.coordination:
+            name = f"conformance-{id(store)}"
+            assert store.try_hold(name) is True
+            assert store.hold_taken(name) is True
+            assert store.try_hold(name) is False  # not re-entrant
+            store.release_hold(name)
+            assert store.hold_taken(name) is False
+            store.signal("s", "note", {"x": 1})  # best effort, to other processes
+            return
+        for call in (lambda: store.try_hold("h"), lambda: store.hold_taken("h"), lambda: store.release_hold("h"),
+                     lambda: store.signal("s", "k"), lambda: store.on_signal(lambda *a: None)):
+            with pytest.raises(sk.UsageError, match="coordination"):
+                call()

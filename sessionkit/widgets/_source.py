@@ -1,10 +1,11 @@
 """What the notebook views read from a session, without ipywidgets.
 
-Everything here is plain Python over the store's public reads plus its cheap
-skeleton queries (``Engine.nodes``: ids, parents, roles and token counts, no
-message content), so the static HTML snapshots work where ipywidgets is not
-installed and the widgets send a 10,000-message tree without reading one
-message body. Message content is read only for the ids a view asks for.
+Everything here is plain Python over the store's public reads: the tree read
+model (``session.tree()`` and ``session.path()``: ids, parents, roles, token
+counts and compaction spans, no message content), so the static HTML snapshots
+work where ipywidgets is not installed and the widgets send a 10,000-message tree
+without reading one message body. Message content is read only for the ids a
+view asks for (``session.get_many``).
 
 Sessions that are not backed by a sessionkit store (``sk.create_session`` over
 a ``SessionStore``) are shown as the straight line of messages they hold.
@@ -16,6 +17,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..parts import OVERLAY_PREFIX, preview, tool_parts
+from ..store import Session, Tree
 
 __all__ = [
     "TreeData",
@@ -94,7 +98,7 @@ class TreeData:
 
 def is_store_session(session: Any) -> bool:
     """A session of a sessionkit Store (a tree with cheap skeleton reads)."""
-    return callable(getattr(session, "_eng", None)) and callable(getattr(session, "_skeleton", None))
+    return isinstance(session, Session)
 
 
 def tree_data(session: Any) -> TreeData:
@@ -112,20 +116,17 @@ def tree_data(session: Any) -> TreeData:
     for r in ROLE_ORDER:
         code(r)
     if is_store_session(session):
-        eng = session._eng()
-        nodes = eng.nodes(session.session_id)
+        tree = session.tree()
         pos: dict[str, int] = {}
-        for i, nd in enumerate(nodes):
+        for i, nd in enumerate(tree.nodes):
             pos[nd.id] = i
             data.ids.append(nd.id)
             data.parent.append(-1 if nd.parent_id is None else pos.get(nd.parent_id, -1))
             data.role.append(code(nd.role))
             data.tokens.append(int(nd.tokens))
             data.seqs.append(int(nd.seq))
-        latest = eng.latest(session.session_id)
-        data.latest = -1 if latest is None else pos.get(latest.id, -1)
-        comps = eng.compactions(session.session_id)
-        data.compactions = _compaction_bands(data, [c for _, c in comps], pos)
+        data.latest = -1 if tree.latest_id is None else pos.get(tree.latest_id, -1)
+        data.compactions = _compaction_bands(tree, pos)
     else:
         from ..messages import estimate_tokens
 
@@ -141,23 +142,12 @@ def tree_data(session: Any) -> TreeData:
     return data
 
 
-def _compaction_bands(data: TreeData, comps: list, pos: dict[str, int]) -> list[dict]:
+def _compaction_bands(tree: Tree, pos: dict[str, int]) -> list[dict]:
     """Compactions as index ranges, oldest first; ``superseded`` when a newer one overlaps it."""
-    spans: list[set[int]] = []
     bands = []
-    for comp in comps:
+    for placed in tree.compactions:
+        comp = placed.compaction
         a, b = pos.get(comp.from_id), pos.get(comp.to_id)
-        chain: set[int] = set()
-        if a is not None and b is not None:
-            i = b
-            while i >= 0:
-                chain.add(i)
-                if i == a:
-                    break
-                i = data.parent[i]
-            else:
-                chain = set()  # from_id is not an ancestor of to_id: nothing to draw
-        spans.append(chain)
         bands.append(
             {
                 "id": comp.id,
@@ -166,15 +156,13 @@ def _compaction_bands(data: TreeData, comps: list, pos: dict[str, int]) -> list[
                 "from_id": comp.from_id,
                 "to_id": comp.to_id,
                 "summary": comp.summary,
-                "messages": len(chain),
+                "messages": placed.messages,
                 "tokens_before": int(comp.tokens_before),
                 "tokens_after": int(comp.tokens_after),
                 "created_at": comp.created_at,
-                "superseded": False,
+                "superseded": placed.superseded,
             }
         )
-    for k, band in enumerate(bands):
-        band["superseded"] = any(spans[k] & spans[j] for j in range(k + 1, len(bands)))
     return bands
 
 
@@ -290,66 +278,47 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
             "tokens_model": total,
             "tokens_full": total,
         }
-    leaf = session._leaf(leaf_id)
-    if leaf is None:
+    path = session.path(leaf_id)
+    if path.leaf_id is None:
         return {"leaf_id": None, "entries": [], "compactions": [], "tokens_model": 0, "tokens_full": 0}
-    eng = session._eng()
-    comps = eng.compactions(session.session_id)
-    seqs, tokens, ranges = session._skeleton(leaf, comps)
-    skeleton = list(eng.path_skeleton(session.session_id, leaf.seq))
-    skeleton.reverse()
-    ids = [mid for _, mid, _ in skeleton]
-    # roles of the path, read from the cheap node rows
-    roles = {nd.id: nd.role for nd in eng.ancestors(session.session_id, leaf.seq, None)}
     comp_list = []
-    in_range: dict[int, int] = {}
-    for start, end, comp in ranges:
-        k = len(comp_list)
+    for span in path.spans:
+        comp = span.compaction
         comp_list.append(
             {
                 "id": comp.id,
-                "overlay_id": f"compaction:{comp.id}",
+                "overlay_id": OVERLAY_PREFIX + comp.id,
                 "from_id": comp.from_id,
                 "to_id": comp.to_id,
                 "summary": comp.summary,
-                "messages": end - start + 1,
+                "messages": span.messages,
                 "tokens_before": int(comp.tokens_before),
                 "tokens_after": int(comp.tokens_after),
                 "created_at": comp.created_at,
             }
         )
-        for p in range(start, end + 1):
-            in_range[p] = k
+    in_span = {p: k for k, span in enumerate(path.spans) for p in range(span.start, span.end + 1)}
     entries: list[dict] = []
-    shown = set()
-    for p, mid in enumerate(ids):
-        k = in_range.get(p)
+    for p, node in enumerate(path.nodes):
+        k = in_span.get(p)
         if k is None:
-            entries.append({"id": mid, "role": roles.get(mid, "?"), "tokens": int(tokens[p]), "kind": "message"})
+            entries.append({"id": node.id, "role": node.role, "tokens": int(node.tokens), "kind": "message"})
             continue
-        if compacted:
-            if k not in shown:
-                shown.add(k)
-                c = comp_list[k]
-                entries.append(
-                    {"id": c["overlay_id"], "role": "assistant", "tokens": c["tokens_after"], "kind": "summary", "compaction": k}
-                )
-        else:
+        if not compacted:
             entries.append(
-                {"id": mid, "role": roles.get(mid, "?"), "tokens": int(tokens[p]), "kind": "hidden", "compaction": k}
+                {"id": node.id, "role": node.role, "tokens": int(node.tokens), "kind": "hidden", "compaction": k}
             )
-    full = int(sum(tokens))
-    # what the model sees: the raw path with each applied range replaced by its summary
-    model = full
-    for start, end, comp in ranges:
-        model -= int(sum(tokens[start : end + 1]))
-        model += int(comp.tokens_after)
+        elif p == path.spans[k].start:
+            c = comp_list[k]
+            entries.append(
+                {"id": c["overlay_id"], "role": "assistant", "tokens": c["tokens_after"], "kind": "summary", "compaction": k}
+            )
     return {
-        "leaf_id": leaf.id,
+        "leaf_id": path.leaf_id,
         "entries": entries,
         "compactions": comp_list,
-        "tokens_model": model,
-        "tokens_full": full,
+        "tokens_model": int(path.tokens_model),
+        "tokens_full": int(path.tokens_full),
     }
 
 
@@ -363,35 +332,15 @@ def load_messages(session: Any, ids: list[str]) -> dict[str, dict]:
     if not ids:
         return out
     if is_store_session(session):
-        from .. import messages as _msg
-
-        eng = session._eng()
-        found = []
-        for mid in dict.fromkeys(ids):
-            if not isinstance(mid, str) or mid.startswith("compaction:"):
-                continue
-            nd = eng.node(session.session_id, mid)
-            if nd is not None:
-                found.append((mid, nd.seq))
-        for start in range(0, len(found), 256):
-            chunk = found[start : start + 256]
-            for (mid, _), raw in zip(chunk, eng.contents([s for _, s in chunk])):
-                out[mid] = _msg.restore(raw, eng.blob)
-        return out
+        # overlay ids name no stored message; other odd values are the front end's
+        wanted = [mid for mid in ids if isinstance(mid, str) and not mid.startswith(OVERLAY_PREFIX)]
+        return session.get_many(wanted)
     wanted = set(ids)
     msgs = session.get_history() if hasattr(session, "get_history") else session
     for m in msgs:
         if str(m.get("id")) in wanted:
             out[str(m.get("id"))] = m
     return out
-
-
-def _text_of(message: dict) -> str:
-    return "".join(
-        p.get("text", "")
-        for p in message.get("parts") or ()
-        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-    )
 
 
 def _short_json(value: Any, limit: int = _JSON_LIMIT) -> str:
@@ -412,15 +361,7 @@ def _clip(text: str, limit: int) -> str:
 
 def message_preview(message: dict, limit: int = _PREVIEW_CHARS) -> str:
     """One line saying what a message holds: its text, else its tool calls or part types."""
-    text = " ".join(_text_of(message).split())
-    tools = [p["type"][5:] for p in message.get("parts") or () if isinstance(p, dict) and str(p.get("type", "")).startswith("tool-")]
-    if tools:
-        call = "→ " + ", ".join(f"{t}()" for t in tools)
-        text = f"{text} {call}".strip() if text else call
-    if not text:
-        kinds = [str(p.get("type")) for p in message.get("parts") or () if isinstance(p, dict)]
-        text = "[" + ", ".join(kinds) + "]" if kinds else "(empty)"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return preview(message, limit)
 
 
 def message_view(message: dict, *, tokens: int | None = None) -> dict:
@@ -515,7 +456,7 @@ def branch_diff(session: Any, a_id: str, b_id: str, *, data: TreeData | None = N
         for i in path:
             roles[data.role_of(i)] = roles.get(data.role_of(i), 0) + 1
             m = msgs.get(data.ids[i]) or {}
-            tools += sum(1 for p in m.get("parts") or () if isinstance(p, dict) and str(p.get("type", "")).startswith("tool-"))
+            tools += len(tool_parts(m))
             usage = (m.get("metadata") or {}).get("usage") if isinstance(m.get("metadata"), dict) else None
             if isinstance(usage, dict):
                 tin += int(usage.get("in") or 0)

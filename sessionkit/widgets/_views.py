@@ -495,8 +495,8 @@ def _stored_events(session: Any, run_id: str | None) -> list[dict]:
         events = session.store.events(session.session_id)
     elif callable(getattr(session, "events", None)):
         events = session.events()
-    elif callable(getattr(getattr(session, "_run_log", None), "events", None)):
-        events = session._run_log.events(session.session_id)
+    elif callable(getattr(getattr(session, "run_log", None), "events", None)):
+        events = session.run_log.events(session.session_id)
     else:
         raise TypeError(f"cannot find the run events of {session!r}")
     return [e for e in events if run_id is None or e.get("run_id") == run_id]

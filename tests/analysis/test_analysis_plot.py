@@ -109,8 +109,8 @@ def test_tool_calls_on_real_trajectories(real):
 
 def test_cost_per_run(store):
     for i, cost in enumerate([0.01, None, 0.03]):
-        store._run_begin("s", f"s.{i + 1}", "hi")
-        store._run_end(f"s.{i + 1}", status="completed", error=None,
+        store.begin_run("s", f"s.{i + 1}", "hi")
+        store.end_run(f"s.{i + 1}", status="completed", error=None,
                        usage={"in": 1, "out": 1, "cache_read": 0, "cache_write": 0, "cost_usd": cost, "model": "m"})
     ax = sk.plot.cost_per_run(store)
     h = _heights(ax)

@@ -69,7 +69,7 @@ def big_session(store, n: int = 10_000, *, seed: int = 7) -> sk.Session:
         body = f"message {i}: " + " ".join(rng.choice(("plan", "trip", "hotel", "train", "museum", "lunch")) for _ in range(rng.randrange(3, 25)))
         items.append((text(f"m{i}", role, body), parent, None))
         ids.append(f"m{i}")
-    s._import_many(items)
+    s.import_many(items)
     return s
 
 

@@ -144,9 +144,9 @@ def test_a_killed_server_leaves_no_lease_and_its_run_is_closed_on_restart(tmp_pa
 
 def _killed_after_saving(store, run_id: str, writer_run_id: str) -> None:
     """What a server killed between saving a run's messages and recording its end leaves behind."""
-    store._run_begin("chat", run_id, "two")
-    store._append_event("chat", {"run_id": run_id, "kind": "run.start", "input": "two"})
-    store.session("chat")._append_many([
+    store.begin_run("chat", run_id, "two")
+    store.append_events("chat", [{"run_id": run_id, "kind": "run.start", "input": "two"}])
+    store.session("chat").append_many([
         {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "two"}], "metadata": {"run_id": writer_run_id}},
         {"id": "a2", "role": "assistant", "parts": [{"type": "text", "text": "done"}],
          "metadata": {"run_id": writer_run_id}},

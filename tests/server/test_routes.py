@@ -180,21 +180,21 @@ def test_a_message_after_the_last_turn_boundary_opens_the_next_run(serve, store)
     live = serve(echo_agent(), store)
     session = store.session("late")
     saving, release = threading.Event(), threading.Event()
-    original = session._append_many
+    original = session.append_many
 
     def slow_append(messages, **kwargs):
         saving.set()
         release.wait(10)
         return original(messages, **kwargs)
 
-    session._append_many = slow_append
+    session.append_many = slow_append
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "late"})
         assert c.post("/sessions/late/messages", json={"text": "one"}).json()["runId"] == "late.1"
         assert saving.wait(10)
         answer = c.post("/sessions/late/messages", json={"text": "two"}).json()
         assert answer == {"runId": "late.2", "queued": True}
-        session._append_many = original
+        session.append_many = original
         release.set()
         state = wait_idle(c, "late")
     assert [(r["runId"], r["input"], r["status"]) for r in state["runs"]] == [

@@ -15,8 +15,8 @@ def any_store(request, tmp_path):
     except ImportError:
         pytest.skip(f"{request.param}: engine not installed")
     try:
-        store._records("probe", "kind")
-    except NotImplementedError:
+        store.records("probe", "kind")
+    except sk.UsageError:
         store.close()
         pytest.skip(f"the {store.engine} engine keeps no internal records yet")
     yield store
@@ -25,39 +25,39 @@ def any_store(request, tmp_path):
 
 def test_records_are_upserted_listed_by_number_and_kept_per_session_and_kind(any_store):
     st = any_store
-    assert st._records("s", "server.message") == []
-    st._put_records("s", "server.message", [(2, {"text": "b"}), (1, {"text": "a"})])
-    st._put_records("s", "server.session", [(0, {"digest": "x"})])
-    st._put_records("t", "server.message", [(1, {"text": "other session"})])
-    assert st._records("s", "server.message") == [(1, {"text": "a"}), (2, {"text": "b"})]
-    st._put_records("s", "server.message", [(1, {"text": "A", "run": 3})])  # replace
-    assert st._records("s", "server.message") == [(1, {"text": "A", "run": 3}), (2, {"text": "b"})]
-    assert st._records("s", "server.session") == [(0, {"digest": "x"})]
-    assert st._records("t", "server.message") == [(1, {"text": "other session"})]
+    assert st.records("s", "server.message") == []
+    st.put_records("s", "server.message", [(2, {"text": "b"}), (1, {"text": "a"})])
+    st.put_records("s", "server.session", [(0, {"digest": "x"})])
+    st.put_records("t", "server.message", [(1, {"text": "other session"})])
+    assert st.records("s", "server.message") == [(1, {"text": "a"}), (2, {"text": "b"})]
+    st.put_records("s", "server.message", [(1, {"text": "A", "run": 3})])  # replace
+    assert st.records("s", "server.message") == [(1, {"text": "A", "run": 3}), (2, {"text": "b"})]
+    assert st.records("s", "server.session") == [(0, {"digest": "x"})]
+    assert st.records("t", "server.message") == [(1, {"text": "other session"})]
     with pytest.raises(TypeError):
-        st._put_records("s", "k", [(1, {1, 2})])  # not JSON
+        st.put_records("s", "k", [(1, {1, 2})])  # not JSON
     with pytest.raises(TypeError):
-        st._put_records("s", "k", [("1", {})])
-    assert st._records("s", "k") == []
+        st.put_records("s", "k", [("1", {})])
+    assert st.records("s", "k") == []
 
 
 def test_a_session_holding_only_records_exists_and_delete_session_removes_them(any_store):
     st = any_store
-    st._put_records("only", "server.session", [(0, {"createdAt": "now"})])
+    st.put_records("only", "server.session", [(0, {"createdAt": "now"})])
     assert st.list_sessions() == []  # list_sessions counts sessions holding messages (SPEC S3)
     st.delete_session("only")
-    assert st._records("only", "server.session") == []
+    assert st.records("only", "server.session") == []
     with pytest.raises(sk.SessionNotFound):
         st.delete_session("only")
     st.session("full").append({"id": "m", "role": "user", "parts": []})
-    st._put_records("full", "server.message", [(1, {"text": "hi"})])
+    st.put_records("full", "server.message", [(1, {"text": "hi"})])
     st.delete_session("full")
-    assert st._records("full", "server.message") == [] and len(st.session("full")) == 0
+    assert st.records("full", "server.message") == [] and len(st.session("full")) == 0
 
 
 def test_records_survive_reopening(tmp_path):
     path = tmp_path / "keep.db"
     with sk.open_store(path) as st:
-        st._put_records("s", "server.session", [(0, {"digest": "abc", "lastSeq": 7})])
+        st.put_records("s", "server.session", [(0, {"digest": "abc", "lastSeq": 7})])
     with sk.open_store(path) as st:
-        assert st._records("s", "server.session") == [(0, {"digest": "abc", "lastSeq": 7})]
+        assert st.records("s", "server.session") == [(0, {"digest": "abc", "lastSeq": 7})]

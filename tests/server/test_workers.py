@@ -310,7 +310,7 @@ def test_serve_workers_shares_one_port_between_processes(cluster):
 
     with sk.open_store(cluster.url) as store:
         for sid in sessions:
-            owners.update(v["owner"] for _, v in store._records(sid, "server.status"))
+            owners.update(v["owner"] for _, v in store.records(sid, "server.status"))
     assert owners  # each owner is "host:pid" of a worker process
     assert {int(o.rsplit(":", 1)[1]) for o in owners} <= workers
 

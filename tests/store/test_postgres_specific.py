@@ -213,14 +213,14 @@ def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_u
     assert outcomes == [{"inserted": True, "schema_version": postgres.SCHEMA_VERSION}] * 3
     with sk.open_store(url) as store:
         assert store.session("s").get("a")["id"] == "a"
-        store._put_records("s", "kind", [(1, {"x": 1}), (2, [2])])
-        store._put_records("s", "kind", [(1, {"x": "replaced"})])
-        assert store._records("s", "kind") == [(1, {"x": "replaced"}), (2, [2])]
-        assert store._records("s", "other") == []
-        store._put_records("only-records", "kind", [(0, "v")])
+        store.put_records("s", "kind", [(1, {"x": 1}), (2, [2])])
+        store.put_records("s", "kind", [(1, {"x": "replaced"})])
+        assert store.records("s", "kind") == [(1, {"x": "replaced"}), (2, [2])]
+        assert store.records("s", "other") == []
+        store.put_records("only-records", "kind", [(0, "v")])
         assert store._engine.session_exists("only-records")
         store.delete_session("only-records")
-        assert store._records("only-records", "kind") == []
+        assert store.records("only-records", "kind") == []
 
 
 # ---------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_large_events_cross_processes_intact(pg_store_url):  # noqa: F811
         s.append(medium)
         s.append(big)
         ids = [f"n{i}" for i in range(600)]
-        s._append_many([msg(i) for i in ids])
+        s.append_many([msg(i) for i in ids])
         s.delete(["medium", "big", *ids], subtree=True)
         assert wait_for(lambda: len(events) >= 603)
         assert events[0].message["parts"] == medium["parts"]
@@ -361,7 +361,7 @@ def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):  # noqa: F8
     with sk.open_store(pg_store_url()) as store:
         def work(t):
             for i in range(20):
-                store._append_events("s", [{"kind": "x", "run_id": f"r{t}", "i": i}])
+                store.append_events("s", [{"kind": "x", "run_id": f"r{t}", "i": i}])
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
         for t in threads:
@@ -450,3 +450,77 @@ def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words
             assert [h.id for h in s.search(first)] == ["big"]
             assert [h.id for h in s.search("hello")] == ["small"]
             assert store.stats()["indexed_messages"] == 2
+
+
+# ---------------------------------------------------------------------------
+# the public coordination API (what the HTTP server's workers share a store with)
+
+
+def test_holds_are_store_wide_and_given_back(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as a, sk.open_store(url) as b:
+        assert a.capabilities == sk.store.Capabilities(bulk_insert=False, coordination=True, shared_feed=True)
+        assert a.try_hold("session.run\x00chat") is True
+        assert b.try_hold("session.run\x00chat") is False  # another process holds it
+        assert a.try_hold("session.run\x00chat") is False  # not re-entrant either
+        assert b.hold_taken("session.run\x00chat") is True and a.hold_taken("session.run\x00chat") is True
+        assert b.hold_taken("session.run\x00other") is False
+        assert b.try_hold("session.run\x00other") is True  # holds are per name
+        a.release_hold("session.run\x00chat")
+        assert b.hold_taken("session.run\x00chat") is False
+        assert b.try_hold("session.run\x00chat") is True
+        b.release_hold("session.run\x00never-taken")  # nothing to give back: no error
+    with sk.open_store(url) as c:  # a closed store gives its holds back
+        assert c.hold_taken("session.run\x00chat") is False and c.try_hold("session.run\x00other") is True
+        c.close()
+        c.release_hold("session.run\x00other")  # after close: nothing
+        c.signal("s", "note")
+
+
+def test_signals_reach_the_other_processes_only(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as a, sk.open_store(url) as b:
+        got_a, got_b = [], []
+        a.on_signal(lambda sid, kind, data: got_a.append((sid, kind, data)))
+        b.on_signal(lambda sid, kind, data: got_b.append((sid, kind, data)))
+        b.signal("chat", "message", {"n": 1, "text": "é"})
+        a.signal("chat", "stop")
+        assert wait_for(lambda: ("chat", "message", {"n": 1, "text": "é"}) in got_a and ("chat", "stop", None) in got_b)
+        stored = b.append_events("chat", [{"kind": "k1"}, {"kind": "k2"}])
+        assert wait_for(lambda: ("chat", "events", stored[-1]["seq"]) in got_a)
+        time.sleep(0.3)
+        assert all(kind != "stop" for _, kind, _ in got_a)  # its own signal is not reported back
+        assert all(kind not in ("message", "events") for _, kind, _ in got_b)
+        with pytest.raises(TypeError):
+            a.on_signal("not callable")
+
+
+def test_a_transaction_reaches_other_processes_only_when_it_commits(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    with sk.open_store(url) as a, sk.open_store(url) as b:
+        remote = []
+        b.subscribe(remote.append)
+        s = a.session("s")
+        with pytest.raises(RuntimeError):
+            with a.transaction():
+                s.append(msg("dropped"))
+                raise RuntimeError("rolled back")
+        with a.transaction():
+            s.append_many([msg("one"), msg("two")])
+            time.sleep(0.3)
+            assert remote == [] and len(b.session("s")) == 0  # not committed: nothing to see yet
+        assert wait_for(lambda: len(remote) >= 2)
+        time.sleep(0.3)
+        assert [e.message_ids for e in remote] == [("one",), ("two",)]
+        assert [m["id"] for m in b.session("s").get_history()] == ["one", "two"]
+
+
+def test_open_without_create_leaves_an_empty_schema_alone(pg_store_url):  # noqa: F811
+    url = pg_store_url()
+    for _ in range(2):  # the first refusal created nothing
+        with pytest.raises(ValueError, match="not a sessionkit store"):
+            sk.open_store(url, create=False)
+    with sk.open_store(url) as created:
+        created.session("s").append(msg("a"))
+    with sk.open_store(url, create=False) as again:
+        assert again.stats()["schema_version"] >= 1 and len(again.session("s")) == 1

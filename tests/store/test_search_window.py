@@ -155,7 +155,7 @@ def test_the_window_is_created_trimmed_and_kept_exact_through_every_write(tmp_pa
         assert top_seq(st) <= hi
         assert_window_exact(st, synced=False)
         assert {"again", "long again"} <= {h.id for h in st.search("kiwi", limit=1000)}
-        a._import_many([(msg(f"imp{i}", sentence(rng)), f"imp{i - 1}" if i else None, None) for i in range(80)])
+        a.import_many([(msg(f"imp{i}", sentence(rng)), f"imp{i - 1}" if i else None, None) for i in range(80)])
         check(st)
         b.append(msg("fork", "kiwi fork"), parent_id="b150")
         assert {h.id for h in st.search("papaya")} == {"a3"}
@@ -279,7 +279,7 @@ def test_a_bad_window_size_is_refused(tmp_path):
 def test_an_index_built_on_a_large_store_starts_with_its_window(tmp_path):
     rng = random.Random(4)
     with sk.open_store(tmp_path / "s.db", search_window=25) as st:
-        st.session("a")._import_many([(msg(f"m{i}", sentence(rng)), f"m{i - 1}" if i else None, None)
+        st.session("a").import_many([(msg(f"m{i}", sentence(rng)), f"m{i - 1}" if i else None, None)
                                       for i in range(100)])
         assert window_lo(st) is None  # no index yet, so no window either
         st.search("alpha")

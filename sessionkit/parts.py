@@ -1,0 +1,166 @@
+"""Message parts: what a message says, which tools it calls, how it reads on one line.
+
+Every layer reads messages the same way through these helpers: the store (search
+indexes :func:`text_of`), the agent (a prompt's text), analysis (the D1 ``text``
+and ``tool_names`` columns), the notebook views and the command line (previews),
+so a message is described the same everywhere. A compaction shows on read as an
+overlay message (SPEC C5); :func:`overlay_message` builds it and
+:func:`overlay_info` recognises it.
+
+Pure functions over plain dicts: no I/O, nothing imported from the rest of the
+package. They never raise on odd input (a part that is not a dict, a ``text``
+that is not a string): such parts are skipped.
+
+>>> m = {"id": "a1", "role": "assistant", "parts": [
+...     {"type": "text", "text": "Checking."},
+...     {"type": "tool-search", "toolCallId": "c1", "input": {"q": "x"}}]}
+>>> text_of(m), tool_names(m)
+('Checking.', ['search'])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "OVERLAY_PREFIX",
+    "text_of",
+    "tool_names",
+    "tool_parts",
+    "is_tool_part",
+    "tool_name",
+    "part_kinds",
+    "one_line",
+    "preview",
+    "overlay_message",
+    "overlay_info",
+]
+
+#: The id of a compaction's overlay message is this prefix and the compaction's id.
+OVERLAY_PREFIX = "compaction:"
+
+
+def _parts(message: Any) -> Any:
+    return (message.get("parts") or ()) if isinstance(message, dict) else ()
+
+
+def text_of(message: dict, separator: str = "\n\n") -> str:
+    """The ``text`` parts of a message, joined by ``separator``.
+
+    The default (a blank line between parts) is what search indexes and the D1
+    ``text`` column holds; the agent joins with ``""`` (what a prompt or reply says).
+    """
+    return separator.join(
+        p["text"] for p in _parts(message) if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+    )
+
+
+def is_tool_part(part: Any) -> bool:
+    """Whether ``part`` is a tool call: type ``tool-<name>`` or ``dynamic-tool``."""
+    if not isinstance(part, dict):
+        return False
+    ptype = part.get("type")
+    return isinstance(ptype, str) and (ptype.startswith("tool-") or ptype == "dynamic-tool")
+
+
+def tool_name(part: dict) -> str | None:
+    """The tool a tool part calls (``tool-<name>``, or a ``dynamic-tool``'s ``toolName``), else None."""
+    ptype = part.get("type") if isinstance(part, dict) else None
+    if not isinstance(ptype, str):
+        return None
+    if ptype.startswith("tool-"):
+        return ptype[5:]
+    if ptype == "dynamic-tool" and isinstance(part.get("toolName"), str):
+        return part["toolName"]
+    return None
+
+
+def tool_parts(message: dict) -> list[dict]:
+    """The tool parts of a message, in part order."""
+    return [p for p in _parts(message) if is_tool_part(p)]
+
+
+def tool_names(message: dict) -> list[str]:
+    """Names of the tools a message calls, one per tool part, in part order."""
+    out = []
+    for part in _parts(message):
+        name = tool_name(part)
+        if name is not None:
+            out.append(name)
+    return out
+
+
+def part_kinds(message: dict) -> list[str]:
+    """Short descriptions of a message's parts other than text (``tool search``, ``file image/png``...)."""
+    kinds = []
+    for part in _parts(message):
+        if not isinstance(part, dict):
+            continue
+        ptype = str(part.get("type", ""))
+        if ptype == "text" or ptype == "step-start":
+            continue
+        if ptype.startswith("tool-"):
+            kinds.append(f"tool {ptype[5:]}")
+        elif ptype == "dynamic-tool":
+            kinds.append(f"tool {part.get('toolName', '?')}")
+        elif ptype == "file":
+            kinds.append(f"file {part.get('mediaType', '?')}")
+        else:
+            kinds.append(ptype)
+    return kinds
+
+
+def one_line(text: str, width: int) -> str:
+    """``text`` with its whitespace collapsed, cut to ``width`` characters (an ellipsis marks a cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1].rstrip() + "…"
+
+
+def preview(message: dict, limit: int = 96) -> str:
+    """One line saying what a message holds: its text, then the tools it calls, else its part types.
+
+    >>> preview({"parts": [{"type": "text", "text": "Let me look."}, {"type": "tool-search"}]})
+    'Let me look. → search()'
+    """
+    text = " ".join(text_of(message, "").split())
+    tools = tool_names(message)
+    if tools:
+        call = "→ " + ", ".join(f"{t}()" for t in tools)
+        text = f"{text} {call}".strip() if text else call
+    if not text:
+        kinds = [str(p.get("type")) for p in _parts(message) if isinstance(p, dict)]
+        text = "[" + ", ".join(kinds) + "]" if kinds else "(empty)"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def overlay_message(
+    *, id: str, from_id: str, to_id: str, summary: str, created_at: str, messages: int, tokens_before: int
+) -> dict:
+    """The message a compaction shows as on read (SPEC C5): its summary in place of ``messages`` messages."""
+    return {
+        "id": OVERLAY_PREFIX + id,
+        "role": "assistant",
+        "parts": [{"type": "text", "text": summary}],
+        "createdAt": created_at,
+        "metadata": {
+            "compaction": {
+                "id": id,
+                "from_id": from_id,
+                "to_id": to_id,
+                "messages": messages,
+                "tokens_before": tokens_before,
+            }
+        },
+    }
+
+
+def overlay_info(message: dict) -> dict | None:
+    """The ``metadata.compaction`` of a compaction's overlay message read from a path, else None."""
+    if not isinstance(message, dict):
+        return None
+    meta = message.get("metadata")
+    if str(message.get("id", "")).startswith(OVERLAY_PREFIX) and isinstance(meta, dict):
+        info = meta.get("compaction")
+        if isinstance(info, dict):
+            return info
+    return None

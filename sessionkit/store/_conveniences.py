@@ -1,0 +1,55 @@
+"""The conveniences SPEC D1, D2 and V4 put on stores and sessions, served by upper layers.
+
+``store.messages_df()``, ``store.sql()``, ``session.to_pandas()`` come from
+:mod:`sessionkit.analysis`; a store or session shown in a notebook is drawn by
+:mod:`sessionkit.widgets`. The store sits below both, so it reaches them only
+here, lazily (on first use: importing the store loads neither pandas, DuckDB nor
+ipywidgets). This is the one module of ``sessionkit.store`` allowed to import
+from a layer above it (the layering test checks it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def messages_df(store: Any, session_ids: Any = None) -> Any:
+    from ..analysis import messages_df as build
+
+    return build(store, session_ids)
+
+
+def sql(store: Any, query: str, params: Any = None) -> Any:
+    from ..analysis import sql as run
+
+    return run(store, query, params)
+
+
+def to_pandas(session: Any) -> Any:
+    from ..analysis import to_pandas as build
+
+    return build(session)
+
+
+def store_bundle(store: Any) -> Any:
+    from ..widgets import _repr
+
+    return _repr.store_bundle(store)
+
+
+def store_html(store: Any) -> str:
+    from ..widgets import _repr
+
+    return _repr.store_html(store)
+
+
+def session_bundle(session: Any) -> Any:
+    from ..widgets import _repr
+
+    return _repr.session_bundle(session)
+
+
+def session_html(session: Any) -> str:
+    from ..widgets import _repr
+
+    return _repr.session_html(session)
