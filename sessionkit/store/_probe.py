@@ -69,10 +69,11 @@ def _duckdb(path: str) -> bool:
 def _postgres(url: str, options: dict[str, Any]) -> bool:
     try:
         import psycopg
-
-        from .postgres import _parse_url, _quote_ident
     except ImportError:
-        return True
+        return True  # opening names the missing extra
+    from .postgres import PostgresEngine, _parse_url
+
+    quote = PostgresEngine.quote
     conninfo, schema = _parse_url(url)
     schema = options.get("schema") or schema
     timeout = max(1, int(options.get("connect_timeout", 10)))
@@ -82,7 +83,7 @@ def _postgres(url: str, options: dict[str, Any]) -> bool:
                 schema = conn.execute("SELECT current_schema()").fetchone()[0]
                 if schema is None:
                     return False
-            name = f"{_quote_ident(schema)}.{_quote_ident(_META)}"
+            name = f"{quote(schema)}.{quote(_META)}"
             return conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None
     except psycopg.Error:
         return True
