@@ -1050,6 +1050,99 @@ class TestCompaction:
         assert ("call" in hist_ids) == ("result" in hist_ids)
         assert comp.to_id not in ("call",)
 
+    # Tool call shapes: (call message, result message), the call third on the path.
+    TOOL_PAIRS = {
+        "result-message": (
+            {"id": "call", "role": "assistant", "parts": [
+                {"type": "tool-lookup", "toolCallId": "t1", "input": {"q": "a"}, "state": "input-available"}]},
+            {"id": "result", "role": "tool", "parts": [
+                {"type": "tool-lookup", "toolCallId": "t1", "output": "found " * 40, "state": "output-available"}]},
+        ),
+        "answered-part-repeated": (
+            {"id": "call", "role": "assistant", "parts": [
+                {"type": "tool-lookup", "toolCallId": "t1", "input": {"q": "a"}, "state": "input-available"}]},
+            {"id": "result", "role": "assistant", "parts": [
+                {"type": "tool-lookup", "toolCallId": "t1", "input": {"q": "a"},
+                 "output": {"rows": ["found"] * 40}, "state": "output-available"}]},
+        ),
+        "error-result": (
+            {"id": "call", "role": "assistant", "parts": [
+                {"type": "dynamic-tool", "toolName": "lookup", "toolCallId": "t1", "input": {}}]},
+            {"id": "result", "role": "assistant", "parts": [
+                {"type": "dynamic-tool", "toolName": "lookup", "toolCallId": "t1", "input": {},
+                 "state": "output-error", "errorText": "failed " * 40}]},
+        ),
+        "chat-completions": (
+            {"id": "call", "role": "assistant", "parts": [],
+             "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}]},
+            {"id": "result", "role": "tool", "tool_call_id": "t1", "parts": [{"type": "text", "text": "found " * 40}]},
+        ),
+        "tool-role-without-id": (
+            {"id": "call", "role": "assistant", "parts": [{"type": "text", "text": "let me look"}]},
+            {"id": "result", "role": "tool", "parts": [{"type": "text", "text": "found " * 40}]},
+        ),
+    }
+
+    @pytest.mark.parametrize("shape", sorted(TOOL_PAIRS))
+    def test_C4_head_keeps_the_result_of_a_call_it_keeps(self, store, shape):
+        call, result = self.TOOL_PAIRS[shape]
+        s = store.session("s")
+        chain(s, 2, prefix="h", text=lambda i: "head words " * 20)
+        s.append(call)
+        s.append(result)
+        chain(s, 6, prefix="n", text=lambda i: f"later {i} " + "lorem ipsum " * 20)
+        prompts = []
+        fn = sk.create_compact_function(lambda p: prompts.append(p) or "S", keep_recent_tokens=60,
+                                        protect_head=3, min_tail_messages=1)
+        comp = s.on_compaction(fn).compact()
+        hist = ids_of(s.get_history())
+        assert hist[:4] == ["h0", "h1", "call", "result"]  # the call is in the head: its result too
+        assert comp.from_id == "n0"
+        assert "found" not in prompts[0] and "failed" not in prompts[0]
+        # Compacting again extends that summary and still leaves the pair alone.
+        chain(s, 4, prefix="m", text=lambda i: f"more {i} " + "lorem ipsum " * 20)
+        comp2 = s.compact()
+        assert comp2.from_id == "n0"
+        assert ids_of(s.get_history())[:4] == ["h0", "h1", "call", "result"]
+
+    @pytest.mark.parametrize("shape", sorted(TOOL_PAIRS))
+    def test_C4_tail_keeps_the_call_of_a_result_it_keeps(self, store, shape):
+        call, result = self.TOOL_PAIRS[shape]
+        s = store.session("s")
+        chain(s, 6, text=lambda i: "early words " * 20)
+        s.append(call)
+        s.append(result)
+        fn = sk.create_compact_function(lambda p: "S", keep_recent_tokens=0, protect_head=1, min_tail_messages=1)
+        comp = s.on_compaction(fn).compact()
+        assert comp.to_id == "m5"  # the result is the tail, so its call is too
+        assert ids_of(s.get_history())[-2:] == ["call", "result"]
+
+    def test_C4_pairs_reused_call_ids_with_the_nearest_call(self, store):
+        s = store.session("s")
+        for turn in range(4):  # some providers number calls per response, so ids repeat
+            s.append({"id": f"c{turn}", "role": "assistant", "parts": [
+                {"type": "tool-lookup", "toolCallId": "call_0", "input": {"turn": turn}}]})
+            s.append({"id": f"r{turn}", "role": "tool", "parts": [
+                {"type": "tool-lookup", "toolCallId": "call_0", "output": "row " * 30,
+                 "state": "output-available"}]})
+        fn = sk.create_compact_function(lambda p: "S", keep_recent_tokens=0, protect_head=1, min_tail_messages=1)
+        comp = s.on_compaction(fn).compact()
+        # The head c0 keeps r0; the tail r3 keeps c3; the pairs between are summarised.
+        assert (comp.from_id, comp.to_id) == ("c1", "r2")
+        assert ids_of(s.get_history()) == ["c0", "r0", f"compaction:{comp.id}", "c3", "r3"]
+
+    def test_C4_head_pair_reaching_the_tail_leaves_nothing_to_summarise(self, store):
+        s = store.session("s")
+        s.append(msg("h0", "head"))
+        s.append({"id": "call", "role": "assistant", "parts": [
+            {"type": "tool-lookup", "toolCallId": "t1", "input": {}, "state": "input-available"}]})
+        chain(s, 3, prefix="x", text=lambda i: "between " * 30)
+        s.append({"id": "result", "role": "tool", "parts": [
+            {"type": "tool-lookup", "toolCallId": "t1", "output": "late", "state": "output-available"}]})
+        fn = sk.create_compact_function(lambda p: "S", keep_recent_tokens=0, protect_head=2, min_tail_messages=1)
+        assert s.on_compaction(fn).compact() is None
+        assert s.compactions() == []
+
 
 # ---------------------------------------------------------------------------
 class TestSearch:
