@@ -243,7 +243,7 @@ class StoreData:
         text_of = _msg.message_text
         for n, sid, raw in self.iter_contents():
             _, kids, _, on_path, compacted_by, _ = self._tree_facts(sid)
-            msg = json.loads(raw)
+            msg = _msg.decode_stored(raw)  # caller keys as written (see messages._escape_keys)
             values = (
                 sid, n.id, n.parent_id, n.depth, n.role, text_of(msg), len(msg.get("parts") or ()),
                 tool_names(msg), n.tokens, n.bytes, n.created_at, kids.get(n.id, 0), n.id in on_path,

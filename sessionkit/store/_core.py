@@ -309,6 +309,48 @@ class Engine:
 
 _BATCH = 256
 
+#: The largest count handed to an engine (a row limit, a batch): any int a caller
+#: passes is clamped to it, so no driver sees an int its SQL type cannot hold.
+_MAX_COUNT = 2**31 - 1
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _str_arg(value: Any, name: str) -> str:
+    """``value`` when it is a str of valid Unicode; else TypeError or ValueError naming ``name``.
+
+    Ids and names are checked here, before any engine sees them: a lone surrogate
+    cannot be encoded for any driver (SPEC M7, section 13).
+    """
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        value = str(value)
+    if not value.isascii():  # O(1); only other strings can hold a surrogate
+        _msg.check_text(value, name)
+    return value
+
+
+def _parent_arg(parent_id: Any) -> Any:
+    """A ``parent_id`` as written: LATEST, None or a str of valid Unicode."""
+    if parent_id is LATEST or parent_id is None:
+        return parent_id
+    if not isinstance(parent_id, str):
+        raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+    return _str_arg(parent_id, "parent_id")
+
+
+def _count_arg(value: Any, name: str, minimum: int = 0) -> int:
+    """A non-negative (or at least ``minimum``) int, clamped to :data:`_MAX_COUNT`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        what = "a non-negative int" if minimum == 0 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return min(int(value), _MAX_COUNT)
+
+
+def _json_arg(value: Any, name: str) -> str:
+    """``value`` as canonical JSON, refusing what no engine can store (TypeError / ValueError)."""
+    return _msg.dumps_valid(value, name)
+
 
 class Store:
     """A conversation store. Open one with :func:`sessionkit.open_store`.
@@ -382,8 +424,7 @@ class Store:
     def session(self, session_id: str = "") -> "Session":
         """The handle of a session (the same object for the same id)."""
         self._check()
-        if not isinstance(session_id, str):
-            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+        session_id = _str_arg(session_id, "session_id")
         with self._sessions_lock:
             handle = self._sessions.get(session_id)
             if handle is None:
@@ -397,6 +438,7 @@ class Store:
     def delete_session(self, session_id: str) -> None:
         """Remove everything of a session: messages, compactions, index entries, runs, events, records."""
         eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
         if not eng.session_exists(session_id):
             raise SessionNotFound(f"no session {session_id!r} in this store")
         with eng.write():
@@ -463,8 +505,9 @@ class Store:
         statistics come from those messages rather than the whole store.
         """
         eng = self._check()
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise ValueError(f"limit must be a non-negative int, got {limit!r}")
+        limit = _count_arg(limit, "limit")
+        if session_id is not None:
+            session_id = _str_arg(session_id, "session_id")
         parsed = parse_query(query)
         if parsed.empty or limit == 0:
             return []
@@ -484,43 +527,66 @@ class Store:
 
     @property
     def search_candidates(self) -> int:
-        """How many of the newest matches a search ranks at most (see :meth:`search`)."""
+        """How many of the newest matches a search ranks at most (see :meth:`search`).
+
+        Any positive int may be set; above 2**31 - 1 it counts as that.
+        """
         return self._engine.search_candidates
 
     @search_candidates.setter
     def search_candidates(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"search_candidates must be a positive int, got {value!r}")
-        self._engine.search_candidates = value
+        self._engine.search_candidates = _count_arg(value, "search_candidates", 1)
 
     # -- runs and events (used by sessionkit.agent and the server) -------------
     def runs(self, session_id: str) -> list[RunRecord]:
         """Recorded agent runs of a session, oldest first."""
-        return self._check().runs(session_id)
+        eng = self._check()
+        return eng.runs(_str_arg(session_id, "session_id"))
 
     def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
-        return self._check().events(session_id, after_seq)
+        eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        if after_seq is not None:
+            if not isinstance(after_seq, int) or isinstance(after_seq, bool):
+                raise TypeError(f"after_seq must be an int or None, got {type(after_seq).__name__}")
+            if after_seq >= _INT64[1]:
+                return []  # no seq is that large
+            after_seq = max(int(after_seq), -1)  # seqs start at 0
+        return eng.events(session_id, after_seq)
 
     def _run_begin(self, session_id: str, run_id: str, input: str) -> None:
         eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        run_id = _str_arg(run_id, "run_id")
+        if input is not None:
+            input = _str_arg(input, "input")
         with eng.write():
             eng.w_run_begin(session_id, run_id, input, _msg.now_iso())
 
     def _run_end(self, run_id: str, *, status: str, error: str | None, usage: dict | None) -> None:
         eng = self._check()
+        run_id = _str_arg(run_id, "run_id")
+        status = _str_arg(status, "status")
+        if error is not None:
+            error = _str_arg(error, "error")
+        if usage is not None:
+            _json_arg(usage, "usage")
         with eng.write():
             eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
 
     def _append_events(self, session_id: str, events: list[dict]) -> list[dict]:
         eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
         out = []
         for ev in events:
+            if not isinstance(ev, dict):
+                raise TypeError(f"an event must be a dict, got {type(ev).__name__}")
             ev = dict(ev)
             ev.setdefault("v", 1)
             ev.setdefault("ts", _msg.now_iso())
             ev["session_id"] = session_id
-            _msg.dumps(ev)
+            _json_arg(ev, f"event {ev.get('kind')!r}")
             out.append(ev)
         with eng.write():
             return eng.w_append_events(session_id, out)
@@ -570,15 +636,21 @@ class Store:
         HTTP server keeps its session table and the messages callers sent). They
         belong to the session: ``delete_session`` removes them.
         """
-        return [(n, json.loads(data)) for n, data in self._check().records(session_id, kind)]
+        eng = self._check()
+        rows = eng.records(_str_arg(session_id, "session_id"), _str_arg(kind, "kind"))
+        return [(n, json.loads(data)) for n, data in rows]
 
     def _put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
         """Insert or replace records ``(n, value)`` of ``kind`` in one transaction."""
+        session_id = _str_arg(session_id, "session_id")
+        kind = _str_arg(kind, "kind")
         rows = []
         for n, value in items:
             if not isinstance(n, int) or isinstance(n, bool):
                 raise TypeError(f"record numbers are ints, got {type(n).__name__}")
-            rows.append((n, _msg.dumps(value)))
+            if not _INT64[0] <= n <= _INT64[1]:
+                raise ValueError(f"record number {n} does not fit in 64 bits")
+            rows.append((int(n), _json_arg(value, f"record {kind!r} {n}")))
         eng = self._check()
         with eng.write():
             eng.w_put_records(session_id, kind, rows)
@@ -637,8 +709,8 @@ class Session:
         if source not in ("server", "client"):
             raise ValueError(f"source must be 'server' or 'client', got {source!r}")
         strip = self._store.reserved_metadata_keys if source == "client" else ()
-        if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
-            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        if parent_id is not LATEST:
+            parent_id = _parent_arg(parent_id)
         prep = self._prepare(message, strip, None)
         status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
         if status == "inserted":
@@ -668,13 +740,15 @@ class Session:
         return results
 
     def import_message(self, message: dict, *, parent_id: str | None = None, created_at: Any = None) -> AppendResult:
-        """Store a message as is (SPEC W3): no change event, never triggers compaction."""
-        if parent_id is LATEST:
-            pass
-        elif parent_id is not None and not isinstance(parent_id, str):
-            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        """Store a message as is (SPEC W3): no change event, never triggers compaction.
+
+        ``created_at`` (a datetime or epoch milliseconds) becomes the message's
+        ``createdAt`` as well as its row's time, so the two never disagree.
+        """
+        parent_id = _parent_arg(parent_id)
         iso = _msg.to_iso(created_at) if created_at is not None else None
-        return self._write_chain([message], parent_id, strip=(), created_at=iso)[0]
+        prep = self._prepare(message, (), iso, set_created=iso)
+        return self._write_prepared([prep], parent_id, created_at=iso)[0]
 
     def _import_many(self, items: list[tuple[dict, Any, Any]]) -> list[AppendResult]:
         """Import ``(message, parent_id, created_at)`` triples in one transaction (bulk import)."""
@@ -682,7 +756,7 @@ class Session:
         preps = []
         for message, parent_id, created_at in items:
             iso = _msg.to_iso(created_at) if created_at is not None else None
-            preps.append((self._prepare(message, (), iso), parent_id, iso))
+            preps.append((self._prepare(message, (), iso), _parent_arg(parent_id), iso))
         out = []
         with eng.write():
             index = eng.w_index_on()
@@ -701,17 +775,17 @@ class Session:
             out.append(AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq]))
         return out
 
-    def _prepare(self, message, strip, created_at):
+    def _prepare(self, message, strip, created_at, set_created=None):
         return _msg.prepare(
             message,
             created_at=created_at,
             strip_metadata_keys=strip,
             max_bytes=self._store.max_message_bytes,
+            set_created=set_created,
         )
 
     def _write_chain(self, messages, parent_id, *, strip, created_at) -> list[AppendResult]:
-        if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
-            raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+        parent_id = _parent_arg(parent_id)
         preps = [self._prepare(m, strip, created_at) for m in messages]  # validate all first
         return self._write_prepared(preps, parent_id, created_at=created_at)
 
@@ -768,10 +842,7 @@ class Session:
         """Delete messages (SPEC W6); returns the ids removed."""
         if isinstance(ids, str):
             ids = [ids]
-        ids = list(dict.fromkeys(ids))
-        for i in ids:
-            if not isinstance(i, str):
-                raise TypeError(f"message ids must be str, got {type(i).__name__}")
+        ids = list(dict.fromkeys(_str_arg(i, "message id") for i in ids))
         eng = self._eng()
         sid = self.session_id
         with eng.write():
@@ -811,6 +882,7 @@ class Session:
         eng = self._eng()
         if leaf_id is None:
             return eng.latest(self.session_id)
+        leaf_id = _str_arg(leaf_id, "leaf_id")
         node = eng.node(self.session_id, leaf_id)
         if node is None:
             raise MessageNotFound(f"message {leaf_id!r} is not in session {self.session_id!r}")
@@ -818,7 +890,7 @@ class Session:
 
     def get(self, id: str) -> dict | None:
         """The message with this id, or None."""
-        node = self._eng().node(self.session_id, id)
+        node = self._eng().node(self.session_id, _str_arg(id, "id"))
         return None if node is None else self._read(node.seq)
 
     def latest_leaf(self) -> dict | None:
@@ -829,6 +901,7 @@ class Session:
     def branches(self, id: str) -> list[dict]:
         """Direct children of a message, oldest first."""
         eng = self._eng()
+        id = _str_arg(id, "id")
         if eng.node(self.session_id, id) is None:
             raise MessageNotFound(f"message {id!r} is not in session {self.session_id!r}")
         kids = eng.children(self.session_id, id)
@@ -945,13 +1018,16 @@ class Session:
         """The longest suffix of the path within ``max_bytes`` (SPEC R3); cost grows with the window."""
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
             raise ValueError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
-        if not isinstance(min_messages, int) or min_messages < 1:
+        if not isinstance(min_messages, int) or isinstance(min_messages, bool) or min_messages < 1:
             raise ValueError(f"min_messages must be an int >= 1, got {min_messages!r}")
         eng = self._eng()
+        if leaf_id is not None:
+            leaf_id = _str_arg(leaf_id, "leaf_id")
         chosen: list[tuple[Node, str]] = []
         total = 0
         start: str | None = leaf_id
-        batch = max(16, min_messages + 1)  # one more than needed: is the next one in the window?
+        # one more than needed: is the next one in the window? (the count an engine sees is clamped)
+        batch = max(16, min(min_messages, _MAX_COUNT - 1) + 1)
         while True:
             rows = eng.window(self.session_id, start, batch)
             if not rows:
@@ -1058,8 +1134,7 @@ class Session:
         comps = {c.id: c for _, c in eng.compactions(self.session_id)}
         from_id = _unwrap(result.from_id, comps, "from_id")
         to_id = _unwrap(result.to_id, comps, "to_id")
-        if not isinstance(result.summary, str):
-            raise TypeError("CompactionResult.summary must be a str")
+        _str_arg(result.summary, "CompactionResult.summary")
         path = list(eng.path_skeleton(self.session_id, leaf.seq))
         path.reverse()
         pos = {mid: i for i, (_, mid, _) in enumerate(path)}
@@ -1086,6 +1161,8 @@ class Session:
         with that id; an endpoint missing from the session -> MessageNotFound.
         """
         eng = self._eng()
+        for name in ("id", "from_id", "to_id", "summary", "created_at"):
+            _str_arg(getattr(comp, name), f"compaction {name}")
         with eng.write():
             if any(c.id == comp.id for _, c in eng.compactions(self.session_id)):
                 return False
