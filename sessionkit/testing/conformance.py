@@ -33,6 +33,12 @@ import pytest
 
 import sessionkit as sk
 
+try:  # the property tests need hypothesis; without it they skip
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as hst
+except ImportError:  # pragma: no cover - depends on the environment
+    given = None
+
 __all__ = [
     "store_factory",
     "store",
@@ -46,6 +52,7 @@ __all__ = [
     "TestSearch",
     "TestChangeFeed",
     "TestBadInput",
+    "TestBadInputProperties",
 ]
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -1716,3 +1723,161 @@ class TestBadInput:
             assert not isinstance(info.value, RecursionError)
         assert len(s) == 0
 
+
+if given is not None:
+    _R = RESERVED
+    _chars = hst.one_of(hst.characters(categories=["Cs"]), hst.characters(),
+                        hst.sampled_from("a_ .\"\\{}[]:,\x00\u00e9"))
+    _text = hst.text(_chars, max_size=8)
+    _key = hst.one_of(_text, hst.sampled_from([_R, _R + _R, _R + "x", "type", "toolCallId", "url", "data"]))
+    _scalar = hst.one_of(hst.none(), hst.booleans(), hst.integers(-(2**70), 2**70),
+                         hst.floats(allow_nan=False, allow_infinity=False), _text)
+    _json = hst.recursive(_scalar, lambda inner: hst.one_of(hst.lists(inner, max_size=3),
+                                                              hst.dictionaries(_key, inner, max_size=3)),
+                          max_leaves=8)
+    _, _B64 = b64_payload(4200, "hyp")
+    _part = hst.one_of(
+        hst.fixed_dictionaries({"type": hst.just("text"), "text": _text}),
+        hst.fixed_dictionaries({"type": hst.sampled_from(["tool-a", "dynamic-tool"]), "toolCallId": _text},
+                               optional={"input": _json, "output": _json, "state": _text}),
+        hst.fixed_dictionaries({"type": hst.just("file"), "mediaType": _text},
+                               optional={"data": hst.sampled_from([_B64, "aGk="]),
+                                         "url": hst.sampled_from(["data:x/y;base64," + _B64, None])}),
+        hst.builds(lambda t, extra: dict(extra, type=t), _text, hst.dictionaries(_key, _json, max_size=3)),
+    )
+    _message = hst.fixed_dictionaries(
+        {"id": _text.filter(bool), "role": _text.filter(bool), "parts": hst.lists(_part, max_size=3)},
+        optional={"metadata": hst.dictionaries(_key, _json, max_size=3), "createdAt": _text,
+                  _R: _json, "extra": _json},
+    )
+    _created = hst.one_of(hst.none(), hst.integers(-(2**70), 2**70), hst.floats(), hst.booleans(), _text,
+                          hst.datetimes(timezones=hst.none() | hst.timezones()))
+    _counter = iter(range(10**9))
+
+
+def _string_slots(value, out: list) -> list:
+    """Every place in a JSON value that holds a string: ``(container, key, is_key)``."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.append((value, k, True))
+            if isinstance(v, str):
+                out.append((value, k, False))
+            else:
+                _string_slots(v, out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, str):
+                out.append((value, i, False))
+            else:
+                _string_slots(v, out)
+    return out
+
+
+def _poison(message: dict, pick: int, at: int) -> dict:
+    """A copy of ``message`` with a lone surrogate put into one of its strings (key or value)."""
+    copy = json.loads(json.dumps(message))
+    slots = _string_slots(copy, [])
+    container, key, is_key = slots[pick % len(slots)]
+    if is_key:
+        items = [((k[: at % (len(k) + 1)] + LONE + k[at % (len(k) + 1):]) if k == key else k, v)
+                 for k, v in container.items()]
+        container.clear()
+        container.update(items)
+    else:
+        text = container[key]
+        container[key] = text[: at % (len(text) + 1)] + LONE + text[at % (len(text) + 1):]
+    return copy
+
+
+class TestBadInputProperties:
+    """Random unicode (lone surrogates included) and JSON into every write and read:
+    only contract errors come out, and whatever was accepted reads back equal."""
+
+    if given is None:  # pragma: no cover - depends on the environment
+
+        def test_any_input_gives_contract_errors_only(self):
+            pytest.skip("hypothesis is not installed")
+
+    else:
+
+        @settings(max_examples=40, deadline=None,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                         HealthCheck.data_too_large])
+        @given(data=hst.data())
+        def test_any_input_gives_contract_errors_only(self, store, data):
+            n = next(_counter)
+            ok, s = attempt(store.session, f"p{n}-" + data.draw(_text, "session id"))
+            if ok:  # an engine may refuse an id on first use (PostgreSQL: NUL)
+                ok, _ = attempt(len, s)
+            if not ok:
+                s = store.session(f"p{n}")
+            stored: dict[str, dict] = {}
+
+            def accepted(result, written):
+                expected = as_read(written)
+                got = result.message
+                if result.inserted:
+                    assert strip_created(got) == strip_created(expected)
+                stored[got["id"]] = got
+
+            for _ in range(data.draw(hst.integers(1, 4), "messages")):
+                m = data.draw(_message, "message")
+                poisoned = data.draw(hst.booleans(), "poison")
+                if poisoned:
+                    m = _poison(m, data.draw(hst.integers(0, 10**6)), data.draw(hst.integers(0, 10)))
+                how = data.draw(hst.sampled_from(["append", "parent", "import", "client"]), "how")
+                if how == "append":
+                    ok, res = attempt(s.append, m)
+                elif how == "client":
+                    ok, res = attempt(s.append, m, source="client")
+                elif how == "parent":
+                    parent = data.draw(hst.one_of(_text, hst.sampled_from(sorted(stored) or ["none"])), "parent")
+                    ok, res = attempt(s.append, m, parent_id=parent)
+                else:
+                    created = data.draw(_created, "created_at")
+                    parent = data.draw(hst.one_of(hst.none(), hst.sampled_from(sorted(stored) or ["none"])))
+                    ok, res = attempt(s.import_message, m, parent_id=parent, created_at=created)
+                    if ok and res.inserted and created is not None:
+                        assert res.message["createdAt"] == sk.messages.to_iso(created)
+                        m = dict(m, createdAt=res.message["createdAt"])
+                if ok:
+                    assert not poisoned, "a message with a lone surrogate was accepted"
+                    accepted(res, m)
+            if stored and data.draw(hst.booleans(), "update"):
+                target = data.draw(hst.sampled_from(sorted(stored)), "update target")
+                new = dict(data.draw(_message, "new content"), id=target)
+                new.pop("createdAt", None)
+                ok, res = attempt(s.update, new)
+                if ok:
+                    assert strip_created(res) == strip_created(as_read(new))
+                    stored[target] = res
+            # reads: stored messages read back equal, any id gives a contract error at worst
+            for mid, message in stored.items():
+                assert s.get(mid) == message
+            for probe in [data.draw(_text, "probe id"), *stored]:
+                attempt(s.get, probe)
+                attempt(s.branches, probe)
+                attempt(s.get_history, leaf_id=probe)
+                attempt(s.recent_history, data.draw(hst.integers(0, 2**70), "max_bytes"), leaf_id=probe)
+            for message in s.get_history():
+                assert message == stored.get(message["id"], message)
+            query = data.draw(_text, "query")
+            assert isinstance(s.search(query), list)  # SPEC Q2: never raises
+            attempt(store.search, query, session_id=data.draw(_text, "search session"),
+                    limit=data.draw(hst.integers(0, 2**70), "limit"))
+            # compaction with any summary
+            path = s.get_history(compacted=False)
+            if path:
+                summary = data.draw(_text, "summary")
+                s.on_compaction(_summary_fn(path[0]["id"], path[-1]["id"], summary))
+                ok, comp = attempt(s.compact)
+                if ok:
+                    assert comp.summary == summary
+                    assert s.get_history()[0]["parts"][0]["text"] == summary
+            # deletes with any ids
+            ids = data.draw(hst.lists(hst.one_of(_text, hst.sampled_from(sorted(stored) or ["none"])),
+                                      max_size=3), "delete ids")
+            ok, removed = attempt(s.delete, ids, subtree=True)
+            if ok:
+                for mid in removed:
+                    assert s.get(mid) is None
