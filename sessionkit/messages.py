@@ -241,10 +241,9 @@ def _marshal_depth() -> int | None:
 
     if writes(2000) and not writes(2001):
         return 2000
-    lo, hi = 1, 1 << 16  # writes(lo), and not writes(hi) once found
-    if not writes(MAX_NESTING + 2) or writes(hi):
+    lo, hi = MAX_NESTING + 2, 1 << 16  # bisect between a depth it writes and one it refuses
+    if not writes(lo) or writes(hi):
         return None
-    lo = MAX_NESTING + 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if writes(mid) else (lo, mid)

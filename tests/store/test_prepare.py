@@ -210,3 +210,33 @@ def test_a_payload_key_that_is_no_pointer_reads_as_data(value):
         raise AssertionError("no payload is fetched")
     assert _msg.restore(stored, fetch)["parts"] == [part, {"type": "text", R: value}]
     assert _msg.blob_refs(stored) == []
+
+
+# -- nesting: the fast check (marshal) and the walk agree at the limit
+
+def _nested(depth: int, leaf):
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["marshal", "walk"])
+@pytest.mark.parametrize("wrap", [list, dict, "subclass"])
+def test_nesting_limit_is_exact_whichever_check_decides(monkeypatch, fast, wrap):
+    from collections import OrderedDict
+
+    if not fast:
+        monkeypatch.setattr(_msg, "_marshal_limit", [None])
+    wide = [[i] for i in range(200)]  # brackets enough that the count alone cannot decide
+
+    def message(depth, leaf):
+        """Containers nesting exactly ``depth`` deep: message, parts, part, output, then lists."""
+        inner = _nested(depth - 4 - isinstance(leaf, (list, dict)), leaf)  # an empty one is a level too
+        output = {list: lambda v: [v], dict: lambda v: {"k": v}, "subclass": lambda v: OrderedDict(k=v)}[wrap](inner)
+        return {"id": "m", "role": "tool", "parts": [{"type": "tool-x", "output": output, "input": wide}]}
+
+    for leaf in (1, [], "x", {}):
+        _msg.prepare(message(_msg.MAX_NESTING, leaf))
+        with pytest.raises(sk.InvalidMessage, match=f"nested deeper than {_msg.MAX_NESTING}"):
+            _msg.prepare(message(_msg.MAX_NESTING + 1, leaf))
