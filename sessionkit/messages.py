@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import hashlib
 import json
+import marshal
 import math
 import re
+import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from itertools import chain
 from typing import Any
 
 from .errors import InvalidMessage, MessageTooLarge
@@ -35,13 +37,31 @@ __all__ = [
     "to_iso",
     "Prepared",
     "BLOB_MIN_BYTES",
+    "MAX_NESTING",
+    "check_text",
+    "dumps_valid",
 ]
 
 #: A ``file`` part whose inline bytes reach this size is stored out of the row (SPEC M5).
 BLOB_MIN_BYTES = 4096
 
 #: Key used inside a stored part to point at an out-of-row payload.
+#:
+#: Only the store writes this key. A caller's dict key that starts with it (at any
+#: depth) is stored with the key prefixed once more (``_BLOB_KEY + key``) and the
+#: prefix is taken off on read, so in stored JSON a key equal to ``_BLOB_KEY`` is
+#: always the store's own pointer and every escaped key starts with ``_BLOB_KEY``
+#: twice (see :func:`_escape_keys`). Stores written before keys were escaped read
+#: back as they did: only keys starting with ``_BLOB_KEY`` twice read differently.
 _BLOB_KEY = "__sessionkit_blob__"
+_ESCAPED = _BLOB_KEY + _BLOB_KEY
+
+#: Containers (objects and arrays) a message may nest, the message itself counting
+#: as one: deeper messages are refused (SPEC M2), since reading or copying them
+#: would exhaust Python's recursion limit.
+MAX_NESTING = 128
+_CONTAINERS = (dict, list, tuple)  # what the JSON encoder writes as objects and arrays
+_chain = chain.from_iterable
 
 _WORD_RE = re.compile(r"\S+")
 
@@ -61,12 +81,19 @@ def normalize_created(value: Any) -> str | None:
         return value
     try:
         return to_iso(value)
-    except (TypeError, ValueError, OverflowError, OSError):
+    except (TypeError, ValueError):
         return None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def to_iso(value: datetime | int | float | str) -> str:
-    """Normalise a datetime, epoch milliseconds or ISO string to ``YYYY-MM-DDTHH:MM:SS.mmmZ``."""
+    """Normalise a datetime, epoch milliseconds or ISO string to ``YYYY-MM-DDTHH:MM:SS.mmmZ``.
+
+    A time outside what ``datetime`` holds (years 1 to 9999 in UTC) -> ``ValueError``,
+    a type that is no time -> ``TypeError``; both name ``created_at``.
+    """
     if isinstance(value, str):
         text = value[:-1] + "+00:00" if value.endswith("Z") else value
         try:
@@ -76,17 +103,228 @@ def to_iso(value: datetime | int | float | str) -> str:
     elif isinstance(value, bool):
         raise TypeError("created_at: expected a datetime or epoch milliseconds, got bool")
     elif isinstance(value, (int, float)):
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"created_at: not a finite number: {value!r}")
-        value = datetime.fromtimestamp(value / 1000.0, tz=timezone.utc)
+        try:  # exact for ints, and the same on every platform (no C time_t involved)
+            value = _EPOCH + timedelta(milliseconds=value)
+        except OverflowError as exc:
+            shown = repr(value) if abs(value) < 10**30 else "a number with more than 30 digits"
+            raise ValueError(f"created_at: {shown} ms since 1970 is outside the years 1 to 9999") from exc
     elif not isinstance(value, datetime):
         raise TypeError(
             f"created_at: expected a datetime or epoch milliseconds, got {type(value).__name__}"
         )
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    value = value.astimezone(timezone.utc)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+    try:
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+    except OverflowError as exc:
+        raise ValueError(f"created_at: {value!r} is outside the years 1 to 9999 in UTC") from exc
+    return (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
+            f"{value.second:02d}.{value.microsecond // 1000:03d}Z")
+
+
+def _surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate in ``text``, or None when it is valid Unicode."""
+    if text.isascii():  # O(1): a flag of the string object
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def check_text(value: str, name: str, error: type[Exception] = ValueError) -> str:
+    """Return ``value``, or raise ``error`` naming ``name`` when it holds a lone surrogate.
+
+    Every string the store writes or looks up must be valid Unicode (SPEC M7): a
+    lone surrogate cannot be encoded as UTF-8, which every engine stores.
+    """
+    at = _surrogate(value)
+    if at is not None:
+        raise error(f"{name} is not valid Unicode: a lone surrogate {value[at]!r} at index {at}")
+    return value
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _path(steps: tuple) -> str:
+    """A JSON-path-like location: ``parts[0].output.x``, ``metadata["a key"]``."""
+    out = []
+    for step in steps:
+        if isinstance(step, int) and not isinstance(step, bool):
+            out.append(f"[{step}]")
+        elif isinstance(step, str) and _IDENT.fullmatch(step):
+            out.append(("." if out else "") + step)
+        else:  # ASCII escapes: the text of an error is printable whatever the key holds
+            key = step if isinstance(step, str) else str(step)
+            out.append("[" + json.dumps(key) + "]")
+    return "".join(out) or "the value"
+
+
+def _containers(value: Any):
+    """``(key, child)`` of a dict or a list/tuple (what the JSON encoder treats as arrays)."""
+    return value.items() if isinstance(value, dict) else enumerate(value)  # see _CONTAINERS
+
+
+def _find_problem(message: Any, who: str | None = None,
+                  invalid: type[Exception] = InvalidMessage) -> tuple[type[Exception], str] | None:
+    """The first lone surrogate, circular reference or nesting deeper than MAX_NESTING.
+
+    Returns ``(error type, text naming the field)``, None when there is none; a
+    surrogate or too deep a nesting is ``invalid``, a cycle ``TypeError``. ``who``
+    starts the text (by default the message's id). Only called once a cheap check
+    has failed, so it may walk the whole value; it never recurses, so any depth
+    is safe.
+    """
+    if who is None:
+        mid = message.get("id") if isinstance(message, dict) else None
+        who = f"message {mid!r}: " if isinstance(mid, str) else ""
+    stack: list[tuple[Any, tuple, int]] = [(message, (), 1)]
+    while stack:
+        value, steps, depth = stack.pop()
+        if isinstance(value, str):
+            at = _surrogate(value)
+            if at is not None:
+                return invalid, (f"{who}{_path(steps)} is not valid Unicode: a lone surrogate "
+                                 f"{value[at]!r} at index {at}")
+            continue
+        if not isinstance(value, _CONTAINERS):
+            continue
+        if depth > MAX_NESTING:
+            node: Any = message  # a container met again on its own path is a cycle
+            for step in steps:
+                if node is value:
+                    return TypeError, f"{who}{_path(steps)} is not JSON-encodable: a circular reference"
+                node = node[step]
+            shown = _path(steps[:6]) + ("..." if len(steps) > 6 else "")
+            return invalid, f"{who}{shown} is nested deeper than {MAX_NESTING} levels"
+        children = []
+        for key, child in _containers(value):
+            if isinstance(key, str):
+                at = _surrogate(key)
+                if at is not None:
+                    return invalid, (f"{who}the key {_path(steps + (key,))} is not valid Unicode: "
+                                     f"a lone surrogate {key[at]!r} at index {at}")
+            children.append((child, steps + (key,), depth + 1))
+        stack.extend(reversed(children))  # depth first, in document order
+    return None
+
+
+def _part_string_chars(message: dict) -> int:
+    """Characters in the string values of the message's parts (texts, payloads, tool results
+    given as text): the JSON of those holds at least as many characters, none a bracket
+    of the structure."""
+    n = 0
+    for part in message["parts"]:
+        for value in part.values():
+            if type(value) is str:
+                n += len(value)
+    return n
+
+
+def _marshal_depth() -> int | None:
+    """The deepest chain of objects ``marshal`` writes (2,000 in CPython), or None."""
+    def chain(n: int) -> list:
+        value: Any = 0
+        for _ in range(n - 1):
+            value = [value]
+        return value
+
+    def writes(n: int) -> bool:
+        try:
+            marshal.dumps(chain(n))
+        except ValueError:
+            return False
+        return True
+
+    if writes(2000) and not writes(2001):
+        return 2000
+    lo, hi = MAX_NESTING + 2, 1 << 16  # bisect between a depth it writes and one it refuses
+    if not writes(lo) or writes(hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if writes(mid) else (lo, mid)
+    return lo
+
+
+_marshal_limit: list = []  # [depth or None], found on first use
+_wrappers = threading.local()
+
+
+def _shallow(message: Any) -> bool:
+    """True when the message surely nests at most MAX_NESTING deep; False when unsure.
+
+    ``marshal`` writes in C and refuses objects nested deeper than a fixed depth:
+    written inside a chain of lists that leaves MAX_NESTING levels of that depth,
+    a message it accepts nests no deeper (one nesting exactly MAX_NESTING deep
+    whose innermost container holds a value is refused: :func:`_too_deep` decides).
+    Several times faster than walking the message in Python.
+    """
+    if not _marshal_limit:
+        _marshal_limit.append(_marshal_depth())
+    limit = _marshal_limit[0]
+    if limit is None:
+        return False
+    ends = getattr(_wrappers, "ends", None)
+    if ends is None:  # per thread: the innermost slot holds the message while it is written
+        outer = inner = [None]
+        for _ in range(limit - MAX_NESTING - 1):
+            inner[0] = [None]
+            inner = inner[0]
+        ends = _wrappers.ends = (outer, inner)
+    outer, inner = ends
+    inner[0] = message
+    try:
+        marshal.dumps(outer)
+    except ValueError:  # too deep, or a type marshal does not write (a dict subclass...)
+        return False
+    finally:
+        inner[0] = None
+    return True
+
+
+def _too_deep(message: Any) -> bool:
+    """Whether containers nest deeper than MAX_NESTING (a cycle does too): one pass, level
+    by level, over the containers only; :func:`_find_problem` then names the place."""
+    level = [message]
+    depth = 1
+    while level:
+        if depth > MAX_NESTING:
+            return True
+        children = list(_chain([n.values() if isinstance(n, dict) else n for n in level]))
+        level = [c for c in children if isinstance(c, _CONTAINERS)]
+        depth += 1
+    return False
+
+
+def dumps_valid(value: Any, name: str) -> str:
+    """:func:`dumps`, also refusing a lone surrogate anywhere with a ``ValueError``
+    that names ``name`` and the place (for JSON the store keeps beside messages)."""
+    text = dumps(value)
+    if not text.isascii() and _surrogate(text) is not None:
+        found = _find_problem(value, f"{name}: ", ValueError)
+        raise (found[0](found[1]) if found else ValueError(f"{name} is not valid Unicode"))
+    return text
+
+
+def _require_unicode(encoded: str, message: dict) -> None:
+    """Raise naming the field when ``encoded`` (the message as JSON) holds a lone surrogate."""
+    if not encoded.isascii() and _surrogate(encoded) is not None:
+        _raise_problem(message, InvalidMessage("message is not valid Unicode"))
+
+
+def _raise_problem(message: dict, fallback: Exception | None = None) -> None:
+    """Raise what :func:`_find_problem` finds (or ``fallback``, when it finds nothing)."""
+    found = _find_problem(message)
+    if found is not None:
+        error, text = found
+        raise error(text) from fallback
+    if fallback is not None:
+        raise fallback
 
 
 def validate(message: Any) -> None:
@@ -105,10 +343,15 @@ def validate(message: Any) -> None:
         raise InvalidMessage(f"message field 'id' must be a string, got {type(mid).__name__}")
     if not mid:
         raise InvalidMessage("message field 'id' is empty")
+    if not mid.isascii():
+        check_text(mid, f"message {mid!r}: field 'id'", InvalidMessage)
     if "role" not in message:
         raise InvalidMessage(f"message {mid!r}: field 'role' is missing")
-    if not isinstance(message["role"], str) or not message["role"]:
+    role = message["role"]
+    if not isinstance(role, str) or not role:
         raise InvalidMessage(f"message {mid!r}: field 'role' must be a non-empty string")
+    if not role.isascii():
+        check_text(role, f"message {mid!r}: field 'role'", InvalidMessage)
     if "parts" not in message:
         raise InvalidMessage(f"message {mid!r}: field 'parts' is missing")
     parts = message["parts"]
@@ -330,29 +573,47 @@ def prepare(
     created_at: str | None = None,
     strip_metadata_keys: tuple[str, ...] = (),
     max_bytes: int | None = None,
+    set_created: str | None = None,
 ) -> Prepared:
-    """Validate and encode a message for storage (SPEC M2-M6).
+    """Validate and encode a message for storage (SPEC M2-M7).
 
     The caller's dict is never mutated; the result holds a fresh copy that
     shares nothing with it (decoded from the JSON when first read). ``created_at``
-    fills in a missing ``createdAt``. This runs on every append, so it avoids a
-    second encode where it can; the token estimate and text are read from the
-    caller's dict, which holds what the JSON says.
+    fills in a missing ``createdAt``; ``set_created`` replaces it (an import given
+    its time), so the message and its row never disagree. This runs on every
+    append, so it avoids a second encode where it can; the token estimate and
+    text are read from the caller's dict, which holds what the JSON says.
+
+    Checks beyond the shape, each a cheap test on the encoded JSON that walks the
+    message (to name the field) only when it fails: every string valid Unicode,
+    nesting at most :data:`MAX_NESTING` deep, and keys starting with the store's
+    payload key escaped in the stored JSON (:func:`_escape_keys`).
     """
     validate(message)
-    full_json, tool_json = _encode_message(message)  # TypeError for non-JSON values before anything else
+    try:
+        full_json, tool_json = _encode_message(message)  # TypeError for non-JSON values before anything else
+    except TypeError as exc:
+        if isinstance(exc.__cause__, RecursionError):  # too deep, or a cycle: name where
+            _raise_problem(message, exc)
+        raise
     msg = None  # the copy, built here only when it must change
     created = message.get("createdAt")
     if strip_metadata_keys and isinstance(message.get("metadata"), dict):
         if any(k in message["metadata"] for k in strip_metadata_keys):
+            _require_unicode(full_json, message)  # what is dropped must be valid too
             msg = _scan(full_json, 0)[0]
             meta = msg["metadata"]
             for key in strip_metadata_keys:
                 meta.pop(key, None)
             full_json = dumps(msg)
+    if set_created is not None and created != set_created:
+        if created is not None:  # the time it replaces must be valid too
+            _require_unicode(full_json, message)
+        created = None
+        created_at = set_created
     if created is None:
         created = created_at or now_iso()
-        if "createdAt" in message:  # an explicit null
+        if "createdAt" in message:  # an explicit null, or a time being replaced
             if msg is None:
                 msg = _scan(full_json, 0)[0]
             msg["createdAt"] = created
@@ -362,27 +623,47 @@ def prepare(
                 msg["createdAt"] = created
             # append the key to the encoded object instead of encoding it all again
             full_json = full_json[:-1] + ("," if len(full_json) > 2 else "") + '"createdAt":"' + created + '"}'
-    size = len(full_json) if full_json.isascii() else len(full_json.encode("utf-8"))
+    if full_json.isascii():  # O(1), and ASCII holds no surrogate
+        size = len(full_json)
+    else:
+        try:
+            size = len(full_json.encode("utf-8"))
+        except UnicodeEncodeError as exc:  # a lone surrogate somewhere: name the field
+            _raise_problem(msg if msg is not None else message, InvalidMessage(f"message is not valid Unicode: {exc}"))
+    # Nesting deeper than MAX_NESTING takes more than 2 * MAX_NESTING brackets, outside the
+    # strings: most long messages are long for their texts and payloads, and skip the count.
+    if size > 2 * MAX_NESTING and len(full_json) - _part_string_chars(message) > 2 * MAX_NESTING \
+            and full_json.count("[") + full_json.count("{") > MAX_NESTING:
+        value = msg if msg is not None else message
+        if not _shallow(value) and _too_deep(value):
+            _raise_problem(value, InvalidMessage(f"message {message['id']!r} is nested deeper than "
+                                                 f"{MAX_NESTING} levels"))
     if max_bytes is not None and size > max_bytes:
         raise MessageTooLarge(
             f"message {message['id']!r} is {size} bytes, over max_message_bytes={max_bytes}"
         )
     blobs: dict[str, bytes] = {}
     stored_json = full_json
-    if '"file"' in full_json:
-        if msg is None:
-            msg = _scan(full_json, 0)[0]
+    escape = _BLOB_KEY in full_json  # a caller's text or key holding the payload key
+    if escape or '"file"' in full_json:
+        if escape:  # a copy of its own, escaped: msg reads back as written
+            stored = _scan(full_json, 0)[0]
+            changed = _escape_keys(stored)
+        else:  # parts that change are copied (_extract_blob), so msg is shared
+            if msg is None:
+                msg = _scan(full_json, 0)[0]
+            stored = msg
+            changed = False
         stored_parts = []
-        changed = False
-        for part in msg["parts"]:
-            if part.get("type") == "file" and _BLOB_KEY not in part:
+        for part in stored["parts"]:
+            if part.get("type") == "file":
                 new = _extract_blob(part, blobs)
                 changed = changed or new is not part
                 stored_parts.append(new)
             else:
                 stored_parts.append(part)
         if changed:
-            stored = dict(msg)
+            stored = dict(stored)
             stored["parts"] = stored_parts
             stored_json = dumps(stored)
     mid, role = message["id"], message["role"]
@@ -403,26 +684,115 @@ def prepare(
     )
 
 
+def _escape_keys(value: Any) -> bool:
+    """Escape, in place, every dict key starting with the payload key; True when one was.
+
+    ``key`` becomes ``_BLOB_KEY + key``. The mapping is one to one, and every key it
+    makes starts with ``_BLOB_KEY`` twice while no other key does, so
+    :func:`_unescape_keys` undoes it exactly; and since it never makes ``_BLOB_KEY``
+    itself, a key equal to ``_BLOB_KEY`` in stored JSON is always a pointer the
+    store wrote. ``value`` is decoded JSON (str keys) within MAX_NESTING.
+    """
+    changed = False
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            if any(k.startswith(_BLOB_KEY) for k in node):
+                items = list(node.items())
+                node.clear()
+                node.update((_BLOB_KEY + k if k.startswith(_BLOB_KEY) else k, v) for k, v in items)
+                changed = True
+            children = node.values()
+        else:
+            children = node
+        stack.extend(c for c in children if type(c) is dict or type(c) is list)
+    return changed
+
+
+def _unescape_keys(value: Any) -> None:
+    """Undo :func:`_escape_keys` in place: keys starting with ``_BLOB_KEY`` twice lose one."""
+    cut = len(_BLOB_KEY)
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            if any(k.startswith(_ESCAPED) for k in node):
+                items = list(node.items())
+                node.clear()
+                node.update((k[cut:] if k.startswith(_ESCAPED) else k, v) for k, v in items)
+            children = node.values()
+        else:
+            children = node
+        stack.extend(c for c in children if type(c) is dict or type(c) is list)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _pointer(part: Any) -> dict | None:
+    """The payload pointer in a stored part, or None when the part holds none.
+
+    Only what :func:`_extract_blob` writes counts: a ``file`` part whose ``url`` or
+    ``data`` is null, beside a ``{"sha256", "field", "prefix"}`` object naming it.
+    Anything else under the key (only stores written before keys were escaped can
+    hold such a thing) is the caller's data.
+    """
+    if type(part) is not dict or part.get("type") != "file":
+        return None
+    ref = part.get(_BLOB_KEY)
+    if type(ref) is not dict or len(ref) != 3:
+        return None
+    field, sha, prefix = ref.get("field"), ref.get("sha256"), ref.get("prefix")
+    if field not in ("url", "data") or field not in part or part[field] is not None:
+        return None
+    if type(sha) is not str or not _SHA256.fullmatch(sha) or type(prefix) is not str:
+        return None
+    if field == "data" and prefix:
+        return None
+    if field == "url" and not (prefix.startswith("data:") and prefix.endswith(";base64,")):
+        return None
+    return ref
+
+
 def blob_refs(stored_json: str) -> list[str]:
     """SHA-256 digests referenced by a stored message's JSON."""
     if _BLOB_KEY not in stored_json:
         return []
+    parts = json.loads(stored_json).get("parts")
+    refs = [_pointer(p) for p in parts] if type(parts) is list else []
+    return [ref["sha256"] for ref in refs if ref is not None]
+
+
+def decode_stored(stored_json: str) -> dict:
+    """A stored message's JSON decoded with its keys as the caller wrote them; payload
+    pointers stay in place (for readers that need no payload, such as analysis)."""
     msg = json.loads(stored_json)
-    return [p[_BLOB_KEY]["sha256"] for p in msg.get("parts", ()) if _BLOB_KEY in p]
+    if _ESCAPED in stored_json:
+        _unescape_keys(msg)
+    return msg
 
 
 def restore(stored_json: str, fetch_blob) -> dict:
     """Rebuild a message from its stored JSON; ``fetch_blob(sha256) -> bytes`` supplies payloads."""
     msg = json.loads(stored_json)
     if _BLOB_KEY in stored_json:
-        for part in msg.get("parts", ()):
-            ref = part.pop(_BLOB_KEY, None)
+        parts = msg.get("parts")
+        for part in parts if type(parts) is list else ():
+            ref = _pointer(part)
             if ref is not None:
+                del part[_BLOB_KEY]
                 encoded = base64.b64encode(fetch_blob(ref["sha256"])).decode("ascii")
                 part[ref["field"]] = ref["prefix"] + encoded
+        if _ESCAPED in stored_json:  # after the pointers: an escaped key never is one
+            _unescape_keys(msg)
     return msg
 
 
 def deep_copy(message: dict) -> dict:
-    """A fresh copy of a message (reads never share mutable state with the store)."""
-    return copy.deepcopy(message)
+    """A fresh copy of a message (reads never share mutable state with the store).
+
+    Through JSON, in C: a message holds JSON values only, and this takes no Python
+    stack per level of nesting, as ``copy.deepcopy`` would.
+    """
+    return _scan(_encode(message), 0)[0]

@@ -644,6 +644,48 @@ _MANY_IDS = 64
 #: Messages whose content one read of a scan fetches at most.
 _SCAN_READ = 1_000
 
+#: The largest count handed to an engine (a row limit, a batch): any int a caller
+#: passes is clamped to it, so no driver sees an int its SQL type cannot hold.
+_MAX_COUNT = 2**31 - 1
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _str_arg(value: Any, name: str) -> str:
+    """``value`` when it is a str of valid Unicode; else TypeError or ValueError naming ``name``.
+
+    Ids and names are checked here, before any engine sees them: a lone surrogate
+    cannot be encoded for any driver (SPEC M7, section 13).
+    """
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+        value = str(value)
+    if not value.isascii():  # O(1); only other strings can hold a surrogate
+        _msg.check_text(value, name)
+    return value
+
+
+def _parent_arg(parent_id: Any) -> Any:
+    """A ``parent_id`` as written: LATEST, None or a str of valid Unicode."""
+    if parent_id is LATEST or parent_id is None:
+        return parent_id
+    if not isinstance(parent_id, str):
+        raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+    return _str_arg(parent_id, "parent_id")
+
+
+def _count_arg(value: Any, name: str, minimum: int = 0) -> int:
+    """A non-negative (or at least ``minimum``) int, clamped to :data:`_MAX_COUNT`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        what = "a non-negative int" if minimum == 0 else f"an int >= {minimum}"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    return min(int(value), _MAX_COUNT)
+
+
+def _json_arg(value: Any, name: str) -> str:
+    """``value`` as canonical JSON, refusing what no engine can store (TypeError / ValueError)."""
+    return _msg.dumps_valid(value, name)
+
 
 class Store:
     """A conversation store. Open one with :func:`sessionkit.open_store`.
@@ -725,8 +767,7 @@ class Store:
     def session(self, session_id: str = "") -> "Session":
         """The handle of a session (the same object for the same id)."""
         self._check()
-        if not isinstance(session_id, str):
-            raise TypeError(f"session_id must be a str, got {type(session_id).__name__}")
+        session_id = _str_arg(session_id, "session_id")
         with self._sessions_lock:
             handle = self._sessions.get(session_id)
             if handle is None:
@@ -740,6 +781,7 @@ class Store:
     def delete_session(self, session_id: str) -> None:
         """Remove everything of a session: messages, compactions, index entries, runs, events, records."""
         eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
         if not eng.session_exists(session_id):
             raise SessionNotFound(f"no session {session_id!r} in this store")
         with eng.write():
@@ -851,8 +893,9 @@ class Store:
         statistics come from those messages rather than the whole store.
         """
         eng = self._check()
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
-            raise ValueError(f"limit must be a non-negative int, got {limit!r}")
+        limit = _count_arg(limit, "limit")
+        if session_id is not None:
+            session_id = _str_arg(session_id, "session_id")
         parsed = parse_query(query)
         if parsed.empty or limit == 0:
             return []
@@ -887,23 +930,33 @@ class Store:
 
     @property
     def search_candidates(self) -> int:
-        """How many of the newest matches a search ranks at most (see :meth:`search`)."""
+        """How many of the newest matches a search ranks at most (see :meth:`search`).
+
+        Any positive int may be set; above 2**31 - 1 it counts as that.
+        """
         return self._engine.search_candidates
 
     @search_candidates.setter
     def search_candidates(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"search_candidates must be a positive int, got {value!r}")
-        self._engine.search_candidates = value
+        self._engine.search_candidates = _count_arg(value, "search_candidates", 1)
 
     # -- runs and events (SPEC A3, A4) -------------------------------------------
     def runs(self, session_id: str) -> list[RunRecord]:
         """Recorded agent runs of a session, oldest first."""
-        return self._check().runs(session_id)
+        eng = self._check()
+        return eng.runs(_str_arg(session_id, "session_id"))
 
     def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
-        return self._check().events(session_id, after_seq)
+        eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        if after_seq is not None:
+            if not isinstance(after_seq, int) or isinstance(after_seq, bool):
+                raise TypeError(f"after_seq must be an int or None, got {type(after_seq).__name__}")
+            if after_seq >= _INT64[1]:
+                return []  # no seq is that large
+            after_seq = max(int(after_seq), -1)  # seqs start at 0
+        return eng.events(session_id, after_seq)
 
     def begin_run(self, session_id: str, run_id: str, input: str | None) -> None:
         """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
@@ -911,18 +964,24 @@ class Store:
         The agent calls this before a run's first event; :meth:`runs` lists the run
         from then on. Run ids are unique in a store.
         """
-        _require_str("session_id", session_id)
-        _require_str("run_id", run_id)
         eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        run_id = _str_arg(run_id, "run_id")
+        if input is not None:
+            input = _str_arg(input, "input")
         with eng.write():
             eng.w_run_begin(session_id, run_id, input, _msg.now_iso())
 
     def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
         """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
         ``"interrupted"``), the error text of a failure and the run's summed ``usage``."""
-        _require_str("run_id", run_id)
-        _require_str("status", status)
         eng = self._check()
+        run_id = _str_arg(run_id, "run_id")
+        status = _str_arg(status, "status")
+        if error is not None:
+            error = _str_arg(error, "error")
+        if usage is not None:
+            _json_arg(usage, "usage")
         with eng.write():
             eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
 
@@ -933,8 +992,8 @@ class Store:
         of the session (from 0, across all its runs), and adds ``v`` (1) and ``ts``
         (now) when missing. Events are kept until the session is deleted.
         """
-        _require_str("session_id", session_id)
         eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
         out = []
         for ev in events:
             if not isinstance(ev, dict):
@@ -943,7 +1002,7 @@ class Store:
             ev.setdefault("v", 1)
             ev.setdefault("ts", _msg.now_iso())
             ev["session_id"] = session_id
-            _msg.dumps(ev)
+            _json_arg(ev, f"event {ev.get('kind')!r}")
             out.append(ev)
         with eng.write():
             stored = eng.w_append_events(session_id, out)
@@ -975,7 +1034,9 @@ class Store:
         for n, value in items:
             if not isinstance(n, int) or isinstance(n, bool):
                 raise TypeError(f"record numbers are ints, got {type(n).__name__}")
-            rows.append((n, _msg.dumps(value)))
+            if not _INT64[0] <= n <= _INT64[1]:
+                raise ValueError(f"record number {n} does not fit in 64 bits")
+            rows.append((int(n), _json_arg(value, f"record {kind!r} {n}")))
         eng = self._check()
         try:
             with eng.write():
@@ -1152,7 +1213,7 @@ class Session:
     def append(self, message: dict, *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
         """Add a message (SPEC W1). Idempotent on ``message["id"]``: the first write wins."""
         strip = self._strip_for(source)
-        _check_parent(parent_id)
+        parent_id = _parent_arg(parent_id)
         prep = self._prepare(message, strip, None)
         store = self._store
         if store._in_transaction():  # the one-statement fast path commits on its own: not here
@@ -1211,10 +1272,15 @@ class Session:
             store._emit(ChangeEvent("append", self.session_id, (r.message["id"],), r.message))
 
     def import_message(self, message: dict, *, parent_id: str | None = None, created_at: Any = None) -> AppendResult:
-        """Store a message as is (SPEC W3): no change event, never triggers compaction."""
-        _check_parent(parent_id)
+        """Store a message as is (SPEC W3): no change event, never triggers compaction.
+
+        ``created_at`` (a datetime or epoch milliseconds) becomes the message's
+        ``createdAt`` as well as its row's time, so the two never disagree.
+        """
+        parent_id = _parent_arg(parent_id)
         iso = _msg.to_iso(created_at) if created_at is not None else None
-        return self._write_chain([message], parent_id, strip=(), created_at=iso)[0]
+        prep = self._prepare(message, (), iso, set_created=iso)
+        return self._write_prepared([prep], parent_id, created_at=iso)[0]
 
     def import_many(self, items: Iterable[tuple[dict, Any, Any]]) -> list[AppendResult]:
         """Import many messages in one transaction: each item is ``(message, parent_id, created_at)``.
@@ -1238,7 +1304,7 @@ class Session:
                 raise TypeError("import_many takes (message, parent_id, created_at) items") from None
             _check_parent(parent_id)
             iso = _msg.to_iso(created_at) if created_at is not None else None
-            preps.append((self._prepare(message, (), iso), parent_id, iso))
+            preps.append((self._prepare(message, (), iso), _parent_arg(parent_id), iso))
         out = []
         with eng.write():
             index = eng.w_index_on()
@@ -1252,16 +1318,17 @@ class Session:
             out.append(AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq]))
         return out
 
-    def _prepare(self, message, strip, created_at):
+    def _prepare(self, message, strip, created_at, set_created=None):
         return _msg.prepare(
             message,
             created_at=created_at,
             strip_metadata_keys=strip,
             max_bytes=self._store.max_message_bytes,
+            set_created=set_created,
         )
 
     def _write_chain(self, messages, parent_id, *, strip, created_at) -> list[AppendResult]:
-        _check_parent(parent_id)
+        parent_id = _parent_arg(parent_id)
         preps = [self._prepare(m, strip, created_at) for m in messages]  # validate all first
         return self._write_prepared(preps, parent_id, created_at=created_at)
 
@@ -1318,10 +1385,7 @@ class Session:
         """Delete messages (SPEC W6); returns the ids removed."""
         if isinstance(ids, str):
             ids = [ids]
-        ids = list(dict.fromkeys(ids))
-        for i in ids:
-            if not isinstance(i, str):
-                raise TypeError(f"message ids must be str, got {type(i).__name__}")
+        ids = list(dict.fromkeys(_str_arg(i, "message id") for i in ids))
         eng = self._eng()
         sid = self.session_id
         with eng.write():
@@ -1364,6 +1428,7 @@ class Session:
         eng = self._eng()
         if leaf_id is None:
             return eng.latest(self.session_id)
+        leaf_id = _str_arg(leaf_id, "leaf_id")
         node = eng.node(self.session_id, leaf_id)
         if node is None:
             raise MessageNotFound(f"message {leaf_id!r} is not in session {self.session_id!r}")
@@ -1373,7 +1438,7 @@ class Session:
         """The message with this id, or None."""
         eng = self._eng()
         with eng.snapshot():
-            node = eng.node(self.session_id, id)
+            node = eng.node(self.session_id, _str_arg(id, "id"))
             return None if node is None else self._read(node.seq)
 
     def latest_leaf(self) -> dict | None:
@@ -1386,6 +1451,7 @@ class Session:
     def branches(self, id: str) -> list[dict]:
         """Direct children of a message, oldest first."""
         eng = self._eng()
+        id = _str_arg(id, "id")
         with eng.snapshot():
             if eng.node(self.session_id, id) is None:
                 raise MessageNotFound(f"message {id!r} is not in session {self.session_id!r}")
@@ -1580,9 +1646,11 @@ class Session:
         """The longest suffix of the path within ``max_bytes`` (SPEC R3); cost grows with the window."""
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
             raise ValueError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
-        if not isinstance(min_messages, int) or min_messages < 1:
+        if not isinstance(min_messages, int) or isinstance(min_messages, bool) or min_messages < 1:
             raise ValueError(f"min_messages must be an int >= 1, got {min_messages!r}")
         eng = self._eng()
+        if leaf_id is not None:
+            leaf_id = _str_arg(leaf_id, "leaf_id")
         start = None if leaf_id is None else self._leaf(leaf_id)  # None: the session's latest row
         chosen: list[tuple[Node, str]] = []
         total = 0
@@ -1691,8 +1759,7 @@ class Session:
         comps = {c.id: c for _, c in eng.compactions(self.session_id)}
         from_id = _unwrap(result.from_id, comps, "from_id")
         to_id = _unwrap(result.to_id, comps, "to_id")
-        if not isinstance(result.summary, str):
-            raise TypeError("CompactionResult.summary must be a str")
+        _str_arg(result.summary, "CompactionResult.summary")
         path = list(eng.path_skeleton(self.session_id, leaf.seq))
         path.reverse()
         pos = {mid: i for i, (_, mid, _) in enumerate(path)}
@@ -1724,6 +1791,8 @@ class Session:
             raise TypeError(f"import_compaction takes a sessionkit Compaction, got {type(compaction).__name__}")
         comp = compaction
         eng = self._eng()
+        for name in ("id", "from_id", "to_id", "summary", "created_at"):
+            _str_arg(getattr(comp, name), f"compaction {name}")
         with eng.write():
             if any(c.id == comp.id for _, c in eng.compactions(self.session_id)):
                 return False
@@ -1784,13 +1853,11 @@ class Session:
 
 
 def _check_parent(parent_id: Any) -> None:
-    if parent_id is not LATEST and parent_id is not None and not isinstance(parent_id, str):
-        raise TypeError("parent_id must be a str, None or sessionkit.LATEST")
+    _parent_arg(parent_id)
 
 
 def _require_str(what: str, value: Any) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    _str_arg(value, what)
 
 
 def _tree_node(n: Node) -> TreeNode:

@@ -58,14 +58,68 @@ def run_maybe_async(value: Any) -> Any:
     return box["value"]
 
 
-def _tool_ids(message: dict) -> set[str]:
-    ids = set()
+_RESULT_STATES = frozenset({"output-available", "output-error", "output-denied"})
+
+
+def _tool_marks(message: dict):
+    """``(call id, is_result)`` for each tool call or result a message carries.
+
+    Shapes met: tool parts (``toolCallId``, any part type) holding the call and,
+    once answered, its ``output`` (or ``errorText``, or an ``output-*`` state);
+    a later message repeating the ``toolCallId`` with the output, often with role
+    ``tool``; and the chat-completions shape, ``tool_calls`` on the assistant
+    message and ``tool_call_id`` on a ``tool`` message. A part that holds both
+    the call and its output needs no partner and is not reported.
+    """
+    is_tool_message = message.get("role") == "tool"
     for part in message.get("parts") or ():
-        if isinstance(part, dict) and "toolCallId" in part:
-            ids.add(str(part["toolCallId"]))
-    if message.get("tool_call_id"):
-        ids.add(str(message["tool_call_id"]))
-    return ids
+        if not isinstance(part, dict) or part.get("toolCallId") is None:
+            continue
+        answered = "output" in part or "errorText" in part or part.get("state") in _RESULT_STATES
+        if is_tool_message:
+            yield str(part["toolCallId"]), True
+        elif not answered:
+            yield str(part["toolCallId"]), False
+        else:  # the call and its answer in one part; answers a call made earlier, if any
+            yield str(part["toolCallId"]), None
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            if isinstance(call, dict) and call.get("id") is not None:
+                yield str(call["id"]), False
+    if message.get("tool_call_id") is not None:
+        yield str(message["tool_call_id"]), True
+
+
+def _unsplittable(messages: list[dict]) -> list[bool]:
+    """``out[p]``: whether the boundary before ``messages[p]`` would part a tool call from its
+    result (``p`` from 0 to ``len(messages)``; the two ends never do).
+
+    A result pairs with the nearest earlier open call of the same id (ids may be
+    reused over a long conversation), and every boundary between the two is
+    refused; so is one just before a ``tool`` message, which answers what came
+    before it even without an id.
+    """
+    n = len(messages)
+    open_calls: dict[str, int] = {}
+    cover = [0] * (n + 2)  # difference array over boundaries
+    for j, message in enumerate(messages):
+        for cid, is_result in _tool_marks(message):
+            i = open_calls.get(cid)
+            if is_result is False:  # a call waiting for its result
+                open_calls[cid] = j
+                continue
+            if i is not None:  # the result (or the answered call) of the open call i
+                del open_calls[cid]
+                if i < j:
+                    cover[i + 1] += 1
+                    cover[j + 1] -= 1
+    out = [False] * (n + 1)
+    depth = 0
+    for p in range(n + 1):
+        depth += cover[p]
+        out[p] = depth > 0 or (0 < p < n and messages[p].get("role") == "tool")
+    return out
 
 
 def _is_overlay(message: dict) -> bool:
@@ -130,6 +184,11 @@ def create_compact_function(
             if _is_overlay(m):
                 start = min(start, i)
                 break
+        # Never separate a tool call from its result: a call the head keeps keeps its result,
+        # so the head grows until the boundary parts no pair.
+        fixed = _unsplittable(messages)
+        while start < n and fixed[start]:
+            start += 1
         # The tail: newest messages within the token budget, at least min_tail_messages.
         cut = n
         budget = 0
@@ -139,14 +198,9 @@ def create_compact_function(
                 break
             budget += t
             cut -= 1
-        # Never separate a tool call from its result: move the cut back until no id straddles it.
-        while cut > start:
-            head_ids = set().union(*(_tool_ids(m) for m in messages[start:cut]))
-            tail_ids = set().union(*(_tool_ids(m) for m in messages[cut:]))
-            if head_ids & tail_ids or (cut < n and messages[cut].get("role") == "tool"):
-                cut -= 1
-                continue
-            break
+        # Likewise at the tail: move the cut back until it parts no pair.
+        while cut > start and fixed[cut]:
+            cut -= 1
         chunk = messages[start:cut]
         if not chunk or (len(chunk) == 1 and _is_overlay(chunk[0])):
             return None

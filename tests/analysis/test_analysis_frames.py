@@ -96,6 +96,17 @@ def test_messages_df_scope_and_order(store):
         store.messages_df(session_ids=[1])
 
 
+def test_metadata_keys_read_as_written(store):
+    """A caller's key that collides with the store's payload key is data in every view (SPEC M7)."""
+    key = "__sessionkit_blob__"
+    meta = {key: 1, key + key: [2], key + "x": {key: 3}}
+    store.session("s").append(_m("a", "user", dict(_t("hi"), **{key: 4}), metadata=meta))
+    row = store.sql("SELECT metadata, text, n_parts FROM messages").iloc[0]
+    assert json.loads(row["metadata"]) == meta
+    assert (row["text"], row["n_parts"]) == ("hi", 1)
+    assert store.session("s").to_pandas()["text"].tolist() == ["hi"]
+
+
 def test_real_oasst_values_match_the_source(real):
     store = real["store"]
     trees = real["oasst"]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -112,3 +115,128 @@ def test_the_returned_message_is_the_stored_one_and_shares_nothing():
         second = s.append({"id": "b", "role": "assistant", "parts": []})
         assert seen[0].message == second.message and seen[0].message is not second.message
         assert s.append({"id": "b", "role": "user", "parts": []}) == sk.AppendResult(False, second.message)
+
+
+# -- keys are data (SPEC M7): the stored form of caller keys that collide with the payload key
+
+R = _msg._BLOB_KEY
+adversarial_keys = st.one_of(text, st.sampled_from([R, R + R, R + "x", R * 3, "x" + R, R[:-1], R + R + "é"]))
+adversarial = st.recursive(scalars, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(adversarial_keys, inner, max_size=3)), max_leaves=10)
+BIG = "QUJD" * 1400  # 4,200 bytes once decoded: stored out of the row
+
+
+def _fetch_from(blobs):
+    def fetch(sha):
+        return blobs[sha]
+    return fetch
+
+
+@settings(max_examples=200, deadline=None)
+@given(adversarial, st.lists(st.dictionaries(adversarial_keys, adversarial, max_size=3), max_size=3),
+       st.sampled_from([None, "data", "url"]))
+def test_caller_keys_round_trip_and_never_become_pointers(extra, parts, payload):
+    parts = [dict(p, type=p.get("type") if isinstance(p.get("type"), str) else "x") for p in parts]
+    if payload == "data":
+        parts.append({"type": "file", "mediaType": "x/y", "data": BIG, R: {"sha256": "0" * 64}})
+    elif payload == "url":
+        parts.append({"type": "file", "mediaType": "x/y", "url": "data:x/y;base64," + BIG, R + R: 1})
+    message = {"id": "m", "role": "user", "parts": parts, R: extra, "metadata": {R: extra}}
+    prep = _msg.prepare(message)
+    assert _msg.restore(prep.stored_json, _fetch_from(prep.blobs)) == prep.message
+    assert prep.message == dict(json.loads(plain_dumps(message)), createdAt=prep.created_at)
+    # the only bare payload keys in stored JSON are the pointers the store wrote
+    assert sorted(_msg.blob_refs(prep.stored_json)) == sorted(prep.blobs)
+    bare = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            bare.extend(k for k in value if k == R)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(json.loads(prep.stored_json))
+    assert len(bare) == len(prep.blobs)
+    assert prep.bytes == len(prep.full_json.encode()) and prep.tokens == _msg.estimate_tokens(prep.message)
+    decoded = _msg.decode_stored(prep.stored_json)
+    assert decoded["metadata"] == prep.message["metadata"] and decoded.get(R) == prep.message.get(R)
+
+
+def test_a_message_without_the_payload_key_is_stored_as_encoded():
+    message = {"id": "m", "role": "user", "parts": [{"type": "text", "text": "mentions __sessionkit_blob_"}]}
+    prep = _msg.prepare(message)
+    assert prep.stored_json == prep.full_json
+
+
+def test_stored_json_of_earlier_versions_reads_back():
+    """Rows written before caller keys were escaped: genuine pointers resolve as they did,
+    and caller keys read as they did, except those starting with the payload key twice."""
+    raw = bytes(range(256)) * 20
+    sha = hashlib.sha256(raw).hexdigest()
+    b64 = base64.b64encode(raw).decode()
+    stored = json.dumps({
+        "id": "m", "role": "user", "createdAt": "2024-01-01T00:00:00.000Z",
+        "parts": [
+            {"type": "file", "mediaType": "image/png", "url": None,
+             R: {"sha256": sha, "field": "url", "prefix": "data:image/png;base64,"}},
+            {"type": "file", "mediaType": "x/y", "data": None, R: {"sha256": sha, "field": "data", "prefix": ""}},
+            {"type": "text", "text": "hi", R + "x": 1, "n": {R: 2}},
+        ],
+        "metadata": {R + "note": True},
+    }, separators=(",", ":"))
+    got = _msg.restore(stored, {sha: raw}.__getitem__)
+    assert got["parts"][0] == {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + b64}
+    assert got["parts"][1] == {"type": "file", "mediaType": "x/y", "data": b64}
+    assert got["parts"][2] == {"type": "text", "text": "hi", R + "x": 1, "n": {R: 2}}
+    assert got["metadata"] == {R + "note": True}
+    assert _msg.blob_refs(stored) == [sha, sha]
+
+
+@pytest.mark.parametrize("value", [
+    "not a pointer", None, 7, [1], {"sha256": "x"}, {"sha256": "0" * 64, "field": "text", "prefix": ""},
+    {"sha256": "0" * 64, "field": "data", "prefix": "data:x;base64,"},
+    {"sha256": "0" * 64, "field": "url", "prefix": "", "extra": 1},
+    {"sha256": "0" * 64, "field": "url", "prefix": "http://"},
+])
+def test_a_payload_key_that_is_no_pointer_reads_as_data(value):
+    """Earlier versions stored a caller's payload key as given; whatever is no pointer the
+    store could have written reads back as data instead of failing every read."""
+    part = {"type": "file", "url": None, "data": None, R: value}
+    stored = json.dumps({"id": "m", "role": "user", "parts": [part, {"type": "text", R: value}]})
+    def fetch(sha):
+        raise AssertionError("no payload is fetched")
+    assert _msg.restore(stored, fetch)["parts"] == [part, {"type": "text", R: value}]
+    assert _msg.blob_refs(stored) == []
+
+
+# -- nesting: the fast check (marshal) and the walk agree at the limit
+
+def _nested(depth: int, leaf):
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["marshal", "walk"])
+@pytest.mark.parametrize("wrap", [list, dict, "subclass"])
+def test_nesting_limit_is_exact_whichever_check_decides(monkeypatch, fast, wrap):
+    from collections import OrderedDict
+
+    if not fast:
+        monkeypatch.setattr(_msg, "_marshal_limit", [None])
+    wide = [[i] for i in range(200)]  # brackets enough that the count alone cannot decide
+
+    def message(depth, leaf):
+        """Containers nesting exactly ``depth`` deep: message, parts, part, output, then lists."""
+        inner = _nested(depth - 4 - isinstance(leaf, (list, dict)), leaf)  # an empty one is a level too
+        output = {list: lambda v: [v], dict: lambda v: {"k": v}, "subclass": lambda v: OrderedDict(k=v)}[wrap](inner)
+        return {"id": "m", "role": "tool", "parts": [{"type": "tool-x", "output": output, "input": wide}]}
+
+    for leaf in (1, [], "x", {}):
+        _msg.prepare(message(_msg.MAX_NESTING, leaf))
+        with pytest.raises(sk.InvalidMessage, match=f"nested deeper than {_msg.MAX_NESTING}"):
+            _msg.prepare(message(_msg.MAX_NESTING + 1, leaf))
