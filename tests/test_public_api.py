@@ -15,7 +15,7 @@ PINNED = {
     "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError", "StoreCorrupt",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
     "RunInterrupted", "Agent", "RunResult", "RunController", "create_session", "SessionStore",
-    "FileSessionStore", "testing", "io", "plot", "widgets", "server",
+    "FileSessionStore", "aio", "testing", "io", "plot", "widgets", "server",
 }
 
 
