@@ -626,3 +626,29 @@ def test_an_async_store_is_a_session_store(tmp_path):
             assert [m["id"] for m in await store.load("s")][1:] == ["u2"]  # compaction applied
 
     run(main())
+
+
+# ---------------------------------------------------------------------------
+# README
+
+
+def test_the_readme_async_example_prints_what_the_readme_shows(tmp_path):
+    """The Starlette app of README's "Async" section runs and prints the output shown there."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "README.md").read_text(encoding="utf-8").split("\n## Async\n", 1)[1].split("\n## ", 1)[0]
+    code, output = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[:2]
+    (tmp_path / "app.py").write_text(code, encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+               LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
+    done = subprocess.run([sys.executable, "app.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == output
