@@ -16,6 +16,8 @@ import pytest
 import sessionkit as sk
 from sessionkit.aio import AsyncSession, AsyncStore
 
+from .pg_cluster import new_store_url, pg_url  # noqa: F401  (pg_url: a fixture)
+
 
 def msg(mid: str, text: str = "", role: str = "user") -> dict:
     return {"id": mid, "role": role, "parts": [{"type": "text", "text": text or f"text of {mid}"}]}
@@ -25,11 +27,15 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture(params=["sqlite", "duckdb"])
+@pytest.fixture(params=["sqlite", "duckdb", "postgresql"])
 def target(request, tmp_path):
+    """A store target on each engine (PostgreSQL: a fresh schema, when a server can be had)."""
     if request.param == "duckdb":
         pytest.importorskip("duckdb")
         return tmp_path / "aio.duckdb"
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_url")  # skips without a server (fails under CI=true)
+        return new_store_url()
     return tmp_path / "aio.db"
 
 
