@@ -251,6 +251,20 @@ class AsyncStore:
             max_workers=1, thread_name_prefix="sessionkit-aio", initializer=self._worker.mark
         )
         self._opening: concurrent.futures.Future = self._executor.submit(opener)
+        self._opening.add_done_callback(self._after_opening)
+
+    def _after_opening(self, opening: concurrent.futures.Future) -> None:
+        if opening.exception() is not None:  # a store that never opened keeps no thread
+            self._executor.shutdown(wait=False)
+
+    def _submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        """``fn(*args, **kwargs)`` queued on the worker; the opening's error or ``StoreClosed`` once it is gone."""
+        try:
+            return self._executor.submit(fn, *args, **kwargs)
+        except RuntimeError:  # the executor was shut down
+            if self._opening.done() and self._opening.exception() is not None:
+                self._opening.result()
+            raise StoreClosed("the store is closed") from None
 
     # -- lifecycle ----------------------------------------------------------------------
     def __await__(self):
@@ -290,7 +304,11 @@ class AsyncStore:
             with self._lock:
                 tx = self._tx
                 if self._closing is None and (tx is None or tx in _IN_TX.get()):
-                    self._closing = self._executor.submit(self._close_sync)
+                    try:
+                        self._closing = self._executor.submit(self._close_sync)
+                    except RuntimeError:  # never opened: nothing to close
+                        self._closing = concurrent.futures.Future()
+                        self._closing.set_result(None)
                     self._executor.shutdown(wait=False)
                 closing = self._closing
             if closing is not None:
@@ -374,7 +392,7 @@ class AsyncStore:
                     raise StoreClosed("the store is closed")
                 tx = self._tx
                 if tx is None or tx in _IN_TX.get():
-                    future = self._executor.submit(fn, *args, **kwargs)
+                    future = self._submit(fn, *args, **kwargs)
                     break
             await _until_done(tx.ended)
         return await asyncio.wrap_future(future)
@@ -572,7 +590,11 @@ class AsyncStore:
                     return None
                 if held is None:
                     token = self._tx = _Token()
-                    entering = self._executor.submit(self._tx_open_sync, token)
+                    try:
+                        entering = self._submit(self._tx_open_sync, token)
+                    except BaseException:
+                        self._tx = None
+                        raise
                     break
             await _until_done(held.ended)
         try:

@@ -266,9 +266,24 @@ def test_an_opening_error_is_raised_where_the_store_is_awaited(tmp_path):
         with pytest.raises(ValueError, match="does not exist"):
             async with sk.aio.open_store(tmp_path / "missing.db", create=False):
                 pass
+        def workers():
+            return {t for t in threading.enumerate() if t.name.startswith("sessionkit-aio")}
+
+        before = workers()
         bad = sk.aio.open_store("notes.txt")
         with pytest.raises(ValueError):
             await bad.list_sessions()
+        with pytest.raises(ValueError):
+            async for _ in bad.session("s").history():
+                pass
+        for _ in range(200):  # a store that never opened keeps no worker thread
+            if not workers() - before:
+                break
+            await asyncio.sleep(0.01)
+        assert not workers() - before
+        await bad.close()  # nothing to close, no error
+        with pytest.raises(sk.StoreClosed):
+            await bad.stats()
 
     run(main())
 
