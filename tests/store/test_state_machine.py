@@ -188,6 +188,17 @@ pick = st.integers(0, 1 << 16)  # chooses among whatever exists when the rule ru
 # the reference model: SPEC rules written out plainly
 
 
+def window_take(sizes: list[int], max_bytes: int, min_messages: int) -> int:
+    """How many of the last entries a window of ``max_bytes`` holds (SPEC R3)."""
+    take, total = 0, 0
+    for size in reversed(sizes):
+        if take >= min_messages and total + size > max_bytes:
+            break
+        take += 1
+        total += size
+    return take
+
+
 def canonical_size(message: dict) -> int:
     """Stored size of a message: its JSON as written (payloads included)."""
     return len(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
@@ -870,23 +881,20 @@ class StoreMachine(RuleBasedStateMachine):
         assert first_two == raw[::-1][:2]
         assert session.path_length(**kw) == len(path)
         assert session.branches(leaf) == [model.msgs[c].message for c in model.children(leaf)]
-        # SPEC R3: the longest suffix within max_bytes, never fewer than min_messages
+        # SPEC R3: the longest suffix within max_bytes, never fewer than min_messages, of the
+        # path as get_history() gives it (compacted by default, raw with compacted=False)
         sizes = [canonical_size(m) for m in raw]
         kind, value, delta = budget
         if kind == "exact":
             max_bytes = max(0, sum(sizes[value % len(sizes):]) + delta)
         else:
             max_bytes = value
-        take, total = 0, 0
-        for size in reversed(sizes):
-            if take >= min_messages and total + size > max_bytes:
-                break
-            take += 1
-            total += size
-        window = session.recent_history(max_bytes, min_messages=min_messages, **kw)
-        assert window.messages == raw[len(raw) - take:]
-        assert window.truncated == (take < len(raw))
-        assert window.total_content_bytes == sum(sizes)
+        for compacted, shown in ((False, raw), (True, model.compacted(path))):
+            take = window_take([canonical_size(m) for m in shown], max_bytes, min_messages)
+            window = session.recent_history(max_bytes, min_messages=min_messages, compacted=compacted, **kw)
+            assert window.messages == shown[len(shown) - take:], compacted
+            assert window.truncated == (take < len(shown))
+            assert window.total_content_bytes == sum(sizes)
 
     @rule(i=st.integers(0, 1), k=pick)
     def reads_of_unknown_ids(self, i, k):
@@ -943,11 +951,13 @@ class StoreMachine(RuleBasedStateMachine):
                 # SPEC R3 at a message boundary: the last two messages fit exactly, or miss by a byte
                 sizes = [canonical_size(m) for m in raw]
                 tight = len(self.touched) % 2
-                window = session.recent_history(sum(sizes[-2:]) - tight)
-                take = 1 if tight and len(raw) > 1 else min(2, len(raw))
-                assert window.messages == raw[-take:]
-                assert window.truncated == (take < len(raw))
-                assert window.total_content_bytes == sum(sizes)
+                for compacted, shown in ((False, raw), (True, model.compacted(path))):
+                    shown_sizes = [canonical_size(m) for m in shown]
+                    window = session.recent_history(sum(shown_sizes[-2:]) - tight, compacted=compacted)
+                    take = 1 if tight and len(shown) > 1 else min(2, len(shown))
+                    assert window.messages == shown[-take:], compacted
+                    assert window.truncated == (take < len(shown))
+                    assert window.total_content_bytes == sum(sizes)
             comps = session.compactions()
             assert [(c.id, c.from_id, c.to_id, c.summary, c.created_at) for c in comps] == [
                 (c["id"], c["from_id"], c["to_id"], c["summary"], c["created_at"]) for c in model.comps
