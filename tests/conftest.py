@@ -131,13 +131,24 @@ def new_shared_store(request, tmp_path_factory):
     opener.close_all()
 
 
-@pytest.fixture(scope="session", params=list(VARIANTS))
+# The fast suite (``make test-fast``, ``-m "not slow"``) checks the store itself on every
+# engine: the conformance suite and the quick state machine on every variant but the second
+# DuckDB one (in-memory: the same engine code on another connection target, and DuckDB's
+# per-statement cost makes it the dearest). The layers above the store (io, analysis,
+# server, agent) run on SQLite there, on every engine in the full suite.
+_SLOW = pytest.mark.slow
+
+
+@pytest.fixture(
+    scope="session",
+    params=[pytest.param(v, marks=_SLOW) if v == "duckdb-memory" else v for v in VARIANTS],
+)
 def store_variant(request) -> str:
     """Every store variant, one test each (ids: the variant names)."""
     return request.param
 
 
-@pytest.fixture(scope="session", params=list(ENGINES))
+@pytest.fixture(scope="session", params=[e if e == "sqlite" else pytest.param(e, marks=_SLOW) for e in ENGINES])
 def engine(request) -> str:
     """One parameter per engine: ``"sqlite"``, ``"duckdb"``, ``"postgresql"``."""
     return request.param

@@ -21,7 +21,17 @@ os.environ["MPLBACKEND"] = "Agg"
 
 import sessionkit as sk  # noqa: E402
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests on the whole sample data (``real``) are slow, on every engine: the import
+    takes seconds on SQLite and 20 s on DuckDB."""
+    for item in items:
+        if "real" in getattr(item, "fixturenames", ()) and HERE in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
 
 #: How much of each sample the DuckDB variant imports (None: all of it): bulk imports batch
 #: their writes on every engine, so both engines get the whole files.

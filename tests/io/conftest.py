@@ -15,7 +15,16 @@ import pytest
 
 import sessionkit as sk
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data"
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests on the whole sample data (``loaded``) are slow, on every engine: the import
+    takes seconds on SQLite and 20 s on DuckDB, reading 2,312 HH pairs back a minute there."""
+    for item in items:
+        if "loaded" in getattr(item, "fixturenames", ()) and HERE in item.path.parents:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

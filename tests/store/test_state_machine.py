@@ -50,7 +50,7 @@ FULL_EXAMPLES = {
 }
 #: Examples of the quick run (part of ``make test-fast``): a few seconds per variant.
 QUICK_EXAMPLES = {
-    "sqlite-file": 10, "sqlite-memory": 10, "sqlite-window": 10,
+    "sqlite-file": 5, "sqlite-memory": 5, "sqlite-window": 5,
     "duckdb-file": 3, "duckdb-memory": 3,
     "postgresql": 3,
 }
