@@ -46,9 +46,9 @@ test: setup
 	$(PYTEST)
 
 ## Quick feedback: every test not marked slow (see the marker in pyproject.toml and
-## tests/conftest.py): the store on every engine, the layers above it on SQLite.
-## Measured on a 2-core machine shared with other work (load average 2.7-4.6): test-fast
-## 1 min 51 s to 2 min 42 s (about 70 s of CPU), test 18 min.
+## tests/conftest.py): the store matrix on SQLite, the engine-specific DuckDB and PostgreSQL tests.
+## Measured on a 2-core machine shared with other work: test-fast 3 min 37 s at a load average
+## of 5-7 (80 s of CPU), about 2 min at 2-3; test 18 min before the suite on main grew.
 test-fast: setup
 	$(PYTEST) -m "not slow"
 
