@@ -47,8 +47,8 @@ test: setup
 
 ## Quick feedback: every test not marked slow (see the marker in pyproject.toml and
 ## tests/conftest.py): the store matrix on SQLite, the engine-specific DuckDB and PostgreSQL tests.
-## Measured on a 2-core machine shared with other work: test-fast 3 min 37 s at a load average
-## of 5-7 (80 s of CPU), about 2 min at 2-3; test 18 min before the suite on main grew.
+## Measured on a 2-core machine shared with other work: test-fast 3 min 37 s at a load
+## average of 5-7 (86 s of CPU); test 18 min (measured before the conformance suite doubled).
 test-fast: setup
 	$(PYTEST) -m "not slow"
 
