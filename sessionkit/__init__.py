@@ -15,6 +15,7 @@ import importlib
 from typing import Any
 
 from .errors import (
+    GuardrailTripped,
     InvalidMessage,
     MaxStepsExceeded,
     MessageNotFound,
@@ -100,6 +101,7 @@ __all__ = [
     "MaxStepsExceeded",
     "RunTimeout",
     "RunInterrupted",
+    "GuardrailTripped",
     *_LAZY,
 ]
 

@@ -14,7 +14,7 @@ PINNED = {
     "SessionInfo", "TreeNode", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
     "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError", "StoreCorrupt",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
-    "RunInterrupted", "Agent", "RunResult", "RunController", "create_session", "SessionStore",
+    "RunInterrupted", "GuardrailTripped", "Agent", "RunResult", "RunController", "create_session", "SessionStore",
     "FileSessionStore", "testing", "io", "plot", "widgets", "server",
 }
 
@@ -28,16 +28,18 @@ def test_error_tree():
     root = sk.SessionKitError
     for name in ("InvalidMessage", "MessageNotFound", "SessionNotFound", "StoreClosed", "StoreLocked",
                  "MessageTooLarge", "SchemaVersionError", "StoreCorrupt", "UsageError", "MissingDependency", "RunFailed",
-                 "ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted"):
+                 "ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted", "GuardrailTripped"):
         assert issubclass(getattr(sk, name), root), name
     assert issubclass(sk.InvalidMessage, ValueError)
     assert issubclass(sk.MessageNotFound, LookupError)
     assert issubclass(sk.SessionNotFound, LookupError)
     assert issubclass(sk.MissingDependency, ImportError)
-    for name in ("ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted"):
+    for name in ("ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted", "GuardrailTripped"):
         assert issubclass(getattr(sk, name), sk.RunFailed)
     err = sk.ModelError("x", run_id="r1")
     assert err.run_id == "r1"
+    tripped = sk.GuardrailTripped("blocked", run_id="r2", reason="card number", guardrail="no_cards")
+    assert (tripped.run_id, tripped.reason, tripped.guardrail, str(tripped)) == ("r2", "card number", "no_cards", "blocked")
 
 
 HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy"]

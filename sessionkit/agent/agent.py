@@ -14,25 +14,68 @@ What a run does, in order:
 1. load the session's history along its latest path, compaction applied (the
    model sees summaries instead of compacted ranges);
 2. record the run (``status="running"``) and a ``run.start`` event;
-3. take turns: send ``[system, *history, *new turns]`` to the model, stream its
+3. pass the new user message through the agent's input guardrails;
+4. take turns: send ``[system, *history, *new turns]`` to the model, stream its
    text as ``delta.text`` events, run each tool call (``tool.call`` /
    ``tool.result``), and go on while the model asks for tools; at each turn
-   boundary one queued controller message (steers first) joins as a user message;
-4. on success append every new message (the user's first, then one assistant
+   boundary one queued controller message (steers first) joins as a user
+   message, after passing the input guardrails too;
+5. pass the messages about to be appended through the output guardrails;
+6. on success append every new message (the user's first, then one assistant
    message per model call, its tool parts carrying input and output) in one
    transaction, under the leaf the history was read from;
-5. on failure (:class:`~sessionkit.ModelError`, :class:`~sessionkit.MaxStepsExceeded`,
-   :class:`~sessionkit.RunTimeout`, :class:`~sessionkit.RunInterrupted`) append
-   nothing, record the run as ``failed`` or ``interrupted`` and raise.
+7. on failure (:class:`~sessionkit.ModelError`, :class:`~sessionkit.MaxStepsExceeded`,
+   :class:`~sessionkit.RunTimeout`, :class:`~sessionkit.RunInterrupted`,
+   :class:`~sessionkit.GuardrailTripped`) append nothing, record the run as
+   ``failed`` or ``interrupted`` with the error's text and raise.
 
 Messages a controller receives after the run's last turn boundary stay queued
 for the controller's next run.
+
+Guardrails (SPEC A9)
+--------------------
+
+A guardrail is a callable, sync or async, taking a list of UIMessages (deep
+copies: changing them changes nothing) and returning ``None`` to allow or a
+reason (a ``str``) to block::
+
+    CARD = re.compile(r"\\b(?:\\d[ -]?){13,16}\\b")
+
+    def no_card_numbers(messages):
+        for m in messages:
+            text = " ".join(p["text"] for p in m["parts"] if p["type"] == "text")
+            if m["role"] == "assistant" and CARD.search(text):
+                return "the reply contains a card number"
+        return None
+
+    agent = sk.Agent("support", "...", model, output_guardrails=[no_card_numbers])
+
+- input guardrails get ``[user_message]``: the run's new user message before
+  the first model call; each queued controller message (steer or follow-up)
+  when it joins the run, before the model sees it; for :meth:`Agent.regenerate`,
+  the stored user message being answered again;
+- output guardrails get every message the run is about to append (for a run,
+  the user's first, as in ``RunResult.messages``; for a regeneration, the new
+  replies), once, after the last turn and before anything is written.
+
+Guardrails run in order and the first block wins. A block, a guardrail that
+raises, or one returning anything but ``None`` or a ``str`` fails the whole run
+with :class:`~sessionkit.GuardrailTripped` (``.reason``, ``.guardrail``,
+``.stage``): nothing of the run is appended (earlier turns of the run included),
+the run is recorded ``"failed"`` with the error's text (which names the
+guardrail and gives the reason), and ``run.end`` carries it as ``error``. A
+blocked queued message is consumed, not queued again. Sync guardrails run on
+a worker thread, like tools; they count against the run's ``timeout`` and an
+``interrupt()`` stops the wait for them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
+import functools
+import inspect
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -40,6 +83,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import (
+    GuardrailTripped,
     MessageNotFound,
     ModelError,
     RunFailed,
@@ -62,7 +106,7 @@ from .models import (
     make_usage,
 )
 from .sessions import _require_tree, create_session
-from .tools import Tool, as_tool, json_safe
+from .tools import Tool, _in_thread, _is_async, as_tool, json_safe
 
 __all__ = ["Agent", "RunResult"]
 
@@ -159,6 +203,27 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
+def _check_guardrails(guardrails: Any, name: str) -> tuple[Callable[..., Any], ...]:
+    if isinstance(guardrails, (str, bytes, dict)) or callable(guardrails):
+        raise TypeError(f"{name} must be a list of callables")
+    try:
+        items = tuple(guardrails)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of callables, got {type(guardrails).__name__}") from None
+    for item in items:
+        if not callable(item):
+            raise TypeError(f"each of {name} must be callable, got {type(item).__name__}")
+    return items
+
+
+def _guardrail_name(guardrail: Any) -> str:
+    target = guardrail
+    while isinstance(target, functools.partial):
+        target = target.func
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) and name else type(target).__name__
+
+
 def _check_prompt(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt
@@ -182,6 +247,11 @@ class Agent:
     (see :mod:`sessionkit.agent.tools`). ``max_steps`` bounds the model calls
     made for one user message; a model still asking for tools after that fails
     the run with :class:`~sessionkit.MaxStepsExceeded`.
+
+    ``input_guardrails`` and ``output_guardrails`` are callables, sync or async,
+    taking a list of messages and returning ``None`` (allow) or a reason
+    (block); a block fails the run with :class:`~sessionkit.GuardrailTripped`
+    and nothing is appended (see "Guardrails" in :mod:`sessionkit.agent.agent`).
     """
 
     def __init__(
@@ -192,6 +262,8 @@ class Agent:
         *,
         tools: Iterable[Callable[..., Any] | Tool] = (),
         max_steps: int = 10,
+        input_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
+        output_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -207,6 +279,8 @@ class Agent:
         self.instructions = instructions or ""
         self.model = _resolve_model(model)
         self.max_steps = max_steps
+        self.input_guardrails = _check_guardrails(input_guardrails, "input_guardrails")
+        self.output_guardrails = _check_guardrails(output_guardrails, "output_guardrails")
         self.tools: tuple[Tool, ...] = tuple(as_tool(t) for t in tools)
         self._tools: dict[str, Tool] = {}
         for tool in self.tools:
@@ -271,7 +345,7 @@ class Agent:
                 timeout=timeout,
                 run_id=run_id,
                 metadata=metadata,
-            )
+                )
         )
 
     async def stream(
@@ -299,7 +373,7 @@ class Agent:
                 timeout=timeout,
                 run_id=run_id,
                 metadata=metadata,
-                regenerate_of=None,
+                    regenerate_of=None,
                 listener=queue.put_nowait,
             )
         )
@@ -321,7 +395,8 @@ class Agent:
         message above it is used). The model sees the path up to that user
         message; the new replies are appended under it and become the latest
         leaf. Recorded as a run whose ``input`` is that user message's text.
-        ``RunResult.messages`` holds the new replies only.
+        ``RunResult.messages`` holds the new replies only. That user message
+        passes the input guardrails again, the new replies the output ones.
         """
         return await self._execute(
             prompt=None,
@@ -417,9 +492,12 @@ class Agent:
             max_steps=self.max_steps,
         )
         if regenerate_of is None:
-            first = state.add_user(prompt, metadata=metadata)
+            first = state.add_user(prompt, metadata=metadata, )
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
+            run_input = [first]
+        else:
+            run_input = history[-1:]
 
         emitter = EventEmitter(target.run_log, target.session_id, run_id)
         if listener is not None:
@@ -446,7 +524,7 @@ class Agent:
             target.run_log.begin_run(target.session_id, run_id, input_text)
             try:
                 emitter.emit("run.start", input=input_text)
-                inner = asyncio.ensure_future(self._turns(state, emitter, controller))
+                inner = asyncio.ensure_future(self._turns(state, emitter, controller, run_input))
                 if controller is not None and controller._was_interrupted():
                     inner.cancel()
                 timer = asyncio.timeout(timeout)
@@ -476,13 +554,14 @@ class Agent:
                     raise RunFailed(
                         f"run {run_id}: the new messages could not be saved: {exc}", run_id=run_id
                     ) from exc
-                self._finish(target, emitter, status="completed", error=None, usage=state.usage)
+                usage = state.usage
+                self._finish(target, emitter, status="completed", error=None, usage=usage)
                 return RunResult(
                     run_id=run_id,
                     status="completed",
                     text=state.text,
                     messages=stored,
-                    usage=state.usage,
+                    usage=usage,
                     session_id=target.session_id,
                     session=session,
                 )
@@ -548,8 +627,18 @@ class Agent:
                     return message["id"], path[: index + 1], text_of(message, "")
         raise ValueError(f"message {message_id!r} has no user message to answer on its path")
 
-    async def _turns(self, state: RunState, emitter: EventEmitter, controller: RunController | None) -> None:
-        """Take turns until the model gives a final reply and the queue is empty."""
+    async def _turns(
+        self,
+        state: RunState,
+        emitter: EventEmitter,
+        controller: RunController | None,
+        run_input: list[dict],
+    ) -> None:
+        """Take turns until the model gives a final reply and the queue is empty.
+
+        The guardrails run here, inside the run's timeout and interrupt.
+        """
+        await self._guard("input", self.input_guardrails, run_input, state.run_id)
         opening: dict = {}
         while True:
             chat = state.next_call()
@@ -566,12 +655,66 @@ class Agent:
             emitter.emit("turn.end", stop_reason=reply.stop_reason)
             item = controller._pop() if controller is not None else None
             if item is not None:
-                state.add_user(item["text"], metadata=item.get("metadata"))
+                joined = state.add_user(item["text"], metadata=item.get("metadata"))
+                await self._guard("input", self.input_guardrails, [joined], state.run_id)
                 opening = {"input": item["text"], "mode": item["mode"]}
                 continue
             if not reply.tool_calls:
-                return
+                break
             opening = {}
+        await self._guard("output", self.output_guardrails, state.new_messages, state.run_id)
+
+    async def _guard(
+        self, stage: str, guardrails: tuple[Callable[..., Any], ...], messages: list[dict], run_id: str
+    ) -> None:
+        """Pass ``messages`` through ``guardrails`` in order; raise GuardrailTripped at the first block."""
+        for guardrail in guardrails:
+            name = _guardrail_name(guardrail)
+            view = copy.deepcopy(messages)
+            try:
+                if _is_async(guardrail):
+                    verdict = await guardrail(view)
+                else:
+                    verdict = await _in_thread(functools.partial(guardrail, view))
+                    if inspect.isawaitable(verdict):  # a sync wrapper that returned a coroutine
+                        verdict = await verdict
+            except GuardrailTripped as exc:  # raised on purpose: keep its reason
+                exc.run_id = exc.run_id or run_id
+                exc.guardrail = exc.guardrail or name
+                exc.stage = exc.stage or stage
+                exc.reason = exc.reason or str(exc)
+                raise
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                raise GuardrailTripped(
+                    f"{stage} guardrail {name!r} raised {reason}",
+                    run_id=run_id,
+                    reason=reason,
+                    guardrail=name,
+                    stage=stage,
+                ) from exc
+            if verdict is None:
+                continue
+            if not isinstance(verdict, str):
+                reason = (
+                    f"returned a {type(verdict).__name__}; a guardrail returns None to allow "
+                    "or a reason (str) to block"
+                )
+                raise GuardrailTripped(
+                    f"{stage} guardrail {name!r} {reason}",
+                    run_id=run_id,
+                    reason=reason,
+                    guardrail=name,
+                    stage=stage,
+                )
+            reason = verdict or "blocked"
+            raise GuardrailTripped(
+                f"{stage} guardrail {name!r} blocked the run: {reason}",
+                run_id=run_id,
+                reason=reason,
+                guardrail=name,
+                stage=stage,
+            )
 
     async def _call_model(
         self, chat: list[dict], emitter: EventEmitter | None, *, tools: bool = True
