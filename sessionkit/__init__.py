@@ -58,6 +58,7 @@ _LAZY = {
     "Agent": ("sessionkit.agent", "Agent"),
     "RunResult": ("sessionkit.agent", "RunResult"),
     "RunController": ("sessionkit.agent", "RunController"),
+    "LiteLLMModel": ("sessionkit.agent", "LiteLLMModel"),
     "create_session": ("sessionkit.agent", "create_session"),
     "SessionStore": ("sessionkit.agent", "SessionStore"),
     "FileSessionStore": ("sessionkit.agent", "FileSessionStore"),

@@ -14,7 +14,7 @@ PINNED = {
     "SessionInfo", "TreeNode", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
     "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError", "StoreCorrupt",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
-    "RunInterrupted", "GuardrailTripped", "Agent", "RunResult", "RunController", "create_session", "SessionStore",
+    "RunInterrupted", "GuardrailTripped", "Agent", "LiteLLMModel", "RunResult", "RunController", "create_session", "SessionStore",
     "FileSessionStore", "testing", "io", "plot", "widgets", "server",
 }
 
@@ -43,6 +43,17 @@ def test_error_tree():
 
 
 HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy"]
+
+
+def test_lite_llm_model_resolves_lazily_without_importing_litellm():
+    code = (
+        "import sys, json, sessionkit as sk\n"
+        "m = sk.LiteLLMModel('gpt-4o-mini', temperature=0)\n"
+        "from sessionkit.agent.models import LiteLLMModel\n"
+        "print(json.dumps([sk.LiteLLMModel is LiteLLMModel, m.name, m.options, 'litellm' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [True, "gpt-4o-mini", {"temperature": 0}, False]
 
 
 def test_import_loads_nothing_heavy():

@@ -9,7 +9,9 @@ and to test on their own:
 - each model reply becomes one assistant UIMessage whose ``tool-<name>`` parts
   carry the call's input and, once the tool ran, its output or error;
 - ``max_steps`` bounds the model calls made for one user message: a queued
-  message that joins the run starts a fresh count.
+  message that joins the run starts a fresh count;
+- the run's usage sums the completed model calls; with none, its cost is
+  ``0.0`` only for a model known to be priced, else ``None`` (unknown).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class RunState:
         self.chat: list[dict] = to_chat_messages(history, system=system)
         self.new_messages: list[dict] = []
         self.usage: dict = empty_usage(model_name)
+        self.calls = 0  # completed model calls (each added its usage)
         self.turn = 0
         self.steps = 0  # model calls since the last user message
         self.text = ""  # the latest reply's text
@@ -86,6 +89,13 @@ class RunState:
         self.chat.extend(to_chat_messages([message]))
         self.steps = 0
         return message
+
+    def final_usage(self, priced: bool | None) -> dict:
+        """The run's usage to report: with no completed model call the cost is known
+        (``0.0``) only when the model is known to be priced (``priced`` is True)."""
+        if self.calls == 0:
+            return {**self.usage, "cost_usd": 0.0 if priced is True else None}
+        return dict(self.usage)
 
     # ------------------------------------------------------------------ turns
 
@@ -126,6 +136,7 @@ class RunState:
             "metadata": {"run_id": self.run_id, "model": usage.get("model") or self.model_name, "usage": usage},
         }
         self.usage = add_usage(self.usage, usage)
+        self.calls += 1
         self.text = reply.text
         self._assistant = message
         self.new_messages.append(message)

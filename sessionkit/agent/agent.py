@@ -104,6 +104,7 @@ from .models import (
     TextDelta,
     ToolCall,
     make_usage,
+    model_priced,
 )
 from .sessions import _require_tree, create_session
 from .tools import Tool, _in_thread, _is_async, as_tool, json_safe
@@ -124,7 +125,8 @@ class RunResult:
 
     ``messages`` are the messages the run appended, the user's first (for
     :meth:`Agent.regenerate`, only the new replies); ``usage`` sums the run's
-    ``usage`` events (``cost_usd`` is ``None`` if any call was unpriced).
+    ``usage`` events (``cost_usd`` is ``None`` if any call was unpriced: an
+    unknown cost is never reported as zero).
     ``session`` is the session the run wrote to, handy after ``session=None``.
     """
 
@@ -554,7 +556,7 @@ class Agent:
                     raise RunFailed(
                         f"run {run_id}: the new messages could not be saved: {exc}", run_id=run_id
                     ) from exc
-                usage = state.usage
+                usage = self._run_usage(state)
                 self._finish(target, emitter, status="completed", error=None, usage=usage)
                 return RunResult(
                     run_id=run_id,
@@ -569,13 +571,13 @@ class Agent:
                 if exc.run_id is None:
                     exc.run_id = run_id
                 status = "interrupted" if isinstance(exc, RunInterrupted) else "failed"
-                self._finish(target, emitter, status=status, error=exc, usage=state.usage)
+                self._finish(target, emitter, status=status, error=exc, usage=self._run_usage(state))
                 raise
             except asyncio.CancelledError:
-                self._finish(target, emitter, status="interrupted", error="cancelled", usage=state.usage)
+                self._finish(target, emitter, status="interrupted", error="cancelled", usage=self._run_usage(state))
                 raise
             except BaseException as exc:
-                self._finish(target, emitter, status="failed", error=exc, usage=state.usage)
+                self._finish(target, emitter, status="failed", error=exc, usage=self._run_usage(state))
                 raise
             finally:
                 if inner is not None and not inner.done():
@@ -583,6 +585,16 @@ class Agent:
         finally:
             if controller is not None:
                 controller._detach(run_id)
+
+    def _run_usage(self, state: RunState) -> dict:
+        """The usage a run reports when it ends (never a made-up zero cost)."""
+        if state.calls:
+            return state.final_usage(None)  # the calls' own costs decide
+        try:
+            priced = model_priced(self.model)
+        except Exception:  # deciding the price must not hide the run's own error
+            priced = None
+        return state.final_usage(priced)
 
     def _finish(
         self,
