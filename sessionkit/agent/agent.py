@@ -67,6 +67,27 @@ guardrail and gives the reason), and ``run.end`` carries it as ``error``. A
 blocked queued message is consumed, not queued again. Sync guardrails run on
 a worker thread, like tools; they count against the run's ``timeout`` and an
 ``interrupt()`` stops the wait for them.
+
+Context (SPEC A11)
+------------------
+
+``run(prompt, context={...})`` passes a JSON object the application knows
+(the signed-in user, their plan, the page they are on) to the model and the
+tools without storing it in the conversation. The model sees it as a text part
+placed before the prompt in that run's user message, the JSON between tags::
+
+    {"role": "user", "content": [
+        {"type": "text", "text": "<context>\\n{\\"user_id\\": \\"u-42\\", \\"plan\\": \\"pro\\"}\\n</context>"},
+        {"type": "text", "text": "Which plan am I on?"}]}
+
+It stays beside that message for every model call of the run (tool turns and
+queued messages that join included) and is gone in later runs: the stored user
+message is the prompt alone, and no event carries the context. A tool with a
+parameter named ``context`` receives it (see :mod:`sessionkit.agent.tools`).
+``context`` must be a ``dict`` that JSON can encode (``TypeError`` otherwise);
+tools and the model see it as JSON would give it back (tuples as lists...).
+With :meth:`Agent.regenerate`, the context is shown beside the user message
+answered again.
 """
 
 from __future__ import annotations
@@ -76,6 +97,7 @@ import copy
 import dataclasses
 import functools
 import inspect
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -205,6 +227,20 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
+def _check_context(context: Any) -> str | None:
+    """A run's context as compact JSON text, or None; TypeError for anything but a JSON object."""
+    if context is None:
+        return None
+    if not isinstance(context, dict):
+        raise TypeError(f"context must be a dict (a JSON object) or None, got {type(context).__name__}")
+    try:
+        text = json.dumps(context, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+        text.encode("utf-8")  # a lone surrogate cannot reach any provider
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"context is not JSON-encodable: {exc}") from None
+    return text
+
+
 def _check_guardrails(guardrails: Any, name: str) -> tuple[Callable[..., Any], ...]:
     if isinstance(guardrails, (str, bytes, dict)) or callable(guardrails):
         raise TypeError(f"{name} must be a list of callables")
@@ -308,14 +344,18 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         metadata: dict | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """Run one user prompt to a final reply (see the module docstring).
 
         ``prompt`` is the user's text, or a user UIMessage dict (to send files or
         choose its id). ``metadata`` goes into the user message's metadata.
-        ``run_id`` names the run (a fresh one is minted otherwise). Raises a
-        :class:`~sessionkit.RunFailed` kind when the run fails; nothing is
-        appended then, and the run and its events stay recorded.
+        ``context`` is a JSON object shown to the model beside this prompt and
+        given to tools with a ``context`` parameter, never stored (see
+        "Context" in the module docstring). ``run_id`` names the run (a fresh
+        one is minted otherwise). Raises a :class:`~sessionkit.RunFailed` kind
+        when the run fails; nothing is appended then, and the run and its
+        events stay recorded.
         """
         return await self._execute(
             prompt=prompt,
@@ -324,6 +364,7 @@ class Agent:
             timeout=timeout,
             run_id=run_id,
             metadata=metadata,
+            context=context,
             regenerate_of=None,
             listener=None,
         )
@@ -337,6 +378,7 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         metadata: dict | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """:meth:`run` from sync code; works inside a running event loop (a notebook cell)."""
         return run_coroutine_sync(
@@ -347,7 +389,8 @@ class Agent:
                 timeout=timeout,
                 run_id=run_id,
                 metadata=metadata,
-                )
+                context=context,
+            )
         )
 
     async def stream(
@@ -359,6 +402,7 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         metadata: dict | None = None,
+        context: dict | None = None,
     ) -> AsyncIterator[dict]:
         """Run like :meth:`run`, yielding each event as it is recorded.
 
@@ -375,7 +419,8 @@ class Agent:
                 timeout=timeout,
                 run_id=run_id,
                 metadata=metadata,
-                    regenerate_of=None,
+                context=context,
+                regenerate_of=None,
                 listener=queue.put_nowait,
             )
         )
@@ -390,6 +435,7 @@ class Agent:
         controller: RunController | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """Add a new reply to a user message, as a sibling branch of the old reply.
 
@@ -398,7 +444,8 @@ class Agent:
         message; the new replies are appended under it and become the latest
         leaf. Recorded as a run whose ``input`` is that user message's text.
         ``RunResult.messages`` holds the new replies only. That user message
-        passes the input guardrails again, the new replies the output ones.
+        passes the input guardrails again, the new replies the output ones;
+        ``context`` (not stored with the first answer) is shown beside it.
         """
         return await self._execute(
             prompt=None,
@@ -407,6 +454,7 @@ class Agent:
             timeout=timeout,
             run_id=run_id,
             metadata=None,
+            context=context,
             regenerate_of=message_id,
             listener=None,
         )
@@ -419,11 +467,12 @@ class Agent:
         controller: RunController | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """:meth:`regenerate` from sync code (works inside a running event loop too)."""
         return run_coroutine_sync(
             lambda: self.regenerate(
-                session, message_id, controller=controller, timeout=timeout, run_id=run_id
+                session, message_id, controller=controller, timeout=timeout, run_id=run_id, context=context
             )
         )
 
@@ -462,10 +511,12 @@ class Agent:
         timeout: float | None,
         run_id: str | None,
         metadata: dict | None,
+        context: dict | None,
         regenerate_of: str | None,
         listener: Callable[[dict], Any] | None,
     ) -> RunResult:
         timeout = _check_timeout(timeout)
+        context_json = _check_context(context)
         if controller is not None and not isinstance(controller, RunController):
             raise TypeError(f"controller must be a RunController, got {type(controller).__name__}")
         if metadata is not None and not isinstance(metadata, dict):
@@ -492,13 +543,15 @@ class Agent:
             system=self.instructions,
             history=history,
             max_steps=self.max_steps,
+            context_json=context_json,
         )
         if regenerate_of is None:
-            first = state.add_user(prompt, metadata=metadata, )
+            first = state.add_user(prompt, metadata=metadata, with_run_context=True)
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
             run_input = [first]
         else:
+            state.show_context_with_last_user()
             run_input = history[-1:]
 
         emitter = EventEmitter(target.run_log, target.session_id, run_id)
@@ -660,7 +713,7 @@ class Agent:
             state.add_reply(reply)
             for call in reply.tool_calls:
                 emitter.emit("tool.call", tool_call_id=call.id, name=call.name, input=call.arguments)
-                output, error = await self._call_tool(call)
+                output, error = await self._call_tool(call, state.context_json)
                 state.set_tool_result(call.id, output=output, error=error)
                 emitter.emit("tool.result", tool_call_id=call.id, output=output, error=error)
             state.end_turn()
@@ -767,8 +820,11 @@ class Agent:
             raise ModelError(f"model {name!r} ended its reply stream without a ModelReply")
         return _with_usage_keys(reply, name)
 
-    async def _call_tool(self, call: ToolCall) -> tuple[Any, str | None]:
-        """Run one tool call; a tool that raises becomes an error result, not a failed run."""
+    async def _call_tool(self, call: ToolCall, context_json: str | None = None) -> tuple[Any, str | None]:
+        """Run one tool call; a tool that raises becomes an error result, not a failed run.
+
+        A tool with a ``context`` parameter gets its own copy of the run's context.
+        """
         if call.error is not None:
             return None, call.error
         tool = self._tools.get(call.name)
@@ -776,7 +832,8 @@ class Agent:
             known = ", ".join(sorted(self._tools)) or "none"
             return None, f"unknown tool {call.name!r} (available: {known})"
         try:
-            output = await tool.call(call.arguments or {})
+            context = None if context_json is None else json.loads(context_json)
+            output = await tool.call(call.arguments or {}, context=context)
         except Exception as exc:
             return None, f"{type(exc).__name__}: {exc}"
         return json_safe(output), None

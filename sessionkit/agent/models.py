@@ -21,6 +21,10 @@ Usage is a plain dict with the keys of the run's ``usage`` event (SPEC A4)::
 
 ``cost_usd`` is ``None`` when the model is not in litellm's price map: an
 unknown cost is never reported as zero.
+
+A run's ``context`` (SPEC A11) reaches the model through
+:func:`with_context`: a text part holding the JSON object between
+``<context>`` tags, placed before the prompt inside that turn's user message.
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ __all__ = [
     "TextDelta",
     "ToolCall",
     "add_usage",
+    "context_block",
     "empty_usage",
     "from_chat_messages",
     "make_usage",
     "model_priced",
     "to_chat_messages",
+    "with_context",
 ]
 
 
@@ -170,6 +176,36 @@ def model_priced(model: Any) -> bool | None:
     except Exception:  # a property that could not find out
         return None
     return priced if isinstance(priced, bool) else None
+
+
+# --------------------------------------------------------------------------- run context
+
+
+def context_block(context_json: str) -> str:
+    """The text the model sees for a run's context: the JSON object between ``<context>`` tags.
+
+    >>> context_block('{"plan": "pro"}')
+    '<context>\\n{"plan": "pro"}\\n</context>'
+    """
+    return f"<context>\n{context_json}\n</context>"
+
+
+def with_context(chat_message: dict, context_json: str) -> dict:
+    """A chat user message with the run's context as a text part placed before its content.
+
+    ``{"role": "user", "content": "Hi"}`` becomes ``{"role": "user", "content":
+    [{"type": "text", "text": "<context>\\n{...}\\n</context>"}, {"type": "text",
+    "text": "Hi"}]}``; content that is already a list of parts keeps its parts
+    after the context part. The stored message is not touched.
+    """
+    content = chat_message.get("content")
+    if isinstance(content, list):
+        parts = list(content)
+    elif content is None or content == "":
+        parts = []
+    else:
+        parts = [{"type": "text", "text": str(content)}]
+    return {**chat_message, "content": [{"type": "text", "text": context_block(context_json)}, *parts]}
 
 
 # --------------------------------------------------------------------------- UIMessage -> chat
