@@ -63,8 +63,10 @@ raises, or one returning anything but ``None`` or a ``str`` fails the whole run
 with :class:`~sessionkit.GuardrailTripped` (``.reason``, ``.guardrail``,
 ``.stage``): nothing of the run is appended (earlier turns of the run included),
 the run is recorded ``"failed"`` with the error's text (which names the
-guardrail and gives the reason), and ``run.end`` carries it as ``error``. A
-blocked queued message is consumed, not queued again. Sync guardrails run on
+guardrail and gives the reason), and ``run.end`` carries it as ``error``. As
+for any failed run, the run's events keep what streamed (``delta.text``...):
+a guardrail keeps a reply out of the conversation, not out of the run's log.
+A blocked queued message is consumed, not queued again. Sync guardrails run on
 a worker thread, like tools; they count against the run's ``timeout`` and an
 ``interrupt()`` stops the wait for them.
 
