@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 from .errors import (
+    GuardrailTripped,
     InvalidMessage,
     MaxStepsExceeded,
     MessageNotFound,
@@ -58,6 +59,7 @@ _LAZY = {
     "Agent": ("sessionkit.agent", "Agent"),
     "RunResult": ("sessionkit.agent", "RunResult"),
     "RunController": ("sessionkit.agent", "RunController"),
+    "LiteLLMModel": ("sessionkit.agent", "LiteLLMModel"),
     "create_session": ("sessionkit.agent", "create_session"),
     "SessionStore": ("sessionkit.agent", "SessionStore"),
     "FileSessionStore": ("sessionkit.agent", "FileSessionStore"),
@@ -102,6 +104,7 @@ __all__ = [
     "MaxStepsExceeded",
     "RunTimeout",
     "RunInterrupted",
+    "GuardrailTripped",
     *_LAZY,
 ]
 

@@ -19,7 +19,8 @@ Where a Python user expects a built-in type, the error also derives from it, so
         ├── ModelError                              the model provider failed
         ├── MaxStepsExceeded                        too many model turns
         ├── RunTimeout                              the run took longer than allowed
-        └── RunInterrupted                          RunController.interrupt()
+        ├── RunInterrupted                          RunController.interrupt()
+        └── GuardrailTripped                        an input or output guardrail blocked the run
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "MaxStepsExceeded",
     "RunTimeout",
     "RunInterrupted",
+    "GuardrailTripped",
 ]
 
 
@@ -118,6 +120,29 @@ class RunTimeout(RunFailed):
 
 class RunInterrupted(RunFailed):
     """The run was interrupted through its controller."""
+
+
+class GuardrailTripped(RunFailed):
+    """A guardrail blocked the run (or raised while checking it); nothing was appended.
+
+    ``reason`` is what the guardrail returned (or, when it raised, the exception's
+    type and text, the exception kept as ``__cause__``); ``guardrail`` is the
+    guardrail's ``__name__``; ``stage`` is ``"input"`` or ``"output"``.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        run_id: str | None = None,
+        reason: str = "",
+        guardrail: str = "",
+        stage: str = "",
+    ):
+        super().__init__(message or reason, run_id=run_id)
+        self.reason = reason
+        self.guardrail = guardrail
+        self.stage = stage
 
 
 def missing(extra: str, package: str, exc: ImportError | None = None) -> MissingDependency:

@@ -764,10 +764,21 @@ def blob_refs(stored_json: str) -> list[str]:
     return [ref["sha256"] for ref in refs if ref is not None]
 
 
+def _decode(stored_json: str) -> Any:
+    """JSON the store wrote (by :func:`dumps`: no surrounding whitespace), decoded by the
+    scanner directly: ``json.loads`` adds two regex matches and three calls per message,
+    a fifth of the cost of reading a path. Anything else goes through ``json.loads``."""
+    try:
+        value, end = _scan(stored_json, 0)
+    except (StopIteration, ValueError):
+        return json.loads(stored_json)
+    return value if end == len(stored_json) else json.loads(stored_json)
+
+
 def decode_stored(stored_json: str) -> dict:
     """A stored message's JSON decoded with its keys as the caller wrote them; payload
     pointers stay in place (for readers that need no payload, such as analysis)."""
-    msg = json.loads(stored_json)
+    msg = _decode(stored_json)
     if _ESCAPED in stored_json:
         _unescape_keys(msg)
     return msg
@@ -775,7 +786,7 @@ def decode_stored(stored_json: str) -> dict:
 
 def restore(stored_json: str, fetch_blob) -> dict:
     """Rebuild a message from its stored JSON; ``fetch_blob(sha256) -> bytes`` supplies payloads."""
-    msg = json.loads(stored_json)
+    msg = _decode(stored_json)
     if _BLOB_KEY in stored_json:
         parts = msg.get("parts")
         for part in parts if type(parts) is list else ():

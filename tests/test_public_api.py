@@ -14,7 +14,7 @@ PINNED = {
     "SessionInfo", "TreeNode", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
     "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError", "StoreCorrupt",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
-    "RunInterrupted", "Agent", "RunResult", "RunController", "create_session", "SessionStore",
+    "RunInterrupted", "GuardrailTripped", "Agent", "LiteLLMModel", "RunResult", "RunController", "create_session", "SessionStore",
     "FileSessionStore", "aio", "testing", "io", "plot", "widgets", "server",
 }
 
@@ -28,19 +28,32 @@ def test_error_tree():
     root = sk.SessionKitError
     for name in ("InvalidMessage", "MessageNotFound", "SessionNotFound", "StoreClosed", "StoreLocked",
                  "MessageTooLarge", "SchemaVersionError", "StoreCorrupt", "UsageError", "MissingDependency", "RunFailed",
-                 "ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted"):
+                 "ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted", "GuardrailTripped"):
         assert issubclass(getattr(sk, name), root), name
     assert issubclass(sk.InvalidMessage, ValueError)
     assert issubclass(sk.MessageNotFound, LookupError)
     assert issubclass(sk.SessionNotFound, LookupError)
     assert issubclass(sk.MissingDependency, ImportError)
-    for name in ("ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted"):
+    for name in ("ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted", "GuardrailTripped"):
         assert issubclass(getattr(sk, name), sk.RunFailed)
     err = sk.ModelError("x", run_id="r1")
     assert err.run_id == "r1"
+    tripped = sk.GuardrailTripped("blocked", run_id="r2", reason="card number", guardrail="no_cards")
+    assert (tripped.run_id, tripped.reason, tripped.guardrail, str(tripped)) == ("r2", "card number", "no_cards", "blocked")
 
 
 HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy"]
+
+
+def test_lite_llm_model_resolves_lazily_without_importing_litellm():
+    code = (
+        "import sys, json, sessionkit as sk\n"
+        "m = sk.LiteLLMModel('gpt-4o-mini', temperature=0)\n"
+        "from sessionkit.agent.models import LiteLLMModel\n"
+        "print(json.dumps([sk.LiteLLMModel is LiteLLMModel, m.name, m.options, 'litellm' in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [True, "gpt-4o-mini", {"temperature": 0}, False]
 
 
 def test_import_loads_nothing_heavy():

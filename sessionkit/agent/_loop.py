@@ -9,7 +9,12 @@ and to test on their own:
 - each model reply becomes one assistant UIMessage whose ``tool-<name>`` parts
   carry the call's input and, once the tool ran, its output or error;
 - ``max_steps`` bounds the model calls made for one user message: a queued
-  message that joins the run starts a fresh count.
+  message that joins the run starts a fresh count;
+- a run's ``context`` is shown beside its own user message only (see
+  :func:`~sessionkit.agent.models.with_context`), in the chat, never in the
+  messages the run appends;
+- the run's usage sums the completed model calls; with none, its cost is
+  ``0.0`` only for a model known to be priced, else ``None`` (unknown).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 from ..errors import MaxStepsExceeded
 from ..messages import now_iso
-from .models import ModelReply, add_usage, empty_usage, to_chat_messages
+from .models import ModelReply, add_usage, empty_usage, to_chat_messages, with_context
 
 __all__ = ["RunState", "new_message_id", "new_run_id"]
 
@@ -50,13 +55,16 @@ class RunState:
         system: str | None,
         history: list[dict],
         max_steps: int,
+        context_json: str | None = None,
     ) -> None:
         self.run_id = run_id
         self.model_name = model_name
         self.max_steps = max_steps
+        self.context_json = context_json
         self.chat: list[dict] = to_chat_messages(history, system=system)
         self.new_messages: list[dict] = []
         self.usage: dict = empty_usage(model_name)
+        self.calls = 0  # completed model calls (each added its usage)
         self.turn = 0
         self.steps = 0  # model calls since the last user message
         self.text = ""  # the latest reply's text
@@ -65,8 +73,12 @@ class RunState:
 
     # ------------------------------------------------------------------ user input
 
-    def add_user(self, prompt: str | dict, *, metadata: dict | None = None) -> dict:
-        """Add a user message (a string, or a UIMessage dict used as given)."""
+    def add_user(self, prompt: str | dict, *, metadata: dict | None = None, with_run_context: bool = False) -> dict:
+        """Add a user message (a string, or a UIMessage dict used as given).
+
+        ``with_run_context`` shows the run's context beside it in the chat (the
+        returned, stored message never carries it).
+        """
         if isinstance(prompt, dict):
             message = dict(prompt)
             message.setdefault("id", new_message_id())
@@ -83,9 +95,31 @@ class RunState:
         meta["run_id"] = self.run_id
         message["metadata"] = meta
         self.new_messages.append(message)
-        self.chat.extend(to_chat_messages([message]))
+        chat = to_chat_messages([message])
+        self.chat.extend(chat)
+        if with_run_context and self.context_json is not None:
+            if chat:
+                self.chat[-1] = with_context(self.chat[-1], self.context_json)
+            else:  # a user message with nothing to show still gets its context
+                self.chat.append(with_context({"role": "user", "content": None}, self.context_json))
         self.steps = 0
         return message
+
+    def show_context_with_last_user(self) -> None:
+        """Show the run's context beside the user message the history ends with (a regeneration)."""
+        if self.context_json is None:
+            return
+        if self.chat and self.chat[-1].get("role") == "user":
+            self.chat[-1] = with_context(self.chat[-1], self.context_json)
+        else:  # that user message had nothing to show
+            self.chat.append(with_context({"role": "user", "content": None}, self.context_json))
+
+    def final_usage(self, priced: bool | None) -> dict:
+        """The run's usage to report: with no completed model call the cost is known
+        (``0.0``) only when the model is known to be priced (``priced`` is True)."""
+        if self.calls == 0:
+            return {**self.usage, "cost_usd": 0.0 if priced is True else None}
+        return dict(self.usage)
 
     # ------------------------------------------------------------------ turns
 
@@ -126,6 +160,7 @@ class RunState:
             "metadata": {"run_id": self.run_id, "model": usage.get("model") or self.model_name, "usage": usage},
         }
         self.usage = add_usage(self.usage, usage)
+        self.calls += 1
         self.text = reply.text
         self._assistant = message
         self.new_messages.append(message)

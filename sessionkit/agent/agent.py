@@ -14,25 +14,92 @@ What a run does, in order:
 1. load the session's history along its latest path, compaction applied (the
    model sees summaries instead of compacted ranges);
 2. record the run (``status="running"``) and a ``run.start`` event;
-3. take turns: send ``[system, *history, *new turns]`` to the model, stream its
+3. pass the new user message through the agent's input guardrails;
+4. take turns: send ``[system, *history, *new turns]`` to the model, stream its
    text as ``delta.text`` events, run each tool call (``tool.call`` /
    ``tool.result``), and go on while the model asks for tools; at each turn
-   boundary one queued controller message (steers first) joins as a user message;
-4. on success append every new message (the user's first, then one assistant
+   boundary one queued controller message (steers first) joins as a user
+   message, after passing the input guardrails too;
+5. pass the messages about to be appended through the output guardrails;
+6. on success append every new message (the user's first, then one assistant
    message per model call, its tool parts carrying input and output) in one
    transaction, under the leaf the history was read from;
-5. on failure (:class:`~sessionkit.ModelError`, :class:`~sessionkit.MaxStepsExceeded`,
-   :class:`~sessionkit.RunTimeout`, :class:`~sessionkit.RunInterrupted`) append
-   nothing, record the run as ``failed`` or ``interrupted`` and raise.
+7. on failure (:class:`~sessionkit.ModelError`, :class:`~sessionkit.MaxStepsExceeded`,
+   :class:`~sessionkit.RunTimeout`, :class:`~sessionkit.RunInterrupted`,
+   :class:`~sessionkit.GuardrailTripped`) append nothing, record the run as
+   ``failed`` or ``interrupted`` with the error's text and raise.
 
 Messages a controller receives after the run's last turn boundary stay queued
 for the controller's next run.
+
+Guardrails (SPEC A9)
+--------------------
+
+A guardrail is a callable, sync or async, taking a list of UIMessages (deep
+copies: changing them changes nothing) and returning ``None`` to allow or a
+reason (a ``str``) to block::
+
+    CARD = re.compile(r"\\b(?:\\d[ -]?){13,16}\\b")
+
+    def no_card_numbers(messages):
+        for m in messages:
+            text = " ".join(p["text"] for p in m["parts"] if p["type"] == "text")
+            if m["role"] == "assistant" and CARD.search(text):
+                return "the reply contains a card number"
+        return None
+
+    agent = sk.Agent("support", "...", model, output_guardrails=[no_card_numbers])
+
+- input guardrails get ``[user_message]``: the run's new user message before
+  the first model call; each queued controller message (steer or follow-up)
+  when it joins the run, before the model sees it; for :meth:`Agent.regenerate`,
+  the stored user message being answered again;
+- output guardrails get every message the run is about to append (for a run,
+  the user's first, as in ``RunResult.messages``; for a regeneration, the new
+  replies), once, after the last turn and before anything is written.
+
+Guardrails run in order and the first block wins. A block, a guardrail that
+raises, or one returning anything but ``None`` or a ``str`` fails the whole run
+with :class:`~sessionkit.GuardrailTripped` (``.reason``, ``.guardrail``,
+``.stage``): nothing of the run is appended (earlier turns of the run included),
+the run is recorded ``"failed"`` with the error's text (which names the
+guardrail and gives the reason), and ``run.end`` carries it as ``error``. As
+for any failed run, the run's events keep what streamed (``delta.text``...):
+a guardrail keeps a reply out of the conversation, not out of the run's log.
+A blocked queued message is consumed, not queued again. Sync guardrails run on
+a worker thread, like tools; they count against the run's ``timeout`` and an
+``interrupt()`` stops the wait for them.
+
+Context (SPEC A11)
+------------------
+
+``run(prompt, context={...})`` passes a JSON object the application knows
+(the signed-in user, their plan, the page they are on) to the model and the
+tools without storing it in the conversation. The model sees it as a text part
+placed before the prompt in that run's user message, the JSON between tags::
+
+    {"role": "user", "content": [
+        {"type": "text", "text": "<context>\\n{\\"user_id\\": \\"u-42\\", \\"plan\\": \\"pro\\"}\\n</context>"},
+        {"type": "text", "text": "Which plan am I on?"}]}
+
+It stays beside that message for every model call of the run (tool turns and
+queued messages that join included) and is gone in later runs: the stored user
+message is the prompt alone, and no event carries the context. A tool with a
+parameter named ``context`` receives it (see :mod:`sessionkit.agent.tools`).
+``context`` must be a ``dict`` that JSON can encode (``TypeError`` otherwise);
+tools and the model see it as JSON would give it back (tuples as lists...).
+With :meth:`Agent.regenerate`, the context is shown beside the user message
+answered again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
+import functools
+import inspect
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -40,6 +107,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import (
+    GuardrailTripped,
     MessageNotFound,
     ModelError,
     RunFailed,
@@ -60,9 +128,10 @@ from .models import (
     TextDelta,
     ToolCall,
     make_usage,
+    model_priced,
 )
 from .sessions import _require_tree, create_session
-from .tools import Tool, as_tool, json_safe
+from .tools import Tool, _in_thread, _is_async, as_tool, json_safe
 
 __all__ = ["Agent", "RunResult"]
 
@@ -80,7 +149,8 @@ class RunResult:
 
     ``messages`` are the messages the run appended, the user's first (for
     :meth:`Agent.regenerate`, only the new replies); ``usage`` sums the run's
-    ``usage`` events (``cost_usd`` is ``None`` if any call was unpriced).
+    ``usage`` events (``cost_usd`` is ``None`` if any call was unpriced: an
+    unknown cost is never reported as zero).
     ``session`` is the session the run wrote to, handy after ``session=None``.
     """
 
@@ -159,6 +229,41 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
+def _check_context(context: Any) -> str | None:
+    """A run's context as compact JSON text, or None; TypeError for anything but a JSON object."""
+    if context is None:
+        return None
+    if not isinstance(context, dict):
+        raise TypeError(f"context must be a dict (a JSON object) or None, got {type(context).__name__}")
+    try:
+        text = json.dumps(context, ensure_ascii=False, allow_nan=False, separators=(", ", ": "))
+        text.encode("utf-8")  # a lone surrogate cannot reach any provider
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"context is not JSON-encodable: {exc}") from None
+    return text
+
+
+def _check_guardrails(guardrails: Any, name: str) -> tuple[Callable[..., Any], ...]:
+    if isinstance(guardrails, (str, bytes, dict)) or callable(guardrails):
+        raise TypeError(f"{name} must be a list of callables")
+    try:
+        items = tuple(guardrails)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of callables, got {type(guardrails).__name__}") from None
+    for item in items:
+        if not callable(item):
+            raise TypeError(f"each of {name} must be callable, got {type(item).__name__}")
+    return items
+
+
+def _guardrail_name(guardrail: Any) -> str:
+    target = guardrail
+    while isinstance(target, functools.partial):
+        target = target.func
+    name = getattr(target, "__name__", None)
+    return name if isinstance(name, str) and name else type(target).__name__
+
+
 def _check_prompt(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt
@@ -182,6 +287,11 @@ class Agent:
     (see :mod:`sessionkit.agent.tools`). ``max_steps`` bounds the model calls
     made for one user message; a model still asking for tools after that fails
     the run with :class:`~sessionkit.MaxStepsExceeded`.
+
+    ``input_guardrails`` and ``output_guardrails`` are callables, sync or async,
+    taking a list of messages and returning ``None`` (allow) or a reason
+    (block); a block fails the run with :class:`~sessionkit.GuardrailTripped`
+    and nothing is appended (see "Guardrails" in :mod:`sessionkit.agent.agent`).
     """
 
     def __init__(
@@ -192,6 +302,8 @@ class Agent:
         *,
         tools: Iterable[Callable[..., Any] | Tool] = (),
         max_steps: int = 10,
+        input_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
+        output_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -207,6 +319,8 @@ class Agent:
         self.instructions = instructions or ""
         self.model = _resolve_model(model)
         self.max_steps = max_steps
+        self.input_guardrails = _check_guardrails(input_guardrails, "input_guardrails")
+        self.output_guardrails = _check_guardrails(output_guardrails, "output_guardrails")
         self.tools: tuple[Tool, ...] = tuple(as_tool(t) for t in tools)
         self._tools: dict[str, Tool] = {}
         for tool in self.tools:
@@ -232,14 +346,18 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         metadata: dict | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """Run one user prompt to a final reply (see the module docstring).
 
         ``prompt`` is the user's text, or a user UIMessage dict (to send files or
         choose its id). ``metadata`` goes into the user message's metadata.
-        ``run_id`` names the run (a fresh one is minted otherwise). Raises a
-        :class:`~sessionkit.RunFailed` kind when the run fails; nothing is
-        appended then, and the run and its events stay recorded.
+        ``context`` is a JSON object shown to the model beside this prompt and
+        given to tools with a ``context`` parameter, never stored (see
+        "Context" in the module docstring). ``run_id`` names the run (a fresh
+        one is minted otherwise). Raises a :class:`~sessionkit.RunFailed` kind
+        when the run fails; nothing is appended then, and the run and its
+        events stay recorded.
         """
         return await self._execute(
             prompt=prompt,
@@ -248,6 +366,7 @@ class Agent:
             timeout=timeout,
             run_id=run_id,
             metadata=metadata,
+            context=context,
             regenerate_of=None,
             listener=None,
         )
@@ -261,6 +380,7 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         metadata: dict | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """:meth:`run` from sync code; works inside a running event loop (a notebook cell)."""
         return run_coroutine_sync(
@@ -271,6 +391,7 @@ class Agent:
                 timeout=timeout,
                 run_id=run_id,
                 metadata=metadata,
+                context=context,
             )
         )
 
@@ -283,6 +404,7 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         metadata: dict | None = None,
+        context: dict | None = None,
     ) -> AsyncIterator[dict]:
         """Run like :meth:`run`, yielding each event as it is recorded.
 
@@ -299,6 +421,7 @@ class Agent:
                 timeout=timeout,
                 run_id=run_id,
                 metadata=metadata,
+                context=context,
                 regenerate_of=None,
                 listener=queue.put_nowait,
             )
@@ -314,6 +437,7 @@ class Agent:
         controller: RunController | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """Add a new reply to a user message, as a sibling branch of the old reply.
 
@@ -321,7 +445,9 @@ class Agent:
         message above it is used). The model sees the path up to that user
         message; the new replies are appended under it and become the latest
         leaf. Recorded as a run whose ``input`` is that user message's text.
-        ``RunResult.messages`` holds the new replies only.
+        ``RunResult.messages`` holds the new replies only. That user message
+        passes the input guardrails again, the new replies the output ones;
+        ``context`` (not stored with the first answer) is shown beside it.
         """
         return await self._execute(
             prompt=None,
@@ -330,6 +456,7 @@ class Agent:
             timeout=timeout,
             run_id=run_id,
             metadata=None,
+            context=context,
             regenerate_of=message_id,
             listener=None,
         )
@@ -342,11 +469,12 @@ class Agent:
         controller: RunController | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
+        context: dict | None = None,
     ) -> RunResult:
         """:meth:`regenerate` from sync code (works inside a running event loop too)."""
         return run_coroutine_sync(
             lambda: self.regenerate(
-                session, message_id, controller=controller, timeout=timeout, run_id=run_id
+                session, message_id, controller=controller, timeout=timeout, run_id=run_id, context=context
             )
         )
 
@@ -385,10 +513,12 @@ class Agent:
         timeout: float | None,
         run_id: str | None,
         metadata: dict | None,
+        context: dict | None,
         regenerate_of: str | None,
         listener: Callable[[dict], Any] | None,
     ) -> RunResult:
         timeout = _check_timeout(timeout)
+        context_json = _check_context(context)
         if controller is not None and not isinstance(controller, RunController):
             raise TypeError(f"controller must be a RunController, got {type(controller).__name__}")
         if metadata is not None and not isinstance(metadata, dict):
@@ -415,11 +545,16 @@ class Agent:
             system=self.instructions,
             history=history,
             max_steps=self.max_steps,
+            context_json=context_json,
         )
         if regenerate_of is None:
-            first = state.add_user(prompt, metadata=metadata)
+            first = state.add_user(prompt, metadata=metadata, with_run_context=True)
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
+            run_input = [first]
+        else:
+            state.show_context_with_last_user()
+            run_input = history[-1:]
 
         emitter = EventEmitter(target.run_log, target.session_id, run_id)
         if listener is not None:
@@ -446,7 +581,7 @@ class Agent:
             target.run_log.begin_run(target.session_id, run_id, input_text)
             try:
                 emitter.emit("run.start", input=input_text)
-                inner = asyncio.ensure_future(self._turns(state, emitter, controller))
+                inner = asyncio.ensure_future(self._turns(state, emitter, controller, run_input))
                 if controller is not None and controller._was_interrupted():
                     inner.cancel()
                 timer = asyncio.timeout(timeout)
@@ -476,13 +611,14 @@ class Agent:
                     raise RunFailed(
                         f"run {run_id}: the new messages could not be saved: {exc}", run_id=run_id
                     ) from exc
-                self._finish(target, emitter, status="completed", error=None, usage=state.usage)
+                usage = self._run_usage(state)
+                self._finish(target, emitter, status="completed", error=None, usage=usage)
                 return RunResult(
                     run_id=run_id,
                     status="completed",
                     text=state.text,
                     messages=stored,
-                    usage=state.usage,
+                    usage=usage,
                     session_id=target.session_id,
                     session=session,
                 )
@@ -490,13 +626,13 @@ class Agent:
                 if exc.run_id is None:
                     exc.run_id = run_id
                 status = "interrupted" if isinstance(exc, RunInterrupted) else "failed"
-                self._finish(target, emitter, status=status, error=exc, usage=state.usage)
+                self._finish(target, emitter, status=status, error=exc, usage=self._run_usage(state))
                 raise
             except asyncio.CancelledError:
-                self._finish(target, emitter, status="interrupted", error="cancelled", usage=state.usage)
+                self._finish(target, emitter, status="interrupted", error="cancelled", usage=self._run_usage(state))
                 raise
             except BaseException as exc:
-                self._finish(target, emitter, status="failed", error=exc, usage=state.usage)
+                self._finish(target, emitter, status="failed", error=exc, usage=self._run_usage(state))
                 raise
             finally:
                 if inner is not None and not inner.done():
@@ -504,6 +640,16 @@ class Agent:
         finally:
             if controller is not None:
                 controller._detach(run_id)
+
+    def _run_usage(self, state: RunState) -> dict:
+        """The usage a run reports when it ends (never a made-up zero cost)."""
+        if state.calls:
+            return state.final_usage(None)  # the calls' own costs decide
+        try:
+            priced = model_priced(self.model)
+        except Exception:  # deciding the price must not hide the run's own error
+            priced = None
+        return state.final_usage(priced)
 
     def _finish(
         self,
@@ -548,8 +694,18 @@ class Agent:
                     return message["id"], path[: index + 1], text_of(message, "")
         raise ValueError(f"message {message_id!r} has no user message to answer on its path")
 
-    async def _turns(self, state: RunState, emitter: EventEmitter, controller: RunController | None) -> None:
-        """Take turns until the model gives a final reply and the queue is empty."""
+    async def _turns(
+        self,
+        state: RunState,
+        emitter: EventEmitter,
+        controller: RunController | None,
+        run_input: list[dict],
+    ) -> None:
+        """Take turns until the model gives a final reply and the queue is empty.
+
+        The guardrails run here, inside the run's timeout and interrupt.
+        """
+        await self._guard("input", self.input_guardrails, run_input, state.run_id)
         opening: dict = {}
         while True:
             chat = state.next_call()
@@ -559,19 +715,73 @@ class Agent:
             state.add_reply(reply)
             for call in reply.tool_calls:
                 emitter.emit("tool.call", tool_call_id=call.id, name=call.name, input=call.arguments)
-                output, error = await self._call_tool(call)
+                output, error = await self._call_tool(call, state.context_json)
                 state.set_tool_result(call.id, output=output, error=error)
                 emitter.emit("tool.result", tool_call_id=call.id, output=output, error=error)
             state.end_turn()
             emitter.emit("turn.end", stop_reason=reply.stop_reason)
             item = controller._pop() if controller is not None else None
             if item is not None:
-                state.add_user(item["text"], metadata=item.get("metadata"))
+                joined = state.add_user(item["text"], metadata=item.get("metadata"))
+                await self._guard("input", self.input_guardrails, [joined], state.run_id)
                 opening = {"input": item["text"], "mode": item["mode"]}
                 continue
             if not reply.tool_calls:
-                return
+                break
             opening = {}
+        await self._guard("output", self.output_guardrails, state.new_messages, state.run_id)
+
+    async def _guard(
+        self, stage: str, guardrails: tuple[Callable[..., Any], ...], messages: list[dict], run_id: str
+    ) -> None:
+        """Pass ``messages`` through ``guardrails`` in order; raise GuardrailTripped at the first block."""
+        for guardrail in guardrails:
+            name = _guardrail_name(guardrail)
+            view = copy.deepcopy(messages)
+            try:
+                if _is_async(guardrail):
+                    verdict = await guardrail(view)
+                else:
+                    verdict = await _in_thread(functools.partial(guardrail, view))
+                    if inspect.isawaitable(verdict):  # a sync wrapper that returned a coroutine
+                        verdict = await verdict
+            except GuardrailTripped as exc:  # raised on purpose: keep its reason
+                exc.run_id = exc.run_id or run_id
+                exc.guardrail = exc.guardrail or name
+                exc.stage = exc.stage or stage
+                exc.reason = exc.reason or str(exc)
+                raise
+            except Exception as exc:
+                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                raise GuardrailTripped(
+                    f"{stage} guardrail {name!r} raised {reason}",
+                    run_id=run_id,
+                    reason=reason,
+                    guardrail=name,
+                    stage=stage,
+                ) from exc
+            if verdict is None:
+                continue
+            if not isinstance(verdict, str):
+                reason = (
+                    f"returned a {type(verdict).__name__}; a guardrail returns None to allow "
+                    "or a reason (str) to block"
+                )
+                raise GuardrailTripped(
+                    f"{stage} guardrail {name!r} {reason}",
+                    run_id=run_id,
+                    reason=reason,
+                    guardrail=name,
+                    stage=stage,
+                )
+            reason = verdict or "blocked"
+            raise GuardrailTripped(
+                f"{stage} guardrail {name!r} blocked the run: {reason}",
+                run_id=run_id,
+                reason=reason,
+                guardrail=name,
+                stage=stage,
+            )
 
     async def _call_model(
         self, chat: list[dict], emitter: EventEmitter | None, *, tools: bool = True
@@ -612,8 +822,11 @@ class Agent:
             raise ModelError(f"model {name!r} ended its reply stream without a ModelReply")
         return _with_usage_keys(reply, name)
 
-    async def _call_tool(self, call: ToolCall) -> tuple[Any, str | None]:
-        """Run one tool call; a tool that raises becomes an error result, not a failed run."""
+    async def _call_tool(self, call: ToolCall, context_json: str | None = None) -> tuple[Any, str | None]:
+        """Run one tool call; a tool that raises becomes an error result, not a failed run.
+
+        A tool with a ``context`` parameter gets its own copy of the run's context.
+        """
         if call.error is not None:
             return None, call.error
         tool = self._tools.get(call.name)
@@ -621,7 +834,8 @@ class Agent:
             known = ", ".join(sorted(self._tools)) or "none"
             return None, f"unknown tool {call.name!r} (available: {known})"
         try:
-            output = await tool.call(call.arguments or {})
+            context = None if context_json is None else json.loads(context_json)
+            output = await tool.call(call.arguments or {}, context=context)
         except Exception as exc:
             return None, f"{type(exc).__name__}: {exc}"
         return json_safe(output), None

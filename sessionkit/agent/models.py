@@ -21,12 +21,17 @@ Usage is a plain dict with the keys of the run's ``usage`` event (SPEC A4)::
 
 ``cost_usd`` is ``None`` when the model is not in litellm's price map: an
 unknown cost is never reported as zero.
+
+A run's ``context`` (SPEC A11) reaches the model through
+:func:`with_context`: a text part holding the JSON object between
+``<context>`` tags, placed before the prompt inside that turn's user message.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -42,10 +47,13 @@ __all__ = [
     "TextDelta",
     "ToolCall",
     "add_usage",
+    "context_block",
     "empty_usage",
     "from_chat_messages",
     "make_usage",
+    "model_priced",
     "to_chat_messages",
+    "with_context",
 ]
 
 
@@ -106,6 +114,11 @@ class ChatModel(Protocol):
     :class:`ModelReply`. Raising fails the run with :class:`sessionkit.ModelError`
     (the exception is kept as its cause); cancellation must be allowed to
     propagate, since that is how timeouts and interrupts stop a call.
+
+    A model may also say whether it is priced (an attribute or property
+    ``priced``: ``True``, ``False`` or ``None`` for unknown). A run that made no
+    completed model call reports a cost of ``0.0`` only for a model that says
+    ``True``, and ``None`` (unknown) otherwise.
     """
 
     name: str
@@ -154,6 +167,45 @@ def add_usage(total: dict, usage: dict) -> dict:
         "cost_usd": None if cost_a is None or cost_b is None else cost_a + cost_b,
         "model": usage.get("model") or total.get("model"),
     }
+
+
+def model_priced(model: Any) -> bool | None:
+    """Whether a model object says it has a known price (its optional ``priced``), else None."""
+    try:
+        priced = getattr(model, "priced", None)
+    except Exception:  # a property that could not find out
+        return None
+    return priced if isinstance(priced, bool) else None
+
+
+# --------------------------------------------------------------------------- run context
+
+
+def context_block(context_json: str) -> str:
+    """The text the model sees for a run's context: the JSON object between ``<context>`` tags.
+
+    >>> context_block('{"plan": "pro"}')
+    '<context>\\n{"plan": "pro"}\\n</context>'
+    """
+    return f"<context>\n{context_json}\n</context>"
+
+
+def with_context(chat_message: dict, context_json: str) -> dict:
+    """A chat user message with the run's context as a text part placed before its content.
+
+    ``{"role": "user", "content": "Hi"}`` becomes ``{"role": "user", "content":
+    [{"type": "text", "text": "<context>\\n{...}\\n</context>"}, {"type": "text",
+    "text": "Hi"}]}``; content that is already a list of parts keeps its parts
+    after the context part. The stored message is not touched.
+    """
+    content = chat_message.get("content")
+    if isinstance(content, list):
+        parts = list(content)
+    elif content is None or content == "":
+        parts = []
+    else:
+        parts = [{"type": "text", "text": str(content)}]
+    return {**chat_message, "content": [{"type": "text", "text": context_block(context_json)}, *parts]}
 
 
 # --------------------------------------------------------------------------- UIMessage -> chat
@@ -413,18 +465,27 @@ def _parse_arguments(raw: Any) -> tuple[dict | None, str | None]:
     return value, None
 
 
+_RESERVED_OPTIONS = frozenset({"model", "messages", "tools"})
+_SECRET_RE = re.compile(r"key|token|secret|password|credential|auth", re.IGNORECASE)
+
 _STOP_REASONS = {"function_call": "tool_calls", "tool_use": "tool_calls", "end_turn": "stop", "max_tokens": "length"}
 
 
 class LiteLLMModel:
-    """A :class:`ChatModel` for any provider litellm supports.
+    """A :class:`ChatModel` for any provider litellm supports (``sk.LiteLLMModel``).
 
     ``sk.Agent(..., model="gpt-4o-mini")`` wraps the name in this class; build it
-    yourself to pass provider options, which go to every ``litellm.acompletion``
-    call (``api_base``, ``temperature``, ``mock_response``...)::
+    yourself to pass litellm options, which go to every ``litellm.acompletion``
+    call (``api_base``, ``api_key``, ``temperature``, ``max_tokens``,
+    ``mock_response``...)::
 
-        model = LiteLLMModel("gpt-4o-mini", temperature=0)
-        offline = LiteLLMModel("gpt-4o-mini", mock_response="Hi!")
+        model = sk.LiteLLMModel("gpt-4o-mini", temperature=0)
+        local = sk.LiteLLMModel("ollama/llama3", api_base="http://localhost:11434")
+        offline = sk.LiteLLMModel("gpt-4o-mini", mock_response="Hi!")
+        agent = sk.Agent("helper", "Be brief.", model)
+
+    ``model``, ``messages`` and ``tools`` are set per call and cannot be options
+    (``TypeError``). The repr hides the values of options that look like secrets.
 
     Replies are streamed (``stream=False`` asks for one response instead; the text
     then arrives as a single delta). Errors raised by litellm or the provider
@@ -434,15 +495,45 @@ class LiteLLMModel:
     vary the options per call.
     """
 
-    def __init__(self, model: str, *, stream: bool = True, **options: Any):
+    def __init__(self, model: str, *, stream: bool = True, **litellm_kwargs: Any):
         if not isinstance(model, str) or not model:
             raise TypeError("model must be a non-empty litellm model name")
+        reserved = sorted(set(litellm_kwargs) & _RESERVED_OPTIONS)
+        if reserved:
+            raise TypeError(
+                f"LiteLLMModel sets {', '.join(reserved)} itself for each call (the run's chat "
+                "and the agent's tools); pass the other litellm options only"
+            )
         self.name = model
         self.streaming = bool(stream)
-        self.options = dict(options)
+        self.options = dict(litellm_kwargs)
 
     def __repr__(self) -> str:
-        return f"LiteLLMModel({self.name!r})"
+        shown = "".join(
+            f", {key}={'***' if _SECRET_RE.search(key) else repr(value)}" for key, value in self.options.items()
+        )
+        return f"LiteLLMModel({self.name!r}{'' if self.streaming else ', stream=False'}{shown})"
+
+    @property
+    def priced(self) -> bool | None:
+        """Whether litellm's price map (or a per-token price in the options) prices this model.
+
+        ``None`` when litellm is not installed. A run of an unpriced model reports
+        ``cost_usd`` ``None``, never ``0.0``.
+        """
+        if self.options.get("input_cost_per_token") is not None or self.options.get("output_cost_per_token") is not None:
+            return True
+        try:
+            litellm = _litellm()
+        except ImportError:
+            return None
+        try:
+            info = litellm.get_model_info(
+                model=self.name, custom_llm_provider=self.options.get("custom_llm_provider")
+            )
+        except Exception:  # litellm raises for a model missing from its price map
+            return False
+        return info.get("input_cost_per_token") is not None or info.get("output_cost_per_token") is not None
 
     def call_options(self, messages: list[dict], tools: list[dict]) -> dict:
         """Extra ``litellm.acompletion`` keyword arguments for one call (default: ``options``)."""

@@ -17,6 +17,19 @@ becomes ``{"type": "function", "function": {"name": "get_weather",
 "properties": {"city": {"type": "string", "description": ...}, "unit": {"type":
 "string", "enum": ["C", "F"], "default": "C", ...}}, "required": ["city"]}}}``.
 
+A parameter named ``context`` is not shown to the model: it receives the
+run's ``context`` (``agent.run(prompt, context={...})``, a JSON object the
+application passes beside the prompt), so a tool can read who is asking or
+which account it acts for without the model being able to choose it::
+
+    def list_orders(status: str, context: dict) -> list:
+        '''Orders of the signed-in customer with a given status.'''
+        return db.orders(customer=context["customer_id"], status=status)
+
+The schema of ``list_orders`` has ``status`` only. An argument named
+``context`` sent by the model is ignored. When the run has no context, the
+parameter gets ``None`` (or its default, when it has one).
+
 Sync functions run in a worker thread so a slow tool does not stall the event
 loop (and can be abandoned by a timeout or interrupt; the thread itself runs to
 its end, Python cannot stop it). Async functions run on the run's loop.
@@ -40,7 +53,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Tool", "as_tool", "json_safe"]
+__all__ = ["CONTEXT_PARAMETER", "Tool", "as_tool", "json_safe"]
+
+CONTEXT_PARAMETER = "context"
+"""The parameter name through which a tool receives the run's context (never in its schema)."""
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SECTION_RE = re.compile(
@@ -69,9 +85,19 @@ class Tool:
             function["description"] = self.description
         return {"type": "function", "function": function}
 
-    async def call(self, arguments: Mapping[str, Any]) -> Any:
-        """Call the function with the model's arguments (sync functions in a thread)."""
-        args, kwargs = _bind(self.fn, dict(arguments))
+    async def call(self, arguments: Mapping[str, Any], *, context: dict | None = None) -> Any:
+        """Call the function with the model's arguments (sync functions in a thread).
+
+        A ``context`` parameter of the function receives ``context`` (see the
+        module docstring); the model cannot set it.
+        """
+        arguments = dict(arguments)
+        wants, has_default = _context_parameter(self.fn)
+        if wants:
+            arguments.pop(CONTEXT_PARAMETER, None)  # the model cannot choose the context
+            if context is not None or not has_default:
+                arguments[CONTEXT_PARAMETER] = context
+        args, kwargs = _bind(self.fn, arguments)
         if _is_async(self.fn):
             return await self.fn(*args, **kwargs)
         result = await _in_thread(functools.partial(self.fn, *args, **kwargs))
@@ -121,6 +147,17 @@ def _is_async(fn: Callable) -> bool:
         return True
     # a callable object whose __call__ is async
     return not inspect.isroutine(target) and inspect.iscoroutinefunction(type(target).__call__)
+
+
+def _context_parameter(fn: Callable) -> tuple[bool, bool]:
+    """Whether ``fn`` has a ``context`` parameter, and whether that parameter has a default."""
+    try:
+        param = inspect.signature(fn).parameters.get(CONTEXT_PARAMETER)
+    except (TypeError, ValueError):
+        return False, False
+    if param is None or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        return False, False
+    return True, param.default is not param.empty
 
 
 def _bind(fn: Callable, arguments: dict) -> tuple[list, dict]:
@@ -329,7 +366,11 @@ def _hints(obj: Any) -> dict:
 
 
 def parameters_schema(fn: Callable, param_docs: Mapping[str, str] | None = None) -> dict:
-    """The ``parameters`` object schema of a function, from its signature and docs."""
+    """The ``parameters`` object schema of a function, from its signature and docs.
+
+    A parameter named ``context`` is left out: it receives the run's context,
+    not a value chosen by the model.
+    """
     param_docs = param_docs or {}
     try:
         sig = inspect.signature(fn)
@@ -339,7 +380,7 @@ def parameters_schema(fn: Callable, param_docs: Mapping[str, str] | None = None)
     properties: dict[str, dict] = {}
     required: list[str] = []
     for name, param in sig.parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name == CONTEXT_PARAMETER:
             continue
         schema = dict(type_schema(hints.get(name, param.annotation)))
         if name in param_docs and param_docs[name] and "description" not in schema:

@@ -1642,8 +1642,18 @@ class Session:
                         return  # deleted since the stream began: it ends here
                     yield message
 
-    def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None) -> RecentHistory:
-        """The longest suffix of the path within ``max_bytes`` (SPEC R3); cost grows with the window."""
+    def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None,
+                       compacted: bool = True) -> RecentHistory:
+        """The longest suffix of the path within ``max_bytes`` (SPEC R3); cost grows with the window.
+
+        The path is the one :meth:`get_history` returns: with ``compacted=True`` (the
+        default) a compaction's summary stands for its range and counts with its own
+        stored size, so an app that starts from this window and then mirrors the
+        session sees one shape. ``compacted=False`` windows the raw path. The leaf
+        and at least ``min_messages`` entries are always included; ``truncated`` is
+        True when the window does not start at the root; ``total_content_bytes`` is
+        the stored size of the whole raw path.
+        """
         if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
             raise ValueError(f"max_bytes must be a non-negative int, got {max_bytes!r}")
         if not isinstance(min_messages, int) or isinstance(min_messages, bool) or min_messages < 1:
@@ -1652,6 +1662,12 @@ class Session:
         if leaf_id is not None:
             leaf_id = _str_arg(leaf_id, "leaf_id")
         start = None if leaf_id is None else self._leaf(leaf_id)  # None: the session's latest row
+        if compacted and eng.has_compactions(self.session_id):
+            with eng.snapshot():
+                leaf = start if start is not None else eng.latest(self.session_id)
+                if leaf is None:
+                    return RecentHistory([], False, 0)
+                return self._compacted_window(leaf, eng.compactions(self.session_id), max_bytes, min_messages)
         chosen: list[tuple[Node, str]] = []
         total = 0
         # The first page holds one more than needed: is the next message in the window too?
@@ -1679,6 +1695,44 @@ class Session:
             return RecentHistory([], False, 0)
         first = chosen[len(chosen) - len(msgs)][0]
         return RecentHistory(msgs, first.depth > 0, chosen[-1][0].path_bytes)
+
+    def _compacted_window(self, leaf: Node, comps, max_bytes: int, min_messages: int) -> RecentHistory:
+        """:meth:`recent_history` where compactions apply: walks up from the leaf reading
+        nodes only, as far as the window and the compactions that touch it need."""
+        above = _PathAbove(self._eng(), self.session_id, leaf, comps)
+        entries: list[tuple[Node, Compaction | None, int]] = []  # (node, or the compaction from it down, size)
+        total = 0
+        depth = leaf.depth
+        while depth >= 0:
+            comp = above.span_at(depth)
+            if comp is not None:
+                first = above.ends[comp.from_id]
+                count = depth - first.depth + 1
+                size = len(_msg.dumps(_overlay(comp, count)).encode("utf-8"))
+                item: tuple[Node, Compaction | None, int] = (first, comp, count)
+                below = first.depth - 1
+            else:
+                node = above.at(depth)
+                if node is None:  # deleted meanwhile (outside a snapshot)
+                    break
+                size, item, below = node.bytes, (node, None, 1), depth - 1
+            if len(entries) >= min_messages and total + size > max_bytes:
+                break
+            entries.append(item)
+            total += size
+            depth = below
+        entries.reverse()
+        raw = [node.seq for node, comp, _ in entries if comp is None]
+        contents = dict(zip(raw, self._eng().contents(raw)))
+        messages = []
+        for node, comp, count in entries:
+            message = _overlay(comp, count) if comp is not None else self._restore(node.seq, contents.get(node.seq))
+            if message is None:  # deleted meanwhile: the window ends below it
+                messages.clear()
+                continue
+            messages.append(message)
+        truncated = bool(entries) and entries[0][0].depth > 0
+        return RecentHistory(messages, truncated, leaf.path_bytes)
 
     # -- compaction -----------------------------------------------------------------
     def on_compaction(self, fn: Callable) -> "Session":
@@ -1897,6 +1951,56 @@ def _choose_ranges(comps: list[tuple[int, Compaction]], pos: dict[str, int]):
         chosen.append((a, b, comp))
     chosen.sort(key=lambda r: r[0])
     return chosen
+
+
+class _PathAbove:
+    """The path above a leaf, read lazily (nodes only, a page at a time), and which
+    compactions apply to it where: the rule of :func:`_choose_ranges` (a compaction's
+    whole range on the path; among overlapping ones the newest wins), decided only
+    for the compactions near the depths asked about."""
+
+    def __init__(self, eng: Engine, sid: str, leaf: Node, comps: list[tuple[int, Compaction]]):
+        self.leaf = leaf
+        ids = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
+        self.ends = {n.id: n for n in eng.nodes_by_id(sid, sorted(ids))}
+        # candidates: both ends stored, the range above the leaf and the right way up
+        self.comps = []
+        for seq, c in comps:
+            a, b = self.ends.get(c.from_id), self.ends.get(c.to_id)
+            if a is not None and b is not None and a.depth <= b.depth <= leaf.depth:
+                self.comps.append((seq, c, a.depth, b.depth))
+        self._nodes: list[Node] = []  # leaf first
+        self._pages = (n for page in eng.walk_pages(sid, leaf, None, False) for n, _ in page)
+        self._chosen: dict[str, bool] = {}
+
+    def at(self, depth: int) -> Node | None:
+        """The path's node at ``depth`` (None when the path ends before it)."""
+        want = self.leaf.depth - depth
+        while len(self._nodes) <= want:
+            node = next(self._pages, None)
+            if node is None:
+                return None
+            self._nodes.append(node)
+        return self._nodes[want]
+
+    def _on_path(self, c: Compaction, lo: int, hi: int) -> bool:
+        top, bottom = self.at(lo), self.at(hi)
+        return top is not None and bottom is not None and top.id == c.from_id and bottom.id == c.to_id
+
+    def _applies(self, seq: int, c: Compaction, lo: int, hi: int) -> bool:
+        done = self._chosen.get(c.id)
+        if done is None:
+            done = self._on_path(c, lo, hi) and not any(
+                s > seq and not (h < lo or l > hi) and self._applies(s, o, l, h) for s, o, l, h in self.comps)
+            self._chosen[c.id] = done
+        return done
+
+    def span_at(self, depth: int) -> Compaction | None:
+        """The compaction whose summary stands for the message at ``depth``, if any."""
+        for seq, c, lo, hi in self.comps:
+            if lo <= depth <= hi and self._applies(seq, c, lo, hi):
+                return c
+        return None
 
 
 def _model_tokens(tokens, ranges) -> int:

@@ -858,6 +858,57 @@ class TestReading:
         with pytest.raises(ValueError):
             s.recent_history(-1)
 
+    @staticmethod
+    def _expected_window(path, max_bytes, min_messages):
+        """The longest suffix of ``path`` within ``max_bytes`` (at least ``min_messages``)."""
+        sizes = [len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode()) for m in path]
+        out, total = [], 0
+        for m, size in zip(reversed(path), reversed(sizes)):
+            if len(out) >= min_messages and total + size > max_bytes:
+                break
+            out.append(m)
+            total += size
+        return out[::-1], sizes
+
+    def test_R3_the_window_is_a_suffix_of_the_compacted_path(self, store):
+        s = store.session("s")
+        ids = chain(s, 40, text=lambda i: "w" * (50 + 7 * i))
+        # a branch that shares a compacted prefix, and one compaction inside another's
+        # range that a newer, overlapping one replaces on read
+        s.append(msg("b1", "a branch " * 30), parent_id="m25")
+        s.append(msg("b2", "on the branch " * 10))
+        s.on_compaction(_summary_fn("m2", "m9")).compact(leaf_id="m39")
+        s.on_compaction(_summary_fn("m12", "m20")).compact(leaf_id="m39")
+        s.on_compaction(_summary_fn("m18", "m30")).compact(leaf_id="m39")  # newer, overlaps the one before
+        s.on_compaction(_summary_fn("m26", "m33")).compact(leaf_id="m39")  # on the main path only
+        for leaf in ("m39", "b2", "m22", "m5"):
+            path = s.get_history(leaf_id=leaf)
+            raw_total = sum(n.bytes for n in s.path(leaf).nodes)
+            for min_messages in (1, 3):
+                for budget in [0, 500, 1500, 4000, 9000, 10**7]:
+                    expected, _ = self._expected_window(path, budget, min_messages)
+                    got = s.recent_history(budget, min_messages=min_messages, leaf_id=leaf)
+                    assert got.messages == expected, (leaf, budget, min_messages)
+                    assert got.truncated == (len(expected) < len(path))
+                    assert got.total_content_bytes == raw_total
+        assert ids_of(s.recent_history(10**7).messages) == ids_of(s.get_history())  # the latest leaf: b2
+        raw = s.recent_history(10**7, compacted=False)
+        assert ids_of(raw.messages) == ids_of(s.get_history(compacted=False))
+
+    def test_R3_a_summary_counts_with_its_own_size(self, store):
+        s = store.session("s")
+        chain(s, 12, text=lambda i: "x" * 400)
+        comp = s.on_compaction(_summary_fn("m0", "m8")).compact()
+        path = s.get_history()
+        overlay = path[0]
+        assert overlay["id"] == f"compaction:{comp.id}"
+        _, sizes = self._expected_window(path, 0, 1)
+        # exactly the summary and what follows it fits: the whole compacted path, not truncated
+        got = s.recent_history(sum(sizes))
+        assert got.messages == path and got.truncated is False
+        got = s.recent_history(sum(sizes) - 1)  # one byte short: the summary is left out
+        assert got.messages == path[1:] and got.truncated is True
+
     def test_R3_sizes_include_payloads_and_split_rows(self, store):
         s = store.session("s")
         _, b64 = b64_payload(20_000, "p")

@@ -1,4 +1,4 @@
-"""Fixtures for agent tests: offline litellm, real stores (in memory and a SQLite file)."""
+"""Fixtures for agent tests: offline litellm, real stores (one per engine, and an in-memory SQLite one)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,11 @@ import pytest
 from sessionkit.store import open_store
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(request, tmp_path):
-    """A real store: in-memory SQLite, then a SQLite file."""
-    target = ":memory:" if request.param == "memory" else tmp_path / "runs.db"
-    st = open_store(target)
-    yield st
-    st.close()
+@pytest.fixture
+def store(engine, new_store):
+    """A real store of each engine of the matrix (tests/conftest.py): a SQLite file, a DuckDB
+    file, a PostgreSQL store."""
+    return new_store(engine, name="runs")
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""Fixtures for the analysis tests: engines, matplotlib set up headless, a store of real data.
+"""Fixtures for the analysis tests: stores, matplotlib set up headless, a store of real data.
 
-Everything is a fixture (no helper imports), so the tests run under any pytest import mode.
+The engines come from the store matrix of tests/conftest.py (``engine``: SQLite, DuckDB,
+PostgreSQL). Everything is a fixture (no helper imports), so the tests run under any pytest
+import mode.
 """
 
 from __future__ import annotations
@@ -19,30 +21,27 @@ os.environ["MPLBACKEND"] = "Agg"
 
 import sessionkit as sk  # noqa: E402
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data"
 
 
-# The DuckDB engine ships with the package: a broken import must fail the run, not skip.
-ENGINES = [pytest.param("sqlite", id="sqlite"), pytest.param("duckdb", id="duckdb")]
+def pytest_collection_modifyitems(config, items):
+    """The tests on the whole sample data (``real``) are slow, on every engine: the import
+    takes seconds on SQLite and 20 s on DuckDB."""
+    for item in items:
+        if "real" in getattr(item, "fixturenames", ()) and HERE in item.path.parents:
+            item.add_marker(pytest.mark.slow)
+
 
 #: How much of each sample the DuckDB variant imports (None: all of it): bulk imports batch
 #: their writes on every engine, so both engines get the whole files.
 DUCKDB_SAMPLE = {"oasst": None, "tau": None, "hh": None}
 
 
-def _open(engine: str):
-    return sk.open_store(":memory:" if engine == "sqlite" else "duckdb:///:memory:")
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request) -> str:
-    return request.param
-
-
 @pytest.fixture
-def store(engine):
-    with _open(engine) as s:
-        yield s
+def store(engine, new_store):
+    """An empty store of each engine (in memory where the engine has it)."""
+    return new_store(engine, memory=True)
 
 
 @pytest.fixture(autouse=True)
@@ -66,18 +65,17 @@ def sources() -> dict:
     return {"oasst": oasst, "tau": tau, "hh": hh}
 
 
-@pytest.fixture(scope="session", params=ENGINES)
-def real(request, sources, tmp_path_factory):
+@pytest.fixture(scope="session")
+def real(engine, new_shared_store, sources, tmp_path_factory):
     """A store per engine with OASST trees, tau-bench trajectories and HH pairs (see DUCKDB_SAMPLE).
 
     Returns ``{"store", "engine", "oasst", "tau", "hh"}``, the last three being the source
     records that were imported.
     """
-    engine = request.param
     limits = DUCKDB_SAMPLE if engine == "duckdb" else {"oasst": None, "tau": None, "hh": None}
     folder = tmp_path_factory.mktemp(f"real-{engine}")
     picked = {k: sources[k][: limits[k]] for k in ("oasst", "tau", "hh")}
-    s = _open(engine)
+    s = new_shared_store(engine, memory=True)
     oasst_path = folder / "oasst.jsonl"
     oasst_path.write_text("".join(json.dumps(t) + "\n" for t in picked["oasst"]), encoding="utf-8")
     sk.io.import_oasst(s, oasst_path)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # slow: JupyterLab and chromium start per run
 
 HERE = Path(__file__).resolve().parent
 SHOTS = HERE.parents[1] / "artifacts" / "screenshots"

@@ -8,7 +8,7 @@ import nbhelpers
 import sessionkit as sk
 from sessionkit.widgets._source import outline_rows, tree_data
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # slow: starts chromium
 
 
 @pytest.fixture

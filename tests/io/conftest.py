@@ -1,6 +1,8 @@
-"""Fixtures for the import/export tests: engines, the sample data, a store holding it.
+"""Fixtures for the import/export tests: stores, the sample data, a store holding it.
 
-Everything is a fixture (no helper imports), so the tests run under any pytest import mode.
+The engines come from the store matrix of tests/conftest.py (``engine``: SQLite, DuckDB,
+PostgreSQL). Everything is a fixture (no helper imports), so the tests run under any pytest
+import mode.
 """
 
 from __future__ import annotations
@@ -13,17 +15,16 @@ import pytest
 
 import sessionkit as sk
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+HERE = Path(__file__).resolve().parent
+DATA = HERE.parent / "data"
 
 
-# The DuckDB engine ships with the package: a broken import must fail the run, not skip.
-ENGINES = [pytest.param("sqlite", id="sqlite"), pytest.param("duckdb", id="duckdb")]
-
-
-def _open(engine: str, folder: Path | None = None, name: str = "store"):
-    if engine == "sqlite":
-        return sk.open_store(":memory:" if folder is None else folder / f"{name}.db")
-    return sk.open_store("duckdb:///:memory:" if folder is None else folder / f"{name}.duckdb")
+def pytest_collection_modifyitems(config, items):
+    """The tests on the whole sample data (``loaded``) are slow, on every engine: the import
+    takes seconds on SQLite and 20 s on DuckDB, reading 2,312 HH pairs back a minute there."""
+    for item in items:
+        if "loaded" in getattr(item, "fixturenames", ()) and HERE in item.path.parents:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -31,24 +32,15 @@ def data_dir() -> Path:
     return DATA
 
 
-@pytest.fixture(params=ENGINES)
-def engine(request) -> str:
-    return request.param
-
-
 @pytest.fixture
-def make_store():
-    """``make_store(engine, folder=None, name="store")``: a fresh store, closed after the test."""
-    opened = []
+def make_store(new_store):
+    """``make_store(engine, folder=None, name="store")``: a fresh store, closed after the test:
+    in memory without a folder (PostgreSQL: a fresh schema either way)."""
 
     def make(engine: str, folder: Path | None = None, name: str = "store"):
-        s = _open(engine, folder, name)
-        opened.append(s)
-        return s
+        return new_store(engine, memory=folder is None, folder=folder, name=name)
 
-    yield make
-    for s in opened:
-        s.close()
+    return make
 
 
 @pytest.fixture
@@ -104,15 +96,14 @@ def tau_sid():
 DUCKDB_SAMPLE = {"oasst": None, "tau": None, "hh": None}
 
 
-@pytest.fixture(scope="session", params=ENGINES)
-def loaded(request, oasst_path, oasst_trees, tau_records, hh_path, hh_records, tmp_path_factory):
+@pytest.fixture(scope="session")
+def loaded(engine, new_shared_store, oasst_path, oasst_trees, tau_records, hh_path, hh_records, tmp_path_factory):
     """A store per engine holding the samples (see DUCKDB_SAMPLE); tests must not change it.
 
     Keys: ``store``, ``engine``, the sessions ``oasst``, ``tau``, ``hh``, and the source
     records imported ``oasst_trees``, ``tau_records``, ``hh_records`` with ``full`` telling
     which samples were imported whole.
     """
-    engine = request.param
     limits = DUCKDB_SAMPLE if engine == "duckdb" else {"oasst": None, "tau": None, "hh": None}
     folder = tmp_path_factory.mktemp(f"loaded-{engine}")
     trees = oasst_trees[: limits["oasst"]]
@@ -124,7 +115,7 @@ def loaded(request, oasst_path, oasst_trees, tau_records, hh_path, hh_records, t
     if limits["hh"] is not None:
         hh_path = folder / "hh.jsonl"
         hh_path.write_text("".join(json.dumps(r) + "\n" for r in pairs), encoding="utf-8")
-    s = _open(engine)
+    s = new_shared_store(engine, memory=True)
     oasst = sk.io.import_oasst(s, oasst_path)
     tau_sessions = []
     for rec in tau:

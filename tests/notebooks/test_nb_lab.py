@@ -63,6 +63,7 @@ def test_lab_command(tmp_path, as_root):
     assert ("--allow-root" in command) is as_root
 
 
+@pytest.mark.slow  # builds the demo store in a subprocess
 def test_prepare_only_prints_the_command(fresh_notebooks):
     proc = subprocess.run([sys.executable, "-m", "sessionkit._lab", "--notebooks", str(fresh_notebooks),
                            "--prepare-only", "--port", "8899", "--token", "x" * 32],

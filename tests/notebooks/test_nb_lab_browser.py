@@ -23,7 +23,7 @@ import pytest
 
 from nbtools import REPO
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: JupyterLab and chromium, as `make demo` starts them
 
 SHOTS = REPO / "artifacts" / "screenshots"
 

@@ -28,7 +28,7 @@ import pytest
 
 from nbtools import NOTEBOOKS, need, numbered_notebooks
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # slow: runs every notebook in a kernel (a minute)
 
 TAMPERED = "tampered-01-quickstart.ipynb"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

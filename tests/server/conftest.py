@@ -7,9 +7,6 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("starlette")
@@ -18,10 +15,7 @@ pytest.importorskip("uvicorn")
 import sessionkit as sk  # noqa: E402
 from sessionkit.server import create_app  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the PostgreSQL helpers
-
 from live_server import TOKEN, LiveServer, SSEReader  # noqa: E402
-from store.pg_cluster import pg_store_url, pg_url  # noqa: E402,F401  (fixtures)
 
 
 @pytest.fixture
@@ -41,15 +35,12 @@ def serve():
         live.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path):
-    """The server's store: a SQLite file, and a PostgreSQL store (where servers coordinate through it)."""
-    if request.param == "sqlite":
-        st = sk.open_store(tmp_path / "server.db")
-    else:
-        st = sk.open_store(request.getfixturevalue("pg_store_url")())
-    yield st
-    st.close()
+@pytest.fixture
+def store(engine, new_store):
+    """The server's store, one per engine of the matrix (tests/conftest.py): a SQLite file,
+    a DuckDB file (both leased to one server), a PostgreSQL store (where servers coordinate
+    through the database)."""
+    return new_store(engine, name="server")
 
 
 @pytest.fixture

@@ -26,6 +26,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: 
 
 from live_server import AUTH, TOKEN, echo_agent  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a live server per engine and 25 generated requests per operation
+
 EXAMPLES = 25
 SKIP = {"streamEvents"}
 

@@ -1,4 +1,8 @@
-"""The server lease (H5): one server per SQLite/DuckDB store file; the second one names the holder."""
+"""The server lease (H5): one server per SQLite/DuckDB store file; the second one names the holder.
+
+On SQLite files only: a PostgreSQL store holds no lease (several servers share it, see
+test_workers.py), and the lease is the same code for a DuckDB file.
+"""
 
 from __future__ import annotations
 

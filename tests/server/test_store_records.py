@@ -1,4 +1,4 @@
-"""The store's internal records, where the server keeps its tables (one test per engine that has them)."""
+"""The store's internal records, where the server keeps its tables (one test per store variant that has them)."""
 
 from __future__ import annotations
 
@@ -7,20 +7,15 @@ import pytest
 import sessionkit as sk
 
 
-@pytest.fixture(params=["memory", "sqlite-file", "duckdb-file"])
-def any_store(request, tmp_path):
-    target = {"memory": ":memory:", "sqlite-file": tmp_path / "r.db", "duckdb-file": tmp_path / "r.duckdb"}
-    try:
-        store = sk.open_store(target[request.param])
-    except ImportError:
-        pytest.skip(f"{request.param}: engine not installed")
+@pytest.fixture
+def any_store(store_variant, new_store):
+    """Every store variant of the matrix (tests/conftest.py)."""
+    store = new_store(store_variant)
     try:
         store.records("probe", "kind")
     except sk.UsageError:
-        store.close()
         pytest.skip(f"the {store.engine} engine keeps no internal records yet")
-    yield store
-    store.close()
+    return store
 
 
 def test_records_are_upserted_listed_by_number_and_kept_per_session_and_kind(any_store):

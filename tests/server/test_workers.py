@@ -26,6 +26,10 @@ from live_server import AUTH, TOKEN, SSEReader, wait_idle
 
 pytest.importorskip("psycopg")
 
+# PostgreSQL only: several server processes share a store only there (a SQLite or DuckDB
+# file is leased to one server, see test_lease.py). Slow: each test starts worker processes.
+pytestmark = pytest.mark.slow
+
 AGENT = textwrap.dedent('''
     import os, pathlib, time
     import sessionkit as sk

@@ -74,6 +74,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a second process
 def test_S5_file_held_by_another_process_raises_StoreLocked_naming_it(tmp_path):
     path = str(tmp_path / "held.duckdb")
     marker = "secret-token-on-argv-7f3a"  # an argument that must not reach logs
@@ -364,6 +365,7 @@ WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a writer process killed mid-run
 @pytest.mark.parametrize("durability", ["normal", "full"])
 def test_S5_killed_writer_loses_no_returned_append(tmp_path, durability):
     path = str(tmp_path / "kill.duckdb")
@@ -467,6 +469,7 @@ def test_schema_1_file_is_upgraded_and_reindexed(tmp_path):
         assert [m["id"] for m in s.get_history()] == ["a", "b"]
 
 
+@pytest.mark.slow  # a second process
 def test_cached_state_is_dropped_when_another_process_wrote_the_file(tmp_path):
     path = str(tmp_path / "handoff.duckdb")
     first = sk.open_store(path)

@@ -120,6 +120,7 @@ def result(p: subprocess.Popen, timeout: float = 90.0):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # several processes
 def test_four_processes_append_to_one_session_and_a_fifth_receives_every_append(pg_store_url):  # noqa: F811
     url = pg_store_url()
     n = 60
@@ -185,6 +186,7 @@ def _open_at_once(url: str, n: int) -> list:
                 p.kill()
 
 
+@pytest.mark.slow  # several processes
 def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa: F811
     url = pg_store_url()  # a schema nobody created yet
     outcomes = _open_at_once(url, 4)
@@ -199,6 +201,7 @@ def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa:
         assert rows == [("index_built", "0"), ("schema_version", str(SCHEMA_VERSION))]
 
 
+@pytest.mark.slow  # several processes
 def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_url):  # noqa: F811
     from sessionkit.store import postgres
 
@@ -261,6 +264,7 @@ def test_remote_writes_reported_once_and_own_writes_not_twice(pg_store_url):  # 
         assert overlay["metadata"]["compaction"]["messages"] == 2
 
 
+@pytest.mark.slow  # several processes
 def test_large_events_cross_processes_intact(pg_store_url):  # noqa: F811
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
@@ -384,7 +388,7 @@ def test_long_paths_are_read_in_pages(pg_store_url, monkeypatch):  # noqa: F811
         assert [m["id"] for m in s.get_history()] == ids[:3] + [f"compaction:{comp.id}"] + ids[31:]
         assert [m["id"] for m in s.get_history(compacted=False)] == ids
         assert s.get("m5")["parts"][0]["text"].startswith("a fairly long text")
-        window = s.recent_history(10**9, leaf_id="m30")  # the window reads continuation rows too
+        window = s.recent_history(10**9, leaf_id="m30", compacted=False)  # continuation rows too
         assert [m["id"] for m in window.messages] == ids[:31] and window.truncated is False
         assert window.messages[-1] == s.get("m30")
         with store._engine.write():  # inside a transaction too

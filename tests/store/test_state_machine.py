@@ -1,12 +1,15 @@
-"""Random operation sequences against every engine, checked against a plain in-memory model.
+"""Random operation sequences against every store variant, checked against a plain in-memory model.
 
 A hypothesis state machine appends (latest leaf, explicit parent, new root, duplicate id),
 imports, updates, deletes (leaf, subtree, refused), clears, compacts and searches in two
 sessions of one store, and after every step compares each read of the store with what a
 dict-based model of SPEC sections 1-6 says it must return.
 
-``SESSIONKIT_HYPOTHESIS_EXAMPLES`` raises the number of examples (200 by default),
-``SESSIONKIT_HYPOTHESIS_STEPS`` the length of each sequence.
+It runs on every variant of the store matrix (``store_variant`` in tests/conftest.py), at
+two depths: ``quick`` (a few examples, part of ``make test-fast``) and ``full`` (marked
+slow). ``SESSIONKIT_HYPOTHESIS_EXAMPLES`` sets the number of examples of the full run
+(200 by default; PostgreSQL 25, or ``SESSIONKIT_PG_HYPOTHESIS_EXAMPLES``: each example
+opens a new store on the server), ``SESSIONKIT_HYPOTHESIS_STEPS`` the length of each sequence.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-import importlib.util
 import itertools
 import json
 import math
@@ -40,35 +42,44 @@ import sessionkit as sk
 from sessionkit.store.search import matches, parse_query
 
 EXAMPLES = int(os.environ.get("SESSIONKIT_HYPOTHESIS_EXAMPLES", 200))
+#: Examples of the full run per variant.
+FULL_EXAMPLES = {
+    "sqlite-file": EXAMPLES, "sqlite-memory": EXAMPLES, "sqlite-window": EXAMPLES,
+    "duckdb-file": EXAMPLES, "duckdb-memory": EXAMPLES,
+    "postgresql": int(os.environ.get("SESSIONKIT_PG_HYPOTHESIS_EXAMPLES", 25)),
+}
+#: Examples of the quick run (part of ``make test-fast``): a few seconds per variant.
+QUICK_EXAMPLES = {
+    "sqlite-file": 5, "sqlite-memory": 5, "sqlite-window": 5,
+    "duckdb-file": 3, "duckdb-memory": 3,
+    "postgresql": 3,
+}
 #: Steps per example (after a first step that seeds 4-14 messages). DuckDB takes about a
 #: millisecond per query and ~0.1 s to open a file, many times what SQLite takes, so it
 #: runs shorter sequences to keep each engine's default run near a minute.
 #: ``SESSIONKIT_HYPOTHESIS_STEPS`` sets the length for every engine.
-STEPS = {"sqlite-memory": 40, "sqlite-file": 40, "duckdb-file": 10}
+STEPS = {
+    "sqlite-file": 40, "sqlite-memory": 40, "sqlite-window": 40,
+    "duckdb-file": 10, "duckdb-memory": 10,
+    "postgresql": 40,
+}
 if os.environ.get("SESSIONKIT_HYPOTHESIS_STEPS"):
     STEPS = dict.fromkeys(STEPS, int(os.environ["SESSIONKIT_HYPOTHESIS_STEPS"]))
 
-#: Small continuation-row size for the SQLite file engine, so split messages appear often.
+#: Small continuation-row size for the SQLite file and PostgreSQL stores, so split messages appear often.
 CHUNK_CHARS = 173
 #: A search window (the SQLite engine's second index of its newest messages) this many
-#: messages wide for the SQLite file engine, so it is created, trimmed and written
+#: messages wide for the ``sqlite-window`` variant, so it is created, trimmed and written
 #: through by every kind of step.
 WINDOW = 5
-
-_DUCKDB_MISSING = importlib.util.find_spec("sessionkit.store.duckdb") is None
-
-ENGINES = [
-    pytest.param("sqlite-memory", id="sqlite-memory"),
-    pytest.param("sqlite-file", id="sqlite-file"),
-    pytest.param(
-        "duckdb-file",
-        id="duckdb-file",
-        marks=pytest.mark.skipif(
-            _DUCKDB_MISSING,
-            reason="the DuckDB engine (sessionkit/store/duckdb.py) does not exist in this tree yet",
-        ),
-    ),
-]
+#: Options each variant's store is opened with, on top of the variant's own.
+OPTIONS = {
+    "sqlite-file": {"chunk_chars": CHUNK_CHARS},
+    "sqlite-window": {"chunk_chars": CHUNK_CHARS, "search_window": WINDOW},
+    "postgresql": {"chunk_chars": CHUNK_CHARS},
+}
+#: Variants keeping nothing on disk or on a server: their stats report 0 bytes.
+IN_MEMORY = ("sqlite-memory", "duckdb-memory")
 
 SESSIONS = ("", "s2")  # the default session and a named one
 IDS = tuple(f"m{i}" for i in range(40))  # shared by both sessions, so ids repeat across them
@@ -186,6 +197,17 @@ pick = st.integers(0, 1 << 16)  # chooses among whatever exists when the rule ru
 
 # ---------------------------------------------------------------------------
 # the reference model: SPEC rules written out plainly
+
+
+def window_take(sizes: list[int], max_bytes: int, min_messages: int) -> int:
+    """How many of the last entries a window of ``max_bytes`` holds (SPEC R3)."""
+    take, total = 0, 0
+    for size in reversed(sizes):
+        if take >= min_messages and total + size > max_bytes:
+            break
+        take += 1
+        total += size
+    return take
 
 
 def canonical_size(message: dict) -> int:
@@ -334,26 +356,18 @@ def overlay(comp: dict, count: int) -> dict:
     }
 
 
-def open_engine(engine: str, folder: str):
-    if engine == "sqlite-memory":
-        return sk.open_store(":memory:")
-    if engine == "sqlite-file":
-        return sk.open_store(os.path.join(folder, "store.db"), chunk_chars=CHUNK_CHARS, search_window=WINDOW)
-    if engine == "duckdb-file":
-        return sk.open_store(os.path.join(folder, "store.duckdb"))
-    raise AssertionError(engine)
-
-
 # ---------------------------------------------------------------------------
 
 
 class StoreMachine(RuleBasedStateMachine):
-    ENGINE = "sqlite-memory"
+    ENGINE = "sqlite-memory"  # a store variant of tests/conftest.py
+    #: ``open_store(folder) -> Store``: a fresh store of the variant (set by the test)
+    open_store = None
 
     def __init__(self):
         super().__init__()
         self.folder = tempfile.mkdtemp(prefix="sk-machine-")
-        self.store = open_engine(self.ENGINE, self.folder)
+        self.store = self.open_store(self.folder)
         self.model = {sid: SessionModel() for sid in SESSIONS}
         self.order = itertools.count()
         self.ever_payloads: set[str] = set()
@@ -870,23 +884,20 @@ class StoreMachine(RuleBasedStateMachine):
         assert first_two == raw[::-1][:2]
         assert session.path_length(**kw) == len(path)
         assert session.branches(leaf) == [model.msgs[c].message for c in model.children(leaf)]
-        # SPEC R3: the longest suffix within max_bytes, never fewer than min_messages
+        # SPEC R3: the longest suffix within max_bytes, never fewer than min_messages, of the
+        # path as get_history() gives it (compacted by default, raw with compacted=False)
         sizes = [canonical_size(m) for m in raw]
         kind, value, delta = budget
         if kind == "exact":
             max_bytes = max(0, sum(sizes[value % len(sizes):]) + delta)
         else:
             max_bytes = value
-        take, total = 0, 0
-        for size in reversed(sizes):
-            if take >= min_messages and total + size > max_bytes:
-                break
-            take += 1
-            total += size
-        window = session.recent_history(max_bytes, min_messages=min_messages, **kw)
-        assert window.messages == raw[len(raw) - take:]
-        assert window.truncated == (take < len(raw))
-        assert window.total_content_bytes == sum(sizes)
+        for compacted, shown in ((False, raw), (True, model.compacted(path))):
+            take = window_take([canonical_size(m) for m in shown], max_bytes, min_messages)
+            window = session.recent_history(max_bytes, min_messages=min_messages, compacted=compacted, **kw)
+            assert window.messages == shown[len(shown) - take:], compacted
+            assert window.truncated == (take < len(shown))
+            assert window.total_content_bytes == sum(sizes)
 
     @rule(i=st.integers(0, 1), k=pick)
     def reads_of_unknown_ids(self, i, k):
@@ -906,8 +917,8 @@ class StoreMachine(RuleBasedStateMachine):
     # -- invariants: every read agrees with the model --------------------------------------------
     @invariant()
     def the_search_window_holds_exactly_the_newest_indexed_rows(self):
-        """SQLite file engine: the window's rows are the main index's rows in its range."""
-        if self.ENGINE != "sqlite-file" or not (self.written or self.counts_changed):
+        """SQLite with a search window: the window's rows are the main index's rows in its range."""
+        if self.ENGINE != "sqlite-window" or not (self.written or self.counts_changed):
             return
         lo, hi = self.store._engine._window()
         if lo is None:
@@ -943,11 +954,13 @@ class StoreMachine(RuleBasedStateMachine):
                 # SPEC R3 at a message boundary: the last two messages fit exactly, or miss by a byte
                 sizes = [canonical_size(m) for m in raw]
                 tight = len(self.touched) % 2
-                window = session.recent_history(sum(sizes[-2:]) - tight)
-                take = 1 if tight and len(raw) > 1 else min(2, len(raw))
-                assert window.messages == raw[-take:]
-                assert window.truncated == (take < len(raw))
-                assert window.total_content_bytes == sum(sizes)
+                for compacted, shown in ((False, raw), (True, model.compacted(path))):
+                    shown_sizes = [canonical_size(m) for m in shown]
+                    window = session.recent_history(sum(shown_sizes[-2:]) - tight, compacted=compacted)
+                    take = 1 if tight and len(shown) > 1 else min(2, len(shown))
+                    assert window.messages == shown[-take:], compacted
+                    assert window.truncated == (take < len(shown))
+                    assert window.total_content_bytes == sum(sizes)
             comps = session.compactions()
             assert [(c.id, c.from_id, c.to_id, c.summary, c.created_at) for c in comps] == [
                 (c["id"], c["from_id"], c["to_id"], c["summary"], c["created_at"]) for c in model.comps
@@ -1008,7 +1021,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert stats["messages"] == sum(live.values())
         assert stats["sessions"] == len(live)
         assert stats["compactions"] == sum(len(m.comps) for m in self.model.values())
-        assert (stats["bytes"] > 0) == (self.ENGINE != "sqlite-memory")  # file size, 0 in memory
+        assert (stats["bytes"] > 0) == (self.ENGINE not in IN_MEMORY)  # file size, 0 in memory
         live_payloads = set()
         for m in self.model.values():
             for e in m.msgs.values():
@@ -1029,7 +1042,20 @@ SETTINGS = settings(
 )
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-def test_random_operation_sequences_match_the_reference_model(engine):
-    machine = type(f"StoreMachine_{engine.replace('-', '_')}", (StoreMachine,), {"ENGINE": engine})
-    run_state_machine_as_test(machine, settings=settings(SETTINGS, stateful_step_count=STEPS[engine]))
+@pytest.mark.parametrize("depth", ["quick", pytest.param("full", marks=pytest.mark.slow)])
+def test_random_operation_sequences_match_the_reference_model(store_variant, depth, new_store):
+    variant = store_variant
+    new_store(variant).close()  # skips (or fails in CI) here, before hypothesis, when the engine is missing
+
+    def open_store(folder):
+        return new_store(variant, folder=folder, name="store", **OPTIONS.get(variant, {}))
+
+    machine = type(
+        f"StoreMachine_{variant.replace('-', '_')}",
+        (StoreMachine,),
+        {"ENGINE": variant, "open_store": staticmethod(open_store)},
+    )
+    examples = (QUICK_EXAMPLES if depth == "quick" else FULL_EXAMPLES)[variant]
+    run_state_machine_as_test(
+        machine, settings=settings(SETTINGS, max_examples=examples, stateful_step_count=STEPS[variant])
+    )

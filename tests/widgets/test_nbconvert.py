@@ -36,6 +36,7 @@ CELLS = [
 ]
 
 
+@pytest.mark.slow  # executes a notebook in a kernel
 @pytest.mark.timeout(120)
 def test_executed_notebook_html_contains_each_snapshot(tmp_path):
     nbformat = _need("nbformat")

@@ -1,0 +1,153 @@
+"""The store matrix every engine-facing test runs on, defined once.
+
+Store variants (the ids of parametrised tests):
+
+- ``sqlite-file``: a SQLite file
+- ``sqlite-memory``: SQLite in memory
+- ``sqlite-window``: a SQLite file whose search window (the second index of the newest
+  messages) is four messages wide, so searches run with the window in place
+- ``duckdb-file``: a DuckDB file
+- ``duckdb-memory``: DuckDB in memory
+- ``postgresql``: a schema of its own on the test server of ``tests/store/pg_cluster.py``
+  (``SESSIONKIT_PG_URL`` or a throwaway cluster); without a server it skips, except under
+  ``CI=true`` where it fails
+
+Fixtures:
+
+- ``new_store(kind, *, memory=False, folder=None, name=None, **options)``: a fresh store,
+  closed after the test. ``kind`` is a variant, or an engine (``sqlite``, ``duckdb``,
+  ``postgresql``) meaning its file variant, or its in-memory one with ``memory=True``
+  (PostgreSQL has none: a fresh schema either way). ``new_shared_store`` is the same for
+  session-scoped fixtures (closed at the end of the run).
+- ``store_variant``: every variant, one test each.
+- ``engine``: one parameter per engine: ``"sqlite"``, ``"duckdb"``, ``"postgresql"``.
+
+Everything is a fixture (tests import nothing from here), so tests run under any pytest
+import mode.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import sessionkit as sk
+
+_TESTS = str(Path(__file__).resolve().parent)
+if _TESTS not in sys.path:  # the PostgreSQL helpers of tests/store, under any import mode
+    sys.path.insert(0, _TESTS)
+
+from store.pg_cluster import new_store_url, pg_store_url, pg_url  # noqa: E402,F401  (fixtures)
+
+#: variant -> (engine, in memory, options)
+VARIANTS = {
+    "sqlite-file": ("sqlite", False, {}),
+    "sqlite-memory": ("sqlite", True, {}),
+    "sqlite-window": ("sqlite", False, {"search_window": 4}),
+    "duckdb-file": ("duckdb", False, {}),
+    "duckdb-memory": ("duckdb", True, {}),
+    "postgresql": ("postgresql", False, {}),
+}
+ENGINES = ("sqlite", "duckdb", "postgresql")
+_SUFFIX = {"sqlite": ".db", "duckdb": ".duckdb"}
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _variant(kind: str, memory: bool) -> str:
+    if kind == "postgresql":  # an engine and its only variant
+        return kind
+    if kind in ENGINES:
+        return f"{kind}-memory" if memory else f"{kind}-file"
+    if kind not in VARIANTS:
+        raise ValueError(f"unknown store variant or engine {kind!r}; one of {[*VARIANTS, *ENGINES]}")
+    if memory:
+        raise ValueError(f"memory=True goes with an engine name, not the variant {kind!r}")
+    return kind
+
+
+class _Opener:
+    """Opens stores of the matrix for one fixture scope and closes them at its end."""
+
+    def __init__(self, request, folder_factory):
+        self._request = request
+        self._folder_factory = folder_factory
+        self._folder = None
+        self._names = itertools.count()
+        self._opened: list = []
+
+    def __call__(self, kind: str, *, memory: bool = False, folder=None, name=None, **options):
+        variant = _variant(kind, memory)
+        engine, in_memory, defaults = VARIANTS[variant]
+        options = {**defaults, **options}
+        if engine == "duckdb" and importlib.util.find_spec("duckdb") is None:
+            message = "the duckdb package is not installed (pip install 'sessionkit[duckdb]')"
+            if _in_ci():
+                pytest.fail(f"DuckDB is required in CI: {message}", pytrace=False)
+            pytest.skip(f"DuckDB tests skipped: {message}")
+        if engine == "postgresql":
+            self._request.getfixturevalue("pg_url")  # skips, or fails under CI=true, without a server
+            target = new_store_url()
+        elif in_memory:
+            target = ":memory:" if engine == "sqlite" else "duckdb:///:memory:"
+        else:
+            if folder is None:
+                if self._folder is None:
+                    self._folder = self._folder_factory()
+                folder = self._folder
+            target = Path(folder) / f"{name or f'store{next(self._names)}'}{_SUFFIX[engine]}"
+        store = sk.open_store(target, **options)
+        self._opened = [s for s in self._opened if not s.closed]
+        self._opened.append(store)
+        return store
+
+    def close_all(self) -> None:
+        for store in reversed(self._opened):
+            store.close()
+        self._opened.clear()
+
+
+@pytest.fixture
+def new_store(request, tmp_path_factory):
+    """``new_store(kind, *, memory=False, folder=None, name=None, **options)``: a fresh store
+    of a variant or engine (see the module docstring), closed after the test."""
+    opener = _Opener(request, lambda: tmp_path_factory.mktemp("stores"))
+    yield opener
+    opener.close_all()
+
+
+@pytest.fixture(scope="session")
+def new_shared_store(request, tmp_path_factory):
+    """``new_store`` for session-scoped fixtures: the stores are closed at the end of the run."""
+    opener = _Opener(request, lambda: tmp_path_factory.mktemp("shared-stores"))
+    yield opener
+    opener.close_all()
+
+
+# The fast suite (``make test-fast``, ``-m "not slow"``) runs the matrix on SQLite (its three
+# variants); DuckDB and PostgreSQL get their engine-specific tests there (test_duckdb_specific,
+# test_postgres_specific) and the whole matrix in the full suite (``make test``): the
+# conformance suite alone takes about 1.5 min per DuckDB variant on this 2-core machine.
+_SLOW = pytest.mark.slow
+
+
+@pytest.fixture(
+    scope="session",
+    params=[v if v.startswith("sqlite") else pytest.param(v, marks=_SLOW) for v in VARIANTS],
+)
+def store_variant(request) -> str:
+    """Every store variant, one test each (ids: the variant names)."""
+    return request.param
+
+
+@pytest.fixture(scope="session", params=[e if e == "sqlite" else pytest.param(e, marks=_SLOW) for e in ENGINES])
+def engine(request) -> str:
+    """One parameter per engine: ``"sqlite"``, ``"duckdb"``, ``"postgresql"``."""
+    return request.param
