@@ -826,10 +826,11 @@ class AsyncSession:
         """A deep copy of the latest path, compaction applied."""
         return await self._call("snapshot")
 
-    async def recent_history(self, max_bytes: int, *, min_messages: int = 1,
-                             leaf_id: str | None = None) -> RecentHistory:
-        """The longest suffix of the path within ``max_bytes`` (SPEC R3)."""
-        return await self._call("recent_history", max_bytes, min_messages=min_messages, leaf_id=leaf_id)
+    async def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None,
+                             compacted: bool = True) -> RecentHistory:
+        """The longest suffix of the path within ``max_bytes`` (SPEC R3), compaction applied by default."""
+        return await self._call("recent_history", max_bytes, min_messages=min_messages, leaf_id=leaf_id,
+                                compacted=compacted)
 
     # -- compaction --------------------------------------------------------------------------
     def on_compaction(self, fn: Callable[..., Any]) -> AsyncSession:

@@ -16,7 +16,7 @@ import pytest
 import sessionkit as sk
 from sessionkit.aio import AsyncSession, AsyncStore
 
-from .pg_cluster import new_store_url, pg_url  # noqa: F401  (pg_url: a fixture)
+from .pg_cluster import new_store_url
 
 
 def msg(mid: str, text: str = "", role: str = "user") -> dict:
@@ -27,7 +27,8 @@ def run(coro):
     return asyncio.run(coro)
 
 
-@pytest.fixture(params=["sqlite", "duckdb", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("duckdb", marks=pytest.mark.slow),
+                        pytest.param("postgresql", marks=pytest.mark.slow)])
 def target(request, tmp_path):
     """A store target on each engine (PostgreSQL: a fresh schema, when a server can be had)."""
     if request.param == "duckdb":
@@ -163,6 +164,7 @@ async def _least_stalled(read, attempts: int = 5):
     return min(runs, key=lambda r: r[2]), [round(r[2] * 1000, 1) for r in runs]
 
 
+@pytest.mark.slow
 def test_the_loop_keeps_ticking_during_a_100k_message_read(big_store):
     """A 100,000-message ``get_history()`` and an ``async for`` over ``history()`` run on the
     worker thread: a task ticking every 5 ms never waits long, while each read takes far longer.

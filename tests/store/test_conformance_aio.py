@@ -6,7 +6,8 @@ background event loop. So every SPEC item the suite checks is checked again as t
 API delivers it: results, errors (the same types), identity of handles, transactions,
 change events, compaction callbacks, streaming reads. Stores: a SQLite file, SQLite in
 memory, a DuckDB file, and PostgreSQL in a schema of its own (when a server can be had,
-see ``pg_cluster.py``).
+see ``pg_cluster.py``); the raw schema checks use ``test_conformance.py``'s, through the
+facade's ``_engine``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import sessionkit as sk
 from sessionkit.testing.conformance import *  # noqa: F403
 
 from ._aio_facade import Runner, open_facade
-from .pg_cluster import pg_url  # noqa: F401  (fixture)
+from .pg_cluster import new_store_url
+from .test_conformance import _duckdb, _postgresql, _sqlite
 
 #: Suite tests that cannot go through the facade, and why.
 NOT_THROUGH_THE_FACADE = {
@@ -44,7 +46,10 @@ def runner():
     r.stop()
 
 
-@pytest.fixture(params=["sqlite-file", "sqlite-memory", "duckdb-file", "postgresql"])
+# The async API wraps the sync store whatever the engine: the fast suite (``-m "not slow"``)
+# runs it on a SQLite file, the full suite on every engine.
+@pytest.fixture(params=["sqlite-file", *(pytest.param(v, marks=pytest.mark.slow)
+                                         for v in ("sqlite-memory", "duckdb-file", "postgresql"))])
 def aio_target(request, tmp_path):
     """``target(n)``: the n-th store target of this test, for one engine."""
     if request.param == "sqlite-memory":
@@ -55,8 +60,6 @@ def aio_target(request, tmp_path):
         pytest.importorskip("duckdb")
         return lambda n: tmp_path / f"store{n}.duckdb"
     request.getfixturevalue("pg_url")  # skips without a server (fails under CI=true)
-    from .pg_cluster import new_store_url
-
     return lambda n: new_store_url()
 
 
@@ -91,58 +94,11 @@ def reopen(runner):
         st.close()
 
 
-def _raw_sqlite(con, what):
-    if what == "tables":
-        rows = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'").fetchall()
-        return [r[0] for r in rows]
-    if what == "version":
-        return int(con.execute("SELECT value FROM sessionkit_meta WHERE key='schema_version'").fetchone()[0])
-    value = "999" if what == "bump" else "not a number"
-    con.execute("UPDATE sessionkit_meta SET value=? WHERE key='schema_version'", (value,))
-    return True
-
-
-def _raw_duckdb(con, what):
-    if what == "tables":
-        rows = con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
-        ).fetchall()
-        return [r[0] for r in rows]
-    if what == "version":
-        return int(con.execute("SELECT value FROM sessionkit_meta WHERE key = 'schema_version'").fetchone()[0])
-    value = "999" if what == "bump" else "not a number"
-    con.execute("UPDATE sessionkit_meta SET value = ? WHERE key = 'schema_version'", [value])
-    return True
-
-
-def _raw_postgresql(eng, what):
-    with eng._pool.connection() as conn:
-        if what == "tables":
-            rows = conn.execute(
-                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (eng.schema,)
-            ).fetchall()
-            return [r[0] for r in rows]
-        if what == "version":
-            row = conn.execute(f"SELECT value FROM {eng.table('meta')} WHERE key = 'schema_version'").fetchone()
-            return int(row[0])
-        value = "999" if what == "bump" else "not a number"
-        conn.execute(f"UPDATE {eng.table('meta')} SET value = %s WHERE key = 'schema_version'", (value,))
-        return True
-
-
 @pytest.fixture
 def raw_sql():
-    """Raw access to the schema of the engine behind the facade (``store._engine``)."""
-
-    def access(store, what):
-        if what not in ("tables", "version", "bump", "garbage"):
-            return None
-        eng = store._engine
-        if store.engine == "postgresql":
-            return _raw_postgresql(eng, what)
-        return (_raw_sqlite if store.engine == "sqlite" else _raw_duckdb)(eng._db, what)
-
-    return access
+    """Raw access to the schema of the engine behind the facade (``store._engine``), as the sync suite has it."""
+    access = {"sqlite": _sqlite, "duckdb": _duckdb, "postgresql": _postgresql}
+    return lambda store, what: access[store.engine](store, what)
 
 
 def test_the_facade_runs_the_async_api(make_store):
