@@ -95,6 +95,7 @@ SUBPACKAGES = {
         "import_jsonl", "import_oasst", "import_openai",
     },
     "sessionkit.analysis": {"D1_COLUMNS", "TABLES", "arrow_table", "messages_df", "sql", "to_pandas"},
+    "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
     "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
     "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},
     "sessionkit.server": {"SessionServer", "create_app"},
