@@ -34,9 +34,11 @@ the caller unchanged). The exceptions, all plain and non-blocking:
 needs them (a sync library, a notebook display); their calls block, so use them
 off the loop or for cheap attributes.
 
-An :class:`AsyncStore` is also a :class:`sessionkit.SessionStore` (``async load``
-and ``async save``), so ``sk.create_session(id, store=async_store)`` gives a
-session agents run on.
+An :class:`AsyncSession` can be given to ``agent.run(..., session=s)`` directly: the
+run reads and writes the store behind it (its runs and events recorded there), its
+store reads on a thread. An :class:`AsyncStore` is also a
+:class:`sessionkit.SessionStore` (``async load`` and ``async save``), so
+``sk.create_session(id, store=async_store)`` gives a session agents run on too.
 """
 
 from __future__ import annotations

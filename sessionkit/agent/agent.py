@@ -116,6 +116,7 @@ from ..errors import (
 )
 from ..messages import dumps, validate
 from ..parts import text_of
+from ..store import Session
 from ._loop import RunState, new_run_id
 from ._sync import run_coroutine_sync
 from .controller import RunController
@@ -167,6 +168,9 @@ class _RunTarget:
     """The session a run reads from and writes to, and where its events go."""
 
     def __init__(self, session: Any) -> None:
+        sync = getattr(session, "sync", None)
+        if isinstance(sync, Session):  # an sk.aio AsyncSession: its store session does the work
+            session = sync
         missing = [
             name
             for name in ("session_id", "get_history", "latest_leaf", "append_many")
@@ -533,8 +537,9 @@ class Agent:
         # Read everything the run needs before recording it: a bad argument fails cleanly.
         if regenerate_of is None:
             input_text = _check_prompt(prompt)
-            parent_id = target.leaf_id()
-            history = target.history(parent_id)
+            # Store reads run on a thread: the loop keeps serving while a long history loads.
+            parent_id = await asyncio.to_thread(target.leaf_id)
+            history = await asyncio.to_thread(target.history, parent_id)
         else:
             _require_tree(session, "regenerate")
             parent_id, history, input_text = self._regeneration_point(session, regenerate_of)

@@ -158,3 +158,37 @@ def test_an_async_load_never_runs_on_the_callers_loop():
     caller = asyncio.run(app())
     assert loops and all(loop is not caller for loop, _ in loops)
     assert backing.saves and session.snapshot()[-1]["parts"][0]["text"] == "ok"
+
+
+def test_a_run_takes_an_async_session_and_records_in_its_store(tmp_path):
+    """An sk.aio session passed to a run directly: the run reads and writes the store behind
+    it (runs and events recorded there), and the loop keeps turning while it loads."""
+    model = ScriptedModel(["first reply", "second reply"])
+    agent = Agent("a", "sys", model)
+
+    async def app():
+        async with sk.aio.open_store(tmp_path / "s.db") as store:
+            session = store.session("chat")
+            ticks = 0
+
+            async def ticker():
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0)
+
+            tick = asyncio.ensure_future(ticker())
+            one = await agent.run("hello", session=session)
+            two = await agent.run("again", session=session)
+            tick.cancel()
+            history = await session.get_history()
+            runs = await store.runs("chat")
+            return one, two, history, runs, ticks
+
+    one, two, history, runs, ticks = asyncio.run(app())
+    assert (one.text, two.text) == ("first reply", "second reply")
+    assert [m["id"] for m in history] == [m["id"] for m in one.messages + two.messages]
+    assert [r.status for r in runs] == ["completed", "completed"]
+    assert ticks > 0
+    # the second call saw the first run's turns as its history
+    assert [m["content"] for m in model.calls[1] if m["role"] != "system"][:2] == ["hello", "first reply"]
