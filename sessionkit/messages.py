@@ -20,7 +20,7 @@ import math
 import re
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from itertools import chain
 from typing import Any
 
@@ -69,7 +69,7 @@ _WORD_RE = re.compile(r"\S+")
 def now_iso() -> str:
     """The current time as ISO 8601 UTC with millisecond precision and a ``Z`` suffix."""
     now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % (int(now * 1000) % 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
 
 
 _ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -85,7 +85,7 @@ def normalize_created(value: Any) -> str | None:
         return None
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def to_iso(value: datetime | int | float | str) -> str:
@@ -116,8 +116,8 @@ def to_iso(value: datetime | int | float | str) -> str:
         )
     try:
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
     except OverflowError as exc:
         raise ValueError(f"created_at: {value!r} is outside the years 1 to 9999 in UTC") from exc
     return (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"

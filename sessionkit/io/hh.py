@@ -114,7 +114,9 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             except MessageTooLarge:
                 raise
             except (ValueError, TypeError, LookupError) as exc:
-                raise MalformedInput(source, where, f"cannot import pair into session {session.session_id!r}: {exc}") from exc
+                raise MalformedInput(
+                    source, where, f"cannot import pair into session {session.session_id!r}: {exc}"
+                ) from exc
             groups.done()
             sessions.setdefault(session.session_id, session)
             bar.update()

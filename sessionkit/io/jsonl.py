@@ -134,7 +134,8 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
     Idempotent: messages already stored (same session and id) and compactions
     already present (same id) are skipped. Consecutive messages of one session
     are written in batches of up to 1,000 (about 20 batches per transaction), in
-    file order, so write order survives; an error keeps the transactions before it. Malformed lines raise :class:`MalformedInput` naming the line.
+    file order, so write order survives; an error keeps the transactions before it.
+    Malformed lines raise :class:`MalformedInput` naming the line.
     """
     if not isinstance(store, Store):
         raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")

@@ -94,7 +94,9 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
         children.setdefault(parent, []).append(mid)
     for mid, (_, parent, _, where) in converted.items():
         if parent is not None and parent not in converted:
-            raise MalformedInput(source, where, f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}")
+            raise MalformedInput(
+                source, where, f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}"
+            )
     roots = children.get(None, [])
     if not roots:
         raise MalformedInput(source, rows[0][0], f"tree {tree_id!r} has no root message (parent_id null)")

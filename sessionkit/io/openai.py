@@ -165,7 +165,8 @@ def chat_to_messages(
                             source, where, f"tool message answers call {call_id!r}, which already has a result"
                         )
                     raise MalformedInput(
-                        source, where, f"tool message answers call {call_id!r}, but no earlier assistant message made that call"
+                        source, where,
+                        f"tool message answers call {call_id!r}, but no earlier assistant message made that call",
                     )
                 part = queue.pop()  # the nearest earlier call with this id
                 answered[call_id] = part
@@ -257,7 +258,9 @@ def _read_chat(source_arg: Any) -> tuple[list, list[str], str]:
             return msgs, [f"messages[{i}]" for i in range(len(msgs))], name
         if isinstance(doc, dict) and "role" in doc:
             return [doc], ["line 1"], name
-        raise MalformedInput(name, None, "expected a JSON array of chat messages, a JSONL file, or {\"messages\": [...]}")
+        raise MalformedInput(
+            name, None, "expected a JSON array of chat messages, a JSONL file, or {\"messages\": [...]}"
+        )
     return [v for _, v in items], [w for w, _ in items], name
 
 

@@ -37,8 +37,8 @@ request, and the store keeps them in step.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import contextlib
+import hashlib
 import json
 import logging
 import os

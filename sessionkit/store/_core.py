@@ -91,7 +91,7 @@ class AppendResult:
     message: dict
 
     @classmethod
-    def _stored(cls, prepared) -> "AppendResult":
+    def _stored(cls, prepared) -> AppendResult:
         """The result of storing ``prepared`` (a messages.Prepared): ``message`` is its copy,
         decoded on first read, so an append whose result goes unread never builds it."""
         result = object.__new__(cls)
@@ -150,7 +150,7 @@ class CompactionResult:
 
 @dataclass(frozen=True)
 class CompactionContext:
-    session: "Session"
+    session: Session
     leaf_id: str
     tokens: int
     previous: Compaction | None
@@ -236,7 +236,7 @@ class Tree:
                 kids.setdefault(node.parent_id, []).append(node)
 
     @classmethod
-    def build(cls, session_id: str, nodes: Iterable[TreeNode], compactions: Iterable[Compaction]) -> "Tree":
+    def build(cls, session_id: str, nodes: Iterable[TreeNode], compactions: Iterable[Compaction]) -> Tree:
         """The tree of ``nodes`` (any order) and ``compactions`` (oldest first).
 
         This is where a compaction's place in the tree is computed: the messages
@@ -579,7 +579,9 @@ class Engine:
         rows = heapq.merge(*([(n.seq, sid, n) for n in self.nodes(sid)] for sid in ids), key=lambda r: r[0])
         return _batches(((sid, n) for _, sid, n in rows), batch_size)
 
-    def scan_compactions(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, Compaction]]]:
+    def scan_compactions(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, Compaction]]]:
         """``(session_id, Compaction)`` of every compaction of ``session_ids``, in write order."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
         rows = heapq.merge(*([(seq, sid, c) for seq, c in self.compactions(sid)] for sid in ids), key=lambda r: r[0])
@@ -739,7 +741,7 @@ class Store:
             self._closed = True
             self._engine.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         self._check()
         return self
 
@@ -764,7 +766,7 @@ class Store:
         return self._engine
 
     # -- sessions -------------------------------------------------------------
-    def session(self, session_id: str = "") -> "Session":
+    def session(self, session_id: str = "") -> Session:
         """The handle of a session (the same object for the same id)."""
         self._check()
         session_id = _str_arg(session_id, "session_id")
@@ -796,7 +798,7 @@ class Store:
 
     # -- transactions ---------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Store"]:
+    def transaction(self) -> Iterator[Store]:
         """Group writes into one transaction: all of them are stored, or none.
 
         Every write of this thread inside the ``with`` block (appends, imports,
@@ -1539,7 +1541,9 @@ class Session:
                 out.append(message)
         return out
 
-    def history(self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True) -> Iterator[dict]:
+    def history(
+        self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True
+    ) -> Iterator[dict]:
         """Yield the path from the root to the leaf (default: the latest leaf), streaming.
 
         Content is fetched in bounded batches; no transaction stays open between
@@ -1681,14 +1685,14 @@ class Session:
         return RecentHistory(msgs, first.depth > 0, chosen[-1][0].path_bytes)
 
     # -- compaction -----------------------------------------------------------------
-    def on_compaction(self, fn: Callable) -> "Session":
+    def on_compaction(self, fn: Callable) -> Session:
         """Register ``fn(messages, ctx) -> CompactionResult | None`` (SPEC C2)."""
         if not callable(fn):
             raise TypeError("on_compaction needs a callable")
         self._compact_fn = fn
         return self
 
-    def compact_after(self, tokens: int | None) -> "Session":
+    def compact_after(self, tokens: int | None) -> Session:
         """Run the compaction function after appends once the path is above ``tokens``."""
         if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
             raise ValueError(f"tokens must be a non-negative int or None, got {tokens!r}")
@@ -1798,7 +1802,9 @@ class Session:
                 return False
             for mid in (comp.from_id, comp.to_id):
                 if eng.node(self.session_id, mid) is None:
-                    raise MessageNotFound(f"compaction {comp.id!r}: message {mid!r} is not in session {self.session_id!r}")
+                    raise MessageNotFound(
+                        f"compaction {comp.id!r}: message {mid!r} is not in session {self.session_id!r}"
+                    )
             eng.w_add_compaction(self.session_id, comp)
         return True
 
@@ -1812,7 +1818,9 @@ class Session:
         """Full-text search in this session only (SPEC Q1)."""
         return self._store.search(query, session_id=self.session_id, limit=limit)
 
-    def mirror(self, target, *, transform: Callable | None = None, intercept: Callable | None = None) -> Callable[[], None]:
+    def mirror(
+        self, target, *, transform: Callable | None = None, intercept: Callable | None = None
+    ) -> Callable[[], None]:
         """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (SPEC F2)."""
         tf = transform or (lambda m: m)
         if isinstance(target, list):

@@ -398,7 +398,8 @@ STATEMENTS: dict[str, str] = {
                  " AND NOT EXISTS (SELECT 1 FROM {blob_refs} r WHERE r.sha256 = {blobs}.sha256)"),
     "update": ("UPDATE {messages} SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,"
                " path_tokens = path_tokens + ?, chunks = ?, content = ? WHERE seq = ?"),
-    "shift_paths": "UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ? WHERE seq {in_seqs}",
+    "shift_paths": ("UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ?"
+                    " WHERE seq {in_seqs}"),
     "descendants": (
         "WITH RECURSIVE down(id) AS ("
         " {texts_rows}"

@@ -120,7 +120,7 @@ class _Shared:
         self.tails.clear()
 
 
-_SHARED: "weakref.WeakValueDictionary[str, _Shared]" = weakref.WeakValueDictionary()
+_SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 
 

@@ -61,7 +61,6 @@ Options: ``schema``, ``pool_size`` (connections per store, default 8),
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import itertools
 import json
@@ -102,7 +101,7 @@ _MAX_POSITION = 16383
 _MAX_POSITIONS = 256
 
 
-_LISTENING = "EXISTS (SELECT 1 FROM {listeners} WHERE seen_at > now() - interval '%s')" % _LISTENER_TTL
+_LISTENING = f"EXISTS (SELECT 1 FROM {{listeners}} WHERE seen_at > now() - interval '{_LISTENER_TTL}')"
 
 # The search index (a tsvector per message, GIN-indexed) and the processes listening
 # for changes: PostgreSQL's own tables beside the shared ones.
@@ -419,7 +418,9 @@ class PostgresEngine(SQLEngine):
         self.schema = schema
         super().__init__(**self._options, table_prefix=self.quote(schema) + ".")
         qs = self.quote(schema) + "."
-        self._fields.update(search=qs + self.quote("sessionkit_search"), listeners=qs + self.quote("sessionkit_listeners"))
+        self._fields.update(
+            search=qs + self.quote("sessionkit_search"), listeners=qs + self.quote("sessionkit_listeners")
+        )
         fields = {name: self.table(name) for name in ("meta", "messages", "search", "listeners")}
         fields["fn_append"] = qs + self.quote("sessionkit_append")
         self._extra = {key: text.format(**fields) for key, text in _PG_SQL.items()}

@@ -23,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as _dt
-from dataclasses import FrozenInstanceError
 import hashlib
 import json
 import math
 import re
 import threading
+from dataclasses import FrozenInstanceError
 
 import pytest
 
@@ -257,8 +257,8 @@ class TestMessages:
         got = s.get("a")
         assert ISO_MS.match(got["createdAt"]), got["createdAt"]
         assert res.message["createdAt"] == got["createdAt"]
-        stamp = _dt.datetime.strptime(got["createdAt"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
-        assert abs((_dt.datetime.now(_dt.timezone.utc) - stamp).total_seconds()) < 120
+        stamp = _dt.datetime.strptime(got["createdAt"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.UTC)
+        assert abs((_dt.datetime.now(_dt.UTC) - stamp).total_seconds()) < 120
 
     def test_M3_writer_created_at_kept(self, store):
         s = store.session("s")
@@ -547,7 +547,7 @@ class TestStoresAndSessions:
                         s.append(msg(mid, "common words here"), parent_id=parent)
                         parent = mid
                     s.delete(ids[0], subtree=True)
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 errors.append(exc)
             finally:
                 stop.set()
@@ -580,7 +580,7 @@ class TestStoresAndSessions:
                             check_path(s.get_history(leaf_id=leaf["id"]))
                         except sk.MessageNotFound:
                             pass  # deleted after the leaf was read: the state after
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 errors.append(exc)
 
         s.search("common")  # the index exists, so every write keeps it
@@ -667,7 +667,7 @@ class TestWriting:
         s = store.session("s")
         events = []
         store.subscribe(events.append)
-        t0 = _dt.datetime(2021, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.timezone.utc)
+        t0 = _dt.datetime(2021, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.UTC)
         r = s.import_message(msg("a"), created_at=t0)
         assert r.inserted
         s.import_message(msg("b"), parent_id="a", created_at=1_600_000_000_000)
@@ -1571,7 +1571,7 @@ class TestImports:
         calls, events = [], []
         s.on_compaction(lambda m, c: calls.append(1)).compact_after(0)
         store.subscribe(events.append)
-        when = _dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.timezone.utc)
+        when = _dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.UTC)
         results = s.import_many([
             (msg("r"), None, when),
             (msg("a", role="assistant"), "r", 1_700_000_000_000),
@@ -1746,7 +1746,9 @@ class TestRunsEventsRecords:
     def test_events_are_numbered_per_session_across_runs(self, store):
         out = store.append_events("s", [{"run_id": "s.1", "kind": "run.start", "input": "hi"},
                                         {"run_id": "s.1", "kind": "run.end", "session_id": "ignored"}])
-        more = store.append_events("s", [{"run_id": "s.2", "kind": "run.start", "v": 1, "ts": "2024-01-01T00:00:00.000Z"}])
+        more = store.append_events(
+            "s", [{"run_id": "s.2", "kind": "run.start", "v": 1, "ts": "2024-01-01T00:00:00.000Z"}]
+        )
         other = store.append_events("t", [{"kind": "note"}])
         assert [e["seq"] for e in out + more] == [0, 1, 2] and other[0]["seq"] == 0
         assert all(e["session_id"] == "s" and e["v"] == 1 and ISO_MS.match(e["ts"]) for e in out + more)
@@ -2017,7 +2019,7 @@ def attempt(fn, *args, **kwargs):
     """``(True, result)``, or ``(False, error)`` after checking the error is a contract one."""
     try:
         return True, fn(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - checked right here
+    except Exception as exc:  # checked right here
         assert contract_error(exc), f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
         return False, exc
 
@@ -2159,7 +2161,8 @@ class TestBadInput:
                 {"type": "text", "text": "findable words", key: {"sha256": "0" * 64, "field": "text", "prefix": ""}},
                 {"type": "file", "mediaType": "x/y", "data": b64, key: key},
                 {"type": "file", "mediaType": "x/y", "url": None, key: None},
-                {"type": "tool-t", "toolCallId": "c", "input": {key: {key: 1}, "list": [{key: 2}]}, "output": [[{key: 3}]]},
+                {"type": "tool-t", "toolCallId": "c",
+                 "input": {key: {key: 1}, "list": [{key: 2}]}, "output": [[{key: 3}]]},
             ],
             "metadata": {key: "value", "n": {key: {key: True}}},
         }

@@ -302,7 +302,8 @@ class BranchTree(_View):
     def _msg_fetch(self, content: dict) -> None:
         ids = [i for i in content.get("ids") or () if isinstance(i, str)][:_MAX_FETCH]
         msgs = load_messages(self._session, ids)
-        self.send({"type": "previews", "req": content.get("req"), "items": {k: message_preview(m) for k, m in msgs.items()}})
+        items = {k: message_preview(m) for k, m in msgs.items()}
+        self.send({"type": "previews", "req": content.get("req"), "items": items})
 
     def _msg_detail(self, content: dict) -> None:
         mid = content.get("id")
@@ -382,7 +383,8 @@ class Transcript(_View):
 
     def __repr__(self) -> str:
         sid = getattr(self._session, "session_id", "")
-        return f"Transcript({sid!r}, leaf_id={self.leaf_id!r}, mode={self.mode!r}, {len(self._path.get('entries', []))} entries)"
+        n = len(self._path.get("entries", []))
+        return f"Transcript({sid!r}, leaf_id={self.leaf_id!r}, mode={self.mode!r}, {n} entries)"
 
     @property
     def session(self) -> Any:
@@ -465,7 +467,8 @@ class Transcript(_View):
         return _static.transcript_html(self._session, mode=self.mode, path=self._path)
 
     def _offline_state(self) -> dict:
-        both = {m: path_entries(self._session, self._path.get("leaf_id"), compacted=(m == "model")) for m in ("model", "full")}
+        leaf = self._path.get("leaf_id")
+        both = {m: path_entries(self._session, leaf, compacted=(m == "model")) for m in ("model", "full")}
         ids = [e["id"] for e in both["full"]["entries"]]
         tokens = {e["id"]: e["tokens"] for e in both["full"]["entries"]}
         msgs = load_messages(self._session, ids)
@@ -486,7 +489,11 @@ class Transcript(_View):
 
 
 def _is_controller(obj: Any) -> bool:
-    return callable(getattr(obj, "on_event", None)) and callable(getattr(obj, "subscribe", None)) and hasattr(obj, "queued")
+    return (
+        callable(getattr(obj, "on_event", None))
+        and callable(getattr(obj, "subscribe", None))
+        and hasattr(obj, "queued")
+    )
 
 
 def _stored_events(session: Any, run_id: str | None) -> list[dict]:
