@@ -1222,11 +1222,14 @@ class Session:
             status = NotImplemented
         else:
             status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
+        stored = None
+        if status == "exists":  # read outside the fast path's statement: it may be gone again
+            node = self._eng().node(self.session_id, prep.message["id"])
+            stored = None if node is None else self._read(node.seq)
         if status == "inserted":
             result = AppendResult._stored(prep)
-        elif status == "exists":
-            node = self._eng().node(self.session_id, prep.message["id"])
-            result = AppendResult(False, self._read(node.seq))
+        elif stored is not None:
+            result = AppendResult(False, stored)
         elif status == "no-parent":
             raise MessageNotFound(f"parent message {parent_id!r} is not in session {self.session_id!r}")
         else:
