@@ -20,6 +20,7 @@ import math
 import re
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from itertools import chain
 from typing import Any
@@ -105,10 +106,11 @@ def to_iso(value: datetime | int | float | str) -> str:
     elif isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"created_at: not a finite number: {value!r}")
+        ms = value
         try:  # exact for ints, and the same on every platform (no C time_t involved)
-            value = _EPOCH + timedelta(milliseconds=value)
+            value = _EPOCH + timedelta(milliseconds=ms)
         except OverflowError as exc:
-            shown = repr(value) if abs(value) < 10**30 else "a number with more than 30 digits"
+            shown = repr(ms) if abs(ms) < 10**30 else "a number with more than 30 digits"
             raise ValueError(f"created_at: {shown} ms since 1970 is outside the years 1 to 9999") from exc
     elif not isinstance(value, datetime):
         raise TypeError(
@@ -271,7 +273,8 @@ def _shallow(message: Any) -> bool:
         return False
     ends = getattr(_wrappers, "ends", None)
     if ends is None:  # per thread: the innermost slot holds the message while it is written
-        outer = inner = [None]
+        inner: list[Any] = [None]
+        outer = inner
         for _ in range(limit - MAX_NESTING - 1):
             inner[0] = [None]
             inner = inner[0]
@@ -373,21 +376,24 @@ def validate(message: Any) -> None:
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-if json.encoder.c_make_encoder is not None:
+_encode: Callable[[Any], str]
+if json.encoder.c_make_encoder is not None:  # type: ignore[attr-defined]  # CPython's, not in the stubs
     # The C encoder, built once: json.dumps builds a JSONEncoder and a C encoder on every
     # call, and this runs for each append. Without a markers dict it skips the cycle
     # check, which a shared dict could not do safely; a cycle ends in RecursionError.
-    _c_encoder = json.encoder.c_make_encoder(
+    _c_encoder = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
         None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
     )
 
-    def _encode(value: Any) -> str:
+    def _encode_c(value: Any) -> str:
         return "".join(_c_encoder(value, 0))
+
+    _encode = _encode_c
 else:
     _encode = _encoder.encode
 # The decoder's scanner, called directly on JSON that dumps() wrote (no surrounding
 # whitespace to skip); json.loads would add three Python calls and two regex matches.
-_scan = json.JSONDecoder().scan_once
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, not in the stubs
 
 
 def dumps(value: Any) -> str:
@@ -447,7 +453,7 @@ def _encode_message(message: dict) -> tuple[str, dict]:
                     tool_json[i, key] = dumps(value)
     if not tool_json or any(type(k) is not str for k in message):  # the encoder converts other keys
         return dumps(message), tool_json
-    out = []
+    out: list[str] = []
     for k, v in message.items():
         out.append("," if out else "{")
         out.append(_encode_key(k))

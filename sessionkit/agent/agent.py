@@ -37,7 +37,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import (
     MessageNotFound,
@@ -417,7 +417,7 @@ class Agent:
             max_steps=self.max_steps,
         )
         if regenerate_of is None:
-            first = state.add_user(prompt, metadata=metadata)
+            first = state.add_user(cast("str | dict", prompt), metadata=metadata)  # _check_prompt passed it
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
 
@@ -515,6 +515,8 @@ class Agent:
         usage: dict,
     ) -> None:
         """Record the end of a run, then announce it (best effort on a failing store)."""
+        error_type: str | None
+        text: str | None
         if isinstance(error, BaseException):
             error_type = type(error).__name__
             text = str(error) or error_type

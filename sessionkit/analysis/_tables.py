@@ -216,6 +216,7 @@ class StoreData:
             where.append((sid, n.id))
             if seq_col is not None:
                 seq_col.append(n.seq)
+            if meta_col is not None:
                 meta = msg.get("metadata")
                 meta_col.append(None if meta is None else _msg.dumps(meta))
             if msg_col is not None:

@@ -150,7 +150,7 @@ def _interactive() -> bool:
     shell = sys.modules.get("IPython")
     if shell is not None:
         try:
-            ip = shell.get_ipython()  # type: ignore[attr-defined]
+            ip = shell.get_ipython()
         except Exception:
             return False
         return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"

@@ -138,10 +138,10 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                 sessions.append(_write(store, session_prefix + tree_id, items, source, where))
                 groups.done()
             elif "message_id" in obj:
-                tree_id = obj.get("message_tree_id")
-                if not isinstance(tree_id, str) or not tree_id:
+                tree = obj.get("message_tree_id")
+                if not isinstance(tree, str) or not tree:
                     raise MalformedInput(source, where, "message has no 'message_tree_id'")
-                flat.setdefault(tree_id, []).append((where, obj))
+                flat.setdefault(tree, []).append((where, obj))
             else:
                 raise MalformedInput(source, where, "neither an OASST tree ('prompt') nor a message ('message_id')")
             bar.update()

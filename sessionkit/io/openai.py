@@ -75,7 +75,7 @@ def _content_parts(content: Any, where: str, source: str) -> list[dict]:
             url = image.get("url") if isinstance(image, dict) else image
             if not isinstance(url, str):
                 raise MalformedInput(source, where, f"content[{i}] (image_url) has no url")
-            part = {"type": "file", "mediaType": _media_type_of_url(url, "image/*"), "url": url}
+            part: dict[str, Any] = {"type": "file", "mediaType": _media_type_of_url(url, "image/*"), "url": url}
             if isinstance(image, dict) and "detail" in image:
                 part["providerMetadata"] = {"openai": {"detail": image["detail"]}}
             parts.append(part)
@@ -199,7 +199,8 @@ def chat_to_messages(
         for k, call in enumerate(calls):
             if not isinstance(call, dict):
                 raise MalformedInput(source, where, f"tool_calls[{k}] must be an object")
-            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            function = call.get("function")
+            fn = function if isinstance(function, dict) else call
             name = fn.get("name")
             if not isinstance(name, str) or not name:
                 raise MalformedInput(source, where, f"tool_calls[{k}] has no function name")

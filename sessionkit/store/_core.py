@@ -19,7 +19,7 @@ import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .. import messages as _msg
 from .. import parts as _parts
@@ -1360,14 +1360,14 @@ class Session:
             parent = eng.node(sid, parent_id)
             if parent is None:
                 existing = eng.node(sid, mid)
-                if existing is not None:
-                    return AppendResult(False, self._read(existing.seq))
+                if existing is not None:  # read in this write transaction: it is there
+                    return AppendResult(False, cast(dict, self._read(existing.seq)))
                 raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
         stamp = created_at or _created_from(prep)
         node = eng.w_insert(sid, prep, parent, stamp, index)
-        if node is None:
-            existing = eng.node(sid, mid)
-            return AppendResult(False, self._read(existing.seq))
+        if node is None:  # (sid, mid) exists: found in this write transaction
+            existing = cast(Node, eng.node(sid, mid))
+            return AppendResult(False, cast(dict, self._read(existing.seq)))
         return AppendResult._stored(prep)  # prepare() made a private copy
 
     def update(self, message: dict) -> dict:
@@ -1379,7 +1379,8 @@ class Session:
             if node is None:
                 raise MessageNotFound(f"message {message['id']!r} is not in session {self.session_id!r}")
             if message.get("createdAt") is None:  # keep the stored creation time, as written
-                message = dict(message, createdAt=self._read(node.seq).get("createdAt", node.created_at))
+                stored = cast(dict, self._read(node.seq))  # in this write transaction: it is there
+                message = dict(message, createdAt=stored.get("createdAt", node.created_at))
             prep = self._prepare(message, (), node.created_at)
             eng.w_update(self.session_id, node, prep, eng.w_index_on())
         stored = prep.message
@@ -1577,7 +1578,8 @@ class Session:
             comps = eng.compactions(self.session_id) if compacted else []
             rows = eng.walk(self.session_id, leaf, leaf.depth + 1, True)
             rows.reverse()
-            messages = [self._restore(node.seq, raw) for node, raw in rows]
+            # Read in one snapshot: every row of the path is there (no None).
+            messages = cast("list[dict]", [self._restore(node.seq, raw) for node, raw in rows])
         if not comps:
             return messages
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
@@ -1625,7 +1627,7 @@ class Session:
     def _walk_skeleton(self, leaf: Node, comps, newest_first: bool) -> Iterator[dict]:
         seqs, tokens, ranges = self._skeleton(leaf, comps)
         # Segments in path order: ("raw", start, end) or ("comp", compaction, start, end)
-        segments = []
+        segments: list[tuple[str, int, int, Any]] = []
         pos = 0
         for start, end, comp in ranges:
             if start > pos:
@@ -1659,7 +1661,7 @@ class Session:
         if leaf_id is not None:
             leaf_id = _str_arg(leaf_id, "leaf_id")
         start = None if leaf_id is None else self._leaf(leaf_id)  # None: the session's latest row
-        chosen: list[tuple[Node, str]] = []
+        chosen: list[tuple[Node, str | None]] = []
         total = 0
         # The first page holds one more than needed: is the next message in the window too?
         for page in eng.walk_pages(self.session_id, start, None, True, first=min(min_messages + 1, 1 << 20)):
@@ -1675,7 +1677,7 @@ class Session:
         if not chosen:
             return RecentHistory([], False, 0)
         chosen.reverse()
-        msgs = []
+        msgs: list[dict] = []
         for node, raw in chosen:
             message = self._restore(node.seq, raw)
             if message is None:  # deleted meanwhile: the window ends below it
@@ -1752,7 +1754,7 @@ class Session:
     def _run_compaction(self, leaf: Node, tokens: int, previous) -> Compaction | None:
         messages = self.get_history(leaf_id=leaf.id)
         ctx = CompactionContext(self, leaf.id, tokens, previous)
-        result = self._compact_fn(messages, ctx)
+        result = self._compact_fn(messages, ctx)  # type: ignore[misc]  # both callers checked it is set
         if result is None:
             return None
         if not isinstance(result, CompactionResult):

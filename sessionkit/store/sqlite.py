@@ -441,7 +441,7 @@ class SQLiteEngine(LocalEngine):
                 if lo is None:
                     self.execute(_RECENT_TABLE)
                     self._install_triggers(_FTS_TRIGGERS_WINDOWED)
-                elif hi < new_lo:  # nothing in it would stay: start afresh
+                elif hi < new_lo:  # type: ignore[operator]  # hi is set with lo; nothing in it would stay: start afresh
                     self.execute("DROP TABLE sessionkit_fts_recent")
                     self.execute(_RECENT_TABLE)
                     lo = None

@@ -38,7 +38,7 @@ try:  # the property tests need hypothesis; without it they skip
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as hst
 except ImportError:  # pragma: no cover - depends on the environment
-    given = None
+    given = None  # type: ignore[assignment]  # the tests that need it check for None
 
 __all__ = [
     "store_factory",
@@ -2439,7 +2439,7 @@ class TestBadInputProperties:
                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                          HealthCheck.data_too_large])
         @given(data=hst.data())
-        def test_any_input_gives_contract_errors_only(self, store, data):
+        def test_any_input_gives_contract_errors_only(self, store, data):  # type: ignore[misc]  # unlike the skip variant
             n = next(_counter)
             ok, s = attempt(store.session, f"p{n}-" + data.draw(_text, "session id"))
             if ok:  # an engine may refuse an id on first use (PostgreSQL: NUL)

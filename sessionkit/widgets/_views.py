@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -137,8 +138,8 @@ class _View(anywidget.AnyWidget):
 
     # -- live refresh -------------------------------------------------------------------
     def _watch_store(self, session: Any) -> None:
-        store = getattr(session, "store", None)
-        if not is_store_session(session) or not callable(getattr(store, "subscribe", None)):
+        subscribe = getattr(getattr(session, "store", None), "subscribe", None)
+        if not is_store_session(session) or not callable(subscribe):
             self._unsubscribe = None
             return
         ref = weakref.ref(self)
@@ -150,7 +151,7 @@ class _View(anywidget.AnyWidget):
                 return
             view._schedule_refresh()
 
-        self._unsubscribe = store.subscribe(on_change)
+        self._unsubscribe = subscribe(on_change)
 
     def _schedule_refresh(self, delay: float = 0.25) -> None:
         with self._lock:
@@ -632,7 +633,7 @@ class RunView(_View):
         if final or self.interval == 0:
             self.flush()
 
-    def extend(self, events: list[dict]) -> None:
+    def extend(self, events: Iterable[dict]) -> None:
         """Add many events at once (a replay): one batch."""
         with self._lock:
             for event in events:
@@ -728,8 +729,9 @@ class RunView(_View):
 
     def close(self) -> None:
         self.detach()
-        if getattr(self, "_timer", None) is not None:
-            self._timer.cancel()
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
             self._timer = None
         super().close()
 
