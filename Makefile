@@ -9,7 +9,7 @@ EXTRAS  ?= dev
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup demo tour notebooks test test-fast bench clean
+.PHONY: setup demo tour notebooks lint test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -37,8 +37,13 @@ tour: setup
 notebooks: setup
 	$(BIN)/python notebooks/run_all.py
 
-## Every test.
-test: setup
+## ruff and mypy on the package (the tests and notebooks are not linted yet).
+lint: setup
+	$(BIN)/ruff check sessionkit benchmarks
+	$(BIN)/mypy sessionkit
+
+## Every test, after the lint.
+test: setup lint
 	$(BIN)/python -m pytest
 
 ## Quick feedback: everything but the slow crash and concurrency checks.
@@ -49,4 +54,4 @@ bench: setup
 	$(BIN)/python benchmarks/store_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
