@@ -104,7 +104,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import (
     GuardrailTripped,
@@ -553,7 +553,8 @@ class Agent:
             context_json=context_json,
         )
         if regenerate_of is None:
-            first = state.add_user(prompt, metadata=metadata, with_run_context=True)
+            first = state.add_user(cast("str | dict", prompt), metadata=metadata,  # _check_prompt passed it
+                                   with_run_context=True)
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
             run_input = [first]
@@ -666,6 +667,8 @@ class Agent:
         usage: dict,
     ) -> None:
         """Record the end of a run, then announce it (best effort on a failing store)."""
+        error_type: str | None
+        text: str | None
         if isinstance(error, BaseException):
             error_type = type(error).__name__
             text = str(error) or error_type

@@ -137,7 +137,9 @@ class ExternalSession:
         """Save one message after the others (validated like a store append)."""
         return self.append_many([message])[0]
 
-    def append_many(self, messages: Iterable[dict], *, parent_id: Any = None, source: str = "server") -> list[SavedMessage]:
+    def append_many(
+        self, messages: Iterable[dict], *, parent_id: Any = None, source: str = "server"
+    ) -> list[SavedMessage]:
         """Save messages after the others in one ``save`` call; every one is validated first.
 
         The session is a straight line: ``parent_id`` (accepted for the shape of
