@@ -699,38 +699,33 @@ def _escape_keys(value: Any) -> bool:
     itself, a key equal to ``_BLOB_KEY`` in stored JSON is always a pointer the
     store wrote. ``value`` is decoded JSON (str keys) within MAX_NESTING.
     """
+    return _rename_keys(value, _BLOB_KEY, lambda k: _BLOB_KEY + k)
+
+
+def _unescape_keys(value: Any) -> None:
+    """Undo :func:`_escape_keys` in place: keys starting with ``_BLOB_KEY`` twice lose one."""
+    cut = len(_BLOB_KEY)
+    _rename_keys(value, _ESCAPED, lambda k: k[cut:])
+
+
+def _rename_keys(value: Any, prefix: str, rename) -> bool:
+    """Rename, in place and without recursion, every dict key starting with ``prefix``
+    to ``rename(key)`` (key order kept); True when one was."""
     changed = False
     stack = [value]
     while stack:
         node = stack.pop()
         if type(node) is dict:
-            if any(k.startswith(_BLOB_KEY) for k in node):
+            if any(k.startswith(prefix) for k in node):
                 items = list(node.items())
                 node.clear()
-                node.update((_BLOB_KEY + k if k.startswith(_BLOB_KEY) else k, v) for k, v in items)
+                node.update((rename(k) if k.startswith(prefix) else k, v) for k, v in items)
                 changed = True
             children = node.values()
         else:
             children = node
         stack.extend(c for c in children if type(c) is dict or type(c) is list)
     return changed
-
-
-def _unescape_keys(value: Any) -> None:
-    """Undo :func:`_escape_keys` in place: keys starting with ``_BLOB_KEY`` twice lose one."""
-    cut = len(_BLOB_KEY)
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if type(node) is dict:
-            if any(k.startswith(_ESCAPED) for k in node):
-                items = list(node.items())
-                node.clear()
-                node.update((k[cut:] if k.startswith(_ESCAPED) else k, v) for k, v in items)
-            children = node.values()
-        else:
-            children = node
-        stack.extend(c for c in children if type(c) is dict or type(c) is list)
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -599,7 +599,7 @@ class Engine(abc.ABC):
         """``(session_id, Node)`` of every message of ``session_ids``, in write order."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
         rows = heapq.merge(*([(n.seq, sid, n) for n in self.nodes(sid)] for sid in ids), key=lambda r: r[0])
-        return _batches(((sid, n) for _, sid, n in rows), batch_size)
+        return _chunks(((sid, n) for _, sid, n in rows), batch_size)
 
     def scan_compactions(
         self, session_ids: list[str] | None, batch_size: int
@@ -607,17 +607,17 @@ class Engine(abc.ABC):
         """``(session_id, Compaction)`` of every compaction of ``session_ids``, in write order."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
         rows = heapq.merge(*([(seq, sid, c) for seq, c in self.compactions(sid)] for sid in ids), key=lambda r: r[0])
-        return _batches(((sid, c) for _, sid, c in rows), batch_size)
+        return _chunks(((sid, c) for _, sid, c in rows), batch_size)
 
     def scan_runs(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, RunRecord]]]:
         """``(session_id, RunRecord)`` of every run of ``session_ids``, session by session, oldest first."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
-        return _batches(((sid, r) for sid in ids for r in self.runs(sid)), batch_size)
+        return _chunks(((sid, r) for sid in ids for r in self.runs(sid)), batch_size)
 
     def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
         """``(session_id, event)`` of every run event of ``session_ids``, session by session, by seq."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
-        return _batches(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
+        return _chunks(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
 
     # several processes (capabilities.shared_feed / capabilities.coordination) ------
     def publish(self, event: ChangeEvent) -> None:
@@ -647,16 +647,6 @@ class Engine(abc.ABC):
     def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
         """Call ``handler(sid, kind, data)`` for other processes' signals (``coordination``)."""
         raise NotImplementedError(f"the {self.kind} engine has no cross-process signals")
-
-
-def _batches(rows: Iterable, size: int) -> Iterator[list]:
-    """``rows`` in lists of at most ``size``."""
-    it = iter(rows)
-    while True:
-        batch = list(itertools.islice(it, size))
-        if not batch:
-            return
-        yield batch
 
 
 # ---------------------------------------------------------------------------
@@ -1151,7 +1141,7 @@ class Store:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         eng = self._check()
         ids = self._scan_ids(eng, session_ids)
-        return self._scan_batches(eng, kind, ids, batch_size)
+        return self._scan_chunks(eng, kind, ids, batch_size)
 
     def _scan_ids(self, eng: Engine, session_ids) -> list[str] | None:
         if session_ids is not None:
@@ -1163,7 +1153,7 @@ class Store:
             return ids
         return None  # every session: the engine lists them all (scan_session_ids)
 
-    def _scan_batches(self, eng: Engine, kind: str, ids, batch_size: int) -> Iterator[list[tuple]]:
+    def _scan_chunks(self, eng: Engine, kind: str, ids, batch_size: int) -> Iterator[list[tuple]]:
         if kind == "compactions":
             yield from eng.scan_compactions(ids, batch_size)
         elif kind == "runs":

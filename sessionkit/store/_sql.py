@@ -895,24 +895,14 @@ class SQLEngine(Engine):
         if session_ids is not None:  # some sessions: each through its own index range
             yield from super().scan_nodes(session_ids, batch_size)
             return
-        last = 0
-        while True:
-            rows = self.fetch(self.sql["scan_nodes"], (last, batch_size))
-            if not rows:
-                return
-            last = rows[-1][1]
+        for rows in self._pages_by_seq("scan_nodes", batch_size):
             yield [(r[0], Node(*r[1:])) for r in rows]
 
     def scan_compactions(self, session_ids, batch_size):
         if session_ids is not None:
             yield from super().scan_compactions(session_ids, batch_size)
             return
-        last = 0
-        while True:
-            rows = self.fetch(self.sql["scan_compactions"], (last, batch_size))
-            if not rows:
-                return
-            last = rows[-1][1]
+        for rows in self._pages_by_seq("scan_compactions", batch_size):
             yield [(r[0], Compaction(*r[2:])) for r in rows]
 
     def scan_runs(self, session_ids, batch_size):
@@ -929,6 +919,16 @@ class SQLEngine(Engine):
             return
         for page in self._keyset("scan_events", batch_size, key=lambda r: (r[0], r[1])):
             yield [(r[0], json.loads(r[2])) for r in page]
+
+    def _pages_by_seq(self, name: str, batch_size: int) -> Iterator[list]:
+        """Pages of a statement ordered by ``seq`` (its rows' second column), each after the last."""
+        last = 0
+        while True:
+            rows = self.fetch(self.sql[name], (last, batch_size))
+            if not rows:
+                return
+            last = rows[-1][1]
+            yield rows
 
     def _keyset(self, name: str, batch_size: int, key) -> Iterator[list]:
         """Pages of a statement ordered by ``(session_id, number)``, each after the last."""

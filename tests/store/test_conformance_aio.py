@@ -70,28 +70,9 @@ def make_store(runner, aio_target):
 
 
 @pytest.fixture
-def reopen(runner):
-    """The suite's ``reopen``, opening the target again through ``sk.aio``."""
-    opened = []
-
-    def do(st, expect_error=None):
-        path = st.path
-        engine = st.engine
-        st.close()
-        if path is None:
-            return None
-        target = path if engine == "postgresql" else f"{engine}:///{path}"
-        if expect_error is not None:
-            with pytest.raises(expect_error):
-                opened.append(open_facade(runner, target))
-            return "refused"
-        again = open_facade(runner, target)
-        opened.append(again)
-        return again
-
-    yield do
-    for st in opened:
-        st.close()
+def open_target(runner):
+    """The suite's ``reopen`` opens the target again through ``sk.aio``."""
+    return lambda target: open_facade(runner, target)
 
 
 @pytest.fixture
