@@ -34,6 +34,7 @@ from .hh import import_hh
 from .jsonl import export_jsonl, import_jsonl
 from .oasst import import_oasst
 from .openai import chat_to_messages, import_openai
+from .openai_agents import import_openai_agents
 from .parquet import export_parquet
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "import_jsonl",
     "export_parquet",
     "chat_to_messages",
+    "import_openai_agents",
     "MalformedInput",
     "Progress",
 ]

@@ -1,0 +1,160 @@
+"""Shared pieces of the importers that read agent frameworks' own stores and logs.
+
+* :func:`open_sqlite` opens a framework's SQLite database read only, and says plainly
+  when the file is no SQLite database;
+* :func:`iso_time` turns the times those stores keep (``CURRENT_TIMESTAMP`` text,
+  epoch seconds, ISO strings) into the ISO time a message carries;
+* :class:`SessionWriter` writes the converted messages of one conversation in batches,
+  each batch one ``session.import_many`` inside a ``store.transaction()``, and turns a
+  store's refusal of a message into :class:`MalformedInput` naming the file and the record.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ..errors import MessageTooLarge
+from ._common import MalformedInput
+
+__all__ = ["open_sqlite", "table_names", "rows", "iso_time", "SessionWriter", "tool_output"]
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+#: Messages per ``import_many`` call (and per transaction).
+BATCH = 500
+
+
+def open_sqlite(path: Path, what: str) -> sqlite3.Connection:
+    """``path`` opened read only; a file that is no SQLite database -> :class:`MalformedInput`."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if head != _SQLITE_MAGIC:
+        raise MalformedInput(str(path), None, f"not a SQLite database (expected {what})")
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise MalformedInput(str(path), None, f"cannot read the SQLite database: {exc}") from None
+    return conn
+
+
+def table_names(conn: sqlite3.Connection) -> set[str]:
+    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+
+
+def rows(conn: sqlite3.Connection, sql: str, params: tuple = (), *, source: str, size: int = BATCH) -> Iterator[tuple]:
+    """The rows of ``sql``, fetched ``size`` at a time (memory stays bounded by one page)."""
+    try:
+        cursor = conn.execute(sql, params)
+        while True:
+            page = cursor.fetchmany(size)
+            if not page:
+                return
+            yield from page
+    except sqlite3.DatabaseError as exc:
+        raise MalformedInput(source, None, f"cannot read the SQLite database: {exc}") from None
+
+
+def iso_time(value: Any, source: str, where: str) -> str | None:
+    """A stored time as ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00``; None stays None.
+
+    Strings are ISO 8601 or SQLite's ``CURRENT_TIMESTAMP`` text (UTC without a zone);
+    numbers are seconds since 1970 (what ADK and the coding agents' logs keep).
+    """
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, (int, float)):
+            moment = datetime.fromtimestamp(value, UTC)
+        elif isinstance(value, str):
+            text = value.strip()
+            moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+        elif isinstance(value, datetime):
+            moment = value
+        else:
+            raise TypeError
+    except (TypeError, ValueError, OverflowError, OSError):
+        raise MalformedInput(source, where, f"not a time: {value!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat()
+
+
+def tool_output(content: Any) -> Any:
+    """A tool result as a part's ``output``: a string stays; a list of text blocks is joined."""
+    kinds = ("text", "input_text", "output_text")
+    if isinstance(content, list) and content and all(
+        isinstance(p, dict) and p.get("type") in kinds and isinstance(p.get("text"), str) for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    return content
+
+
+class SessionWriter:
+    """The writes of one conversation: ``(message, parent_id, created_at, where)`` items,
+    stored ``BATCH`` at a time, each batch in one transaction.
+
+    ``where`` names the record a message came from, for the error when the store refuses
+    it. Batches written before an error stay stored; importing again completes the
+    import (the messages' ids come from the source, so nothing is stored twice).
+    ``progress`` (a :class:`Progress`) advances by ``count`` of each item as it is stored.
+    """
+
+    def __init__(self, store, session, source: str, progress=None):
+        self._store = store
+        self._session = session
+        self._source = source
+        self._progress = progress
+        self._items: list[tuple[dict, str | None, str | None]] = []
+        self._wheres: list[str] = []
+        self._counts = 0
+        self.written = 0
+
+    def add(self, message: dict, parent_id: str | None, created_at: str | None, where: str, count: int = 1) -> None:
+        self._items.append((message, parent_id, created_at))
+        self._wheres.append(where)
+        self._counts += count
+        if len(self._items) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._items:
+            return
+        items, wheres, counts = self._items, self._wheres, self._counts
+        self._items, self._wheres, self._counts = [], [], 0
+        try:
+            with self._store.transaction():
+                self._session.import_many(items)
+        except (MessageTooLarge, ValueError, TypeError, LookupError) as exc:
+            where = self._culprit(items, wheres, exc)
+            raise MalformedInput(
+                self._source, where, f"cannot import into session {self._session.session_id!r}: {exc}"
+            ) from exc
+        self.written += len(items)
+        if self._progress is not None and counts:
+            self._progress.update(counts)
+
+    def count(self, n: int) -> None:
+        """Records read that add no message of their own (shared with a branch, folded in)."""
+        if self._progress is not None and n:
+            self._progress.update(n)
+
+    @staticmethod
+    def _culprit(items: list, wheres: list[str], exc: Exception) -> str:
+        """The record whose message the error names (else the batch's first record)."""
+        text = str(exc)
+        for (message, _, _), where in zip(items, wheres):
+            mid = message.get("id") if isinstance(message, dict) else None
+            if isinstance(mid, str) and repr(mid) in text:
+                return where
+        return wheres[0] if len(wheres) == 1 else f"{wheres[0]} .. {wheres[-1]}"
