@@ -32,6 +32,7 @@ from __future__ import annotations
 from ._common import MalformedInput, Progress
 from .hh import import_hh
 from .jsonl import export_jsonl, import_jsonl
+from .langgraph import import_langgraph
 from .oasst import import_oasst
 from .openai import chat_to_messages, import_openai
 from .openai_agents import import_openai_agents
@@ -46,6 +47,7 @@ __all__ = [
     "export_parquet",
     "chat_to_messages",
     "import_openai_agents",
+    "import_langgraph",
     "MalformedInput",
     "Progress",
 ]
