@@ -30,6 +30,7 @@ record at fault.
 from __future__ import annotations
 
 from ._common import MalformedInput, Progress
+from .adk import import_adk
 from .hh import import_hh
 from .jsonl import export_jsonl, import_jsonl
 from .langgraph import import_langgraph
@@ -48,6 +49,7 @@ __all__ = [
     "chat_to_messages",
     "import_openai_agents",
     "import_langgraph",
+    "import_adk",
     "MalformedInput",
     "Progress",
 ]

@@ -21,7 +21,7 @@ from urllib.parse import quote
 from ..errors import MessageTooLarge
 from ._common import MalformedInput
 
-__all__ = ["open_sqlite", "table_names", "rows", "iso_time", "SessionWriter", "tool_output"]
+__all__ = ["open_sqlite", "table_names", "rows", "iso_time", "SessionWriter", "HeldCalls", "tool_output"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -158,3 +158,62 @@ class SessionWriter:
             if isinstance(mid, str) and repr(mid) in text:
                 return where
         return wheres[0] if len(wheres) == 1 else f"{wheres[0]} .. {wheres[-1]}"
+
+
+class HeldCalls:
+    """Messages held back while one of their tool calls waits for its result.
+
+    Frameworks store a tool's result as a record of its own after the call; sessionkit
+    keeps it in the call's part. :meth:`add` holds a message (and the ones after it)
+    until every call it makes is answered through :meth:`answer`, or until ``limit``
+    messages are held (then they are written, and a later result becomes a ``tool``
+    message of its own: the importer's fallback).
+    """
+
+    def __init__(self, writer: SessionWriter, limit: int = 5000):
+        self.writer = writer
+        self.limit = limit
+        self._held: list[list] = []  # [message, parent, created, where]
+        self._waiting: dict[str, list] = {}  # call id -> held entry
+        self.names: dict[str, str] = {}  # call id -> tool name, for results whose call is gone
+
+    def add(self, message: dict, parent: str | None, created: str | None, where: str) -> None:
+        entry = [message, parent, created, where]
+        self._held.append(entry)
+        for part in message.get("parts", ()):
+            call_id = part.get("toolCallId")
+            if isinstance(call_id, str) and isinstance(part.get("type"), str) and part["type"].startswith("tool-"):
+                self.names[call_id] = part["type"][len("tool-"):]
+                if part.get("state") == "input-available":
+                    self._waiting[call_id] = entry
+        if len(self._held) >= self.limit or not self._waiting:
+            self.release()
+
+    def waiting(self, call_id: str) -> dict | None:
+        """The held message whose call ``call_id`` waits for a result, or None."""
+        entry = self._waiting.get(call_id)
+        return None if entry is None else entry[0]
+
+    def answer(self, call_id: str, result: dict) -> dict:
+        """Give the waiting call ``call_id`` its result part's state, ``output``/``errorText``."""
+        entry = self._waiting.pop(call_id)
+        for part in entry[0]["parts"]:
+            if part.get("toolCallId") == call_id and part.get("state") == "input-available":
+                part["state"] = result["state"]
+                for key in ("output", "errorText"):
+                    if key in result:
+                        part[key] = result[key]
+                break
+        if not self._waiting:
+            self.release()
+        return entry[0]
+
+    def release(self) -> None:
+        for message, parent, created, where in self._held:
+            self.writer.add(message, parent, created, where)
+        self._held.clear()
+        self._waiting.clear()
+
+    def finish(self) -> None:
+        self.release()
+        self.writer.flush()
