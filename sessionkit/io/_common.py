@@ -20,7 +20,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # in CPython, not in typeshed
 from pathlib import Path
 from typing import Any
 
@@ -243,14 +243,20 @@ _NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _LITERALS = (("true", True), ("false", False), ("null", None))
 
 
+def _skip_ws(s: str, idx: int) -> int:
+    """The index of the first character at or after ``idx`` that is not JSON white space."""
+    m = _WS.match(s, idx)
+    return idx if m is None else m.end()  # never None: the pattern matches the empty string
+
+
 def _key(s: str, idx: int) -> tuple[str, int]:
     if s[idx : idx + 1] != '"':
         raise _Syntax("Expecting property name enclosed in double quotes", idx)
     key, idx = scanstring(s, idx + 1, True)
-    idx = _WS.match(s, idx).end()
+    idx = _skip_ws(s, idx)
     if s[idx : idx + 1] != ":":
         raise _Syntax("Expecting ':' delimiter", idx)
-    return key, _WS.match(s, idx + 1).end()
+    return key, _skip_ws(s, idx + 1)
 
 
 def _loads_deep(s: str) -> Any:
@@ -258,13 +264,13 @@ def _loads_deep(s: str) -> Any:
     (an OASST tree thousands of replies deep). Same values, same strictness as
     :data:`_DECODER`; errors are :class:`_Syntax`, JSONDecodeError or :class:`_NotANumber`."""
     stack: list[list] = []  # [container, key or None for a list]
-    idx = _WS.match(s, 0).end()
+    idx = _skip_ws(s, 0)
     while True:
         ch = s[idx : idx + 1]
         if ch == '"':
             value, idx = scanstring(s, idx + 1, True)
         elif ch == "{":
-            idx = _WS.match(s, idx + 1).end()
+            idx = _skip_ws(s, idx + 1)
             if s[idx : idx + 1] == "}":
                 value, idx = {}, idx + 1
             else:
@@ -272,7 +278,7 @@ def _loads_deep(s: str) -> Any:
                 stack.append([{}, key])
                 continue
         elif ch == "[":
-            idx = _WS.match(s, idx + 1).end()
+            idx = _skip_ws(s, idx + 1)
             if s[idx : idx + 1] == "]":
                 value, idx = [], idx + 1
             else:
@@ -296,7 +302,7 @@ def _loads_deep(s: str) -> Any:
                     raise _Syntax("Expecting value", idx)
         while True:  # put the value in its container; close the containers that end here
             if not stack:
-                end = _WS.match(s, idx).end()
+                end = _skip_ws(s, idx)
                 if end != len(s):
                     raise _Syntax("Extra data", end)
                 return value
@@ -306,10 +312,10 @@ def _loads_deep(s: str) -> Any:
                 container.append(value)
             else:
                 container[top[1]] = value
-            idx = _WS.match(s, idx).end()
+            idx = _skip_ws(s, idx)
             ch = s[idx : idx + 1]
             if ch == ",":
-                idx = _WS.match(s, idx + 1).end()
+                idx = _skip_ws(s, idx + 1)
                 if top[1] is not None:
                     top[1], idx = _key(s, idx)
                 break
@@ -452,7 +458,7 @@ class TextStream:
     def peek(self) -> str:
         """The next character that is not white space ('' at the end); does not consume it."""
         while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
+            self.pos = _skip_ws(self.buf, self.pos)
             if self.pos < len(self.buf):
                 return self.buf[self.pos]
             if not self._fill():
@@ -511,7 +517,7 @@ def _interactive() -> bool:
     shell = sys.modules.get("IPython")
     if shell is not None:
         try:
-            ip = shell.get_ipython()  # type: ignore[attr-defined]
+            ip = shell.get_ipython()
         except Exception:
             return False
         return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
@@ -728,10 +734,10 @@ class Batches:
         return (f"the {_plural(self.stored, self._unit)} before it are stored, through {self.last}; "
                 f"importing the corrected file again adds the rest")
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> None:
         if exc is None:
             self.commit()
-            return False
+            return
         if self._cm is not None:  # a problem found between writes: what was written is whole
             try:
                 self.commit()
@@ -745,7 +751,6 @@ class Batches:
             exc.args = (f"{exc.args[0]} ({note})",)
         elif isinstance(exc, BaseException):
             exc.add_note(f"importing {self._source}: {note}")
-        return False
 
 
 def located(exc: MessageTooLarge, source: str, where: str) -> MessageTooLarge:

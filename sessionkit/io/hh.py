@@ -64,8 +64,8 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
     limit = min(len(chosen), len(rejected)) - 1  # each branch keeps at least one turn
     while shared < limit and chosen[shared] == rejected[shared]:
         shared += 1
-    items = []
-    parent = None
+    items: list[tuple[dict, str | None, None]] = []
+    parent: str | None = None
     for i in range(shared):
         role, text = chosen[i]
         mid = f"p{i}"

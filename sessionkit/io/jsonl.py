@@ -19,7 +19,7 @@ events are not part of the format.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from .. import messages as _msg
 from ..errors import MessageNotFound, MessageTooLarge
@@ -106,6 +106,7 @@ def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, 
         _msg.validate(message)
     except (TypeError, ValueError) as exc:
         raise MalformedInput(source, where, f"invalid message: {exc}") from None
+    message = cast(dict, message)  # validate() raised unless it is a dict
     stamp = message.get("createdAt")
     if stamp is not None:
         try:
@@ -224,7 +225,7 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
 
     def flush() -> None:
         nonlocal batch, batch_lines, batch_bytes
-        if not batch:
+        if not batch or batch_sid is None:  # batch_sid is set before the first message is batched
             return
         session, items, lines, nbytes = sessions[batch_sid], batch, batch_lines, batch_bytes
         batch, batch_lines, batch_bytes = [], [], 0

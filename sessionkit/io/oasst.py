@@ -209,16 +209,16 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                 batches.write(where, partial(_write, session, items, source, where), nbytes=nbytes)
                 keep(session, lineno)
             elif "message_id" in obj:
-                tree_id = obj.get("message_tree_id")
-                if not isinstance(tree_id, str) or not tree_id:
+                tree = obj.get("message_tree_id")
+                if not isinstance(tree, str) or not tree:
                     raise MalformedInput(source, where, "message has no 'message_tree_id'")
                 _convert_at(obj, source, where)  # checked now, written in the second pass
                 parent = obj.get("parent_id")
                 if parent is not None and not isinstance(parent, str):
                     raise MalformedInput(source, where, "'parent_id' must be a string or null")
-                span = flat.get(tree_id)
+                span = flat.get(tree)
                 if span is None:
-                    flat[tree_id] = [lineno, lineno]
+                    flat[tree] = [lineno, lineno]
                 else:
                     span[1] = lineno
             else:

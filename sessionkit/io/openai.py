@@ -97,7 +97,7 @@ def _content_parts(content: Any, where: str, source: str) -> list[dict]:
             url = image.get("url") if isinstance(image, dict) else image
             if not isinstance(url, str):
                 raise MalformedInput(source, where, f"content[{i}] (image_url) has no url")
-            part = {"type": "file", "mediaType": _media_type_of_url(url, "image/*"), "url": url}
+            part: dict[str, Any] = {"type": "file", "mediaType": _media_type_of_url(url, "image/*"), "url": url}
             if isinstance(image, dict) and "detail" in image:
                 part["providerMetadata"] = {"openai": {"detail": image["detail"]}}
             parts.append(part)
@@ -193,6 +193,7 @@ class _Chat:
             return
         if owner < self.base:  # only when the file changed between the two passes
             raise MalformedInput(self.source, where, "the file changed while it was being imported")
+        assert part is not None  # None only in a plan pass
         part["state"] = "output-available"
         part["output"] = _tool_output(rec.get("content"))
         self.entries[owner - self.base][1].append(rec)
@@ -251,7 +252,8 @@ class _Chat:
         for k, call in enumerate(calls):
             if not isinstance(call, dict):
                 raise MalformedInput(source, where, f"tool_calls[{k}] must be an object")
-            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            function = call.get("function")
+            fn = function if isinstance(function, dict) else call
             name = fn.get("name")
             if not isinstance(name, str) or not name:
                 raise MalformedInput(source, where, f"tool_calls[{k}] has no function name")
@@ -268,19 +270,20 @@ class _Chat:
             calls_made.append((call_id, part))
         legacy = rec.get("function_call")
         function_part = None
-        if isinstance(legacy, dict) and isinstance(legacy.get("name"), str):
+        function_name = legacy.get("name") if isinstance(legacy, dict) else None
+        if isinstance(legacy, dict) and isinstance(function_name, str):
             function_part = {
-                "type": f"tool-{legacy['name']}",
+                "type": f"tool-{function_name}",
                 "toolCallId": f"function_call-{self.index}",
                 "state": "input-available",
-                "input": _parse_arguments(legacy.get("arguments"), where, source, legacy["name"]),
+                "input": _parse_arguments(legacy.get("arguments"), where, source, function_name),
             }
             parts.append(function_part)
         # the record is valid: only now does it change the state
         for call_id, part in calls_made:
             self.waiting.setdefault(call_id, []).append((owner, None if self.plan else part))
         if function_part is not None:
-            self.functions.append((owner, None if self.plan else function_part, legacy["name"]))
+            self.functions.append((owner, None if self.plan else function_part, function_name))
         self.count += 1
         if self.plan:
             self.done.append(self.index)
@@ -326,7 +329,7 @@ class _Chat:
 
 
 def chat_to_messages(
-    chat: list, *, parent_id: str | None = None, source: str = "<list>", labels: list[str] | None = None
+    chat: list | tuple, *, parent_id: str | None = None, source: str = "<list>", labels: list[str] | None = None
 ) -> list[tuple[dict, str | None]]:
     """Convert a chat to ``[(message, parent_id), ...]`` without storing anything.
 
@@ -567,9 +570,9 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
                 Batches(session.store, source=name, unit="messages", group=4) as batches:
             write = _writer(session, batches, results, name)
             for start in range(0, len(converted), _BATCH):
-                chunk = converted[start : start + _BATCH]
-                write(chunk)
-                bar.update(len(chunk))
+                batch = converted[start : start + _BATCH]
+                write(batch)
+                bar.update(len(batch))
         return results
     path = as_path(source)
     name = str(path)

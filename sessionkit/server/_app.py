@@ -12,7 +12,7 @@ import logging
 import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -101,7 +101,7 @@ class _Auth:
         return result
 
 
-def _segments(scope: dict) -> list[str] | None:
+def _segments(scope: Mapping[str, Any]) -> list[str] | None:
     """The path's segments, each percent-decoded (so an encoded ``/`` stays inside its segment)."""
     raw = scope.get("raw_path")
     if isinstance(raw, (bytes, bytearray)):
@@ -235,7 +235,7 @@ class SessionServer:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         loop = asyncio.get_running_loop()
-        previous = {}
+        previous: dict[int, Any] = {}
 
         def handler(signum, frame, _sessions=self.sessions):
             with contextlib.suppress(RuntimeError):
@@ -447,7 +447,7 @@ class SessionServer:
         state = self._state(principal, segments[1])
         return state, _resume_after(ws, header=False)
 
-    async def _ws_message(self, state, message: dict) -> dict:
+    async def _ws_message(self, state, message: Mapping[str, Any]) -> dict:
         data = message.get("text")
         if data is None and message.get("bytes") is not None:
             raw = message["bytes"]
@@ -481,7 +481,7 @@ class SessionServer:
                 item = await sub.get()
                 if item is CLOSED:
                     if sub.reason != "client_gone":
-                        await ws.close(code=_WS_CLOSE.get(sub.reason, 1000), reason=sub.reason or "")
+                        await ws.close(code=_WS_CLOSE.get(sub.reason or "", 1000), reason=sub.reason or "")
                     return
                 await ws.send_text(item[1])
         except (WebSocketDisconnect, RuntimeError, OSError):

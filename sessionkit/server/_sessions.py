@@ -37,8 +37,9 @@ request, and the store keeps them in step.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import contextlib
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -234,7 +235,7 @@ class SessionManager:
     def _load(self, stored_id: str, public_id: str, record: dict) -> SessionState:
         controller = RunController()
         state = SessionState(stored_id=stored_id, public_id=public_id, controller=controller)
-        controller.on_event(lambda event, s=state: self._on_event(s, event))
+        controller.on_event(functools.partial(self._on_event, state))
         runs = self.store.runs(stored_id)
         state.run_n = self._top_run(state, runs)
         messages = self.store.records(stored_id, MESSAGE_KIND)
@@ -350,13 +351,14 @@ class SessionManager:
     async def _take_run_for_delete(self, state: SessionState) -> bool:
         """Ask the worker running the session to stop; True once this worker holds ``run``."""
         name = self._hold_name("run", state.stored_id)
-        deadline = self.loop.time() + 2 * _STOP_GRACE + 5
+        loop = asyncio.get_running_loop()  # the one bind_loop() recorded
+        deadline = loop.time() + 2 * _STOP_GRACE + 5
         asked = False
         while not self.store.try_hold(name):
             if not asked:
                 self.store.signal(state.stored_id, "stop")
                 asked = True
-            if self.loop.time() > deadline:
+            if loop.time() > deadline:
                 log.warning("session %r: the worker running it did not stop; deleting anyway", state.public_id)
                 return False
             await asyncio.sleep(0.02)
@@ -463,8 +465,9 @@ class SessionManager:
 
     def _on_event(self, state: SessionState, event: dict) -> None:
         """Every event of the session's runs, as the agent records it (on the loop)."""
-        if self._loop_thread is not None and threading.get_ident() != self._loop_thread:
-            self.loop.call_soon_threadsafe(self._on_event, state, event)
+        loop = self.loop  # set with _loop_thread
+        if loop is not None and self._loop_thread is not None and threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self._on_event, state, event)
             return
         kind = event.get("kind")
         if kind == "turn.start":
@@ -695,6 +698,7 @@ class SessionManager:
             if record is None or state.deleted:
                 return
             record["digest"] = digest
+            last: object
             if state.hub is not None:  # it saw every event live
                 last = state.hub.last_seq
             else:  # the events after the previous checkpoint: about one run's worth
