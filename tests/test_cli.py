@@ -618,6 +618,35 @@ def test_import_openai_chat_into_a_named_session(tmp_path):
     assert "session support-chat" in out_default
 
 
+@pytest.mark.skipif(not _io_has("import_hh", "import_jsonl"), reason="sessionkit.io has no importers")
+def test_import_of_a_broken_file_says_where_and_how_far_it_got(tmp_path):
+    import gzip
+
+    pairs = [json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes", "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"})
+             for i in range(3)]
+    broken = tmp_path / "pairs.jsonl"
+    broken.write_text(pairs[0] + "\n" + pairs[1] + "\n" + pairs[2][:-9] + "\n", encoding="utf-8")
+    cut = tmp_path / "pairs.jsonl.gz"
+    cut.write_bytes(gzip.compress(("\n".join(pairs * 300) + "\n").encode("utf-8"))[:-40])
+    nan = tmp_path / "export.jsonl"
+    nan.write_text('{"type": "message", "session_id": "s", "parent_id": null, "message": '
+                   '{"id": "m", "role": "user", "parts": [], "metadata": {"score": NaN}}}\n', encoding="utf-8")
+    target, other = tmp_path / "store.db", tmp_path / "other.db"
+    first, second, third = run_batch([
+        ("import", str(target), str(broken), "--format", "hh"),
+        ("import", str(other), str(cut), "--format", "hh"),
+        ("import", str(other), str(nan), "--format", "jsonl"),
+    ])
+    assert_error(first, f"{broken}, line 3: not valid JSON", "the 2 pairs before it are stored, through line 2",
+                 "importing the corrected file again adds the rest")
+    assert_error(second, f"{cut}, line ", "the gzip data ends early (the file is cut short)")
+    assert_error(third, f"{nan}, line 1: NaN is not a JSON value", "nothing was stored")
+    with sk.open_store(str(target)) as store:
+        assert store.stats()["sessions"] == 2
+    broken.write_text("\n".join(pairs) + "\n", encoding="utf-8")
+    assert "3 new messages, 1 new session " in assert_ok(run("import", str(target), str(broken), "--format", "hh"))
+
+
 # ---------------------------------------------------------------------------
 # demo
 

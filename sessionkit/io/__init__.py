@@ -12,8 +12,15 @@ sessionkit JSONL, Parquet.
 
 Every import is idempotent: ids come from the source (OASST message ids) or
 from a hash of it (OpenAI chats, HH pairs), so importing the same file again
-adds nothing. Imports write in batches, one transaction per tree, pair,
-trajectory or block of lines.
+adds nothing. Imports write in batches, one transaction per group of trees,
+pairs, chat messages or JSONL lines.
+
+Files are streamed: read a line (or, for a JSON array or document, a record) at
+a time, with gzip detected from the first bytes, so memory does not grow with
+the file (about 10 MB for a 1,000,000-line chat or export; files of one session
+per line also keep one store handle per session). An OpenAI chat file and a file
+of flat OASST messages are read twice, once to check every record and see where
+each tool result or tree ends, once to write.
 
 Progress: every importer takes ``progress=``. ``None`` (the default) shows a bar
 for inputs of 1,000 records or more, and only when stderr is a terminal or the
@@ -24,7 +31,24 @@ receives the counts instead.
 
 Malformed input raises :class:`MalformedInput` (a ``ValueError`` and a
 ``sessionkit.SessionKitError``) whose message names the file and the line or
-record at fault.
+record at fault: text that is not UTF-8, gzip data cut short or damaged, JSON
+that is not JSON or that no store keeps (``NaN``, ``Infinity``, numbers no float
+holds, lone surrogate escapes, nesting deeper than a message may), records of
+the wrong shape, ``createdAt``/``created_date`` values that are not ISO 8601
+times. No importer lets a ``UnicodeError``, ``EOFError``, gzip or zlib error,
+``RecursionError``, ``KeyError`` or ``json`` error out; a message larger than the
+store's ``max_message_bytes`` raises :class:`sessionkit.MessageTooLarge` naming
+the line.
+
+When an import fails, nothing half written is left: each tree, pair, chat
+message or JSONL line is stored whole or not at all, and the records before the
+one at fault are stored, the ones from it on are not (an OpenAI chat file and
+the flat messages of an OASST file are checked whole first, so a problem in
+their text or shape stores nothing of them). The error says how far it got:
+``MalformedInput.imported`` counts the records stored (trees, pairs, messages or
+lines, as the importer counts them) and the message names the last of them.
+Import the corrected file again to complete the import: what is stored is
+skipped.
 """
 
 from __future__ import annotations

@@ -1,20 +1,45 @@
-"""Shared pieces of the readers and writers: file opening, JSON lines, progress, errors."""
+"""Shared pieces of the readers and writers: reading files line by line or value by value,
+strict JSON, progress, errors and the grouped writes every importer makes.
+
+Reading never trusts the file: bytes that are not UTF-8, gzip data that is damaged or
+cut short, JSON that is not JSON (``NaN``, ``Infinity``, numbers no float holds, lone
+surrogate escapes, nesting deeper than the parser goes) all become
+:class:`MalformedInput` naming the file and the line.
+"""
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import io
 import json
+import math
 import os
+import re
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
+from json.decoder import scanstring  # type: ignore[attr-defined]  # in CPython, not in typeshed
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionKitError
+from ..errors import MessageTooLarge, SessionKitError
+from ..messages import MAX_NESTING
 
-__all__ = ["MalformedInput", "open_text", "iter_jsonl", "count_lines", "Progress", "as_path"]
+__all__ = [
+    "MalformedInput",
+    "as_path",
+    "open_binary",
+    "iter_lines",
+    "iter_jsonl",
+    "parse_json",
+    "TextStream",
+    "count_lines",
+    "wants_total",
+    "Progress",
+    "Batches",
+]
 
 
 class MalformedInput(SessionKitError, ValueError):
@@ -22,15 +47,41 @@ class MalformedInput(SessionKitError, ValueError):
 
     ``source`` names the file (or ``"<list>"`` for in-memory input) and ``where``
     the line (``"line 12"``) or record (``"record 3"``) at fault; both appear in
-    the message.
+    the message. ``imported`` is how many records (trees, pairs, lines or
+    messages, as the importer counts them) the failed import had stored before
+    it stopped (``None`` outside an import); the message says it too.
     """
 
-    def __init__(self, source: str, where: str | None, problem: str):
+    def __init__(self, source: str, where: str | None, problem: str, *, imported: int | None = None):
         self.source = source
         self.where = where
         self.problem = problem
-        location = source if where is None else f"{source}, {where}"
-        super().__init__(f"{location}: {problem}")
+        self.imported = imported
+        self._progress = ""
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        location = self.source if self.where is None else f"{self.source}, {self.where}"
+        return f"{location}: {self.problem}{self._progress}"
+
+    def __reduce__(self):
+        return (_rebuild, (self.source, self.where, self.problem, self.imported, self._progress))
+
+    def _set_progress(self, imported: int, note: str) -> None:
+        self.imported = imported
+        self._progress = f" ({note})"
+        self.args = (self._text(),)
+
+
+def _rebuild(source, where, problem, imported, progress) -> MalformedInput:
+    exc = MalformedInput(source, where, problem, imported=imported)
+    exc._progress = progress
+    exc.args = (exc._text(),)
+    return exc
+
+
+def _plural(n: int, unit: str) -> str:
+    return f"{n:,} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
 
 
 def as_path(value: Any) -> Path:
@@ -39,18 +90,22 @@ def as_path(value: Any) -> Path:
     raise TypeError(f"expected a file path (str or pathlib.Path), got {type(value).__name__}")
 
 
+# ---------------------------------------------------------------------------
+# Files
+
+
 def _is_gzip(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(2) == b"\x1f\x8b"
 
 
-def open_text(path: Path):
-    """Open a UTF-8 text file for reading; gzip is detected from the file's first bytes."""
+def open_binary(path: Path):
+    """Open a file for reading bytes; gzip is detected from its first bytes."""
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     if _is_gzip(path):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
-    return open(path, encoding="utf-8")
+        return gzip.open(path, "rb")
+    return open(path, "rb")
 
 
 def open_write(path: Path):
@@ -60,80 +115,392 @@ def open_write(path: Path):
     return open(path, "w", encoding="utf-8", newline="\n")
 
 
+#: What reading gzip data that is damaged or cut short raises (``BadGzipFile`` is an OSError;
+#: other OSErrors, a failing disk, are not the file's fault and pass through).
+_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def _gzip_problem(exc: BaseException) -> str:
+    if isinstance(exc, EOFError):
+        return "the gzip data ends early (the file is cut short)"
+    return f"the gzip data is damaged ({exc})"
+
+
+def _utf8_problem(raw: bytes, exc: UnicodeDecodeError) -> str:
+    column = len(raw[: exc.start].decode("utf-8", "replace")) + 1
+    return f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}: {exc.reason})"
+
+
+_JSON_BLANK = " \t\r\n"
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str, int]]:
+    """``(line number, text, bytes)`` of every non-blank line, decoded from UTF-8.
+
+    Reads one line at a time. A UTF-8 byte order mark at the start is skipped; bytes
+    that are not UTF-8 and gzip data that is damaged or cut short raise
+    :class:`MalformedInput` naming the line.
+    """
+    name = str(path)
+    with open_binary(path) as fh:
+        lineno = 0
+        lines = iter(fh)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except _GZIP_ERRORS as exc:
+                raise MalformedInput(name, f"line {lineno + 1}", _gzip_problem(exc)) from None
+            lineno += 1
+            if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[3:]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise MalformedInput(name, f"line {lineno}", _utf8_problem(raw, exc)) from None
+            if text.strip(_JSON_BLANK):
+                yield lineno, text, len(raw)
+
+
 def count_lines(path: Path) -> int:
-    """Non-blank lines of a (possibly gzipped) text file: the total a progress bar shows."""
-    n = 0
-    with open_text(path) as fh:
-        for line in fh:
-            if line.strip():
-                n += 1
+    """Non-blank lines of a (possibly gzipped) file: the total a progress bar shows."""
+    name = str(path)
+    n = lineno = 0
+    with open_binary(path) as fh:
+        try:
+            for raw in fh:
+                lineno += 1
+                if raw.strip():
+                    n += 1
+        except _GZIP_ERRORS as exc:
+            raise MalformedInput(name, f"line {lineno + 1}", _gzip_problem(exc)) from None
     return n
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed value)`` for every non-blank line; bad JSON names its line."""
-    name = str(path)
-    with open_text(path) as fh:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield lineno, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise MalformedInput(
-                        name, f"line {lineno}", f"not valid JSON ({exc.msg} at column {exc.colno})"
-                    ) from None
-        except UnicodeDecodeError as exc:
-            raise MalformedInput(name, f"line {lineno + 1}", f"not UTF-8 text ({exc.reason})") from None
-        except (EOFError, gzip.BadGzipFile, OSError) as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise MalformedInput(name, f"line {lineno + 1}", f"cannot read the file: {exc}") from exc
+# ---------------------------------------------------------------------------
+# Strict JSON
 
 
-def load_json_or_jsonl(path: Path) -> tuple[str, list[tuple[str, Any]]]:
-    """Read a JSON document or a JSON-lines file.
+class _NotANumber(ValueError):
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
 
-    Returns ``("json", [("record i", value), ...])`` when the file is one JSON array
-    (``[("document", value)]`` for any other JSON value), or ``("jsonl", [("line n", value), ...])``.
+
+def _reject_constant(name: str):
+    raise _NotANumber(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotANumber(text)
+    return value
+
+
+#: ``NaN``/``Infinity`` refused, floats too large for a double (``1e400``) too; the float
+#: hook costs a call per float, which chat data has few of (a test per line costs more).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+
+#: An escape that may stand for a lone surrogate: only then is the value walked to find one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The JSON path of the first string or key holding a lone surrogate, or None (any depth)."""
+    from ..messages import _path, _surrogate
+
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, steps = stack.pop()
+        if isinstance(item, str):
+            if _surrogate(item) is not None:
+                return _path(steps)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _surrogate(key) is not None:
+                    return "the key " + _path(steps + (key,))
+                stack.append((child, steps + (key,)))
+        elif isinstance(item, list):
+            stack.extend((child, steps + (i,)) for i, child in enumerate(item))
+    return None
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 40 else text[:20] + "..." + text[-10:]
+
+
+class _Syntax(ValueError):
+    def __init__(self, msg: str, pos: int):
+        super().__init__(msg)
+        self.msg = msg
+        self.pos = pos
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS = (("true", True), ("false", False), ("null", None))
+
+
+def _skip_ws(s: str, idx: int) -> int:
+    """The index of the first character at or after ``idx`` that is not JSON white space."""
+    m = _WS.match(s, idx)
+    return idx if m is None else m.end()  # never None: the pattern matches the empty string
+
+
+def _key(s: str, idx: int) -> tuple[str, int]:
+    if s[idx : idx + 1] != '"':
+        raise _Syntax("Expecting property name enclosed in double quotes", idx)
+    key, idx = scanstring(s, idx + 1, True)
+    idx = _skip_ws(s, idx)
+    if s[idx : idx + 1] != ":":
+        raise _Syntax("Expecting ':' delimiter", idx)
+    return key, _skip_ws(s, idx + 1)
+
+
+def _loads_deep(s: str) -> Any:
+    """``json.loads(s)`` without recursion, for documents nested deeper than ``json`` goes
+    (an OASST tree thousands of replies deep). Same values, same strictness as
+    :data:`_DECODER`; errors are :class:`_Syntax`, JSONDecodeError or :class:`_NotANumber`."""
+    stack: list[list] = []  # [container, key or None for a list]
+    idx = _skip_ws(s, 0)
+    while True:
+        ch = s[idx : idx + 1]
+        if ch == '"':
+            value, idx = scanstring(s, idx + 1, True)
+        elif ch == "{":
+            idx = _skip_ws(s, idx + 1)
+            if s[idx : idx + 1] == "}":
+                value, idx = {}, idx + 1
+            else:
+                key, idx = _key(s, idx)
+                stack.append([{}, key])
+                continue
+        elif ch == "[":
+            idx = _skip_ws(s, idx + 1)
+            if s[idx : idx + 1] == "]":
+                value, idx = [], idx + 1
+            else:
+                stack.append([[], None])
+                continue
+        else:
+            m = _NUMBER.match(s, idx)
+            if m is not None:
+                integer, frac, exp = m.groups()
+                value = _finite_float(m.group()) if frac or exp else int(integer)
+                idx = m.end()
+            else:
+                for word, literal in _LITERALS:
+                    if s.startswith(word, idx):
+                        value, idx = literal, idx + len(word)
+                        break
+                else:
+                    for word in ("NaN", "Infinity", "-Infinity"):
+                        if s.startswith(word, idx):
+                            raise _NotANumber(word)
+                    raise _Syntax("Expecting value", idx)
+        while True:  # put the value in its container; close the containers that end here
+            if not stack:
+                end = _skip_ws(s, idx)
+                if end != len(s):
+                    raise _Syntax("Extra data", end)
+                return value
+            top = stack[-1]
+            container = top[0]
+            if top[1] is None:
+                container.append(value)
+            else:
+                container[top[1]] = value
+            idx = _skip_ws(s, idx)
+            ch = s[idx : idx + 1]
+            if ch == ",":
+                idx = _skip_ws(s, idx + 1)
+                if top[1] is not None:
+                    top[1], idx = _key(s, idx)
+                break
+            if ch == ("]" if top[1] is None else "}"):
+                stack.pop()
+                value, idx = container, idx + 1
+                continue
+            raise _Syntax("Expecting ',' delimiter", idx)
+
+
+_TOO_DEEP = object()
+
+
+def _too_deep(source: str, where: str | None) -> MalformedInput:
+    return MalformedInput(source, where, f"nested too deep for a message (at most {MAX_NESTING} levels)")
+
+
+def _not_a_number(source: str, where: str | None, exc: _NotANumber) -> MalformedInput:
+    text = exc.text
+    if text in ("NaN", "Infinity", "-Infinity"):
+        problem = f"{text} is not a JSON value (JSON numbers are finite)"
+    else:
+        problem = f"the number {_shown(text)} is too large for a float"
+    return MalformedInput(source, where, problem)
+
+
+def check_value(value: Any, text: str, source: str, where: str | None) -> Any:
+    """Checks after parsing ``text``: a lone surrogate anywhere -> MalformedInput."""
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text) is not None:
+        found = _lone_surrogate(value)
+        if found is not None:
+            raise MalformedInput(source, where, f"{found} is not valid Unicode (a lone surrogate escape)")
+    return value
+
+
+def parse_json(text: str, source: str, where: str | None, *, deep: bool = False) -> Any:
+    """One JSON value, strictly: anything ``json`` accepts that no store can keep is refused.
+
+    Refused with :class:`MalformedInput` naming ``where``: text that is not JSON, ``NaN``
+    and ``Infinity``, numbers too large for a float or with more digits than Python
+    converts, lone surrogate escapes, and nesting deeper than the ``json`` module goes
+    (unless ``deep``: an OASST tree nests two levels per reply and may go thousands of
+    levels deep; it is then parsed without recursion).
     """
-    name = str(path)
-    with open_text(path) as fh:
-        try:
-            text = fh.read()
-        except UnicodeDecodeError as exc:
-            raise MalformedInput(name, None, f"not UTF-8 text ({exc.reason})") from None
-    if not text.strip():
-        return "json", []
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-        first_ok = False
-        if len(lines) > 1:
+        try:
+            value = _DECODER.decode(text)
+        except RecursionError:
+            if not deep:
+                value = _TOO_DEEP
+            else:
+                value = _loads_deep(text)
+    except _NotANumber as exc:
+        raise _not_a_number(source, where, exc) from None
+    except (json.JSONDecodeError, _Syntax) as exc:
+        col = exc.pos - (text.rfind("\n", 0, exc.pos) + 1) + 1
+        raise MalformedInput(source, where, f"not valid JSON ({exc.msg} at column {col})") from None
+    except ValueError as exc:  # int(): more digits than sys.get_int_max_str_digits()
+        raise MalformedInput(source, where, f"a number in it is too long ({exc})") from None
+    if value is _TOO_DEEP:
+        raise _too_deep(source, where)
+    return check_value(value, text, source, where)
+
+
+def iter_jsonl(path: Path, *, deep: bool = False) -> Iterator[tuple[int, Any, int]]:
+    """``(line number, parsed value, bytes)`` for every non-blank line (see :func:`parse_json`)."""
+    name = str(path)
+    for lineno, text, nbytes in iter_lines(path):
+        yield lineno, parse_json(text, name, f"line {lineno}", deep=deep), nbytes
+
+
+class TextStream:
+    """The decoded text of a file, read a chunk at a time, to parse one large JSON document
+    value by value (the records of a JSON array) in bounded memory.
+
+    ``value()`` parses the next value at the read position; the buffer only ever holds
+    the value being parsed and what follows it in the current chunk.
+    """
+
+    CHUNK = 1 << 16
+    #: A value that ends this close to the end of the buffer may go on in the next chunk
+    #: (a number, a literal cut short): read on before trusting it.
+    MARGIN = 16
+
+    def __init__(self, fh, source: str):
+        self._fh = fh
+        self.source = source
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self._line = 1  # line number at self._mark
+        self._mark = 0
+        self._start = True
+
+    def line_at(self, i: int) -> int:
+        if i >= self._mark:
+            self._line += self.buf.count("\n", self._mark, i)
+            self._mark = i
+            return self._line
+        return self._line - self.buf.count("\n", i, self._mark)
+
+    def column_at(self, i: int) -> int:
+        return i - (self.buf.rfind("\n", 0, i) + 1) + 1
+
+    def where(self, i: int | None = None) -> str:
+        return f"line {self.line_at(self.pos if i is None else i)}"
+
+    def _fill(self, want: int = 0) -> bool:
+        """Read more text; False at the end of the file."""
+        if self.eof:
+            return False
+        if self.pos:  # drop what was consumed
+            self.line_at(self.pos)
+            self.buf = self.buf[self.pos :]
+            self._mark -= self.pos
+            self.pos = 0
+        try:
+            data = self._fh.read(max(want, self.CHUNK))
+        except _GZIP_ERRORS as exc:
+            raise MalformedInput(self.source, self.where(len(self.buf)), _gzip_problem(exc)) from None
+        try:
+            text = self._decoder.decode(data, final=not data)
+        except UnicodeDecodeError as exc:  # exc.object: the bytes held back from the last read, then data
+            raw, at = exc.object, exc.start
+            line_start = raw.rfind(b"\n", 0, at) + 1
+            line = self.line_at(len(self.buf)) + raw.count(b"\n", 0, at)
+            shifted = UnicodeDecodeError(exc.encoding, raw[line_start:], at - line_start, at - line_start + 1,
+                                         exc.reason)
+            raise MalformedInput(self.source, f"line {line}", _utf8_problem(raw[line_start:], shifted)) from None
+        if not data:
+            self.eof = True
+        if self._start and text:
+            self._start = False
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        self.buf += text
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space ('' at the end); does not consume it."""
+        while True:
+            self.pos = _skip_ws(self.buf, self.pos)
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self._fill():
+                return ""
+
+    def expect(self, chars: str, what: str) -> str:
+        ch = self.peek()
+        if ch == "" or ch not in chars:
+            found = "the end of the file" if ch == "" else repr(ch)
+            column = self.column_at(self.pos)
+            raise MalformedInput(self.source, self.where(),
+                                 f"not valid JSON (expecting {what} at column {column}, found {found})")
+        self.pos += 1
+        return ch
+
+    def value(self) -> tuple[Any, int]:
+        """The next JSON value and the line it starts on; strict as :func:`parse_json`."""
+        self.peek()
+        start_line = self.line_at(self.pos)
+        while True:
+            buf, start = self.buf, self.pos
             try:
-                json.loads(lines[0][1])
-                first_ok = True
-            except json.JSONDecodeError:
-                pass
-        if not first_ok:  # one JSON document with an error in it
-            raise MalformedInput(
-                name, f"line {exc.lineno}", f"not valid JSON ({exc.msg} at column {exc.colno})"
-            ) from None
-        out = []
-        for lineno, line in lines:  # JSON lines: one value per line
-            try:
-                out.append((f"line {lineno}", json.loads(line)))
-            except json.JSONDecodeError as exc2:
-                raise MalformedInput(
-                    name, f"line {lineno}", f"not valid JSON ({exc2.msg} at column {exc2.colno})"
-                ) from None
-        return "jsonl", out
-    if isinstance(value, list):
-        return "json", [(f"record {i}", v) for i, v in enumerate(value)]
-    return "json", [("document", value)]
+                value, end = _DECODER.raw_decode(buf, start)
+            except _NotANumber as exc:
+                raise _not_a_number(self.source, f"line {start_line}", exc) from None
+            except json.JSONDecodeError as exc:
+                if not self.eof and (exc.pos + self.MARGIN >= len(buf) or exc.msg.startswith("Unterminated string")):
+                    self._fill(len(self.buf) - self.pos)  # the value may go on: read as much again
+                    continue
+                raise MalformedInput(self.source, self.where(exc.pos),
+                                     f"not valid JSON ({exc.msg} at column {self.column_at(exc.pos)})") from None
+            except RecursionError:
+                raise _too_deep(self.source, f"line {start_line}") from None
+            except ValueError as exc:
+                raise MalformedInput(self.source, f"line {start_line}", f"a number in it is too long ({exc})") from None
+            if end + self.MARGIN >= len(buf) and not self.eof:
+                self._fill(len(self.buf) - self.pos)
+                continue
+            self.pos = end
+            if "\\u" in buf[start:end]:
+                value = check_value(value, buf[start:end], self.source, f"line {start_line}")
+            return value, start_line
 
 
 # ---------------------------------------------------------------------------
@@ -155,6 +522,15 @@ def _interactive() -> bool:
             return False
         return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
     return False
+
+
+def wants_total(progress: Any) -> bool:
+    """Whether ``progress`` may show or report a total (else no pass over the file counts it)."""
+    if progress is False:
+        return False
+    if progress is None:
+        return _interactive()
+    return True
 
 
 class Progress:
@@ -226,48 +602,159 @@ class Progress:
         self.close()
 
 
+def check_progress(progress: Any) -> None:
+    """``TypeError`` for a ``progress`` value no importer takes, before any work."""
+    if progress is None or isinstance(progress, bool) or callable(progress):
+        return
+    raise TypeError(f"progress must be None, True, False or a callable, got {type(progress).__name__}")
+
+
 # ---------------------------------------------------------------------------
-# Grouped transactions
+# Grouped writes
 
 
-class WriteGroups:
-    """Run many small imports (one per tree or pair) inside fewer transactions.
+class Batches:
+    """The writes of one import: records grouped into transactions, and how far they got.
 
-    Each record's ``session.import_many`` joins the open ``store.transaction()``,
-    and every ``size`` records the transaction commits. Fewer commits make bulk
-    imports much faster, on file stores and on DuckDB above all. An error rolls
-    back only the group in progress; records of earlier groups stay stored, and
-    running the import again completes it (imports are idempotent).
+    Each record (a tree, a pair, a block of JSONL lines, a batch of chat messages) is
+    written by one call of :meth:`write`, inside the open ``store.transaction()``;
+    every ``group`` records, or ``max_bytes`` of source text, the transaction
+    commits. Fewer commits make bulk imports much faster, on file stores and on
+    DuckDB above all.
+
+    When an import fails, what it stored is whole and is exactly the records before
+    the one at fault:
+
+    * a problem found before a record is written (its text, its shape): the records
+      written so far commit, nothing of that record is written;
+    * the store refusing a record (or failing while writing it): the transaction is
+      rolled back, the earlier records of its group are written again and commit,
+      and ``salvage`` may store the part of a splittable record (a block of JSONL
+      lines, a batch of chat messages) that precedes the bad item and name that item.
+
+    The error then says how many records are stored (:attr:`MalformedInput.imported`,
+    or a note on other errors); importing the corrected file again completes the
+    import, since imports are idempotent.
     """
 
-    def __init__(self, store, size: int = 200):
+    def __init__(self, store, *, source: str, unit: str, group: int = 200, max_bytes: int = 32 << 20):
         self._store = store
-        self._size = size
-        self._count = 0
+        self._source = source
+        self._unit = unit
+        self._group = group
+        self._max_bytes = max_bytes
         self._cm = None
+        self._pending: list[tuple[str, Callable[[], Any], int]] = []  # (where, write, records)
+        self._bytes = 0
+        self.stored = 0  # records committed
+        self.last: str | None = None  # where the last committed record was
 
-    def __enter__(self) -> WriteGroups:
+    def __enter__(self) -> Batches:
         return self
 
-    def begin(self) -> None:
-        """Call before writing a record."""
-        if self._cm is None:
-            cm = self._store.transaction()
-            cm.__enter__()
-            self._cm = cm
+    def _open(self) -> None:
+        cm = self._store.transaction()
+        cm.__enter__()
+        self._cm = cm
 
-    def done(self) -> None:
-        """Call after a record was written."""
-        self._count += 1
-        if self._count % self._size == 0:
+    def _close(self, exc: BaseException | None) -> None:
+        cm, self._cm = self._cm, None
+        if cm is None:
+            return
+        if exc is None:
+            cm.__exit__(None, None, None)
+        else:
+            cm.__exit__(type(exc), exc, exc.__traceback__)
+
+    def write(self, where: str, fn: Callable[[], Any], *, nbytes: int = 0, records: int = 1,
+              salvage: Callable[[BaseException], BaseException | None] | None = None) -> None:
+        """Run ``fn`` (the writes of one record, found at ``where``) in the open transaction.
+
+        ``records``: how many records ``fn`` stores (a block of lines counts each).
+        ``salvage(error)``, called after a failure once the earlier records are safe,
+        stores the good part of this record itself (reporting it with :meth:`add`)
+        and returns the error to raise in place of ``error`` (or None to keep it).
+        """
+        if self._cm is None:
+            self._open()
+        try:
+            fn()
+        except Exception as exc:
+            self._close(exc)
+            self._rewrite()
+            if salvage is not None:
+                try:
+                    replacement = salvage(exc)
+                except Exception:
+                    replacement = None
+                if replacement is not None:
+                    raise replacement from exc
+            raise
+        except BaseException as exc:  # KeyboardInterrupt: give up the group, quickly
+            self._pending.clear()
+            self._close(exc)
+            raise
+        self._pending.append((where, fn, records))
+        self._bytes += nbytes
+        if len(self._pending) >= self._group or self._bytes >= self._max_bytes:
             self.commit()
 
+    def add(self, records: int, where: str) -> None:
+        """Count ``records`` stored by a caller's own committed write (see ``salvage``)."""
+        if records:
+            self.stored += records
+            self.last = where
+
+    def _rewrite(self) -> None:
+        """After a rollback: write the group's earlier records again, and commit them."""
+        pending, self._pending = self._pending, []
+        self._bytes = 0
+        if not pending:
+            return
+        try:
+            with self._store.transaction():
+                for _, fn, _ in pending:
+                    fn()
+        except Exception:
+            return
+        self.stored += sum(n for _, _, n in pending)
+        self.last = pending[-1][0]
+
     def commit(self) -> None:
-        if self._cm is not None:
-            cm, self._cm = self._cm, None
-            cm.__exit__(None, None, None)
+        pending, self._pending = self._pending, []
+        self._bytes = 0
+        self._close(None)
+        if pending:
+            self.stored += sum(n for _, _, n in pending)
+            self.last = pending[-1][0]
+
+    def progress_note(self) -> str:
+        if not self.stored:
+            return "nothing was stored"
+        return (f"the {_plural(self.stored, self._unit)} before it are stored, through {self.last}; "
+                f"importing the corrected file again adds the rest")
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._cm is not None:
-            cm, self._cm = self._cm, None
-            cm.__exit__(exc_type, exc, tb)
+        if exc is None:
+            self.commit()
+            return
+        if self._cm is not None:  # a problem found between writes: what was written is whole
+            try:
+                self.commit()
+            except BaseException:
+                self._pending.clear()
+                self._cm = None
+        note = self.progress_note()
+        if isinstance(exc, MalformedInput):
+            exc._set_progress(self.stored, note)
+        elif isinstance(exc, MessageTooLarge) and getattr(exc, "_sessionkit_io", False):
+            exc.args = (f"{exc.args[0]} ({note})",)
+        elif isinstance(exc, BaseException):
+            exc.add_note(f"importing {self._source}: {note}")
+
+
+def located(exc: MessageTooLarge, source: str, where: str) -> MessageTooLarge:
+    """``exc`` again, its message naming the file and the record."""
+    new = MessageTooLarge(f"{source}, {where}: {exc}")
+    new._sessionkit_io = True  # type: ignore[attr-defined]
+    return new

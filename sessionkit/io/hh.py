@@ -20,10 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import partial
 from typing import Any
 
 from ..errors import MessageTooLarge
-from ._common import MalformedInput, Progress, WriteGroups, as_path, count_lines, iter_jsonl
+from ._common import (
+    Batches,
+    MalformedInput,
+    Progress,
+    as_path,
+    check_progress,
+    count_lines,
+    iter_jsonl,
+    located,
+    wants_total,
+)
 
 __all__ = ["import_hh", "parse_turns"]
 
@@ -76,22 +87,36 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
     return items
 
 
+def _write_pair(session, items: list, source: str, where: str) -> None:
+    try:
+        session.import_many(items)
+    except MessageTooLarge as exc:
+        raise located(exc, source, where) from None
+    except (ValueError, TypeError, LookupError) as exc:
+        raise MalformedInput(source, where, f"cannot import pair into session {session.session_id!r}: {exc}") from exc
+
+
 def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> list:
     """Import HH-RLHF pairs: one session per distinct pair, in file order.
 
-    Idempotent; pairs are written in groups of 200 per transaction (an error keeps
-    the groups before it). ``progress``: ``None``
-    shows a bar only in a terminal or notebook, ``True``/``False`` force it, a
-    callable gets ``(done, total)`` lines. Malformed input raises
-    :class:`MalformedInput` naming the line.
+    Idempotent. The file is read a line at a time; pairs are written in groups of
+    200 per transaction. Malformed input raises :class:`MalformedInput` naming the
+    line; the pairs before it are stored (the error says how many) and nothing of
+    the bad one, so importing the corrected file again completes the import.
+    ``progress``: ``None`` shows a bar only in a terminal or notebook,
+    ``True``/``False`` force it, a callable gets ``(done, total)`` lines.
     """
+    if not isinstance(session_prefix, str):
+        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
+    check_progress(progress)
     path = as_path(path)
     source = str(path)
-    sessions: dict[str, Any] = {}
-    total = count_lines(path)
+    sessions: list = []
+    seen: set[str] = set()
+    total = count_lines(path) if wants_total(progress) else None
     with Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar, \
-            WriteGroups(store) as groups:
-        for lineno, obj in iter_jsonl(path):
+            Batches(store, source=source, unit="pairs") as batches:
+        for lineno, obj, nbytes in iter_jsonl(path):
             where = f"line {lineno}"
             if not isinstance(obj, dict):
                 raise MalformedInput(source, where, "expected a JSON object with 'chosen' and 'rejected'")
@@ -108,16 +133,10 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
                 obj["chosen"].encode("utf-8") + b"\x00" + obj["rejected"].encode("utf-8")
             ).hexdigest()[:20]
             session = store.session(session_prefix + digest)
-            groups.begin()
-            try:
-                session.import_many(_pair_items(turns["chosen"], turns["rejected"]))
-            except MessageTooLarge:
-                raise
-            except (ValueError, TypeError, LookupError) as exc:
-                raise MalformedInput(
-                    source, where, f"cannot import pair into session {session.session_id!r}: {exc}"
-                ) from exc
-            groups.done()
-            sessions.setdefault(session.session_id, session)
+            items = _pair_items(turns["chosen"], turns["rejected"])
+            batches.write(where, partial(_write_pair, session, items, source, where), nbytes=nbytes)
+            if session.session_id not in seen:
+                seen.add(session.session_id)
+                sessions.append(session)
             bar.update()
-    return list(sessions.values())
+    return sessions

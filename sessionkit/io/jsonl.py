@@ -18,17 +18,30 @@ events are not part of the format.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, cast
 
 from .. import messages as _msg
 from ..errors import MessageNotFound, MessageTooLarge
 from ..store import Compaction, Session, Store
-from ._common import MalformedInput, Progress, WriteGroups, as_path, count_lines, iter_jsonl, open_write
+from ._common import (
+    Batches,
+    MalformedInput,
+    Progress,
+    as_path,
+    check_progress,
+    count_lines,
+    iter_jsonl,
+    located,
+    open_write,
+    wants_total,
+)
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
-_BATCH = 1000
+_BATCH = 1000  # message lines per import_many call
+_BATCH_BYTES = 1 << 20  # ... or this much of the file
 
 
 def _scope(store_or_session, session_ids) -> tuple[Any, list[str] | None]:
@@ -93,6 +106,14 @@ def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, 
         _msg.validate(message)
     except (TypeError, ValueError) as exc:
         raise MalformedInput(source, where, f"invalid message: {exc}") from None
+    message = cast(dict, message)  # validate() raised unless it is a dict
+    stamp = message.get("createdAt")
+    if stamp is not None:
+        try:
+            _msg.to_iso(stamp)
+        except ValueError:
+            raise MalformedInput(source, where, f"message {message['id']!r}: 'createdAt' is not an ISO 8601 time: "
+                                                f"{stamp[:60]!r}") from None
     parent = obj.get("parent_id")
     if parent is not None and not isinstance(parent, str):
         raise MalformedInput(source, where, "'parent_id' must be a string or null")
@@ -102,7 +123,7 @@ def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, 
             created = _msg.to_iso(created)
         except (TypeError, ValueError) as exc:
             raise MalformedInput(source, where, f"bad 'created_at': {exc}") from None
-    return sid, cast(dict, message), parent, created  # validate() raised unless it is a dict
+    return sid, message, parent, created
 
 
 def _check_compaction_line(obj: dict, source: str, where: str) -> tuple[str, Compaction]:
@@ -114,11 +135,18 @@ def _check_compaction_line(obj: dict, source: str, where: str) -> tuple[str, Com
         comp = Compaction(
             id=_need(c, "id", str), from_id=_need(c, "from_id", str), to_id=_need(c, "to_id", str),
             summary=_need(c, "summary", str), created_at=_msg.to_iso(_need(c, "created_at", str)),
-            tokens_before=_need(c, "tokens_before", int), tokens_after=_need(c, "tokens_after", int),
+            tokens_before=_count(c, "tokens_before"), tokens_after=_count(c, "tokens_after"),
         )
     except (TypeError, ValueError) as exc:
         raise MalformedInput(source, where, f"invalid compaction: {exc}") from None
     return sid, comp
+
+
+def _count(obj: dict, key: str) -> int:
+    value = _need(obj, key, int)
+    if not 0 <= value < 2**63:
+        raise ValueError(f"field {key!r} must be a count from 0 to 2**63 - 1, got {value}")
+    return value
 
 
 def _need(obj: dict, key: str, kind: type):
@@ -128,78 +156,121 @@ def _need(obj: dict, key: str, kind: type):
     return value
 
 
+def _write_block(session, items: list, source: str, lines: list[str]) -> None:
+    try:
+        session.import_many(items)
+    except MessageTooLarge as exc:
+        raise located(exc, source, lines[0] if len(lines) == 1 else f"{lines[0]} to {lines[-1]}") from None
+
+
+def _salvage_block(batches: Batches, session, items: list, source: str, lines: list[str], exc: BaseException):
+    """After a block of message lines failed: store the lines before the bad one, and name it."""
+    max_bytes = session.store.max_message_bytes
+    ids: set[str] = set()
+    for j, (message, parent, _) in enumerate(items):
+        try:
+            _msg.prepare(message, max_bytes=max_bytes)
+        except MessageTooLarge as bad:
+            culprit: BaseException = located(bad, source, lines[j])
+        except (ValueError, TypeError) as bad:
+            culprit = MalformedInput(source, lines[j], f"invalid message: {bad}")
+        else:
+            if parent is None or parent in ids or session.get(parent) is not None:
+                ids.add(message["id"])
+                continue
+            culprit = MalformedInput(source, lines[j], f"message {message['id']!r}: parent {parent!r} is neither "
+                                                       f"earlier in the file nor in session {session.session_id!r}")
+        if j:
+            session.import_many(items[:j])
+            batches.add(j, lines[j - 1])
+        return culprit
+    return None
+
+
+def _write_compaction(session, comp: Compaction, source: str, where: str) -> None:
+    try:
+        session.import_compaction(comp)
+    except MessageNotFound as exc:
+        raise MalformedInput(source, where, str(exc)) from None
+    except (ValueError, TypeError) as exc:
+        raise MalformedInput(source, where, f"invalid compaction: {exc}") from None
+
+
+def _nothing() -> None:
+    pass
+
+
 def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
     """Import a sessionkit JSONL file into ``store``; returns the sessions it holds, in file order.
 
     Idempotent: messages already stored (same session and id) and compactions
-    already present (same id) are skipped. Consecutive messages of one session
-    are written in batches of up to 1,000 (about 20 batches per transaction), in
-    file order, so write order survives; an error keeps the transactions before it.
-    Malformed lines raise :class:`MalformedInput` naming the line.
+    already present (same id) are skipped. The file is read a line at a time;
+    consecutive messages of one session are written in blocks of up to 1,000
+    lines, about 20 blocks per transaction, in file order, so write order survives.
+    Malformed lines raise :class:`MalformedInput` naming the line; every line before
+    it is stored (the error says how many) and nothing after, so importing the
+    corrected file again completes the import.
     """
     if not isinstance(store, Store):
         raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")
+    check_progress(progress)
     path = as_path(path)
     source = str(path)
     sessions: dict[str, Session] = {}
-    seen: dict[str, set[str]] = {}  # ids met so far in the file, per session
     batch: list[tuple[dict, Any, Any]] = []
     batch_lines: list[str] = []
     batch_sid: str | None = None
-    total = count_lines(path)
+    batch_bytes = 0
+    total = count_lines(path) if wants_total(progress) else None
 
     def flush() -> None:
-        nonlocal batch, batch_lines
+        nonlocal batch, batch_lines, batch_bytes
         if not batch or batch_sid is None:  # batch_sid is set before the first message is batched
             return
-        session = sessions[batch_sid]
-        groups.begin()
-        try:
-            session.import_many(batch)
-        except MessageTooLarge:
-            raise
-        except (ValueError, TypeError, LookupError) as exc:
-            span = batch_lines[0] if len(batch_lines) == 1 else f"{batch_lines[0]} to {batch_lines[-1]}"
-            raise MalformedInput(source, span, f"cannot import into session {batch_sid!r}: {exc}") from exc
-        groups.done()
-        batch, batch_lines = [], []
+        session, items, lines, nbytes = sessions[batch_sid], batch, batch_lines, batch_bytes
+        batch, batch_lines, batch_bytes = [], [], 0
+        batches.write(lines[-1], partial(_write_block, session, items, source, lines), nbytes=nbytes,
+                      records=len(items), salvage=partial(_salvage_block, batches, session, items, source, lines))
 
     with Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
-            WriteGroups(store, size=20) as groups:
-        for lineno, obj in iter_jsonl(path):
-            where = f"line {lineno}"
-            if not isinstance(obj, dict):
-                raise MalformedInput(source, where, "expected a JSON object")
-            kind = obj.get("type")
-            if kind is None and obj.get("format") == "sessionkit":
-                version = obj.get("version")
-                if not isinstance(version, int) or version > FORMAT_VERSION:
-                    raise MalformedInput(
-                        source, where, f"format version {version!r} is newer than this sessionkit reads "
-                        f"({FORMAT_VERSION}): upgrade sessionkit")
-            elif kind == "message":
-                sid, message, parent, created = _check_message_line(obj, source, where)
-                ids = seen.setdefault(sid, set())
-                if parent is not None and parent not in ids and store.session(sid).get(parent) is None:
-                    raise MalformedInput(source, where, f"message {message['id']!r}: parent {parent!r} is "
-                                         f"neither earlier in the file nor in session {sid!r}")
-                if sid != batch_sid or len(batch) >= _BATCH:
+            Batches(store, source=source, unit="lines", group=20, max_bytes=8 << 20) as batches:
+        try:
+            for lineno, obj, nbytes in iter_jsonl(path):
+                where = f"line {lineno}"
+                if not isinstance(obj, dict):
+                    raise MalformedInput(source, where, "expected a JSON object")
+                kind = obj.get("type")
+                if kind is None and obj.get("format") == "sessionkit":
+                    version = obj.get("version")
+                    if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
+                        raise MalformedInput(
+                            source, where, f"format version {version!r} is newer than this sessionkit reads "
+                            f"({FORMAT_VERSION}): upgrade sessionkit")
                     flush()
-                    batch_sid = sid
-                sessions.setdefault(sid, store.session(sid))
-                batch.append((message, parent, created))
-                batch_lines.append(where)
-                ids.add(message["id"])
-            elif kind == "compaction":
-                flush()
-                sid, comp = _check_compaction_line(obj, source, where)
-                session = sessions.setdefault(sid, store.session(sid))
-                try:
-                    session.import_compaction(comp)
-                except MessageNotFound as exc:
-                    raise MalformedInput(source, where, str(exc)) from None
-            else:
-                raise MalformedInput(source, where, f"unknown line type {kind!r} (expected 'message' or 'compaction')")
-            bar.update()
+                    batches.write(where, _nothing)  # nothing to store, but a line done
+                elif kind == "message":
+                    sid, message, parent, created = _check_message_line(obj, source, where)
+                    if sid != batch_sid or len(batch) >= _BATCH or batch_bytes >= _BATCH_BYTES:
+                        flush()
+                        batch_sid = sid
+                    if sid not in sessions:
+                        sessions[sid] = store.session(sid)
+                    batch.append((message, parent, created))
+                    batch_lines.append(where)
+                    batch_bytes += nbytes
+                elif kind == "compaction":
+                    flush()
+                    sid, comp = _check_compaction_line(obj, source, where)
+                    if sid not in sessions:
+                        sessions[sid] = store.session(sid)
+                    batches.write(where, partial(_write_compaction, sessions[sid], comp, source, where),
+                                  nbytes=nbytes)
+                else:
+                    raise MalformedInput(source, where,
+                                         f"unknown line type {kind!r} (expected 'message' or 'compaction')")
+                bar.update()
+        except MalformedInput:
+            flush()  # the lines before the problem are stored too
+            raise
         flush()
     return list(sessions.values())

@@ -11,16 +11,35 @@ Each message keeps its OASST ``message_id`` as its id; ``prompter`` becomes
 ``user``; ``text`` becomes one text part; every other field of the source
 message (``lang``, ``rank``, ``review_result``, ``synthetic``, ``emojis``,
 ``labels``...) is kept in ``metadata["oasst"]``; ``created_date``, when present,
-becomes the creation time. Replies are written depth first in file order, so
-the latest leaf is the last reply of the last branch.
+becomes the creation time (it must be an ISO 8601 time). Replies are written
+depth first in file order, so the latest leaf is the last reply of the last branch.
+
+Trees are read without recursion, so a tree thousands of replies deep imports like
+any other. A file of trees is read once, a line at a time. A file of flat messages
+is read twice: once to check every line and find where each tree's messages end,
+once to write each tree as soon as its last message has been read (one tree in
+memory at a time when, as in the OASST exports, a tree's messages come together).
 """
 
 from __future__ import annotations
 
+from array import array
+from functools import partial
 from typing import Any
 
+from .. import messages as _msg
 from ..errors import MessageTooLarge
-from ._common import MalformedInput, Progress, WriteGroups, as_path, count_lines, iter_jsonl
+from ._common import (
+    Batches,
+    MalformedInput,
+    Progress,
+    as_path,
+    check_progress,
+    count_lines,
+    iter_jsonl,
+    located,
+    wants_total,
+)
 
 __all__ = ["import_oasst"]
 
@@ -28,16 +47,28 @@ _ROLES = {"prompter": "user", "assistant": "assistant"}
 _STRUCTURAL = {"message_id", "parent_id", "text", "role", "replies"}
 
 
-def _convert(node: dict, where: str, source: str, extra: dict | None = None) -> tuple[dict, Any]:
+class _Bad(Exception):
+    """A message of the wrong shape; the caller adds where it is."""
+
+
+def _convert(node: dict, extra: dict | None = None) -> tuple[dict, Any]:
     mid = node.get("message_id")
     if not isinstance(mid, str) or not mid:
-        raise MalformedInput(source, where, "message has no 'message_id'")
+        raise _Bad("message has no 'message_id'")
     role = node.get("role")
     if not isinstance(role, str) or not role:
-        raise MalformedInput(source, where, f"message {mid!r} has no 'role'")
+        raise _Bad(f"message {mid!r} has no 'role'")
     text = node.get("text")
     if not isinstance(text, str):
-        raise MalformedInput(source, where, f"message {mid!r} has no 'text' string")
+        raise _Bad(f"message {mid!r} has no 'text' string")
+    created = node.get("created_date")
+    if created is not None:
+        if not isinstance(created, str):
+            raise _Bad(f"message {mid!r}: 'created_date' must be an ISO 8601 time string, got {type(created).__name__}")
+        try:
+            created = _msg.to_iso(created)
+        except ValueError:
+            raise _Bad(f"message {mid!r}: 'created_date' is not an ISO 8601 time: {created[:60]!r}") from None
     meta = {k: v for k, v in node.items() if k not in _STRUCTURAL}
     if extra:
         meta.update(extra)
@@ -47,7 +78,29 @@ def _convert(node: dict, where: str, source: str, extra: dict | None = None) -> 
         "parts": [{"type": "text", "text": text}],
         "metadata": {"oasst": meta},
     }
-    return message, node.get("created_date")
+    return message, created
+
+
+def _convert_at(node: dict, source: str, where: str, extra: dict | None = None) -> tuple[dict, Any]:
+    try:
+        return _convert(node, extra)
+    except _Bad as exc:
+        raise MalformedInput(source, where, str(exc)) from None
+
+
+def _render(link: tuple | None) -> str:
+    """The path of a node: ``link`` is ``(parent link, reply index)``, None for the prompt;
+    kept as links so a deep tree does not build a long string per node."""
+    steps = []
+    while link is not None:
+        link, k = link
+        steps.append(k)
+    steps.reverse()
+    if len(steps) > 8:
+        head = "".join(f".replies[{k}]" for k in steps[:3])
+        tail = "".join(f".replies[{k}]" for k in steps[-3:])
+        return f"prompt{head}...{tail} ({len(steps)} replies deep)"
+    return "prompt" + "".join(f".replies[{k}]" for k in steps)
 
 
 def _tree_items(tree: dict, where: str, source: str) -> tuple[str, list]:
@@ -62,21 +115,24 @@ def _tree_items(tree: dict, where: str, source: str) -> tuple[str, list]:
     extra = {k: v for k, v in tree.items() if k != "prompt"}
     items: list[tuple[dict, str | None, Any]] = []
     seen: set[str] = set()
-    stack: list[tuple[dict, str | None, str]] = [(prompt, None, "prompt")]
-    while stack:  # depth first, replies in file order
-        node, parent, path = stack.pop()
+    stack: list[tuple[Any, str | None, tuple | None]] = [(prompt, None, None)]
+    while stack:  # depth first, replies in file order, without recursion
+        node, parent, link = stack.pop()
         if not isinstance(node, dict):
-            raise MalformedInput(source, where, f"{path} is not an object")
-        message, created = _convert(node, f"{where} ({path})", source, extra if parent is None else None)
+            raise MalformedInput(source, where, f"{_render(link)} is not an object")
+        try:
+            message, created = _convert(node, extra if parent is None else None)
+        except _Bad as exc:
+            raise MalformedInput(source, f"{where} ({_render(link)})", str(exc)) from None
         if message["id"] in seen:
             raise MalformedInput(source, where, f"message id {message['id']!r} appears twice in tree {tree_id!r}")
         seen.add(message["id"])
         items.append((message, parent, created))
         replies = node.get("replies") or []
         if not isinstance(replies, list):
-            raise MalformedInput(source, where, f"{path}.replies is not a list")
+            raise MalformedInput(source, where, f"{_render(link)}.replies is not a list")
         for k in range(len(replies) - 1, -1, -1):
-            stack.append((replies[k], message["id"], f"{path}.replies[{k}]"))
+            stack.append((replies[k], message["id"], (link, k)))
     return tree_id, items
 
 
@@ -85,18 +141,19 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
     converted = {}
     children: dict[str | None, list[str]] = {}
     for where, row in rows:
-        message, created = _convert(row, where, source)
+        message, created = _convert_at(row, source, where)
         mid = message["id"]
         if mid in converted:
             raise MalformedInput(source, where, f"message id {mid!r} appears twice in tree {tree_id!r}")
         parent = row.get("parent_id")
+        if parent is not None and not isinstance(parent, str):
+            raise MalformedInput(source, where, f"message {mid!r}: 'parent_id' must be a string or null")
         converted[mid] = (message, parent, created, where)
         children.setdefault(parent, []).append(mid)
     for mid, (_, parent, _, where) in converted.items():
         if parent is not None and parent not in converted:
-            raise MalformedInput(
-                source, where, f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}"
-            )
+            raise MalformedInput(source, where,
+                                 f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}")
     roots = children.get(None, [])
     if not roots:
         raise MalformedInput(source, rows[0][0], f"tree {tree_id!r} has no root message (parent_id null)")
@@ -115,51 +172,84 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
 def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> list:
     """Import OpenAssistant trees: one session per tree (``session_prefix + message_tree_id``).
 
-    Returns the sessions in file order. Idempotent (ids are the OASST message ids);
-    each tree is written in one transaction. ``progress``: ``None`` shows a bar only in
-    a terminal or notebook, ``True``/``False`` force it, a callable gets ``(done, total)``
-    lines. Malformed input raises :class:`MalformedInput` naming the line. Trees are
-    written in groups of 200 per transaction; an error keeps the groups before it.
+    Returns the sessions in file order (of each tree's first line). Idempotent (ids
+    are the OASST message ids); trees are written in groups of 200 per transaction.
+    ``progress``: ``None`` shows a bar only in a terminal or notebook,
+    ``True``/``False`` force it, a callable gets ``(done, total)`` lines.
+    Malformed input raises :class:`MalformedInput` naming the line; a tree is stored
+    whole or not at all, the trees written before the problem stay stored (the error
+    says how many), and importing the corrected file again completes the import.
     """
+    if not isinstance(session_prefix, str):
+        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
+    check_progress(progress)
     path = as_path(path)
     source = str(path)
-    sessions = []
-    flat: dict[str, list[tuple[str, dict]]] = {}
-    total = count_lines(path)
+    sessions: list = []
+    first_lines = array("q")  # the line each session's tree starts on, for the order returned
+    seen: set[str] = set()
+    flat: dict[str, list[int]] = {}  # tree id -> [first line, last line] of its flat messages
+    total = count_lines(path) if wants_total(progress) else None
+
+    def keep(session, line: int) -> None:
+        if session.session_id not in seen:
+            seen.add(session.session_id)
+            sessions.append(session)
+            first_lines.append(line)
+
     with Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
-            WriteGroups(store) as groups:
-        for lineno, obj in iter_jsonl(path):
+            Batches(store, source=source, unit="trees") as batches:
+        for lineno, obj, nbytes in iter_jsonl(path, deep=True):
             where = f"line {lineno}"
             if not isinstance(obj, dict):
                 raise MalformedInput(source, where, "expected a JSON object (an OASST tree or message)")
             if "prompt" in obj:
                 tree_id, items = _tree_items(obj, where, source)
-                groups.begin()
-                sessions.append(_write(store, session_prefix + tree_id, items, source, where))
-                groups.done()
+                session = store.session(session_prefix + tree_id)
+                batches.write(where, partial(_write, session, items, source, where), nbytes=nbytes)
+                keep(session, lineno)
             elif "message_id" in obj:
                 tree = obj.get("message_tree_id")
                 if not isinstance(tree, str) or not tree:
                     raise MalformedInput(source, where, "message has no 'message_tree_id'")
-                flat.setdefault(tree, []).append((where, obj))
+                _convert_at(obj, source, where)  # checked now, written in the second pass
+                parent = obj.get("parent_id")
+                if parent is not None and not isinstance(parent, str):
+                    raise MalformedInput(source, where, "'parent_id' must be a string or null")
+                span = flat.get(tree)
+                if span is None:
+                    flat[tree] = [lineno, lineno]
+                else:
+                    span[1] = lineno
             else:
                 raise MalformedInput(source, where, "neither an OASST tree ('prompt') nor a message ('message_id')")
             bar.update()
-        for tree_id, rows in flat.items():
-            items = _flat_items(tree_id, rows, source)
-            groups.begin()
-            sessions.append(_write(store, session_prefix + tree_id, items, source, rows[0][0]))
-            groups.done()
-    unique = list({id(s): s for s in sessions}.values())
-    return unique
+        if flat:
+            rows: dict[str, list[tuple[str, dict]]] = {}  # trees whose last message is still to come
+            for lineno, obj, nbytes in iter_jsonl(path, deep=True):
+                if not isinstance(obj, dict) or "prompt" in obj:
+                    continue
+                tree_id = obj["message_tree_id"]
+                rows.setdefault(tree_id, []).append((f"line {lineno}", obj))
+                first, last = flat[tree_id]
+                if lineno == last:
+                    tree_rows = rows.pop(tree_id)
+                    items = _flat_items(tree_id, tree_rows, source)
+                    session = store.session(session_prefix + tree_id)
+                    batches.write(f"line {lineno}", partial(_write, session, items, source, tree_rows[0][0]),
+                                  nbytes=nbytes)
+                    keep(session, first)
+    if flat:
+        order = sorted(range(len(sessions)), key=first_lines.__getitem__)
+        return [sessions[i] for i in order]
+    return sessions
 
 
-def _write(store, session_id: str, items: list, source: str, where: str):
-    session = store.session(session_id)
+def _write(store_session, items: list, source: str, where: str) -> None:
+    session = store_session
     try:
         session.import_many(items)
-    except MessageTooLarge:
-        raise
+    except MessageTooLarge as exc:
+        raise located(exc, source, where) from None
     except (ValueError, TypeError, LookupError) as exc:
-        raise MalformedInput(source, where, f"cannot import tree into session {session_id!r}: {exc}") from exc
-    return session
+        raise MalformedInput(source, where, f"cannot import tree into session {session.session_id!r}: {exc}") from exc

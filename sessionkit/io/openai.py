@@ -21,6 +21,10 @@ Message ids are derived from the content: each id hashes its parent's id and
 the source message (with the results that were folded into it), so importing
 the same chat again adds nothing, and importing a longer version of a chat adds
 only what is new.
+
+Files are streamed: a JSON array or ``{"messages": [...]}`` document is parsed
+one record at a time, JSON lines a line at a time, and memory holds the messages
+still waiting for a tool result rather than the file.
 """
 
 from __future__ import annotations
@@ -28,9 +32,27 @@ from __future__ import annotations
 import hashlib
 import json
 import mimetypes
+from array import array
+from collections import deque
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, load_json_or_jsonl
+from .. import messages as _msg
+from ..errors import MessageNotFound, MessageTooLarge
+from ..store import AppendResult
+from ._common import (
+    Batches,
+    MalformedInput,
+    Progress,
+    TextStream,
+    as_path,
+    check_progress,
+    iter_jsonl,
+    located,
+    open_binary,
+    parse_json,
+)
 
 __all__ = ["import_openai", "chat_to_messages"]
 
@@ -110,11 +132,13 @@ def _parse_arguments(raw: Any, where: str, source: str, call: str) -> Any:
     if not isinstance(raw, str):
         return raw  # already parsed (some logs store a dict)
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise MalformedInput(
-            source, where, f"tool call {call!r} has arguments that are not JSON ({exc.msg} at column {exc.colno})"
-        ) from None
+        return parse_json(raw, source, where)
+    except MalformedInput as exc:
+        if exc.problem.startswith("not valid JSON ("):
+            problem = f"has arguments that are not JSON ({exc.problem[len('not valid JSON ('):]}"
+        else:
+            problem = f"has arguments no store keeps: {exc.problem}"
+        raise MalformedInput(source, where, f"tool call {call!r} {problem}") from None
 
 
 def canonical(value: Any) -> str:
@@ -122,67 +146,95 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def _message_id(parent: str | None, source_message: Any) -> str:
+def _message_id(parent: str | None, source_message: Any, source: str, where: str) -> str:
+    try:
+        text = canonical(source_message)
+    except RecursionError:
+        raise MalformedInput(source, where, "nested too deep for a message") from None
+    except (TypeError, ValueError) as exc:  # keys of mixed types, a circular reference
+        raise MalformedInput(source, where, f"not JSON-encodable ({exc})") from None
     h = hashlib.sha256()
-    h.update((parent or "").encode("utf-8"))
+    h.update((parent or "").encode("utf-8", "surrogatepass"))
     h.update(b"\x00")
-    h.update(canonical(source_message).encode("utf-8"))
+    h.update(text.encode("utf-8", "surrogatepass"))  # a lone surrogate is refused when stored
     return "oai-" + h.hexdigest()[:24]
 
 
-def chat_to_messages(
-    chat: list, *, parent_id: str | None = None, source: str = "<list>", labels: list[str] | None = None
-) -> list[tuple[dict, str | None]]:
-    """Convert a chat to ``[(message, parent_id), ...]`` without storing anything.
+class _Chat:
+    """Turns chat records into sessionkit messages one record at a time.
 
-    The messages form one chain starting under ``parent_id``. ``labels`` name each
-    record in error messages (default ``"record i"``).
+    A kept message can be written once every tool result folded into it has been
+    read; its id hashes its parent's id and its source records, so it is also the
+    earliest its successors can be written. ``ready`` (from a first pass in ``plan``
+    mode over the same records) gives, for each kept message, the index of the last
+    record that changes it or one before it: :meth:`feed` returns the messages
+    complete once that record is read, so a file streams through holding only the
+    messages whose results are still to come. Without ``ready`` every message waits
+    for :meth:`finish` (an in-memory chat).
     """
-    if not isinstance(chat, list):
-        raise TypeError(f"a chat must be a list of messages, got {type(chat).__name__}")
-    labels = labels or [f"record {i}" for i in range(len(chat))]
-    kept: list[dict] = []  # sessionkit messages, in order
-    absorbed: list[list[Any]] = []  # the source records folded into each kept message
-    waiting: dict[str, list[dict]] = {}  # call id -> tool parts still waiting for a result, oldest first
-    answered: dict[str, dict] = {}  # call id -> the last part that got a result
-    functions: list[dict] = []  # legacy function_call parts waiting for a result
-    for i, rec in enumerate(chat):
-        where = labels[i]
+
+    def __init__(self, source: str, parent_id: str | None, *, ready: array | None = None, plan: bool = False):
+        self.source = source
+        self.parent = parent_id
+        self.ready = ready
+        self.plan = plan
+        self.done = array("q")  # plan: per kept message, the index of the last record folded into it
+        self.entries: deque = deque()  # kept messages not yet returned: [message, records, where]
+        self.base = 0  # number of kept messages already returned
+        self.count = 0  # kept messages so far
+        self.index = -1  # records read so far, minus one
+        self.waiting: dict[str, list] = {}  # call id -> [(owner, part)] waiting for a result, oldest first
+        self.answered: set[str] = set()  # call ids that got a result
+        self.functions: list = []  # legacy function_call parts waiting for a result: [(owner, part)]
+
+    def _absorb(self, owner: int, part: dict | None, rec: dict, where: str) -> None:
+        if self.plan:
+            self.done[owner] = self.index
+            return
+        if owner < self.base:  # only when the file changed between the two passes
+            raise MalformedInput(self.source, where, "the file changed while it was being imported")
+        assert part is not None  # None only in a plan pass
+        part["state"] = "output-available"
+        part["output"] = _tool_output(rec.get("content"))
+        self.entries[owner - self.base][1].append(rec)
+
+    def feed(self, rec: Any, where: str) -> list[tuple[dict, str | None, str]]:
+        """Read one record; returns the ``(message, parent_id, where)`` now complete."""
+        self.index += 1
+        source = self.source
         if not isinstance(rec, dict):
             raise MalformedInput(source, where, f"a chat message must be an object, got {type(rec).__name__}")
         role = rec.get("role")
         if not isinstance(role, str) or not role:
             raise MalformedInput(source, where, "chat message has no 'role'")
-        if role in ("tool", "function"):
-            if role == "tool":
-                call_id = rec.get("tool_call_id")
-                if not isinstance(call_id, str) or not call_id:
-                    raise MalformedInput(source, where, "tool message has no 'tool_call_id'")
-                queue = waiting.get(call_id)
-                if not queue:
-                    if call_id in answered:
-                        raise MalformedInput(
-                            source, where, f"tool message answers call {call_id!r}, which already has a result"
-                        )
-                    raise MalformedInput(
-                        source, where,
-                        f"tool message answers call {call_id!r}, but no earlier assistant message made that call",
-                    )
-                part = queue.pop()  # the nearest earlier call with this id
-                answered[call_id] = part
+        if role == "tool":
+            call_id = rec.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise MalformedInput(source, where, "tool message has no 'tool_call_id'")
+            queue = self.waiting.get(call_id)
+            if not queue:
+                if call_id in self.answered:
+                    raise MalformedInput(source, where,
+                                         f"tool message answers call {call_id!r}, which already has a result")
+                raise MalformedInput(source, where, f"tool message answers call {call_id!r}, but no earlier assistant "
+                                                    f"message made that call")
+            owner, part = queue.pop()  # the nearest earlier call with this id
+            if not queue:
+                del self.waiting[call_id]
+            self.answered.add(call_id)
+            self._absorb(owner, part, rec, where)
+            return self._ready()
+        if role == "function":
+            name = rec.get("name")
+            for k in range(len(self.functions) - 1, -1, -1):
+                owner, part, fname = self.functions[k]
+                if fname == name:
+                    del self.functions[k]
+                    break
             else:
-                name = rec.get("name")
-                match = [p for p in functions if p["type"] == f"tool-{name}"]
-                if not match:
-                    raise MalformedInput(
-                        source, where, f"function message {name!r} answers no earlier function_call"
-                    )
-                part = match[-1]
-                functions.remove(part)
-            part["state"] = "output-available"
-            part["output"] = _tool_output(rec.get("content"))
-            absorbed[part["_owner"]].append(rec)
-            continue
+                raise MalformedInput(source, where, f"function message {name!r} answers no earlier function_call")
+            self._absorb(owner, part, rec, where)
+            return self._ready()
         parts: list[dict] = []
         reasoning = rec.get("reasoning_content")
         if reasoning is None and isinstance(rec.get("reasoning"), str):
@@ -191,11 +243,12 @@ def chat_to_messages(
             parts.append({"type": "reasoning", "text": reasoning})
         calls = rec.get("tool_calls") or []
         content = rec.get("content")
-        if not (calls and content == ""):
-            parts += _content_parts(content, where, source)
         if not isinstance(calls, list):
             raise MalformedInput(source, where, "'tool_calls' must be a list")
-        owner = len(kept)
+        if not (calls and isinstance(content, str) and content == ""):
+            parts += _content_parts(content, where, source)
+        owner = self.count
+        calls_made = []
         for k, call in enumerate(calls):
             if not isinstance(call, dict):
                 raise MalformedInput(source, where, f"tool_calls[{k}] must be an object")
@@ -212,82 +265,344 @@ def chat_to_messages(
                 "toolCallId": call_id,
                 "state": "input-available",
                 "input": _parse_arguments(fn.get("arguments"), where, source, call_id),
-                "_owner": owner,
             }
             parts.append(part)
-            waiting.setdefault(call_id, []).append(part)
+            calls_made.append((call_id, part))
         legacy = rec.get("function_call")
-        if isinstance(legacy, dict) and isinstance(legacy.get("name"), str):
-            part = {
-                "type": f"tool-{legacy['name']}",
-                "toolCallId": f"function_call-{i}",
+        function_part = None
+        function_name = legacy.get("name") if isinstance(legacy, dict) else None
+        if isinstance(legacy, dict) and isinstance(function_name, str):
+            function_part = {
+                "type": f"tool-{function_name}",
+                "toolCallId": f"function_call-{self.index}",
                 "state": "input-available",
-                "input": _parse_arguments(legacy.get("arguments"), where, source, legacy["name"]),
-                "_owner": owner,
+                "input": _parse_arguments(legacy.get("arguments"), where, source, function_name),
             }
-            parts.append(part)
-            functions.append(part)
+            parts.append(function_part)
+        # the record is valid: only now does it change the state
+        for call_id, part in calls_made:
+            self.waiting.setdefault(call_id, []).append((owner, None if self.plan else part))
+        if function_part is not None:
+            self.functions.append((owner, None if self.plan else function_part, function_name))
+        self.count += 1
+        if self.plan:
+            self.done.append(self.index)
+            return []
         message: dict = {"role": role, "parts": parts}
         extra = {k: v for k, v in rec.items() if k not in _KNOWN and not (k == "reasoning" and isinstance(v, str))}
         if extra:
             message["metadata"] = {"openai": extra}
-        kept.append(message)
-        absorbed.append([rec])
-    out = []
-    parent = parent_id
-    for message, recs in zip(kept, absorbed):
-        for part in message["parts"]:
-            part.pop("_owner", None)
-        mid = _message_id(parent, recs)
-        out.append(({"id": mid, **message}, parent))
-        parent = mid
-    return out
+        self.entries.append([message, [rec], where])
+        return self._ready()
+
+    def _emit(self, n: int) -> list[tuple[dict, str | None, str]]:
+        out = []
+        for _ in range(n):
+            message, recs, where = self.entries.popleft()
+            mid = _message_id(self.parent, recs, self.source, where)
+            out.append(({"id": mid, **message}, self.parent, where))
+            self.parent = mid
+            self.base += 1
+        return out
+
+    def _ready(self) -> list[tuple[dict, str | None, str]]:
+        if self.ready is None or not self.entries:
+            return []
+        n = 0
+        limit = len(self.ready) - self.base  # more messages than planned: the file changed; wait for finish()
+        while n < len(self.entries) and n < limit and self.ready[self.base + n] <= self.index:
+            n += 1
+        return self._emit(n) if n else []
+
+    def finish(self) -> list[tuple[dict, str | None, str]]:
+        """The messages not returned yet (all of them without ``ready``)."""
+        return self._emit(len(self.entries))
+
+    def plan_ready(self) -> array:
+        """After a ``plan`` pass: for each kept message, the record after which it is complete."""
+        out = array("q")
+        latest = -1
+        for done in self.done:
+            latest = max(latest, done)
+            out.append(latest)
+        return out
 
 
-def _read_chat(source_arg: Any) -> tuple[list, list[str], str]:
-    if isinstance(source_arg, list):
-        return source_arg, [f"record {i}" for i in range(len(source_arg))], "<list>"
-    if isinstance(source_arg, tuple):
-        return list(source_arg), [f"record {i}" for i in range(len(source_arg))], "<list>"
-    path = as_path(source_arg)
+def chat_to_messages(
+    chat: list | tuple, *, parent_id: str | None = None, source: str = "<list>", labels: list[str] | None = None
+) -> list[tuple[dict, str | None]]:
+    """Convert a chat to ``[(message, parent_id), ...]`` without storing anything.
+
+    The messages form one chain starting under ``parent_id``. ``labels`` name each
+    record in error messages (default ``"record i"``). A chat that is not a list ->
+    ``TypeError``; a record of the wrong shape -> :class:`MalformedInput` naming it.
+    """
+    if not isinstance(chat, (list, tuple)):
+        raise TypeError(f"a chat must be a list of messages, got {type(chat).__name__}")
+    if labels is not None and len(labels) != len(chat):
+        raise TypeError(f"labels must name each of the {len(chat)} records, got {len(labels)}")
+    converter = _Chat(source, parent_id)
+    for i, rec in enumerate(chat):
+        converter.feed(rec, labels[i] if labels is not None else f"record {i}")
+    return [(m, p) for m, p, _ in converter.finish()]
+
+
+# ---------------------------------------------------------------------------
+# Files, streamed
+
+
+def _array(ts: TextStream, kind: str) -> Iterator[tuple[str, Any]]:
+    ts.expect("[", "'['")
+    if ts.peek() == "]":
+        ts.pos += 1
+        return
+    i = 0
+    while True:
+        value, line = ts.value()
+        yield (f"record {i} (line {line})" if kind == "record" else f"messages[{i}] (line {line})"), value
+        i += 1
+        if ts.expect(",]", "',' or ']'") == "]":
+            return
+
+
+def _end_of_file(ts: TextStream, what: str) -> None:
+    if ts.peek() != "":
+        raise MalformedInput(ts.source, ts.where(), f"not valid JSON (more data after the {what}, at column "
+                                                    f"{ts.column_at(ts.pos)})")
+
+
+def _document(ts: TextStream):
+    """Records of a JSON document that starts with ``{``: the items of its ``messages``
+    array, or the object itself when it is one chat message. Returns True, having
+    yielded nothing, when another value follows the first object: the file is JSON lines."""
+    start = ts.line_at(ts.pos)
+    ts.expect("{", "'{'")
+    other: dict = {}
+    found = False
+    if ts.peek() == "}":
+        ts.pos += 1
+    else:
+        while True:
+            if ts.peek() != '"':
+                ts.expect('"', "a property name in double quotes")
+            key, _ = ts.value()
+            ts.expect(":", "':'")
+            if key == "messages" and ts.peek() == "[":
+                if found:
+                    raise MalformedInput(ts.source, ts.where(), "the document has two 'messages' arrays")
+                found = True
+                yield from _array(ts, "messages")
+            else:
+                value, _ = ts.value()
+                if not found:
+                    other[key] = value
+            if ts.expect(",}", "',' or '}'") == "}":
+                break
+    if ts.peek() != "":
+        if found:
+            _end_of_file(ts, "document")
+        return True
+    if not found:
+        if "role" not in other:
+            raise MalformedInput(ts.source, None,
+                                 "expected a JSON array of chat messages, a JSONL file, or {\"messages\": [...]}")
+        yield f"line {start}", other
+    return False
+
+
+def _file_records(path: Path) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` of each chat message in the file, read as it goes."""
     name = str(path)
-    kind, items = load_json_or_jsonl(path)
-    if kind == "json" and len(items) == 1 and items[0][0] == "document":
-        doc = items[0][1]
-        if isinstance(doc, dict) and isinstance(doc.get("messages"), list):
-            msgs = doc["messages"]
-            return msgs, [f"messages[{i}]" for i in range(len(msgs))], name
-        if isinstance(doc, dict) and "role" in doc:
-            return [doc], ["line 1"], name
-        raise MalformedInput(
-            name, None, "expected a JSON array of chat messages, a JSONL file, or {\"messages\": [...]}"
-        )
-    return [v for _, v in items], [w for w, _ in items], name
+    with open_binary(path) as fh:
+        ts = TextStream(fh, name)
+        first = ts.peek()
+        if first == "":
+            return
+        if first == "[":
+            yield from _array(ts, "record")
+            _end_of_file(ts, "JSON array")
+            return
+        lines = True if first != "{" else (yield from _document(ts))
+    if not lines:
+        return
+    n = 0
+    for lineno, value, _ in iter_jsonl(path):
+        if n == 0 and isinstance(value, dict) and "role" not in value and isinstance(value.get("messages"), list):
+            raise MalformedInput(name, f"line {lineno}", "a {\"messages\": [...]} document must be the whole file")
+        n += 1
+        yield f"line {lineno}", value
 
 
-def import_openai(session, source: Any, *, parent_id: str | None = None, progress: Any = None) -> list:
+# ---------------------------------------------------------------------------
+# Results, read back on demand
+
+
+class _StoredResult(AppendResult):
+    """An :class:`AppendResult` whose message is read from the store when first asked for."""
+
+    def __getattr__(self, name):
+        if name != "message":
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        session, mid = self.__dict__["_where"]
+        message = session.get(mid)
+        object.__setattr__(self, "message", message)
+        return message
+
+
+def _result(session, mid: str, inserted: bool) -> AppendResult:
+    result = object.__new__(_StoredResult)
+    object.__setattr__(result, "inserted", inserted)
+    object.__setattr__(result, "_where", (session, mid))
+    return result
+
+
+class ImportResults(Sequence):
+    """What :func:`import_openai` did, one :class:`AppendResult` per message kept, in chain order.
+
+    Holds 13 bytes per message (its id and whether it was inserted); each result's
+    ``message`` is read from the session when first used, so importing a million
+    messages does not keep them in memory.
+    """
+
+    def __init__(self, session):
+        self._session = session
+        self._ids = bytearray()  # 12 bytes per id: the hex digits after "oai-"
+        self._inserted = bytearray()
+
+    def _add(self, mid: str, inserted: bool) -> None:
+        self._ids += bytes.fromhex(mid[4:])
+        self._inserted.append(1 if inserted else 0)
+
+    def _id(self, i: int) -> str:
+        return "oai-" + self._ids[12 * i : 12 * i + 12].hex()
+
+    def __len__(self) -> int:
+        return len(self._inserted)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if not isinstance(i, int):
+            raise TypeError(f"result indices must be integers or slices, not {type(i).__name__}")
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("result index out of range")
+        return _result(self._session, self._id(i), bool(self._inserted[i]))
+
+    @property
+    def ids(self) -> list[str]:
+        """The ids of the messages, in chain order."""
+        return [self._id(i) for i in range(len(self))]
+
+    def __repr__(self) -> str:
+        added = sum(self._inserted)
+        return f"<ImportResults: {len(self)} messages, {added} inserted, session {self._session.session_id!r}>"
+
+
+# ---------------------------------------------------------------------------
+# Import
+
+
+def _writer(session, batches: Batches, results: ImportResults, source: str):
+    """``write(items)``: store ``[(message, parent, where)]`` as one record of ``batches``."""
+    max_bytes = session.store.max_message_bytes
+
+    def write(chunk: list[tuple[dict, str | None, str]]) -> None:
+        items = [(m, p, None) for m, p, _ in chunk]
+
+        def store() -> None:
+            for (m, _, _), r in zip(chunk, session.import_many(items)):
+                results._add(m["id"], r.inserted)
+
+        def salvage(exc: BaseException) -> BaseException | None:
+            for j, (m, _, where) in enumerate(chunk):
+                try:
+                    _msg.prepare(m, max_bytes=max_bytes)
+                except MessageTooLarge as bad:
+                    culprit: BaseException = located(bad, source, where)
+                except (ValueError, TypeError) as bad:
+                    culprit = MalformedInput(source, where, f"cannot store the message: {bad}")
+                else:
+                    continue
+                if j:
+                    head = chunk[:j]
+                    for (m2, _, _), r in zip(head, session.import_many([(a, b, None) for a, b, _ in head])):
+                        results._add(m2["id"], r.inserted)
+                    batches.add(j, head[-1][2])
+                return culprit
+            return None
+
+        batches.write(chunk[-1][2], store, records=len(chunk), salvage=salvage)
+
+    return write
+
+
+def import_openai(session, source: Any, *, parent_id: str | None = None, progress: Any = None) -> ImportResults:
     """Import an OpenAI-format chat into ``session``; returns one ``AppendResult`` per message kept.
 
     ``source`` is a list of chat messages, or a path to a JSON array, a JSON-lines
     file (one chat message per line, gzip allowed) or a ``{"messages": [...]}``
     document. The chat becomes one chain under ``parent_id`` (default: a new root).
     Idempotent: ids derive from the content, so importing the same chat twice adds
-    nothing. Writes go in batches, one transaction each; ``progress`` as in
-    :class:`sessionkit.io.Progress` (messages written). Malformed input raises
-    :class:`MalformedInput` naming the record or line.
+    nothing.
+
+    A file is read twice, a record at a time, in bounded memory: the first pass
+    checks every record and pairs the tool calls with their results, the second
+    writes the messages in batches of 500 as they complete. A problem in the
+    file's text or shape raises :class:`MalformedInput` naming the record or line
+    before anything is written; a message the store refuses stops the import with
+    the messages before it stored (the error says how many). The result is an
+    :class:`ImportResults` sequence whose messages are read back on demand.
+    ``progress`` as in :class:`sessionkit.io.Progress` (messages written).
     """
     if parent_id is not None and not isinstance(parent_id, str):
         raise TypeError("parent_id must be a message id (str) or None")
-    chat, labels, name = _read_chat(source)
-    converted = chat_to_messages(chat, parent_id=parent_id, source=name, labels=labels)
-    if parent_id is not None and session.get(parent_id) is None:
-        from ..errors import MessageNotFound
-
-        raise MessageNotFound(f"parent message {parent_id!r} is not in session {session.session_id!r}")
-    results = []
-    with Progress(progress, total=len(converted), desc=f"importing {name}", unit="messages") as bar:
-        for start in range(0, len(converted), _BATCH):
-            chunk = converted[start : start + _BATCH]
-            results += session.import_many([(m, p, None) for m, p in chunk])
-            bar.update(len(chunk))
+    check_progress(progress)
+    if isinstance(source, (list, tuple)):
+        name = "<list>"
+        converted = [(m, p, f"record {i}") for i, (m, p) in enumerate(chat_to_messages(source, parent_id=parent_id))]
+        if parent_id is not None and session.get(parent_id) is None:
+            raise MessageNotFound(f"parent message {parent_id!r} is not in session {session.session_id!r}")
+        results = ImportResults(session)
+        with Progress(progress, total=len(converted), desc="importing <list>", unit="messages") as bar, \
+                Batches(session.store, source=name, unit="messages", group=4) as batches:
+            write = _writer(session, batches, results, name)
+            for start in range(0, len(converted), _BATCH):
+                batch = converted[start : start + _BATCH]
+                write(batch)
+                bar.update(len(batch))
+        return results
+    path = as_path(source)
+    name = str(path)
+    results = ImportResults(session)
+    with Batches(session.store, source=name, unit="messages", group=4) as batches:
+        plan = _Chat(name, parent_id, plan=True)  # first pass: check every record, pair calls and results
+        for where, rec in _file_records(path):
+            plan.feed(rec, where)
+        total = plan.count
+        ready = plan.plan_ready()
+        del plan
+        if parent_id is not None and session.get(parent_id) is None:
+            raise MessageNotFound(f"parent message {parent_id!r} is not in session {session.session_id!r}")
+        with Progress(progress, total=total, desc=f"importing {path.name}", unit="messages") as bar:
+            write = _writer(session, batches, results, name)
+            chat = _Chat(name, parent_id, ready=ready)  # second pass: write the messages as they complete
+            chunk: list = []
+            try:
+                for where, rec in _file_records(path):
+                    chunk += chat.feed(rec, where)
+                    if len(chunk) >= _BATCH:
+                        write(chunk)
+                        bar.update(len(chunk))
+                        chunk = []
+                chunk += chat.finish()
+            except MalformedInput:
+                if chunk:  # the messages complete before the problem are written too
+                    write(chunk)
+                raise
+            if chunk:
+                write(chunk)
+                bar.update(len(chunk))
     return results
