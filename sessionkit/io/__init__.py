@@ -55,6 +55,7 @@ from __future__ import annotations
 
 from ._common import MalformedInput, Progress
 from .adk import import_adk
+from .claude_code import import_claude_code
 from .hh import import_hh
 from .jsonl import export_jsonl, import_jsonl
 from .langgraph import import_langgraph
@@ -74,6 +75,7 @@ __all__ = [
     "import_openai_agents",
     "import_langgraph",
     "import_adk",
+    "import_claude_code",
     "MalformedInput",
     "Progress",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import MessageTooLarge
+from ..messages import to_iso
 from ._common import MalformedInput
 
 __all__ = ["open_sqlite", "table_names", "rows", "iso_time", "SessionWriter", "HeldCalls", "tool_output"]
@@ -64,7 +65,7 @@ def rows(conn: sqlite3.Connection, sql: str, params: tuple = (), *, source: str,
 
 
 def iso_time(value: Any, source: str, where: str) -> str | None:
-    """A stored time as ``YYYY-MM-DDTHH:MM:SS.ffffff+00:00``; None stays None.
+    """A stored time as the ISO time a message carries (``YYYY-MM-DDTHH:MM:SS.mmmZ``); None stays None.
 
     Strings are ISO 8601 or SQLite's ``CURRENT_TIMESTAMP`` text (UTC without a zone);
     numbers are seconds since 1970 (what ADK and the coding agents' logs keep).
@@ -87,7 +88,10 @@ def iso_time(value: Any, source: str, where: str) -> str | None:
         raise MalformedInput(source, where, f"not a time: {value!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat()
+    try:
+        return to_iso(moment)
+    except (TypeError, ValueError):
+        raise MalformedInput(source, where, f"not a time: {value!r}") from None
 
 
 def tool_output(content: Any) -> Any:
@@ -113,7 +117,7 @@ class SessionWriter:
     def __init__(self, store, session, source: str, progress=None):
         self._store = store
         self._session = session
-        self._source = source
+        self.source = source
         self._progress = progress
         self._items: list[tuple[dict, str | None, str | None]] = []
         self._wheres: list[str] = []
@@ -138,7 +142,7 @@ class SessionWriter:
         except (MessageTooLarge, ValueError, TypeError, LookupError) as exc:
             where = self._culprit(items, wheres, exc)
             raise MalformedInput(
-                self._source, where, f"cannot import into session {self._session.session_id!r}: {exc}"
+                self.source, where, f"cannot import into session {self._session.session_id!r}: {exc}"
             ) from exc
         self.written += len(items)
         if self._progress is not None and counts:

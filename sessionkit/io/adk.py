@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path
+from ._common import MalformedInput, Progress, as_path, check_progress
 from ._frameworks import HeldCalls, SessionWriter, iso_time, open_sqlite, rows, table_names, tool_output
 
 __all__ = ["import_adk", "adk_event_to_message"]
@@ -183,6 +183,7 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
     as in :class:`sessionkit.io.Progress` (events read). Malformed data raises
     :class:`MalformedInput` naming the file, the session and the event.
     """
+    check_progress(progress)
     path = as_path(path)
     source = str(path)
     if session_ids is not None and (isinstance(session_ids, str) or not all(isinstance(s, str) for s in session_ids)):

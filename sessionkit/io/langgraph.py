@@ -37,7 +37,7 @@ import json
 from typing import Any
 
 from ..errors import MissingDependency
-from ._common import MalformedInput, Progress, as_path
+from ._common import MalformedInput, Progress, as_path, check_progress
 from ._frameworks import SessionWriter, iso_time, open_sqlite, rows, table_names, tool_output
 
 __all__ = ["import_langgraph", "langchain_to_message"]
@@ -273,6 +273,7 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
     ``progress`` as in :class:`sessionkit.io.Progress` (checkpoints read). Malformed
     data raises :class:`MalformedInput` naming the file, the checkpoint and the message.
     """
+    check_progress(progress)
     path = as_path(path)
     source = str(path)
     if thread_ids is not None and (isinstance(thread_ids, str) or not all(isinstance(t, str) for t in thread_ids)):

@@ -36,7 +36,7 @@ import json
 import sqlite3
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path
+from ._common import MalformedInput, Progress, as_path, check_progress
 from ._frameworks import SessionWriter, iso_time, open_sqlite, rows, table_names, tool_output
 
 __all__ = ["import_openai_agents", "item_to_message"]
@@ -297,6 +297,7 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
     ``progress`` as in :class:`sessionkit.io.Progress` (items read). Malformed data
     raises :class:`MalformedInput` naming the file and the row.
     """
+    check_progress(progress)
     del sessions_table  # the items and their sessions are all in the messages table
     path = as_path(path)
     source = str(path)
