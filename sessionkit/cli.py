@@ -683,7 +683,10 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
 # import, export, serve: delegate to sessionkit.io and sessionkit.server
 
 
-_IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_hh", "jsonl": "import_jsonl"}
+#: --format -> importer; sessionkit.io.FORMATS lists the same (and detects them when --format is left out)
+_IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_hh", "jsonl": "import_jsonl",
+              "openai-agents": "import_openai_agents", "langgraph": "import_langgraph", "adk": "import_adk",
+              "claude-code": "import_claude_code"}
 
 
 def _session_from_file(path: str) -> str:
@@ -697,11 +700,16 @@ def _session_from_file(path: str) -> str:
 
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
-    if not os.path.isfile(args.file):
+    if not os.path.isfile(args.file) and not (os.path.isdir(args.file) and args.format in (None, "claude-code")):
         raise CommandError(f"no file {args.file!r} to import")
+    io = _optional_module("sessionkit.io", "import")
+    if args.format is None:
+        try:
+            args.format = _function(io, "detect_format", "import")(args.file)
+        except ValueError as exc:  # MalformedInput: no importer recognises the file
+            raise CommandError(f"{exc}; give --format (one of {', '.join(sorted(_IMPORTERS))})") from None
     if args.session is not None and args.format != "openai":
         raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
-    io = _optional_module("sessionkit.io", "import")
     fn = _function(io, _IMPORTERS[args.format], "import")
     with sk.open_store(args.store) as store:
         before = store.stats()
@@ -888,14 +896,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser(
-        "import", help="import transcripts (OpenAI chat, OpenAssistant, HH, sessionkit JSONL)",
+        "import", help="import transcripts (OpenAI chat, OpenAssistant, HH, sessionkit JSONL, agent frameworks)",
         description="Import a transcript file into a store (created if missing). Imports are idempotent: "
                     "importing the same file again adds nothing.")
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
-    p.add_argument("file", metavar="FILE", help="the file to import")
-    p.add_argument("--format", required=True, choices=sorted(_IMPORTERS),
+    p.add_argument("file", metavar="FILE", help="the file to import (or a folder of coding-agent session logs)")
+    p.add_argument("--format", choices=sorted(_IMPORTERS),
                    help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
-                        "hh: Anthropic HH pairs; jsonl: a sessionkit export")
+                        "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
+                        "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
+                        "database; claude-code: a coding-agent session log (a .jsonl file or a project folder). "
+                        "Left out: told from the file")
     p.add_argument("--session", metavar="ID",
                    help="session to import into (--format openai only; default: the file name without extension)")
     p.set_defaults(func=cmd_import)

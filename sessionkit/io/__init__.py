@@ -56,6 +56,7 @@ from __future__ import annotations
 from ._common import MalformedInput, Progress
 from .adk import import_adk
 from .claude_code import import_claude_code
+from .detect import FORMATS, detect_format
 from .hh import import_hh
 from .jsonl import export_jsonl, import_jsonl
 from .langgraph import import_langgraph
@@ -76,6 +77,8 @@ __all__ = [
     "import_langgraph",
     "import_adk",
     "import_claude_code",
+    "detect_format",
+    "FORMATS",
     "MalformedInput",
     "Progress",
 ]

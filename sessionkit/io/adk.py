@@ -174,16 +174,18 @@ def _session_ids(keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str],
 
 
 def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | None = None,
-               session_ids: list[str] | None = None, progress: Any = None) -> list:
-    """Import a Google ADK session database (``DatabaseSessionService`` on SQLite, or
-    ``SqliteSessionService``): one sessionkit session per ADK session.
+               session_ids: list[str] | None = None, session_prefix: str = "", progress: Any = None) -> list:
+    """Import a Google ADK session database (``DatabaseSessionService`` on SQLite, or ``SqliteSessionService``): one
+    sessionkit session per ADK session.
 
-    ``app_name``, ``user_id`` and ``session_ids`` limit the import. Returns the
-    sessions, oldest first. Idempotent (message ids are the event ids). ``progress``
-    as in :class:`sessionkit.io.Progress` (events read). Malformed data raises
-    :class:`MalformedInput` naming the file, the session and the event.
+    ``app_name``, ``user_id`` and ``session_ids`` limit the import; ``session_prefix`` is put before each
+    session id (to keep sessions of several sources apart in one store). Returns the sessions, oldest first.
+    Idempotent (message ids are the event ids). ``progress`` as in :class:`sessionkit.io.Progress` (events
+    read). Malformed data raises :class:`MalformedInput` naming the file, the session and the event.
     """
     check_progress(progress)
+    if not isinstance(session_prefix, str):
+        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     path = as_path(path)
     source = str(path)
     if session_ids is not None and (isinstance(session_ids, str) or not all(isinstance(s, str) for s in session_ids)):
@@ -218,7 +220,7 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
         sessions = []
         with Progress(progress, total=total, desc=f"importing {path.name}", unit="events") as bar:
             for app, user, sid in keys:
-                session = store.session(ids[(app, user, sid)])
+                session = store.session(session_prefix + ids[(app, user, sid)])
                 writer = SessionWriter(store, session, source)
                 walk = _Session(writer, source)
                 try:

@@ -235,16 +235,18 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def import_claude_code(store, path: Any, *, progress: Any = None) -> list:
+def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: Any = None) -> list:
     """Import coding-agent session logs (Claude Code JSONL): one sessionkit session per ``sessionId``.
 
-    ``path`` is a session's ``.jsonl`` file or a folder of them (a project folder of
-    ``~/.claude/projects``; sub-agent logs under ``<session>/subagents/`` join their
-    session). Returns the sessions in the order first met. Idempotent (message ids are
-    the records' ``uuid``). ``progress`` as in :class:`sessionkit.io.Progress` (lines
-    read). Malformed input raises :class:`MalformedInput` naming the file and the line.
+    ``path`` is a session's ``.jsonl`` file or a folder of them (a project folder of ``~/.claude/projects``;
+    sub-agent logs under ``<session>/subagents/`` join their session); ``session_prefix`` is put before each
+    session id (to keep sessions of several sources apart in one store). Returns the sessions in the order first
+    met. Idempotent (message ids are the records' ``uuid``). ``progress`` as in :class:`sessionkit.io.Progress`
+    (lines read). Malformed input raises :class:`MalformedInput` naming the file and the line.
     """
     check_progress(progress)
+    if not isinstance(session_prefix, str):
+        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     files = _files(as_path(path))
     total = sum(count_lines(f) for f in files) if wants_total(progress) else None
     logs: dict[str, _Log] = {}
@@ -268,7 +270,7 @@ def import_claude_code(store, path: Any, *, progress: Any = None) -> list:
                             raise MalformedInput(source, where, "'sessionId' must be a string")
                         log = logs.get(sid)
                         if log is None:
-                            log = logs[sid] = _Log(store, store.session(sid), source)
+                            log = logs[sid] = _Log(store, store.session(session_prefix + sid), source)
                         if sid not in sessions_here:
                             sessions_here.append(sid)
                         log.source = source
@@ -282,7 +284,7 @@ def import_claude_code(store, path: Any, *, progress: Any = None) -> list:
             target = sessions_here[0] if sessions_here else file.stem
             if pending_summaries:
                 if target not in logs:
-                    logs[target] = _Log(store, store.session(target), source)
+                    logs[target] = _Log(store, store.session(session_prefix + target), source)
                 logs[target].summaries += pending_summaries
         for log in logs.values():
             log.finish()

@@ -264,16 +264,18 @@ class _Thread:
 
 
 def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, channel: str = "messages",
-                     progress: Any = None) -> list:
+                     session_prefix: str = "", progress: Any = None) -> list:
     """Import a LangGraph ``SqliteSaver`` database: one sessionkit session per thread.
 
-    ``channel`` is the state key holding the messages (``"messages"`` for
-    ``MessagesState``); ``thread_ids`` limits the import to those threads. Returns the
-    sessions, oldest thread first. Idempotent (ids are the LangChain message ids).
-    ``progress`` as in :class:`sessionkit.io.Progress` (checkpoints read). Malformed
+    ``channel`` is the state key holding the messages (``"messages"`` for ``MessagesState``); ``thread_ids``
+    limits the import to those threads; ``session_prefix`` is put before each session id (to keep sessions of
+    several sources apart in one store). Returns the sessions, oldest thread first. Idempotent (ids are the
+    LangChain message ids). ``progress`` as in :class:`sessionkit.io.Progress` (checkpoints read). Malformed
     data raises :class:`MalformedInput` naming the file, the checkpoint and the message.
     """
     check_progress(progress)
+    if not isinstance(session_prefix, str):
+        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     path = as_path(path)
     source = str(path)
     if thread_ids is not None and (isinstance(thread_ids, str) or not all(isinstance(t, str) for t in thread_ids)):
@@ -303,7 +305,7 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
             for thread in threads:
                 if not isinstance(thread, str) or not thread:
                     raise MalformedInput(source, f"thread {thread!r}", "thread_id must be a non-empty string")
-                session = store.session(thread)
+                session = store.session(session_prefix + thread)
                 writer = SessionWriter(store, session, source)
                 walk = _Thread(writer, source)
                 try:

@@ -287,17 +287,19 @@ def _check_tables(conn: sqlite3.Connection, source: str, sessions_table: str, me
 
 def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = None,
                          sessions_table: str = "agent_sessions", messages_table: str = "agent_messages",
-                         progress: Any = None) -> list:
+                         session_prefix: str = "", progress: Any = None) -> list:
     """Import an OpenAI Agents SDK session database: one sessionkit session per agent session.
 
     ``path`` is the SQLite file of a ``SQLiteSession`` or ``AdvancedSQLiteSession``
-    (``sessions_table``/``messages_table`` as given to the session). ``session_ids``
-    limits the import to those sessions. Returns the sessions, oldest first.
-    Idempotent: ids are the source's row ids, so importing again adds only new items.
-    ``progress`` as in :class:`sessionkit.io.Progress` (items read). Malformed data
-    raises :class:`MalformedInput` naming the file and the row.
+    (``sessions_table``/``messages_table`` as given to the session). ``session_ids`` limits the import to those
+    sessions; ``session_prefix`` is put before each session id (to keep sessions of several sources apart in one
+    store). Returns the sessions, oldest first. Idempotent: ids are the source's row ids, so importing again
+    adds only new items. ``progress`` as in :class:`sessionkit.io.Progress` (items read). Malformed data raises
+    :class:`MalformedInput` naming the file and the row.
     """
     check_progress(progress)
+    if not isinstance(session_prefix, str):
+        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     del sessions_table  # the items and their sessions are all in the messages table
     path = as_path(path)
     source = str(path)
@@ -326,7 +328,7 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
                     raise MalformedInput(
                         source, f"{messages_table} session {sid!r}", "session_id must be a non-empty string"
                     )
-                session = store.session(sid)
+                session = store.session(session_prefix + sid)
                 writer = SessionWriter(store, session, source, bar)
                 placed: dict = {}
                 names: dict = {}

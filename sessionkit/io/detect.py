@@ -1,0 +1,124 @@
+"""Which importer reads a file: :func:`detect_format` looks at its first bytes only.
+
+SQLite databases are told apart by their tables (``agent_messages``: the OpenAI Agents
+SDK; ``checkpoints``: LangGraph; ``sessions`` and ``events``: Google ADK); a folder or
+a JSON-lines file of records linked by ``uuid``/``parentUuid`` is a coding-agent log;
+other JSON and JSON lines are told by the keys of their first record (OpenAssistant trees, HH pairs,
+sessionkit exports, OpenAI chat messages).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from ._common import MalformedInput, as_path
+
+__all__ = ["detect_format", "FORMATS"]
+
+#: format name -> the ``sessionkit.io`` function that imports it.
+FORMATS = {
+    "openai": "import_openai",
+    "oasst": "import_oasst",
+    "hh": "import_hh",
+    "jsonl": "import_jsonl",
+    "openai-agents": "import_openai_agents",
+    "langgraph": "import_langgraph",
+    "adk": "import_adk",
+    "claude-code": "import_claude_code",
+}
+
+_PEEK = 1 << 16
+
+
+def _sqlite_format(path: Path) -> str | None:
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return None
+    if "agent_messages" in names:
+        return "openai-agents"
+    if "checkpoints" in names:
+        return "langgraph"
+    if {"sessions", "events"} <= names:
+        return "adk"
+    return None
+
+
+def _first_record(path: Path) -> Any:
+    """The first JSON value of the file's first non-blank line (gzip read through), or None."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+    opener: Any = gzip.open if head == b"\x1f\x8b" else open
+    try:
+        with opener(path, "rb") as fh:
+            data = fh.read(_PEEK)
+    except (OSError, EOFError):
+        return None
+    text = data.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    line = text.split("\n", 1)[0]
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        pass
+    if text.startswith("["):  # a JSON array: its first element, when it is short enough to see
+        try:
+            value, _ = json.JSONDecoder().raw_decode(text[1:].lstrip())
+            return [value]
+        except json.JSONDecodeError:
+            return None
+    return None
+
+
+def _record_format(rec: Any) -> str | None:
+    if isinstance(rec, list):
+        first = rec[0] if rec else None
+        return "openai" if isinstance(first, dict) and "role" in first else None
+    if not isinstance(rec, dict):
+        return None
+    if "uuid" in rec or "parentUuid" in rec or rec.get("type") in ("summary", "file-history-snapshot"):
+        return "claude-code"
+    if "message_tree_id" in rec:
+        return "oasst"
+    if "chosen" in rec and "rejected" in rec:
+        return "hh"
+    if rec.get("type") in ("message", "compaction") and "session_id" in rec:
+        return "jsonl"
+    if "role" in rec or isinstance(rec.get("messages"), list):
+        return "openai"
+    return None
+
+
+def detect_format(path: Any) -> str:
+    """The format name (a key of :data:`FORMATS`) of the file or folder at ``path``.
+
+    A file no importer recognises -> :class:`MalformedInput` saying so (give the
+    format explicitly then); a missing path -> ``FileNotFoundError``.
+    """
+    path = as_path(path)
+    if path.is_dir():
+        if any(path.rglob("*.jsonl")):
+            return "claude-code"
+        raise MalformedInput(str(path), None, "a folder without .jsonl session logs")
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    with open(path, "rb") as fh:
+        magic = fh.read(16)
+    if magic == b"SQLite format 3\x00":
+        found = _sqlite_format(path)
+        if found is None:
+            raise MalformedInput(str(path), None, "a SQLite database of no known framework (no agent_messages, "
+                                                  "checkpoints, or sessions and events tables)")
+        return found
+    found = _record_format(_first_record(path))
+    if found is None:
+        raise MalformedInput(str(path), None, "cannot tell the format from the first record; give it explicitly")
+    return found
