@@ -686,7 +686,7 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
 #: --format -> importer; sessionkit.io.FORMATS lists the same (and detects them when --format is left out)
 _IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_hh", "jsonl": "import_jsonl",
               "openai-agents": "import_openai_agents", "langgraph": "import_langgraph", "adk": "import_adk",
-              "claude-code": "import_claude_code"}
+              "claude-code": "import_claude_code", "swe-agent": "import_swe_agent"}
 
 
 def _session_from_file(path: str) -> str:
@@ -700,7 +700,8 @@ def _session_from_file(path: str) -> str:
 
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
-    if not os.path.isfile(args.file) and not (os.path.isdir(args.file) and args.format in (None, "claude-code")):
+    folders = (None, "claude-code", "swe-agent")  # the formats whose FILE may be a folder
+    if not os.path.isfile(args.file) and not (os.path.isdir(args.file) and args.format in folders):
         raise CommandError(f"no file {args.file!r} to import")
     io = _optional_module("sessionkit.io", "import")
     if args.format is None:
@@ -905,7 +906,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
                         "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
                         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
-                        "database; claude-code: a coding-agent session log (a .jsonl file or a project folder). "
+                        "database; claude-code: a coding-agent session log (a .jsonl file or a project folder); "
+                        "swe-agent: SWE-agent trajectories (a .traj file or a folder). "
                         "Left out: told from the file")
     p.add_argument("--session", metavar="ID",
                    help="session to import into (--format openai only; default: the file name without extension)")

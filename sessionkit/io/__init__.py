@@ -64,6 +64,7 @@ from .oasst import import_oasst
 from .openai import chat_to_messages, import_openai
 from .openai_agents import import_openai_agents
 from .parquet import export_parquet
+from .swe_agent import import_swe_agent
 
 __all__ = [
     "import_openai",
@@ -77,6 +78,7 @@ __all__ = [
     "import_langgraph",
     "import_adk",
     "import_claude_code",
+    "import_swe_agent",
     "detect_format",
     "FORMATS",
     "MalformedInput",

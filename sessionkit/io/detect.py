@@ -3,6 +3,7 @@
 SQLite databases are told apart by their tables (``agent_messages``: the OpenAI Agents
 SDK; ``checkpoints``: LangGraph; ``sessions`` and ``events``: Google ADK); a folder or
 a JSON-lines file of records linked by ``uuid``/``parentUuid`` is a coding-agent log;
+a ``.traj`` file (or a folder of them) a SWE-agent trajectory;
 other JSON and JSON lines are told by the keys of their first record (OpenAssistant trees, HH pairs,
 sessionkit exports, OpenAI chat messages).
 """
@@ -30,6 +31,7 @@ FORMATS = {
     "langgraph": "import_langgraph",
     "adk": "import_adk",
     "claude-code": "import_claude_code",
+    "swe-agent": "import_swe_agent",
 }
 
 _PEEK = 1 << 16
@@ -107,7 +109,9 @@ def detect_format(path: Any) -> str:
     if path.is_dir():
         if any(path.rglob("*.jsonl")):
             return "claude-code"
-        raise MalformedInput(str(path), None, "a folder without .jsonl session logs")
+        if any(path.rglob("*.traj")):
+            return "swe-agent"
+        raise MalformedInput(str(path), None, "a folder without .jsonl session logs or .traj trajectories")
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     with open(path, "rb") as fh:
@@ -118,6 +122,8 @@ def detect_format(path: Any) -> str:
             raise MalformedInput(str(path), None, "a SQLite database of no known framework (no agent_messages, "
                                                   "checkpoints, or sessions and events tables)")
         return found
+    if path.suffix == ".traj":
+        return "swe-agent"
     found = _record_format(_first_record(path))
     if found is None:
         raise MalformedInput(str(path), None, "cannot tell the format from the first record; give it explicitly")

@@ -67,7 +67,8 @@ def _adk_db(path):
 def sources(tmp_path):
     paths = {"openai-agents": tmp_path / "agents.db", "langgraph": tmp_path / "graph.db",
              "adk": tmp_path / "adk.db", "claude-code": DATA / "claude_code" / "dag_compact_after_rewind.jsonl",
-             "oasst": DATA / "en_100_tree.jsonl", "hh": DATA / "hh-rlhf-harmless-base-test.jsonl.gz"}
+             "oasst": DATA / "en_100_tree.jsonl", "hh": DATA / "hh-rlhf-harmless-base-test.jsonl.gz",
+             "swe-agent": DATA / "swe_agent" / "function_calling_simple.traj"}
     _agents_db(paths["openai-agents"])
     _langgraph_db(paths["langgraph"])
     _adk_db(paths["adk"])
@@ -88,7 +89,7 @@ def test_formats_are_detected(sources):
 
 def test_cli_imports_each_store_without_format(sources, tmp_path):
     target = str(tmp_path / "all.db")
-    for name in ("openai-agents", "langgraph", "adk", "claude-code"):
+    for name in ("openai-agents", "langgraph", "adk", "claude-code", "swe-agent"):
         status, out, err = _cli("import", target, str(sources[name]))
         assert status == 0, err
         assert f"({name})" in out
@@ -97,7 +98,8 @@ def test_cli_imports_each_store_without_format(sources, tmp_path):
         status, again, _ = _cli("import", target, str(sources[name]), "--format", name)
         assert status == 0 and ": 0 new messages, 0 new sessions" in again
     with sk.open_store(target) as store:
-        assert {s.id for s in store.list_sessions()} == {"conv-a", "thread-l", "adk-s", "s1"}
+        assert {s.id for s in store.list_sessions()} == {"conv-a", "thread-l", "adk-s", "s1",
+                                                                 "function_calling_simple"}
         tool = store.session("conv-a").get_history()[1]["parts"][0]
         assert (tool["type"], tool["output"]) == ("tool-clock", "noon")
 
