@@ -686,7 +686,7 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
 #: --format -> importer; sessionkit.io.FORMATS lists the same (and detects them when --format is left out)
 _IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_hh", "jsonl": "import_jsonl",
               "openai-agents": "import_openai_agents", "langgraph": "import_langgraph", "adk": "import_adk",
-              "claude-code": "import_claude_code", "swe-agent": "import_swe_agent"}
+              "claude-code": "import_claude_code", "swe-agent": "import_swe_agent", "inspect": "import_inspect"}
 
 
 def _session_from_file(path: str) -> str:
@@ -907,7 +907,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
                         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
                         "database; claude-code: a coding-agent session log (a .jsonl file or a project folder); "
-                        "swe-agent: SWE-agent trajectories (a .traj file or a folder). "
+                        "swe-agent: SWE-agent trajectories (a .traj file or a folder); inspect: an inspect-ai "
+                        "eval log (.eval or .json). "
                         "Left out: told from the file")
     p.add_argument("--session", metavar="ID",
                    help="session to import into (--format openai only; default: the file name without extension)")

@@ -94,6 +94,7 @@ SUBPACKAGES = {
         "MalformedInput", "Progress", "chat_to_messages", "export_jsonl", "export_parquet", "import_hh",
         "import_jsonl", "import_oasst", "import_openai",
         "import_openai_agents", "import_langgraph", "import_adk", "import_claude_code", "import_swe_agent",
+        "import_inspect",
         "detect_format", "FORMATS",
     },
     "sessionkit.analysis": {"D1_COLUMNS", "TABLES", "arrow_table", "messages_df", "sql", "to_pandas"},

@@ -58,6 +58,7 @@ from .adk import import_adk
 from .claude_code import import_claude_code
 from .detect import FORMATS, detect_format
 from .hh import import_hh
+from .inspect_logs import import_inspect
 from .jsonl import export_jsonl, import_jsonl
 from .langgraph import import_langgraph
 from .oasst import import_oasst
@@ -79,6 +80,7 @@ __all__ = [
     "import_adk",
     "import_claude_code",
     "import_swe_agent",
+    "import_inspect",
     "detect_format",
     "FORMATS",
     "MalformedInput",

@@ -3,7 +3,8 @@
 SQLite databases are told apart by their tables (``agent_messages``: the OpenAI Agents
 SDK; ``checkpoints``: LangGraph; ``sessions`` and ``events``: Google ADK); a folder or
 a JSON-lines file of records linked by ``uuid``/``parentUuid`` is a coding-agent log;
-a ``.traj`` file (or a folder of them) a SWE-agent trajectory;
+a ``.traj`` file (or a folder of them) a SWE-agent trajectory; an ``.eval`` archive (or a
+JSON document opening with ``"version"``) an inspect-ai eval log;
 other JSON and JSON lines are told by the keys of their first record (OpenAssistant trees, HH pairs,
 sessionkit exports, OpenAI chat messages).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,12 @@ FORMATS = {
     "adk": "import_adk",
     "claude-code": "import_claude_code",
     "swe-agent": "import_swe_agent",
+    "inspect": "import_inspect",
 }
 
 _PEEK = 1 << 16
+#: how an inspect-ai log written as JSON starts
+_INSPECT_JSON = re.compile(r'\A\s*\{\s*"version"\s*:')
 
 
 def _sqlite_format(path: Path) -> str | None:
@@ -115,8 +120,8 @@ def detect_format(path: Any) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {str(path)!r}")
     with open(path, "rb") as fh:
-        magic = fh.read(16)
-    if magic == b"SQLite format 3\x00":
+        magic = fh.read(64)
+    if magic[:16] == b"SQLite format 3\x00":
         found = _sqlite_format(path)
         if found is None:
             raise MalformedInput(str(path), None, "a SQLite database of no known framework (no agent_messages, "
@@ -124,6 +129,10 @@ def detect_format(path: Any) -> str:
         return found
     if path.suffix == ".traj":
         return "swe-agent"
+    if path.suffix == ".eval" and magic.startswith(b"PK"):
+        return "inspect"
+    if path.suffix == ".json" and _INSPECT_JSON.match(magic.decode("latin-1")):
+        return "inspect"
     found = _record_format(_first_record(path))
     if found is None:
         raise MalformedInput(str(path), None, "cannot tell the format from the first record; give it explicitly")

@@ -82,9 +82,14 @@ def _cli(*argv):
     return status, out.getvalue(), err.getvalue()
 
 
-def test_formats_are_detected(sources):
+def test_formats_are_detected(sources, tmp_path):
     for name, path in sources.items():
         assert sk.io.detect_format(path) == name
+    log = tmp_path / "run.json"
+    log.write_text('{\n  "version": 2,\n  "status": "success",\n  "eval": {}\n}')
+    assert sk.io.detect_format(log) == "inspect"
+    assert sk.io.detect_format(DATA / "swe_agent") == "swe-agent"
+    assert sk.io.detect_format(DATA / "claude_code") == "claude-code"
 
 
 def test_cli_imports_each_store_without_format(sources, tmp_path):
