@@ -250,6 +250,7 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
     files = _files(as_path(path))
     total = sum(count_lines(f) for f in files) if wants_total(progress) else None
     logs: dict[str, _Log] = {}
+    current: _Log | None = None  # the session of the last record read
     with Progress(progress, total=total, desc=f"importing {as_path(path).name}", unit="lines") as bar:
         for file in files:
             source = str(file)
@@ -271,6 +272,9 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
                         log = logs.get(sid)
                         if log is None:
                             log = logs[sid] = _Log(store, store.session(session_prefix + sid), source)
+                        if current is not None and current is not log:
+                            current.writer.flush()  # another session's records: write what this one has
+                        current = log
                         if sid not in sessions_here:
                             sessions_here.append(sid)
                         log.source = source
