@@ -1,5 +1,5 @@
 """Import and export transcripts: OpenAI chat, OpenAssistant trees, Anthropic HH pairs,
-sessionkit JSONL, Parquet.
+sessionkit JSONL, Parquet, and the stores and logs of agent frameworks.
 
 >>> import sessionkit as sk
 >>> store = sk.open_store("chats.db")
@@ -9,6 +9,17 @@ sessionkit JSONL, Parquet.
 >>> sk.io.export_jsonl(store, "backup.jsonl.gz")
 >>> sk.io.import_jsonl(sk.open_store("copy.db"), "backup.jsonl.gz")
 >>> sk.io.export_parquet(store, "parquet/")
+
+The agent frameworks' own stores and logs, one session per conversation under its own id:
+
+>>> sk.io.import_openai_agents(store, "agents.db")       # SQLiteSession / AdvancedSQLiteSession
+>>> sk.io.import_langgraph(store, "checkpoints.db")      # SqliteSaver: forks as branches
+>>> sk.io.import_adk(store, "adk_sessions.db")           # DatabaseSessionService / SqliteSessionService
+>>> sk.io.import_claude_code(store, "/home/me/.claude/projects/-home-me-app")   # JSONL logs
+>>> sk.io.import_swe_agent(store, "trajectories/")       # .traj files
+>>> sk.io.import_inspect(store, "logs/run.eval")         # inspect-ai eval logs
+>>> sk.io.detect_format("checkpoints.db")
+'langgraph'
 
 Every import is idempotent: ids come from the source (OASST message ids) or
 from a hash of it (OpenAI chats, HH pairs), so importing the same file again

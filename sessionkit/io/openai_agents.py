@@ -269,7 +269,7 @@ class _Branch:
         self.writer.flush()
 
 
-def _check_tables(conn: sqlite3.Connection, source: str, sessions_table: str, messages_table: str) -> bool:
+def _check_tables(conn: sqlite3.Connection, source: str, messages_table: str) -> bool:
     names = table_names(conn)
     if messages_table not in names:
         raise MalformedInput(
@@ -286,12 +286,12 @@ def _check_tables(conn: sqlite3.Connection, source: str, sessions_table: str, me
 
 
 def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = None,
-                         sessions_table: str = "agent_sessions", messages_table: str = "agent_messages",
+                         messages_table: str = "agent_messages",
                          session_prefix: str = "", progress: Any = None) -> list:
     """Import an OpenAI Agents SDK session database: one sessionkit session per agent session.
 
     ``path`` is the SQLite file of a ``SQLiteSession`` or ``AdvancedSQLiteSession``
-    (``sessions_table``/``messages_table`` as given to the session). ``session_ids`` limits the import to those
+    (``messages_table`` as given to the session). ``session_ids`` limits the import to those
     sessions; ``session_prefix`` is put before each session id (to keep sessions of several sources apart in one
     store). Returns the sessions, oldest first. Idempotent: ids are the source's row ids, so importing again
     adds only new items. ``progress`` as in :class:`sessionkit.io.Progress` (items read). Malformed data raises
@@ -300,14 +300,13 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
     check_progress(progress)
     if not isinstance(session_prefix, str):
         raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
-    del sessions_table  # the items and their sessions are all in the messages table
     path = as_path(path)
     source = str(path)
     if session_ids is not None and (isinstance(session_ids, str) or not all(isinstance(s, str) for s in session_ids)):
         raise TypeError("session_ids must be a list of session id strings")
     conn = open_sqlite(path, "an OpenAI Agents SDK session database")
     try:
-        structured = _check_tables(conn, source, "", messages_table)
+        structured = _check_tables(conn, source, messages_table)
         ids = [sid for (sid, _) in rows(conn, f'SELECT session_id, MIN(id) FROM "{messages_table}" '
                                               "GROUP BY session_id ORDER BY MIN(id)", source=source)]
         if session_ids is not None:

@@ -119,3 +119,15 @@ def test_cli_says_when_it_cannot_tell(tmp_path):
         assert status != 0 and words in err and out == ""
     status, _, err = _cli("import", str(tmp_path / "s.db"), str(tmp_path / "missing.jsonl"))
     assert status != 0 and "missing.jsonl" in err
+
+
+def test_session_prefix_keeps_sources_apart(sources, tmp_path):
+    with sk.open_store(str(tmp_path / "p.db")) as store:
+        for name in ("openai-agents", "langgraph", "adk", "claude-code", "swe-agent"):
+            importer = getattr(sk.io, sk.io.FORMATS[name])
+            plain = importer(store, sources[name])
+            prefixed = importer(store, sources[name], session_prefix=f"{name}/")
+            assert [s.session_id for s in prefixed] == [f"{name}/{s.session_id}" for s in plain]
+            assert [len(s) for s in prefixed] == [len(s) for s in plain]
+            with pytest.raises(TypeError, match="session_prefix"):
+                importer(store, sources[name], session_prefix=1)
