@@ -22,6 +22,8 @@ shares the rows of the turns a branch was created from.
   is out of reach becomes a ``tool`` message holding the part).
 * ``reasoning`` items become an assistant message with a ``reasoning`` part.
 * Other items are kept whole in a ``data-openai-<type>`` part.
+* ``AdvancedSQLiteSession``'s usage per turn (``turn_usage``: requests, tokens and their
+  details, per branch) becomes the session's records of kind ``openai_agents.turn_usage``.
 * ``metadata["openai_agents"]`` keeps the row (``row``), the branch and turn numbers,
   the row ids of outputs folded in (``outputs``) and the item's fields no part holds
   (``item``: its ``id``, ``status``...). ``created_at`` of the row is the message time.
@@ -269,6 +271,27 @@ class _Branch:
         self.writer.flush()
 
 
+_USAGE = ("requests", "input_tokens", "output_tokens", "total_tokens")
+
+
+def _turn_usage(store, conn: sqlite3.Connection, session, sid: str, source: str) -> None:
+    """``AdvancedSQLiteSession``'s usage per branch and turn, as the session's records."""
+    usage = []
+    for row in rows(conn, "SELECT branch_id, user_turn_number, requests, input_tokens, output_tokens, total_tokens, "
+                          "input_tokens_details, output_tokens_details FROM turn_usage WHERE session_id = ? "
+                          "ORDER BY branch_id, user_turn_number", (sid,), source=source):
+        entry: dict[str, Any] = {"branch": row[0], "turn": row[1], **dict(zip(_USAGE, row[2:6]))}
+        for key, raw in (("input_tokens_details", row[6]), ("output_tokens_details", row[7])):
+            if raw is not None:
+                try:
+                    entry[key] = json.loads(raw)
+                except (TypeError, json.JSONDecodeError):
+                    raise MalformedInput(source, f"turn_usage of session {sid!r}", f"{key} is not JSON") from None
+        usage.append(entry)
+    if usage:
+        store.put_records(session.session_id, "openai_agents.turn_usage", list(enumerate(usage)))
+
+
 def _check_tables(conn: sqlite3.Connection, source: str, messages_table: str) -> bool:
     names = table_names(conn)
     if messages_table not in names:
@@ -307,6 +330,7 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
     conn = open_sqlite(path, "an OpenAI Agents SDK session database")
     try:
         structured = _check_tables(conn, source, messages_table)
+        tables = table_names(conn)
         ids = [sid for (sid, _) in rows(conn, f'SELECT session_id, MIN(id) FROM "{messages_table}" '
                                               "GROUP BY session_id ORDER BY MIN(id)", source=source)]
         if session_ids is not None:
@@ -359,6 +383,8 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
                     # output stay out: importing the corrected file stores them whole)
                     writer.flush()
                     raise
+                if structured and "turn_usage" in tables:
+                    _turn_usage(store, conn, session, sid, source)
                 sessions.append(session)
         return sessions
     finally:

@@ -26,6 +26,8 @@ import sessionkit as sk
 
 set_tracing_disabled(True)
 
+_USAGE: dict = {}  # branch -> the SDK's own get_turn_usage(), filled by _write_advanced
+
 
 class Scripted(Model):
     """A model that answers each request with the next of its scripted outputs."""
@@ -34,7 +36,9 @@ class Scripted(Model):
         self.outputs = list(outputs)
 
     async def get_response(self, *args, **kwargs):
-        return ModelResponse(output=self.outputs.pop(0), usage=Usage(), response_id=None)
+        n = len(self.outputs)
+        usage = Usage(requests=1, input_tokens=10 * n, output_tokens=n, total_tokens=11 * n)
+        return ModelResponse(output=self.outputs.pop(0), usage=usage, response_id=None)
 
     def stream_response(self, *args, **kwargs):
         raise NotImplementedError
@@ -73,12 +77,14 @@ async def _write_advanced(db):
             [_call(6, "Paris")],
             [_say(7, "Paris is sunny too")],
         ])
-        await Runner.run(agent, "weather in Oslo and Rome?", session=s)
-        await Runner.run(agent, "thanks", session=s)
+        for question in ("weather in Oslo and Rome?", "thanks"):
+            await s.store_run_usage(await Runner.run(agent, question, session=s))
         await s.create_branch_from_turn(2, "alt")
-        await Runner.run(agent, "thanks a lot", session=s)
-        await Runner.run(agent, "and Paris?", session=s)
-        return {b["branch_id"]: await s.get_items(branch_id=b["branch_id"]) for b in await s.list_branches()}
+        for question in ("thanks a lot", "and Paris?"):
+            await s.store_run_usage(await Runner.run(agent, question, session=s))
+        branches = [b["branch_id"] for b in await s.list_branches()]
+        _USAGE.update({b: await s.get_turn_usage(branch_id=b) for b in branches})
+        return {b: await s.get_items(branch_id=b) for b in branches}
     finally:
         s.close()
 
@@ -186,6 +192,16 @@ def test_branches_read_back_item_by_item(store, advanced_db):
     assert len(parts) == 3 and all(p["state"] == "output-available" for p in parts)
     assert {p["output"] for p in parts} == {"sunny in Oslo", "sunny in Rome", "sunny in Paris"}
     assert all(m["role"] != "tool" for m in tree.values())
+    # the usage of every turn, per branch, as the SDK reads it back
+    records = [r for _, r in store.records("conv-1", "openai_agents.turn_usage")]
+    for branch, turns in _USAGE.items():
+        mine = [r for r in records if r["branch"] == branch]
+        assert turns and mine
+        assert [r["turn"] for r in mine] == [t["user_turn_number"] for t in turns]
+        for r, t in zip(mine, turns):
+            assert {k: r[k] for k in ("requests", "input_tokens", "output_tokens", "total_tokens")} == \
+                {k: t[k] for k in ("requests", "input_tokens", "output_tokens", "total_tokens")}
+    assert sum(r["total_tokens"] for r in records) > 0
 
 
 def _all_messages(session):
