@@ -172,6 +172,7 @@ class DuckDBEngine(LocalEngine):
     driver_errors = (duckdb.Error,)
     capabilities = Capabilities(bulk_insert=True)
     WALK_BY_RANGE = False
+    CHANGE_LOG = False  # analysis queries read this store's own tables (see analysis_query)
     EXTRA_SCHEMA = (_TERMS_TABLE,)
     BEGIN = "BEGIN TRANSACTION"
     STATEMENTS = {
@@ -470,11 +471,11 @@ class DuckDBEngine(LocalEngine):
         row = self.fetch_one(
             """INSERT INTO sessionkit_messages
                (msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                path_bytes, path_tokens, chunks, content, index_len)
-               SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+                path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content, index_len)
+               SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
                WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)
                RETURNING seq""",
-            (key, *self.message_values(sid, node, head, nchunks), length, key),
+            (key, *self.message_values(sid, node, head, nchunks, prep), length, key),
         )
         if row is None:
             return None
@@ -495,7 +496,8 @@ class DuckDBEngine(LocalEngine):
                 if body:
                     t_seqs.append(node.seq)
                     t_bodies.append(body)
-            rows.append((node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks)), length))
+            rows.append((node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks), prep),
+                         length))
         self.insert_rows("messages", rows)
         self._put_terms(t_seqs, t_bodies)
         self.insert_rows("chunks", chunk_rows)
@@ -504,6 +506,18 @@ class DuckDBEngine(LocalEngine):
                 self.put_blobs(node.seq, prep.blobs)
         self._shared.tails[sid] = nodes[-1]
         return nodes
+
+    def update_analysis_columns(self, values):
+        for start in range(0, len(values), _BULK_ROWS):
+            part = values[start : start + _BULK_ROWS]
+            self.execute(
+                """UPDATE sessionkit_messages SET text = v.text, n_parts = v.n_parts, tool_names = v.tool_names,
+                       metadata = v.metadata
+                   FROM (SELECT unnest(?::VARCHAR[]) AS text, unnest(?::INTEGER[]) AS n_parts,
+                                unnest(?::VARCHAR[]) AS tool_names, unnest(?::VARCHAR[]) AS metadata,
+                                unnest(?::BIGINT[]) AS seq) AS v
+                   WHERE sessionkit_messages.seq = v.seq""",
+                [list(c) for c in zip(*part)])
 
     def update_extras(self, sid, node, prep, index):
         self.execute("UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
