@@ -26,8 +26,8 @@ from itertools import chain
 from typing import Any
 
 from .errors import InvalidMessage, MessageTooLarge
-from .parts import tool_names as _tool_names
 from .parts import text_of as message_text  # the text of a message: its text parts joined by blank lines
+from .parts import tool_names as _tool_names
 
 __all__ = [
     "validate",

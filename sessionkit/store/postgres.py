@@ -197,8 +197,8 @@ _APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
         INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,
                                 path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content)
         VALUES (p_sid, p_id, parent, coalesce(parent_depth + 1, 0), p_role, p_created, p_bytes, p_tokens,
-                coalesce(parent_bytes, 0) + p_bytes, coalesce(parent_tokens, 0) + p_tokens, 0, p_text, p_n_parts, p_tool_names,
-                p_metadata, p_content)
+                coalesce(parent_bytes, 0) + p_bytes, coalesce(parent_tokens, 0) + p_tokens, 0, p_text,
+                p_n_parts, p_tool_names, p_metadata, p_content)
         ON CONFLICT (session_id, id) DO NOTHING
         RETURNING seq INTO new_seq;
         IF new_seq IS NULL THEN  -- the id exists (or, for a named parent, see above)
