@@ -549,6 +549,10 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
 
+    @abc.abstractmethod
+    def analysis_query(self, query: str, params: Any = None) -> Any:
+        """A read-only DuckDB query over the analysis views, as a ``pyarrow.Table``."""
+
     # internal records --------------------------------------------------------
     # Small JSON documents that components built on the store (the HTTP server)
     # keep beside a session: ``(session_id, kind, n) -> data``. They belong to the
@@ -1183,6 +1187,37 @@ class Store:
     def sql(self, query: str, params=None):
         """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
         return _conveniences.sql(self, query, params)
+
+    def runs_df(self):
+        """The ``runs`` view as a pandas DataFrame (one row per run); see sessionkit.analysis."""
+        return _conveniences.runs_df(self)
+
+    def events_df(self, session_ids=None):
+        """The ``events`` view as a pandas DataFrame (of ``session_ids``, default all); see sessionkit.analysis."""
+        return _conveniences.events_df(self, session_ids)
+
+    def sql_arrow(self, query: str, params=None):
+        """Run one read-only DuckDB SELECT over the analysis views; the result as a ``pyarrow.Table``.
+
+        On a DuckDB store the views are defined over the store's own tables; on SQLite
+        and PostgreSQL over an in-memory cache of the analysis columns beside the store,
+        brought up to date from the store's change log before each query (see
+        ``sessionkit.analysis``). Anything but one SELECT -> ``ValueError``; ``params``
+        binds ``?`` or ``$name`` placeholders. Needs the ``analysis`` extra."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if params is not None and not isinstance(params, (list, tuple, dict)):
+            raise TypeError(f"params must be a list, tuple or dict, got {type(params).__name__}")
+        return self._check().analysis_query(query, params)
+
+    def to_arrow(self, view: str):
+        """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)
+        as a ``pyarrow.Table``, in its natural order (messages in write order)."""
+        from ._analysis import VIEW_ORDER
+
+        if view not in VIEW_ORDER:
+            raise ValueError(f"unknown view {view!r}; views are {', '.join(VIEW_ORDER)}")
+        return self.sql_arrow(f"SELECT * FROM {view} ORDER BY {VIEW_ORDER[view]}")
 
 
 # ---------------------------------------------------------------------------

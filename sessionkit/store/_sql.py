@@ -540,6 +540,8 @@ class SQLEngine(Engine):
         self.sql = self.compile_all()
         self._index_on = False
         self._inserts: dict[tuple[str, str], str] = {}
+        self._analysis: Any = None
+        self._analysis_setup = threading.Lock()
 
     # -- SQL text ---------------------------------------------------------------
     @staticmethod
@@ -1181,6 +1183,30 @@ class SQLEngine(Engine):
                                                   comp.created_at, comp.tokens_before, comp.tokens_after))
         self.log_change(sid, "compactions")
 
+    # -- analysis (store.sql): DuckDB SQL over a cache of the analysis columns ----------
+    #: Whether rows become visible in write-sequence order (one writer at a time).
+    ORDERED_COMMITS = True
+
+    def analysis_query(self, query: str, params: Any = None) -> Any:
+        """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
+
+        The shared engine keeps an in-memory cache of the analysis columns beside the
+        store, refreshed from the change log before each query (``_analysis.Cache``)."""
+        from . import _analysis
+
+        cache = self._analysis
+        if cache is None:
+            with self._analysis_setup:
+                cache = self._analysis
+                if cache is None:
+                    cache = self._analysis = _analysis.Cache(self, ordered=self.ORDERED_COMMITS)
+        return cache.query(query, params)
+
+    def close_analysis(self) -> None:
+        cache, self._analysis = self._analysis, None
+        if cache is not None:
+            cache.close()
+
     # -- writes: runs, events, records ----------------------------------------------
     def w_run_begin(self, sid, run_id, input, started_at):
         self.lock_events(sid)
@@ -1210,7 +1236,7 @@ class SQLEngine(Engine):
         if self.CHANGE_LOG:
             self.execute(self.sql["log_change"], (sid, kind, seq))
 
-    def update_analysis_columns(self, values: list[tuple]) -> None:
+    def update_analysis_columns(self, values: list) -> None:
         """``(text, n_parts, tool_names, metadata, seq)`` rows (the version 6 migration)."""
         self.execute_many(self.sql["fill_analysis"], values)
 

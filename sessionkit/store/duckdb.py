@@ -52,7 +52,7 @@ import threading
 import weakref
 from pathlib import Path
 
-from ..errors import InvalidMessage, SessionKitError, StoreCorrupt, StoreLocked, missing
+from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
 from ._core import Capabilities, Node
 from ._sql import DIALECTS, SCHEMA_VERSION, TABLES, LocalEngine
@@ -189,6 +189,7 @@ class DuckDBEngine(LocalEngine):
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
         self._shared = _shared_for(self.path)
+        self._views: dict = {}  # which analysis views the analysis connection has
         self._lock = self._shared.lock
         with self._lock:
             self._db = self._connect(location)
@@ -287,7 +288,28 @@ class DuckDBEngine(LocalEngine):
             if not self._closed:
                 self._closed = True
                 self._shared.users -= 1
+                con, self._analysis = self._analysis, None
+                if con is not None:
+                    with contextlib.suppress(duckdb.Error):
+                        con.close()
                 self._db.close()
+
+    # -- analysis: queries on this database's own tables --------------------------------
+    def analysis_query(self, query, params=None):
+        """A read-only query over views defined on this store's own tables (see
+        ``_analysis``): on a second connection to the database, in a transaction of its
+        own (one snapshot; the store's writers go on) that is rolled back."""
+        from . import _analysis
+
+        with self._analysis_setup:
+            con = self._analysis
+            if con is None:
+                with self._lock:
+                    if self._closed:
+                        raise StoreClosed("the store is closed")
+                    con = self._analysis = _analysis.new_connection(self._db)
+            tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
+            return _analysis.run_query(con, tables, query, params, self._views)
 
     # -- connection model --------------------------------------------------------------
     def rolled_back(self) -> None:

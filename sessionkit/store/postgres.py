@@ -513,6 +513,7 @@ class PostgresEngine(SQLEngine):
         if self._closed:
             return
         self._closed = True
+        self.close_analysis()
         listener = self._listener
         if listener is not None:
             listener.stop()
@@ -740,6 +741,9 @@ class PostgresEngine(SQLEngine):
         return out
 
     # -- what several server processes on one store share ----------------------------
+    #: Concurrent transactions commit in any order: a row may appear below a seq already seen.
+    ORDERED_COMMITS = False
+
     #: Several processes may serve this store at once (the HTTP server coordinates them).
     shared = True
 

@@ -335,6 +335,7 @@ class SQLiteEngine(LocalEngine):
         return SessionKitError(f"SQLite store {where}: {text}")
 
     def close(self) -> None:
+        self.close_analysis()
         with self._lock:
             self._closed = True
             self._db.close()
