@@ -165,7 +165,7 @@ def test_tree_columns_by_hand(engine, new_store):
 
 def test_a_query_that_names_no_tree_column_gives_the_same_rows(engine, new_store):
     store = new_store(engine, memory=True)
-    for step in scenario(store):
+    for _ in scenario(store):
         pass
     light = store.sql("SELECT session_id, id, role, text, tokens FROM messages ORDER BY seq")
     full = store.sql("SELECT * FROM messages ORDER BY seq")[["session_id", "id", "role", "text", "tokens"]]
