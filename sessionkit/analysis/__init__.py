@@ -22,8 +22,9 @@ on_latest_path whether it lies on the path from the root to the latest leaf
 compacted_by   id of the newest compaction whose range holds it, else missing
 ============== ==================================================================
 
-``store.sql(query)`` runs DuckDB SQL over these views of the store, taken when
-the query runs (changes made by the query stay in that snapshot):
+``store.sql(query)`` runs one read-only DuckDB SELECT over these views of the
+store (``store.sql_arrow`` gives the result as a ``pyarrow.Table``, and
+``store.to_arrow(view)`` a whole view):
 
 * ``messages``: the D1 columns plus ``seq`` (store-wide write order) and
   ``metadata`` (JSON text; use ``json_extract``);
@@ -33,12 +34,21 @@ the query runs (changes made by the query stay in that snapshot):
 * ``compactions``: ``session_id, id, from_id, to_id, summary, created_at,
   tokens_before, tokens_after, message_count``;
 * ``runs``: ``session_id, run_id, status, error, input, started_at, ended_at,
-  tokens_in, tokens_out, cache_read, cache_write, cost_usd, model, usage`` (JSON);
-* ``events``: ``session_id, seq, run_id, kind, ts, data`` (the event as JSON).
+  tokens_in, tokens_out, cache_read, cache_write, cost_usd, model, usage`` (JSON),
+  ``run_number`` (``store.runs_df()``);
+* ``events``: ``session_id, seq, run_id, kind, ts, data`` (the event as JSON;
+  ``store.events_df(session_ids=None)``).
 
-Only the views a query names are built. Building ``messages`` reads every
-message of the store once, so on very large stores filter with
-``messages_df(session_ids=...)`` or export to Parquet once and query that.
+Analysis runs where the data is (SPEC D5): every engine stores ``text``,
+``n_parts``, ``tool_names`` and ``metadata`` with each message when it is written,
+and the tree columns are computed in SQL, so no query decodes a message. On a
+DuckDB store the views are defined over the store's own tables and a query reads
+one snapshot of them; on SQLite and PostgreSQL they are defined over an in-memory
+DuckDB cache of those columns, filled by the first query and brought up to date
+before each later one from the rows written since and the store's change log
+(see ``sessionkit/store/_analysis.py``). The tree columns cost a pass over the
+messages, so a query that names none of them (and no ``*``) skips it. Anything
+but a single SELECT raises ``ValueError``: a query never writes the store.
 
 >>> store.sql("SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY n DESC")
 """

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import missing
@@ -262,21 +263,31 @@ def check_query(con, query: str) -> None:
                          "the store is written through its API only")
 
 
-def uses_tree_columns(con, query: str) -> bool:
-    """Whether ``query`` may read a tree column of ``messages`` (``*`` counts): DuckDB's own
-    parse tree is searched, so names in strings or comments do not count. A call that
-    advances a sequence (``nextval``, ``setval``) -> ``ValueError``: it would write the store."""
+def names_used(con, query: str) -> set[str]:
+    """The column and function names ``query`` uses, from DuckDB's own parse tree (names
+    in strings or comments do not count); ``"*"`` stands for everything: a star, a
+    view named as a column (a whole row), or a query the parser cannot show. A call
+    that advances a sequence (``nextval``, ``setval``) -> ``ValueError``: it would write
+    the store."""
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
-    except Exception:  # when in doubt, compute them
-        return True
+    except Exception:  # when in doubt, everything
+        return {"*"}
     if not isinstance(tree, dict) or tree.get("error"):
-        return True
+        return {"*"}
     found: set[str] = set()
     _walk(tree, found)
     if found & _WRITING_FUNCTIONS:
         name = sorted(found & _WRITING_FUNCTIONS)[0]
         raise ValueError(f"store.sql runs read-only queries; {name}() advances a sequence of the store, refused")
+    if found & set(VIEWS):
+        found.add("*")
+    return found
+
+
+def uses_tree_columns(con, query: str) -> bool:
+    """Whether ``query`` may read a tree column of ``messages`` (``*`` counts)."""
+    found = names_used(con, query)
     return "*" in found or bool(found & set(TREE_COLUMNS))
 
 
@@ -311,13 +322,17 @@ def install_views(con, tables: dict[str, str], tree: bool) -> None:
         _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {select}")
 
 
-def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict) -> Any:
+def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
+              names: set[str] | None = None) -> Any:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
-    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed."""
+    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed;
+    ``names`` are those the query uses, when already known."""
     duckdb = duckdb_module()
     _pyarrow()
     check_query(con, query)
-    tree = uses_tree_columns(con, query)
+    if names is None:
+        names = names_used(con, query)
+    tree = "*" in names or bool(names & set(TREE_COLUMNS))
     if state.get("tree") != tree:
         install_views(con, tables, tree)
         state["tree"] = tree
@@ -360,22 +375,25 @@ class _EngineReader:
     def fetch(self, sql: str, params: tuple = ()) -> list:
         return self.engine.fetch(sql, params)
 
-    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False) -> int:
-        """Copy the rows of ``name`` matching ``where`` into the cache; how many."""
-        cols = ", ".join(SOURCE_COLUMNS[name])
+    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
+             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+        """Copy ``cols`` (default: those the cache holds) of the rows of ``name`` matching
+        ``where`` into the cache table (or ``target``); how many rows."""
+        cols = cols or self.cache.columns(name)
+        listed = ", ".join(cols)
         if not paged:
-            rows = self.fetch(self.engine.compile(f"SELECT {cols} FROM {{{name}}} {where}"), params)
-            self.cache.put(name, rows)
+            rows = self.fetch(self.engine.compile(f"SELECT {listed} FROM {{{name}}} {where}"), params)
+            self.cache.put(name, rows, cols, target)
             return len(rows)
-        # pages by seq (``where`` ends with "seq > ?", the last parameter): the Python rows
-        # held at once stay within a page
-        sql = self.engine.compile(f"SELECT {cols} FROM {{{name}}} {where} ORDER BY seq LIMIT ?")
+        # pages by seq (``where`` ends with "seq > ?", the last parameter; seq comes first):
+        # the Python rows held at once stay within a page
+        sql = self.engine.compile(f"SELECT {listed} FROM {{{name}}} {where} ORDER BY seq LIMIT ?")
         last, total = params[-1], 0
         while True:
             rows = self.fetch(sql, (*params[:-1], last, _PAGE))
             if not rows:
                 return total
-            self.cache.put(name, rows)
+            self.cache.put(name, rows, cols, target)
             total += len(rows)
             last = rows[-1][0]
 
@@ -393,24 +411,30 @@ class _AdbcReader(_EngineReader):
         self.cur.execute(sql, params or None)
         return [tuple(r) for r in self.cur.fetchall()]
 
-    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False) -> int:
-        cols = SOURCE_COLUMNS[name]
+    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
+             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+        cols = cols or self.cache.columns(name)
+        types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
         # The driver types each column from its first rows: a first row with a value of the
         # right type in every column (and a marker -1 filtered out below) fixes them.
-        head = ", ".join(("-1" if ty == "BIGINT" else "''") + f" AS {c}" for c, ty in zip(cols, _TYPES[name]))
+        head = ", ".join(("-1" if types[c] == "BIGINT" else "''") + f" AS {c}" for c in cols)
         marker = _MARKER[name]
         sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
         self.cur.execute(sql, params or None)
         reader = self.cur.fetch_record_batch()
         con = self.cache.con
+        table = target or self.cache.TABLES[name]
         con.register("sessionkit_batch", reader)
         try:
-            before = con.execute(f"SELECT count(*) FROM {self.cache.TABLES[name]}").fetchall()[0][0]
-            _do(con, f"INSERT INTO {self.cache.TABLES[name]} SELECT * FROM sessionkit_batch WHERE {marker} <> -1")
-            return con.execute(f"SELECT count(*) FROM {self.cache.TABLES[name]}").fetchall()[0][0] - before
+            before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch WHERE {marker} <> -1")
+            return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         finally:
             con.unregister("sessionkit_batch")
 
+
+#: Wide message columns a cache reads only once a query names them.
+LAZY_COLUMNS = ("text", "metadata")
 
 #: The column of each table whose -1 marks _AdbcReader's typing row.
 _MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
@@ -455,6 +479,8 @@ class Cache:
         self.loaded = False
         self.views: dict = {}
         self.reads = 0  # message rows read from the store (what refreshes cost)
+        #: The wide message columns read only once a query names them (or ``*``).
+        self.lazy = {c: False for c in LAZY_COLUMNS}
         self._adbc: Any = None
         adbc = _adbc_sqlite() if engine.kind == "sqlite" and engine.path else None
         if adbc is not None:
@@ -490,44 +516,69 @@ class Cache:
             with contextlib.suppress(Exception):
                 cur.close()
 
-    def put(self, name: str, rows: list) -> None:
-        """Python rows of ``name`` (columns as SOURCE_COLUMNS) into the cache, through Arrow."""
+    def columns(self, name: str) -> tuple[str, ...]:
+        """The columns of ``name`` the cache holds now (lazy ones once they were asked for)."""
+        if name != "messages":
+            return SOURCE_COLUMNS[name]
+        return tuple(c for c in SOURCE_COLUMNS[name] if self.lazy.get(c, True))
+
+    def put(self, name: str, rows: list, cols: tuple[str, ...], target: str | None = None) -> None:
+        """Python rows of ``name`` (``cols``) into the cache table (or ``target``), through Arrow."""
         if not rows:
             return
         pa = _pyarrow()
-        cols = SOURCE_COLUMNS[name]
-        arrays = [pa.array(list(values), type=_ARROW[ty](pa)) for values, ty in zip(zip(*rows), _TYPES[name])]
+        types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
+        arrays = [pa.array(list(values), type=_ARROW[types[c]](pa)) for values, c in zip(zip(*rows), cols)]
         self.con.register("sessionkit_batch", pa.Table.from_arrays(arrays, names=list(cols)))
         try:
-            _do(self.con, f"INSERT INTO {self.TABLES[name]} SELECT * FROM sessionkit_batch")
+            _do(self.con, f"INSERT INTO {target or self.TABLES[name]} ({', '.join(cols)})"
+                          " SELECT * FROM sessionkit_batch")
         finally:
             self.con.unregister("sessionkit_batch")
 
-    def refresh(self) -> None:
-        """Bring the cache up to the store's current state."""
-        eng = self.engine
+    def _fill(self, rd, column: str) -> None:
+        """Read a lazy column of every message held (same snapshot as the refresh)."""
+        types = dict(zip(SOURCE_COLUMNS["messages"], _TYPES["messages"]))
+        _do(self.con, f"CREATE OR REPLACE TEMP TABLE sessionkit_fill (seq BIGINT, {column} {types[column]})")
+        try:
+            rd.load("messages", "WHERE seq > ?", (0,), paged=True, cols=("seq", column), target="sessionkit_fill")
+            _do(self.con, f"UPDATE sessionkit_messages SET {column} = f.{column} FROM sessionkit_fill f"
+                          " WHERE sessionkit_messages.seq = f.seq")
+        finally:
+            _do(self.con, "DROP TABLE sessionkit_fill")
+        self.lazy[column] = True
+
+    def refresh(self, need: Iterable[str] = ()) -> None:
+        """Bring the cache up to the store's current state, with the lazy columns ``need``."""
         with self.lock, self._reading() as rd:
-            if not self.loaded:
+            self._refresh(rd)
+            for column in sorted(need):
+                if not self.lazy.get(column, True):
+                    self._fill(rd, column)
+
+    def _refresh(self, rd) -> None:
+        eng = self.engine
+        if not self.loaded:
+            self._load_all(rd)
+            return
+        log = rd.fetch(eng.compile("SELECT n, session_id, kind, seq FROM {changes} WHERE n > ? ORDER BY n"),
+                       (self.last_n,))
+        if not self.ordered:
+            seen = rd.fetch(eng.compile("SELECT count(*) FROM {changes} WHERE n <= ?"), (self.last_n,))[0][0]
+            if seen != self.log_count:  # an entry committed late, below what was read: start afresh
+                self._reset()
                 self._load_all(rd)
                 return
-            log = rd.fetch(eng.compile("SELECT n, session_id, kind, seq FROM {changes} WHERE n > ? ORDER BY n"),
-                           (self.last_n,))
-            if not self.ordered:
-                seen = rd.fetch(eng.compile("SELECT count(*) FROM {changes} WHERE n <= ?"), (self.last_n,))[0][0]
-                if seen != self.log_count:  # an entry committed late, below what was read: start afresh
-                    self._reset()
-                    self._load_all(rd)
-                    return
-            top = rd.fetch(eng.compile("SELECT coalesce(max(seq), 0) FROM {messages}"))[0][0]
-            if not log and top == self.hi and self.ordered:
-                return
-            self._apply(rd, log, top)
-            if not self.ordered:
-                count = rd.fetch(eng.compile("SELECT count(*) FROM {messages}"))[0][0]
-                held = self.con.execute("SELECT count(*) FROM sessionkit_messages").fetchall()[0][0]
-                if count != held:  # a message committed late, below the highest seq held
-                    self._reset()
-                    self._load_all(rd)
+        top = rd.fetch(eng.compile("SELECT coalesce(max(seq), 0) FROM {messages}"))[0][0]
+        if not log and top == self.hi and self.ordered:
+            return
+        self._apply(rd, log, top)
+        if not self.ordered:
+            count = rd.fetch(eng.compile("SELECT count(*) FROM {messages}"))[0][0]
+            held = self.con.execute("SELECT count(*) FROM sessionkit_messages").fetchall()[0][0]
+            if count != held:  # a message committed late, below the highest seq held
+                self._reset()
+                self._load_all(rd)
 
     def _reset(self) -> None:
         for table in self.TABLES.values():
@@ -598,8 +649,9 @@ class Cache:
     def query(self, query: str, params: Any = None):
         with self.lock:
             check_query(self.con, query)
-            self.refresh()
-            return run_query(self.con, self.TABLES, query, params, self.views)
+            names = names_used(self.con, query)
+            self.refresh({c for c in LAZY_COLUMNS if c in names or "*" in names})
+            return run_query(self.con, self.TABLES, query, params, self.views, names)
 
 
 #: Message rows a refresh holds as Python rows at once (without ADBC).

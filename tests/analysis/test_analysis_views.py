@@ -244,3 +244,38 @@ def test_runs_df_events_df_and_to_arrow(engine, new_store):
                                                                  for i in store.list_sessions())
     with pytest.raises(ValueError, match="unknown view"):
         store.to_arrow("nothing")
+
+
+def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
+    """``text`` and ``metadata`` join the analysis cache when a query first names them; the
+    rows written before and after are all right then (checked against the reference)."""
+    store = new_store(engine)
+    s = store.session("w")
+    s.append(_m("w1", "first words", metadata={"n": 1}))
+    assert store.sql("SELECT count(*) AS n FROM messages")["n"][0] == 1  # no text read yet
+    s.append(_m("w2", "second words"))
+    s.update(_m("w1", "first words, changed", metadata={"n": 2}))
+    got = store.sql("SELECT id, text, metadata FROM messages ORDER BY seq")
+    assert got["text"].tolist() == ["first words, changed", "second words"]
+    assert json.loads(got["metadata"][0]) == {"n": 2}
+    s.append(_m("w3", "third words"))
+    assert store.sql("SELECT list(text ORDER BY seq) AS t FROM messages")["t"][0].tolist() == [
+        "first words, changed", "second words", "third words"]
+    assert_views_match(store)
+
+
+@pytest.mark.parametrize("reader", ["adbc", "store connection"])
+def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reader):
+    """A SQLite file's cache reads through the ADBC driver when it is installed, else through
+    the store's own connection (pages of Python rows): both give the reference's views."""
+    from sessionkit.store import _analysis
+
+    if reader == "adbc":
+        pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")
+    else:
+        monkeypatch.setattr(_analysis, "_adbc_sqlite", lambda: None)
+        monkeypatch.setattr(_analysis, "_PAGE", 3)  # several pages
+    store = new_store("sqlite-file")
+    for step in scenario(store):
+        assert_views_match(store), step
+    assert (store._engine._analysis._adbc is not None) == (reader == "adbc")
