@@ -333,9 +333,11 @@ def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
     if names is None:
         names = names_used(con, query)
     tree = "*" in names or bool(names & set(TREE_COLUMNS))
-    if state.get("tree") != tree:
+    if "tree" not in state:
         install_views(con, tables, tree)
-        state["tree"] = tree
+    elif state["tree"] != tree:  # only messages differs between the two
+        _do(con, f"CREATE OR REPLACE TEMP VIEW messages AS {view_sql(tables, tree=tree)['messages']}")
+    state["tree"] = tree
     _do(con, "BEGIN TRANSACTION")
     try:
         try:

@@ -279,3 +279,74 @@ def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reade
     for step in scenario(store):
         assert_views_match(store), step
     assert (store._engine._analysis._adbc is not None) == (reader == "adbc")
+
+
+def test_the_cache_stays_right_under_concurrent_writers(engine, new_store):
+    """Writers on other threads (and, but for DuckDB, another store object) append, update and
+    delete while queries run; once they stop, the views equal the reference."""
+    import threading
+
+    store = new_store(engine)
+    other = store if engine == "duckdb" else sk.open_store(store.path)
+    store.sql("SELECT count(*) FROM messages")  # the cache exists before the writers start
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            s = other.session(f"w{k}")
+            for i in range(40):
+                s.append(_m(f"m{i}", tools=("t",) if i % 3 == 0 else ()))
+                if i % 7 == 6 and (i - 3) % 11 != 10:  # (not one deleted below)
+                    s.update(_m(f"m{i - 3}", f"updated {i}", "assistant"))
+                if i % 11 == 10:
+                    s.delete(f"m{i}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        df = store.sql("SELECT session_id, count(*) AS n, sum(tokens) AS t FROM messages GROUP BY ALL")
+        assert (df["n"] <= 40).all()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert_views_match(store)
+    if other is not store:
+        other.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+def test_the_cache_is_right_after_a_writer_process_is_killed(kind, new_store):
+    """A process writing in a loop is killed (SIGKILL) at some point of a write; the views
+    of a store that had its cache before then equal the reference."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    store = new_store(kind)  # (a DuckDB file admits one process)
+    store.session("pre").append(_m("p1"))
+    store.sql("SELECT count(*) FROM messages")
+    code = (
+        "import sys, sessionkit as sk\n"
+        "st = sk.open_store(sys.argv[1])\n"
+        "s = st.session('killed')\n"
+        "print('ready', flush=True)\n"
+        "i = 0\n"
+        "while True:\n"
+        "    s.append_many([{'id': f'k{i}', 'role': 'user', 'parts': [{'type': 'text', 'text': 'x' * 500}]},"
+        " {'id': f'k{i}b', 'role': 'assistant', 'parts': [{'type': 'tool-t', 'toolCallId': 'c', 'input': {}}]}])\n"
+        "    if i % 5 == 4:\n"
+        "        s.update({'id': f'k{i - 2}', 'role': 'user', 'parts': [{'type': 'text', 'text': 'changed'}]})\n"
+        "    i += 1\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, store.path], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    store.sql("SELECT count(*) FROM messages")  # a refresh while it writes
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(store.session("killed")) > 0
+    assert_views_match(store)
