@@ -578,9 +578,10 @@ class AsyncStore:
         """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
         return await self._call("sql", query, params)
 
-    async def sql_arrow(self, query: str, params=None):
+    async def sql_arrow(self, query: str, params=None, *, session_ids=None):
         """``store.sql`` as a ``pyarrow.Table``."""
-        return await self._call("sql_arrow", query, params)
+        ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
+        return await self._call("sql_arrow", query, params, session_ids=ids)
 
     async def to_arrow(self, view: str):
         """One analysis view as a ``pyarrow.Table``."""

@@ -114,9 +114,7 @@ def messages_df(store, session_ids=None):
     ids = _session_ids(session_ids)
     if ids is None:
         return _df(store.sql_arrow(f"SELECT {_D1_SELECT} FROM messages ORDER BY seq"))
-    return _df(store.sql_arrow(
-        f"SELECT {_D1_SELECT} FROM messages WHERE session_id IN (SELECT unnest($ids::VARCHAR[])) ORDER BY seq",
-        {"ids": ids}))
+    return _df(store.sql_arrow(f"SELECT {_D1_SELECT} FROM messages ORDER BY seq", session_ids=ids))
 
 
 def to_pandas(session):
@@ -136,9 +134,7 @@ def events_df(store, session_ids=None):
     ids = _session_ids(session_ids)
     if ids is None:
         return _df(store.to_arrow("events"))
-    return _df(store.sql_arrow(
-        "SELECT * FROM events WHERE session_id IN (SELECT unnest($ids::VARCHAR[])) ORDER BY session_id, seq",
-        {"ids": ids}))
+    return _df(store.sql_arrow("SELECT * FROM events ORDER BY session_id, seq", session_ids=ids))
 
 
 def _schema(pa, name: str, options: dict):

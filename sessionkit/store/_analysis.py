@@ -322,22 +322,38 @@ def install_views(con, tables: dict[str, str], tree: bool) -> None:
         _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {select}")
 
 
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
+    """``tables`` restricted to some sessions (the views over them hold only those)."""
+    listed = ", ".join(_literal(s) for s in session_ids) or "NULL"
+    return {name: f"(SELECT * FROM {table} WHERE session_id IN ({listed}))" for name, table in tables.items()}
+
+
 def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
-              names: set[str] | None = None) -> Any:
+              names: set[str] | None = None, session_ids: list[str] | None = None) -> Any:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
     rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed;
-    ``names`` are those the query uses, when already known."""
+    ``names`` are those the query uses, when already known; ``session_ids`` restricts the
+    views to those sessions for this query (the tree columns are then computed for them
+    only)."""
     duckdb = duckdb_module()
     _pyarrow()
     check_query(con, query)
     if names is None:
         names = names_used(con, query)
     tree = "*" in names or bool(names & set(TREE_COLUMNS))
-    if "tree" not in state:
+    if session_ids is not None:
+        install_views(con, scoped(tables, session_ids), tree)
+        state.clear()  # the next query puts the store-wide views back
+    elif "tree" not in state:
         install_views(con, tables, tree)
+        state["tree"] = tree
     elif state["tree"] != tree:  # only messages differs between the two
         _do(con, f"CREATE OR REPLACE TEMP VIEW messages AS {view_sql(tables, tree=tree)['messages']}")
-    state["tree"] = tree
+        state["tree"] = tree
     _do(con, "BEGIN TRANSACTION")
     try:
         try:
@@ -648,12 +664,12 @@ class Cache:
             self.log_count += len(log)
 
     # -- queries ------------------------------------------------------------------------
-    def query(self, query: str, params: Any = None):
+    def query(self, query: str, params: Any = None, session_ids: list[str] | None = None):
         with self.lock:
             check_query(self.con, query)
             names = names_used(self.con, query)
             self.refresh({c for c in LAZY_COLUMNS if c in names or "*" in names})
-            return run_query(self.con, self.TABLES, query, params, self.views, names)
+            return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids)
 
 
 #: Message rows a refresh holds as Python rows at once (without ADBC).

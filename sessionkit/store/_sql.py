@@ -1158,7 +1158,7 @@ class SQLEngine(Engine):
     #: Whether rows become visible in write-sequence order (one writer at a time).
     ORDERED_COMMITS = True
 
-    def analysis_query(self, query: str, params: Any = None) -> Any:
+    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None) -> Any:
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
         The shared engine keeps an in-memory cache of the analysis columns beside the
@@ -1171,7 +1171,7 @@ class SQLEngine(Engine):
                 cache = self._analysis
                 if cache is None:
                     cache = self._analysis = _analysis.Cache(self, ordered=self.ORDERED_COMMITS)
-        return cache.query(query, params)
+        return cache.query(query, params, session_ids)
 
     def close_analysis(self) -> None:
         cache, self._analysis = self._analysis, None

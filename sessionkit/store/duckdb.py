@@ -299,7 +299,7 @@ class DuckDBEngine(LocalEngine):
                 self._db.close()
 
     # -- analysis: queries on this database's own tables --------------------------------
-    def analysis_query(self, query, params=None):
+    def analysis_query(self, query, params=None, session_ids=None):
         """A read-only query over views defined on this store's own tables (see
         ``_analysis``): on a second connection to the database, in a transaction of its
         own (one snapshot; the store's writers go on) that is rolled back."""
@@ -313,7 +313,7 @@ class DuckDBEngine(LocalEngine):
                         raise StoreClosed("the store is closed")
                     con = self._analysis = _analysis.new_connection(self._db)
             tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
-            return _analysis.run_query(con, tables, query, params, self._views)
+            return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids)
 
     # -- connection model --------------------------------------------------------------
     def rolled_back(self) -> None:

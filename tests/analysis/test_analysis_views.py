@@ -350,3 +350,17 @@ def test_the_cache_is_right_after_a_writer_process_is_killed(kind, new_store):
     proc.wait()
     assert len(store.session("killed")) > 0
     assert_views_match(store)
+
+
+def test_views_of_some_sessions_equal_the_store_wide_ones_filtered(engine, new_store):
+    store = new_store(engine, memory=True)
+    for _ in scenario(store):
+        pass
+    full = store.messages_df()
+    for ids in (["a"], ["z", "y"], ["no such session"], ["it's", "a"]):
+        some = store.messages_df(session_ids=ids)
+        want = full[full["session_id"].isin(ids)].reset_index(drop=True)
+        assert some.equals(want), ids
+        got = store.sql_arrow("SELECT count(*) AS n FROM sessions", session_ids=ids).to_pylist()[0]["n"]
+        assert got == len(set(ids) & {i.id for i in store.list_sessions()} | (set(ids) & {"solo"}))
+    assert store.sql("SELECT count(DISTINCT session_id) AS n FROM messages")["n"][0] == len(store.list_sessions())
