@@ -220,6 +220,15 @@ def _sqlite_branch_column(engine: SQLEngine) -> None:
     engine.upgrade_to_3()
 
 
+def _add_analysis_columns(engine: SQLEngine) -> None:
+    """Version 6: the analysis columns (those a store already has are left alone)."""
+    have = engine.message_columns()
+    for name, kind, extra in (("text", "text", ""), ("n_parts", "int", " DEFAULT 0"), ("tool_names", "text", ""),
+                              ("metadata", "text", "")):
+        if name not in have:
+            engine.execute(engine.compile(f"ALTER TABLE {{messages}} ADD COLUMN {name} {{t_{kind}}}{extra}"))
+
+
 def _fill_analysis_columns(engine: SQLEngine) -> None:
     """Version 6: compute the analysis columns of every stored message (a batch at a time)."""
     last = 0
@@ -258,14 +267,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "SQLite: the search window, created when a store outgrows it"),
     Migration(5, "the schema ledger (sessionkit_migrations)", {"*": (_create_table("migrations"),)}),
     Migration(6, "analysis columns stored with each message (text, n_parts, tool_names, metadata) and the change log", {
-        "*": (
-            "ALTER TABLE {messages} ADD COLUMN text {t_text}",
-            "ALTER TABLE {messages} ADD COLUMN n_parts {t_int} DEFAULT 0",
-            "ALTER TABLE {messages} ADD COLUMN tool_names {t_text}",
-            "ALTER TABLE {messages} ADD COLUMN metadata {t_text}",
-            _create_table("changes"),
-            _fill_analysis_columns,
-        ),
+        "*": (_add_analysis_columns, _create_table("changes"), _fill_analysis_columns),
         # the fast append function takes the new columns (a new signature: drop the old one)
         "postgresql": ("DROP FUNCTION IF EXISTS {fn_append}(text, text, text, text, text, text, bigint, bigint, text,"
                        " tsvector, bigint, bigint, text, text[])",),
@@ -1201,6 +1203,12 @@ class SQLEngine(Engine):
         if events:
             self.log_change(sid, "events", start)
         return events
+
+    def message_columns(self) -> set[str]:
+        """The columns the stored messages table has (a migration's probe)."""
+        with self.guard(), self.connection() as conn:
+            cur = conn.execute(self.compile("SELECT * FROM {messages} LIMIT 0"))
+            return {d[0] for d in cur.description}
 
     def log_change(self, sid: str, kind: str, seq: int | None = None) -> None:
         """Record a change in place for analysis caches (see ``TABLES["changes"]``)."""
