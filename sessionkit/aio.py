@@ -578,6 +578,23 @@ class AsyncStore:
         """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
         return await self._call("sql", query, params)
 
+    async def sql_arrow(self, query: str, params=None, *, session_ids=None):
+        """``store.sql`` as a ``pyarrow.Table``."""
+        ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
+        return await self._call("sql_arrow", query, params, session_ids=ids)
+
+    async def to_arrow(self, view: str):
+        """One analysis view as a ``pyarrow.Table``."""
+        return await self._call("to_arrow", view)
+
+    async def runs_df(self):
+        """The ``runs`` view as a pandas DataFrame."""
+        return await self._call("runs_df")
+
+    async def events_df(self, session_ids=None):
+        """The ``events`` view (of ``session_ids``) as a pandas DataFrame."""
+        return await self._call("events_df", session_ids)
+
     # -- transactions (the worker holds the sync store's transaction between calls) -----------------
     async def _tx_enter(self) -> _Token | None:
         """Open a transaction on the worker for this task; None when it is in one already."""

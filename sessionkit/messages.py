@@ -27,6 +27,7 @@ from typing import Any
 
 from .errors import InvalidMessage, MessageTooLarge
 from .parts import text_of as message_text  # the text of a message: its text parts joined by blank lines
+from .parts import tool_names as _tool_names
 
 __all__ = [
     "validate",
@@ -513,10 +514,11 @@ class Prepared:
     """
 
     __slots__ = ("full_json", "stored_json", "blobs", "tokens", "bytes", "text", "id", "role", "created_at",
-                 "_message")
+                 "n_parts", "tool_names", "metadata", "_message")
 
     def __init__(self, *, full_json: str, stored_json: str, blobs: dict[str, bytes], tokens: int, bytes: int,
-                 text: str, id: str, role: str, created_at: str, message: dict | None = None):
+                 text: str, id: str, role: str, created_at: str, message: dict | None = None,
+                 n_parts: int = 0, tool_names: str | None = None, metadata: str | None = None):
         self.full_json = full_json  # the message as it will read back, as JSON
         self.stored_json = stored_json  # JSON kept in the row: payloads replaced by references
         self.blobs = blobs  # sha256 hex -> bytes
@@ -526,6 +528,11 @@ class Prepared:
         self.id = id
         self.role = role
         self.created_at = created_at  # the message's createdAt, as stored
+        # The analysis columns stored with the row (SPEC D1/D5): number of parts, the
+        # tools its parts call (a JSON array, None when none) and its metadata as JSON.
+        self.n_parts = n_parts
+        self.tool_names = tool_names
+        self.metadata = metadata
         self._message = message
 
     @property
@@ -676,6 +683,7 @@ def prepare(
     if type(mid) is not str or type(role) is not str or type(created) is not str:
         msg = msg or _scan(full_json, 0)[0]
         mid, role, created = msg["id"], msg["role"], msg["createdAt"]  # plain strings, as they read back
+    n_parts, tools, meta = analysis_fields(msg if msg is not None else message)
     return Prepared(
         full_json=full_json,
         stored_json=stored_json,
@@ -687,7 +695,20 @@ def prepare(
         role=role,
         created_at=created,
         message=msg,
+        n_parts=n_parts,
+        tool_names=tools,
+        metadata=meta,
     )
+
+
+def analysis_fields(message: dict) -> tuple[int, str | None, str | None]:
+    """``(n_parts, tool names as a JSON array or None, metadata as JSON or None)`` of a
+    message as it reads back: the analysis columns stored beside its text (SPEC D5)."""
+    parts = message.get("parts")
+    names = _tool_names(message)
+    meta = message.get("metadata")
+    return (len(parts) if isinstance(parts, list) else 0, dumps(names) if names else None,
+            None if meta is None else dumps(meta))
 
 
 def _escape_keys(value: Any) -> bool:

@@ -22,8 +22,9 @@ on_latest_path whether it lies on the path from the root to the latest leaf
 compacted_by   id of the newest compaction whose range holds it, else missing
 ============== ==================================================================
 
-``store.sql(query)`` runs DuckDB SQL over these views of the store, taken when
-the query runs (changes made by the query stay in that snapshot):
+``store.sql(query)`` runs one read-only DuckDB SELECT over these views of the
+store (``store.sql_arrow`` gives the result as a ``pyarrow.Table``, and
+``store.to_arrow(view)`` a whole view):
 
 * ``messages``: the D1 columns plus ``seq`` (store-wide write order) and
   ``metadata`` (JSON text; use ``json_extract``);
@@ -33,25 +34,33 @@ the query runs (changes made by the query stay in that snapshot):
 * ``compactions``: ``session_id, id, from_id, to_id, summary, created_at,
   tokens_before, tokens_after, message_count``;
 * ``runs``: ``session_id, run_id, status, error, input, started_at, ended_at,
-  tokens_in, tokens_out, cache_read, cache_write, cost_usd, model, usage`` (JSON);
-* ``events``: ``session_id, seq, run_id, kind, ts, data`` (the event as JSON).
+  tokens_in, tokens_out, cache_read, cache_write, cost_usd, model, usage`` (JSON),
+  ``run_number`` (``store.runs_df()``);
+* ``events``: ``session_id, seq, run_id, kind, ts, data`` (the event as JSON;
+  ``store.events_df(session_ids=None)``).
 
-Only the views a query names are built. Building ``messages`` reads every
-message of the store once, so on very large stores filter with
-``messages_df(session_ids=...)`` or export to Parquet once and query that.
+Analysis runs where the data is (SPEC D5): every engine stores ``text``,
+``n_parts``, ``tool_names`` and ``metadata`` with each message when it is written,
+and the tree columns are computed in SQL, so no query decodes a message. On a
+DuckDB store the views are defined over the store's own tables and a query reads
+one snapshot of them; on SQLite and PostgreSQL they are defined over an in-memory
+DuckDB cache of those columns, filled by the first query and brought up to date
+before each later one from the rows written since and the store's change log
+(see ``sessionkit/store/_analysis.py``). The tree columns cost a pass over the
+messages, so a query that names none of them (and no ``*``) skips it. Anything
+but a single SELECT raises ``ValueError``: a query never writes the store.
 
 >>> store.sql("SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY n DESC")
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..errors import missing
 from ._tables import D1_COLUMNS, TABLES, StoreData
 
-__all__ = ["to_pandas", "messages_df", "sql", "arrow_table", "D1_COLUMNS", "TABLES"]
+__all__ = ["to_pandas", "messages_df", "runs_df", "events_df", "sql", "arrow_table", "D1_COLUMNS", "TABLES"]
 
 
 def _pandas():
@@ -78,29 +87,54 @@ def _duckdb():
     return duckdb
 
 
-def _frame(cols: dict[str, list]):
-    pd = _pandas()
-    data = {name: cols[name] for name in D1_COLUMNS}
-    data["created_at"] = pd.to_datetime(pd.Series(cols["created_at"], dtype=object), utc=True, format="ISO8601")
-    frame = pd.DataFrame(data, columns=list(D1_COLUMNS))
-    for name in ("depth", "n_parts", "tokens", "bytes", "n_children"):
-        frame[name] = frame[name].astype("int64")
-    frame["on_latest_path"] = frame["on_latest_path"].astype(bool)
-    return frame
+_D1_SELECT = ", ".join(D1_COLUMNS)
 
 
-def to_pandas(session):
-    """One row per message of ``session`` in write order, with the SPEC D1 columns."""
+def _session_ids(session_ids) -> list[str] | None:
+    if session_ids is None:
+        return None
+    if isinstance(session_ids, str):
+        session_ids = [session_ids]
+    ids = list(dict.fromkeys(session_ids))
+    for sid in ids:
+        if not isinstance(sid, str):
+            raise TypeError(f"session ids must be str, got {type(sid).__name__}")
+    return ids
+
+
+def _df(table):
+    """A pandas DataFrame from an Arrow table (pandas needed)."""
     _pandas()
-    data = StoreData(session.store, [session.session_id])
-    return _frame(data.messages())
+    return table.to_pandas()
 
 
 def messages_df(store, session_ids=None):
     """One row per message of ``store`` (or of ``session_ids``) in write order, SPEC D1 columns."""
     _pandas()
-    data = StoreData(store, session_ids)
-    return _frame(data.messages())
+    ids = _session_ids(session_ids)
+    if ids is None:
+        return _df(store.sql_arrow(f"SELECT {_D1_SELECT} FROM messages ORDER BY seq"))
+    return _df(store.sql_arrow(f"SELECT {_D1_SELECT} FROM messages ORDER BY seq", session_ids=ids))
+
+
+def to_pandas(session):
+    """One row per message of ``session`` in write order, with the SPEC D1 columns."""
+    return messages_df(session.store, [session.session_id])
+
+
+def runs_df(store):
+    """The ``runs`` view (one row per run, by session then start order) as a DataFrame."""
+    _pandas()
+    return _df(store.to_arrow("runs"))
+
+
+def events_df(store, session_ids=None):
+    """The ``events`` view (of ``session_ids``, default all) by session then ``seq``, as a DataFrame."""
+    _pandas()
+    ids = _session_ids(session_ids)
+    if ids is None:
+        return _df(store.to_arrow("events"))
+    return _df(store.sql_arrow("SELECT * FROM events ORDER BY session_id, seq", session_ids=ids))
 
 
 def _schema(pa, name: str, options: dict):
@@ -145,36 +179,15 @@ def arrow_table(data: StoreData, name: str, **options):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _views_named(query: str) -> list[str]:
-    return [name for name in TABLES if re.search(rf"\b{name}\b", query, re.IGNORECASE)]
-
-
 def sql(store, query: str, params: Any = None):
     """Run DuckDB SQL over the ``messages``, ``sessions``, ``compactions``, ``runs`` and
     ``events`` views of ``store`` and return a pandas DataFrame.
 
-    ``params`` (a list or dict) binds ``?`` / ``$name`` placeholders. An SQL error
-    raises ``ValueError`` carrying DuckDB's message.
+    ``params`` (a list or dict) binds ``?`` / ``$name`` placeholders. An SQL error,
+    or a statement other than one SELECT, raises ``ValueError`` carrying DuckDB's
+    message.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")
-    duckdb = _duckdb()
     _pandas()
-    names = _views_named(query)
-    data = StoreData(store)
-    tables = {name: arrow_table(data, name, extra=True) if name == "messages" else arrow_table(data, name)
-              for name in names}
-    con = duckdb.connect(":memory:")
-    try:
-        for name, table in tables.items():
-            con.register(name, table)
-        try:
-            if params is None:
-                con.execute(query)
-            else:
-                con.execute(query, params)
-            return con.fetchdf()
-        except duckdb.Error as exc:
-            raise ValueError(f"store.sql: {exc}") from exc
-    finally:
-        con.close()
+    return _df(store.sql_arrow(query, params))

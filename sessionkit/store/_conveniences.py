@@ -25,6 +25,18 @@ def sql(store: Any, query: str, params: Any = None) -> Any:
     return run(store, query, params)
 
 
+def runs_df(store: Any) -> Any:
+    from ..analysis import runs_df as build
+
+    return build(store)
+
+
+def events_df(store: Any, session_ids: Any = None) -> Any:
+    from ..analysis import events_df as build
+
+    return build(store, session_ids)
+
+
 def to_pandas(session: Any) -> Any:
     from ..analysis import to_pandas as build
 

@@ -549,6 +549,10 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
 
+    @abc.abstractmethod
+    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None) -> Any:
+        """A read-only DuckDB query over the analysis views (of ``session_ids``), as a ``pyarrow.Table``."""
+
     # internal records --------------------------------------------------------
     # Small JSON documents that components built on the store (the HTTP server)
     # keep beside a session: ``(session_id, kind, n) -> data``. They belong to the
@@ -1183,6 +1187,41 @@ class Store:
     def sql(self, query: str, params=None):
         """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
         return _conveniences.sql(self, query, params)
+
+    def runs_df(self):
+        """The ``runs`` view as a pandas DataFrame (one row per run); see sessionkit.analysis."""
+        return _conveniences.runs_df(self)
+
+    def events_df(self, session_ids=None):
+        """The ``events`` view as a pandas DataFrame (of ``session_ids``, default all); see sessionkit.analysis."""
+        return _conveniences.events_df(self, session_ids)
+
+    def sql_arrow(self, query: str, params=None, *, session_ids: Iterable[str] | None = None):
+        """Run one read-only DuckDB SELECT over the analysis views; the result as a ``pyarrow.Table``.
+
+        On a DuckDB store the views are defined over the store's own tables; on SQLite
+        and PostgreSQL over an in-memory cache of the analysis columns beside the store,
+        brought up to date from the store's change log before each query (see
+        ``sessionkit.analysis``). Anything but one SELECT -> ``ValueError``; ``params``
+        binds ``?`` or ``$name`` placeholders. ``session_ids`` makes every view hold only
+        those sessions for this query (their tree columns computed for them alone, so a
+        query about one session costs that session). Needs the ``analysis`` extra."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if params is not None and not isinstance(params, (list, tuple, dict)):
+            raise TypeError(f"params must be a list, tuple or dict, got {type(params).__name__}")
+        eng = self._check()
+        ids = self._scan_ids(eng, session_ids)
+        return eng.analysis_query(query, params, ids)
+
+    def to_arrow(self, view: str):
+        """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)
+        as a ``pyarrow.Table``, in its natural order (messages in write order)."""
+        from ._analysis import VIEW_ORDER
+
+        if view not in VIEW_ORDER:
+            raise ValueError(f"unknown view {view!r}; views are {', '.join(VIEW_ORDER)}")
+        return self.sql_arrow(f"SELECT * FROM {view} ORDER BY {VIEW_ORDER[view]}")
 
 
 # ---------------------------------------------------------------------------

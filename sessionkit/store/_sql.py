@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 #: The schema version every engine writes (see :data:`MIGRATIONS`).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Stored JSON longer than this (characters) continues in ``sessionkit_chunks`` rows.
 DEFAULT_CHUNK_CHARS = 1 << 20
@@ -130,6 +130,13 @@ TABLES: dict[str, Table] = {t.name: t for t in (
         # so it needs no entry in the children index (see sqlite.py). Before content,
         # so reading it never reads a long row's overflow pages.
         Column("branch", "int", default="1", only=("sqlite",)),
+        # The analysis columns (SPEC D1/D5), written with the row so that no query decodes
+        # messages: the text parts joined by blank lines, the number of parts, the tools
+        # the parts call (a JSON array; NULL when none) and the metadata as JSON.
+        Column("text", "text", null=True),
+        Column("n_parts", "int", default="0"),
+        Column("tool_names", "text", null=True),
+        Column("metadata", "text", null=True),
         Column("content", "text"),
         # DuckDB: the message's word count in its search index (NULL: not indexed).
         Column("index_len", "int", null=True, only=("duckdb",)),
@@ -174,6 +181,13 @@ TABLES: dict[str, Table] = {t.name: t for t in (
     Table("records", (
         Column("session_id", "text"), Column("kind", "text"), Column("n", "bigint"), Column("data", "text"),
     ), key=("session_id", "kind", "n"), clustered=True),
+    # What changed in place (updates, deletes, compactions, runs, events), in write order:
+    # an analysis cache beside the store replays it instead of reading the store again
+    # (appends need no entry: they are the rows above the cache's last seq). DuckDB
+    # queries its own tables and keeps none.
+    Table("changes", (
+        Column("n", "seq"), Column("session_id", "text"), Column("kind", "text"), Column("seq", "bigint", null=True),
+    ), key=("n",), only=_SQLITE_PG),
     # The schema ledger: one row per migration applied to this store.
     Table("migrations", (Column("version", "int"), Column("note", "text"), Column("applied_at", "text")),
           key=("version",), clustered=True),
@@ -206,6 +220,32 @@ def _sqlite_branch_column(engine: SQLEngine) -> None:
     engine.upgrade_to_3()
 
 
+def _add_analysis_columns(engine: SQLEngine) -> None:
+    """Version 6: the analysis columns (those a store already has are left alone)."""
+    have = engine.message_columns()
+    for name, kind, extra in (("text", "text", ""), ("n_parts", "int", " DEFAULT 0"), ("tool_names", "text", ""),
+                              ("metadata", "text", "")):
+        if name not in have:
+            engine.execute(engine.compile(f"ALTER TABLE {{messages}} ADD COLUMN {name} {{t_{kind}}}{extra}"))
+
+
+def _fill_analysis_columns(engine: SQLEngine) -> None:
+    """Version 6: compute the analysis columns of every stored message (a batch at a time)."""
+    last = 0
+    while True:
+        rows = engine.fetch(engine.sql["fill_source"], (last, 2000))
+        if not rows:
+            return
+        last = rows[-1][0]
+        long = [seq for seq, chunks, _ in rows if chunks]
+        full = dict(zip(long, engine.contents(long))) if long else {}
+        values = []
+        for seq, _, content in rows:
+            message = _msg.restore(full.get(seq) or content, engine.blob)
+            values.append((_msg.message_text(message), *_msg.analysis_fields(message), seq))
+        engine.update_analysis_columns(values)
+
+
 #: Every engine follows this one ledger: a store at version v has had every migration
 #: up to v applied (version 1 is the first table layout). Files written before the
 #: ledger carry the same numbers: versions 3 and 4 changed SQLite files only, so a
@@ -226,6 +266,12 @@ MIGRATIONS: tuple[Migration, ...] = (
               {"sqlite": (_sqlite_branch_column,)}),
     Migration(4, "SQLite: the search window, created when a store outgrows it"),
     Migration(5, "the schema ledger (sessionkit_migrations)", {"*": (_create_table("migrations"),)}),
+    Migration(6, "analysis columns stored with each message (text, n_parts, tool_names, metadata) and the change log", {
+        "*": (_add_analysis_columns, _create_table("changes"), _fill_analysis_columns),
+        # the fast append function takes the new columns (a new signature: drop the old one)
+        "postgresql": ("DROP FUNCTION IF EXISTS {fn_append}(text, text, text, text, text, text, bigint, bigint, text,"
+                       " tsvector, bigint, bigint, text, text[])",),
+    }),
 )
 
 
@@ -293,7 +339,8 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
         name="sqlite",
         types={"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "blob": "BLOB"},
         seq_columns={"messages": "seq INTEGER PRIMARY KEY",
-                     "compactions": "seq INTEGER PRIMARY KEY AUTOINCREMENT"},
+                     "compactions": "seq INTEGER PRIMARY KEY AUTOINCREMENT",
+                     "changes": "n INTEGER PRIMARY KEY AUTOINCREMENT"},
         ints_rows="SELECT value FROM json_each(?)",
         texts_rows="SELECT value FROM json_each(?)",
         clustered_suffix=" WITHOUT ROWID",
@@ -314,7 +361,8 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
         name="postgresql",
         types={"text": "text", "int": "integer", "bigint": "bigint", "blob": "bytea"},
         seq_columns={"messages": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-                     "compactions": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"},
+                     "compactions": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                     "changes": "n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"},
         ints_rows="SELECT unnest(?::bigint[])",
         texts_rows="SELECT unnest(?::text[])",
         in_ints="= ANY(?::bigint[])",
@@ -374,7 +422,8 @@ STATEMENTS: dict[str, str] = {
     "ledger": "SELECT version, note, applied_at FROM {migrations} ORDER BY version",
     # writes
     "insert": ("INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,"
-               " path_bytes, path_tokens, chunks, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+               " path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                " ON CONFLICT (session_id, id) DO NOTHING RETURNING seq"),
     "delete_chunks": "DELETE FROM {chunks} WHERE seq {in_seqs}",
     "blobs_present": "SELECT sha256 FROM {blobs} WHERE sha256 {in_shas} ORDER BY sha256{lock_share}",
@@ -384,7 +433,12 @@ STATEMENTS: dict[str, str] = {
     "blobs_gc": ("DELETE FROM {blobs} WHERE sha256 {in_shas}"
                  " AND NOT EXISTS (SELECT 1 FROM {blob_refs} r WHERE r.sha256 = {blobs}.sha256)"),
     "update": ("UPDATE {messages} SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,"
-               " path_tokens = path_tokens + ?, chunks = ?, content = ? WHERE seq = ?"),
+               " path_tokens = path_tokens + ?, chunks = ?, text = ?, n_parts = ?, tool_names = ?, metadata = ?,"
+               " content = ? WHERE seq = ?"),
+    "fill_source": "SELECT seq, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
+    "fill_analysis": "UPDATE {messages} SET text = ?, n_parts = ?, tool_names = ?, metadata = ? WHERE seq = ?",
+    "log_change": "INSERT INTO {changes} (session_id, kind, seq) VALUES (?, ?, ?)",
+    "run_session": "SELECT session_id FROM {runs} WHERE run_id = ?",
     "shift_paths": ("UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ?"
                     " WHERE seq {in_seqs}"),
     "descendants": (
@@ -457,6 +511,8 @@ class SQLEngine(Engine):
     EXTRA_SCHEMA: tuple[str, ...] = ()
     #: Rows a path read takes in one statement at most.
     PAGE = 256
+    #: Whether writes in place are recorded in ``sessionkit_changes`` (for analysis caches).
+    CHANGE_LOG = True
     #: Whether paths are read as range scans of their runs (see :meth:`walk`); engines
     #: without an index on ``(session_id, seq)`` follow parents one key at a time.
 
@@ -472,6 +528,8 @@ class SQLEngine(Engine):
         self.sql = self.compile_all()
         self._index_on = False
         self._inserts: dict[tuple[str, str], str] = {}
+        self._analysis: Any = None
+        self._analysis_setup = threading.Lock()
 
     # -- SQL text ---------------------------------------------------------------
     @staticmethod
@@ -491,6 +549,8 @@ class SQLEngine(Engine):
             lock_update=d.lock_update,
             ints_rows=d.ints_rows,
             texts_rows=d.texts_rows,
+            t_text=d.types["text"],
+            t_int=d.types["int"],
         )
         return fields
 
@@ -926,10 +986,12 @@ class SQLEngine(Engine):
         return Node(seq, prep.id, parent.id, parent.depth + 1, prep.bytes, prep.tokens,
                     parent.path_bytes + prep.bytes, parent.path_tokens + prep.tokens, created_at, prep.role)
 
-    def message_values(self, sid: str, node: Node, head: str, nchunks: int) -> tuple:
+    @staticmethod
+    def message_values(sid: str, node: Node, head: str, nchunks: int, prep) -> tuple:
         """The values of the shared message columns, as ``STATEMENTS["insert"]`` lists them."""
         return (sid, node.id, node.parent_id, node.depth, node.role, node.created_at, node.bytes, node.tokens,
-                node.path_bytes, node.path_tokens, nchunks, head)
+                node.path_bytes, node.path_tokens, nchunks, prep.text, prep.n_parts, prep.tool_names,
+                prep.metadata, head)
 
     def w_insert(self, sid, prep, parent, created_at, index):
         node = self.placed(prep, parent, created_at)
@@ -946,7 +1008,7 @@ class SQLEngine(Engine):
 
     def insert_row(self, sid, prep, node: Node, parent: Node | None, head: str, nchunks: int, index: bool):
         """Insert a message row unless its id is stored; the new seq, or None."""
-        row = self.fetch_one(self.sql["insert"], self.message_values(sid, node, head, nchunks))
+        row = self.fetch_one(self.sql["insert"], self.message_values(sid, node, head, nchunks, prep))
         return None if row is None else row[0]
 
     def w_insert_many(self, sid, items, index):
@@ -1034,8 +1096,9 @@ class SQLEngine(Engine):
         self.lock_session(sid)
         head, chunks = self.split(prep.stored_json)
         d_bytes, d_tokens = prep.bytes - node.bytes, prep.tokens - node.tokens
-        self.execute(self.sql["update"], (prep.role, prep.bytes, prep.tokens, d_bytes, d_tokens, len(chunks), head,
-                                          node.seq))
+        self.execute(self.sql["update"], (prep.role, prep.bytes, prep.tokens, d_bytes, d_tokens, len(chunks),
+                                          prep.text, prep.n_parts, prep.tool_names, prep.metadata, head, node.seq))
+        self.log_change(sid, "update", node.seq)
         self.update_extras(sid, node, prep, index)
         self.execute(self.sql["delete_chunks"], (self.listed([node.seq]),))
         self.put_chunks(node.seq, chunks)
@@ -1065,6 +1128,7 @@ class SQLEngine(Engine):
             self.execute(self.sql["delete_messages"], (self.listed(part),))
         for part in _split(ids, 1000):
             self.execute(self.sql["delete_compactions_of"], (sid, self.listed(part), self.listed(part)))
+        self.log_change(sid, "delete", min(seqs) if seqs else None)
 
     def w_clear(self, sid):
         self.lock_session(sid)
@@ -1076,26 +1140,59 @@ class SQLEngine(Engine):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
         self.execute(self.sql["clear_messages"], (sid,))
         self.execute(self.sql["clear_compactions"], (sid,))
+        self.log_change(sid, "delete", min(seqs) if seqs else None)
 
     def w_delete_session(self, sid):
         self.w_clear(sid)
         self.lock_events(sid)
         for name in ("clear_runs", "clear_events", "clear_records"):
             self.execute(self.sql[name], (sid,))
+        self.log_change(sid, "runs")
+        self.log_change(sid, "events")
 
     def w_add_compaction(self, sid, comp):
         self.lock_session(sid)
         self.execute(self.sql["add_compaction"], (sid, comp.id, comp.from_id, comp.to_id, comp.summary,
                                                   comp.created_at, comp.tokens_before, comp.tokens_after))
+        self.log_change(sid, "compactions")
+
+    # -- analysis (store.sql): DuckDB SQL over a cache of the analysis columns ----------
+    #: Whether rows become visible in write-sequence order (one writer at a time).
+    ORDERED_COMMITS = True
+
+    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None) -> Any:
+        """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
+
+        The shared engine keeps an in-memory cache of the analysis columns beside the
+        store, refreshed from the change log before each query (``_analysis.Cache``)."""
+        from . import _analysis
+
+        cache = self._analysis
+        if cache is None:
+            with self._analysis_setup:
+                cache = self._analysis
+                if cache is None:
+                    cache = self._analysis = _analysis.Cache(self, ordered=self.ORDERED_COMMITS)
+        return cache.query(query, params, session_ids)
+
+    def close_analysis(self) -> None:
+        cache, self._analysis = self._analysis, None
+        if cache is not None:
+            cache.close()
 
     # -- writes: runs, events, records ----------------------------------------------
     def w_run_begin(self, sid, run_id, input, started_at):
         self.lock_events(sid)
         self.execute(self.sql["run_begin"], (run_id, sid, input, started_at, sid))
+        self.log_change(sid, "runs")
 
     def w_run_end(self, run_id, status, error, usage, ended_at):
         self.execute(self.sql["run_end"], (status, error, None if usage is None else _msg.dumps(usage), ended_at,
                                            run_id))
+        if self.CHANGE_LOG:
+            row = self.fetch_one(self.sql["run_session"], (run_id,))
+            if row is not None:
+                self.log_change(row[0], "runs")
 
     def w_append_events(self, sid, events):
         self.lock_events(sid)
@@ -1103,7 +1200,24 @@ class SQLEngine(Engine):
         for i, ev in enumerate(events):
             ev["seq"] = start + i
         self.insert_rows("events", [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in events])
+        if events:
+            self.log_change(sid, "events", start)
         return events
+
+    def message_columns(self) -> set[str]:
+        """The columns the stored messages table has (a migration's probe)."""
+        with self.guard(), self.connection() as conn:
+            cur = conn.execute(self.compile("SELECT * FROM {messages} LIMIT 0"))
+            return {d[0] for d in cur.description}
+
+    def log_change(self, sid: str, kind: str, seq: int | None = None) -> None:
+        """Record a change in place for analysis caches (see ``TABLES["changes"]``)."""
+        if self.CHANGE_LOG:
+            self.execute(self.sql["log_change"], (sid, kind, seq))
+
+    def update_analysis_columns(self, values: list) -> None:
+        """``(text, n_parts, tool_names, metadata, seq)`` rows (the version 6 migration)."""
+        self.execute_many(self.sql["fill_analysis"], values)
 
     def w_put_records(self, sid, kind, items):
         latest = dict(items)  # the last value for a number wins

@@ -53,7 +53,7 @@ import threading
 import weakref
 from pathlib import Path
 
-from ..errors import InvalidMessage, SessionKitError, StoreCorrupt, StoreLocked, missing
+from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
 from ._core import Capabilities, Node
 from ._sql import DIALECTS, SCHEMA_VERSION, TABLES, LocalEngine
@@ -176,6 +176,7 @@ class DuckDBEngine(LocalEngine):
     # (DuckDB keeps no index on (session_id, seq), only zone maps): pages grow larger
     # than on SQLite so that a long path takes a few statements.
     PAGE = 4096
+    CHANGE_LOG = False  # analysis queries read this store's own tables (see analysis_query)
     EXTRA_SCHEMA = (_TERMS_TABLE,)
     BEGIN = "BEGIN TRANSACTION"
     STATEMENTS = {
@@ -192,6 +193,7 @@ class DuckDBEngine(LocalEngine):
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
         self._shared = _shared_for(self.path)
+        self._views: dict = {}  # which analysis views the analysis connection has
         self._lock = self._shared.lock
         with self._lock:
             self._db = self._connect(location)
@@ -290,7 +292,28 @@ class DuckDBEngine(LocalEngine):
             if not self._closed:
                 self._closed = True
                 self._shared.users -= 1
+                con, self._analysis = self._analysis, None
+                if con is not None:
+                    with contextlib.suppress(duckdb.Error):
+                        con.close()
                 self._db.close()
+
+    # -- analysis: queries on this database's own tables --------------------------------
+    def analysis_query(self, query, params=None, session_ids=None):
+        """A read-only query over views defined on this store's own tables (see
+        ``_analysis``): on a second connection to the database, in a transaction of its
+        own (one snapshot; the store's writers go on) that is rolled back."""
+        from . import _analysis
+
+        with self._analysis_setup:
+            con = self._analysis
+            if con is None:
+                with self._lock:
+                    if self._closed:
+                        raise StoreClosed("the store is closed")
+                    con = self._analysis = _analysis.new_connection(self._db)
+            tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
+            return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids)
 
     # -- connection model --------------------------------------------------------------
     def rolled_back(self) -> None:
@@ -474,11 +497,11 @@ class DuckDBEngine(LocalEngine):
         row = self.fetch_one(
             """INSERT INTO sessionkit_messages
                (msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                path_bytes, path_tokens, chunks, content, index_len)
-               SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
+                path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content, index_len)
+               SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
                WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)
                RETURNING seq""",
-            (key, *self.message_values(sid, node, head, nchunks), length, key),
+            (key, *self.message_values(sid, node, head, nchunks, prep), length, key),
         )
         if row is None:
             return None
@@ -499,7 +522,8 @@ class DuckDBEngine(LocalEngine):
                 if body:
                     t_seqs.append(node.seq)
                     t_bodies.append(body)
-            rows.append((node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks)), length))
+            rows.append((node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks), prep),
+                         length))
         self.insert_rows("messages", rows)
         self._put_terms(t_seqs, t_bodies)
         self.insert_rows("chunks", chunk_rows)
@@ -508,6 +532,18 @@ class DuckDBEngine(LocalEngine):
                 self.put_blobs(node.seq, prep.blobs)
         self._shared.tails[sid] = nodes[-1]
         return nodes
+
+    def update_analysis_columns(self, values):
+        for start in range(0, len(values), _BULK_ROWS):
+            part = values[start : start + _BULK_ROWS]
+            self.execute(
+                """UPDATE sessionkit_messages SET text = v.text, n_parts = v.n_parts, tool_names = v.tool_names,
+                       metadata = v.metadata
+                   FROM (SELECT unnest(?::VARCHAR[]) AS text, unnest(?::INTEGER[]) AS n_parts,
+                                unnest(?::VARCHAR[]) AS tool_names, unnest(?::VARCHAR[]) AS metadata,
+                                unnest(?::BIGINT[]) AS seq) AS v
+                   WHERE sessionkit_messages.seq = v.seq""",
+                [list(c) for c in zip(*part)])
 
     def update_extras(self, sid, node, prep, index):
         self.execute("UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",

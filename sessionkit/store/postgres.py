@@ -161,7 +161,8 @@ _PG_SQL = {
 _APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
         p_sid text, p_id text, p_kind text, p_parent_id text, p_role text, p_created text,
         p_bytes bigint, p_tokens bigint, p_content text, p_index tsvector,
-        p_index_key bigint, p_session_key bigint, p_channel text, p_notes text[]
+        p_index_key bigint, p_session_key bigint, p_channel text, p_notes text[],
+        p_text text, p_n_parts integer, p_tool_names text, p_metadata text
     ) RETURNS bigint LANGUAGE plpgsql AS $sessionkit$
     DECLARE
         new_seq bigint;
@@ -194,9 +195,10 @@ _APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
             END IF;
         END IF;
         INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                                path_bytes, path_tokens, chunks, content)
+                                path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content)
         VALUES (p_sid, p_id, parent, coalesce(parent_depth + 1, 0), p_role, p_created, p_bytes, p_tokens,
-                coalesce(parent_bytes, 0) + p_bytes, coalesce(parent_tokens, 0) + p_tokens, 0, p_content)
+                coalesce(parent_bytes, 0) + p_bytes, coalesce(parent_tokens, 0) + p_tokens, 0, p_text,
+                p_n_parts, p_tool_names, p_metadata, p_content)
         ON CONFLICT (session_id, id) DO NOTHING
         RETURNING seq INTO new_seq;
         IF new_seq IS NULL THEN  -- the id exists (or, for a named parent, see above)
@@ -215,7 +217,8 @@ _APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
 _APPEND_CALL = (
     "SELECT {fn_append}(%(sid)s::text, %(id)s::text, %(kind)s::text, %(pid)s::text, %(role)s::text,"
     " %(created)s::text, %(bytes)s::bigint, %(tokens)s::bigint, %(content)s::text, %(index)s::tsvector,"
-    " %(index_key)s::bigint, %(session_key)s::bigint, %(ch)s::text, %(notes)s::text[])"
+    " %(index_key)s::bigint, %(session_key)s::bigint, %(ch)s::text, %(notes)s::text[], %(text)s::text,"
+    " %(n_parts)s::integer, %(tool_names)s::text, %(metadata)s::text)"
 )
 
 
@@ -419,7 +422,8 @@ class PostgresEngine(SQLEngine):
         super().__init__(**self._options, table_prefix=self.quote(schema) + ".")
         qs = self.quote(schema) + "."
         self._fields.update(
-            search=qs + self.quote("sessionkit_search"), listeners=qs + self.quote("sessionkit_listeners")
+            search=qs + self.quote("sessionkit_search"), listeners=qs + self.quote("sessionkit_listeners"),
+            fn_append=qs + self.quote("sessionkit_append"),
         )
         fields = {name: self.table(name) for name in ("meta", "messages", "search", "listeners")}
         fields["fn_append"] = qs + self.quote("sessionkit_append")
@@ -509,6 +513,7 @@ class PostgresEngine(SQLEngine):
         if self._closed:
             return
         self._closed = True
+        self.close_analysis()
         listener = self._listener
         if listener is not None:
             listener.stop()
@@ -711,6 +716,7 @@ class PostgresEngine(SQLEngine):
             "content": prep.stored_json, "index": None, "index_key": self._k_index,
             "session_key": self._key("session", sid), "ch": self._channel,
             "notes": self._notes(self._append_doc(sid, prep.id, prep.stored_json)),
+            "text": prep.text, "n_parts": prep.n_parts, "tool_names": prep.tool_names, "metadata": prep.metadata,
         }
         seq = None
         for _ in range(2):
@@ -735,6 +741,9 @@ class PostgresEngine(SQLEngine):
         return out
 
     # -- what several server processes on one store share ----------------------------
+    #: Concurrent transactions commit in any order: a row may appear below a seq already seen.
+    ORDERED_COMMITS = False
+
     #: Several processes may serve this store at once (the HTTP server coordinates them).
     shared = True
 

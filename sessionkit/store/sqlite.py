@@ -149,9 +149,10 @@ def _insert(values: dict[str, str], source: str = "") -> str:
 
 
 # The fast appends' statements; parameters ?1 session, ?2 id, ?3 role, ?4 created_at,
-# ?5 bytes, ?6 tokens, ?7 JSON, then each statement's own.
+# ?5 bytes, ?6 tokens, ?7 JSON, ?8-?11 the analysis columns (text, n_parts, tool_names,
+# metadata), then each statement's own.
 _PLAIN = {"session_id": "?1", "id": "?2", "role": "?3", "created_at": "?4", "bytes": "?5", "tokens": "?6",
-          "chunks": "0", "content": "?7"}
+          "chunks": "0", "content": "?7", "text": "?8", "n_parts": "?9", "tool_names": "?10", "metadata": "?11"}
 _APPEND_ROOT = _insert({**_PLAIN, "parent_id": "NULL", "depth": "0", "path_bytes": "?5", "path_tokens": "?6",
                         "branch": "0"})
 # Under the latest row: it follows its parent (branch 0). The empty session gives a root.
@@ -161,32 +162,33 @@ _APPEND_LATEST = _insert({
     "path_tokens": "coalesce(p.path_tokens, 0) + ?6", "branch": "0",
 }, """FROM (SELECT max(seq) AS seq FROM sessionkit_messages WHERE session_id = ?1) AS last
     LEFT JOIN sessionkit_messages AS p ON p.seq = last.seq""")
-# Under the latest row as this connection last wrote it, (?8 seq, ?9 id, ?10 depth,
-# ?11 path bytes, ?12 path tokens): when the session's latest row is no longer exactly
+# Under the latest row as this connection last wrote it, (?12 seq, ?13 id, ?14 depth,
+# ?15 path bytes, ?16 path tokens): when the session's latest row is no longer exactly
 # that, depth is NULL and the row is ignored (the caller falls back to _APPEND_LATEST).
 # Reading the parent in a subquery of VALUES spares the temporary copy of the row
 # that INSERT ... SELECT makes when it reads the table it writes.
 _APPEND_AFTER = _insert({
-    **_PLAIN, "parent_id": "?9",
+    **_PLAIN, "parent_id": "?13",
     "depth": """CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
-               WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?8, ?9, ?10, ?11, ?12) THEN ?10 + 1 END""",
-    "path_bytes": "?11 + ?5", "path_tokens": "?12 + ?6", "branch": "0",
+               WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?12, ?13, ?14, ?15, ?16) THEN ?14 + 1 END""",
+    "path_bytes": "?15 + ?5", "path_tokens": "?16 + ?6", "branch": "0",
 })
 # What _APPEND_LATEST wrote, for _tails, in the same statement where SQLite has RETURNING.
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 _TAIL_RETURNED = " RETURNING seq, id, depth, path_bytes, path_tokens"
-# Under a given parent (?8 its id): no row when it does not exist.
+# Under a given parent (?12 its id): no row when it does not exist.
 _APPEND_UNDER = _insert({
     **_PLAIN, "parent_id": "p.id", "depth": "p.depth + 1", "path_bytes": "p.path_bytes + ?5",
     "path_tokens": "p.path_tokens + ?6",
     "branch": "p.seq <> (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
-}, "FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?8")
+}, "FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?12")
 # The general insert: a row follows its parent (branch 0) when the parent is the
-# session's latest row (?13: the parent's seq, NULL for a root).
+# session's latest row (?17: the parent's seq, NULL for a root).
 _INSERT_ROW = _insert({
     "session_id": "?1", "id": "?2", "parent_id": "?3", "depth": "?4", "role": "?5", "created_at": "?6",
-    "bytes": "?7", "tokens": "?8", "path_bytes": "?9", "path_tokens": "?10", "chunks": "?11", "content": "?12",
-    "branch": "?13 IS NOT NULL AND ?13 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
+    "bytes": "?7", "tokens": "?8", "path_bytes": "?9", "path_tokens": "?10", "chunks": "?11", "text": "?12",
+    "n_parts": "?13", "tool_names": "?14", "metadata": "?15", "content": "?16",
+    "branch": "?17 IS NOT NULL AND ?17 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
 })
 
 
@@ -333,6 +335,7 @@ class SQLiteEngine(LocalEngine):
         return SessionKitError(f"SQLite store {where}: {text}")
 
     def close(self) -> None:
+        self.close_analysis()
         with self._lock:
             self._closed = True
             self._db.close()
@@ -521,7 +524,7 @@ class SQLiteEngine(LocalEngine):
 
     # -- writes -------------------------------------------------------------------
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
-        values = self.message_values(sid, node, head, nchunks) + (None if parent is None else parent.seq,)
+        values = self.message_values(sid, node, head, nchunks, prep) + (None if parent is None else parent.seq,)
         with self.guard(), self.connection() as db:
             cur = db.execute(self.sql["insert"], values)  # (no RETURNING: SQLite before 3.35 lacks it)
             return cur.lastrowid if cur.rowcount == 1 else None
@@ -537,7 +540,8 @@ class SQLiteEngine(LocalEngine):
             return NotImplemented
         # One statement (its own transaction): the parent's place is read and the row
         # written atomically, so this needs no BEGIN/COMMIT round trips.
-        params = (sid, prep.id, prep.role, created_at, prep.bytes, prep.tokens, prep.stored_json)
+        params = (sid, prep.id, prep.role, created_at, prep.bytes, prep.tokens, prep.stored_json, prep.text,
+                  prep.n_parts, prep.tool_names, prep.metadata)
         with self._lock, self.guard():
             db = self._db
             if parent_id is None:

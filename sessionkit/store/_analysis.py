@@ -1,0 +1,681 @@
+"""Analysis where the data is: the views of ``store.sql`` as DuckDB SQL over the store's tables.
+
+The five views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``;
+their columns in :mod:`sessionkit.analysis`) are written once, in :func:`view_sql`, as
+DuckDB SQL over tables named like the store's own (``sessionkit_messages``...) that hold
+at least the analysis columns every engine stores with each message (``_sql.TABLES``).
+Nothing decodes a message: ``text``, ``n_parts``, ``tool_names`` and ``metadata`` were
+stored when the message was written, and the columns that depend on the tree
+(``n_children``, ``on_latest_path``, ``compacted_by``) are computed here, in SQL:
+
+* a session's rows in write order fall into *runs*: a row whose parent is the row just
+  before it in its session continues the run, any other row starts one (a conversation
+  growing under its newest message is one run). Walking up from a row inside its run
+  passes every earlier row of the run, so a path is a few runs, not a row per step;
+* the latest path is followed from each session's newest row (its latest leaf, SPEC
+  W4) from run to run (a recursive query whose steps are the branch points on the
+  path, not its length), and a compaction's range likewise from its ``to_id`` up to its
+  ``from_id`` (it covers nothing when ``from_id`` is not on the way up, as in
+  :meth:`sessionkit.store.Tree.build`); the newest compaction holding a row wins;
+* ``n_children``: 1 when the next row of the session continues the run, plus the runs
+  that start under the row.
+
+Two ways to have those tables, decided by the engine:
+
+* **DuckDB store**: the views are defined, as temporary views of a second connection
+  to the same database, over the store's own tables. A query runs in a read
+  transaction on that connection (one consistent snapshot, never blocking the
+  store's writers) and is rolled back: nothing is copied, nothing can be written.
+* **SQLite and PostgreSQL stores**: :class:`Cache`, an in-memory DuckDB database beside
+  the store holding the analysis columns of its messages, compactions, runs and
+  events. It is filled once, then brought up to date before each query from what
+  changed: rows above the last write sequence it saw (appends and imports), and the
+  store's change log (``sessionkit_changes``: updates, deletes, clears, compactions,
+  runs, events), read in the same snapshot as the rows. A query after N new messages
+  reads N rows from the store, not the whole store.
+
+Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
+``ValueError`` before it reaches DuckDB. DuckDB, pyarrow (and pandas, above) come from the
+``analysis`` extra and are imported on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import missing
+
+__all__ = ["VIEWS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module", "check_query"]
+
+#: The views of ``store.sql`` (and ``store.to_arrow``).
+VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+
+#: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
+TREE_COLUMNS = ("n_children", "on_latest_path", "compacted_by")
+
+#: The stored columns the views read, per table (a cache keeps exactly these).
+SOURCE_COLUMNS = {
+    "messages": ("seq", "session_id", "id", "parent_id", "depth", "role", "text", "n_parts", "tool_names", "tokens",
+                 "bytes", "created_at", "metadata"),
+    "compactions": ("seq", "session_id", "id", "from_id", "to_id", "summary", "created_at", "tokens_before",
+                    "tokens_after"),
+    "runs": ("run_id", "session_id", "status", "input", "error", "started_at", "ended_at", "usage", "n"),
+    "events": ("session_id", "seq", "run_id", "data"),
+}
+
+_TYPES = {
+    "messages": ("BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR",
+                 "BIGINT", "BIGINT", "VARCHAR", "VARCHAR"),
+    "compactions": ("BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "BIGINT"),
+    "runs": ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT"),
+    "events": ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"),
+}
+
+
+def duckdb_module():
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise missing("analysis", "duckdb", exc) from exc
+    return duckdb
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+    except ImportError as exc:
+        raise missing("analysis", "pyarrow", exc) from exc
+    return pyarrow
+
+
+# ---------------------------------------------------------------------------
+# The views, as DuckDB SQL over tables named {messages}, {compactions}, {runs}, {events}
+
+# The tree of every session: each row's run (``run``: the seq of the row that starts it),
+# the place its run's first row hangs from (``pseq``, ``prun``), and n_children.
+_TREE = """
+    _sk_rows AS MATERIALIZED (
+        SELECT seq, session_id, id, parent_id,
+               parent_id IS NOT NULL AND parent_id IS NOT DISTINCT FROM lag(id) OVER w AS follows,
+               coalesce(lead(parent_id) OVER w IS NOT DISTINCT FROM id, false) AS next_follows
+        FROM {messages} WINDOW w AS (PARTITION BY session_id ORDER BY seq)
+    ),
+    _sk_runs AS MATERIALIZED (
+        SELECT seq, session_id, id, parent_id, follows, next_follows,
+               max(CASE WHEN follows THEN NULL ELSE seq END)
+                   OVER (PARTITION BY session_id ORDER BY seq ROWS UNBOUNDED PRECEDING) AS run
+        FROM _sk_rows
+    ),
+    _sk_heads AS MATERIALIZED (
+        SELECT h.seq AS run, p.seq AS pseq, p.run AS prun
+        FROM (SELECT seq, session_id, parent_id FROM _sk_runs WHERE NOT follows) h
+        LEFT JOIN _sk_runs p ON p.session_id = h.session_id AND p.id = h.parent_id
+    ),
+    _sk_up(run, upto) AS (
+        SELECT run, seq FROM _sk_runs WHERE seq IN (SELECT max(seq) FROM {messages} GROUP BY session_id)
+        UNION ALL
+        SELECT h.prun, h.pseq FROM _sk_up JOIN _sk_heads h ON h.run = _sk_up.run WHERE h.pseq IS NOT NULL
+    ),
+    _sk_comp AS (
+        SELECT c.seq AS cseq, c.id AS cid, t.run AS run, t.seq AS upto, f.seq AS from_seq, f.run AS from_run
+        FROM {compactions} c
+        JOIN _sk_runs t ON t.session_id = c.session_id AND t.id = c.to_id
+        JOIN _sk_runs f ON f.session_id = c.session_id AND f.id = c.from_id
+    ),
+    _sk_cover(cseq, cid, run, upto, from_seq, from_run, done) AS (
+        SELECT cseq, cid, run, upto, from_seq, from_run, run = from_run AND from_seq <= upto FROM _sk_comp
+        UNION ALL
+        SELECT c.cseq, c.cid, h.prun, h.pseq, c.from_seq, c.from_run, h.prun = c.from_run AND c.from_seq <= h.pseq
+        FROM _sk_cover c JOIN _sk_heads h ON h.run = c.run
+        WHERE NOT c.done AND h.pseq IS NOT NULL
+    ),
+    _sk_covered AS MATERIALIZED (
+        SELECT r.seq, c.cseq, c.cid
+        FROM _sk_cover c JOIN _sk_runs r ON r.run = c.run AND r.seq <= c.upto AND (NOT c.done OR r.seq >= c.from_seq)
+        WHERE c.cseq IN (SELECT cseq FROM _sk_cover WHERE done)
+    ),
+    _sk_tree AS (
+        SELECT r.seq,
+               (r.next_follows::BIGINT + coalesce(k.n, 0))::BIGINT AS n_children,
+               p.seq IS NOT NULL AS on_latest_path,
+               cb.compacted_by
+        FROM _sk_runs r
+        LEFT JOIN (SELECT pseq, count(*) AS n FROM _sk_heads WHERE pseq IS NOT NULL GROUP BY pseq) k ON k.pseq = r.seq
+        LEFT JOIN (SELECT r2.seq FROM _sk_up u JOIN _sk_runs r2 ON r2.run = u.run AND r2.seq <= u.upto) p
+               ON p.seq = r.seq
+        LEFT JOIN (SELECT seq, arg_max(cid, cseq) AS compacted_by FROM _sk_covered GROUP BY seq) cb ON cb.seq = r.seq
+    )"""
+
+_TS = "TRY_CAST({col} AS TIMESTAMPTZ)"
+
+# The stored columns of the messages view (no tree).
+_MESSAGE_COLUMNS = """m.session_id, m.id, m.parent_id, m.depth::BIGINT AS depth, m.role,
+           coalesce(m.text, '') AS text, coalesce(m.n_parts, 0)::BIGINT AS n_parts,
+           coalesce(from_json(m.tool_names, '["VARCHAR"]'), []::VARCHAR[]) AS tool_names,
+           m.tokens::BIGINT AS tokens, m.bytes::BIGINT AS bytes, """ + _TS.format(col="m.created_at") + " AS created_at"
+
+
+def _int(path: str) -> str:
+    """A JSON number of ``usage`` as BIGINT (truncated), NULL for anything else (bools included)."""
+    return (f"CASE json_type(usage, '{path}') WHEN 'BIGINT' THEN CAST(json_extract(usage, '{path}') AS BIGINT)"
+            f" WHEN 'UBIGINT' THEN TRY_CAST(json_extract(usage, '{path}') AS BIGINT)"
+            f" WHEN 'DOUBLE' THEN CAST(trunc(CAST(json_extract(usage, '{path}') AS DOUBLE)) AS BIGINT) END")
+
+
+def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
+    """The SELECT of each view over ``tables`` (view name -> table as SQL text).
+
+    ``tree=False`` gives a ``messages`` view without the tree columns' work, for
+    queries that name none of them (the same rows and stored columns)."""
+    t = {"messages": tables["messages"], "compactions": tables["compactions"], "runs": tables["runs"],
+         "events": tables["events"]}
+    tree_cte = _TREE.format(**t)
+    cols = _MESSAGE_COLUMNS
+    if tree:
+        messages = (f"WITH RECURSIVE {tree_cte}\n    SELECT {cols}, tr.n_children, tr.on_latest_path,"
+                    f" tr.compacted_by, m.seq, m.metadata\n"
+                    f"    FROM {t['messages']} m JOIN _sk_tree tr ON tr.seq = m.seq")
+    else:
+        messages = (f"SELECT {cols}, NULL::BIGINT AS n_children, NULL::BOOLEAN AS on_latest_path,"
+                    f" NULL::VARCHAR AS compacted_by, m.seq, m.metadata FROM {t['messages']} m")
+    compactions = f"""WITH RECURSIVE {tree_cte}
+    SELECT c.session_id, c.id, c.from_id, c.to_id, c.summary, {_TS.format(col="c.created_at")} AS created_at,
+           c.tokens_before::BIGINT AS tokens_before, c.tokens_after::BIGINT AS tokens_after,
+           n.n AS message_count
+    FROM {t['compactions']} c
+    LEFT JOIN (SELECT cseq, count(*)::BIGINT AS n FROM _sk_covered GROUP BY cseq) n ON n.cseq = c.seq"""
+    sessions = f"""WITH per AS (
+        SELECT session_id, count(*)::BIGINT AS message_count,
+               count(*) FILTER (WHERE parent_id IS NULL)::BIGINT AS roots,
+               max(depth)::BIGINT AS max_depth, sum(tokens)::BIGINT AS tokens, sum(bytes)::BIGINT AS bytes,
+               arg_max(id, seq) AS latest_leaf, min({_TS.format(col="created_at")}) AS created_at,
+               max({_TS.format(col="created_at")}) AS updated_at
+        FROM {t['messages']} GROUP BY session_id
+    ), parents AS (
+        SELECT session_id, count(*)::BIGINT AS parents, count(*) FILTER (WHERE n > 1)::BIGINT AS branch_points
+        FROM (SELECT session_id, parent_id, count(*) AS n FROM {t['messages']} WHERE parent_id IS NOT NULL
+              GROUP BY ALL) GROUP BY session_id
+    ), comps AS (
+        SELECT session_id, count(*)::BIGINT AS n FROM {t['compactions']} GROUP BY session_id
+    ), rs AS (
+        SELECT session_id, count(*)::BIGINT AS n FROM {t['runs']} GROUP BY session_id
+    ), ids AS (
+        SELECT session_id FROM per UNION SELECT session_id FROM comps UNION SELECT session_id FROM rs
+        UNION SELECT DISTINCT session_id FROM {t['events']}
+    )
+    SELECT ids.session_id, coalesce(per.message_count, 0)::BIGINT AS message_count,
+           coalesce(per.roots, 0)::BIGINT AS roots,
+           (coalesce(per.message_count, 0) - coalesce(parents.parents, 0))::BIGINT AS leaves,
+           coalesce(parents.branch_points, 0)::BIGINT AS branch_points, per.max_depth,
+           coalesce(per.tokens, 0)::BIGINT AS tokens, coalesce(per.bytes, 0)::BIGINT AS bytes, per.latest_leaf,
+           per.created_at, per.updated_at, coalesce(comps.n, 0)::BIGINT AS compaction_count,
+           coalesce(rs.n, 0)::BIGINT AS run_count
+    FROM ids LEFT JOIN per USING (session_id) LEFT JOIN parents USING (session_id)
+    LEFT JOIN comps USING (session_id) LEFT JOIN rs USING (session_id)"""
+    runs = f"""SELECT session_id, run_id, status, error, input, {_TS.format(col="started_at")} AS started_at,
+           {_TS.format(col="ended_at")} AS ended_at, {_int('$.in')} AS tokens_in, {_int('$.out')} AS tokens_out,
+           {_int('$.cache_read')} AS cache_read, {_int('$.cache_write')} AS cache_write,
+           CASE WHEN json_type(usage, '$.cost_usd') IN ('BIGINT', 'UBIGINT', 'DOUBLE')
+                THEN CAST(json_extract(usage, '$.cost_usd') AS DOUBLE) END AS cost_usd,
+           CASE WHEN json_type(usage, '$.model') = 'VARCHAR' THEN json_extract_string(usage, '$.model') END AS model,
+           usage, n AS run_number
+    FROM {t['runs']}"""
+    events = f"""SELECT session_id, seq::BIGINT AS seq, run_id,
+           CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,
+           TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts, data
+    FROM {t['events']}"""
+    return {"messages": messages, "sessions": sessions, "compactions": compactions, "runs": runs, "events": events}
+
+
+#: The ORDER BY that gives each view's rows in the order ``to_arrow`` returns them.
+VIEW_ORDER = {
+    "messages": "seq",
+    "sessions": "session_id",
+    "compactions": "session_id, created_at, id",
+    "runs": "session_id, run_number",
+    "events": "session_id, seq",
+}
+
+
+# ---------------------------------------------------------------------------
+# Queries: one SELECT, read-only
+
+
+def check_query(con, query: str) -> None:
+    """Refuse anything but one SELECT (ValueError naming what was given)."""
+    duckdb = duckdb_module()
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a str, got {type(query).__name__}")
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise ValueError(f"store.sql: {exc}") from exc
+    if len(statements) != 1:
+        raise ValueError(f"store.sql runs one SELECT statement; got {len(statements)} statements")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        name = str(kind).rsplit(".", 1)[-1]
+        raise ValueError(f"store.sql runs read-only queries (a SELECT); this is a {name} statement, refused: "
+                         "the store is written through its API only")
+
+
+def names_used(con, query: str) -> set[str]:
+    """The column and function names ``query`` uses, from DuckDB's own parse tree (names
+    in strings or comments do not count); ``"*"`` stands for everything: a star, a
+    view named as a column (a whole row), or a query the parser cannot show. A call
+    that advances a sequence (``nextval``, ``setval``) -> ``ValueError``: it would write
+    the store."""
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
+    except Exception:  # when in doubt, everything
+        return {"*"}
+    if not isinstance(tree, dict) or tree.get("error"):
+        return {"*"}
+    found: set[str] = set()
+    _walk(tree, found)
+    if found & _WRITING_FUNCTIONS:
+        name = sorted(found & _WRITING_FUNCTIONS)[0]
+        raise ValueError(f"store.sql runs read-only queries; {name}() advances a sequence of the store, refused")
+    if found & set(VIEWS):
+        found.add("*")
+    return found
+
+
+def uses_tree_columns(con, query: str) -> bool:
+    """Whether ``query`` may read a tree column of ``messages`` (``*`` counts)."""
+    found = names_used(con, query)
+    return "*" in found or bool(found & set(TREE_COLUMNS))
+
+
+_WRITING_FUNCTIONS = {"nextval", "setval"}
+
+
+def _walk(node: Any, found: set[str]) -> None:
+    """Column names, ``*`` and function names used anywhere in a parse tree."""
+    if isinstance(node, dict):
+        cls = node.get("class")
+        if cls == "STAR":
+            found.add("*")
+        elif cls == "COLUMN_REF":
+            found.update(n for n in node.get("column_names") or () if isinstance(n, str))
+        elif cls == "FUNCTION" and isinstance(node.get("function_name"), str):
+            found.add(node["function_name"].lower())
+        for value in node.values():
+            _walk(value, found)
+    elif isinstance(node, list):
+        for value in node:
+            _walk(value, found)
+
+
+def _do(con, sql: str, params: Any = None) -> None:
+    """Run a statement whose result is not needed, to its end (DuckDB 2 wants every
+    result consumed before the connection's next statement)."""
+    (con.execute(sql) if params is None else con.execute(sql, params)).fetchall()
+
+
+def install_views(con, tables: dict[str, str], tree: bool) -> None:
+    for name, select in view_sql(tables, tree=tree).items():
+        _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {select}")
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
+    """``tables`` restricted to some sessions (the views over them hold only those)."""
+    listed = ", ".join(_literal(s) for s in session_ids) or "NULL"
+    return {name: f"(SELECT * FROM {table} WHERE session_id IN ({listed}))" for name, table in tables.items()}
+
+
+def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
+              names: set[str] | None = None, session_ids: list[str] | None = None) -> Any:
+    """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
+    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed;
+    ``names`` are those the query uses, when already known; ``session_ids`` restricts the
+    views to those sessions for this query (the tree columns are then computed for them
+    only)."""
+    duckdb = duckdb_module()
+    _pyarrow()
+    check_query(con, query)
+    if names is None:
+        names = names_used(con, query)
+    tree = "*" in names or bool(names & set(TREE_COLUMNS))
+    if session_ids is not None:
+        install_views(con, scoped(tables, session_ids), tree)
+        state.clear()  # the next query puts the store-wide views back
+    elif "tree" not in state:
+        install_views(con, tables, tree)
+        state["tree"] = tree
+    elif state["tree"] != tree:  # only messages differs between the two
+        _do(con, f"CREATE OR REPLACE TEMP VIEW messages AS {view_sql(tables, tree=tree)['messages']}")
+        state["tree"] = tree
+    _do(con, "BEGIN TRANSACTION")
+    try:
+        try:
+            rel = con.sql(query) if params is None else con.sql(query, params=params)
+            if rel is None:  # (a SELECT always has a result; kept for the type checker)
+                raise ValueError("store.sql: the query returned no result")
+            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # (DuckDB < 1.4)
+            return fetch()
+        except duckdb.Error as exc:
+            raise ValueError(f"store.sql: {exc}") from exc
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            _do(con, "ROLLBACK")
+
+
+def new_connection(source=None):
+    """A DuckDB connection for analysis: a cursor of ``source`` (a DuckDB store's own
+    connection) or an in-memory database; times in UTC."""
+    duckdb = duckdb_module()
+    con = source.cursor() if source is not None else duckdb.connect(":memory:")
+    _do(con, "SET TimeZone = 'UTC'")
+    _do(con, "SET enable_progress_bar = false")
+    return con
+
+
+# ---------------------------------------------------------------------------
+# The cache beside a SQLite or PostgreSQL store
+
+
+class _EngineReader:
+    """Reads for a refresh through the store's own connection (inside its snapshot)."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self.engine = cache.engine
+
+    def fetch(self, sql: str, params: tuple = ()) -> list:
+        return self.engine.fetch(sql, params)
+
+    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
+             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+        """Copy ``cols`` (default: those the cache holds) of the rows of ``name`` matching
+        ``where`` into the cache table (or ``target``); how many rows."""
+        cols = cols or self.cache.columns(name)
+        listed = ", ".join(cols)
+        if not paged:
+            rows = self.fetch(self.engine.compile(f"SELECT {listed} FROM {{{name}}} {where}"), params)
+            self.cache.put(name, rows, cols, target)
+            return len(rows)
+        # pages by seq (``where`` ends with "seq > ?", the last parameter; seq comes first):
+        # the Python rows held at once stay within a page
+        sql = self.engine.compile(f"SELECT {listed} FROM {{{name}}} {where} ORDER BY seq LIMIT ?")
+        last, total = params[-1], 0
+        while True:
+            rows = self.fetch(sql, (*params[:-1], last, _PAGE))
+            if not rows:
+                return total
+            self.cache.put(name, rows, cols, target)
+            total += len(rows)
+            last = rows[-1][0]
+
+
+class _AdbcReader(_EngineReader):
+    """Reads for a refresh of a SQLite file through the ADBC SQLite driver, when it is
+    installed: rows arrive as Arrow batches (no Python object per value), about four
+    times faster than ``sqlite3`` rows. One read transaction: one state of the file."""
+
+    def __init__(self, cache: Cache, cursor) -> None:
+        super().__init__(cache)
+        self.cur = cursor
+
+    def fetch(self, sql: str, params: tuple = ()) -> list:
+        self.cur.execute(sql, params or None)
+        return [tuple(r) for r in self.cur.fetchall()]
+
+    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
+             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+        cols = cols or self.cache.columns(name)
+        types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
+        # The driver types each column from its first rows: a first row with a value of the
+        # right type in every column (and a marker -1 filtered out below) fixes them.
+        head = ", ".join(("-1" if types[c] == "BIGINT" else "''") + f" AS {c}" for c in cols)
+        marker = _MARKER[name]
+        sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
+        self.cur.execute(sql, params or None)
+        reader = self.cur.fetch_record_batch()
+        con = self.cache.con
+        table = target or self.cache.TABLES[name]
+        con.register("sessionkit_batch", reader)
+        try:
+            before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch WHERE {marker} <> -1")
+            return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
+        finally:
+            con.unregister("sessionkit_batch")
+
+
+#: Wide message columns a cache reads only once a query names them.
+LAZY_COLUMNS = ("text", "metadata")
+
+#: The column of each table whose -1 marks _AdbcReader's typing row.
+_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
+
+
+def _adbc_sqlite():
+    try:
+        import adbc_driver_sqlite.dbapi as adbc  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    return adbc
+
+
+class Cache:
+    """The analysis columns of a SQLite or PostgreSQL store in an in-memory DuckDB database,
+    brought up to date before each query (see the module notes).
+
+    ``engine`` is the store's :class:`~sessionkit.store._sql.SQLEngine`; the cache reads it
+    through :meth:`SQLEngine.fetch` inside :meth:`SQLEngine.snapshot` (or, for a SQLite
+    file with the ADBC driver installed, in one read transaction of its own), so the
+    rows and the change log it reads describe one state of the store. ``ordered`` says
+    that rows and log entries become visible in write-sequence order (one writer at a
+    time, as on SQLite); where they may not (PostgreSQL: concurrent transactions commit
+    in any order), each refresh also compares the counts it holds with the store's and
+    reads everything again when a late commit slipped below what it had seen.
+    """
+
+    TABLES = {name: "sessionkit_" + name for name in SOURCE_COLUMNS}
+
+    def __init__(self, engine, *, ordered: bool) -> None:
+        self.engine = engine
+        self.ordered = ordered
+        self.lock = threading.RLock()
+        self.con = new_connection()
+        for name, cols in SOURCE_COLUMNS.items():
+            types = _TYPES[name]
+            _do(self.con, f"CREATE TABLE {self.TABLES[name]} ("
+                             + ", ".join(f"{c} {ty}" for c, ty in zip(cols, types)) + ")")
+        self.hi = 0  # the highest message seq held
+        self.last_n = 0  # the last change log entry applied
+        self.log_count = 0  # entries up to last_n (PostgreSQL: a late entry changes it)
+        self.loaded = False
+        self.views: dict = {}
+        self.reads = 0  # message rows read from the store (what refreshes cost)
+        #: The wide message columns read only once a query names them (or ``*``).
+        self.lazy = {c: False for c in LAZY_COLUMNS}
+        self._adbc: Any = None
+        adbc = _adbc_sqlite() if engine.kind == "sqlite" and engine.path else None
+        if adbc is not None:
+            with contextlib.suppress(Exception):  # the driver cannot open it: read through the store
+                uri = "file:" + engine.path + "?mode=ro"
+                self._adbc = adbc.connect(uri, autocommit=True)
+
+    def close(self) -> None:
+        with self.lock:
+            self.con.close()
+            if self._adbc is not None:
+                with contextlib.suppress(Exception):
+                    self._adbc.close()
+                self._adbc = None
+
+    # -- reading the store ----------------------------------------------------------
+    @contextlib.contextmanager
+    def _reading(self):
+        """A reader whose reads all see one state of the store."""
+        if self._adbc is None:
+            with self.engine.snapshot():
+                yield _EngineReader(self)
+            return
+        cur = self._adbc.cursor()
+        try:
+            cur.execute("BEGIN")  # a read transaction: one state of the file until COMMIT
+            try:
+                yield _AdbcReader(self, cur)
+            finally:
+                with contextlib.suppress(Exception):
+                    cur.execute("COMMIT")
+        finally:
+            with contextlib.suppress(Exception):
+                cur.close()
+
+    def columns(self, name: str) -> tuple[str, ...]:
+        """The columns of ``name`` the cache holds now (lazy ones once they were asked for)."""
+        if name != "messages":
+            return SOURCE_COLUMNS[name]
+        return tuple(c for c in SOURCE_COLUMNS[name] if self.lazy.get(c, True))
+
+    def put(self, name: str, rows: list, cols: tuple[str, ...], target: str | None = None) -> None:
+        """Python rows of ``name`` (``cols``) into the cache table (or ``target``), through Arrow."""
+        if not rows:
+            return
+        pa = _pyarrow()
+        types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
+        arrays = [pa.array(list(values), type=_ARROW[types[c]](pa)) for values, c in zip(zip(*rows), cols)]
+        self.con.register("sessionkit_batch", pa.Table.from_arrays(arrays, names=list(cols)))
+        try:
+            _do(self.con, f"INSERT INTO {target or self.TABLES[name]} ({', '.join(cols)})"
+                          " SELECT * FROM sessionkit_batch")
+        finally:
+            self.con.unregister("sessionkit_batch")
+
+    def _fill(self, rd, column: str) -> None:
+        """Read a lazy column of every message held (same snapshot as the refresh)."""
+        types = dict(zip(SOURCE_COLUMNS["messages"], _TYPES["messages"]))
+        _do(self.con, f"CREATE OR REPLACE TEMP TABLE sessionkit_fill (seq BIGINT, {column} {types[column]})")
+        try:
+            rd.load("messages", "WHERE seq > ?", (0,), paged=True, cols=("seq", column), target="sessionkit_fill")
+            _do(self.con, f"UPDATE sessionkit_messages SET {column} = f.{column} FROM sessionkit_fill f"
+                          " WHERE sessionkit_messages.seq = f.seq")
+        finally:
+            _do(self.con, "DROP TABLE sessionkit_fill")
+        self.lazy[column] = True
+
+    def refresh(self, need: Iterable[str] = ()) -> None:
+        """Bring the cache up to the store's current state, with the lazy columns ``need``."""
+        with self.lock, self._reading() as rd:
+            self._refresh(rd)
+            for column in sorted(need):
+                if not self.lazy.get(column, True):
+                    self._fill(rd, column)
+
+    def _refresh(self, rd) -> None:
+        eng = self.engine
+        if not self.loaded:
+            self._load_all(rd)
+            return
+        log = rd.fetch(eng.compile("SELECT n, session_id, kind, seq FROM {changes} WHERE n > ? ORDER BY n"),
+                       (self.last_n,))
+        if not self.ordered:
+            seen = rd.fetch(eng.compile("SELECT count(*) FROM {changes} WHERE n <= ?"), (self.last_n,))[0][0]
+            if seen != self.log_count:  # an entry committed late, below what was read: start afresh
+                self._reset()
+                self._load_all(rd)
+                return
+        top = rd.fetch(eng.compile("SELECT coalesce(max(seq), 0) FROM {messages}"))[0][0]
+        if not log and top == self.hi and self.ordered:
+            return
+        self._apply(rd, log, top)
+        if not self.ordered:
+            count = rd.fetch(eng.compile("SELECT count(*) FROM {messages}"))[0][0]
+            held = self.con.execute("SELECT count(*) FROM sessionkit_messages").fetchall()[0][0]
+            if count != held:  # a message committed late, below the highest seq held
+                self._reset()
+                self._load_all(rd)
+
+    def _reset(self) -> None:
+        for table in self.TABLES.values():
+            _do(self.con, f"DELETE FROM {table}")
+        self.loaded = False
+
+    def _load_all(self, rd) -> None:
+        eng = self.engine
+        row = rd.fetch(eng.compile("SELECT coalesce(max(n), 0), count(*) FROM {changes}"))[0]
+        self.last_n, self.log_count = row[0], row[1]
+        self.reads += rd.load("messages", "WHERE seq > ?", (0,), paged=True)
+        self.hi = self.con.execute("SELECT coalesce(max(seq), 0) FROM sessionkit_messages").fetchall()[0][0]
+        for name in ("compactions", "runs", "events"):
+            rd.load(name)
+        self.loaded = True
+
+    def _apply(self, rd, log: list, top: int) -> None:
+        eng = self.engine
+        gone: set[str] = set()  # sessions whose messages are read again
+        updated: set[int] = set()
+        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set()}
+        low = None
+        for _, sid, kind, seq in log:
+            if kind == "delete":
+                gone.add(sid)
+                side["compactions"].add(sid)
+                if seq is not None:
+                    low = seq if low is None else min(low, seq)
+            elif kind == "update":
+                updated.add(seq)
+            elif kind in side:
+                side[kind].add(sid)
+        hi = self.hi if low is None else min(self.hi, low - 1)
+        con = self.con
+        gone_ids = sorted(gone)
+        if gone:
+            _do(con, "DELETE FROM sessionkit_messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [gone_ids])
+        if updated:
+            _do(con, "DELETE FROM sessionkit_messages WHERE seq IN (SELECT unnest(?::BIGINT[]))", [sorted(updated)])
+        _do(con, "DELETE FROM sessionkit_messages WHERE seq > ?", [hi])
+        # rows above hi (appends and imports), then the sessions read again, then updated
+        # rows: disjoint reads, so nothing is copied twice
+        self.reads += rd.load("messages", "WHERE seq > ?", (hi,), paged=True)
+        for start in range(0, len(gone_ids), 1000):
+            part = gone_ids[start : start + 1000]
+            self.reads += rd.load("messages", "WHERE session_id {in_ids} AND seq <= ?", (eng.listed(part), hi))
+        wanted = [s for s in sorted(updated) if s <= hi]
+        for start in range(0, len(wanted), 1000):
+            seqs = wanted[start : start + 1000]
+            self.reads += rd.load("messages", "WHERE seq {in_seqs} AND NOT (session_id {in_ids})",
+                                  (eng.listed(seqs), eng.listed(gone_ids)))
+        for name, sids in side.items():
+            if not sids:
+                continue
+            sids_sorted = sorted(sids)
+            _do(con, f"DELETE FROM {self.TABLES[name]} WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+                        [sids_sorted])
+            for start in range(0, len(sids_sorted), 1000):
+                chunk = sids_sorted[start : start + 1000]
+                rd.load(name, "WHERE session_id {in_ids}", (eng.listed(chunk),))
+        self.hi = max(top, hi)
+        if log:
+            self.last_n = log[-1][0]
+            self.log_count += len(log)
+
+    # -- queries ------------------------------------------------------------------------
+    def query(self, query: str, params: Any = None, session_ids: list[str] | None = None):
+        with self.lock:
+            check_query(self.con, query)
+            names = names_used(self.con, query)
+            self.refresh({c for c in LAZY_COLUMNS if c in names or "*" in names})
+            return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids)
+
+
+#: Message rows a refresh holds as Python rows at once (without ADBC).
+_PAGE = 20_000
+
+_ARROW = {
+    "BIGINT": lambda pa: pa.int64(),
+    "VARCHAR": lambda pa: pa.string(),
+}

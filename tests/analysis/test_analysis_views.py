@@ -1,0 +1,366 @@
+"""The views of ``store.sql`` against a Python reference, on every engine.
+
+The reference is :class:`sessionkit.analysis._tables.StoreData`: every message read
+through the public API, decoded in Python, and the tree columns taken from the store's
+tree read model (:class:`sessionkit.store.Tree`). The views compute the same from the
+stored analysis columns in SQL (see ``sessionkit/store/_analysis.py``). Stores here hold
+branches, several roots, compactions (nested, superseded, and one whose range is not a
+path), updates, deletes, clears, imports, runs and events; each is compared after
+every step, so an analysis cache refreshed from the change log is checked after each
+kind of write, including writes by a second store object on the same store.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import sessionkit as sk
+from sessionkit.analysis import arrow_table
+from sessionkit.analysis._tables import StoreData
+
+VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+KEYS = {"messages": ("session_id", "id"), "sessions": ("session_id",), "compactions": ("session_id", "id"),
+        "runs": ("run_id",), "events": ("session_id", "seq")}
+
+
+def _norm(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, list):
+        return [_norm(v) for v in value]
+    return value
+
+
+def _rows(table, columns) -> list[dict]:
+    out = []
+    for row in table.select(columns).to_pylist():
+        out.append({k: _norm(v) for k, v in row.items()})
+    return out
+
+
+def _keyed(rows, name):
+    return {tuple(r[k] for k in KEYS[name]): r for r in rows}
+
+
+def assert_views_match(store):
+    """Every view equals the Python reference, row by row and column by column."""
+    data = StoreData(store)
+    for name in VIEWS:
+        ref = arrow_table(data, name, extra=True) if name == "messages" else arrow_table(data, name)
+        got = store.to_arrow(name)
+        columns = ref.column_names
+        assert set(columns) <= set(got.column_names), name
+        want, have = _keyed(_rows(ref, columns), name), _keyed(_rows(got, columns), name)
+        assert sorted(have, key=repr) == sorted(want, key=repr), name
+        for key, row in want.items():
+            if name == "messages" and row["metadata"] is not None:  # the same JSON, maybe spelled otherwise
+                assert json.loads(have[key]["metadata"]) == json.loads(row["metadata"])
+                have[key] = {**have[key], "metadata": row["metadata"]}
+            assert have[key] == row, (name, key)
+    seqs = store.sql("SELECT seq FROM messages ORDER BY seq")["seq"].tolist()
+    assert seqs == [r["seq"] for r in _rows(arrow_table(data, "messages", extra=True), ["seq"])]
+
+
+def _m(mid, text="", role="user", *, tools=(), **extra):
+    parts = [{"type": "text", "text": text or f"text of {mid}"}]
+    parts += [{"type": f"tool-{t}", "toolCallId": f"{mid}-{t}", "state": "output-available", "input": {"q": mid},
+               "output": {"ok": True}} for t in tools]
+    return {"id": mid, "role": role, "parts": parts, **extra}
+
+
+def _comp(cid, start, end, summary="summary"):
+    return sk.Compaction(cid, start, end, summary, "2024-05-01T00:00:00.000Z", 900, 90)
+
+
+def scenario(store, other=None):
+    """Writes of every kind, yielding after each so the views are compared there. ``other``
+    (a second store object on the same store, or None) makes some of the writes."""
+    w = other or store
+    a = store.session("a")
+    for i in range(6):
+        a.append(_m(f"a{i}", role="user" if i % 2 == 0 else "assistant", tools=("search",) if i == 3 else ()))
+    yield "appends"
+    a.append(_m("b1", "branch", tools=("calc", "search")), parent_id="a2")  # a branch point at a2
+    a.append(_m("b2", "on the branch", "assistant"))
+    a.append(_m("r2", "second root"), parent_id=None)
+    yield "branches"
+    a.import_compaction(_comp("c-old", "a0", "a3"))
+    a.import_compaction(_comp("c-new", "a1", "a4"))  # overlaps the older one: the newer wins there
+    a.import_compaction(_comp("c-broken", "b1", "a5"))  # b1 is not above a5: covers nothing
+    a.import_compaction(_comp("c-branch", "a2", "b2"))
+    yield "compactions"
+    ws = w.session("a")
+    ws.update(_m("a3", "rewritten", "assistant", tools=("fetch",), metadata={"edited": True}))
+    yield "update"
+    ws.import_many([(_m("i1", "imported", "assistant"), "a5", 1_700_000_000_000),
+                    (_m("i2", "imported too", tools=("calc",)), "i1", None)])
+    w.session("z").import_message(_m("z1", "another session", metadata={"k": [1, 2]}), created_at=1_600_000_000_000)
+    yield "imports"
+    ws.delete("b2")  # a compaction endpoint: c-branch goes with it
+    yield "delete"
+    w.begin_run("a", "a.1", "hello")
+    w.end_run("a.1", status="completed", usage={"in": 10, "out": 4.9, "cost_usd": 0.5, "model": "m",
+                                                  "cache_read": True})
+    w.begin_run("solo", "solo.1", None)  # a session with a run and nothing else
+    w.append_events("a", [{"run_id": "a.1", "kind": "run.start", "ts": "2024-05-01T00:00:01.000Z"},
+                          {"run_id": "a.1", "kind": "run.end", "ts": "2024-05-01T00:00:02.500Z"}])
+    w.append_events("ev", [{"kind": "note"}])
+    yield "runs and events"
+    last = store.session("z").append(_m("z2", "newest"))
+    assert last.inserted
+    w.session("z").delete("z2")  # the newest row: SQLite may give its seq to the next row
+    store.session("y").append(_m("y1", "takes the seq"))
+    yield "seq reuse"
+    z = w.session("z")
+    z.clear()
+    z.append(_m("z9", "after clear"))
+    yield "clear"
+    w.delete_session("ev")
+    a.append_many([_m("n1", "many one"), _m("n2", "many two", "assistant", tools=("search",))], parent_id="r2")
+    yield "delete session, append_many"
+    ws.delete(["a1"], subtree=True)
+    yield "delete subtree"
+
+
+def test_views_match_the_python_reference_after_every_kind_of_write(engine, new_store):
+    store = new_store(engine)
+    for step in scenario(store):
+        assert_views_match(store), step
+
+
+def test_views_follow_writes_of_another_store_object(engine, new_store):
+    if engine == "duckdb":
+        store = new_store(engine)
+        other = sk.open_store(store.path)  # the same file in this process
+    else:
+        store = new_store(engine)
+        other = sk.open_store(store.path)
+    try:
+        for step in scenario(store, other):
+            assert_views_match(store), step
+            assert_views_match(other), step
+    finally:
+        other.close()
+
+
+def test_tree_columns_by_hand(engine, new_store):
+    """A small tree whose answers are written down: runs of rows, branches, compactions."""
+    store = new_store(engine, memory=True)
+    s = store.session("t")
+    s.append(_m("r"))
+    s.append(_m("x"))
+    s.append(_m("y"))
+    s.append(_m("x2"), parent_id="r")
+    s.append(_m("y2"), parent_id="x")  # under x, not after it: a new run
+    s.import_compaction(_comp("c1", "r", "y2"))
+    df = store.sql("SELECT id, n_children, on_latest_path, compacted_by FROM messages ORDER BY seq")
+    rows = {r["id"]: (r["n_children"], r["on_latest_path"], r["compacted_by"] if isinstance(r["compacted_by"], str)
+                      else None) for r in df.to_dict("records")}
+    assert rows == {"r": (2, True, "c1"), "x": (2, True, "c1"), "y": (0, False, None), "x2": (0, False, None),
+                    "y2": (0, True, "c1")}
+
+
+def test_a_query_that_names_no_tree_column_gives_the_same_rows(engine, new_store):
+    store = new_store(engine, memory=True)
+    for _ in scenario(store):
+        pass
+    light = store.sql("SELECT session_id, id, role, text, tokens FROM messages ORDER BY seq")
+    full = store.sql("SELECT * FROM messages ORDER BY seq")[["session_id", "id", "role", "text", "tokens"]]
+    assert light.equals(full)
+    assert store.sql("SELECT count(*) AS n FROM messages WHERE on_latest_path")["n"][0] > 0
+
+
+@pytest.mark.parametrize("statement", [
+    "DELETE FROM messages",
+    "INSERT INTO sessionkit_messages (seq) VALUES (1)",
+    "UPDATE sessionkit_messages SET role = 'x'",
+    "DROP TABLE sessionkit_messages",
+    "CREATE TABLE t AS SELECT 1",
+    "ATTACH ':memory:' AS other",
+    "SELECT 1; DELETE FROM messages",
+])
+def test_a_query_cannot_write_the_store(engine, new_store, statement):
+    store = new_store(engine, memory=True)
+    store.session("s").append(_m("m1"))
+    with pytest.raises(ValueError, match="store.sql"):
+        store.sql(statement)
+    assert len(store.session("s")) == 1
+    assert store.sql("SELECT count(*) AS n FROM messages")["n"][0] == 1
+
+
+def test_nextval_is_refused_on_a_duckdb_store(new_store):
+    store = new_store("duckdb", memory=True)
+    with pytest.raises(ValueError, match="nextval"):
+        store.sql("SELECT nextval('sessionkit_seq')")
+
+
+def test_a_duckdb_query_sees_one_snapshot_while_writers_go_on(new_store):
+    """A long query on a DuckDB store reads one state: rows committed while it runs do not show."""
+    import threading
+
+    store = new_store("duckdb")
+    s = store.session("s")
+    s.append_many([_m(f"m{i}") for i in range(200)])
+    started, counts = threading.Event(), []
+
+    def writer():
+        started.wait()
+        for i in range(50):
+            s.append(_m(f"w{i}"))
+
+    t = threading.Thread(target=writer)
+    t.start()
+    # one statement reads the table twice; a writer committing in between would make them differ
+    query = ("SELECT (SELECT count(*) FROM messages) AS a, (SELECT count(*) FROM range(3000000)) AS pause,"
+             " (SELECT count(*) FROM sessionkit_messages) AS b")
+    started.set()
+    for _ in range(5):
+        row = store.sql(query).iloc[0]
+        counts.append((row["a"], row["b"]))
+    t.join()
+    assert all(a == b for a, b in counts)
+    assert store.sql("SELECT count(*) AS n FROM messages")["n"][0] == 250
+
+
+def test_runs_df_events_df_and_to_arrow(engine, new_store):
+    store = new_store(engine, memory=True)
+    for _ in scenario(store):
+        pass
+    runs = store.runs_df()
+    assert list(runs["run_id"]) == ["a.1", "solo.1"]
+    assert runs["tokens_out"].tolist()[0] == 4 and runs["cost_usd"].tolist()[0] == 0.5
+    assert runs["cache_read"].isna().tolist()[0]  # a bool is not a count
+    events = store.events_df(session_ids=["a"])
+    assert list(events["kind"]) == ["run.start", "run.end"] and list(events["seq"]) == [0, 1]
+    assert str(events["ts"].dt.tz) == "UTC"
+    assert store.events_df().shape[0] == 2  # "ev" was deleted with its session
+    table = store.to_arrow("messages")
+    import pyarrow as pa
+
+    assert isinstance(table, pa.Table) and table.num_rows == sum(len(store.session(i.id))
+                                                                 for i in store.list_sessions())
+    with pytest.raises(ValueError, match="unknown view"):
+        store.to_arrow("nothing")
+
+
+def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
+    """``text`` and ``metadata`` join the analysis cache when a query first names them; the
+    rows written before and after are all right then (checked against the reference)."""
+    store = new_store(engine)
+    s = store.session("w")
+    s.append(_m("w1", "first words", metadata={"n": 1}))
+    assert store.sql("SELECT count(*) AS n FROM messages")["n"][0] == 1  # no text read yet
+    s.append(_m("w2", "second words"))
+    s.update(_m("w1", "first words, changed", metadata={"n": 2}))
+    got = store.sql("SELECT id, text, metadata FROM messages ORDER BY seq")
+    assert got["text"].tolist() == ["first words, changed", "second words"]
+    assert json.loads(got["metadata"][0]) == {"n": 2}
+    s.append(_m("w3", "third words"))
+    assert store.sql("SELECT list(text ORDER BY seq) AS t FROM messages")["t"][0].tolist() == [
+        "first words, changed", "second words", "third words"]
+    assert_views_match(store)
+
+
+@pytest.mark.parametrize("reader", ["adbc", "store connection"])
+def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reader):
+    """A SQLite file's cache reads through the ADBC driver when it is installed, else through
+    the store's own connection (pages of Python rows): both give the reference's views."""
+    from sessionkit.store import _analysis
+
+    if reader == "adbc":
+        pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")
+    else:
+        monkeypatch.setattr(_analysis, "_adbc_sqlite", lambda: None)
+        monkeypatch.setattr(_analysis, "_PAGE", 3)  # several pages
+    store = new_store("sqlite-file")
+    for step in scenario(store):
+        assert_views_match(store), step
+    assert (store._engine._analysis._adbc is not None) == (reader == "adbc")
+
+
+def test_the_cache_stays_right_under_concurrent_writers(engine, new_store):
+    """Writers on other threads (and, but for DuckDB, another store object) append, update and
+    delete while queries run; once they stop, the views equal the reference."""
+    import threading
+
+    store = new_store(engine)
+    other = store if engine == "duckdb" else sk.open_store(store.path)
+    store.sql("SELECT count(*) FROM messages")  # the cache exists before the writers start
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            s = other.session(f"w{k}")
+            for i in range(40):
+                s.append(_m(f"m{i}", tools=("t",) if i % 3 == 0 else ()))
+                if i % 7 == 6 and (i - 3) % 11 != 10:  # (not one deleted below)
+                    s.update(_m(f"m{i - 3}", f"updated {i}", "assistant"))
+                if i % 11 == 10:
+                    s.delete(f"m{i}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        df = store.sql("SELECT session_id, count(*) AS n, sum(tokens) AS t FROM messages GROUP BY ALL")
+        assert (df["n"] <= 40).all()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert_views_match(store)
+    if other is not store:
+        other.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
+def test_the_cache_is_right_after_a_writer_process_is_killed(kind, new_store):
+    """A process writing in a loop is killed (SIGKILL) at some point of a write; the views
+    of a store that had its cache before then equal the reference."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    store = new_store(kind)  # (a DuckDB file admits one process)
+    store.session("pre").append(_m("p1"))
+    store.sql("SELECT count(*) FROM messages")
+    code = (
+        "import sys, sessionkit as sk\n"
+        "st = sk.open_store(sys.argv[1])\n"
+        "s = st.session('killed')\n"
+        "print('ready', flush=True)\n"
+        "i = 0\n"
+        "while True:\n"
+        "    s.append_many([{'id': f'k{i}', 'role': 'user', 'parts': [{'type': 'text', 'text': 'x' * 500}]},"
+        " {'id': f'k{i}b', 'role': 'assistant', 'parts': [{'type': 'tool-t', 'toolCallId': 'c', 'input': {}}]}])\n"
+        "    if i % 5 == 4:\n"
+        "        s.update({'id': f'k{i - 2}', 'role': 'user', 'parts': [{'type': 'text', 'text': 'changed'}]})\n"
+        "    i += 1\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, store.path], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    store.sql("SELECT count(*) FROM messages")  # a refresh while it writes
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(store.session("killed")) > 0
+    assert_views_match(store)
+
+
+def test_views_of_some_sessions_equal_the_store_wide_ones_filtered(engine, new_store):
+    store = new_store(engine, memory=True)
+    for _ in scenario(store):
+        pass
+    full = store.messages_df()
+    for ids in (["a"], ["z", "y"], ["no such session"], ["it's", "a"]):
+        some = store.messages_df(session_ids=ids)
+        want = full[full["session_id"].isin(ids)].reset_index(drop=True)
+        assert some.equals(want), ids
+        got = store.sql_arrow("SELECT count(*) AS n FROM sessions", session_ids=ids).to_pylist()[0]["n"]
+        assert got == len(set(ids) & {i.id for i in store.list_sessions()} | (set(ids) & {"solo"}))
+    assert store.sql("SELECT count(DISTINCT session_id) AS n FROM messages")["n"][0] == len(store.list_sessions())

@@ -1,0 +1,125 @@
+"""The analysis columns stored with each message (SPEC D5), on every engine.
+
+Every write path fills ``text``, ``n_parts``, ``tool_names`` and ``metadata`` from the
+message as it reads back; a store written under schema version 5 gets them on opening
+(migration 6), computed from the stored messages.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import sessionkit as sk
+from sessionkit import messages as _msg
+from sessionkit.parts import tool_names
+
+COLUMNS = "session_id, id, role, depth, tokens, bytes, created_at, text, n_parts, tool_names, metadata"
+
+
+def _m(mid, *parts, role="user", **extra):
+    return {"id": mid, "role": role, "parts": list(parts), **extra}
+
+
+def _t(text):
+    return {"type": "text", "text": text}
+
+
+TOOL = {"type": "tool-search", "toolCallId": "c1", "state": "output-available", "input": {"q": "x"},
+        "output": {"hits": 3}}
+DYN = {"type": "dynamic-tool", "toolName": "calc", "toolCallId": "c2", "state": "input-available",
+       "input": {"expr": "1+1"}}
+PAYLOAD = "data:image/png;base64," + "QUJD" * 2048  # stored out of the row
+
+
+def _write_everything(store):
+    """Every write path: append, append_many, import_message, import_many, update, delete,
+    clear, a long message (continuation rows) and a payload."""
+    s = store.session("a")
+    s.append(_m("u1", _t("hello"), _t("world"), metadata={"k": [1, 2], "__sessionkit_blob__": 1}))
+    s.append(_m("a1", _t("let me look"), TOOL, DYN, {"type": "reasoning", "text": "hm"}, role="assistant"))
+    s.append_many([_m("u2", _t("more")), _m("a2", _t("answer " * 2000), role="assistant")])
+    s.append(_m("f1", _t("a picture"), {"type": "file", "mediaType": "image/png", "url": PAYLOAD}), parent_id="u1")
+    s.import_message(_m("i1", _t("imported"), metadata={"src": "x"}), parent_id="a1", created_at=1_700_000_000_000)
+    s.import_many([(_m("i2", _t("bulk one"), TOOL, role="assistant"), "i1", None),
+                   (_m("i3", role="system"), None, 1_700_000_000_001)])
+    s.update(_m("u2", _t("changed"), DYN, metadata={"edited": True}))
+    s.append(_m("gone", _t("to delete")), parent_id="i3")
+    s.delete("gone")
+    b = store.session("b")
+    b.append(_m("x", _t("cleared")))
+    b.clear()
+    b.append(_m("y", _t("after clear"), role="assistant"))
+    return s
+
+
+def _stored(store) -> dict:
+    rows = store._engine.fetch(f"SELECT {COLUMNS} FROM sessionkit_messages" if store.engine != "postgresql"
+                               else f"SELECT {COLUMNS} FROM {store._engine.table('messages')}")
+    return {(r[0], r[1]): r[2:] for r in rows}
+
+
+def _expected(store) -> dict:
+    out = {}
+    for info in store.list_sessions():
+        s = store.session(info.id)
+        for node in s.nodes():
+            msg = s.get(node.id)
+            names = tool_names(msg)
+            meta = msg.get("metadata")
+            out[(info.id, node.id)] = (
+                msg["role"], node.depth, _msg.estimate_tokens(msg), node.bytes, msg["createdAt"],
+                _msg.message_text(msg), len(msg["parts"]), names or None, meta,
+            )
+    return out
+
+
+def _decoded(stored: dict) -> dict:
+    return {k: (*v[:7], json.loads(v[7]) if v[7] else None, None if v[8] is None else json.loads(v[8]))
+            for k, v in stored.items()}
+
+
+def test_every_write_path_stores_the_analysis_columns(store_variant, new_store):
+    store = new_store(store_variant, chunk_chars=4096)
+    _write_everything(store)
+    got = _decoded(_stored(store))
+    assert got == _expected(store)
+    assert set(got) == {("a", i) for i in ("u1", "a1", "u2", "a2", "f1", "i1", "i2", "i3")} | {("b", "y")}
+    assert got[("a", "a1")][5:8] == ("let me look", 4, ["search", "calc"])
+    assert got[("a", "u1")][8] == {"k": [1, 2], "__sessionkit_blob__": 1}
+
+
+def _downgrade_to_5(store) -> None:
+    """Make ``store`` a schema version 5 store: no analysis columns, no change log."""
+    eng = store._engine
+    with eng.write():
+        if store.engine == "duckdb":  # DuckDB alters no table an index depends on
+            eng.execute("DROP INDEX sessionkit_messages_msg_key")
+        for col in ("text", "n_parts", "tool_names", "metadata"):
+            eng.execute(eng.compile(f"ALTER TABLE {{messages}} DROP COLUMN {col}"))
+        if store.engine == "duckdb":
+            eng.execute("CREATE UNIQUE INDEX sessionkit_messages_msg_key ON sessionkit_messages (msg_key)")
+        if store.engine != "duckdb":
+            eng.execute(eng.compile("DROP TABLE {changes}"))
+        eng.execute(eng.compile("DELETE FROM {migrations} WHERE version = 6"))
+        eng.execute(eng.sql["meta_put"], ("schema_version", "5"))
+
+
+@pytest.mark.parametrize("variant", ["sqlite-file", pytest.param("duckdb-file", marks=pytest.mark.slow),
+                                     pytest.param("postgresql", marks=pytest.mark.slow)])
+def test_a_version_5_store_is_upgraded_and_its_columns_filled(variant, new_store):
+    store = new_store(variant, chunk_chars=4096)
+    _write_everything(store)
+    expected = _expected(store)
+    _downgrade_to_5(store)
+    target = store.path  # (a PostgreSQL store's URL names its schema)
+    store.close()
+    with sk.open_store(target, chunk_chars=4096) as again:
+        assert again.stats()["schema_version"] == 6
+        assert _decoded(_stored(again)) == expected
+        assert [row[0] for row in again._engine.ledger()][-2:] == [5, 6]
+        s = again.session("a")
+        s.append(_m("new", _t("after the upgrade"), TOOL, role="assistant"))
+        assert _decoded(_stored(again))[("a", "new")][5:8] == ("after the upgrade", 2, ["search"])
+
