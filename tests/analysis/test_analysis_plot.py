@@ -116,6 +116,8 @@ def test_cost_per_run(store):
     h = _heights(ax)
     assert h[0] == pytest.approx(0.01) and math.isnan(h[1]) and h[2] == pytest.approx(0.03)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["s.1", "s.2", "s.3"]
-    assert any(t.get_text() == "unpriced" for t in ax.texts)
+    assert [t.get_text() for t in ax.texts] == ["unknown"]  # the one word for an unknown cost
+    assert len(ax.lines) == 1 and ax.lines[0].get_xdata()[0] == 1  # a marker where the bar is missing
+    assert ax.texts[0].xy[1] > 0  # above the axis line, not on it
     assert _heights(sk.plot.cost_per_run(store.session("s"))) == h or math.isnan(h[1])
     assert len(sk.plot.cost_per_run(store.session("none")).patches) == 0

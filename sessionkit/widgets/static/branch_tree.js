@@ -184,7 +184,7 @@ function render({ model, el }) {
     for (const role of tree.roles) legend.append(skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), role + " ");
     toolbar.append(
       skEl("b", { text: `Session ${tree.session_id || "(default)"}` }),
-      skEl("span", { class: "sk-meta", text: ` ${tree.n.toLocaleString()} messages · ${forks} branch points · ${leaves} leaves · ${(tree.compactions || []).length} compactions · latest path ${activeLen} msgs, ${skTokens(activeTok)} tokens ` }),
+      skEl("span", { class: "sk-meta", text: ` ${skPlural(tree.n, "message")} · ${skPlural(forks, "branch point")} · ${skPlural(leaves, "leaf", "leaves")} · ${skPlural((tree.compactions || []).length, "compaction")} · latest path ${skPlural(activeLen, "message")}, ${skTokens(activeTok)} tokens ` }),
       skEl("label", { class: "sk-check" }, box, " collapse chains"),
       legend,
     );
@@ -420,12 +420,12 @@ function render({ model, el }) {
         }
         ctx.fillStyle = "#94a3b8";
         ctx.font = "12px system-ui, sans-serif";
-        ctx.fillText(`⋯ ${count.toLocaleString()} more messages · ${skTokens(tok)} tokens (click to expand)`, tx, y);
+        ctx.fillText(`⋯ ${skPlural(count, "more message")} · ${skTokens(tok)} tokens (click to expand)`, tx, y);
       } else {
         const band = tree.compactions[layout.a[r]];
         ctx.fillStyle = "#b45309";
         ctx.font = "600 12px system-ui, sans-serif";
-        const head = `▤ compacted ${band.messages} msgs, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: `;
+        const head = `▤ compacted ${skPlural(band.messages, "message")}, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: `;
         ctx.fillText(head, x - 4, y);
         const w = ctx.measureText(head).width;
         ctx.font = "12px system-ui, sans-serif";
@@ -512,7 +512,7 @@ function render({ model, el }) {
       const band = tree.compactions[focusBand];
       panel.append(
         skEl("div", { class: "sk-panel-title", text: "▤ Compaction" + (band.superseded ? " (superseded)" : "") }),
-        skEl("div", { class: "sk-meta", text: `${band.messages} messages (${band.from_id} … ${band.to_id}) · ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tokens · ${band.created_at}` }),
+        skEl("div", { class: "sk-meta", text: `${skPlural(band.messages, "message")} (${band.from_id} … ${band.to_id}) · ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tokens · ${band.created_at}` }),
         skEl("div", { class: "sk-text sk-summary", text: band.summary }),
       );
       return;
@@ -532,7 +532,7 @@ function render({ model, el }) {
     const role = tree.roles[tree.role[i]];
     panel.append(
       skEl("div", { class: "sk-panel-title" }, skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), `${role} · ${skTokens(tree.tokens[i])} tokens`),
-      skEl("div", { class: "sk-meta", text: `${id} · path ${depth} messages, ${skTokens(tok)} tokens · ${layout ? layout.nKids(i) : 0} children` }),
+      skEl("div", { class: "sk-meta", text: `${id} · path ${skPlural(depth, "message")}, ${skTokens(tok)} tokens · ${skPlural(layout ? layout.nKids(i) : 0, "child", "children")}` }),
     );
     const detail = cache.details.get(id);
     if (detail) {
@@ -544,16 +544,27 @@ function render({ model, el }) {
     const diff = model.get("diff") || {};
     if (diff.a && diff.b) {
       const row = (name, a, b) => skEl("tr", {}, skEl("th", { text: name }), skEl("td", { text: a }), skEl("td", { text: b }));
-      const sideCost = (s) => (s.cost_usd === null || s.cost_usd === undefined ? (s.cost_known ? "partly unpriced" : "unpriced") : skCost(s.cost_usd));
+      const sideCost = (s) => {
+        const known = s.cost_known || 0;
+        const unknown = s.cost_unknown || 0;
+        if (s.cost_usd !== null && s.cost_usd !== undefined && !unknown) return skCost(s.cost_usd);
+        return skCost(known ? s.cost_known_usd : null, unknown, known + unknown);
+      };
+      const sideUsage = (s) => {
+        if (s.usage_in === null || s.usage_in === undefined) return SK_UNKNOWN_COST;
+        const text = `${skTokens(s.usage_in)}/${skTokens(s.usage_out)}`;
+        const missing = (s.cost_known || 0) + (s.cost_unknown || 0) - (s.usage_known || 0);
+        return missing > 0 ? `≥ ${text} (${missing} of ${(s.cost_known || 0) + (s.cost_unknown || 0)} unknown)` : text;
+      };
       panel.append(
         skEl("div", { class: "sk-panel-title", text: "Branch diff from the fork point" }),
-        skEl("div", { class: "sk-meta", text: `fork at ${diff.fork_id || "(separate roots)"} · ${diff.shared_messages} shared messages, ${skTokens(diff.shared_tokens)} tokens` }),
+        skEl("div", { class: "sk-meta", text: `fork at ${diff.fork_id || "(separate roots)"} · ${skPlural(diff.shared_messages, "shared message")}, ${skTokens(diff.shared_tokens)} tokens` }),
         skEl("table", { class: "sk-diff" },
           skEl("tr", {}, skEl("th", {}), skEl("th", { text: "selected" }), skEl("th", { text: "compared" })),
           row("messages", diff.a.messages, diff.b.messages),
           row("tokens", skTokens(diff.a.tokens), skTokens(diff.b.tokens)),
           row("tool calls", diff.a.tool_calls, diff.b.tool_calls),
-          row("usage in/out", `${skTokens(diff.a.usage_in)}/${skTokens(diff.a.usage_out)}`, `${skTokens(diff.b.usage_in)}/${skTokens(diff.b.usage_out)}`),
+          row("usage in/out", sideUsage(diff.a), sideUsage(diff.b)),
           row("cost", sideCost(diff.a), sideCost(diff.b)),
           row("first message", diff.a.first_preview || "—", diff.b.first_preview || "—"),
         ),
@@ -624,6 +635,7 @@ function render({ model, el }) {
   setHeight();
   resetTree();
   onSelection();
+  skHideSnapshot(model);
 
   return () => {
     disposed = true;
@@ -666,4 +678,83 @@ function offline(msg, state) {
   return null;
 }
 
-export default { render, offline };
+/**
+ * The branch diff of two messages from the tree and the embedded messages: what
+ * sessionkit.widgets._source.branch_diff computes in the kernel, for pages with no kernel.
+ */
+function btDiff(tree, messages, aId, bId) {
+  const idx = new Map();
+  for (let i = 0; i < tree.n; i++) idx.set(tree.ids[i], i);
+  const pathTo = (i) => {
+    const out = [];
+    for (; i >= 0; i = tree.parent[i]) out.push(i);
+    return out.reverse();
+  };
+  const pa = pathTo(idx.get(aId));
+  const pb = pathTo(idx.get(bId));
+  let common = 0;
+  while (common < Math.min(pa.length, pb.length) && pa[common] === pb[common]) common++;
+  const fork = common ? pa[common - 1] : -1;
+  const side = (path) => {
+    const roles = {};
+    let tools = 0, cost = 0, priced = 0, unpriced = 0, withUsage = 0, tin = 0, tout = 0;
+    for (const i of path) {
+      const role = tree.roles[tree.role[i]];
+      roles[role] = (roles[role] || 0) + 1;
+      const m = messages[tree.ids[i]] || {};
+      tools += (m.parts || []).filter((p) => p.type === "tool").length;
+      const usage = m.usage && typeof m.usage === "object" ? m.usage : null;
+      if (usage) {
+        withUsage++;
+        tin += Number(usage.in) || 0;
+        tout += Number(usage.out) || 0;
+      }
+      const c = usage ? usage.cost_usd : null;
+      if (typeof c === "number" && Number.isFinite(c)) {
+        cost += c;
+        priced++;
+      } else if (role === "assistant" || usage) unpriced++;
+    }
+    const first = path.length ? messages[tree.ids[path[0]]] : null;
+    return {
+      leaf_id: path.length ? tree.ids[path[path.length - 1]] : fork >= 0 ? tree.ids[fork] : null,
+      messages: path.length,
+      tokens: path.reduce((t, i) => t + tree.tokens[i], 0),
+      roles,
+      tool_calls: tools,
+      usage_in: withUsage ? tin : null,
+      usage_out: withUsage ? tout : null,
+      usage_known: withUsage,
+      cost_usd: priced && !unpriced ? cost : null,
+      cost_known_usd: priced ? cost : null,
+      cost_known: priced,
+      cost_unknown: unpriced,
+      first_id: path.length ? tree.ids[path[0]] : null,
+      first_preview: first ? first.preview : null,
+    };
+  };
+  const a = side(pa.slice(common));
+  const b = side(pb.slice(common));
+  return {
+    a_id: aId,
+    b_id: bId,
+    fork_id: fork >= 0 ? tree.ids[fork] : null,
+    shared_messages: common,
+    shared_tokens: pa.slice(0, common).reduce((t, i) => t + tree.tokens[i], 0),
+    a,
+    b,
+    tokens_delta: b.tokens - a.tokens,
+  };
+}
+
+/** In a page written by to_html: a new selection or comparison recomputes the diff there. */
+function offlineChange(key, state, set) {
+  if (key !== "selected_id" && key !== "compare_id") return;
+  const a = state.selected_id;
+  const b = state.compare_id;
+  const messages = (state._offline && state._offline.messages) || {};
+  const known = new Set(state._tree.ids);
+  set("diff", a && b && a !== b && known.has(a) && known.has(b) ? btDiff(state._tree, messages, a, b) : {});
+}
+
+export default { render, offline, offlineChange };
