@@ -248,7 +248,10 @@ class BranchTree(_View):
     point (messages, tokens, tool calls, cost from the runs' usage).
 
     The tree travels once as compact arrays (ids, parents, roles, tokens) and is
-    laid out incrementally and drawn on a canvas, so 10,000 messages open at once.
+    laid out incrementally, so 10,000 messages open at once: lines and dots are drawn
+    on a canvas, the rows in view are real text (selectable, copyable, read by screen
+    readers as a tree). Keyboard: arrows move through the rows, Home / End, Enter opens
+    the row (expands a chain, shows a compaction, selects; Shift+Enter compares).
 
     >>> tree = sk.widgets.BranchTree(session)
     >>> tree.selected_id          # follows clicks in the notebook

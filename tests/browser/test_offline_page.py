@@ -168,3 +168,59 @@ def test_offline_run_view_opens_at_the_start_and_pads_the_interruption(page, tmp
     error.screenshot(path=str(screenshots / "run-view-interrupted.png"))
     assert "7 runs" in page.locator(".sk-run-view .sk-toolbar").inner_text()
     assert not page.errors, page.errors
+
+
+def test_tree_rows_are_text_in_the_page_and_follow_the_keyboard(page, tmp_path, screenshots):
+    store = sk.open_store()
+    s = nbhelpers.demo_session(store)
+    tree = sk.widgets.BranchTree(s)
+    tree.to_html(tmp_path / "tree.html")
+    page.goto((tmp_path / "tree.html").as_uri())
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=10_000)
+    data = tree_data(s)
+    rows = outline_rows(data)
+    # every row in view is a DOM row with its text, in the order of the outline
+    page.wait_for_function("() => document.querySelectorAll('.sk-row[data-id]').length > 0 && "
+                           "![...document.querySelectorAll('.sk-row-text')].some(e => e.textContent === '…')",
+                           timeout=5_000)
+    shown = page.eval_on_selector_all(".sk-row", "els => els.map(e => [Number(e.dataset.row), e.dataset.id || null])")
+    assert [r for r, _ in shown] == list(range(len(rows)))
+    assert [mid for _, mid in shown] == [data.ids[r[1]] if r[0] == "node" else None for r in rows]
+    assert page.locator(".sk-row[data-id='u3'] .sk-row-text").inner_text() == "Great. Where should we eat?"
+    assert page.locator(".sk-row[role='treeitem']").count() == len(rows)
+    # the text can be selected and copied like any text of the page
+    selected = page.evaluate("""() => {
+        const el = document.querySelector(".sk-row[data-id='u3'] .sk-row-text");
+        const range = document.createRange(); range.selectNodeContents(el);
+        const sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range);
+        return String(sel);
+    }""")
+    assert selected == "Great. Where should we eat?"
+    assert page.locator(".sk-tree-view").get_attribute("data-selected") == ""  # selecting text picked no row
+    page.evaluate("() => window.getSelection().removeAllRanges()")
+    # keyboard: Down moves through the rows (a message row becomes the selection), Enter opens a row
+    view = page.locator(".sk-tree-view")
+    view.focus()
+    page.keyboard.press("Home")
+    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.selected === 'sys'", timeout=5_000)
+    more = next(k for k, r in enumerate(rows) if r[0] == "more")
+    for _ in range(more):
+        page.keyboard.press("ArrowDown")
+    assert view.get_attribute("data-cursor") == str(more)
+    page.keyboard.press("Enter")  # expands the collapsed chain
+    expanded = outline_rows(data, expanded={data.index()["sys"]})
+    page.wait_for_function("n => document.querySelector('.sk-tree-view').dataset.rows === String(n)",
+                           arg=len(expanded), timeout=5_000)
+    page.keyboard.press("ArrowDown")
+    after = expanded[more + 1]
+    expect = data.ids[after[1]] if after[0] == "node" else None
+    if expect:
+        page.wait_for_function("id => document.querySelector('.sk-tree-view').dataset.selected === id",
+                               arg=expect, timeout=5_000)
+    page.keyboard.press("End")
+    last = next(data.ids[r[1]] for r in reversed(expanded) if r[0] == "node")
+    page.wait_for_function("id => document.querySelector('.sk-tree-view').dataset.selected === id", arg=last,
+                           timeout=5_000)
+    assert page.locator(f".sk-row[data-id='{last}']").get_attribute("aria-selected") == "true"
+    page.screenshot(path=str(screenshots / "offline-tree-dom-rows.png"))
+    assert not page.errors, page.errors

@@ -1,4 +1,6 @@
-// BranchTree front end: the whole message tree on a canvas, laid out incrementally.
+// BranchTree front end: the whole message tree, laid out incrementally; lines, dots and row
+// tints on a canvas, the text of the rows in view as real DOM rows (selectable, copyable,
+// read by screen readers and found by find-in-page), re-rendered as the view scrolls.
 //
 // The model's `_tree` holds parallel arrays (ids, parent, role, tokens) and the
 // compactions. Rows follow sessionkit.widgets._source.outline_rows exactly:
@@ -127,13 +129,16 @@ function render({ model, el }) {
   const toolbar = skEl("div", { class: "sk-toolbar" });
   const main = skEl("div", { class: "sk-tree-main" });
   const wrap = skEl("div", { class: "sk-tree-wrap" });
-  const scroller = skEl("div", { class: "sk-tree-scroll", "data-row-height": String(BT_ROW) });
+  const scroller = skEl("div", { class: "sk-tree-scroll", "data-row-height": String(BT_ROW), role: "tree",
+    "aria-label": "message tree", tabindex: "-1" });
   const sizer = skEl("div", { class: "sk-tree-sizer" });
-  const canvas = skEl("canvas", { class: "sk-tree-canvas", role: "img", "aria-label": "message tree" });
+  const rowsLayer = skEl("div", { class: "sk-tree-rows" });
+  const canvas = skEl("canvas", { class: "sk-tree-canvas", "aria-hidden": "true" });
   const panel = skEl("div", { class: "sk-tree-panel" });
   const live = skEl("div", { class: "sk-sr", "aria-live": "polite" });
+  sizer.append(rowsLayer);
   scroller.append(sizer);
-  wrap.append(scroller, canvas);
+  wrap.append(canvas, scroller); // the canvas paints under the scroller and its text rows
   main.append(wrap, panel);
   root.append(toolbar, main, live);
   const ctx = canvas.getContext("2d");
@@ -146,6 +151,7 @@ function render({ model, el }) {
   let chosen = new Uint8Array(0);
   let pathTokens = [];
   let hover = -1;
+  let cursor = -1; // the row the keyboard is on
   let focusBand = -1;
   let frame = 0;
   let layoutTimer = 0;
@@ -357,84 +363,95 @@ function render({ model, el }) {
       ctx.stroke();
       ctx.setLineDash([]);
     }
-    // glyphs and labels
-    ctx.textBaseline = "middle";
+    // glyphs on the canvas; the text of each row is a DOM row (renderRows)
     const want = [];
-    const tokX = right - 8;
     for (let r = r0; r <= r1; r++) {
+      if (layout.kind[r] !== BT_KIND_NODE) continue;
       const y = r * BT_ROW + BT_ROW / 2;
       const x = x0(layout.depth[r]);
+      const i = layout.a[r];
+      const role = tree.roles[tree.role[i]];
+      const on = active[i] === 1;
+      ctx.fillStyle = skRoleColor(role);
+      ctx.beginPath();
+      ctx.arc(x, y, on ? 5 : 4, 0, Math.PI * 2);
+      ctx.fill();
+      if (!on) {
+        ctx.fillStyle = "#fff";
+        ctx.beginPath();
+        ctx.arc(x, y, 2, 0, Math.PI * 2);
+        ctx.fill();
+      }
+      if (i === sel || i === cmp) {
+        ctx.strokeStyle = i === sel ? "#1d4ed8" : "#be185d";
+        ctx.lineWidth = 2;
+        ctx.beginPath();
+        ctx.arc(x, y, 7.5, 0, Math.PI * 2);
+        ctx.stroke();
+      }
+      const id = tree.ids[i];
+      if (!cache.previews.has(id) && !cache.asked.has(id)) want.push(id);
+    }
+    renderRows(r0, r1, sel, cmp);
+    if (want.length) requestPreviews(want);
+  }
+
+  function moreCount(r) {
+    let count = 0;
+    let tok = 0;
+    for (let i = layout.b[r]; ; i = tree.parent[i]) {
+      count++;
+      tok += tree.tokens[i];
+      if (i === layout.a[r]) break;
+    }
+    return [count, tok];
+  }
+
+  // The rows in view as DOM: real text over the canvas, one element per row, rebuilt on each
+  // draw (a few dozen rows at most, however large the tree).
+  function renderRows(r0, r1, sel, cmp) {
+    const frag = document.createDocumentFragment();
+    for (let r = r0; r <= r1; r++) {
       const kind = layout.kind[r];
-      let tx = x + 10;
+      const depth = layout.depth[r];
+      const row = skEl("div", { class: "sk-row", role: "treeitem", "aria-level": String(depth + 1), "data-row": String(r),
+        style: { top: r * BT_ROW + "px", height: BT_ROW + "px", paddingLeft: x0(depth) + (kind === BT_KIND_BAND ? -4 : 10) + "px" } });
+      if (r === cursor) row.classList.add("sk-cursor");
       if (kind === BT_KIND_NODE) {
         const i = layout.a[r];
+        const id = tree.ids[i];
         const role = tree.roles[tree.role[i]];
         const on = active[i] === 1;
-        ctx.fillStyle = skRoleColor(role);
-        ctx.beginPath();
-        ctx.arc(x, y, on ? 5 : 4, 0, Math.PI * 2);
-        ctx.fill();
-        if (!on) {
-          ctx.fillStyle = "#fff";
-          ctx.beginPath();
-          ctx.arc(x, y, 2, 0, Math.PI * 2);
-          ctx.fill();
-        }
-        if (i === sel || i === cmp) {
-          ctx.strokeStyle = i === sel ? "#1d4ed8" : "#be185d";
-          ctx.lineWidth = 2;
-          ctx.beginPath();
-          ctx.arc(x, y, 7.5, 0, Math.PI * 2);
-          ctx.stroke();
-        }
-        ctx.font = "600 12px system-ui, sans-serif";
-        ctx.fillStyle = skRoleColor(role);
-        ctx.fillText(role, tx, y);
-        tx += ctx.measureText(role).width + 8;
         const nk = layout.nKids(i);
-        ctx.font = "11px system-ui, sans-serif";
-        ctx.textAlign = "right";
-        ctx.fillStyle = "#6b7280";
-        let label = skTokens(tree.tokens[i]) + " tok";
-        if (nk > 1) label = `${nk} branches · ` + label;
-        ctx.fillText(label, tokX, y);
-        const labelW = ctx.measureText(label).width;
-        ctx.textAlign = "left";
-        const id = tree.ids[i];
-        let text = cache.previews.get(id);
-        if (text === undefined) {
-          text = "…";
-          if (!cache.asked.has(id)) want.push(id);
-        }
-        ctx.font = (on ? "500 " : "") + "12px system-ui, sans-serif";
-        ctx.fillStyle = on ? "#111827" : "#4b5563";
-        const room = tokX - labelW - 12 - tx;
-        if (room > 20) ctx.fillText(btFit(ctx, text, room), tx, y);
+        row.dataset.id = id;
+        row.setAttribute("aria-selected", i === sel ? "true" : "false");
+        if (on) row.classList.add("sk-on");
+        if (i === sel) row.classList.add("sk-sel");
+        if (i === cmp) row.classList.add("sk-cmp");
+        const preview = cache.previews.get(id);
+        row.append(
+          skEl("span", { class: "sk-row-role", style: { color: skRoleColor(role) }, text: role }),
+          " ",
+          skEl("span", { class: "sk-row-text", text: preview === undefined ? "…" : preview }),
+          skEl("span", { class: "sk-row-tok", text: (nk > 1 ? `${nk} branches · ` : "") + skTokens(tree.tokens[i]) + " tok" }),
+        );
       } else if (kind === BT_KIND_MORE) {
-        let count = 0;
-        let tok = 0;
-        for (let i = layout.b[r]; ; i = tree.parent[i]) {
-          count++;
-          tok += tree.tokens[i];
-          if (i === layout.a[r]) break;
-        }
-        ctx.fillStyle = "#94a3b8";
-        ctx.font = "12px system-ui, sans-serif";
-        ctx.fillText(`⋯ ${skPlural(count, "more message")} · ${skTokens(tok)} tokens (click to expand)`, tx, y);
+        const [count, tok] = moreCount(r);
+        row.classList.add("sk-row-more");
+        row.setAttribute("aria-expanded", "false");
+        row.append(skEl("span", { class: "sk-row-text", text: `⋯ ${skPlural(count, "more message")} · ${skTokens(tok)} tokens (click or Enter to expand)` }));
       } else {
         const band = tree.compactions[layout.a[r]];
-        ctx.fillStyle = "#b45309";
-        ctx.font = "600 12px system-ui, sans-serif";
-        const head = `▤ compacted ${skPlural(band.messages, "message")}, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: `;
-        ctx.fillText(head, x - 4, y);
-        const w = ctx.measureText(head).width;
-        ctx.font = "12px system-ui, sans-serif";
-        ctx.fillStyle = "#92400e";
-        const room = tokX - (x - 4 + w);
-        if (room > 20) ctx.fillText(btFit(ctx, band.summary.replace(/\s+/g, " "), room), x - 4 + w, y);
+        row.classList.add("sk-row-band");
+        row.append(
+          skEl("span", { class: "sk-row-head", text: `▤ compacted ${skPlural(band.messages, "message")}, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: ` }),
+          skEl("span", { class: "sk-row-text", text: band.summary.replace(/\s+/g, " ") }),
+        );
       }
+      frag.append(row);
     }
-    if (want.length) requestPreviews(want);
+    rowsLayer.replaceChildren(frag);
+    root.dataset.domRows = String(r1 - r0 + 1);
   }
 
   function requestPreviews(list) {
@@ -575,7 +592,10 @@ function render({ model, el }) {
   // events
   const onScroll = () => schedule();
   const onClick = (event) => {
+    const chosen = window.getSelection ? window.getSelection() : null;
+    if (chosen && !chosen.isCollapsed && rowsLayer.contains(chosen.anchorNode)) return; // selecting text, not a row
     const r = rowAt(event);
+    if (r >= 0) cursor = r;
     if (r >= 0) pick(r, event.shiftKey || event.altKey || event.metaKey || event.ctrlKey);
     root.focus({ preventScroll: true });
   };
@@ -591,19 +611,40 @@ function render({ model, el }) {
     hover = -1;
     schedule();
   };
+  // Keyboard: ArrowUp / ArrowDown move through the rows (a message row becomes the selection),
+  // Home / End go to the first / last row, Enter opens the row under the cursor (expands a
+  // collapsed chain, shows a compaction's summary, selects a message; Shift+Enter compares).
   const onKey = (event) => {
-    if (!layout || (event.key !== "ArrowDown" && event.key !== "ArrowUp")) return;
-    const i = ids.get(model.get("selected_id"));
-    let r = i === undefined ? -1 : layout.rowOf[i];
-    const step = event.key === "ArrowDown" ? 1 : -1;
-    for (r += step; r >= 0 && r < layout.rows; r += step) if (layout.kind[r] === BT_KIND_NODE) break;
-    if (r < 0 || r >= layout.rows) return;
+    if (!layout || !layout.rows) return;
+    const keys = ["ArrowDown", "ArrowUp", "Home", "End", "Enter"];
+    if (!keys.includes(event.key)) return;
     event.preventDefault();
-    pick(r, false);
-    scrollToNode(layout.a[r]);
+    if (cursor < 0 || cursor >= layout.rows) {
+      const i = ids.get(model.get("selected_id"));
+      cursor = i === undefined ? -1 : layout.rowOf[i];
+    }
+    if (event.key === "Enter") {
+      if (cursor >= 0) pick(cursor, event.shiftKey);
+      return;
+    }
+    let r = cursor;
+    if (event.key === "Home") r = 0;
+    else if (event.key === "End") r = layout.rows - 1;
+    else r = Math.min(layout.rows - 1, Math.max(0, r + (event.key === "ArrowDown" ? 1 : -1)));
+    cursor = r;
+    root.dataset.cursor = String(r);
+    if (layout.kind[r] === BT_KIND_NODE) pick(r, false);
+    const y = r * BT_ROW;
+    if (y < scroller.scrollTop || y > scroller.scrollTop + scroller.clientHeight - BT_ROW)
+      scroller.scrollTop = Math.max(0, y - scroller.clientHeight / 2);
+    schedule();
   };
   scroller.addEventListener("scroll", onScroll, { passive: true });
   scroller.addEventListener("click", onClick);
+  // shift-click compares two messages: it must not extend a text selection instead
+  scroller.addEventListener("mousedown", (event) => {
+    if (event.shiftKey || event.altKey || event.metaKey || event.ctrlKey) event.preventDefault();
+  });
   scroller.addEventListener("mousemove", onMove);
   scroller.addEventListener("mouseleave", onLeave);
   root.addEventListener("keydown", onKey);
@@ -651,19 +692,6 @@ function render({ model, el }) {
     model.off("change:height", onHeight);
     model.off("msg:custom", onMessage);
   };
-}
-
-/** Cut `text` with an ellipsis so it fits `width` pixels. */
-function btFit(ctx, text, width) {
-  if (ctx.measureText(text).width <= width) return text;
-  let lo = 0;
-  let hi = text.length;
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    if (ctx.measureText(text.slice(0, mid) + "…").width <= width) lo = mid;
-    else hi = mid - 1;
-  }
-  return text.slice(0, lo) + "…";
 }
 
 /** Answers the requests of this view in a page written by to_html (no kernel there). */
