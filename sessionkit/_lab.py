@@ -74,18 +74,24 @@ def find_notebooks(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def tour_source() -> Path:
-    """Where the tour notebooks come from: the installed package's copy, else this checkout's."""
-    try:
-        from importlib.resources import files
+    """Where the tour notebooks come from: the installed package's copy, else this checkout's.
 
-        packaged = Path(str(files("sessionkit._notebooks")))
-        if any(packaged.glob("[0-9][0-9]-*.ipynb")):
-            return packaged
-    except (ImportError, TypeError, ValueError):
-        pass
-    checkout = Path(__file__).resolve().parents[1] / "notebooks"
-    if any(checkout.glob("[0-9][0-9]-*.ipynb")):
-        return checkout
+    A wheel carries them as ``sessionkit/_notebooks`` (pyproject.toml maps ``notebooks/``
+    there); an editable install may map that package to the checkout's folder.
+    """
+    import importlib.util
+
+    candidates = [Path(__file__).resolve().parent / "_notebooks"]
+    try:
+        spec = importlib.util.find_spec("sessionkit._notebooks")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [Path(p) for p in spec.submodule_search_locations]
+    candidates.append(Path(__file__).resolve().parents[1] / "notebooks")
+    for folder in candidates:
+        if folder.is_dir() and any(folder.glob("[0-9][0-9]-*.ipynb")):
+            return folder
     raise LabError("this installation of sessionkit has no tour notebooks (reinstall it from a wheel or a checkout)")
 
 
