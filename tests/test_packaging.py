@@ -51,7 +51,7 @@ def test_the_notebook_extra_has_what_the_tour_needs_and_no_test_tools():
     assert _closure("lab") == notebook
     dev = _closure("dev")
     assert notebook <= dev and set(TEST_TOOLS) <= dev
-    assert "notebook" in dev  # Jupyter Notebook 7, for the browser tests
+    assert {"notebook", "marimo"} <= dev  # Jupyter Notebook 7 and marimo, for the browser tests
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
