@@ -187,6 +187,13 @@ def cost_per_run(source, *, ax: Any = None):
             ax.plot([x], [0.04], marker="X", markersize=9, color=color, linestyle="none", transform=above_axis)
             ax.annotate("unknown", (x, 0.09), xycoords=above_axis, ha="center", va="bottom", fontsize="small",
                         rotation=90, color=color)
+    if runs:  # what the two colours mean
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color="#ff7f0e", label="completed")]
+        if any(r.status != "completed" for r in runs):
+            handles.append(Patch(color="#d62728", label="failed or interrupted"))
+        ax.legend(handles=handles, fontsize="small", loc="best")
     ax.set_ylabel("cost (USD)")
     known = [c for c in costs if not math.isnan(c)]
     unknown = len(costs) - len(known)
