@@ -120,10 +120,10 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     # click a1, shift-click a4: the panel compares a1 and a4 now, as the kernel would
     _click_row(page, data, rows, "a1")
     _click_row(page, data, rows, "a4", shift=True)
-    page.wait_for_function("() => [...document.querySelectorAll('.sk-diff td')].some(td => td.textContent === 'Priced again')"
-                           " || [...document.querySelectorAll('.sk-diff td')].some(td => td.textContent.startsWith('An imported'))",
-                           timeout=5_000)
     expected = tree.compare("a1", "a4")
+    page.wait_for_function("n => [...document.querySelectorAll('.sk-diff tr')].some(r => "
+                           "r.textContent.startsWith('messages') && r.children[2].textContent === n)",
+                           arg=str(expected["b"]["messages"]), timeout=5_000)
     cells = _diff_cells(page)
     assert cells["messages"] == [str(expected["a"]["messages"]), str(expected["b"]["messages"])]
     assert cells["tool calls"] == [str(expected["a"]["tool_calls"]), str(expected["b"]["tool_calls"])]
