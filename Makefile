@@ -4,33 +4,37 @@
 VENV    ?= .venv
 PYTHON  ?= python3
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.sessionkit-installed
+# Which extras of pyproject.toml `make setup` installs: dev (everything the tests need) by
+# default; `make demo` and `make tour` install only the notebook extra (JupyterLab, widgets,
+# analysis: no test tooling). Each set of extras has its own stamp, so `make test` after
+# `make demo` still installs the test tools.
 EXTRAS  ?= dev
+STAMP    = $(VENV)/.sessionkit-installed-$(1)
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
 .PHONY: setup demo tour notebooks lint test test-fast bench clean
 
-setup: $(STAMP)
+setup: $(call STAMP,$(EXTRAS))
 
-$(STAMP): pyproject.toml
+$(VENV)/.sessionkit-installed-%: pyproject.toml
 	@if ! command -v uv >/dev/null 2>&1; then $(PYTHON) -m pip install --quiet uv || true; fi
 	@if command -v uv >/dev/null 2>&1; then \
 		uv venv --quiet --allow-existing -p $(PYTHON) $(VENV) && \
-		uv pip install --quiet -p $(BIN)/python -e '.[$(EXTRAS)]'; \
+		uv pip install --quiet -p $(BIN)/python -e '.[$*]'; \
 	else \
 		$(PYTHON) -m venv $(VENV) && \
 		$(BIN)/pip install --quiet --upgrade pip && \
-		$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'; \
+		$(BIN)/pip install --quiet -e '.[$*]'; \
 	fi
-	@touch $(STAMP)
+	@touch $@
 
 ## The main job: JupyterLab on the tour notebooks with a ready demo store (offline, no API key).
-demo: setup
+demo: $(call STAMP,notebook)
 	$(BIN)/python -m sessionkit._lab
 
 ## The same demo store as a guided tour in the terminal.
-tour: setup
+tour: $(call STAMP,notebook)
 	$(BIN)/sessionkit demo
 
 ## Re-run every notebook and save its outputs (what the notebook tests compare against).

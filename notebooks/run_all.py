@@ -5,7 +5,8 @@ fresh copy of this folder (its ``data/`` but no ``demo.db`` or other leftovers),
 so the saved outputs are what a new clone produces and what the nbval tests
 compare against. Afterwards the notebook is cleaned for committing:
 
-- no widget state (``metadata.widgets``) and no widget views in the outputs: a
+- no widget state (``metadata.widgets``) and no widget views in the outputs (nor the
+  random key a live widget finds its snapshot by): a
   saved output keeps each view's static HTML snapshot and its text, which
   JupyterLab, GitHub and nbconvert show until the cell runs again (then the live
   widget appears);
@@ -40,6 +41,7 @@ from sessionkit._lab import _kernel_spec  # the same kernel spec JupyterLab's de
 HERE = Path(__file__).resolve().parent
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+SNAPSHOT_KEY = re.compile(r' data-sk-snapshot-for="[^"]*"')
 CELL_TIMEOUT = 300
 
 
@@ -114,6 +116,9 @@ def clean(nb) -> None:
                 data.pop(WIDGET_STATE, None)
                 if not data:
                     continue
+                html = data.get("text/html")
+                if isinstance(html, str):  # the key a live widget hides its snapshot by: no widget is saved
+                    data["text/html"] = SNAPSHOT_KEY.sub("", html)
                 meta = out.get("metadata") or {}
                 meta.pop(WIDGET_VIEW, None)
             kept.append(out)
@@ -154,7 +159,7 @@ def execute(path: Path, workdir: Path, env: dict[str, str]):
 def sanitize_rules(cfg: Path = HERE / "sanitize.cfg") -> list[tuple[re.Pattern, str]]:
     """The ``(regex, replacement)`` pairs of an nbval sanitize file, read the way nbval reads them."""
     text = cfg.read_text(encoding="utf-8")
-    pairs = re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.MULTILINE)
+    pairs = re.findall(r"^regex: (.*)$\n^replace:[ ]?(.*)$", text, flags=re.MULTILINE)
     return [(re.compile(regex), replace) for regex, replace in pairs]
 
 

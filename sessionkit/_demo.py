@@ -66,11 +66,12 @@ _LINE = re.compile(r"^(user|assistant|system|tool)( \(reasoning\))?: (.*)$")
 _CALL = re.compile(r"^\w+ called tool (\w+)\((.*)\)$")
 
 
-def _first_sentence(text: str, limit: int = 120) -> str:
+def _first_sentence(text: str, limit: int | None = None) -> str:
+    """The first sentence of ``text``, whole; cut at a word with ``…`` only past ``limit``."""
     text = " ".join(text.split())
     match = re.search(r"(?<=[.!?])\s", text)
     sentence = text[: match.start()] if match else text
-    if len(sentence) > limit:
+    if limit is not None and len(sentence) > limit:
         sentence = sentence[: limit - 1].rsplit(" ", 1)[0] + "…"
     return sentence
 

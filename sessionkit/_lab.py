@@ -41,7 +41,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-__all__ = ["main", "run", "add_arguments", "find_notebooks", "prepare", "lab_command", "SETTINGS_OVERRIDES"]
+__all__ = ["main", "run", "add_arguments", "find_notebooks", "prepare", "lab_command", "SETTINGS_OVERRIDES",
+           "tour_source", "copy_tour", "store_notebook"]
 
 DEMO_STORE = "demo.db"
 PRIVATE_DIR = ".lab"
@@ -70,6 +71,82 @@ def find_notebooks(explicit: str | os.PathLike[str] | None = None) -> Path:
         if candidate.is_dir() and any(candidate.glob("[0-9][0-9]-*.ipynb")):
             return candidate.resolve()
     raise LabError("no notebooks folder here: run from a sessionkit checkout or pass --notebooks DIR")
+
+
+def tour_source() -> Path:
+    """Where the tour notebooks come from: the installed package's copy, else this checkout's.
+
+    A wheel carries them as ``sessionkit/_notebooks`` (pyproject.toml maps ``notebooks/``
+    there); an editable install may map that package to the checkout's folder.
+    """
+    import importlib.util
+
+    candidates = [Path(__file__).resolve().parent / "_notebooks"]
+    try:
+        spec = importlib.util.find_spec("sessionkit._notebooks")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [Path(p) for p in spec.submodule_search_locations]
+    candidates.append(Path(__file__).resolve().parents[1] / "notebooks")
+    for folder in candidates:
+        if folder.is_dir() and any(folder.glob("[0-9][0-9]-*.ipynb")):
+            return folder
+    raise LabError("this installation of sessionkit has no tour notebooks (reinstall it from a wheel or a checkout)")
+
+
+def copy_tour(dest: Path, source: Path | None = None) -> tuple[list[Path], list[Path]]:
+    """Copy the tour notebooks and their data into ``dest``; returns ``(copied, kept)``.
+
+    A notebook already in ``dest`` is kept as it is (it may hold the reader's own work).
+    """
+    source = source or tour_source()
+    dest.mkdir(parents=True, exist_ok=True)
+    copied: list[Path] = []
+    kept: list[Path] = []
+    items = sorted(source.glob("[0-9][0-9]-*.ipynb")) + sorted((source / "data").glob("*"))
+    for item in items:
+        if not item.is_file():
+            continue
+        target = dest / item.relative_to(source)
+        if target.exists():
+            kept.append(target)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(item, target)
+        copied.append(target)
+    return copied, kept
+
+
+STORE_NOTEBOOK = "your-store.ipynb"
+
+
+def store_notebook(dest: Path, target: str) -> Path:
+    """Write ``dest/your-store.ipynb``, a notebook that opens the store ``target`` read-first."""
+
+    def cell(kind: str, source: str) -> dict:
+        item: dict = {"cell_type": kind, "metadata": {}, "source": source.splitlines(keepends=True)}
+        if kind == "code":
+            item.update(execution_count=None, outputs=[])
+        return item
+
+    notebook = {
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+                     "language_info": {"name": "python"}},
+        "cells": [
+            cell("markdown", f"# Your store\n\n`sessionkit lab` opened this notebook on `{target}`. Run the cells: "
+                             "the store shows its sessions, the latest session its tree. The tour notebooks "
+                             "(01 to 07) are next to this one."),
+            cell("code", f"import sessionkit as sk\n\nstore = sk.open_store({target!r}, create=False)\nstore"),
+            cell("code", "sessions = store.list_sessions()\n"
+                         "latest = max(sessions, key=lambda info: info.updated_at or \"\") if sessions else None\n"
+                         "tree = sk.widgets.BranchTree(store.session(latest.id)) if latest else None\ntree"),
+        ],
+    }
+    path = dest / STORE_NOTEBOOK
+    path.write_text(json.dumps(notebook, indent=1) + "\n", encoding="utf-8")
+    return path
 
 
 def _build_demo(path: Path) -> bool:
@@ -319,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
                 _stop(proc)
                 print(f"error: {exc}; the end of {log_path}:\n{_tail(log_path)}", file=sys.stderr)
                 return 1
-            link = f"{url}/lab/tree/{FIRST_NOTEBOOK}?token={token}"
+            link = f"{url}/lab/tree/{getattr(args, 'first', None) or FIRST_NOTEBOOK}?token={token}"
             print("JupyterLab is running on the sessionkit notebooks. Open:", file=out)
             print(f"    {link}", file=out)
             if not args.no_browser and has_display():

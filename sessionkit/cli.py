@@ -11,6 +11,7 @@
     sessionkit demo                           build a demo store and print a guided tour
     sessionkit import / export                transcripts in and out (sessionkit.io)
     sessionkit serve                          the HTTP server (sessionkit.server)
+    sessionkit lab [STORE]                    the tour notebooks (and STORE) in JupyterLab
 
 It reads stores through the library's public API, so what it prints is what a program
 reading the store would see. Read commands never create a store: they open it with
@@ -25,12 +26,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import itertools
 import json
 import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
 
@@ -196,17 +198,33 @@ def _function(module, name: str, command: str):
 _STAT_ORDER = ("sessions", "messages", "compactions", "blobs", "indexed_messages", "runs", "events")
 
 
+def _file_sizes(store: sk.Store) -> dict:
+    """The database file's size on disk and its write-ahead log's, for a store in a local file.
+
+    The write-ahead log (SQLite's ``-wal``, DuckDB's ``.wal``) holds recent writes until a
+    checkpoint folds them into the file; it is reported beside the size, not in it.
+    """
+    path = store.path
+    if not path or path == ":memory:" or not os.path.isfile(path):
+        return {}
+    wal = path + ("-wal" if store.engine == "sqlite" else ".wal")
+    return {"file_bytes": os.path.getsize(path), "wal_bytes": os.path.getsize(wal) if os.path.isfile(wal) else 0}
+
+
 def _info_report(store: sk.Store, target: str) -> dict:
     stats = store.stats()
     return {"store": store.path or target, "engine": store.engine,
-            "schema_version": stats.get("schema_version"), **stats}
+            "schema_version": stats.get("schema_version"), **stats, **_file_sizes(store)}
 
 
 def _render_info(store: sk.Store, target: str, out: TextIO) -> None:
     report = _info_report(store, target)
     rows = [("store", str(report["store"])), ("engine", str(report["engine"])),
             ("schema", "-" if report["schema_version"] is None else str(report["schema_version"])),
-            ("size", _size(report.get("bytes", 0)))]
+            ("size", _size(report.get("file_bytes", report.get("bytes", 0))))]
+    if report.get("wal_bytes"):
+        rows.append(("wal", f"{_size(report['wal_bytes'])} write-ahead log (recent writes, folded into the file "
+                            "at the next checkpoint)"))
     for key in _STAT_ORDER:
         if key not in report:
             continue
@@ -218,7 +236,7 @@ def _render_info(store: sk.Store, target: str, out: TextIO) -> None:
             value += " messages in the search index" if report["indexed_messages"] else \
                 " (the search index is built by the first search)"
         rows.append((key, value))
-    shown = set(_STAT_ORDER) | {"store", "bytes", "blob_bytes", "engine", "schema_version"}
+    shown = set(_STAT_ORDER) | {"store", "bytes", "blob_bytes", "engine", "schema_version", "file_bytes", "wal_bytes"}
     rows += [(k, str(v)) for k, v in sorted(report.items()) if k not in shown]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
@@ -318,7 +336,25 @@ def _span(info: dict) -> str:
     return f"{info.get('from_id')} … {info.get('to_id')}"
 
 
-def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full: bool) -> None:
+def _entry_end(message: dict) -> str:
+    """The id a path entry ends at: a summary stands for its range, which ends at ``to_id``."""
+    info = overlay_info(message)
+    return str(info.get("to_id")) if info is not None else message["id"]
+
+
+def _newest(session: sk.Session, leaf: str | None, compacted: bool, n: int) -> tuple[str | None, list[dict]]:
+    """The newest ``n`` entries of a path, oldest first, and the id the first of them follows.
+
+    Walks from the leaf up and stops there: no older message is read.
+    """
+    tail = list(itertools.islice(session.history(leaf_id=leaf, compacted=compacted, newest_first=True), n + 1))
+    tail.reverse()
+    before = _entry_end(tail[0]) if len(tail) > n else None
+    return before, tail[-n:]
+
+
+def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full: bool,
+                 last: int | None = None) -> None:
     """Print the path to ``leaf_id`` (default: the latest leaf) as a chat.
 
     Without ``full``: what the model sees, each compaction summary in place of its range.
@@ -344,7 +380,16 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
     raw_count = 0
     raw_tokens = 0
     parent: str | None = None
-    for message in session.history(leaf_id=leaf, compacted=not full):
+    entries: Iterable[dict] = session.history(leaf_id=leaf, compacted=not full)
+    tail: list[dict] = []
+    if last is not None:
+        parent, tail = _newest(session, leaf, not full, last)
+        entries = tail
+        if parent is not None:
+            print(f"… earlier entries not shown: the path holds {_count(session.path_length(leaf), 'message')}; "
+                  f"these are the newest {len(tail):,} (--last {last})", file=out)
+            print(file=out)
+    for message in entries:
         info = overlay_info(message)
         if info is not None:  # a summary standing in for a range (model view only)
             applied.append(info)
@@ -379,7 +424,12 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
         raw_count += 1
         raw_tokens += estimate_tokens(message)
         parent = mid
-    if applied:
+    if last is not None:
+        shown = f"{len(tail):,} {'entry' if len(tail) == 1 else 'entries'}"
+        print(f"{shown} shown of a path of "
+              f"{_count(session.path_length(leaf), 'message')}; the model sees ~{session.context_tokens(leaf):,} "
+              "tokens of it.", file=out)
+    elif applied:
         seen_count = raw_count - sum(int(a.get("messages") or 0) - 1 for a in applied)
         print(f"{_count(raw_count, 'message')} (~{raw_tokens:,} tokens) on this path; the model sees "
               f"{seen_count:,} (~{session.context_tokens(leaf):,} tokens): "
@@ -533,6 +583,8 @@ def cmd_show(args, out: TextIO) -> int:
         session = _existing_session(store, args.session, args.store)
         if args.leaf is not None:
             session.path_length(args.leaf)  # sessionkit.MessageNotFound for an unknown id
+        if args.tree and args.last is not None:
+            raise CommandError("--last applies to the path view, not to --tree")
         if args.tree:
             tree = _Tree(session, args.leaf)
             if args.json:
@@ -540,9 +592,12 @@ def cmd_show(args, out: TextIO) -> int:
             else:
                 tree.render(out)
         elif args.json:
-            _write_json_array(session.history(leaf_id=args.leaf, compacted=not args.full), out)
+            if args.last is None:
+                _write_json_array(session.history(leaf_id=args.leaf, compacted=not args.full), out)
+            else:
+                _write_json_array(_newest(session, args.leaf, not args.full, args.last)[1], out)
         else:
-            _render_path(session, out, leaf_id=args.leaf, full=args.full)
+            _render_path(session, out, leaf_id=args.leaf, full=args.full, last=args.last)
     return 0
 
 
@@ -712,7 +767,12 @@ def cmd_import(args, out: TextIO) -> int:
     if args.session is not None and args.format != "openai":
         raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
     fn = _function(io, _IMPORTERS[args.format], "import")
-    with sk.open_store(args.store) as store:
+    local = _local_path(args.store)
+    existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
+    # An existing file must already be a sessionkit store (as for info and ls): importing into
+    # another program's database would add sessionkit's tables to it.
+    opened = _existing_store(args.store) if existing else sk.open_store(args.store)
+    with opened as store:
         before = store.stats()
         if args.format == "openai":
             session_id = args.session if args.session is not None else _session_from_file(args.file)
@@ -752,6 +812,31 @@ def cmd_export(args, out: TextIO) -> int:
     return 0
 
 
+def cmd_lab(args, out: TextIO) -> int:
+    """Copy the tour notebooks to a folder and open them in JupyterLab (with STORE in a notebook of its own)."""
+    lab = importlib.import_module("sessionkit._lab")
+    if args.store is not None:
+        with _existing_store(args.store) as store:  # a missing file or another program's database fails here
+            target = store.path or args.store
+    dest = Path(args.dir).expanduser().resolve()
+    if dest.exists() and not dest.is_dir():
+        raise CommandError(f"{dest} is a file, not a folder for the notebooks")
+    try:
+        copied, kept = lab.copy_tour(dest)
+    except lab.LabError as exc:
+        raise CommandError(str(exc)) from exc
+    print(f"tour notebooks in {dest}: {_count(len(copied), 'file')} copied"
+          + (f", {_count(len(kept), 'file')} already there kept as they are" if kept else ""), file=out)
+    first = None
+    if args.store is not None:
+        first = lab.store_notebook(dest, str(target)).name
+        print(f"{first} opens {target}", file=out)
+    out.flush()
+    options = argparse.Namespace(notebooks=str(dest), port=args.port, token=None, no_browser=args.no_browser,
+                                 prepare_only=False, settings_dir=None, timeout=args.timeout, first=first)
+    return int(lab.run(options))
+
+
 def _agent_spec(spec: str) -> tuple[str, str]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -765,9 +850,19 @@ def _load_agent(spec: str):
     from sessionkit.agent._loading import load_agent
 
     try:
-        return load_agent(spec)
+        agent = load_agent(spec)
     except ValueError as exc:
         raise CommandError(f"--agent: {exc}") from exc
+    if isinstance(agent, sk.Agent):
+        return agent
+    module_name, attr = _agent_spec(spec)
+    if isinstance(agent, type) or callable(agent):
+        kind = "a class" if isinstance(agent, type) else "a function"
+        raise CommandError(
+            f"--agent {spec} names {kind}, not an agent: create the agent in {module_name} "
+            f"(for example support = {attr}(...)) and pass that name (--agent {module_name}:support)"
+        )
+    raise CommandError(f"--agent {spec} is a {type(agent).__name__}, not a sessionkit Agent (sk.Agent(...))")
 
 
 def cmd_serve(args, out: TextIO) -> int:
@@ -868,6 +963,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("session", metavar="SESSION", help='session id ("" is the default session)')
     p.add_argument("--leaf", metavar="ID", help="show the path to this message instead of the latest leaf")
+    p.add_argument("--last", metavar="N", type=_positive_int,
+                   help="only the newest N entries of the path (reads no older message)")
     p.add_argument("--tree", action="store_true",
                    help="the whole tree: branch points, the path (marked *), compaction ranges")
     p.add_argument("--full", action="store_true",
@@ -895,6 +992,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="PATH",
                    help="where to write the demo store (a new file; default: a new temporary folder)")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "lab", help="open the tour notebooks (and a store) in JupyterLab",
+        description="Copy the tour notebooks and their data to a folder (default ./sessionkit-tour; notebooks "
+                    "already there are kept), build the demo store they use, and open them in JupyterLab on "
+                    "127.0.0.1. With STORE, a notebook your-store.ipynb opens that store first. Needs the "
+                    "notebook extra: pip install 'sessionkit[notebook]'. Ctrl-C stops JupyterLab.")
+    p.add_argument("store", metavar="STORE", nargs="?", help="a store to open next to the tour (" + _STORE_HELP + ")")
+    p.add_argument("--dir", default="sessionkit-tour", metavar="FOLDER",
+                   help="where the notebooks go (default: ./sessionkit-tour)")
+    p.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: 8888 or the next free one)")
+    p.add_argument("--no-browser", action="store_true", help="only print the URL")
+    p.add_argument("--timeout", type=float, default=120, help="seconds to wait for JupyterLab to answer")
+    p.set_defaults(func=cmd_lab)
 
     p = sub.add_parser(
         "import", help="import transcripts (OpenAI chat, OpenAssistant, HH, sessionkit JSONL, agent frameworks)",

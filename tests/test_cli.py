@@ -25,7 +25,7 @@ import sessionkit as sk
 
 _SCRIPT = Path(sys.executable).with_name("sessionkit")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "sessionkit"]
-COMMANDS = ["info", "ls", "show", "search", "demo", "import", "export", "serve"]
+COMMANDS = ["info", "ls", "show", "search", "demo", "import", "export", "serve", "lab"]
 
 
 def _env(**extra: str) -> dict:
@@ -481,6 +481,9 @@ def test_errors_are_one_line_and_exit_non_zero(store_path, tmp_path):
         (("serve", "--store", str(tmp_path / "s.db"), "--agent", "no-colon"), ("module:attribute",)),
         (("serve", "--store", str(tmp_path / "s.db"), "--agent", "app:agent"), ("SESSIONKIT_TOKEN",)),
         (("demo", "--store", store_path), ("already exists",)),
+        (("import", str(foreign), str(junk), "--format", "hh"), ("not a sessionkit store",)),
+        (("show", store_path, "chat", "--tree", "--last", "2"), ("--last", "--tree")),
+        (("show", store_path, "chat", "--last", "0"), ("--last",)),
     ]
     results = run_batch([argv for argv, _ in cases])
     for (_, fragments), result in zip(cases, results):
@@ -536,7 +539,12 @@ print(json.dumps({"status": status, **calls}))
 
 
 def test_serve_hands_agent_store_and_token_to_the_server(tmp_path):
-    (tmp_path / "myagents.py").write_text("support = 'the support agent'\n")
+    (tmp_path / "myagents.py").write_text(
+        "import sessionkit as sk\n"
+        "support = sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n"
+        "def make_agent():\n    return support\n"
+        "class Helper:\n    pass\n"
+        "name = 'the support agent'\n")
     (tmp_path / "broken.py").write_text("raise RuntimeError('no model configured')\n")
     token = "s3cret-token-0123456789"
     store = tmp_path / "served.db"
@@ -547,7 +555,8 @@ def test_serve_hands_agent_store_and_token_to_the_server(tmp_path):
     report = json.loads(assert_ok(result))
     assert report == {
         "status": 0,
-        "create_app": {"agent": repr("the support agent"), "engine": "sqlite", "path": str(store.resolve()),
+        "create_app": {"agent": "Agent('support', model='scripted', tools=[])", "engine": "sqlite",
+                       "path": str(store.resolve()),
                        "token": token},
         "run": {"app": "the-app", "host": "0.0.0.0", "port": 8123},
     }
@@ -561,6 +570,28 @@ def test_serve_hands_agent_store_and_token_to_the_server(tmp_path):
         "sessionkit: error: --agent: importing 'broken' failed: RuntimeError: no model configured"]
     assert json.loads(failing.stdout) == {"status": 1}
     assert_error(run("serve", "--store", str(store), "--agent", "a:b", "--port", "70000"), "--port")
+
+
+def test_serve_explains_an_agent_name_that_is_not_an_agent(tmp_path):
+    """Naming the factory function, a class or any other object is a user mistake, said plainly."""
+    (tmp_path / "myagents.py").write_text(
+        "import sessionkit as sk\n"
+        "def make_agent():\n    return sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n"
+        "class Helper:\n    pass\n"
+        "name = 'the support agent'\n")
+    env = _env(SESSIONKIT_TOKEN="s3cret-token-0123456789")
+    fake = [sys.executable, "-c", _FAKE_SERVE]
+    cases = [("myagents:make_agent", ("names a function, not an agent", "--agent myagents:support")),
+             ("myagents:Helper", ("names a class, not an agent",)),
+             ("myagents:name", ("is a str, not a sessionkit Agent",))]
+    for spec, fragments in cases:
+        result = run("serve", "--store", str(tmp_path / "s.db"), "--agent", spec, prefix=fake, env=env, cwd=tmp_path)
+        line = result.stderr.strip()
+        assert line.startswith("sessionkit: error: --agent " + spec), line
+        assert "unexpected" not in line and "TypeError" not in line and "Traceback" not in result.stderr
+        for fragment in fragments:
+            assert fragment in line, (fragment, line)
+        assert json.loads(result.stdout) == {"status": 1}  # create_app was never called
 
 
 def _io_has(*names: str) -> bool:
@@ -707,3 +738,80 @@ def test_build_demo_store_is_idempotent(tmp_path):
         after = store.stats()
     assert {k: after[k] for k in ("sessions", "messages", "compactions", "blobs")} == \
         {k: before[k] for k in ("sessions", "messages", "compactions", "blobs")}
+
+
+def test_show_last_prints_only_the_newest_entries(tmp_path):
+    path = str(tmp_path / "long.db")
+    with sk.open_store(path) as store:
+        s = store.session("long")
+        s.import_many([(_msg(f"m{i}", "user" if i % 2 == 0 else "assistant", f"message number {i}"),
+                        f"m{i - 1}" if i else None, None) for i in range(2_000)])
+        path_ids = [m["id"] for m in s.get_history()]
+        tokens = s.context_tokens()
+    out = assert_ok(run("show", path, "long", "--last", "5"))
+    assert headers(out) == path_ids[-5:]
+    assert "message number 1994" not in out and "message number 1995" in out
+    assert f"the path holds {len(path_ids):,} messages" in out
+    assert f"5 entries shown of a path of {len(path_ids):,} messages; the model sees ~{tokens:,} tokens" in out
+    assert len(out.splitlines()) < 30  # not one line per message of the whole path
+    as_json = json.loads(assert_ok(run("show", path, "long", "--last", "3", "--json")))
+    assert [m["id"] for m in as_json] == path_ids[-3:]
+    # more than the path holds: the whole path, and no note about earlier entries
+    whole = assert_ok(run("show", path, "long", "--last", "5000"))
+    assert headers(whole) == path_ids and "earlier entries not shown" not in whole
+
+
+def test_show_last_on_a_compacted_branch_names_the_branch(store_path):
+    with sk.open_store(store_path) as store:
+        chat = store.session("chat")
+        seen = chat.get_history()
+        raw = chat.get_history(compacted=False)
+    out = assert_ok(run("show", store_path, "chat", "--last", "2"))
+    assert headers(out) == [m["id"] for m in seen[-2:]]
+    full = assert_ok(run("show", store_path, "chat", "--last", "3", "--full"))
+    assert headers(full) == [m["id"] for m in raw[-3:]]
+
+
+def test_info_reports_the_write_ahead_log_apart_from_the_size(tmp_path):
+    path = tmp_path / "wal.db"
+    store = sk.open_store(str(path))
+    s = store.session("s")
+    for i in range(300):
+        s.append(_msg(f"m{i}", "user", "x" * 2_000))
+    wal = path.with_name("wal.db-wal")
+    assert wal.exists() and wal.stat().st_size > 0  # the store is open: its WAL holds recent writes
+    report = json.loads(assert_ok(run("info", str(path), "--json")))
+    rows = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in assert_ok(run("info", str(path))).splitlines())
+    on_disk = path.stat().st_size
+    store.close()
+    assert report["file_bytes"] == on_disk  # the database file alone
+    assert report["wal_bytes"] > 0
+    assert rows["size"] == _size_text(report["file_bytes"])
+    assert rows["wal"].startswith(_size_text(report["wal_bytes"]) + " write-ahead log")
+
+
+def _size_text(n: int) -> str:
+    from sessionkit.cli import _size
+
+    return _size(n)
+
+
+def test_import_refuses_another_programs_database(tmp_path):
+    foreign = tmp_path / "app.db"
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE notes (body TEXT)")
+    db.commit()
+    db.close()
+    data = tmp_path / "chat.json"
+    data.write_text(json.dumps([{"role": "user", "content": "hi"}]))
+    line = assert_error(run("import", str(foreign), str(data), "--format", "openai"), "not a sessionkit store")
+    assert "app.db" in line
+    db = sqlite3.connect(foreign)
+    assert [r[0] for r in db.execute("SELECT name FROM sqlite_master")] == ["notes"]
+    db.close()
+    # an existing store, and a new file, still import
+    fresh = tmp_path / "new.db"
+    assert_ok(run("import", str(fresh), str(data), "--format", "openai"))
+    assert_ok(run("import", str(fresh), str(data), "--format", "openai", "--session", "again"))
+    with sk.open_store(str(fresh)) as store:
+        assert sorted(i.id for i in store.list_sessions()) == ["again", "chat"]

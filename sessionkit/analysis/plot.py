@@ -158,8 +158,9 @@ def cost_per_run(source, *, ax: Any = None):
     """Cost in USD of each agent run, in start order (one bar per run).
 
     ``source`` is a session or a store. A run whose model is not priced
-    (``cost_usd`` unknown) gets no bar (its height is NaN) and an "unpriced" label;
-    unknown is never drawn as zero. Returns the Axes.
+    (``cost_usd`` unknown) gets no bar (its height is NaN) but a marker and an
+    "unknown" label just above the axis; unknown is never drawn as zero. Failed
+    and interrupted runs are red, bars and markers alike. Returns the Axes.
     """
     _pyplot()
     data = _scope(source)
@@ -174,15 +175,30 @@ def cost_per_run(source, *, ax: Any = None):
         costs.append(float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan)
     ax = _axes(ax)
     xs = list(range(len(runs)))
-    ax.bar(xs, costs, color=["#ff7f0e" if r.status == "completed" else "#d62728" for r in runs])
+    colors = ["#ff7f0e" if r.status == "completed" else "#d62728" for r in runs]
+    ax.bar(xs, costs, color=colors)
     ax.set_xticks(xs)
     ax.set_xticklabels([r.run_id for r in runs], rotation=45, ha="right", fontsize="small")
-    for x, c in zip(xs, costs):
+    # x in data units, y as a fraction of the axes: the marker and its label sit just above
+    # the axis line whatever the scale, instead of on it.
+    above_axis = ax.get_xaxis_transform()
+    for x, c, color in zip(xs, costs, colors):
         if math.isnan(c):
-            ax.annotate("unpriced", (x, 0), ha="center", va="bottom", fontsize="small", rotation=90)
+            ax.plot([x], [0.04], marker="X", markersize=9, color=color, linestyle="none", transform=above_axis)
+            ax.annotate("unknown", (x, 0.09), xycoords=above_axis, ha="center", va="bottom", fontsize="small",
+                        rotation=90, color=color)
+    if runs:  # what the two colours mean
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color="#ff7f0e", label="completed")]
+        if any(r.status != "completed" for r in runs):
+            handles.append(Patch(color="#d62728", label="failed or interrupted"))
+        ax.legend(handles=handles, fontsize="small", loc="best")
     ax.set_ylabel("cost (USD)")
     known = [c for c in costs if not math.isnan(c)]
-    ax.set_title(f"cost per run: {len(runs)} runs, ${sum(known):.4f} priced")
+    unknown = len(costs) - len(known)
+    ax.set_title(f"cost per run: {len(runs)} run{'' if len(runs) == 1 else 's'}, ${sum(known):.4f}"
+                 + (f" + {unknown} unknown" if unknown else ""))
     if not runs:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
     return ax

@@ -65,3 +65,15 @@ def session_html(session: Any) -> str:
     from ..widgets import _repr
 
     return _repr.session_html(session)
+
+
+def display_store(store: Any) -> None:
+    from ..widgets import _repr
+
+    _repr.display_store(store)
+
+
+def display_session(session: Any) -> None:
+    from ..widgets import _repr
+
+    _repr.display_session(session)

@@ -772,6 +772,10 @@ class Store:
         """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
         return _conveniences.store_bundle(self)
 
+    def _ipython_display_(self) -> None:
+        """IPython display: the sessions table, then the browser widget that replaces it where it renders."""
+        _conveniences.display_store(self)
+
     def _repr_html_(self) -> str:
         """A script-free HTML table of the sessions (nbconvert, GitHub)."""
         return _conveniences.store_html(self)
@@ -1242,6 +1246,10 @@ class Session:
     def _repr_mimebundle_(self, include=None, exclude=None):
         """Notebook display: a BranchTree widget when ipywidgets is installed, else static HTML."""
         return _conveniences.session_bundle(self)
+
+    def _ipython_display_(self) -> None:
+        """IPython display: the tree's snapshot, then the BranchTree widget that replaces it where it renders."""
+        _conveniences.display_session(self)
 
     def _repr_html_(self) -> str:
         """A script-free HTML snapshot of the tree (nbconvert, GitHub)."""

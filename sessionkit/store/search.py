@@ -112,22 +112,99 @@ def parse_query(query: object) -> Query:
     return Query(tuple(terms), tuple(phrases))
 
 
-def snippet(text: str, query: Query, *, width: int = 160, mark=("[", "]")) -> str:
-    """A window of ``text`` around the first match with the matched words marked."""
-    stems = query.all_stems
+# A "word" as a reader sees it, for marking and cutting snippets: letters, digits and
+# underscores (``order_lines`` is one word), unlike the index's words.
+_READ_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
+    """Character spans of ``text`` the query matched: each matching term, each whole phrase.
+
+    A phrase's words are marked only where the phrase itself occurs, never one by one
+    (``"logical replication"`` does not mark ``Replicate``). Each span is widened to the
+    whole words it touches (``order_lines`` stays one word) and overlapping spans merge.
+    """
     tokens = tokenize(text)
-    hits = [(s, e) for s, e, st in tokens if st in stems]
-    if not hits:
-        return text[:width] + ("…" if len(text) > width else "")
-    first = hits[0][0]
-    start = max(0, first - width // 3)
-    if start > 0:  # begin at a word boundary
-        space = text.rfind(" ", 0, start)
-        start = space + 1 if space >= 0 and first - space < width else start
-    end = min(len(text), start + width)
+    stems = [st for _, _, st in tokens]
+    spans: list[tuple[int, int]] = []
+    terms = set(query.terms)
+    for s, e, st in tokens:
+        if st in terms:
+            spans.append((s, e))
+    for phrase in query.phrases:
+        n = len(phrase)
+        for k in range(len(stems) - n + 1):
+            if tuple(stems[k : k + n]) == phrase:
+                spans.append((tokens[k][0], tokens[k + n - 1][1]))
+    if not spans:
+        return []
+    words = [(m.start(), m.end()) for m in _READ_WORD.finditer(text)]
+    widened = []
+    for s, e in spans:
+        for ws, we in words:
+            if ws <= s < we:
+                s = ws
+            if ws < e <= we:
+                e = we
+        widened.append((s, e))
+    widened.sort()
+    merged = [widened[0]]
+    for s, e in widened[1:]:
+        ps, pe = merged[-1]
+        if s <= pe:
+            merged[-1] = (ps, max(pe, e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+def _inword(text: str, i: int) -> bool:
+    return text[i].isalnum() or text[i] == "_"
+
+
+def _word_start(text: str, pos: int) -> int:
+    """``pos`` moved back to the start of the word it falls in."""
+    while 0 < pos < len(text) and _inword(text, pos - 1) and _inword(text, pos):
+        pos -= 1
+    return pos
+
+
+def _word_end(text: str, pos: int) -> int:
+    """``pos`` moved back so that ``text[:pos]`` does not end inside a word."""
+    if pos >= len(text):
+        return len(text)
+    while 0 < pos and _inword(text, pos - 1) and _inword(text, pos):
+        pos -= 1
+    return pos
+
+
+def snippet(text: str, query: Query, *, width: int = 160, mark=("[", "]")) -> str:
+    """A window of ``text`` around the first match, matched words marked with ``mark``.
+
+    The window starts and ends on word boundaries (a word is never cut in half; ``…``
+    says text was left out), marks whole words (``[order_lines]``, not
+    ``[order]_[lines]``) and marks a quoted phrase only where the whole phrase occurs.
+    A mark is never cut by the window: a match that does not fit is left unmarked
+    outside it.
+    """
+    spans = _matched_spans(text, query)
+    if not spans:
+        if len(text) <= width:
+            return text
+        end = _word_end(text, width) or width
+        return text[:end].rstrip() + "…"
+    first = spans[0][0]
+    start = _word_start(text, max(0, first - width // 3))
+    end = max(start + width, spans[0][1])
+    if end < len(text):
+        end = _word_end(text, end)
+        if end <= spans[0][1]:
+            end = spans[0][1]
+    else:
+        end = len(text)
     out = []
     pos = start
-    for s, e in hits:
+    for s, e in spans:
         if s < start or e > end:
             continue
         out.append(text[pos:s])
@@ -135,7 +212,11 @@ def snippet(text: str, query: Query, *, width: int = 160, mark=("[", "]")) -> st
         pos = e
     out.append(text[pos:end])
     body = "".join(out)
-    return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
+    if start > 0:
+        body = "…" + body.lstrip()
+    if end < len(text):
+        body = body.rstrip() + "…"
+    return body
 
 
 def matches(text: str, query: Query) -> bool:

@@ -60,3 +60,35 @@ def store_bundle(store: Any) -> dict | tuple[dict, dict]:
 def store_html(store: Any) -> str:
     """Static HTML of a store (a table of its sessions)."""
     return _static.store_html(store)
+
+
+def _display_static(html_text: str, plain: str) -> None:
+    from IPython.display import display
+
+    display({"text/html": html_text, "text/plain": plain}, raw=True)
+
+
+def display_session(session: Any) -> None:
+    """IPython display of a session: the tree's snapshot, then the live BranchTree (if any)."""
+    if _widgets_ok():
+        try:
+            from ._views import BranchTree
+
+            BranchTree(session)._ipython_display_()
+            return
+        except Exception:
+            log.exception("sessionkit: could not build a BranchTree; showing static HTML")
+    _display_static(session_html(session), repr(session))
+
+
+def display_store(store: Any) -> None:
+    """IPython display of a store: its sessions table, then the live StoreBrowser (if any)."""
+    if _widgets_ok() and not getattr(store, "closed", False):
+        try:
+            from ._views import StoreBrowser
+
+            StoreBrowser(store)._ipython_display_()
+            return
+        except Exception:
+            log.exception("sessionkit: could not build a StoreBrowser; showing static HTML")
+    _display_static(store_html(store), repr(store))

@@ -429,9 +429,14 @@ def branch_diff(session: Any, a_id: str, b_id: str, *, data: TreeData | None = N
 
     ``a_id`` and ``b_id`` are any two messages; each side is the path from the
     fork point (their deepest common ancestor, excluded) down to that message.
-    Cost sums ``metadata.usage.cost_usd`` of the side's replies (what runs
-    record); it is ``None`` when a reply on that side has no known price, and
-    ``cost_known`` says how many replies carried one.
+    Cost sums ``metadata.usage.cost_usd`` of the side's replies (what runs record).
+    A reply (an assistant message) without a known price, with no usage at all or
+    with ``cost_usd`` ``None``, makes the cost partial: ``cost_usd`` is then ``None``
+    (an unknown cost is never reported as a sum), ``cost_known_usd`` is the sum of
+    the known prices (``None`` when there is none), ``cost_known`` and
+    ``cost_unknown`` count the priced and unpriced replies. ``usage_in`` and
+    ``usage_out`` are ``None`` when no message on the side recorded usage;
+    ``usage_known`` counts those that did.
     """
     data = data or tree_data(session)
     idx = data.index()
@@ -454,31 +459,39 @@ def branch_diff(session: Any, a_id: str, b_id: str, *, data: TreeData | None = N
         cost = 0.0
         priced = 0
         unpriced = 0
+        with_usage = 0
         tin = tout = 0
         for i in path:
-            roles[data.role_of(i)] = roles.get(data.role_of(i), 0) + 1
+            role = data.role_of(i)
+            roles[role] = roles.get(role, 0) + 1
             m = msgs.get(data.ids[i]) or {}
             tools += len(tool_parts(m))
             usage = (m.get("metadata") or {}).get("usage") if isinstance(m.get("metadata"), dict) else None
-            if isinstance(usage, dict):
+            if not isinstance(usage, dict):
+                usage = None
+            if usage is not None:
+                with_usage += 1
                 tin += int(usage.get("in") or 0)
                 tout += int(usage.get("out") or 0)
-                c = usage.get("cost_usd")
-                if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c):
-                    cost += float(c)
-                    priced += 1
-                else:
-                    unpriced += 1
+            c = usage.get("cost_usd") if usage is not None else None
+            if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c):
+                cost += float(c)
+                priced += 1
+            elif role == "assistant" or usage is not None:
+                unpriced += 1
         sides[name] = {
             "leaf_id": data.ids[path[-1]] if path else (data.ids[fork] if fork >= 0 else None),
             "messages": len(path),
             "tokens": int(sum(data.tokens[i] for i in path)),
             "roles": roles,
             "tool_calls": tools,
-            "usage_in": tin,
-            "usage_out": tout,
+            "usage_in": tin if with_usage else None,
+            "usage_out": tout if with_usage else None,
+            "usage_known": with_usage,
             "cost_usd": (cost if priced and not unpriced else None),
+            "cost_known_usd": (cost if priced else None),
             "cost_known": priced,
+            "cost_unknown": unpriced,
             "first_id": data.ids[path[0]] if path else None,
             "first_preview": message_preview(msgs[data.ids[path[0]]]) if path and data.ids[path[0]] in msgs else None,
         }

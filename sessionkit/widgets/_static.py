@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from typing import Any
 
 from . import _runlog
@@ -35,6 +36,8 @@ __all__ = [
     "page",
     "fmt_tokens",
     "fmt_cost",
+    "plural",
+    "UNKNOWN_COST",
 ]
 
 ROLE_COLORS = {
@@ -91,22 +94,85 @@ def fmt_tokens(n: int | float | None) -> str:
     return str(n)
 
 
-def fmt_cost(cost: float | None, *, unpriced: int = 0) -> str:
-    """Dollars, or 'unpriced' when a price is unknown (never shown as zero)."""
-    if cost is None or unpriced:
-        return "unpriced" if cost in (None, 0, 0.0) else f"${cost:.4f} + unpriced"
-    return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+#: The one word every view uses for a cost nobody knows (never shown as zero).
+UNKNOWN_COST = "unknown"
+
+
+def fmt_cost(cost: float | None, *, unknown: int = 0, total: int | None = None) -> str:
+    """Dollars; ``unknown`` when no price is known; a partial sum says so.
+
+    ``cost`` is the sum of the known prices, ``unknown`` how many of the ``total``
+    priced items (model calls, replies) have no price: ``"≥ $0.0001 (2 of 3 unknown)"``.
+    """
+    if cost is None or (total is not None and unknown >= total) or (unknown and not cost and total is None):
+        return UNKNOWN_COST
+    text = f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+    if unknown:
+        of = f"{unknown} of {total}" if total is not None else str(unknown)
+        return f"≥ {text} ({of} unknown)"
+    return text
+
+
+def plural(n: int, singular: str, plural_form: str | None = None) -> str:
+    """``"1 leaf"``, ``"2 leaves"``: the count and the noun that agrees with it."""
+    return f"{n:,} {singular if n == 1 else (plural_form or singular + 's')}"
+
+
+# Inline styles for what a notebook front end must not restyle. JupyterLab and
+# Notebook 7 drop the <style> element of an untrusted output (a notebook opened from
+# disk) and right-align every table cell; nbconvert and nbviewer keep the <style>.
+# Each class of the snapshot markup also gets its rules as a style attribute, in
+# properties JupyterLab's sanitizer keeps; GitHub drops both and the markup still reads.
+_INLINE = {
+    "sk-meta": "color:#6b7280;font-size:12px;text-align:left",
+    "sk-badge": "display:inline-block;padding:0 6px;border-radius:8px;background-color:#e5e7eb;"
+                "font-size:11px;font-weight:normal;color:#374151",
+    "sk-text": "white-space:pre-wrap;text-align:left",
+    "sk-msg": "border-left:3px solid #d1d5db;padding:4px 8px;margin:6px 0;background-color:#fafafa;text-align:left",
+    "sk-hidden": "opacity:0.55",
+    "sk-head": "font-size:12px;color:#6b7280",
+    "sk-comp": "border:1px solid #f59e0b;background-color:#fffbeb;padding:4px 8px;margin:6px 0;text-align:left",
+    "sk-tool": "border:1px solid #e5e7eb;padding:2px 6px;margin:3px 0;background-color:#fff;text-align:left",
+    "sk-err": "color:#b91c1c",
+    "sk-turn": "border-top:1px dashed #d1d5db;margin-top:6px;padding-top:4px",
+    "sk-g": "font-family:monospace;white-space:pre;color:#9ca3af;text-align:left;padding:1px 8px 1px 2px",
+    "sk-prev": "text-align:left;color:#374151;padding:1px 8px 1px 2px",
+    "sk-tok": "text-align:right;color:#6b7280;white-space:nowrap;padding:1px 8px 1px 2px",
+    "sk-active": "font-weight:600",
+    "sk-sel": "background-color:#eff6ff",
+    "sk-band": "background-color:#fffbeb;color:#92400e",
+    "sk-more": "color:#6b7280;font-style:italic",
+}
+_CLASSED = re.compile(r'<(\w+) class="([^"]*)"( style="([^"]*)")?')
+_BARE_CELL = re.compile(r"<(td|th)>")
+
+
+def _inline_styles(markup: str) -> str:
+    """Copy each class's rules into a style attribute (an existing style attribute wins)."""
+
+    def classed(m: re.Match) -> str:
+        rules = [_INLINE[c] for c in m.group(2).split() if c in _INLINE]
+        if m.group(1) in ("td", "th") and not any("text-align" in r for r in rules):
+            rules.insert(0, "text-align:left;padding:1px 8px 1px 2px")
+        if m.group(4):
+            rules.append(m.group(4))
+        style = ";".join(rules)
+        return f'<{m.group(1)} class="{m.group(2)}"' + (f' style="{style}"' if style else "")
+
+    markup = _CLASSED.sub(classed, markup)
+    return _BARE_CELL.sub(r'<\1 style="text-align:left;padding:1px 8px 1px 2px">', markup)
 
 
 def _role(role: str) -> str:
     color = ROLE_COLORS.get(role, OTHER_COLOR)
-    return f'<span class="sk-role" style="color:{color}">{_e(role)}</span>'
+    return f'<span class="sk-role" style="color:{color};font-weight:600">{_e(role)}</span>'
 
 
 def _wrap(kind: str, inner: str) -> str:
     return (
-        f'<div class="sk-snap sk-snap-{kind}" data-sessionkit-snapshot="{kind}">'
-        f"<style>{STATIC_CSS}</style>{inner}</div>"
+        f'<div class="sk-snap sk-snap-{kind}" data-sessionkit-snapshot="{kind}" '
+        'style="text-align:left">'
+        f"<style>{STATIC_CSS}</style>{_inline_styles(inner)}</div>"
     )
 
 
@@ -143,8 +209,9 @@ def tree_html(
     leaves = sum(1 for k in kids if k == 0)
     body = [
         f"<h4>Session {_e(data.session_id or '(default)')}</h4>",
-        f'<div class="sk-meta">{data.n:,} messages · {branches:,} branch points · {leaves:,} leaves · '
-        f"{len(data.compactions)} compactions · latest path {len(active):,} messages, "
+        f'<div class="sk-meta">{plural(data.n, "message")} · {plural(branches, "branch point")} · '
+        f'{plural(leaves, "leaf", "leaves")} · {plural(len(data.compactions), "compaction")} · '
+        f'latest path {plural(len(active), "message")}, '
         f"{fmt_tokens(sum(data.tokens[i] for i in active))} tokens · ● marks the latest path</div>",
         '<table class="sk-tree"><thead><tr><th>tree</th><th>role</th><th>message</th><th>tokens</th></tr></thead>'
         "<tbody>",
@@ -179,21 +246,23 @@ def tree_html(
             on = any(j in active for j in chain)
             body.append(
                 f'<tr class="sk-more"><td class="sk-g">{_e(guide)}{"┊" if on else "┆"}</td><td></td>'
-                f"<td>… {len(chain):,} more messages in this chain</td><td class=\"sk-tok\">{fmt_tokens(tok)}</td></tr>"
+                f"<td>… {plural(len(chain), 'more message')} in this chain</td>"
+                f'<td class="sk-tok">{fmt_tokens(tok)}</td></tr>'
             )
         else:
             band = data.compactions[row[1]]
             state = " (superseded)" if band["superseded"] else ""
             body.append(
                 f'<tr class="sk-band"><td class="sk-g">{_e(guide)}▤</td><td>compaction</td>'
-                f"<td><details><summary>{band['messages']} messages summarized{state}: "
+                f"<td><details><summary>{plural(band['messages'], 'message')} summarized{state}: "
                 f"{fmt_tokens(band['tokens_before'])} → {fmt_tokens(band['tokens_after'])} tokens</summary>"
                 f'<div class="sk-text">{_e(band["summary"])}</div></details></td>'
                 f'<td class="sk-tok">{fmt_tokens(band["tokens_after"])}</td></tr>'
             )
     body.append("</tbody></table>")
     if len(rows) > len(shown):
-        body.append(f'<div class="sk-meta">… {len(rows) - len(shown):,} more rows not shown in this snapshot.</div>')
+        more = plural(len(rows) - len(shown), "more row")
+        body.append(f'<div class="sk-meta">… {more} not shown in this snapshot.</div>')
     inner = "".join(body)
     return _wrap("tree", inner) if wrap else inner
 
@@ -229,7 +298,7 @@ def _parts_html(view: dict) -> str:
 
 def _comp_html(c: dict, *, full: bool) -> str:
     head = (
-        f"▤ Compaction: {c['messages']} messages summarized, {fmt_tokens(c['tokens_before'])} → "
+        f"▤ Compaction: {plural(c['messages'], 'message')} summarized, {fmt_tokens(c['tokens_before'])} → "
         f"{fmt_tokens(c['tokens_after'])} tokens"
     )
     note = "the messages below are hidden from the model" if full else "the model sees this summary instead"
@@ -258,12 +327,14 @@ def transcript_html(
     label = "what the model sees" if mode == "model" else "full history"
     body = [
         f"<h4>Transcript · {label}</h4>",
-        f'<div class="sk-meta">{len(entries):,} entries · model sees {fmt_tokens(path["tokens_model"])} tokens '
-        f'of {fmt_tokens(path["tokens_full"])} · {len(path["compactions"])} compactions on this path · '
+        f'<div class="sk-meta">{plural(len(entries), "entry", "entries")} · model sees '
+        f'{fmt_tokens(path["tokens_model"])} tokens of {fmt_tokens(path["tokens_full"])} · '
+        f'{plural(len(path["compactions"]), "compaction")} on this path · '
         f'leaf {_e(path["leaf_id"])}</div>',
     ]
     if len(shown) < len(entries):
-        body.append(f'<div class="sk-meta">… {len(entries) - len(shown):,} earlier entries not shown.</div>')
+        earlier = plural(len(entries) - len(shown), "earlier entry", "earlier entries")
+        body.append(f'<div class="sk-meta">… {earlier} not shown.</div>')
     open_comp = None
     for e in shown:
         if e["kind"] == "summary":
@@ -293,9 +364,10 @@ def transcript_html(
 
 
 def _usage_line(u: dict) -> str:
-    cost = fmt_cost(u.get("cost_usd") if u.get("calls") else None, unpriced=u.get("unpriced", 0))
+    calls = int(u.get("calls") or 0)
+    cost = fmt_cost(u.get("cost_usd"), unknown=int(u.get("unpriced") or 0), total=calls) if calls else "—"
     return (
-        f"{u.get('calls', 0)} model calls · in {fmt_tokens(u.get('in'))} · out {fmt_tokens(u.get('out'))} · "
+        f"{plural(calls, 'model call')} · in {fmt_tokens(u.get('in'))} · out {fmt_tokens(u.get('out'))} · "
         f"cache read {fmt_tokens(u.get('cache_read'))} · cost {cost}"
     )
 
@@ -305,7 +377,7 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
     body = ["<h4>Run view</h4>"]
     s = _runlog.summary(state)
     body.append(
-        f'<div class="sk-meta">{s["runs"]} runs · {s["turns"]} turns · status {_e(s["status"])} · '
+        f'<div class="sk-meta">{plural(s["runs"], "run")} · {plural(s["turns"], "turn")} · status {_e(s["status"])} · '
         f"{_e(_usage_line(state['usage']))}</div>"
     )
     for run in state["runs"]:
@@ -343,7 +415,7 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
                 body.append(f'<details class="sk-tool" open>{inner}</details>')
             u = t.get("usage")
             if u:
-                cost = fmt_cost(u.get("cost_usd"))
+                cost = fmt_cost(u.get("cost_usd") if isinstance(u.get("cost_usd"), (int, float)) else None)
                 body.append(
                     f'<div class="sk-meta">usage: in {fmt_tokens(u.get("in"))} · out {fmt_tokens(u.get("out"))} · '
                     f'{_e(u.get("model") or "")} · {cost}'
@@ -354,7 +426,7 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
             body.append(f'<div class="sk-err">{_e(run["error"])}</div>')
         body.append("</div>")
     if queue and queue.get("items"):
-        body.append(f'<div class="sk-meta">{len(queue["items"])} queued messages:</div><ol>')
+        body.append(f'<div class="sk-meta">{plural(len(queue["items"]), "queued message")}:</div><ol>')
         for item in queue["items"]:
             body.append(f'<li><span class="sk-badge">{_e(item.get("mode"))}</span> {_e(item.get("text"))}</li>')
         body.append("</ol>")
@@ -381,9 +453,9 @@ def store_html(store: Any, *, max_sessions: int = 50) -> str:
     where = store.path or ":memory:"
     body = [
         f"<h4>sessionkit store · {_e(store.engine)} · {_e(where)}</h4>",
-        f'<div class="sk-meta">{stats.get("sessions", len(sessions)):,} sessions · '
-        f'{stats.get("messages", 0):,} messages · '
-        f'{stats.get("compactions", 0):,} compactions · {stats.get("blobs", 0):,} blobs</div>',
+        f'<div class="sk-meta">{plural(stats.get("sessions", len(sessions)), "session")} · '
+        f'{plural(stats.get("messages", 0), "message")} · '
+        f'{plural(stats.get("compactions", 0), "compaction")} · {plural(stats.get("blobs", 0), "blob")}</div>',
         "<table><thead><tr><th>session</th><th>messages</th><th>created</th><th>updated</th></tr></thead><tbody>",
     ]
     for info in sessions[:max_sessions]:
@@ -393,7 +465,7 @@ def store_html(store: Any, *, max_sessions: int = 50) -> str:
         )
     body.append("</tbody></table>")
     if len(sessions) > max_sessions:
-        body.append(f'<div class="sk-meta">… {len(sessions) - max_sessions:,} more sessions.</div>')
+        body.append(f'<div class="sk-meta">… {plural(len(sessions) - max_sessions, "more session")}.</div>')
     return _wrap("store", "".join(body))
 
 

@@ -14,6 +14,7 @@ import copy
 import json
 import logging
 import threading
+import uuid
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -55,16 +56,56 @@ def _css() -> str:
 
 
 def _script_json(value: Any) -> str:
-    """JSON safe to put inside a <script> element."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    """JSON safe to put inside a <script> element, and still valid JSON.
+
+    Every ``<``, ``>`` and ``&`` becomes its ``\\u`` escape (inside JSON strings, the only
+    place they occur), so no ``</script>`` or ``<!--`` in a message can end or alter the
+    element, and ``JSON.parse`` reads the text back unchanged.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _marked(snapshot: str, key: str) -> str:
+    return snapshot.replace("data-sessionkit-snapshot=", f'data-sk-snapshot-for="{key}" data-sessionkit-snapshot=', 1)
+
+
+def display_view(widget: ipywidgets.DOMWidget, key: str, snapshot: str) -> None:
+    """Display ``widget`` as two outputs: its static snapshot, then the widget itself.
+
+    Wherever no widget front end runs, the snapshot is what shows:
+    ``jupyter nbconvert --to html --execute`` (which saves the widget state, so its
+    HTML prefers the widget view, which needs a CDN and a network to appear), GitHub,
+    nbviewer, a notebook opened before its cells run. Where the widget renders
+    (JupyterLab, Notebook 7, an exported page online), its front end hides the
+    snapshot output marked with ``key`` (``data-sk-snapshot-for``). The widget's own
+    output keeps an empty ``text/html`` so that renderers which show ``text/html``
+    in place of a widget do not show the snapshot twice. The snapshot is what the view
+    showed when displayed (a live RunView's shows the runs so far).
+    """
+    from IPython.display import display
+
+    bundle = widget._repr_mimebundle_()
+    if bundle is None:
+        return
+    data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+    data = dict(data)
+    plain = data.get("text/plain", repr(widget))
+    display({"text/html": _marked(snapshot, key), "text/plain": plain}, raw=True)
+    data["text/html"] = ""
+    data["text/plain"] = ""
+    display(data, metadata=meta, raw=True)
 
 
 class _View(anywidget.AnyWidget):
     """Common ground: static snapshot in the MIME bundle, ``to_html``, custom messages."""
 
     _css = _css()
+    #: Names this view's snapshot output, which the front end hides once the widget renders.
+    _snapshot_key = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("_snapshot_key", uuid.uuid4().hex)
         super().__init__(**kwargs)
         self.on_msg(self._dispatch)
         self._refresh_timer: threading.Timer | None = None
@@ -104,6 +145,13 @@ class _View(anywidget.AnyWidget):
         data["text/html"] = self._safe_snapshot()
         data["text/plain"] = self._plain()
         return data, meta
+
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        """Show the view in IPython as two outputs: its static snapshot, then the live widget.
+
+        See :func:`display_view`.
+        """
+        display_view(self, self._snapshot_key, self._safe_snapshot())
 
     def _plain(self) -> str:
         return repr(self)
@@ -200,7 +248,10 @@ class BranchTree(_View):
     point (messages, tokens, tool calls, cost from the runs' usage).
 
     The tree travels once as compact arrays (ids, parents, roles, tokens) and is
-    laid out incrementally and drawn on a canvas, so 10,000 messages open at once.
+    laid out incrementally, so 10,000 messages open at once: lines and dots are drawn
+    on a canvas, the rows in view are real text (selectable, copyable, read by screen
+    readers as a tree). Keyboard: arrows move through the rows, Home / End, Enter opens
+    the row (expands a chain, shows a compaction, selects; Shift+Enter compares).
 
     >>> tree = sk.widgets.BranchTree(session)
     >>> tree.selected_id          # follows clicks in the notebook
@@ -666,6 +717,7 @@ class RunView(_View):
             self.send({"type": "events", "events": batch})
             self.summary = _runlog.summary(self._state)
 
+
     @property
     def state(self) -> dict:
         """Everything shown, folded from the events (runs, turns, tools, usage)."""
@@ -779,3 +831,7 @@ class StoreBrowser(ipywidgets.VBox):
         data["text/html"] = self.snapshot_html()
         data["text/plain"] = repr(self._store)
         return data, meta
+
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        """The store's table, then the live browser (whose tree hides the table; see display_view)."""
+        display_view(self, self.tree._snapshot_key, self.snapshot_html())

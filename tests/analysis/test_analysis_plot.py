@@ -116,6 +116,14 @@ def test_cost_per_run(store):
     h = _heights(ax)
     assert h[0] == pytest.approx(0.01) and math.isnan(h[1]) and h[2] == pytest.approx(0.03)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["s.1", "s.2", "s.3"]
-    assert any(t.get_text() == "unpriced" for t in ax.texts)
+    assert [t.get_text() for t in ax.texts] == ["unknown"]  # the one word for an unknown cost
+    assert len(ax.lines) == 1 and ax.lines[0].get_xdata()[0] == 1  # a marker where the bar is missing
+    assert ax.texts[0].xy[1] > 0  # above the axis line, not on it
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["completed"]
     assert _heights(sk.plot.cost_per_run(store.session("s"))) == h or math.isnan(h[1])
     assert len(sk.plot.cost_per_run(store.session("none")).patches) == 0
+    store.begin_run("s", "s.4", "hi")
+    store.end_run("s.4", status="failed", error="boom", usage=None)
+    ax = sk.plot.cost_per_run(store)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["completed", "failed or interrupted"]
+    assert ax.lines[-1].get_color() == "#d62728"  # the failed run's marker is red

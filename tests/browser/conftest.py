@@ -112,6 +112,52 @@ def lab(chromium_path, tmp_path_factory):
         log.close()
 
 
+@pytest.fixture(scope="session")
+def notebook7(chromium_path, tmp_path_factory):
+    """A Jupyter Notebook 7 server on a free 127.0.0.1 port: yields ``(base_url, token, root_dir)``."""
+    try:
+        import notebook  # noqa: F401
+    except ImportError:
+        _missing("the Python package notebook, Jupyter Notebook 7 (pip install -e '.[dev]')")
+    base = tmp_path_factory.mktemp("nb7")
+    root = base / "root"
+    root.mkdir()
+    env = jupyter_env(base)
+    port = _free_port()
+    token = uuid.uuid4().hex
+    log = open(base / "notebook.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--ServerApp.terminals_enabled=False"],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"Notebook exited with {proc.returncode}:\n{(base / 'notebook.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Notebook did not answer within 60 s:\n{(base / 'notebook.log').read_text()[-3000:]}")
+            time.sleep(0.25)
+        yield url, token, root
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
 @pytest.fixture(scope="module")
 def browser(chromium_path):
     # Module scope: Playwright's sync API marks an event loop as running in this thread

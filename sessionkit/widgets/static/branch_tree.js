@@ -1,4 +1,6 @@
-// BranchTree front end: the whole message tree on a canvas, laid out incrementally.
+// BranchTree front end: the whole message tree, laid out incrementally; lines, dots and row
+// tints on a canvas, the text of the rows in view as real DOM rows (selectable, copyable,
+// read by screen readers and found by find-in-page), re-rendered as the view scrolls.
 //
 // The model's `_tree` holds parallel arrays (ids, parent, role, tokens) and the
 // compactions. Rows follow sessionkit.widgets._source.outline_rows exactly:
@@ -127,13 +129,16 @@ function render({ model, el }) {
   const toolbar = skEl("div", { class: "sk-toolbar" });
   const main = skEl("div", { class: "sk-tree-main" });
   const wrap = skEl("div", { class: "sk-tree-wrap" });
-  const scroller = skEl("div", { class: "sk-tree-scroll", "data-row-height": String(BT_ROW) });
+  const scroller = skEl("div", { class: "sk-tree-scroll", "data-row-height": String(BT_ROW), role: "tree",
+    "aria-label": "message tree", tabindex: "-1" });
   const sizer = skEl("div", { class: "sk-tree-sizer" });
-  const canvas = skEl("canvas", { class: "sk-tree-canvas", role: "img", "aria-label": "message tree" });
+  const rowsLayer = skEl("div", { class: "sk-tree-rows" });
+  const canvas = skEl("canvas", { class: "sk-tree-canvas", "aria-hidden": "true" });
   const panel = skEl("div", { class: "sk-tree-panel" });
   const live = skEl("div", { class: "sk-sr", "aria-live": "polite" });
+  sizer.append(rowsLayer);
   scroller.append(sizer);
-  wrap.append(scroller, canvas);
+  wrap.append(canvas, scroller); // the canvas paints under the scroller and its text rows
   main.append(wrap, panel);
   root.append(toolbar, main, live);
   const ctx = canvas.getContext("2d");
@@ -146,6 +151,7 @@ function render({ model, el }) {
   let chosen = new Uint8Array(0);
   let pathTokens = [];
   let hover = -1;
+  let cursor = -1; // the row the keyboard is on
   let focusBand = -1;
   let frame = 0;
   let layoutTimer = 0;
@@ -184,7 +190,7 @@ function render({ model, el }) {
     for (const role of tree.roles) legend.append(skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), role + " ");
     toolbar.append(
       skEl("b", { text: `Session ${tree.session_id || "(default)"}` }),
-      skEl("span", { class: "sk-meta", text: ` ${tree.n.toLocaleString()} messages · ${forks} branch points · ${leaves} leaves · ${(tree.compactions || []).length} compactions · latest path ${activeLen} msgs, ${skTokens(activeTok)} tokens ` }),
+      skEl("span", { class: "sk-meta", text: ` ${skPlural(tree.n, "message")} · ${skPlural(forks, "branch point")} · ${skPlural(leaves, "leaf", "leaves")} · ${skPlural((tree.compactions || []).length, "compaction")} · latest path ${skPlural(activeLen, "message")}, ${skTokens(activeTok)} tokens ` }),
       skEl("label", { class: "sk-check" }, box, " collapse chains"),
       legend,
     );
@@ -357,84 +363,95 @@ function render({ model, el }) {
       ctx.stroke();
       ctx.setLineDash([]);
     }
-    // glyphs and labels
-    ctx.textBaseline = "middle";
+    // glyphs on the canvas; the text of each row is a DOM row (renderRows)
     const want = [];
-    const tokX = right - 8;
     for (let r = r0; r <= r1; r++) {
+      if (layout.kind[r] !== BT_KIND_NODE) continue;
       const y = r * BT_ROW + BT_ROW / 2;
       const x = x0(layout.depth[r]);
+      const i = layout.a[r];
+      const role = tree.roles[tree.role[i]];
+      const on = active[i] === 1;
+      ctx.fillStyle = skRoleColor(role);
+      ctx.beginPath();
+      ctx.arc(x, y, on ? 5 : 4, 0, Math.PI * 2);
+      ctx.fill();
+      if (!on) {
+        ctx.fillStyle = "#fff";
+        ctx.beginPath();
+        ctx.arc(x, y, 2, 0, Math.PI * 2);
+        ctx.fill();
+      }
+      if (i === sel || i === cmp) {
+        ctx.strokeStyle = i === sel ? "#1d4ed8" : "#be185d";
+        ctx.lineWidth = 2;
+        ctx.beginPath();
+        ctx.arc(x, y, 7.5, 0, Math.PI * 2);
+        ctx.stroke();
+      }
+      const id = tree.ids[i];
+      if (!cache.previews.has(id) && !cache.asked.has(id)) want.push(id);
+    }
+    renderRows(r0, r1, sel, cmp);
+    if (want.length) requestPreviews(want);
+  }
+
+  function moreCount(r) {
+    let count = 0;
+    let tok = 0;
+    for (let i = layout.b[r]; ; i = tree.parent[i]) {
+      count++;
+      tok += tree.tokens[i];
+      if (i === layout.a[r]) break;
+    }
+    return [count, tok];
+  }
+
+  // The rows in view as DOM: real text over the canvas, one element per row, rebuilt on each
+  // draw (a few dozen rows at most, however large the tree).
+  function renderRows(r0, r1, sel, cmp) {
+    const frag = document.createDocumentFragment();
+    for (let r = r0; r <= r1; r++) {
       const kind = layout.kind[r];
-      let tx = x + 10;
+      const depth = layout.depth[r];
+      const row = skEl("div", { class: "sk-row", role: "treeitem", "aria-level": String(depth + 1), "data-row": String(r),
+        style: { top: r * BT_ROW + "px", height: BT_ROW + "px", paddingLeft: x0(depth) + (kind === BT_KIND_BAND ? -4 : 10) + "px" } });
+      if (r === cursor) row.classList.add("sk-cursor");
       if (kind === BT_KIND_NODE) {
         const i = layout.a[r];
+        const id = tree.ids[i];
         const role = tree.roles[tree.role[i]];
         const on = active[i] === 1;
-        ctx.fillStyle = skRoleColor(role);
-        ctx.beginPath();
-        ctx.arc(x, y, on ? 5 : 4, 0, Math.PI * 2);
-        ctx.fill();
-        if (!on) {
-          ctx.fillStyle = "#fff";
-          ctx.beginPath();
-          ctx.arc(x, y, 2, 0, Math.PI * 2);
-          ctx.fill();
-        }
-        if (i === sel || i === cmp) {
-          ctx.strokeStyle = i === sel ? "#1d4ed8" : "#be185d";
-          ctx.lineWidth = 2;
-          ctx.beginPath();
-          ctx.arc(x, y, 7.5, 0, Math.PI * 2);
-          ctx.stroke();
-        }
-        ctx.font = "600 12px system-ui, sans-serif";
-        ctx.fillStyle = skRoleColor(role);
-        ctx.fillText(role, tx, y);
-        tx += ctx.measureText(role).width + 8;
         const nk = layout.nKids(i);
-        ctx.font = "11px system-ui, sans-serif";
-        ctx.textAlign = "right";
-        ctx.fillStyle = "#6b7280";
-        let label = skTokens(tree.tokens[i]) + " tok";
-        if (nk > 1) label = `${nk} branches · ` + label;
-        ctx.fillText(label, tokX, y);
-        const labelW = ctx.measureText(label).width;
-        ctx.textAlign = "left";
-        const id = tree.ids[i];
-        let text = cache.previews.get(id);
-        if (text === undefined) {
-          text = "…";
-          if (!cache.asked.has(id)) want.push(id);
-        }
-        ctx.font = (on ? "500 " : "") + "12px system-ui, sans-serif";
-        ctx.fillStyle = on ? "#111827" : "#4b5563";
-        const room = tokX - labelW - 12 - tx;
-        if (room > 20) ctx.fillText(btFit(ctx, text, room), tx, y);
+        row.dataset.id = id;
+        row.setAttribute("aria-selected", i === sel ? "true" : "false");
+        if (on) row.classList.add("sk-on");
+        if (i === sel) row.classList.add("sk-sel");
+        if (i === cmp) row.classList.add("sk-cmp");
+        const preview = cache.previews.get(id);
+        row.append(
+          skEl("span", { class: "sk-row-role", style: { color: skRoleColor(role) }, text: role }),
+          " ",
+          skEl("span", { class: "sk-row-text", text: preview === undefined ? "…" : preview }),
+          skEl("span", { class: "sk-row-tok", text: (nk > 1 ? `${nk} branches · ` : "") + skTokens(tree.tokens[i]) + " tok" }),
+        );
       } else if (kind === BT_KIND_MORE) {
-        let count = 0;
-        let tok = 0;
-        for (let i = layout.b[r]; ; i = tree.parent[i]) {
-          count++;
-          tok += tree.tokens[i];
-          if (i === layout.a[r]) break;
-        }
-        ctx.fillStyle = "#94a3b8";
-        ctx.font = "12px system-ui, sans-serif";
-        ctx.fillText(`⋯ ${count.toLocaleString()} more messages · ${skTokens(tok)} tokens (click to expand)`, tx, y);
+        const [count, tok] = moreCount(r);
+        row.classList.add("sk-row-more");
+        row.setAttribute("aria-expanded", "false");
+        row.append(skEl("span", { class: "sk-row-text", text: `⋯ ${skPlural(count, "more message")} · ${skTokens(tok)} tokens (click or Enter to expand)` }));
       } else {
         const band = tree.compactions[layout.a[r]];
-        ctx.fillStyle = "#b45309";
-        ctx.font = "600 12px system-ui, sans-serif";
-        const head = `▤ compacted ${band.messages} msgs, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: `;
-        ctx.fillText(head, x - 4, y);
-        const w = ctx.measureText(head).width;
-        ctx.font = "12px system-ui, sans-serif";
-        ctx.fillStyle = "#92400e";
-        const room = tokX - (x - 4 + w);
-        if (room > 20) ctx.fillText(btFit(ctx, band.summary.replace(/\s+/g, " "), room), x - 4 + w, y);
+        row.classList.add("sk-row-band");
+        row.append(
+          skEl("span", { class: "sk-row-head", text: `▤ compacted ${skPlural(band.messages, "message")}, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: ` }),
+          skEl("span", { class: "sk-row-text", text: band.summary.replace(/\s+/g, " ") }),
+        );
       }
+      frag.append(row);
     }
-    if (want.length) requestPreviews(want);
+    rowsLayer.replaceChildren(frag);
+    root.dataset.domRows = String(r1 - r0 + 1);
   }
 
   function requestPreviews(list) {
@@ -512,7 +529,7 @@ function render({ model, el }) {
       const band = tree.compactions[focusBand];
       panel.append(
         skEl("div", { class: "sk-panel-title", text: "▤ Compaction" + (band.superseded ? " (superseded)" : "") }),
-        skEl("div", { class: "sk-meta", text: `${band.messages} messages (${band.from_id} … ${band.to_id}) · ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tokens · ${band.created_at}` }),
+        skEl("div", { class: "sk-meta", text: `${skPlural(band.messages, "message")} (${band.from_id} … ${band.to_id}) · ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tokens · ${band.created_at}` }),
         skEl("div", { class: "sk-text sk-summary", text: band.summary }),
       );
       return;
@@ -532,7 +549,7 @@ function render({ model, el }) {
     const role = tree.roles[tree.role[i]];
     panel.append(
       skEl("div", { class: "sk-panel-title" }, skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), `${role} · ${skTokens(tree.tokens[i])} tokens`),
-      skEl("div", { class: "sk-meta", text: `${id} · path ${depth} messages, ${skTokens(tok)} tokens · ${layout ? layout.nKids(i) : 0} children` }),
+      skEl("div", { class: "sk-meta", text: `${id} · path ${skPlural(depth, "message")}, ${skTokens(tok)} tokens · ${skPlural(layout ? layout.nKids(i) : 0, "child", "children")}` }),
     );
     const detail = cache.details.get(id);
     if (detail) {
@@ -544,16 +561,27 @@ function render({ model, el }) {
     const diff = model.get("diff") || {};
     if (diff.a && diff.b) {
       const row = (name, a, b) => skEl("tr", {}, skEl("th", { text: name }), skEl("td", { text: a }), skEl("td", { text: b }));
-      const sideCost = (s) => (s.cost_usd === null || s.cost_usd === undefined ? (s.cost_known ? "partly unpriced" : "unpriced") : skCost(s.cost_usd));
+      const sideCost = (s) => {
+        const known = s.cost_known || 0;
+        const unknown = s.cost_unknown || 0;
+        if (s.cost_usd !== null && s.cost_usd !== undefined && !unknown) return skCost(s.cost_usd);
+        return skCost(known ? s.cost_known_usd : null, unknown, known + unknown);
+      };
+      const sideUsage = (s) => {
+        if (s.usage_in === null || s.usage_in === undefined) return SK_UNKNOWN_COST;
+        const text = `${skTokens(s.usage_in)}/${skTokens(s.usage_out)}`;
+        const missing = (s.cost_known || 0) + (s.cost_unknown || 0) - (s.usage_known || 0);
+        return missing > 0 ? `≥ ${text} (${missing} of ${(s.cost_known || 0) + (s.cost_unknown || 0)} unknown)` : text;
+      };
       panel.append(
         skEl("div", { class: "sk-panel-title", text: "Branch diff from the fork point" }),
-        skEl("div", { class: "sk-meta", text: `fork at ${diff.fork_id || "(separate roots)"} · ${diff.shared_messages} shared messages, ${skTokens(diff.shared_tokens)} tokens` }),
+        skEl("div", { class: "sk-meta", text: `fork at ${diff.fork_id || "(separate roots)"} · ${skPlural(diff.shared_messages, "shared message")}, ${skTokens(diff.shared_tokens)} tokens` }),
         skEl("table", { class: "sk-diff" },
           skEl("tr", {}, skEl("th", {}), skEl("th", { text: "selected" }), skEl("th", { text: "compared" })),
           row("messages", diff.a.messages, diff.b.messages),
           row("tokens", skTokens(diff.a.tokens), skTokens(diff.b.tokens)),
           row("tool calls", diff.a.tool_calls, diff.b.tool_calls),
-          row("usage in/out", `${skTokens(diff.a.usage_in)}/${skTokens(diff.a.usage_out)}`, `${skTokens(diff.b.usage_in)}/${skTokens(diff.b.usage_out)}`),
+          row("usage in/out", sideUsage(diff.a), sideUsage(diff.b)),
           row("cost", sideCost(diff.a), sideCost(diff.b)),
           row("first message", diff.a.first_preview || "—", diff.b.first_preview || "—"),
         ),
@@ -564,7 +592,10 @@ function render({ model, el }) {
   // events
   const onScroll = () => schedule();
   const onClick = (event) => {
+    const chosen = window.getSelection ? window.getSelection() : null;
+    if (chosen && !chosen.isCollapsed && rowsLayer.contains(chosen.anchorNode)) return; // selecting text, not a row
     const r = rowAt(event);
+    if (r >= 0) cursor = r;
     if (r >= 0) pick(r, event.shiftKey || event.altKey || event.metaKey || event.ctrlKey);
     root.focus({ preventScroll: true });
   };
@@ -580,19 +611,40 @@ function render({ model, el }) {
     hover = -1;
     schedule();
   };
+  // Keyboard: ArrowUp / ArrowDown move through the rows (a message row becomes the selection),
+  // Home / End go to the first / last row, Enter opens the row under the cursor (expands a
+  // collapsed chain, shows a compaction's summary, selects a message; Shift+Enter compares).
   const onKey = (event) => {
-    if (!layout || (event.key !== "ArrowDown" && event.key !== "ArrowUp")) return;
-    const i = ids.get(model.get("selected_id"));
-    let r = i === undefined ? -1 : layout.rowOf[i];
-    const step = event.key === "ArrowDown" ? 1 : -1;
-    for (r += step; r >= 0 && r < layout.rows; r += step) if (layout.kind[r] === BT_KIND_NODE) break;
-    if (r < 0 || r >= layout.rows) return;
+    if (!layout || !layout.rows) return;
+    const keys = ["ArrowDown", "ArrowUp", "Home", "End", "Enter"];
+    if (!keys.includes(event.key)) return;
     event.preventDefault();
-    pick(r, false);
-    scrollToNode(layout.a[r]);
+    if (cursor < 0 || cursor >= layout.rows) {
+      const i = ids.get(model.get("selected_id"));
+      cursor = i === undefined ? -1 : layout.rowOf[i];
+    }
+    if (event.key === "Enter") {
+      if (cursor >= 0) pick(cursor, event.shiftKey);
+      return;
+    }
+    let r = cursor;
+    if (event.key === "Home") r = 0;
+    else if (event.key === "End") r = layout.rows - 1;
+    else r = Math.min(layout.rows - 1, Math.max(0, r + (event.key === "ArrowDown" ? 1 : -1)));
+    cursor = r;
+    root.dataset.cursor = String(r);
+    if (layout.kind[r] === BT_KIND_NODE) pick(r, false);
+    const y = r * BT_ROW;
+    if (y < scroller.scrollTop || y > scroller.scrollTop + scroller.clientHeight - BT_ROW)
+      scroller.scrollTop = Math.max(0, y - scroller.clientHeight / 2);
+    schedule();
   };
   scroller.addEventListener("scroll", onScroll, { passive: true });
   scroller.addEventListener("click", onClick);
+  // shift-click compares two messages: it must not extend a text selection instead
+  scroller.addEventListener("mousedown", (event) => {
+    if (event.shiftKey || event.altKey || event.metaKey || event.ctrlKey) event.preventDefault();
+  });
   scroller.addEventListener("mousemove", onMove);
   scroller.addEventListener("mouseleave", onLeave);
   root.addEventListener("keydown", onKey);
@@ -624,6 +676,7 @@ function render({ model, el }) {
   setHeight();
   resetTree();
   onSelection();
+  skHideSnapshot(model);
 
   return () => {
     disposed = true;
@@ -641,19 +694,6 @@ function render({ model, el }) {
   };
 }
 
-/** Cut `text` with an ellipsis so it fits `width` pixels. */
-function btFit(ctx, text, width) {
-  if (ctx.measureText(text).width <= width) return text;
-  let lo = 0;
-  let hi = text.length;
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    if (ctx.measureText(text.slice(0, mid) + "…").width <= width) lo = mid;
-    else hi = mid - 1;
-  }
-  return text.slice(0, lo) + "…";
-}
-
 /** Answers the requests of this view in a page written by to_html (no kernel there). */
 function offline(msg, state) {
   const messages = (state._offline && state._offline.messages) || {};
@@ -666,4 +706,83 @@ function offline(msg, state) {
   return null;
 }
 
-export default { render, offline };
+/**
+ * The branch diff of two messages from the tree and the embedded messages: what
+ * sessionkit.widgets._source.branch_diff computes in the kernel, for pages with no kernel.
+ */
+function btDiff(tree, messages, aId, bId) {
+  const idx = new Map();
+  for (let i = 0; i < tree.n; i++) idx.set(tree.ids[i], i);
+  const pathTo = (i) => {
+    const out = [];
+    for (; i >= 0; i = tree.parent[i]) out.push(i);
+    return out.reverse();
+  };
+  const pa = pathTo(idx.get(aId));
+  const pb = pathTo(idx.get(bId));
+  let common = 0;
+  while (common < Math.min(pa.length, pb.length) && pa[common] === pb[common]) common++;
+  const fork = common ? pa[common - 1] : -1;
+  const side = (path) => {
+    const roles = {};
+    let tools = 0, cost = 0, priced = 0, unpriced = 0, withUsage = 0, tin = 0, tout = 0;
+    for (const i of path) {
+      const role = tree.roles[tree.role[i]];
+      roles[role] = (roles[role] || 0) + 1;
+      const m = messages[tree.ids[i]] || {};
+      tools += (m.parts || []).filter((p) => p.type === "tool").length;
+      const usage = m.usage && typeof m.usage === "object" ? m.usage : null;
+      if (usage) {
+        withUsage++;
+        tin += Number(usage.in) || 0;
+        tout += Number(usage.out) || 0;
+      }
+      const c = usage ? usage.cost_usd : null;
+      if (typeof c === "number" && Number.isFinite(c)) {
+        cost += c;
+        priced++;
+      } else if (role === "assistant" || usage) unpriced++;
+    }
+    const first = path.length ? messages[tree.ids[path[0]]] : null;
+    return {
+      leaf_id: path.length ? tree.ids[path[path.length - 1]] : fork >= 0 ? tree.ids[fork] : null,
+      messages: path.length,
+      tokens: path.reduce((t, i) => t + tree.tokens[i], 0),
+      roles,
+      tool_calls: tools,
+      usage_in: withUsage ? tin : null,
+      usage_out: withUsage ? tout : null,
+      usage_known: withUsage,
+      cost_usd: priced && !unpriced ? cost : null,
+      cost_known_usd: priced ? cost : null,
+      cost_known: priced,
+      cost_unknown: unpriced,
+      first_id: path.length ? tree.ids[path[0]] : null,
+      first_preview: first ? first.preview : null,
+    };
+  };
+  const a = side(pa.slice(common));
+  const b = side(pb.slice(common));
+  return {
+    a_id: aId,
+    b_id: bId,
+    fork_id: fork >= 0 ? tree.ids[fork] : null,
+    shared_messages: common,
+    shared_tokens: pa.slice(0, common).reduce((t, i) => t + tree.tokens[i], 0),
+    a,
+    b,
+    tokens_delta: b.tokens - a.tokens,
+  };
+}
+
+/** In a page written by to_html: a new selection or comparison recomputes the diff there. */
+function offlineChange(key, state, set) {
+  if (key !== "selected_id" && key !== "compare_id") return;
+  const a = state.selected_id;
+  const b = state.compare_id;
+  const messages = (state._offline && state._offline.messages) || {};
+  const known = new Set(state._tree.ids);
+  set("diff", a && b && a !== b && known.has(a) && known.has(b) ? btDiff(state._tree, messages, a, b) : {});
+}
+
+export default { render, offline, offlineChange };

@@ -34,11 +34,26 @@ function skTokens(n) {
   return String(n);
 }
 
-/** Dollars, or "unpriced" when a price is unknown (never shown as zero). */
-function skCost(cost, unpriced) {
-  if (cost === null || cost === undefined || (unpriced && !cost)) return "unpriced";
+/** The one word every view uses for a cost nobody knows (as _static.UNKNOWN_COST). */
+const SK_UNKNOWN_COST = "unknown";
+
+/**
+ * Dollars; "unknown" when no price is known; a partial sum says so (as _static.fmt_cost):
+ * skCost(0.0001, 2, 3) -> "≥ $0.0001 (2 of 3 unknown)". Never shows an unknown cost as zero.
+ */
+function skCost(cost, unknown, total) {
+  unknown = unknown || 0;
+  const hasTotal = total !== null && total !== undefined;
+  const known = cost !== null && cost !== undefined && (!hasTotal || unknown < total);
+  if (!known || (unknown && !cost && !hasTotal)) return SK_UNKNOWN_COST;
   const text = cost < 1 ? "$" + cost.toFixed(4) : "$" + cost.toFixed(2);
-  return unpriced ? text + " + unpriced" : text;
+  if (!unknown) return text;
+  return `≥ ${text} (${hasTotal ? unknown + " of " + total : unknown} unknown)`;
+}
+
+/** "1 leaf", "2 leaves": the count and the noun that agrees with it (as _static.plural). */
+function skPlural(n, singular, plural) {
+  return `${Number(n).toLocaleString("en-US")} ${n === 1 ? singular : plural || singular + "s"}`;
 }
 
 function skJson(value) {
@@ -88,4 +103,19 @@ let skReq = 0;
 function skNextReq() {
   skReq += 1;
   return skReq;
+}
+
+/**
+ * The widget renders: hide the static snapshot displayed just before it (the output
+ * marked data-sk-snapshot-for with this view's key; see _views.display_view). Where no
+ * widget renders (nbconvert offline, GitHub, nbviewer) nothing runs and the snapshot stays.
+ */
+function skHideSnapshot(model) {
+  const key = model.get("_snapshot_key");
+  if (!key || typeof document === "undefined") return;
+  for (const node of document.querySelectorAll(`[data-sk-snapshot-for="${key}"]`)) {
+    const output = node.closest(".jp-OutputArea-child") || node;
+    output.style.display = "none";
+    output.dataset.skSnapshotHidden = "1";
+  }
 }

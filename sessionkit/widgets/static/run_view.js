@@ -73,7 +73,7 @@ function rvApply(state, ev) {
 }
 
 function rvUsageText(u) {
-  return `${u.calls} model calls · in ${skTokens(u.in)} · out ${skTokens(u.out)} · cache ${skTokens(u.cache_read)} · cost ${u.calls ? skCost(u.cost_usd, u.unpriced) : "—"}`;
+  return `${skPlural(u.calls, "model call")} · in ${skTokens(u.in)} · out ${skTokens(u.out)} · cache ${skTokens(u.cache_read)} · cost ${u.calls ? skCost(u.cost_usd, u.unpriced, u.calls) : "—"}`;
 }
 
 function rvTurnUsage(u) {
@@ -187,7 +187,7 @@ function render({ model, el }) {
     head.append(
       skEl("b", { text: "Run view" }),
       skEl("span", { class: "sk-badge sk-status-" + (last ? last.status : "idle"), text: last ? last.status : "idle" }),
-      skEl("span", { class: "sk-meta", text: ` ${state.runs.length} runs · ${state.runs.reduce((n, r) => n + r.turns.length, 0)} turns · ${rvUsageText(state.usage)}` }),
+      skEl("span", { class: "sk-meta", text: ` ${skPlural(state.runs.length, "run")} · ${skPlural(state.runs.reduce((n, r) => n + r.turns.length, 0), "turn")} · ${rvUsageText(state.usage)}` }),
     );
     root.dataset.status = last ? last.status : "idle";
     root.dataset.lastSeq = String(state.last_seq);
@@ -198,7 +198,7 @@ function render({ model, el }) {
     const controls = model.get("controls");
     queueBox.textContent = "";
     const items = q.items || [];
-    queueBox.append(skEl("div", { class: "sk-meta", text: `${q.active ? "active run " + q.active + " · " : ""}${items.length} queued message${items.length === 1 ? "" : "s"}` }));
+    queueBox.append(skEl("div", { class: "sk-meta", text: `${q.active ? "active run " + q.active + " · " : ""}${skPlural(items.length, "queued message")}` }));
     if (items.length) {
       const ol = skEl("ol", { class: "skr-queue" });
       items.forEach((item, index) => {
@@ -234,6 +234,7 @@ function render({ model, el }) {
 
   function applyAll(events) {
     const atBottom = body.scrollHeight - body.scrollTop - body.clientHeight < 40;
+    const hadRuns = state.runs.length > 0;
     for (const ev of events) {
       if (typeof ev._i === "number") {
         if (ev._i <= lastI) continue;
@@ -242,7 +243,10 @@ function render({ model, el }) {
       rvApply(state, ev);
     }
     sync();
-    if (atBottom) body.scrollTop = body.scrollHeight;
+    // Follow the end of a run while it streams (unless the reader scrolled up); a replay,
+    // or a run that has ended, opens at its start instead of hiding it above the fold.
+    if (atBottom && hadRuns && state.runs.some((r) => r.status === "running")) body.scrollTop = body.scrollHeight;
+    root.dataset.scroll = String(body.scrollTop);
   }
 
   function onMessage(msg) {
@@ -269,6 +273,7 @@ function render({ model, el }) {
   onHeight();
   sync();
   renderQueue();
+  skHideSnapshot(model);
   model.send({ type: "hello", req: skNextReq() });
   return () => {
     model.off("msg:custom", onMessage);

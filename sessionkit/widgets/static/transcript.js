@@ -53,7 +53,7 @@ function render({ model, el }) {
       "div",
       { class: "sk-comp", "data-compaction": c.id },
       skEl("div", { class: "sk-comp-head" },
-        skEl("b", { text: `▤ Compaction: ${c.messages} messages summarized, ${skTokens(c.tokens_before)} → ${skTokens(c.tokens_after)} tokens` }),
+        skEl("b", { text: `▤ Compaction: ${skPlural(c.messages, "message")} summarized, ${skTokens(c.tokens_before)} → ${skTokens(c.tokens_after)} tokens` }),
         skEl("span", { class: "sk-meta", text: full ? "  the messages below are hidden from the model" : "  the model sees this summary instead of them" })),
       skEl("div", { class: "sk-text", text: c.summary }),
     );
@@ -77,7 +77,7 @@ function render({ model, el }) {
     head.textContent = "";
     head.append(
       skEl("span", { class: "sk-seg" }, modeButton("model", "What the model sees"), modeButton("full", "Full history")),
-      skEl("span", { class: "sk-meta", text: ` ${path.entries.length.toLocaleString()} entries · model sees ${skTokens(path.tokens_model)} of ${skTokens(path.tokens_full)} tokens · ${path.compactions.length} compactions on this path` }),
+      skEl("span", { class: "sk-meta", text: ` ${skPlural(path.entries.length, "entry", "entries")} · model sees ${skTokens(path.tokens_model)} of ${skTokens(path.tokens_full)} tokens · ${skPlural(path.compactions.length, "compaction")} on this path` }),
     );
     if (model.get("following")) head.append(skEl("span", { class: "sk-badge", text: "following tree selection" }));
     observer.disconnect();
@@ -139,6 +139,7 @@ function render({ model, el }) {
   model.on("change:height", rebuild);
   model.on("msg:custom", onMessage);
   build();
+  skHideSnapshot(model);
   return () => {
     disposed = true;
     observer.disconnect();
