@@ -52,6 +52,7 @@ import inspect
 import itertools
 import logging
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
@@ -247,7 +248,9 @@ class AsyncStore:
         self._closed = False
         self._closing: concurrent.futures.Future | None = None
         self._tx: _Token | None = None
-        self._sessions: dict[str, AsyncSession] = {}
+        # Handles while in use (an AsyncSession holds no settings: on_compaction and
+        # compact_after set them on the sync session, which keeps them).
+        self._sessions: weakref.WeakValueDictionary[str, AsyncSession] = weakref.WeakValueDictionary()
         self._worker = _WorkerThread()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="sessionkit-aio", initializer=self._worker.mark

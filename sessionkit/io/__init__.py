@@ -28,10 +28,14 @@ pairs, chat messages or JSONL lines.
 
 Files are streamed: read a line (or, for a JSON array or document, a record) at
 a time, with gzip detected from the first bytes, so memory does not grow with
-the file (about 10 MB for a 1,000,000-line chat or export; files of one session
-per line also keep one store handle per session). An OpenAI chat file and a file
-of flat OASST messages are read twice, once to check every record and see where
-each tool result or tree ends, once to write.
+the file (a 1,000,000-line file of any format takes tens of MB, see
+benchmarks/README.md). An OpenAI chat file and a file of flat OASST messages are
+read twice, once to check every record and see where each tool result or tree
+ends, once to write. What an import returns is compact too: ``import_openai`` an
+``ImportResults`` sequence (13 bytes a message, each message read back when
+used), ``import_oasst``/``import_hh``/``import_jsonl`` a ``SessionList`` of the
+sessions written, each once, in file order (the ids packed, about 30 bytes a
+session; each ``Session`` handle made when used).
 
 Progress: every importer takes ``progress=``. ``None`` (the default) shows a bar
 for inputs of 1,000 records or more, and only when stderr is a terminal or the

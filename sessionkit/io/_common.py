@@ -14,12 +14,15 @@ import gzip
 import io
 import json
 import math
+import operator
 import os
 import re
+import sqlite3
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from json.decoder import scanstring  # type: ignore[attr-defined]  # in CPython, not in typeshed
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,7 @@ __all__ = [
     "wants_total",
     "Progress",
     "Batches",
+    "SessionList",
 ]
 
 
@@ -758,3 +762,148 @@ def located(exc: MessageTooLarge, source: str, where: str) -> MessageTooLarge:
     new = MessageTooLarge(f"{source}, {where}: {exc}")
     new._sessionkit_io = True  # type: ignore[attr-defined]
     return new
+
+
+# ---------------------------------------------------------------------------
+# The sessions an import wrote to
+
+
+class _SeenIds:
+    """An exact set of strings that stays small in memory: a Python set up to
+    ``spill`` entries, then a table in a private temporary SQLite file.
+
+    An import of a million one-session lines must not keep a million ids in memory
+    (a set of them takes about 110 MB); SQLite's B-tree on disk keeps only its page
+    cache (a few MB) and answers in microseconds, next to the milliseconds a record
+    takes to store. sqlite3 is in the standard library.
+    """
+
+    def __init__(self, spill: int = 50_000):
+        self._set: set[str] | None = set()
+        self._spill = spill
+        self._db: sqlite3.Connection | None = None
+
+    def add(self, key: str) -> bool:
+        """Add ``key``; True when it was not there yet."""
+        if self._set is not None:
+            if key in self._set:
+                return False
+            self._set.add(key)
+            if len(self._set) > self._spill:
+                self._to_disk()
+            return True
+        assert self._db is not None
+        return self._db.execute("INSERT OR IGNORE INTO seen VALUES (?)", (key,)).rowcount == 1
+
+    def _to_disk(self) -> None:
+        db = sqlite3.connect("", isolation_level=None)  # "": a private file, deleted on close
+        db.execute("PRAGMA journal_mode=OFF")
+        db.execute("PRAGMA synchronous=OFF")
+        db.execute("CREATE TABLE seen (k TEXT PRIMARY KEY) WITHOUT ROWID")
+        db.execute("BEGIN")  # one transaction for the whole import: no commit per id
+        db.executemany("INSERT INTO seen VALUES (?)", ((k,) for k in self._set or ()))
+        self._db, self._set = db, None
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._set = None
+
+
+class SessionList(Sequence):
+    """The sessions an import wrote to, in order: a sequence of :class:`sessionkit.Session`.
+
+    Used as a list (``len``, indexing, slicing, iteration, unpacking, ``==`` with a
+    list of sessions). It holds the session ids packed, about 8 bytes plus the id's
+    length each, and gives each handle (``store.session(id)``) when asked for, so an
+    import of a million sessions does not keep a million handles in memory.
+    """
+
+    def __init__(self, store, *, spill: int = 50_000):
+        self._store = store
+        self._data = bytearray()  # the ids' UTF-8 bytes, one after the other
+        self._ends = array("q")  # where each id ends in _data
+        self._seen: _SeenIds | None = _SeenIds(spill)  # while ids are added: those added so far
+
+    def append_new(self, session_id: str) -> bool:
+        """Add ``session_id`` unless it is there already; True when added."""
+        if self._seen is None:
+            raise RuntimeError("the list is finished")
+        if not self._seen.add(session_id):
+            return False
+        self._data += session_id.encode("utf-8", "surrogatepass")
+        self._ends.append(len(self._data))
+        return True
+
+    @property
+    def store(self):
+        """The store the sessions are in."""
+        return self._store
+
+    def finish(self) -> SessionList:
+        """No more ids: let go of what finding duplicates needed."""
+        if self._seen is not None:
+            self._seen.close()
+            self._seen = None
+        return self
+
+    def __enter__(self) -> SessionList:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finish()
+
+    def ordered(self, keys: array) -> SessionList:
+        """A new, finished list of these sessions sorted by ``keys`` (one per session; stable)."""
+        out = SessionList(self._store).finish()
+        for i in sorted(range(len(self)), key=keys.__getitem__):
+            out._data += self._raw(i)
+            out._ends.append(len(out._data))
+        return out
+
+    def _raw(self, i: int) -> bytes:
+        return bytes(self._data[self._ends[i - 1] if i else 0 : self._ends[i]])
+
+    def _id(self, i: int) -> str:
+        return self._raw(i).decode("utf-8", "surrogatepass")
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        try:
+            i = operator.index(i)
+        except TypeError:
+            raise TypeError(f"session indices must be integers or slices, not {type(i).__name__}") from None
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("session index out of range")
+        return self._store.session(self._id(i))
+
+    def __iter__(self) -> Iterator:
+        for i in range(len(self)):
+            yield self._store.session(self._id(i))
+
+    @property
+    def ids(self) -> list[str]:
+        """The session ids, in order."""
+        return [self._id(i) for i in range(len(self))]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SessionList):
+            return self.store is other.store and self.ids == other.ids
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(a is b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable while the import runs, as a list
+
+    def __repr__(self) -> str:
+        n = len(self)
+        shown = ", ".join(repr(self._id(i)) for i in range(min(n, 3))) + (", ..." if n > 3 else "")
+        return f"<SessionList: {n} session{'' if n == 1 else 's'} [{shown}]>"

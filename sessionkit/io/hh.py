@@ -24,10 +24,12 @@ from functools import partial
 from typing import Any
 
 from ..errors import MessageTooLarge
+from ..store import Store
 from ._common import (
     Batches,
     MalformedInput,
     Progress,
+    SessionList,
     as_path,
     check_progress,
     count_lines,
@@ -96,8 +98,8 @@ def _write_pair(session, items: list, source: str, where: str) -> None:
         raise MalformedInput(source, where, f"cannot import pair into session {session.session_id!r}: {exc}") from exc
 
 
-def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> list:
-    """Import HH-RLHF pairs: one session per distinct pair, in file order.
+def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> SessionList:
+    """Import HH-RLHF pairs: one session per distinct pair; returns the sessions in file order.
 
     Idempotent. The file is read a line at a time; pairs are written in groups of
     200 per transaction. Malformed input raises :class:`MalformedInput` naming the
@@ -106,15 +108,16 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
     ``progress``: ``None`` shows a bar only in a terminal or notebook,
     ``True``/``False`` force it, a callable gets ``(done, total)`` lines.
     """
+    if not isinstance(store, Store):
+        raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")
     if not isinstance(session_prefix, str):
         raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     check_progress(progress)
     path = as_path(path)
     source = str(path)
-    sessions: list = []
-    seen: set[str] = set()
     total = count_lines(path) if wants_total(progress) else None
-    with Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar, \
+    with SessionList(store) as sessions, \
+            Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar, \
             Batches(store, source=source, unit="pairs") as batches:
         for lineno, obj, nbytes in iter_jsonl(path):
             where = f"line {lineno}"
@@ -135,8 +138,6 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             session = store.session(session_prefix + digest)
             items = _pair_items(turns["chosen"], turns["rejected"])
             batches.write(where, partial(_write_pair, session, items, source, where), nbytes=nbytes)
-            if session.session_id not in seen:
-                seen.add(session.session_id)
-                sessions.append(session)
+            sessions.append_new(session.session_id)
             bar.update()
     return sessions

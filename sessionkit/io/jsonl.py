@@ -28,6 +28,7 @@ from ._common import (
     Batches,
     MalformedInput,
     Progress,
+    SessionList,
     as_path,
     check_progress,
     count_lines,
@@ -200,7 +201,7 @@ def _nothing() -> None:
     pass
 
 
-def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
+def import_jsonl(store, path: Any, *, progress: Any = None) -> SessionList:
     """Import a sessionkit JSONL file into ``store``; returns the sessions it holds, in file order.
 
     Idempotent: messages already stored (same session and id) and compactions
@@ -216,7 +217,6 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
     check_progress(progress)
     path = as_path(path)
     source = str(path)
-    sessions: dict[str, Session] = {}
     batch: list[tuple[dict, Any, Any]] = []
     batch_lines: list[str] = []
     batch_sid: str | None = None
@@ -227,12 +227,13 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
         nonlocal batch, batch_lines, batch_bytes
         if not batch or batch_sid is None:  # batch_sid is set before the first message is batched
             return
-        session, items, lines, nbytes = sessions[batch_sid], batch, batch_lines, batch_bytes
+        session, items, lines, nbytes = store.session(batch_sid), batch, batch_lines, batch_bytes
         batch, batch_lines, batch_bytes = [], [], 0
         batches.write(lines[-1], partial(_write_block, session, items, source, lines), nbytes=nbytes,
                       records=len(items), salvage=partial(_salvage_block, batches, session, items, source, lines))
 
-    with Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
+    with SessionList(store) as sessions, \
+            Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
             Batches(store, source=source, unit="lines", group=20, max_bytes=8 << 20) as batches:
         try:
             for lineno, obj, nbytes in iter_jsonl(path):
@@ -253,17 +254,15 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
                     if sid != batch_sid or len(batch) >= _BATCH or batch_bytes >= _BATCH_BYTES:
                         flush()
                         batch_sid = sid
-                    if sid not in sessions:
-                        sessions[sid] = store.session(sid)
+                        sessions.append_new(sid)
                     batch.append((message, parent, created))
                     batch_lines.append(where)
                     batch_bytes += nbytes
                 elif kind == "compaction":
                     flush()
                     sid, comp = _check_compaction_line(obj, source, where)
-                    if sid not in sessions:
-                        sessions[sid] = store.session(sid)
-                    batches.write(where, partial(_write_compaction, sessions[sid], comp, source, where),
+                    sessions.append_new(sid)
+                    batches.write(where, partial(_write_compaction, store.session(sid), comp, source, where),
                                   nbytes=nbytes)
                 else:
                     raise MalformedInput(source, where,
@@ -273,4 +272,4 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
             flush()  # the lines before the problem are stored too
             raise
         flush()
-    return list(sessions.values())
+    return sessions

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 from array import array
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from .. import messages as _msg
 from ..errors import MessageTooLarge
+from ..store import Store
 from ._common import (
     Batches,
     MalformedInput,
     Progress,
+    SessionList,
     as_path,
     check_progress,
     count_lines,
@@ -169,7 +171,7 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
     return items
 
 
-def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> list:
+def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> SessionList:
     """Import OpenAssistant trees: one session per tree (``session_prefix + message_tree_id``).
 
     Returns the sessions in file order (of each tree's first line). Idempotent (ids
@@ -180,24 +182,23 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
     whole or not at all, the trees written before the problem stay stored (the error
     says how many), and importing the corrected file again completes the import.
     """
+    if not isinstance(store, Store):
+        raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")
     if not isinstance(session_prefix, str):
         raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     check_progress(progress)
     path = as_path(path)
     source = str(path)
-    sessions: list = []
     first_lines = array("q")  # the line each session's tree starts on, for the order returned
-    seen: set[str] = set()
     flat: dict[str, list[int]] = {}  # tree id -> [first line, last line] of its flat messages
     total = count_lines(path) if wants_total(progress) else None
 
     def keep(session, line: int) -> None:
-        if session.session_id not in seen:
-            seen.add(session.session_id)
-            sessions.append(session)
+        if sessions.append_new(session.session_id):
             first_lines.append(line)
 
-    with Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
+    with SessionList(store) as sessions, \
+            Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
             Batches(store, source=source, unit="trees") as batches:
         for lineno, obj, nbytes in iter_jsonl(path, deep=True):
             where = f"line {lineno}"
@@ -229,9 +230,13 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
             for lineno, obj, nbytes in iter_jsonl(path, deep=True):
                 if not isinstance(obj, dict) or "prompt" in obj:
                     continue
-                tree_id = obj["message_tree_id"]
+                tree = obj.get("message_tree_id")
+                span = flat.get(tree) if isinstance(tree, str) else None
+                if span is None:  # only when the file changed between the two passes
+                    raise MalformedInput(source, f"line {lineno}", "the file changed while it was being imported")
+                tree_id = cast(str, tree)  # a key of flat
                 rows.setdefault(tree_id, []).append((f"line {lineno}", obj))
-                first, last = flat[tree_id]
+                first, last = span
                 if lineno == last:
                     tree_rows = rows.pop(tree_id)
                     items = _flat_items(tree_id, tree_rows, source)
@@ -239,9 +244,8 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                     batches.write(f"line {lineno}", partial(_write, session, items, source, tree_rows[0][0]),
                                   nbytes=nbytes)
                     keep(session, first)
-    if flat:
-        order = sorted(range(len(sessions)), key=first_lines.__getitem__)
-        return [sessions[i] for i in order]
+    if flat:  # the trees of flat messages were written at their last line: put them at their first
+        return sessions.ordered(first_lines)
     return sessions
 
 

@@ -32,15 +32,16 @@ from __future__ import annotations
 import hashlib
 import json
 import mimetypes
+import operator
 from array import array
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import messages as _msg
 from ..errors import MessageNotFound, MessageTooLarge
-from ..store import AppendResult
+from ..store import AppendResult, Session
 from ._common import (
     Batches,
     MalformedInput,
@@ -173,7 +174,8 @@ class _Chat:
     for :meth:`finish` (an in-memory chat).
     """
 
-    def __init__(self, source: str, parent_id: str | None, *, ready: array | None = None, plan: bool = False):
+    def __init__(self, source: str, parent_id: str | None, *, ready: array | None = None, plan: bool = False,
+                 earlier: Callable[[int], Iterator[Any]] | None = None):
         self.source = source
         self.parent = parent_id
         self.ready = ready
@@ -184,8 +186,19 @@ class _Chat:
         self.count = 0  # kept messages so far
         self.index = -1  # records read so far, minus one
         self.waiting: dict[str, list] = {}  # call id -> [(owner, part)] waiting for a result, oldest first
-        self.answered: set[str] = set()  # call ids that got a result
+        self.earlier = earlier  # earlier(n): the first n records again, to word an error
         self.functions: list = []  # legacy function_call parts waiting for a result: [(owner, part)]
+
+    def _called(self, call_id: str) -> bool:
+        """Whether a record before this one made the call ``call_id`` (read again only for an error:
+        keeping every answered call id would grow with the file)."""
+        if self.earlier is None:
+            return False
+        for rec in self.earlier(self.index):
+            calls = rec.get("tool_calls") if isinstance(rec, dict) else None
+            if isinstance(calls, list) and any(isinstance(c, dict) and c.get("id") == call_id for c in calls):
+                return True
+        return False
 
     def _absorb(self, owner: int, part: dict | None, rec: dict, where: str) -> None:
         if self.plan:
@@ -213,7 +226,7 @@ class _Chat:
                 raise MalformedInput(source, where, "tool message has no 'tool_call_id'")
             queue = self.waiting.get(call_id)
             if not queue:
-                if call_id in self.answered:
+                if self._called(call_id):
                     raise MalformedInput(source, where,
                                          f"tool message answers call {call_id!r}, which already has a result")
                 raise MalformedInput(source, where, f"tool message answers call {call_id!r}, but no earlier assistant "
@@ -221,7 +234,6 @@ class _Chat:
             owner, part = queue.pop()  # the nearest earlier call with this id
             if not queue:
                 del self.waiting[call_id]
-            self.answered.add(call_id)
             self._absorb(owner, part, rec, where)
             return self._ready()
         if role == "function":
@@ -319,13 +331,16 @@ class _Chat:
         return self._emit(len(self.entries))
 
     def plan_ready(self) -> array:
-        """After a ``plan`` pass: for each kept message, the record after which it is complete."""
-        out = array("q")
+        """After a ``plan`` pass: for each kept message, the record after which it is complete
+        (computed in place: the plan is used up)."""
+        done, self.done = self.done, array("q")
         latest = -1
-        for done in self.done:
-            latest = max(latest, done)
-            out.append(latest)
-        return out
+        for k, value in enumerate(done):
+            if value > latest:
+                latest = value
+            else:
+                done[k] = latest
+        return done
 
 
 def chat_to_messages(
@@ -341,7 +356,7 @@ def chat_to_messages(
         raise TypeError(f"a chat must be a list of messages, got {type(chat).__name__}")
     if labels is not None and len(labels) != len(chat):
         raise TypeError(f"labels must name each of the {len(chat)} records, got {len(labels)}")
-    converter = _Chat(source, parent_id)
+    converter = _Chat(source, parent_id, earlier=lambda n: iter(chat[:n]))
     for i, rec in enumerate(chat):
         converter.feed(rec, labels[i] if labels is not None else f"record {i}")
     return [(m, p) for m, p, _ in converter.finish()]
@@ -483,8 +498,10 @@ class ImportResults(Sequence):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         n = len(self)
-        if not isinstance(i, int):
-            raise TypeError(f"result indices must be integers or slices, not {type(i).__name__}")
+        try:
+            i = operator.index(i)
+        except TypeError:
+            raise TypeError(f"result indices must be integers or slices, not {type(i).__name__}") from None
         if i < 0:
             i += n
         if not 0 <= i < n:
@@ -511,10 +528,10 @@ def _writer(session, batches: Batches, results: ImportResults, source: str):
 
     def write(chunk: list[tuple[dict, str | None, str]]) -> None:
         items = [(m, p, None) for m, p, _ in chunk]
+        written: list = []  # what the last run of store() did (a failure later in its group runs it again)
 
         def store() -> None:
-            for (m, _, _), r in zip(chunk, session.import_many(items)):
-                results._add(m["id"], r.inserted)
+            written[:] = session.import_many(items)
 
         def salvage(exc: BaseException) -> BaseException | None:
             for j, (m, _, where) in enumerate(chunk):
@@ -535,6 +552,8 @@ def _writer(session, batches: Batches, results: ImportResults, source: str):
             return None
 
         batches.write(chunk[-1][2], store, records=len(chunk), salvage=salvage)
+        for (m, _, _), r in zip(chunk, written):
+            results._add(m["id"], r.inserted)
 
     return write
 
@@ -557,6 +576,8 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
     :class:`ImportResults` sequence whose messages are read back on demand.
     ``progress`` as in :class:`sessionkit.io.Progress` (messages written).
     """
+    if not isinstance(session, Session):
+        raise TypeError(f"expected a sessionkit Session (store.session(id)), got {type(session).__name__}")
     if parent_id is not None and not isinstance(parent_id, str):
         raise TypeError("parent_id must be a message id (str) or None")
     check_progress(progress)
@@ -578,7 +599,10 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
     name = str(path)
     results = ImportResults(session)
     with Batches(session.store, source=name, unit="messages", group=4) as batches:
-        plan = _Chat(name, parent_id, plan=True)  # first pass: check every record, pair calls and results
+        def earlier(n: int) -> Iterator[Any]:
+            return (rec for _, (_, rec) in zip(range(n), _file_records(path)))
+
+        plan = _Chat(name, parent_id, plan=True, earlier=earlier)  # first pass: check every record, pair calls
         for where, rec in _file_records(path):
             plan.feed(rec, where)
         total = plan.count

@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 import uuid
+import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -720,7 +721,12 @@ class Store:
     ):
         self._engine = engine
         self._closed = False
-        self._sessions: dict[str, Session] = {}
+        # Session handles: the same object for an id while anything holds it, and no more (a
+        # store that saw a million sessions does not keep a million handles). A handle given a
+        # compaction function or threshold is kept for the store's lifetime, so its settings
+        # hold for every later store.session(id).
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._configured: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
         self._subscribers: list[Callable[[ChangeEvent], Any]] = []
         # Per thread: the change events of the open store.transaction(), else None.
@@ -787,7 +793,12 @@ class Store:
 
     # -- sessions -------------------------------------------------------------
     def session(self, session_id: str = "") -> Session:
-        """The handle of a session (the same object for the same id)."""
+        """The handle of a session (the same object for the same id).
+
+        A handle is kept while it is in use or configured (``on_compaction``,
+        ``compact_after``); the store holds no other handles, so asking for many
+        sessions costs no memory once they are dropped.
+        """
         self._check()
         session_id = _str_arg(session_id, "session_id")
         with self._sessions_lock:
@@ -795,6 +806,11 @@ class Store:
             if handle is None:
                 handle = self._sessions[session_id] = Session(self, session_id)
             return handle
+
+    def _keep_session(self, handle: Session) -> None:
+        """Hold ``handle`` for the store's lifetime: it carries settings (its compaction)."""
+        with self._sessions_lock:
+            self._configured[handle.session_id] = handle
 
     def list_sessions(self) -> list[SessionInfo]:
         """Every session holding at least one message, newest activity first."""
@@ -1800,6 +1816,7 @@ class Session:
         if not callable(fn):
             raise TypeError("on_compaction needs a callable")
         self._compact_fn = fn
+        self._store._keep_session(self)
         return self
 
     def compact_after(self, tokens: int | None) -> Session:
@@ -1807,6 +1824,7 @@ class Session:
         if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
             raise ValueError(f"tokens must be a non-negative int or None, got {tokens!r}")
         self._compact_after = tokens
+        self._store._keep_session(self)
         return self
 
     def compactions(self) -> list[Compaction]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as _dt
+import gc
 import hashlib
 import json
 import math
@@ -426,6 +427,18 @@ class TestStoresAndSessions:
         assert store.session() is store.session("")
         assert store.session().session_id == ""
         assert a.session_id == "x"
+
+    def test_S2_settings_outlive_the_handle(self, store):
+        # store.session(id) holds handles only while in use; one given a compaction
+        # function and threshold keeps them for the next store.session(id)
+        calls = []
+        store.session("kept").on_compaction(lambda m, ctx: calls.append(ctx.leaf_id)).compact_after(0)
+        gc.collect()
+        store.session("kept").append(msg("k1", "word " * 20))
+        assert calls == ["k1"]
+        assert store.session("kept") is store.session("kept")
+        store.session("other").append(msg("o1", "word " * 20))  # no settings: nothing runs
+        assert calls == ["k1"]
 
     def test_S2_sessions_share_nothing(self, store):
         a, b = store.session("a"), store.session("b")

@@ -14,9 +14,10 @@ messages). Two sources of mutations:
 * hypothesis: random byte edits (replace, insert, delete, truncate, optionally gzipped),
   derandomized so a run is reproducible.
 
-For each mutated file the importer either succeeds (the store reads back, and importing the
-file again adds nothing) or raises ``sk.io.MalformedInput`` naming the file and a line or
-record; then the store must hold exactly the records the error counts
+For each mutated file the importer either succeeds (the store reads back, what the importer
+returns is what the store holds -- the chat's messages in order, or each session once --, and
+importing the file again adds nothing and returns the same) or raises ``sk.io.MalformedInput``
+naming the file and a line or record; then the store must hold exactly the records the error counts
 (``MalformedInput.imported``), each whole: it equals a fresh store into which the first
 ``imported`` records of the same file were imported, and importing the original file
 afterwards completes it. Any other exception fails the test.
@@ -306,20 +307,39 @@ def check_case(kind: str, case: str, data: bytes, seed: bytes, open_store, folde
     store = open_store()
     try:
         try:
-            _run(kind, store, path)
+            result = _run(kind, store, path)
         except sk.io.MalformedInput as exc:
             _check_failure(kind, case, data, seed, exc, store, open_store, folder, path)
             return "error"
         except BaseException as exc:  # the point of the test
             raise AssertionError(f"{kind} {case}: {type(exc).__name__}: {exc}") from exc
+        _check_result(kind, case, result, store, fresh=True)
         before = snapshot(store)
         stats = store.stats()
-        _run(kind, store, path)  # idempotent
+        again = _run(kind, store, path)  # idempotent
         assert store.stats()["messages"] == stats["messages"], f"{kind} {case}: importing again added messages"
         assert snapshot(store) == before
+        _check_result(kind, case, again, store, fresh=False)
+        assert again.ids == result.ids, f"{kind} {case}: importing again reports other records"
         return "ok"
     finally:
         store.close()
+
+
+def _check_result(kind: str, case: str, result, store, fresh: bool) -> None:
+    """What a successful import returns is what the store holds: the OpenAI importer one result
+    per message of the chat, in chain order (each inserted on a fresh store, none the second
+    time); the others each session the file wrote to, once."""
+    if kind == "openai":
+        session = store.session("chat")
+        chain = [m["id"] for m in session.get_history(compacted=False)] if len(session) else []
+        assert result.ids == chain and len(result) == len(session), f"{kind} {case}: results are not the chain"
+        assert [r.inserted for r in result] == [fresh] * len(result), f"{kind} {case}: wrong inserted flags"
+        assert all(r.message == session.get(r.message["id"]) for r in result), f"{kind} {case}"
+        return
+    held = sorted(info.id for info in store.list_sessions())
+    assert sorted(result.ids) == held, f"{kind} {case}: returned sessions {result.ids} but the store holds {held}"
+    assert all(s.store is store for s in result), f"{kind} {case}"
 
 
 def _check_failure(kind, case, data, seed, exc, store, open_store, folder, path) -> None:

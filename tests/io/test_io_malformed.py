@@ -222,6 +222,7 @@ def test_created_at_must_be_an_iso_time(stamp, store, tmp_path):
     with pytest.raises(sk.io.MalformedInput) as info:
         sk.io.import_jsonl(store, path)
     assert info.value.where == "line 2" and "'createdAt' is not an ISO 8601 time" in info.value.problem
+    assert str(info.value).startswith(f"{path}, line 2: message 'm2': 'createdAt' is not an ISO 8601 time")
     assert store.session("s").get("m2") is None and info.value.imported == 1
 
     row = json.loads(lines[1])
@@ -372,3 +373,26 @@ def test_importers_do_not_leave_errors_they_did_not_mean(store, tmp_path):
         sk.io.import_openai(store.session("x"), tmp_path / "missing.json")
     with pytest.raises(TypeError):
         sk.io.chat_to_messages({"role": "user"})
+    path = tmp_path / "any.jsonl"
+    path.write_text("{}\n", encoding="utf-8")
+    for fn in (sk.io.import_hh, sk.io.import_oasst, sk.io.import_jsonl):  # a session where a store goes
+        with pytest.raises(TypeError, match="expected a sessionkit Store, got Session"):
+            fn(store.session("x"), path)
+    with pytest.raises(TypeError, match=r"expected a sessionkit Session \(store.session\(id\)\), got Store"):
+        sk.io.import_openai(store, path)
+    assert store.stats()["messages"] == 0
+
+
+def test_a_second_result_for_a_call_is_named_in_a_file(store, tmp_path):
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    chat = [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "1"}, {"role": "tool", "tool_call_id": "c1", "content": "2"},
+            {"role": "tool", "tool_call_id": "c9", "content": "3"}]
+    path = tmp_path / "chat.jsonl"
+    _write(path, [json.dumps(m) for m in chat])
+    with pytest.raises(sk.io.MalformedInput, match=r"line 4: tool message answers call 'c1', which already has a result"):
+        sk.io.import_openai(store.session("s"), path)
+    del chat[3]
+    _write(path, [json.dumps(m) for m in chat])
+    with pytest.raises(sk.io.MalformedInput, match=r"line 4: .* 'c9', but no earlier assistant message made that call"):
+        sk.io.import_openai(store.session("s"), path)
