@@ -33,9 +33,10 @@ benchmarks/README.md). An OpenAI chat file and a file of flat OASST messages are
 read twice, once to check every record and see where each tool result or tree
 ends, once to write. What an import returns is compact too: ``import_openai`` an
 ``ImportResults`` sequence (13 bytes a message, each message read back when
-used), ``import_oasst``/``import_hh``/``import_jsonl`` a ``SessionList`` of the
-sessions written, each once, in file order (the ids packed, about 30 bytes a
-session; each ``Session`` handle made when used).
+used), ``import_oasst``/``import_hh``/``import_jsonl`` a ``list`` of the sessions
+written, each once, in file order; past 10,000 sessions a ``SessionList`` of
+them instead (read like a list; the ids packed, about 30 bytes a session; each
+``Session`` handle made when used).
 
 Progress: every importer takes ``progress=``. ``None`` (the default) shows a bar
 for inputs of 1,000 records or more, and only when stderr is a terminal or the

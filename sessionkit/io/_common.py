@@ -811,6 +811,18 @@ class _SeenIds:
         self._set = None
 
 
+#: Up to this many sessions an import returns a plain ``list`` of handles (SPEC D3's
+#: ``list[Session]``, about 280 bytes a session); past it, the packed :class:`SessionList`,
+#: so that an import of a million sessions stays in bounded memory.
+LIST_UP_TO = 10_000
+
+
+def sessions_result(sessions: SessionList) -> list | SessionList:
+    """What an import of many sessions returns: a ``list`` of its sessions, or past
+    :data:`LIST_UP_TO` of them the :class:`SessionList` itself."""
+    return list(sessions) if len(sessions) <= LIST_UP_TO else sessions
+
+
 class SessionList(Sequence):
     """The sessions an import wrote to, in order: a sequence of :class:`sessionkit.Session`.
 

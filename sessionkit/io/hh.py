@@ -35,6 +35,7 @@ from ._common import (
     count_lines,
     iter_jsonl,
     located,
+    sessions_result,
     wants_total,
 )
 
@@ -98,8 +99,11 @@ def _write_pair(session, items: list, source: str, where: str) -> None:
         raise MalformedInput(source, where, f"cannot import pair into session {session.session_id!r}: {exc}") from exc
 
 
-def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> SessionList:
+def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> list | SessionList:
     """Import HH-RLHF pairs: one session per distinct pair; returns the sessions in file order.
+
+    The sessions come as a ``list``; past 10,000 of them as a
+    :class:`~sessionkit.io.SessionList` (read like a list, ids packed), so memory stays bounded.
 
     Idempotent. The file is read a line at a time; pairs are written in groups of
     200 per transaction. Malformed input raises :class:`MalformedInput` naming the
@@ -140,4 +144,4 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             batches.write(where, partial(_write_pair, session, items, source, where), nbytes=nbytes)
             sessions.append_new(session.session_id)
             bar.update()
-    return sessions
+    return sessions_result(sessions)

@@ -35,6 +35,7 @@ from ._common import (
     iter_jsonl,
     located,
     open_write,
+    sessions_result,
     wants_total,
 )
 
@@ -201,8 +202,11 @@ def _nothing() -> None:
     pass
 
 
-def import_jsonl(store, path: Any, *, progress: Any = None) -> SessionList:
+def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionList:
     """Import a sessionkit JSONL file into ``store``; returns the sessions it holds, in file order.
+
+    The sessions come as a ``list``; past 10,000 of them as a
+    :class:`~sessionkit.io.SessionList` (read like a list, ids packed), so memory stays bounded.
 
     Idempotent: messages already stored (same session and id) and compactions
     already present (same id) are skipped. The file is read a line at a time;
@@ -272,4 +276,4 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> SessionList:
             flush()  # the lines before the problem are stored too
             raise
         flush()
-    return sessions
+    return sessions_result(sessions)

@@ -40,6 +40,7 @@ from ._common import (
     count_lines,
     iter_jsonl,
     located,
+    sessions_result,
     wants_total,
 )
 
@@ -171,10 +172,11 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
     return items
 
 
-def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> SessionList:
+def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> list | SessionList:
     """Import OpenAssistant trees: one session per tree (``session_prefix + message_tree_id``).
 
-    Returns the sessions in file order (of each tree's first line). Idempotent (ids
+    Returns the sessions in file order (of each tree's first line): a ``list``, past
+    10,000 sessions a :class:`~sessionkit.io.SessionList` (read like a list, ids packed). Idempotent (ids
     are the OASST message ids); trees are written in groups of 200 per transaction.
     ``progress``: ``None`` shows a bar only in a terminal or notebook,
     ``True``/``False`` force it, a callable gets ``(done, total)`` lines.
@@ -245,8 +247,8 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                                   nbytes=nbytes)
                     keep(session, first)
     if flat:  # the trees of flat messages were written at their last line: put them at their first
-        return sessions.ordered(first_lines)
-    return sessions
+        return sessions_result(sessions.ordered(first_lines))
+    return sessions_result(sessions)
 
 
 def _write(store_session, items: list, source: str, where: str) -> None:

@@ -69,6 +69,10 @@ def test_ordered_by_keys(store):
     assert sessions.ordered(array("q", [30, 10, 20])).ids == ["early", "middle", "late"]
 
 
+def _ids(sessions) -> list[str]:
+    return [s.session_id for s in sessions]
+
+
 def test_importers_return_each_session_once_in_file_order(store, tmp_path):
     pair = {"chosen": "\n\nHuman: hi\n\nAssistant: yes", "rejected": "\n\nHuman: hi\n\nAssistant: no"}
     other = {"chosen": "\n\nHuman: bye\n\nAssistant: ok", "rejected": "\n\nHuman: bye\n\nAssistant: no"}
@@ -77,7 +81,7 @@ def test_importers_return_each_session_once_in_file_order(store, tmp_path):
     sessions = sk.io.import_hh(store, hh)
     assert len(sessions) == 2 == len({s.session_id for s in sessions})
     assert sessions[0].get("c1")["parts"][0]["text"] == "yes" and sessions[1].get("c1")["parts"][0]["text"] == "ok"
-    assert sk.io.import_hh(store, hh).ids == sessions.ids  # again: the same sessions, nothing added
+    assert _ids(sk.io.import_hh(store, hh)) == _ids(sessions)  # again: the same sessions, nothing added
 
     def flat(tree, mid, parent):
         return {"message_id": mid, "parent_id": parent, "message_tree_id": tree, "role": "prompter",
@@ -86,12 +90,31 @@ def test_importers_return_each_session_once_in_file_order(store, tmp_path):
     oasst = tmp_path / "flat.jsonl"
     rows = [flat("B", "b0", None), flat("A", "a0", None), flat("B", "b1", "b0"), flat("A", "a1", "a0")]
     oasst.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    assert sk.io.import_oasst(store, oasst, session_prefix="f-").ids == ["f-B", "f-A"]  # by first line
+    assert _ids(sk.io.import_oasst(store, oasst, session_prefix="f-")) == ["f-B", "f-A"]  # by first line
 
     export = tmp_path / "export.jsonl"
     sk.io.export_jsonl(store, export)
     copy = sk.open_store(tmp_path / "copy.db")
     got = sk.io.import_jsonl(copy, export)
-    assert sorted(got.ids) == sorted(info.id for info in store.list_sessions())
+    assert sorted(_ids(got)) == sorted(info.id for info in store.list_sessions())
     assert all(s.store is copy for s in got)
     copy.close()
+
+
+@pytest.mark.parametrize("limit", [10_000, 2])
+def test_imports_return_a_list_up_to_the_limit_then_the_packed_sequence(store, tmp_path, monkeypatch, limit):
+    # SPEC D3: a list of sessions; past LIST_UP_TO of them the packed SessionList (bounded memory).
+    import sessionkit.io._common as common
+
+    monkeypatch.setattr(common, "LIST_UP_TO", limit)
+    path = tmp_path / "hh.jsonl"
+    path.write_text("".join(json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes",
+                                        "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"}) + "\n" for i in range(3)))
+    got = sk.io.import_hh(store, path)
+    if limit >= 3:
+        assert type(got) is list
+    else:
+        assert isinstance(got, SessionList) and not isinstance(got, list)
+    assert len(got) == 3 and all(isinstance(s, sk.Session) for s in got)
+    assert sorted(s.session_id for s in got) == sorted(i.id for i in store.list_sessions())
+    assert [s.get_history()[0]["parts"][0]["text"] for s in got] == ["q0", "q1", "q2"]
