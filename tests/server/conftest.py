@@ -19,8 +19,9 @@ from live_server import TOKEN, LiveServer, SSEReader  # noqa: E402
 
 
 @pytest.fixture
-def serve():
-    """``serve(agent, store, **create_app_options) -> LiveServer``; everything stops at the end."""
+def serve(new_store):
+    """``serve(agent, store, **create_app_options) -> LiveServer``; everything stops at the end
+    (before the test's stores close: ``new_store`` is set up first, so torn down last)."""
     started: list[LiveServer] = []
 
     def start(agent, store, **options) -> LiveServer:
