@@ -424,7 +424,7 @@ class Scheduler:
             live.active = None
             if live.task is asyncio.current_task():
                 live.task = None
-            if live.owned and (live.stopping or self.closing or live.deleted):
+            if live.owned:  # stopped, or failed: give the session up (idle() already did otherwise)
                 # what the run wrote is committed before another process may drive the session
                 try:
                     await self.io.flush()
@@ -446,6 +446,7 @@ class Scheduler:
             self._hand(live, run, item)
         self.write_status(live)
         first = run.items[0]
+        attempts = run.attempts
         try:
             await self.agent.run(
                 first.text,
@@ -459,11 +460,31 @@ class Scheduler:
             pass  # recorded by the agent: status, error, run.end event
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("sessionkit server: run %s of session %r failed", run.n, live.public_id)
+            if run.attempts == attempts:  # refused before it started: recorded failed, never retried
+                self._refused(live, run, exc)
         finally:
             live.active = None
             self.write_status(live)
+
+    def _refused(self, live: Live, run: Run, exc: Exception) -> None:
+        store, key, run_id, n = self.store, live.key, live.run_id(run.n), run.n
+        error = f"{type(exc).__name__}: {exc}"
+        value = {"attempts": max(run.attempts, 1), "agentId": self.agent_id, "state": "done", "error": error}
+        recorded = run.recorded
+
+        def job() -> list[dict]:
+            if recorded:
+                store.reopen_run(run_id)
+            else:
+                store.begin_run(key, run_id, run.input)
+            store.end_run(run_id, status="failed", error=error)
+            store.put_records(key, R.RUN, [(n, value)])
+            return store.append_events(key, [{"run_id": run_id, "kind": "run.end", "status": "failed",
+                                              "error": error, "error_type": type(exc).__name__, "usage": None}])
+
+        self.io.submit(job, after=lambda stored: self.stored_events(live, stored))
 
     async def _carry(self, live: Live, run: Run) -> None:
         """Messages a failed run did not take open the next run (their records say so)."""
@@ -480,6 +501,13 @@ class Scheduler:
         items.sort(key=lambda it: it.rec)
         for item in items:
             run.items.remove(item)
+        try:
+            await self._carry_locked(live, items)
+        except Busy:  # they stay in the failed run's records: "failed, with its reason"
+            log.warning("sessionkit server: session %r: %d message(s) a failed run did not take stay with it",
+                        live.public_id, len(items))
+
+    async def _carry_locked(self, live: Live, items: list[Item]) -> None:
         async with self.coord.hold("accept", live.key):
             if self.coord.shared:
                 await self._absorb_locked(live)

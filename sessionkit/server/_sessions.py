@@ -507,6 +507,8 @@ class Sessions:
 
     async def sweep(self) -> int:
         """Start again the runs of busy sessions nobody drives (a stopped server's); returns how many."""
+        if not self.coord.shared:
+            await self.io.write(self._compact_busy)
         entries = await self.io.read(self.store.records, R.BUSY_KEY, R.BUSY)
         resumed = 0
         for n, value in entries:
@@ -532,6 +534,17 @@ class Sessions:
             except Exception:
                 log.exception("sessionkit server: could not resume session %r", key)
         return resumed
+
+    def _compact_busy(self) -> None:
+        """Drop the busy index's idle entries when they are many (one process: nobody writes meanwhile)."""
+        store = self.store
+        rows = store.records(R.BUSY_KEY, R.BUSY)
+        keep = [(n, v) for n, v in rows if v is not None]
+        if len(rows) - len(keep) < 1000:
+            return
+        store.delete_session(R.BUSY_KEY)
+        if keep:
+            store.put_records(R.BUSY_KEY, R.BUSY, keep)
 
     async def migrate_index(self) -> None:
         """Index the sessions an earlier version created (once per store), for ``GET /sessions``."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import sessionkit as sk
 from sessionkit.server._records import conversation_digest
 from sessionkit.testing import ScriptedModel
@@ -140,3 +142,44 @@ def test_a_conversation_changed_while_the_server_was_down_is_not_continued(serve
     with live.client() as c:
         r = c.post("/sessions/changed/messages", json={"text": "more"})
         assert (r.status_code, r.json()) == (409, {"error": "conversation_unrecoverable"})
+
+
+def test_a_run_the_agent_refuses_before_it_starts_is_recorded_failed_not_retried(tmp_path, serve):
+    class Broken:
+        name = "broken"
+
+        async def run(self, prompt, **options):
+            raise ValueError("misconfigured agent")
+
+    path = tmp_path / "broken.db"
+    store = sk.open_store(path)
+    live = serve(Broken(), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "b"})
+        assert c.post("/sessions/b/messages", json={"text": "hi"}).status_code == 202
+        state = wait_idle(c, "b")
+    assert [(r["status"], r["agentId"]) for r in state["runs"]] == [("failed", "broken")]
+    assert "misconfigured agent" in store.runs("b")[0].error
+    live.stop()
+    live = serve(echo_agent_named("echo"), store)  # a new server does not run it again
+    with live.client() as c:
+        assert [r["status"] for r in wait_idle(c, "b")["runs"]] == ["failed"]
+    assert store.session("b").get_history() == []
+
+
+def echo_agent_named(name: str) -> sk.Agent:
+    return sk.Agent(name, "", ScriptedModel([echo()] * 5))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("duckdb", marks=pytest.mark.slow)])
+def test_a_server_starting_on_a_store_with_many_idle_entries_compacts_the_busy_index(serve, new_store, kind):
+    # one process serves a SQLite or DuckDB file, so nobody writes the index meanwhile (on
+    # PostgreSQL other processes may: the index is left as it is there)
+    store = new_store(kind, name="server")
+    store.put_records("~sessionkit/busy", "server.busy", [(n, None) for n in range(1, 1_500)])
+    _left_behind(store, "cut", runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
+                 messages=[(1, "first")], recorded={1: "running"})
+    serve(echo_agent_named("echo"), store)
+    _settled(store, "cut")
+    assert _texts(store, "cut") == ["first", "echo: first"]
+    assert len(store.records("~sessionkit/busy", "server.busy")) < 10
