@@ -9,7 +9,7 @@ EXTRAS  ?= dev
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup demo tour notebooks test test-fast bench clean
+.PHONY: setup demo tour notebooks lint test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -41,8 +41,13 @@ notebooks: setup
 # without them every run (and every process a test starts) compiles litellm and the rest again.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
-## Every test.
-test: setup
+## ruff and mypy on the package (the tests and notebooks are not linted yet).
+lint: setup
+	$(BIN)/ruff check sessionkit benchmarks
+	$(BIN)/mypy sessionkit
+
+## Every test, after the lint.
+test: setup lint
 	$(PYTEST)
 
 ## Quick feedback: every test not marked slow (see the marker in pyproject.toml and
@@ -56,4 +61,4 @@ bench: setup
 	$(BIN)/python benchmarks/store_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

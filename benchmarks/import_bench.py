@@ -26,8 +26,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "peers"))
 
-import sessionkit as sk  # noqa: E402
 from workload import message  # noqa: E402
+
+import sessionkit as sk  # noqa: E402
 
 TAU = HERE.parent / "tests" / "data" / "gpt-4o-airline.json.gz"
 QUERY = """

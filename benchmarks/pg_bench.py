@@ -41,8 +41,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE / "peers"))
 
-import sessionkit as sk  # noqa: E402
 from workload import message  # noqa: E402  (benchmarks/peers/workload.py: the shared workload)
+
+import sessionkit as sk  # noqa: E402
 
 WINDOW_BYTES = 32_000
 

@@ -27,9 +27,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "peers"))
 sys.path.insert(0, str(HERE))
 
-import sessionkit as sk  # noqa: E402
 from store_bench import raw_open  # noqa: E402
 from workload import message  # noqa: E402
+
+import sessionkit as sk  # noqa: E402
 
 
 def order(n: int, sessions: int):

@@ -6,7 +6,8 @@
 >>> s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
 
 The store layer loads nothing heavy: agents (litellm), analysis (pandas, DuckDB),
-widgets (ipywidgets) and the server (Starlette) load on first use.
+widgets (ipywidgets) and the server (Starlette) load on first use, and so does
+``sk.aio``, the async API for asyncio applications.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ _LAZY = {
     "create_session": ("sessionkit.agent", "create_session"),
     "SessionStore": ("sessionkit.agent", "SessionStore"),
     "FileSessionStore": ("sessionkit.agent", "FileSessionStore"),
+    "aio": ("sessionkit.aio", None),
     "testing": ("sessionkit.testing", None),
     "io": ("sessionkit.io", None),
     "plot": ("sessionkit.analysis.plot", None),

@@ -18,7 +18,7 @@ import base64
 import math
 import os
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
 from typing import Any
 
@@ -109,9 +109,9 @@ def demo_summarize(prompt: str) -> str:
 # ---------------------------------------------------------------------------
 # Session contents
 
-_DEPLOY_START = datetime(2025, 3, 3, 9, 0, tzinfo=timezone.utc)
-_MIGRATION_START = datetime(2025, 3, 4, 14, 0, tzinfo=timezone.utc)
-_WEATHER_START = datetime(2025, 3, 5, 8, 30, tzinfo=timezone.utc)
+_DEPLOY_START = datetime(2025, 3, 3, 9, 0, tzinfo=UTC)
+_MIGRATION_START = datetime(2025, 3, 4, 14, 0, tzinfo=UTC)
+_WEATHER_START = datetime(2025, 3, 5, 8, 30, tzinfo=UTC)
 
 
 def _build_deploy(store: Store) -> None:
@@ -240,7 +240,7 @@ def _build_migration(store: Store) -> None:
 def _readings_csv() -> bytes:
     """A week of hourly readings from two sensors (about 7 KB): big enough to be stored as a blob."""
     rows = ["timestamp,sensor,temp_c,humidity_pct"]
-    start = datetime(2025, 2, 24, tzinfo=timezone.utc)
+    start = datetime(2025, 2, 24, tzinfo=UTC)
     for h in range(7 * 24):
         when = start + timedelta(hours=h)
         for k, sensor in enumerate(("roof", "garden")):

@@ -289,8 +289,8 @@ def run(args: argparse.Namespace) -> int:
         print("command: " + " ".join(command), file=out)
         return 0
     try:
-        import jupyterlab  # noqa: F401
         import ipykernel  # noqa: F401
+        import jupyterlab  # noqa: F401
     except ImportError as exc:
         print(f"error: {exc.name} is not installed: pip install jupyterlab ipykernel", file=sys.stderr)
         return 2

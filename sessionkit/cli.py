@@ -32,7 +32,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO, cast
 
 import sessionkit as sk
 from sessionkit.messages import estimate_tokens
@@ -62,7 +62,7 @@ class _UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad command line becomes one line on stderr instead of usage + error."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _UsageError(f"{message} (see '{self.prog} --help')")
 
 
@@ -331,7 +331,7 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
         return
     leaf = leaf_id if leaf_id is not None else latest["id"]
     session.path_length(leaf)  # an unknown leaf fails here, before anything is printed
-    comps = {c.id: c for c in session.compactions()}
+    comps: dict[Any, sk.Compaction] = {c.id: c for c in session.compactions()}  # looked up by metadata values
     applied: list[dict] = []
     if full and comps:  # which ranges the model would not see: a first pass keeping only summary metadata
         applied = [info for m in session.history(leaf_id=leaf) if (info := overlay_info(m)) is not None]
@@ -586,7 +586,7 @@ def cmd_demo(args, out: TextIO) -> int:
     if args.store is not None:
         path = args.store
         local = _local_path(path)
-        if local not in (None, ":memory:") and os.path.exists(local):
+        if local is not None and local != ":memory:" and os.path.exists(local):
             raise CommandError(f"{path!r} already exists; the demo writes a new store: choose another path")
         if local == ":memory:":
             raise CommandError("the demo needs a store file to explore afterwards, not an in-memory store")
@@ -623,7 +623,7 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
     from ._demo import DEPLOY_SESSION, MIGRATION_SESSION, WEATHER_SESSION
 
     q = shlex.quote(path)
-    body = _Indented(out, "   ")
+    body = cast(TextIO, _Indented(out, "   "))  # the renderers only print() to it
     stats = store.stats()
 
     def w(text: str = "") -> None:

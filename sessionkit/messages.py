@@ -20,7 +20,8 @@ import math
 import re
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from itertools import chain
 from typing import Any
 
@@ -69,7 +70,7 @@ _WORD_RE = re.compile(r"\S+")
 def now_iso() -> str:
     """The current time as ISO 8601 UTC with millisecond precision and a ``Z`` suffix."""
     now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % (int(now * 1000) % 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
 
 
 _ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -85,7 +86,7 @@ def normalize_created(value: Any) -> str | None:
         return None
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def to_iso(value: datetime | int | float | str) -> str:
@@ -105,10 +106,11 @@ def to_iso(value: datetime | int | float | str) -> str:
     elif isinstance(value, (int, float)):
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"created_at: not a finite number: {value!r}")
+        ms = value
         try:  # exact for ints, and the same on every platform (no C time_t involved)
-            value = _EPOCH + timedelta(milliseconds=value)
+            value = _EPOCH + timedelta(milliseconds=ms)
         except OverflowError as exc:
-            shown = repr(value) if abs(value) < 10**30 else "a number with more than 30 digits"
+            shown = repr(ms) if abs(ms) < 10**30 else "a number with more than 30 digits"
             raise ValueError(f"created_at: {shown} ms since 1970 is outside the years 1 to 9999") from exc
     elif not isinstance(value, datetime):
         raise TypeError(
@@ -116,8 +118,8 @@ def to_iso(value: datetime | int | float | str) -> str:
         )
     try:
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
+            value = value.replace(tzinfo=UTC)
+        value = value.astimezone(UTC)
     except OverflowError as exc:
         raise ValueError(f"created_at: {value!r} is outside the years 1 to 9999 in UTC") from exc
     return (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
@@ -271,7 +273,8 @@ def _shallow(message: Any) -> bool:
         return False
     ends = getattr(_wrappers, "ends", None)
     if ends is None:  # per thread: the innermost slot holds the message while it is written
-        outer = inner = [None]
+        inner: list[Any] = [None]
+        outer = inner
         for _ in range(limit - MAX_NESTING - 1):
             inner[0] = [None]
             inner = inner[0]
@@ -373,21 +376,24 @@ def validate(message: Any) -> None:
 
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-if json.encoder.c_make_encoder is not None:
+_encode: Callable[[Any], str]
+if json.encoder.c_make_encoder is not None:  # type: ignore[attr-defined]  # CPython's, not in the stubs
     # The C encoder, built once: json.dumps builds a JSONEncoder and a C encoder on every
     # call, and this runs for each append. Without a markers dict it skips the cycle
     # check, which a shared dict could not do safely; a cycle ends in RecursionError.
-    _c_encoder = json.encoder.c_make_encoder(
+    _c_encoder = json.encoder.c_make_encoder(  # type: ignore[attr-defined]
         None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
     )
 
-    def _encode(value: Any) -> str:
+    def _encode_c(value: Any) -> str:
         return "".join(_c_encoder(value, 0))
+
+    _encode = _encode_c
 else:
     _encode = _encoder.encode
 # The decoder's scanner, called directly on JSON that dumps() wrote (no surrounding
 # whitespace to skip); json.loads would add three Python calls and two regex matches.
-_scan = json.JSONDecoder().scan_once
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__, not in the stubs
 
 
 def dumps(value: Any) -> str:
@@ -447,7 +453,7 @@ def _encode_message(message: dict) -> tuple[str, dict]:
                     tool_json[i, key] = dumps(value)
     if not tool_json or any(type(k) is not str for k in message):  # the encoder converts other keys
         return dumps(message), tool_json
-    out = []
+    out: list[str] = []
     for k, v in message.items():
         out.append("," if out else "{")
         out.append(_encode_key(k))
@@ -693,38 +699,33 @@ def _escape_keys(value: Any) -> bool:
     itself, a key equal to ``_BLOB_KEY`` in stored JSON is always a pointer the
     store wrote. ``value`` is decoded JSON (str keys) within MAX_NESTING.
     """
+    return _rename_keys(value, _BLOB_KEY, lambda k: _BLOB_KEY + k)
+
+
+def _unescape_keys(value: Any) -> None:
+    """Undo :func:`_escape_keys` in place: keys starting with ``_BLOB_KEY`` twice lose one."""
+    cut = len(_BLOB_KEY)
+    _rename_keys(value, _ESCAPED, lambda k: k[cut:])
+
+
+def _rename_keys(value: Any, prefix: str, rename) -> bool:
+    """Rename, in place and without recursion, every dict key starting with ``prefix``
+    to ``rename(key)`` (key order kept); True when one was."""
     changed = False
     stack = [value]
     while stack:
         node = stack.pop()
         if type(node) is dict:
-            if any(k.startswith(_BLOB_KEY) for k in node):
+            if any(k.startswith(prefix) for k in node):
                 items = list(node.items())
                 node.clear()
-                node.update((_BLOB_KEY + k if k.startswith(_BLOB_KEY) else k, v) for k, v in items)
+                node.update((rename(k) if k.startswith(prefix) else k, v) for k, v in items)
                 changed = True
             children = node.values()
         else:
             children = node
         stack.extend(c for c in children if type(c) is dict or type(c) is list)
     return changed
-
-
-def _unescape_keys(value: Any) -> None:
-    """Undo :func:`_escape_keys` in place: keys starting with ``_BLOB_KEY`` twice lose one."""
-    cut = len(_BLOB_KEY)
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if type(node) is dict:
-            if any(k.startswith(_ESCAPED) for k in node):
-                items = list(node.items())
-                node.clear()
-                node.update((k[cut:] if k.startswith(_ESCAPED) else k, v) for k, v in items)
-            children = node.values()
-        else:
-            children = node
-        stack.extend(c for c in children if type(c) is dict or type(c) is list)
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")

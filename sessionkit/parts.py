@@ -51,7 +51,9 @@ def text_of(message: dict, separator: str = "\n\n") -> str:
     ``text`` column holds; the agent joins with ``""`` (what a prompt or reply says).
     """
     return separator.join(
-        p["text"] for p in _parts(message) if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        p["text"]
+        for p in _parts(message)
+        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
     )
 
 

@@ -2,8 +2,8 @@
 
 Two rules (DESIGN.md, "Dependency direction"):
 
-* imports follow the layers ``errors, messages, parts <- store <- agent, analysis, io
-  <- widgets, server <- cli``, with no cycle between sub-packages; the contracts live
+* imports follow the layers ``errors, messages, parts <- store <- agent, analysis, io,
+  aio <- widgets, server <- cli``, with no cycle between sub-packages; the contracts live
   in ``pyproject.toml`` (``[tool.importlinter]``) and import-linter checks them;
 * above the store, code uses only the store's public names: no module outside
   ``sessionkit/store`` touches a private name the store defines (``x._records``,
@@ -151,7 +151,7 @@ def test_the_layers_contract_catches_an_offender(tmp_path):
     """A copy of the contracts over a tiny package whose store imports the widgets fails."""
     pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
     pkg = tmp_path / "src" / "sessionkit"
-    for name in ("cli", "_demo", "_lab", "errors", "messages", "parts"):
+    for name in ("cli", "_demo", "_lab", "errors", "messages", "parts", "aio"):
         (pkg / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
         (pkg / f"{name}.py").write_text("")
     for sub in ("server", "widgets", "agent", "analysis", "io", "store", "testing"):

@@ -15,7 +15,7 @@ PINNED = {
     "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError", "StoreCorrupt",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
     "RunInterrupted", "GuardrailTripped", "Agent", "LiteLLMModel", "RunResult", "RunController", "create_session", "SessionStore",
-    "FileSessionStore", "testing", "io", "plot", "widgets", "server",
+    "FileSessionStore", "aio", "testing", "io", "plot", "widgets", "server",
 }
 
 
@@ -75,3 +75,44 @@ def test_latest_sentinel():
 
     assert copy.deepcopy(sk.LATEST) is sk.LATEST
     assert pickle.loads(pickle.dumps(sk.LATEST)) is sk.LATEST
+
+
+# The sub-packages' public names, pinned like the top level's: adding or removing one is a
+# decision about the contract, made here on purpose.
+SUBPACKAGES = {
+    "sessionkit.store": {
+        "AppendResult", "Capabilities", "ChangeEvent", "Compaction", "CompactionContext", "CompactionResult",
+        "CompactionSpan", "LATEST", "PathView", "RecentHistory", "RunRecord", "SCAN_KINDS", "SearchHit", "Session",
+        "SessionInfo", "Store", "Tree", "TreeCompaction", "TreeNode", "create_compact_function", "open_store",
+    },
+    "sessionkit.agent": {
+        "Agent", "ChatModel", "EVENT_KINDS", "ExternalSession", "FileSessionStore", "LiteLLMModel", "MemoryRunLog",
+        "ModelReply", "ReasoningDelta", "RunController", "RunRecord", "RunResult", "SessionStore", "TextDelta", "Tool",
+        "ToolCall", "as_tool", "create_session",
+    },
+    "sessionkit.io": {
+        "MalformedInput", "Progress", "chat_to_messages", "export_jsonl", "export_parquet", "import_hh",
+        "import_jsonl", "import_oasst", "import_openai",
+    },
+    "sessionkit.analysis": {"D1_COLUMNS", "TABLES", "arrow_table", "messages_df", "sql", "to_pandas"},
+    "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
+    "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
+    "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},
+    "sessionkit.server": {"SessionServer", "create_app", "serve"},  # serve: what `sessionkit serve` runs
+    "sessionkit.testing": {"ScriptedModel", "conformance"},
+    "sessionkit.parts": {
+        "OVERLAY_PREFIX", "is_tool_part", "one_line", "overlay_info", "overlay_message", "part_kinds", "preview",
+        "text_of", "tool_name", "tool_names", "tool_parts",
+    },
+}
+
+
+def test_subpackage_all_is_pinned():
+    import importlib
+
+    for name, pinned in SUBPACKAGES.items():
+        module = importlib.import_module(name)
+        assert set(module.__all__) == pinned, name
+        assert len(module.__all__) == len(set(module.__all__)), name
+        for attr in module.__all__:
+            assert hasattr(module, attr), f"{name}.{attr} is listed but missing"

@@ -35,8 +35,9 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import workload
 

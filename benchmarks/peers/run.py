@@ -112,7 +112,7 @@ async def _cell(res: dict, key: str, coro) -> None:
     """Run one measurement; a failure fills the cell with its error, not the run."""
     try:
         res["cells"][key] = await coro
-    except Exception as exc:  # noqa: BLE001 - any peer failure becomes a table cell
+    except Exception as exc:  # any peer failure becomes a table cell
         res["cells"][key] = {"error": _short(exc)}
         res.setdefault("tracebacks", {})[key] = traceback.format_exc()
 
@@ -147,7 +147,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
     res["durability"] = peer.durability
     try:
         peer.open(dir_a)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         res["error"] = _short(exc)
         res["traceback"] = traceback.format_exc()
         return res
@@ -156,7 +156,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
     res["recent_kind"] = peer.recent_kind
     try:
         res["versions"] = peer.versions()
-    except Exception:  # noqa: BLE001
+    except Exception:
         res["versions"] = {}
 
     async def append_single() -> dict:
@@ -198,7 +198,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
             t = time.perf_counter()
             try:
                 loaded = await _bulk(peer, conv, single[appended:], cfg["complete_budget"])
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 loaded = 0
                 res["notes"].append(f"bulk completion failed: {_short(exc)}")
             size = appended + loaded
@@ -265,7 +265,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
         await _cell(res, "search", search())
         try:
             await peer.aclose()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -350,7 +350,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
         await _cell(res, "read_conv", read_conv())
         try:
             await peer_b.aclose()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
     for phase, cols, fn in (
@@ -359,7 +359,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
     ):
         try:
             await fn()
-        except Exception as exc:  # noqa: BLE001 - the cells not yet filled say why
+        except Exception as exc:  # the cells not yet filled say why
             for col in cols:
                 res["cells"].setdefault(col, {"error": _short(exc)})
             res.setdefault("tracebacks", {})["phase " + phase] = traceback.format_exc()
@@ -411,7 +411,7 @@ def child_main(args: argparse.Namespace) -> None:
     fn = {"bench": child_bench, "membuild": child_membuild, "memread": child_memread}[args.child]
     try:
         out = asyncio.run(fn(args.peer, Path(args.folder), cfg))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out = {"error": _short(exc), "traceback": traceback.format_exc()}
     Path(args.result).write_text(json.dumps(out, default=str))
 
@@ -630,7 +630,10 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
         "",
         f"Machine: {getattr(args, 'machine', None) or machine()}.",
         f"Command: `{args.command_line}`; total {total_secs / 60:.1f} min"
-        + (f"; load average {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end." if getattr(args, "load", None) else "."),
+        + (
+            f"; load average {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end."
+            if getattr(args, "load", None) else "."
+        ),
         "Ratios in brackets are this row divided by sessionkit (SQLite): above 1 is more "
         "msg/s, but also more ms, bytes and MB.",
         "",
@@ -639,7 +642,8 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
     ]
     if notes:
         out += [f"{i + 1}. {n}" for i, n in enumerate(notes)] + [""]
-    out += ["### Durability and versions", "", "| store | durability | journal on disk | versions |", "|---|---|---|---|"]
+    out += ["### Durability and versions", "",
+            "| store | durability | journal on disk | versions |", "|---|---|---|---|"]
     for r in results:
         vers = ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items())
         out.append(
@@ -663,7 +667,7 @@ def parent_main(args: argparse.Namespace) -> None:
             cfg[k] = v
     if args.append_budget:
         cfg["append_budget"] = args.append_budget
-    from adapters import PEERS  # noqa: F401 - only the names, no third-party import
+    from adapters import PEERS  # only the names, no third-party import
 
     peers = args.peers.split(",") if args.peers else DEFAULT_ORDER
     for p in peers:
@@ -697,7 +701,8 @@ def parent_main(args: argparse.Namespace) -> None:
                     if build["messages"] < cfg["mem"]:
                         res["cells"]["mem"]["short"] = build["messages"]
                     res["other_notes"].append(
-                        f"memory probe: {build['messages']:,} messages ({mem['count']:,} records) built in {build['secs']:.0f} s "
+                        f"memory probe: {build['messages']:,} messages ({mem['count']:,} records) "
+                        f"built in {build['secs']:.0f} s "
                         f"({build['bytes'] / 1e6:,.0f} MB on disk), read in {mem['secs']:.1f} s"
                     )
         elif args.skip_memory:

@@ -115,7 +115,7 @@ def message(conversation: int, index: int) -> dict:
     ms = 1_700_000_000_000 + conversation * 10_000_000 + index * 1_000
     secs, milli = divmod(ms, 1000)
     created = (
-        _dt.datetime.fromtimestamp(secs, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _dt.datetime.fromtimestamp(secs, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
         + f".{milli:03d}Z"
     )
     if index % 5 == 4:

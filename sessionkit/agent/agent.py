@@ -104,7 +104,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import (
     GuardrailTripped,
@@ -116,6 +116,7 @@ from ..errors import (
 )
 from ..messages import dumps, validate
 from ..parts import text_of
+from ..store import Session
 from ._loop import RunState, new_run_id
 from ._sync import run_coroutine_sync
 from .controller import RunController
@@ -167,6 +168,9 @@ class _RunTarget:
     """The session a run reads from and writes to, and where its events go."""
 
     def __init__(self, session: Any) -> None:
+        sync = getattr(session, "sync", None)
+        if isinstance(sync, Session):  # an sk.aio AsyncSession: its store session does the work
+            session = sync
         missing = [
             name
             for name in ("session_id", "get_history", "latest_leaf", "append_many")
@@ -533,8 +537,9 @@ class Agent:
         # Read everything the run needs before recording it: a bad argument fails cleanly.
         if regenerate_of is None:
             input_text = _check_prompt(prompt)
-            parent_id = target.leaf_id()
-            history = target.history(parent_id)
+            # Store reads run on a thread: the loop keeps serving while a long history loads.
+            parent_id = await asyncio.to_thread(target.leaf_id)
+            history = await asyncio.to_thread(target.history, parent_id)
         else:
             _require_tree(session, "regenerate")
             parent_id, history, input_text = self._regeneration_point(session, regenerate_of)
@@ -548,7 +553,8 @@ class Agent:
             context_json=context_json,
         )
         if regenerate_of is None:
-            first = state.add_user(prompt, metadata=metadata, with_run_context=True)
+            first = state.add_user(cast("str | dict", prompt), metadata=metadata,  # _check_prompt passed it
+                                   with_run_context=True)
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
             run_input = [first]
@@ -661,6 +667,8 @@ class Agent:
         usage: dict,
     ) -> None:
         """Record the end of a run, then announce it (best effort on a failing store)."""
+        error_type: str | None
+        text: str | None
         if isinstance(error, BaseException):
             error_type = type(error).__name__
             text = str(error) or error_type

@@ -240,8 +240,8 @@ def _file_content(part: dict) -> dict | None:
 
 def _user_content(parts: list[dict]) -> str | list[dict] | None:
     texts = [p.get("text", "") for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str)]
-    files = [_file_content(p) for p in parts if p.get("type") == "file"]
-    files = [f for f in files if f is not None]
+    converted = [_file_content(p) for p in parts if p.get("type") == "file"]
+    files = [f for f in converted if f is not None]
     if not files:
         return "\n\n".join(texts) if texts else None
     blocks: list[dict] = [{"type": "text", "text": t} for t in texts]
@@ -331,9 +331,9 @@ def to_chat_messages(messages: Iterable[dict], *, system: str | None = None) -> 
                         content = _json_text(p.get("output"))
                     out.append({"role": "tool", "tool_call_id": str(p.get("toolCallId")), "content": content})
         elif role == "user":
-            content = _user_content(parts)
-            if content is not None:
-                out.append({"role": "user", "content": content})
+            user_content = _user_content(parts)
+            if user_content is not None:
+                out.append({"role": "user", "content": user_content})
         else:  # system and any other role: its text, as given
             texts = [p["text"] for p in parts if p.get("type") == "text" and isinstance(p.get("text"), str)]
             if texts:
@@ -521,7 +521,8 @@ class LiteLLMModel:
         ``None`` when litellm is not installed. A run of an unpriced model reports
         ``cost_usd`` ``None``, never ``0.0``.
         """
-        if self.options.get("input_cost_per_token") is not None or self.options.get("output_cost_per_token") is not None:
+        options = self.options
+        if options.get("input_cost_per_token") is not None or options.get("output_cost_per_token") is not None:
             return True
         try:
             litellm = _litellm()

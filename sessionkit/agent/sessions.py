@@ -9,20 +9,27 @@
 Anything with ``load(session_id) -> list[dict]`` and
 ``save(session_id, new_messages)`` is a :class:`SessionStore`: a run loads the
 conversation from it and, when it succeeds, saves the messages it added (the
-user's first) in one call. Such a session is a straight line of messages; its
-runs and events are kept in memory on the session object (``session.runs()``,
-``session.events()``), since the store has no place for them.
+user's first) in one call. ``load`` and ``save`` may be coroutine functions
+(``async def``), as in an asyncio application; an ``sk.aio`` store is such a
+store::
+
+    s = sk.create_session("chat-1", store=await sk.aio.open_store("chat.db"))
+
+Such a session is a straight line of messages; its runs and events are kept in
+memory on the session object (``session.runs()``, ``session.events()``), since
+the store has no place for them.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import re
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -31,6 +38,7 @@ from urllib.parse import unquote
 from ..errors import UsageError
 from ..messages import dumps, now_iso, validate
 from ..store import Store
+from ._sync import run_coroutine_sync
 from .events import MemoryRunLog, RunRecord
 
 __all__ = ["ExternalSession", "FileSessionStore", "SessionStore", "create_session"]
@@ -43,11 +51,13 @@ class SessionStore(Protocol):
     ``load`` returns the session's messages (UIMessage dicts) oldest first, an
     empty list for an unknown session. ``save`` receives the messages one run
     added, in order, and must keep them in that order after the earlier ones.
+    Either may be a coroutine function (``async def``): see :class:`ExternalSession`
+    for where its coroutines run.
     """
 
-    def load(self, session_id: str) -> list[dict]: ...
+    def load(self, session_id: str) -> list[dict] | Awaitable[list[dict]]: ...
 
-    def save(self, session_id: str, new_messages: list[dict]) -> None: ...
+    def save(self, session_id: str, new_messages: list[dict]) -> None | Awaitable[None]: ...
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,16 @@ class ExternalSession:
     It offers the reading side of a store session (``get_history``,
     ``latest_leaf``, ``get``, ``snapshot``) over ``store.load``, and records
     runs and events in memory: ``runs()`` and ``events(after_seq=None)``.
+
+    A store whose ``load``/``save`` are coroutine functions works too. Runs read
+    and write the session from sync code (the agent's turn loop reads the
+    history before its first model call, and saves from a worker thread), so
+    each coroutine is run to completion there: on a fresh event loop when the
+    calling thread has none, else on a fresh loop in a helper thread while the
+    caller waits (an event loop cannot wait for a coroutine of its own). Such a
+    store must therefore not depend on objects bound to one event loop (a pool
+    of connections made on the application's loop, say); an ``sk.aio`` store
+    does not.
     """
 
     def __init__(self, store: SessionStore, session_id: str) -> None:
@@ -77,7 +97,7 @@ class ExternalSession:
         return f"ExternalSession({self.session_id!r}, store={self.store!r})"
 
     def _load(self) -> list[dict]:
-        messages = self.store.load(self.session_id)
+        messages = _resolved(self.store.load(self.session_id))
         if not isinstance(messages, list):
             messages = list(messages)
         return copy.deepcopy(messages)
@@ -117,7 +137,9 @@ class ExternalSession:
         """Save one message after the others (validated like a store append)."""
         return self.append_many([message])[0]
 
-    def append_many(self, messages: Iterable[dict], *, parent_id: Any = None, source: str = "server") -> list[SavedMessage]:
+    def append_many(
+        self, messages: Iterable[dict], *, parent_id: Any = None, source: str = "server"
+    ) -> list[SavedMessage]:
         """Save messages after the others in one ``save`` call; every one is validated first.
 
         The session is a straight line: ``parent_id`` (accepted for the shape of
@@ -133,7 +155,7 @@ class ExternalSession:
             msg.setdefault("createdAt", now_iso())
             prepared.append(msg)
         with self._lock:
-            self.store.save(self.session_id, copy.deepcopy(prepared))
+            _resolved(self.store.save(self.session_id, copy.deepcopy(prepared)))
         return [SavedMessage(True, m) for m in prepared]
 
     def runs(self) -> list[RunRecord]:
@@ -143,6 +165,17 @@ class ExternalSession:
     def events(self, after_seq: int | None = None) -> list[dict]:
         """This session's run events in ``seq`` order."""
         return self.run_log.events(self.session_id, after_seq)
+
+
+def _resolved(value: Any) -> Any:
+    """``value``, or what it resolves to when a coroutine ``load``/``save`` returned an awaitable."""
+    if not inspect.isawaitable(value):
+        return value
+
+    async def wait() -> Any:
+        return await value
+
+    return run_coroutine_sync(wait)
 
 
 _SAFE = re.compile(r"[A-Za-z0-9.-]")
@@ -259,7 +292,9 @@ def create_session(session_id: str | None = None, *, store: Any = None) -> Any:
     - no ``store``: a session in a private in-memory sessionkit store (gone
       when the process ends);
     - a sessionkit ``Store``: ``store.session(session_id)``;
-    - a :class:`SessionStore` (``load``/``save``): an :class:`ExternalSession`.
+    - a :class:`SessionStore` (``load``/``save``, sync or ``async def``): an
+      :class:`ExternalSession`; an ``sk.aio`` store is one (runs load its latest
+      path and append their new turns to it as one chain).
 
     A missing ``session_id`` is minted (a random hex id).
     """

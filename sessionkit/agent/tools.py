@@ -280,7 +280,7 @@ def type_schema(tp: Any) -> dict:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is typing.Annotated:
-        schema = dict(type_schema(args[0]))
+        schema: dict = dict(type_schema(args[0]))
         notes = [a for a in args[1:] if isinstance(a, str)]
         if notes:
             schema["description"] = " ".join(notes)
@@ -300,7 +300,7 @@ def type_schema(tp: Any) -> dict:
     if tp in (list, tuple, set, frozenset) or origin in (list, set, frozenset) or (
         isinstance(origin, type) and origin is not str and issubclass(origin, Sequence) and origin is not tuple
     ):
-        schema: dict = {"type": "array"}
+        schema = {"type": "array"}
         if args:
             schema["items"] = type_schema(args[0])
         return schema

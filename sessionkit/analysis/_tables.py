@@ -179,9 +179,10 @@ class StoreData:
         order = self.ordered_nodes()
         for start in range(0, len(order), _BATCH):
             chunk = order[start : start + _BATCH]
-            found: dict[str, dict] = {}
+            found: dict[tuple[str, str], dict] = {}
             for sid, group in itertools.groupby(sorted(chunk, key=lambda ns: ns[1]), key=lambda ns: ns[1]):
-                found.update({(sid, k): v for k, v in self.store.session(sid).get_many([n.id for n, _ in group]).items()})
+                got = self.store.session(sid).get_many([n.id for n, _ in group])
+                found.update({(sid, k): v for k, v in got.items()})
             for node, sid in chunk:
                 message = found.get((sid, node.id))
                 if message is not None:  # deleted since the tree was read
@@ -215,6 +216,7 @@ class StoreData:
             where.append((sid, n.id))
             if seq_col is not None:
                 seq_col.append(n.seq)
+            if meta_col is not None:
                 meta = msg.get("metadata")
                 meta_col.append(None if meta is None else _msg.dumps(meta))
             if msg_col is not None:

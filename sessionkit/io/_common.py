@@ -82,7 +82,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 try:
                     yield lineno, json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise MalformedInput(name, f"line {lineno}", f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+                    raise MalformedInput(
+                        name, f"line {lineno}", f"not valid JSON ({exc.msg} at column {exc.colno})"
+                    ) from None
         except UnicodeDecodeError as exc:
             raise MalformedInput(name, f"line {lineno + 1}", f"not UTF-8 text ({exc.reason})") from None
         except (EOFError, gzip.BadGzipFile, OSError) as exc:
@@ -148,7 +150,7 @@ def _interactive() -> bool:
     shell = sys.modules.get("IPython")
     if shell is not None:
         try:
-            ip = shell.get_ipython()  # type: ignore[attr-defined]
+            ip = shell.get_ipython()
         except Exception:
             return False
         return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
@@ -217,7 +219,7 @@ class Progress:
             sys.stderr.flush()
             self._plain = False
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -244,7 +246,7 @@ class WriteGroups:
         self._count = 0
         self._cm = None
 
-    def __enter__(self) -> "WriteGroups":
+    def __enter__(self) -> WriteGroups:
         return self
 
     def begin(self) -> None:

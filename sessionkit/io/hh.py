@@ -53,8 +53,8 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
     limit = min(len(chosen), len(rejected)) - 1  # each branch keeps at least one turn
     while shared < limit and chosen[shared] == rejected[shared]:
         shared += 1
-    items = []
-    parent = None
+    items: list[tuple[dict, str | None, None]] = []
+    parent: str | None = None
     for i in range(shared):
         role, text = chosen[i]
         mid = f"p{i}"
@@ -114,7 +114,9 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             except MessageTooLarge:
                 raise
             except (ValueError, TypeError, LookupError) as exc:
-                raise MalformedInput(source, where, f"cannot import pair into session {session.session_id!r}: {exc}") from exc
+                raise MalformedInput(
+                    source, where, f"cannot import pair into session {session.session_id!r}: {exc}"
+                ) from exc
             groups.done()
             sessions.setdefault(session.session_id, session)
             bar.update()

@@ -18,7 +18,7 @@ events are not part of the format.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .. import messages as _msg
 from ..errors import MessageNotFound, MessageTooLarge
@@ -102,7 +102,7 @@ def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, 
             created = _msg.to_iso(created)
         except (TypeError, ValueError) as exc:
             raise MalformedInput(source, where, f"bad 'created_at': {exc}") from None
-    return sid, message, parent, created
+    return sid, cast(dict, message), parent, created  # validate() raised unless it is a dict
 
 
 def _check_compaction_line(obj: dict, source: str, where: str) -> tuple[str, Compaction]:
@@ -134,7 +134,8 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
     Idempotent: messages already stored (same session and id) and compactions
     already present (same id) are skipped. Consecutive messages of one session
     are written in batches of up to 1,000 (about 20 batches per transaction), in
-    file order, so write order survives; an error keeps the transactions before it. Malformed lines raise :class:`MalformedInput` naming the line.
+    file order, so write order survives; an error keeps the transactions before it.
+    Malformed lines raise :class:`MalformedInput` naming the line.
     """
     if not isinstance(store, Store):
         raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")
@@ -149,7 +150,7 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list:
 
     def flush() -> None:
         nonlocal batch, batch_lines
-        if not batch:
+        if not batch or batch_sid is None:  # batch_sid is set before the first message is batched
             return
         session = sessions[batch_sid]
         groups.begin()

@@ -94,7 +94,9 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
         children.setdefault(parent, []).append(mid)
     for mid, (_, parent, _, where) in converted.items():
         if parent is not None and parent not in converted:
-            raise MalformedInput(source, where, f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}")
+            raise MalformedInput(
+                source, where, f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}"
+            )
     roots = children.get(None, [])
     if not roots:
         raise MalformedInput(source, rows[0][0], f"tree {tree_id!r} has no root message (parent_id null)")
@@ -136,10 +138,10 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                 sessions.append(_write(store, session_prefix + tree_id, items, source, where))
                 groups.done()
             elif "message_id" in obj:
-                tree_id = obj.get("message_tree_id")
-                if not isinstance(tree_id, str) or not tree_id:
+                tree = obj.get("message_tree_id")
+                if not isinstance(tree, str) or not tree:
                     raise MalformedInput(source, where, "message has no 'message_tree_id'")
-                flat.setdefault(tree_id, []).append((where, obj))
+                flat.setdefault(tree, []).append((where, obj))
             else:
                 raise MalformedInput(source, where, "neither an OASST tree ('prompt') nor a message ('message_id')")
             bar.update()

@@ -75,7 +75,7 @@ def _content_parts(content: Any, where: str, source: str) -> list[dict]:
             url = image.get("url") if isinstance(image, dict) else image
             if not isinstance(url, str):
                 raise MalformedInput(source, where, f"content[{i}] (image_url) has no url")
-            part = {"type": "file", "mediaType": _media_type_of_url(url, "image/*"), "url": url}
+            part: dict[str, Any] = {"type": "file", "mediaType": _media_type_of_url(url, "image/*"), "url": url}
             if isinstance(image, dict) and "detail" in image:
                 part["providerMetadata"] = {"openai": {"detail": image["detail"]}}
             parts.append(part)
@@ -165,7 +165,8 @@ def chat_to_messages(
                             source, where, f"tool message answers call {call_id!r}, which already has a result"
                         )
                     raise MalformedInput(
-                        source, where, f"tool message answers call {call_id!r}, but no earlier assistant message made that call"
+                        source, where,
+                        f"tool message answers call {call_id!r}, but no earlier assistant message made that call",
                     )
                 part = queue.pop()  # the nearest earlier call with this id
                 answered[call_id] = part
@@ -198,7 +199,8 @@ def chat_to_messages(
         for k, call in enumerate(calls):
             if not isinstance(call, dict):
                 raise MalformedInput(source, where, f"tool_calls[{k}] must be an object")
-            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            function = call.get("function")
+            fn = function if isinstance(function, dict) else call
             name = fn.get("name")
             if not isinstance(name, str) or not name:
                 raise MalformedInput(source, where, f"tool_calls[{k}] has no function name")
@@ -257,7 +259,9 @@ def _read_chat(source_arg: Any) -> tuple[list, list[str], str]:
             return msgs, [f"messages[{i}]" for i in range(len(msgs))], name
         if isinstance(doc, dict) and "role" in doc:
             return [doc], ["line 1"], name
-        raise MalformedInput(name, None, "expected a JSON array of chat messages, a JSONL file, or {\"messages\": [...]}")
+        raise MalformedInput(
+            name, None, "expected a JSON array of chat messages, a JSONL file, or {\"messages\": [...]}"
+        )
     return [v for _, v in items], [w for w, _ in items], name
 
 

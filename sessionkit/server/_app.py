@@ -22,7 +22,7 @@ import logging
 import signal
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -126,7 +126,7 @@ class _Auth:
         return result
 
 
-def _segments(scope: dict) -> list[str] | None:
+def _segments(scope: Mapping[str, Any]) -> list[str] | None:
     """The path's segments, each percent-decoded (so an encoded ``/`` stays inside its segment)."""
     raw = scope.get("raw_path")
     if isinstance(raw, (bytes, bytearray)):
@@ -246,7 +246,7 @@ class SessionServer:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         loop = asyncio.get_running_loop()
-        previous = {}
+        previous: dict[int, Any] = {}
 
         def handler(signum, frame, _sessions=self.sessions):
             with contextlib.suppress(RuntimeError):
@@ -435,7 +435,7 @@ class SessionServer:
         live = await self._live(principal, params["sessionId"])
         return live, resume_after(ws.headers, ws.query_params, header=False)
 
-    async def _ws_message(self, live, message: dict) -> dict:
+    async def _ws_message(self, live, message: Mapping[str, Any]) -> dict:
         data = message.get("text")
         if data is None and message.get("bytes") is not None:
             data = message["bytes"]
@@ -462,7 +462,7 @@ class SessionServer:
                 item = await sub.get()
                 if item is CLOSED:
                     if sub.reason != "client_gone":
-                        await ws.close(code=_WS_CLOSE.get(sub.reason, 1000), reason=sub.reason or "")
+                        await ws.close(code=_WS_CLOSE.get(sub.reason or "", 1000), reason=sub.reason or "")
                     return
                 async with asyncio.timeout(self.send_timeout):
                     await ws.send_text(item[1])

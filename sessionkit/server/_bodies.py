@@ -70,7 +70,7 @@ def _check_strings(value: Any) -> None:
             stack.extend(item)
 
 
-def parse_json(raw: bytes | str, *, what: str = "body") -> Any:
+def parse_json(raw: bytes | bytearray | str, *, what: str = "body") -> Any:
     """Parse a request body or WebSocket frame strictly (see the module docstring)."""
     if isinstance(raw, (bytes, bytearray)):
         try:

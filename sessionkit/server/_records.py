@@ -385,7 +385,8 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
         run_id = f"{key}.{n}"
         record = snap.record_of(n)
         status = record.status if record is not None else None
-        attempts = value.get("attempts") if isinstance(value.get("attempts"), int) else 0
+        attempts_value = value.get("attempts")
+        attempts: int = attempts_value if isinstance(attempts_value, int) else 0
         if state == "saved" or status in ("completed", "failed"):
             if status == "running":
                 end(run_id, "completed", None)
@@ -417,13 +418,13 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
     for record in snap.run_records:
         if record.status != "running" or record.run_id in known:
             continue
-        n = run_number(key, record.run_id)
+        legacy_n = run_number(key, record.run_id)
         if record.run_id in verdict.saved_legacy:
             end(record.run_id, "completed", None)
         else:
             end(record.run_id, "interrupted", STOPPED, "ServerStopped")
-        if n is not None:
-            run_updates.append((n, {"attempts": 1, "agentId": agent_id, "state": "done"}))
+        if legacy_n is not None:
+            run_updates.append((legacy_n, {"attempts": 1, "agentId": agent_id, "state": "done"}))
 
     if verdict.digest is not None:
         store.put_records(key, DIGEST, [(0, {"digest": verdict.digest, "lastSeq": snap.last_seq})])

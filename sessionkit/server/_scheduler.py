@@ -98,7 +98,7 @@ class RunLog:
     waits on the store between model calls.
     """
 
-    def __init__(self, scheduler: "Scheduler", live: Live, run: Run) -> None:
+    def __init__(self, scheduler: Scheduler, live: Live, run: Run) -> None:
         self._s = scheduler
         self._live = live
         self._run = run
@@ -160,7 +160,7 @@ class RunSession:
     mark, in one transaction of the ordered writer.
     """
 
-    def __init__(self, scheduler: "Scheduler", live: Live, run: Run, preload: tuple) -> None:
+    def __init__(self, scheduler: Scheduler, live: Live, run: Run, preload: tuple) -> None:
         self._s = scheduler
         self._live = live
         self._run = run
@@ -761,8 +761,8 @@ class Scheduler:
             return
         updates, new_runs = [], []
         for rec, value in pending:
-            mode = value.get("mode") if value.get("mode") in (STEER, FOLLOW_UP) else FOLLOW_UP
-            item = Item(rec, value.get("text", ""), mode, value.get("author"))
+            mode = FOLLOW_UP if value.get("mode") not in (STEER, FOLLOW_UP) else str(value["mode"])
+            item = Item(rec, str(value.get("text", "")), mode, value.get("author"))
             n = value.get("run")
             by_n = {r.n: r for r in live.queue}
             active = live.active

@@ -70,7 +70,7 @@ class TimedH11Protocol(H11Protocol):
                              self._request_timeout)
             self.transport.close()
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._arm()
 

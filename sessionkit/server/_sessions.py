@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 from collections import OrderedDict
@@ -124,7 +125,7 @@ class Sessions:
         live.first_run = (tomb["runN"] + 1) if isinstance(tomb.get("runN"), int) else 1
         live.run_n = snap.top_run()
         live.next_msg = snap.next_message()
-        live.controller.on_event(lambda event, s=live: self.scheduler.on_event(s, event))
+        live.controller.on_event(functools.partial(self.scheduler.on_event, live))
         self.trim()  # before adding: the caller is about to use this one
         self.states[key] = live
         if not self.coord.shared and _needs_recovery(snap):

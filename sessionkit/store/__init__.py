@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core import (
     LATEST,
@@ -33,6 +33,9 @@ from ._core import (
 )
 from .compaction import create_compact_function
 from .search import SearchHit
+
+if TYPE_CHECKING:
+    from ._core import Engine
 
 __all__ = [
     "open_store",
@@ -151,6 +154,7 @@ def open_store(
         raise ValueError(f"max_message_bytes must be a positive int, got {max_message_bytes!r}")
     if isinstance(reserved_metadata_keys, str):
         reserved_metadata_keys = [reserved_metadata_keys]
+    eng: Engine
     if engine == "sqlite":
         from .sqlite import SQLiteEngine
 

@@ -8,6 +8,7 @@ so every engine behaves the same.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import heapq
@@ -19,7 +20,7 @@ import uuid
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .. import messages as _msg
 from .. import parts as _parts
@@ -91,7 +92,7 @@ class AppendResult:
     message: dict
 
     @classmethod
-    def _stored(cls, prepared) -> "AppendResult":
+    def _stored(cls, prepared) -> AppendResult:
         """The result of storing ``prepared`` (a messages.Prepared): ``message`` is its copy,
         decoded on first read, so an append whose result goes unread never builds it."""
         result = object.__new__(cls)
@@ -150,7 +151,7 @@ class CompactionResult:
 
 @dataclass(frozen=True)
 class CompactionContext:
-    session: "Session"
+    session: Session
     leaf_id: str
     tokens: int
     previous: Compaction | None
@@ -236,7 +237,7 @@ class Tree:
                 kids.setdefault(node.parent_id, []).append(node)
 
     @classmethod
-    def build(cls, session_id: str, nodes: Iterable[TreeNode], compactions: Iterable[Compaction]) -> "Tree":
+    def build(cls, session_id: str, nodes: Iterable[TreeNode], compactions: Iterable[Compaction]) -> Tree:
         """The tree of ``nodes`` (any order) and ``compactions`` (oldest first).
 
         This is where a compaction's place in the tree is computed: the messages
@@ -412,12 +413,15 @@ class Node(NamedTuple):
 # Engine interface
 
 
-class Engine:
+class Engine(abc.ABC):
     """Storage primitives an engine provides. All ``session_id``/``id`` values are strings.
 
     Methods named ``w_*`` run inside :meth:`write` (one transaction, exclusive);
     the others are reads and may run at any time. Implementations hold their own
-    lock so a Store can be shared by threads.
+    lock so a Store can be shared by threads. Every engine is a
+    :class:`sessionkit.store._sql.SQLEngine`, which implements the abstract methods
+    once for all of them; what an engine can do beyond these is declared in
+    :attr:`capabilities`, never probed.
     """
 
     kind = "abstract"
@@ -428,63 +432,71 @@ class Engine:
     search_candidates: int = 2_000
 
     # lifecycle -----------------------------------------------------------
-    def close(self) -> None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def close(self) -> None: ...
 
-    def write(self):
-        """Context manager: one write transaction (commit on success, rollback on error)."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def write(self) -> contextlib.AbstractContextManager:
+        """One write transaction (commit on success, rollback on error); nested ones join it."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> contextlib.AbstractContextManager:
+        """Reads inside see one state of the store."""
 
     # reads ---------------------------------------------------------------
+    @abc.abstractmethod
     def node(self, sid: str, mid: str) -> Node | None: ...
+    @abc.abstractmethod
     def latest(self, sid: str) -> Node | None: ...
+    @abc.abstractmethod
     def children(self, sid: str, mid: str) -> list[Node]: ...
+    @abc.abstractmethod
     def ancestors(self, sid: str, seq: int, limit: int | None) -> list[Node]:
         """Nodes from ``seq`` (included) towards the root, at most ``limit``."""
-        ...
-    def window(self, sid: str, start_id: str | None, limit: int) -> list[tuple[Node, str]]:
-        """``(node, stored JSON)`` from ``start_id`` (None: the latest leaf) towards the root.
 
-        At most ``limit`` rows; empty when the start does not exist. Engines may do this
-        in one query; this default composes the other primitives.
-        """
-        node = self.latest(sid) if start_id is None else self.node(sid, start_id)
-        if node is None:
-            return []
-        nodes = self.ancestors(sid, node.seq, limit)
-        return list(zip(nodes, self.contents([n.seq for n in nodes])))
-
+    @abc.abstractmethod
     def walk_pages(self, sid: str, start: Node | None, limit: int | None, content: bool,
                    first: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
         """The path from ``start`` (None: the session's latest row) towards the root, in
         pages of ``(node, stored JSON or None)``, leaf first."""
-        raise NotImplementedError
 
     def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
         return [row for page in self.walk_pages(sid, start, limit, content) for row in page]
 
-    def snapshot(self):
-        """Context manager: reads inside see one state of the store."""
-        raise NotImplementedError
-
+    @abc.abstractmethod
     def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:
         """``(seq, id, tokens)`` from the message ``seq`` up to the root."""
-        ...
-    def contents(self, seqs: list[int]) -> list[str]:
-        """Stored JSON for each seq, in the given order (continuation rows joined)."""
-        ...
+
+    @abc.abstractmethod
+    def contents(self, seqs: list[int]) -> list[str | None]:
+        """Stored JSON for each seq, in the given order (continuation rows joined); None
+        for a row deleted meanwhile."""
+
+    @abc.abstractmethod
     def blob(self, sha: str) -> bytes: ...
+    @abc.abstractmethod
     def count(self, sid: str) -> int: ...
+    @abc.abstractmethod
     def nodes(self, sid: str) -> list[Node]: ...
+    @abc.abstractmethod
     def list_sessions(self) -> list[SessionInfo]: ...
+    @abc.abstractmethod
     def session_exists(self, sid: str) -> bool: ...
+    @abc.abstractmethod
     def compactions(self, sid: str) -> list[tuple[int, Compaction]]: ...
+    @abc.abstractmethod
+    def has_compactions(self, sid: str) -> bool: ...
+    @abc.abstractmethod
     def stats(self) -> dict: ...
+    @abc.abstractmethod
     def index_built(self) -> bool: ...
+    @abc.abstractmethod
     def search(self, fts_query, terms, sid: str | None, limit: int) -> list[tuple[int, str, str, str, float]]:
         """``(seq, session_id, id, role, score)`` best first."""
-        ...
+
+    @abc.abstractmethod
     def runs(self, sid: str) -> list[RunRecord]: ...
+    @abc.abstractmethod
     def events(self, sid: str, after_seq: int | None) -> list[dict]: ...
 
     # writes (inside write()) -------------------------------------------------
@@ -501,9 +513,9 @@ class Engine:
         """
         return NotImplemented
 
+    @abc.abstractmethod
     def w_insert(self, sid, prep, parent: Node | None, created_at: str, index: bool) -> Node | None:
         """Insert unless (sid, id) exists; return the new Node or None when it existed."""
-        ...
 
     def w_insert_many(self, sid, rows, index) -> list[tuple[bool, int]]:
         """Insert ``rows`` of ``(prep, parent_id, created_at)`` in order (in a few
@@ -516,28 +528,38 @@ class Engine:
         """
         raise NotImplementedError(f"the {self.kind} engine has no bulk insert")
 
+    @abc.abstractmethod
     def w_update(self, sid, node: Node, prep, index: bool) -> None: ...
+    @abc.abstractmethod
     def w_delete(self, sid, nodes: list[Node]) -> None: ...
+    @abc.abstractmethod
     def w_descendants(self, sid, mids: list[str]) -> list[Node]: ...
+    @abc.abstractmethod
     def w_clear(self, sid) -> None: ...
+    @abc.abstractmethod
     def w_delete_session(self, sid) -> None: ...
+    @abc.abstractmethod
     def w_add_compaction(self, sid, comp: Compaction) -> None: ...
+    @abc.abstractmethod
     def w_build_index(self) -> None: ...
+    @abc.abstractmethod
     def w_run_begin(self, sid, run_id, input, started_at) -> None: ...
+    @abc.abstractmethod
     def w_run_end(self, run_id, status, error, usage, ended_at) -> None: ...
+    @abc.abstractmethod
     def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
 
     # internal records --------------------------------------------------------
     # Small JSON documents that components built on the store (the HTTP server)
     # keep beside a session: ``(session_id, kind, n) -> data``. They belong to the
     # session: ``session_exists`` counts them and ``w_delete_session`` removes them.
+    @abc.abstractmethod
     def records(self, sid: str, kind: str) -> list[tuple[int, str]]:
         """``(n, data)`` of the session's records of ``kind``, by ``n``."""
-        raise NotImplementedError(f"the {self.kind} engine keeps no internal records")
 
+    @abc.abstractmethod
     def w_put_records(self, sid: str, kind: str, items: list[tuple[int, str]]) -> None:
         """Insert or replace each record ``(sid, kind, n)`` with ``data``."""
-        raise NotImplementedError(f"the {self.kind} engine keeps no internal records")
 
     # reading many ----------------------------------------------------------------
     def nodes_by_id(self, sid: str, mids: list[str]) -> list[Node]:
@@ -577,23 +599,25 @@ class Engine:
         """``(session_id, Node)`` of every message of ``session_ids``, in write order."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
         rows = heapq.merge(*([(n.seq, sid, n) for n in self.nodes(sid)] for sid in ids), key=lambda r: r[0])
-        return _batches(((sid, n) for _, sid, n in rows), batch_size)
+        return _chunks(((sid, n) for _, sid, n in rows), batch_size)
 
-    def scan_compactions(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, Compaction]]]:
+    def scan_compactions(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, Compaction]]]:
         """``(session_id, Compaction)`` of every compaction of ``session_ids``, in write order."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
         rows = heapq.merge(*([(seq, sid, c) for seq, c in self.compactions(sid)] for sid in ids), key=lambda r: r[0])
-        return _batches(((sid, c) for _, sid, c in rows), batch_size)
+        return _chunks(((sid, c) for _, sid, c in rows), batch_size)
 
     def scan_runs(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, RunRecord]]]:
         """``(session_id, RunRecord)`` of every run of ``session_ids``, session by session, oldest first."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
-        return _batches(((sid, r) for sid in ids for r in self.runs(sid)), batch_size)
+        return _chunks(((sid, r) for sid in ids for r in self.runs(sid)), batch_size)
 
     def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
         """``(session_id, event)`` of every run event of ``session_ids``, session by session, by seq."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
-        return _batches(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
+        return _chunks(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
 
     # several processes (capabilities.shared_feed / capabilities.coordination) ------
     def publish(self, event: ChangeEvent) -> None:
@@ -623,16 +647,6 @@ class Engine:
     def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
         """Call ``handler(sid, kind, data)`` for other processes' signals (``coordination``)."""
         raise NotImplementedError(f"the {self.kind} engine has no cross-process signals")
-
-
-def _batches(rows: Iterable, size: int) -> Iterator[list]:
-    """``rows`` in lists of at most ``size``."""
-    it = iter(rows)
-    while True:
-        batch = list(itertools.islice(it, size))
-        if not batch:
-            return
-        yield batch
 
 
 # ---------------------------------------------------------------------------
@@ -739,7 +753,7 @@ class Store:
             self._closed = True
             self._engine.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         self._check()
         return self
 
@@ -764,7 +778,7 @@ class Store:
         return self._engine
 
     # -- sessions -------------------------------------------------------------
-    def session(self, session_id: str = "") -> "Session":
+    def session(self, session_id: str = "") -> Session:
         """The handle of a session (the same object for the same id)."""
         self._check()
         session_id = _str_arg(session_id, "session_id")
@@ -796,7 +810,7 @@ class Store:
 
     # -- transactions ---------------------------------------------------------
     @contextlib.contextmanager
-    def transaction(self) -> Iterator["Store"]:
+    def transaction(self) -> Iterator[Store]:
         """Group writes into one transaction: all of them are stored, or none.
 
         Every write of this thread inside the ``with`` block (appends, imports,
@@ -1032,12 +1046,7 @@ class Store:
         """
         _require_str("session_id", session_id)
         _require_str("kind", kind)
-        eng = self._check()
-        try:
-            rows = eng.records(session_id, kind)
-        except NotImplementedError as exc:
-            raise UsageError(f"the {eng.kind} engine keeps no records: {exc}") from exc
-        return [(n, json.loads(data)) for n, data in rows]
+        return [(n, json.loads(data)) for n, data in self._check().records(session_id, kind)]
 
     def put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
         """Insert or replace records ``(n, value)`` of ``kind`` in one transaction (see :meth:`records`)."""
@@ -1051,11 +1060,8 @@ class Store:
                 raise ValueError(f"record number {n} does not fit in 64 bits")
             rows.append((int(n), _json_arg(value, f"record {kind!r} {n}")))
         eng = self._check()
-        try:
-            with eng.write():
-                eng.w_put_records(session_id, kind, rows)
-        except NotImplementedError as exc:
-            raise UsageError(f"the {eng.kind} engine keeps no records: {exc}") from exc
+        with eng.write():
+            eng.w_put_records(session_id, kind, rows)
 
     # -- several processes on one store (capabilities.coordination) ----------------
     def _coordinated(self, what: str) -> Engine:
@@ -1148,7 +1154,7 @@ class Store:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         eng = self._check()
         ids = self._scan_ids(eng, session_ids)
-        return self._scan_batches(eng, kind, ids, batch_size)
+        return self._scan_chunks(eng, kind, ids, batch_size)
 
     def _scan_ids(self, eng: Engine, session_ids) -> list[str] | None:
         if session_ids is not None:
@@ -1160,7 +1166,7 @@ class Store:
             return ids
         return None  # every session: the engine lists them all (scan_session_ids)
 
-    def _scan_batches(self, eng: Engine, kind: str, ids, batch_size: int) -> Iterator[list[tuple]]:
+    def _scan_chunks(self, eng: Engine, kind: str, ids, batch_size: int) -> Iterator[list[tuple]]:
         if kind == "compactions":
             yield from eng.scan_compactions(ids, batch_size)
         elif kind == "runs":
@@ -1233,11 +1239,14 @@ class Session:
             status = NotImplemented
         else:
             status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
+        stored = None
+        if status == "exists":  # read outside the fast path's statement: it may be gone again
+            node = self._eng().node(self.session_id, prep.message["id"])
+            stored = None if node is None else self._read(node.seq)
         if status == "inserted":
             result = AppendResult._stored(prep)
-        elif status == "exists":
-            node = self._eng().node(self.session_id, prep.message["id"])
-            result = AppendResult(False, self._read(node.seq))
+        elif stored is not None:
+            result = AppendResult(False, stored)
         elif status == "no-parent":
             raise MessageNotFound(f"parent message {parent_id!r} is not in session {self.session_id!r}")
         else:
@@ -1368,14 +1377,14 @@ class Session:
             parent = eng.node(sid, parent_id)
             if parent is None:
                 existing = eng.node(sid, mid)
-                if existing is not None:
-                    return AppendResult(False, self._read(existing.seq))
+                if existing is not None:  # read in this write transaction: it is there
+                    return AppendResult(False, cast(dict, self._read(existing.seq)))
                 raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
         stamp = created_at or _created_from(prep)
         node = eng.w_insert(sid, prep, parent, stamp, index)
-        if node is None:
-            existing = eng.node(sid, mid)
-            return AppendResult(False, self._read(existing.seq))
+        if node is None:  # (sid, mid) exists: found in this write transaction
+            existing = cast(Node, eng.node(sid, mid))
+            return AppendResult(False, cast(dict, self._read(existing.seq)))
         return AppendResult._stored(prep)  # prepare() made a private copy
 
     def update(self, message: dict) -> dict:
@@ -1387,7 +1396,8 @@ class Session:
             if node is None:
                 raise MessageNotFound(f"message {message['id']!r} is not in session {self.session_id!r}")
             if message.get("createdAt") is None:  # keep the stored creation time, as written
-                message = dict(message, createdAt=self._read(node.seq).get("createdAt", node.created_at))
+                stored = cast(dict, self._read(node.seq))  # in this write transaction: it is there
+                message = dict(message, createdAt=stored.get("createdAt", node.created_at))
             prep = self._prepare(message, (), node.created_at)
             eng.w_update(self.session_id, node, prep, eng.w_index_on())
         stored = prep.message
@@ -1552,7 +1562,9 @@ class Session:
                 out.append(message)
         return out
 
-    def history(self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True) -> Iterator[dict]:
+    def history(
+        self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True
+    ) -> Iterator[dict]:
         """Yield the path from the root to the leaf (default: the latest leaf), streaming.
 
         Content is fetched in bounded batches; no transaction stays open between
@@ -1583,7 +1595,8 @@ class Session:
             comps = eng.compactions(self.session_id) if compacted else []
             rows = eng.walk(self.session_id, leaf, leaf.depth + 1, True)
             rows.reverse()
-            messages = [self._restore(node.seq, raw) for node, raw in rows]
+            # Read in one snapshot: every row of the path is there (no None).
+            messages = cast("list[dict]", [self._restore(node.seq, raw) for node, raw in rows])
         if not comps:
             return messages
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
@@ -1631,7 +1644,7 @@ class Session:
     def _walk_skeleton(self, leaf: Node, comps, newest_first: bool) -> Iterator[dict]:
         seqs, tokens, ranges = self._skeleton(leaf, comps)
         # Segments in path order: ("raw", start, end) or ("comp", compaction, start, end)
-        segments = []
+        segments: list[tuple[str, int, int, Any]] = []
         pos = 0
         for start, end, comp in ranges:
             if start > pos:
@@ -1681,7 +1694,7 @@ class Session:
                 if leaf is None:
                     return RecentHistory([], False, 0)
                 return self._compacted_window(leaf, eng.compactions(self.session_id), max_bytes, min_messages)
-        chosen: list[tuple[Node, str]] = []
+        chosen: list[tuple[Node, str | None]] = []
         total = 0
         # The first page holds one more than needed: is the next message in the window too?
         for page in eng.walk_pages(self.session_id, start, None, True, first=min(min_messages + 1, 1 << 20)):
@@ -1697,7 +1710,7 @@ class Session:
         if not chosen:
             return RecentHistory([], False, 0)
         chosen.reverse()
-        msgs = []
+        msgs: list[dict] = []
         for node, raw in chosen:
             message = self._restore(node.seq, raw)
             if message is None:  # deleted meanwhile: the window ends below it
@@ -1737,7 +1750,7 @@ class Session:
         entries.reverse()
         raw = [node.seq for node, comp, _ in entries if comp is None]
         contents = dict(zip(raw, self._eng().contents(raw)))
-        messages = []
+        messages: list[dict] = []
         for node, comp, count in entries:
             message = _overlay(comp, count) if comp is not None else self._restore(node.seq, contents.get(node.seq))
             if message is None:  # deleted meanwhile: the window ends below it
@@ -1748,14 +1761,14 @@ class Session:
         return RecentHistory(messages, truncated, leaf.path_bytes)
 
     # -- compaction -----------------------------------------------------------------
-    def on_compaction(self, fn: Callable) -> "Session":
+    def on_compaction(self, fn: Callable) -> Session:
         """Register ``fn(messages, ctx) -> CompactionResult | None`` (SPEC C2)."""
         if not callable(fn):
             raise TypeError("on_compaction needs a callable")
         self._compact_fn = fn
         return self
 
-    def compact_after(self, tokens: int | None) -> "Session":
+    def compact_after(self, tokens: int | None) -> Session:
         """Run the compaction function after appends once the path is above ``tokens``."""
         if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
             raise ValueError(f"tokens must be a non-negative int or None, got {tokens!r}")
@@ -1812,7 +1825,7 @@ class Session:
     def _run_compaction(self, leaf: Node, tokens: int, previous) -> Compaction | None:
         messages = self.get_history(leaf_id=leaf.id)
         ctx = CompactionContext(self, leaf.id, tokens, previous)
-        result = self._compact_fn(messages, ctx)
+        result = self._compact_fn(messages, ctx)  # type: ignore[misc]  # both callers checked it is set
         if result is None:
             return None
         if not isinstance(result, CompactionResult):
@@ -1865,7 +1878,9 @@ class Session:
                 return False
             for mid in (comp.from_id, comp.to_id):
                 if eng.node(self.session_id, mid) is None:
-                    raise MessageNotFound(f"compaction {comp.id!r}: message {mid!r} is not in session {self.session_id!r}")
+                    raise MessageNotFound(
+                        f"compaction {comp.id!r}: message {mid!r} is not in session {self.session_id!r}"
+                    )
             eng.w_add_compaction(self.session_id, comp)
         return True
 
@@ -1879,7 +1894,9 @@ class Session:
         """Full-text search in this session only (SPEC Q1)."""
         return self._store.search(query, session_id=self.session_id, limit=limit)
 
-    def mirror(self, target, *, transform: Callable | None = None, intercept: Callable | None = None) -> Callable[[], None]:
+    def mirror(
+        self, target, *, transform: Callable | None = None, intercept: Callable | None = None
+    ) -> Callable[[], None]:
         """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (SPEC F2)."""
         tf = transform or (lambda m: m)
         if isinstance(target, list):
@@ -2004,7 +2021,8 @@ class _PathAbove:
         done = self._chosen.get(c.id)
         if done is None:
             done = self._on_path(c, lo, hi) and not any(
-                s > seq and not (h < lo or l > hi) and self._applies(s, o, l, h) for s, o, l, h in self.comps)
+                s > seq and not (top > hi or bottom < lo) and self._applies(s, o, top, bottom)
+                for s, o, top, bottom in self.comps)
             self._chosen[c.id] = done
         return done
 

@@ -59,7 +59,7 @@ def _duckdb(path: str) -> bool:
         row = con.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?", [_META]
         ).fetchone()
-        return bool(row[0])
+        return bool(row[0])  # type: ignore[index]  # count(*) returns one row
     except Exception:
         return True
     finally:
@@ -80,10 +80,11 @@ def _postgres(url: str, options: dict[str, Any]) -> bool:
     try:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=timeout) as conn:
             if schema is None:
-                schema = conn.execute("SELECT current_schema()").fetchone()[0]
+                schema = conn.execute("SELECT current_schema()").fetchone()[0]  # type: ignore[index]  # one row
                 if schema is None:
                     return False
             name = f"{quote(schema)}.{quote(_META)}"
-            return conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None
+            found = conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0]  # type: ignore[index]  # one row
+            return found is not None
     except psycopg.Error:
         return True

@@ -398,7 +398,8 @@ STATEMENTS: dict[str, str] = {
                  " AND NOT EXISTS (SELECT 1 FROM {blob_refs} r WHERE r.sha256 = {blobs}.sha256)"),
     "update": ("UPDATE {messages} SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,"
                " path_tokens = path_tokens + ?, chunks = ?, content = ? WHERE seq = ?"),
-    "shift_paths": "UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ? WHERE seq {in_seqs}",
+    "shift_paths": ("UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ?"
+                    " WHERE seq {in_seqs}"),
     "descendants": (
         "WITH RECURSIVE down(id) AS ("
         " {texts_rows}"
@@ -708,7 +709,7 @@ class SQLEngine(Engine):
             out += page
         return out
 
-    def walk_pages(self, sid: str, start: Node, limit: int | None, content: bool,
+    def walk_pages(self, sid: str, start: Node | None, limit: int | None, content: bool,
                    first: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
         """The path from ``start`` towards the root in pages of ``(node, stored JSON or
         None)``, leaf first, at most ``limit`` rows in all; the first page holds at most
@@ -723,14 +724,16 @@ class SQLEngine(Engine):
         if remaining <= 0:
             return
         self.before_read(sid)
-        if start is None and not self.WALK_BY_RANGE:
-            start = self.latest(sid)
-            if start is None:
-                return
         if not self.WALK_BY_RANGE:  # one recursive statement, a key lookup per step
+            if start is None:
+                start = self.latest(sid)
+                if start is None:
+                    return
             name = "walk_up_content" if content else "walk_up"
             rows = self.fetch(self.sql[name], (start.seq, sid, remaining))
-            page = [(Node(*r[:10]), self._joined(r) if content else None) for r in rows]
+            page: list[tuple[Node, str | None]] = [
+                (Node(*r[:10]), self._joined(r) if content else None) for r in rows
+            ]
             if content:
                 self._join_chunks(page)
             if page:
@@ -744,7 +747,7 @@ class SQLEngine(Engine):
         while want is not None and remaining > 0:
             n = min(remaining, size)
             rows = self.fetch(self.sql[name], (sid, seq, n))
-            page: list[tuple[Node, str | None]] = []
+            page = []
             for r in rows:
                 if r[1] != want and want is not _ANY:
                     break
@@ -769,8 +772,9 @@ class SQLEngine(Engine):
                 return  # deleted meanwhile: the path ends here
             seq = parent.seq
 
-    def _joined(self, row) -> str | None:
-        # (…node, chunks, content): content continues in chunk rows when chunks > 0
+    def _joined(self, row) -> Any:
+        # (…node, chunks, content): content continues in chunk rows when chunks > 0; then
+        # a _Pending that _join_chunks replaces with the joined text
         return row[11] if not row[10] else _Pending(row[0], row[11])
 
     def _join_chunks(self, out: list) -> None:
@@ -797,14 +801,6 @@ class SQLEngine(Engine):
         if row is None:
             return []
         return [n for n, _ in self.walk(sid, Node(*row), _UNLIMITED if limit is None else limit, False)]
-
-    def window(self, sid, start_id, limit):
-        if limit is not None and limit <= 0:
-            return []
-        start = self.latest(sid) if start_id is None else self.node(sid, start_id)
-        if start is None:
-            return []
-        return self.walk(sid, start, _UNLIMITED if limit is None else limit, True)
 
     def path_skeleton(self, sid, seq):
         """``(seq, id, tokens)`` from the row ``seq`` up to the root, streamed in pages."""
@@ -899,24 +895,14 @@ class SQLEngine(Engine):
         if session_ids is not None:  # some sessions: each through its own index range
             yield from super().scan_nodes(session_ids, batch_size)
             return
-        last = 0
-        while True:
-            rows = self.fetch(self.sql["scan_nodes"], (last, batch_size))
-            if not rows:
-                return
-            last = rows[-1][1]
+        for rows in self._pages_by_seq("scan_nodes", batch_size):
             yield [(r[0], Node(*r[1:])) for r in rows]
 
     def scan_compactions(self, session_ids, batch_size):
         if session_ids is not None:
             yield from super().scan_compactions(session_ids, batch_size)
             return
-        last = 0
-        while True:
-            rows = self.fetch(self.sql["scan_compactions"], (last, batch_size))
-            if not rows:
-                return
-            last = rows[-1][1]
+        for rows in self._pages_by_seq("scan_compactions", batch_size):
             yield [(r[0], Compaction(*r[2:])) for r in rows]
 
     def scan_runs(self, session_ids, batch_size):
@@ -933,6 +919,16 @@ class SQLEngine(Engine):
             return
         for page in self._keyset("scan_events", batch_size, key=lambda r: (r[0], r[1])):
             yield [(r[0], json.loads(r[2])) for r in page]
+
+    def _pages_by_seq(self, name: str, batch_size: int) -> Iterator[list]:
+        """Pages of a statement ordered by ``seq`` (its rows' second column), each after the last."""
+        last = 0
+        while True:
+            rows = self.fetch(self.sql[name], (last, batch_size))
+            if not rows:
+                return
+            last = rows[-1][1]
+            yield rows
 
     def _keyset(self, name: str, batch_size: int, key) -> Iterator[list]:
         """Pages of a statement ordered by ``(session_id, number)``, each after the last."""

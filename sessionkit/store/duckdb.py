@@ -120,7 +120,7 @@ class _Shared:
         self.tails.clear()
 
 
-_SHARED: "weakref.WeakValueDictionary[str, _Shared]" = weakref.WeakValueDictionary()
+_SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
@@ -294,16 +294,16 @@ class DuckDBEngine(LocalEngine):
 
     def committed(self) -> None:
         if self._full and self.path is not None:
-            self._sync_folder()
+            self._sync_folder(self.path)
 
     def snapshot(self):
         # One process holds the file and every engine on it shares this lock: holding it
         # keeps every other writer out while a read takes several statements.
         return self._lock
 
-    def _sync_folder(self) -> None:
+    def _sync_folder(self, path: str) -> None:
         try:
-            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
+            fd = os.open(os.path.dirname(path), os.O_RDONLY)
         except OSError:  # some platforms cannot open a folder; the WAL itself is synced
             return
         try:
@@ -458,7 +458,7 @@ class DuckDBEngine(LocalEngine):
                     self._shared.forget()
                     raise
                 if node is not None and self._full and self.path is not None:
-                    self._sync_folder()
+                    self._sync_folder(self.path)
             return "exists" if node is None else "inserted"
 
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
@@ -541,7 +541,10 @@ class DuckDBEngine(LocalEngine):
         if len(seqs) <= _FEW_DOCS:
             # A few messages: postings built here make a simpler statement, which DuckDB
             # plans about twice as fast as the grouping one below.
-            terms, doc_seqs, tfs, positions = [], [], [], []
+            terms: list[str] = []
+            doc_seqs: list[int] = []
+            tfs: list[int] = []
+            positions: list[list[int]] = []
             for seq, body in zip(seqs, bodies):
                 where: dict[str, list[int]] = {}
                 for i, word in enumerate(body.split()):

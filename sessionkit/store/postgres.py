@@ -61,7 +61,6 @@ Options: ``schema``, ``pool_size`` (connections per store, default 8),
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import itertools
 import json
@@ -102,7 +101,7 @@ _MAX_POSITION = 16383
 _MAX_POSITIONS = 256
 
 
-_LISTENING = "EXISTS (SELECT 1 FROM {listeners} WHERE seen_at > now() - interval '%s')" % _LISTENER_TTL
+_LISTENING = f"EXISTS (SELECT 1 FROM {{listeners}} WHERE seen_at > now() - interval '{_LISTENER_TTL}')"
 
 # The search index (a tsvector per message, GIN-indexed) and the processes listening
 # for changes: PostgreSQL's own tables beside the shared ones.
@@ -286,15 +285,15 @@ def _tsvector(text: str) -> str:
             seen.append(pos)
     out = []
     budget = _MAX_LEXEMES_BYTES
-    for lex, pos in positions.items():
+    for lex, at in positions.items():
         size = len(lex) if lex.isascii() else len(lex.encode("utf-8"))
         # What PostgreSQL counts against its limit: the lexeme padded to an even length,
         # and its positions (two bytes each, plus a two-byte count).
-        cost = size + (size & 1) + 2 + 2 * len(pos)
+        cost = size + (size & 1) + 2 + 2 * len(at)
         if cost > budget:
             break  # the words that fit are indexed; the message is stored whole either way
         budget -= cost
-        out.append(_quote_lexeme(lex) + ":" + ",".join(map(str, pos)))
+        out.append(_quote_lexeme(lex) + ":" + ",".join(map(str, at)))
     return " ".join(out)
 
 
@@ -390,9 +389,9 @@ class PostgresEngine(SQLEngine):
         self._listener_lock = threading.Lock()
         self._signal_handlers: list = []
         self._holds: set[str] = set()
-        self._holds_conn = None
+        self._holds_conn: psycopg.Connection | None = None
         self._holds_lock = threading.Lock()
-        self._pool = None
+        self._pool: ConnectionPool = None  # type: ignore[assignment]  # set once _setup has run; close() checks
         self.schema = self._setup(schema)
         self._pool = ConnectionPool(
             conninfo,
@@ -419,7 +418,9 @@ class PostgresEngine(SQLEngine):
         self.schema = schema
         super().__init__(**self._options, table_prefix=self.quote(schema) + ".")
         qs = self.quote(schema) + "."
-        self._fields.update(search=qs + self.quote("sessionkit_search"), listeners=qs + self.quote("sessionkit_listeners"))
+        self._fields.update(
+            search=qs + self.quote("sessionkit_search"), listeners=qs + self.quote("sessionkit_listeners")
+        )
         fields = {name: self.table(name) for name in ("meta", "messages", "search", "listeners")}
         fields["fn_append"] = qs + self.quote("sessionkit_append")
         self._extra = {key: text.format(**fields) for key, text in _PG_SQL.items()}
@@ -444,7 +445,7 @@ class PostgresEngine(SQLEngine):
         try:
             with conn:
                 if schema is None:
-                    schema = conn.execute("SELECT current_schema()").fetchone()[0]
+                    schema = conn.execute("SELECT current_schema()").fetchone()[0]  # type: ignore[index]  # one row
                     if schema is None:
                         raise ValueError(
                             f"PostgreSQL store {self.path}: the connection's search_path names no existing "
@@ -754,7 +755,8 @@ class PostgresEngine(SQLEngine):
                     self._holds.clear()  # a new connection holds nothing yet
                     conn = self._holds_conn = psycopg.connect(
                         self._conninfo, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
-                got = conn.execute("SELECT pg_try_advisory_lock(%s::bigint)", (self._key("hold", name),)).fetchone()[0]
+                got = conn.execute(  # type: ignore[index]  # one row
+                    "SELECT pg_try_advisory_lock(%s::bigint)", (self._key("hold", name),)).fetchone()[0]
             except psycopg.Error as exc:
                 self._drop_holds_conn()
                 raise self.translate(exc) from exc
@@ -835,7 +837,7 @@ class PostgresEngine(SQLEngine):
         body = "null" if message is None else _msg.dumps(message)
         if len(body) > _NOTE_MESSAGE_CHARS:
             doc["f"] = 1  # too long to send: the listener reads it back
-            body = "null" if event.type != "compact" else _msg.dumps(dict(message, parts=[]))
+            body = _msg.dumps(dict(message, parts=[])) if event.type == "compact" and message is not None else "null"
         return json.dumps(doc)[:-1] + ',"m":' + body + "}"
 
     def publish(self, event: ChangeEvent) -> None:
@@ -948,8 +950,8 @@ class _Listener(threading.Thread):
             origin, key, index, count, piece = payload.split("|", 4)
             if origin == self.engine._origin:
                 return  # this store's own write: already reported in this process
-            count = int(count)
-            if count == 1:
+            pieces = int(count)
+            if pieces == 1:
                 doc = piece
             else:
                 parts = self._partial.setdefault((origin, key), [])
@@ -957,7 +959,7 @@ class _Listener(threading.Thread):
                     self._partial.pop((origin, key), None)
                     return
                 parts.append(piece)
-                if len(parts) < count:
+                if len(parts) < pieces:
                     return
                 doc = "".join(self._partial.pop((origin, key)))
             data = json.loads(doc)

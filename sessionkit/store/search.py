@@ -23,7 +23,7 @@ __all__ = ["tokenize", "stem", "index_text", "parse_query", "Query", "snippet", 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 try:  # the C implementation when present, the pure-Python one otherwise
-    import Stemmer as _pystemmer  # type: ignore
+    import Stemmer as _pystemmer
 
     _stemmer = _pystemmer.Stemmer("english")
     _stem_word = _stemmer.stemWord

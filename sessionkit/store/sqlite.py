@@ -195,7 +195,7 @@ def _index_json(content: str) -> str:
     return _search.index_text(_msg.message_text(json.loads(content)))
 
 
-def _upgrade_to_3(engine: "SQLiteEngine") -> None:
+def _upgrade_to_3(engine: SQLiteEngine) -> None:
     """Version 3: the ``branch`` column and the partial children index (see _sql.TABLES).
 
     The table is rebuilt so ``branch`` sits before ``content``, with the layout of
@@ -283,7 +283,6 @@ class SQLiteEngine(LocalEngine):
 
     # -- setup ----------------------------------------------------------------
     def _setup(self, durability: str) -> None:
-        db = self._db
         try:
             self._pragmas(durability)
         except StoreCorrupt as exc:
@@ -442,7 +441,7 @@ class SQLiteEngine(LocalEngine):
                 if lo is None:
                     self.execute(_RECENT_TABLE)
                     self._install_triggers(_FTS_TRIGGERS_WINDOWED)
-                elif hi < new_lo:  # nothing in it would stay: start afresh
+                elif hi < new_lo:  # type: ignore[operator]  # hi is set with lo; nothing in it would stay: start afresh
                     self.execute("DROP TABLE sessionkit_fts_recent")
                     self.execute(_RECENT_TABLE)
                     lo = None

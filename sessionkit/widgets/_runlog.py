@@ -96,7 +96,9 @@ def apply_event(state: dict, ev: dict) -> dict:
             if tool["id"] == ev.get("tool_call_id"):
                 break
         else:
-            tool = {"id": ev.get("tool_call_id"), "name": None, "input": None, "output": None, "error": None, "done": False}
+            tool = {
+                "id": ev.get("tool_call_id"), "name": None, "input": None, "output": None, "error": None, "done": False
+            }
             turn["tools"].append(tool)
         tool["output"] = ev.get("output")
         tool["error"] = ev.get("error")

@@ -213,7 +213,6 @@ def outline_rows(
     roots = [i for i, p in enumerate(data.parent) if p < 0]
     # stack items: (first message, depth, guide prefix of the parent level, last sibling?)
     stack = [(r, 0, "", True) for r in reversed(roots)]
-    want = guides is not None
     while stack:
         start, depth, pre, last = stack.pop()
         chain = [start]
@@ -240,7 +239,7 @@ def outline_rows(
                     todo.append(("band", k, depth))
                 todo.append(("node", i, depth))
         rows.extend(todo)
-        if want:
+        if guides is not None:
             guides.append(first_guide)
             guides.extend([next_guide] * (len(todo) - 1))
         children = kids[chain[-1]]
@@ -266,7 +265,7 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
         from ..messages import estimate_tokens
 
         msgs = list(session.get_history()) if hasattr(session, "get_history") else list(session)
-        entries = [
+        entries: list[dict] = [
             {"id": str(m.get("id")), "role": str(m.get("role")), "tokens": estimate_tokens(m), "kind": "message"}
             for m in msgs
         ]
@@ -298,7 +297,7 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
             }
         )
     in_span = {p: k for k, span in enumerate(path.spans) for p in range(span.start, span.end + 1)}
-    entries: list[dict] = []
+    entries = []
     for p, node in enumerate(path.nodes):
         k = in_span.get(p)
         if k is None:
@@ -311,7 +310,8 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
         elif p == path.spans[k].start:
             c = comp_list[k]
             entries.append(
-                {"id": c["overlay_id"], "role": "assistant", "tokens": c["tokens_after"], "kind": "summary", "compaction": k}
+                {"id": c["overlay_id"], "role": "assistant", "tokens": c["tokens_after"], "kind": "summary",
+                 "compaction": k}
             )
     return {
         "leaf_id": path.leaf_id,
@@ -335,10 +335,10 @@ def load_messages(session: Any, ids: list[str]) -> dict[str, dict]:
         # overlay ids name no stored message; other odd values are the front end's
         wanted = [mid for mid in ids if isinstance(mid, str) and not mid.startswith(OVERLAY_PREFIX)]
         return session.get_many(wanted)
-    wanted = set(ids)
+    known = set(ids)
     msgs = session.get_history() if hasattr(session, "get_history") else session
     for m in msgs:
-        if str(m.get("id")) in wanted:
+        if str(m.get("id")) in known:
             out[str(m.get("id"))] = m
     return out
 
@@ -370,7 +370,7 @@ def message_view(message: dict, *, tokens: int | None = None) -> dict:
     Long texts and JSON are cut (the cut is said in the text) so one huge message
     cannot flood the front end; inline file data is never sent, only its type.
     """
-    parts = []
+    parts: list[dict] = []
     for p in message.get("parts") or ():
         if not isinstance(p, dict):
             continue
@@ -402,7 +402,9 @@ def message_view(message: dict, *, tokens: int | None = None) -> dict:
             )
         else:
             parts.append({"type": "other", "kind": kind, "json": _short_json(p, 1_000)})
-    meta = message.get("metadata") if isinstance(message.get("metadata"), dict) else {}
+    meta = message.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else None
     view = {
         "id": message.get("id"),
@@ -443,7 +445,7 @@ def branch_diff(session: Any, a_id: str, b_id: str, *, data: TreeData | None = N
     while common < min(len(pa), len(pb)) and pa[common] == pb[common]:
         common += 1
     fork = pa[common - 1] if common else -1
-    sides = {}
+    sides: dict[str, dict[str, Any]] = {}
     for name, path in (("a", pa[common:]), ("b", pb[common:])):
         ids = [data.ids[i] for i in path]
         msgs = load_messages(session, ids)

@@ -104,7 +104,10 @@ def _role(role: str) -> str:
 
 
 def _wrap(kind: str, inner: str) -> str:
-    return f'<div class="sk-snap sk-snap-{kind}" data-sessionkit-snapshot="{kind}"><style>{STATIC_CSS}</style>{inner}</div>'
+    return (
+        f'<div class="sk-snap sk-snap-{kind}" data-sessionkit-snapshot="{kind}">'
+        f"<style>{STATIC_CSS}</style>{inner}</div>"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -134,7 +137,8 @@ def tree_html(
             kids[p] += 1
     active = set(data.path_to(data.latest)) if data.latest >= 0 else set()
     idx = data.index()
-    selected = set(data.path_to(idx[selected_id])) if selected_id in idx else set()
+    # The path to the selected message; the live view tints it, this snapshot does not (yet).
+    selected = set(data.path_to(idx[selected_id])) if selected_id in idx else set()  # noqa: F841
     branches = sum(1 for k in kids if k > 1)
     leaves = sum(1 for k in kids if k == 0)
     body = [
@@ -142,7 +146,8 @@ def tree_html(
         f'<div class="sk-meta">{data.n:,} messages · {branches:,} branch points · {leaves:,} leaves · '
         f"{len(data.compactions)} compactions · latest path {len(active):,} messages, "
         f"{fmt_tokens(sum(data.tokens[i] for i in active))} tokens · ● marks the latest path</div>",
-        '<table class="sk-tree"><thead><tr><th>tree</th><th>role</th><th>message</th><th>tokens</th></tr></thead><tbody>',
+        '<table class="sk-tree"><thead><tr><th>tree</th><th>role</th><th>message</th><th>tokens</th></tr></thead>'
+        "<tbody>",
     ]
     for row, guide in zip(shown, guides):
         if row[0] == "node":
@@ -275,7 +280,8 @@ def transcript_html(
         color = ROLE_COLORS.get(e["role"], OTHER_COLOR)
         body.append(
             f'<div class="{cls}" style="border-left-color:{color}" data-id="{_e(e["id"])}">'
-            f'<div class="sk-head">{_role(e["role"])} · {fmt_tokens(e["tokens"])} tokens · {_e(view.get("createdAt") or "")}'
+            f'<div class="sk-head">{_role(e["role"])} · {fmt_tokens(e["tokens"])} tokens · '
+            f'{_e(view.get("createdAt") or "")}'
             f'{" · hidden by compaction" if e["kind"] == "hidden" else ""}</div>{_parts_html(view)}</div>'
         )
     inner = "".join(body)
@@ -319,13 +325,16 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
                 body.append(f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["user"]}">{_role("user")}'
                             f'<div class="sk-text">{_e(t["input"])}</div></div>')
             if t.get("reasoning"):
-                body.append(f'<details><summary>reasoning</summary><div class="sk-text">{_e(t["reasoning"])}</div></details>')
+                body.append(f'<details><summary>reasoning</summary><div class="sk-text">{_e(t["reasoning"])}</div>'
+                            "</details>")
             if t.get("text"):
-                body.append(f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["assistant"]}">{_role("assistant")}'
+                body.append(f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["assistant"]}">'
+                            f'{_role("assistant")}'
                             f'<div class="sk-text">{_e(t["text"])}</div></div>')
             for tool in t["tools"]:
                 status = "error" if tool.get("error") else ("done" if tool.get("done") else "running")
-                inner = f"<summary>tool <b>{_e(tool.get('name'))}</b> <span class=\"sk-badge\">{status}</span></summary>"
+                inner = (f"<summary>tool <b>{_e(tool.get('name'))}</b> "
+                         f"<span class=\"sk-badge\">{status}</span></summary>")
                 inner += f"<div>input</div><pre>{_e(json.dumps(tool.get('input'), indent=2, default=str))}</pre>"
                 if tool.get("done") and not tool.get("error"):
                     inner += f"<div>output</div><pre>{_e(json.dumps(tool.get('output'), indent=2, default=str))}</pre>"
@@ -372,7 +381,8 @@ def store_html(store: Any, *, max_sessions: int = 50) -> str:
     where = store.path or ":memory:"
     body = [
         f"<h4>sessionkit store · {_e(store.engine)} · {_e(where)}</h4>",
-        f'<div class="sk-meta">{stats.get("sessions", len(sessions)):,} sessions · {stats.get("messages", 0):,} messages · '
+        f'<div class="sk-meta">{stats.get("sessions", len(sessions)):,} sessions · '
+        f'{stats.get("messages", 0):,} messages · '
         f'{stats.get("compactions", 0):,} compactions · {stats.get("blobs", 0):,} blobs</div>',
         "<table><thead><tr><th>session</th><th>messages</th><th>created</th><th>updated</th></tr></thead><tbody>",
     ]

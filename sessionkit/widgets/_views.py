@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import weakref
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -137,8 +138,8 @@ class _View(anywidget.AnyWidget):
 
     # -- live refresh -------------------------------------------------------------------
     def _watch_store(self, session: Any) -> None:
-        store = getattr(session, "store", None)
-        if not is_store_session(session) or not callable(getattr(store, "subscribe", None)):
+        subscribe = getattr(getattr(session, "store", None), "subscribe", None)
+        if not is_store_session(session) or not callable(subscribe):
             self._unsubscribe = None
             return
         ref = weakref.ref(self)
@@ -150,7 +151,7 @@ class _View(anywidget.AnyWidget):
                 return
             view._schedule_refresh()
 
-        self._unsubscribe = store.subscribe(on_change)
+        self._unsubscribe = subscribe(on_change)
 
     def _schedule_refresh(self, delay: float = 0.25) -> None:
         with self._lock:
@@ -302,7 +303,8 @@ class BranchTree(_View):
     def _msg_fetch(self, content: dict) -> None:
         ids = [i for i in content.get("ids") or () if isinstance(i, str)][:_MAX_FETCH]
         msgs = load_messages(self._session, ids)
-        self.send({"type": "previews", "req": content.get("req"), "items": {k: message_preview(m) for k, m in msgs.items()}})
+        items = {k: message_preview(m) for k, m in msgs.items()}
+        self.send({"type": "previews", "req": content.get("req"), "items": items})
 
     def _msg_detail(self, content: dict) -> None:
         mid = content.get("id")
@@ -382,7 +384,8 @@ class Transcript(_View):
 
     def __repr__(self) -> str:
         sid = getattr(self._session, "session_id", "")
-        return f"Transcript({sid!r}, leaf_id={self.leaf_id!r}, mode={self.mode!r}, {len(self._path.get('entries', []))} entries)"
+        n = len(self._path.get("entries", []))
+        return f"Transcript({sid!r}, leaf_id={self.leaf_id!r}, mode={self.mode!r}, {n} entries)"
 
     @property
     def session(self) -> Any:
@@ -465,7 +468,8 @@ class Transcript(_View):
         return _static.transcript_html(self._session, mode=self.mode, path=self._path)
 
     def _offline_state(self) -> dict:
-        both = {m: path_entries(self._session, self._path.get("leaf_id"), compacted=(m == "model")) for m in ("model", "full")}
+        leaf = self._path.get("leaf_id")
+        both = {m: path_entries(self._session, leaf, compacted=(m == "model")) for m in ("model", "full")}
         ids = [e["id"] for e in both["full"]["entries"]]
         tokens = {e["id"]: e["tokens"] for e in both["full"]["entries"]}
         msgs = load_messages(self._session, ids)
@@ -486,7 +490,11 @@ class Transcript(_View):
 
 
 def _is_controller(obj: Any) -> bool:
-    return callable(getattr(obj, "on_event", None)) and callable(getattr(obj, "subscribe", None)) and hasattr(obj, "queued")
+    return (
+        callable(getattr(obj, "on_event", None))
+        and callable(getattr(obj, "subscribe", None))
+        and hasattr(obj, "queued")
+    )
 
 
 def _stored_events(session: Any, run_id: str | None) -> list[dict]:
@@ -625,7 +633,7 @@ class RunView(_View):
         if final or self.interval == 0:
             self.flush()
 
-    def extend(self, events: list[dict]) -> None:
+    def extend(self, events: Iterable[dict]) -> None:
         """Add many events at once (a replay): one batch."""
         with self._lock:
             for event in events:
@@ -721,8 +729,9 @@ class RunView(_View):
 
     def close(self) -> None:
         self.detach()
-        if getattr(self, "_timer", None) is not None:
-            self._timer.cancel()
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
             self._timer = None
         super().close()
 

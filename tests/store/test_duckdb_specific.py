@@ -401,19 +401,19 @@ def test_internal_records_belong_to_their_session(store):
     assert store.records("t", "queue") == [(1, "other session")]
 
 
-def test_window_reads_nodes_and_content_in_one_walk(tmp_path):
+def test_a_walk_reads_nodes_and_content_in_one_statement(tmp_path):
     with sk.open_store(tmp_path / "w.duckdb", chunk_chars=50) as st:
         s = st.session()
         for i in range(6):
             s.append(msg(f"m{i}", f"message {i} " + "long " * (30 if i == 3 else 0)))
         s.append(msg("side", "a branch"), parent_id="m2")
         eng = st._engine
-        latest = eng.window("", None, 3)
+        latest = [row for page in eng.walk_pages("", None, 3, True) for row in page]
         assert [n.id for n, _ in latest] == ["side", "m2", "m1"]
-        rows = eng.window("", "m5", 10)
+        rows = eng.walk("", eng.node("", "m5"), 10, True)
         assert [n.id for n, _ in rows] == ["m5", "m4", "m3", "m2", "m1", "m0"]
         assert [_msg.restore(raw, eng.blob) for _, raw in rows] == [s.get(n.id) for n, _ in rows]
-        assert eng.window("", "nope", 5) == [] and eng.window("empty", None, 5) == []
+        assert list(eng.walk_pages("empty", None, 5, True)) == []
         recent = s.recent_history(10_000, leaf_id="m5")
         assert [m["id"] for m in recent.messages] == ["m0", "m1", "m2", "m3", "m4", "m5"]
 

@@ -1,0 +1,58 @@
+"""An append whose message is deleted by another writer between the one-statement fast
+path ("already stored") and the read of the stored copy: the append sees the store after
+the delete and stores the message again, instead of failing on the missing row (SPEC 13:
+reads racing writes see before or after, never an error)."""
+
+from __future__ import annotations
+
+import pytest
+
+import sessionkit as sk
+
+from .pg_cluster import pg_store_url, pg_url  # noqa: F401  (fixtures)
+
+
+def msg(mid: str, text: str = "some words") -> dict:
+    return {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+@pytest.fixture(params=["sqlite", "duckdb", "postgres"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        st = sk.open_store(tmp_path / "s.db")
+    elif request.param == "duckdb":
+        pytest.importorskip("duckdb")
+        st = sk.open_store(tmp_path / "s.duckdb")
+    else:
+        st = sk.open_store(request.getfixturevalue("pg_store_url")())
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+def test_append_of_a_message_deleted_after_the_fast_path_saw_it_stores_it_again(store, monkeypatch):
+    s = store.session("s")
+    s.append(msg("a", "first"))
+    engine = store._engine
+    fast = engine.append_simple
+
+    def deleted_meanwhile(*args, **kwargs):
+        status = fast(*args, **kwargs)
+        if status == "exists":
+            store.session("s").delete("a")  # another writer, between the two statements
+        return status
+
+    monkeypatch.setattr(engine, "append_simple", deleted_meanwhile)
+    res = s.append(msg("a", "second"))
+    assert res.inserted
+    assert res.message["id"] == "a"
+    assert [m["parts"][0]["text"] for m in s.get_history()] == ["second"]
+
+
+def test_append_of_a_stored_message_returns_the_stored_copy(store):
+    s = store.session("s")
+    s.append(msg("a", "first"))
+    res = s.append(msg("a", "second"))
+    assert not res.inserted
+    assert res.message["parts"][0]["text"] == "first"
