@@ -330,13 +330,6 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
 # Statements shared by every engine (an engine overrides one by defining it in its
 # own ``STATEMENTS``).
 
-_ANCESTOR_CTE = """WITH RECURSIVE up AS (
-        SELECT {node}{extra}, 1 AS k FROM {messages} WHERE {seed}
-        UNION ALL
-        SELECT {m_node}{m_extra}, up.k + 1 FROM up JOIN {messages} m ON m.session_id = ? AND m.id = up.parent_id
-        WHERE up.k < ?
-    ) SELECT {node}{extra} FROM up ORDER BY k"""
-
 STATEMENTS: dict[str, str] = {
     "node": "SELECT {node} FROM {messages} WHERE session_id = ? AND id = ?",
     "node_at": "SELECT {node} FROM {messages} WHERE seq = ?",
@@ -344,12 +337,6 @@ STATEMENTS: dict[str, str] = {
     "children": "SELECT {node} FROM {messages} WHERE session_id = ? AND parent_id = ? ORDER BY seq",
     "nodes": "SELECT {node} FROM {messages} WHERE session_id = ? ORDER BY seq",
     "nodes_by_id": "SELECT {node} FROM {messages} WHERE session_id = ? AND id {in_ids}",
-    # From a row towards the root, at most ? rows (seed parameter, session, limit).
-    "walk_up": _ANCESTOR_CTE.format(node="{node}", m_node="{m_node}", extra="", m_extra="",
-                                    messages="{messages}", seed="seq = ?"),
-    "walk_up_content": _ANCESTOR_CTE.format(node="{node}", m_node="{m_node}", extra=", chunks, content",
-                                            m_extra=", m.chunks, m.content", messages="{messages}",
-                                            seed="seq = ?"),
     # The rows of one session from a seq down, newest first (a path's contiguous runs).
     "scan_down": "SELECT {node} FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?",
     "scan_down_content": ("SELECT {node}, chunks, content FROM {messages} WHERE session_id = ? AND seq <= ?"
@@ -472,7 +459,6 @@ class SQLEngine(Engine):
     PAGE = 256
     #: Whether paths are read as range scans of their runs (see :meth:`walk`); engines
     #: without an index on ``(session_id, seq)`` follow parents one key at a time.
-    WALK_BY_RANGE = True
 
     def __init__(self, *, durability: str = "normal", chunk_chars: int | None = None, table_prefix: str = ""):
         if durability not in ("normal", "full"):
@@ -724,21 +710,6 @@ class SQLEngine(Engine):
         if remaining <= 0:
             return
         self.before_read(sid)
-        if not self.WALK_BY_RANGE:  # one recursive statement, a key lookup per step
-            if start is None:
-                start = self.latest(sid)
-                if start is None:
-                    return
-            name = "walk_up_content" if content else "walk_up"
-            rows = self.fetch(self.sql[name], (start.seq, sid, remaining))
-            page: list[tuple[Node, str | None]] = [
-                (Node(*r[:10]), self._joined(r) if content else None) for r in rows
-            ]
-            if content:
-                self._join_chunks(page)
-            if page:
-                yield page
-            return
         size = min(first or self.PAGE, self.PAGE) if content else 4 * self.PAGE
         # Without a start, the session's newest row: its latest leaf (nothing is newer).
         want: str | None | _Any = _ANY if start is None else start.id

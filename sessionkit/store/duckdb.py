@@ -10,7 +10,8 @@ What DuckDB changes:
   so this one column gives both the idempotency guard and fast ``node()`` lookups.
   An insert writes the row only when the key is absent, in one statement; the
   UNIQUE index stays as the final guard. Without an index on ``(session_id, seq)``
-  a path is followed one parent at a time, in one recursive statement.
+  a path is read as on the other engines, runs of consecutive rows at a time, in
+  larger pages (each is a scan of the session's rows).
 * **Search.** DuckDB's ``fts`` extension needs a download and does not update
   incrementally, so this engine keeps its own inverted index:
   ``sessionkit_terms(term, seq, tf, pos)`` holds one row per stem per message
@@ -171,7 +172,10 @@ class DuckDBEngine(LocalEngine):
     dialect = DIALECTS["duckdb"]
     driver_errors = (duckdb.Error,)
     capabilities = Capabilities(bulk_insert=True)
-    WALK_BY_RANGE = False
+    # Rows of a path are read a page per statement, each a scan of the session's rows
+    # (DuckDB keeps no index on (session_id, seq), only zone maps): pages grow larger
+    # than on SQLite so that a long path takes a few statements.
+    PAGE = 4096
     EXTRA_SCHEMA = (_TERMS_TABLE,)
     BEGIN = "BEGIN TRANSACTION"
     STATEMENTS = {

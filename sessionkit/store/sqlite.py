@@ -378,13 +378,19 @@ class SQLiteEngine(LocalEngine):
         with self._lock:
             first, last = 0, _MAX_SEQ
             if sid is not None:
-                # (two subqueries: SQLite seeks one end of the index for a lone min() or
-                # max(), but scans the whole session for both in one SELECT)
-                first, last = self.fetch_one(
+                # (one subquery for each end: SQLite seeks one end of an index for a lone
+                # min() or max(), but scans the whole session for both in one SELECT)
+                first, last, low, high = self.fetch_one(
                     "SELECT (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
-                    " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)", (sid,))
+                    " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),"
+                    " (SELECT min(session_id) FROM sessionkit_messages),"
+                    " (SELECT max(session_id) FROM sessionkit_messages)", (sid,))
                 if first is None:
                     return []
+                if low == high:
+                    # The store holds this session alone: every match is the session's,
+                    # and checking each one in the session index would only cost time.
+                    sid = None
             # Rows above hi were written after this search began (it synced the window).
             if lo is not None and lo <= last and first <= hi:
                 rows, n = self._rank("sessionkit_fts_recent", fts_query, sid, max(first, lo), min(last, hi),

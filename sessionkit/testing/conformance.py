@@ -1351,6 +1351,24 @@ class TestSearch:
         assert len(store.search("deploying", limit=1)) == 1
         assert store.search("deploying", limit=0) == []
 
+    def test_Q1_session_search_alone_then_beside_others(self, store):
+        # A store holding one session, then others interleaved within its range of rows:
+        # a session's search keeps to its own messages either way.
+        a = store.session("a")
+        a.append(msg("a1", "walrus on the ice"))
+        assert [h.id for h in a.search("walrus")] == ["a1"]
+        b = store.session("b")
+        b.append(msg("b1", "walrus in the sea"))
+        a.append(msg("a2", "another walrus"))
+        store.session("0-first").append(msg("z1", "walrus zero"))
+        assert {h.id for h in a.search("walrus")} == {"a1", "a2"}
+        assert [h.id for h in b.search("walrus")] == ["b1"]
+        b.clear()
+        assert {h.id for h in a.search("walrus")} == {"a1", "a2"}
+        store.session("0-first").clear()
+        assert {h.id for h in a.search("walrus")} == {"a1", "a2"}
+        assert b.search("walrus") == []
+
     @pytest.mark.parametrize("query", [
         "", "   ", '"', '""', '"unbalanced', "AND", "OR NOT", "NEAR(a b)", "a*", "*", "^x", "(", ")",
         "cat:", "col:val", "{a b}", "'", "\\", "-", "+", "\x00", "🚀", "!!! ??? ...", "a" * 5000,
