@@ -62,7 +62,7 @@ class LocalCoordinator:
             self.lease.release()
 
     @contextlib.asynccontextmanager
-    async def hold(self, kind: str, key: str):
+    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None):
         yield  # decisions are made on this process's loop, under the session's own lock
 
     async def take_run(self, key: str) -> bool:
@@ -105,16 +105,17 @@ class SharedCoordinator:
         return f"server.{kind}\x00{key}"
 
     @contextlib.asynccontextmanager
-    async def hold(self, kind: str, key: str):
-        """Hold ``kind`` for the session across processes; :class:`Busy` after :data:`ACCEPT_WAIT`."""
+    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None):
+        """Hold ``kind`` for the session across processes; :class:`Busy` after :data:`ACCEPT_WAIT`,
+        or as soon as ``give_up()`` is true while waiting (the holder may be waiting for us)."""
         name = self._name(kind, key)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ACCEPT_WAIT
         delay = 0.002
-        # Another process decides about this session: wait for it (a hold is a
-        # PostgreSQL advisory lock taken without waiting, so this backs off and retries).
+        # Another process (or a request of this one) decides about this session: wait for it
+        # (a hold is a PostgreSQL advisory lock taken without waiting, so this backs off and retries).
         while not await self.io.read(self.store.try_hold, name):
-            if loop.time() > deadline:
+            if loop.time() > deadline or (give_up is not None and give_up()):
                 raise Busy(key)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)

@@ -541,7 +541,8 @@ class Scheduler:
             self.io.submit(lambda: self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
             return True
         try:
-            async with self.coord.hold("accept", live.key):
+            # a DELETE holds ``accept`` while it waits for this task to stop: give way to it
+            async with self.coord.hold("accept", live.key, give_up=lambda: live.stopping or self.closing):
                 await self._absorb_locked(live)
                 if live.queue:
                     return False
@@ -560,10 +561,11 @@ class Scheduler:
                 await self.coord.release_run(live.key)
                 return True
         except Busy:
-            # Other processes held the session too long: give it up busy; the sweep of
-            # some process takes it over and finds what was queued meanwhile.
-            log.warning("sessionkit server: session %r: could not look for queued messages before going idle",
-                        live.public_id)
+            # Stopping, or other processes held the session too long: give it up busy; the
+            # sweep of some process takes it over and finds what was queued meanwhile.
+            if not (live.stopping or self.closing):
+                log.warning("sessionkit server: session %r: could not look for queued messages before going idle",
+                            live.public_id)
             await self.io.flush()
             live.owned = False
             if live.task is asyncio.current_task():

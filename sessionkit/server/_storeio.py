@@ -158,15 +158,19 @@ class StoreIO:
                             job.future.set_exception(WriterStopped("the server stopped"))
                     raise
                 for job, (ok, value) in zip(batch, outcomes):
+                    # a job whose awaiting task was cancelled still ran: its future is cancelled
+                    # (asyncio.wrap_future passes the cancellation on) and takes no result
                     if ok:
-                        job.future.set_result(value)
+                        if not job.future.done():
+                            job.future.set_result(value)
                         if job.after is not None:
                             try:
                                 job.after(value)
                             except Exception:
                                 log.exception("sessionkit server: a write's follow-up failed")
                     else:
-                        job.future.set_exception(value)
+                        if not job.future.done():
+                            job.future.set_exception(value)
                         if job.after is not None:
                             log.error("sessionkit server: a write failed: %s: %s", type(value).__name__, value)
 

@@ -247,6 +247,46 @@ def test_delete_during_a_run_cancels_it_and_drops_the_queue(serve, store, sse):
         assert [m["text"] for m in state["messages"]] == ["fresh"]
 
 
+@pytest.mark.slow
+def test_a_delete_does_not_wait_for_a_run_that_is_going_idle_behind_its_hold(serve, new_store):
+    # On PostgreSQL a DELETE holds the session's ``accept`` hold while it stops the session's
+    # task; a task whose run just ended waits for that hold to go idle. It gives way at once
+    # instead of leaving the DELETE to time out on it (10 s, then cancelled).
+    import asyncio
+    import time
+
+    from sessionkit.server._coordinate import SharedCoordinator
+
+    store = new_store("postgresql")
+    gate = Gate()
+    model = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]}] + [echo()] * 5)
+    live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
+    server = live.app.state.sessionkit
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "g"})
+        c.post("/sessions/g/messages", json={"text": "start"})
+        assert gate.entered.wait(10)
+        accept = SharedCoordinator._name("accept", "g")
+        assert store.try_hold(accept)  # as a DELETE does, before it stops the session's task
+        try:
+            gate.opened.set()
+            deadline = time.monotonic() + 10
+            while not (store.runs("g") and store.runs("g")[0].status == "completed"):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(0.3)  # the task now waits for the hold, to look for queued messages
+            session = server.sessions.states["g"]
+            assert session.task is not None
+            started = time.monotonic()
+            asyncio.run_coroutine_threadsafe(server.scheduler.stop(session), server.sessions.loop).result(30)
+            assert time.monotonic() - started < 3
+            assert session.task is None
+        finally:
+            store.release_hold(accept)
+        assert c.delete("/sessions/g").status_code == 202
+        assert c.get("/sessions/g").status_code == 404
+
+
 def test_a_failed_run_is_reported_and_the_session_goes_on(serve, store, sse):
     model = ScriptedModel([{"error": RuntimeError("provider down")}, echo()])
     live = serve(sk.Agent("flaky", "", model), store)

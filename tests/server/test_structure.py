@@ -65,3 +65,32 @@ def test_no_store_call_runs_on_the_event_loop(serve, store, monkeypatch, sse):
         c.get("/sessions/a")
         c.delete("/sessions/a")
     assert on_loop == []
+
+
+def test_a_write_whose_caller_was_cancelled_is_committed_and_the_writer_goes_on(tmp_path):
+    # a task stopped while it awaits a write (a run cancelled by DELETE or shutdown): the write
+    # still commits, and the writer keeps serving the writes after it
+    import asyncio
+    import contextlib
+    import time
+
+    from sessionkit.server._storeio import StoreIO
+
+    store = sk.open_store(tmp_path / "io.db")
+
+    async def main():
+        io = StoreIO(store)
+        io.start()
+        try:
+            io.submit(lambda: time.sleep(0.3))  # keeps the writer busy while the next one is cancelled
+            task = asyncio.ensure_future(io.write(lambda: store.put_records("s", "k", [(1, "cancelled")])))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            return await asyncio.wait_for(io.write(lambda: store.put_records("s", "k", [(2, "after")]) or "ok"), 5)
+        finally:
+            with contextlib.suppress(TimeoutError):  # a writer that died never flushes
+                await asyncio.wait_for(io.close(), 5)
+
+    assert asyncio.run(main()) == "ok"
+    assert store.records("s", "k") == [(1, "cancelled"), (2, "after")]
+    store.close()
