@@ -513,6 +513,10 @@ class AsyncStore:
         """Record how a run ended (see :meth:`sessionkit.Store.end_run`)."""
         return await self._call("end_run", run_id, status=status, error=error, usage=usage)
 
+    async def reopen_run(self, run_id: str) -> None:
+        """Record that a run runs again under its id (see :meth:`sessionkit.Store.reopen_run`)."""
+        return await self._call("reopen_run", run_id)
+
     async def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
         """Store run events of a session in one transaction; returns them as stored."""
         return await self._call("append_events", session_id, list(events))

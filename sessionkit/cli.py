@@ -874,33 +874,20 @@ def cmd_serve(args, out: TextIO) -> int:
     if len(token) < 16:
         raise CommandError("SESSIONKIT_TOKEN is shorter than 16 characters")
     server = _optional_module("sessionkit.server", "serve")
-    create_app = _function(server, "create_app", "serve")
+    serve = _function(server, "serve", "serve")
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError as exc:
         raise CommandError("uvicorn is not installed; install it with: pip install 'sessionkit[server]'") from exc
-    if args.workers > 1:
-        return _serve_workers(args, uvicorn)
-    agent = _load_agent(args.agent)
-    with sk.open_store(args.store) as store:
-        app = create_app(agent, store, token=token)
-        uvicorn.run(app, host=args.host, port=args.port)
-    return 0
-
-
-def _serve_workers(args, uvicorn) -> int:
-    """Several worker processes on one port, each with its own app on the one PostgreSQL store."""
-    if not str(args.store).lower().startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+    if args.workers > 1 and not str(args.store).lower().startswith(
+            ("postgresql://", "postgres://", "postgresql+psycopg://")):
         raise CommandError("--workers above 1 needs a PostgreSQL store (postgresql://...): "
                            "a SQLite or DuckDB store is served by one process")
-    _load_agent(args.agent)  # fail here, once, rather than in every worker
-    with sk.open_store(args.store):  # creates or migrates the tables before the workers start
-        pass
-    os.environ["SESSIONKIT_SERVE_STORE"] = args.store
-    os.environ["SESSIONKIT_SERVE_AGENT"] = args.agent
-    os.environ["SESSIONKIT_SERVE_CWD"] = os.getcwd()
-    uvicorn.run("sessionkit.server._worker:app", factory=True, workers=args.workers,
-                host=args.host, port=args.port)
+    _load_agent(args.agent)  # a name that cannot be loaded fails here, with its reason
+    serve(args.agent, args.store, token=token, host=args.host, port=args.port, workers=args.workers,
+          timeout_keep_alive=args.timeout_keep_alive, timeout_request=args.timeout_request,
+          timeout_graceful_shutdown=args.timeout_graceful_shutdown,
+          limit_concurrency=args.limit_concurrency or None)
     return 0
 
 
@@ -915,6 +902,26 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < 86_400 * 366:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def _count_or_zero(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
     return value
 
 
@@ -1046,6 +1053,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, default=8000, help="default: 8000")
     p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
                    help="worker processes (default: 1); above 1 needs a PostgreSQL store, which they share")
+    p.add_argument("--timeout-keep-alive", type=_seconds, default=5.0, metavar="S",
+                   help="close an idle keep-alive connection after S seconds (default: 5)")
+    p.add_argument("--timeout-request", type=_seconds, default=30.0, metavar="S",
+                   help="a client must send a whole request, headers and body, within S seconds "
+                        "(default: 30); slower ones are disconnected")
+    p.add_argument("--timeout-graceful-shutdown", type=_seconds, default=10.0, metavar="S",
+                   help="on SIGTERM/Ctrl-C, wait at most S seconds for open requests (default: 10)")
+    p.add_argument("--limit-concurrency", type=_count_or_zero, default=1000, metavar="N",
+                   help="answer 503 beyond N open connections (default: 1000; 0: no limit)")
     p.set_defaults(func=cmd_serve)
     return parser
 

@@ -517,34 +517,25 @@ def test_import_export_serve_name_a_missing_module(store_path, tmp_path):
     assert not (tmp_path / "a.db").exists()
 
 
-# sessionkit.server and uvicorn replaced by recorders: checks what `serve` hands them.
+# sessionkit.server replaced by a recorder: checks what `serve` hands it.
 _FAKE_SERVE = r"""
 import json, sys, types
 calls = {}
 server = types.ModuleType("sessionkit.server")
-def create_app(agent, store, *, token=None):
-    calls["create_app"] = {"agent": repr(agent), "engine": store.engine, "path": store.path, "token": token}
-    return "the-app"
-server.create_app = create_app
+def serve(agent, store, **options):
+    calls["serve"] = {"agent": agent, "store": store, **options}
+server.serve = serve
 sys.modules["sessionkit.server"] = server
-uvicorn = types.ModuleType("uvicorn")
-def run(app, host, port):
-    calls["run"] = {"app": app, "host": host, "port": port}
-uvicorn.run = run
-sys.modules["uvicorn"] = uvicorn
 from sessionkit.cli import main
 status = main(sys.argv[1:])
 print(json.dumps({"status": status, **calls}))
 """
 
 
-def test_serve_hands_agent_store_and_token_to_the_server(tmp_path):
+def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
     (tmp_path / "myagents.py").write_text(
         "import sessionkit as sk\n"
-        "support = sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n"
-        "def make_agent():\n    return support\n"
-        "class Helper:\n    pass\n"
-        "name = 'the support agent'\n")
+        "support = sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n")
     (tmp_path / "broken.py").write_text("raise RuntimeError('no model configured')\n")
     token = "s3cret-token-0123456789"
     store = tmp_path / "served.db"
@@ -555,12 +546,22 @@ def test_serve_hands_agent_store_and_token_to_the_server(tmp_path):
     report = json.loads(assert_ok(result))
     assert report == {
         "status": 0,
-        "create_app": {"agent": "Agent('support', model='scripted', tools=[])", "engine": "sqlite",
-                       "path": str(store.resolve()),
-                       "token": token},
-        "run": {"app": "the-app", "host": "0.0.0.0", "port": 8123},
+        "serve": {"agent": "myagents:support", "store": str(store), "token": token, "host": "0.0.0.0",
+                  "port": 8123, "workers": 1, "timeout_keep_alive": 5.0, "timeout_request": 30.0,
+                  "timeout_graceful_shutdown": 10.0, "limit_concurrency": 1000},
     }
     assert token not in result.stderr
+    timed = run("serve", "--store", str(store), "--agent", "myagents:support", "--timeout-keep-alive", "2",
+                "--timeout-request", "7.5", "--timeout-graceful-shutdown", "3", "--limit-concurrency", "0",
+                prefix=fake, env=env, cwd=tmp_path)
+    options = json.loads(assert_ok(timed))["serve"]
+    assert (options["timeout_keep_alive"], options["timeout_request"], options["timeout_graceful_shutdown"],
+            options["limit_concurrency"]) == (2.0, 7.5, 3.0, None)
+    for bad in (["--timeout-request", "0"], ["--timeout-keep-alive", "soon"], ["--limit-concurrency", "-1"]):
+        refused = run("serve", "--store", str(store), "--agent", "myagents:support", *bad, prefix=fake, env=env,
+                      cwd=tmp_path)
+        assert json.loads(refused.stdout)["status"] != 0 and "serve" not in json.loads(refused.stdout)
+        assert len(refused.stderr.splitlines()) == 1 and bad[0] in refused.stderr
     missing_attr = run("serve", "--store", str(store), "--agent", "myagents:nobody", prefix=fake, env=env,
                        cwd=tmp_path)
     assert missing_attr.stderr == "sessionkit: error: --agent: module 'myagents' has no attribute 'nobody'\n"

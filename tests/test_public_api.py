@@ -102,7 +102,7 @@ SUBPACKAGES = {
     "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
     "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
     "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},
-    "sessionkit.server": {"SessionServer", "create_app"},
+    "sessionkit.server": {"SessionServer", "create_app", "serve"},  # serve: what `sessionkit serve` runs
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.parts": {
         "OVERLAY_PREFIX", "is_tool_part", "one_line", "overlay_info", "overlay_message", "part_kinds", "preview",

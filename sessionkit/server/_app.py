@@ -1,4 +1,15 @@
-"""The Starlette application: authentication, routing, bodies, SSE and WebSocket."""
+"""The Starlette application: authentication, dispatch from the route table, bodies, SSE and WebSocket.
+
+The pieces (see :mod:`sessionkit.server` for the routes):
+
+* :mod:`._routes` - the route table; dispatch and ``/openapi.json`` both come from it;
+* :mod:`._bodies` - strict parsing of bodies, frames, ids and resume points;
+* :mod:`._sessions` - the sessions: lookup, create, describe, list, delete, event hubs;
+* :mod:`._scheduler` - messages into runs, runs driven, saved and retried;
+* :mod:`._coordinate` - one server on a file (the lease) or several on PostgreSQL;
+* :mod:`._records` - what is kept in the store, and recovery after a crash;
+* :mod:`._storeio` - store calls off the event loop, writes ordered and batched.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +18,6 @@ import contextlib
 import hashlib
 import hmac
 import inspect
-import json
 import logging
 import signal
 import threading
@@ -17,16 +27,21 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from starlette.applications import Starlette
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
+from starlette.responses import JSONResponse, Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..errors import StoreClosed, UsageError
+from ..errors import StoreClosed, StoreLocked, UsageError
 from ..store import Store
+from . import _records as R
+from ._bodies import check_session_id, invalid, parse_json, parse_message, resume_after
+from ._coordinate import coordinator_for
 from ._events import CLOSED, Subscriber, dumps_event
-from ._lease import Lease
 from ._openapi import openapi_document
-from ._sessions import MODES, SESSION_ID, Rejected, SessionManager, stored_session_id
+from ._routes import Route, match, resolve
+from ._scheduler import Rejected, Scheduler
+from ._sessions import Sessions
+from ._storeio import StoreIO, WriterStopped
 
 log = logging.getLogger("sessionkit.server")
 
@@ -35,6 +50,8 @@ __all__ = ["create_app", "SessionServer"]
 MIN_TOKEN_CHARS = 16
 #: Seconds between comment lines on an idle event stream (keeps proxies from closing it).
 KEEPALIVE_SECONDS = 15.0
+#: An event stream whose client takes longer than this to accept a frame is dropped.
+SEND_TIMEOUT = 30.0
 
 _WS_CLOSE = {"session_deleted": 4404, "server_stopping": 1012, "too_slow": 1013}
 
@@ -49,6 +66,14 @@ def _positive_int(name: str, value: Any) -> int:
     if value < 1:
         raise ValueError(f"{name} must be at least 1, got {value}")
     return value
+
+
+def _positive_number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return float(value)
 
 
 class _Auth:
@@ -117,51 +142,31 @@ def _segments(scope: Mapping[str, Any]) -> list[str] | None:
     return [unquote(p, errors="replace") for p in parts]
 
 
-def _resume_after(conn: HTTPConnection, *, header: bool = True) -> int | None:
-    """``Last-Event-ID`` (or ``?lastEventId=``): resume after this seq; None for the whole window."""
-    value = conn.headers.get("last-event-id") if header else None
-    if value is None or value.strip() == "":
-        value = conn.query_params.get("lastEventId")
-    if value is None or value.strip() == "":
-        return None
-    value = value.strip()
-    try:
-        n = int(value, 10)
-    except ValueError:
-        raise Rejected(400, "last_event_id_invalid") from None
-    if n < -1 or len(value) > 19:
-        raise Rejected(400, "last_event_id_invalid")
-    return n
-
-
-def _check_id(session_id: Any) -> str:
-    if not isinstance(session_id, str) or not SESSION_ID.match(session_id):
-        raise Rejected(400, "session_id_invalid")
-    return session_id
-
-
 _EMPTY = object()  # a request without a body
 
 
-def _parse_message(body: Any) -> tuple[str, str, str | None]:
-    if not isinstance(body, dict):
-        raise Rejected(400, "invalid_body", detail="the body must be a JSON object with 'text'")
-    text = body.get("text")
-    if not isinstance(text, str) or not text:
-        raise Rejected(400, "invalid_body", detail="'text' must be a non-empty string")
-    mode = body.get("mode")
-    if mode is None:
-        mode = "followUp"
-    if mode not in MODES:
-        raise Rejected(400, "invalid_body", detail="'mode' must be 'followUp' or 'steer'")
-    author = body.get("author")
-    if author is not None and not isinstance(author, str):
-        raise Rejected(400, "invalid_body", detail="'author' must be a string")
-    return text, mode, author
+def _error_response(exc: Rejected) -> JSONResponse:
+    headers = None
+    if exc.status == 401:
+        headers = {"WWW-Authenticate": "Bearer"}
+    elif exc.status == 405:
+        headers = {"Allow": exc.extra.pop("allow", "GET")}
+    return _json(exc.status, exc.body(), headers)
+
+
+def _store_failure(exc: BaseException) -> Rejected | None:
+    """The answer for a store that cannot serve now (never a 500)."""
+    if isinstance(exc, StoreClosed):
+        return Rejected(503, "store_closed")
+    if isinstance(exc, WriterStopped):
+        return Rejected(503, "server_stopping")
+    if isinstance(exc, StoreLocked):
+        return Rejected(503, "store_unavailable")
+    return None
 
 
 class SessionServer:
-    """The server behind the app (``app.state.sessionkit``): sessions, runs, lease."""
+    """The server behind the app (``app.state.sessionkit``): the pieces, wired once."""
 
     def __init__(
         self,
@@ -174,6 +179,7 @@ class SessionServer:
         max_concurrent_runs: int,
         max_queued: int,
         events_window: int,
+        body_timeout: float = 30.0,
     ) -> None:
         if not isinstance(store, Store):
             raise TypeError(f"store must be a sessionkit Store (sk.open_store(...)), got {type(store).__name__}")
@@ -182,45 +188,50 @@ class SessionServer:
         self.auth = _Auth(token, authenticate)
         self.max_body_bytes = _positive_int("max_body_bytes", max_body_bytes)
         self.events_window = _positive_int("events_window", events_window)
+        self.body_timeout = _positive_number("body_timeout", body_timeout)
+        max_concurrent_runs = _positive_int("max_concurrent_runs", max_concurrent_runs)
+        max_queued = _positive_int("max_queued", max_queued)
         self.agent = agent
         self.store = store
         try:
-            store.records("", "server.session")
+            store.records("", R.SESSION)
         except UsageError as exc:
             raise UsageError(f"the {store.engine} engine cannot hold the server's tables yet: {exc}") from exc
-        self.sessions = SessionManager(
-            agent,
-            store,
-            max_concurrent_runs=_positive_int("max_concurrent_runs", max_concurrent_runs),
-            max_queued=_positive_int("max_queued", max_queued),
-            events_window=self.events_window,
-        )
+        self.coord = coordinator_for(store)  # on a file: takes the lease, or fails naming its holder
+        self.lease = self.coord.lease
+        self.io = StoreIO(store)
+        self.scheduler = Scheduler(agent, store, self.io, self.coord, max_concurrent_runs=max_concurrent_runs,
+                                   max_queued=max_queued)
+        self.sessions = Sessions(agent, store, self.io, self.coord, self.scheduler, events_window=self.events_window)
         self.keepalive = KEEPALIVE_SECONDS
-        self.lease: Lease | None = None
-        if store.engine in ("sqlite", "duckdb") and store.path is not None:
-            self.lease = Lease(store.path)
-            self.lease.acquire()
+        self.send_timeout = SEND_TIMEOUT
         self._openapi = openapi_document()
+        self._sweep: asyncio.Task | None = None
 
     def close(self) -> None:
         """Give the lease back (the app's shutdown does it too)."""
-        if self.lease is not None:
-            self.lease.release()
+        self.coord.close()
 
     # ------------------------------------------------------------------ lifespan
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette):
-        if self.lease is not None:
-            self.lease.acquire()  # again, if a previous shutdown gave it back
-        self.sessions.bind_loop()
+        self.coord.start(self.io, self.sessions.signal_from_thread)
+        self.io.start()
+        self.sessions.bind()
+        self.scheduler.closing = False
+        self._sweep = self.sessions.spawn(self.sessions.sweep_forever(), "sessionkit sweep")
         restore = self._watch_signals()
         try:
             yield
         finally:
             restore()
             try:
-                await self.sessions.shutdown()
+                self.scheduler.closing = True
+                await self.sessions.stop_background()
+                await self.scheduler.shutdown(list(self.sessions.states.values()))
+                self.sessions.close_streams("server_stopping")
+                await self.io.close()
             finally:
                 self.close()
 
@@ -265,173 +276,149 @@ class SessionServer:
 
     async def asgi(self, scope, receive, send) -> None:
         if scope["type"] == "http":
-            response = await self.http(Request(scope, receive))
+            request = Request(scope, receive)
+            response = await self.http(request)
             await response(scope, receive, send)
         elif scope["type"] == "websocket":
             await self.websocket(WebSocket(scope, receive, send))
 
-    async def http(self, request: Request) -> Response:
+    async def http(self, request: Request):
         try:
-            return await self._route(request)
+            return await self._dispatch(request)
         except Rejected as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-            if exc.status == 405:
-                headers = {"Allow": exc.extra.pop("allow", "GET")}
-            return _json(exc.status, exc.body(), headers)
-        except StoreClosed:
-            return _json(503, {"error": "store_closed"})
-        except Exception:
+            return _error_response(exc)
+        except Exception as exc:
+            failure = _store_failure(exc)
+            if failure is not None:
+                return _error_response(failure)
             log.exception("sessionkit server: %s %s failed", request.method, request.url.path)
             return _json(500, {"error": "internal_error"})
 
-    async def _route(self, request: Request) -> Response:
+    async def _dispatch(self, request: Request):
         segments = _segments(request.scope)
         method = request.method
-        if segments == ["openapi.json"]:
-            if method not in ("GET", "HEAD"):
-                raise Rejected(405, "method_not_allowed", allow="GET")
-            return _json(200, self._openapi)
+        routes, _ = match(segments or [])
+        if routes and all(r.public for r in routes):  # the document: no token needed
+            route, params = resolve(method, segments)
+            return await self._handle(route, request, "", params)
         principal = await self.auth.principal(request)
         if principal is None:
             raise Rejected(401, "unauthorized")
         length = request.headers.get("content-length")
         if length is not None:
-            try:
-                if int(length) > self.max_body_bytes:
-                    raise Rejected(413, "body_too_large")
-            except ValueError:
-                raise Rejected(400, "invalid_body", detail="a malformed Content-Length") from None
-        if not segments or segments[0] != "sessions":
-            raise Rejected(404, "not_found")
-        if len(segments) == 1:
-            if method != "POST":
-                raise Rejected(405, "method_not_allowed", allow="POST")
-            return await self._create(request, principal)
-        session_id = segments[1]
-        if len(segments) == 2:
-            if method == "GET":
-                return self._describe(principal, session_id)
-            if method == "DELETE":
-                return await self._delete(principal, session_id)
-            raise Rejected(405, "method_not_allowed", allow="GET, DELETE")
-        if len(segments) == 3:
-            action = segments[2]
-            if action == "messages":
-                if method != "POST":
-                    raise Rejected(405, "method_not_allowed", allow="POST")
-                return await self._send(request, principal, session_id)
-            if action == "events":
-                if method != "GET":
-                    raise Rejected(405, "method_not_allowed", allow="GET")
-                return self._events(request, principal, session_id)
-            if action == "ws":
-                if method != "GET":
-                    raise Rejected(405, "method_not_allowed", allow="GET")
-                self._state(principal, session_id)
-                _resume_after(request, header=False)
-                raise Rejected(426, "upgrade_required")
-        raise Rejected(404, "not_found")
+            if not (length.isascii() and length.isdigit()):
+                raise invalid("a malformed Content-Length")
+            if int(length) > self.max_body_bytes:
+                raise Rejected(413, "body_too_large")
+        route, params = resolve(method, segments)
+        return await self._handle(route, request, principal, params)
 
-    def _state(self, principal: str, session_id: str):
-        _check_id(session_id)
-        return self.sessions.get(stored_session_id(principal, session_id), session_id)
+    async def _handle(self, route: Route, request: Request, principal: str, params: dict):
+        handler = getattr(self, "op_" + route.operation)
+        return await handler(request, principal, **params)
+
+    async def _live(self, principal: str, session_id: str):
+        check_session_id(session_id)
+        return await self.sessions.get(principal, session_id)
 
     async def _body(self, request: Request) -> Any:
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > self.max_body_bytes:
-                raise Rejected(413, "body_too_large")
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > self.max_body_bytes:
+                        raise Rejected(413, "body_too_large")
+        except TimeoutError:
+            raise Rejected(408, "request_timeout") from None
+        except ClientDisconnect:
+            raise Rejected(400, "invalid_body", detail="the client went away before the body ended") from None
         if not body:  # nothing at all; whitespace alone is a body that is not JSON
             return _EMPTY
-        try:
-            return json.loads(body)
-        except ValueError:
-            raise Rejected(400, "invalid_body", detail="the body is not JSON") from None
+        return parse_json(body)
 
-    async def _create(self, request: Request, principal: str) -> Response:
+    # ------------------------------------------------------------------ operations (the route table's)
+
+    async def op_openapi(self, request: Request, principal: str) -> Response:
+        return _json(200, self._openapi)
+
+    async def op_listSessions(self, request: Request, principal: str) -> Response:
+        return _json(200, await self.sessions.listing(principal))
+
+    async def op_createSession(self, request: Request, principal: str) -> Response:
         body = await self._body(request)
         if body is _EMPTY:  # no body: a random id
             body = {}
         if not isinstance(body, dict):
-            raise Rejected(400, "invalid_body", detail="the body must be a JSON object")
+            raise invalid("the body must be a JSON object")
         session_id = body["sessionId"] if "sessionId" in body else uuid.uuid4().hex
-        _check_id(session_id)
-        created = await self.sessions.create(stored_session_id(principal, session_id), session_id)
-        if created:
+        check_session_id(session_id)
+        if await self.sessions.create(principal, session_id):
             return _json(201, {"sessionId": session_id}, {"Location": f"/sessions/{session_id}"})
         return _json(200, {"sessionId": session_id})
 
-    def _describe(self, principal: str, session_id: str) -> Response:
-        state = self._state(principal, session_id)
-        return _json(200, self.sessions.describe(state))
+    async def op_getSession(self, request: Request, principal: str, sessionId: str) -> Response:
+        live = await self._live(principal, sessionId)
+        return _json(200, await self.sessions.describe(live))
 
-    async def _delete(self, principal: str, session_id: str) -> Response:
-        state = self._state(principal, session_id)
-        await self.sessions.delete(state)
-        return _json(202, {"sessionId": session_id, "status": "deleted"})
+    async def op_deleteSession(self, request: Request, principal: str, sessionId: str) -> Response:
+        live = await self._live(principal, sessionId)
+        await self.sessions.delete(live)
+        return _json(202, {"sessionId": sessionId, "status": "deleted"})
 
-    async def _send(self, request: Request, principal: str, session_id: str) -> Response:
-        state = self._state(principal, session_id)
-        text, mode, author = _parse_message(await self._body(request))
-        answer = await self.sessions.submit(state, text, mode, author)
+    async def op_sendMessage(self, request: Request, principal: str, sessionId: str) -> Response:
+        live = await self._live(principal, sessionId)
+        body = await self._body(request)
+        if body is _EMPTY:
+            raise invalid("the body must be a JSON object with 'text'")
+        msg = parse_message(body)
+        answer = await self.scheduler.submit(live, msg.text, msg.mode, msg.author, msg.context)
         return _json(202, answer)
 
-    def _events(self, request: Request, principal: str, session_id: str) -> Response:
-        state = self._state(principal, session_id)
-        after = _resume_after(request)
-        sub = self.sessions.subscribe(state, after)
-        sessions = self.sessions
-        keepalive = self.keepalive
+    async def op_streamEvents(self, request: Request, principal: str, sessionId: str):
+        live = await self._live(principal, sessionId)
+        after = resume_after(request.headers, request.query_params)
+        sub = await self.sessions.subscribe(live, after)
+        return _EventStream(self, live, sub)
 
-        async def stream():
-            try:
-                while True:
-                    item = await sub.get(timeout=keepalive)
-                    if item is None:
-                        yield b": keepalive\n\n"
-                        continue
-                    if item is CLOSED:
-                        return
-                    chunk = [_sse(item)]
-                    while sub.items:  # send what is already waiting in one write
-                        chunk.append(_sse(sub.items.popleft()))
-                    yield "".join(chunk).encode()
-            finally:
-                sessions.unsubscribe(state, sub)
-
-        return StreamingResponse(
-            stream(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+    async def op_websocket(self, request: Request, principal: str, sessionId: str) -> Response:
+        await self._live(principal, sessionId)
+        resume_after(request.headers, request.query_params, header=False)
+        raise Rejected(426, "upgrade_required")
 
     # ------------------------------------------------------------------ WebSocket
 
     async def websocket(self, ws: WebSocket) -> None:
         try:
-            state, after = await self._ws_open(ws)
+            live, after = await self._ws_open(ws)
+            sub = await self.sessions.subscribe(live, after)
         except Rejected as exc:
             await _deny(ws, exc)
             return
-        except Exception:
-            log.exception("sessionkit server: websocket %s failed", ws.url.path)
-            await _deny(ws, Rejected(500, "internal_error"))
+        except Exception as exc:
+            failure = _store_failure(exc)
+            if failure is None:
+                log.exception("sessionkit server: websocket %s failed", ws.url.path)
+                failure = Rejected(500, "internal_error")
+            await _deny(ws, failure)
             return
-        await ws.accept()
-        sub = self.sessions.subscribe(state, after)
+        try:
+            await ws.accept()
+        except Exception:
+            self.sessions.unsubscribe(live, sub)
+            return
         pump = asyncio.create_task(self._ws_pump(ws, sub))
         try:
             while True:
                 message = await ws.receive()
                 if message["type"] == "websocket.disconnect":
                     break
-                reply = await self._ws_message(state, message)
+                reply = await self._ws_message(live, message)
                 sub.put(None, dumps_event(reply))
-        except WebSocketDisconnect:
+        except (WebSocketDisconnect, RuntimeError, OSError):
             pass
         finally:
-            self.sessions.unsubscribe(state, sub)
+            self.sessions.unsubscribe(live, sub)
             sub.close("client_gone")
             pump.cancel()
             with contextlib.suppress(BaseException):
@@ -442,37 +429,31 @@ class SessionServer:
         if principal is None:
             raise Rejected(401, "unauthorized")
         segments = _segments(ws.scope)
-        if not segments or len(segments) != 3 or segments[0] != "sessions" or segments[2] != "ws":
+        routes, params = match(segments or [])
+        if not any(r.websocket for r in routes):
             raise Rejected(404, "not_found")
-        state = self._state(principal, segments[1])
-        return state, _resume_after(ws, header=False)
+        live = await self._live(principal, params["sessionId"])
+        return live, resume_after(ws.headers, ws.query_params, header=False)
 
-    async def _ws_message(self, state, message: Mapping[str, Any]) -> dict:
+    async def _ws_message(self, live, message: Mapping[str, Any]) -> dict:
         data = message.get("text")
         if data is None and message.get("bytes") is not None:
-            raw = message["bytes"]
-            if len(raw) > self.max_body_bytes:
-                return {"error": "body_too_large"}
-            try:
-                data = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                return {"error": "invalid_body", "detail": "frames must be UTF-8 JSON"}
+            data = message["bytes"]
         if data is None:
             return {"error": "invalid_body", "detail": "an empty frame"}
-        if len(data) > self.max_body_bytes or len(data.encode("utf-8", "surrogatepass")) > self.max_body_bytes:
+        size = len(data) if isinstance(data, (bytes, bytearray)) else len(data.encode("utf-8", "surrogatepass"))
+        if size > self.max_body_bytes:
             return {"error": "body_too_large"}
         try:
-            body = json.loads(data)
-            text, mode, author = _parse_message(body)
-            return await self.sessions.submit(state, text, mode, author)
-        except ValueError:
-            return {"error": "invalid_body", "detail": "the frame is not JSON"}
+            msg = parse_message(parse_json(data, what="frame"))
+            return await self.scheduler.submit(live, msg.text, msg.mode, msg.author, msg.context)
         except Rejected as exc:
             return exc.body()
-        except StoreClosed:
-            return {"error": "store_closed"}
-        except Exception:
-            log.exception("sessionkit server: a websocket message to %r failed", state.public_id)
+        except Exception as exc:
+            failure = _store_failure(exc)
+            if failure is not None:
+                return failure.body()
+            log.exception("sessionkit server: a websocket message to %r failed", live.public_id)
             return {"error": "internal_error"}
 
     async def _ws_pump(self, ws: WebSocket, sub: Subscriber) -> None:
@@ -483,9 +464,58 @@ class SessionServer:
                     if sub.reason != "client_gone":
                         await ws.close(code=_WS_CLOSE.get(sub.reason or "", 1000), reason=sub.reason or "")
                     return
-                await ws.send_text(item[1])
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            return  # the client went away; the receiving side ends the connection
+                async with asyncio.timeout(self.send_timeout):
+                    await ws.send_text(item[1])
+        except (WebSocketDisconnect, RuntimeError, OSError, TimeoutError):
+            return  # the client went away (or stopped reading); the receiving side ends the connection
+
+
+class _EventStream:
+    """An SSE response that ends when its reader closes, and drops a client that stops reading."""
+
+    def __init__(self, server: SessionServer, live, sub: Subscriber) -> None:
+        self.server = server
+        self.live = live
+        self.sub = sub
+
+    async def __call__(self, scope, receive, send) -> None:
+        sub, sessions = self.sub, self.server.sessions
+
+        async def watch() -> None:  # the client going away ends the stream
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    sub.close("client_gone")
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": [
+                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no")]})
+            while True:
+                item = await sub.get(timeout=self.server.keepalive)
+                if item is None:
+                    chunk = b": keepalive\n\n"
+                elif item is CLOSED:
+                    break
+                else:
+                    parts = [_sse(item)]
+                    while sub.items:  # send what is already waiting in one write
+                        parts.append(_sse(sub.items.popleft()))
+                    chunk = "".join(parts).encode()
+                try:
+                    async with asyncio.timeout(self.server.send_timeout):
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                except TimeoutError:
+                    log.info("sessionkit server: an event stream of %r stopped reading; dropped", self.live.public_id)
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            return
+        finally:
+            watcher.cancel()
+            sessions.unsubscribe(self.live, sub)
 
 
 def _sse(item: tuple[int | None, str]) -> str:
@@ -514,6 +544,7 @@ def create_app(
     max_concurrent_runs: int = 16,
     max_queued: int = 100,
     events_window: int = 1_000,
+    body_timeout: float = 30.0,
 ) -> Starlette:
     """An ASGI app serving ``agent`` over the sessions of ``store`` (SPEC section 9).
 
@@ -521,19 +552,21 @@ def create_app(
     16 characters) or through ``authenticate(request)`` (sync or async; gets the
     Starlette request, a ``WebSocket`` on the WebSocket route; returns the caller's
     principal id, a non-empty str, or None/raises to refuse). With ``authenticate`` every
-    principal has its own namespace of session ids; the bearer token has the
-    default one, whose sessions keep their ids in the store. When both are given,
-    a request carrying the token is the token's, any other goes to ``authenticate``.
+    principal has its own namespace of session ids, stored under a hash of the
+    principal id (never the id itself); the bearer token has the default one, whose
+    sessions keep their ids in the store. When both are given, a request carrying the
+    token is the token's, any other goes to ``authenticate``.
 
     Limits: ``max_body_bytes`` (413), ``max_concurrent_runs`` across sessions and
     ``max_queued`` messages per session (429), ``events_window`` events kept per
-    session for readers that (re)connect; older ones stay in the store
-    (``store.events``).
+    session for readers that (re)connect (older ones stay in the store,
+    ``store.events``), ``body_timeout`` seconds for a request body to arrive (408).
 
     On a SQLite or DuckDB file the app takes the store's server lease now: a second
     server on the same file raises :class:`~sessionkit.StoreLocked` naming the
     holder. The lease goes back when the app shuts down (or with
-    ``app.state.sessionkit.close()``). Serve the app with one worker process.
+    ``app.state.sessionkit.close()``). Serve the app with one worker process; on
+    PostgreSQL any number of processes may serve the store together.
     """
     server = SessionServer(
         agent,
@@ -544,6 +577,7 @@ def create_app(
         max_concurrent_runs=max_concurrent_runs,
         max_queued=max_queued,
         events_window=events_window,
+        body_timeout=body_timeout,
     )
     app = Starlette(lifespan=server.lifespan)
     # Every request goes to the server's own dispatch, which reads the raw path: a

@@ -4,6 +4,12 @@ Everything here runs on the server's event loop thread, never across an ``await`
 taking the window snapshot and registering a subscriber happen in one step, and
 events are published in ``seq`` order by the same thread, so a subscriber receives
 every frame after its snapshot exactly once and in order.
+
+Only stored events are published (the server publishes an event once the
+transaction that stored it committed), so a reader that resumes after a restart
+with ``Last-Event-ID`` gets each event once: the ones it saw are in the store.
+A hub is filled from the store when its first reader comes; events published while
+that read is under way wait in ``pending`` and follow it.
 """
 
 from __future__ import annotations
@@ -84,17 +90,31 @@ class Subscriber:
 class EventHub:
     """The retained window of a session's events (public form) and its subscribers."""
 
-    def __init__(self, window: int, *, after_seq: int = -1) -> None:
+    def __init__(self, window: int, *, after_seq: int = -1, loading: bool = False) -> None:
         self.window = window
         self.frames: deque[tuple[int, str]] = deque(maxlen=window)
         self.last_seq = after_seq
         self.subscribers: set[Subscriber] = set()
+        self.loading = loading
+        self.pending: list[dict] = []
+        self.ready = asyncio.Event()
+        if not loading:
+            self.ready.set()
 
     def load(self, events: Iterable[dict]) -> None:
+        """The stored window (read while ``loading``), then what was published meanwhile."""
+        self.loading = False
+        pending, self.pending = self.pending, []
         for event in events:
             self.publish(event)
+        for event in sorted(pending, key=lambda e: e.get("seq", -1)):
+            self.publish(event)
+        self.ready.set()
 
     def publish(self, event: dict) -> None:
+        if self.loading:
+            self.pending.append(event)
+            return
         seq = event.get("seq")
         if not isinstance(seq, int) or seq <= self.last_seq:
             return

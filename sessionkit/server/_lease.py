@@ -5,8 +5,8 @@ Windows) on a small file beside the store, ``<store file>.server.lock``. The ker
 drops the lock when the holding process ends, however it ends (``kill -9``, a
 crash, a power cut), so a crashed server never leaves a stale lease behind and no
 expiry or refresh is needed. While it holds the lock, the server writes who it is
-into the file (pid, host, start time), so a second server can name the holder when
-it refuses to start.
+into the file (pid, program name, host, start time; never its command line, which
+may carry secrets), so a second server can name the holder when it refuses to start.
 
 The lock file is never deleted: unlinking a lock file lets a process that opened the
 old file lock it while another locks a new one, and both would believe they hold it.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 
 from .. import messages as _msg
@@ -65,6 +66,7 @@ class Lease:
                 raise StoreLocked(_describe_holder(self.store_path, self.path, holder))
             me = {
                 "pid": os.getpid(),
+                "program": _program(),
                 "host": socket.gethostname(),
                 "startedAt": _msg.now_iso(),
                 "store": self.store_path,
@@ -145,10 +147,22 @@ def _read_holder(fd: int) -> dict | None:
     return None
 
 
+def _program() -> str:
+    """This process's program name, never its arguments (they may hold secrets)."""
+    try:
+        with open("/proc/self/comm", encoding="utf-8", errors="replace") as fh:
+            comm = fh.read().strip()
+    except OSError:
+        comm = ""
+    return comm or os.path.basename(sys.executable) or "python"
+
+
 def _describe_holder(store_path: str, lock_path: str, holder: dict | None) -> str:
     if holder:
+        program = holder.get("program")
+        program = f" ({str(program)[:64]})" if program else ""
         who = (
-            f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, "
+            f"pid {holder.get('pid', '?')}{program} on host {holder.get('host', '?')}, "
             f"started {holder.get('startedAt', '?')}"
         )
     else:

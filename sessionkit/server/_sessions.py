@@ -1,37 +1,15 @@
-"""Sessions the server owns: their runs, queues, event windows and durable records.
+"""The sessions a server serves: finding, creating, describing, listing and deleting them,
+and their event streams.
 
-What lives where:
+A session is loaded into memory (:class:`~._state.Live`) when a request first names
+it, from its records (:mod:`._records`); idle ones beyond ``keep_idle`` are
+forgotten and load again when needed. On a store served by one process, loading a
+session that a stopped server left half-done also closes what it left and starts
+its unfinished runs again (:meth:`~._scheduler.Scheduler.take_over`); at start, and
+every few seconds on a shared store, :meth:`Sessions.sweep` looks for such sessions
+without waiting for a request.
 
-* in the store, as records beside each session (``Store.records``):
-  ``server.session`` (n=0: ``createdAt``, ``digest`` of the conversation after the
-  last run, ``lastSeq``) and ``server.message`` (n=1, 2, ...: what callers sent,
-  with the run it was given to); runs and events are the agent's own records;
-* in memory, per loaded session: the :class:`~sessionkit.RunController` that
-  carries queued messages into the active run, the task driving the runs, and the
-  window of recent events for live readers. All of it can be rebuilt from the
-  store, which is what a restart does.
-
-Everything here runs on the server's event loop; blocking reads of a whole
-conversation (the digest) go to a worker thread.
-
-Several processes on one store (PostgreSQL, ``store.capabilities.coordination``): any worker takes any
-request, and the store keeps them in step.
-
-* Two store-wide holds per session (advisory locks, given back if a process dies):
-  ``accept`` is held for every decision about a message (start a run, join one) and
-  for creating the session; ``run`` is held by the one worker driving the session's
-  runs, its *owner*, from the start of a run until it goes idle. A worker that takes
-  ``run`` first closes the runs a dead owner left ``running``.
-* The owner keeps a ``server.status`` record (n=0: the current run number, whether a
-  run is active and still takes queued messages, the queue length) that other
-  workers read to answer requests. A message sent to another worker while a run is
-  active is recorded ``pending`` and signalled to the owner, which hands it to the
-  active run (or the next one) and records the run that took it. Before the owner
-  goes idle it looks once more for pending messages, holding ``accept``, so none is
-  left behind.
-* Every worker streams every session's events: the engine signals each event
-  append, and a worker with live readers reads the new events from the store.
-* Deleting a session asks its owner to stop, takes ``run``, then deletes.
+Every store call runs off the event loop (:mod:`._storeio`).
 """
 
 from __future__ import annotations
@@ -39,830 +17,577 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import json
 import logging
-import os
 import re
-import socket
-import threading
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import OrderedDict
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import unquote
 
-from .. import messages as _msg
 from ..agent import RunController
-from ..errors import RunFailed, SessionNotFound
+from ..errors import SessionNotFound
+from . import _records as R
+from ._coordinate import Busy
 from ._events import EventHub, Subscriber
+from ._scheduler import Rejected, Scheduler
+from ._state import Live
 
 log = logging.getLogger("sessionkit.server")
 
-__all__ = ["SESSION_ID", "Rejected", "SessionManager", "conversation_digest"]
+__all__ = ["Sessions"]
 
-#: SPEC H1: what a session id may look like.
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,125}\Z")
-
-SESSION_KIND = "server.session"
-MESSAGE_KIND = "server.message"
-STATUS_KIND = "server.status"
-STEER = "steer"
-FOLLOW_UP = "followUp"
-MODES = (FOLLOW_UP, STEER)
-
-#: How long DELETE and shutdown wait for an interrupted run to record its end.
-_STOP_GRACE = 10.0
-#: How long a request waits for another worker's decision on the same session.
-_ACCEPT_WAIT = 30.0
+_HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 
 
-class Rejected(Exception):
-    """A request the server refuses: HTTP ``status`` and the ``error`` code of the body."""
-
-    def __init__(self, status: int, error: str, **extra: Any) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.extra = extra
-
-    def body(self) -> dict:
-        return {"error": self.error, **self.extra}
+def _needs_recovery(snap: R.Snapshot) -> bool:
+    return any(v.get("state") != "done" for v in snap.runs.values()) or any(
+        r.status == "running" for r in snap.run_records)
 
 
-def conversation_digest(messages) -> str:
-    """SHA-256 over the messages of a path (ids and content, canonical JSON)."""
-    h = hashlib.sha256()
-    for message in messages:
-        h.update(json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
-        h.update(b"\n")
-    return h.hexdigest()
+class Sessions:
+    """The registry of loaded sessions, their event hubs, and the routes' session operations."""
 
-
-def stored_session_id(principal: str, session_id: str) -> str:
-    """The store's id for a principal's session: the id itself for the bearer token,
-    ``<principal, percent-escaped>/<id>`` for ``authenticate`` principals.
-
-    Public ids never contain ``/`` and escaped principals never do either, so the
-    mapping is one to one and no two principals share a stored session.
-    """
-    if principal == "":
-        return session_id
-    return f"{quote(principal, safe='')}/{session_id}"
-
-
-@dataclass
-class _Item:
-    """A message waiting for a run: its text, mode, metadata and record number."""
-
-    text: str
-    mode: str
-    metadata: dict | None
-    rec: int
-
-
-@dataclass
-class SessionState:
-    """A session loaded into the server (see the module docstring)."""
-
-    stored_id: str
-    public_id: str
-    controller: RunController
-    run_n: int = 0  # the number of the current or last run
-    next_msg: int = 1  # the next message record number
-    task: asyncio.Task | None = None
-    running: bool = False  # an agent run is in progress
-    accepting: bool = False  # that run will still take queued messages at a turn boundary
-    stopping: bool = False  # being deleted or the server is stopping: start no run
-    deleted: bool = False
-    pending: deque = field(default_factory=deque)  # messages for the run after this one
-    queued_recs: dict = field(default_factory=lambda: {STEER: deque(), FOLLOW_UP: deque()})
-    hub: EventHub | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    turn_had_tools: bool = False
-    started_at: str | None = None
-    current_input: str | None = None
-    holds_run: bool = False  # this worker is the session's owner (shared stores)
-    status: dict | None = None  # the last status record this worker wrote
-
-    @property
-    def run_prefix(self) -> str:
-        return self.stored_id + "."
-
-    def stored_run_id(self, n: int) -> str:
-        return f"{self.stored_id}.{n}"
-
-    def public_run_id(self, run_id: Any) -> Any:
-        if isinstance(run_id, str) and run_id.startswith(self.run_prefix):
-            return f"{self.public_id}.{run_id[len(self.run_prefix):]}"
-        return run_id
-
-    def public_event(self, event: dict) -> dict:
-        out = dict(event)
-        out["session_id"] = self.public_id
-        if "run_id" in out:
-            out["run_id"] = self.public_run_id(out["run_id"])
-        return out
-
-    @property
-    def queued(self) -> int:
-        return self.controller.queued + len(self.pending)
-
-    @property
-    def idle(self) -> bool:
-        return self.task is None and not (self.hub is not None and self.hub.subscribers)
-
-
-class SessionManager:
-    """Loads sessions, accepts messages, drives runs and feeds live readers."""
-
-    def __init__(
-        self,
-        agent: Any,
-        store: Any,
-        *,
-        max_concurrent_runs: int,
-        max_queued: int,
-        events_window: int,
-        keep_idle: int = 1024,
-    ) -> None:
+    def __init__(self, agent: Any, store: Any, io: Any, coord: Any, scheduler: Scheduler, *,
+                 events_window: int, keep_idle: int = 1024) -> None:
         self.agent = agent
         self.store = store
-        self.max_concurrent_runs = max_concurrent_runs
-        self.max_queued = max_queued
+        self.io = io
+        self.coord = coord
+        self.scheduler = scheduler
+        scheduler.sessions = self
         self.events_window = events_window
         self.keep_idle = keep_idle
-        self.states: OrderedDict[str, SessionState] = OrderedDict()
-        self.active_runs = 0
-        self.closing = False
+        self.states: OrderedDict[str, Live] = OrderedDict()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: int | None = None
-        self.shared = store.capabilities.coordination
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"
-        self._listening = False
+        self._aliases: dict[tuple[str, str], str] = {}
+        self._create_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
 
-    def bind_loop(self) -> None:
+    def bind(self) -> None:
         """Start serving on the running loop (a restarted app starts from the store again)."""
         self.loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
-        self.closing = False
         self.states.clear()
-        self.active_runs = 0
-        if self.shared and not self._listening:
-            self.store.on_signal(self._signal_from_thread)
-            self._listening = True
+        self._create_lock = asyncio.Lock()
+
+    def spawn(self, coro, name: str) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def stop_background(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # ------------------------------------------------------------------ lookup
 
-    def session_record(self, stored_id: str) -> dict | None:
-        rows = self.store.records(stored_id, SESSION_KIND)
-        return rows[0][1] if rows else None
-
-    def get(self, stored_id: str, public_id: str) -> SessionState:
-        """The loaded state of an existing session; :class:`Rejected` 404 otherwise."""
-        state = self.states.get(stored_id)
-        if state is not None and state.deleted:
+    async def get(self, principal: str, public_id: str) -> Live:
+        """The loaded session, loading it from the store; :class:`Rejected` 404 if there is none."""
+        key = self._aliases.get((principal, public_id)) or R.stored_key(principal, public_id)
+        live = self.states.get(key)
+        if live is not None:
+            if live.deleted:
+                raise Rejected(404, "session_not_found")
+            self.states.move_to_end(key)
+            return live
+        snap = await self.io.read(R.read_snapshot, self.store, key)
+        if not snap.exists:
+            legacy = R.legacy_key(principal, public_id)
+            if legacy is not None:  # stored by an earlier version, under the principal itself
+                old = await self.io.read(R.read_snapshot, self.store, legacy)
+                if old.exists:
+                    key, snap = legacy, old
+                    self._aliases[(principal, public_id)] = legacy
+        if not snap.exists:
             raise Rejected(404, "session_not_found")
-        record = self.session_record(stored_id)
-        if record is None:
-            if state is not None and state.task is None:  # deleted behind the server's back
-                self._drop(state)
-            raise Rejected(404, "session_not_found")
-        if state is None:
-            state = self._load(stored_id, public_id, record)
-        self.states.move_to_end(stored_id)
-        return state
+        return await self._adopt(key, public_id, R.index_key(principal), snap)
 
-    def _load(self, stored_id: str, public_id: str, record: dict) -> SessionState:
-        controller = RunController()
-        state = SessionState(stored_id=stored_id, public_id=public_id, controller=controller)
-        controller.on_event(functools.partial(self._on_event, state))
-        runs = self.store.runs(stored_id)
-        state.run_n = self._top_run(state, runs)
-        messages = self.store.records(stored_id, MESSAGE_KIND)
-        state.next_msg = (messages[-1][0] + 1) if messages else 1
-        if self.shared:  # another worker may be running it: recovery waits for the run hold
-            state.run_n = max(state.run_n, self._status(stored_id).get("runN", 0))
-        else:
-            self._recover_stale_runs(state, runs, record)
-        self._trim()  # before adding: the caller is about to use this one
-        self.states[stored_id] = state
-        return state
+    async def load_key(self, key: str, index: str | None) -> Live | None:
+        """A session by its stored key (for the sweep); None when it is gone."""
+        live = self.states.get(key)
+        if live is not None:
+            return live
+        snap = await self.io.read(R.read_snapshot, self.store, key)
+        if not snap.exists:
+            return None
+        if index is None:
+            index = _index_for_key(key)
+        return await self._adopt(key, R.public_id_of(key), index, snap)
 
-    @staticmethod
-    def _top_run(state: SessionState, runs) -> int:
-        """The highest run number the store knows for the session."""
-        top = len(runs)
-        for run in runs:
-            rest = run.run_id[len(state.run_prefix):] if run.run_id.startswith(state.run_prefix) else ""
-            if rest.isdigit():
-                top = max(top, int(rest))
-        return top
+    async def _adopt(self, key: str, public_id: str, index: str, snap: R.Snapshot) -> Live:
+        live = self.states.get(key)  # loaded by a request that ran meanwhile
+        if live is not None:
+            return live
+        live = Live(key, public_id, index, RunController())
+        live.created_at = (snap.session or {}).get("createdAt") or R.now()
+        tomb = snap.tombstone or {}
+        live.first_run = (tomb["runN"] + 1) if isinstance(tomb.get("runN"), int) else 1
+        live.run_n = snap.top_run()
+        live.next_msg = snap.next_message()
+        live.controller.on_event(functools.partial(self.scheduler.on_event, live))
+        self.trim()  # before adding: the caller is about to use this one
+        self.states[key] = live
+        if not self.coord.shared and _needs_recovery(snap):
+            await self.scheduler.resume(live)  # what a stopped server left: closed, started again
+        return live
 
-    def _recover_stale_runs(self, state: SessionState, runs, record: dict) -> None:
-        """Close runs a stopped server left ``running`` (this process drives none of them).
-
-        A server killed between saving a run's messages and recording the run's end
-        leaves a conversation that no longer matches the stored digest although only
-        that run wrote to it: such a run is recorded completed and the digest moves
-        on; any other difference is a change behind the server's back (409 later).
-        """
-        stale = [r for r in runs if r.status == "running" and r.run_id.startswith(state.run_prefix)]
-        if not stale:
-            return
-        session = self.store.session(state.stored_id)
-        path = session.get_history(compacted=False)
-        for run in stale:
-            tail = len(path)
-            while tail and (path[tail - 1].get("metadata") or {}).get("run_id") == run.run_id:
-                tail -= 1
-            saved = tail < len(path) and record.get("digest") == conversation_digest(path[:tail])
-            status = "completed" if saved else "interrupted"
-            error = None if saved else "the server stopped during this run"
-            self.store.end_run(run.run_id, status=status, error=error, usage=run.usage)
-            stored = self.store.append_events(
-                state.stored_id,
-                [{"run_id": run.run_id, "kind": "run.end", "status": status, "error": error,
-                  "error_type": None if saved else "ServerStopped", "usage": run.usage}],
-            )[0]
-            if saved:
-                record = dict(record, digest=conversation_digest(path))
-            record["lastSeq"] = stored["seq"]
-            self.store.put_records(state.stored_id, SESSION_KIND, [(0, record)])
-
-    def _trim(self) -> None:
+    def trim(self) -> None:
         """Forget idle sessions beyond ``keep_idle`` (they load again from the store)."""
         excess = len(self.states) - self.keep_idle
         if excess <= 0:
             return
-        for stored_id, state in list(self.states.items()):
+        for key, live in list(self.states.items()):
             if excess <= 0:
                 break
-            if state.idle and not state.lock.locked():
-                del self.states[stored_id]
+            if live.idle and not live.lock.locked() and not live.queue:
+                del self.states[key]
                 excess -= 1
 
-    def _drop(self, state: SessionState) -> None:
-        if self.states.get(state.stored_id) is state:
-            del self.states[state.stored_id]
-        if state.hub is not None:
-            state.hub.close_all("session_deleted")
-            state.hub = None
+    def drop(self, live: Live, reason: str = "session_deleted") -> None:
+        if self.states.get(live.key) is live:
+            del self.states[live.key]
+        if live.hub is not None:
+            live.hub.close_all(reason)
+            live.hub = None
 
-    # ------------------------------------------------------------------ sessions
+    # ------------------------------------------------------------------ create, delete
 
-    async def create(self, stored_id: str, public_id: str) -> bool:
+    async def create(self, principal: str, public_id: str) -> bool:
         """Create a session; False when it already exists."""
-        state = self.states.get(stored_id)
-        if state is not None and state.deleted:
-            async with state.lock:  # a DELETE is finishing: create afresh after it
+        key = R.stored_key(principal, public_id)
+        live = self.states.get(key)
+        if live is not None and live.deleted:
+            async with live.lock:  # a DELETE is finishing: create afresh after it
                 pass
-        async with self._hold("accept", stored_id):  # another worker may be creating it too
-            if self.session_record(stored_id) is not None:
-                return False
-            if state is not None and state.task is None:  # it was deleted behind the server's back
-                self._drop(state)
-            session = self.store.session(stored_id)
-            digest = await asyncio.to_thread(lambda: conversation_digest(session.history(compacted=False)))
-            if self.session_record(stored_id) is not None:  # created meanwhile
-                return False
-            self.store.put_records(stored_id, SESSION_KIND,
-                                    [(0, {"createdAt": _msg.now_iso(), "digest": digest})])
-            return True
+        lock = self._create_lock if not self.coord.shared else contextlib.nullcontext()
+        try:
+            async with lock, self.coord.hold("accept", key):
+                return await self._create_locked(principal, public_id, key)
+        except Busy:
+            raise Rejected(429, "too_busy") from None
 
-    async def delete(self, state: SessionState) -> None:
-        """Cancel the active run, drop the queue, remove the session and everything of it."""
-        async with state.lock:
-            if state.deleted:
-                raise Rejected(404, "session_not_found")
-            state.deleted = True
-            await self._stop(state)
-            held = await self._take_run_for_delete(state) if self.shared else False
-            try:
-                await asyncio.to_thread(self.store.delete_session, state.stored_id)
-            except SessionNotFound:
-                pass
-            finally:
-                if held:
-                    self.store.release_hold(self._hold_name("run", state.stored_id))
-            if self.shared:
-                self.store.signal(state.stored_id, "deleted")
-            self._drop(state)
+    async def _create_locked(self, principal: str, public_id: str, key: str) -> bool:
+        store = self.store
+        legacy = R.legacy_key(principal, public_id)
 
-    async def _take_run_for_delete(self, state: SessionState) -> bool:
-        """Ask the worker running the session to stop; True once this worker holds ``run``."""
-        name = self._hold_name("run", state.stored_id)
-        loop = asyncio.get_running_loop()  # the one bind_loop() recorded
-        deadline = loop.time() + 2 * _STOP_GRACE + 5
-        asked = False
-        while not self.store.try_hold(name):
-            if not asked:
-                self.store.signal(state.stored_id, "stop")
-                asked = True
-            if loop.time() > deadline:
-                log.warning("session %r: the worker running it did not stop; deleting anyway", state.public_id)
-                return False
-            await asyncio.sleep(0.02)
+        def read():
+            snap = R.read_snapshot(store, key, runs=False)
+            if snap.exists:
+                return snap, True, None
+            if legacy is not None and R.read_snapshot(store, legacy, runs=False).exists:
+                return snap, True, None
+            path = store.session(key).get_history(compacted=False)
+            return snap, False, R.conversation_digest(path)
+
+        snap, exists, digest = await self.io.read(read)
+        if exists:
+            return False
+        live = self.states.get(key)
+        if live is not None and live.task is None:  # deleted behind the server's back
+            self.drop(live)
+        now = R.now()
+        first_run = snap.top_run() + 1
+        index, index_slot = R.index_key(principal), R.slot(public_id)
+        entry = {"sessionId": public_id, "key": key, "createdAt": now, "updatedAt": now,
+                 "firstRun": first_run, "runN": first_run - 1}
+
+        def job() -> None:
+            store.put_records(key, R.SESSION, [(0, {"createdAt": now})])
+            store.put_records(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": None})])
+            store.put_records(index, R.INDEX, [(index_slot, entry)])
+
+        await self.io.write(job)
         return True
 
-    async def _stop(self, state: SessionState) -> None:
-        """Interrupt the run, drop queued messages, wait for the run to record its end."""
-        state.stopping = True
-        state.pending.clear()
-        state.controller.clear()
-        for recs in state.queued_recs.values():
-            recs.clear()
-        task = state.task
-        if task is None:
-            return
-        state.controller.interrupt()
-        done, _ = await asyncio.wait({task}, timeout=_STOP_GRACE)
-        if not done:
-            log.warning("session %r: the run did not stop within %.0f s; cancelling it", state.public_id, _STOP_GRACE)
-            task.cancel()
-            await asyncio.wait({task}, timeout=_STOP_GRACE)
+    async def delete(self, live: Live) -> None:
+        """Cancel the active run, drop the queue, remove the session (a tombstone keeps its run count)."""
+        async with live.lock:
+            if live.deleted:
+                raise Rejected(404, "session_not_found")
+            try:
+                async with self.coord.hold("accept", live.key):
+                    await self._delete_locked(live)
+            except Busy:
+                raise Rejected(429, "too_busy") from None
+        await self.coord.tell(live.key, "deleted")
+        self.drop(live)
 
-    async def shutdown(self) -> None:
-        """Stop every run (recorded ``interrupted``) and close every live reader."""
-        self.closing = True
-        states = list(self.states.values())
-        await asyncio.gather(*(self._stop(s) for s in states if s.task is not None), return_exceptions=True)
-        self.close_streams("server_stopping")
+    async def _delete_locked(self, live: Live) -> None:
+        key, store = live.key, self.store
+        snap = await self.io.read(R.read_snapshot, store, key)
+        if not snap.exists:
+            live.deleted = True
+            self.drop(live)
+            raise Rejected(404, "session_not_found")
+        live.deleted = True
+        await self.scheduler.stop(live)
+        held = False
+        if self.coord.shared and not live.owned:
+            held = await self._take_run_for_delete(live)
+        top = max(snap.top_run(), live.run_n)
+        index, index_slot = live.index, R.slot(live.public_id)
+        tombstone = {"runN": top, "deletedAt": R.now()}
 
-    def close_streams(self, reason: str) -> None:
-        for state in list(self.states.values()):
-            if state.hub is not None:
-                state.hub.close_all(reason)
-                state.hub = None
+        def job() -> None:
+            try:
+                store.delete_session(key)
+            except SessionNotFound:
+                pass
+            store.put_records(key, R.TOMBSTONE, [(0, tombstone)])
+            store.put_records(index, R.INDEX, [(index_slot, None)])
+            store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)])
+
+        try:
+            await self.io.write(job)
+        finally:
+            if held:
+                await self.coord.release_run(key)
+
+    async def _take_run_for_delete(self, live: Live) -> bool:
+        """Ask the process driving the session to stop; True once this one holds ``run``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2 * 10.0 + 5
+        asked = False
+        delay = 0.01
+        while not await self.coord.take_run(live.key):
+            if not asked:
+                await self.coord.tell(live.key, "stop")
+                asked = True
+            if loop.time() > deadline:
+                log.warning("sessionkit server: session %r: the process running it did not stop; deleting anyway",
+                            live.public_id)
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        return True
 
     # ------------------------------------------------------------------ reading
 
-    def describe(self, state: SessionState) -> dict:
+    async def describe(self, live: Live) -> dict:
         """``GET /sessions/{id}``: runs, active run, queue length, messages callers sent."""
+        remote = self.coord.shared and not live.owned
+        snap = await self.io.read(R.read_snapshot, self.store, live.key, status=remote)
+        if not snap.exists:
+            if live.task is None:
+                live.deleted = True
+                self.drop(live)
+            raise Rejected(404, "session_not_found")
+        agent_id = self.scheduler.agent_id
+        active = queued = None
+        run_input = started_at = None
+        if live.owned:
+            run = live.active
+            if run is not None:
+                active, run_input, started_at = run.n, run.input, run.started_at
+            queued = live.waiting
+        elif remote:
+            status = snap.status or {}
+            pending = sum(1 for _, v in snap.messages if v.get("pending"))
+            queued = pending
+            if status and await self.coord.run_taken(live.key):  # its driver is alive: its view counts
+                if isinstance(status.get("active"), int):
+                    active, run_input, started_at = status["active"], status.get("input"), status.get("startedAt")
+                queued += int(status.get("queued") or 0)
         runs = []
         seen = set()
-        for run in self.store.runs(state.stored_id):
-            public = state.public_run_id(run.run_id)
-            seen.add(public)
-            runs.append({"runId": public, "status": run.status, "input": run.input,
-                         "startedAt": run.started_at, "endedAt": run.ended_at})
-        active = None
-        queued = state.queued
-        running, run_n, run_input, started_at = state.task is not None and state.running, state.run_n, \
-            state.current_input, state.started_at
-        records = self.store.records(state.stored_id, MESSAGE_KIND)
-        if self.shared and state.task is None:  # another worker may own it: its status record says
-            status = self._status(state.stored_id)
-            running = bool(status.get("running")) and self._owner_alive(state.stored_id)
-            queued = sum(1 for _, rec in records if rec.get("pending"))
-            if running:
-                run_n, run_input, started_at = status.get("runN", 0), status.get("input"), status.get("startedAt")
-                queued += status.get("queued", 0)
-        if running:
-            active = f"{state.public_id}.{run_n}"
-            if active not in seen:  # accepted, not yet recorded by the agent
-                runs.append({"runId": active, "status": "running", "input": run_input,
-                             "startedAt": started_at, "endedAt": None})
+        for record in snap.run_records:
+            n = R.run_number(live.key, record.run_id)
+            meta = snap.runs.get(n, {}) if n is not None else {}
+            status_ = "running" if n is not None and n == active else record.status
+            runs.append({"runId": live.public_run_id(record.run_id), "status": status_, "input": record.input,
+                         "startedAt": record.started_at, "endedAt": None if status_ == "running" else record.ended_at,
+                         "agentId": meta.get("agentId") or agent_id,
+                         "attempts": meta.get("attempts") if isinstance(meta.get("attempts"), int) else 1})
+            seen.add(n)
+        if active is not None and active not in seen:  # accepted, not yet recorded by the agent
+            meta = snap.runs.get(active, {})
+            runs.append({"runId": live.public_run(active), "status": "running", "input": run_input,
+                         "startedAt": started_at, "endedAt": None, "agentId": meta.get("agentId") or agent_id,
+                         "attempts": max(1, meta.get("attempts") or 1)})
         messages = []
-        for _, rec in records:
-            item = {"runId": f"{state.public_id}.{rec['run']}", "text": rec["text"], "mode": rec["mode"],
-                    "queued": rec["queued"], "at": rec["at"]}
-            if rec.get("author") is not None:
-                item["author"] = rec["author"]
+        for _, value in snap.messages:
+            item = {"runId": live.public_run(value.get("run", 0)), "text": value.get("text", ""),
+                    "mode": value.get("mode", "followUp"), "queued": bool(value.get("queued")),
+                    "at": value.get("at", "")}
+            if value.get("author") is not None:
+                item["author"] = value["author"]
             messages.append(item)
-        return {"sessionId": state.public_id, "runs": runs, "active": active,
-                "queued": queued, "messages": messages}
+        return {"sessionId": live.public_id, "runs": runs,
+                "active": live.public_run(active) if active is not None else None,
+                "queued": queued or 0, "messages": messages}
+
+    async def listing(self, principal: str) -> dict:
+        """``GET /sessions``: the caller's sessions, newest activity first."""
+        index = R.index_key(principal)
+        store = self.store
+        shared = self.coord.shared
+
+        def read():
+            entries = [v for _, v in store.records(index, R.INDEX) if isinstance(v, dict)]
+            busy = set()
+            if shared:
+                busy = {v["key"] for _, v in store.records(R.BUSY_KEY, R.BUSY)
+                        if isinstance(v, dict) and isinstance(v.get("key"), str)}
+            return entries, busy
+
+        entries, busy = await self.io.read(read)
+        out = []
+        for entry in entries:
+            key, sid = entry.get("key"), entry.get("sessionId")
+            if not isinstance(key, str) or not isinstance(sid, str):
+                continue
+            live = self.states.get(key)
+            active, queued = None, 0
+            if live is not None and live.owned:
+                if live.active is not None:
+                    active = live.public_run(live.active.n)
+                queued = live.waiting
+            elif key in busy and await self.coord.run_taken(key):
+                status = await self.io.read(R.read_snapshot, store, key, status=True, runs=False)
+                value = status.status or {}
+                if isinstance(value.get("active"), int):
+                    active = f"{sid}.{value['active']}"
+                queued = int(value.get("queued") or 0)
+            first, top = entry.get("firstRun", 1), entry.get("runN", 0)
+            runs = max(0, top - first + 1) if isinstance(first, int) and isinstance(top, int) else 0
+            out.append({"sessionId": sid, "runs": runs, "active": active, "queued": queued,
+                        "updatedAt": entry.get("updatedAt") or entry.get("createdAt") or ""})
+        out.sort(key=lambda s: (s["updatedAt"], s["sessionId"]), reverse=True)
+        return {"sessions": out}
 
     # ------------------------------------------------------------------ events
 
-    def hub(self, state: SessionState) -> EventHub:
-        """The session's event window, read from the store when first needed."""
-        if state.hub is None:
-            record = self.session_record(state.stored_id) or {}
-            hint = record.get("lastSeq")
-            after = None
-            if isinstance(hint, int) and hint - self.events_window >= 0:
-                after = hint - self.events_window
-            events = self.store.events(state.stored_id, after)
-            events = events[-self.events_window:]
-            hub = EventHub(self.events_window, after_seq=events[0]["seq"] - 1 if events else -1)
-            hub.load(state.public_event(e) for e in events)
-            state.hub = hub
-        return state.hub
-
-    def subscribe(self, state: SessionState, after: int | None) -> Subscriber:
+    async def subscribe(self, live: Live, after: int | None) -> Subscriber:
+        hub = await self._hub(live)
         sub = Subscriber(limit=self.events_window + 4096)
-        self.hub(state).subscribe(sub, after)
+        hub.subscribe(sub, after)
         return sub
 
-    def unsubscribe(self, state: SessionState, sub: Subscriber) -> None:
-        hub = state.hub
+    async def _hub(self, live: Live) -> EventHub:
+        """The session's event window, read from the store when its first reader comes."""
+        hub = live.hub
+        if hub is not None:
+            await hub.ready.wait()
+            if live.hub is hub:
+                return hub
+            return await self._hub(live)
+        hub = live.hub = EventHub(self.events_window, loading=True)
+        window = self.events_window
+        hint = live.next_seq - 1 if live.next_seq is not None else None
+        store, key = self.store, live.key
+
+        def read():
+            if not R.read_snapshot(store, key, runs=False).exists:
+                return None
+            last = hint
+            if last is None:
+                last = R.read_snapshot(store, key, runs=False).last_seq
+            after = last - window if isinstance(last, int) and last - window >= 0 else None
+            return store.events(key, after)[-window:]
+
+        try:
+            events = await self.io.read(read)
+        except BaseException:
+            if live.hub is hub:
+                live.hub = None
+            hub.load([])
+            raise
+        if events is None:
+            hub.load([])
+            if live.hub is hub:
+                live.hub = None
+            if live.task is None:
+                live.deleted = True
+                self.drop(live)
+            raise Rejected(404, "session_not_found")
+        hub.load(live.public_event(e) for e in events)
+        if self.coord.shared and not live.owned:
+            self.spawn(self._pull(live), "sessionkit events pull")  # what came while reading
+        return hub
+
+    def unsubscribe(self, live: Live, sub: Subscriber) -> None:
+        hub = live.hub
         if hub is None:
             return
         hub.unsubscribe(sub)
-        if not hub.subscribers:  # nobody reads: free the window (the store keeps the events)
-            state.hub = None
-            self._trim()
+        if not hub.subscribers and not hub.loading:  # nobody reads: free the window (the store keeps it)
+            live.hub = None
+            self.trim()
 
-    def _on_event(self, state: SessionState, event: dict) -> None:
-        """Every event of the session's runs, as the agent records it (on the loop)."""
-        loop = self.loop  # set with _loop_thread
-        if loop is not None and self._loop_thread is not None and threading.get_ident() != self._loop_thread:
-            loop.call_soon_threadsafe(self._on_event, state, event)
+    def publish(self, live: Live, stored: list[dict]) -> None:
+        """Stored events of this process's runs, to the session's live readers."""
+        hub = live.hub
+        if hub is not None:
+            for event in stored:
+                hub.publish(live.public_event(event))
+
+    def close_streams(self, reason: str) -> None:
+        for live in list(self.states.values()):
+            if live.hub is not None:
+                live.hub.close_all(reason)
+                live.hub = None
+
+    async def _pull(self, live: Live) -> None:
+        """Read into the window the events another process stored (shared stores)."""
+        if live.pulling:
+            live.pull_again = True
             return
-        kind = event.get("kind")
-        if kind == "turn.start":
-            state.turn_had_tools = False
-        elif kind == "tool.call":
-            state.turn_had_tools = True
-        elif kind == "turn.end":
-            # The run takes the next queued message right after this event; with none
-            # queued and no tool call to answer, this was its last turn boundary.
-            if not state.turn_had_tools and state.controller.queued == 0:
-                state.accepting = False
-        elif kind == "run.end":
-            state.accepting = False
-        if state.hub is not None:
-            state.hub.publish(state.public_event(event))
-        if state.holds_run:
-            self._write_status(state)
-
-    # ------------------------------------------------------------------ messages
-
-    async def submit(self, state: SessionState, text: str, mode: str, author: str | None) -> dict:
-        """Accept a caller's message: start a run, or join the active one (SPEC H2)."""
-        if state.deleted or state.stopping:
-            raise Rejected(404, "session_not_found")
-        if self.closing:
-            raise Rejected(503, "server_stopping")
-        metadata = {"author": author} if author is not None else None
-        if self.shared:
-            return await self._submit_shared(state, text, mode, author, metadata)
-        if state.task is None:
-            async with state.lock:
-                if state.deleted:
-                    raise Rejected(404, "session_not_found")
-                if state.task is None:
-                    return await self._start(state, text, mode, author, metadata)
-        return self._join(state, text, mode, author, metadata)
-
-    def _join(self, state: SessionState, text, mode, author, metadata) -> dict:
-        """A message while this worker runs the session: into the active run, or the next."""
-        if state.queued >= self.max_queued:
-            raise Rejected(429, "too_busy")  # this session's queue is full
-        if state.accepting:
-            rec = self._record_message(state, state.run_n, text, mode, author, queued=True)
-            (state.controller.steer if mode == STEER else state.controller.follow_up)(text, metadata=metadata)
-            state.queued_recs[mode].append(rec)
-            return {"runId": f"{state.public_id}.{state.run_n}", "queued": True}
-        # The active run is past its last turn boundary (or already over, its digest being
-        # recorded): the message opens the next run, which starts as soon as that is done.
-        # It is queued only if it has to wait for a run still in progress.
-        queued = state.running
-        rec = self._record_message(state, state.run_n + 1, text, mode, author, queued=queued)
-        state.pending.append(_Item(text, mode, metadata, rec))
-        if self.shared:
-            self._write_status(state)
-        return {"runId": f"{state.public_id}.{state.run_n + 1}", "queued": queued}
-
-    async def _submit_shared(self, state: SessionState, text, mode, author, metadata) -> dict:
-        """``submit`` when other workers serve the same store (see the module docstring)."""
-        sid = state.stored_id
-        async with state.lock:
-            if state.deleted or state.stopping:
-                raise Rejected(404, "session_not_found")
-            async with self._hold("accept", sid):
-                record = self.session_record(sid)
-                if record is None:  # deleted by another worker
-                    raise Rejected(404, "session_not_found")
-                messages = self.store.records(sid, MESSAGE_KIND)
-                state.next_msg = max(state.next_msg, messages[-1][0] + 1 if messages else 1)
-                if state.task is not None:  # this worker runs it
-                    return self._join(state, text, mode, author, metadata)
-                if not self.store.try_hold(self._hold_name("run", sid)):
-                    return self._join_remote(state, text, mode, author, messages)
-                state.holds_run = True
-                try:
-                    runs = self.store.runs(sid)
-                    state.run_n = max(state.run_n, self._status(sid).get("runN", 0), self._top_run(state, runs))
-                    self._recover_stale_runs(state, runs, record)  # a dead owner's runs
-                    answer = await self._start(state, text, mode, author, metadata)
-                except BaseException:
-                    if state.task is None:
-                        self._release_run(state)
-                    raise
-                self._write_status(state)  # before answering: every worker now reports the run
-                self._absorb(state)  # messages a dead owner accepted and never ran
-                return answer
-
-    def _join_remote(self, state: SessionState, text, mode, author, messages) -> dict:
-        """A message while another worker runs the session: recorded pending, its owner told."""
-        status = self._status(state.stored_id)
-        waiting = sum(1 for _, rec in messages if rec.get("pending")) + status.get("queued", 0)
-        if waiting >= self.max_queued:
-            raise Rejected(429, "too_busy")
-        if status.get("accepting"):  # joins the active run at its next turn boundary
-            run_n, queued = status.get("runN", 0), True
-        else:  # opens the next run; it waits only if a run is still in progress
-            run_n, queued = status.get("runN", 0) + 1, bool(status.get("running"))
-        self._record_message(state, run_n, text, mode, author, queued=queued, pending=True)
-        self.store.signal(state.stored_id, "message")
-        return {"runId": f"{state.public_id}.{run_n}", "queued": queued}
-
-    async def _start(self, state: SessionState, text, mode, author, metadata) -> dict:
-        if self.active_runs >= self.max_concurrent_runs:
-            raise Rejected(429, "too_busy")
-        record = self.session_record(state.stored_id)
-        if record is None:
-            raise Rejected(404, "session_not_found")
-        expected = record.get("digest")
-        if expected is not None:
-            session = self.store.session(state.stored_id)
-            actual = await asyncio.to_thread(lambda: conversation_digest(session.history(compacted=False)))
-            if actual != expected:
-                raise Rejected(409, "conversation_unrecoverable")
-        if state.deleted or state.stopping:
-            raise Rejected(404, "session_not_found")
-        if self.closing:
-            raise Rejected(503, "server_stopping")
-        if self.active_runs >= self.max_concurrent_runs:  # others started while we read
-            raise Rejected(429, "too_busy")
-        n = state.run_n + 1
-        rec = self._record_message(state, n, text, mode, author, queued=False)
-        state.run_n = n
-        state.running = state.accepting = True
-        state.started_at = _msg.now_iso()
-        state.current_input = text
-        self.active_runs += 1
-        state.task = asyncio.create_task(self._drive(state, _Item(text, mode, metadata, rec)),
-                                         name=f"sessionkit run {state.public_id}.{n}")
-        return {"runId": f"{state.public_id}.{n}", "queued": False}
-
-    def _record_message(self, state, run_n, text, mode, author, *, queued, pending=False) -> int:
-        rec = state.next_msg
-        value = {"run": run_n, "text": text, "mode": mode, "queued": queued, "at": _msg.now_iso()}
-        if author is not None:
-            value["author"] = author
-        if pending:
-            value["pending"] = True
-        self.store.put_records(state.stored_id, MESSAGE_KIND, [(rec, value)])
-        state.next_msg = rec + 1
-        return rec
-
-    # ------------------------------------------------------------------ runs
-
-    async def _drive(self, state: SessionState, item: _Item | None) -> None:
-        """Run the session's runs one after another while messages keep coming.
-
-        ``active_runs`` counts runs in progress: _start counted the first; a later one,
-        for messages already accepted, waits for a free place rather than being refused.
-        """
-        counted = True
+        live.pulling = True
         try:
-            while item is not None:
-                while not counted and self.active_runs >= self.max_concurrent_runs:
-                    if state.stopping or self.closing:
-                        break
-                    await asyncio.sleep(0.01)
-                if state.stopping or self.closing:
-                    break
-                if not counted:
-                    self.active_runs += 1
-                    counted = True
-                state.running = state.accepting = True
-                state.turn_had_tools = False
-                state.current_input = item.text
-                if self.shared:
-                    self._write_status(state)
-                try:
-                    await self.agent.run(
-                        item.text,
-                        session=self.store.session(state.stored_id),
-                        controller=state.controller,
-                        run_id=state.stored_run_id(state.run_n),
-                        metadata=item.metadata,
-                    )
-                except RunFailed:
-                    pass  # recorded by the agent (status, error, run.end event)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("session %r: run %s failed", state.public_id, state.run_n)
-                finally:
-                    state.running = state.accepting = False
-                    self.active_runs -= 1  # the run is over: its place is free for any session
-                    counted = False
-                    if state.holds_run:
-                        self._write_status(state)
-                await self._checkpoint(state)
-                item = self._next_item(state)
-                if item is None and self.shared and not (state.stopping or self.closing):
-                    try:
-                        item = await self._last_look(state)
-                    except Rejected:  # other workers held the session too long; what they
-                        # queued stays pending and rides with the session's next run
-                        log.warning("session %r: could not look for queued messages before going idle",
-                                    state.public_id)
-                        item = None
-        finally:
-            state.running = state.accepting = False
-            state.task = None
-            if counted:
-                self.active_runs -= 1
-            if state.holds_run:
-                self._write_status(state)
-                self._release_run(state)
-            self._trim()
-
-    async def _last_look(self, state: SessionState) -> _Item | None:
-        """Before going idle: take what other workers queued meanwhile, or give ``run`` back.
-
-        Holding ``accept``, no other worker can record a message for this owner between
-        the look and the release, so nothing pending is left behind.
-        """
-        async with self._hold("accept", state.stored_id):
-            item = self._next_item(state)
-            if item is None:
-                state.running = state.accepting = False
-                self._write_status(state)
-                self._release_run(state)
-            return item
-
-    async def _checkpoint(self, state: SessionState) -> None:
-        """After a run: record the conversation's digest and the last event's seq."""
-        if state.deleted:
-            return
-        session = self.store.session(state.stored_id)
-        try:
-            digest = await asyncio.to_thread(lambda: conversation_digest(session.history(compacted=False)))
-            record = self.session_record(state.stored_id)
-            if record is None or state.deleted:
-                return
-            record["digest"] = digest
-            last: object
-            if state.hub is not None:  # it saw every event live
-                last = state.hub.last_seq
-            else:  # the events after the previous checkpoint: about one run's worth
-                hint = record.get("lastSeq")
-                newer = self.store.events(state.stored_id, hint if isinstance(hint, int) else None)
-                last = newer[-1]["seq"] if newer else hint
-            if isinstance(last, int) and last >= 0:
-                record["lastSeq"] = last
-            self.store.put_records(state.stored_id, SESSION_KIND, [(0, record)])
+            while True:
+                live.pull_again = False
+                hub = live.hub
+                if hub is None:
+                    return
+                await hub.ready.wait()
+                after = hub.last_seq if hub.last_seq >= 0 else None
+                events = await self.io.read(self.store.events, live.key, after)
+                if live.hub is hub:
+                    for event in events:
+                        hub.publish(live.public_event(event))
+                if not live.pull_again:
+                    return
         except Exception:
-            log.exception("session %r: could not record the conversation digest", state.public_id)
-
-    def _next_item(self, state: SessionState) -> _Item | None:
-        """The message that opens the next run (messages the last run did not take first)."""
-        if self.shared:
-            self._absorb(state)
-        leftovers = state.controller.clear()  # a failed or interrupted run leaves its queue
-        items: list[_Item] = []
-        if leftovers:
-            counts = {STEER: 0, FOLLOW_UP: 0}
-            for entry in leftovers:
-                counts[entry["mode"]] += 1
-            recs = {mode: list(state.queued_recs[mode])[-counts[mode]:] if counts[mode] else []
-                    for mode in counts}
-            for entry in leftovers:
-                rec = recs[entry["mode"]].pop(0) if recs[entry["mode"]] else 0
-                items.append(_Item(entry["text"], entry["mode"], entry.get("metadata"), rec))
-        for recs in state.queued_recs.values():
-            recs.clear()
-        items.extend(state.pending)
-        state.pending.clear()
-        if not items or state.stopping or self.closing:
-            return None
-        state.run_n += 1
-        if leftovers:  # they were told the run that failed: record the run that takes them
-            updates = []
-            for rec_n, value in self.store.records(state.stored_id, MESSAGE_KIND):
-                if any(it.rec == rec_n for it in items[: len(leftovers)]):
-                    updates.append((rec_n, dict(value, run=state.run_n)))
-            if updates:
-                self.store.put_records(state.stored_id, MESSAGE_KIND, updates)
-        first, rest = items[0], items[1:]
-        for it in rest:
-            (state.controller.steer if it.mode == STEER else state.controller.follow_up)(
-                it.text, metadata=it.metadata
-            )
-            state.queued_recs[it.mode].append(it.rec)
-        state.started_at = _msg.now_iso()
-        return first
-
-    # ------------------------------------------------------------------ several workers
-
-    @staticmethod
-    def _hold_name(kind: str, stored_id: str) -> str:
-        return f"server.{kind}\x00{stored_id}"
-
-    @contextlib.asynccontextmanager
-    async def _hold(self, kind: str, stored_id: str):
-        """Hold ``kind`` for the session across workers (nothing to hold on a store of one server)."""
-        if not self.shared:
-            yield
-            return
-        name = self._hold_name(kind, stored_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _ACCEPT_WAIT
-        delay = 0.002
-        while not self.store.try_hold(name):
-            if loop.time() > deadline:
-                raise Rejected(429, "too_busy")  # another worker has held the session this long
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        try:
-            yield
+            log.exception("sessionkit server: could not read the events of session %r", live.public_id)
         finally:
-            self.store.release_hold(name)
+            live.pulling = False
 
-    def _release_run(self, state: SessionState) -> None:
-        if state.holds_run:
-            state.holds_run = False
-            try:
-                self.store.release_hold(self._hold_name("run", state.stored_id))
-            except Exception:
-                log.exception("session %r: could not give back the run hold", state.public_id)
+    # ------------------------------------------------------------------ other processes
 
-    def _status(self, stored_id: str) -> dict:
-        rows = self.store.records(stored_id, STATUS_KIND)
-        return rows[0][1] if rows and isinstance(rows[0][1], dict) else {}
-
-    def _owner_alive(self, stored_id: str) -> bool:
-        """Whether some worker holds the session's ``run`` (a dead one's hold is gone)."""
-        return self.store.hold_taken(self._hold_name("run", stored_id))
-
-    def _write_status(self, state: SessionState) -> None:
-        """The owner's view of the session, for the other workers (written when it changes)."""
-        if state.deleted:
-            return
-        value = {"runN": state.run_n, "running": state.running, "accepting": state.accepting,
-                 "queued": state.queued, "input": state.current_input, "startedAt": state.started_at,
-                 "owner": self.worker}
-        if value == state.status:
-            return
-        try:
-            self.store.put_records(state.stored_id, STATUS_KIND, [(0, value)])
-            state.status = value
-        except Exception:
-            log.exception("session %r: could not record its status for the other workers", state.public_id)
-
-    def _signal_from_thread(self, stored_id: str, kind: str, data: Any) -> None:
+    def signal_from_thread(self, key: str, kind: str, data: Any) -> None:
         loop = self.loop
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(self._on_signal, stored_id, kind, data)
+            loop.call_soon_threadsafe(self._on_signal, key, kind, data)
 
-    def _on_signal(self, stored_id: str, kind: str, data: Any) -> None:
-        """Another worker's news about a session this worker has loaded (on the loop)."""
-        state = self.states.get(stored_id)
-        if state is None:
+    def _on_signal(self, key: str, kind: str, data: Any) -> None:
+        """Another process's news about a session this one has loaded (on the loop)."""
+        live = self.states.get(key)
+        if live is None:
             return
+        if kind == "events":
+            if live.hub is not None and not live.owned:
+                self.spawn(self._pull(live), "sessionkit events pull")
+        elif kind == "message":
+            if live.owned:
+                self.spawn(self.scheduler.absorb(live), "sessionkit absorb")
+        elif kind == "stop":
+            if live.task is not None and not live.deleted:
+                live.deleted = True  # another process is deleting it
+                self.spawn(self._stop_and_drop(live), "sessionkit stop")
+        elif kind == "deleted":
+            if live.task is None and not live.owned:
+                live.deleted = True
+                self.drop(live)
+
+    async def _stop_and_drop(self, live: Live) -> None:
+        await self.scheduler.stop(live)
+        self.drop(live)
+
+    # ------------------------------------------------------------------ recovery sweep
+
+    async def sweep_forever(self) -> None:
+        """At start, and every ``sweep_every`` seconds on a shared store: :meth:`sweep`."""
         try:
-            if kind == "events":
-                self._pull_events(state, data)
-            elif kind == "message":
-                self._absorb(state)
-            elif kind == "stop":
-                if state.task is not None and not state.deleted:
-                    state.deleted = True  # another worker is deleting it
-                    asyncio.get_running_loop().create_task(self._stop_and_drop(state))
-            elif kind == "deleted":
-                if state.task is None and not state.holds_run:
-                    self._drop(state)
+            await self.migrate_index()
         except Exception:
-            log.exception("session %r: could not handle the %s signal of another worker", state.public_id, kind)
+            log.exception("sessionkit server: could not index the sessions of an earlier version")
+        every = self.coord.sweep_every
+        while True:
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sessionkit server: looking for unfinished runs failed")
+            if not every:
+                return
+            await asyncio.sleep(every)
 
-    async def _stop_and_drop(self, state: SessionState) -> None:
-        await self._stop(state)
-        self._drop(state)
-
-    def _pull_events(self, state: SessionState, last: Any) -> None:
-        """Read the events another worker appended into the session's window (live readers only)."""
-        hub = state.hub
-        if hub is None or (isinstance(last, int) and last <= hub.last_seq):
-            return
-        for event in self.store.events(state.stored_id, hub.last_seq if hub.last_seq >= 0 else None):
-            hub.publish(state.public_event(event))
-
-    def _absorb(self, state: SessionState) -> None:
-        """Take the messages other workers recorded pending: into the active run, or the next."""
-        if not state.holds_run or state.task is None or state.stopping or self.closing:
-            return
-        updates = []
-        for n, rec in self.store.records(state.stored_id, MESSAGE_KIND):
-            if not rec.get("pending"):
+    async def sweep(self) -> int:
+        """Start again the runs of busy sessions nobody drives (a stopped server's); returns how many."""
+        if not self.coord.shared:
+            await self.io.write(self._compact_busy)
+        entries = await self.io.read(self.store.records, R.BUSY_KEY, R.BUSY)
+        resumed = 0
+        for n, value in entries:
+            if self.scheduler.closing:
+                break
+            if not isinstance(value, dict) or not isinstance(value.get("key"), str):
                 continue
-            metadata = {"author": rec["author"]} if rec.get("author") is not None else None
-            if state.accepting:
-                (state.controller.steer if rec["mode"] == STEER else state.controller.follow_up)(
-                    rec["text"], metadata=metadata)
-                state.queued_recs[rec["mode"]].append(n)
-                run_n = state.run_n
-            else:
-                state.pending.append(_Item(rec["text"], rec["mode"], metadata, n))
-                run_n = state.run_n + 1
-            updates.append((n, dict(rec, pending=False, run=run_n)))
-        if updates:
-            self.store.put_records(state.stored_id, MESSAGE_KIND, updates)
-            self._write_status(state)
+            key = value["key"]
+            live = self.states.get(key)
+            if live is not None and (live.task is not None or live.deleted):
+                continue
+            if await self.coord.run_taken(key):
+                continue
+            try:
+                live = await self.load_key(key, value.get("index"))
+                if live is None:  # gone: forget it
+                    await self.io.write(lambda n=n: self.store.put_records(R.BUSY_KEY, R.BUSY, [(n, None)]))
+                    continue
+                await self.scheduler.resume(live)
+                resumed += 1
+            except Rejected:
+                continue
+            except Exception:
+                log.exception("sessionkit server: could not resume session %r", key)
+        return resumed
+
+    def _compact_busy(self) -> None:
+        """Drop the busy index's idle entries when they are many (one process: nobody writes meanwhile)."""
+        store = self.store
+        rows = store.records(R.BUSY_KEY, R.BUSY)
+        keep = [(n, v) for n, v in rows if v is not None]
+        if len(rows) - len(keep) < 1000:
+            return
+        store.delete_session(R.BUSY_KEY)
+        if keep:
+            store.put_records(R.BUSY_KEY, R.BUSY, keep)
+
+    async def migrate_index(self) -> None:
+        """Index the sessions an earlier version created (once per store), for ``GET /sessions``."""
+        store = self.store
+
+        def read():
+            if store.records(R.META_KEY, R.META):
+                return None
+            found: dict[str, list] = {}
+            for info in store.list_sessions():
+                key = info.id
+                if key.startswith("~") or not store.records(key, R.SESSION):
+                    continue
+                created = store.records(key, R.SESSION)[0][1] or {}
+                index = _index_for_key(key)
+                entry = {"sessionId": R.public_id_of(key), "key": key,
+                         "createdAt": created.get("createdAt") or info.created_at,
+                         "updatedAt": info.updated_at, "firstRun": 1, "runN": len(store.runs(key))}
+                found.setdefault(index, []).append(entry)
+            out = []
+            for index, entries in found.items():
+                have = {n for n, v in store.records(index, R.INDEX)}
+                out.extend((index, R.slot(e["sessionId"]), e) for e in entries if R.slot(e["sessionId"]) not in have)
+            return out
+
+        rows = await self.io.read(read)
+        if rows is None:
+            return
+
+        def job() -> None:
+            for index, n, entry in rows:
+                store.put_records(index, R.INDEX, [(n, entry)])
+            store.put_records(R.META_KEY, R.META, [(0, {"indexed": 1})])
+
+        await self.io.write(job)
+
+
+def _index_for_key(key: str) -> str:
+    """The principal index a stored key belongs to (its prefix, or the bearer token's)."""
+    if "/" not in key:
+        return R.index_key("")
+    prefix = key.rsplit("/", 1)[0]
+    if _HEX16.match(prefix):
+        return R.INDEX_PREFIX + prefix
+    return R.index_key(unquote(prefix))

@@ -1,11 +1,12 @@
 """The app each worker process of ``sessionkit serve --workers N`` builds for itself.
 
-uvicorn starts its worker processes afresh and has each import an app factory; the
-command passes what the factory needs in the environment: ``SESSIONKIT_SERVE_STORE``
-(the store URL), ``SESSIONKIT_SERVE_AGENT`` (``module:attr``, imported from
-``SESSIONKIT_SERVE_CWD`` first) and ``SESSIONKIT_TOKEN``. Every worker opens its own
-connection pool on the one PostgreSQL store; the store keeps the workers in step
-(see :mod:`sessionkit.server._sessions`).
+uvicorn starts its worker processes afresh and has each import an app factory;
+:func:`sessionkit.server.serve` passes what the factory needs in the environment:
+``SESSIONKIT_SERVE_STORE`` (the store URL), ``SESSIONKIT_SERVE_AGENT`` (``module:attr``,
+imported from ``SESSIONKIT_SERVE_CWD`` first), ``SESSIONKIT_TOKEN`` and
+``SESSIONKIT_SERVE_TIMEOUT_REQUEST``. Every worker opens its own connection pool on
+the one PostgreSQL store; the store keeps the workers in step (see
+:mod:`sessionkit.server._coordinate`).
 """
 
 from __future__ import annotations
@@ -28,4 +29,5 @@ def app():
         sys.path.insert(0, folder)
     agent = load_agent(os.environ["SESSIONKIT_SERVE_AGENT"])
     store = sk.open_store(os.environ["SESSIONKIT_SERVE_STORE"])
-    return create_app(agent, store, token=os.environ["SESSIONKIT_TOKEN"])
+    timeout = float(os.environ.get("SESSIONKIT_SERVE_TIMEOUT_REQUEST") or 30.0)
+    return create_app(agent, store, token=os.environ["SESSIONKIT_TOKEN"], body_timeout=timeout)

@@ -1023,6 +1023,19 @@ class Store:
         with eng.write():
             eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
 
+    def reopen_run(self, run_id: str) -> None:
+        """Record that run ``run_id`` runs again: status ``"running"``, its error, usage and end cleared.
+
+        For a run started again under its own id after the process driving it
+        stopped (the HTTP server retries the runs a crash cut short). Its start time
+        and its events stay; the new attempt's events follow them. An unknown run id
+        changes nothing.
+        """
+        eng = self._check()
+        run_id = _str_arg(run_id, "run_id")
+        with eng.write():
+            eng.w_run_end(run_id, "running", None, None, None)
+
     def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
         """Store run events of a session (SPEC A4) in one transaction; returns them as stored.
 

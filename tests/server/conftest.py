@@ -19,14 +19,15 @@ from live_server import TOKEN, LiveServer, SSEReader  # noqa: E402
 
 
 @pytest.fixture
-def serve():
-    """``serve(agent, store, **create_app_options) -> LiveServer``; everything stops at the end."""
+def serve(new_store):
+    """``serve(agent, store, **create_app_options) -> LiveServer``; everything stops at the end
+    (before the test's stores close: ``new_store`` is set up first, so torn down last)."""
     started: list[LiveServer] = []
 
-    def start(agent, store, **options) -> LiveServer:
+    def start(agent, store, *, uvicorn_config: dict | None = None, **options) -> LiveServer:
         if "token" not in options and "authenticate" not in options:
             options["token"] = TOKEN
-        live = LiveServer(create_app(agent, store, **options)).start()
+        live = LiveServer(create_app(agent, store, **options), **(uvicorn_config or {})).start()
         started.append(live)
         return live
 

@@ -78,7 +78,7 @@ def echo_agent(delay: float = 0.0, n: int = 500, tools=()) -> sk.Agent:
 class LiveServer:
     """uvicorn serving ``app`` on a free loopback port, in a thread."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, **config) -> None:
         self.app = app
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -86,7 +86,8 @@ class LiveServer:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(app, **{"log_level": "warning", "lifespan": "on", "timeout_graceful_shutdown": 2,
+                                        **config})
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
         self.error: BaseException | None = None

@@ -24,10 +24,10 @@ def test_an_append_behind_the_servers_back_answers_409(serve, store):
         assert r.status_code == 409  # it stays refused
         assert c.get("/sessions/chat").status_code == 200  # reading still works
         assert [m["text"] for m in c.get("/sessions/chat").json()["messages"]] == ["hello"]
-        # deleting and creating the session again starts over
+        # deleting and creating the session again starts over (run ids are never reused: chat.2)
         assert c.delete("/sessions/chat").status_code == 202
         assert c.post("/sessions", json={"sessionId": "chat"}).status_code == 201
-        assert c.post("/sessions/chat/messages", json={"text": "fresh"}).json() == {"runId": "chat.1",
+        assert c.post("/sessions/chat/messages", json={"text": "fresh"}).json() == {"runId": "chat.2",
                                                                                     "queued": False}
         wait_idle(c, "chat")
 

@@ -1,15 +1,21 @@
 """Fuzzing every operation of /openapi.json with schemathesis: no 500s, no unauthenticated success.
 
+Every check schemathesis has runs on every answer (status codes, content types,
+headers and bodies against the document, negative data refused, positive data
+accepted...): 0 server errors and 0 mismatches with the document. One setting: a
+plain HTTP request to the WebSocket route, however well formed, is answered ``426
+Upgrade Required`` (what the document says; ``404`` for an unknown session, as on
+every route), so those are the answers the positive-data check expects there.
 Bounded (a fixed number of examples per operation, no example database) and on
-loopback only. With the token, the event stream is left out: a stream that stays
-open is what it is for (tests/server/test_events.py covers it).
+loopback only. With the token, the event stream is fuzzed before any session exists
+(unknown sessions, invalid resume points: answers that end); an open stream never
+ends, which is what it is for (tests/server/test_events.py covers those).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 import os
+from collections import Counter
 
 import pytest
 
@@ -21,8 +27,9 @@ except ImportError:  # a dev dependency: CI must have it, a partial install skip
     pytest.skip("schemathesis is not installed", allow_module_level=True)
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from schemathesis.checks import CHECKS, load_all_checks  # noqa: E402
+from schemathesis.config import SchemathesisConfig  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
-from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 
 from live_server import AUTH, TOKEN, echo_agent  # noqa: E402
 
@@ -30,10 +37,14 @@ pytestmark = pytest.mark.slow  # a live server per engine and 25 generated reque
 
 EXAMPLES = 25
 SKIP = {"streamEvents"}
+load_all_checks()
+ALL_CHECKS = CHECKS.get_all()  # every check schemathesis has, named here rather than left to its defaults
+CONFIG = {"operations": [{"include-operation-id": "websocket",
+                          "checks": {"positive_data_acceptance": {"expected-statuses": ["426", "404"]}}}]}
 
 
 def _operations(url: str, skip=SKIP):
-    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", config=SchemathesisConfig.from_dict(CONFIG))
     ops = []
     for result in schema.get_all_operations():
         op = result.ok()
@@ -52,16 +63,15 @@ def _bounded(test):
     )(test)
 
 
-def _fuzz(strategy, name: str, client, url: str, statuses: Counter):
+def _fuzz(strategy, name: str, client, url: str, statuses: Counter, *, session: bool = True):
     """A bounded hypothesis test: each generated request gets a conforming answer, never a 5xx."""
 
     @_bounded
     @given(case=strategy)
     def check(case):
-        client.post("/sessions", json={"sessionId": "fuzz"})  # back, if an example deleted it
-        # a plain HTTP request to the WebSocket route is refused with 426 (Upgrade Required)
-        excluded = [positive_data_acceptance] if name == "websocket" else None
-        response = case.call_and_validate(base_url=url, headers=dict(AUTH), timeout=10, excluded_checks=excluded)
+        if session:
+            client.post("/sessions", json={"sessionId": "fuzz"})  # back, if an example deleted it
+        response = case.call_and_validate(base_url=url, headers=dict(AUTH), timeout=10, checks=ALL_CHECKS)
         statuses[(name, response.status_code)] += 1
         assert response.status_code < 500
 
@@ -83,14 +93,25 @@ def _refused(strategy, url: str, wrong: dict):
     return check
 
 
+def ops_ids(ops) -> list[str]:
+    return [op.definition.raw["operationId"] for op in ops]
+
+
 def test_fuzzing_every_operation_with_the_token_finds_no_server_error(serve, store):
     live = serve(echo_agent(n=10_000), store, max_concurrent_runs=1_000, max_body_bytes=50_000)
     ops = _operations(live.url)
     # (schemathesis leaves out the document's own path)
     assert {op.definition.raw["operationId"] for op in ops} >= {
-        "createSession", "getSession", "deleteSession", "sendMessage", "websocket"}
-    statuses = Counter()
+        "listSessions", "createSession", "getSession", "deleteSession", "sendMessage", "websocket"}
+    statuses: Counter = Counter()
     with live.client() as client:
+        # the event stream first, while no session exists: every answer ends (404, or 400 for a bad resume point)
+        for op in _operations(live.url, skip=set(ops_ids(ops))):
+            assert op.definition.raw["operationId"] == "streamEvents"
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                _fuzz(op.as_strategy(generation_mode=mode), "streamEvents", client, live.url, statuses,
+                      session=False)()
+        assert statuses[("streamEvents", 404)] > 0 and statuses[("streamEvents", 200)] == 0, statuses
         for op in ops:
             name = op.definition.raw["operationId"]
             has_id = "{sessionId}" in op.path
@@ -103,8 +124,8 @@ def test_fuzzing_every_operation_with_the_token_finds_no_server_error(serve, sto
                                           path_parameters={"sessionId": fixed} if fixed else None)
                 _fuzz(strategy, name, client, live.url, statuses)()
     # the fuzzing reached the successful answers, not only the refusals
-    for expected in [("createSession", 201), ("getSession", 200), ("deleteSession", 202), ("sendMessage", 202),
-                     ("websocket", 426)]:
+    for expected in [("listSessions", 200), ("createSession", 201), ("getSession", 200), ("deleteSession", 202),
+                     ("sendMessage", 202), ("websocket", 426)]:
         assert statuses[expected] > 0, (expected, statuses)
 
 

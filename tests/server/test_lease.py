@@ -125,3 +125,30 @@ def test_sessionkit_serve_refuses_a_second_server_and_stops_on_sigint_with_open_
     # and the lease is free again
     with sk.open_store(store) as again:
         create_app(echo_agent(), again, token=TOKEN).state.sessionkit.close()
+
+
+def test_the_holder_is_named_by_pid_and_program_never_its_arguments(tmp_path):
+    path = tmp_path / "secret.db"
+    holder = textwrap.dedent(
+        f"""
+        import sys, time, sessionkit as sk
+        from sessionkit.server import create_app
+        from sessionkit.testing import ScriptedModel
+        app = create_app(sk.Agent("a", "", ScriptedModel([])), sk.open_store({str(path)!r}), token={TOKEN!r})
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+    secret = "--api-key=sk-very-secret-0123456789"
+    proc = subprocess.Popen([sys.executable, "-c", holder, secret], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with sk.open_store(path) as second:
+            with pytest.raises(sk.StoreLocked) as info:
+                create_app(echo_agent(), second, token=TOKEN)
+        message = str(info.value)
+        assert f"pid {proc.pid} (" in message and "python" in message.lower()
+        assert "very-secret" not in message and "api-key" not in message and "import" not in message
+    finally:
+        proc.kill()
+        proc.wait(10)

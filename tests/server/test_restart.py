@@ -18,7 +18,7 @@ from sessionkit.testing import ScriptedModel
 from live_server import AUTH, TOKEN, Gate, echo, echo_agent, seqs, wait_idle
 
 
-def test_stop_mid_conversation_then_continue_on_the_same_store(tmp_path, serve, sse):
+def test_stop_mid_conversation_then_the_next_server_finishes_the_run(tmp_path, serve, sse):
     path = tmp_path / "chats.db"
     first_store = sk.open_store(path)
     gate = Gate()
@@ -35,7 +35,7 @@ def test_stop_mid_conversation_then_continue_on_the_same_store(tmp_path, serve, 
         assert c.post("/sessions/chat/messages", json={"text": "three"}).json() == {"runId": "chat.2",
                                                                                     "queued": True}
         reader.wait(lambda fs: any(d.get("kind") == "tool.call" for _, d in fs))
-    live.stop()  # mid-run: the run is interrupted and recorded so
+    live.stop()  # mid-run: the run is interrupted, and left for the next server to run again
     assert reader.ended.wait(5)
     seen = list(reader.frames)
     first_store.close()
@@ -44,24 +44,25 @@ def test_stop_mid_conversation_then_continue_on_the_same_store(tmp_path, serve, 
     live = serve(echo_agent(), store)
     with live.client() as c:
         assert c.get("/sessions/quiet").json()["runs"] == []  # created sessions survive, even empty ones
-        state = c.get("/sessions/chat").json()
-        assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "completed"),
-                                                                       ("chat.2", "interrupted")]
+        # the reader resumes where it stopped: run 2 started again, then run 3 live
+        resumed = sse(f"{live.url}/sessions/chat/events", {**AUTH, "Last-Event-ID": str(seen[-1][0])})
+        state = wait_idle(c, "chat")
+        assert [(r["runId"], r["status"], r["attempts"], r["agentId"]) for r in state["runs"]] == [
+            ("chat.1", "completed", 1, "a"), ("chat.2", "completed", 2, "echo")]
         assert [(m["runId"], m["text"], m["queued"]) for m in state["messages"]] == [
             ("chat.1", "one", False), ("chat.2", "two", False), ("chat.2", "three", True)]
         assert state["messages"][0]["author"] == "ada"
-        # the reader resumes where it stopped: the rest of run 2, then run 3 live
-        resumed = sse(f"{live.url}/sessions/chat/events", {**AUTH, "Last-Event-ID": str(seen[-1][0])})
         assert c.post("/sessions/chat/messages", json={"text": "four"}).json() == {"runId": "chat.3",
                                                                                    "queued": False}
         frames = resumed.wait(lambda fs: any(d.get("kind") == "run.end" and d["run_id"] == "chat.3" for _, d in fs))
         wait_idle(c, "chat")
-    interrupted = [d for _, d in frames if d.get("kind") == "run.end" and d["run_id"] == "chat.2"]
-    assert interrupted and interrupted[0]["status"] == "interrupted"
+    ends = [(d["run_id"], d["status"]) for _, d in seen + frames if d.get("kind") == "run.end"]
+    assert ends == [("chat.1", "completed"), ("chat.2", "interrupted"), ("chat.2", "completed"),
+                    ("chat.3", "completed")]
     combined = [i for i, _ in seen] + [i for i, _ in frames]
     assert combined == seqs(store.events("chat")) == list(range(len(combined)))  # each once, seq continuing
     texts = [m["parts"][0]["text"] for m in store.session("chat").get_history()]
-    assert texts == ["one", "echo: one", "four", "echo: four"]  # the interrupted run wrote nothing
+    assert texts == ["one", "echo: one", "two", "echo: two", "three", "echo: three", "four", "echo: four"]
 
 
 CRASHING_SERVER = textwrap.dedent(
@@ -108,7 +109,7 @@ def start_crashing_server(tmp_path, path):
 
 
 @pytest.mark.slow
-def test_a_killed_server_leaves_no_lease_and_its_run_is_closed_on_restart(tmp_path, serve, sse):
+def test_a_killed_server_leaves_no_lease_and_its_run_starts_again_on_restart(tmp_path, serve, sse):
     path = tmp_path / "crash.db"
     proc, url = start_crashing_server(tmp_path, path)
     try:
@@ -128,17 +129,19 @@ def test_a_killed_server_leaves_no_lease_and_its_run_is_closed_on_restart(tmp_pa
     store = sk.open_store(path)
     live = serve(echo_agent(), store)  # the kernel dropped the dead server's lease
     with live.client() as c:
-        state = c.get("/sessions/chat").json()
-        assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "interrupted")]
         reader = sse(f"{live.url}/sessions/chat/events")
-        frames = reader.wait(lambda fs: any(d.get("kind") == "run.end" for _, d in fs))
-        end = [d for _, d in frames if d.get("kind") == "run.end"][0]
-        assert end["run_id"] == "chat.1" and end["error_type"] == "ServerStopped"
+        state = wait_idle(c, "chat")  # the new server ran the accepted message again, without being asked
+        assert [(r["runId"], r["status"], r["attempts"]) for r in state["runs"]] == [("chat.1", "completed", 2)]
+        frames = reader.wait(lambda fs: sum(d.get("kind") == "run.end" for _, d in fs) >= 2)
+        ends = [d for _, d in frames if d.get("kind") == "run.end"]
+        assert [(e["run_id"], e["status"], e["error_type"]) for e in ends] == [
+            ("chat.1", "interrupted", "ServerStopped"), ("chat.1", "completed", None)]
         assert c.post("/sessions/chat/messages", json={"text": "again"}).json() == {"runId": "chat.2",
                                                                                     "queued": False}
-        reader.wait_runs_ended(2)
+        reader.wait_runs_ended(3)
         assert seqs(reader.events()) == list(range(len(reader.events())))
-    assert [m["parts"][0]["text"] for m in store.session("chat").get_history()] == ["again", "echo: again"]
+    assert [m["parts"][0]["text"] for m in store.session("chat").get_history()] == [
+        "doomed", "echo: doomed", "again", "echo: again"]
     store.close()
 
 

@@ -100,7 +100,8 @@ def test_unknown_paths_and_methods(serve, store):
         r = c.put("/sessions/s")
         assert r.status_code == 405 and r.json() == {"error": "method_not_allowed"}
         assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "DELETE"}
-        assert c.get("/sessions").status_code == 405
+        r = c.delete("/sessions")
+        assert r.status_code == 405 and set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
         assert c.get("/sessions/s/messages").status_code == 405
         assert c.post("/sessions/s/events").status_code == 405
         r = c.get("/sessions/s/ws")  # plain HTTP on the WebSocket route
@@ -176,31 +177,49 @@ def test_messages_to_a_busy_session_join_the_active_run_steers_first(serve, stor
 
 
 def test_a_message_after_the_last_turn_boundary_opens_the_next_run(serve, store):
-    """While the run saves its messages it takes no more: the answer names the next run."""
-    live = serve(echo_agent(), store)
-    session = store.session("late")
-    saving, release = threading.Event(), threading.Event()
-    original = session.append_many
+    """Once the run gave its final reply it takes no more (here its output guardrail holds it
+    before it saves): the answer names the next run."""
+    checking, release = threading.Event(), threading.Event()
 
-    def slow_append(messages, **kwargs):
-        saving.set()
+    def slow_check(messages):
+        checking.set()
         release.wait(10)
-        return original(messages, **kwargs)
 
-    session.append_many = slow_append
+    agent = sk.Agent("echo", "", ScriptedModel([echo()] * 5), output_guardrails=[slow_check])
+    live = serve(agent, store)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "late"})
         assert c.post("/sessions/late/messages", json={"text": "one"}).json()["runId"] == "late.1"
-        assert saving.wait(10)
+        assert checking.wait(10)
         answer = c.post("/sessions/late/messages", json={"text": "two"}).json()
         assert answer == {"runId": "late.2", "queued": True}
-        session.append_many = original
         release.set()
         state = wait_idle(c, "late")
     assert [(r["runId"], r["input"], r["status"]) for r in state["runs"]] == [
         ("late.1", "one", "completed"), ("late.2", "two", "completed")]
-    texts = [m["parts"][0]["text"] for m in session.get_history()]
+    texts = [m["parts"][0]["text"] for m in store.session("late").get_history()]
     assert texts == ["one", "echo: one", "two", "echo: two"]
+
+
+def test_a_run_takes_queued_messages_for_a_while_then_the_next_run_takes_the_rest(serve, store):
+    """A long exchange is saved in steps: after ``run_messages`` queued messages, later ones open the next run."""
+    gate = Gate()
+    model = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]}] + [echo()] * 20)
+    live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
+    live.app.state.sessionkit.scheduler.run_messages = 2
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "long"})
+        assert c.post("/sessions/long/messages", json={"text": "start"}).json() == {"runId": "long.1",
+                                                                                    "queued": False}
+        assert gate.entered.wait(10)
+        answers = [c.post("/sessions/long/messages", json={"text": f"more {i}"}).json()["runId"] for i in range(4)]
+        assert answers == ["long.1", "long.1", "long.2", "long.2"]
+        gate.opened.set()
+        state = wait_idle(c, "long")
+    assert [(r["runId"], r["input"], r["status"]) for r in state["runs"]] == [
+        ("long.1", "start", "completed"), ("long.2", "more 2", "completed")]
+    users = [m["parts"][0]["text"] for m in store.session("long").get_history() if m["role"] == "user"]
+    assert users == ["start", "more 0", "more 1", "more 2", "more 3"]
 
 
 def test_delete_during_a_run_cancels_it_and_drops_the_queue(serve, store, sse):
@@ -221,11 +240,51 @@ def test_delete_during_a_run_cancels_it_and_drops_the_queue(serve, store, sse):
         assert c.get("/sessions/d").status_code == 404
         assert "d" not in [s.id for s in store.list_sessions()] and store.runs("d") == [] and store.events("d") == []
         assert len(model.calls) == 1  # the queued message never ran
-        # the id can be used again, from scratch
+        # the id can be used again, from scratch; its run ids are never used again (a tombstone remembers)
         assert c.post("/sessions", json={"sessionId": "d"}).status_code == 201
-        assert c.post("/sessions/d/messages", json={"text": "fresh"}).json() == {"runId": "d.1", "queued": False}
+        assert c.post("/sessions/d/messages", json={"text": "fresh"}).json() == {"runId": "d.2", "queued": False}
         state = wait_idle(c, "d")
         assert [m["text"] for m in state["messages"]] == ["fresh"]
+
+
+@pytest.mark.slow
+def test_a_delete_does_not_wait_for_a_run_that_is_going_idle_behind_its_hold(serve, new_store):
+    # On PostgreSQL a DELETE holds the session's ``accept`` hold while it stops the session's
+    # task; a task whose run just ended waits for that hold to go idle. It gives way at once
+    # instead of leaving the DELETE to time out on it (10 s, then cancelled).
+    import asyncio
+    import time
+
+    from sessionkit.server._coordinate import SharedCoordinator
+
+    store = new_store("postgresql")
+    gate = Gate()
+    model = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]}] + [echo()] * 5)
+    live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
+    server = live.app.state.sessionkit
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "g"})
+        c.post("/sessions/g/messages", json={"text": "start"})
+        assert gate.entered.wait(10)
+        accept = SharedCoordinator._name("accept", "g")
+        assert store.try_hold(accept)  # as a DELETE does, before it stops the session's task
+        try:
+            gate.opened.set()
+            deadline = time.monotonic() + 10
+            while not (store.runs("g") and store.runs("g")[0].status == "completed"):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(0.3)  # the task now waits for the hold, to look for queued messages
+            session = server.sessions.states["g"]
+            assert session.task is not None
+            started = time.monotonic()
+            asyncio.run_coroutine_threadsafe(server.scheduler.stop(session), server.sessions.loop).result(30)
+            assert time.monotonic() - started < 3
+            assert session.task is None
+        finally:
+            store.release_hold(accept)
+        assert c.delete("/sessions/g").status_code == 202
+        assert c.get("/sessions/g").status_code == 404
 
 
 def test_a_failed_run_is_reported_and_the_session_goes_on(serve, store, sse):
@@ -254,6 +313,7 @@ def test_openapi_document_describes_every_route_without_a_token(serve, store):
     assert set(paths) == {"/openapi.json", "/sessions", "/sessions/{sessionId}", "/sessions/{sessionId}/messages",
                           "/sessions/{sessionId}/events", "/sessions/{sessionId}/ws"}
     assert set(paths["/sessions/{sessionId}"]) >= {"get", "delete"}
+    assert set(paths["/sessions"]) == {"get", "post"}
     assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
     assert paths["/openapi.json"]["get"]["security"] == []
     assert "429" in paths["/sessions/{sessionId}/messages"]["post"]["responses"]

@@ -51,3 +51,22 @@ def test_records_survive_reopening(tmp_path):
         st.put_records("s", "server.session", [(0, {"digest": "abc", "lastSeq": 7})])
     with sk.open_store(path) as st:
         assert st.records("s", "server.session") == [(0, {"digest": "abc", "lastSeq": 7})]
+
+
+def test_reopen_run_marks_a_finished_run_running_again_and_keeps_its_events(any_store):
+    st = any_store
+    st.begin_run("s", "s.1", "hello")
+    st.append_events("s", [{"run_id": "s.1", "kind": "run.start"}])
+    st.end_run("s.1", status="interrupted", error="the server stopped", usage={"in": 1})
+    (before,) = st.runs("s")
+    st.reopen_run("s.1")
+    (again,) = st.runs("s")
+    assert (again.status, again.error, again.ended_at, again.usage) == ("running", None, None, None)
+    assert (again.run_id, again.input, again.started_at) == ("s.1", "hello", before.started_at)
+    assert [e["kind"] for e in st.events("s")] == ["run.start"]
+    st.end_run("s.1", status="completed")
+    assert st.runs("s")[0].status == "completed"
+    st.reopen_run("nobody")  # an unknown run: nothing happens
+    assert [r.run_id for r in st.runs("s")] == ["s.1"]
+    with pytest.raises(TypeError):
+        st.reopen_run(5)

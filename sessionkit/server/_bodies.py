@@ -1,0 +1,150 @@
+"""What the server accepts from a client: JSON bodies and frames, ids, resume points.
+
+Everything a client sends is checked here before it reaches a session, and a value
+that is JSON but cannot be handled is refused with ``400 {"error": "invalid_body",
+"detail"}`` (SPEC H9), never a server error:
+
+* nesting deeper than :data:`MAX_DEPTH` (checked on the text, before parsing, so a
+  body nested 100,000 deep costs one scan and no recursion);
+* text that is not UTF-8, or a ``\\uD800``-style escape that leaves a lone
+  surrogate in a string or key (no store or provider can keep it);
+* ``NaN`` and ``Infinity`` (not JSON), and values of the wrong type.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ._scheduler import Rejected
+from ._state import FOLLOW_UP, MODES
+
+__all__ = ["MAX_DEPTH", "Message", "check_session_id", "parse_json", "parse_message", "resume_after"]
+
+#: How deeply a body may nest arrays and objects.
+MAX_DEPTH = 64
+
+#: SPEC H1: what a session id may look like.
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,125}\Z")
+
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_DIGITS = re.compile(r"[0-9]{1,18}\Z")
+
+
+def invalid(detail: str) -> Rejected:
+    return Rejected(400, "invalid_body", detail=detail)
+
+
+def _reject_constant(name: str) -> Any:
+    raise invalid(f"{name} is not a JSON value")
+
+
+def _check_depth(text: str) -> None:
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    depth = 0
+    for match in _TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise invalid(f"the JSON nests deeper than {MAX_DEPTH} levels")
+        elif token in "]}":
+            depth -= 1
+
+
+def _check_strings(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            item.encode("utf-8")
+        elif isinstance(item, dict):
+            for k, v in item.items():
+                k.encode("utf-8")
+                stack.append(v)
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def parse_json(raw: bytes | bytearray | str, *, what: str = "body") -> Any:
+    """Parse a request body or WebSocket frame strictly (see the module docstring)."""
+    if isinstance(raw, (bytes, bytearray)):
+        try:
+            text = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            raise invalid(f"the {what} is not UTF-8") from None
+    else:
+        text = raw
+    if text.startswith("\ufeff"):
+        raise invalid(f"the {what} starts with a byte order mark")
+    _check_depth(text)
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except Rejected:
+        raise
+    except RecursionError:
+        raise invalid(f"the JSON nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError:
+        raise invalid(f"the {what} is not JSON") from None
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            _check_strings(value)
+        except UnicodeEncodeError:
+            raise invalid(f"the {what} holds a lone surrogate (\\uD800-\\uDFFF escape) in a string") from None
+    return value
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message body: ``{text, mode?, author?, context?}``."""
+
+    text: str
+    mode: str
+    author: str | None
+    context: dict | None
+
+
+def parse_message(body: Any) -> Message:
+    if not isinstance(body, dict):
+        raise invalid("the body must be a JSON object with 'text'")
+    text = body.get("text")
+    if not isinstance(text, str) or not text:
+        raise invalid("'text' must be a non-empty string")
+    mode = body.get("mode")
+    if mode is None:
+        mode = FOLLOW_UP
+    if mode not in MODES:
+        raise invalid("'mode' must be 'followUp' or 'steer'")
+    author = body.get("author")
+    if author is not None and not isinstance(author, str):
+        raise invalid("'author' must be a string")
+    context = body.get("context")
+    if context is not None and not isinstance(context, dict):
+        raise invalid("'context' must be a JSON object")
+    return Message(text, mode, author, context)
+
+
+def check_session_id(session_id: Any) -> str:
+    if not isinstance(session_id, str) or not SESSION_ID.match(session_id):
+        raise Rejected(400, "session_id_invalid")
+    return session_id
+
+
+def resume_after(headers: Any, query: Any, *, header: bool = True) -> int | None:
+    """``Last-Event-ID`` (or ``?lastEventId=``): resume after this seq; None for the whole window.
+
+    ASCII digits only (at most 18): ``1_0``, ``+5``, ``-1`` or a fullwidth digit are
+    400 ``last_event_id_invalid``, never read the way Python's ``int()`` would.
+    """
+    value = headers.get("last-event-id") if header else None
+    if value is None or value == "":
+        value = query.get("lastEventId")
+    if value is None or value == "":
+        return None
+    if not _DIGITS.match(value):
+        raise Rejected(400, "last_event_id_invalid")
+    return int(value)

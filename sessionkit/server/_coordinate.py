@@ -1,0 +1,153 @@
+"""Who may drive a session's runs: one server on a file, or several on a shared store.
+
+A coordinator is chosen once, when the server is created, from what the store can
+do (``store.capabilities.coordination``):
+
+* :class:`LocalCoordinator`: a SQLite or DuckDB file (or a store in memory) is
+  served by one process. On a file it holds the server lease (:mod:`._lease`); this
+  process drives every session, decides about every message on its own event loop,
+  and needs nothing from the store to do so.
+* :class:`SharedCoordinator`: several server processes share a PostgreSQL store.
+  Two store-wide holds per session (released by PostgreSQL if a process dies):
+  ``accept``, held for every decision about a session (create, accept a message,
+  go idle, delete), and ``run``, held by the one process driving the session's
+  runs (its *owner*) from the start of a run until it goes idle. Processes tell
+  each other about a session through the store's signals.
+
+The scheduler and the session registry ask the coordinator, never the store's
+engine, so they have no "which kind of store" branches of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ._lease import Lease
+
+log = logging.getLogger("sessionkit.server")
+
+__all__ = ["Busy", "LocalCoordinator", "SharedCoordinator", "coordinator_for"]
+
+#: How long a decision waits for another process's decision on the same session.
+ACCEPT_WAIT = 30.0
+
+
+class Busy(Exception):
+    """Another process held the session for longer than :data:`ACCEPT_WAIT`."""
+
+
+class LocalCoordinator:
+    """One process serves the store: every session is this process's."""
+
+    shared = False
+    #: Sessions a stopped server left busy are looked for once, at start.
+    sweep_every: float | None = None
+
+    def __init__(self, store: Any) -> None:
+        self.lease: Lease | None = None
+        if store.engine in ("sqlite", "duckdb") and store.path is not None:
+            self.lease = Lease(store.path)
+            self.lease.acquire()  # a second server on the file fails here, naming the holder
+
+    def start(self, io: Any, on_signal: Callable[[str, str, Any], None]) -> None:
+        if self.lease is not None:
+            self.lease.acquire()  # again, if a previous shutdown gave it back
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None):
+        yield  # decisions are made on this process's loop, under the session's own lock
+
+    async def take_run(self, key: str) -> bool:
+        return True
+
+    async def release_run(self, key: str) -> None:
+        return None
+
+    async def run_taken(self, key: str) -> bool:
+        return False  # no other process: a session this one does not drive is idle
+
+    async def tell(self, key: str, kind: str, data: Any = None) -> None:
+        return None
+
+
+class SharedCoordinator:
+    """Several processes serve one store (PostgreSQL); see the module docstring."""
+
+    shared = True
+    #: Every so often each process looks for busy sessions whose owner died.
+    sweep_every: float | None = 3.0
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.io: Any = None
+        self.lease = None
+        self._listening = False
+
+    def start(self, io: Any, on_signal: Callable[[str, str, Any], None]) -> None:
+        self.io = io
+        if not self._listening:
+            self.store.on_signal(on_signal)
+            self._listening = True
+
+    def close(self) -> None:
+        return None
+
+    @staticmethod
+    def _name(kind: str, key: str) -> str:
+        return f"server.{kind}\x00{key}"
+
+    @contextlib.asynccontextmanager
+    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None):
+        """Hold ``kind`` for the session across processes; :class:`Busy` after :data:`ACCEPT_WAIT`,
+        or as soon as ``give_up()`` is true while waiting (the holder may be waiting for us)."""
+        name = self._name(kind, key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ACCEPT_WAIT
+        delay = 0.002
+        # Another process (or a request of this one) decides about this session: wait for it
+        # (a hold is a PostgreSQL advisory lock taken without waiting, so this backs off and retries).
+        while not await self.io.read(self.store.try_hold, name):
+            if loop.time() > deadline or (give_up is not None and give_up()):
+                raise Busy(key)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        try:
+            yield
+        finally:
+            await self._release(name)
+
+    async def _release(self, name: str) -> None:
+        try:
+            await self.io.read(self.store.release_hold, name)
+        except Exception:
+            log.exception("sessionkit server: could not give back the store hold %r", name)
+
+    async def take_run(self, key: str) -> bool:
+        return bool(await self.io.read(self.store.try_hold, self._name("run", key)))
+
+    async def release_run(self, key: str) -> None:
+        await self._release(self._name("run", key))
+
+    async def run_taken(self, key: str) -> bool:
+        return bool(await self.io.read(self.store.hold_taken, self._name("run", key)))
+
+    async def tell(self, key: str, kind: str, data: Any = None) -> None:
+        try:
+            await self.io.read(self.store.signal, key, kind, data)
+        except Exception:
+            log.exception("sessionkit server: could not signal %s about %r to the other processes", kind, key)
+
+
+def coordinator_for(store: Any) -> LocalCoordinator | SharedCoordinator:
+    """The coordinator the store calls for, chosen once."""
+    if store.capabilities.coordination:
+        return SharedCoordinator(store)
+    return LocalCoordinator(store)

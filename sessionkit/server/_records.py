@@ -1,0 +1,455 @@
+"""The server's durable records: what it keeps in the store, under which keys, and why.
+
+Everything the server must find again after a restart lives in the store, as
+records beside each session (:meth:`~sessionkit.Store.records`), written through
+the store's public API only. Per session, under its *stored key* (below):
+
+=====================  ====  =========================================================
+kind                   n     value
+=====================  ====  =========================================================
+``server.session``     0     ``{createdAt}``: the session exists (its presence is the test)
+``server.digest``      0     ``{digest, lastSeq}``: the conversation's digest, changed in
+                             the same transaction as the conversation
+``server.message``     1..   ``{run, text, mode, queued, at, author?, pending?}``: what
+                             callers sent, and the run it belongs to
+``server.run``         n     ``{attempts, agentId, state}``: each run of the session;
+                             ``state`` is ``queued``, ``running``, ``saved`` (its messages
+                             are in the conversation) or ``done`` (its end is recorded)
+``server.status``      0     shared stores only: the driving worker's view (active run,
+                             whether it takes messages, the queue), for the other workers
+``server.tombstone``   0     ``{runN, deletedAt}``: left by ``DELETE``, so a session created
+                             again under the same id never reuses a run id
+=====================  ====  =========================================================
+
+Two store-wide indexes live under reserved keys (a session id never starts with
+``~``), one record per session, ``n`` a 63-bit hash of the session's key or id:
+
+* ``~sessionkit/busy`` (``server.busy``): sessions with a run active or waiting
+  (``{"key"}``, or ``null`` once idle). A server that starts reads it to retry
+  what a stopped server left unfinished.
+* ``~sessionkit/index/<principal hash>`` (``server.index``): a principal's sessions
+  (``{sessionId, key, createdAt, updatedAt, firstRun, runN}``, ``null`` once
+  deleted), for ``GET /sessions``.
+
+Stored keys (SPEC H9): the bearer token's sessions keep their ids; a session of an
+``authenticate`` principal is stored as ``<16 hex characters>/<id>``, the hex being
+the start of the SHA-256 of the principal id, so the principal itself is never
+stored. Sessions stored by earlier versions under ``<principal, percent-escaped>/<id>``
+are still found (:func:`legacy_key`).
+
+Crash safety: every change of state is one transaction (see :mod:`._storeio`), and
+the digest moves in the transaction that saves a run's messages, so a server killed
+at any moment leaves records that say exactly what happened: :func:`plan_recovery`
+reads them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from .. import messages as _msg
+
+__all__ = [
+    "BUSY",
+    "BUSY_KEY",
+    "DIGEST",
+    "INDEX",
+    "MAX_ATTEMPTS",
+    "MESSAGE",
+    "RUN",
+    "SESSION",
+    "STATUS",
+    "TOMBSTONE",
+    "Snapshot",
+    "chain_digest",
+    "conversation_digest",
+    "index_key",
+    "legacy_digest",
+    "legacy_key",
+    "principal_hash",
+    "public_id_of",
+    "read_snapshot",
+    "slot",
+    "stored_key",
+]
+
+SESSION = "server.session"
+DIGEST = "server.digest"
+MESSAGE = "server.message"
+RUN = "server.run"
+STATUS = "server.status"
+TOMBSTONE = "server.tombstone"
+BUSY = "server.busy"
+INDEX = "server.index"
+META = "server.meta"
+
+BUSY_KEY = "~sessionkit/busy"
+INDEX_PREFIX = "~sessionkit/index/"
+META_KEY = "~sessionkit/meta"
+
+#: A run is started at most this many times; a server stopped during its last attempt records it failed.
+MAX_ATTEMPTS = 3
+
+
+# ---------------------------------------------------------------------------
+# keys
+
+
+def principal_hash(principal: str) -> str:
+    """The 16 hex characters that stand for a principal in stored keys (SHA-256 of its UTF-8)."""
+    return hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def stored_key(principal: str, session_id: str) -> str:
+    """The store's key of a principal's session (the id itself for the bearer token)."""
+    if principal == "":
+        return session_id
+    return f"{principal_hash(principal)}/{session_id}"
+
+
+def legacy_key(principal: str, session_id: str) -> str | None:
+    """Where earlier versions stored a principal's session (``<escaped principal>/<id>``)."""
+    if principal == "":
+        return None
+    return f"{quote(principal, safe='')}/{session_id}"
+
+
+def index_key(principal: str) -> str:
+    """The reserved key of a principal's session index."""
+    return INDEX_PREFIX + ("token" if principal == "" else principal_hash(principal))
+
+
+def public_id_of(key: str) -> str:
+    """The session id a stored key stands for (ids never contain ``/``)."""
+    return key.rsplit("/", 1)[-1]
+
+
+def slot(text: str) -> int:
+    """A record number for ``text`` in an index: 63 bits of its SHA-256."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8], "big") >> 1
+
+
+def run_number(key: str, run_id: str) -> int | None:
+    """``n`` of the stored run id ``<key>.<n>``, or None for a run id of another shape."""
+    prefix = key + "."
+    if run_id.startswith(prefix):
+        rest = run_id[len(prefix):]
+        if rest.isascii() and rest.isdigit():
+            return int(rest)
+    return None
+
+
+# ---------------------------------------------------------------------------
+# digests
+
+
+_CHAIN_START = "c1:" + hashlib.sha256(b"sessionkit conversation").hexdigest()
+
+
+def _canonical(message: dict) -> bytes:
+    return json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass")
+
+
+def chain_digest(previous: str | None, messages) -> str:
+    """Extend a conversation digest by ``messages`` (the digest of a path is its messages chained).
+
+    ``chain_digest(None, path)`` is the digest of a whole path, and
+    ``chain_digest(chain_digest(None, a), b) == chain_digest(None, a + b)``, so a run
+    that appends messages moves the digest on without reading the conversation again.
+    """
+    digest = previous or _CHAIN_START
+    for message in messages:
+        h = hashlib.sha256(digest.encode("ascii"))
+        h.update(b"\n")
+        h.update(_canonical(message))
+        digest = "c1:" + h.hexdigest()
+    return digest
+
+
+def conversation_digest(messages) -> str:
+    """The digest of a whole path (see :func:`chain_digest`)."""
+    return chain_digest(None, messages)
+
+
+def legacy_digest(messages) -> str:
+    """The digest earlier versions stored (SHA-256 over the messages, one line each)."""
+    h = hashlib.sha256()
+    for message in messages:
+        h.update(_canonical(message))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def digest_matches(stored: str | None, path: list[dict]) -> bool:
+    """Whether ``path`` is the conversation the stored digest (either format) describes."""
+    if stored is None:
+        return True
+    if stored.startswith("c1:"):
+        return conversation_digest(path) == stored
+    return legacy_digest(path) == stored
+
+
+# ---------------------------------------------------------------------------
+# reading a session's records
+
+
+@dataclass
+class Snapshot:
+    """A session's records as read at one moment."""
+
+    key: str
+    session: dict | None = None
+    tombstone: dict | None = None
+    digest: str | None = None
+    last_seq: int | None = None
+    messages: list[tuple[int, dict]] = field(default_factory=list)
+    runs: dict[int, dict] = field(default_factory=dict)
+    run_records: list[Any] = field(default_factory=list)
+    status: dict | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.session is not None
+
+    def top_run(self) -> int:
+        """The highest run number this key ever used (tombstone, messages, runs, status)."""
+        top = 0
+        if self.tombstone and isinstance(self.tombstone.get("runN"), int):
+            top = self.tombstone["runN"]
+        for _, value in self.messages:
+            if isinstance(value.get("run"), int):
+                top = max(top, value["run"])
+        if self.runs:
+            top = max(top, max(self.runs))
+        for record in self.run_records:
+            n = run_number(self.key, record.run_id)
+            if n is not None:
+                top = max(top, n)
+        if self.status and isinstance(self.status.get("runN"), int):
+            top = max(top, self.status["runN"])
+        return top
+
+    def next_message(self) -> int:
+        return self.messages[-1][0] + 1 if self.messages else 1
+
+    def record_of(self, n: int):
+        run_id = f"{self.key}.{n}"
+        for record in self.run_records:
+            if record.run_id == run_id:
+                return record
+        return None
+
+
+def _first(rows) -> Any:
+    return rows[0][1] if rows else None
+
+
+def read_snapshot(store, key: str, *, status: bool = False, runs: bool = True) -> Snapshot:
+    """Read a session's records (a blocking call: run it off the event loop)."""
+    snap = Snapshot(key)
+    snap.session = _first(store.records(key, SESSION))
+    snap.tombstone = _first(store.records(key, TOMBSTONE))
+    if snap.session is None:
+        return snap
+    digest = _first(store.records(key, DIGEST))
+    if isinstance(digest, dict):
+        snap.digest = digest.get("digest")
+        snap.last_seq = digest.get("lastSeq") if isinstance(digest.get("lastSeq"), int) else None
+    else:  # written by an earlier version: kept in the session record
+        snap.digest = snap.session.get("digest")
+        hint = snap.session.get("lastSeq")
+        snap.last_seq = hint if isinstance(hint, int) else None
+    snap.messages = [(n, v) for n, v in store.records(key, MESSAGE) if isinstance(v, dict)]
+    if runs:
+        snap.runs = {n: v for n, v in store.records(key, RUN) if isinstance(v, dict)}
+        snap.run_records = store.runs(key)
+    if status:
+        value = _first(store.records(key, STATUS))
+        snap.status = value if isinstance(value, dict) else None
+    return snap
+
+
+def last_event_seq(store, key: str, hint: int | None) -> int:
+    """The seq of a session's last stored event (-1 when none), reading from ``hint`` on."""
+    events = store.events(key, hint if isinstance(hint, int) and hint >= 0 else None)
+    if events:
+        return events[-1]["seq"]
+    return hint if isinstance(hint, int) and hint >= 0 else -1
+
+
+# ---------------------------------------------------------------------------
+# checking the conversation, and what a stopped server left behind
+
+
+STOPPED = "the server stopped during this run"
+CHANGED = "the conversation was changed behind the server's back; the run is not started again"
+
+
+@dataclass
+class Verdict:
+    """Whether the stored conversation is the one the server's digest describes."""
+
+    ok: bool
+    digest: str | None = None  # the digest to store now (a format upgrade, a legacy run's messages)
+    saved_legacy: frozenset = frozenset()  # runs of an earlier version whose messages are stored
+    path: list = field(default_factory=list, repr=False)
+
+
+def verify(store, snap: Snapshot) -> Verdict:
+    """Compare the conversation with the stored digest (a blocking read of the whole path).
+
+    A run recorded ``running`` by an earlier version, whose server stopped between
+    saving its messages and recording the new digest, left its messages at the end of
+    the conversation: without them the conversation matches, and the run is counted
+    as saved.
+    """
+    path = store.session(snap.key).get_history(compacted=False)
+    stored = snap.digest
+    if digest_matches(stored, path):
+        upgrade = stored is not None and not stored.startswith("c1:")
+        return Verdict(True, conversation_digest(path) if upgrade or stored is None else None, path=path)
+    known = {f"{snap.key}.{n}" for n in snap.runs}
+    stale = {r.run_id for r in snap.run_records if r.status == "running" and r.run_id not in known}
+    tail = len(path)
+    saved = set()
+    while tail and (path[tail - 1].get("metadata") or {}).get("run_id") in stale:
+        saved.add(path[tail - 1]["metadata"]["run_id"])
+        tail -= 1
+    if saved and digest_matches(stored, path[:tail]):
+        return Verdict(True, conversation_digest(path), frozenset(saved), path=path)
+    return Verdict(False, path=path)
+
+
+@dataclass
+class Retry:
+    """A run to start (again): its number, how often it started, its messages in order."""
+
+    n: int
+    attempts: int
+    recorded: bool  # the store has a run record for it (a retry reopens it)
+    messages: list[tuple[int, dict]]
+
+
+@dataclass
+class Recovery:
+    """What :func:`plan_recovery` found: runs to start, and the events it stored."""
+
+    retries: list[Retry] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+
+def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> Recovery:
+    """Close what a stopped server left half-done (call it inside one transaction).
+
+    For each run not ``done``:
+
+    * ``saved``: its messages are in the conversation (the digest moved with them):
+      its end is recorded ``completed`` if the server stopped before recording it;
+    * recorded ``completed`` or ``failed`` by the agent: nothing more to do;
+    * otherwise it was queued, or running when the server stopped (a ``running``
+      record is closed ``interrupted`` with a ``run.end`` event): it runs again with
+      the messages accepted for it, unless it already started ``MAX_ATTEMPTS``
+      times or the conversation changed behind the server's back, in which case it
+      is recorded ``failed`` with the reason.
+
+    Runs recorded ``running`` by an earlier version (no ``server.run`` record) are
+    closed as that version did: ``completed`` when :func:`verify` found their
+    messages stored, else ``interrupted``.
+    """
+    out = Recovery()
+    key = snap.key
+    by_run: dict[int, list[tuple[int, dict]]] = {}
+    for n, value in snap.messages:
+        if isinstance(value.get("run"), int):
+            by_run.setdefault(value["run"], []).append((n, value))
+    run_updates: list[tuple[int, dict]] = []
+    message_updates: list[tuple[int, dict]] = []
+    events: list[dict] = []
+
+    def end(run_id: str, status: str, error: str | None, error_type: str | None = None) -> None:
+        store.end_run(run_id, status=status, error=error)
+        events.append({"run_id": run_id, "kind": "run.end", "status": status, "error": error,
+                       "error_type": error_type, "usage": None})
+
+    for n in sorted(snap.runs):
+        value = snap.runs[n]
+        state = value.get("state")
+        if state == "done":
+            continue
+        run_id = f"{key}.{n}"
+        record = snap.record_of(n)
+        status = record.status if record is not None else None
+        attempts_value = value.get("attempts")
+        attempts: int = attempts_value if isinstance(attempts_value, int) else 0
+        if state == "saved" or status in ("completed", "failed"):
+            if status == "running":
+                end(run_id, "completed", None)
+            run_updates.append((n, dict(value, state="done")))
+            continue
+        if status == "running":  # cut short: closed now, started again below
+            end(run_id, "interrupted", STOPPED, "ServerStopped")
+        messages = by_run.get(n, [])
+        reason = None
+        if not verdict.ok:
+            reason = CHANGED
+        elif attempts >= MAX_ATTEMPTS:
+            reason = f"{STOPPED} {attempts} times; it is not started again"
+        elif not messages:
+            reason = "no message was recorded for this run"
+        if reason is None:
+            out.retries.append(Retry(n, attempts, record is not None, messages))
+            for rec_n, rec in messages:
+                if rec.get("pending"):
+                    message_updates.append((rec_n, {k: v for k, v in rec.items() if k != "pending"}))
+            continue
+        if record is None:
+            store.begin_run(key, run_id, messages[0][1].get("text") if messages else None)
+        end(run_id, "failed", reason, "ServerStopped")
+        run_updates.append((n, dict(value, state="done", error=reason)))
+        out.failed.append(n)
+
+    known = {f"{key}.{n}" for n in snap.runs}
+    for record in snap.run_records:
+        if record.status != "running" or record.run_id in known:
+            continue
+        legacy_n = run_number(key, record.run_id)
+        if record.run_id in verdict.saved_legacy:
+            end(record.run_id, "completed", None)
+        else:
+            end(record.run_id, "interrupted", STOPPED, "ServerStopped")
+        if legacy_n is not None:
+            run_updates.append((legacy_n, {"attempts": 1, "agentId": agent_id, "state": "done"}))
+
+    if verdict.digest is not None:
+        store.put_records(key, DIGEST, [(0, {"digest": verdict.digest, "lastSeq": snap.last_seq})])
+    if run_updates:
+        store.put_records(key, RUN, run_updates)
+    if message_updates:
+        store.put_records(key, MESSAGE, message_updates)
+    if events:
+        out.events = store.append_events(key, events)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# small values
+
+
+def now() -> str:
+    return _msg.now_iso()
+
+
+def message_value(run: int, text: str, mode: str, author: str | None, *, queued: bool,
+                  pending: bool = False) -> dict:
+    value: dict = {"run": run, "text": text, "mode": mode, "queued": queued, "at": now()}
+    if author is not None:
+        value["author"] = author
+    if pending:
+        value["pending"] = True
+    return value

@@ -1,0 +1,140 @@
+"""H9: a body that is JSON but not acceptable is 400 invalid_body with a detail, never 500;
+strict Last-Event-ID; stalled clients are dropped."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+from websockets.sync.client import connect
+
+from sessionkit.server._serve import TimedH11Protocol
+
+from live_server import AUTH, TOKEN, echo_agent, wait_idle
+
+DEEP = 50_000
+
+BAD_BODIES = {
+    "nested 65 deep": b'{"text": "x", "context": ' + b'{"a": ' * 64 + b"1" + b"}" * 64 + b"}",
+    "nested 50,000 deep": b"[" * DEEP + b"]" * DEEP,
+    "nested 50,000 deep, unclosed": b'{"text": ' + b"[" * DEEP,
+    "lone surrogate in text": b'{"text": "hi \\ud800 there"}',
+    "lone surrogate in author": b'{"text": "hi", "author": "\\udfff"}',
+    "lone surrogate in a context key": b'{"text": "hi", "context": {"\\ud83d": 1}}',
+    "NaN": b'{"text": "hi", "context": {"x": NaN}}',
+    "Infinity": b'{"text": "hi", "context": {"x": -Infinity}}',
+    "not UTF-8": b'{"text": "\xff\xfe"}',
+    "a byte order mark": "\ufeff".encode() + b'{"text": "hi"}',
+    "a huge integer": b'{"text": "hi", "context": {"n": ' + b"9" * 5000 + b"}}",
+    "text a list": b'{"text": ["hi"]}',
+    "mode a number": b'{"text": "hi", "mode": 1}',
+    "context a string": b'{"text": "hi", "context": "{}"}',
+    "context an array": b'{"text": "hi", "context": [1]}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BODIES))
+def test_unacceptable_json_bodies_are_400_with_a_detail(serve, store, case):
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "b"})
+        r = c.post("/sessions/b/messages", content=BAD_BODIES[case], headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, (case, r.text)
+        body = r.json()
+        assert body["error"] == "invalid_body" and isinstance(body["detail"], str) and body["detail"], body
+        assert c.get("/sessions/b").json()["messages"] == []
+
+
+def test_the_depth_limit_is_64_and_surrogate_pairs_are_fine(serve, store):
+    live = serve(echo_agent(), store)
+    deep_ok = '{"text": "x", "context": ' + '{"a": ' * 62 + "1" + "}" * 62 + "}"
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "b"})
+        r = c.post("/sessions/b/messages", content=deep_ok, headers={"Content-Type": "application/json"})
+        assert r.status_code == 202, r.text
+        r = c.post("/sessions/b/messages", content=b'{"text": "emoji \\ud83d\\ude00 pair"}',
+                   headers={"Content-Type": "application/json"})
+        assert r.status_code == 202
+        r = c.post("/sessions", content=b'{"sessionId": ' + b"[" * DEEP, headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()["error"]) == (400, "invalid_body")
+        wait_idle(c, "b")
+    assert "emoji \U0001f600 pair" in [m["parts"][0]["text"] for m in store.session("b").get_history()]
+
+
+def test_websocket_frames_that_cannot_be_handled_get_invalid_body_and_the_socket_stays(serve, store):
+    live = serve(echo_agent(), store, max_body_bytes=500_000)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "w"})
+    frames = ["[" * 100_000, '{"text": "\\ud800"}', '{"text": "x", "context": 3}', '{"text": NaN}']
+    with connect(f"{live.ws_url}/sessions/w/ws", additional_headers=AUTH, open_timeout=5,
+                 max_size=2**22) as ws:
+        for frame in frames:
+            ws.send(frame)
+            reply = json.loads(ws.recv(timeout=5))
+            assert reply["error"] == "invalid_body" and reply["detail"], (frame[:20], reply)
+        ws.send(json.dumps({"text": "still here", "context": {"k": "v"}}))
+        assert json.loads(ws.recv(timeout=5)) == {"runId": "w.1", "queued": False}
+
+
+@pytest.mark.parametrize("value", ["1_0", "+5", "-1", " 5", "５", "0x5", "1e3", "9" * 19])
+def test_last_event_id_is_ascii_digits_only(serve, store, value):
+    live = serve(echo_agent(), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "m"})
+        r = c.get("/sessions/m/events", params={"lastEventId": value})
+        assert (r.status_code, r.json()) == (400, {"error": "last_event_id_invalid"}), value
+        if value.isascii() and value == value.strip():
+            r = c.get("/sessions/m/events", headers={"Last-Event-ID": value})
+            assert (r.status_code, r.json()) == (400, {"error": "last_event_id_invalid"}), value
+
+
+def test_a_body_that_never_ends_gets_408(serve, store):
+    live = serve(echo_agent(), store, body_timeout=0.5)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "s"})
+    with socket.create_connection(("127.0.0.1", live.port), timeout=10) as s:
+        s.sendall((f"POST /sessions/s/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n").encode() + b'{"text": ')
+        started = time.monotonic()
+        answer = s.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 408") and "request_timeout" in answer
+    assert time.monotonic() - started < 5
+
+
+def _closed_within(port: int, payload: bytes, seconds: float) -> float:
+    """Send ``payload`` and wait for the server to close the connection; returns how long it took."""
+    with socket.create_connection(("127.0.0.1", port), timeout=seconds + 5) as s:
+        if payload:
+            s.sendall(payload)
+        started = time.monotonic()
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return time.monotonic() - started
+
+
+def test_stalled_connections_are_dropped_by_sessionkit_serves_protocol(serve, store, monkeypatch):
+    monkeypatch.setenv("SESSIONKIT_SERVE_TIMEOUT_REQUEST", "0.5")
+    live = serve(echo_agent(), store, uvicorn_config={"http": TimedH11Protocol, "timeout_keep_alive": 1})
+    # nothing at all, half a request line, headers that never end
+    for payload in (b"", b"GET /sessions HT", b"GET /sessions HTTP/1.1\r\nHost: x\r\nX-Slow: 1"):
+        assert _closed_within(live.port, payload, 0.5) < 3, payload
+    # a complete request is answered, then an idle keep-alive connection goes after timeout_keep_alive
+    with socket.create_connection(("127.0.0.1", live.port), timeout=10) as s:
+        s.sendall(f"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        while s.recv(65536):
+            pass
+        assert time.monotonic() - started < 4
+    # an event stream is not a stalled request: it stays open past the timeout
+    with socket.create_connection(("127.0.0.1", live.port), timeout=10) as s:
+        with live.client() as c:
+            c.post("/sessions", json={"sessionId": "open"})
+        s.sendall(f"GET /sessions/open/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
+        assert s.recv(65536).startswith(b"HTTP/1.1 200")
+        s.settimeout(1.5)
+        with pytest.raises(socket.timeout):
+            s.recv(65536)  # nothing to say, and still open
