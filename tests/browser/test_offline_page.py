@@ -28,7 +28,7 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
     tree = sk.widgets.BranchTree(s)
     tree.to_html(tmp_path / "tree.html")
     page.goto((tmp_path / "tree.html").as_uri())
-    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=10_000)
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=30_000)
     data = tree_data(s)
     rows = outline_rows(data)
     assert not any(r[0] == "node" and data.ids[r[1]] == "a2" for r in rows)  # a2 sits in the collapsed chain
@@ -36,31 +36,31 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
     scroller = page.locator(".sk-tree-scroll")
     scroller.click(position={"x": 150, "y": more * 22 + 11})  # expand the chain
     page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.rows === String(%d)"
-                           % len(outline_rows(data, expanded={data.index()["sys"]})), timeout=5_000)
+                           % len(outline_rows(data, expanded={data.index()["sys"]})), timeout=30_000)
     expanded = outline_rows(data, expanded={data.index()["sys"]})
     row = next(k for k, r in enumerate(expanded) if r[0] == "node" and data.ids[r[1]] == "a2")
     scroller.click(position={"x": 150, "y": row * 22 + 11})
-    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.selected === 'a2'", timeout=5_000)
+    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.selected === 'a2'", timeout=30_000)
     panel = page.locator(".sk-tree-panel")
-    panel.get_by_text("Let me check the weather first.").wait_for(timeout=5_000)
+    panel.get_by_text("Let me check the weather first.").wait_for(timeout=30_000)
     assert "rain_days" in panel.inner_text()
     page.screenshot(path=str(screenshots / "offline-tree.png"))
 
     sk.widgets.Transcript(s, "a4").to_html(tmp_path / "chat.html")
     page.goto((tmp_path / "chat.html").as_uri())
     view = page.locator(".sk-transcript-view")
-    view.wait_for(timeout=10_000)
+    view.wait_for(timeout=30_000)
     assert view.get_attribute("data-entries") == str(len(s.get_history(leaf_id="a4")))
     page.locator("button[data-mode='full']").click()
-    page.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.mode === 'full'", timeout=5_000)
+    page.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.mode === 'full'", timeout=30_000)
     assert view.get_attribute("data-entries") == str(len(s.get_history(leaf_id="a4", compacted=False)))
-    page.get_by_text("Great. Where should we eat?").first.wait_for(timeout=5_000)
+    page.get_by_text("Great. Where should we eat?").first.wait_for(timeout=30_000)
 
     agent = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel(nbhelpers.run_script()), tools=[nbhelpers.weather])
     result = agent.run_sync("Plan a day", session=store.session("r"))
     sk.widgets.RunView(result).to_html(tmp_path / "run.html")
     page.goto((tmp_path / "run.html").as_uri())
-    page.wait_for_selector(".sk-run-view[data-status='completed']", timeout=10_000)
+    page.wait_for_selector(".sk-run-view[data-status='completed']", timeout=30_000)
     assert page.locator(".skr-turn").count() == 2
     assert result.text in page.locator(".sk-run-view").inner_text()
     assert not page.errors, page.errors
@@ -107,7 +107,7 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     tree = sk.widgets.BranchTree(s, collapse=False, selected_id="a1", compare_id="a2")
     tree.to_html(tmp_path / "forked.html")
     page.goto((tmp_path / "forked.html").as_uri())
-    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=10_000)
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=30_000)
     assert not page.errors, page.errors  # the payload with <!-- and </script> parsed
     toolbar = page.locator(".sk-tree-view .sk-toolbar").inner_text()
     assert "1 branch point ·" in toolbar and "2 leaves" in toolbar and "0 compactions" in toolbar
@@ -123,7 +123,7 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     expected = tree.compare("a1", "a4")
     page.wait_for_function("n => [...document.querySelectorAll('.sk-diff tr')].some(r => "
                            "r.textContent.startsWith('messages') && r.children[2].textContent === n)",
-                           arg=str(expected["b"]["messages"]), timeout=5_000)
+                           arg=str(expected["b"]["messages"]), timeout=30_000)
     cells = _diff_cells(page)
     assert cells["messages"] == [str(expected["a"]["messages"]), str(expected["b"]["messages"])]
     assert cells["tool calls"] == [str(expected["a"]["tool_calls"]), str(expected["b"]["tool_calls"])]
@@ -136,7 +136,7 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     # another comparison: the panel follows again
     _click_row(page, data, rows, "a3", shift=True)
     page.wait_for_function("() => [...document.querySelectorAll('.sk-diff tr')].some(r => r.textContent.startsWith('messages') && r.children[2].textContent === '3')",
-                           timeout=5_000)
+                           timeout=30_000)
     assert _diff_cells(page)["cost"][1] == "unknown"
     assert not page.errors, page.errors
 
@@ -154,7 +154,7 @@ def test_offline_run_view_opens_at_the_start_and_pads_the_interruption(page, tmp
                    "ts": "2025-01-01T00:00:01Z"})
     sk.widgets.RunView(events, height=240).to_html(tmp_path / "runs.html")
     page.goto((tmp_path / "runs.html").as_uri())
-    page.wait_for_selector(".sk-run-view[data-status='interrupted']", timeout=10_000)
+    page.wait_for_selector(".sk-run-view[data-status='interrupted']", timeout=30_000)
     body = page.locator(".sk-run-body")
     assert body.evaluate("el => el.scrollHeight > el.clientHeight + 100")  # taller than its height
     assert body.evaluate("el => el.scrollTop") == 0  # opens at the first run, not scrolled past it
@@ -176,13 +176,13 @@ def test_tree_rows_are_text_in_the_page_and_follow_the_keyboard(page, tmp_path, 
     tree = sk.widgets.BranchTree(s)
     tree.to_html(tmp_path / "tree.html")
     page.goto((tmp_path / "tree.html").as_uri())
-    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=10_000)
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=30_000)
     data = tree_data(s)
     rows = outline_rows(data)
     # every row in view is a DOM row with its text, in the order of the outline
     page.wait_for_function("() => document.querySelectorAll('.sk-row[data-id]').length > 0 && "
                            "![...document.querySelectorAll('.sk-row-text')].some(e => e.textContent === '…')",
-                           timeout=5_000)
+                           timeout=30_000)
     shown = page.eval_on_selector_all(".sk-row", "els => els.map(e => [Number(e.dataset.row), e.dataset.id || null])")
     assert [r for r, _ in shown] == list(range(len(rows)))
     assert [mid for _, mid in shown] == [data.ids[r[1]] if r[0] == "node" else None for r in rows]
@@ -202,7 +202,7 @@ def test_tree_rows_are_text_in_the_page_and_follow_the_keyboard(page, tmp_path, 
     view = page.locator(".sk-tree-view")
     view.focus()
     page.keyboard.press("Home")
-    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.selected === 'sys'", timeout=5_000)
+    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.selected === 'sys'", timeout=30_000)
     more = next(k for k, r in enumerate(rows) if r[0] == "more")
     for _ in range(more):
         page.keyboard.press("ArrowDown")
@@ -210,17 +210,17 @@ def test_tree_rows_are_text_in_the_page_and_follow_the_keyboard(page, tmp_path, 
     page.keyboard.press("Enter")  # expands the collapsed chain
     expanded = outline_rows(data, expanded={data.index()["sys"]})
     page.wait_for_function("n => document.querySelector('.sk-tree-view').dataset.rows === String(n)",
-                           arg=len(expanded), timeout=5_000)
+                           arg=len(expanded), timeout=30_000)
     page.keyboard.press("ArrowDown")
     after = expanded[more + 1]
     expect = data.ids[after[1]] if after[0] == "node" else None
     if expect:
         page.wait_for_function("id => document.querySelector('.sk-tree-view').dataset.selected === id",
-                               arg=expect, timeout=5_000)
+                               arg=expect, timeout=30_000)
     page.keyboard.press("End")
     last = next(data.ids[r[1]] for r in reversed(expanded) if r[0] == "node")
     page.wait_for_function("id => document.querySelector('.sk-tree-view').dataset.selected === id", arg=last,
-                           timeout=5_000)
+                           timeout=30_000)
     assert page.locator(f".sk-row[data-id='{last}']").get_attribute("aria-selected") == "true"
     page.screenshot(path=str(screenshots / "offline-tree-dom-rows.png"))
     assert not page.errors, page.errors
