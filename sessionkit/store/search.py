@@ -12,6 +12,7 @@ list of terms and phrases.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from dataclasses import dataclass
@@ -139,13 +140,16 @@ def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
     if not spans:
         return []
     words = [(m.start(), m.end()) for m in _READ_WORD.finditer(text)]
+    starts = [ws for ws, _ in words]  # words do not overlap: sorted by start and by end
     widened = []
     for s, e in spans:
-        for ws, we in words:
-            if ws <= s < we:
-                s = ws
-            if ws < e <= we:
-                e = we
+        # the word holding s (the last starting at or before it) and the one holding e - 1
+        k = bisect.bisect_right(starts, s) - 1
+        if k >= 0 and words[k][0] <= s < words[k][1]:
+            s = words[k][0]
+        k = bisect.bisect_right(starts, e - 1) - 1
+        if k >= 0 and words[k][0] < e <= words[k][1]:
+            e = words[k][1]
         widened.append((s, e))
     widened.sort()
     merged = [widened[0]]
