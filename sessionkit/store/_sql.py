@@ -986,12 +986,16 @@ class SQLEngine(Engine):
         return Node(seq, prep.id, parent.id, parent.depth + 1, prep.bytes, prep.tokens,
                     parent.path_bytes + prep.bytes, parent.path_tokens + prep.tokens, created_at, prep.role)
 
-    @staticmethod
-    def message_values(sid: str, node: Node, head: str, nchunks: int, prep) -> tuple:
+    def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep) -> tuple:
         """The values of the shared message columns, as ``STATEMENTS["insert"]`` lists them."""
         return (sid, node.id, node.parent_id, node.depth, node.role, node.created_at, node.bytes, node.tokens,
-                node.path_bytes, node.path_tokens, nchunks, prep.text, prep.n_parts, prep.tool_names,
-                prep.metadata, head)
+                node.path_bytes, node.path_tokens, nchunks, self.stored_text(prep.text), prep.n_parts,
+                prep.tool_names, prep.metadata, head)
+
+    def stored_text(self, text: str | None) -> str | None:
+        """The analysis ``text`` column's value for a message's text (an engine whose text
+        type cannot hold a character replaces it; the message itself keeps it)."""
+        return text
 
     def w_insert(self, sid, prep, parent, created_at, index):
         node = self.placed(prep, parent, created_at)
@@ -1097,7 +1101,8 @@ class SQLEngine(Engine):
         head, chunks = self.split(prep.stored_json)
         d_bytes, d_tokens = prep.bytes - node.bytes, prep.tokens - node.tokens
         self.execute(self.sql["update"], (prep.role, prep.bytes, prep.tokens, d_bytes, d_tokens, len(chunks),
-                                          prep.text, prep.n_parts, prep.tool_names, prep.metadata, head, node.seq))
+                                          self.stored_text(prep.text), prep.n_parts, prep.tool_names, prep.metadata,
+                                          head, node.seq))
         self.log_change(sid, "update", node.seq)
         self.update_extras(sid, node, prep, index)
         self.execute(self.sql["delete_chunks"], (self.listed([node.seq]),))
@@ -1217,7 +1222,7 @@ class SQLEngine(Engine):
 
     def update_analysis_columns(self, values: list) -> None:
         """``(text, n_parts, tool_names, metadata, seq)`` rows (the version 6 migration)."""
-        self.execute_many(self.sql["fill_analysis"], values)
+        self.execute_many(self.sql["fill_analysis"], [(self.stored_text(v[0]), *v[1:]) for v in values])
 
     def w_put_records(self, sid, kind, items):
         latest = dict(items)  # the last value for a number wins

@@ -488,6 +488,12 @@ class PostgresEngine(SQLEngine):
         return self.fetch_one("SELECT to_regclass(%s)", (f"{self.quote(self.schema)}.{self.quote(name)}",))[0] \
             is not None
 
+    def stored_text(self, text: str | None) -> str | None:
+        # PostgreSQL text cannot hold NUL: the analysis column shows U+FFFD in its place
+        # (like NUL, not a word character, so search tokens are the same); the message's
+        # JSON keeps the NUL.
+        return text.replace("\x00", "\ufffd") if text and "\x00" in text else text
+
     def translate(self, exc):
         text = str(exc).strip()
         if isinstance(exc, psycopg.DataError) and "NUL" in text:
@@ -716,7 +722,8 @@ class PostgresEngine(SQLEngine):
             "content": prep.stored_json, "index": None, "index_key": self._k_index,
             "session_key": self._key("session", sid), "ch": self._channel,
             "notes": self._notes(self._append_doc(sid, prep.id, prep.stored_json)),
-            "text": prep.text, "n_parts": prep.n_parts, "tool_names": prep.tool_names, "metadata": prep.metadata,
+            "text": self.stored_text(prep.text), "n_parts": prep.n_parts, "tool_names": prep.tool_names,
+            "metadata": prep.metadata,
         }
         seq = None
         for _ in range(2):
