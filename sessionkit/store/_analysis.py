@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -369,11 +370,11 @@ def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
             _do(con, "ROLLBACK")
 
 
-def new_connection(source=None):
+def new_connection(source=None, path: str | None = None):
     """A DuckDB connection for analysis: a cursor of ``source`` (a DuckDB store's own
-    connection) or an in-memory database; times in UTC."""
+    connection), the database file ``path`` or an in-memory database; times in UTC."""
     duckdb = duckdb_module()
-    con = source.cursor() if source is not None else duckdb.connect(":memory:")
+    con = source.cursor() if source is not None else duckdb.connect(path or ":memory:")
     _do(con, "SET TimeZone = 'UTC'")
     _do(con, "SET enable_progress_bar = false")
     return con
@@ -458,6 +459,29 @@ LAZY_COLUMNS = ("text", "metadata")
 _MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
 
 
+#: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
+CACHE_SUFFIX = "-analysis.duckdb"
+
+#: The layout of a cache file (its tables and state); a file of another layout is made again.
+CACHE_FORMAT = "1"
+
+_file_locks: dict[str, threading.RLock] = {}
+_file_locks_guard = threading.Lock()
+
+
+def _file_lock(path: str) -> threading.RLock:
+    """One lock per cache file in this process: store objects on the same file share its
+    database (DuckDB opens a file once per process) and refresh it one at a time."""
+    with _file_locks_guard:
+        return _file_locks.setdefault(path, threading.RLock())
+
+
+def _remove_file(path: str) -> None:
+    for name in (path, path + ".wal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name)
+
+
 def _adbc_sqlite():
     try:
         import adbc_driver_sqlite.dbapi as adbc  # type: ignore[import-not-found,import-untyped,unused-ignore]
@@ -482,29 +506,128 @@ class Cache:
 
     TABLES = {name: "sessionkit_" + name for name in SOURCE_COLUMNS}
 
+    #: What a refresh keeps between queries (and, in a cache file, between processes).
+    STATE = ("hi", "last_n", "log_count", "loaded", "lazy", "store_schema", "hi_key", "log_key")
+
     def __init__(self, engine, *, ordered: bool) -> None:
         self.engine = engine
         self.ordered = ordered
-        self.lock = threading.RLock()
-        self.con = new_connection()
-        for name, cols in SOURCE_COLUMNS.items():
-            types = _TYPES[name]
-            _do(self.con, f"CREATE TABLE {self.TABLES[name]} ("
-                             + ", ".join(f"{c} {ty}" for c, ty in zip(cols, types)) + ")")
-        self.hi = 0  # the highest message seq held
-        self.last_n = 0  # the last change log entry applied
-        self.log_count = 0  # entries up to last_n (PostgreSQL: a late entry changes it)
-        self.loaded = False
+        self._set_state(_EMPTY)
         self.views: dict = {}
         self.reads = 0  # message rows read from the store (what refreshes cost)
-        #: The wide message columns read only once a query names them (or ``*``).
-        self.lazy = {c: False for c in LAZY_COLUMNS}
+        self.checked = False  # a file's state was checked against the store by this object
         self._adbc: Any = None
+        #: The cache file beside a SQLite file store (None: in memory).
+        self.file: str | None = None
+        self.con: Any = None
+        self.lock: Any = None
+        if engine.kind == "sqlite" and engine.path:
+            self.file = engine.path + CACHE_SUFFIX
+            self.lock = _file_lock(self.file)
+            with self.lock:
+                self.con = self._open_file()
+        if self.con is None:
+            self.file = None
+            self.lock = threading.RLock()
+            self.con = new_connection()
+            self._create_tables()
         adbc = _adbc_sqlite() if engine.kind == "sqlite" and engine.path else None
         if adbc is not None:
             with contextlib.suppress(Exception):  # the driver cannot open it: read through the store
                 uri = "file:" + engine.path + "?mode=ro"
                 self._adbc = adbc.connect(uri, autocommit=True)
+
+    def _create_tables(self) -> None:
+        for name, cols in SOURCE_COLUMNS.items():
+            types = _TYPES[name]
+            _do(self.con, f"CREATE TABLE IF NOT EXISTS {self.TABLES[name]} ("
+                          + ", ".join(f"{c} {ty}" for c, ty in zip(cols, types)) + ")")
+        _do(self.con, "CREATE TABLE IF NOT EXISTS sessionkit_cache_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+
+    # -- the cache file ---------------------------------------------------------------
+    def _open_file(self):
+        """A connection to the cache file, created or made again as needed; None when it
+        cannot be had (another process holds it, the folder is read-only...): the cache
+        then lives in memory for this store object."""
+        duckdb = duckdb_module()
+        assert self.file is not None
+        for attempt in range(2):
+            try:
+                con = new_connection(path=self.file)
+            except duckdb.Error as exc:
+                if "lock" in str(exc).lower() or attempt:  # held by another process, or unusable
+                    return None
+                _remove_file(self.file)  # not a DuckDB file (damaged): made again
+                continue
+            try:
+                self.con = con
+                self._create_tables()
+                if self._meta().get("format") != CACHE_FORMAT:  # new, or of another layout
+                    self._drop_tables()
+                    self._create_tables()
+                    _do(con, "INSERT INTO sessionkit_cache_meta VALUES ('format', ?)", [CACHE_FORMAT])
+                return con
+            except duckdb.Error:
+                self.con = None
+                with contextlib.suppress(duckdb.Error):
+                    con.close()
+                if attempt:
+                    return None
+                _remove_file(self.file)
+        return None
+
+    def _drop_tables(self) -> None:
+        for table in (*self.TABLES.values(), "sessionkit_cache_meta"):
+            _do(self.con, f"DROP TABLE IF EXISTS {table}")
+
+    def _meta(self) -> dict[str, str]:
+        return dict(self.con.execute("SELECT key, value FROM sessionkit_cache_meta").fetchall())
+
+    def _state(self) -> dict[str, Any]:
+        return {k: (dict(self.lazy) if k == "lazy" else getattr(self, k)) for k in self.STATE}
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        for k in self.STATE:
+            v = state[k]
+            setattr(self, k, dict(v) if k == "lazy" else v)
+
+    def _load_state(self) -> None:
+        """The state the cache file holds (another store object or process may have moved it)."""
+        saved = self._meta().get("state")
+        self._set_state(_EMPTY if saved is None else json.loads(saved))
+
+    def _save_state(self) -> None:
+        _do(self.con, "INSERT OR REPLACE INTO sessionkit_cache_meta VALUES ('state', ?)",
+            [json.dumps(self._state())])
+
+    def _fingerprints(self, rd) -> tuple[str, str]:
+        """What identifies the rows held: the row at ``hi`` and the log entry ``last_n``."""
+        eng = self.engine
+        row = rd.fetch(eng.compile("SELECT session_id, id FROM {messages} WHERE seq = ?"), (self.hi,))
+        entry = rd.fetch(eng.compile("SELECT session_id, kind, seq FROM {changes} WHERE n = ?"), (self.last_n,))
+        return (json.dumps(list(row[0])) if row else ""), (json.dumps(list(entry[0])) if entry else "")
+
+    def _schema(self, rd) -> str:
+        row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'schema_version'"))
+        return str(row[0][0]) if row else ""
+
+    def _check_file(self, rd) -> bool:
+        """Whether the state read from the file describes the store it is beside (same
+        schema, its log entry and newest row still there): else it is read again."""
+        if self._schema(rd) != self.store_schema:
+            return False
+        hi_key, log_key = self._fingerprints(rd)
+        if log_key != self.log_key:
+            return False
+        if hi_key != self.hi_key:  # the row at hi went: only a delete logged since explains it
+            deletes = rd.fetch(self.engine.compile("SELECT count(*) FROM {changes} WHERE n > ? AND kind = 'delete'"),
+                               (self.last_n,))
+            return bool(deletes[0][0])
+        return True
+
+    def _count_matches(self, rd) -> bool:
+        held = self.con.execute("SELECT count(*) FROM sessionkit_messages").fetchall()[0][0]
+        return rd.fetch(self.engine.compile("SELECT count(*) FROM {messages}"))[0][0] == held
 
     def close(self) -> None:
         with self.lock:
@@ -567,12 +690,64 @@ class Cache:
         self.lazy[column] = True
 
     def refresh(self, need: Iterable[str] = ()) -> None:
-        """Bring the cache up to the store's current state, with the lazy columns ``need``."""
-        with self.lock, self._reading() as rd:
-            self._refresh(rd)
-            for column in sorted(need):
-                if not self.lazy.get(column, True):
-                    self._fill(rd, column)
+        """Bring the cache up to the store's current state, with the lazy columns ``need``.
+
+        One DuckDB transaction: the rows held and the state saying what they are change
+        together or not at all (a process killed mid-way leaves a cache file as it was).
+        A cache file that fails (damaged since it was opened) is made again from the store."""
+        duckdb = duckdb_module()
+        wanted = sorted(need)
+        with self.lock:
+            try:
+                self._refresh_once(wanted)
+            except duckdb.Error:
+                if self.file is None:
+                    raise
+                self._rebuild_file()
+                self._refresh_once(wanted)
+
+    def _rebuild_file(self) -> None:
+        duckdb = duckdb_module()
+        with contextlib.suppress(duckdb.Error):
+            self.con.close()
+        assert self.file is not None
+        _remove_file(self.file)
+        self.views = {}
+        self.checked = False
+        self._set_state(_EMPTY)
+        self.con = self._open_file()
+        if self.con is None:  # (it cannot be made: in memory from now on)
+            self.file = None
+            self.con = new_connection()
+            self._create_tables()
+
+    def _refresh_once(self, need: list[str]) -> None:
+        before = self._state()
+        with self._reading() as rd:
+            _do(self.con, "BEGIN TRANSACTION")
+            try:
+                if self.file is not None:
+                    self._load_state()
+                    if not self.checked and self.loaded and not self._check_file(rd):
+                        self._reset()
+                self._refresh(rd)
+                if self.file is not None and not self.checked and not self._count_matches(rd):
+                    self._reset()  # rows held that the checks above could not tell apart
+                    self._load_all(rd)
+                for column in need:
+                    if not self.lazy.get(column, True):
+                        self._fill(rd, column)
+                if self.file is not None:
+                    self.store_schema = self._schema(rd)
+                    self.hi_key, self.log_key = self._fingerprints(rd)
+                    self._save_state()
+                _do(self.con, "COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    _do(self.con, "ROLLBACK")
+                self._set_state(before)
+                raise
+        self.checked = True
 
     def _refresh(self, rd) -> None:
         eng = self.engine
@@ -671,6 +846,10 @@ class Cache:
             self.refresh({c for c in LAZY_COLUMNS if c in names or "*" in names})
             return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids)
 
+
+#: The state of an empty cache.
+_EMPTY: dict[str, Any] = {"hi": 0, "last_n": 0, "log_count": 0, "loaded": False,
+                          "lazy": {c: False for c in LAZY_COLUMNS}, "store_schema": "", "hi_key": "", "log_key": ""}
 
 #: Message rows a refresh holds as Python rows at once (without ADBC).
 _PAGE = 20_000
