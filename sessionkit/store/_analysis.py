@@ -512,7 +512,17 @@ class Cache:
     def __init__(self, engine, *, ordered: bool) -> None:
         self.engine = engine
         self.ordered = ordered
-        self._set_state(_EMPTY)
+        self.hi = 0  # the highest message seq held
+        self.last_n = 0  # the last change log entry applied
+        self.log_count = 0  # entries up to last_n (PostgreSQL: a late entry changes it)
+        self.loaded = False
+        #: The wide message columns held (read only once a query names them, or ``*``).
+        self.lazy: dict[str, bool] = {c: False for c in LAZY_COLUMNS}
+        # what a cache file's rows describe: the store's schema, the row at seq ``hi``
+        # and the change log entry ``last_n`` (checked against the store it is beside)
+        self.store_schema = ""
+        self.hi_key = ""
+        self.log_key = ""
         self.views: dict = {}
         self.reads = 0  # message rows read from the store (what refreshes cost)
         self.checked = False  # a file's state was checked against the store by this object
