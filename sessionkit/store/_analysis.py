@@ -267,15 +267,16 @@ def check_query(con, query: str) -> None:
 def names_used(con, query: str) -> set[str]:
     """The column and function names ``query`` uses, from DuckDB's own parse tree (names
     in strings or comments do not count); ``"*"`` stands for everything: a star, a
-    view named as a column (a whole row), or a query the parser cannot show. A call
+    view named as a column (a whole row), or a query the parser cannot show; ``"@name"``
+    is a table or view it reads (``"@*"``: any, for a query the parser cannot show). A call
     that advances a sequence (``nextval``, ``setval``) -> ``ValueError``: it would write
     the store."""
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
     except Exception:  # when in doubt, everything
-        return {"*"}
+        return {"*", "@*"}
     if not isinstance(tree, dict) or tree.get("error"):
-        return {"*"}
+        return {"*", "@*"}
     found: set[str] = set()
     _walk(tree, found)
     if found & _WRITING_FUNCTIONS:
@@ -305,6 +306,8 @@ def _walk(node: Any, found: set[str]) -> None:
             found.update(n for n in node.get("column_names") or () if isinstance(n, str))
         elif cls == "FUNCTION" and isinstance(node.get("function_name"), str):
             found.add(node["function_name"].lower())
+        if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+            found.add("@" + node["table_name"].lower())  # a table (or view) it reads
         for value in node.values():
             _walk(value, found)
     elif isinstance(node, list):
@@ -336,38 +339,71 @@ def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
 def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
               names: set[str] | None = None, session_ids: list[str] | None = None) -> Any:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
-    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed;
-    ``names`` are those the query uses, when already known; ``session_ids`` restricts the
-    views to those sessions for this query (the tree columns are then computed for them
-    only)."""
+    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
+    on ``con`` (only those a query names are made: defining the ones over the tree costs
+    tens of milliseconds each); ``names`` are those the query uses, when already known;
+    ``session_ids`` restricts the views to those sessions for this query (the tree
+    columns are then computed for them only)."""
     duckdb = duckdb_module()
     _pyarrow()
     check_query(con, query)
     if names is None:
         names = names_used(con, query)
     tree = "*" in names or bool(names & set(TREE_COLUMNS))
-    if session_ids is not None:
-        install_views(con, scoped(tables, session_ids), tree)
-        state.clear()  # the next query puts the store-wide views back
-    elif "tree" not in state:
-        install_views(con, tables, tree)
-        state["tree"] = tree
-    elif state["tree"] != tree:  # only messages differs between the two
-        _do(con, f"CREATE OR REPLACE TEMP VIEW messages AS {view_sql(tables, tree=tree)['messages']}")
-        state["tree"] = tree
+    wanted = set(VIEWS) if "@*" in names else {v for v in VIEWS if "@" + v in names}
+    _install(con, tables, state, tree, wanted, session_ids)
     _do(con, "BEGIN TRANSACTION")
     try:
         try:
-            rel = con.sql(query) if params is None else con.sql(query, params=params)
-            if rel is None:  # (a SELECT always has a result; kept for the type checker)
-                raise ValueError("store.sql: the query returned no result")
-            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # (DuckDB < 1.4)
-            return fetch()
+            return _fetch(con, query, params)
+        except duckdb.CatalogException:
+            if state.get("views") == set(VIEWS):
+                raise
+            # a view reached in a way the parse tree does not show: every view, once more
+            _do(con, "ROLLBACK")
+            _install(con, tables, state, tree, set(VIEWS), session_ids)
+            _do(con, "BEGIN TRANSACTION")
+            return _fetch(con, query, params)
         except duckdb.Error as exc:
             raise ValueError(f"store.sql: {exc}") from exc
+    except duckdb.Error as exc:
+        raise ValueError(f"store.sql: {exc}") from exc
     finally:
         with contextlib.suppress(duckdb.Error):
             _do(con, "ROLLBACK")
+
+
+def _fetch(con, query: str, params: Any) -> Any:
+    rel = con.sql(query) if params is None else con.sql(query, params=params)
+    if rel is None:  # (a SELECT always has a result; kept for the type checker)
+        raise ValueError("store.sql: the query returned no result")
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # (DuckDB < 1.4)
+    return fetch()
+
+
+def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[str],
+             session_ids: list[str] | None) -> None:
+    """Define the views ``wanted`` on ``con`` (store-wide ones stay for the next query)."""
+    if session_ids is not None:
+        selects = view_sql(scoped(tables, session_ids), tree=tree)
+        for name in sorted(wanted):
+            _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
+        state.clear()  # the next query puts the store-wide views back
+        state["views"] = set()
+        return
+    have: set[str] = state.setdefault("views", set())
+    if have and state.get("tree") != tree and "messages" in have:
+        have.discard("messages")  # only messages differs between the two
+    todo = wanted - have
+    if not todo:
+        state["tree"] = tree if "messages" in have else state.get("tree")
+        return
+    selects = view_sql(tables, tree=tree)
+    for name in sorted(todo):
+        _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
+    have |= todo
+    if "messages" in todo:
+        state["tree"] = tree
 
 
 def new_connection(source=None, path: str | None = None):
