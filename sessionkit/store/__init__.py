@@ -31,6 +31,7 @@ from ._core import (
     TreeCompaction,
     TreeNode,
 )
+from ._analysis import VIEW_COLUMNS
 from .compaction import create_compact_function
 from .search import SearchHit
 
@@ -57,6 +58,7 @@ __all__ = [
     "CompactionSpan",
     "Capabilities",
     "SCAN_KINDS",
+    "VIEW_COLUMNS",
     "SearchHit",
     "create_compact_function",
 ]

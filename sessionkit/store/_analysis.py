@@ -50,10 +50,34 @@ from typing import Any
 
 from ..errors import missing
 
-__all__ = ["VIEWS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module", "check_query"]
+__all__ = ["VIEWS", "VIEW_COLUMNS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module", "check_query"]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
 VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+
+#: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
+#: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
+#: them: the views' SQL below gives exactly these (tests/analysis check it), and
+#: :mod:`sessionkit.analysis` types its Arrow tables and DataFrames from it.
+VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "messages": (("session_id", "text"), ("id", "text"), ("parent_id", "text"), ("depth", "int"), ("role", "text"),
+                 ("text", "text"), ("n_parts", "int"), ("tool_names", "texts"), ("tokens", "int"), ("bytes", "int"),
+                 ("created_at", "time"), ("n_children", "int"), ("on_latest_path", "bool"),
+                 ("compacted_by", "text"), ("seq", "int"), ("metadata", "text")),
+    "sessions": (("session_id", "text"), ("message_count", "int"), ("roots", "int"), ("leaves", "int"),
+                 ("branch_points", "int"), ("max_depth", "int"), ("tokens", "int"), ("bytes", "int"),
+                 ("latest_leaf", "text"), ("created_at", "time"), ("updated_at", "time"),
+                 ("compaction_count", "int"), ("run_count", "int")),
+    "compactions": (("session_id", "text"), ("id", "text"), ("from_id", "text"), ("to_id", "text"),
+                    ("summary", "text"), ("created_at", "time"), ("tokens_before", "int"), ("tokens_after", "int"),
+                    ("message_count", "int")),
+    "runs": (("session_id", "text"), ("run_id", "text"), ("status", "text"), ("error", "text"), ("input", "text"),
+             ("started_at", "time"), ("ended_at", "time"), ("tokens_in", "int"), ("tokens_out", "int"),
+             ("cache_read", "int"), ("cache_write", "int"), ("cost_usd", "float"), ("model", "text"),
+             ("usage", "text"), ("run_number", "int")),
+    "events": (("session_id", "text"), ("seq", "int"), ("run_id", "text"), ("kind", "text"), ("ts", "time"),
+               ("data", "text")),
+}
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
 TREE_COLUMNS = ("n_children", "on_latest_path", "compacted_by")
@@ -223,7 +247,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
            CASE WHEN json_type(usage, '$.cost_usd') IN ('BIGINT', 'UBIGINT', 'DOUBLE')
                 THEN CAST(json_extract(usage, '$.cost_usd') AS DOUBLE) END AS cost_usd,
            CASE WHEN json_type(usage, '$.model') = 'VARCHAR' THEN json_extract_string(usage, '$.model') END AS model,
-           usage, n AS run_number
+           usage, n::BIGINT AS run_number
     FROM {t['runs']}"""
     events = f"""SELECT session_id, seq::BIGINT AS seq, run_id,
            CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,

@@ -624,3 +624,23 @@ def test_views_are_made_as_queries_name_them(engine, new_store):
     assert got.equals(want)
     assert int(store.sql("SELECT count(*) AS n FROM compactions")["n"][0]) == store.to_arrow("compactions").num_rows
     assert_views_match(store)
+
+
+def test_every_view_gives_the_columns_and_types_of_view_columns(engine, new_store):
+    """``sessionkit.store.VIEW_COLUMNS`` is the one list of the views' columns: each view's
+    SQL gives those names, in that order, with Arrow types of those kinds."""
+    import pyarrow as pa
+
+    from sessionkit.store import VIEW_COLUMNS
+
+    kinds = {"text": pa.types.is_string, "int": lambda t: t == pa.int64(), "bool": pa.types.is_boolean,
+             "float": pa.types.is_floating, "time": pa.types.is_timestamp,
+             "texts": lambda t: pa.types.is_list(t) and pa.types.is_string(t.value_type)}
+    store = new_store(engine, memory=True)
+    for _ in scenario(store):
+        pass
+    for view, columns in VIEW_COLUMNS.items():
+        got = store.to_arrow(view).schema
+        assert got.names == [c for c, _ in columns], view
+        for (name, kind), field in zip(columns, got):
+            assert kinds[kind](field.type), (view, name, field.type)
