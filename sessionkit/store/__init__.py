@@ -11,6 +11,7 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ._analysis import VIEW_COLUMNS
 from ._core import (
     LATEST,
     SCAN_KINDS,
@@ -31,7 +32,6 @@ from ._core import (
     TreeCompaction,
     TreeNode,
 )
-from ._analysis import VIEW_COLUMNS
 from .compaction import create_compact_function
 from .search import SearchHit
 

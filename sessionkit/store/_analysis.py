@@ -50,7 +50,8 @@ from typing import Any
 
 from ..errors import missing
 
-__all__ = ["VIEWS", "VIEW_COLUMNS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module", "check_query"]
+__all__ = ["VIEWS", "VIEW_COLUMNS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module",
+           "check_query"]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
 VIEWS = ("messages", "sessions", "compactions", "runs", "events")
