@@ -17,9 +17,9 @@ analysis cache file beside the store, on PostgreSQL an in-memory cache). Then ea
 query is timed first (on a store object just opened: SQLite reopens its cache file and
 reads what changed since, PostgreSQL builds its cache again), again (warm), and again
 after 1,000 new appends (the cache reads only what changed). ``messages_df()`` of every
-message is compared with raw DuckDB's ``fetchdf()`` of the same columns. Peak memory: the process's resident memory above
-its level before the query (sampled every millisecond) and the peak of Python
-allocations (tracemalloc): the second shows that no query holds the store as
+message is compared with raw DuckDB's ``fetchdf()`` of the same columns. Peak memory:
+the process's resident memory above its level before the query (sampled every
+millisecond) and the peak of Python allocations (tracemalloc): the second shows that no query holds the store as
 Python objects.
 
     python benchmarks/analysis_bench.py               # 1,000,000 messages
