@@ -245,7 +245,7 @@ def main(argv=None) -> int:
         # store (kept: later store objects and processes read only what changed since); on
         # PostgreSQL the cache is in memory and every store object builds its own.
         with sk.open_store(target) as store:
-            cold, _, pc = timed(lambda: store.sql("SELECT count(*) FROM messages"))  # noqa: B023
+            cold, _, pc = timed(lambda: store.sql("SELECT count(*) FROM messages"))
         lines.append(f"- {engine}: built in {built:,.1f} s; first query ever {fmt(cold)} (peak RSS {pc.mb:,.0f} MB)")
         print(lines[-1], flush=True)
         for name, query in QUERIES.items():
