@@ -38,7 +38,7 @@ def check_rows_are_text_and_follow_the_keyboard(page, view, session, data, rows)
     assert [mid for _, mid in shown] == [data.ids[r[1]] if r[0] == "node" else None for r in rows]
     assert view.locator(".sk-row[role='treeitem']").count() == len(rows)
     leaf = next(data.ids[r[1]] for r in reversed(rows) if r[0] == "node")
-    text = view.locator(f".sk-row[data-id='{leaf}'] .sk-row-text").inner_text()
+    text = view.locator(f".sk-row[data-id='{leaf}'] .sk-row-text").text_content()
     assert text == preview_of(session, leaf)
     # the text can be selected and copied like any text of the page; selecting picks no row
     before = view.get_attribute("data-selected")

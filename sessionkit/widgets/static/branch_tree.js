@@ -128,7 +128,9 @@ function btOnPath(tree, leaf) {
 
 function render({ model, el }) {
   const cache = skCache(model);
-  const root = skEl("div", { class: "sk-view sk-tree-view", tabindex: "0" });
+  // data-lm-suppress-shortcuts: while the tree has the focus, its keys (arrows, Home, End, Enter)
+  // move through the tree, not through the host's cells (Notebook 7 binds them in command mode).
+  const root = skEl("div", { class: "sk-view sk-tree-view", tabindex: "0", "data-lm-suppress-shortcuts": "true" });
   el.append(root);
   const toolbar = skEl("div", { class: "sk-toolbar" });
   const main = skEl("div", { class: "sk-tree-main" });
