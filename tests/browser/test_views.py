@@ -102,20 +102,10 @@ class Page:
 @pytest.fixture(scope="module")
 def nb(host, browser, tmp_path_factory):
     """The test notebook opened in the host with every cell run."""
-    import nbformat
-
     out = tmp_path_factory.mktemp(f"out-{host.name}")
     nb_path = host.root / "views.ipynb"
     _write_notebook(nb_path, out)
-    # What a bare notebook logs in this host (an error of the host's own settings loading shows up
-    # in some installations): the views may add nothing to it.
-    blank = nbformat.v4.new_notebook()
-    blank.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    blank.cells = [nbformat.v4.new_code_cell("1 + 1")]
-    nbformat.write(blank, str(host.root / "blank.ipynb"))
-    context, page, baseline = host.open(browser, "blank.ipynb", "sk-blank")
-    page.wait_for_timeout(3000)
-    context.close()
+    baseline = host.own_errors(browser)
     context, page, errors = host.open(browser, "views.ipynb", "sk-views")
     page.add_init_script(
         "window.__longTasks = [];"
