@@ -33,7 +33,8 @@ def check_rows_are_text_and_follow_the_keyboard(page, view, session, data, rows)
     from sessionkit.widgets._source import outline_rows
 
     wait_previews(page, view)
-    shown = view.evaluate("el => [...el.querySelectorAll('.sk-row')].map(e => [Number(e.dataset.row), e.dataset.id || null])")
+    shown = view.evaluate("el => [...el.querySelectorAll('.sk-row')]"
+                          ".map(e => [Number(e.dataset.row), e.dataset.id || null])")
     assert [r for r, _ in shown] == list(range(len(rows)))
     assert [mid for _, mid in shown] == [data.ids[r[1]] if r[0] == "node" else None for r in rows]
     assert view.locator(".sk-row[role='treeitem']").count() == len(rows)
@@ -117,7 +118,8 @@ def check_run_view_start_and_interruption(page, view) -> None:
 
 
 def diff_cells(view) -> dict[str, list[str]]:
-    cells = view.evaluate("el => [...el.querySelectorAll('.sk-diff tr')].map(r => [...r.children].map(c => c.textContent))")
+    cells = view.evaluate("el => [...el.querySelectorAll('.sk-diff tr')]"
+                          ".map(r => [...r.children].map(c => c.textContent))")
     return {r[0]: r[1:] for r in cells if r and r[0]}
 
 

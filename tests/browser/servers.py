@@ -35,9 +35,9 @@ def free_port() -> int:
 def jupyter_env(base: Path) -> dict:
     """Environment with every Jupyter and IPython folder inside ``base``."""
     env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                     ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("JUPYTERLAB_SETTINGS_DIR", "lab-user-settings"),
-                     ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")):
+    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
+                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"),
+                     ("JUPYTERLAB_SETTINGS_DIR", "lab-user-settings"), ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")):
         path = base / sub
         path.mkdir(parents=True, exist_ok=True)
         env[var] = str(path)
@@ -65,6 +65,54 @@ _APPS = {
 }
 
 
+def wait_file(path: Path, timeout: float) -> str:
+    """The text of a file a kernel or an app writes, once it is there and not empty."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path.name} did not appear within {timeout} s")
+
+
+def _stop(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM to the process's group (it and what it started), SIGKILL after ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextmanager
+def served(argv: Sequence[str], *, name: str, ready_url: str, cwd: Path, env: dict | None, log_path: Path,
+           timeout: float = 60) -> Iterator[subprocess.Popen]:
+    """Runs a server in a session of its own until ``ready_url`` answers 200; stops it on the way out."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+                try:
+                    with urllib.request.urlopen(ready_url, timeout=2) as response:
+                        if response.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} did not answer within {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
+                time.sleep(0.25)
+            yield proc
+        finally:
+            _stop(proc, 10)
+
+
 @contextmanager
 def jupyter_server(app: str, base: Path, extra_args: Sequence[str] = (), *, timeout: float = 60) -> Iterator[Server]:
     """JupyterLab (``app="lab"``) or Notebook 7 (``app="notebook"``) serving ``base/root``."""
@@ -74,37 +122,13 @@ def jupyter_server(app: str, base: Path, extra_args: Sequence[str] = (), *, time
     env = jupyter_env(base)
     port = free_port()
     token = uuid.uuid4().hex
-    log_path = base / f"{app}.log"
     url = f"http://127.0.0.1:{port}"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", *module, "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-             "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-             "--ServerApp.terminals_enabled=False", *extra_args],
-            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-                try:
-                    with urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{name} did not answer within {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.25)
-            yield Server(url, token, root, env)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    argv = [sys.executable, "-m", *module, "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+            "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+            "--ServerApp.terminals_enabled=False", *extra_args]
+    with served(argv, name=name, ready_url=f"{url}/api/status?token={token}", cwd=root, env=env,
+                log_path=base / f"{app}.log", timeout=timeout):
+        yield Server(url, token, root, env)
 
 
 @dataclass
@@ -149,10 +173,4 @@ def launcher(argv: Sequence[str], *, cwd: Path, env: dict, pattern: str, timeout
             match = re.search(pattern, line)
         yield Launched(match, proc, seen)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        _stop(proc, 30)

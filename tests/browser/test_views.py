@@ -20,6 +20,7 @@ from pathlib import Path
 import nbhelpers
 import pagechecks
 import pytest
+from servers import wait_file
 
 import sessionkit as sk
 from sessionkit.widgets._source import outline_rows, path_entries, tree_data
@@ -74,20 +75,12 @@ def _write_notebook(path: Path, out: Path) -> None:
     nbformat.write(nb, str(path))
 
 
-def _wait_file(path: Path, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path.name} did not appear within {timeout} s")
-
-
 class Page:
     """The notebook as the tests see it: the page, the kernel's output folder, the host."""
 
     def __init__(self, page, out: Path, nb_path: Path, errors: list[str], baseline: list[str], host):
-        self.page, self.out, self.nb_path, self.errors, self.baseline, self.host = page, out, nb_path, errors, baseline, host
+        self.page, self.out, self.nb_path, self.host = page, out, nb_path, host
+        self.errors, self.baseline = errors, baseline
 
     def view(self, cell: str, kind: str):
         return self.page.locator(".jp-Notebook .jp-Cell").nth(CELL[cell]).locator(f".sk-{kind}-view").first
@@ -116,7 +109,7 @@ def nb(host, browser, tmp_path_factory):
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     host.run_all(page)
     try:
-        _wait_file(out / "done.txt", 90)
+        wait_file(out / "done.txt", 90)
         page.wait_for_function("n => document.querySelectorAll('.sk-tree-view').length >= n", arg=5, timeout=30_000)
     except Exception:
         SHOTS.mkdir(parents=True, exist_ok=True)
@@ -143,13 +136,15 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
             kids[p] += 1
     forks, leaves = sum(k > 1 for k in kids), sum(k == 0 for k in kids)
     toolbar = view.locator(".sk-toolbar").inner_text()
-    for part in (plural(forks, "branch point"), plural(leaves, "leaf", "leaves"), plural(len(data.compactions), "compaction")):
+    counts = (plural(forks, "branch point"), plural(leaves, "leaf", "leaves"),
+              plural(len(data.compactions), "compaction"))
+    for part in counts:
         assert part in toolbar, (part, toolbar)
     target = "a4"
     row = view.locator(f".sk-row[data-id='{target}']")
     assert row.locator(".sk-row-text").text_content() == pagechecks.preview_of(s, target)
     row.click()
-    assert _wait_file(nb.out / "selected.txt", 15) == target
+    assert wait_file(nb.out / "selected.txt", 15) == target
     assert view.get_attribute("data-selected") == target
     # the linked Transcript now shows the path to a4, as the model sees it
     transcript = nb.view("chat", "transcript")
@@ -266,7 +261,7 @@ def test_run_view_streams_text_before_turn_end(nb, screenshots):
         view.element_handle(),
     )
     (nb.out / "go").write_text("1")
-    status = _wait_file(nb.out / "run.txt", 60)
+    status = wait_file(nb.out / "run.txt", 60)
     assert status.startswith("completed")
     page.wait_for_function("el => el.dataset.status === 'completed'", arg=view.element_handle(), timeout=15_000)
     updates = page.evaluate("window.__textUpdates")
