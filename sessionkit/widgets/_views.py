@@ -105,6 +105,11 @@ class _View(anywidget.AnyWidget):
     _snapshot_key = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, **kwargs: Any) -> None:
+        # traitlets passes unknown keywords on to object.__init__ with only a deprecation
+        # warning, so a misspelt option (view="full" for mode="full") would silently do nothing
+        unknown = sorted(k for k in kwargs if not self.has_trait(k))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s): {', '.join(unknown)}")
         kwargs.setdefault("_snapshot_key", uuid.uuid4().hex)
         super().__init__(**kwargs)
         self.on_msg(self._dispatch)

@@ -42,7 +42,8 @@ def test_lab_copies_the_tour_and_serves_it_with_the_store(tmp_path, jupyter_env)
         assert url.group(3) == "your-store.ipynb"  # the store's notebook opens first
         token = url.group(4)
         printed = "".join(seen)
-        assert f"{len(EXPECTED) - 1 + 3} files copied" in printed and "1 file already there kept" in printed
+        data_files = len(list((REPO / "notebooks" / "data").glob("*")))
+        assert f"{len(EXPECTED) - 1 + data_files} files copied" in printed and "1 file already there kept" in printed
         # JupyterLab serves the copied folder: every tour notebook, the data, the store's notebook
         listing = _get(f"http://127.0.0.1:{port}/api/contents?token={token}")
         names = {item["name"] for item in listing["content"]}
