@@ -128,7 +128,7 @@ def test_offline_run_view_opens_at_the_start_and_pads_the_interruption(page, tmp
     view = page.locator(".sk-run-view")
     view.wait_for(timeout=30_000)
     pagechecks.check_run_view_start_and_interruption(page, view)
-    page.locator(".skr-run[data-run='cut'] > .sk-err").screenshot(path=str(screenshots / "run-view-interrupted.png"))
+    page.locator(".skr-run[data-run='cut'] > .sk-err").screenshot(path=str(screenshots / "offline-run-view-interrupted.png"))
     assert "7 runs" in page.locator(".sk-run-view .sk-toolbar").inner_text()
     assert not page.errors, page.errors
 
