@@ -254,9 +254,11 @@ class BranchTree(_View):
 
     The tree travels once as compact arrays (ids, parents, roles, tokens) and is
     laid out incrementally, so 10,000 messages open at once: lines and dots are drawn
-    on a canvas, the rows in view are real text (selectable, copyable, read by screen
-    readers as a tree). Keyboard: arrows move through the rows, Home / End, Enter opens
-    the row (expands a chain, shows a compaction, selects; Shift+Enter compares).
+    on a canvas, every row is real text (selectable, copyable, read by screen readers as
+    a tree, found by the browser's find-in-page outside the view too; rows off screen cost
+    no layout). Keyboard: arrows move through the rows, Home / End, Enter opens the row
+    (expands a chain, shows a compaction, selects; Shift+Enter compares); the host's own
+    shortcuts wait while the tree has the focus.
 
     >>> tree = sk.widgets.BranchTree(session)
     >>> tree.selected_id          # follows clicks in the notebook
