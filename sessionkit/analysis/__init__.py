@@ -43,8 +43,9 @@ Analysis runs where the data is (SPEC D5): every engine stores ``text``,
 ``n_parts``, ``tool_names`` and ``metadata`` with each message when it is written,
 and the tree columns are computed in SQL, so no query decodes a message. On a
 DuckDB store the views are defined over the store's own tables and a query reads
-one snapshot of them; on SQLite and PostgreSQL they are defined over an in-memory
-DuckDB cache of those columns, filled by the first query and brought up to date
+one snapshot of them; on SQLite and PostgreSQL they are defined over a DuckDB
+cache of those columns (for a SQLite file, a file beside it, ``x.db-analysis.duckdb``,
+kept between processes; in memory for PostgreSQL), filled by the first query and brought up to date
 before each later one from the rows written since and the store's change log
 (see ``sessionkit/store/_analysis.py``). The tree columns cost a pass over the
 messages, so a query that names none of them (and no ``*``) skips it. Anything

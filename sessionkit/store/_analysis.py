@@ -26,13 +26,19 @@ Two ways to have those tables, decided by the engine:
   to the same database, over the store's own tables. A query runs in a read
   transaction on that connection (one consistent snapshot, never blocking the
   store's writers) and is rolled back: nothing is copied, nothing can be written.
-* **SQLite and PostgreSQL stores**: :class:`Cache`, an in-memory DuckDB database beside
-  the store holding the analysis columns of its messages, compactions, runs and
-  events. It is filled once, then brought up to date before each query from what
-  changed: rows above the last write sequence it saw (appends and imports), and the
-  store's change log (``sessionkit_changes``: updates, deletes, clears, compactions,
-  runs, events), read in the same snapshot as the rows. A query after N new messages
-  reads N rows from the store, not the whole store.
+* **SQLite and PostgreSQL stores**: :class:`Cache`, a DuckDB database beside the store
+  holding the analysis columns of its messages, compactions, runs and events: a file
+  beside a SQLite file (``x.db-analysis.duckdb``, kept from one store object and
+  process to the next), in memory for PostgreSQL (and for a SQLite file whose cache
+  file another process holds). It is filled once, then brought up to date before each
+  query from what changed: rows above the last write sequence it saw (appends and
+  imports), and the store's change log (``sessionkit_changes``: updates, deletes,
+  clears, compactions, runs, events), read in the same snapshot as the rows. A query
+  after N new messages reads N rows from the store, not the whole store. A cache file
+  saves, in the same DuckDB transaction as its rows, the state that says what they are
+  and what identifies it in the store; a file that does not match the store beside it
+  (damaged, of another layout, another store's, a store restored from an older copy)
+  is made again.
 
 Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 ``ValueError`` before it reaches DuckDB. DuckDB, pyarrow (and pandas, above) come from the
@@ -552,8 +558,9 @@ def _adbc_sqlite():
 
 
 class Cache:
-    """The analysis columns of a SQLite or PostgreSQL store in an in-memory DuckDB database,
-    brought up to date before each query (see the module notes).
+    """The analysis columns of a SQLite or PostgreSQL store in a DuckDB database (a file
+    beside a SQLite file, else in memory), brought up to date before each query (see
+    the module notes).
 
     ``engine`` is the store's :class:`~sessionkit.store._sql.SQLEngine`; the cache reads it
     through :meth:`SQLEngine.fetch` inside :meth:`SQLEngine.snapshot` (or, for a SQLite
