@@ -575,7 +575,7 @@ def test_store_objects_sharing_the_cache_file_under_concurrent_writers(new_store
     for t in threads:
         t.join()
     assert not errors
-    assert _cache(first).file == _cache(second).file
+    assert _cache(first).file is not None and _cache(first).file == _cache(second).file
     assert_views_match(first)
     assert_views_match(second)
     second.close()
