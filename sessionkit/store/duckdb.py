@@ -51,6 +51,7 @@ import os
 import re
 import threading
 import weakref
+from collections import OrderedDict
 from pathlib import Path
 
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
@@ -100,6 +101,74 @@ def _key(sid: str, mid: str) -> str:
     return f"{len(sid)}:{sid}{mid}"
 
 
+class _Paths:
+    """The newest rows of each session's latest path, with their stored JSON, newest first.
+
+    Each entry is a run of the path from the session's newest row (its latest leaf)
+    upwards: every row is the parent of the one before it. A read of the newest
+    messages (``recent_history``, ``get_history``) takes them from here and continues
+    in the database from the last one's parent. What is cached is what a read would
+    return: rows this process wrote, or read while holding the store's lock. Sessions
+    are kept in least-recently-used order within a byte budget.
+    """
+
+    #: Rows kept per session (a recent window of up to this many needs no statement).
+    ROWS = 256
+    #: Stored JSON longer than this is not kept (the path's cached run stops above it).
+    ROW_BYTES = 64 * 1024
+    #: Characters of stored JSON kept over all sessions.
+    BUDGET = 16 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.runs: OrderedDict[str, list[tuple[Node, str]]] = OrderedDict()
+        self.sizes: dict[str, int] = {}
+        self.total = 0
+
+    def get(self, sid: str) -> list[tuple[Node, str]] | None:
+        run = self.runs.get(sid)
+        if run is not None:
+            self.runs.move_to_end(sid)
+        return run
+
+    def drop(self, sid: str) -> None:
+        if self.runs.pop(sid, None) is not None:
+            self.total -= self.sizes.pop(sid)
+
+    def clear(self) -> None:
+        self.runs.clear()
+        self.sizes.clear()
+        self.total = 0
+
+    def put(self, sid: str, run: list[tuple[Node, str]]) -> None:
+        """Cache ``run`` (newest first) for ``sid``, cut at the first row too long to keep."""
+        self.drop(sid)
+        kept: list[tuple[Node, str]] = []
+        size = 0
+        for node, raw in run[: self.ROWS]:
+            if len(raw) > self.ROW_BYTES:
+                break
+            kept.append((node, raw))
+            size += len(raw)
+        if not kept:
+            return
+        self.runs[sid] = kept
+        self.sizes[sid] = size
+        self.total += size
+        while self.total > self.BUDGET and self.runs:
+            oldest = next(iter(self.runs))
+            self.drop(oldest)
+
+    def appended(self, sid: str, node: Node, raw: str) -> None:
+        """A row was written under ``node.parent_id`` and is the session's newest."""
+        run = self.runs.get(sid)
+        if node.parent_id is not None and run is not None:
+            for i, (above, _) in enumerate(run):
+                if above.id == node.parent_id:
+                    self.put(sid, [(node, raw), *run[i:]])
+                    return
+        self.put(sid, [(node, raw)])
+
+
 class _Shared:
     """State shared by every engine of one database file in this process."""
 
@@ -113,12 +182,23 @@ class _Shared:
         # to find its parent: DuckDB spends about a millisecond on any statement.
         # Dropped for a session on update/delete/clear, and for all on a rollback.
         self.tails: dict[str, Node] = {}
+        # The newest rows of each session's latest path (see _Paths), and whether a
+        # session has compactions: a recent window then needs no statement at all.
+        self.paths = _Paths()
+        self.compacted: dict[str, bool] = {}
         self.users = 0  # open engines on this file in this process
 
     def forget(self) -> None:
         """After a rollback: cached state may describe rows that were never committed."""
         self.index_on = None
         self.tails.clear()
+        self.paths.clear()
+        self.compacted.clear()
+
+    def forget_session(self, sid: str) -> None:
+        self.tails.pop(sid, None)
+        self.paths.drop(sid)
+        self.compacted.pop(sid, None)
 
 
 _SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
@@ -377,6 +457,48 @@ class DuckDBEngine(LocalEngine):
             node = self._shared.tails[sid] = Node(*row)
             return node
 
+    def has_compactions(self, sid):
+        with self._lock:
+            known = self._shared.compacted.get(sid)
+            if known is None:
+                known = self._shared.compacted[sid] = super().has_compactions(sid)
+            return known
+
+    def walk_pages(self, sid, start, limit, content, first=None):
+        """As on every engine; the newest rows of a session's latest path come from the
+        cache of this process's own writes and reads (see ``_Paths``) when they are there,
+        and a read that starts at the newest row fills it."""
+        if not content or (limit is not None and limit <= 0):
+            yield from super().walk_pages(sid, start, limit, content, first)
+            return
+        rest = None
+        with self._lock:
+            run = self._shared.paths.get(sid)
+            if run is not None and (start is None or (start.seq, start.id) == (run[0][0].seq, run[0][0].id)):
+                page = list(run if limit is None else run[:limit])
+            else:
+                rest = super().walk_pages(sid, start, limit, content, first)
+                page = next(rest, [])
+                if not page:
+                    return
+                newest = start is None
+                if not newest:
+                    latest = self.latest(sid)
+                    newest = latest is not None and (latest.seq, latest.id) == (start.seq, start.id)
+                if newest:
+                    self._shared.paths.put(sid, page)
+        yield page
+        if rest is not None:
+            yield from rest
+            return
+        last = page[-1][0]
+        remaining = None if limit is None else limit - len(page)
+        if last.parent_id is None or remaining == 0:
+            return
+        parent = self.node(sid, last.parent_id)
+        if parent is not None:  # else deleted meanwhile: the path ends here
+            yield from super().walk_pages(sid, parent, remaining, content, first)
+
     def size_bytes(self) -> int:
         size = 0
         if self.path is not None:
@@ -505,7 +627,8 @@ class DuckDBEngine(LocalEngine):
         )
         if row is None:
             return None
-        self._shared.tails[sid] = node._replace(seq=row[0])
+        tail = self._shared.tails[sid] = node._replace(seq=row[0])
+        self._shared.paths.appended(sid, tail, prep.stored_json)
         return row[0]
 
     def insert_planned(self, sid, plan, index):
@@ -531,6 +654,7 @@ class DuckDBEngine(LocalEngine):
             if prep.blobs:
                 self.put_blobs(node.seq, prep.blobs)
         self._shared.tails[sid] = nodes[-1]
+        self._shared.paths.drop(sid)
         return nodes
 
     def update_analysis_columns(self, values):
@@ -550,10 +674,14 @@ class DuckDBEngine(LocalEngine):
                      (_body(prep.text)[0] if index else None, node.seq))
 
     def forget(self, sid):
-        self._shared.tails.pop(sid, None)
+        self._shared.forget_session(sid)
 
     def lock_session(self, sid):
-        self._shared.tails.pop(sid, None)  # an update or delete changes what the tail holds
+        self._shared.forget_session(sid)  # an update or delete changes what the tail holds
+
+    def w_add_compaction(self, sid, comp):
+        super().w_add_compaction(sid, comp)
+        self._shared.compacted[sid] = True
 
     # -- the search index ------------------------------------------------------------------
     def index_new(self, sid, seq, prep, nchunks, index):
