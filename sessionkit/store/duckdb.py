@@ -187,6 +187,9 @@ class _Shared:
         self.paths = _Paths()
         self.compacted: dict[str, bool] = {}
         self.users = 0  # open engines on this file in this process
+        # The thread inside a write transaction on this file, if any (its reads must
+        # see its own uncommitted writes: they run on its connection).
+        self.writer: int | None = None
 
     def forget(self) -> None:
         """After a rollback: cached state may describe rows that were never committed."""
@@ -274,6 +277,7 @@ class DuckDBEngine(LocalEngine):
         self._full = self.durability == "full"
         self._shared = _shared_for(self.path)
         self._views: dict = {}  # which analysis views the analysis connection has
+        self._cursors: set = set()  # connections of long reads running outside the lock (see search)
         self._lock = self._shared.lock
         with self._lock:
             self._db = self._connect(location)
@@ -372,6 +376,9 @@ class DuckDBEngine(LocalEngine):
             if not self._closed:
                 self._closed = True
                 self._shared.users -= 1
+                for cursor in list(self._cursors):  # a search running meanwhile stops with an error
+                    with contextlib.suppress(duckdb.Error):
+                        cursor.interrupt()
                 con, self._analysis = self._analysis, None
                 if con is not None:
                     with contextlib.suppress(duckdb.Error):
@@ -396,10 +403,15 @@ class DuckDBEngine(LocalEngine):
             return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids)
 
     # -- connection model --------------------------------------------------------------
+    def began(self) -> None:
+        self._shared.writer = threading.get_ident()
+
     def rolled_back(self) -> None:
+        self._shared.writer = None
         self._shared.forget()
 
     def committed(self) -> None:
+        self._shared.writer = None
         if self._full and self.path is not None:
             self._sync_folder(self.path)
 
@@ -524,32 +536,57 @@ class DuckDBEngine(LocalEngine):
 
         Every stem must occur in a hit; each phrase must occur as consecutive stems.
         Scores use the store-wide document count and average length, like FTS5.
+
+        A phrase is checked by joining its words' offsets in the phrase with their
+        positions in each document that holds every stem: a position minus its word's
+        offset is where the phrase would start, and a start that every word of the
+        phrase gives is a match. That costs the phrase's words' occurrences in those
+        documents, linear in the phrase's length.
+
+        The query runs on a connection of its own, outside the store's lock: it reads
+        one committed snapshot, and writers in other threads go on meanwhile. Inside
+        this thread's own write transaction it runs on that transaction's connection,
+        so it sees the transaction's writes.
         """
         query = terms
         stems: list[str] = list(dict.fromkeys([*query.terms, *(w for p in query.phrases for w in p)]))
         if not stems or limit <= 0:
             return []
-        col = {st: f"p{i}" for i, st in enumerate(stems)}
-        marks = ",".join("?" * len(stems))
-        params: list = [*stems]
-        # Position lists of phrase stems, one column each, gathered per document.
-        phrase_stems = list(dict.fromkeys(w for p in query.phrases for w in p))
-        pos_cols = "".join(f", any_value(h.pos) FILTER (WHERE h.term = ?) AS {col[w]}" for w in phrase_stems)
-        params += phrase_stems
+        params: list = [stems]
         where_sid = ""
         if sid is not None:
             where_sid = "WHERE m.session_id = ?"
             params.append(sid)
-        conds = ["matched = ?"]
         params.append(len(stems))
-        for phrase in query.phrases:
-            first, rest = phrase[0], phrase[1:]
-            tests = " AND ".join(f"list_contains({col[w]}, x + {i})" for i, w in enumerate(rest, start=1))
-            conds.append(f"len([x for x in {col[first]} if {tests}]) > 0")
+        phrase_ctes = ""
+        phrase_cond = ""
+        if query.phrases:
+            numbers, words, offsets, lengths = [], [], [], []
+            for n, phrase in enumerate(query.phrases):
+                for off, word in enumerate(phrase):
+                    numbers.append(n)
+                    words.append(word)
+                    offsets.append(off)
+                    lengths.append(len(phrase))
+            params += [numbers, words, offsets, lengths, len(query.phrases)]
+            phrase_ctes = """, words AS (
+                SELECT unnest(?::INTEGER[]) AS phrase, unnest(?::VARCHAR[]) AS term,
+                       unnest(?::INTEGER[]) AS off, unnest(?::INTEGER[]) AS plen
+            ), starts AS (
+                SELECT w.phrase, w.plen, h.seq, unnest(h.pos) - w.off AS start
+                FROM words w JOIN hits h ON h.term = w.term
+                WHERE h.seq IN (SELECT seq FROM matching)
+            ), phrased AS (
+                SELECT seq FROM (
+                    SELECT DISTINCT phrase, seq FROM starts GROUP BY phrase, seq, start, plen HAVING count(*) = plen
+                ) GROUP BY seq HAVING count(*) = ?
+            )"""
+            phrase_cond = "WHERE seq IN (SELECT seq FROM phrased)"
         params += [int(self.search_candidates), int(limit)]
         sql = f"""
             WITH hits AS (
-                SELECT term, seq, tf, pos FROM sessionkit_terms WHERE term IN ({marks})
+                SELECT term, seq, tf, pos FROM sessionkit_terms
+                WHERE term IN (SELECT unnest(?::VARCHAR[]))
             ), df AS (
                 SELECT term, count(*)::DOUBLE AS n FROM hits GROUP BY term
             ), corpus AS (
@@ -560,22 +597,47 @@ class DuckDBEngine(LocalEngine):
                        sum(ln(1 + (c.n - df.n + 0.5) / (df.n + 0.5))
                            * h.tf * ({BM25_K1} + 1)
                            / (h.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.index_len / c.avgdl))) AS score
-                       {pos_cols}
                 FROM hits h
                 JOIN df ON df.term = h.term
                 JOIN sessionkit_messages m ON m.seq = h.seq
                 CROSS JOIN corpus c
                 {where_sid}
                 GROUP BY h.seq
-            ), cand AS (  -- rank only the newest search_candidates matches, like the SQLite engine
-                SELECT seq, score FROM per_doc WHERE {" AND ".join(conds)}
+            ), matching AS (
+                SELECT seq, score FROM per_doc WHERE matched = ?
+            ){phrase_ctes}, cand AS (  -- rank only the newest search_candidates matches, like the SQLite engine
+                SELECT seq, score FROM matching {phrase_cond}
                 ORDER BY seq DESC LIMIT ?
             )
             SELECT m.seq, m.session_id, m.id, m.role, cand.score
             FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
             ORDER BY cand.score DESC, m.seq DESC
             LIMIT ?"""
-        return [tuple(r) for r in self.fetch(sql, params)]
+        return [tuple(r) for r in self._read_apart(sql, params)]
+
+    def _read_apart(self, sql: str, params: list) -> list:
+        """Rows of one long read on a connection of its own, without the store's lock
+        (inside this thread's write transaction: on its connection, under the lock)."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            if self._shared.writer == threading.get_ident():
+                return self.fetch(sql, params)
+            with self.guard():
+                cursor = self._db.cursor()
+            self._cursors.add(cursor)
+        try:
+            with self.guard():
+                return cursor.execute(sql, params).fetchall()
+        except SessionKitError as exc:
+            if self._closed:  # interrupted by close()
+                raise StoreClosed("the store was closed during the search") from exc
+            raise
+        finally:
+            with self._lock:
+                self._cursors.discard(cursor)
+            with contextlib.suppress(duckdb.Error):
+                cursor.close()
 
     # -- writes -------------------------------------------------------------------
     def append_simple(self, sid, prep, parent_id, created_at):
