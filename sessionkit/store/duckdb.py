@@ -80,6 +80,9 @@ _INSERT_MESSAGE = """INSERT INTO sessionkit_messages
     (seq, msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,
      chunks, text, n_parts, tool_names, metadata, content, index_len)"""
 
+# Rows of a whole-path read (get_history) taken in one statement at most.
+_WHOLE_PATH = 1 << 20
+
 # Write sequence numbers a single append reserves at a time (see DuckDBEngine._next_seq).
 _SEQ_BLOCK = 128
 
@@ -486,40 +489,49 @@ class DuckDBEngine(LocalEngine):
                 known = self._shared.compacted[sid] = super().has_compactions(sid)
             return known
 
-    def walk_pages(self, sid, start, limit, content, first=None):
+    def walk(self, sid, start, limit, content):
+        # The caller keeps every row: read the path in as few statements as it has runs
+        # (each page is a scan of the session's rows, with no (session_id, seq) index).
+        out = []
+        largest = limit if content and limit <= _WHOLE_PATH else None
+        for rows in self.walk_pages(sid, start, limit, content, largest=largest):
+            out += rows
+        return out
+
+    def walk_pages(self, sid, start, limit, content, first=None, largest=None):
         """As on every engine; the newest rows of a session's latest path come from the
         cache of this process's own writes and reads (see ``_Paths``) when they are there,
         and a read that starts at the newest row fills it."""
         if not content or (limit is not None and limit <= 0):
-            yield from super().walk_pages(sid, start, limit, content, first)
+            yield from super().walk_pages(sid, start, limit, content, first, largest)
             return
         rest = None
         with self._lock:
             run = self._shared.paths.get(sid)
             if run is not None and (start is None or (start.seq, start.id) == (run[0][0].seq, run[0][0].id)):
-                page = list(run if limit is None else run[:limit])
+                rows = list(run if limit is None else run[:limit])
             else:
-                rest = super().walk_pages(sid, start, limit, content, first)
-                page = next(rest, [])
-                if not page:
+                rest = super().walk_pages(sid, start, limit, content, first, largest)
+                rows = next(rest, [])
+                if not rows:
                     return
                 newest = start is None
                 if not newest:
                     latest = self.latest(sid)
                     newest = latest is not None and (latest.seq, latest.id) == (start.seq, start.id)
                 if newest:
-                    self._shared.paths.put(sid, page)
-        yield page
+                    self._shared.paths.put(sid, rows)
+        yield rows
         if rest is not None:
             yield from rest
             return
-        last = page[-1][0]
-        remaining = None if limit is None else limit - len(page)
+        last = rows[-1][0]
+        remaining = None if limit is None else limit - len(rows)
         if last.parent_id is None or remaining == 0:
             return
         parent = self.node(sid, last.parent_id)
         if parent is not None:  # else deleted meanwhile: the path ends here
-            yield from super().walk_pages(sid, parent, remaining, content, first)
+            yield from super().walk_pages(sid, parent, remaining, content, first, largest)
 
     def size_bytes(self) -> int:
         size = 0
