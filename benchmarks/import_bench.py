@@ -181,24 +181,31 @@ except OSError:
     before = rss("VmHWM")
 t = time.perf_counter()
 if fmt == "openai":
-    sk.io.import_openai(store.session("chat"), path)
+    result = sk.io.import_openai(store.session("chat"), path)
 elif fmt.startswith("oasst"):
-    sk.io.import_oasst(store, path)
+    result = sk.io.import_oasst(store, path)
 else:
-    getattr(sk.io, "import_" + fmt)(store, path)
+    result = getattr(sk.io, "import_" + fmt)(store, path)
 seconds = time.perf_counter() - t
 peak = rss("VmHWM")
 stats = store.stats()
+# what the import returned (tests/io/test_io_memory.py checks it against the store)
+returned = len(result)
+last = result[-1]
+last = last.message["id"] if fmt == "openai" else last.session_id
 store.close()
 print(json.dumps({"growth_mb": (peak - before) / 1024, "before_mb": before / 1024, "seconds": seconds,
-                  "messages": stats["messages"], "sessions": stats["sessions"]}))
+                  "messages": stats["messages"], "sessions": stats["sessions"], "returned": returned,
+                  "last": last}))
 """
 
 
 def measure_import(fmt: str, path: Path, db: Path, repo: Path = HERE.parent) -> dict:
     """Import ``path`` with the ``fmt`` importer in a fresh process; its peak memory growth and rate."""
     out = subprocess.run([sys.executable, "-c", _CHILD, str(repo), fmt, str(path), str(db)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, timeout=3600)
+    if out.returncode:
+        raise RuntimeError(f"importing {fmt} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -895,44 +895,26 @@ def cmd_serve(args, out: TextIO) -> int:
 # The parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
+def _number(convert: Any, what: str, fits: Any, bounds: str) -> Any:
+    """An argparse ``type``: ``convert`` the text, refuse what is not ``what`` or not within ``bounds``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not fits(value):
+            raise argparse.ArgumentTypeError(f"{text!r} {bounds}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < 86_400 * 366:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
-    return value
-
-
-def _count_or_zero(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
-    return value
+_positive_int = _number(int, "a whole number", lambda v: v >= 1, "must be 1 or more")
+_seconds = _number(float, "a number of seconds", lambda v: 0 < v < 86_400 * 366,
+                   "must be a positive number of seconds")
+_count_or_zero = _number(int, "a whole number", lambda v: v >= 0, "must be 0 or more")
+_port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "is not a port number (0-65535)")
 
 
 _STORE_HELP = "store file or URL: chats.db, data.duckdb, sqlite:///path, duckdb:///path, postgresql://..."

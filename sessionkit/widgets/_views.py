@@ -105,6 +105,11 @@ class _View(anywidget.AnyWidget):
     _snapshot_key = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, **kwargs: Any) -> None:
+        # traitlets passes unknown keywords on to object.__init__ with only a deprecation
+        # warning, so a misspelt option (view="full" for mode="full") would silently do nothing
+        unknown = sorted(k for k in kwargs if not self.has_trait(k))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword argument(s): {', '.join(unknown)}")
         kwargs.setdefault("_snapshot_key", uuid.uuid4().hex)
         super().__init__(**kwargs)
         self.on_msg(self._dispatch)
@@ -249,9 +254,11 @@ class BranchTree(_View):
 
     The tree travels once as compact arrays (ids, parents, roles, tokens) and is
     laid out incrementally, so 10,000 messages open at once: lines and dots are drawn
-    on a canvas, the rows in view are real text (selectable, copyable, read by screen
-    readers as a tree). Keyboard: arrows move through the rows, Home / End, Enter opens
-    the row (expands a chain, shows a compaction, selects; Shift+Enter compares).
+    on a canvas, every row is real text (selectable, copyable, read by screen readers as
+    a tree, found by the browser's find-in-page outside the view too; rows off screen cost
+    no layout). Keyboard: arrows move through the rows, Home / End, Enter opens the row
+    (expands a chain, shows a compaction, selects; Shift+Enter compares); the host's own
+    shortcuts wait while the tree has the focus.
 
     >>> tree = sk.widgets.BranchTree(session)
     >>> tree.selected_id          # follows clicks in the notebook

@@ -7,9 +7,7 @@ the test builds the same sessions to know what the page must show.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-from pathlib import Path
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
@@ -105,17 +103,40 @@ def run_script() -> list:
     ]
 
 
-def jupyter_env(base: Path) -> dict:
-    """Environment with every Jupyter and IPython folder inside ``base``."""
-    env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
-                     ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"), ("JUPYTERLAB_SETTINGS_DIR", "lab-user-settings"),
-                     ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")):
-        path = base / sub
-        path.mkdir(parents=True, exist_ok=True)
-        env[var] = str(path)
-    env["JUPYTER_PLATFORM_DIRS"] = "1"
-    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
-    env["LITELLM_OFFLINE_MODE"] = "true"
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+def _usage(cost) -> dict:
+    return {"metadata": {"usage": {"in": 100, "out": 10, "cost_usd": cost, "model": "m"}}}
+
+
+def forked_session(store) -> sk.Session:
+    """u1 -> a1 (priced) | a2 (no usage) -> u2 -> a3 (no price) -> u3 -> a4 (priced); markup in texts."""
+    s = store.session("forked")
+    s.append(text("u1", "user", "What does <!-- this --> do before </script>?"))
+    s.append(text("a1", "assistant", "It opens an HTML comment.", **_usage(0.0002)), parent_id="u1")
+    s.append(text("a2", "assistant", "An imported answer <!-- with a comment"), parent_id="u1")
+    s.append(text("u2", "user", "More"), parent_id="a2")
+    s.append(text("a3", "assistant", "From an unpriced model", **_usage(None)), parent_id="u2")
+    s.append(text("u3", "user", "And?"), parent_id="a3")
+    s.append(text("a4", "assistant", "Priced again", **_usage(0.0001)), parent_id="u3")
+    return s
+
+
+def line_session(store) -> sk.Session:
+    """Three messages in one line: one leaf, no branch point, no compaction."""
+    s = store.session("line")
+    for mid, role, body in (("q", "user", "Is the museum open on Mondays?"), ("r", "assistant", "No, it closes on Mondays."),
+                            ("t", "user", "Thanks!")):
+        s.append(text(mid, role, body))
+    return s
+
+
+def interrupted_runs(store) -> list:
+    """Six completed runs with long replies, then a run that was interrupted: a view taller than its height."""
+    script = [{"text": "Step 0: " + "a long line of planning text " * 12, "usage": {"in": 10, "out": 5}}]
+    agent = sk.Agent("t", "Be brief.", ScriptedModel(script * 6))
+    for i in range(6):
+        agent.run_sync(f"Request number {i}", session=store.session("long"))
+    events = list(store.events("long"))
+    events.append({"kind": "run.start", "run_id": "cut", "input": "This one is interrupted", "ts": "2025-01-01T00:00:00Z"})
+    events.append({"kind": "run.end", "run_id": "cut", "status": "interrupted", "error": "run cut was interrupted",
+                   "ts": "2025-01-01T00:00:01Z"})
+    return events

@@ -6,15 +6,11 @@ a click in the tree reaches Python, the linked Transcript follows, a replayed ru
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from servers import free_port, served, wait_file
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # slow: a marimo server and chromium
 
@@ -56,21 +52,6 @@ if __name__ == "__main__":
 '''
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_file(path: Path, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path.name} did not appear within {timeout} s")
-
-
 @pytest.fixture
 def marimo_app(chromium_path, tmp_path):
     try:
@@ -84,40 +65,17 @@ def marimo_app(chromium_path, tmp_path):
     out.mkdir()
     app = tmp_path / "views_app.py"
     app.write_text(APP.format(here=str(HERE), out=str(out)), encoding="utf-8")
-    port = _free_port()
-    log = open(tmp_path / "marimo.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "marimo", "run", str(app), "--headless", "--host", "127.0.0.1",
-                             "--port", str(port), "--no-token"], cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"marimo exited with {proc.returncode}:\n{(tmp_path / 'marimo.log').read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("marimo did not answer within 60 s")
-            time.sleep(0.25)
+    argv = [sys.executable, "-m", "marimo", "run", str(app), "--headless", "--host", "127.0.0.1", "--port", str(port),
+            "--no-token"]
+    with served(argv, name="marimo", ready_url=url, cwd=tmp_path, env=None, log_path=tmp_path / "marimo.log"):
         yield url, out
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
 
 
 def test_views_work_in_marimo(marimo_app, browser, screenshots):
     import nbhelpers
+
     import sessionkit as sk
     from sessionkit.widgets._source import outline_rows, tree_data
 
@@ -139,7 +97,7 @@ def test_views_work_in_marimo(marimo_app, browser, screenshots):
                                "'Great. Where should we eat?'", arg=tree.element_handle(), timeout=15_000)
         row = next(k for k, r in enumerate(rows) if r[0] == "node" and data.ids[r[1]] == "a4")
         tree.locator(".sk-tree-scroll").click(position={"x": 120, "y": row * 22 + 11})
-        assert _wait_file(out / "selected.txt", 15) == "a4"
+        assert wait_file(out / "selected.txt", 15) == "a4"
         transcript = page.locator(".sk-transcript-view").first
         page.wait_for_function("el => el.dataset.leaf === 'a4'", arg=transcript.element_handle(), timeout=15_000)
         page.wait_for_function("el => el.innerText.includes('Try Cervejaria Ramiro')", arg=transcript.element_handle(),

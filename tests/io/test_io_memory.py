@@ -14,134 +14,31 @@ moves to a temporary SQLite file past 50,000 ids.
 
 from __future__ import annotations
 
-import json
-import random
-import subprocess
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-WORDS = "the to and a of is in that it flight booking seat refund order deploy server error retry cache".split()
 
 
-def _text(rng, n):
-    return " ".join(rng.choice(WORDS) for _ in range(n))
-
-
-def gen_openai(path: Path, lines: int) -> None:
-    rng = random.Random(1)
-    with open(path, "w", encoding="utf-8") as out:
-        for i in range(lines):
-            k = i % 4
-            if k == 0:
-                rec = {"role": "user", "content": _text(rng, 30)}
-            elif k == 1:
-                rec = {"role": "assistant", "content": None, "tool_calls": [{"id": f"call_{i}", "type": "function",
-                       "function": {"name": "search", "arguments": json.dumps({"q": _text(rng, 3)})}}]}
-            elif k == 2:
-                rec = {"role": "tool", "tool_call_id": f"call_{i - 1}", "content": _text(rng, 40)}
-            else:
-                rec = {"role": "assistant", "content": _text(rng, 60)}
-            out.write(json.dumps(rec) + "\n")
-
-
-def gen_oasst(path: Path, lines: int) -> None:
-    """Flat messages, trees of 10."""
-    rng = random.Random(2)
-    with open(path, "w", encoding="utf-8") as out:
-        for i in range(lines):
-            tree, k = divmod(i, 10)
-            parent = None if k == 0 else f"{tree}-{(k - 1) // 2}"
-            out.write(json.dumps({"message_id": f"{tree}-{k}", "parent_id": parent,
-                                  "message_tree_id": f"tree-{tree}", "role": "prompter" if k % 2 == 0 else "assistant",
-                                  "text": _text(rng, 40), "created_date": "2023-02-05T10:00:00Z"}) + "\n")
-
-
-def gen_oasst_trees(path: Path, lines: int) -> None:
-    rng = random.Random(3)
-    with open(path, "w", encoding="utf-8") as out:
-        for i in range(lines):
-            prompt = {"message_id": f"{i}-0", "role": "prompter", "text": _text(rng, 25), "replies": [
-                {"message_id": f"{i}-1", "role": "assistant", "text": _text(rng, 25), "replies": []}]}
-            out.write(json.dumps({"message_tree_id": f"t{i}", "prompt": prompt}) + "\n")
-
-
-def gen_hh(path: Path, lines: int) -> None:
-    rng = random.Random(4)
-    with open(path, "w", encoding="utf-8") as out:
-        for i in range(lines):
-            head = f"\n\nHuman: {_text(rng, 15)} {i}"
-            out.write(json.dumps({"chosen": head + f"\n\nAssistant: {_text(rng, 30)}",
-                                  "rejected": head + f"\n\nAssistant: {_text(rng, 30)}"}) + "\n")
-
-
-def gen_jsonl(path: Path, lines: int) -> None:
-    """A sessionkit export: sessions of 100 messages."""
-    rng = random.Random(5)
-    with open(path, "w", encoding="utf-8") as out:
-        for i in range(lines):
-            sid, k = divmod(i, 100)
-            msg = {"id": f"m{k}", "role": "user", "parts": [{"type": "text", "text": _text(rng, 40)}]}
-            out.write(json.dumps({"type": "message", "session_id": f"s{sid}",
-                                  "parent_id": None if k == 0 else f"m{k - 1}", "message": msg}) + "\n")
-
-
-GENERATORS = {"openai": gen_openai, "oasst": gen_oasst, "oasst-trees": gen_oasst_trees, "hh": gen_hh,
-              "jsonl": gen_jsonl}
-
-_CHILD = r"""
-import json, resource, sys, time
-sys.path.insert(0, sys.argv[1])
-import sessionkit as sk
-import sessionkit.io
-
-
-def rss(field):
-    # kB from /proc/self/status: VmHWM is the peak of this process image (ru_maxrss also
-    # counts the parent's peak, inherited across fork and exec)
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-fmt, path, db = sys.argv[2], sys.argv[3], sys.argv[4]
-store = sk.open_store(db)
-try:
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")  # the peak starts again from the current size
-    before = rss("VmRSS")
-except OSError:
-    before = rss("VmHWM")
-t = time.perf_counter()
-if fmt == "openai":
-    result = sk.io.import_openai(store.session("chat"), path)
-elif fmt.startswith("oasst"):
-    result = sk.io.import_oasst(store, path)
-else:
-    result = getattr(sk.io, "import_" + fmt)(store, path)
-seconds = time.perf_counter() - t
-peak = rss("VmHWM")
-stats = store.stats()
-returned = len(result)
-last = result[-1]
-last = last.message["id"] if fmt == "openai" else last.session_id
-store.close()
-print(json.dumps({"growth_mb": (peak - before) / 1024, "messages": stats["messages"], "sessions": stats["sessions"],
-                  "returned": returned, "last": last}))
-"""
+def _bench():
+    """benchmarks/import_bench.py: the same file generators and measuring process as the benchmark."""
+    name = "sessionkit_import_bench"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / "import_bench.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def peak_growth(fmt: str, lines: int, folder: Path) -> dict:
+    bench = _bench()
     path = folder / f"{fmt}.jsonl"
-    GENERATORS[fmt](path, lines)
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(REPO), fmt, str(path), str(folder / f"{fmt}.db")],
-                         capture_output=True, text=True, timeout=1800)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    bench.GENERATORS[fmt](path, lines)
+    return bench.measure_import(fmt, path, folder / f"{fmt}.db", repo=REPO)
 
 
 def _check_returned(fmt: str, lines: int, got: dict) -> None:
@@ -152,7 +49,7 @@ def _check_returned(fmt: str, lines: int, got: dict) -> None:
         return
     assert got["returned"] == got["sessions"], got
     last = {"oasst": f"oasst-tree-{lines // 10 - 1}", "oasst-trees": f"oasst-t{lines - 1}",
-            "jsonl": f"s{(lines - 1) // 100}"}.get(fmt)
+            "jsonl": f"s{(lines - 2) // 100}"}.get(fmt)  # its first line is the export's header
     assert got["last"] == last if last else got["last"].startswith("hh-"), got
 
 

@@ -24,6 +24,7 @@ EXPECTED = (
     "05-compaction",
     "06-transcript-analysis",
     "07-serving",
+    "08-transcripts-from-everywhere",
 )
 
 

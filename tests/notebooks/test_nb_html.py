@@ -23,6 +23,7 @@ VIEWS = {
     "05-compaction": ({"transcript": 2, "tree": 1}, "hidden by compaction"),
     "06-transcript-analysis": ({"tree": 1}, "update_reservation_flights"),
     "07-serving": ({"run": 1, "tree": 1}, "pack an umbrella for Porto only"),
+    "08-transcripts-from-everywhere": ({"tree": 1, "transcript": 1}, "Conversation compacted"),
 }
 
 

@@ -7,75 +7,28 @@ Debian's chromium driven by Playwright (never ``playwright install``), JupyterLa
 
 from __future__ import annotations
 
-import os
-import queue
-import re
 import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-
 from nbtools import REPO
+from servers import free_port, launcher
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: JupyterLab and chromium, as `make demo` starts them
 
 SHOTS = REPO / "artifacts" / "screenshots"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def main_job(fresh_notebooks, jupyter_env, chromium_path, tmp_path):
-    """The launcher started as README's main job starts it; yields ``(url, notebooks, proc)``."""
-    env = jupyter_env(tmp_path / "jupyter")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sessionkit._lab", "--notebooks", str(fresh_notebooks), "--port", str(port),
-         "--no-browser", "--timeout", "150"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump():
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    seen: list[str] = []
-    url = None
-    deadline = time.monotonic() + 170
-    try:
-        while url is None:
-            try:
-                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError("the launcher printed no URL in time:\n" + "".join(seen)) from None
-            if line is None:
-                raise AssertionError(f"the launcher exited with {proc.wait()}:\n" + "".join(seen))
-            seen.append(line)
-            match = re.search(r"(http://127\.0\.0\.1:\d+/lab/tree/\S+\?token=\S+)", line)
-            if match:
-                url = match.group(1)
-        yield url, fresh_notebooks, proc, seen
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # the launcher stops JupyterLab on its way out
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    """The launcher started as README's main job starts it; yields ``(url, notebooks, proc, printed)``."""
+    argv = [sys.executable, "-m", "sessionkit._lab", "--notebooks", str(fresh_notebooks), "--port", str(free_port()),
+            "--no-browser", "--timeout", "150"]
+    with launcher(argv, cwd=REPO, env=jupyter_env(tmp_path / "jupyter"),
+                  pattern=r"(http://127\.0\.0\.1:\d+/lab/tree/\S+\?token=\S+)") as job:
+        yield job.match.group(1), fresh_notebooks, job.proc, job.seen
 
 
 def test_main_job_opens_notebook_1_with_its_branch_tree(main_job, browser):

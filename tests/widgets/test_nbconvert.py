@@ -43,7 +43,7 @@ def test_executed_notebook_html_contains_each_snapshot(tmp_path):
     nbclient = _need("nbclient")
     nbconvert = _need("nbconvert")
     _need("ipykernel")
-    from nbhelpers import jupyter_env
+    from servers import jupyter_env
 
     env = jupyter_env(tmp_path / "jupyter")
     nb = nbformat.v4.new_notebook()

@@ -8,7 +8,7 @@ import pytest
 import traitlets
 
 import sessionkit as sk
-from sessionkit.widgets import Transcript
+from sessionkit.widgets import BranchTree, RunView, Transcript
 from sessionkit.widgets._source import message_view
 
 from viewtools import front
@@ -66,6 +66,16 @@ def test_bad_arguments(trip):
         Transcript(trip, mode="everything")
     with pytest.raises(TypeError):
         Transcript(trip).link("not a tree")
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: Transcript(s, view="full"),
+    lambda s: BranchTree(s, colapse=False),
+    lambda s: RunView(hieght=300),
+])
+def test_misspelt_options_are_refused(trip, make):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\): (view|colapse|hieght)"):
+        make(trip)
 
 
 def test_empty_session_and_plain_sessions(store):

@@ -1,13 +1,17 @@
 // BranchTree front end: the whole message tree, laid out incrementally; lines, dots and row
-// tints on a canvas, the text of the rows in view as real DOM rows (selectable, copyable,
-// read by screen readers and found by find-in-page), re-rendered as the view scrolls.
+// tints on a canvas, the text of every row as a real DOM row (selectable, copyable, read by
+// screen readers and found by the browser's find-in-page, in view or not).
+//
+// Every row is an element, built in slices after the layout and never rebuilt on scroll:
+// rows outside the view cost no layout or paint (CSS `content-visibility: auto`, which
+// find-in-page still searches and scrolls to), and a draw updates only the rows in view.
 //
 // The model's `_tree` holds parallel arrays (ids, parent, role, tokens) and the
 // compactions. Rows follow sessionkit.widgets._source.outline_rows exactly:
 // chains without branches collapse to first / "n more" / last, children oldest
 // first, one indent step per branch point, a band row before each compaction.
-// Only the rows in view are drawn; previews of their messages are fetched from
-// the kernel with a custom message ({type: "fetch", ids}) as they scroll in.
+// Only the rows in view are drawn on the canvas; previews of the messages are fetched
+// from the kernel with custom messages ({type: "fetch", ids}), the rows in view first.
 
 const BT_ROW = 22;
 const BT_INDENT = 16;
@@ -124,7 +128,9 @@ function btOnPath(tree, leaf) {
 
 function render({ model, el }) {
   const cache = skCache(model);
-  const root = skEl("div", { class: "sk-view sk-tree-view", tabindex: "0" });
+  // data-lm-suppress-shortcuts: while the tree has the focus, its keys (arrows, Home, End, Enter)
+  // move through the tree, not through the host's cells (Notebook 7 binds them in command mode).
+  const root = skEl("div", { class: "sk-view sk-tree-view", tabindex: "0", "data-lm-suppress-shortcuts": "true" });
   el.append(root);
   const toolbar = skEl("div", { class: "sk-toolbar" });
   const main = skEl("div", { class: "sk-tree-main" });
@@ -156,6 +162,10 @@ function render({ model, el }) {
   let frame = 0;
   let layoutTimer = 0;
   let fetchTimer = 0;
+  let pending = []; // ids whose previews are still to be asked for
+  let rowEls = []; // one element per layout row, in row order
+  let buildTimer = 0;
+  let marked = new Set(); // rows last shown as selected, compared or under the cursor
   let disposed = false;
 
   function setHeight() {
@@ -217,6 +227,11 @@ function render({ model, el }) {
     layout = new BTLayout(tree, !!model.get("collapse"), expanded);
     root.dataset.layout = "running";
     clearTimeout(layoutTimer);
+    clearTimeout(buildTimer);
+    buildTimer = 0;
+    rowEls = [];
+    marked = new Set();
+    rowsLayer.replaceChildren();
     const work = () => {
       if (disposed || !layout) return;
       const finished = layout.step(performance.now() + 12);
@@ -225,8 +240,11 @@ function render({ model, el }) {
       root.dataset.rows = String(layout.rows);
       if (scroller.scrollTop !== keepTop && keepTop <= layout.rows * BT_ROW) scroller.scrollTop = keepTop;
       schedule();
-      if (finished) root.dataset.layout = "done";
-      else layoutTimer = setTimeout(work, 0);
+      buildLater();
+      if (finished) {
+        root.dataset.layout = "done";
+        askAllPreviews();
+      } else layoutTimer = setTimeout(work, 0);
     };
     work();
   }
@@ -363,7 +381,7 @@ function render({ model, el }) {
       ctx.stroke();
       ctx.setLineDash([]);
     }
-    // glyphs on the canvas; the text of each row is a DOM row (renderRows)
+    // glyphs on the canvas; the text of each row is a DOM row (makeRow, updateRows)
     const want = [];
     for (let r = r0; r <= r1; r++) {
       if (layout.kind[r] !== BT_KIND_NODE) continue;
@@ -392,7 +410,7 @@ function render({ model, el }) {
       const id = tree.ids[i];
       if (!cache.previews.has(id) && !cache.asked.has(id)) want.push(id);
     }
-    renderRows(r0, r1, sel, cmp);
+    updateRows(r0, r1, sel, cmp);
     if (want.length) requestPreviews(want);
   }
 
@@ -407,68 +425,127 @@ function render({ model, el }) {
     return [count, tok];
   }
 
-  // The rows in view as DOM: real text over the canvas, one element per row, rebuilt on each
-  // draw (a few dozen rows at most, however large the tree).
-  function renderRows(r0, r1, sel, cmp) {
-    const frag = document.createDocumentFragment();
-    for (let r = r0; r <= r1; r++) {
-      const kind = layout.kind[r];
-      const depth = layout.depth[r];
-      const row = skEl("div", { class: "sk-row", role: "treeitem", "aria-level": String(depth + 1), "data-row": String(r),
-        style: { top: r * BT_ROW + "px", height: BT_ROW + "px", paddingLeft: x0(depth) + (kind === BT_KIND_BAND ? -4 : 10) + "px" } });
-      if (r === cursor) row.classList.add("sk-cursor");
-      if (kind === BT_KIND_NODE) {
-        const i = layout.a[r];
-        const id = tree.ids[i];
-        const role = tree.roles[tree.role[i]];
-        const on = active[i] === 1;
-        const nk = layout.nKids(i);
-        row.dataset.id = id;
-        row.setAttribute("aria-selected", i === sel ? "true" : "false");
-        if (on) row.classList.add("sk-on");
-        if (i === sel) row.classList.add("sk-sel");
-        if (i === cmp) row.classList.add("sk-cmp");
-        const preview = cache.previews.get(id);
-        row.append(
-          skEl("span", { class: "sk-row-role", style: { color: skRoleColor(role) }, text: role }),
-          " ",
-          skEl("span", { class: "sk-row-text", text: preview === undefined ? "…" : preview }),
-          skEl("span", { class: "sk-row-tok", text: (nk > 1 ? `${nk} branches · ` : "") + skTokens(tree.tokens[i]) + " tok" }),
-        );
-      } else if (kind === BT_KIND_MORE) {
-        const [count, tok] = moreCount(r);
-        row.classList.add("sk-row-more");
-        row.setAttribute("aria-expanded", "false");
-        row.append(skEl("span", { class: "sk-row-text", text: `⋯ ${skPlural(count, "more message")} · ${skTokens(tok)} tokens (click or Enter to expand)` }));
-      } else {
-        const band = tree.compactions[layout.a[r]];
-        row.classList.add("sk-row-band");
-        row.append(
-          skEl("span", { class: "sk-row-head", text: `▤ compacted ${skPlural(band.messages, "message")}, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: ` }),
-          skEl("span", { class: "sk-row-text", text: band.summary.replace(/\s+/g, " ") }),
-        );
-      }
-      frag.append(row);
+  // The text of a row: a message's role and preview, a collapsed chain's count, a band's summary.
+  function makeRow(r) {
+    const kind = layout.kind[r];
+    const depth = layout.depth[r];
+    const row = skEl("div", { class: "sk-row", role: "treeitem", "aria-level": String(depth + 1), "data-row": String(r),
+      style: { top: r * BT_ROW + "px", height: BT_ROW + "px" } });
+    if (kind === BT_KIND_NODE) {
+      const i = layout.a[r];
+      const id = tree.ids[i];
+      const role = tree.roles[tree.role[i]];
+      const nk = layout.nKids(i);
+      row.dataset.id = id;
+      row.setAttribute("aria-selected", "false");
+      if (active[i] === 1) row.classList.add("sk-on");
+      const preview = cache.previews.get(id);
+      row.append(
+        skEl("span", { class: "sk-row-role", style: { color: skRoleColor(role) }, text: role }),
+        " ",
+        skEl("span", { class: "sk-row-text", text: preview === undefined ? "…" : preview }),
+        skEl("span", { class: "sk-row-tok", text: (nk > 1 ? `${nk} branches · ` : "") + skTokens(tree.tokens[i]) + " tok" }),
+      );
+    } else if (kind === BT_KIND_MORE) {
+      const [count, tok] = moreCount(r);
+      row.classList.add("sk-row-more");
+      row.setAttribute("aria-expanded", "false");
+      row.append(skEl("span", { class: "sk-row-text", text: `⋯ ${skPlural(count, "more message")} · ${skTokens(tok)} tokens (click or Enter to expand)` }));
+    } else {
+      const band = tree.compactions[layout.a[r]];
+      row.classList.add("sk-row-band");
+      row.append(
+        skEl("span", { class: "sk-row-head", text: `▤ compacted ${skPlural(band.messages, "message")}, ${skTokens(band.tokens_before)} → ${skTokens(band.tokens_after)} tok${band.superseded ? " (superseded)" : ""}: ` }),
+        skEl("span", { class: "sk-row-text", text: band.summary.replace(/\s+/g, " ") }),
+      );
     }
-    rowsLayer.replaceChildren(frag);
-    root.dataset.domRows = String(r1 - r0 + 1);
+    return row;
   }
 
-  function requestPreviews(list) {
+  // Appends rows up to `upto` (exclusive) or until `deadline`; true when every laid-out row has its element.
+  function buildRows(upto, deadline) {
+    const frag = document.createDocumentFragment();
+    const stop = Math.min(upto, layout.rows);
+    let r = rowEls.length;
+    for (; r < stop; r++) {
+      if (deadline !== undefined && (r & 63) === 0 && performance.now() > deadline) break;
+      const row = makeRow(r);
+      row.style.paddingLeft = x0(layout.depth[r]) + (layout.kind[r] === BT_KIND_BAND ? -4 : 10) + "px";
+      rowEls.push(row);
+      frag.append(row);
+    }
+    rowsLayer.append(frag);
+    root.dataset.domRows = String(rowEls.length);
+    return rowEls.length >= layout.rows;
+  }
+
+  // The rows are built in slices of a few milliseconds, so a large tree never blocks the page.
+  function buildLater() {
+    if (buildTimer || disposed || !layout) return;
+    buildTimer = setTimeout(() => {
+      buildTimer = 0;
+      if (disposed || !layout) return;
+      if (!buildRows(layout.rows, performance.now() + 8) || !layout.done) buildLater();
+    }, 0);
+  }
+
+  // The rows in view (and those that were marked) follow the selection, the cursor and the shift.
+  function updateRows(r0, r1, sel, cmp) {
+    if (rowEls.length <= r1) buildRows(r1 + 1);
+    const touch = new Set(marked);
+    for (let r = r0; r <= r1; r++) touch.add(r);
+    marked = new Set();
+    for (const r of touch) {
+      const row = rowEls[r];
+      if (!row) continue;
+      const kind = layout.kind[r];
+      if (r >= r0 && r <= r1) row.style.paddingLeft = x0(layout.depth[r]) + (kind === BT_KIND_BAND ? -4 : 10) + "px";
+      const isSel = kind === BT_KIND_NODE && layout.a[r] === sel;
+      const isCmp = kind === BT_KIND_NODE && layout.a[r] === cmp;
+      row.classList.toggle("sk-cursor", r === cursor);
+      row.classList.toggle("sk-sel", isSel);
+      row.classList.toggle("sk-cmp", isCmp);
+      if (kind === BT_KIND_NODE) row.setAttribute("aria-selected", isSel ? "true" : "false");
+      if (isSel || isCmp || r === cursor) marked.add(r);
+    }
+  }
+
+  // Previews for every message row, asked for in the background once the layout is done:
+  // find-in-page searches the whole tree, not only the rows seen so far.
+  function askAllPreviews() {
+    const list = [];
+    for (let r = 0; r < layout.rows; r++) {
+      if (layout.kind[r] !== BT_KIND_NODE) continue;
+      const id = tree.ids[layout.a[r]];
+      if (!cache.previews.has(id) && !cache.asked.has(id)) list.push(id);
+    }
+    if (list.length) requestPreviews(list, false);
+  }
+
+  // Asks in batches of 500 (the kernel's limit), one batch every 30 ms; `first` puts the ids
+  // ahead of those already waiting (the rows in view before the rest of the tree).
+  function requestPreviews(list, first = true) {
     for (const id of list) cache.asked.add(id);
-    clearTimeout(fetchTimer);
-    const pending = (requestPreviews.pending = (requestPreviews.pending || []).concat(list));
-    fetchTimer = setTimeout(() => {
+    pending = first ? list.concat(pending) : pending.concat(list);
+    const flush = () => {
+      fetchTimer = 0;
+      if (disposed) return;
       const batch = pending.splice(0, 500);
-      requestPreviews.pending = pending;
       if (batch.length) model.send({ type: "fetch", ids: batch, req: skNextReq() });
-    }, 30);
+      if (pending.length) fetchTimer = setTimeout(flush, 30);
+    };
+    if (!fetchTimer) fetchTimer = setTimeout(flush, 30);
   }
 
   function onMessage(msg) {
     if (!msg || typeof msg !== "object") return;
     if (msg.type === "previews") {
-      for (const [id, text] of Object.entries(msg.items || {})) cache.previews.set(id, text);
+      for (const [id, text] of Object.entries(msg.items || {})) {
+        cache.previews.set(id, text);
+        const i = ids.get(id);
+        const r = i === undefined || !layout ? -1 : layout.rowOf[i];
+        if (r >= 0 && rowEls[r] && layout.kind[r] === BT_KIND_NODE) rowEls[r].querySelector(".sk-row-text").textContent = text;
+      }
       schedule();
     } else if (msg.type === "detail") {
       cache.details.set(msg.id, msg.message);
@@ -683,6 +760,7 @@ function render({ model, el }) {
     cancelAnimationFrame(frame);
     clearTimeout(layoutTimer);
     clearTimeout(fetchTimer);
+    clearTimeout(buildTimer);
     resize.disconnect();
     model.off("change:_tree", onTree);
     model.off("change:selected_id", onSel);

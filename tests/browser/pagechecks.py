@@ -1,0 +1,149 @@
+"""Checks of one view in a page, shared by the offline pages and every notebook host.
+
+Each takes the Playwright page and a locator of the view, and computes what the view must
+show from the session data the test wrote (sessionkit.widgets._source, the kernel's side).
+"""
+
+from __future__ import annotations
+
+
+def _wait(page, view, script: str, arg=None, timeout: int = 30_000) -> None:
+    """Waits until ``script`` (a function of the view's element and ``arg``) is true."""
+    page.wait_for_function(f"([el, arg]) => ({script})", arg=[view.element_handle(), arg], timeout=timeout)
+
+
+def row_index(data, rows, mid: str) -> int:
+    return next(k for k, r in enumerate(rows) if r[0] == "node" and data.ids[r[1]] == mid)
+
+
+def wait_previews(page, view) -> None:
+    """Until every message row shows its preview (they arrive from the kernel or the page's data)."""
+    _wait(page, view, "el.dataset.layout === 'done' && el.querySelectorAll('.sk-row[data-id]').length > 0 && "
+                      "![...el.querySelectorAll('.sk-row[data-id] .sk-row-text')].some(e => e.textContent === '…')")
+
+
+def preview_of(session, mid: str) -> str:
+    from sessionkit.widgets._source import load_messages, message_preview
+
+    return message_preview(load_messages(session, [mid])[mid])
+
+
+def check_rows_are_text_and_follow_the_keyboard(page, view, session, data, rows) -> None:
+    """Every row is a DOM row with its text, selectable; Home / arrows move the selection, Enter expands."""
+    from sessionkit.widgets._source import outline_rows
+
+    wait_previews(page, view)
+    shown = view.evaluate("el => [...el.querySelectorAll('.sk-row')]"
+                          ".map(e => [Number(e.dataset.row), e.dataset.id || null])")
+    assert [r for r, _ in shown] == list(range(len(rows)))
+    assert [mid for _, mid in shown] == [data.ids[r[1]] if r[0] == "node" else None for r in rows]
+    assert view.locator(".sk-row[role='treeitem']").count() == len(rows)
+    leaf = next(data.ids[r[1]] for r in reversed(rows) if r[0] == "node")
+    text = view.locator(f".sk-row[data-id='{leaf}'] .sk-row-text").text_content()
+    assert text == preview_of(session, leaf)
+    # the text can be selected and copied like any text of the page; selecting picks no row
+    before = view.get_attribute("data-selected")
+    selected = view.evaluate("""(el, mid) => {
+        const t = el.querySelector(`.sk-row[data-id='${mid}'] .sk-row-text`);
+        const range = document.createRange(); range.selectNodeContents(t);
+        const sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range);
+        return String(sel);
+    }""", leaf)
+    assert selected == text
+    assert view.get_attribute("data-selected") == before
+    page.evaluate("() => window.getSelection().removeAllRanges()")
+    # keyboard: Home selects the first message, Down moves through the rows, Enter opens a chain
+    view.focus()
+    page.keyboard.press("Home")
+    assert rows[0][0] == "node"
+    first = data.ids[rows[0][1]]
+    _wait(page, view, "el.dataset.selected === arg", first)
+    more = next(k for k, r in enumerate(rows) if r[0] == "more")
+    for _ in range(more):
+        page.keyboard.press("ArrowDown")
+    _wait(page, view, "el.dataset.cursor === arg", str(more))
+    page.keyboard.press("Enter")  # expands the collapsed chain
+    expanded = outline_rows(data, expanded={data.index()[first]})
+    _wait(page, view, "el.dataset.rows === arg", str(len(expanded)))
+    page.keyboard.press("ArrowDown")
+    after = expanded[more + 1]
+    if after[0] == "node":
+        _wait(page, view, "el.dataset.selected === arg", data.ids[after[1]])
+    page.keyboard.press("End")
+    last = next(data.ids[r[1]] for r in reversed(expanded) if r[0] == "node")
+    _wait(page, view, "el.dataset.selected === arg", last)
+    assert view.locator(f".sk-row[data-id='{last}']").get_attribute("aria-selected") == "true"
+
+
+def check_find_in_page(page, view, mid: str, preview: str) -> None:
+    """A row far outside the view is in the page as text: the browser's find reaches it, and
+    scrolled to (as find-in-page scrolls to a match) it is drawn where it is."""
+    row = view.locator(f".sk-row[data-id='{mid}']")
+    _wait(page, view, "(() => { const t = el.querySelector(`.sk-row[data-id='${arg[0]}'] .sk-row-text`);"
+                      " return !!t && t.textContent === arg[1]; })()", [mid, preview])
+    scroller = view.locator(".sk-tree-scroll")
+    assert row.evaluate("el => el.offsetTop") > scroller.evaluate("el => el.scrollTop + el.clientHeight")  # out of view
+    style = row.evaluate("el => [getComputedStyle(el).display, getComputedStyle(el).visibility]")
+    assert style[0] != "none" and style[1] == "visible", style
+    found = page.evaluate("""([mid, text]) => {
+        window.getSelection().removeAllRanges();
+        if (!window.find(text, true, false, true)) return null;
+        const node = window.getSelection().anchorNode;
+        const row = (node.nodeType === 1 ? node : node.parentElement).closest('.sk-row');
+        return row ? row.dataset.id : '';
+    }""", [mid, preview])
+    assert found == mid, (found, mid)
+    row.evaluate("el => el.scrollIntoView({block: 'center'})")
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))")
+    hit = row.evaluate("""el => { const b = el.getBoundingClientRect();
+        const at = document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2);
+        return !!at && el.contains(at); }""")
+    assert hit  # the row is on top where it is drawn, not hidden under the canvas
+    page.evaluate("() => window.getSelection().removeAllRanges()")
+
+
+def check_run_view_start_and_interruption(page, view) -> None:
+    """A RunView taller than its height opens at its first run; the interruption line is padded."""
+    _wait(page, view, "el.dataset.status === 'interrupted'")
+    body = view.locator(".sk-run-body")
+    assert body.evaluate("el => el.scrollHeight > el.clientHeight + 100")  # taller than its height
+    assert body.evaluate("el => el.scrollTop") == 0  # opens at the first run, not scrolled past it
+    assert view.locator(".skr-run").first.locator(".sk-msg").first.is_visible()
+    assert "Request number 0" in view.locator(".skr-run").first.inner_text()
+    error = view.locator(".skr-run[data-run='cut'] > .sk-err")
+    error.scroll_into_view_if_needed()
+    assert error.inner_text() == "run cut was interrupted"
+    padding = error.evaluate("el => ['paddingLeft', 'paddingTop'].map(k => parseFloat(getComputedStyle(el)[k]))")
+    assert min(padding) >= 4, padding
+
+
+def diff_cells(view) -> dict[str, list[str]]:
+    cells = view.evaluate("el => [...el.querySelectorAll('.sk-diff tr')]"
+                          ".map(r => [...r.children].map(c => c.textContent))")
+    return {r[0]: r[1:] for r in cells if r and r[0]}
+
+
+def check_partial_costs(page, view, tree, data, rows, a: str, b: str) -> None:
+    """Click ``a``, shift-click ``b``: the diff panel shows what the kernel's compare() gives,
+    a partial sum or "unknown" for costs and usage that are not all known, never a zero."""
+    from sessionkit.widgets._static import fmt_cost
+
+    view.locator(f".sk-row[data-id='{a}']").click()
+    _wait(page, view, "el.dataset.selected === arg", a)
+    view.locator(f".sk-row[data-id='{b}']").click(modifiers=["Shift"])
+    expected = tree.compare(a, b)
+    _wait(page, view, "[...el.querySelectorAll('.sk-diff tr')].some(r => r.textContent.startsWith('messages') && "
+                      "r.children[1].textContent === arg[0] && r.children[2].textContent === arg[1])",
+          [str(expected["a"]["messages"]), str(expected["b"]["messages"])])
+    cells = diff_cells(view)
+    assert cells["tool calls"] == [str(expected["a"]["tool_calls"]), str(expected["b"]["tool_calls"])]
+    for side, shown in zip(("a", "b"), cells["cost"]):
+        s = expected[side]
+        total = s["cost_known"] + s["cost_unknown"]
+        want = (fmt_cost(s["cost_usd"]) if s["cost_usd"] is not None and not s["cost_unknown"]
+                else fmt_cost(s["cost_known_usd"], unknown=s["cost_unknown"], total=total))
+        assert shown == want, (side, shown, want)
+        if s["cost_unknown"]:
+            assert "unknown" in shown and shown != fmt_cost(0.0)
+        if s["usage_known"] < total:
+            assert "unknown" in cells["usage in/out"][("a", "b").index(side)]

@@ -1,0 +1,344 @@
+"""The notebook views in real front ends and a real Chromium: JupyterLab 4 and Notebook 7.
+
+One notebook is written and run (Run > Run All Cells) in each host; the tests then work the
+views as a user does and check what the page shows against what the test computes from the
+sessions it wrote: a click in the BranchTree reaches the kernel and the linked Transcript
+follows (model and full history, the compaction), the tree's rows are text (selectable, moved
+through with the keyboard, found by find-in-page even outside the view), singular counts,
+partial costs shown as partial or unknown, a message with ``<!--``, a RunView that opens at
+its start with a padded interruption, a live run streaming, a 10,000-message tree that keeps
+the page responsive, each snapshot hidden by its live view, and the saved notebook converted
+to HTML with static snapshots. Screenshots of each view go to artifacts/screenshots as
+``<host>-<view>.png``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nbhelpers
+import pagechecks
+import pytest
+from servers import wait_file
+
+import sessionkit as sk
+from sessionkit.widgets._source import outline_rows, path_entries, tree_data
+from sessionkit.widgets._static import plural
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a notebook server and chromium per host
+
+HERE = Path(__file__).resolve().parent
+SHOTS = HERE.parents[1] / "artifacts" / "screenshots"
+
+# (name, source): the views the tests find by their cell
+CELLS = [
+    ("setup", "import sys, pathlib, asyncio\n"
+              "sys.path.insert(0, {here!r})\n"
+              "import sessionkit as sk\nimport nbhelpers as h\n"
+              "OUT = pathlib.Path({out!r})\n"
+              "store = sk.open_store()\ns = h.demo_session(store)\nf = h.forked_session(store)\n"
+              "line = h.line_session(store)\nbs = h.big_session(store)"),
+    ("tree", "tree = sk.widgets.BranchTree(s, height=300)\n"
+             "tree.observe(lambda ch: (OUT / 'selected.txt').write_text(ch['new'] or ''), names='selected_id')\n"
+             "tree"),
+    ("chat", "chat = sk.widgets.Transcript(s, follow=tree, height=340)\nchat"),
+    ("keys", "sk.widgets.BranchTree(s, height=300)"),
+    ("forked", "sk.widgets.BranchTree(f, collapse=False, height=220)"),
+    ("forked_chat", "sk.widgets.Transcript(f, 'a4', mode='full', height=300)"),
+    ("line", "sk.widgets.BranchTree(line, height=120)"),
+    ("runs", "sk.widgets.RunView(h.interrupted_runs(store), height=240)"),
+    ("live", "ctl = sk.RunController()\nrs = store.session('live')\n"
+             "agent = sk.Agent('planner', 'You plan trips.', h.SlowModel(h.run_script()), tools=[h.weather])\n"
+             "view = sk.widgets.RunView(ctl, height=380)\nview"),
+    ("go", "async def go():\n"
+           "    while not (OUT / 'go').exists():\n"
+           "        await asyncio.sleep(0.05)\n"
+           "    ctl.follow_up('Add a dinner suggestion, please.')\n"
+           "    result = await agent.run('Plan a sunny day in Lisbon', session=rs, controller=ctl)\n"
+           "    (OUT / 'run.txt').write_text(result.status + ' ' + str(view.batches))\n"
+           "task = asyncio.ensure_future(go())"),
+    ("big", "big = sk.widgets.BranchTree(bs, height=400)\nbig"),
+    ("repr", "s"),
+    ("done", "(OUT / 'done.txt').write_text('ok')\nprint('all cells ran')"),
+]
+CELL = {name: k for k, (name, _) in enumerate(CELLS)}
+LIVE_VIEWS = sum(1 for name, _ in CELLS if name not in ("setup", "go", "done"))  # outputs with a snapshot
+
+
+def _write_notebook(path: Path, out: Path) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src.format(here=str(HERE), out=str(out))) for _, src in CELLS]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+class Page:
+    """The notebook as the tests see it: the page, the kernel's output folder, the host."""
+
+    def __init__(self, page, out: Path, nb_path: Path, errors: list[str], baseline: list[str], host):
+        self.page, self.out, self.nb_path, self.host = page, out, nb_path, host
+        self.errors, self.baseline = errors, baseline
+
+    def view(self, cell: str, kind: str):
+        return self.page.locator(".jp-Notebook .jp-Cell").nth(CELL[cell]).locator(f".sk-{kind}-view").first
+
+    def shot(self, locator, screenshots: Path, view: str) -> None:
+        locator.screenshot(path=str(screenshots / f"{self.host.name}-{view}.png"))
+
+    def new_errors(self) -> list[str]:
+        return [e for e in self.errors if e not in self.baseline]
+
+
+@pytest.fixture(scope="module")
+def nb(host, browser, tmp_path_factory):
+    """The test notebook opened in the host with every cell run."""
+    out = tmp_path_factory.mktemp(f"out-{host.name}")
+    nb_path = host.root / "views.ipynb"
+    _write_notebook(nb_path, out)
+    baseline = host.own_errors(browser)
+    context, page, errors = host.open(browser, "views.ipynb", "sk-views")
+    page.add_init_script(
+        "window.__longTasks = [];"
+        "try { new PerformanceObserver(l => { for (const e of l.getEntries()) window.__longTasks.push(e.duration); })"
+        ".observe({type: 'longtask', buffered: true}); } catch (e) {}"
+    )
+    page.reload()
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    host.run_all(page)
+    try:
+        wait_file(out / "done.txt", 90)
+        page.wait_for_function("n => document.querySelectorAll('.sk-tree-view').length >= n", arg=5, timeout=30_000)
+    except Exception:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"failure-{host.name}-run-all.png"))
+        raise AssertionError(f"the notebook did not finish in {host.name}; page errors: {errors}") from None
+    yield Page(page, out, nb_path, errors, baseline, host)
+    context.close()
+
+
+def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, screenshots):
+    page = nb.page
+    store = sk.open_store()
+    s = nbhelpers.demo_session(store)
+    data = tree_data(s)
+    rows = outline_rows(data)
+    view = nb.view("tree", "tree")
+    view.scroll_into_view_if_needed()
+    page.wait_for_function("el => el.dataset.layout === 'done'", arg=view.element_handle(), timeout=30_000)
+    assert view.get_attribute("data-rows") == str(len(rows))  # the front end laid out the same rows
+    # the toolbar counts, singular where one: computed from the data
+    kids = [0] * len(data.ids)
+    for p in data.parent:
+        if p >= 0:
+            kids[p] += 1
+    forks, leaves = sum(k > 1 for k in kids), sum(k == 0 for k in kids)
+    toolbar = view.locator(".sk-toolbar").inner_text()
+    counts = (plural(forks, "branch point"), plural(leaves, "leaf", "leaves"),
+              plural(len(data.compactions), "compaction"))
+    for part in counts:
+        assert part in toolbar, (part, toolbar)
+    target = "a4"
+    row = view.locator(f".sk-row[data-id='{target}']")
+    assert row.locator(".sk-row-text").text_content() == pagechecks.preview_of(s, target)
+    row.click()
+    assert wait_file(nb.out / "selected.txt", 15) == target
+    assert view.get_attribute("data-selected") == target
+    # the linked Transcript now shows the path to a4, as the model sees it
+    transcript = nb.view("chat", "transcript")
+    handle = transcript.element_handle()
+    model = path_entries(s, target, compacted=True)
+    page.wait_for_function("([el, n]) => el.dataset.leaf === 'a4' && el.dataset.entries === n",
+                           arg=[handle, str(len(model["entries"]))], timeout=15_000)
+    meta = transcript.locator(".sk-toolbar").inner_text()
+    assert plural(len(model["compactions"]), "compaction") + " on this path" in meta, meta
+    assert plural(len(model["entries"]), "entry", "entries") in meta
+    comp = transcript.locator(".sk-comp")
+    assert comp.count() == len(model["compactions"]) >= 1
+    summary = data.compactions[0]["summary"]
+    assert summary in comp.first.inner_text()
+    page.wait_for_timeout(300)
+    nb.shot(view, screenshots, "branch-tree")
+    nb.shot(transcript, screenshots, "transcript-model")
+    # switch to the full history from the page: the hidden (compacted) messages come back, dimmed
+    transcript.locator("button[data-mode='full']").click()
+    full = path_entries(s, target, compacted=False)
+    page.wait_for_function("([el, n]) => el.dataset.mode === 'full' && el.dataset.entries === n",
+                           arg=[handle, str(len(full["entries"]))], timeout=15_000)
+    hidden = sum(1 for e in full["entries"] if e.get("kind") == "hidden")
+    assert hidden >= 1 and transcript.locator(".sk-msg.sk-hidden").count() == hidden
+    nb.shot(transcript, screenshots, "transcript-full")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_compaction_band_is_a_row_and_opens_its_summary(nb, screenshots):
+    page = nb.page
+    s = nbhelpers.demo_session(sk.open_store())
+    data = tree_data(s)
+    view = nb.view("keys", "tree")
+    view.scroll_into_view_if_needed()
+    band = data.compactions[0]
+    row = view.locator(".sk-row-band").first
+    assert view.locator(".sk-row-band").count() == sum(1 for r in outline_rows(data) if r[0] == "band")
+    head = row.locator(".sk-row-head").text_content()
+    assert plural(band["messages"], "message") in head
+    assert row.locator(".sk-row-text").text_content() == " ".join(band["summary"].split())
+    row.click()
+    panel = view.locator(".sk-tree-panel")
+    panel.get_by_text("▤ Compaction").wait_for(timeout=15_000)
+    assert band["summary"] in panel.inner_text()
+    page.wait_for_timeout(200)
+    nb.shot(view, screenshots, "compaction")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_tree_rows_are_text_and_follow_the_keyboard(nb):
+    s = nbhelpers.demo_session(sk.open_store())
+    data = tree_data(s)
+    view = nb.view("keys", "tree")
+    view.scroll_into_view_if_needed()
+    pagechecks.check_rows_are_text_and_follow_the_keyboard(nb.page, view, s, data, outline_rows(data))
+    assert not nb.new_errors(), nb.errors
+
+
+def test_singular_counts_partial_costs_and_html_comments(nb, screenshots):
+    store = sk.open_store()
+    f = nbhelpers.forked_session(store)
+    view = nb.view("forked", "tree")
+    view.scroll_into_view_if_needed()
+    pagechecks.wait_previews(nb.page, view)
+    # a message with <!-- and </script> is text in the rows and in the transcript
+    u1 = f.get("u1")["parts"][0]["text"]
+    assert view.locator(".sk-row[data-id='u1'] .sk-row-text").text_content() == pagechecks.preview_of(f, "u1")
+    assert "<!--" in view.locator(".sk-row[data-id='u1'] .sk-row-text").text_content()
+    chat = nb.view("forked_chat", "transcript")
+    chat.get_by_text(u1).first.wait_for(timeout=15_000)
+    # one leaf, no branch point: singular where one
+    line = nb.view("line", "tree")
+    ldata = tree_data(nbhelpers.line_session(store))
+    toolbar = line.locator(".sk-toolbar").inner_text()
+    leaves = sum(1 for i in range(len(ldata.ids)) if i not in set(ldata.parent))
+    assert leaves == 1 and plural(leaves, "leaf", "leaves") + " ·" in toolbar, toolbar
+    assert "0 branch points" in toolbar and plural(len(ldata.ids), "message") in toolbar
+    # partial costs: a path where some replies are unpriced is never shown as complete
+    data = tree_data(f)
+    tree = sk.widgets.BranchTree(f, collapse=False)
+    pagechecks.check_partial_costs(nb.page, view, tree, data, outline_rows(data, collapse=False), "a1", "a4")
+    nb.page.wait_for_timeout(200)
+    nb.shot(view, screenshots, "branch-diff")
+    nb.shot(chat, screenshots, "transcript-comments")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_run_view_opens_at_its_start_with_a_padded_interruption(nb, screenshots):
+    view = nb.view("runs", "run")
+    view.scroll_into_view_if_needed()
+    pagechecks.check_run_view_start_and_interruption(nb.page, view)
+    nb.shot(view, screenshots, "run-view-interrupted")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_run_view_streams_text_before_turn_end(nb, screenshots):
+    page = nb.page
+    view = nb.view("live", "run")
+    view.scroll_into_view_if_needed()
+    page.evaluate(
+        """el => {
+            window.__textUpdates = [];
+            const first = () => el.querySelector('.skr-turn');
+            const obs = new MutationObserver(() => {
+                const turn = first();
+                if (!turn) return;
+                const text = turn.querySelector('.skr-text').textContent;
+                const log = window.__textUpdates;
+                if (!log.length || log[log.length - 1].len !== text.length)
+                    log.push({len: text.length, ended: turn.classList.contains('skr-done'), t: performance.now()});
+            });
+            obs.observe(el, {subtree: true, childList: true, characterData: true, attributes: true});
+        }""",
+        view.element_handle(),
+    )
+    (nb.out / "go").write_text("1")
+    status = wait_file(nb.out / "run.txt", 60)
+    assert status.startswith("completed")
+    page.wait_for_function("el => el.dataset.status === 'completed'", arg=view.element_handle(), timeout=15_000)
+    updates = page.evaluate("window.__textUpdates")
+    before_end = [u for u in updates if not u["ended"] and u["len"] > 0]
+    assert len(before_end) >= 3, updates
+    # batches are spaced by the kernel's batching interval, not one per word
+    words = len(nbhelpers.run_script()[0]["text"].split())
+    assert len(before_end) < words, updates
+    # what the page shows matches the stored run
+    assert view.locator(".skr-turn").count() == 2
+    assert "queued followUp" in view.locator(".skr-turn").nth(1).inner_text()
+    assert view.locator(".sk-tool").count() == 1
+    assert nbhelpers.run_script()[1]["text"] in view.inner_text()
+    nb.shot(view, screenshots, "run-view")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_ten_thousand_message_tree_keeps_the_page_responsive_and_is_found(nb, screenshots):
+    page = nb.page
+    view = nb.view("big", "tree")
+    view.scroll_into_view_if_needed()
+    page.wait_for_function("el => el.dataset.layout === 'done'", arg=view.element_handle(), timeout=20_000)
+    s = nbhelpers.big_session(sk.open_store())
+    data = tree_data(s)
+    rows = outline_rows(data)
+    assert view.get_attribute("data-rows") == str(len(rows)) and len(rows) > 1000
+    scroller = view.locator(".sk-tree-scroll")
+    for fraction in (0.5, 0.9, 0.1):
+        started = time.monotonic()
+        page.evaluate("([el, f]) => { el.scrollTop = el.scrollHeight * f; }", [scroller.element_handle(), fraction])
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => r(1)))")
+        assert time.monotonic() - started < 2.0
+    started = time.monotonic()
+    scroller.click(position={"x": 200, "y": 11 * 22 + 11})
+    page.wait_for_function("el => !!el.dataset.selected", arg=view.element_handle(), timeout=2_000)
+    assert time.monotonic() - started < 2.0
+    long_tasks = page.evaluate("window.__longTasks")
+    assert max(long_tasks or [0]) < 2000, long_tasks
+    # a row far below the view is text in the page: find-in-page reaches it
+    page.evaluate("el => { el.scrollTop = 0; }", scroller.element_handle())
+    far = next(data.ids[r[1]] for r in reversed(rows) if r[0] == "node")
+    pagechecks.check_find_in_page(page, view, far, pagechecks.preview_of(s, far))
+    page.wait_for_timeout(300)
+    nb.shot(view, screenshots, "branch-tree-10k")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_live_views_hide_their_snapshots(nb):
+    page = nb.page
+    page.wait_for_function("n => document.querySelectorAll('[data-sk-snapshot-hidden]').length >= n",
+                           arg=LIVE_VIEWS, timeout=15_000)
+    visible = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook [data-sessionkit-snapshot]')]"
+                            ".filter(el => el.offsetParent !== null).length")
+    assert visible == 0
+
+
+def test_saved_notebook_converts_to_html_with_static_snapshots(nb, screenshots):
+    import nbconvert
+    import nbformat
+
+    page = nb.page
+    page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.click()  # a cell, not a view, has the focus
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 20
+    saved = None
+    while time.monotonic() < deadline:
+        try:
+            saved = nbformat.read(str(nb.nb_path), as_version=4)
+        except Exception:  # read while the server writes it
+            saved = None
+        if saved and all(c.get("outputs") for c in saved.cells[CELL["tree"]:CELL["runs"] + 1]):
+            break
+        time.sleep(0.2)
+    assert saved is not None, "the notebook was not saved"
+    html, _ = nbconvert.HTMLExporter().from_notebook_node(saved)
+    for kind in ("tree", "transcript", "run"):
+        assert f'data-sessionkit-snapshot="{kind}"' in html, kind
+    assert "Great. Where should we eat?" in html
+    (screenshots.parent / f"{nb.host.name}-views.html").write_text(html, encoding="utf-8")
+    page.screenshot(path=str(screenshots / f"{nb.host.name}-page.png"), full_page=False)
