@@ -83,7 +83,8 @@ SUBPACKAGES = {
     "sessionkit.store": {
         "AppendResult", "Capabilities", "ChangeEvent", "Compaction", "CompactionContext", "CompactionResult",
         "CompactionSpan", "LATEST", "PathView", "RecentHistory", "RunRecord", "SCAN_KINDS", "SearchHit", "Session",
-        "SessionInfo", "Store", "Tree", "TreeCompaction", "TreeNode", "create_compact_function", "open_store",
+        "SessionInfo", "Store", "Tree", "TreeCompaction", "TreeNode", "VIEW_COLUMNS", "create_compact_function",
+        "open_store",
     },
     "sessionkit.agent": {
         "Agent", "ChatModel", "EVENT_KINDS", "ExternalSession", "FileSessionStore", "LiteLLMModel", "MemoryRunLog",

@@ -43,8 +43,9 @@ Analysis runs where the data is (SPEC D5): every engine stores ``text``,
 ``n_parts``, ``tool_names`` and ``metadata`` with each message when it is written,
 and the tree columns are computed in SQL, so no query decodes a message. On a
 DuckDB store the views are defined over the store's own tables and a query reads
-one snapshot of them; on SQLite and PostgreSQL they are defined over an in-memory
-DuckDB cache of those columns, filled by the first query and brought up to date
+one snapshot of them; on SQLite and PostgreSQL they are defined over a DuckDB
+cache of those columns (for a SQLite file, a file beside it, ``x.db-analysis.duckdb``,
+kept between processes; in memory for PostgreSQL), filled by the first query and brought up to date
 before each later one from the rows written since and the store's change log
 (see ``sessionkit/store/_analysis.py``). The tree columns cost a pass over the
 messages, so a query that names none of them (and no ``*``) skips it. Anything
@@ -58,6 +59,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import missing
+from ..store import VIEW_COLUMNS
 from ._tables import D1_COLUMNS, TABLES, StoreData
 
 __all__ = ["to_pandas", "messages_df", "runs_df", "events_df", "sql", "arrow_table", "D1_COLUMNS", "TABLES"]
@@ -77,14 +79,6 @@ def _pyarrow():
     except ImportError as exc:
         raise missing("analysis", "pyarrow", exc) from exc
     return pyarrow
-
-
-def _duckdb():
-    try:
-        import duckdb
-    except ImportError as exc:
-        raise missing("analysis", "duckdb", exc) from exc
-    return duckdb
 
 
 _D1_SELECT = ", ".join(D1_COLUMNS)
@@ -137,31 +131,23 @@ def events_df(store, session_ids=None):
     return _df(store.sql_arrow("SELECT * FROM events ORDER BY session_id, seq", session_ids=ids))
 
 
+#: Columns of a view a read through the Python API does not give (the run's number in its session).
+_NOT_READ = {"runs": ("run_number",)}
+
+
 def _schema(pa, name: str, options: dict):
-    ts = pa.timestamp("ms", tz="UTC")
-    s, i, b, f = pa.string(), pa.int64(), pa.bool_(), pa.float64()
+    """The Arrow schema of a table read through the Python API: the view's columns
+    (``VIEW_COLUMNS``, the one list of them), the messages' ``seq`` and ``metadata`` only
+    with ``extra`` or ``full_json`` (which adds ``message``, the JSON of each)."""
+    kinds = {"text": pa.string(), "int": pa.int64(), "bool": pa.bool_(), "float": pa.float64(),
+             "time": pa.timestamp("ms", tz="UTC"), "texts": pa.list_(pa.string())}
+    columns = [c for c in VIEW_COLUMNS[name] if c[0] not in _NOT_READ.get(name, ())]
     if name == "messages":
-        fields = [("session_id", s), ("id", s), ("parent_id", s), ("depth", i), ("role", s), ("text", s),
-                  ("n_parts", i), ("tool_names", pa.list_(s)), ("tokens", i), ("bytes", i), ("created_at", ts),
-                  ("n_children", i), ("on_latest_path", b), ("compacted_by", s)]
-        if options.get("extra") or options.get("full_json"):
-            fields += [("seq", i), ("metadata", s)]
+        if not (options.get("extra") or options.get("full_json")):
+            columns = [c for c in columns if c[0] in D1_COLUMNS]
         if options.get("full_json"):
-            fields.append(("message", s))
-    elif name == "sessions":
-        fields = [("session_id", s), ("message_count", i), ("roots", i), ("leaves", i), ("branch_points", i),
-                  ("max_depth", i), ("tokens", i), ("bytes", i), ("latest_leaf", s), ("created_at", ts),
-                  ("updated_at", ts), ("compaction_count", i), ("run_count", i)]
-    elif name == "compactions":
-        fields = [("session_id", s), ("id", s), ("from_id", s), ("to_id", s), ("summary", s), ("created_at", ts),
-                  ("tokens_before", i), ("tokens_after", i), ("message_count", i)]
-    elif name == "runs":
-        fields = [("session_id", s), ("run_id", s), ("status", s), ("error", s), ("input", s), ("started_at", ts),
-                  ("ended_at", ts), ("tokens_in", i), ("tokens_out", i), ("cache_read", i), ("cache_write", i),
-                  ("cost_usd", f), ("model", s), ("usage", s)]
-    else:
-        fields = [("session_id", s), ("seq", i), ("run_id", s), ("kind", s), ("ts", ts), ("data", s)]
-    return pa.schema(fields)
+            columns.append(("message", "text"))
+    return pa.schema([(col, kinds[kind]) for col, kind in columns])
 
 
 def arrow_table(data: StoreData, name: str, **options):

@@ -17,30 +17,16 @@ from typing import Any
 from .. import messages as _msg
 from ..errors import StoreClosed
 from ..parts import text_of, tool_names
-from ..store import Tree
+from ..store import VIEW_COLUMNS, Tree
 
 __all__ = ["D1_COLUMNS", "StoreData", "tool_names", "TABLES"]
 
-#: The columns of ``session.to_pandas()`` / ``store.messages_df()`` (SPEC D1), in order.
-D1_COLUMNS = (
-    "session_id",
-    "id",
-    "parent_id",
-    "depth",
-    "role",
-    "text",
-    "n_parts",
-    "tool_names",
-    "tokens",
-    "bytes",
-    "created_at",
-    "n_children",
-    "on_latest_path",
-    "compacted_by",
-)
+#: The columns of ``session.to_pandas()`` / ``store.messages_df()`` (SPEC D1), in order:
+#: those of the ``messages`` view but its store-wide ``seq`` and ``metadata``.
+D1_COLUMNS = tuple(c for c, _ in VIEW_COLUMNS["messages"] if c not in ("seq", "metadata"))
 
 #: Views of ``store.sql`` and files of ``export_parquet``.
-TABLES = ("messages", "sessions", "compactions", "runs", "events")
+TABLES = tuple(VIEW_COLUMNS)
 
 _BATCH = 500
 _PAGE = 20_000

@@ -11,6 +11,7 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ._analysis import VIEW_COLUMNS
 from ._core import (
     LATEST,
     SCAN_KINDS,
@@ -57,6 +58,7 @@ __all__ = [
     "CompactionSpan",
     "Capabilities",
     "SCAN_KINDS",
+    "VIEW_COLUMNS",
     "SearchHit",
     "create_compact_function",
 ]

@@ -26,13 +26,19 @@ Two ways to have those tables, decided by the engine:
   to the same database, over the store's own tables. A query runs in a read
   transaction on that connection (one consistent snapshot, never blocking the
   store's writers) and is rolled back: nothing is copied, nothing can be written.
-* **SQLite and PostgreSQL stores**: :class:`Cache`, an in-memory DuckDB database beside
-  the store holding the analysis columns of its messages, compactions, runs and
-  events. It is filled once, then brought up to date before each query from what
-  changed: rows above the last write sequence it saw (appends and imports), and the
-  store's change log (``sessionkit_changes``: updates, deletes, clears, compactions,
-  runs, events), read in the same snapshot as the rows. A query after N new messages
-  reads N rows from the store, not the whole store.
+* **SQLite and PostgreSQL stores**: :class:`Cache`, a DuckDB database beside the store
+  holding the analysis columns of its messages, compactions, runs and events: a file
+  beside a SQLite file (``x.db-analysis.duckdb``, kept from one store object and
+  process to the next), in memory for PostgreSQL (and for a SQLite file whose cache
+  file another process holds). It is filled once, then brought up to date before each
+  query from what changed: rows above the last write sequence it saw (appends and
+  imports), and the store's change log (``sessionkit_changes``: updates, deletes,
+  clears, compactions, runs, events), read in the same snapshot as the rows. A query
+  after N new messages reads N rows from the store, not the whole store. A cache file
+  saves, in the same DuckDB transaction as its rows, the state that says what they are
+  and what identifies it in the store; a file that does not match the store beside it
+  (damaged, of another layout, another store's, a store restored from an older copy)
+  is made again.
 
 Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 ``ValueError`` before it reaches DuckDB. DuckDB, pyarrow (and pandas, above) come from the
@@ -43,16 +49,42 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from ..errors import missing
 
-__all__ = ["VIEWS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module", "check_query"]
+__all__ = ["VIEWS", "VIEW_COLUMNS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module",
+           "check_query"]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
 VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+
+#: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
+#: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
+#: them: the views' SQL below gives exactly these (tests/analysis check it), and
+#: :mod:`sessionkit.analysis` types its Arrow tables and DataFrames from it.
+VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "messages": (("session_id", "text"), ("id", "text"), ("parent_id", "text"), ("depth", "int"), ("role", "text"),
+                 ("text", "text"), ("n_parts", "int"), ("tool_names", "texts"), ("tokens", "int"), ("bytes", "int"),
+                 ("created_at", "time"), ("n_children", "int"), ("on_latest_path", "bool"),
+                 ("compacted_by", "text"), ("seq", "int"), ("metadata", "text")),
+    "sessions": (("session_id", "text"), ("message_count", "int"), ("roots", "int"), ("leaves", "int"),
+                 ("branch_points", "int"), ("max_depth", "int"), ("tokens", "int"), ("bytes", "int"),
+                 ("latest_leaf", "text"), ("created_at", "time"), ("updated_at", "time"),
+                 ("compaction_count", "int"), ("run_count", "int")),
+    "compactions": (("session_id", "text"), ("id", "text"), ("from_id", "text"), ("to_id", "text"),
+                    ("summary", "text"), ("created_at", "time"), ("tokens_before", "int"), ("tokens_after", "int"),
+                    ("message_count", "int")),
+    "runs": (("session_id", "text"), ("run_id", "text"), ("status", "text"), ("error", "text"), ("input", "text"),
+             ("started_at", "time"), ("ended_at", "time"), ("tokens_in", "int"), ("tokens_out", "int"),
+             ("cache_read", "int"), ("cache_write", "int"), ("cost_usd", "float"), ("model", "text"),
+             ("usage", "text"), ("run_number", "int")),
+    "events": (("session_id", "text"), ("seq", "int"), ("run_id", "text"), ("kind", "text"), ("ts", "time"),
+               ("data", "text")),
+}
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
 TREE_COLUMNS = ("n_children", "on_latest_path", "compacted_by")
@@ -222,7 +254,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
            CASE WHEN json_type(usage, '$.cost_usd') IN ('BIGINT', 'UBIGINT', 'DOUBLE')
                 THEN CAST(json_extract(usage, '$.cost_usd') AS DOUBLE) END AS cost_usd,
            CASE WHEN json_type(usage, '$.model') = 'VARCHAR' THEN json_extract_string(usage, '$.model') END AS model,
-           usage, n AS run_number
+           usage, n::BIGINT AS run_number
     FROM {t['runs']}"""
     events = f"""SELECT session_id, seq::BIGINT AS seq, run_id,
            CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,
@@ -266,15 +298,16 @@ def check_query(con, query: str) -> None:
 def names_used(con, query: str) -> set[str]:
     """The column and function names ``query`` uses, from DuckDB's own parse tree (names
     in strings or comments do not count); ``"*"`` stands for everything: a star, a
-    view named as a column (a whole row), or a query the parser cannot show. A call
+    view named as a column (a whole row), or a query the parser cannot show; ``"@name"``
+    is a table or view it reads (``"@*"``: any, for a query the parser cannot show). A call
     that advances a sequence (``nextval``, ``setval``) -> ``ValueError``: it would write
     the store."""
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
     except Exception:  # when in doubt, everything
-        return {"*"}
+        return {"*", "@*"}
     if not isinstance(tree, dict) or tree.get("error"):
-        return {"*"}
+        return {"*", "@*"}
     found: set[str] = set()
     _walk(tree, found)
     if found & _WRITING_FUNCTIONS:
@@ -304,6 +337,8 @@ def _walk(node: Any, found: set[str]) -> None:
             found.update(n for n in node.get("column_names") or () if isinstance(n, str))
         elif cls == "FUNCTION" and isinstance(node.get("function_name"), str):
             found.add(node["function_name"].lower())
+        if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+            found.add("@" + node["table_name"].lower())  # a table (or view) it reads
         for value in node.values():
             _walk(value, found)
     elif isinstance(node, list):
@@ -335,45 +370,78 @@ def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
 def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
               names: set[str] | None = None, session_ids: list[str] | None = None) -> Any:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
-    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed;
-    ``names`` are those the query uses, when already known; ``session_ids`` restricts the
-    views to those sessions for this query (the tree columns are then computed for them
-    only)."""
+    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
+    on ``con`` (only those a query names are made: defining the ones over the tree costs
+    tens of milliseconds each); ``names`` are those the query uses, when already known;
+    ``session_ids`` restricts the views to those sessions for this query (the tree
+    columns are then computed for them only)."""
     duckdb = duckdb_module()
     _pyarrow()
     check_query(con, query)
     if names is None:
         names = names_used(con, query)
     tree = "*" in names or bool(names & set(TREE_COLUMNS))
-    if session_ids is not None:
-        install_views(con, scoped(tables, session_ids), tree)
-        state.clear()  # the next query puts the store-wide views back
-    elif "tree" not in state:
-        install_views(con, tables, tree)
-        state["tree"] = tree
-    elif state["tree"] != tree:  # only messages differs between the two
-        _do(con, f"CREATE OR REPLACE TEMP VIEW messages AS {view_sql(tables, tree=tree)['messages']}")
-        state["tree"] = tree
+    wanted = set(VIEWS) if "@*" in names else {v for v in VIEWS if "@" + v in names}
+    _install(con, tables, state, tree, wanted, session_ids)
     _do(con, "BEGIN TRANSACTION")
     try:
         try:
-            rel = con.sql(query) if params is None else con.sql(query, params=params)
-            if rel is None:  # (a SELECT always has a result; kept for the type checker)
-                raise ValueError("store.sql: the query returned no result")
-            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # (DuckDB < 1.4)
-            return fetch()
+            return _fetch(con, query, params)
+        except duckdb.CatalogException:
+            if state.get("views") == set(VIEWS):
+                raise
+            # a view reached in a way the parse tree does not show: every view, once more
+            _do(con, "ROLLBACK")
+            _install(con, tables, state, tree, set(VIEWS), session_ids)
+            _do(con, "BEGIN TRANSACTION")
+            return _fetch(con, query, params)
         except duckdb.Error as exc:
             raise ValueError(f"store.sql: {exc}") from exc
+    except duckdb.Error as exc:
+        raise ValueError(f"store.sql: {exc}") from exc
     finally:
         with contextlib.suppress(duckdb.Error):
             _do(con, "ROLLBACK")
 
 
-def new_connection(source=None):
+def _fetch(con, query: str, params: Any) -> Any:
+    rel = con.sql(query) if params is None else con.sql(query, params=params)
+    if rel is None:  # (a SELECT always has a result; kept for the type checker)
+        raise ValueError("store.sql: the query returned no result")
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # (DuckDB < 1.4)
+    return fetch()
+
+
+def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[str],
+             session_ids: list[str] | None) -> None:
+    """Define the views ``wanted`` on ``con`` (store-wide ones stay for the next query)."""
+    if session_ids is not None:
+        selects = view_sql(scoped(tables, session_ids), tree=tree)
+        for name in sorted(wanted):
+            _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
+        state.clear()  # the next query puts the store-wide views back
+        state["views"] = set()
+        return
+    have: set[str] = state.setdefault("views", set())
+    if have and state.get("tree") != tree and "messages" in have:
+        have.discard("messages")  # only messages differs between the two
+    todo = wanted - have
+    if not todo:
+        state["tree"] = tree if "messages" in have else state.get("tree")
+        return
+    selects = view_sql(tables, tree=tree)
+    for name in sorted(todo):
+        _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
+    have |= todo
+    if "messages" in todo:
+        state["tree"] = tree
+
+
+def new_connection(source=None, path: str | None = None):
     """A DuckDB connection for analysis: a cursor of ``source`` (a DuckDB store's own
-    connection) or an in-memory database; times in UTC."""
+    connection), the database file ``path`` or an in-memory database; times in UTC."""
     duckdb = duckdb_module()
-    con = source.cursor() if source is not None else duckdb.connect(":memory:")
+    con = source.cursor() if source is not None else duckdb.connect(path or ":memory:")
     _do(con, "SET TimeZone = 'UTC'")
     _do(con, "SET enable_progress_bar = false")
     return con
@@ -458,6 +526,29 @@ LAZY_COLUMNS = ("text", "metadata")
 _MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
 
 
+#: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
+CACHE_SUFFIX = "-analysis.duckdb"
+
+#: The layout of a cache file (its tables and state); a file of another layout is made again.
+CACHE_FORMAT = "1"
+
+_file_locks: dict[str, threading.RLock] = {}
+_file_locks_guard = threading.Lock()
+
+
+def _file_lock(path: str) -> threading.RLock:
+    """One lock per cache file in this process: store objects on the same file share its
+    database (DuckDB opens a file once per process) and refresh it one at a time."""
+    with _file_locks_guard:
+        return _file_locks.setdefault(path, threading.RLock())
+
+
+def _remove_file(path: str) -> None:
+    for name in (path, path + ".wal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(name)
+
+
 def _adbc_sqlite():
     try:
         import adbc_driver_sqlite.dbapi as adbc  # type: ignore[import-not-found,import-untyped,unused-ignore]
@@ -467,8 +558,9 @@ def _adbc_sqlite():
 
 
 class Cache:
-    """The analysis columns of a SQLite or PostgreSQL store in an in-memory DuckDB database,
-    brought up to date before each query (see the module notes).
+    """The analysis columns of a SQLite or PostgreSQL store in a DuckDB database (a file
+    beside a SQLite file, else in memory), brought up to date before each query (see
+    the module notes).
 
     ``engine`` is the store's :class:`~sessionkit.store._sql.SQLEngine`; the cache reads it
     through :meth:`SQLEngine.fetch` inside :meth:`SQLEngine.snapshot` (or, for a SQLite
@@ -482,29 +574,138 @@ class Cache:
 
     TABLES = {name: "sessionkit_" + name for name in SOURCE_COLUMNS}
 
+    #: What a refresh keeps between queries (and, in a cache file, between processes).
+    STATE = ("hi", "last_n", "log_count", "loaded", "lazy", "store_schema", "hi_key", "log_key")
+
     def __init__(self, engine, *, ordered: bool) -> None:
         self.engine = engine
         self.ordered = ordered
-        self.lock = threading.RLock()
-        self.con = new_connection()
-        for name, cols in SOURCE_COLUMNS.items():
-            types = _TYPES[name]
-            _do(self.con, f"CREATE TABLE {self.TABLES[name]} ("
-                             + ", ".join(f"{c} {ty}" for c, ty in zip(cols, types)) + ")")
         self.hi = 0  # the highest message seq held
         self.last_n = 0  # the last change log entry applied
         self.log_count = 0  # entries up to last_n (PostgreSQL: a late entry changes it)
         self.loaded = False
+        #: The wide message columns held (read only once a query names them, or ``*``).
+        self.lazy: dict[str, bool] = {c: False for c in LAZY_COLUMNS}
+        # what a cache file's rows describe: the store's schema, the row at seq ``hi``
+        # and the change log entry ``last_n`` (checked against the store it is beside)
+        self.store_schema = ""
+        self.hi_key = ""
+        self.log_key = ""
         self.views: dict = {}
         self.reads = 0  # message rows read from the store (what refreshes cost)
-        #: The wide message columns read only once a query names them (or ``*``).
-        self.lazy = {c: False for c in LAZY_COLUMNS}
+        self.checked = False  # a file's state was checked against the store by this object
         self._adbc: Any = None
+        #: The cache file beside a SQLite file store (None: in memory).
+        self.file: str | None = None
+        self.con: Any = None
+        self.lock: Any = None
+        if engine.kind == "sqlite" and engine.path:
+            self.file = engine.path + CACHE_SUFFIX
+            self.lock = _file_lock(self.file)
+            with self.lock:
+                self.con = self._open_file()
+        if self.con is None:
+            self.file = None
+            self.lock = threading.RLock()
+            self.con = new_connection()
+            self._create_tables()
         adbc = _adbc_sqlite() if engine.kind == "sqlite" and engine.path else None
         if adbc is not None:
             with contextlib.suppress(Exception):  # the driver cannot open it: read through the store
                 uri = "file:" + engine.path + "?mode=ro"
                 self._adbc = adbc.connect(uri, autocommit=True)
+
+    def _create_tables(self) -> None:
+        for name, cols in SOURCE_COLUMNS.items():
+            types = _TYPES[name]
+            _do(self.con, f"CREATE TABLE IF NOT EXISTS {self.TABLES[name]} ("
+                          + ", ".join(f"{c} {ty}" for c, ty in zip(cols, types)) + ")")
+        _do(self.con, "CREATE TABLE IF NOT EXISTS sessionkit_cache_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+
+    # -- the cache file ---------------------------------------------------------------
+    def _open_file(self):
+        """A connection to the cache file, created or made again as needed; None when it
+        cannot be had (another process holds it, the folder is read-only...): the cache
+        then lives in memory for this store object."""
+        duckdb = duckdb_module()
+        assert self.file is not None
+        for attempt in range(2):
+            try:
+                con = new_connection(path=self.file)
+            except duckdb.Error as exc:
+                if "lock" in str(exc).lower() or attempt:  # held by another process, or unusable
+                    return None
+                _remove_file(self.file)  # not a DuckDB file (damaged): made again
+                continue
+            try:
+                self.con = con
+                self._create_tables()
+                if self._meta().get("format") != CACHE_FORMAT:  # new, or of another layout
+                    self._drop_tables()
+                    self._create_tables()
+                    _do(con, "INSERT INTO sessionkit_cache_meta VALUES ('format', ?)", [CACHE_FORMAT])
+                return con
+            except duckdb.Error:
+                self.con = None
+                with contextlib.suppress(duckdb.Error):
+                    con.close()
+                if attempt:
+                    return None
+                _remove_file(self.file)
+        return None
+
+    def _drop_tables(self) -> None:
+        for table in (*self.TABLES.values(), "sessionkit_cache_meta"):
+            _do(self.con, f"DROP TABLE IF EXISTS {table}")
+
+    def _meta(self) -> dict[str, str]:
+        return dict(self.con.execute("SELECT key, value FROM sessionkit_cache_meta").fetchall())
+
+    def _state(self) -> dict[str, Any]:
+        return {k: (dict(self.lazy) if k == "lazy" else getattr(self, k)) for k in self.STATE}
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        for k in self.STATE:
+            v = state[k]
+            setattr(self, k, dict(v) if k == "lazy" else v)
+
+    def _load_state(self) -> None:
+        """The state the cache file holds (another store object or process may have moved it)."""
+        saved = self._meta().get("state")
+        self._set_state(_EMPTY if saved is None else json.loads(saved))
+
+    def _save_state(self) -> None:
+        _do(self.con, "INSERT OR REPLACE INTO sessionkit_cache_meta VALUES ('state', ?)",
+            [json.dumps(self._state())])
+
+    def _fingerprints(self, rd) -> tuple[str, str]:
+        """What identifies the rows held: the row at ``hi`` and the log entry ``last_n``."""
+        eng = self.engine
+        row = rd.fetch(eng.compile("SELECT session_id, id FROM {messages} WHERE seq = ?"), (self.hi,))
+        entry = rd.fetch(eng.compile("SELECT session_id, kind, seq FROM {changes} WHERE n = ?"), (self.last_n,))
+        return (json.dumps(list(row[0])) if row else ""), (json.dumps(list(entry[0])) if entry else "")
+
+    def _schema(self, rd) -> str:
+        row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'schema_version'"))
+        return str(row[0][0]) if row else ""
+
+    def _check_file(self, rd) -> bool:
+        """Whether the state read from the file describes the store it is beside (same
+        schema, its log entry and newest row still there): else it is read again."""
+        if self._schema(rd) != self.store_schema:
+            return False
+        hi_key, log_key = self._fingerprints(rd)
+        if log_key != self.log_key:
+            return False
+        if hi_key != self.hi_key:  # the row at hi went: only a delete logged since explains it
+            deletes = rd.fetch(self.engine.compile("SELECT count(*) FROM {changes} WHERE n > ? AND kind = 'delete'"),
+                               (self.last_n,))
+            return bool(deletes[0][0])
+        return True
+
+    def _count_matches(self, rd) -> bool:
+        held = self.con.execute("SELECT count(*) FROM sessionkit_messages").fetchall()[0][0]
+        return rd.fetch(self.engine.compile("SELECT count(*) FROM {messages}"))[0][0] == held
 
     def close(self) -> None:
         with self.lock:
@@ -567,12 +768,64 @@ class Cache:
         self.lazy[column] = True
 
     def refresh(self, need: Iterable[str] = ()) -> None:
-        """Bring the cache up to the store's current state, with the lazy columns ``need``."""
-        with self.lock, self._reading() as rd:
-            self._refresh(rd)
-            for column in sorted(need):
-                if not self.lazy.get(column, True):
-                    self._fill(rd, column)
+        """Bring the cache up to the store's current state, with the lazy columns ``need``.
+
+        One DuckDB transaction: the rows held and the state saying what they are change
+        together or not at all (a process killed mid-way leaves a cache file as it was).
+        A cache file that fails (damaged since it was opened) is made again from the store."""
+        duckdb = duckdb_module()
+        wanted = sorted(need)
+        with self.lock:
+            try:
+                self._refresh_once(wanted)
+            except duckdb.Error:
+                if self.file is None:
+                    raise
+                self._rebuild_file()
+                self._refresh_once(wanted)
+
+    def _rebuild_file(self) -> None:
+        duckdb = duckdb_module()
+        with contextlib.suppress(duckdb.Error):
+            self.con.close()
+        assert self.file is not None
+        _remove_file(self.file)
+        self.views = {}
+        self.checked = False
+        self._set_state(_EMPTY)
+        self.con = self._open_file()
+        if self.con is None:  # (it cannot be made: in memory from now on)
+            self.file = None
+            self.con = new_connection()
+            self._create_tables()
+
+    def _refresh_once(self, need: list[str]) -> None:
+        before = self._state()
+        with self._reading() as rd:
+            _do(self.con, "BEGIN TRANSACTION")
+            try:
+                if self.file is not None:
+                    self._load_state()
+                    if not self.checked and self.loaded and not self._check_file(rd):
+                        self._reset()
+                self._refresh(rd)
+                if self.file is not None and not self.checked and not self._count_matches(rd):
+                    self._reset()  # rows held that the checks above could not tell apart
+                    self._load_all(rd)
+                for column in need:
+                    if not self.lazy.get(column, True):
+                        self._fill(rd, column)
+                if self.file is not None:
+                    self.store_schema = self._schema(rd)
+                    self.hi_key, self.log_key = self._fingerprints(rd)
+                    self._save_state()
+                _do(self.con, "COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    _do(self.con, "ROLLBACK")
+                self._set_state(before)
+                raise
+        self.checked = True
 
     def _refresh(self, rd) -> None:
         eng = self.engine
@@ -671,6 +924,10 @@ class Cache:
             self.refresh({c for c in LAZY_COLUMNS if c in names or "*" in names})
             return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids)
 
+
+#: The state of an empty cache.
+_EMPTY: dict[str, Any] = {"hi": 0, "last_n": 0, "log_count": 0, "loaded": False,
+                          "lazy": {c: False for c in LAZY_COLUMNS}, "store_schema": "", "hi_key": "", "log_key": ""}
 
 #: Message rows a refresh holds as Python rows at once (without ADBC).
 _PAGE = 20_000

@@ -1233,7 +1233,8 @@ class Store:
         """Run one read-only DuckDB SELECT over the analysis views; the result as a ``pyarrow.Table``.
 
         On a DuckDB store the views are defined over the store's own tables; on SQLite
-        and PostgreSQL over an in-memory cache of the analysis columns beside the store,
+        and PostgreSQL over a DuckDB cache of the analysis columns beside the store (for
+        a SQLite file, the file ``<path>-analysis.duckdb``; in memory for PostgreSQL),
         brought up to date from the store's change log before each query (see
         ``sessionkit.analysis``). Anything but one SELECT -> ``ValueError``; ``params``
         binds ``?`` or ``$name`` placeholders. ``session_ids`` makes every view hold only

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -364,3 +366,281 @@ def test_views_of_some_sessions_equal_the_store_wide_ones_filtered(engine, new_s
         got = store.sql_arrow("SELECT count(*) AS n FROM sessions", session_ids=ids).to_pylist()[0]["n"]
         assert got == len(set(ids) & {i.id for i in store.list_sessions()} | (set(ids) & {"solo"}))
     assert store.sql("SELECT count(DISTINCT session_id) AS n FROM messages")["n"][0] == len(store.list_sessions())
+
+
+# ---------------------------------------------------------------------------
+# The cache file beside a SQLite store (x.db-analysis.duckdb)
+
+
+def _cache(store):
+    return store._engine._analysis
+
+
+def _count(store) -> int:
+    return int(store.sql("SELECT count(*) AS n FROM messages")["n"][0])
+
+
+def later(store):
+    """Writes of every kind on a store the scenario wrote (a new store object), yielding after each."""
+    a = store.session("later")
+    a.append_many([_m(f"l{i}", role="user" if i % 2 == 0 else "assistant") for i in range(6)])
+    a.append(_m("lb", "a branch"), parent_id="l3")
+    yield "appends"
+    a.update(_m("l4", "rewritten later", "assistant", tools=("later",)))
+    yield "update"
+    a.import_compaction(_comp("c-later", "l0", "l5"))
+    yield "compaction"
+    a.delete("l5")
+    yield "delete"
+    store.session("k").import_many([(_m("k1", "imported later"), None, 1_650_000_000_000)])
+    yield "import"
+    store.begin_run("k", "k.1", "go")
+    store.append_events("k", [{"run_id": "k.1", "kind": "run.start"}])
+    yield "runs and events"
+    store.session("later").append(_m("l9", "appended later"))
+    store.delete_session("k")
+    yield "append, delete session"
+
+
+def test_a_store_opened_again_reads_only_what_changed_since(new_store):
+    """The cache outlives the store object: opened again (here or in a new process), a query
+    reads the rows written since, and the views still equal the reference."""
+    import subprocess
+    import sys
+
+    store = new_store("sqlite")
+    path = store.path
+    for _ in scenario(store):
+        pass
+    held = _count(store)
+    store.close()
+    assert Path(path + "-analysis.duckdb").exists()
+    with sk.open_store(path) as again:
+        again.session("late").append_many([_m("n1"), _m("n2"), _m("n3")])
+        assert _count(again) == held + 3
+        assert _cache(again).reads == 3
+        for _ in later(again):
+            assert_views_match(again)
+    code = ("import sys, sessionkit as sk\n"
+            "st = sk.open_store(sys.argv[1])\n"
+            "st.session('new').append({'id': 'n', 'role': 'user', 'parts': [{'type': 'text', 'text': 'x'}]})\n"
+            "st.sql('SELECT count(*) FROM messages')\n"
+            "print(st._engine._analysis.reads, st._engine._analysis.file is not None)\n")
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["1", "True"]
+    with sk.open_store(path) as last:
+        assert_views_match(last)
+
+
+@pytest.mark.parametrize("harm", ["garbage", "truncated", "deleted", "older layout", "store of another",
+                                  "store restored from an older copy", "cache from an older state"])
+def test_a_cache_file_that_does_not_describe_the_store_is_never_believed(new_store, tmp_path, harm):
+    """Whatever happened to the cache file (or to the store beside it), the views equal the
+    reference: a file that is not a cache of this store's state is made again."""
+    import duckdb
+
+    store = new_store("sqlite")
+    path = store.path
+    cache_file = path + "-analysis.duckdb"
+    for _ in scenario(store):
+        pass
+    _count(store)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    if harm == "store restored from an older copy":
+        store.close()
+        shutil.copy(path, copy / "store.db")
+        store = sk.open_store(path)
+    if harm == "cache from an older state":
+        store.close()
+        shutil.copy(cache_file, copy / "cache")
+        store = sk.open_store(path)
+    for _ in later(store):
+        pass
+    _count(store)
+    store.close()
+    if harm == "garbage":
+        Path(cache_file).write_bytes(b"not a database" * 1000)
+    elif harm == "truncated":
+        data = Path(cache_file).read_bytes()
+        Path(cache_file).write_bytes(data[: len(data) // 3])
+    elif harm == "deleted":
+        Path(cache_file).unlink()
+    elif harm == "older layout":
+        con = duckdb.connect(cache_file)
+        con.execute("UPDATE sessionkit_cache_meta SET value = '0' WHERE key = 'format'")
+        con.execute("DELETE FROM sessionkit_messages WHERE seq % 2 = 0")  # what an older layout held differs
+        con.close()
+    elif harm == "store of another":  # another store with as many rows, the same seqs, other contents
+        other_path = str(tmp_path / "other.db")
+        with sk.open_store(path) as mine, sk.open_store(other_path) as other:
+            rows = mine.sql("SELECT session_id, count(*) AS n FROM messages GROUP BY ALL ORDER BY session_id")
+            for sid, n in zip(rows["session_id"], rows["n"]):
+                other.session(sid + "-other").append_many([_m(f"o{i}", "other") for i in range(n)])
+        _remove_store(path)
+        shutil.copy(other_path, path)
+    elif harm == "store restored from an older copy":
+        _remove_store(path)
+        shutil.copy(copy / "store.db", path)
+    elif harm == "cache from an older state":
+        Path(cache_file + ".wal").unlink(missing_ok=True)
+        shutil.copy(copy / "cache", cache_file)
+    with sk.open_store(path) as again:
+        assert_views_match(again)
+        again.session("later").append(_m("l10", "after"))
+        assert_views_match(again)
+
+
+def _remove_store(path: str) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(path + suffix).unlink(missing_ok=True)
+
+
+def test_a_process_killed_while_it_refreshes_the_cache_file_leaves_it_right(new_store):
+    """A process appending and querying in a loop is killed (SIGKILL), maybe in the middle of a
+    refresh of the cache file: the next store object's views equal the reference."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    store = new_store("sqlite")
+    path = store.path
+    store.session("pre").append(_m("p1"))
+    _count(store)
+    store.close()
+    code = (
+        "import sys, sessionkit as sk\n"
+        "st = sk.open_store(sys.argv[1])\n"
+        "s = st.session('killed')\n"
+        "st.sql('SELECT count(*) FROM messages')\n"
+        "print('ready', flush=True)\n"
+        "i = 0\n"
+        "while True:\n"
+        "    s.append_many([{'id': f'k{i}.{j}', 'role': 'user', 'parts': [{'type': 'text', 'text': 'x'}]}"
+        " for j in range(200)])\n"
+        "    if i % 3 == 2:\n"
+        "        s.update({'id': f'k{i - 1}.0', 'role': 'user', 'parts': [{'type': 'text', 'text': 'changed'}]})\n"
+        "    st.sql('SELECT role, count(*) FROM messages GROUP BY role')\n"
+        "    i += 1\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with sk.open_store(path) as again:
+        assert len(again.session("killed")) > 0
+        assert_views_match(again)
+        assert _cache(again).file is not None
+
+
+def test_store_objects_sharing_the_cache_file_under_concurrent_writers(new_store):
+    """Two store objects on one file query from threads (one cache file, refreshed one at a
+    time) while a third writes; afterwards both give the reference's views."""
+    import threading
+
+    first = new_store("sqlite")
+    second, writer = sk.open_store(first.path), sk.open_store(first.path)
+    _count(first)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            s = writer.session("w")
+            for i in range(60):
+                s.append(_m(f"m{i}"))
+                if i % 9 == 8:
+                    s.update(_m(f"m{i - 4}", "changed", "assistant"))
+                if i % 13 == 12:
+                    s.delete(f"m{i}")
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            done.set()
+
+    def query(store) -> None:
+        try:
+            while not done.is_set():
+                df = store.sql("SELECT count(*) AS n FROM messages WHERE session_id = 'w'")
+                assert df["n"][0] <= 60
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write), threading.Thread(target=query, args=(first,)),
+               threading.Thread(target=query, args=(second,))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert _cache(first).file is not None and _cache(first).file == _cache(second).file
+    assert_views_match(first)
+    assert_views_match(second)
+    second.close()
+    writer.close()
+
+
+def test_a_cache_file_held_by_another_process_gives_a_cache_in_memory(new_store):
+    """DuckDB lets one process write a file: a second process keeps its cache in memory."""
+    import subprocess
+    import sys
+
+    store = new_store("sqlite")
+    path = store.path
+    store.session("a").append(_m("a1"))
+    store.close()
+    code = ("import sys, sessionkit as sk\n"
+            "st = sk.open_store(sys.argv[1])\n"
+            "st.sql('SELECT count(*) FROM messages')\n"
+            "print('holding', flush=True)\n"
+            "sys.stdin.readline()\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        with sk.open_store(path) as here:
+            here.session("a").append(_m("a2"))
+            assert _count(here) == 2
+            assert _cache(here).file is None
+            assert_views_match(here)
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_views_are_made_as_queries_name_them(engine, new_store):
+    """Only the views a query names are defined for it; later queries (another view, a view
+    reached through ``query_table`` that the parse tree does not show) still find theirs."""
+    store = new_store(engine, memory=True)
+    for _ in scenario(store):
+        pass
+    n = store.sql("SELECT count(*) AS n FROM messages")["n"][0]
+    assert int(store.sql("SELECT sum(message_count) AS n FROM sessions")["n"][0]) == n
+    got = store.sql("SELECT session_id, message_count FROM query_table('sessions') ORDER BY session_id")
+    want = store.sql("SELECT session_id, message_count FROM sessions ORDER BY session_id")
+    assert got.equals(want)
+    assert int(store.sql("SELECT count(*) AS n FROM compactions")["n"][0]) == store.to_arrow("compactions").num_rows
+    assert_views_match(store)
+
+
+def test_every_view_gives_the_columns_and_types_of_view_columns(engine, new_store):
+    """``sessionkit.store.VIEW_COLUMNS`` is the one list of the views' columns: each view's
+    SQL gives those names, in that order, with Arrow types of those kinds."""
+    import pyarrow as pa
+
+    from sessionkit.store import VIEW_COLUMNS
+
+    kinds = {"text": pa.types.is_string, "int": lambda t: t == pa.int64(), "bool": pa.types.is_boolean,
+             "float": pa.types.is_floating, "time": pa.types.is_timestamp,
+             "texts": lambda t: pa.types.is_list(t) and pa.types.is_string(t.value_type)}
+    store = new_store(engine, memory=True)
+    for _ in scenario(store):
+        pass
+    for view, columns in VIEW_COLUMNS.items():
+        got = store.to_arrow(view).schema
+        assert got.names == [c for c, _ in columns], view
+        for (name, kind), field in zip(columns, got):
+            assert kinds[kind](field.type), (view, name, field.type)
