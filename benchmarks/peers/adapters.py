@@ -130,6 +130,14 @@ def _dist_versions(*names: str) -> dict[str, str]:
     return out
 
 
+def _sessionkit_checkout() -> str:
+    """The folder holding the sessionkit package this process measures (run.py puts the
+    benchmark's own checkout first on the children's path)."""
+    import sessionkit
+
+    return str(Path(sessionkit.__file__).resolve().parent.parent)
+
+
 # ----------------------------------------------------------------------------------
 # sessionkit (public API only: open_store, session, append, get_history, history,
 # search, close)
@@ -197,7 +205,7 @@ class SessionKit(Peer):
         self.store.close()
 
     def versions(self) -> dict[str, str]:
-        return _dist_versions("sessionkit")
+        return {**_dist_versions("sessionkit"), "imported from": _sessionkit_checkout()}
 
 
 class SessionKitDuckDB(SessionKit):
@@ -208,7 +216,7 @@ class SessionKitDuckDB(SessionKit):
     durability = "DuckDB WAL, fdatasync at each commit (no setting)"
 
     def versions(self) -> dict[str, str]:
-        return _dist_versions("sessionkit", "duckdb")
+        return {**_dist_versions("sessionkit", "duckdb"), "imported from": _sessionkit_checkout()}
 
 
 # ----------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The repository this script lives in: its sessionkit is the one measured.
+ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
 import workload  # noqa: E402
@@ -675,8 +677,10 @@ def parent_main(args: argparse.Namespace) -> None:
             sys.exit(f"unknown peer {p!r}; choose from {', '.join(DEFAULT_ORDER)}")
     work = Path(tempfile.mkdtemp(prefix="sk-peers-", dir=args.workdir))
     log = work / "children.log"
-    env = dict(os.environ, PEERS_SYNC=args.durability, PYTHONUNBUFFERED="1")
-    env.pop("PYTHONPATH", None)
+    # The children import sessionkit from this checkout (its root first on PYTHONPATH),
+    # not from wherever the peers' virtualenv installed it; nothing else of the caller's
+    # PYTHONPATH reaches them.
+    env = dict(os.environ, PEERS_SYNC=args.durability, PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
     results = []

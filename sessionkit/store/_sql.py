@@ -756,10 +756,11 @@ class SQLEngine(Engine):
         return out
 
     def walk_pages(self, sid: str, start: Node | None, limit: int | None, content: bool,
-                   first: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
+                   first: int | None = None, largest: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
         """The path from ``start`` towards the root in pages of ``(node, stored JSON or
         None)``, leaf first, at most ``limit`` rows in all; the first page holds at most
-        ``first`` rows, later ones grow (a caller that stops early reads no older rows).
+        ``first`` rows, later ones grow (a caller that stops early reads no older rows)
+        up to ``largest`` rows (default :attr:`PAGE`).
 
         Conversations grow by appending under the newest message, so a path is
         mostly runs of consecutive rows of its session: each run is read with range
@@ -770,7 +771,8 @@ class SQLEngine(Engine):
         if remaining <= 0:
             return
         self.before_read(sid)
-        size = min(first or self.PAGE, self.PAGE) if content else 4 * self.PAGE
+        cap = largest or self.PAGE
+        size = min(first or cap, cap) if content else 4 * cap
         # Without a start, the session's newest row: its latest leaf (nothing is newer).
         want: str | None | _Any = _ANY if start is None else start.id
         seq = _MAX_SEQ if start is None else start.seq
@@ -794,7 +796,7 @@ class SQLEngine(Engine):
                 yield page
             if want is None or want is _ANY or remaining <= 0:
                 return  # the root, an empty session, or enough
-            size = min(size * 4, self.PAGE if content else 16 * self.PAGE)
+            size = min(size * 4, cap if content else 16 * cap)
             if len(page) == n and rows[-1][1] == page[-1][0].id:
                 seq = page[-1][0].seq - 1  # the run goes on past this page
                 continue

@@ -35,13 +35,20 @@ What DuckDB changes:
   created database or WAL file is recorded in its directory too.
 * **Speed.** DuckDB spends about a millisecond planning and running any
   statement, however small, so the engine keeps statements per operation low:
-  a plain append is one INSERT (its parent comes from a cached session tail, see
-  ``_Shared``), an indexed one adds one more inside a transaction. That still
-  makes single appends one to two orders of magnitude slower than SQLite's (a
-  few hundred per second against thousands), so SQLite stays the default. Rows
-  of many messages (imports, continuation rows, payloads, events, records) are
-  written a whole batch per statement, passing column lists as parameters and
+  a plain append is one INSERT (its parent comes from a cached session tail, its
+  seq from a block reserved from the sequence), an indexed one adds one more
+  inside a transaction. A row of this table's twenty columns costs about 1.5x a
+  three-column row in DuckDB itself, so single appends stay below raw DuckDB's
+  rate; SQLite's are an order of magnitude faster, and SQLite stays the default.
+  Rows of many messages (imports, continuation rows, payloads, events, records)
+  are written a whole batch per statement, passing column lists as parameters and
   unnesting them in SQL.
+* **Caches.** Because only this process writes the file, the newest rows of each
+  session's latest path (with their content) and whether the session has
+  compactions are kept in memory in step with every write (see ``_Paths``): a
+  recent window needs no statement. A rollback drops them all.
+* **Long reads.** A search runs on a connection of its own, outside the store's
+  lock, so appends from other threads go on while it runs.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import os
 import re
 import threading
 import weakref
+from collections import OrderedDict, deque
 from pathlib import Path
 
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
@@ -74,6 +82,16 @@ BM25_B = 0.75
 _BULK_ROWS = 10_000
 # Tables whose rows are large (continuation rows, payloads): fewer per statement.
 _LARGE_ROWS = {"chunks": 64, "blobs": 64}
+
+_INSERT_MESSAGE = """INSERT INTO sessionkit_messages
+    (seq, msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,
+     chunks, text, n_parts, tool_names, metadata, content, index_len)"""
+
+# Rows of a whole-path read (get_history) taken in one statement at most.
+_WHOLE_PATH = 1 << 20
+
+# Write sequence numbers a single append reserves at a time (see DuckDBEngine._next_seq).
+_SEQ_BLOCK = 128
 
 # Up to this many messages, index rows are built in Python (see _put_terms).
 _FEW_DOCS = 16
@@ -100,6 +118,74 @@ def _key(sid: str, mid: str) -> str:
     return f"{len(sid)}:{sid}{mid}"
 
 
+class _Paths:
+    """The newest rows of each session's latest path, with their stored JSON, newest first.
+
+    Each entry is a run of the path from the session's newest row (its latest leaf)
+    upwards: every row is the parent of the one before it. A read of the newest
+    messages (``recent_history``, ``get_history``) takes them from here and continues
+    in the database from the last one's parent. What is cached is what a read would
+    return: rows this process wrote, or read while holding the store's lock. Sessions
+    are kept in least-recently-used order within a byte budget.
+    """
+
+    #: Rows kept per session (a recent window of up to this many needs no statement).
+    ROWS = 256
+    #: Stored JSON longer than this is not kept (the path's cached run stops above it).
+    ROW_BYTES = 64 * 1024
+    #: Characters of stored JSON kept over all sessions.
+    BUDGET = 16 * 1024 * 1024
+
+    def __init__(self) -> None:
+        self.runs: OrderedDict[str, list[tuple[Node, str]]] = OrderedDict()
+        self.sizes: dict[str, int] = {}
+        self.total = 0
+
+    def get(self, sid: str) -> list[tuple[Node, str]] | None:
+        run = self.runs.get(sid)
+        if run is not None:
+            self.runs.move_to_end(sid)
+        return run
+
+    def drop(self, sid: str) -> None:
+        if self.runs.pop(sid, None) is not None:
+            self.total -= self.sizes.pop(sid)
+
+    def clear(self) -> None:
+        self.runs.clear()
+        self.sizes.clear()
+        self.total = 0
+
+    def put(self, sid: str, run: list[tuple[Node, str]]) -> None:
+        """Cache ``run`` (newest first) for ``sid``, cut at the first row too long to keep."""
+        self.drop(sid)
+        kept: list[tuple[Node, str]] = []
+        size = 0
+        for node, raw in run[: self.ROWS]:
+            if len(raw) > self.ROW_BYTES:
+                break
+            kept.append((node, raw))
+            size += len(raw)
+        if not kept:
+            return
+        self.runs[sid] = kept
+        self.sizes[sid] = size
+        self.total += size
+        while self.total > self.BUDGET and self.runs:
+            oldest = next(iter(self.runs))
+            self.drop(oldest)
+
+    def appended(self, sid: str, node: Node, raw: str) -> None:
+        """A row was written under ``node.parent_id`` and is the session's newest."""
+        run = self.runs.get(sid)
+        if node.parent_id is not None and run is not None:
+            for i, (above, _) in enumerate(run):
+                if above.id == node.parent_id:
+                    self.put(sid, [(node, raw), *run[i:]])
+                    return
+        self.put(sid, [(node, raw)])
+
+
 class _Shared:
     """State shared by every engine of one database file in this process."""
 
@@ -113,12 +199,29 @@ class _Shared:
         # to find its parent: DuckDB spends about a millisecond on any statement.
         # Dropped for a session on update/delete/clear, and for all on a rollback.
         self.tails: dict[str, Node] = {}
+        # The newest rows of each session's latest path (see _Paths), and whether a
+        # session has compactions: a recent window then needs no statement at all.
+        self.paths = _Paths()
+        self.compacted: dict[str, bool] = {}
         self.users = 0  # open engines on this file in this process
+        # The thread inside a write transaction on this file, if any (its reads must
+        # see its own uncommitted writes: they run on its connection).
+        self.writer: int | None = None
+        # Write sequence numbers reserved for single appends (see DuckDBEngine._next_seq).
+        self.seqs: deque[int] = deque()
 
     def forget(self) -> None:
         """After a rollback: cached state may describe rows that were never committed."""
         self.index_on = None
         self.tails.clear()
+        self.paths.clear()
+        self.compacted.clear()
+        self.seqs.clear()
+
+    def forget_session(self, sid: str) -> None:
+        self.tails.pop(sid, None)
+        self.paths.drop(sid)
+        self.compacted.pop(sid, None)
 
 
 _SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
@@ -194,6 +297,7 @@ class DuckDBEngine(LocalEngine):
         self._full = self.durability == "full"
         self._shared = _shared_for(self.path)
         self._views: dict = {}  # which analysis views the analysis connection has
+        self._cursors: set = set()  # connections of long reads running outside the lock (see search)
         self._lock = self._shared.lock
         with self._lock:
             self._db = self._connect(location)
@@ -292,6 +396,9 @@ class DuckDBEngine(LocalEngine):
             if not self._closed:
                 self._closed = True
                 self._shared.users -= 1
+                for cursor in list(self._cursors):  # a search running meanwhile stops with an error
+                    with contextlib.suppress(duckdb.Error):
+                        cursor.interrupt()
                 con, self._analysis = self._analysis, None
                 if con is not None:
                     with contextlib.suppress(duckdb.Error):
@@ -316,10 +423,15 @@ class DuckDBEngine(LocalEngine):
             return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids)
 
     # -- connection model --------------------------------------------------------------
+    def began(self) -> None:
+        self._shared.writer = threading.get_ident()
+
     def rolled_back(self) -> None:
+        self._shared.writer = None
         self._shared.forget()
 
     def committed(self) -> None:
+        self._shared.writer = None
         if self._full and self.path is not None:
             self._sync_folder(self.path)
 
@@ -377,6 +489,57 @@ class DuckDBEngine(LocalEngine):
             node = self._shared.tails[sid] = Node(*row)
             return node
 
+    def has_compactions(self, sid):
+        with self._lock:
+            known = self._shared.compacted.get(sid)
+            if known is None:
+                known = self._shared.compacted[sid] = super().has_compactions(sid)
+            return known
+
+    def walk(self, sid, start, limit, content):
+        # The caller keeps every row: read the path in as few statements as it has runs
+        # (each page is a scan of the session's rows, with no (session_id, seq) index).
+        out = []
+        largest = limit if content and limit <= _WHOLE_PATH else None
+        for rows in self.walk_pages(sid, start, limit, content, largest=largest):
+            out += rows
+        return out
+
+    def walk_pages(self, sid, start, limit, content, first=None, largest=None):
+        """As on every engine; the newest rows of a session's latest path come from the
+        cache of this process's own writes and reads (see ``_Paths``) when they are there,
+        and a read that starts at the newest row fills it."""
+        if not content or (limit is not None and limit <= 0):
+            yield from super().walk_pages(sid, start, limit, content, first, largest)
+            return
+        rest = None
+        with self._lock:
+            run = self._shared.paths.get(sid)
+            if run is not None and (start is None or (start.seq, start.id) == (run[0][0].seq, run[0][0].id)):
+                rows = list(run if limit is None else run[:limit])
+            else:
+                rest = super().walk_pages(sid, start, limit, content, first, largest)
+                rows = next(rest, [])
+                if not rows:
+                    return
+                newest = start is None
+                if not newest:
+                    latest = self.latest(sid)
+                    newest = latest is not None and (latest.seq, latest.id) == (start.seq, start.id)
+                if newest:
+                    self._shared.paths.put(sid, rows)
+        yield rows
+        if rest is not None:
+            yield from rest
+            return
+        last = rows[-1][0]
+        remaining = None if limit is None else limit - len(rows)
+        if last.parent_id is None or remaining == 0:
+            return
+        parent = self.node(sid, last.parent_id)
+        if parent is not None:  # else deleted meanwhile: the path ends here
+            yield from super().walk_pages(sid, parent, remaining, content, first, largest)
+
     def size_bytes(self) -> int:
         size = 0
         if self.path is not None:
@@ -402,32 +565,57 @@ class DuckDBEngine(LocalEngine):
 
         Every stem must occur in a hit; each phrase must occur as consecutive stems.
         Scores use the store-wide document count and average length, like FTS5.
+
+        A phrase is checked by joining its words' offsets in the phrase with their
+        positions in each document that holds every stem: a position minus its word's
+        offset is where the phrase would start, and a start that every word of the
+        phrase gives is a match. That costs the phrase's words' occurrences in those
+        documents, linear in the phrase's length.
+
+        The query runs on a connection of its own, outside the store's lock: it reads
+        one committed snapshot, and writers in other threads go on meanwhile. Inside
+        this thread's own write transaction it runs on that transaction's connection,
+        so it sees the transaction's writes.
         """
         query = terms
         stems: list[str] = list(dict.fromkeys([*query.terms, *(w for p in query.phrases for w in p)]))
         if not stems or limit <= 0:
             return []
-        col = {st: f"p{i}" for i, st in enumerate(stems)}
-        marks = ",".join("?" * len(stems))
-        params: list = [*stems]
-        # Position lists of phrase stems, one column each, gathered per document.
-        phrase_stems = list(dict.fromkeys(w for p in query.phrases for w in p))
-        pos_cols = "".join(f", any_value(h.pos) FILTER (WHERE h.term = ?) AS {col[w]}" for w in phrase_stems)
-        params += phrase_stems
+        params: list = [stems]
         where_sid = ""
         if sid is not None:
             where_sid = "WHERE m.session_id = ?"
             params.append(sid)
-        conds = ["matched = ?"]
         params.append(len(stems))
-        for phrase in query.phrases:
-            first, rest = phrase[0], phrase[1:]
-            tests = " AND ".join(f"list_contains({col[w]}, x + {i})" for i, w in enumerate(rest, start=1))
-            conds.append(f"len([x for x in {col[first]} if {tests}]) > 0")
+        phrase_ctes = ""
+        phrase_cond = ""
+        if query.phrases:
+            numbers, words, offsets, lengths = [], [], [], []
+            for n, phrase in enumerate(query.phrases):
+                for off, word in enumerate(phrase):
+                    numbers.append(n)
+                    words.append(word)
+                    offsets.append(off)
+                    lengths.append(len(phrase))
+            params += [numbers, words, offsets, lengths, len(query.phrases)]
+            phrase_ctes = """, words AS (
+                SELECT unnest(?::INTEGER[]) AS phrase, unnest(?::VARCHAR[]) AS term,
+                       unnest(?::INTEGER[]) AS off, unnest(?::INTEGER[]) AS plen
+            ), starts AS (
+                SELECT w.phrase, w.plen, h.seq, unnest(h.pos) - w.off AS start
+                FROM words w JOIN hits h ON h.term = w.term
+                WHERE h.seq IN (SELECT seq FROM matching)
+            ), phrased AS (
+                SELECT seq FROM (
+                    SELECT DISTINCT phrase, seq FROM starts GROUP BY phrase, seq, start, plen HAVING count(*) = plen
+                ) GROUP BY seq HAVING count(*) = ?
+            )"""
+            phrase_cond = "WHERE seq IN (SELECT seq FROM phrased)"
         params += [int(self.search_candidates), int(limit)]
         sql = f"""
             WITH hits AS (
-                SELECT term, seq, tf, pos FROM sessionkit_terms WHERE term IN ({marks})
+                SELECT term, seq, tf, pos FROM sessionkit_terms
+                WHERE term IN (SELECT unnest(?::VARCHAR[]))
             ), df AS (
                 SELECT term, count(*)::DOUBLE AS n FROM hits GROUP BY term
             ), corpus AS (
@@ -438,22 +626,47 @@ class DuckDBEngine(LocalEngine):
                        sum(ln(1 + (c.n - df.n + 0.5) / (df.n + 0.5))
                            * h.tf * ({BM25_K1} + 1)
                            / (h.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.index_len / c.avgdl))) AS score
-                       {pos_cols}
                 FROM hits h
                 JOIN df ON df.term = h.term
                 JOIN sessionkit_messages m ON m.seq = h.seq
                 CROSS JOIN corpus c
                 {where_sid}
                 GROUP BY h.seq
-            ), cand AS (  -- rank only the newest search_candidates matches, like the SQLite engine
-                SELECT seq, score FROM per_doc WHERE {" AND ".join(conds)}
+            ), matching AS (
+                SELECT seq, score FROM per_doc WHERE matched = ?
+            ){phrase_ctes}, cand AS (  -- rank only the newest search_candidates matches, like the SQLite engine
+                SELECT seq, score FROM matching {phrase_cond}
                 ORDER BY seq DESC LIMIT ?
             )
             SELECT m.seq, m.session_id, m.id, m.role, cand.score
             FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
             ORDER BY cand.score DESC, m.seq DESC
             LIMIT ?"""
-        return [tuple(r) for r in self.fetch(sql, params)]
+        return [tuple(r) for r in self._read_apart(sql, params)]
+
+    def _read_apart(self, sql: str, params: list) -> list:
+        """Rows of one long read on a connection of its own, without the store's lock
+        (inside this thread's write transaction: on its connection, under the lock)."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            if self._shared.writer == threading.get_ident():
+                return self.fetch(sql, params)
+            with self.guard():
+                cursor = self._db.cursor()
+            self._cursors.add(cursor)
+        try:
+            with self.guard():
+                return cursor.execute(sql, params).fetchall()
+        except SessionKitError as exc:
+            if self._closed:  # interrupted by close()
+                raise StoreClosed("the store was closed during the search") from exc
+            raise
+        finally:
+            with self._lock:
+                self._cursors.discard(cursor)
+            with contextlib.suppress(duckdb.Error):
+                cursor.close()
 
     # -- writes -------------------------------------------------------------------
     def append_simple(self, sid, prep, parent_id, created_at):
@@ -491,25 +704,60 @@ class DuckDBEngine(LocalEngine):
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
         key = _key(sid, node.id)
         length = _body(prep.text)[0] if index else None
-        # One statement that inserts only when the key is absent: on DuckDB 2.0 about
-        # twice as fast as INSERT ... ON CONFLICT (msg_key) DO NOTHING, with the same
-        # effect under the write lock; the UNIQUE index still guards the key.
-        row = self.fetch_one(
-            """INSERT INTO sessionkit_messages
-               (msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content, index_len)
-               SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?
-               WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)
-               RETURNING seq""",
-            (key, *self.message_values(sid, node, head, nchunks, prep), length, key),
-        )
-        if row is None:
+        # The seq comes from a block this process reserved from the sequence (see
+        # _next_seq): a RETURNING clause and the column's nextval() default made the
+        # statement about a fifth slower.
+        seq = self._next_seq()
+        values = (seq, key, *self.message_values(sid, node, head, nchunks, prep), length)
+        if not self._depth:
+            # Its own transaction: a plain insert, and the UNIQUE index on the key tells
+            # a stored id (the failed statement leaves nothing behind). About a fifth
+            # faster than checking the key in the statement.
+            with self.guard():
+                try:
+                    with self.connection() as conn:
+                        conn.execute(_INSERT_MESSAGE + " VALUES (" + ", ".join("?" * len(values)) + ")", values)
+                except duckdb.ConstraintException as exc:
+                    if "Duplicate key" in str(exc):
+                        return None
+                    raise
+            row: tuple | None = (1,)
+        else:
+            # Inside a transaction a failed statement would abort it: one statement that
+            # inserts only when the key is absent (on DuckDB 2.0 about twice as fast as
+            # ON CONFLICT DO NOTHING, with the same effect under the write lock). Its
+            # result is the number of rows inserted.
+            row = self.fetch_one(
+                _INSERT_MESSAGE + " SELECT " + ", ".join("?" * len(values))
+                + " WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)",
+                (*values, key),
+            )
+        if not row or not row[0]:
             return None
-        self._shared.tails[sid] = node._replace(seq=row[0])
-        return row[0]
+        tail = self._shared.tails[sid] = node._replace(seq=seq)
+        self._shared.paths.appended(sid, tail, prep.stored_json)
+        return seq
+
+    def _next_seq(self) -> int:
+        """The next write sequence number for a single append.
+
+        Numbers are reserved from the ``sessionkit_seq`` sequence a block at a time (one
+        statement per block), so a number is never handed out twice; numbers left in a
+        block when the store closes are skipped, as after a rollback. The block is
+        dropped whenever anything else draws from the sequence (bulk inserts) or a
+        rollback may have undone its reservation, so a new row's seq is always above
+        every stored one.
+        """
+        with self._lock:
+            block = self._shared.seqs
+            if not block:
+                block.extend(sorted(r[0] for r in self.fetch(
+                    "SELECT nextval('sessionkit_seq') FROM range(?)", (_SEQ_BLOCK,))))
+            return block.popleft()
 
     def insert_planned(self, sid, plan, index):
         """A whole batch of planned rows in a few statements (bulk imports)."""
+        self._shared.seqs.clear()  # numbers reserved before these would sort below them
         seqs = sorted(r[0] for r in self.fetch("SELECT nextval('sessionkit_seq') FROM range(?)", (len(plan),)))
         nodes = [node._replace(seq=seq) for (_, node, _), seq in zip(plan, seqs)]
         rows, chunk_rows, t_seqs, t_bodies = [], [], [], []
@@ -531,6 +779,7 @@ class DuckDBEngine(LocalEngine):
             if prep.blobs:
                 self.put_blobs(node.seq, prep.blobs)
         self._shared.tails[sid] = nodes[-1]
+        self._shared.paths.drop(sid)
         return nodes
 
     def update_analysis_columns(self, values):
@@ -550,10 +799,14 @@ class DuckDBEngine(LocalEngine):
                      (_body(prep.text)[0] if index else None, node.seq))
 
     def forget(self, sid):
-        self._shared.tails.pop(sid, None)
+        self._shared.forget_session(sid)
 
     def lock_session(self, sid):
-        self._shared.tails.pop(sid, None)  # an update or delete changes what the tail holds
+        self._shared.forget_session(sid)  # an update or delete changes what the tail holds
+
+    def w_add_compaction(self, sid, comp):
+        super().w_add_compaction(sid, comp)
+        self._shared.compacted[sid] = True
 
     # -- the search index ------------------------------------------------------------------
     def index_new(self, sid, seq, prep, nchunks, index):

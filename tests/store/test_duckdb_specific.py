@@ -490,3 +490,102 @@ def test_cached_state_is_dropped_when_another_process_wrote_the_file(tmp_path):
         s.append(msg("c", "there"))
         assert [m["id"] for m in s.get_history()] == ["a", "b", "c"]
         assert [h.id for h in s.search("there")] == ["c"]  # the other process built the index
+
+
+# ---------------------------------------------------------------------------
+# Phrase search: linear in the phrase, and off the store's lock
+
+
+def _phrase_store(tmp_path, n_messages=3000, seed=3):
+    """A store of many messages over a small vocabulary (every stem everywhere), one of
+    which holds a long text; returns (store, that text's words)."""
+    rng = random.Random(seed)
+    vocab = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+    st = sk.open_store(tmp_path / "phrase.duckdb")
+    s = st.session("s")
+    s.import_many([(msg(f"m{i}", " ".join(rng.choice(vocab) for _ in range(60))), LATEST, None)
+                   for i in range(n_messages)])
+    words = [rng.choice(vocab) for _ in range(2000)]
+    s.append(msg("long", " ".join(words)))
+    return st, words
+
+
+def test_long_phrases_match_exactly(tmp_path):
+    st, words = _phrase_store(tmp_path, n_messages=300)
+    try:
+        for n in (2, 50, 1600):
+            phrase = " ".join(words[100 : 100 + n])
+            hits = [h.id for h in st.search(f'"{phrase}"', limit=1000)]
+            expected = [m.id for m in st.session("s").nodes()
+                        if matches(st.session("s").get(m.id)["parts"][0]["text"], parse_query(f'"{phrase}"'))]
+            assert sorted(hits) == sorted(expected)
+            assert "long" in hits
+        # the same words out of order are not the phrase
+        shuffled = words[100:400]
+        random.Random(1).shuffle(shuffled)
+        assert "long" not in [h.id for h in st.search('"' + " ".join(shuffled) + '"')]
+    finally:
+        st.close()
+
+
+@pytest.mark.slow  # builds a 3,000-message index
+def test_appends_go_on_while_a_long_phrase_search_runs(tmp_path):
+    """Appends in another thread start and complete while one search statement is still
+    running: the search holds no lock that writers wait for."""
+    import threading
+
+    st, words = _phrase_store(tmp_path)
+    phrase = '"' + " ".join(words[200:1800]) + '"'
+    assert [h.id for h in st.search(phrase)] == ["long"]  # builds the index first
+    state = {"search": 0}  # odd while the engine's search statement runs; +2 per call
+    eng = st._engine
+    engine_search = eng.search
+
+    def observed(*args):
+        state["search"] += 1
+        try:
+            return engine_search(*args)
+        finally:
+            state["search"] += 1
+
+    eng.search = observed
+    done = threading.Event()
+    contained: list[int] = []  # the search call each fully overlapped append fell within
+    errors: list[BaseException] = []
+
+    def searcher():
+        try:
+            while not done.is_set():
+                hits = st.search(phrase)
+                assert [h.id for h in hits][:1] == ["long"]
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=searcher)
+    t.start()
+    s = st.session("w")
+    try:
+        for i in range(400):
+            before = state["search"]
+            s.append(msg(f"w{i}", "a write during a search"))
+            after = state["search"]
+            if before == after and before % 2 == 1:
+                contained.append(before)
+            if len(contained) >= 3 and contained[-3] == contained[-1]:
+                break  # three appends inside one search call
+    finally:
+        done.set()
+        t.join()
+    assert not errors, errors
+    assert len(contained) >= 3 and contained[-3] == contained[-1], contained
+    st.close()
+
+
+def test_a_search_inside_a_transaction_sees_its_writes(store):
+    s = store.session("s")
+    s.append(msg("a", "first words here"))
+    store.search("first")  # the index exists
+    with store.transaction():
+        s.append(msg("b", "zebra crossing at night"))
+        assert [h.id for h in store.search('"zebra crossing"')] == ["b"]
+    assert [h.id for h in store.search('"zebra crossing"')] == ["b"]
