@@ -546,8 +546,11 @@ def test_store_objects_sharing_the_cache_file_under_concurrent_writers(new_store
     errors: list[BaseException] = []
     done = threading.Event()
 
+    started = threading.Barrier(3)  # the writer starts once both readers have queried
+
     def write() -> None:
         try:
+            started.wait(timeout=60)
             s = writer.session("w")
             for i in range(60):
                 s.append(_m(f"m{i}"))
@@ -562,11 +565,16 @@ def test_store_objects_sharing_the_cache_file_under_concurrent_writers(new_store
 
     def query(store) -> None:
         try:
-            while not done.is_set():
+            first_query = True
+            while first_query or not done.is_set():
                 df = store.sql("SELECT count(*) AS n FROM messages WHERE session_id = 'w'")
                 assert df["n"][0] <= 60
+                if first_query:
+                    first_query = False
+                    started.wait(timeout=60)
         except BaseException as exc:
             errors.append(exc)
+            started.abort()
 
     threads = [threading.Thread(target=write), threading.Thread(target=query, args=(first,)),
                threading.Thread(target=query, args=(second,))]
