@@ -305,6 +305,16 @@ class Sessions:
             runs.append({"runId": live.public_run(active), "status": "running", "input": run_input,
                          "startedAt": started_at, "endedAt": None, "agentId": meta.get("agentId") or agent_id,
                          "attempts": max(1, meta.get("attempts") or 1)})
+            seen.add(active)
+        # Accepted runs with no record yet that no driver reports as active: between a run's end
+        # and its record, or while a dead worker's run waits for another worker to take it up.
+        # They are in flight, never absent (a reader waiting for the session to be idle must wait).
+        for n, meta in sorted(snap.runs.items()):
+            if n in seen or meta.get("state") not in ("running", "saved"):
+                continue
+            runs.append({"runId": live.public_run(n), "status": "running", "input": None, "startedAt": None,
+                         "endedAt": None, "agentId": meta.get("agentId") or agent_id,
+                         "attempts": max(1, meta.get("attempts") or 1)})
         messages = []
         for _, value in snap.messages:
             item = {"runId": live.public_run(value.get("run", 0)), "text": value.get("text", ""),

@@ -48,7 +48,7 @@ def _check_returned(fmt: str, lines: int, got: dict) -> None:
         assert got["returned"] == got["messages"] and got["last"].startswith("oai-"), got
         return
     assert got["returned"] == got["sessions"], got
-    last = {"oasst": f"oasst-tree-{lines // 10 - 1}", "oasst-trees": f"oasst-t{lines - 1}",
+    last = {"oasst": f"oasst-tree-{lines // 10 - 1}", "oasst-trees": f"oasst-tree-{lines - 1}",
             "jsonl": f"s{(lines - 2) // 100}"}.get(fmt)  # its first line is the export's header
     assert got["last"] == last if last else got["last"].startswith("hh-"), got
 
