@@ -29,6 +29,8 @@ through the store (a ``pending`` record and a signal).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import copy
 import logging
 import os
@@ -463,12 +465,14 @@ class Scheduler:
         except Exception as exc:
             log.exception("sessionkit server: run %s of session %r failed", run.n, live.public_id)
             if run.attempts == attempts:  # refused before it started: recorded failed, never retried
-                self._refused(live, run, exc)
+                # the run is active until its failure is stored: a reader never sees it nowhere
+                with contextlib.suppress(Exception):  # a stopped writer: the restart's recovery records it
+                    await asyncio.wrap_future(self._refused(live, run, exc))
         finally:
             live.active = None
             self.write_status(live)
 
-    def _refused(self, live: Live, run: Run, exc: Exception) -> None:
+    def _refused(self, live: Live, run: Run, exc: Exception) -> concurrent.futures.Future:
         store, key, run_id, n = self.store, live.key, live.run_id(run.n), run.n
         error = f"{type(exc).__name__}: {exc}"
         value = {"attempts": max(run.attempts, 1), "agentId": self.agent_id, "state": "done", "error": error}
@@ -484,7 +488,7 @@ class Scheduler:
             return store.append_events(key, [{"run_id": run_id, "kind": "run.end", "status": "failed",
                                               "error": error, "error_type": type(exc).__name__, "usage": None}])
 
-        self.io.submit(job, after=lambda stored: self.stored_events(live, stored))
+        return self.io.submit(job, after=lambda stored: self.stored_events(live, stored))
 
     async def _carry(self, live: Live, run: Run) -> None:
         """Messages a failed run did not take open the next run (their records say so)."""

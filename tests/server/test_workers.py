@@ -161,6 +161,23 @@ def _conversation(url: str, session_id: str) -> list[tuple[str, str]]:
                 for m in store.session(session_id).history() if m["role"] in ("user", "assistant")]
 
 
+def _wait_recorded_start(url: str, session_id: str, attempts: int, timeout: float = 30) -> None:
+    """Until the store holds the run's start and its attempt count (a worker writes both on its
+    store thread after the agent has begun, so a worker frozen too early would leave neither)."""
+    import sessionkit as sk
+
+    deadline = time.monotonic() + timeout
+    with sk.open_store(url) as store:
+        while True:
+            records = dict(store.records(session_id, "server.run"))
+            if store.runs(session_id) and any(v.get("attempts") == attempts and v.get("state") == "running"
+                                              for v in records.values()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no recorded start of attempt {attempts}: {records}")
+            time.sleep(0.02)
+
+
 def test_a_message_to_one_worker_is_seen_by_a_stream_on_another(cluster):
     a, b = cluster(2)
     assert a.client.post("/sessions", json={"sessionId": "chat"}).status_code == 201
@@ -280,6 +297,7 @@ def test_a_killed_worker_s_run_starts_again_on_another_worker_with_what_it_accep
     a.client.post("/sessions/chat/messages", json={"text": "hold this"})
     _wait_file(cluster.gate / "entered")
     assert b.client.get("/sessions/chat").json()["active"] == "chat.1"
+    _wait_recorded_start(cluster.url, "chat", attempts=1)  # a's start is written behind the agent's back
     os.killpg(a.proc.pid, signal.SIGSTOP)  # frozen: it still holds the session but takes nothing
     assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.1",
                                                                                       "queued": True}
