@@ -52,7 +52,21 @@ def _visible_views(page) -> dict:
         const snaps = [...document.querySelectorAll('[data-sessionkit-snapshot]')].filter(shown);
         const kinds = {};
         for (const s of snaps) kinds[s.dataset.sessionkitSnapshot] = (kinds[s.dataset.sessionkitSnapshot] || 0) + 1;
-        const widgets = document.querySelectorAll('.jupyter-widgets.jp-OutputArea-output').length;
+        // widget outputs holding sessionkit's views (anywidget models, or boxes around them);
+        // other widgets, such as a progress bar, have no snapshot to show offline
+        const state = document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]');
+        const models = state ? (JSON.parse(state.textContent).state || {}) : {};
+        const holdsView = (id, depth = 0) => {
+            const model = models[id];
+            if (!model) return true;  // nothing saved about it: counted
+            if (model.model_name === 'AnyModel') return true;
+            const children = (model.state && model.state.children) || [];
+            return depth < 8 && children.some((c) => holdsView(String(c).replace('IPY_MODEL_', ''), depth + 1));
+        };
+        const widgets = [...document.querySelectorAll('.jupyter-widgets.jp-OutputArea-output')].filter((out) => {
+            const view = out.querySelector('script[type="application/vnd.jupyter.widget-view+json"]');
+            return !view || holdsView(JSON.parse(view.textContent).model_id);
+        }).length;
         const treeRows = [...document.querySelectorAll('.sk-snap-tree tbody tr')].filter(shown).length;
         return {kinds, widgets, treeRows};
     }""")
