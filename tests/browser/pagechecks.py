@@ -72,7 +72,9 @@ def check_rows_are_text_and_follow_the_keyboard(page, view, session, data, rows)
     page.keyboard.press("End")
     last = next(data.ids[r[1]] for r in reversed(expanded) if r[0] == "node")
     _wait(page, view, "el.dataset.selected === arg", last)
-    assert view.locator(f".sk-row[data-id='{last}']").get_attribute("aria-selected") == "true"
+    # the rows follow the selection on the next drawn frame
+    _wait(page, view, "el.querySelector(`.sk-row[data-id='${arg}']`)?.getAttribute('aria-selected') === 'true'", last)
+    assert view.locator(".sk-row[aria-selected='true']").count() == 1
 
 
 def check_find_in_page(page, view, mid: str, preview: str) -> None:
