@@ -38,7 +38,9 @@ Two ways to have those tables, decided by the engine:
   saves, in the same DuckDB transaction as its rows, the state that says what they are
   and what identifies it in the store; a file that does not match the store beside it
   (damaged, of another layout, another store's, a store restored from an older copy)
-  is made again.
+  is made again. Rows travel as Arrow batches, never as a Python object per value: from
+  a SQLite file through the ADBC SQLite driver (read ahead by a thread while DuckDB
+  writes), from PostgreSQL as the CSV of one ``COPY ... TO STDOUT`` parsed by pyarrow.
 
 Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 ``ValueError`` before it reaches DuckDB. DuckDB, pyarrow (and pandas, above) come from the
@@ -48,10 +50,11 @@ Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import missing
@@ -122,6 +125,14 @@ def _pyarrow():
     except ImportError as exc:
         raise missing("analysis", "pyarrow", exc) from exc
     return pyarrow
+
+
+def _pyarrow_csv():
+    try:
+        import pyarrow.csv
+    except ImportError as exc:
+        raise missing("analysis", "pyarrow", exc) from exc
+    return pyarrow.csv
 
 
 # ---------------------------------------------------------------------------
@@ -484,6 +495,84 @@ class _EngineReader:
             last = rows[-1][0]
 
 
+class _CopyReader(_EngineReader):
+    """Reads for a refresh of a PostgreSQL store: a table's rows come as CSV from one
+    ``COPY ... TO STDOUT`` (``PostgresEngine.copy_csv``) in the refresh's snapshot, parsed
+    into Arrow batches by pyarrow's CSV reader (no Python object per value) and written
+    into the cache by DuckDB. Reads whose parameters are not whole numbers (lists of
+    sessions or rows) go through the store's rows as on any engine."""
+
+    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
+             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+        if any(type(p) is not int for p in params) or where.count("?") != len(params):
+            return super().load(name, where, params, paged=paged, cols=cols, target=target)
+        cols = cols or self.cache.columns(name)
+        for value in params:  # COPY binds no parameters: whole numbers are written in
+            where = where.replace("?", str(int(value)), 1)
+        sql = self.engine.compile(f"SELECT {', '.join(cols)} FROM {{{name}}} {where}")
+        chunks = self.engine.copy_csv(sql)
+        first = next(chunks, b"")
+        if not first:
+            return 0
+        pa, csv = _pyarrow(), _pyarrow_csv()
+        types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
+        reader = csv.open_csv(
+            _ChunkFile(first, chunks),
+            read_options=csv.ReadOptions(column_names=list(cols), block_size=4 << 20),
+            # PostgreSQL's CSV: NULL is an empty field, an empty text is "" (kept), and
+            # quoted fields may hold line breaks
+            parse_options=csv.ParseOptions(newlines_in_values=True),
+            convert_options=csv.ConvertOptions(
+                column_types={c: _ARROW[types[c]](pa) for c in cols}, null_values=[""],
+                strings_can_be_null=True, quoted_strings_can_be_null=False),
+        )
+        con = self.cache.con
+        table = target or self.cache.TABLES[name]
+        con.register("sessionkit_batch", reader)
+        try:
+            before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch")
+            return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
+        finally:
+            con.unregister("sessionkit_batch")
+
+
+class _ChunkFile(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (what pyarrow's CSV reader reads).
+    COPY hands out a chunk per row: a read gathers chunks up to the size asked for."""
+
+    def __init__(self, first: bytes, rest: Iterator[bytes]) -> None:
+        super().__init__()
+        self._held = first
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        parts, have = [self._held], len(self._held)
+        while size < 0 or have < size:
+            chunk = next(self._rest, None)
+            if chunk is None:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        data = b"".join(parts)
+        if 0 <= size < len(data):
+            data, self._held = data[:size], data[size:]
+        else:
+            self._held = b""
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
 class _AdbcReader(_EngineReader):
     """Reads for a refresh of a SQLite file through the ADBC SQLite driver, when it is
     installed: rows arrive as Arrow batches (no Python object per value), about four
@@ -507,16 +596,70 @@ class _AdbcReader(_EngineReader):
         marker = _MARKER[name]
         sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
         self.cur.execute(sql, params or None)
-        reader = self.cur.fetch_record_batch()
         con = self.cache.con
         table = target or self.cache.TABLES[name]
-        con.register("sessionkit_batch", reader)
+        with _read_ahead(self.cur.fetch_record_batch()) as reader:
+            con.register("sessionkit_batch", reader)
+            try:
+                before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+                _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch WHERE {marker} <> -1")
+                return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
+            finally:
+                con.unregister("sessionkit_batch")
+
+
+@contextlib.contextmanager
+def _read_ahead(reader, depth: int = 4):
+    """``reader`` (Arrow record batches from the SQLite driver) read by a thread of its
+    own, up to ``depth`` batches ahead: the driver steps SQLite (without the GIL) while
+    DuckDB writes the batches before, so a first load costs about the longer of the two
+    instead of their sum. An error of the driver reaches the reader's consumer; a
+    consumer that stops early stops the thread. (Arrow has no read-ahead reader of its
+    own for a stream, so this is written here.)"""
+    import queue
+
+    pa = _pyarrow()
+    batches: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce() -> None:
+        item: Any = end
         try:
-            before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-            _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch WHERE {marker} <> -1")
-            return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
-        finally:
-            con.unregister("sessionkit_batch")
+            for batch in reader:
+                while not stop.is_set():
+                    try:
+                        batches.put(batch, timeout=0.05)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        except BaseException as exc:  # handed to the consumer, which raises it
+            item = exc
+        while not stop.is_set():
+            try:
+                batches.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def consume():
+        while True:
+            item = batches.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    thread = threading.Thread(target=produce, name="sessionkit-cache-read", daemon=True)
+    thread.start()
+    try:
+        yield pa.RecordBatchReader.from_batches(reader.schema, consume())
+    finally:
+        stop.set()
+        thread.join()
 
 
 #: Wide message columns a cache reads only once a query names them.
@@ -721,7 +864,7 @@ class Cache:
         """A reader whose reads all see one state of the store."""
         if self._adbc is None:
             with self.engine.snapshot():
-                yield _EngineReader(self)
+                yield _CopyReader(self) if hasattr(self.engine, "copy_csv") else _EngineReader(self)
             return
         cur = self._adbc.cursor()
         try:

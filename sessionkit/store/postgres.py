@@ -609,6 +609,16 @@ class PostgresEngine(SQLEngine):
                 self._tls.snap = None
                 _quiet_rollback(conn)
 
+    def copy_csv(self, sql: str):
+        """The rows of ``sql`` (a SELECT without parameters: COPY binds none) as CSV text,
+        in chunks of bytes, through ``COPY (...) TO STDOUT``: one statement whose rows
+        PostgreSQL writes as one stream, several times faster than fetching them as rows.
+        Run on the connection of the current snapshot or transaction, like every read."""
+        with self.guard(), self.connection() as conn, conn.cursor() as cur:
+            with cur.copy(f"COPY ({sql}) TO STDOUT (FORMAT csv)") as copy:
+                for chunk in copy:
+                    yield bytes(chunk)
+
     def before_read(self, sid):
         tx = self._cur_tx()
         if tx is not None:

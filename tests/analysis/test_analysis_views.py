@@ -283,6 +283,105 @@ def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reade
     assert (store._engine._analysis._adbc is not None) == (reader == "adbc")
 
 
+def test_a_first_load_of_many_driver_batches_equals_the_reference(new_store):
+    """The ADBC driver hands rows over in batches (1,024 rows each by default), read ahead
+    by a thread while DuckDB writes the ones before: a store of several batches, with
+    branches and deletes between them, loads into a new cache file in full and in order."""
+    pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")
+    store = new_store("sqlite-file")
+    for k in range(6):
+        s = store.session(f"b{k}")
+        parent = None
+        items = []
+        for i in range(700):
+            m = _m(f"m{i}", f"words {k} {i}", "user" if i % 2 else "assistant", tools=("t",) if i % 9 == 0 else ())
+            items.append((m, parent, None))
+            parent = m["id"] if i != 400 else items[300][0]["id"]  # a branch under message 300
+        s.import_many(items)
+    store.session("b2").delete("m650", subtree=True)
+    path = store.path
+    store.close()
+    with sk.open_store(path) as again:  # a new store object: its cache loads from nothing
+        assert again.sql("SELECT count(*) AS n FROM messages")["n"][0] == 6 * 700 - 50
+        assert threading_names() == set()
+        assert_views_match(again)
+
+
+def threading_names() -> set[str]:
+    import threading
+
+    return {t.name for t in threading.enumerate() if t.name.startswith("sessionkit-cache")}
+
+
+def _batches(n: int, fail_at: int | None = None):
+    import pyarrow as pa
+
+    def gen():
+        for k in range(n):
+            if k == fail_at:
+                raise OSError("disk I/O error while reading")
+            yield pa.record_batch({"k": pa.array(range(k * 100, k * 100 + 100), pa.int64())})
+
+    schema = pa.schema([("k", pa.int64())])
+    return pa.RecordBatchReader.from_batches(schema, gen())
+
+
+def test_the_read_ahead_gives_every_batch_in_order_and_an_error_of_the_driver():
+    """The thread reading ahead hands every batch to DuckDB in order; an error of the reader
+    ends the DuckDB statement with that error; a consumer that stops early stops the thread."""
+    import duckdb
+
+    from sessionkit.store._analysis import _read_ahead
+
+    con = duckdb.connect()
+    with _read_ahead(_batches(50)) as reader:
+        con.register("b", reader)
+        got = [r[0] for r in con.execute("SELECT k FROM b").fetchall()]
+    assert got == list(range(5000))
+    assert threading_names() == set()
+    with _read_ahead(_batches(50, fail_at=7)) as reader:
+        con.register("b", reader)
+        with pytest.raises(Exception, match="disk I/O error while reading"):
+            con.execute("CREATE TABLE t AS SELECT k FROM b").fetchall()
+    assert threading_names() == set()
+    with _read_ahead(_batches(10_000)) as reader:
+        assert next(iter(reader)).num_rows == 100  # then stops reading
+    assert threading_names() == set()
+
+
+AWKWARD_TEXTS = ["", "NULL", "null", "N/A", "NaN", "a, b", 'say "hi"', '""', "two\nlines", "cr\r\nlf", "\\.",
+                 "tab\there", "é ü 日本 🙂", "-1", " padded ", "\\N"]
+
+
+def test_texts_that_csv_or_null_markers_could_bend_arrive_unchanged(engine, new_store):
+    """PostgreSQL's cache reads its rows as CSV (COPY): empty texts, the words CSV readers
+    take for NULL, quotes, commas, line breaks and ``\\.`` arrive as they were written, in
+    every column that holds text (and the same on every engine)."""
+    store = new_store(engine)
+    sid = "awkward, \"session\"\n"
+    s = store.session(sid)
+    parent = None
+    for k, text in enumerate(AWKWARD_TEXTS):
+        m = {"id": f"m{k}", "role": "user", "parts": [{"type": "text", "text": text}], "metadata": {"v": text}}
+        if k % 2:
+            m["parts"].append({"type": 'tool-a,"b"', "toolCallId": f"call{k}", "state": "input-available",
+                               "input": {"q": text}})
+        s.append(m, parent_id=parent)
+        parent = m["id"]
+    s.import_compaction(sk.Compaction("c, \"1\"", "m1", "m4", "sum\nmary, \"quoted\"", "2024-01-01T00:00:00.000Z",
+                                      10, 2))
+    store.begin_run(sid, "r1", 'input, with "quotes"\nand a line')
+    store.end_run("r1", status="completed", usage={"model": "NULL", "cost_usd": 0.5})
+    store.begin_run(sid, "r2", "")  # an empty text, not a missing one
+    store.end_run("r2", status="failed", error="")
+    runs = store.to_arrow("runs").sort_by("run_id").select(["run_id", "input", "error"]).to_pylist()
+    assert runs == [{"run_id": "r1", "input": 'input, with "quotes"\nand a line', "error": None},
+                    {"run_id": "r2", "input": "", "error": ""}]
+    got = store.sql("SELECT id, text FROM messages ORDER BY seq")
+    assert got["text"].tolist() == [text for text in AWKWARD_TEXTS]
+    assert_views_match(store)
+
+
 def test_the_cache_stays_right_under_concurrent_writers(engine, new_store):
     """Writers on other threads (and, but for DuckDB, another store object) append, update and
     delete while queries run; once they stop, the views equal the reference."""
