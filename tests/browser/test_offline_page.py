@@ -51,7 +51,8 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
     page.goto((tmp_path / "chat.html").as_uri())
     view = page.locator(".sk-transcript-view")
     view.wait_for(timeout=30_000)
-    assert view.get_attribute("data-entries") == str(len(s.get_history(leaf_id="a4")))
+    page.wait_for_function("n => document.querySelector('.sk-transcript-view').dataset.entries === n",
+                           arg=str(len(s.get_history(leaf_id="a4"))), timeout=30_000)
     page.locator("button[data-mode='full']").click()
     page.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.mode === 'full'", timeout=30_000)
     assert view.get_attribute("data-entries") == str(len(s.get_history(leaf_id="a4", compacted=False)))

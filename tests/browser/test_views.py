@@ -142,6 +142,7 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
         assert part in toolbar, (part, toolbar)
     target = "a4"
     row = view.locator(f".sk-row[data-id='{target}']")
+    pagechecks.wait_previews(page, view)  # previews arrive from the kernel after the layout
     assert row.locator(".sk-row-text").text_content() == pagechecks.preview_of(s, target)
     row.click()
     assert wait_file(nb.out / "selected.txt", 15) == target
