@@ -526,15 +526,7 @@ class _CopyReader(_EngineReader):
                 column_types={c: _ARROW[types[c]](pa) for c in cols}, null_values=[""],
                 strings_can_be_null=True, quoted_strings_can_be_null=False),
         )
-        con = self.cache.con
-        table = target or self.cache.TABLES[name]
-        con.register("sessionkit_batch", reader)
-        try:
-            before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-            _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch")
-            return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
-        finally:
-            con.unregister("sessionkit_batch")
+        return self.cache.insert_arrow(target or self.cache.TABLES[name], cols, reader)
 
 
 class _ChunkFile(io.RawIOBase):
@@ -596,16 +588,8 @@ class _AdbcReader(_EngineReader):
         marker = _MARKER[name]
         sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
         self.cur.execute(sql, params or None)
-        con = self.cache.con
-        table = target or self.cache.TABLES[name]
         with _read_ahead(self.cur.fetch_record_batch()) as reader:
-            con.register("sessionkit_batch", reader)
-            try:
-                before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-                _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch WHERE {marker} <> -1")
-                return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
-            finally:
-                con.unregister("sessionkit_batch")
+            return self.cache.insert_arrow(target or self.cache.TABLES[name], cols, reader, f"WHERE {marker} <> -1")
 
 
 @contextlib.contextmanager
@@ -623,26 +607,25 @@ def _read_ahead(reader, depth: int = 4):
     stop = threading.Event()
     end = object()
 
+    def hand_over(item: Any) -> bool:
+        """Queue ``item`` unless the consumer stopped (then False)."""
+        while not stop.is_set():
+            try:
+                batches.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         item: Any = end
         try:
             for batch in reader:
-                while not stop.is_set():
-                    try:
-                        batches.put(batch, timeout=0.05)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not hand_over(batch):
                     return
         except BaseException as exc:  # handed to the consumer, which raises it
             item = exc
-        while not stop.is_set():
-            try:
-                batches.put(item, timeout=0.05)
-                return
-            except queue.Full:
-                continue
+        hand_over(item)
 
     def consume():
         while True:
@@ -891,12 +874,19 @@ class Cache:
         pa = _pyarrow()
         types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
         arrays = [pa.array(list(values), type=_ARROW[types[c]](pa)) for values, c in zip(zip(*rows), cols)]
-        self.con.register("sessionkit_batch", pa.Table.from_arrays(arrays, names=list(cols)))
+        self.insert_arrow(target or self.TABLES[name], cols, pa.Table.from_arrays(arrays, names=list(cols)))
+
+    def insert_arrow(self, table: str, cols: tuple[str, ...], source, where: str = "") -> int:
+        """Rows of ``source`` (an Arrow table or record batch reader of ``cols``, those
+        matching ``where``) into ``table``; how many."""
+        con = self.con
+        con.register("sessionkit_batch", source)
         try:
-            _do(self.con, f"INSERT INTO {target or self.TABLES[name]} ({', '.join(cols)})"
-                          " SELECT * FROM sessionkit_batch")
+            before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch {where}")
+            return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         finally:
-            self.con.unregister("sessionkit_batch")
+            con.unregister("sessionkit_batch")
 
     def _fill(self, rd, column: str) -> None:
         """Read a lazy column of every message held (same snapshot as the refresh)."""
