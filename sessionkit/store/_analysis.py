@@ -720,6 +720,8 @@ class Cache:
         self.views: dict = {}
         self.reads = 0  # message rows read from the store (what refreshes cost)
         self.checked = False  # a file's state was checked against the store by this object
+        #: What the store's snapshot saw at the last refresh (see ``_refresh``), or None.
+        self.seen: str | None = None
         self._adbc: Any = None
         #: The cache file beside a SQLite file store (None: in memory).
         self.file: str | None = None
@@ -961,6 +963,17 @@ class Cache:
         self.checked = True
 
     def _refresh(self, rd) -> None:
+        # Where the store can say what its snapshot sees (PostgreSQL), a refresh that sees
+        # what the last one saw has nothing to read: no checks, no counts.
+        visible = getattr(self.engine, "visible_state", None)
+        state = visible() if visible is not None else None
+        if self.loaded and state is not None and state == self.seen:
+            return
+        self.seen = None  # until this refresh is through
+        self._refresh_rows(rd)
+        self.seen = state
+
+    def _refresh_rows(self, rd) -> None:
         eng = self.engine
         if not self.loaded:
             self._load_all(rd)

@@ -609,6 +609,14 @@ class PostgresEngine(SQLEngine):
                 self._tls.snap = None
                 _quiet_rollback(conn)
 
+    def visible_state(self) -> str:
+        """What the current snapshot sees, as text (``pg_current_snapshot()``: the next
+        transaction id and the transactions still running). Two snapshots with the same
+        text see the same committed rows, so the analysis cache skips a refresh that would
+        find nothing; any write, here or elsewhere on the server, changes it. Read inside
+        :meth:`snapshot`."""
+        return str(self.fetch_one("SELECT pg_current_snapshot()::text")[0])
+
     def copy_csv(self, sql: str):
         """The rows of ``sql`` (a SELECT without parameters: COPY binds none) as CSV text,
         in chunks of bytes, through ``COPY (...) TO STDOUT``: one statement whose rows

@@ -501,6 +501,74 @@ def later(store):
     yield "append, delete session"
 
 
+@pytest.mark.slow
+def test_postgresql_a_message_committed_below_the_highest_seq_held_is_read(new_store):
+    """PostgreSQL commits transactions in any order: a message given a lower seq by a
+    transaction still open when the cache read a higher one appears once it commits."""
+    import threading
+
+    store = new_store("postgresql")
+    other = sk.open_store(store.path)
+    try:
+        store.session("a").append(_m("a0"))
+        assert _count(store) == 1
+        inside, release, errors = threading.Event(), threading.Event(), []
+
+        def slow_writer() -> None:
+            try:
+                with other.transaction():
+                    other.session("slow").append(_m("low"))  # its seq is taken now
+                    inside.set()
+                    release.wait(30)
+            except BaseException as exc:
+                errors.append(exc)
+                inside.set()
+
+        thread = threading.Thread(target=slow_writer)
+        thread.start()
+        assert inside.wait(30) and not errors
+        store.session("a").append(_m("high"))  # a higher seq, committed first
+        ids = store.sql("SELECT id FROM messages ORDER BY seq")["id"].tolist()
+        assert ids == ["a0", "high"]
+        release.set()
+        thread.join(30)
+        assert not errors
+        ids = store.sql("SELECT id, seq FROM messages ORDER BY seq")["id"].tolist()
+        assert ids == ["a0", "low", "high"]
+        assert_views_match(store)
+    finally:
+        release.set()
+        other.close()
+
+
+@pytest.mark.slow
+def test_postgresql_a_query_with_nothing_committed_since_reads_nothing(new_store, monkeypatch):
+    """A refresh whose snapshot sees what the last one saw runs one statement (the snapshot's
+    state), not the log, the counts or the rows; a write by another store object changes it."""
+    store = new_store("postgresql")
+    for _ in scenario(store):
+        pass
+    _count(store)
+    engine = store._engine
+    statements: list[str] = []
+    fetch = engine.fetch
+
+    def counted(sql, params=()):
+        statements.append(sql)
+        return fetch(sql, params)
+
+    monkeypatch.setattr(engine, "fetch", counted)
+    monkeypatch.setattr(engine, "fetch_one", lambda sql, params=(): (counted(sql, params) or [None])[0])
+    held = _count(store)
+    assert len(statements) == 1 and "pg_current_snapshot" in statements[0], statements
+    with sk.open_store(store.path) as other:
+        other.session("x").append(_m("x1"))
+    statements.clear()
+    assert _count(store) == held + 1
+    assert len(statements) > 1
+    assert_views_match(store)
+
+
 def test_a_store_opened_again_reads_only_what_changed_since(new_store):
     """The cache outlives the store object: opened again (here or in a new process), a query
     reads the rows written since, and the views still equal the reference."""
