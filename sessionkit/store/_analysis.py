@@ -510,7 +510,11 @@ class _CopyReader(_EngineReader):
         for value in params:  # COPY binds no parameters: whole numbers are written in
             where = where.replace("?", str(int(value)), 1)
         sql = self.engine.compile(f"SELECT {', '.join(cols)} FROM {{{name}}} {where}")
-        chunks = self.engine.copy_csv(sql)
+        # closed here even when DuckDB stops early: the COPY ends before the snapshot does
+        with contextlib.closing(self.engine.copy_csv(sql)) as chunks:
+            return self._load_csv(name, cols, target, chunks)
+
+    def _load_csv(self, name: str, cols: tuple[str, ...], target: str | None, chunks: Iterator[bytes]) -> int:
         first = next(chunks, b"")
         if not first:
             return 0

@@ -569,6 +569,37 @@ def test_postgresql_a_query_with_nothing_committed_since_reads_nothing(new_store
     assert_views_match(store)
 
 
+@pytest.mark.slow
+def test_postgresql_a_cache_load_that_fails_midway_leaves_the_store_and_cache_working(new_store, monkeypatch):
+    """DuckDB stops reading a COPY after its first batch (an error): the query fails with it,
+    nothing of the partial load stays in the cache, and the store object goes on: its writes
+    and its next queries (on the same connections) equal the reference."""
+    store = new_store("postgresql")
+    s = store.session("big")
+    s.import_many([(_m(f"m{i}", "words " * 50), f"m{i - 1}" if i else None, None) for i in range(3000)])
+    from sessionkit.store import _analysis
+
+    real = _analysis.Cache.insert_arrow
+    failures = []
+
+    def failing(self, table, cols, source, where=""):
+        if table == "sessionkit_messages" and not failures:
+            failures.append(table)
+            next(iter(source))  # one batch read, then DuckDB fails
+            raise _analysis.duckdb_module().IOException("disk full while writing the cache")
+        return real(self, table, cols, source, where)
+
+    monkeypatch.setattr(_analysis.Cache, "insert_arrow", failing)
+    with pytest.raises(Exception, match="disk full while writing the cache"):
+        store.sql("SELECT count(*) AS n FROM messages")
+    assert failures
+    assert _count(store) == 3000
+    s.append(_m("after"))
+    assert s.get("after")["id"] == "after"
+    assert _count(store) == 3001
+    assert_views_match(store)
+
+
 def test_a_store_opened_again_reads_only_what_changed_since(new_store):
     """The cache outlives the store object: opened again (here or in a new process), a query
     reads the rows written since, and the views still equal the reference."""
