@@ -53,6 +53,7 @@ import contextlib
 import io
 import json
 import os
+import queue
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -508,7 +509,7 @@ class _CopyReader(_EngineReader):
             return super().load(name, where, params, paged=paged, cols=cols, target=target)
         cols = cols or self.cache.columns(name)
         for value in params:  # COPY binds no parameters: whole numbers are written in
-            where = where.replace("?", str(int(value)), 1)
+            where = where.replace("?", str(value), 1)
         sql = self.engine.compile(f"SELECT {', '.join(cols)} FROM {{{name}}} {where}")
         # closed here even when DuckDB stops early: the COPY ends before the snapshot does
         with contextlib.closing(self.engine.copy_csv(sql)) as chunks:
@@ -560,9 +561,6 @@ class _ChunkFile(io.RawIOBase):
             self._held = b""
         return data
 
-    def readall(self) -> bytes:
-        return self.read(-1)
-
     def readinto(self, b) -> int:
         data = self.read(len(b))
         b[: len(data)] = data
@@ -604,8 +602,6 @@ def _read_ahead(reader, depth: int = 4):
     instead of their sum. An error of the driver reaches the reader's consumer; a
     consumer that stops early stops the thread. (Arrow has no read-ahead reader of its
     own for a stream, so this is written here.)"""
-    import queue
-
     pa = _pyarrow()
     batches: queue.Queue = queue.Queue(depth)
     stop = threading.Event()
@@ -887,10 +883,9 @@ class Cache:
         matching ``where``) into ``table``; how many."""
         con = self.con
         con.register("sessionkit_batch", source)
-        try:
-            before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-            _do(con, f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch {where}")
-            return con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
+        try:  # DuckDB's INSERT answers with the number of rows it wrote
+            return con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch {where}"
+                               ).fetchall()[0][0]
         finally:
             con.unregister("sessionkit_batch")
 
@@ -969,8 +964,7 @@ class Cache:
     def _refresh(self, rd) -> None:
         # Where the store can say what its snapshot sees (PostgreSQL), a refresh that sees
         # what the last one saw has nothing to read: no checks, no counts.
-        visible = getattr(self.engine, "visible_state", None)
-        state = visible() if visible is not None else None
+        state = self.engine.visible_state()
         if self.loaded and state is not None and state == self.seen:
             return
         self.seen = None  # until this refresh is through

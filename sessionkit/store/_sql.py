@@ -583,6 +583,11 @@ class SQLEngine(Engine):
         """Reads inside see one state of the store (several statements, one answer)."""
         return contextlib.nullcontext()
 
+    def visible_state(self) -> str | None:
+        """Text naming what the current snapshot sees (equal texts: the same committed rows),
+        or None where the engine cannot say (then the analysis cache checks for changes)."""
+        return None
+
     def translate(self, exc: BaseException) -> BaseException:
         """A driver error as a sessionkit error (raised ``from`` the original)."""
         return SessionKitError(f"{self.kind} store {self.path or ':memory:'}: {exc}")
