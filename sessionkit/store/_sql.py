@@ -51,10 +51,15 @@ __all__ = [
     "SQLEngine",
     "LocalEngine",
     "NODE_COLUMNS",
+    "DUCKDB_JOURNAL_TABLE",
 ]
 
 #: The schema version every engine writes (see :data:`MIGRATIONS`).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
+
+#: DuckDB: single appends written as one JSON row each, moved into the messages table in
+#: batches (see :mod:`sessionkit.store.duckdb`).
+DUCKDB_JOURNAL_TABLE = "CREATE TABLE IF NOT EXISTS sessionkit_journal (row VARCHAR NOT NULL)"
 
 #: Stored JSON longer than this (characters) continues in ``sessionkit_chunks`` rows.
 DEFAULT_CHUNK_CHARS = 1 << 20
@@ -272,6 +277,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "postgresql": ("DROP FUNCTION IF EXISTS {fn_append}(text, text, text, text, text, text, bigint, bigint, text,"
                        " tsvector, bigint, bigint, text, text[])",),
     }),
+    Migration(7, "DuckDB: the append journal (sessionkit_journal)", {"duckdb": (DUCKDB_JOURNAL_TABLE,)}),
 )
 
 

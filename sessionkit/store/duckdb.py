@@ -37,12 +37,21 @@ What DuckDB changes:
   statement, however small, so the engine keeps statements per operation low:
   a plain append is one INSERT (its parent comes from a cached session tail, its
   seq from a block reserved from the sequence), an indexed one adds one more
-  inside a transaction. A row of this table's twenty columns costs about 1.5x a
-  three-column row in DuckDB itself, so single appends stay below raw DuckDB's
-  rate; SQLite's are an order of magnitude faster, and SQLite stays the default.
-  Rows of many messages (imports, continuation rows, payloads, events, records)
-  are written a whole batch per statement, passing column lists as parameters and
-  unnesting them in SQL.
+  inside a transaction. Rows of many messages (imports, continuation rows,
+  payloads, events, records) are written a whole batch per statement, passing
+  column lists as parameters and unnesting them in SQL.
+* **The append journal.** DuckDB commits a row of the messages table (twenty
+  columns, two indexes) at about half the rate of a bare row, so a single append
+  outside a transaction is committed as one JSON row of ``sessionkit_journal``
+  (one column, no keys): as durable as any commit, at raw DuckDB's rate. Every
+  other statement first moves the journal into the messages table in one
+  transaction (``merge_journal``), as does an append that brings it to
+  ``_JOURNAL_ROWS`` rows, closing the store, and the first statement after a
+  process was killed with rows in it; so every read sees every append. A recent
+  window is served from memory (below) and moves nothing. The duplicate-id check
+  that the UNIQUE index gives other writes comes from the session's ids held in
+  memory (true while this process holds the file), within ``_KEY_BUDGET`` ids;
+  a larger session's appends take the indexed path.
 * **Caches.** Because only this process writes the file, the newest rows of each
   session's latest path (with their content) and whether the session has
   compactions are kept in memory in step with every write (see ``_Paths``): a
@@ -54,17 +63,19 @@ What DuckDB changes:
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import threading
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
 from ._core import Capabilities, Node
-from ._sql import DIALECTS, SCHEMA_VERSION, TABLES, LocalEngine
+from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, SCHEMA_VERSION, TABLES, LocalEngine
 
 try:
     import duckdb
@@ -92,6 +103,17 @@ _WHOLE_PATH = 1 << 20
 
 # Write sequence numbers a single append reserves at a time (see DuckDBEngine._next_seq).
 _SEQ_BLOCK = 128
+
+# The schema version that added sessionkit_journal.
+_JOURNAL_VERSION = 7
+
+# Journal rows that make an append move the journal into the messages table at once
+# (see DuckDBEngine.merge_journal); reads move it before they run.
+_JOURNAL_ROWS = 4096
+
+# Message ids held in memory for the journal's duplicate check, over all sessions
+# (see DuckDBEngine._session_keys); a session with more takes the indexed path.
+_KEY_BUDGET = 200_000
 
 # Up to this many messages, index rows are built in Python (see _put_terms).
 _FEW_DOCS = 16
@@ -178,6 +200,19 @@ class _Paths:
     def appended(self, sid: str, node: Node, raw: str) -> None:
         """A row was written under ``node.parent_id`` and is the session's newest."""
         run = self.runs.get(sid)
+        if run is not None and node.parent_id is not None and run[0][0].id == node.parent_id \
+                and len(raw) <= self.ROW_BYTES:
+            # The usual append, under the newest row: O(1) instead of copying the run.
+            self.runs.move_to_end(sid)
+            run.insert(0, (node, raw))
+            size = len(raw)
+            if len(run) > self.ROWS:
+                size -= len(run.pop()[1])
+            self.sizes[sid] += size
+            self.total += size
+            while self.total > self.BUDGET and len(self.runs) > 1:
+                self.drop(next(iter(self.runs)))
+            return
         if node.parent_id is not None and run is not None:
             for i, (above, _) in enumerate(run):
                 if above.id == node.parent_id:
@@ -209,6 +244,14 @@ class _Shared:
         self.writer: int | None = None
         # Write sequence numbers reserved for single appends (see DuckDBEngine._next_seq).
         self.seqs: deque[int] = deque()
+        # Rows in sessionkit_journal (committed appends not yet in the messages table),
+        # and whether they are being moved now (see DuckDBEngine.merge_journal).
+        self.pending = 0
+        self.merging = False
+        # The message ids of sessions appended through the journal, least recently used
+        # first, and how many ids they hold (see DuckDBEngine._session_keys).
+        self.keys: OrderedDict[str, set[str]] = OrderedDict()
+        self.key_total = 0
 
     def forget(self) -> None:
         """After a rollback: cached state may describe rows that were never committed."""
@@ -217,11 +260,19 @@ class _Shared:
         self.paths.clear()
         self.compacted.clear()
         self.seqs.clear()
+        self.keys.clear()
+        self.key_total = 0
 
     def forget_session(self, sid: str) -> None:
         self.tails.pop(sid, None)
         self.paths.drop(sid)
         self.compacted.pop(sid, None)
+        self.drop_keys(sid)
+
+    def drop_keys(self, sid: str) -> None:
+        keys = self.keys.pop(sid, None)
+        if keys is not None:
+            self.key_total -= len(keys)
 
 
 _SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
@@ -280,7 +331,7 @@ class DuckDBEngine(LocalEngine):
     # than on SQLite so that a long path takes a few statements.
     PAGE = 4096
     CHANGE_LOG = False  # analysis queries read this store's own tables (see analysis_query)
-    EXTRA_SCHEMA = (_TERMS_TABLE,)
+    EXTRA_SCHEMA = (_TERMS_TABLE, DUCKDB_JOURNAL_TABLE)
     BEGIN = "BEGIN TRANSACTION"
     STATEMENTS = {
         "node": "SELECT {node} FROM {messages} WHERE msg_key = ?",
@@ -301,7 +352,8 @@ class DuckDBEngine(LocalEngine):
         self._lock = self._shared.lock
         with self._lock:
             self._db = self._connect(location)
-            if self._shared.users == 0:
+            first = self._shared.users == 0
+            if first:
                 # No engine had the file open here, so another process may have written
                 # it since: nothing cached from before still holds.
                 self._shared.forget()
@@ -321,6 +373,11 @@ class DuckDBEngine(LocalEngine):
             version = self.schema_version()
             if version is not None and version > SCHEMA_VERSION:
                 raise self.too_new(version)
+            if first and version is not None and version >= _JOURNAL_VERSION:
+                # Appends a killed process left in the journal: the next statement moves
+                # them (before a migration, which then never meets an older row layout).
+                with self._lock:
+                    self._shared.pending = self._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
             if version != SCHEMA_VERSION:
                 with self.write():
                     self.create_or_migrate()
@@ -394,6 +451,10 @@ class DuckDBEngine(LocalEngine):
     def close(self) -> None:
         with self._lock:
             if not self._closed:
+                if self._db is not None:
+                    # Left in the journal when this fails: the next opening moves them.
+                    with contextlib.suppress(SessionKitError):
+                        self.merge_journal()
                 self._closed = True
                 self._shared.users -= 1
                 for cursor in list(self._cursors):  # a search running meanwhile stops with an error
@@ -413,6 +474,7 @@ class DuckDBEngine(LocalEngine):
         from . import _analysis
 
         with self._analysis_setup:
+            self.merge_journal()
             con = self._analysis
             if con is None:
                 with self._lock:
@@ -423,6 +485,24 @@ class DuckDBEngine(LocalEngine):
             return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids)
 
     # -- connection model --------------------------------------------------------------
+    @contextlib.contextmanager
+    def connection(self):
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            if self._shared.pending:
+                self.merge_journal()
+            yield self._db
+
+    def _direct(self, sql: str, params: Sequence = ()) -> list:
+        """Rows of a statement that needs no journal row moved first (the journal's own
+        writes, the sequence)."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            with self.guard():
+                return self._db.execute(sql, params).fetchall()
+
     def began(self) -> None:
         self._shared.writer = threading.get_ident()
 
@@ -652,6 +732,7 @@ class DuckDBEngine(LocalEngine):
                 raise StoreClosed("the store is closed")
             if self._shared.writer == threading.get_ident():
                 return self.fetch(sql, params)
+            self.merge_journal()
             with self.guard():
                 cursor = self._db.cursor()
             self._cursors.add(cursor)
@@ -686,6 +767,9 @@ class DuckDBEngine(LocalEngine):
                 parent = self.node(sid, parent_id)
                 if parent is None:
                     return "exists" if self.node(sid, prep.id) is not None else "no-parent"
+            elif sid not in self._shared.tails and self._shared.writer is None \
+                    and self._session_keys(sid) == set():
+                parent = None  # a session's first message: known without reading (or moving) anything else
             else:
                 parent = self.latest(sid)
             if self.index_built() and _body(prep.text)[0]:
@@ -709,7 +793,19 @@ class DuckDBEngine(LocalEngine):
         # statement about a fifth slower.
         seq = self._next_seq()
         values = (seq, key, *self.message_values(sid, node, head, nchunks, prep), length)
-        if not self._depth:
+        keys = None if self._depth or self._shared.writer is not None else self._session_keys(sid)
+        if keys is not None:
+            # A single append outside a transaction: one JSON row into the journal, a
+            # table of one column without keys, which DuckDB commits as fast as a bare
+            # row (a row of the messages table's twenty columns under two indexes costs
+            # about twice as much). The id set in memory tells a stored id.
+            if node.id in keys:
+                return None
+            self._direct("INSERT INTO sessionkit_journal VALUES (?)", (json.dumps(values, ensure_ascii=False),))
+            keys.add(node.id)
+            self._shared.key_total += 1
+            self._shared.pending += 1
+        elif not self._depth:
             # Its own transaction: a plain insert, and the UNIQUE index on the key tells
             # a stored id (the failed statement leaves nothing behind). About a fifth
             # faster than checking the key in the statement.
@@ -721,7 +817,6 @@ class DuckDBEngine(LocalEngine):
                     if "Duplicate key" in str(exc):
                         return None
                     raise
-            row: tuple | None = (1,)
         else:
             # Inside a transaction a failed statement would abort it: one statement that
             # inserts only when the key is absent (on DuckDB 2.0 about twice as fast as
@@ -732,11 +827,65 @@ class DuckDBEngine(LocalEngine):
                 + " WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)",
                 (*values, key),
             )
-        if not row or not row[0]:
-            return None
+            if not row or not row[0]:
+                return None
+        if keys is None and sid in self._shared.keys:  # (a rollback drops every set)
+            self._shared.keys[sid].add(node.id)
+            self._shared.key_total += 1
         tail = self._shared.tails[sid] = node._replace(seq=seq)
         self._shared.paths.appended(sid, tail, prep.stored_json)
+        if self._shared.pending >= _JOURNAL_ROWS:
+            self.merge_journal()
         return seq
+
+    def _session_keys(self, sid: str) -> set[str] | None:
+        """The ids stored in ``sid``, kept in memory while appends go through the journal
+        (only this process writes the file, so the set stays true); None for a session
+        too large to hold, whose appends take the indexed path."""
+        shared = self._shared
+        keys = shared.keys.get(sid)
+        if keys is not None:
+            shared.keys.move_to_end(sid)
+            return keys
+        # Read beside the journal rather than after moving it: a session's first append
+        # then costs a read, not a read and a commit.
+        ids = self._direct(
+            """SELECT id FROM sessionkit_messages WHERE session_id = ?
+               UNION ALL
+               SELECT json_extract_string(row, '$[3]') FROM sessionkit_journal
+               WHERE json_extract_string(row, '$[2]') = ?""", (sid, sid))
+        if len(ids) > _KEY_BUDGET // 2:
+            return None
+        keys = shared.keys[sid] = {r[0] for r in ids}
+        shared.key_total += len(keys)
+        while shared.key_total > _KEY_BUDGET and len(shared.keys) > 1:
+            shared.drop_keys(next(iter(shared.keys)))
+        return keys
+
+    def merge_journal(self) -> None:
+        """Move the journal's rows into the messages table, in one transaction.
+
+        Every statement but the journal's own runs after this (``connection``), so what
+        a read sees includes every append. Appends that a killed process left in the
+        journal are moved by the first statement of the next opening.
+        """
+        shared = self._shared
+        with self._lock:
+            if not shared.pending or shared.merging or shared.writer is not None or self._closed:
+                return
+            shared.merging = True
+            try:
+                with self.write():
+                    rows: dict[str, tuple] = {}
+                    for (text,) in self.fetch("SELECT row FROM sessionkit_journal"):
+                        values = tuple(json.loads(text))
+                        rows.setdefault(values[1], values)  # the first row of a key wins
+                    # A key already stored (only if the id set missed it) keeps its row.
+                    self.insert_rows("messages", list(rows.values()), "ON CONFLICT DO NOTHING")
+                    self.execute("DELETE FROM sessionkit_journal")
+                shared.pending = 0
+            finally:
+                shared.merging = False
 
     def _next_seq(self) -> int:
         """The next write sequence number for a single append.
@@ -751,7 +900,7 @@ class DuckDBEngine(LocalEngine):
         with self._lock:
             block = self._shared.seqs
             if not block:
-                block.extend(sorted(r[0] for r in self.fetch(
+                block.extend(sorted(r[0] for r in self._direct(
                     "SELECT nextval('sessionkit_seq') FROM range(?)", (_SEQ_BLOCK,))))
             return block.popleft()
 
@@ -780,6 +929,7 @@ class DuckDBEngine(LocalEngine):
                 self.put_blobs(node.seq, prep.blobs)
         self._shared.tails[sid] = nodes[-1]
         self._shared.paths.drop(sid)
+        self._shared.drop_keys(sid)
         return nodes
 
     def update_analysis_columns(self, values):

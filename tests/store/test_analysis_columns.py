@@ -14,6 +14,7 @@ import pytest
 import sessionkit as sk
 from sessionkit import messages as _msg
 from sessionkit.parts import tool_names
+from sessionkit.store._sql import SCHEMA_VERSION
 
 COLUMNS = "session_id, id, role, depth, tokens, bytes, created_at, text, n_parts, tool_names, metadata"
 
@@ -102,7 +103,9 @@ def _downgrade_to_5(store) -> None:
             eng.execute("CREATE UNIQUE INDEX sessionkit_messages_msg_key ON sessionkit_messages (msg_key)")
         if store.engine != "duckdb":
             eng.execute(eng.compile("DROP TABLE {changes}"))
-        eng.execute(eng.compile("DELETE FROM {migrations} WHERE version = 6"))
+        else:  # version 7's table (moved into the messages table by the write above)
+            eng.execute("DROP TABLE sessionkit_journal")
+        eng.execute(eng.compile("DELETE FROM {migrations} WHERE version >= 6"))
         eng.execute(eng.sql["meta_put"], ("schema_version", "5"))
 
 
@@ -116,9 +119,9 @@ def test_a_version_5_store_is_upgraded_and_its_columns_filled(variant, new_store
     target = store.path  # (a PostgreSQL store's URL names its schema)
     store.close()
     with sk.open_store(target, chunk_chars=4096) as again:
-        assert again.stats()["schema_version"] == 6
+        assert again.stats()["schema_version"] == SCHEMA_VERSION
         assert _decoded(_stored(again)) == expected
-        assert [row[0] for row in again._engine.ledger()][-2:] == [5, 6]
+        assert [row[0] for row in again._engine.ledger()][-3:] == [5, 6, 7]
         s = again.session("a")
         s.append(_m("new", _t("after the upgrade"), TOOL, role="assistant"))
         assert _decoded(_stored(again))[("a", "new")][5:8] == ("after the upgrade", 2, ["search"])

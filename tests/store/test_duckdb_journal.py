@@ -1,0 +1,233 @@
+"""The DuckDB engine's append journal: single appends are committed as one JSON row each
+in ``sessionkit_journal`` and moved into the messages table before any other statement.
+
+What a user must never notice: every read (paths, lookups, counts, search, SQL
+analysis, another store object on the file) sees every append; a duplicate id is still
+refused; a killed process loses no acknowledged append; a failed move loses nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+duckdb = pytest.importorskip("duckdb")
+
+import sessionkit as sk  # noqa: E402
+from sessionkit.errors import SessionKitError  # noqa: E402
+from sessionkit.store import duckdb as engine_module  # noqa: E402
+
+
+def msg(mid: str, text: str, role: str = "user") -> dict:
+    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
+
+
+def journal_rows(store) -> int:
+    """Rows waiting in the journal, read without moving them (the journal's own path)."""
+    return store._engine._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
+
+
+def table_rows(store) -> int:
+    return store._engine._direct("SELECT count(*) FROM sessionkit_messages")[0][0]
+
+
+@pytest.fixture
+def store(tmp_path):
+    st = sk.open_store(tmp_path / "j.duckdb")
+    yield st
+    st.close()
+
+
+def test_single_appends_wait_in_the_journal_until_a_read(store):
+    s = store.session("s")
+    for i in range(5):
+        assert s.append(msg(f"m{i}", f"text {i}")).inserted
+    assert journal_rows(store) == 5 and table_rows(store) == 0  # the fast path was taken
+    assert [m["id"] for m in s.recent_history(0, min_messages=3).messages] == ["m2", "m3", "m4"]
+    for i in range(5, 8):
+        s.append(msg(f"m{i}", f"text {i}"))
+    pending = journal_rows(store)
+    assert pending >= 3
+    assert [m["id"] for m in s.recent_history(0, min_messages=3).messages] == ["m5", "m6", "m7"]
+    assert journal_rows(store) == pending  # the recent window came from memory
+    assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(8)]
+    assert journal_rows(store) == 0 and table_rows(store) == 8
+    assert s.get("m3")["parts"][0]["text"] == "text 3"
+
+
+@pytest.mark.parametrize("read", ["sql", "search", "count", "children", "other store", "sessions"])
+def test_every_kind_of_read_sees_every_append(tmp_path, read):
+    path = tmp_path / "r.duckdb"
+    st = sk.open_store(path)
+    try:
+        s = st.session("s")
+        for mid in "abc":
+            s.append(msg(mid, f"{mid} kiwi" if mid != "c" else "no fruit"))
+        assert journal_rows(st) == 3
+        if read == "sql":
+            got = st.sql("SELECT id, n_children FROM messages ORDER BY seq")
+            assert list(got["id"]) == ["a", "b", "c"] and list(got["n_children"]) == [1, 1, 0]
+        elif read == "search":
+            assert sorted(h.id for h in st.search("kiwi")) == ["a", "b"]
+        elif read == "count":
+            assert len(s) == 3
+        elif read == "children":
+            assert [m["id"] for m in s.branches("b")] == ["c"]
+        elif read == "other store":
+            with sk.open_store(path) as other:
+                assert [m["id"] for m in other.session("s").get_history()] == ["a", "b", "c"]
+        else:
+            assert [(info.id, info.message_count) for info in st.list_sessions()] == [("s", 3)]
+        assert journal_rows(st) == 0
+    finally:
+        st.close()
+
+
+def test_a_duplicate_id_is_refused_before_and_after_the_move_and_after_reopening(tmp_path):
+    path = tmp_path / "d.duckdb"
+    with sk.open_store(path) as st:
+        s = st.session("s")
+        assert s.append(msg("a", "first")).inserted
+        assert journal_rows(st) == 1
+        assert not s.append(msg("a", "again, in the journal")).inserted
+        assert len(s) == 1  # a read moves it
+        assert not s.append(msg("a", "again, in the table")).inserted
+        assert st.session("t").append(msg("a", "same id, other session")).inserted
+    with sk.open_store(path) as st:
+        s = st.session("s")
+        assert not s.append(msg("a", "again, after reopening")).inserted
+        assert s.append(msg("b", "new")).inserted
+        assert [m["parts"][0]["text"] for m in s.get_history()] == ["first", "new"]
+        assert st.session("t").get("a")["parts"][0]["text"] == "same id, other session"
+
+
+def test_ids_removed_by_deletes_and_clears_can_be_appended_again(store):
+    s = store.session("s")
+    for i in range(4):
+        s.append(msg(f"m{i}", "x"))
+    s.delete("m3")
+    assert s.append(msg("m3", "back")).inserted
+    s.clear()
+    assert s.append(msg("m0", "after clear")).inserted
+    assert [m["parts"][0]["text"] for m in s.get_history()] == ["after clear"]
+    store.delete_session("s")
+    assert store.session("s").append(msg("m0", "new session")).inserted
+    # ids written by the transactional paths are known to the journal's check too
+    store.session("s").append_many([msg("x1", "batch"), msg("x2", "batch")])
+    assert not store.session("s").append(msg("x2", "again")).inserted
+    s.update(msg("m0", "updated"))
+    assert not s.append(msg("m0", "again")).inserted
+    assert [m["parts"][0]["text"] for m in s.get_history()] == ["updated", "batch", "batch"]
+
+
+def test_an_id_set_read_again_includes_the_journal(store, monkeypatch):
+    monkeypatch.setattr(engine_module, "_KEY_BUDGET", 4)
+    s, t, u = (store.session(x) for x in "stu")
+    for session, ids in ((s, "ab"), (t, "xyz"), (u, "w")):  # u's set pushes s's out
+        for mid in ids:
+            assert session.append(msg(mid, "x")).inserted
+    assert journal_rows(store) == 6  # a session's first append reads its ids beside the journal
+    assert not s.append(msg("a", "again")).inserted
+    assert [m["id"] for m in s.get_history()] == ["a", "b"]
+    assert s.get("a")["parts"][0]["text"] == "x"
+
+
+def test_a_long_journal_is_moved_by_the_append_that_fills_it(store, monkeypatch):
+    monkeypatch.setattr(engine_module, "_JOURNAL_ROWS", 10)
+    s = store.session("s")
+    for i in range(25):
+        s.append(msg(f"m{i}", "x"))
+        assert journal_rows(store) == (i + 1) % 10
+    assert table_rows(store) == 20
+    assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(25)]
+
+
+def test_a_session_too_large_for_the_id_set_takes_the_indexed_path(store, monkeypatch):
+    monkeypatch.setattr(engine_module, "_KEY_BUDGET", 8)
+    big, small = store.session("big"), store.session("small")
+    big.append_many([msg(f"m{i}", "x") for i in range(6)])  # over half the budget
+    assert big.append(msg("m6", "x")).inserted
+    assert journal_rows(store) == 0  # written straight into the messages table
+    assert not big.append(msg("m2", "again")).inserted
+    for i in range(3):
+        assert small.append(msg(f"s{i}", "y")).inserted
+    assert journal_rows(store) == 3
+    assert not small.append(msg("s1", "again")).inserted
+    assert len(big) == 7 and len(small) == 3
+
+
+def test_a_failed_move_loses_nothing_and_the_next_read_moves_the_rows(store, monkeypatch):
+    s = store.session("s")
+    for i in range(3):
+        s.append(msg(f"m{i}", f"t{i}"))
+    real = type(store._engine).insert_rows
+    calls = {"n": 0}
+
+    def failing(self, table, rows, conflict=""):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise duckdb.IOException("IO Error: could not write file (no space left on device)")
+        return real(self, table, rows, conflict)
+
+    monkeypatch.setattr(type(store._engine), "insert_rows", failing)
+    with pytest.raises(SessionKitError, match="no space left"):
+        s.get_history()
+    assert journal_rows(store) == 3 and table_rows(store) == 0  # the move was rolled back whole
+    assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2"]
+    assert journal_rows(store) == 0
+    assert s.append(msg("m3", "after")).inserted and not s.append(msg("m1", "again")).inserted
+    assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2", "m3"]
+
+
+KILLED = textwrap.dedent(
+    """
+    import os, sys
+    import sessionkit as sk
+    store = sk.open_store(sys.argv[1])
+    s = store.session("s")
+    for i in range(int(sys.argv[2])):
+        s.append({"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"kiwi {i}"}]})
+    os._exit(0)  # no close: the journal is left as a killed process leaves it
+    """
+)
+
+
+@pytest.mark.slow  # a second process
+def test_appends_left_in_the_journal_by_a_killed_process_are_moved_on_opening(tmp_path):
+    path = str(tmp_path / "k.duckdb")
+    subprocess.run([sys.executable, "-c", KILLED, path, "30"], check=True, timeout=120)
+    con = duckdb.connect(path)
+    try:
+        assert con.execute("SELECT count(*) FROM sessionkit_journal").fetchone()[0] == 30
+        assert con.execute("SELECT count(*) FROM sessionkit_messages").fetchone()[0] == 0
+    finally:
+        con.close()
+    with sk.open_store(path) as st:
+        s = st.session("s")
+        assert not s.append(msg("m5", "a stored id")).inserted  # the move ran before the id check
+        assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(30)]
+        assert st.sql("SELECT count(*) AS n FROM messages")["n"][0] == 30
+        assert len(st.search("kiwi", limit=100)) == 30
+        assert s.append(msg("m30", "next")).inserted
+        seqs = st.sql("SELECT seq FROM messages ORDER BY seq")["seq"].tolist()
+        assert seqs == sorted(set(seqs)) and len(seqs) == 31
+
+
+def test_a_version_6_file_gains_the_journal(tmp_path):
+    path = str(tmp_path / "v6.duckdb")
+    with sk.open_store(path) as st:
+        st.session("s").append(msg("a", "before"))
+        eng = st._engine
+        with eng.write():
+            eng.execute("DROP TABLE sessionkit_journal")
+            eng.execute("DELETE FROM sessionkit_migrations WHERE version = 7")
+            eng.execute("UPDATE sessionkit_meta SET value = '6' WHERE key = 'schema_version'")
+    with sk.open_store(path) as st:
+        assert st.stats()["schema_version"] == 7
+        assert [r[0] for r in st._engine.ledger()][-1] == 7
+        s = st.session("s")
+        assert s.append(msg("b", "after")).inserted and journal_rows(st) == 1
+        assert [m["id"] for m in s.get_history()] == ["a", "b"]
