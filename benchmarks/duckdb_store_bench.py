@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The DuckDB engine as a session store, against raw DuckDB and the SQLite engine, in turns.
 
-    python benchmarks/duckdb_store_bench.py [--appends 1000] [--n 10000] [--phrase-store 2000]
+    python benchmarks/duckdb_store_bench.py [--appends 1000] [--convs 200] [--n 10000] [--phrase-store 2000]
                                             [--lengths 25,100,400,1600] [--skip-phrases]
 
 The peer comparison (``peers/run.py``) runs one store after another, so a machine whose
@@ -10,7 +10,8 @@ turns, one operation each, in one process, so they share the machine's state:
 
 - *appends*: one ``session.append`` (one commit) of the peer workload's messages, then
   one raw DuckDB single-row INSERT (one autocommitted transaction, the same durability)
-  of the same message's JSON into a three-column table;
+  of the same message's JSON into a three-column table; once in one conversation, once in
+  ``--convs`` conversations of 20 messages, one after another;
 - *reads* on ``--n`` messages in one conversation (built by import): the newest 20
   (``recent_history(0, min_messages=20)``) against the SQLite engine's, and the whole
   path (``get_history()``) against raw DuckDB's ``ORDER BY seq`` read decoding each row;
@@ -49,26 +50,30 @@ def median_ms(fn, reps: int) -> float:
     return statistics.median(times) * 1000
 
 
-def appends(count: int, folder: Path) -> None:
+def appends(count: int, folder: Path, convs: int = 1) -> None:
+    """``count`` single appends, in one conversation or in ``convs`` conversations of
+    ``count // convs`` messages each, one conversation after another (as in the peer
+    benchmark's many-conversation column)."""
     import duckdb
 
-    msgs = workload.conversation(0, count)
-    store = sk.open_store(folder / "a.duckdb")
-    session = store.session("c")
-    raw = duckdb.connect(str(folder / "raw.duckdb"))
+    per = count // convs
+    work = [(f"conv-{c}", m) for c in range(convs) for m in workload.conversation(c, per)]
+    store = sk.open_store(folder / f"a{convs}.duckdb")
+    raw = duckdb.connect(str(folder / f"raw{convs}.duckdb"))
     raw.execute("CREATE TABLE msgs (conv VARCHAR NOT NULL, seq INTEGER NOT NULL, data VARCHAR NOT NULL)")
     mine = theirs = 0.0
-    for i, m in enumerate(msgs):
+    for i, (conv, m) in enumerate(work):
         t = time.perf_counter()
-        session.append(m)
+        store.session(conv).append(m)
         mine += time.perf_counter() - t
         t = time.perf_counter()
-        raw.execute("INSERT INTO msgs VALUES (?, ?, ?)", ("c", i, json.dumps(m)))
+        raw.execute("INSERT INTO msgs VALUES (?, ?, ?)", (conv, i, json.dumps(m)))
         theirs += time.perf_counter() - t
     raw.close()
     store.close()
-    print(f"| single appends, {count:,} in one conversation | {count / mine:,.0f}/s "
-          f"| raw DuckDB {count / theirs:,.0f}/s | {theirs / mine:.2f}x rate | >= 0.8x |")
+    where = "in one conversation" if convs == 1 else f"in {convs:,}x{per} conversations"
+    print(f"| single appends, {len(work):,} {where} | {len(work) / mine:,.0f}/s "
+          f"| raw DuckDB {len(work) / theirs:,.0f}/s | {theirs / mine:.2f}x rate | >= 0.8x |")
 
 
 def reads(n: int, folder: Path, reps: int) -> None:
@@ -139,6 +144,8 @@ def main() -> None:
     ap.add_argument("--phrase-store", type=int, default=2000, help="messages in the phrase store besides the long one")
     ap.add_argument("--lengths", default="25,100,400,1600", help="phrase lengths in words")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--convs", type=int, default=200,
+                    help="conversations of 20 messages appended one after another (0: none)")
     ap.add_argument("--skip-phrases", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,6 +153,8 @@ def main() -> None:
         print("| measurement | sessionkit (DuckDB) | other side, same run | ratio | target |")
         print("|---|---:|---:|---:|---|")
         appends(args.appends, folder)
+        if args.convs:
+            appends(args.convs * 20, folder, convs=args.convs)
         reads(args.n, folder, args.reps)
         if not args.skip_phrases:
             phrases(args.phrase_store, [int(x) for x in args.lengths.split(",")], args.reps, folder)

@@ -86,6 +86,43 @@ def test_every_kind_of_read_sees_every_append(tmp_path, read):
         st.close()
 
 
+AWKWARD = ["", "null", "NULL", '"quoted"', "back\\slash \\u0041", "line\nbreak\r\n", "tab\there", "emoji \U0001F600",
+           "nul \x00 inside", "[1, 2]", "{\"a\": 1}", "ünïcödé 中文", "$[0]"]
+
+
+def _awkward_messages() -> list[dict]:
+    out = []
+    for i, text in enumerate(AWKWARD):
+        parts = [{"type": "text", "text": text}]
+        if i % 3 == 0:
+            parts.append({"type": "tool-call", "toolCallId": f"c{i}", "toolName": f"tool {text[:5]}",
+                          "input": {"q": text}})
+        out.append({"id": f"m{i} {text[:6]}", "role": "assistant" if i % 2 else "user", "parts": parts,
+                    "metadata": {"k": text, "n": 2**40 + i}, "createdAt": f"2026-01-01T00:00:{i:02d}.000Z"})
+    return out
+
+
+def test_rows_moved_from_the_journal_equal_rows_written_in_one_batch(tmp_path):
+    """Every column of every row, for texts a JSON path could bend, against the batched path."""
+    cols = ("msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,"
+            " chunks, text, n_parts, tool_names, metadata, content")
+    rows = {}
+    for way in ("journal", "batch"):
+        with sk.open_store(tmp_path / f"{way}.duckdb") as st:
+            s = st.session("s \u00e9")
+            if way == "journal":
+                for m in _awkward_messages():
+                    assert s.append(m).inserted
+                assert journal_rows(st) == len(AWKWARD)
+            else:
+                s.append_many(_awkward_messages())
+                assert journal_rows(st) == 0
+            rows[way] = st._engine.fetch(f"SELECT {cols} FROM sessionkit_messages ORDER BY seq")
+            assert [m["parts"] for m in s.get_history()] == [m["parts"] for m in _awkward_messages()]
+    assert len(rows["journal"]) == len(AWKWARD)
+    assert rows["journal"] == rows["batch"]
+
+
 def test_a_duplicate_id_is_refused_before_and_after_the_move_and_after_reopening(tmp_path):
     path = tmp_path / "d.duckdb"
     with sk.open_store(path) as st:
@@ -129,7 +166,7 @@ def test_an_id_set_read_again_includes_the_journal(store, monkeypatch):
     for session, ids in ((s, "ab"), (t, "xyz"), (u, "w")):  # u's set pushes s's out
         for mid in ids:
             assert session.append(msg(mid, "x")).inserted
-    assert journal_rows(store) == 6  # a session's first append reads its ids beside the journal
+    assert journal_rows(store) == 6  # a session's first append reads its ids without moving the journal
     assert not s.append(msg("a", "again")).inserted
     assert [m["id"] for m in s.get_history()] == ["a", "b"]
     assert s.get("a")["parts"][0]["text"] == "x"
@@ -163,19 +200,22 @@ def test_a_failed_move_loses_nothing_and_the_next_read_moves_the_rows(store, mon
     s = store.session("s")
     for i in range(3):
         s.append(msg(f"m{i}", f"t{i}"))
-    real = type(store._engine).insert_rows
+    real = type(store._engine).execute
     calls = {"n": 0}
 
-    def failing(self, table, rows, conflict=""):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise duckdb.IOException("IO Error: could not write file (no space left on device)")
-        return real(self, table, rows, conflict)
+    def failing(self, sql, params=()):
+        if sql.startswith("DELETE FROM sessionkit_journal"):  # after the rows were copied
+            calls["n"] += 1
+            if calls["n"] == 1:
+                with self.guard():
+                    raise duckdb.IOException("IO Error: could not write file (no space left on device)")
+        return real(self, sql, params)
 
-    monkeypatch.setattr(type(store._engine), "insert_rows", failing)
+    monkeypatch.setattr(type(store._engine), "execute", failing)
     with pytest.raises(SessionKitError, match="no space left"):
         s.get_history()
-    assert journal_rows(store) == 3 and table_rows(store) == 0  # the move was rolled back whole
+    assert calls["n"] == 1
+    assert journal_rows(store) == 3 and table_rows(store) == 0  # the copy was rolled back with it
     assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2"]
     assert journal_rows(store) == 0
     assert s.append(msg("m3", "after")).inserted and not s.append(msg("m1", "again")).inserted
@@ -231,3 +271,56 @@ def test_a_version_6_file_gains_the_journal(tmp_path):
         s = st.session("s")
         assert s.append(msg("b", "after")).inserted and journal_rows(st) == 1
         assert [m["id"] for m in s.get_history()] == ["a", "b"]
+
+
+@pytest.mark.slow  # threads racing
+def test_threads_racing_on_the_same_ids_store_each_once_while_readers_move_the_journal(store):
+    import threading
+
+    ids = [f"m{i}" for i in range(150)]
+    wins: dict[str, int] = {}
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer(sid: str, order: list[str]) -> None:
+        try:
+            s = store.session(sid)
+            for mid in order:
+                if s.append(msg(mid, f"kiwi {mid}")).inserted:
+                    with lock:
+                        wins[f"{sid}/{mid}"] = wins.get(f"{sid}/{mid}", 0) + 1
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                for sid in ("a", "b"):
+                    path = store.session(sid).get_history()
+                    assert len({m["id"] for m in path}) == len(path)
+                store.sql("SELECT session_id, count(*) AS n FROM messages GROUP BY ALL")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(sid, order))
+               for sid in ("a", "b") for order in (ids, ids[::-1])]
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads + readers:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    stop.set()
+    for t in readers:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert wins == {f"{sid}/{mid}": 1 for sid in ("a", "b") for mid in ids}
+    for sid in ("a", "b"):
+        nodes = store.session(sid).nodes()
+        assert sorted(n.id for n in nodes) == sorted(ids)
+        known = {n.id for n in nodes}
+        assert all(n.parent_id is None or n.parent_id in known for n in nodes)
+    got = store.sql("SELECT session_id, count(*) AS n, count(DISTINCT id) AS d FROM messages GROUP BY ALL "
+                    "ORDER BY session_id")
+    assert list(got["n"]) == [150, 150] and list(got["d"]) == [150, 150]
+    assert journal_rows(store) == 0
