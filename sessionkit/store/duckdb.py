@@ -111,6 +111,7 @@ _JOURNAL_VERSION = 7
 # (see DuckDBEngine.merge_journal); reads move it before they run.
 _JOURNAL_ROWS = 4096
 
+
 def _move_journal_sql() -> str:
     """The statement that copies the journal's rows into the messages table.
 
