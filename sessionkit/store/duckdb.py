@@ -213,9 +213,12 @@ class _Paths:
         self.runs[sid] = kept
         self.sizes[sid] = size
         self.total += size
+        self._fit()
+
+    def _fit(self) -> None:
+        """Drop the least recently used sessions until the cache is within its budget."""
         while self.total > self.BUDGET and self.runs:
-            oldest = next(iter(self.runs))
-            self.drop(oldest)
+            self.drop(next(iter(self.runs)))
 
     def appended(self, sid: str, node: Node, raw: str) -> None:
         """A row was written under ``node.parent_id`` and is the session's newest."""
@@ -230,8 +233,7 @@ class _Paths:
                 size -= len(run.pop()[1])
             self.sizes[sid] += size
             self.total += size
-            while self.total > self.BUDGET and len(self.runs) > 1:
-                self.drop(next(iter(self.runs)))
+            self._fit()
             return
         if node.parent_id is not None and run is not None:
             for i, (above, _) in enumerate(run):
@@ -295,6 +297,13 @@ class _Shared:
         keys = self.keys.pop(sid, None)
         if keys is not None:
             self.key_total -= len(keys)
+
+    def add_key(self, sid: str, mid: str) -> None:
+        """A message ``mid`` was stored in ``sid``: its id set, if held, includes it."""
+        keys = self.keys.get(sid)
+        if keys is not None:
+            keys.add(mid)
+            self.key_total += 1
 
 
 _SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
@@ -474,10 +483,9 @@ class DuckDBEngine(LocalEngine):
     def close(self) -> None:
         with self._lock:
             if not self._closed:
-                if self._db is not None:
-                    # Left in the journal when this fails: the next opening moves them.
-                    with contextlib.suppress(SessionKitError):
-                        self.merge_journal()
+                # Left in the journal when this fails: the next opening moves them.
+                with contextlib.suppress(SessionKitError):
+                    self.merge_journal()
                 self._closed = True
                 self._shared.users -= 1
                 for cursor in list(self._cursors):  # a search running meanwhile stops with an error
@@ -510,21 +518,16 @@ class DuckDBEngine(LocalEngine):
     # -- connection model --------------------------------------------------------------
     @contextlib.contextmanager
     def connection(self):
-        with self._lock:
-            if self._closed:
-                raise StoreClosed("the store is closed")
+        with super().connection() as db:
             if self._shared.pending:
                 self.merge_journal()
-            yield self._db
+            yield db
 
     def _direct(self, sql: str, params: Sequence = ()) -> list:
         """Rows of a statement that needs no journal row moved first (the journal's own
         writes, the sequence)."""
-        with self._lock:
-            if self._closed:
-                raise StoreClosed("the store is closed")
-            with self.guard():
-                return self._db.execute(sql, params).fetchall()
+        with self.guard(), super().connection() as db:
+            return db.execute(sql, params).fetchall()
 
     def began(self) -> None:
         self._shared.writer = threading.get_ident()
@@ -825,8 +828,6 @@ class DuckDBEngine(LocalEngine):
             if node.id in keys:
                 return None
             self._direct("INSERT INTO sessionkit_journal VALUES (?)", (json.dumps(values, ensure_ascii=False),))
-            keys.add(node.id)
-            self._shared.key_total += 1
             self._shared.pending += 1
             if self._shared.journal_sids is not None:
                 self._shared.journal_sids.add(sid)
@@ -854,9 +855,7 @@ class DuckDBEngine(LocalEngine):
             )
             if not row or not row[0]:
                 return None
-        if keys is None and sid in self._shared.keys:  # (a rollback drops every set)
-            self._shared.keys[sid].add(node.id)
-            self._shared.key_total += 1
+        self._shared.add_key(sid, node.id)  # (a rollback drops every set)
         tail = self._shared.tails[sid] = node._replace(seq=seq)
         self._shared.paths.appended(sid, tail, prep.stored_json)
         if self._shared.pending >= _JOURNAL_ROWS:
