@@ -10,8 +10,11 @@ kind                   n     value
 ``server.session``     0     ``{createdAt}``: the session exists (its presence is the test)
 ``server.digest``      0     ``{digest, lastSeq}``: the conversation's digest, changed in
                              the same transaction as the conversation
-``server.message``     1..   ``{run, text, mode, queued, at, author?, pending?}``: what
-                             callers sent, and the run it belongs to
+``server.message``     1..   ``{run, text, mode, queued, at, author?, pending?, context?}``:
+                             what callers sent, and the run it belongs to; a message
+                             accepted by a worker that does not drive the session is
+                             ``pending`` (with its ``context``, if any) until the driving
+                             worker takes it, which keeps both in memory only
 ``server.run``         n     ``{attempts, agentId, state}``: each run of the session;
                              ``state`` is ``queued``, ``running``, ``saved`` (its messages
                              are in the conversation) or ``done`` (its end is recorded)
@@ -406,7 +409,7 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
             out.retries.append(Retry(n, attempts, record is not None, messages))
             for rec_n, rec in messages:
                 if rec.get("pending"):
-                    message_updates.append((rec_n, {k: v for k, v in rec.items() if k != "pending"}))
+                    message_updates.append((rec_n, taken(rec)))
             continue
         if record is None:
             store.begin_run(key, run_id, messages[0][1].get("text") if messages else None)
@@ -446,10 +449,24 @@ def now() -> str:
 
 
 def message_value(run: int, text: str, mode: str, author: str | None, *, queued: bool,
-                  pending: bool = False) -> dict:
+                  pending: bool = False, context: dict | None = None) -> dict:
+    """A message's record; only a ``pending`` one carries its context (to the driving worker)."""
     value: dict = {"run": run, "text": text, "mode": mode, "queued": queued, "at": now()}
     if author is not None:
         value["author"] = author
     if pending:
         value["pending"] = True
+        if context is not None:
+            value["context"] = context
     return value
+
+
+def pending_context(value: dict) -> dict | None:
+    """The context a pending message's record carries (None when it has none)."""
+    context = value.get("context") if value.get("pending") else None
+    return context if isinstance(context, dict) else None
+
+
+def taken(value: dict) -> dict:
+    """A pending message's record once the driving worker has it: no ``pending``, no context."""
+    return {k: v for k, v in value.items() if k not in ("pending", "context")}

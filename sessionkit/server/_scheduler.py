@@ -631,7 +631,7 @@ class Scheduler:
             if retry.n in known:
                 continue
             items = [Item(n, v.get("text", ""), v.get("mode") if v.get("mode") in (STEER, FOLLOW_UP) else FOLLOW_UP,
-                          v.get("author")) for n, v in retry.messages]
+                          v.get("author"), R.pending_context(v)) for n, v in retry.messages]
             live.queue.append(Run(retry.n, items, attempts=retry.attempts, recorded=retry.recorded))
         if recovery.retries:
             log.warning("sessionkit server: session %r: %d run(s) a stopped server left unfinished start again",
@@ -731,7 +731,7 @@ class Scheduler:
             live.run_n = max(live.run_n, n)
         rec = max(live.next_msg, snap.next_message())
         live.next_msg = rec + 1
-        value = R.message_value(n, text, mode, author, queued=True, pending=True)
+        value = R.message_value(n, text, mode, author, queued=True, pending=True, context=context)
         await self.io.write(self._accept_job(live, [(rec, value)], new_runs))
         return {"runId": live.public_run(n), "queued": True}
 
@@ -768,18 +768,24 @@ class Scheduler:
         updates, new_runs = [], []
         for rec, value in pending:
             mode = FOLLOW_UP if value.get("mode") not in (STEER, FOLLOW_UP) else str(value["mode"])
-            item = Item(rec, str(value.get("text", "")), mode, value.get("author"))
+            item = Item(rec, str(value.get("text", "")), mode, value.get("author"), R.pending_context(value))
             n = value.get("run")
             by_n = {r.n: r for r in live.queue}
             active = live.active
-            if active is not None and n == active.n and not live.queue and self._takes(active):
+            if (item.context is None and active is not None and n == active.n and not live.queue
+                    and self._takes(active)):
                 active.items.append(item)
                 self._hand(live, active, item)
             elif n in by_n:
                 by_n[n].items.append(item)
-            elif isinstance(n, int) and n > live.last_started and n > max([0, *by_n]):
-                live.queue.append(Run(n, [item]))  # a run another process opened for it
-            elif live.queue and self._room(live.queue[-1]):  # its run stopped taking messages
+            elif isinstance(n, int) and n > live.last_started:
+                # A run another process opened for it (recorded "queued", its number told to the
+                # caller): it keeps its message, in number order, even behind a run this look
+                # opened for an earlier message (moved, it would be left with none, and the next
+                # takeover would record it failed).
+                position = sum(1 for r in live.queue if r.n < n)
+                live.queue.insert(position, Run(n, [item]))
+            elif item.context is None and live.queue and self._room(live.queue[-1]):  # its run stopped taking
                 run = live.queue[-1]
                 run.items.append(item)
                 n = run.n
@@ -788,7 +794,7 @@ class Scheduler:
                 n = live.run_n
                 live.queue.append(Run(n, [item]))
                 new_runs.append(n)
-            updates.append((rec, dict({k: v for k, v in value.items() if k != "pending"}, run=n)))
+            updates.append((rec, dict(R.taken(value), run=n)))
         store, key = self.store, live.key
         runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
 

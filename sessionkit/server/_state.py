@@ -24,7 +24,8 @@ MODES = (FOLLOW_UP, STEER)
 
 @dataclass(eq=False)
 class Item:
-    """A message a caller sent: its record number, text, mode, author and (in memory only) context."""
+    """A message a caller sent: its record number, text, mode, author and context (in memory
+    only, but for the pending record that carries it to the driving worker)."""
 
     rec: int
     text: str

@@ -10,6 +10,7 @@ that keeps a run at a turn boundary until the test creates a file.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import signal
 import socket
@@ -95,7 +96,8 @@ class Worker:
         self.client = httpx.Client(base_url=self.url, headers=AUTH, timeout=30)
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return Path(self.log.name).read_text(errors="replace")[-4000:]
 
     def kill(self) -> None:
@@ -133,6 +135,8 @@ def cluster(tmp_path, pg_store_url):
     yield start
     for worker in started:
         worker.stop()
+        # shown only when the test fails: what each worker logged
+        print(f"--- worker on port {worker.port}:\n{worker.output()}")
 
 
 def _wait_file(path: Path, timeout: float = 20) -> None:
@@ -254,7 +258,7 @@ def test_runs_are_numbered_once_across_workers_under_concurrent_messages(cluster
         state = wait_idle(workers[1].client, sid, timeout=60)
         said = {text: answer["runId"] for s, text, _, answer in answers if s == sid}
         run_ids = [r["runId"] for r in state["runs"]]
-        assert len(run_ids) == len(set(run_ids)) and all(r["status"] == "completed" for r in state["runs"])
+        assert len(run_ids) == len(set(run_ids)) and all(r["status"] == "completed" for r in state["runs"]), state
         assert run_ids == [f"{sid}.{n}" for n in range(1, len(run_ids) + 1)]
         recorded = {m["text"]: m["runId"] for m in state["messages"]}
         assert recorded.keys() == said.keys()
@@ -263,6 +267,64 @@ def test_runs_are_numbered_once_across_workers_under_concurrent_messages(cluster
         users = [t for role, t in talk if role == "user"]
         assert sorted(users) == sorted(said)  # every message answered, none twice
         assert [t for role, t in talk if role == "assistant"] == [f"echo: {u}" for u in users]
+
+
+def test_a_run_another_worker_opened_keeps_its_message_when_the_owner_takes_several_at_once(serve, new_store):
+    # Two servers on one PostgreSQL store, in this process (each on a store object of its own,
+    # so each holds and signals as a process would). B accepts two messages while A drives the
+    # session: one for A's active run (A's status said it was taking messages), one with a
+    # context, which opens run 2 (recorded "queued"; the caller is told "q.2"); its context
+    # reaches A's model through the pending record, which drops it once taken. A misses B's
+    # signals (a listener reconnecting loses them), so it takes both at once, as its run ends:
+    # the first needs a run of its own (3). Run 2 must keep its message and run, before 3: a
+    # run left with none would be recorded failed by the next takeover.
+    import sessionkit as sk
+    from sessionkit.testing import ScriptedModel
+
+    from live_server import Gate, echo
+
+    store_a = new_store("postgresql")
+    store_b = sk.open_store(store_a.path)
+    try:
+        gate = Gate()
+        model_a = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]}] + [echo()] * 20)
+        a = serve(sk.Agent("w", "", model_a, tools=[gate.tool()]), store_a)
+        b = serve(sk.Agent("w", "", ScriptedModel([echo()] * 20), tools=[gate.tool()]), store_b)
+
+        async def signal_lost(live):
+            return None
+
+        a.app.state.sessionkit.scheduler.absorb = signal_lost
+        with a.client() as ca, b.client() as cb:
+            assert ca.post("/sessions", json={"sessionId": "q"}).status_code == 201
+            assert ca.post("/sessions/q/messages", json={"text": "start"}).json() == {"runId": "q.1", "queued": False}
+            assert gate.entered.wait(10)
+            assert cb.post("/sessions/q/messages", json={"text": "first"}).json() == {"runId": "q.1", "queued": True}
+            marker = "CONTEXT-ACROSS-WORKERS-7"
+            assert cb.post("/sessions/q/messages", json={"text": "second", "context": {"k": marker}}).json() == {
+                "runId": "q.2", "queued": True}
+            gate.opened.set()
+            state = wait_idle(ca, "q", timeout=30)
+            # a message to B now: B takes the session over (its recovery finds nothing left to do)
+            assert cb.post("/sessions/q/messages", json={"text": "third"}).status_code == 202
+            state = wait_idle(cb, "q", timeout=30)
+        runs = state["runs"]
+        assert all(r["status"] == "completed" for r in runs), runs
+        assert [r["runId"] for r in runs] == [f"q.{n}" for n in range(1, len(runs) + 1)], runs
+        recorded = {m["text"]: m["runId"] for m in state["messages"]}
+        assert recorded["second"] == "q.2"  # the run its caller was told
+        talk = [(m["role"], m["parts"][0].get("text")) for m in store_a.session("q").history()
+                if m["role"] in ("user", "assistant")]
+        users = [text for role, text in talk if role == "user"]
+        assert sorted(users) == ["first", "second", "start", "third"]  # each once, the prompt alone
+        answers = [text for role, text in talk if role == "assistant"][-len(users) + 1:]
+        assert [t.startswith("echo: ") and t.endswith(u) for t, u in zip(answers, users[1:])] == [True] * 3
+        shown = [json.dumps(call) for call in model_a.calls if "second" in json.dumps(call)]
+        assert shown and marker in shown[0]  # the run "second" opened showed its context
+        for kind in ("server.message", "server.run", "server.status"):
+            assert marker not in json.dumps(store_a.records("q", kind))  # and it is stored nowhere now
+    finally:
+        store_b.close()
 
 
 def test_delete_on_one_worker_stops_the_run_on_another(cluster):
