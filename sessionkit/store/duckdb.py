@@ -132,6 +132,18 @@ def _move_journal_sql() -> str:
 # Message ids held in memory for the journal's duplicate check, over all sessions
 # (see DuckDBEngine._session_keys); a session with more takes the indexed path.
 _KEY_BUDGET = 200_000
+# Session ids held in memory so that a new session's first append reads nothing.
+_SESSION_BUDGET = 100_000
+
+
+class _Everything:
+    """Contains every session (in place of a set too large to hold)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_EVERYTHING = _Everything()
 
 # Up to this many messages, index rows are built in Python (see _put_terms).
 _FEW_DOCS = 16
@@ -276,6 +288,11 @@ class _Shared:
         # first, and how many ids they hold (see DuckDBEngine._session_keys).
         self.keys: OrderedDict[str, set[str]] = OrderedDict()
         self.key_total = 0
+        # Every session with a stored message, so a new session's first append reads
+        # nothing; it may name sessions since emptied (their ids are read then). None:
+        # not read yet, or more sessions than _SESSION_BUDGET (each first append reads).
+        self.sids: set[str] | None = None
+        self.sids_read = False
 
     def forget(self) -> None:
         """After a rollback: cached state may describe rows that were never committed."""
@@ -286,6 +303,7 @@ class _Shared:
         self.seqs.clear()
         self.keys.clear()
         self.key_total = 0
+        self.sids, self.sids_read = None, False
 
     def forget_session(self, sid: str) -> None:
         self.tails.pop(sid, None)
@@ -304,6 +322,8 @@ class _Shared:
         if keys is not None:
             keys.add(mid)
             self.key_total += 1
+        if self.sids is not None:
+            self.sids.add(sid)
 
 
 _SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
@@ -873,9 +893,12 @@ class DuckDBEngine(LocalEngine):
             return keys
         if shared.pending and (shared.journal_sids is None or sid in shared.journal_sids):
             self.merge_journal()  # the session's set was dropped while rows of it wait there
-        # Without moving the journal otherwise: a session's first append costs one read
-        # (about a millisecond, a scan even at a million rows), not a read and a commit.
-        ids = self._direct("SELECT id FROM sessionkit_messages WHERE session_id = ?", (sid,))
+        if sid not in self._stored_sessions():
+            ids = []  # a new session: nothing to read
+        else:
+            # Without moving the journal otherwise: one read (about a millisecond, a scan
+            # even at a million rows), not a read and a commit.
+            ids = self._direct("SELECT id FROM sessionkit_messages WHERE session_id = ?", (sid,))
         if len(ids) > _KEY_BUDGET // 2:
             return None
         keys = shared.keys[sid] = {r[0] for r in ids}
@@ -883,6 +906,19 @@ class DuckDBEngine(LocalEngine):
         while shared.key_total > _KEY_BUDGET and len(shared.keys) > 1:
             shared.drop_keys(next(iter(shared.keys)))
         return keys
+
+    def _stored_sessions(self) -> set[str] | _Everything:
+        """The sessions that may have stored messages (read once; see ``_Shared.sids``);
+        a container of everything when there are too many to hold."""
+        shared = self._shared
+        if not shared.sids_read:
+            shared.sids_read = True
+            if shared.pending and shared.journal_sids is None:
+                self.merge_journal()  # rows a killed process left: their sessions are unknown
+            rows = self._direct("SELECT DISTINCT session_id FROM sessionkit_messages")
+            if len(rows) <= _SESSION_BUDGET:
+                shared.sids = {r[0] for r in rows} | (shared.journal_sids or set())
+        return shared.sids if shared.sids is not None else _EVERYTHING
 
     def merge_journal(self) -> None:
         """Move the journal's rows into the messages table, in one transaction.
@@ -948,6 +984,8 @@ class DuckDBEngine(LocalEngine):
         self._shared.tails[sid] = nodes[-1]
         self._shared.paths.drop(sid)
         self._shared.drop_keys(sid)
+        if self._shared.sids is not None:
+            self._shared.sids.add(sid)
         return nodes
 
     def update_analysis_columns(self, values):

@@ -182,6 +182,53 @@ def test_a_long_journal_is_moved_by_the_append_that_fills_it(store, monkeypatch)
     assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(25)]
 
 
+@pytest.mark.parametrize("many", [False, True], ids=["held", "too-many-to-hold"])
+def test_a_new_session_reads_nothing_yet_a_stored_id_is_told_in_every_session(tmp_path, monkeypatch, many):
+    # The sessions with stored messages are read once; a session outside them needs no read
+    # before its first append. Every way a session gets messages keeps the set true: single
+    # appends, chains, imports, an earlier opening, and a killed process's journal.
+    if many:
+        monkeypatch.setattr(engine_module, "_SESSION_BUDGET", 1)  # held as "every session"
+    path = tmp_path / "s.duckdb"
+    with sk.open_store(path) as st:
+        st.session("earlier").append(msg("e1", "stored by an earlier opening"))
+    script = textwrap.dedent(f"""
+        import os, sessionkit as sk
+        st = sk.open_store({str(path)!r})
+        st.session("killed").append({{"id": "k1", "role": "user", "parts": [{{"type": "text", "text": "k"}}]}})
+        os._exit(0)
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True)
+    with sk.open_store(path) as st:
+        assert journal_rows(st) == 1  # the killed process's append waits in the journal
+        st.session("fresh").append(msg("f1", "first"))
+        st.session("chain").append_many([msg("c1", "one"), msg("c2", "two")])
+        doc = tmp_path / "in.jsonl"
+        with sk.open_store(tmp_path / "other.duckdb") as other:
+            other.session("imported").append_many([msg("i1", "one"), msg("i2", "two")])
+            sk.io.export_jsonl(other, doc)
+        sk.io.import_jsonl(st, doc)
+        st.session("single").append(msg("s1", "one"))
+        for sid, mid in [("earlier", "e1"), ("killed", "k1"), ("fresh", "f1"), ("chain", "c2"), ("imported", "i2"),
+                         ("single", "s1")]:
+            assert st.session(sid).append(msg(mid, "again")).inserted is False, sid
+        reads = []
+        real = st._engine._direct
+
+        def counting(sql, params=()):
+            if sql.startswith("SELECT id FROM"):
+                reads.append(params)
+            return real(sql, params)
+
+        monkeypatch.setattr(st._engine, "_direct", counting)
+        assert st.session("brand-new").append(msg("n1", "first")).inserted
+        assert st.session("brand-new").append(msg("n1", "again")).inserted is False
+        assert reads == ([("brand-new",)] if many else [])  # held: a new session reads nothing
+        counts = {sid: len(st.session(sid).get_history()) for sid in
+                  ("earlier", "killed", "fresh", "chain", "imported", "single", "brand-new")}
+    assert counts == {"earlier": 1, "killed": 1, "fresh": 1, "chain": 2, "imported": 2, "single": 1, "brand-new": 1}
+
+
 def test_a_session_too_large_for_the_id_set_takes_the_indexed_path(store, monkeypatch):
     monkeypatch.setattr(engine_module, "_KEY_BUDGET", 8)
     big, small = store.session("big"), store.session("small")
