@@ -322,8 +322,14 @@ class _Shared:
         if keys is not None:
             keys.add(mid)
             self.key_total += 1
+        self.stored_in(sid)
+
+    def stored_in(self, sid: str) -> None:
+        """``sid`` has a stored message: the session set, if held, includes it."""
         if self.sids is not None:
             self.sids.add(sid)
+            if len(self.sids) > _SESSION_BUDGET:
+                self.sids = None  # too many to hold: each first append reads its ids
 
 
 _SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
@@ -912,9 +918,11 @@ class DuckDBEngine(LocalEngine):
         a container of everything when there are too many to hold."""
         shared = self._shared
         if not shared.sids_read:
-            shared.sids_read = True
             if shared.pending and shared.journal_sids is None:
                 self.merge_journal()  # rows a killed process left: their sessions are unknown
+                if shared.pending:
+                    return _EVERYTHING  # not moved now: read the set another time
+            shared.sids_read = True
             rows = self._direct("SELECT DISTINCT session_id FROM sessionkit_messages")
             if len(rows) <= _SESSION_BUDGET:
                 shared.sids = {r[0] for r in rows} | (shared.journal_sids or set())
@@ -984,8 +992,7 @@ class DuckDBEngine(LocalEngine):
         self._shared.tails[sid] = nodes[-1]
         self._shared.paths.drop(sid)
         self._shared.drop_keys(sid)
-        if self._shared.sids is not None:
-            self._shared.sids.add(sid)
+        self._shared.stored_in(sid)
         return nodes
 
     def update_analysis_columns(self, values):

@@ -229,6 +229,26 @@ def test_a_new_session_reads_nothing_yet_a_stored_id_is_told_in_every_session(tm
     assert counts == {"earlier": 1, "killed": 1, "fresh": 1, "chain": 2, "imported": 2, "single": 1, "brand-new": 1}
 
 
+def test_the_session_set_is_let_go_when_it_grows_past_its_budget(store, monkeypatch):
+    monkeypatch.setattr(engine_module, "_SESSION_BUDGET", 3)
+    reads = []
+    real = store._engine._direct
+
+    def counting(sql, params=()):
+        if sql.startswith("SELECT id FROM"):
+            reads.append(params[0])
+        return real(sql, params)
+
+    monkeypatch.setattr(store._engine, "_direct", counting)
+    for i in range(6):
+        assert store.session(f"s{i}").append(msg(f"m{i}", "x")).inserted
+    assert reads == ["s4", "s5"]  # held until a fourth session joined it, then each first append reads
+    monkeypatch.setattr(engine_module, "_KEY_BUDGET", 0)  # the id sets go too: reads tell the ids
+    for i in range(6):
+        assert store.session(f"s{i}").append(msg(f"m{i}", "again")).inserted is False
+    assert sum(len(store.session(f"s{i}")) for i in range(6)) == 6
+
+
 def test_a_session_too_large_for_the_id_set_takes_the_indexed_path(store, monkeypatch):
     monkeypatch.setattr(engine_module, "_KEY_BUDGET", 8)
     big, small = store.session("big"), store.session("small")
