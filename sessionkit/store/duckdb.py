@@ -290,9 +290,8 @@ class _Shared:
         self.key_total = 0
         # Every session with a stored message, so a new session's first append reads
         # nothing; it may name sessions since emptied (their ids are read then). None:
-        # not read yet, or more sessions than _SESSION_BUDGET (each first append reads).
-        self.sids: set[str] | None = None
-        self.sids_read = False
+        # not read yet; _EVERYTHING: more than _SESSION_BUDGET (each first append reads).
+        self.sids: set[str] | _Everything | None = None
 
     def forget(self) -> None:
         """After a rollback: cached state may describe rows that were never committed."""
@@ -303,7 +302,7 @@ class _Shared:
         self.seqs.clear()
         self.keys.clear()
         self.key_total = 0
-        self.sids, self.sids_read = None, False
+        self.sids = None
 
     def forget_session(self, sid: str) -> None:
         self.tails.pop(sid, None)
@@ -326,10 +325,10 @@ class _Shared:
 
     def stored_in(self, sid: str) -> None:
         """``sid`` has a stored message: the session set, if held, includes it."""
-        if self.sids is not None:
+        if isinstance(self.sids, set):
             self.sids.add(sid)
             if len(self.sids) > _SESSION_BUDGET:
-                self.sids = None  # too many to hold: each first append reads its ids
+                self.sids = _EVERYTHING  # too many to hold: each first append reads its ids
 
 
 _SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
@@ -917,16 +916,15 @@ class DuckDBEngine(LocalEngine):
         """The sessions that may have stored messages (read once; see ``_Shared.sids``);
         a container of everything when there are too many to hold."""
         shared = self._shared
-        if not shared.sids_read:
+        if shared.sids is None:
             if shared.pending and shared.journal_sids is None:
-                self.merge_journal()  # rows a killed process left: their sessions are unknown
-                if shared.pending:
-                    return _EVERYTHING  # not moved now: read the set another time
-            shared.sids_read = True
+                # Rows a killed process left, whose sessions are unknown, that the caller's
+                # move could not take now: read the set another time.
+                return _EVERYTHING
             rows = self._direct("SELECT DISTINCT session_id FROM sessionkit_messages")
-            if len(rows) <= _SESSION_BUDGET:
-                shared.sids = {r[0] for r in rows} | (shared.journal_sids or set())
-        return shared.sids if shared.sids is not None else _EVERYTHING
+            shared.sids = ({r[0] for r in rows} | (shared.journal_sids or set())
+                           if len(rows) <= _SESSION_BUDGET else _EVERYTHING)
+        return shared.sids
 
     def merge_journal(self) -> None:
         """Move the journal's rows into the messages table, in one transaction.
