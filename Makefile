@@ -13,7 +13,7 @@ STAMP    = $(VENV)/.sessionkit-installed-$(1)
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup demo tour notebooks lint test test-fast bench clean
+.PHONY: setup demo tour notebooks lint test test-fast coverage screenshots bench clean
 
 setup: $(call STAMP,$(EXTRAS))
 
@@ -50,16 +50,28 @@ lint: setup
 	$(BIN)/ruff check sessionkit benchmarks
 	$(BIN)/mypy sessionkit
 
+# The suite runs on pytest-xdist workers, one per core by default (TEST_WORKERS=1 runs it in one
+# process). --dist loadgroup keeps the tests that share a Jupyter server and a browser in one
+# worker (tests/conftest.py puts them in one group); every other test goes to whichever worker
+# is free.
+TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
+
 ## Every test, after the lint.
 test: setup lint
-	$(PYTEST)
+	$(PYTEST) $(XDIST)
 
-## Quick feedback: every test not marked slow (see the marker in pyproject.toml and
-## tests/conftest.py): the store matrix on SQLite, the engine-specific DuckDB and PostgreSQL tests.
-## Measured on a 2-core machine shared with other work: test-fast 3 min 37 s at a load
-## average of 5-7 (86 s of CPU); test 18 min (measured before the conformance suite doubled).
+## Quick feedback: every test that needs no browser, no PostgreSQL and no killed process.
 test-fast: setup
-	$(PYTEST) -m "not slow"
+	$(PYTEST) $(XDIST) -m "not browser and not postgres and not kill"
+
+## The whole suite with branch coverage of the package (what README's development section quotes).
+coverage: setup
+	$(PYTEST) $(XDIST) --cov=sessionkit --cov-branch --cov-report=term:skip-covered --cov-report=html:artifacts/coverage
+
+## Refresh the committed screenshots of the views (docs images): the browser tests, saving into artifacts/screenshots.
+screenshots: setup
+	SESSIONKIT_SCREENSHOTS=$(CURDIR)/artifacts/screenshots $(PYTEST) -m browser tests/browser
 
 bench: setup
 	$(BIN)/python benchmarks/store_bench.py

@@ -151,3 +151,53 @@ def store_variant(request) -> str:
 def engine(request) -> str:
     """One parameter per engine: ``"sqlite"``, ``"duckdb"``, ``"postgresql"``."""
     return request.param
+
+
+# -- markers and parallel groups, given from what a test uses ---------------------------------
+#
+# ``make test`` runs the suite on pytest-xdist workers (``--dist loadgroup``). A JupyterLab or
+# Notebook 7 server and a browser are session fixtures: every test that uses one is put in one
+# group, so they start once in one worker instead of once per worker. The markers say what a
+# test needs, for ``make test-fast`` (no browser, no PostgreSQL, no killed process):
+#
+# - ``browser``: a real Chromium (and usually a Jupyter server);
+# - ``postgres``: the PostgreSQL test server;
+# - ``kill``: a process of its own that the test kills or stops (server, writer, kernel).
+
+_BROWSER_FIXTURES = {"lab", "notebook7", "browser", "chromium_path", "nb", "nb7"}
+_PG_FIXTURES = {"pg_url", "pg_store_url"}
+
+
+def _uses_postgresql(item) -> bool:
+    if _PG_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    if "postgres" in item.path.name:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(v in ("postgresql", "postgres") for v in callspec.params.values()
+                                        if isinstance(v, str))
+
+
+def _out_of_scope(item) -> bool:
+    """A test of a class that its module's ``VARIANT_SCOPE`` does not run on this store variant."""
+    scope = getattr(getattr(item, "module", None), "VARIANT_SCOPE", None)
+    callspec = getattr(item, "callspec", None)
+    if scope is None or callspec is None or item.cls is None:
+        return False
+    variant = callspec.params.get("store_variant")
+    return variant in scope and item.cls.__name__ not in scope[variant]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(config, items):
+    deselected = [item for item in items if _out_of_scope(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not _out_of_scope(item)]
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _BROWSER_FIXTURES:
+            item.add_marker(pytest.mark.browser)
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        if _uses_postgresql(item):
+            item.add_marker(pytest.mark.postgres)

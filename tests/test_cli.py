@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from helpers import msg
 
 import sessionkit as sk
 
@@ -117,10 +118,6 @@ def all_ids(session) -> set[str]:
 CSV = ("t,temp\n" + "".join(f"2025-01-01T{h:02d}:00Z,{10 + h / 10:.1f}\n" for h in range(24)) * 12).encode()
 
 
-def _msg(mid, role, body, **extra):
-    return {"id": mid, "role": role, "parts": [{"type": "text", "text": body}], **extra}
-
-
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory) -> str:
     import base64
@@ -128,14 +125,14 @@ def store_path(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("cli") / "chats.db")
     with sk.open_store(path) as store:
         chat = store.session("chat")
-        chat.append(_msg("u1", "user", "How should we deploy the billing service?"))
-        chat.append(_msg("a1", "assistant", "Deploy it with a blue-green rollout behind the load balancer."))
-        chat.append(_msg("a1b", "assistant", "Regenerated: ship it as a container on the managed platform."),
+        chat.append(msg("u1", "How should we deploy the billing service?", "user"))
+        chat.append(msg("a1", "Deploy it with a blue-green rollout behind the load balancer.", "assistant"))
+        chat.append(msg("a1b", "Regenerated: ship it as a container on the managed platform.", "assistant"),
                     parent_id="u1")
         for i in range(2, 12):
-            chat.append(_msg(f"u{i}", "user", f"Question {i} about the rollout plan and its monitoring, step {i}."))
-            chat.append(_msg(f"a{i}", "assistant", f"Answer {i}: keep dashboards for latency and errors, "
-                                                   f"then check item {i} of the deployment checklist."))
+            chat.append(msg(f"u{i}", f"Question {i} about the rollout plan and its monitoring, step {i}.", "user"))
+            chat.append(msg(f"a{i}", f"Answer {i}: keep dashboards for latency and errors, "
+                                     f"then check item {i} of the deployment checklist.", "assistant"))
         chat.append({
             "id": "tool1", "role": "assistant",
             "parts": [
@@ -155,9 +152,9 @@ def store_path(tmp_path_factory) -> str:
         assert chat.compact() is not None
 
         other = store.session("ops")
-        other.append(_msg("o1", "user", "Deploying on Fridays: yes or no?"))
-        other.append(_msg("o2", "assistant", "No deployments on Fridays unless it is a hotfix."))
-        store.session("").append(_msg("d1", "user", "A note in the default session."))
+        other.append(msg("o1", "Deploying on Fridays: yes or no?", "user"))
+        other.append(msg("o2", "No deployments on Fridays unless it is a hotfix.", "assistant"))
+        store.session("").append(msg("d1", "A note in the default session.", "user"))
     return path
 
 
@@ -386,9 +383,9 @@ def test_show_tree_counts_messages_under_other_roots(tmp_path):
     path = str(tmp_path / "roots.db")
     with sk.open_store(path) as store:
         s = store.session("")
-        s.append(_msg("r1", "user", "first root"))
-        s.append(_msg("r1a", "assistant", "first reply"))
-        s.append(_msg("r2", "user", "second root"), parent_id=None)
+        s.append(msg("r1", "first root", "user"))
+        s.append(msg("r1a", "first reply", "assistant"))
+        s.append(msg("r2", "second root", "user"), parent_id=None)
         latest_path = [m["id"] for m in s.get_history()]
         others = len(s) - len(latest_path)
     latest, older = run_batch([("show", path, "", "--tree"), ("show", path, "", "--tree", "--leaf", "r1a")])
@@ -748,7 +745,7 @@ def test_show_last_prints_only_the_newest_entries(tmp_path):
     path = str(tmp_path / "long.db")
     with sk.open_store(path) as store:
         s = store.session("long")
-        s.import_many([(_msg(f"m{i}", "user" if i % 2 == 0 else "assistant", f"message number {i}"),
+        s.import_many([(msg(f"m{i}", f"message number {i}", "user" if i % 2 == 0 else "assistant"),
                         f"m{i - 1}" if i else None, None) for i in range(2_000)])
         path_ids = [m["id"] for m in s.get_history()]
         tokens = s.context_tokens()
@@ -781,7 +778,7 @@ def test_info_reports_the_write_ahead_log_apart_from_the_size(tmp_path):
     store = sk.open_store(str(path))
     s = store.session("s")
     for i in range(300):
-        s.append(_msg(f"m{i}", "user", "x" * 2_000))
+        s.append(msg(f"m{i}", "x" * 2_000, "user"))
     wal = path.with_name("wal.db-wal")
     assert wal.exists() and wal.stat().st_size > 0  # the store is open: its WAL holds recent writes
     report = json.loads(assert_ok(run("info", str(path), "--json")))

@@ -10,8 +10,6 @@ os.environ["LITELLM_OFFLINE_MODE"] = "true"
 
 import pytest
 
-from sessionkit.store import open_store
-
 
 @pytest.fixture
 def store(engine, new_store):
@@ -21,9 +19,7 @@ def store(engine, new_store):
 
 
 @pytest.fixture
-def mem_store():
+def mem_store(new_store):
     """An in-memory SQLite store (for tests where the engine does not matter)."""
-    st = open_store(":memory:")
-    yield st
-    st.close()
+    return new_store("sqlite", memory=True)
 

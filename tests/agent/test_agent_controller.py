@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
+from helpers import StalledModel, wait_until
 
 from sessionkit.agent import Agent, RunController
 from sessionkit.errors import RunInterrupted
@@ -71,28 +71,38 @@ def test_messages_sent_during_a_run_join_it_steers_first_one_per_boundary(store)
 def test_interrupt_keeps_the_queue_for_the_next_run(mem_store):
     controller = RunController()
     gate = threading.Event()
+    tool_returned = threading.Event()
 
     def slow_tool() -> str:
-        """Queues a follow-up, then waits to be interrupted."""
+        """Queues a follow-up, then blocks until the test lets it go."""
         controller.follow_up("later, please")
-        gate.wait(5)
+        gate.wait(60)  # only bounds a broken test: the gate opens once the run has returned
+        tool_returned.set()
         return "done"
 
     model = ScriptedModel([{"tool_calls": [{"name": "slow_tool", "arguments": {}}]}, "first", "second"])
     agent = Agent("a", "", model, tools=[slow_tool])
     session = mem_store.session("k")
 
+    def interrupt_once_queued():
+        wait_until(lambda: controller.queued, what="the tool's follow-up")
+        controller.interrupt()
+
+    interrupter = threading.Thread(target=interrupt_once_queued)
+
     def on_event(event):
         if event["kind"] == "tool.call":
             # the tool runs in a worker thread; interrupt once it has queued its message
-            threading.Thread(target=lambda: (_wait_queued(controller), controller.interrupt())).start()
+            interrupter.start()
 
     unsubscribe = controller.on_event(on_event)
-    started = time.monotonic()
     with pytest.raises(RunInterrupted):
         agent.run_sync("go", session=session, controller=controller)
-    assert time.monotonic() - started < 3  # the abandoned tool thread does not hold the caller
+    interrupter.join()
+    # the abandoned tool thread does not hold the caller: the run returned while it is blocked
+    assert not tool_returned.is_set()
     gate.set()
+    assert tool_returned.wait(60)
     unsubscribe()
     assert session.get_history() == []
     assert controller.items == [{"mode": "followUp", "text": "later, please"}]
@@ -102,13 +112,6 @@ def test_interrupt_keeps_the_queue_for_the_next_run(mem_store):
     assert [last_user(c) for c in model.calls[1:]] == ["new start", "later, please"]
     assert [m["role"] for m in result.messages] == ["user", "assistant", "user", "assistant"]
     assert controller.queued == 0
-
-
-def _wait_queued(controller):
-    for _ in range(500):
-        if controller.queued:
-            return
-        threading.Event().wait(0.01)
 
 
 def test_clear_removes_one_item_by_its_place_in_delivery_order():
@@ -163,13 +166,12 @@ def test_a_failing_subscriber_is_logged_and_does_not_stop_the_queue(caplog):
 
 
 def test_interrupt_from_another_thread_while_run_sync_waits(mem_store):
-    agent = Agent("a", "", ScriptedModel([{"text": "never", "delay": 10}]))
+    model = StalledModel()
+    agent = Agent("a", "", model)
     controller = RunController()
 
     def interrupt_once_active():
-        deadline = time.monotonic() + 5
-        while not controller.interrupt() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(controller.interrupt, what="a run to interrupt")  # True once a run is active
 
     timer = threading.Thread(target=interrupt_once_active)
     timer.start()
@@ -180,6 +182,7 @@ def test_interrupt_from_another_thread_while_run_sync_waits(mem_store):
     with pytest.raises(RunInterrupted):
         asyncio.run(cell())
     timer.join()
+    assert not model.answered
     assert mem_store.runs("nb")[0].status == "interrupted"
 
 

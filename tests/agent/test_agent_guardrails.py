@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers import kinds
 
 import sessionkit as sk
 from sessionkit.agent import Agent, RunController
@@ -18,10 +19,6 @@ from sessionkit.errors import GuardrailTripped, RunFailed, RunTimeout
 from sessionkit.testing.scripted import ScriptedModel
 
 CARD = re.compile(r"\b(?:\d[ -]?){13,16}\b")
-
-
-def kinds(events):
-    return [e["kind"] for e in events]
 
 
 def text(message):
@@ -240,7 +237,7 @@ def test_guardrail_names_of_partials_and_callable_objects(mem_store):
 
 def test_a_slow_guardrail_counts_against_the_timeout(mem_store):
     async def slow(messages):
-        await asyncio.sleep(10)
+        await asyncio.sleep(60)  # a guardrail that never answers in time (60 s bounds a broken timeout)
 
     agent = Agent("a", "", ScriptedModel(["x"]), output_guardrails=[slow])
     with pytest.raises(RunTimeout):
@@ -355,23 +352,28 @@ def test_a_guardrail_raising_guardrail_tripped_keeps_its_reason(mem_store):
 
 
 def test_sync_guardrails_do_not_block_the_event_loop(mem_store):
+    entered = threading.Event()
     gate = threading.Event()
+    returned = threading.Event()
     ticks = []
 
     def slow_check(messages):
-        gate.wait(2)  # a blocking moderation call
+        entered.set()
+        gate.wait(60)  # a blocking moderation call, released by the test (60 s bounds a broken test)
+        returned.set()
 
     async def main():
         agent = Agent("a", "", ScriptedModel(["x"]), input_guardrails=[slow_check])
         run = asyncio.ensure_future(agent.run("hi", session=mem_store.session("l")))
-        for _ in range(5):
-            await asyncio.sleep(0.01)
-            ticks.append(1)
+        await asyncio.to_thread(entered.wait, 60)
+        for _ in range(5):  # the loop goes on turning while the guardrail blocks
+            await asyncio.sleep(0)
+            ticks.append(returned.is_set())
         gate.set()
         return await run
 
     result = asyncio.run(main())
-    assert result.status == "completed" and len(ticks) == 5
+    assert result.status == "completed" and ticks == [False] * 5
 
 
 # ---------------------------------------------------------------------------- the HTTP server

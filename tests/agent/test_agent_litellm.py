@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import importlib.util
 
 import pytest
-
-litellm = pytest.importorskip("litellm")
-
-# litellm's own pydantic types warn about ReadOnly TypedDict items under pytest's warning capture
-pytestmark = pytest.mark.filterwarnings("ignore:.*the `ReadOnly` qualifier:UserWarning")
+from helpers import get_weather, kinds, litellm_tool_call
 
 from sessionkit.agent import Agent
 from sessionkit.agent.models import LiteLLMModel
 from sessionkit.errors import ModelError
 
-
-def kinds(events):
-    return [e["kind"] for e in events]
+pytestmark = [
+    # litellm is imported by the runs, not at collection (its import takes seconds)
+    pytest.mark.skipif(importlib.util.find_spec("litellm") is None, reason="litellm is not installed"),
+    # litellm's own pydantic types warn about ReadOnly TypedDict items under pytest's warning capture
+    pytest.mark.filterwarnings("ignore:.*the `ReadOnly` qualifier:UserWarning"),
+]
 
 
 class Sequenced(LiteLLMModel):
@@ -34,29 +33,6 @@ class Sequenced(LiteLLMModel):
         self.seen.append({"messages": messages, "tools": tools})
         options["mock_response"] = self.responses.pop(0)
         return options
-
-
-def tool_call_response(name, arguments, call_id="call_1"):
-    return litellm.ModelResponse(
-        model="gpt-4o-mini",
-        choices=[{
-            "index": 0,
-            "finish_reason": "tool_calls",
-            "message": {"role": "assistant", "content": None, "tool_calls": [
-                {"id": call_id, "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(arguments)}}]},
-        }],
-        usage={"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
-    )
-
-
-def get_weather(city: str) -> dict:
-    """Current weather for a city.
-
-    Args:
-        city: The city name.
-    """
-    return {"city": city, "sky": "sunny", "celsius": 21}
 
 
 def test_plain_text_reply_without_streaming(store):
@@ -95,7 +71,7 @@ def test_streamed_text_arrives_in_several_deltas(store):
 def test_a_tool_call_then_a_final_answer(store, stream):
     model = Sequenced(
         "gpt-4o-mini",
-        [tool_call_response("get_weather", {"city": "Paris"}), "It is sunny in Paris, 21 °C."],
+        [litellm_tool_call("get_weather", {"city": "Paris"}), "It is sunny in Paris, 21 °C."],
         stream=stream,
     )
     agent = Agent("weather", "You report weather.", model, tools=[get_weather])

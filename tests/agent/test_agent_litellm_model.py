@@ -3,45 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import importlib.util
 
 import pytest
-
-litellm = pytest.importorskip("litellm")
-
-# litellm's own pydantic types warn about ReadOnly TypedDict items under pytest's warning capture
-pytestmark = pytest.mark.filterwarnings("ignore:.*the `ReadOnly` qualifier:UserWarning")
+from helpers import get_weather, litellm_tool_call
 
 import sessionkit as sk
 from sessionkit.agent.models import LiteLLMModel
 from sessionkit.errors import MaxStepsExceeded, ModelError
 from sessionkit.testing.scripted import ScriptedModel
 
+pytestmark = [
+    # litellm is imported by the runs, not at collection (its import takes seconds)
+    pytest.mark.skipif(importlib.util.find_spec("litellm") is None, reason="litellm is not installed"),
+    # litellm's own pydantic types warn about ReadOnly TypedDict items under pytest's warning capture
+    pytest.mark.filterwarnings("ignore:.*the `ReadOnly` qualifier:UserWarning"),
+]
+
 UNPRICED = "openai/sessionkit-unpriced-model"
-
-
-def get_weather(city: str) -> dict:
-    """Current weather for a city."""
-    return {"city": city, "sky": "sunny"}
-
-
-def tool_call_response(model: str) -> litellm.ModelResponse:
-    return litellm.ModelResponse(
-        model=model,
-        choices=[{
-            "index": 0,
-            "finish_reason": "tool_calls",
-            "message": {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": json.dumps({"city": "Oslo"})}}]},
-        }],
-        usage={"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
-    )
 
 
 @pytest.fixture
 def litellm_calls(monkeypatch):
     """Every ``litellm.acompletion`` call's keyword arguments (the real call still runs)."""
+    import litellm
+
     calls = []
     real = litellm.acompletion
 
@@ -150,7 +136,8 @@ def test_a_priced_run_that_fails_before_any_reply_costs_a_known_zero(mem_store):
 
 @pytest.mark.parametrize("model_name, priced", [(UNPRICED, False), ("gpt-4o-mini", True)])
 def test_a_run_failing_after_a_reply_keeps_what_its_calls_cost(mem_store, model_name, priced):
-    model = sk.LiteLLMModel(model_name, stream=False, mock_response=tool_call_response(model_name))
+    reply = litellm_tool_call("get_weather", {"city": "Oslo"}, model=model_name)
+    model = sk.LiteLLMModel(model_name, stream=False, mock_response=reply)
     agent = sk.Agent("a", "", model, tools=[get_weather], max_steps=1)
     with pytest.raises(MaxStepsExceeded):
         agent.run_sync("Weather in Oslo?", session=mem_store.session("m"))

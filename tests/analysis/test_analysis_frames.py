@@ -7,6 +7,7 @@ import sys
 
 import pandas as pd
 import pytest
+from helpers import message, text_part
 
 import sessionkit as sk
 from sessionkit import messages as _msg
@@ -15,28 +16,20 @@ D1 = ["session_id", "id", "parent_id", "depth", "role", "text", "n_parts", "tool
       "created_at", "n_children", "on_latest_path", "compacted_by"]
 
 
-def _m(mid, role, *parts, **extra):
-    return {"id": mid, "role": role, "parts": list(parts), **extra}
-
-
-def _t(text):
-    return {"type": "text", "text": text}
-
-
 def _build(store):
     s = store.session("built")
-    s.append(_m("u1", "user", _t("hello world " * 30)))
-    s.append(_m("a1", "assistant", _t("Let me look."), _t("Second part."),
-                {"type": "tool-search", "toolCallId": "c1", "state": "output-available",
-                 "input": {"q": "x"}, "output": {"hits": 3}},
-                {"type": "tool-search", "toolCallId": "c2", "state": "input-available", "input": {"q": "y"}},
-                {"type": "dynamic-tool", "toolName": "calc", "toolCallId": "c3", "state": "input-available",
-                 "input": {"expr": "1+1"}},
-                {"type": "reasoning", "text": "thinking"}))
-    s.append(_m("u2", "user", _t("and then?")))
-    s.append(_m("a2", "assistant", _t("then this")))
-    s.append(_m("u2b", "user", _t("other question")), parent_id="a1")
-    s.append(_m("a2b", "assistant", _t("other answer"), createdAt="2024-02-03T04:05:06.789Z"))
+    s.append(message("u1", text_part("hello world " * 30)))
+    s.append(message("a1", text_part("Let me look."), text_part("Second part."),
+                     {"type": "tool-search", "toolCallId": "c1", "state": "output-available",
+                      "input": {"q": "x"}, "output": {"hits": 3}},
+                     {"type": "tool-search", "toolCallId": "c2", "state": "input-available", "input": {"q": "y"}},
+                     {"type": "dynamic-tool", "toolName": "calc", "toolCallId": "c3", "state": "input-available",
+                      "input": {"expr": "1+1"}},
+                     {"type": "reasoning", "text": "thinking"}, role="assistant"))
+    s.append(message("u2", text_part("and then?")))
+    s.append(message("a2", text_part("then this"), role="assistant"))
+    s.append(message("u2b", text_part("other question")), parent_id="a1")
+    s.append(message("a2b", text_part("other answer"), role="assistant", createdAt="2024-02-03T04:05:06.789Z"))
     ranges = iter([("u1", "a1"), ("u1", "u2")])
     s.on_compaction(lambda msgs, ctx: sk.CompactionResult(*next(ranges), "summary"))
     older = s.compact(leaf_id="a2")
@@ -84,9 +77,9 @@ def test_values_message_by_message(store):
 
 
 def test_messages_df_scope_and_order(store):
-    store.session("a").append(_m("1", "user", _t("a1")))
-    store.session("b").append(_m("1", "user", _t("b1")))
-    store.session("a").append(_m("2", "assistant", _t("a2")))
+    store.session("a").append(message("1", text_part("a1")))
+    store.session("b").append(message("1", text_part("b1")))
+    store.session("a").append(message("2", text_part("a2"), role="assistant"))
     df = store.messages_df()
     assert list(zip(df["session_id"], df["id"])) == [("a", "1"), ("b", "1"), ("a", "2")]
     only_b = store.messages_df(session_ids=["b"])
@@ -100,7 +93,7 @@ def test_metadata_keys_read_as_written(store):
     """A caller's key that collides with the store's payload key is data in every view (SPEC M7)."""
     key = "__sessionkit_blob__"
     meta = {key: 1, key + key: [2], key + "x": {key: 3}}
-    store.session("s").append(_m("a", "user", dict(_t("hi"), **{key: 4}), metadata=meta))
+    store.session("s").append(message("a", dict(text_part("hi"), **{key: 4}), metadata=meta))
     row = store.sql("SELECT metadata, text, n_parts FROM messages").iloc[0]
     assert json.loads(row["metadata"]) == meta
     assert (row["text"], row["n_parts"]) == ("hi", 1)
@@ -142,11 +135,15 @@ def test_real_tau_tool_names(real):
         assert [list(x) for x in df["tool_names"]] == expected
 
 
-def test_store_wide_scan_equals_engine_interface_reads(real):
+@pytest.mark.slow
+def test_store_wide_scan_equals_engine_interface_reads(sample, monkeypatch):
     """The fast store-wide read and the per-session Engine reads give the same tables."""
+    from sessionkit.analysis import _tables
     from sessionkit.analysis._tables import TABLES, StoreData
 
-    store = real["store"]
+    monkeypatch.setattr(_tables, "_PAGE", 50)  # the scan comes in several batches
+    store = sample["store"]
+    assert store.stats()["messages"] > 4 * _tables._PAGE
     fast, slow = StoreData(store), StoreData(store, scan=False)
     assert fast._scan is not None and slow._scan is None
     for name in TABLES:

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import msg, wait_until, with_tools
 
 import sessionkit as sk
 from sessionkit.analysis import arrow_table
@@ -66,13 +67,6 @@ def assert_views_match(store):
     assert seqs == [r["seq"] for r in _rows(arrow_table(data, "messages", extra=True), ["seq"])]
 
 
-def _m(mid, text="", role="user", *, tools=(), **extra):
-    parts = [{"type": "text", "text": text or f"text of {mid}"}]
-    parts += [{"type": f"tool-{t}", "toolCallId": f"{mid}-{t}", "state": "output-available", "input": {"q": mid},
-               "output": {"ok": True}} for t in tools]
-    return {"id": mid, "role": role, "parts": parts, **extra}
-
-
 def _comp(cid, start, end, summary="summary"):
     return sk.Compaction(cid, start, end, summary, "2024-05-01T00:00:00.000Z", 900, 90)
 
@@ -83,11 +77,12 @@ def scenario(store, other=None):
     w = other or store
     a = store.session("a")
     for i in range(6):
-        a.append(_m(f"a{i}", role="user" if i % 2 == 0 else "assistant", tools=("search",) if i == 3 else ()))
+        m = msg(f"a{i}", role="user" if i % 2 == 0 else "assistant")
+        a.append(with_tools(m, "search") if i == 3 else m)
     yield "appends"
-    a.append(_m("b1", "branch", tools=("calc", "search")), parent_id="a2")  # a branch point at a2
-    a.append(_m("b2", "on the branch", "assistant"))
-    a.append(_m("r2", "second root"), parent_id=None)
+    a.append(with_tools(msg("b1", "branch"), "calc", "search"), parent_id="a2")  # a branch point at a2
+    a.append(msg("b2", "on the branch", "assistant"))
+    a.append(msg("r2", "second root"), parent_id=None)
     yield "branches"
     a.import_compaction(_comp("c-old", "a0", "a3"))
     a.import_compaction(_comp("c-new", "a1", "a4"))  # overlaps the older one: the newer wins there
@@ -95,11 +90,11 @@ def scenario(store, other=None):
     a.import_compaction(_comp("c-branch", "a2", "b2"))
     yield "compactions"
     ws = w.session("a")
-    ws.update(_m("a3", "rewritten", "assistant", tools=("fetch",), metadata={"edited": True}))
+    ws.update(with_tools(msg("a3", "rewritten", "assistant", metadata={"edited": True}), "fetch"))
     yield "update"
-    ws.import_many([(_m("i1", "imported", "assistant"), "a5", 1_700_000_000_000),
-                    (_m("i2", "imported too", tools=("calc",)), "i1", None)])
-    w.session("z").import_message(_m("z1", "another session", metadata={"k": [1, 2]}), created_at=1_600_000_000_000)
+    ws.import_many([(msg("i1", "imported", "assistant"), "a5", 1_700_000_000_000),
+                    (with_tools(msg("i2", "imported too"), "calc"), "i1", None)])
+    w.session("z").import_message(msg("z1", "another session", metadata={"k": [1, 2]}), created_at=1_600_000_000_000)
     yield "imports"
     ws.delete("b2")  # a compaction endpoint: c-branch goes with it
     yield "delete"
@@ -111,17 +106,17 @@ def scenario(store, other=None):
                           {"run_id": "a.1", "kind": "run.end", "ts": "2024-05-01T00:00:02.500Z"}])
     w.append_events("ev", [{"kind": "note"}])
     yield "runs and events"
-    last = store.session("z").append(_m("z2", "newest"))
+    last = store.session("z").append(msg("z2", "newest"))
     assert last.inserted
     w.session("z").delete("z2")  # the newest row: SQLite may give its seq to the next row
-    store.session("y").append(_m("y1", "takes the seq"))
+    store.session("y").append(msg("y1", "takes the seq"))
     yield "seq reuse"
     z = w.session("z")
     z.clear()
-    z.append(_m("z9", "after clear"))
+    z.append(msg("z9", "after clear"))
     yield "clear"
     w.delete_session("ev")
-    a.append_many([_m("n1", "many one"), _m("n2", "many two", "assistant", tools=("search",))], parent_id="r2")
+    a.append_many([msg("n1", "many one"), with_tools(msg("n2", "many two", "assistant"), "search")], parent_id="r2")
     yield "delete session, append_many"
     ws.delete(["a1"], subtree=True)
     yield "delete subtree"
@@ -152,11 +147,11 @@ def test_tree_columns_by_hand(engine, new_store):
     """A small tree whose answers are written down: runs of rows, branches, compactions."""
     store = new_store(engine, memory=True)
     s = store.session("t")
-    s.append(_m("r"))
-    s.append(_m("x"))
-    s.append(_m("y"))
-    s.append(_m("x2"), parent_id="r")
-    s.append(_m("y2"), parent_id="x")  # under x, not after it: a new run
+    s.append(msg("r"))
+    s.append(msg("x"))
+    s.append(msg("y"))
+    s.append(msg("x2"), parent_id="r")
+    s.append(msg("y2"), parent_id="x")  # under x, not after it: a new run
     s.import_compaction(_comp("c1", "r", "y2"))
     df = store.sql("SELECT id, n_children, on_latest_path, compacted_by FROM messages ORDER BY seq")
     rows = {r["id"]: (r["n_children"], r["on_latest_path"], r["compacted_by"] if isinstance(r["compacted_by"], str)
@@ -186,7 +181,7 @@ def test_a_query_that_names_no_tree_column_gives_the_same_rows(engine, new_store
 ])
 def test_a_query_cannot_write_the_store(engine, new_store, statement):
     store = new_store(engine, memory=True)
-    store.session("s").append(_m("m1"))
+    store.session("s").append(msg("m1"))
     with pytest.raises(ValueError, match="store.sql"):
         store.sql(statement)
     assert len(store.session("s")) == 1
@@ -205,13 +200,13 @@ def test_a_duckdb_query_sees_one_snapshot_while_writers_go_on(new_store):
 
     store = new_store("duckdb")
     s = store.session("s")
-    s.append_many([_m(f"m{i}") for i in range(200)])
+    s.append_many([msg(f"m{i}") for i in range(200)])
     started, counts = threading.Event(), []
 
     def writer():
         started.wait()
         for i in range(50):
-            s.append(_m(f"w{i}"))
+            s.append(msg(f"w{i}"))
 
     t = threading.Thread(target=writer)
     t.start()
@@ -253,14 +248,14 @@ def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
     rows written before and after are all right then (checked against the reference)."""
     store = new_store(engine)
     s = store.session("w")
-    s.append(_m("w1", "first words", metadata={"n": 1}))
+    s.append(msg("w1", "first words", metadata={"n": 1}))
     assert store.sql("SELECT count(*) AS n FROM messages")["n"][0] == 1  # no text read yet
-    s.append(_m("w2", "second words"))
-    s.update(_m("w1", "first words, changed", metadata={"n": 2}))
+    s.append(msg("w2", "second words"))
+    s.update(msg("w1", "first words, changed", metadata={"n": 2}))
     got = store.sql("SELECT id, text, metadata FROM messages ORDER BY seq")
     assert got["text"].tolist() == ["first words, changed", "second words"]
     assert json.loads(got["metadata"][0]) == {"n": 2}
-    s.append(_m("w3", "third words"))
+    s.append(msg("w3", "third words"))
     assert store.sql("SELECT list(text ORDER BY seq) AS t FROM messages")["t"][0].tolist() == [
         "first words, changed", "second words", "third words"]
     assert_views_match(store)
@@ -294,7 +289,9 @@ def test_a_first_load_of_many_driver_batches_equals_the_reference(new_store):
         parent = None
         items = []
         for i in range(700):
-            m = _m(f"m{i}", f"words {k} {i}", "user" if i % 2 else "assistant", tools=("t",) if i % 9 == 0 else ())
+            m = msg(f"m{i}", f"words {k} {i}", "user" if i % 2 else "assistant")
+            if i % 9 == 0:
+                m = with_tools(m, "t")
             items.append((m, parent, None))
             parent = m["id"] if i != 400 else items[300][0]["id"]  # a branch under message 300
         s.import_many(items)
@@ -396,9 +393,9 @@ def test_the_cache_stays_right_under_concurrent_writers(engine, new_store):
         try:
             s = other.session(f"w{k}")
             for i in range(40):
-                s.append(_m(f"m{i}", tools=("t",) if i % 3 == 0 else ()))
+                s.append(with_tools(msg(f"m{i}"), "t") if i % 3 == 0 else msg(f"m{i}"))
                 if i % 7 == 6 and (i - 3) % 11 != 10:  # (not one deleted below)
-                    s.update(_m(f"m{i - 3}", f"updated {i}", "assistant"))
+                    s.update(msg(f"m{i - 3}", f"updated {i}", "assistant"))
                 if i % 11 == 10:
                     s.delete(f"m{i}")
         except BaseException as exc:
@@ -418,6 +415,7 @@ def test_the_cache_stays_right_under_concurrent_writers(engine, new_store):
         other.close()
 
 
+@pytest.mark.kill
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def test_the_cache_is_right_after_a_writer_process_is_killed(kind, new_store):
     """A process writing in a loop is killed (SIGKILL) at some point of a write; the views
@@ -425,10 +423,9 @@ def test_the_cache_is_right_after_a_writer_process_is_killed(kind, new_store):
     import signal
     import subprocess
     import sys
-    import time
 
     store = new_store(kind)  # (a DuckDB file admits one process)
-    store.session("pre").append(_m("p1"))
+    store.session("pre").append(msg("p1"))
     store.sql("SELECT count(*) FROM messages")
     code = (
         "import sys, sessionkit as sk\n"
@@ -444,11 +441,16 @@ def test_the_cache_is_right_after_a_writer_process_is_killed(kind, new_store):
         "    i += 1\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, store.path], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.0)
-    store.sql("SELECT count(*) FROM messages")  # a refresh while it writes
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        # some writes have landed, more are coming: the refresh runs while it writes
+        wait_until(lambda: len(store.session("killed")) >= 20 or proc.poll() is not None,
+                   what="the writer's first twenty messages")
+        assert proc.poll() is None, "the writer ended on its own"
+        store.sql("SELECT count(*) FROM messages")  # a refresh while it writes
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     assert len(store.session("killed")) > 0
     assert_views_match(store)
 
@@ -482,21 +484,21 @@ def _count(store) -> int:
 def later(store):
     """Writes of every kind on a store the scenario wrote (a new store object), yielding after each."""
     a = store.session("later")
-    a.append_many([_m(f"l{i}", role="user" if i % 2 == 0 else "assistant") for i in range(6)])
-    a.append(_m("lb", "a branch"), parent_id="l3")
+    a.append_many([msg(f"l{i}", role="user" if i % 2 == 0 else "assistant") for i in range(6)])
+    a.append(msg("lb", "a branch"), parent_id="l3")
     yield "appends"
-    a.update(_m("l4", "rewritten later", "assistant", tools=("later",)))
+    a.update(with_tools(msg("l4", "rewritten later", "assistant"), "later"))
     yield "update"
     a.import_compaction(_comp("c-later", "l0", "l5"))
     yield "compaction"
     a.delete("l5")
     yield "delete"
-    store.session("k").import_many([(_m("k1", "imported later"), None, 1_650_000_000_000)])
+    store.session("k").import_many([(msg("k1", "imported later"), None, 1_650_000_000_000)])
     yield "import"
     store.begin_run("k", "k.1", "go")
     store.append_events("k", [{"run_id": "k.1", "kind": "run.start"}])
     yield "runs and events"
-    store.session("later").append(_m("l9", "appended later"))
+    store.session("later").append(msg("l9", "appended later"))
     store.delete_session("k")
     yield "append, delete session"
 
@@ -510,28 +512,28 @@ def test_postgresql_a_message_committed_below_the_highest_seq_held_is_read(new_s
     store = new_store("postgresql")
     other = sk.open_store(store.path)
     try:
-        store.session("a").append(_m("a0"))
+        store.session("a").append(msg("a0"))
         assert _count(store) == 1
         inside, release, errors = threading.Event(), threading.Event(), []
 
         def slow_writer() -> None:
             try:
                 with other.transaction():
-                    other.session("slow").append(_m("low"))  # its seq is taken now
+                    other.session("slow").append(msg("low"))  # its seq is taken now
                     inside.set()
-                    release.wait(30)
+                    release.wait(300)  # a hang guard: released right after the reads below
             except BaseException as exc:
                 errors.append(exc)
                 inside.set()
 
         thread = threading.Thread(target=slow_writer)
         thread.start()
-        assert inside.wait(30) and not errors
-        store.session("a").append(_m("high"))  # a higher seq, committed first
+        assert inside.wait(120) and not errors  # a hang guard
+        store.session("a").append(msg("high"))  # a higher seq, committed first
         ids = store.sql("SELECT id FROM messages ORDER BY seq")["id"].tolist()
         assert ids == ["a0", "high"]
         release.set()
-        thread.join(30)
+        thread.join(120)  # a hang guard
         assert not errors
         ids = store.sql("SELECT id, seq FROM messages ORDER BY seq")["id"].tolist()
         assert ids == ["a0", "low", "high"]
@@ -562,7 +564,7 @@ def test_postgresql_a_query_with_nothing_committed_since_reads_nothing(new_store
     held = _count(store)
     assert len(statements) == 1 and "pg_current_snapshot" in statements[0], statements
     with sk.open_store(store.path) as other:
-        other.session("x").append(_m("x1"))
+        other.session("x").append(msg("x1"))
     statements.clear()
     assert _count(store) == held + 1
     assert len(statements) > 1
@@ -576,7 +578,7 @@ def test_postgresql_a_cache_load_that_fails_midway_leaves_the_store_and_cache_wo
     and its next queries (on the same connections) equal the reference."""
     store = new_store("postgresql")
     s = store.session("big")
-    s.import_many([(_m(f"m{i}", "words " * 50), f"m{i - 1}" if i else None, None) for i in range(3000)])
+    s.import_many([(msg(f"m{i}", "words " * 50), f"m{i - 1}" if i else None, None) for i in range(3000)])
     from sessionkit.store import _analysis
 
     real = _analysis.Cache.insert_arrow
@@ -594,7 +596,7 @@ def test_postgresql_a_cache_load_that_fails_midway_leaves_the_store_and_cache_wo
         store.sql("SELECT count(*) AS n FROM messages")
     assert failures
     assert _count(store) == 3000
-    s.append(_m("after"))
+    s.append(msg("after"))
     assert s.get("after")["id"] == "after"
     assert _count(store) == 3001
     assert_views_match(store)
@@ -614,7 +616,7 @@ def test_a_store_opened_again_reads_only_what_changed_since(new_store):
     store.close()
     assert Path(path + "-analysis.duckdb").exists()
     with sk.open_store(path) as again:
-        again.session("late").append_many([_m("n1"), _m("n2"), _m("n3")])
+        again.session("late").append_many([msg("n1"), msg("n2"), msg("n3")])
         assert _count(again) == held + 3
         assert _cache(again).reads == 3
         for _ in later(again):
@@ -674,7 +676,7 @@ def test_a_cache_file_that_does_not_describe_the_store_is_never_believed(new_sto
         with sk.open_store(path) as mine, sk.open_store(other_path) as other:
             rows = mine.sql("SELECT session_id, count(*) AS n FROM messages GROUP BY ALL ORDER BY session_id")
             for sid, n in zip(rows["session_id"], rows["n"]):
-                other.session(sid + "-other").append_many([_m(f"o{i}", "other") for i in range(n)])
+                other.session(sid + "-other").append_many([msg(f"o{i}", "other") for i in range(n)])
         _remove_store(path)
         shutil.copy(other_path, path)
     elif harm == "store restored from an older copy":
@@ -685,7 +687,7 @@ def test_a_cache_file_that_does_not_describe_the_store_is_never_believed(new_sto
         shutil.copy(copy / "cache", cache_file)
     with sk.open_store(path) as again:
         assert_views_match(again)
-        again.session("later").append(_m("l10", "after"))
+        again.session("later").append(msg("l10", "after"))
         assert_views_match(again)
 
 
@@ -694,9 +696,11 @@ def _remove_store(path: str) -> None:
         Path(path + suffix).unlink(missing_ok=True)
 
 
+@pytest.mark.kill
 def test_a_process_killed_while_it_refreshes_the_cache_file_leaves_it_right(new_store):
     """A process appending and querying in a loop is killed (SIGKILL), maybe in the middle of a
     refresh of the cache file: the next store object's views equal the reference."""
+    import random
     import signal
     import subprocess
     import sys
@@ -704,7 +708,7 @@ def test_a_process_killed_while_it_refreshes_the_cache_file_leaves_it_right(new_
 
     store = new_store("sqlite")
     path = store.path
-    store.session("pre").append(_m("p1"))
+    store.session("pre").append(msg("p1"))
     _count(store)
     store.close()
     code = (
@@ -720,13 +724,19 @@ def test_a_process_killed_while_it_refreshes_the_cache_file_leaves_it_right(new_
         "    if i % 3 == 2:\n"
         "        s.update({'id': f'k{i - 1}.0', 'role': 'user', 'parts': [{'type': 'text', 'text': 'changed'}]})\n"
         "    st.sql('SELECT role, count(*) FROM messages GROUP BY role')\n"
+        "    print(i, flush=True)\n"
         "    i += 1\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.5)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        for _ in range(3):  # three rounds of writes and refreshes of the cache file done
+            assert proc.stdout.readline().strip(), "the process ended on its own"
+        # then the kill lands anywhere in a round: in its writes or in its refresh
+        time.sleep(random.uniform(0.0, 0.3))
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     with sk.open_store(path) as again:
         assert len(again.session("killed")) > 0
         assert_views_match(again)
@@ -751,9 +761,9 @@ def test_store_objects_sharing_the_cache_file_under_concurrent_writers(new_store
             started.wait(timeout=60)
             s = writer.session("w")
             for i in range(60):
-                s.append(_m(f"m{i}"))
+                s.append(msg(f"m{i}"))
                 if i % 9 == 8:
-                    s.update(_m(f"m{i - 4}", "changed", "assistant"))
+                    s.update(msg(f"m{i - 4}", "changed", "assistant"))
                 if i % 13 == 12:
                     s.delete(f"m{i}")
         except BaseException as exc:
@@ -795,7 +805,7 @@ def test_a_cache_file_held_by_another_process_gives_a_cache_in_memory(new_store)
 
     store = new_store("sqlite")
     path = store.path
-    store.session("a").append(_m("a1"))
+    store.session("a").append(msg("a1"))
     store.close()
     code = ("import sys, sessionkit as sk\n"
             "st = sk.open_store(sys.argv[1])\n"
@@ -807,7 +817,7 @@ def test_a_cache_file_held_by_another_process_gives_a_cache_in_memory(new_store)
     try:
         assert proc.stdout.readline().strip() == "holding"
         with sk.open_store(path) as here:
-            here.session("a").append(_m("a2"))
+            here.session("a").append(msg("a2"))
             assert _count(here) == 2
             assert _cache(here).file is None
             assert_views_match(here)

@@ -4,18 +4,24 @@ Needs the ``chromium`` Debian package (``/usr/bin/chromium``) and the Python
 packages playwright, jupyterlab, nbconvert and ipykernel. When one is missing
 the tests fail under CI (``CI=true``) and are skipped elsewhere, each time with
 a message saying what to install. Playwright never downloads a browser here.
+
+Screenshots of the views go to a temporary folder, or to the folder named by
+``SESSIONKIT_SCREENSHOTS`` (``make screenshots`` sets it to ``artifacts/screenshots``,
+to refresh the committed images on purpose): a test run leaves the checkout as it was.
+The fixtures here also serve tests/notebooks (its conftest loads this file).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from servers import jupyter_env, jupyter_server  # noqa: F401  (jupyter_env: tests/notebooks' conftest)
+from helpers import missing
+from pagechecks import HANG_MS, run_all_cells
+from servers import jupyter_server
 
 CHROMIUM = os.environ.get("SESSIONKIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -27,15 +33,12 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / "artifacts" / "screenshots"
+#: The environment variable naming a folder to keep the screenshots in.
+SCREENSHOTS_ENV = "SESSIONKIT_SCREENSHOTS"
 
 
 def _missing(what: str) -> None:
-    message = f"browser tests need {what}"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
+    missing(f"browser tests need {what}")
 
 
 @pytest.fixture(scope="session")
@@ -101,13 +104,15 @@ class Host:
         page = context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.set_default_timeout(HANG_MS)
         page.goto(self.notebook_url(filename, workspace))
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=HANG_MS)
         return context, page, errors
 
     def own_errors(self, browser) -> list[str]:
         """What a bare notebook logs in this host (an error of Notebook 7's own settings loading
-        shows up in some installations): the views may add nothing to it. Measured once per host."""
+        shows up in some installations): the views may add nothing to it. Measured once per host,
+        up to the point the views' notebook is checked from: the kernel ran a cell and showed its output."""
         if self.name not in _OWN_ERRORS:
             import nbformat
 
@@ -116,26 +121,17 @@ class Host:
             blank.cells = [nbformat.v4.new_code_cell("1 + 1")]
             nbformat.write(blank, str(self.root / "blank.ipynb"))
             context, page, errors = self.open(browser, "blank.ipynb", "sk-blank")
-            page.wait_for_timeout(3000)
-            context.close()
+            try:
+                self.run_all(page)
+                page.locator(".jp-Notebook .jp-Cell .jp-OutputArea-output", has_text="2").first.wait_for()
+            finally:
+                context.close()
             _OWN_ERRORS[self.name] = errors
         return _OWN_ERRORS[self.name]
 
     def run_all(self, page) -> None:
         """Run > Run All Cells once the kernel is up (accepting the kernel chooser if it asks)."""
-        try:
-            page.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=5_000)
-            page.locator(".jp-Dialog .jp-mod-accept").first.click()
-        except Exception:
-            pass
-        if self.name == "lab":
-            page.wait_for_function("() => [...document.querySelectorAll('.jp-Notebook-ExecutionIndicator')]"
-                                   ".some(el => el.offsetParent !== null && el.dataset.status === 'idle')",
-                                   timeout=60_000)
-        else:
-            page.wait_for_timeout(1500)  # Notebook 7 shows no execution indicator by default: the kernel starts
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        run_all_cells(page, visible_only=self.name == "lab")
 
 
 @pytest.fixture(scope="module", params=["lab", "notebook7"])
@@ -160,10 +156,11 @@ def browser(chromium_path):
 
 
 @pytest.fixture(scope="session")
-def screenshots() -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    return SCREENSHOTS
-
-
-def which_chromium() -> str | None:
-    return shutil.which("chromium")
+def screenshots(tmp_path_factory) -> Path:
+    """The folder the screenshots go to: ``$SESSIONKIT_SCREENSHOTS`` when set, else a temporary one."""
+    chosen = os.environ.get(SCREENSHOTS_ENV)
+    if not chosen:
+        return tmp_path_factory.mktemp("screenshots")
+    folder = Path(chosen)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -1,13 +1,53 @@
-"""Checks of one view in a page, shared by the offline pages and every notebook host.
+"""Checks of one view in a page, shared by the offline pages and every notebook host, and the
+waits on a page they and the notebook fixtures use.
 
-Each takes the Playwright page and a locator of the view, and computes what the view must
+Each check takes the Playwright page and a locator of the view, and computes what the view must
 show from the session data the test wrote (sessionkit.widgets._source, the kernel's side).
+Every wait is on a state of the page; its time limit only ends a test that would otherwise hang.
 """
 
 from __future__ import annotations
 
+import math
 
-def _wait(page, view, script: str, arg=None, timeout: int = 30_000) -> None:
+#: How long a wait on the page may take before the test is declared hung (milliseconds).
+HANG_MS = 60_000
+
+
+def settle(page) -> None:
+    """Until the page's fonts are in and two frames were drawn: a screenshot shows the view as drawn."""
+    page.evaluate("() => document.fonts.ready.then(() => new Promise(r => requestAnimationFrame("
+                  "() => requestAnimationFrame(() => r(1)))))")
+
+
+def wait_kernel_idle(page, *, visible_only: bool = True) -> None:
+    """Until the notebook has its kernel and the kernel is idle, accepting the kernel chooser if
+    the front end asks first. Before the kernel starts, the execution indicator already says
+    idle, next to "No Kernel": the kernel's name is awaited too. ``visible_only``: only a shown
+    indicator counts (JupyterLab keeps one per open notebook; Notebook 7 has one, hidden)."""
+    shown = "el.offsetParent !== null && " if visible_only else ""
+    state = page.wait_for_function(
+        "() => document.querySelector('.jp-Dialog .jp-mod-accept') ? 'dialog' : "
+        "[...document.querySelectorAll('.jp-Toolbar-kernelName')].some(el => "
+        "!['', 'No Kernel'].includes(el.textContent.trim())) && "
+        f"[...document.querySelectorAll('.jp-Notebook-ExecutionIndicator')].some(el => {shown}"
+        "el.dataset.status === 'idle') ? 'idle' : false", timeout=HANG_MS).json_value()
+    if state == "dialog":
+        page.locator(".jp-Dialog .jp-mod-accept").first.click()
+        wait_kernel_idle(page, visible_only=visible_only)
+
+
+def run_all_cells(page, *, visible_only: bool = True) -> None:
+    """Run > Run All Cells once the kernel is idle (see :func:`wait_kernel_idle`); returns when the
+    first code cell is queued or running, so a click that did not take fails here, not later."""
+    wait_kernel_idle(page, visible_only=visible_only)
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    page.wait_for_function("() => { const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');"
+                           " return !!p && p.textContent.trim() !== '[ ]:'; }", timeout=HANG_MS)
+
+
+def _wait(page, view, script: str, arg=None, timeout: int = HANG_MS) -> None:
     """Waits until ``script`` (a function of the view's element and ``arg``) is true."""
     page.wait_for_function(f"([el, arg]) => ({script})", arg=[view.element_handle(), arg], timeout=timeout)
 
@@ -149,3 +189,74 @@ def check_partial_costs(page, view, tree, data, rows, a: str, b: str) -> None:
             assert "unknown" in shown and shown != fmt_cost(0.0)
         if s["usage_known"] < total:
             assert "unknown" in cells["usage in/out"][("a", "b").index(side)]
+
+
+# -- the work a scroll or a click costs, counted ----------------------------------------------
+
+_WATCH = """el => {
+    // What the view does to the page, counted: the rows whose elements change (mutation
+    // records, by row) and the calls drawing on its canvas. Counts, not durations.
+    const w = window.__skWork = {rows: new Set(), records: 0, canvas: 0};
+    new MutationObserver(list => {
+        for (const m of list) {
+            w.records++;
+            const node = m.target.nodeType === 1 ? m.target : m.target.parentElement;
+            const row = node && node.closest('.sk-row');
+            if (row) w.rows.add(Number(row.dataset.row));
+        }
+    }).observe(el, {subtree: true, childList: true, attributes: true, characterData: true});
+    const ctx = el.querySelector('canvas').getContext('2d');
+    const proto = CanvasRenderingContext2D.prototype;
+    for (const name of ['fillRect', 'fillText', 'strokeRect', 'arc', 'lineTo', 'moveTo', 'fill', 'stroke']) {
+        ctx[name] = function (...args) { w.canvas++; return proto[name].apply(this, args); };
+    }
+    window.__skTake = () => {
+        const out = {rows: [...w.rows].sort((a, b) => a - b), records: w.records, canvas: w.canvas};
+        w.rows = new Set(); w.records = 0; w.canvas = 0;
+        return out;
+    };
+}"""
+
+_ROW = 22  # px, the tree's row height (BT_ROW in branch_tree.js)
+
+
+def watch_tree_work(page, view) -> None:
+    """Count from now on what the tree view changes in the page (see :func:`tree_work`).
+
+    Waits first until every row element is built and shows its preview, so what is counted
+    after is the work of the scroll or click alone."""
+    _wait(page, view, "el.dataset.layout === 'done' && el.dataset.domRows === el.dataset.rows")
+    wait_previews(page, view)
+    view.evaluate(_WATCH)
+    # a frame already asked for (by the last preview) is drawn before counting starts
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))")
+    page.evaluate("() => window.__skTake()")
+
+
+def tree_work(page, view) -> dict:
+    """What the view changed since the last call, once it has drawn a frame and two more frames
+    passed: ``rows`` (indices of the rows whose elements changed), ``records``, ``canvas``
+    (drawing calls), and ``window`` (the rows in view, as the view computes them)."""
+    page.wait_for_function("() => window.__skWork.canvas > 0", timeout=HANG_MS)  # it drew
+    page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))")
+    work = page.evaluate("() => window.__skTake()")
+    scroller = view.locator(".sk-tree-scroll")
+    top, height = scroller.evaluate("el => [el.scrollTop, el.clientHeight]")
+    rows = int(view.get_attribute("data-rows"))
+    work["window"] = range(max(0, math.floor(top / _ROW) - 1), min(rows - 1, math.ceil((top + height) / _ROW) + 1) + 1)
+    return work
+
+
+def check_bounded_by_the_view(work: dict, rows: int, *, scrolled: bool, also: int = 3) -> None:
+    """The work of one scroll or click touched the rows in view and no others (but ``also`` at
+    most: the selected, compared and cursor rows, wherever they are), and drew about as many
+    rows as are in view, however many rows the tree has. ``scrolled``: the view moved to rows
+    it had not shown, which it must then have updated (most of them at least)."""
+    window = work["window"]
+    outside = [r for r in work["rows"] if r not in window]
+    assert len(outside) <= also, (outside, window)
+    assert len(work["rows"]) <= len(window) + also < rows / 10, (len(work["rows"]), len(window), rows)
+    if scrolled:
+        assert 2 * len(set(work["rows"]) & set(window)) >= len(window), (work["rows"], window)
+    # each row in view costs a bounded number of drawing calls (its dot, lines, marks)
+    assert 0 < work["canvas"] <= 50 * len(window), (work["canvas"], len(window))

@@ -13,7 +13,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,11 +24,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers import free_port, wait_until
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+#: How long a server may take to answer for the first time before the test is declared hung (seconds).
+START = 120
 
 
 def jupyter_env(base: Path) -> dict:
@@ -65,14 +63,10 @@ _APPS = {
 }
 
 
-def wait_file(path: Path, timeout: float) -> str:
+def wait_file(path: Path, timeout: float = 60) -> str:
     """The text of a file a kernel or an app writes, once it is there and not empty."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path.name} did not appear within {timeout} s")
+    return wait_until(lambda: path.exists() and path.read_text(), timeout=timeout, interval=0.05,
+                      what=f"{path.name} to be written")
 
 
 def _stop(proc: subprocess.Popen, grace: float) -> None:
@@ -89,7 +83,7 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
 
 @contextmanager
 def served(argv: Sequence[str], *, name: str, ready_url: str, cwd: Path, env: dict | None, log_path: Path,
-           timeout: float = 60) -> Iterator[subprocess.Popen]:
+           timeout: float = START) -> Iterator[subprocess.Popen]:
     """Runs a server in a session of its own until ``ready_url`` answers 200; stops it on the way out."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -114,7 +108,7 @@ def served(argv: Sequence[str], *, name: str, ready_url: str, cwd: Path, env: di
 
 
 @contextmanager
-def jupyter_server(app: str, base: Path, extra_args: Sequence[str] = (), *, timeout: float = 60) -> Iterator[Server]:
+def jupyter_server(app: str, base: Path, extra_args: Sequence[str] = (), *, timeout: float = START) -> Iterator[Server]:
     """JupyterLab (``app="lab"``) or Notebook 7 (``app="notebook"``) serving ``base/root``."""
     name, module = _APPS[app]
     root = base / "root"
@@ -139,7 +133,7 @@ class Launched:
     proc: subprocess.Popen
     seen: list[str] = field(default_factory=list)
 
-    def stop(self, timeout: float = 30) -> int:
+    def stop(self, timeout: float = 60) -> int:
         """SIGTERM (the launcher stops its server on the way out); returns the exit status."""
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout)

@@ -5,14 +5,15 @@ a click in the tree reaches Python, the linked Transcript follows, a replayed ru
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
-from servers import free_port, served, wait_file
+from helpers import free_port, missing
+from pagechecks import HANG_MS, settle
+from servers import served, wait_file
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # slow: a marimo server and chromium
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # slow: a marimo server and chromium
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,10 +58,7 @@ def marimo_app(chromium_path, tmp_path):
     try:
         import marimo  # noqa: F401
     except ImportError:
-        message = "the browser tests need the Python package marimo (pip install -e '.[dev]')"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing("the browser tests need the Python package marimo (pip install -e '.[dev]')")
     out = tmp_path / "out"
     out.mkdir()
     app = tmp_path / "views_app.py"
@@ -82,30 +80,30 @@ def test_views_work_in_marimo(marimo_app, browser, screenshots):
     url, out = marimo_app
     context = browser.new_context(viewport={"width": 1280, "height": 1000})
     page = context.new_page()
+    page.set_default_timeout(HANG_MS)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
         page.goto(url)
         tree = page.locator(".sk-tree-view").first
-        tree.wait_for(timeout=60_000)
-        page.wait_for_function("el => el.dataset.layout === 'done'", arg=tree.element_handle(), timeout=30_000)
+        tree.wait_for()
+        page.wait_for_function("el => el.dataset.layout === 'done'", arg=tree.element_handle())
         data = tree_data(nbhelpers.demo_session(sk.open_store()))
         rows = outline_rows(data)
         assert tree.get_attribute("data-rows") == str(len(rows))
         # previews come from Python over the widget's custom messages
         page.wait_for_function("el => el.querySelector(\".sk-row[data-id='u3'] .sk-row-text\")?.textContent === "
-                               "'Great. Where should we eat?'", arg=tree.element_handle(), timeout=15_000)
+                               "'Great. Where should we eat?'", arg=tree.element_handle())
         row = next(k for k, r in enumerate(rows) if r[0] == "node" and data.ids[r[1]] == "a4")
         tree.locator(".sk-tree-scroll").click(position={"x": 120, "y": row * 22 + 11})
-        assert wait_file(out / "selected.txt", 15) == "a4"
+        assert wait_file(out / "selected.txt", HANG_MS / 1000) == "a4"
         transcript = page.locator(".sk-transcript-view").first
-        page.wait_for_function("el => el.dataset.leaf === 'a4'", arg=transcript.element_handle(), timeout=15_000)
-        page.wait_for_function("el => el.innerText.includes('Try Cervejaria Ramiro')", arg=transcript.element_handle(),
-                               timeout=15_000)
+        page.wait_for_function("el => el.dataset.leaf === 'a4'", arg=transcript.element_handle())
+        page.wait_for_function("el => el.innerText.includes('Try Cervejaria Ramiro')", arg=transcript.element_handle())
         run = page.locator(".sk-run-view").first
-        page.wait_for_function("el => el.dataset.status === 'completed'", arg=run.element_handle(), timeout=15_000)
+        page.wait_for_function("el => el.dataset.status === 'completed'", arg=run.element_handle())
         assert run.locator(".skr-turn").count() == 2 and "Sunny and 23°C" in run.inner_text()
-        page.wait_for_timeout(300)
+        settle(page)
         tree.screenshot(path=str(screenshots / "marimo-branch-tree.png"))
         transcript.screenshot(path=str(screenshots / "marimo-transcript.png"))
         run.screenshot(path=str(screenshots / "marimo-run-view.png"))

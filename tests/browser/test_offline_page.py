@@ -9,13 +9,14 @@ import pytest
 import sessionkit as sk
 from sessionkit.widgets._source import outline_rows, tree_data
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # slow: starts chromium
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: starts chromium
 
 
 @pytest.fixture
 def page(browser):
     context = browser.new_context(viewport={"width": 1100, "height": 800}, offline=True)
     pg = context.new_page()
+    pg.set_default_timeout(pagechecks.HANG_MS)
     errors: list[str] = []
     pg.on("pageerror", lambda exc: errors.append(str(exc)))
     pg.errors = errors
@@ -29,7 +30,7 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
     tree = sk.widgets.BranchTree(s)
     tree.to_html(tmp_path / "tree.html")
     page.goto((tmp_path / "tree.html").as_uri())
-    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=30_000)
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']")
     data = tree_data(s)
     rows = outline_rows(data)
     assert not any(r[0] == "node" and data.ids[r[1]] == "a2" for r in rows)  # a2 sits in the collapsed chain
@@ -37,32 +38,32 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
     scroller = page.locator(".sk-tree-scroll")
     scroller.click(position={"x": 150, "y": more * 22 + 11})  # expand the chain
     page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.rows === String(%d)"
-                           % len(outline_rows(data, expanded={data.index()["sys"]})), timeout=30_000)
+                           % len(outline_rows(data, expanded={data.index()["sys"]})))
     expanded = outline_rows(data, expanded={data.index()["sys"]})
     row = next(k for k, r in enumerate(expanded) if r[0] == "node" and data.ids[r[1]] == "a2")
     scroller.click(position={"x": 150, "y": row * 22 + 11})
-    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.selected === 'a2'", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.selected === 'a2'")
     panel = page.locator(".sk-tree-panel")
-    panel.get_by_text("Let me check the weather first.").wait_for(timeout=30_000)
+    panel.get_by_text("Let me check the weather first.").wait_for()
     assert "rain_days" in panel.inner_text()
     page.screenshot(path=str(screenshots / "offline-tree.png"))
 
     sk.widgets.Transcript(s, "a4").to_html(tmp_path / "chat.html")
     page.goto((tmp_path / "chat.html").as_uri())
     view = page.locator(".sk-transcript-view")
-    view.wait_for(timeout=30_000)
+    view.wait_for()
     page.wait_for_function("n => document.querySelector('.sk-transcript-view').dataset.entries === n",
-                           arg=str(len(s.get_history(leaf_id="a4"))), timeout=30_000)
+                           arg=str(len(s.get_history(leaf_id="a4"))))
     page.locator("button[data-mode='full']").click()
-    page.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.mode === 'full'", timeout=30_000)
+    page.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.mode === 'full'")
     assert view.get_attribute("data-entries") == str(len(s.get_history(leaf_id="a4", compacted=False)))
-    page.get_by_text("Great. Where should we eat?").first.wait_for(timeout=30_000)
+    page.get_by_text("Great. Where should we eat?").first.wait_for()
 
     agent = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel(nbhelpers.run_script()), tools=[nbhelpers.weather])
     result = agent.run_sync("Plan a day", session=store.session("r"))
     sk.widgets.RunView(result).to_html(tmp_path / "run.html")
     page.goto((tmp_path / "run.html").as_uri())
-    page.wait_for_selector(".sk-run-view[data-status='completed']", timeout=30_000)
+    page.wait_for_selector(".sk-run-view[data-status='completed']")
     assert page.locator(".skr-turn").count() == 2
     assert result.text in page.locator(".sk-run-view").inner_text()
     assert not page.errors, page.errors
@@ -88,7 +89,7 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     tree = sk.widgets.BranchTree(s, collapse=False, selected_id="a1", compare_id="a2")
     tree.to_html(tmp_path / "forked.html")
     page.goto((tmp_path / "forked.html").as_uri())
-    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=30_000)
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']")
     assert not page.errors, page.errors  # the payload with <!-- and </script> parsed
     toolbar = page.locator(".sk-tree-view .sk-toolbar").inner_text()
     assert "1 branch point ·" in toolbar and "2 leaves" in toolbar and "0 compactions" in toolbar
@@ -104,7 +105,7 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     expected = tree.compare("a1", "a4")
     page.wait_for_function("n => [...document.querySelectorAll('.sk-diff tr')].some(r => "
                            "r.textContent.startsWith('messages') && r.children[2].textContent === n)",
-                           arg=str(expected["b"]["messages"]), timeout=30_000)
+                           arg=str(expected["b"]["messages"]))
     cells = _diff_cells(page)
     assert cells["messages"] == [str(expected["a"]["messages"]), str(expected["b"]["messages"])]
     assert cells["tool calls"] == [str(expected["a"]["tool_calls"]), str(expected["b"]["tool_calls"])]
@@ -116,8 +117,7 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     page.screenshot(path=str(screenshots / "offline-tree-diff.png"))
     # another comparison: the panel follows again
     _click_row(page, data, rows, "a3", shift=True)
-    page.wait_for_function("() => [...document.querySelectorAll('.sk-diff tr')].some(r => r.textContent.startsWith('messages') && r.children[2].textContent === '3')",
-                           timeout=30_000)
+    page.wait_for_function("() => [...document.querySelectorAll('.sk-diff tr')].some(r => r.textContent.startsWith('messages') && r.children[2].textContent === '3')")
     assert _diff_cells(page)["cost"][1] == "unknown"
     assert not page.errors, page.errors
 
@@ -127,7 +127,7 @@ def test_offline_run_view_opens_at_the_start_and_pads_the_interruption(page, tmp
     sk.widgets.RunView(nbhelpers.interrupted_runs(store), height=240).to_html(tmp_path / "runs.html")
     page.goto((tmp_path / "runs.html").as_uri())
     view = page.locator(".sk-run-view")
-    view.wait_for(timeout=30_000)
+    view.wait_for()
     pagechecks.check_run_view_start_and_interruption(page, view)
     page.locator(".skr-run[data-run='cut'] > .sk-err").screenshot(path=str(screenshots / "offline-run-view-interrupted.png"))
     assert "7 runs" in page.locator(".sk-run-view .sk-toolbar").inner_text()
@@ -140,7 +140,7 @@ def test_tree_rows_are_text_in_the_page_and_follow_the_keyboard(page, tmp_path, 
     tree = sk.widgets.BranchTree(s)
     tree.to_html(tmp_path / "tree.html")
     page.goto((tmp_path / "tree.html").as_uri())
-    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=30_000)
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']")
     data = tree_data(s)
     rows = outline_rows(data)
     pagechecks.check_rows_are_text_and_follow_the_keyboard(page, page.locator(".sk-tree-view"), s, data, rows)
@@ -148,18 +148,26 @@ def test_tree_rows_are_text_in_the_page_and_follow_the_keyboard(page, tmp_path, 
     assert not page.errors, page.errors
 
 
-def test_offline_ten_thousand_message_tree_is_found_by_find_in_page(page, tmp_path):
-    from sessionkit.widgets._source import outline_rows, tree_data
-
+def test_offline_ten_thousand_message_tree_scrolls_by_the_rows_in_view_and_is_found(page, tmp_path):
     store = sk.open_store()
     s = nbhelpers.big_session(store)
     sk.widgets.BranchTree(s, height=400).to_html(tmp_path / "big.html")
     page.goto((tmp_path / "big.html").as_uri())
-    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']", timeout=30_000)
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']")
     data = tree_data(s)
     rows = outline_rows(data)
     view = page.locator(".sk-tree-view")
-    assert view.get_attribute("data-rows") == str(len(rows))
+    assert view.get_attribute("data-rows") == str(len(rows)) and len(rows) > 1000
+    # a scroll and a click cost work in proportion to the rows in view, not to the tree's size
+    pagechecks.watch_tree_work(page, view)
+    scroller = view.locator(".sk-tree-scroll")
+    for fraction in (0.5, 0.9, 0.1):
+        scroller.evaluate("(el, f) => { el.scrollTop = el.scrollHeight * f; }", fraction)
+        pagechecks.check_bounded_by_the_view(pagechecks.tree_work(page, view), len(rows), scrolled=True)
+    scroller.click(position={"x": 200, "y": 11 * 22 + 11})
+    page.wait_for_function("el => !!el.dataset.selected", arg=view.element_handle())
+    pagechecks.check_bounded_by_the_view(pagechecks.tree_work(page, view), len(rows), scrolled=False)
+    scroller.evaluate("el => { el.scrollTop = 0; }")
     far = next(data.ids[r[1]] for r in reversed(rows) if r[0] == "node")
     pagechecks.check_find_in_page(page, view, far, pagechecks.preview_of(s, far))
     assert not page.errors, page.errors

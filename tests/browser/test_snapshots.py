@@ -8,11 +8,12 @@ from pathlib import Path
 
 import nbhelpers
 import pytest
+from pagechecks import settle
 
 import sessionkit as sk
 from sessionkit.widgets import _static
 
-pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]  # slow: JupyterLab and chromium
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # slow: JupyterLab and chromium
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,7 +36,7 @@ def test_saved_snapshots_keep_their_layout(host, browser, screenshots):
     context, page, errors = host.open(browser, "saved.ipynb", "sk-saved", viewport=(1280, 900))
     try:
         snap = page.locator(".jp-OutputArea-output .sk-snap-tree").first
-        snap.wait_for(timeout=30_000)
+        snap.wait_for()
         assert page.locator(".jp-OutputArea-output style").count() == 0  # the sanitizer dropped <style>
         prev = snap.locator("td.sk-prev").first
         assert prev.evaluate("el => getComputedStyle(el).textAlign") in ("left", "start")
@@ -50,6 +51,7 @@ def test_saved_snapshots_keep_their_layout(host, browser, screenshots):
         assert msg.evaluate("el => getComputedStyle(el).textAlign") in ("left", "start")
         assert page.locator(".sk-snap-transcript .sk-msg.sk-hidden").first.evaluate(
             "el => parseFloat(getComputedStyle(el).opacity)") < 1
+        settle(page)
         snap.screenshot(path=str(screenshots / f"{host.name}-tree-snapshot.png"))
         page.locator(".jp-OutputArea-output .sk-snap-transcript").first.screenshot(
             path=str(screenshots / f"{host.name}-transcript-snapshot.png"))

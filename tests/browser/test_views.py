@@ -6,30 +6,32 @@ sessions it wrote: a click in the BranchTree reaches the kernel and the linked T
 follows (model and full history, the compaction), the tree's rows are text (selectable, moved
 through with the keyboard, found by find-in-page even outside the view), singular counts,
 partial costs shown as partial or unknown, a message with ``<!--``, a RunView that opens at
-its start with a padded interruption, a live run streaming, a 10,000-message tree that keeps
-the page responsive, each snapshot hidden by its live view, and the saved notebook converted
-to HTML with static snapshots. Screenshots of each view go to artifacts/screenshots as
+its start with a padded interruption, a live run streaming, a 10,000-message tree whose
+scrolls and clicks cost work in proportion to the rows in view (counted, not timed), each
+snapshot hidden by its live view, and the saved notebook converted to HTML with static
+snapshots. Screenshots of each view go to the ``screenshots`` folder (see conftest.py) as
 ``<host>-<view>.png``.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import nbhelpers
 import pagechecks
 import pytest
+from helpers import wait_until
+from pagechecks import settle
 from servers import wait_file
 
 import sessionkit as sk
 from sessionkit.widgets._source import outline_rows, path_entries, tree_data
 from sessionkit.widgets._static import plural
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a notebook server and chromium per host
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # slow: a notebook server and chromium per host
 
 HERE = Path(__file__).resolve().parent
-SHOTS = HERE.parents[1] / "artifacts" / "screenshots"
+HANG = pagechecks.HANG_MS / 1000  # seconds, for the waits on the kernel's files
 
 # (name, source): the views the tests find by their cell
 CELLS = [
@@ -93,28 +95,22 @@ class Page:
 
 
 @pytest.fixture(scope="module")
-def nb(host, browser, tmp_path_factory):
+def nb(host, browser, tmp_path_factory, screenshots):
     """The test notebook opened in the host with every cell run."""
     out = tmp_path_factory.mktemp(f"out-{host.name}")
     nb_path = host.root / "views.ipynb"
     _write_notebook(nb_path, out)
     baseline = host.own_errors(browser)
     context, page, errors = host.open(browser, "views.ipynb", "sk-views")
-    page.add_init_script(
-        "window.__longTasks = [];"
-        "try { new PerformanceObserver(l => { for (const e of l.getEntries()) window.__longTasks.push(e.duration); })"
-        ".observe({type: 'longtask', buffered: true}); } catch (e) {}"
-    )
-    page.reload()
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     host.run_all(page)
     try:
-        wait_file(out / "done.txt", 90)
-        page.wait_for_function("n => document.querySelectorAll('.sk-tree-view').length >= n", arg=5, timeout=30_000)
+        wait_file(out / "done.txt", 2 * HANG)  # every cell, a 10,000-message session among them
+        page.wait_for_function("n => document.querySelectorAll('.sk-tree-view').length >= n", arg=5)
     except Exception:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / f"failure-{host.name}-run-all.png"))
-        raise AssertionError(f"the notebook did not finish in {host.name}; page errors: {errors}") from None
+        shot = screenshots / f"failure-{host.name}-run-all.png"
+        page.screenshot(path=str(shot))
+        raise AssertionError(f"the notebook did not finish in {host.name} (see {shot}); "
+                             f"page errors: {errors}") from None
     yield Page(page, out, nb_path, errors, baseline, host)
     context.close()
 
@@ -127,7 +123,7 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
     rows = outline_rows(data)
     view = nb.view("tree", "tree")
     view.scroll_into_view_if_needed()
-    page.wait_for_function("el => el.dataset.layout === 'done'", arg=view.element_handle(), timeout=30_000)
+    page.wait_for_function("el => el.dataset.layout === 'done'", arg=view.element_handle())
     assert view.get_attribute("data-rows") == str(len(rows))  # the front end laid out the same rows
     # the toolbar counts, singular where one: computed from the data
     kids = [0] * len(data.ids)
@@ -145,14 +141,14 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
     pagechecks.wait_previews(page, view)  # previews arrive from the kernel after the layout
     assert row.locator(".sk-row-text").text_content() == pagechecks.preview_of(s, target)
     row.click()
-    assert wait_file(nb.out / "selected.txt", 15) == target
+    assert wait_file(nb.out / "selected.txt", HANG) == target
     assert view.get_attribute("data-selected") == target
     # the linked Transcript now shows the path to a4, as the model sees it
     transcript = nb.view("chat", "transcript")
     handle = transcript.element_handle()
     model = path_entries(s, target, compacted=True)
     page.wait_for_function("([el, n]) => el.dataset.leaf === 'a4' && el.dataset.entries === n",
-                           arg=[handle, str(len(model["entries"]))], timeout=15_000)
+                           arg=[handle, str(len(model["entries"]))])
     meta = transcript.locator(".sk-toolbar").inner_text()
     assert plural(len(model["compactions"]), "compaction") + " on this path" in meta, meta
     assert plural(len(model["entries"]), "entry", "entries") in meta
@@ -160,14 +156,14 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
     assert comp.count() == len(model["compactions"]) >= 1
     summary = data.compactions[0]["summary"]
     assert summary in comp.first.inner_text()
-    page.wait_for_timeout(300)
+    settle(page)
     nb.shot(view, screenshots, "branch-tree")
     nb.shot(transcript, screenshots, "transcript-model")
     # switch to the full history from the page: the hidden (compacted) messages come back, dimmed
     transcript.locator("button[data-mode='full']").click()
     full = path_entries(s, target, compacted=False)
     page.wait_for_function("([el, n]) => el.dataset.mode === 'full' && el.dataset.entries === n",
-                           arg=[handle, str(len(full["entries"]))], timeout=15_000)
+                           arg=[handle, str(len(full["entries"]))])
     hidden = sum(1 for e in full["entries"] if e.get("kind") == "hidden")
     assert hidden >= 1 and transcript.locator(".sk-msg.sk-hidden").count() == hidden
     nb.shot(transcript, screenshots, "transcript-full")
@@ -188,9 +184,9 @@ def test_compaction_band_is_a_row_and_opens_its_summary(nb, screenshots):
     assert row.locator(".sk-row-text").text_content() == " ".join(band["summary"].split())
     row.click()
     panel = view.locator(".sk-tree-panel")
-    panel.get_by_text("▤ Compaction").wait_for(timeout=15_000)
+    panel.get_by_text("▤ Compaction").wait_for()
     assert band["summary"] in panel.inner_text()
-    page.wait_for_timeout(200)
+    settle(page)
     nb.shot(view, screenshots, "compaction")
     assert not nb.new_errors(), nb.errors
 
@@ -215,7 +211,7 @@ def test_singular_counts_partial_costs_and_html_comments(nb, screenshots):
     assert view.locator(".sk-row[data-id='u1'] .sk-row-text").text_content() == pagechecks.preview_of(f, "u1")
     assert "<!--" in view.locator(".sk-row[data-id='u1'] .sk-row-text").text_content()
     chat = nb.view("forked_chat", "transcript")
-    chat.get_by_text(u1).first.wait_for(timeout=15_000)
+    chat.get_by_text(u1).first.wait_for()
     # one leaf, no branch point: singular where one
     line = nb.view("line", "tree")
     ldata = tree_data(nbhelpers.line_session(store))
@@ -227,7 +223,7 @@ def test_singular_counts_partial_costs_and_html_comments(nb, screenshots):
     data = tree_data(f)
     tree = sk.widgets.BranchTree(f, collapse=False)
     pagechecks.check_partial_costs(nb.page, view, tree, data, outline_rows(data, collapse=False), "a1", "a4")
-    nb.page.wait_for_timeout(200)
+    settle(nb.page)
     nb.shot(view, screenshots, "branch-diff")
     nb.shot(chat, screenshots, "transcript-comments")
     assert not nb.new_errors(), nb.errors
@@ -262,11 +258,14 @@ def test_run_view_streams_text_before_turn_end(nb, screenshots):
         view.element_handle(),
     )
     (nb.out / "go").write_text("1")
-    status = wait_file(nb.out / "run.txt", 60)
+    status = wait_file(nb.out / "run.txt", HANG)
     assert status.startswith("completed")
-    page.wait_for_function("el => el.dataset.status === 'completed'", arg=view.element_handle(), timeout=15_000)
+    page.wait_for_function("el => el.dataset.status === 'completed'", arg=view.element_handle())
     updates = page.evaluate("window.__textUpdates")
     before_end = [u for u in updates if not u["ended"] and u["len"] > 0]
+    # the model streams its words with a pause after each (nbhelpers.SlowModel, a slow provider:
+    # part of the scenario), which the kernel sends on in batches every 75 ms; a slower machine
+    # only stretches the stream over more batches
     assert len(before_end) >= 3, updates
     # batches are spaced by the kernel's batching interval, not one per word
     words = len(nbhelpers.run_script()[0]["text"].split())
@@ -280,32 +279,30 @@ def test_run_view_streams_text_before_turn_end(nb, screenshots):
     assert not nb.new_errors(), nb.errors
 
 
-def test_ten_thousand_message_tree_keeps_the_page_responsive_and_is_found(nb, screenshots):
+def test_ten_thousand_message_tree_scrolls_by_the_rows_in_view_and_is_found(nb, screenshots):
     page = nb.page
     view = nb.view("big", "tree")
     view.scroll_into_view_if_needed()
-    page.wait_for_function("el => el.dataset.layout === 'done'", arg=view.element_handle(), timeout=20_000)
+    page.wait_for_function("el => el.dataset.layout === 'done'", arg=view.element_handle())
     s = nbhelpers.big_session(sk.open_store())
     data = tree_data(s)
     rows = outline_rows(data)
     assert view.get_attribute("data-rows") == str(len(rows)) and len(rows) > 1000
+    # the page stays responsive: a scroll and a click cost work in proportion to the rows in
+    # view (rows updated, drawing calls: counted in the page), not to the tree's thousands
+    pagechecks.watch_tree_work(page, view)
     scroller = view.locator(".sk-tree-scroll")
     for fraction in (0.5, 0.9, 0.1):
-        started = time.monotonic()
-        page.evaluate("([el, f]) => { el.scrollTop = el.scrollHeight * f; }", [scroller.element_handle(), fraction])
-        page.evaluate("() => new Promise(r => requestAnimationFrame(() => r(1)))")
-        assert time.monotonic() - started < 2.0
-    started = time.monotonic()
+        scroller.evaluate("(el, f) => { el.scrollTop = el.scrollHeight * f; }", fraction)
+        pagechecks.check_bounded_by_the_view(pagechecks.tree_work(page, view), len(rows), scrolled=True)
     scroller.click(position={"x": 200, "y": 11 * 22 + 11})
-    page.wait_for_function("el => !!el.dataset.selected", arg=view.element_handle(), timeout=2_000)
-    assert time.monotonic() - started < 2.0
-    long_tasks = page.evaluate("window.__longTasks")
-    assert max(long_tasks or [0]) < 2000, long_tasks
+    page.wait_for_function("el => !!el.dataset.selected", arg=view.element_handle())
+    pagechecks.check_bounded_by_the_view(pagechecks.tree_work(page, view), len(rows), scrolled=False)
     # a row far below the view is text in the page: find-in-page reaches it
-    page.evaluate("el => { el.scrollTop = 0; }", scroller.element_handle())
+    scroller.evaluate("el => { el.scrollTop = 0; }")
     far = next(data.ids[r[1]] for r in reversed(rows) if r[0] == "node")
     pagechecks.check_find_in_page(page, view, far, pagechecks.preview_of(s, far))
-    page.wait_for_timeout(300)
+    settle(page)
     nb.shot(view, screenshots, "branch-tree-10k")
     assert not nb.new_errors(), nb.errors
 
@@ -313,7 +310,7 @@ def test_ten_thousand_message_tree_keeps_the_page_responsive_and_is_found(nb, sc
 def test_live_views_hide_their_snapshots(nb):
     page = nb.page
     page.wait_for_function("n => document.querySelectorAll('[data-sk-snapshot-hidden]').length >= n",
-                           arg=LIVE_VIEWS, timeout=15_000)
+                           arg=LIVE_VIEWS)
     visible = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook [data-sessionkit-snapshot]')]"
                             ".filter(el => el.offsetParent !== null).length")
     assert visible == 0
@@ -326,20 +323,18 @@ def test_saved_notebook_converts_to_html_with_static_snapshots(nb, screenshots):
     page = nb.page
     page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.click()  # a cell, not a view, has the focus
     page.keyboard.press("Control+s")
-    deadline = time.monotonic() + 20
-    saved = None
-    while time.monotonic() < deadline:
+
+    def saved_with_outputs():
         try:
-            saved = nbformat.read(str(nb.nb_path), as_version=4)
+            notebook = nbformat.read(str(nb.nb_path), as_version=4)
         except Exception:  # read while the server writes it
-            saved = None
-        if saved and all(c.get("outputs") for c in saved.cells[CELL["tree"]:CELL["runs"] + 1]):
-            break
-        time.sleep(0.2)
-    assert saved is not None, "the notebook was not saved"
+            return None
+        return notebook if all(c.get("outputs") for c in notebook.cells[CELL["tree"]:CELL["runs"] + 1]) else None
+
+    saved = wait_until(saved_with_outputs, interval=0.2, what="the notebook to be saved with its outputs")
     html, _ = nbconvert.HTMLExporter().from_notebook_node(saved)
     for kind in ("tree", "transcript", "run"):
         assert f'data-sessionkit-snapshot="{kind}"' in html, kind
     assert "Great. Where should we eat?" in html
-    (screenshots.parent / f"{nb.host.name}-views.html").write_text(html, encoding="utf-8")
+    (screenshots / f"{nb.host.name}-views.html").write_text(html, encoding="utf-8")
     page.screenshot(path=str(screenshots / f"{nb.host.name}-page.png"), full_page=False)

@@ -2,56 +2,70 @@
 function tools that ADK runs, a rewind), imported and compared event by event with what
 ``get_session`` reads back."""
 
-from __future__ import annotations
-
 import asyncio
+import functools
 import sqlite3
-from collections.abc import AsyncGenerator
+from types import SimpleNamespace
 
 import pytest
-from google.adk.agents import LlmAgent
-from google.adk.events._rewind_events import _apply_rewinds  # ADK's own rule for the live events
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_response import LlmResponse
-from google.adk.runners import Runner
-from google.adk.sessions import DatabaseSessionService
-from google.adk.tools import ToolContext
-from google.genai import types
+from helpers import weather as forecast
 
 import sessionkit as sk
 
-
-class Scripted(BaseLlm):
-    """A model that answers each request with the next scripted response."""
-
-    script: list = []
-
-    async def generate_content_async(self, llm_request, stream=False) -> AsyncGenerator[LlmResponse, None]:
-        yield self.script.pop(0)
+# No ``from __future__ import annotations`` here: ADK reads the tool's parameter types from
+# its annotations, which must be the classes themselves, imported where the tool is made.
 
 
-def weather(city: str, tool_context: ToolContext) -> dict:
-    """The weather of a city; remembers the last city asked."""
-    tool_context.state["last_city"] = city
-    return {"forecast": f"sunny in {city}"}
+@functools.cache
+def _adk() -> SimpleNamespace:
+    """ADK's classes and what this module builds from them, imported on first use (not at
+    collection: importing ADK takes seconds)."""
+    from collections.abc import AsyncGenerator
 
+    from google.adk.agents import LlmAgent
+    from google.adk.events._rewind_events import _apply_rewinds  # ADK's own rule for the live events
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import Runner
+    from google.adk.sessions import DatabaseSessionService
+    from google.adk.tools import ToolContext
+    from google.genai import types
 
-def _text(t):
-    return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=t)]))
+    class Scripted(BaseLlm):
+        """A model that answers each request with the next scripted response."""
 
+        script: list = []
 
-def _calls(*cities):
-    return LlmResponse(content=types.Content(role="model", parts=[
-        types.Part(function_call=types.FunctionCall(name="weather", args={"city": c}, id=f"fc-{c}")) for c in cities]))
+        async def generate_content_async(self, llm_request, stream=False) -> AsyncGenerator[LlmResponse, None]:
+            yield self.script.pop(0)
+
+    def weather(city: str, tool_context: ToolContext) -> dict:
+        """The weather of a city; remembers the last city asked."""
+        tool_context.state["last_city"] = city
+        return {"forecast": forecast(city)}
+
+    def text(t):
+        return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=t)]))
+
+    def calls(*cities):
+        return LlmResponse(content=types.Content(role="model", parts=[
+            types.Part(function_call=types.FunctionCall(name="weather", args={"city": c}, id=f"fc-{c}"))
+            for c in cities]))
+
+    return SimpleNamespace(LlmAgent=LlmAgent, Runner=Runner, DatabaseSessionService=DatabaseSessionService,
+                           types=types, apply_rewinds=_apply_rewinds, Scripted=Scripted, weather=weather,
+                           text=text, calls=calls)
 
 
 async def _write(db):
-    model = Scripted(model="scripted", script=[
-        _calls("Oslo", "Rome"), _text("Oslo and Rome are sunny"), _text("you are welcome"),
-        _text("second try"), _text("hello from another user")])
-    agent = LlmAgent(name="helper", model=model, tools=[weather], output_key="last_answer")
-    service = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db}")
-    runner = Runner(agent=agent, app_name="app", session_service=service)
+    adk = _adk()
+    types = adk.types
+    model = adk.Scripted(model="scripted", script=[
+        adk.calls("Oslo", "Rome"), adk.text("Oslo and Rome are sunny"), adk.text("you are welcome"),
+        adk.text("second try"), adk.text("hello from another user")])
+    agent = adk.LlmAgent(name="helper", model=model, tools=[adk.weather], output_key="last_answer")
+    service = adk.DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db}")
+    runner = adk.Runner(agent=agent, app_name="app", session_service=service)
 
     async def ask(user, sid, text):
         async for _ in runner.run_async(user_id=user, session_id=sid,
@@ -130,7 +144,7 @@ def test_live_path_matches_get_session(store, adk_db):
     assert [s.session_id for s in imported] == ["app/u1/s1", "app/u2/s1"]
     for (user, _), adk_session in sessions.items():
         session = store.session(f"app/{user}/s1")
-        live = _apply_rewinds(adk_session.events)
+        live = _adk().apply_rewinds(adk_session.events)
         history = [m for m in session.get_history(compacted=False)
                    if "rewind_before_invocation_id" not in m["metadata"]["adk"].get("actions", {})]
         assert _message_facts(history) == _fold_order(_event_facts(live)), user

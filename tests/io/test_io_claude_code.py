@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import content_text
 
 import sessionkit as sk
 
@@ -20,12 +21,6 @@ def _records(*paths):
             if line.strip():
                 out.append(json.loads(line))
     return out
-
-
-def _texts(content):
-    if isinstance(content, str):
-        return content
-    return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
 
 
 def _check_against_log(session, records):
@@ -54,14 +49,14 @@ def _check_against_log(session, records):
                     assert part["state"] == "output-error"
                 else:
                     assert part["state"] == "output-available"
-                    assert part["output"] == (b["content"] if isinstance(b["content"], str) else _texts(b["content"]))
+                    assert part["output"] == content_text(b["content"])
             continue
         assert message is not None, r["uuid"]
         if r["type"] in ("user", "assistant"):
             role = "tool" if results and len(results) == len(content) else r["message"]["role"]
             assert message["role"] == role
             assert "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text") == \
-                _texts(r["message"]["content"])
+                content_text(r["message"]["content"])
             uses = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"] \
                 if isinstance(content, list) else []
             stored = [(p["toolCallId"], p["type"][5:], p["input"]) for p in message["parts"]
@@ -100,7 +95,7 @@ def test_rewind_and_compaction(store):
     assert (compaction.from_id, compaction.to_id) == ("u1", summary["uuid"])
     assert compaction.tokens_before == boundary["compactMetadata"]["preTokens"]
     history = session.get_history()
-    assert history[0]["parts"][0]["text"] == _texts(summary["message"]["content"])
+    assert history[0]["parts"][0]["text"] == content_text(summary["message"]["content"])
     assert [m["id"] for m in history[1:]] == ["p1u", "p1a"]
     assert [m["id"] for m in session.get_history(compacted=False)] == \
         ["u1", "a1", "b2u", "b2a", "b2u2", "b2a2", "cb", "cs", "p1u", "p1a"]

@@ -32,6 +32,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from helpers import chat_tool_call, import_file, result_ids
 
 import sessionkit as sk
 
@@ -47,17 +48,13 @@ MARK = "@@MARK@@"
 # Seeds
 
 
-def _call(cid, name, args):
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-
 CHAT = [
     {"role": "system", "content": "You are a travel agent."},
     {"role": "user", "content": [{"type": "text", "text": "Book SEA"},
                                  {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}}]},
-    {"role": "assistant", "content": None, "tool_calls": [_call("c1", "search", {"to": "SEA", "n": 2})]},
+    {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("c1", "search", {"to": "SEA", "n": 2})]},
     {"role": "tool", "tool_call_id": "c1", "content": "[\"HAT069\"]"},
-    {"role": "assistant", "content": "Found it.", "tool_calls": [_call("c1", "book", {"f": "HAT069"})]},
+    {"role": "assistant", "content": "Found it.", "tool_calls": [chat_tool_call("c1", "book", {"f": "HAT069"})]},
     {"role": "tool", "tool_call_id": "c1", "content": "booked"},
     {"role": "assistant", "content": "Done — café ☕.", "reasoning_content": "easy", "name": "agent"},
 ]
@@ -254,12 +251,6 @@ def corpus(name: str, data: bytes, *, scale: int) -> list[tuple[str, bytes]]:
 # Running an import and checking the store
 
 
-def _run(kind: str, store, path: Path):
-    if kind == "openai":
-        return sk.io.import_openai(store.session("chat"), path)
-    return getattr(sk.io, f"import_{kind}")(store, path)
-
-
 def snapshot(store) -> dict:
     """Every session's messages (parent, role, parts, metadata; not the import time) and compactions."""
     out = {}
@@ -307,7 +298,7 @@ def check_case(kind: str, case: str, data: bytes, seed: bytes, open_store, folde
     store = open_store()
     try:
         try:
-            result = _run(kind, store, path)
+            result = import_file(kind, store, path)
         except sk.io.MalformedInput as exc:
             _check_failure(kind, case, data, seed, exc, store, open_store, folder, path)
             return "error"
@@ -316,21 +307,14 @@ def check_case(kind: str, case: str, data: bytes, seed: bytes, open_store, folde
         _check_result(kind, case, result, store, fresh=True)
         before = snapshot(store)
         stats = store.stats()
-        again = _run(kind, store, path)  # idempotent
+        again = import_file(kind, store, path)  # idempotent
         assert store.stats()["messages"] == stats["messages"], f"{kind} {case}: importing again added messages"
         assert snapshot(store) == before
         _check_result(kind, case, again, store, fresh=False)
-        assert _ids(again) == _ids(result), f"{kind} {case}: importing again reports other records"
+        assert result_ids(again) == result_ids(result), f"{kind} {case}: importing again reports other records"
         return "ok"
     finally:
         store.close()
-
-
-def _ids(result) -> list[str]:
-    """The ids an import returned: its results' message ids (OpenAI) or its sessions' ids."""
-    if hasattr(result, "ids"):
-        return result.ids
-    return [s.session_id for s in result]
 
 
 def _check_result(kind: str, case: str, result, store, fresh: bool) -> None:
@@ -345,7 +329,7 @@ def _check_result(kind: str, case: str, result, store, fresh: bool) -> None:
         assert all(r.message == session.get(r.message["id"]) for r in result), f"{kind} {case}"
         return
     held = sorted(info.id for info in store.list_sessions())
-    ids = _ids(result)
+    ids = result_ids(result)
     assert len(ids) == len(set(ids)), f"{kind} {case}: a session returned twice"
     assert sorted(ids) == held, f"{kind} {case}: returned sessions {ids} but the store holds {held}"
     assert all(s.store is store for s in result), f"{kind} {case}"
@@ -379,7 +363,7 @@ def _check_failure(kind, case, data, seed, exc, store, open_store, folder, path)
         fresh = open_store()
         try:
             if prefix:
-                _run(kind, fresh, other)
+                import_file(kind, fresh, other)
             assert got == snapshot(fresh), (case, "the store holds more or less than the records counted")
         finally:
             fresh.close()
@@ -390,10 +374,10 @@ def _check_failure(kind, case, data, seed, exc, store, open_store, folder, path)
             assert exc.imported == 0 or numbered[exc.imported - 1] < failed_at, case
     # importing the original file completes the import
     path.write_bytes(seed)
-    _run(kind, store, path)
+    import_file(kind, store, path)
     clean = open_store()
     try:
-        _run(kind, clean, path)
+        import_file(kind, clean, path)
         want, have = snapshot(clean), snapshot(store)
         for sid, (tree, comps) in want.items():
             assert sid in have and set(tree) <= set(have[sid][0]), (case, sid)
@@ -483,7 +467,8 @@ _SETTINGS = dict(derandomize=True, deadline=None, database=None,
                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
-@settings(max_examples=300, **_SETTINGS)
+# a quick pass on every seed; test_random_byte_edits_many is the long fuzzing run
+@settings(max_examples=100, **_SETTINGS)
 @given(edit=_edits())
 def test_random_byte_edits(seeds, new_store, tmp_path_factory, edit):
     _fuzz(seeds, new_store, tmp_path_factory, edit)

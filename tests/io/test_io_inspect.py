@@ -7,33 +7,40 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from inspect_ai import Task, eval
-from inspect_ai.dataset import Sample
-from inspect_ai.log import read_eval_log
-from inspect_ai.model import ModelOutput, get_model
-from inspect_ai.scorer import match
-from inspect_ai.solver import generate, use_tools
-from inspect_ai.tool import tool
 
 import sessionkit as sk
 
 
-@tool
-def add():
-    async def execute(x: int, y: int):
-        """Add two numbers.
+def _add_tool():
+    """inspect-ai's tool adding two numbers (inspect-ai is imported here, not at collection:
+    its import takes seconds)."""
+    from inspect_ai.tool import tool
 
-        Args:
-            x: the first number
-            y: the second number
-        """
-        return x + y
+    @tool
+    def add():
+        async def execute(x: int, y: int):
+            """Add two numbers.
 
-    return execute
+            Args:
+                x: the first number
+                y: the second number
+            """
+            return x + y
+
+        return execute
+
+    return add
 
 
 @pytest.fixture(scope="module")
 def eval_log(tmp_path_factory):
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ModelOutput, get_model
+    from inspect_ai.scorer import match
+    from inspect_ai.solver import generate, use_tools
+
+    add = _add_tool()
     # inspect counts tokens with tiktoken's o200k_base; litellm ships that file, so no download
     tokenizers = Path(importlib.util.find_spec("litellm").origin).parent / "litellm_core_utils" / "tokenizers"
     with pytest.MonkeyPatch.context() as mp:
@@ -53,6 +60,8 @@ def eval_log(tmp_path_factory):
 
 
 def test_samples_message_by_message(store, eval_log):
+    from inspect_ai.log import read_eval_log
+
     sessions = sk.io.import_inspect(store, eval_log)
     log = read_eval_log(str(eval_log))
     assert [s.session_id for s in sessions] == [f"{log.eval.eval_id}/{s.id}/{s.epoch}" for s in log.samples]

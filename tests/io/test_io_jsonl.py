@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+from helpers import msg
 
 import sessionkit as sk
 
@@ -21,23 +22,19 @@ def _lines(path):
     return rows[1:]
 
 
-def _text(mid, role, text, **extra):
-    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}], **extra}
-
-
 def _build_compacted(store):
     """A session with branches, metadata, an out-of-row payload and two compactions."""
     s = store.session("compacted")
     payload = base64.b64encode(bytes(range(256)) * 20).decode()
-    s.append(_text("u1", "user", "first question " * 20, metadata={"tag": "a"}))
-    s.append(_text("a1", "assistant", "first answer " * 20))
+    s.append(msg("u1", "first question " * 20, "user", metadata={"tag": "a"}))
+    s.append(msg("a1", "first answer " * 20, "assistant"))
     s.append({"id": "u2", "role": "user", "parts": [
         {"type": "text", "text": "look at this"},
         {"type": "file", "mediaType": "application/octet-stream", "data": payload}]})
-    s.append(_text("a2", "assistant", "second answer " * 20))
-    s.append(_text("u3", "user", "third"))
-    s.append(_text("alt", "user", "a sibling of u2"), parent_id="a1")
-    s.append(_text("alt-a", "assistant", "answer on the other branch"))
+    s.append(msg("a2", "second answer " * 20, "assistant"))
+    s.append(msg("u3", "third", "user"))
+    s.append(msg("alt", "a sibling of u2", "user"), parent_id="a1")
+    s.append(msg("alt-a", "answer on the other branch", "assistant"))
     plan = iter([("u1", "a2", "summary one"), ("compaction:", "u3", "summary two")])
 
     def fn(messages, ctx):
@@ -107,9 +104,9 @@ def test_compactions_and_payloads_survive(engine, make_store, tmp_path):
 
 def test_store_export_keeps_cross_session_write_order(store, tmp_path, make_store, engine):
     a, b = store.session("a"), store.session("b")
-    a.append(_text("1", "user", "a1"))
-    b.append(_text("1", "user", "b1"))
-    a.append(_text("2", "assistant", "a2"))
+    a.append(msg("1", "a1", "user"))
+    b.append(msg("1", "b1", "user"))
+    a.append(msg("2", "a2", "assistant"))
     path = tmp_path / "order.jsonl"
     sk.io.export_jsonl(store, path)
     assert [(r["session_id"], r["message"]["id"]) for r in _lines(path)] == [("a", "1"), ("b", "1"), ("a", "2")]
@@ -119,8 +116,8 @@ def test_store_export_keeps_cross_session_write_order(store, tmp_path, make_stor
 
 
 def test_session_export_holds_only_that_session(store, tmp_path):
-    store.session("a").append(_text("1", "user", "a"))
-    store.session("b").append(_text("1", "user", "b"))
+    store.session("a").append(msg("1", "a", "user"))
+    store.session("b").append(msg("1", "b", "user"))
     path = tmp_path / "one.jsonl"
     assert sk.io.export_jsonl(store.session("b"), path)["messages"] == 1
     assert {r["session_id"] for r in _lines(path)} == {"b"}

@@ -4,51 +4,60 @@ with what ``get_state_history`` reads back: forks, edits and tool calls included
 
 from __future__ import annotations
 
+import functools
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from helpers import weather
 
 import sessionkit as sk
 
 
-@tool
-def weather(city: str) -> str:
-    """The weather of a city."""
-    if city == "Atlantis":
-        raise ValueError("no such city")
-    return f"sunny in {city}"
+@functools.cache
+def _lg() -> SimpleNamespace:
+    """LangGraph's classes, imported on first use (not at collection: importing LangGraph and
+    LangChain takes seconds)."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    return SimpleNamespace(AIMessage=AIMessage, HumanMessage=HumanMessage, SqliteSaver=SqliteSaver, START=START,
+                           MessagesState=MessagesState, StateGraph=StateGraph, ToolNode=ToolNode,
+                           tools_condition=tools_condition, weather=tool(weather))
 
 
 def _graph(saver, script):
+    lg = _lg()
+
     def model(state):
         return {"messages": [script.pop(0)]}
 
-    g = StateGraph(MessagesState)
+    g = lg.StateGraph(lg.MessagesState)
     g.add_node("model", model)
-    g.add_node("tools", ToolNode([weather], handle_tool_errors=True))
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", tools_condition)
+    g.add_node("tools", lg.ToolNode([lg.weather], handle_tool_errors=True))
+    g.add_edge(lg.START, "model")
+    g.add_conditional_edges("model", lg.tools_condition)
     g.add_edge("tools", "model")
     return g.compile(checkpointer=saver)
 
 
 def _call(n, *cities):
-    return AIMessage(content="", tool_calls=[{"name": "weather", "args": {"city": c}, "id": f"c{n}{i}"}
-                                             for i, c in enumerate(cities)])
+    return _lg().AIMessage(content="", tool_calls=[{"name": "weather", "args": {"city": c}, "id": f"c{n}{i}"}
+                                                   for i, c in enumerate(cities)])
 
 
 @pytest.fixture
 def checkpoints(tmp_path):
     """Thread t1: parallel tool calls, a failing call, then a fork from the checkpoint
     before the second question and an edit of the last answer; thread t2: one exchange."""
+    lg = _lg()
+    AIMessage, HumanMessage = lg.AIMessage, lg.HumanMessage
     db = tmp_path / "graph.db"
     conn = sqlite3.connect(db, check_same_thread=False)
-    saver = SqliteSaver(conn)
+    saver = lg.SqliteSaver(conn)
     script = [_call(1, "Oslo", "Rome"), AIMessage("Oslo and Rome are sunny"),
               _call(2, "Atlantis"), AIMessage("Atlantis is not a city"),
               AIMessage("forked answer"), AIMessage("hello")]

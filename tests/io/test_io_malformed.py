@@ -16,6 +16,7 @@ import sys
 import zlib
 
 import pytest
+from helpers import import_file
 
 import sessionkit as sk
 
@@ -57,12 +58,6 @@ def _stored(store, kind: str) -> int:
     return stats["messages"]
 
 
-def _import(kind: str, store, path):
-    if kind == "openai":
-        return sk.io.import_openai(store.session("chat"), path)
-    return getattr(sk.io, f"import_{kind}")(store, path)
-
-
 def _lines(kind: str) -> list[str]:
     return [json.dumps(rec) for rec in GOOD[kind]]
 
@@ -92,7 +87,7 @@ def test_bad_json_values_name_the_line(kind, bad, store, tmp_path):
     path = tmp_path / f"{kind}.jsonl"
     _write(path, lines)
     with pytest.raises(sk.io.MalformedInput) as info:
-        _import(kind, store, path)
+        import_file(kind, store, path)
     _check(info, path, kind, store)
     if words:
         assert words in info.value.problem
@@ -105,21 +100,31 @@ def test_bytes_that_are_not_utf8_name_the_line(kind, store, tmp_path):
     data = (lines[0] + "\n" + lines[1] + "\n").encode("utf-8").replace(b"@", b"caf\xe9", 1)
     path.write_bytes(data)
     with pytest.raises(sk.io.MalformedInput) as info:
-        _import(kind, store, path)
+        import_file(kind, store, path)
     _check(info, path, kind, store)
     assert "not UTF-8" in info.value.problem and "0xe9" in info.value.problem
 
 
+def _repeated_gzip(line: str) -> bytes:
+    """``line`` repeated until the first half of its gzip holds some whole lines: copies compress
+    to a few bytes each, so a line as small as these takes hundreds of them."""
+    copies = 100
+    while True:
+        data = gzip.compress(("\n".join([line] * copies) + "\n").encode("utf-8"))
+        if zlib.decompressobj(wbits=31).decompress(data[: len(data) // 2]).count(b"\n") >= 10:
+            return data
+        copies *= 2
+
+
 @pytest.mark.parametrize("kind", IMPORTERS)
 def test_gzip_cut_short_or_damaged(kind, store, tmp_path):
-    line = _lines(kind)[0]
-    # many copies of line 1, so the cut falls after some whole lines (records already stored
-    # are skipped by the import: idempotent)
-    data = gzip.compress(("\n".join([line] * 2000) + "\n").encode("utf-8"))
+    # copies of line 1, so the cut falls after some whole lines (records already stored are
+    # skipped by the import: idempotent)
+    data = _repeated_gzip(_lines(kind)[0])
     cut = tmp_path / f"{kind}-cut.jsonl.gz"
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(sk.io.MalformedInput) as info:
-        _import(kind, store, cut)
+        import_file(kind, store, cut)
     assert info.value.source == str(cut) and info.value.where.startswith("line ")
     assert "cut short" in info.value.problem
     damaged = bytearray(data)
@@ -127,14 +132,14 @@ def test_gzip_cut_short_or_damaged(kind, store, tmp_path):
     bad = tmp_path / f"{kind}-damaged.jsonl.gz"
     bad.write_bytes(bytes(damaged))
     with pytest.raises(sk.io.MalformedInput) as info:
-        _import(kind, store, bad)
+        import_file(kind, store, bad)
     assert "gzip" in info.value.problem or "not valid JSON" in info.value.problem or "UTF-8" in info.value.problem
     crc = bytearray(data)
     crc[-8] ^= 0xFF  # the checksum in the gzip trailer
     wrong = tmp_path / f"{kind}-crc.jsonl.gz"
     wrong.write_bytes(bytes(crc))
     with pytest.raises(sk.io.MalformedInput, match="gzip data is damaged"):
-        _import(kind, store, wrong)
+        import_file(kind, store, wrong)
 
 
 def test_gzip_errors_are_the_ones_reading_raises():
@@ -158,8 +163,11 @@ def _deep_tree(depth: int, tree_id: str = "deep") -> str:
     return f'{{"message_tree_id": "{tree_id}", "prompt": {head}{leaf}{"]}" * depth}}}'
 
 
-@pytest.mark.parametrize("depth", [700, 20_000])
+# 700 levels are beyond json's reach (two nestings a level) but not Python's recursion limit; the
+# deep tree goes twice past that limit, so a tree walk that recursed would fail on it too.
+@pytest.mark.parametrize("depth", [700, None], ids=["700", "twice-the-recursion-limit"])
 def test_deep_oasst_trees_import_without_recursion(depth, store, tmp_path):
+    depth = depth or 2 * max(1000, sys.getrecursionlimit())
     path = tmp_path / "deep.jsonl"
     path.write_text(_deep_tree(depth) + "\n", encoding="utf-8")
     with pytest.raises(RecursionError):  # what the json module does with it
@@ -203,7 +211,7 @@ def test_json_module_recursion_limit_is_not_raised(tmp_path, store):
         sys.setrecursionlimit(200)
         for kind in IMPORTERS:
             with pytest.raises(sk.io.MalformedInput):
-                _import(kind, store, path)
+                import_file(kind, store, path)
     finally:
         sys.setrecursionlimit(limit)
 
@@ -282,14 +290,14 @@ def test_a_failed_import_keeps_the_records_before_and_completes_when_run_again(k
     path = tmp_path / f"{kind}.jsonl"
     _write(path, broken)
     with pytest.raises(sk.io.MalformedInput) as info:
-        _import(kind, store, path)
+        import_file(kind, store, path)
     unit = "pairs" if kind == "hh" else "trees"
     assert info.value.where == "line 301" and info.value.imported == 300
     assert f"the 300 {unit} before it are stored, through line 300" in str(info.value)
     assert store.stats()["sessions"] == 300
     assert all(len(s) == (3 if kind == "hh" else 2) for s in store.list_sessions() for s in [store.session(s.id)])
     _write(path, good)
-    sessions = _import(kind, store, path)
+    sessions = import_file(kind, store, path)
     assert len(sessions) == 450 == store.stats()["sessions"]
     assert store.stats()["messages"] == 450 * (3 if kind == "hh" else 2)
 

@@ -6,24 +6,20 @@ import json
 from collections import Counter
 
 import pytest
+from helpers import chat_tool_call
 
 import sessionkit as sk
-
-
-def _call(cid, name, args):
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
 
 CHAT = [
     {"role": "system", "content": "You are a travel agent."},
     {"role": "user", "content": "Book me a flight."},
-    {"role": "assistant", "content": None, "tool_calls": [_call("c1", "search", {"to": "SEA"})]},
+    {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("c1", "search", {"to": "SEA"})]},
     {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "[\"HAT069\"]"},
     {"role": "assistant", "content": "Found HAT069.", "tool_calls": [
-        _call("c2", "price", {"flight": "HAT069"}), _call("c3", "seats", {"flight": "HAT069"})]},
+        chat_tool_call("c2", "price", {"flight": "HAT069"}), chat_tool_call("c3", "seats", {"flight": "HAT069"})]},
     {"role": "tool", "tool_call_id": "c3", "content": "12 seats"},
     {"role": "tool", "tool_call_id": "c2", "content": "$255"},
-    {"role": "assistant", "content": "", "tool_calls": [_call("c1", "book", {"flight": "HAT069"})]},
+    {"role": "assistant", "content": "", "tool_calls": [chat_tool_call("c1", "book", {"flight": "HAT069"})]},
     {"role": "tool", "tool_call_id": "c1", "content": "booked"},
     {"role": "assistant", "content": "Done.", "name": "agent-7"},
 ]
@@ -53,8 +49,8 @@ def test_roles_parts_and_tool_pairing(store):
 
 def test_results_before_the_second_call_pair_with_the_nearest_earlier_call():
     chat = [
-        {"role": "assistant", "content": None, "tool_calls": [_call("x", "a", {})]},
-        {"role": "assistant", "content": None, "tool_calls": [_call("x", "b", {})]},
+        {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("x", "a", {})]},
+        {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("x", "b", {})]},
         {"role": "tool", "tool_call_id": "x", "content": "for b"},
         {"role": "tool", "tool_call_id": "x", "content": "for a"},
     ]
@@ -156,7 +152,7 @@ def test_legacy_function_call_pairs_with_function_message():
     [
         ([{"role": "user", "content": "hi"}, {"content": "no role"}], "record 1", "no 'role'"),
         ([{"role": "tool", "tool_call_id": "zz", "content": "x"}], "record 0", "no earlier assistant message"),
-        ([{"role": "assistant", "tool_calls": [_call("a", "f", {})]},
+        ([{"role": "assistant", "tool_calls": [chat_tool_call("a", "f", {})]},
           {"role": "tool", "tool_call_id": "a", "content": "1"},
           {"role": "tool", "tool_call_id": "a", "content": "2"}], "record 2", "already has a result"),
         ([{"role": "assistant", "tool_calls": [

@@ -5,83 +5,90 @@ against the SDK's own ``get_items``."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sqlite3
+from types import SimpleNamespace
 
 import pytest
-from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
-from agents.extensions.memory import AdvancedSQLiteSession
-from agents.items import ModelResponse
-from agents.models.interface import Model
-from agents.usage import Usage
-from openai.types.responses import (
-    ResponseFunctionToolCall,
-    ResponseOutputMessage,
-    ResponseOutputText,
-    ResponseReasoningItem,
-)
-from openai.types.responses.response_reasoning_item import Summary
+from helpers import weather
 
 import sessionkit as sk
-
-set_tracing_disabled(True)
 
 _USAGE: dict = {}  # branch -> the SDK's own get_turn_usage(), filled by _write_advanced
 
 
-class Scripted(Model):
-    """A model that answers each request with the next of its scripted outputs."""
+@functools.cache
+def _sdk() -> SimpleNamespace:
+    """The SDK's classes and what this module builds from them, imported on first use (not at
+    collection: importing the SDK and openai takes seconds)."""
+    from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
+    from agents.extensions.memory import AdvancedSQLiteSession
+    from agents.items import ModelResponse
+    from agents.models.interface import Model
+    from agents.usage import Usage
+    from openai.types.responses import (
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+        ResponseReasoningItem,
+    )
+    from openai.types.responses.response_reasoning_item import Summary
 
-    def __init__(self, outputs):
-        self.outputs = list(outputs)
+    set_tracing_disabled(True)
 
-    async def get_response(self, *args, **kwargs):
-        n = len(self.outputs)
-        usage = Usage(requests=1, input_tokens=10 * n, output_tokens=n, total_tokens=11 * n)
-        return ModelResponse(output=self.outputs.pop(0), usage=usage, response_id=None)
+    class Scripted(Model):
+        """A model that answers each request with the next of its scripted outputs."""
 
-    def stream_response(self, *args, **kwargs):
-        raise NotImplementedError
+        def __init__(self, outputs):
+            self.outputs = list(outputs)
 
+        async def get_response(self, *args, **kwargs):
+            n = len(self.outputs)
+            usage = Usage(requests=1, input_tokens=10 * n, output_tokens=n, total_tokens=11 * n)
+            return ModelResponse(output=self.outputs.pop(0), usage=usage, response_id=None)
 
-def _say(n, text):
-    return ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed",
-                                 content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+        def stream_response(self, *args, **kwargs):
+            raise NotImplementedError
 
+    def say(n, text):
+        return ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed",
+                                     content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
 
-def _call(n, city):
-    return ResponseFunctionToolCall(id=f"fc_{n}", type="function_call", call_id=f"call_{n}", name="weather",
-                                    arguments=json.dumps({"city": city}), status="completed")
+    def call(n, city):
+        return ResponseFunctionToolCall(id=f"fc_{n}", type="function_call", call_id=f"call_{n}", name="weather",
+                                        arguments=json.dumps({"city": city}), status="completed")
 
+    def reasoning(rid, text):
+        return ResponseReasoningItem(id=rid, type="reasoning", summary=[Summary(type="summary_text", text=text)])
 
-@function_tool
-def weather(city: str) -> str:
-    """The weather of a city."""
-    return f"sunny in {city}"
+    tool = function_tool(weather)
 
+    def agent(outputs):
+        return Agent(name="helper", instructions="be brief", model=Scripted(outputs), tools=[tool])
 
-def _agent(outputs):
-    return Agent(name="helper", instructions="be brief", model=Scripted(outputs), tools=[weather])
+    return SimpleNamespace(Runner=Runner, SQLiteSession=SQLiteSession, AdvancedSQLiteSession=AdvancedSQLiteSession,
+                           say=say, call=call, reasoning=reasoning, agent=agent)
 
 
 async def _write_advanced(db):
     """Two turns on main (parallel tool calls, reasoning), then a branch 'alt' from turn 2."""
-    s = AdvancedSQLiteSession(session_id="conv-1", db_path=db, create_tables=True)
+    sdk = _sdk()
+    s = sdk.AdvancedSQLiteSession(session_id="conv-1", db_path=db, create_tables=True)
     try:
-        agent = _agent([
-            [ResponseReasoningItem(id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="look up")]),
-             _call(1, "Oslo"), _call(2, "Rome")],
-            [_say(3, "Oslo and Rome are sunny")],
-            [_say(4, "you are welcome")],
-            [_say(5, "glad to help")],
-            [_call(6, "Paris")],
-            [_say(7, "Paris is sunny too")],
+        agent = sdk.agent([
+            [sdk.reasoning("rs_1", "look up"), sdk.call(1, "Oslo"), sdk.call(2, "Rome")],
+            [sdk.say(3, "Oslo and Rome are sunny")],
+            [sdk.say(4, "you are welcome")],
+            [sdk.say(5, "glad to help")],
+            [sdk.call(6, "Paris")],
+            [sdk.say(7, "Paris is sunny too")],
         ])
         for question in ("weather in Oslo and Rome?", "thanks"):
-            await s.store_run_usage(await Runner.run(agent, question, session=s))
+            await s.store_run_usage(await sdk.Runner.run(agent, question, session=s))
         await s.create_branch_from_turn(2, "alt")
         for question in ("thanks a lot", "and Paris?"):
-            await s.store_run_usage(await Runner.run(agent, question, session=s))
+            await s.store_run_usage(await sdk.Runner.run(agent, question, session=s))
         branches = [b["branch_id"] for b in await s.list_branches()]
         _USAGE.update({b: await s.get_turn_usage(branch_id=b) for b in branches})
         return {b: await s.get_items(branch_id=b) for b in branches}
@@ -90,14 +97,15 @@ async def _write_advanced(db):
 
 
 async def _write_plain(db, session_id, questions):
-    s = SQLiteSession(session_id, db)
+    sdk = _sdk()
+    s = sdk.SQLiteSession(session_id, db)
     try:
         outputs = []
         for n, _ in enumerate(questions):
-            outputs += [[_call(100 + n, f"city{n}")], [_say(200 + n, f"answer {n}")]]
-        agent = _agent(outputs)
+            outputs += [[sdk.call(100 + n, f"city{n}")], [sdk.say(200 + n, f"answer {n}")]]
+        agent = sdk.agent(outputs)
         for q in questions:
-            await Runner.run(agent, q, session=s)
+            await sdk.Runner.run(agent, q, session=s)
         return await s.get_items()
     finally:
         s.close()
@@ -227,7 +235,7 @@ def test_plain_sessions_and_idempotence(store, plain_db):
     # a later turn written by the SDK adds only its own items
     asyncio.run(_write_plain(str(db), "alpha", ["q9"]))
     sk.io.import_openai_agents(store, db, session_ids=["alpha"])
-    fresh = asyncio.run(SQLiteSession("alpha", str(db)).get_items())
+    fresh = asyncio.run(_sdk().SQLiteSession("alpha", str(db)).get_items())
     assert _as_items(store.session("alpha").get_history(compacted=False)) == [_item_facts(i) for i in fresh]
     assert len(store.session("beta")) == counts["beta"]
 

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
 
 import sessionkit as sk
 
-pq = pytest.importorskip("pyarrow.parquet")
+# pyarrow is imported by the tests (through the ``pq`` fixture), not at collection
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="pyarrow is not installed")
+
+
+@pytest.fixture
+def pq():
+    import pyarrow.parquet
+
+    return pyarrow.parquet
 
 D1 = ["session_id", "id", "parent_id", "depth", "role", "text", "n_parts", "tool_names", "tokens", "bytes",
       "created_at", "n_children", "on_latest_path", "compacted_by"]
 
 
-def test_export_parquet_of_the_real_data(loaded, tmp_path):
+def test_export_parquet_of_the_real_data(loaded, tmp_path, pq):
     store = loaded["store"]
     paths = sk.io.export_parquet(store, tmp_path / "out")
     assert sorted(paths) == sorted(["messages", "sessions", "compactions", "runs", "events"])
@@ -33,7 +42,7 @@ def test_export_parquet_of_the_real_data(loaded, tmp_path):
     assert "cost_usd" in pq.read_table(paths["runs"]).column_names
 
 
-def test_export_parquet_with_compactions_and_a_subset(store, tmp_path):
+def test_export_parquet_with_compactions_and_a_subset(store, tmp_path, pq):
     s = store.session("s")
     for i in range(6):
         s.append({"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",

@@ -9,21 +9,16 @@ import weakref
 from array import array
 
 import pytest
+from helpers import result_ids
 
 import sessionkit as sk
 from sessionkit.io._common import SessionList
 
 
-@pytest.fixture
-def store(tmp_path):
-    with sk.open_store(tmp_path / "list.db") as s:
-        yield s
-
-
 @pytest.mark.parametrize("spill", [3, 50_000])
-def test_each_id_once_in_first_order_across_the_spill_to_disk(store, spill):
+def test_each_id_once_in_first_order_across_the_spill_to_disk(mem_store, spill):
     ids = [f"s{i % 7}-{'é' if i % 2 else 'x'}" for i in range(40)] + ["s0-x", "last"]
-    with SessionList(store, spill=spill) as sessions:
+    with SessionList(mem_store, spill=spill) as sessions:
         added = [sessions.append_new(sid) for sid in ids]
     expected = list(dict.fromkeys(ids))
     assert sessions.ids == expected
@@ -33,11 +28,11 @@ def test_each_id_once_in_first_order_across_the_spill_to_disk(store, spill):
         sessions.append_new("more")
 
 
-def test_used_as_a_list_of_handles(store):
-    with SessionList(store) as sessions:
+def test_used_as_a_list_of_handles(mem_store):
+    with SessionList(mem_store) as sessions:
         for sid in ("a", "b", "c", "d"):
             sessions.append_new(sid)
-    handles = [store.session(sid) for sid in ("a", "b", "c", "d")]
+    handles = [mem_store.session(sid) for sid in ("a", "b", "c", "d")]
     assert sessions == handles and handles == sessions and sessions != handles[:3]
     assert sessions[0] is handles[0] and sessions[-1] is handles[-1] and sessions[1:3] == handles[1:3]
     assert list(sessions) == handles and list(reversed(sessions)) == handles[::-1]
@@ -54,34 +49,30 @@ def test_used_as_a_list_of_handles(store):
         hash(sessions)
 
 
-def test_holds_ids_not_handles(store):
-    with SessionList(store) as sessions:
+def test_holds_ids_not_handles(mem_store):
+    with SessionList(mem_store) as sessions:
         sessions.append_new("x")
     ref = weakref.ref(sessions[0])
     gc.collect()
     assert ref() is None and sessions[0].session_id == "x"
 
 
-def test_ordered_by_keys(store):
-    with SessionList(store) as sessions:
+def test_ordered_by_keys(mem_store):
+    with SessionList(mem_store) as sessions:
         for sid in ("late", "early", "middle"):
             sessions.append_new(sid)
     assert sessions.ordered(array("q", [30, 10, 20])).ids == ["early", "middle", "late"]
 
 
-def _ids(sessions) -> list[str]:
-    return [s.session_id for s in sessions]
-
-
-def test_importers_return_each_session_once_in_file_order(store, tmp_path):
+def test_importers_return_each_session_once_in_file_order(mem_store, tmp_path):
     pair = {"chosen": "\n\nHuman: hi\n\nAssistant: yes", "rejected": "\n\nHuman: hi\n\nAssistant: no"}
     other = {"chosen": "\n\nHuman: bye\n\nAssistant: ok", "rejected": "\n\nHuman: bye\n\nAssistant: no"}
     hh = tmp_path / "hh.jsonl"
     hh.write_text("".join(json.dumps(p) + "\n" for p in (pair, other, pair)), encoding="utf-8")
-    sessions = sk.io.import_hh(store, hh)
+    sessions = sk.io.import_hh(mem_store, hh)
     assert len(sessions) == 2 == len({s.session_id for s in sessions})
     assert sessions[0].get("c1")["parts"][0]["text"] == "yes" and sessions[1].get("c1")["parts"][0]["text"] == "ok"
-    assert _ids(sk.io.import_hh(store, hh)) == _ids(sessions)  # again: the same sessions, nothing added
+    assert result_ids(sk.io.import_hh(mem_store, hh)) == result_ids(sessions)  # again: the same sessions, nothing added
 
     def flat(tree, mid, parent):
         return {"message_id": mid, "parent_id": parent, "message_tree_id": tree, "role": "prompter",
@@ -90,19 +81,19 @@ def test_importers_return_each_session_once_in_file_order(store, tmp_path):
     oasst = tmp_path / "flat.jsonl"
     rows = [flat("B", "b0", None), flat("A", "a0", None), flat("B", "b1", "b0"), flat("A", "a1", "a0")]
     oasst.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    assert _ids(sk.io.import_oasst(store, oasst, session_prefix="f-")) == ["f-B", "f-A"]  # by first line
+    assert result_ids(sk.io.import_oasst(mem_store, oasst, session_prefix="f-")) == ["f-B", "f-A"]  # by first line
 
     export = tmp_path / "export.jsonl"
-    sk.io.export_jsonl(store, export)
+    sk.io.export_jsonl(mem_store, export)
     copy = sk.open_store(tmp_path / "copy.db")
     got = sk.io.import_jsonl(copy, export)
-    assert sorted(_ids(got)) == sorted(info.id for info in store.list_sessions())
+    assert sorted(result_ids(got)) == sorted(info.id for info in mem_store.list_sessions())
     assert all(s.store is copy for s in got)
     copy.close()
 
 
 @pytest.mark.parametrize("limit", [10_000, 2])
-def test_imports_return_a_list_up_to_the_limit_then_the_packed_sequence(store, tmp_path, monkeypatch, limit):
+def test_imports_return_a_list_up_to_the_limit_then_the_packed_sequence(mem_store, tmp_path, monkeypatch, limit):
     # SPEC D3: a list of sessions; past LIST_UP_TO of them the packed SessionList (bounded memory).
     import sessionkit.io._common as common
 
@@ -110,11 +101,11 @@ def test_imports_return_a_list_up_to_the_limit_then_the_packed_sequence(store, t
     path = tmp_path / "hh.jsonl"
     path.write_text("".join(json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes",
                                         "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"}) + "\n" for i in range(3)))
-    got = sk.io.import_hh(store, path)
+    got = sk.io.import_hh(mem_store, path)
     if limit >= 3:
         assert type(got) is list
     else:
         assert isinstance(got, SessionList) and not isinstance(got, list)
     assert len(got) == 3 and all(isinstance(s, sk.Session) for s in got)
-    assert sorted(s.session_id for s in got) == sorted(i.id for i in store.list_sessions())
+    assert sorted(s.session_id for s in got) == sorted(i.id for i in mem_store.list_sessions())
     assert [s.get_history()[0]["parts"][0]["text"] for s in got] == ["q0", "q1", "q2"]

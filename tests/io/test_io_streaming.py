@@ -9,8 +9,10 @@ sequence of results that reads its messages back on demand.
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
+from helpers import chat_tool_call
 
 import sessionkit as sk
 from sessionkit.io import _common
@@ -19,15 +21,10 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-
-def _call(cid, name, args):
-    return {"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-
-
 CHAT = [
     {"role": "system", "content": "You are terse. Ünïcödé: 日本語 ☕ \U0001f600"},
     {"role": "user", "content": "Quote: \"a\\b\" \t tab, numbers 1.5e3 -0 12345678901234567890"},
-    {"role": "assistant", "content": None, "tool_calls": [_call("c1", "search", {"q": "x" * 300, "n": 3.25})]},
+    {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("c1", "search", {"q": "x" * 300, "n": 3.25})]},
     {"role": "tool", "tool_call_id": "c1", "content": "[1, 2, 3]"},
     {"role": "assistant", "content": "Done.", "metadata_extra": [True, False, None, {}, [], 0.001]},
 ]
@@ -129,8 +126,11 @@ def test_parser_without_recursion_refuses_what_json_refuses(text):
 
 
 def test_parser_without_recursion_goes_deeper_than_json():
-    depth = 200_000
+    # 20 times the recursion limit: beyond what any recursive parser (json's C one included) reads
+    depth = 20 * max(1000, sys.getrecursionlimit())
     text = '{"a": ' * depth + "[1, 2.5, \"x\"]" + "}" * depth
+    with pytest.raises(RecursionError):
+        json.loads(text)
     value = _common._loads_deep(text)
     for _ in range(depth):
         value = value["a"]

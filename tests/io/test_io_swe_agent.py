@@ -8,16 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import content_text
 
 import sessionkit as sk
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "swe_agent"
-
-
-def _text(content):
-    if isinstance(content, str):
-        return content
-    return "".join(c["text"] for c in content if c.get("type") == "text")
 
 
 @pytest.mark.parametrize("name", ["function_calling_simple", "swe-agent__test-repo-i1"])
@@ -31,7 +26,7 @@ def test_history_entry_by_entry(store, name):
     assert [m["role"] for m in history] == [e["role"] for e in entries]
     parts_by_call = {}
     for message, entry in zip(history, entries):
-        assert "".join(p["text"] for p in message["parts"] if p["type"] == "text") == _text(entry["content"])
+        assert "".join(p["text"] for p in message["parts"] if p["type"] == "text") == content_text(entry["content"])
         assert message["metadata"]["swe_agent"]["agent"] == entry["agent"]
         calls = ast.literal_eval(entry["tool_calls"]) if isinstance(entry.get("tool_calls"), str) \
             else entry.get("tool_calls") or []
@@ -43,7 +38,7 @@ def test_history_entry_by_entry(store, name):
         if entry["role"] == "tool":
             ids = entry["tool_call_ids"]
             (call_id,) = ast.literal_eval(ids) if isinstance(ids, str) else ids
-            assert parts_by_call[call_id]["output"] == _text(entry["content"])
+            assert parts_by_call[call_id]["output"] == content_text(entry["content"])
     if "info" in doc:
         (record,) = store.records(name, "swe_agent.info")
         stats = doc["info"]["model_stats"]

@@ -1,8 +1,8 @@
 """Fixtures for the notebook tests: the notebooks folder, its helper scripts, fresh copies.
 
 The helper scripts (``notebooks/run_all.py``, ``binder/generate.py``) and the browser
-fixtures of ``tests/browser`` are loaded by file path; shared constants live in
-``nbtools.py`` beside this file.
+fixtures of ``tests/browser`` (chromium, the browser, the screenshots folder) are loaded by
+file path; shared constants live in ``nbtools.py`` beside this file.
 """
 
 from __future__ import annotations
@@ -34,16 +34,19 @@ def fresh_notebooks(run_all, tmp_path) -> Path:
     return run_all.fresh_copy(tmp_path / "notebooks")
 
 
-# -- the browser fixtures of tests/browser (chromium, playwright, jupyter_env) ----------------
+# -- the browser fixtures of tests/browser (chromium, playwright, screenshots) -----------------
 
 if str(BROWSER_TESTS) not in sys.path:
     sys.path.insert(0, str(BROWSER_TESTS))
 _browser = load_module("_sessionkit_browser_conftest", BROWSER_TESTS / "conftest.py")
 chromium_path = _browser.chromium_path
 browser = _browser.browser
+screenshots = _browser.screenshots
 
 
 @pytest.fixture(scope="session")
 def jupyter_env():
     """``jupyter_env(base) -> env``: every Jupyter and IPython folder inside ``base``."""
-    return _browser.jupyter_env
+    from servers import jupyter_env
+
+    return jupyter_env

@@ -14,12 +14,17 @@ import pytest
 
 from nbtools import EXPECTED, NOTEBOOKS, all_notebooks, need, numbered_notebooks
 
-nbformat = pytest.importorskip("nbformat")
-
 WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
 #: Paths that would tie an output to one machine (the notebooks run in a temporary copy).
 MACHINE_PATHS = re.compile(r"(/tmp/|/work/|/home/|/root/|/var/folders/|[A-Z]:\\\\Users\\\\)")
 RERUN = "run `python notebooks/run_all.py` and commit the result"
+
+
+@pytest.fixture(scope="module")
+def nbformat():
+    """nbformat, imported by the tests that read or build notebooks (its import takes seconds:
+    it compiles the grammars of its JSON schema's formats)."""
+    return pytest.importorskip("nbformat")
 
 
 def problems(nb) -> list[str]:
@@ -69,7 +74,7 @@ def test_the_tour_is_complete():
 
 
 @pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: p.name)
-def test_notebook_was_run_and_is_clean(path):
+def test_notebook_was_run_and_is_clean(nbformat, path):
     nb = nbformat.read(str(path), as_version=4)
     nbformat.validate(nb)
     found = problems(nb)
@@ -77,7 +82,7 @@ def test_notebook_was_run_and_is_clean(path):
 
 
 @pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: p.name)
-def test_notebook_opens_with_a_title_and_explains_itself(path):
+def test_notebook_opens_with_a_title_and_explains_itself(nbformat, path):
     nb = nbformat.read(str(path), as_version=4)
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# "), f"{path.name} has no title cell"
@@ -92,7 +97,7 @@ def test_notebook_opens_with_a_title_and_explains_itself(path):
 
 
 @pytest.mark.parametrize("path", all_notebooks(), ids=lambda p: p.name)
-def test_links_between_notebooks_resolve(path):
+def test_links_between_notebooks_resolve(nbformat, path):
     nb = nbformat.read(str(path), as_version=4)
     for cell in nb.cells:
         if cell.cell_type != "markdown":
@@ -114,23 +119,23 @@ def test_data_files_carry_their_sources():
 # -- the checks themselves can fail -------------------------------------------------------
 
 
-def _notebook(*cells):
+def _notebook(nbformat, *cells):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = list(cells)
     return nb
 
 
-def test_problems_reports_an_unrun_notebook():
-    nb = _notebook(nbformat.v4.new_markdown_cell("# 9 · x"), nbformat.v4.new_code_cell("1 + 1"))
+def test_problems_reports_an_unrun_notebook(nbformat):
+    nb = _notebook(nbformat, nbformat.v4.new_markdown_cell("# 9 · x"), nbformat.v4.new_code_cell("1 + 1"))
     assert any("was not run" in p for p in problems(nb))
 
 
-def test_problems_reports_out_of_order_runs_and_widget_state():
+def test_problems_reports_out_of_order_runs_and_widget_state(nbformat):
     a = nbformat.v4.new_code_cell("x = 1", execution_count=2)
     b = nbformat.v4.new_code_cell("x", execution_count=1, outputs=[nbformat.v4.new_output(
         "execute_result", data={"text/plain": "1", WIDGET_MIMES[0]: {"model_id": "abc"}}, execution_count=1)])
-    nb = _notebook(a, b)
+    nb = _notebook(nbformat, a, b)
     nb.metadata["widgets"] = {WIDGET_MIMES[1]: {"state": {}}}
     found = " | ".join(problems(nb))
     assert "execution counts [2, 1]" in found
@@ -138,20 +143,20 @@ def test_problems_reports_out_of_order_runs_and_widget_state():
     assert "saved a widget output" in found
 
 
-def test_problems_reports_errors_stderr_and_machine_paths():
+def test_problems_reports_errors_stderr_and_machine_paths(nbformat):
     cell = nbformat.v4.new_code_cell("boom", execution_count=1, outputs=[
         nbformat.v4.new_output("stream", name="stderr", text="DeprecationWarning: old\n"),
         nbformat.v4.new_output("stream", name="stdout", text="saved to /tmp/abc/x.db\n"),
         nbformat.v4.new_output("error", ename="KeyError", evalue="'x'", traceback=[]),
     ])
-    found = " | ".join(problems(_notebook(cell)))
+    found = " | ".join(problems(_notebook(nbformat, cell)))
     assert "KeyError" in found and "stderr" in found and "machine path" in found
 
 
-def test_problems_accepts_a_clean_run():
+def test_problems_accepts_a_clean_run(nbformat):
     cell = nbformat.v4.new_code_cell("print(1)", execution_count=1,
                                      outputs=[nbformat.v4.new_output("stream", name="stdout", text="1\n")])
-    assert problems(_notebook(nbformat.v4.new_markdown_cell("# 9 · x"), cell)) == []
+    assert problems(_notebook(nbformat, nbformat.v4.new_markdown_cell("# 9 · x"), cell)) == []
 
 
 def test_need_is_importable():  # keeps the helper honest for the other modules

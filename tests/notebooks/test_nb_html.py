@@ -12,19 +12,7 @@ from collections import Counter
 
 import pytest
 
-from nbtools import EXPECTED, NOTEBOOKS, need
-
-#: notebook -> (snapshot kind -> how many at least, a phrase that must appear in the page)
-VIEWS = {
-    "01-quickstart": ({"tree": 2, "transcript": 1}, "Session deploy-help"),
-    "02-regeneration-and-branches": ({"tree": 1, "transcript": 1}, "How many gunicorn workers should I run?"),
-    "03-search": ({"tree": 1, "transcript": 1, "store": 1}, "Write an article on Quantum Gravity"),
-    "04-agent-runs": ({"run": 2, "tree": 1}, "queued steer message"),
-    "05-compaction": ({"transcript": 2, "tree": 1}, "hidden by compaction"),
-    "06-transcript-analysis": ({"tree": 1}, "update_reservation_flights"),
-    "07-serving": ({"run": 1, "tree": 1}, "pack an umbrella for Porto only"),
-    "08-transcripts-from-everywhere": ({"tree": 1, "transcript": 1}, "Conversation compacted"),
-}
+from nbtools import EXPECTED, NOTEBOOKS, VIEWS, need
 
 
 def test_every_tour_notebook_has_expected_views():

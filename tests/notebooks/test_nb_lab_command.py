@@ -9,8 +9,9 @@ import sys
 import urllib.request
 
 import pytest
+from helpers import free_port
 from nbtools import EXPECTED, REPO, need
-from servers import free_port, launcher
+from servers import launcher
 
 import sessionkit as sk
 
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: starts Jupyte
 
 
 def _get(url: str):
-    with urllib.request.urlopen(url, timeout=10) as response:
+    with urllib.request.urlopen(url, timeout=60) as response:
         return json.loads(response.read())
 
 
@@ -57,7 +58,7 @@ def test_lab_copies_the_tour_and_serves_it_with_the_store(tmp_path, jupyter_env)
         assert (dest / "01-quickstart.ipynb").read_text() == "{}"
         assert (dest / "data" / "SOURCES.md").read_text() == (REPO / "notebooks" / "data" / "SOURCES.md").read_text()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/tree/your-store.ipynb?token={token}",
-                                    timeout=10) as page:
+                                    timeout=60) as page:
             assert page.status == 200 and b"JupyterLab" in page.read()
         assert job.stop() == 0
     with pytest.raises(OSError):

@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from nbtools import EXPECTED, REPO, need
+from nbtools import BROWSER_TESTS, EXPECTED, VIEWS, need
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # slow: a kernel per notebook, chromium
-
-SHOTS = REPO / "artifacts" / "screenshots"
-BROWSER_HELPERS = REPO / "tests" / "browser"
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # slow: a kernel per notebook, chromium
 
 VIEWS_NOTEBOOK = [
     "import sys\n"
-    f"sys.path.insert(0, {str(BROWSER_HELPERS)!r})\n"
+    f"sys.path.insert(0, {str(BROWSER_TESTS)!r})\n"
     "import sessionkit as sk, nbhelpers as h\n"
     "store = sk.open_store(); s = h.demo_session(store)\n"
     "agent = sk.Agent('t', 'Be brief.', sk.testing.ScriptedModel(h.run_script()), tools=[h.weather])\n"
@@ -41,7 +38,7 @@ VIEWS_NOTEBOOK = [
 def _convert(notebook: Path, env: dict) -> Path:
     """The default command, exactly: ``jupyter nbconvert --to html --execute NOTEBOOK``."""
     proc = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", notebook.name],
-                          cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return notebook.with_suffix(".html")
 
@@ -76,6 +73,7 @@ def _visible_views(page) -> dict:
 def offline_page(browser):
     context = browser.new_context(viewport={"width": 1200, "height": 900}, offline=True)
     page = context.new_page()
+    page.set_default_timeout(60_000)
     yield page
     context.close()
 
@@ -97,11 +95,10 @@ def converted(run_all, tmp_path_factory):
     return {stem: _convert(work / f"{stem}.ipynb", env) for stem in ("views", *EXPECTED)}
 
 
-def test_the_views_notebook_shows_transcript_tree_and_run_offline(converted, offline_page):
-    import sessionkit as sk
+def test_the_views_notebook_shows_transcript_tree_and_run_offline(converted, offline_page, screenshots):
+    import nbhelpers  # tests/browser, on the path (conftest.py)
 
-    sys.path.insert(0, str(BROWSER_HELPERS))
-    import nbhelpers
+    import sessionkit as sk
     from sessionkit.widgets._source import outline_rows, tree_data
 
     html = converted["views"].read_text(encoding="utf-8")
@@ -118,14 +115,11 @@ def test_the_views_notebook_shows_transcript_tree_and_run_offline(converted, off
     text = offline_page.inner_text("body")
     assert "Great. Where should we eat?" in text and "hidden by compaction" in text  # the transcript
     assert "Sunny and 23°C" in text and "tool weather" in text  # the run view
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    offline_page.screenshot(path=str(SHOTS / "nbconvert-execute-views.png"), full_page=True)
+    offline_page.screenshot(path=str(screenshots / "nbconvert-execute-views.png"), full_page=True)
 
 
 @pytest.mark.parametrize("stem", EXPECTED)
-def test_tour_notebook_shows_every_view_offline(converted, offline_page, stem):
-    from test_nb_html import VIEWS
-
+def test_tour_notebook_shows_every_view_offline(converted, offline_page, screenshots, stem):
     offline_page.goto(converted[stem].as_uri())
     offline_page.wait_for_load_state("load")
     seen = _visible_views(offline_page)
@@ -139,5 +133,4 @@ def test_tour_notebook_shows_every_view_offline(converted, offline_page, stem):
     if "tree" in expected:
         assert seen["treeRows"] > 0
     assert phrase in offline_page.inner_text("body"), (stem, phrase)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    offline_page.screenshot(path=str(SHOTS / f"nbconvert-execute-{stem}.png"), full_page=True)
+    offline_page.screenshot(path=str(screenshots / f"nbconvert-execute-{stem}.png"), full_page=True)

@@ -1,4 +1,8 @@
-"""Helpers for the HTTP tests: a uvicorn server on 127.0.0.1 in a thread, scripted agents, an SSE reader."""
+"""Helpers for the HTTP tests: a uvicorn server on 127.0.0.1 in a thread, scripted agents, an SSE reader,
+an authenticator naming principals by a header, and a wait for a server process to answer.
+
+Every wait here is on a state (an event, a frame, an answer); its time limit only ends a test
+that would otherwise hang, far above what a loaded machine takes."""
 
 from __future__ import annotations
 
@@ -10,18 +14,22 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 import asyncio
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 
 import httpx
 import uvicorn
+from helpers import wait_until
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+#: How long a wait on a state may take before the test is declared hung (seconds).
+HANG = 60
 
 
 # ---------------------------------------------------------------------------
@@ -72,6 +80,24 @@ def echo_agent(delay: float = 0.0, n: int = 500, tools=()) -> sk.Agent:
 
 
 # ---------------------------------------------------------------------------
+# principals
+
+
+def user_of(request):
+    """A sync authenticator: the ``X-User`` header names the principal (none: refused);
+    ``X-User: boom`` raises, as a failing authenticator does."""
+    user = request.headers.get("x-user")
+    if user == "boom":
+        raise PermissionError("no")
+    return user or None
+
+
+async def async_user_of(request):
+    """:func:`user_of` as a coroutine."""
+    return user_of(request)
+
+
+# ---------------------------------------------------------------------------
 # a live server
 
 
@@ -100,13 +126,13 @@ class LiveServer:
 
     def start(self) -> "LiveServer":
         self.thread.start()
-        deadline = time.monotonic() + 15
-        while not self.server.started:
+
+        def started() -> bool:
             if not self.thread.is_alive():
                 raise RuntimeError(f"the server did not start: {self.error!r}")
-            if time.monotonic() > deadline:
-                raise RuntimeError("the server did not start within 15 s")
-            time.sleep(0.01)
+            return self.server.started
+
+        wait_until(started, timeout=HANG, what="the server to start")
         return self
 
     def stop(self) -> None:
@@ -119,12 +145,12 @@ class LiveServer:
                 except RuntimeError:
                     pass
             self.server.should_exit = True
-            self.thread.join(20)
+            self.thread.join(HANG)
             assert not self.thread.is_alive(), "the server did not stop"
         self.sock.close()
 
     def client(self, headers: dict | None = AUTH, **kwargs) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=headers or {}, timeout=10, **kwargs)
+        return httpx.Client(base_url=self.url, headers=headers or {}, timeout=HANG, **kwargs)
 
 
 # ---------------------------------------------------------------------------
@@ -150,10 +176,11 @@ class SSEReader:
         self.ended = threading.Event()
         self.opened = threading.Event()
         self._cond = threading.Condition()
-        self._sock = socket.create_connection((self.host, self.port), timeout=30)
+        self._sock = socket.create_connection((self.host, self.port), timeout=HANG)
+        self._sock.settimeout(None)  # an idle stream is not an ended one: the reader waits as long as it is open
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
-        assert self.opened.wait(10), "the event stream did not open"
+        assert self.opened.wait(HANG), "the event stream did not open"
 
     def _read(self) -> None:
         try:
@@ -217,7 +244,7 @@ class SSEReader:
                 self.frames.append((event_id, json.loads("\n".join(data))))
                 self._cond.notify_all()
 
-    def wait(self, predicate: Callable[[list], bool], timeout: float = 15) -> list:
+    def wait(self, predicate: Callable[[list], bool], timeout: float = HANG) -> list:
         deadline = time.monotonic() + timeout
         with self._cond:
             while not predicate(self.frames):
@@ -231,7 +258,7 @@ class SSEReader:
         with self._cond:
             return [d for _, d in self.frames if "seq" in d]
 
-    def wait_runs_ended(self, count: int, timeout: float = 15) -> list:
+    def wait_runs_ended(self, count: int, timeout: float = HANG) -> list:
         return self.wait(lambda fs: sum(1 for _, d in fs if d.get("kind") == "run.end") >= count, timeout)
 
     def close(self) -> None:
@@ -240,19 +267,45 @@ class SSEReader:
         except OSError:
             pass
         self._sock.close()
-        self._thread.join(5)
+        self._thread.join(HANG)
 
 
-def wait_idle(client: httpx.Client, session_id: str, timeout: float = 15) -> dict:
+def wait_idle(client: httpx.Client, session_id: str, timeout: float = HANG) -> dict:
     """Poll ``GET /sessions/{id}`` until no run is active and nothing is queued."""
-    deadline = time.monotonic() + timeout
-    while True:
+    seen: list[dict] = []
+
+    def idle() -> dict | None:
         state = client.get(f"/sessions/{session_id}").json()
+        seen[:] = [state]
         if state["active"] is None and state["queued"] == 0 and all(r["status"] != "running" for r in state["runs"]):
             return state
-        if time.monotonic() > deadline:
-            raise AssertionError(f"session {session_id} still busy: {state}")
-        time.sleep(0.02)
+        return None
+
+    try:
+        return wait_until(idle, timeout=timeout, interval=0.02)
+    except AssertionError:
+        raise AssertionError(f"session {session_id} still busy: {seen[-1] if seen else None}") from None
+
+
+def wait_serving(url: str, proc: subprocess.Popen | None = None, *, output: Callable[[], str] = lambda: "",
+                 timeout: float = HANG) -> None:
+    """Until ``GET {url}/openapi.json`` answers 200: a server process is up. Fails at once,
+    with ``output()`` (its log), if ``proc`` exits first."""
+
+    def up() -> bool:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the server exited with {proc.returncode}: {output()}")
+        try:
+            return httpx.get(f"{url}/openapi.json", timeout=HANG).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(up, timeout=timeout, interval=0.05, what=f"a server answering at {url}")
+    except AssertionError as exc:
+        if proc is not None and proc.poll() is not None:
+            raise
+        raise AssertionError(f"{exc}: {output()}") from None
 
 
 def seqs(events: list[dict]) -> list[int]:

@@ -12,7 +12,7 @@ from websockets.sync.client import connect
 import sessionkit as sk
 from sessionkit.server import create_app
 
-from live_server import AUTH, TOKEN, echo_agent, wait_idle
+from live_server import AUTH, HANG, TOKEN, async_user_of, echo_agent, user_of, wait_idle
 
 ROUTES = [
     ("POST", "/sessions", {"sessionId": "s"}),
@@ -53,7 +53,7 @@ def test_every_route_refuses_a_missing_or_wrong_token_with_401(serve, store, cas
         r = c.post("/sessions/s/messages", content=b"x" * 2_000_000)
         assert r.status_code == 401
     with pytest.raises(InvalidStatus) as info:
-        connect(f"{live.ws_url}/sessions/s/ws", additional_headers=REFUSED[case], open_timeout=5)
+        connect(f"{live.ws_url}/sessions/s/ws", additional_headers=REFUSED[case], open_timeout=HANG)
     assert info.value.response.status_code == 401
     assert json.loads(info.value.response.body) == {"error": "unauthorized"}
     with live.client() as ok:  # nothing happened
@@ -120,20 +120,7 @@ def test_creation_refuses_short_tokens_and_missing_auth(store):
     app.state.sessionkit.close()
 
 
-def _user_of(request):
-    """A sync authenticator: X-User names the principal; 'boom' raises."""
-    user = request.headers.get("x-user")
-    if user == "boom":
-        raise PermissionError("no")
-    return user
-
-
-async def _async_user_of(request):
-    """The same, as a coroutine."""
-    return _user_of(request) or None
-
-
-@pytest.mark.parametrize("authenticate", [_user_of, _async_user_of], ids=["sync", "async"])
+@pytest.mark.parametrize("authenticate", [user_of, async_user_of], ids=["sync", "async"])
 def test_principals_have_their_own_namespaces_and_others_sessions_are_404(serve, store, sse, authenticate):
     live = serve(echo_agent(), store, authenticate=authenticate)
     alice = live.client(headers={"X-User": "alice@example.org"})
@@ -153,7 +140,7 @@ def test_principals_have_their_own_namespaces_and_others_sessions_are_404(serve,
         assert (r.status_code, r.json()) == (404, {"error": "session_not_found"}), (method, path)
     with pytest.raises(InvalidStatus) as info:
         connect(f"{live.ws_url}/sessions/only-alice/ws", additional_headers={"X-User": "bob/../evil"},
-                open_timeout=5)
+                open_timeout=HANG)
     assert info.value.response.status_code == 404
     assert alice.get("/sessions/only-alice").status_code == 200  # bob's attempts changed nothing
     # no principal in any answer, and none in the events
@@ -174,7 +161,7 @@ def test_principals_have_their_own_namespaces_and_others_sessions_are_404(serve,
 
 
 def test_token_and_authenticate_together(serve, store):
-    live = serve(echo_agent(), store, token=TOKEN, authenticate=_user_of)
+    live = serve(echo_agent(), store, token=TOKEN, authenticate=user_of)
     with live.client() as admin:
         assert admin.post("/sessions", json={"sessionId": "chat"}).status_code == 201
     with live.client(headers={"X-User": "carol"}) as carol:

@@ -6,20 +6,21 @@ import json
 import time
 
 import pytest
+from helpers import wait_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
-from live_server import AUTH, Gate, echo, echo_agent, seqs, wait_idle
+from live_server import AUTH, HANG, Gate, echo, echo_agent, seqs, wait_idle
 
 
 def run_ends(frames) -> list[dict]:
     return [d for _, d in frames if d.get("kind") == "run.end"]
 
 
-def test_one_stream_stays_open_across_two_runs_sent_two_seconds_apart(serve, store, sse):
+def test_one_stream_stays_open_across_two_runs_with_idle_time_between(serve, store, sse):
     live = serve(echo_agent(), store)
     live.app.state.sessionkit.keepalive = 0.5  # idle streams get comment lines
     with live.client() as c:
@@ -27,7 +28,10 @@ def test_one_stream_stays_open_across_two_runs_sent_two_seconds_apart(serve, sto
         reader = sse(f"{live.url}/sessions/s/events")
         assert c.post("/sessions/s/messages", json={"text": "first"}).json()["runId"] == "s.1"
         reader.wait_runs_ended(1)
-        time.sleep(2)
+        # the stream sits idle between the runs: two keep-alive comments arrive, and it stays open
+        idle_from = reader.comments
+        wait_until(lambda: reader.comments >= idle_from + 2, what="two keep-alive comments on the idle stream")
+        assert not reader.ended.is_set()
         assert c.post("/sessions/s/messages", json={"text": "second"}).json() == {"runId": "s.2", "queued": False}
         frames = reader.wait_runs_ended(2)
     assert not reader.ended.is_set()
@@ -54,7 +58,8 @@ def test_a_new_stream_replays_the_retained_window_first(serve, store, sse):
 
 def test_reconnecting_with_last_event_id_gets_each_frame_exactly_once(serve, store, sse):
     gate = Gate()
-    model = ScriptedModel(["one", {"text": "thinking", "tool_calls": [{"name": "hold", "arguments": {}}]}, "two"])
+    model = ScriptedModel(["one", {"text": "thinking", "tool_calls": [{"name": "hold", "arguments": {}}]}, "two",
+                           "three"])
     live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "r"})
@@ -62,7 +67,7 @@ def test_reconnecting_with_last_event_id_gets_each_frame_exactly_once(serve, sto
         c.post("/sessions/r/messages", json={"text": "run one"})
         first.wait_runs_ended(1)
         c.post("/sessions/r/messages", json={"text": "run two"})
-        assert gate.entered.wait(10)  # run two is held in the middle
+        assert gate.entered.wait(HANG)  # run two is held in the middle
         got = first.wait(lambda fs: any(d.get("kind") == "tool.call" for _, d in fs))
         first.close()
         middle = got[len(got) // 2][0]
@@ -71,16 +76,20 @@ def test_reconnecting_with_last_event_id_gets_each_frame_exactly_once(serve, sto
         resumed = second.wait(lambda fs: fs and fs[-1][0] == got[-1][0])
         gate.opened.set()
         resumed = second.wait_runs_ended(1)
-        # resuming from the very end, with the query parameter, gets nothing old
+        wait_idle(c, "r")
+        assert [i for i, _ in resumed][0] == middle + 1
+        combined = [i for i, _ in got if i <= middle] + [i for i, _ in resumed]
+        everything = seqs(store.events("r"))
+        assert combined == everything  # each frame exactly once, in order, nothing missing
+        assert run_ends(resumed)[0]["run_id"] == "r.2"
+        # resuming from the very end, with the query parameter, gets nothing old: its first
+        # frame is the first event of the next run
         last = resumed[-1][0]
         third = sse(f"{live.url}/sessions/r/events?lastEventId={last}")
-        time.sleep(0.3)
-    assert [i for i, _ in resumed][0] == middle + 1
-    combined = [i for i, _ in got if i <= middle] + [i for i, _ in resumed]
-    everything = seqs(store.events("r"))
-    assert combined == everything  # each frame exactly once, in order, nothing missing
-    assert third.frames == []
-    assert run_ends(resumed)[0]["run_id"] == "r.2"
+        c.post("/sessions/r/messages", json={"text": "run three"})
+        frames = third.wait_runs_ended(1)
+    assert [i for i, _ in frames] == list(range(last + 1, last + 1 + len(frames)))
+    assert frames[0][1]["kind"] == "run.start" and frames[0][1]["run_id"] == "r.3"
 
 
 def test_last_event_id_after_every_event_then_live(serve, store, sse):
@@ -115,18 +124,16 @@ def test_a_resume_older_than_the_window_gets_the_gap_notice_then_the_window(serv
         assert [d for _, d in frames[1:]] == stored[-5:]
         # a new stream without Last-Event-ID: just the window, no notice
         fresh = sse(f"{live.url}/sessions/g/events")
-        frames = fresh.wait(lambda fs: len(fs) >= 5)
-        time.sleep(0.2)
-        assert [i for i, _ in fresh.frames] == list(range(earliest, last + 1))
         # resuming right before the window loses nothing: no notice
         edge = sse(f"{live.url}/sessions/g/events", {**AUTH, "Last-Event-ID": str(earliest - 1)})
-        edge.wait(lambda fs: len(fs) >= 5)
-        time.sleep(0.2)
-        assert [i for i, _ in edge.frames] == list(range(earliest, last + 1))
-        # live events keep flowing to the stream that got the notice
+        for stream in (fresh, edge):
+            assert [i for i, _ in stream.wait(lambda fs: len(fs) >= 5)] == list(range(earliest, last + 1))
+        # live events keep flowing to every stream, right after what each was sent before: the
+        # two without a notice got the window and nothing else, the one with it the notice first
         c.post("/sessions/g/messages", json={"text": "seven"})
-        frames = gap.wait(lambda fs: any(d.get("kind") == "run.end" and d["run_id"] == "g.3" for _, d in fs))
-        assert [i for i, _ in frames[1:]] == list(range(earliest, store.events("g")[-1]["seq"] + 1))
+        for stream, notice in ((gap, 1), (fresh, 0), (edge, 0)):
+            frames = stream.wait(lambda fs: any(d.get("kind") == "run.end" and d["run_id"] == "g.3" for _, d in fs))
+            assert [i for i, _ in frames[notice:]] == list(range(earliest, store.events("g")[-1]["seq"] + 1))
 
 
 def test_a_resume_point_beyond_the_last_event_is_a_gap_too(serve, store, sse):
@@ -157,17 +164,19 @@ def test_a_malformed_last_event_id_is_400(serve, store):
 
 
 def test_websocket_sends_frames_and_takes_messages(serve, store, sse):
-    model = ScriptedModel([echo(), echo(delay=1.0)] + [echo()] * 10)  # the run over the socket is slow
-    live = serve(sk.Agent("ws", "", model), store)
+    gate = Gate()  # holds the run over the socket until the steering message has joined it
+    model = ScriptedModel([echo(), {"text": "checking", "tool_calls": [{"name": "hold", "arguments": {}}]}]
+                          + [echo()] * 10)
+    live = serve(sk.Agent("ws", "", model, tools=[gate.tool()]), store)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "w"})
         c.post("/sessions/w/messages", json={"text": "before"})
         wait_idle(c, "w")
     reader = sse(f"{live.url}/sessions/w/events")
     received: list[dict] = []
-    with connect(f"{live.ws_url}/sessions/w/ws", additional_headers=AUTH, open_timeout=5) as ws:
+    with connect(f"{live.ws_url}/sessions/w/ws", additional_headers=AUTH, open_timeout=HANG) as ws:
 
-        def until(predicate, timeout=10):
+        def until(predicate, timeout=HANG):
             deadline = time.monotonic() + timeout
             while not predicate():
                 received.append(json.loads(ws.recv(timeout=max(0.01, deadline - time.monotonic()))))
@@ -182,6 +191,7 @@ def test_websocket_sends_frames_and_takes_messages(serve, store, sse):
         ws.send(json.dumps({"text": "steer it", "mode": "steer"}))
         until(lambda: len([f for f in received if "runId" in f]) == 2)
         assert [f for f in received if "runId" in f][1] == {"runId": "w.2", "queued": True}
+        gate.opened.set()
         until(lambda: any(f.get("kind") == "run.end" and f["run_id"] == "w.2" for f in received))
         bad_frames = ["not json", json.dumps({"text": ""}), json.dumps({"text": "x", "mode": "now"}),
                       json.dumps([1]), json.dumps({"text": "x", "author": 3})]
@@ -207,12 +217,12 @@ def test_websocket_resumes_with_last_event_id_and_refuses_strangers(serve, store
         wait_idle(c, "w")
     last = store.events("w")[-1]["seq"]
     with connect(f"{live.ws_url}/sessions/w/ws?lastEventId={last - 2}", additional_headers=AUTH) as ws:
-        frames = [json.loads(ws.recv(timeout=5)) for _ in range(2)]
+        frames = [json.loads(ws.recv(timeout=HANG)) for _ in range(2)]
         assert seqs(frames) == [last - 1, last]
         ws.send(json.dumps({"text": "y" * 5_000}))
-        assert json.loads(ws.recv(timeout=5)) == {"error": "body_too_large"}
+        assert json.loads(ws.recv(timeout=HANG)) == {"error": "body_too_large"}
     with pytest.raises(InvalidStatus) as info:
-        connect(f"{live.ws_url}/sessions/w/ws?lastEventId=x", additional_headers=AUTH, open_timeout=5)
+        connect(f"{live.ws_url}/sessions/w/ws?lastEventId=x", additional_headers=AUTH, open_timeout=HANG)
     assert info.value.response.status_code == 400
 
 
@@ -223,5 +233,5 @@ def test_websocket_closes_when_the_session_is_deleted(serve, store):
         with connect(f"{live.ws_url}/sessions/w/ws", additional_headers=AUTH) as ws:
             assert c.delete("/sessions/w").status_code == 202
             with pytest.raises(ConnectionClosed) as info:
-                ws.recv(timeout=5)
+                ws.recv(timeout=HANG)
             assert info.value.rcvd.code == 4404

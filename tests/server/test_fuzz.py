@@ -14,37 +14,47 @@ ends, which is what it is for (tests/server/test_events.py covers those).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
+from helpers import missing
 
-try:
-    import schemathesis
-except ImportError:  # a dev dependency: CI must have it, a partial install skips
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        raise
-    pytest.skip("schemathesis is not installed", allow_module_level=True)
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from schemathesis.checks import CHECKS, load_all_checks  # noqa: E402
-from schemathesis.config import SchemathesisConfig  # noqa: E402
-from schemathesis.generation import GenerationMode  # noqa: E402
-
-from live_server import AUTH, TOKEN, echo_agent  # noqa: E402
+from live_server import AUTH, TOKEN, echo_agent
 
 pytestmark = pytest.mark.slow  # a live server per engine and 25 generated requests per operation
 
 EXAMPLES = 25
 SKIP = {"streamEvents"}
-load_all_checks()
-ALL_CHECKS = CHECKS.get_all()  # every check schemathesis has, named here rather than left to its defaults
 CONFIG = {"operations": [{"include-operation-id": "websocket",
                           "checks": {"positive_data_acceptance": {"expected-statuses": ["426", "404"]}}}]}
 
 
-def _operations(url: str, skip=SKIP):
-    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", config=SchemathesisConfig.from_dict(CONFIG))
+@pytest.fixture(scope="module")
+def fuzz():
+    """schemathesis and hypothesis, imported when a test of this module runs rather than when
+    the suite is collected (they take a while to import)."""
+    try:
+        import schemathesis
+    except ImportError:  # a dev dependency: CI must have it, a partial install skips
+        missing("schemathesis is not installed (pip install -e '.[dev]')")
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.checks import CHECKS, load_all_checks
+    from schemathesis.config import SchemathesisConfig
+    from schemathesis.generation import GenerationMode
+
+    load_all_checks()
+    return SimpleNamespace(
+        schemathesis=schemathesis, HealthCheck=HealthCheck, given=given, settings=settings,
+        SchemathesisConfig=SchemathesisConfig, GenerationMode=GenerationMode,
+        # every check schemathesis has, named here rather than left to its defaults
+        checks=CHECKS.get_all(),
+    )
+
+
+def _operations(fuzz, url: str, skip=SKIP):
+    config = fuzz.SchemathesisConfig.from_dict(CONFIG)
+    schema = fuzz.schemathesis.openapi.from_url(f"{url}/openapi.json", config=config)
     ops = []
     for result in schema.get_all_operations():
         op = result.ok()
@@ -53,63 +63,62 @@ def _operations(url: str, skip=SKIP):
     return ops
 
 
-def _bounded(test):
-    return settings(
+def _bounded(fuzz, test):
+    return fuzz.settings(
         max_examples=EXAMPLES,
         deadline=None,
         database=None,
         derandomize=True,
-        suppress_health_check=list(HealthCheck),
+        suppress_health_check=list(fuzz.HealthCheck),
     )(test)
 
 
-def _fuzz(strategy, name: str, client, url: str, statuses: Counter, *, session: bool = True):
+def _fuzz(fuzz, strategy, name: str, client, url: str, statuses: Counter, *, session: bool = True):
     """A bounded hypothesis test: each generated request gets a conforming answer, never a 5xx."""
 
-    @_bounded
-    @given(case=strategy)
+    @fuzz.given(case=strategy)
     def check(case):
         if session:
             client.post("/sessions", json={"sessionId": "fuzz"})  # back, if an example deleted it
-        response = case.call_and_validate(base_url=url, headers=dict(AUTH), timeout=10, checks=ALL_CHECKS)
+        response = case.call_and_validate(base_url=url, headers=dict(AUTH), timeout=60, checks=fuzz.checks)
         statuses[(name, response.status_code)] += 1
         assert response.status_code < 500
 
-    return check
+    return _bounded(fuzz, check)
 
 
-def _refused(strategy, url: str, wrong: dict):
+def _refused(fuzz, strategy, url: str, wrong: dict):
     """A bounded hypothesis test: without the token (or with a wrong one) every request gets 401."""
 
-    @_bounded
-    @given(case=strategy)
+    @fuzz.given(case=strategy)
     def check(case):
         case.headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"}
         for headers in ({}, wrong):
-            response = case.call(base_url=url, headers=headers, timeout=10)
+            response = case.call(base_url=url, headers=headers, timeout=60)
             assert response.status_code == 401, (case.method, case.formatted_path, response.text)
             assert response.json() == {"error": "unauthorized"}
 
-    return check
+    return _bounded(fuzz, check)
 
 
 def ops_ids(ops) -> list[str]:
     return [op.definition.raw["operationId"] for op in ops]
 
 
-def test_fuzzing_every_operation_with_the_token_finds_no_server_error(serve, store):
+def test_fuzzing_every_operation_with_the_token_finds_no_server_error(fuzz, serve, store):
+    GenerationMode = fuzz.GenerationMode
     live = serve(echo_agent(n=10_000), store, max_concurrent_runs=1_000, max_body_bytes=50_000)
-    ops = _operations(live.url)
+    ops = _operations(fuzz, live.url)
     # (schemathesis leaves out the document's own path)
     assert {op.definition.raw["operationId"] for op in ops} >= {
         "listSessions", "createSession", "getSession", "deleteSession", "sendMessage", "websocket"}
     statuses: Counter = Counter()
     with live.client() as client:
         # the event stream first, while no session exists: every answer ends (404, or 400 for a bad resume point)
-        for op in _operations(live.url, skip=set(ops_ids(ops))):
+        for op in _operations(fuzz, live.url, skip=set(ops_ids(ops))):
             assert op.definition.raw["operationId"] == "streamEvents"
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                _fuzz(op.as_strategy(generation_mode=mode), "streamEvents", client, live.url, statuses,
+                _fuzz(fuzz, op.as_strategy(generation_mode=mode), "streamEvents", client, live.url, statuses,
                       session=False)()
         assert statuses[("streamEvents", 404)] > 0 and statuses[("streamEvents", 200)] == 0, statuses
         for op in ops:
@@ -122,21 +131,21 @@ def test_fuzzing_every_operation_with_the_token_finds_no_server_error(serve, sto
                     continue
                 strategy = op.as_strategy(generation_mode=mode,
                                           path_parameters={"sessionId": fixed} if fixed else None)
-                _fuzz(strategy, name, client, live.url, statuses)()
+                _fuzz(fuzz, strategy, name, client, live.url, statuses)()
     # the fuzzing reached the successful answers, not only the refusals
     for expected in [("listSessions", 200), ("createSession", 201), ("getSession", 200), ("deleteSession", 202),
                      ("sendMessage", 202), ("websocket", 426)]:
         assert statuses[expected] > 0, (expected, statuses)
 
 
-def test_without_the_token_every_operation_is_refused(serve, store):
+def test_without_the_token_every_operation_is_refused(fuzz, serve, store):
     live = serve(echo_agent(), store)
     with live.client() as c:  # a real session, so guessed ids can hit something
         c.post("/sessions", json={"sessionId": "0"})
     wrong = {"Authorization": "Bearer " + "0" * len(TOKEN)}
-    ops = _operations(live.url, skip=())  # the event stream too: refused before it starts
+    ops = _operations(fuzz, live.url, skip=())  # the event stream too: refused before it starts
     assert "streamEvents" in {op.definition.raw["operationId"] for op in ops}
     for op in ops:
-        _refused(op.as_strategy(), live.url, wrong)()
+        _refused(fuzz, op.as_strategy(), live.url, wrong)()
     with live.client() as c:
         assert c.get("/sessions/0").json()["messages"] == []

@@ -12,15 +12,15 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import httpx
 import pytest
+from helpers import free_port
 
 import sessionkit as sk
 from sessionkit.server import create_app
 
-from live_server import AUTH, TOKEN, SSEReader, echo_agent
+from live_server import AUTH, HANG, TOKEN, SSEReader, echo_agent, wait_serving
 
 
 def test_a_second_server_on_the_same_file_refuses_to_start_naming_the_holder(tmp_path, serve):
@@ -56,7 +56,7 @@ def test_a_server_in_another_process_is_refused_too(tmp_path, serve):
             sys.exit(3)
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG)
     assert out.returncode == 3, out.stderr
     assert f"pid {os.getpid()}" in out.stdout and "already served" in out.stdout
     assert httpx.get(f"{live.url}/sessions/x", headers=AUTH).status_code == 404  # the first one carries on
@@ -78,17 +78,20 @@ AGENT_MODULE = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _output(proc: subprocess.Popen) -> str:
+    """What a server process printed (it is stopped first if it still runs)."""
+    if proc.poll() is None:
+        proc.kill()
+    out, err = proc.communicate(timeout=HANG)
+    return out + err
 
 
+@pytest.mark.kill
 @pytest.mark.slow
 def test_sessionkit_serve_refuses_a_second_server_and_stops_on_sigint_with_open_streams(tmp_path):
     (tmp_path / "cli_agent.py").write_text(AGENT_MODULE)
     store = str(tmp_path / "cli.db")
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
     cmd = [sys.executable, "-m", "sessionkit", "serve", "--store", store, "--agent", "cli_agent:agent",
            "--host", "127.0.0.1"]
@@ -97,25 +100,20 @@ def test_sessionkit_serve_refuses_a_second_server_and_stops_on_sigint_with_open_
     reader = None
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/openapi.json", timeout=1)
-                break
-            except httpx.TransportError:
-                assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-                time.sleep(0.1)
-        second = subprocess.run(cmd + ["--port", str(_free_port())], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=60)
+        wait_serving(url, first, output=lambda: _output(first))
+        second = subprocess.run(cmd + ["--port", str(free_port())], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=HANG)
         assert second.returncode == 1
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and f"pid {first.pid}" in lines[0] and "already served" in lines[0], second.stderr
-        # a client keeps an event stream open; Ctrl-C still stops the server promptly
+        # a client keeps an event stream open; Ctrl-C still stops the server promptly: the
+        # server ends the stream itself rather than waiting out its graceful-shutdown time
         httpx.post(f"{url}/sessions", json={"sessionId": "s"}, headers=AUTH)
         reader = SSEReader(f"{url}/sessions/s/events")
         first.send_signal(signal.SIGINT)
-        first.wait(15)
-        assert reader.ended.wait(5)
+        _, log = first.communicate(timeout=HANG)
+        assert reader.ended.wait(HANG)
+        assert "timeout graceful shutdown exceeded" not in log, log
     finally:
         if reader is not None:
             reader.close()
@@ -127,20 +125,22 @@ def test_sessionkit_serve_refuses_a_second_server_and_stops_on_sigint_with_open_
         create_app(echo_agent(), again, token=TOKEN).state.sessionkit.close()
 
 
+@pytest.mark.kill
 def test_the_holder_is_named_by_pid_and_program_never_its_arguments(tmp_path):
     path = tmp_path / "secret.db"
     holder = textwrap.dedent(
         f"""
-        import sys, time, sessionkit as sk
+        import sys, sessionkit as sk
         from sessionkit.server import create_app
         from sessionkit.testing import ScriptedModel
         app = create_app(sk.Agent("a", "", ScriptedModel([])), sk.open_store({str(path)!r}), token={TOKEN!r})
         print("ready", flush=True)
-        time.sleep(60)
+        sys.stdin.read()  # holds the lease until the test is done with it (closes stdin or kills it)
         """
     )
     secret = "--api-key=sk-very-secret-0123456789"
-    proc = subprocess.Popen([sys.executable, "-c", holder, secret], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", holder, secret], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         with sk.open_store(path) as second:
@@ -151,4 +151,4 @@ def test_the_holder_is_named_by_pid_and_program_never_its_arguments(tmp_path):
         assert "very-secret" not in message and "api-key" not in message and "import" not in message
     finally:
         proc.kill()
-        proc.wait(10)
+        proc.wait(HANG)

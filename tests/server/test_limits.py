@@ -8,7 +8,7 @@ import socket
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
-from live_server import TOKEN, Gate, echo, echo_agent, wait_idle
+from live_server import HANG, TOKEN, Gate, echo, echo_agent, wait_idle
 
 
 def test_bodies_over_the_limit_get_413_by_length_or_by_stream(serve, store):
@@ -38,7 +38,7 @@ def test_one_large_chunk_without_content_length_gets_413(serve, store):
     live = serve(echo_agent(), store, max_body_bytes=1_000)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "b"})
-    with socket.create_connection(("127.0.0.1", live.port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
         body = json.dumps({"text": "z" * 5_000}).encode()
         head = (f"POST /sessions/b/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
                 f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -55,7 +55,7 @@ def test_more_concurrent_runs_than_allowed_get_429(serve, store):
         for sid in ("a", "b"):
             c.post("/sessions", json={"sessionId": sid})
         assert c.post("/sessions/a/messages", json={"text": "busy"}).json() == {"runId": "a.1", "queued": False}
-        assert gate.entered.wait(10)
+        assert gate.entered.wait(HANG)
         r = c.post("/sessions/b/messages", json={"text": "wants a run"})
         assert (r.status_code, r.json()) == (429, {"error": "too_busy"})
         # joining the active run needs no new run
@@ -74,7 +74,7 @@ def test_a_full_queue_gets_429(serve, store):
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "q"})
         c.post("/sessions/q/messages", json={"text": "start"})
-        assert gate.entered.wait(10)
+        assert gate.entered.wait(HANG)
         assert c.post("/sessions/q/messages", json={"text": "1"}).status_code == 202
         assert c.post("/sessions/q/messages", json={"text": "2", "mode": "steer"}).status_code == 202
         r = c.post("/sessions/q/messages", json={"text": "3"})

@@ -11,15 +11,14 @@ not continued.
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from helpers import wait_until
 
 import sessionkit as sk
 from sessionkit.server._records import conversation_digest
 from sessionkit.testing import ScriptedModel
 
-from live_server import echo, wait_idle
+from live_server import echo, echo_agent, wait_idle
 
 
 def _left_behind(store, sid: str, *, runs: dict, messages: list, conversation: list | None = None,
@@ -47,16 +46,15 @@ def _left_behind(store, sid: str, *, runs: dict, messages: list, conversation: l
     store.put_records("~sessionkit/busy", "server.busy", [(abs(hash(sid)) % 1000, {"key": sid})])
 
 
-def _settled(store, sid: str, timeout: float = 15) -> None:
+def _settled(store, sid: str) -> None:
     """Until no run of the session is running and every server.run is done (read from the store only)."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def settled() -> bool:
         runs = dict(store.records(sid, "server.run"))
-        if runs and all(v.get("state") == "done" for v in runs.values()) and all(
-                r.status != "running" for r in store.runs(sid)):
-            return
-        assert time.monotonic() < deadline, (runs, store.runs(sid))
-        time.sleep(0.02)
+        return bool(runs) and all(v.get("state") == "done" for v in runs.values()) and all(
+            r.status != "running" for r in store.runs(sid))
+
+    wait_until(settled, interval=0.02, what=f"the runs of {sid} to settle")
 
 
 def _texts(store, sid: str) -> list[str]:
@@ -161,14 +159,10 @@ def test_a_run_the_agent_refuses_before_it_starts_is_recorded_failed_not_retried
     assert [(r["status"], r["agentId"]) for r in state["runs"]] == [("failed", "broken")]
     assert "misconfigured agent" in store.runs("b")[0].error
     live.stop()
-    live = serve(echo_agent_named("echo"), store)  # a new server does not run it again
+    live = serve(echo_agent(n=5), store)  # a new server does not run it again
     with live.client() as c:
         assert [r["status"] for r in wait_idle(c, "b")["runs"]] == ["failed"]
     assert store.session("b").get_history() == []
-
-
-def echo_agent_named(name: str) -> sk.Agent:
-    return sk.Agent(name, "", ScriptedModel([echo()] * 5))
 
 
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("duckdb", marks=pytest.mark.slow)])
@@ -179,7 +173,7 @@ def test_a_server_starting_on_a_store_with_many_idle_entries_compacts_the_busy_i
     store.put_records("~sessionkit/busy", "server.busy", [(n, None) for n in range(1, 1_500)])
     _left_behind(store, "cut", runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
                  messages=[(1, "first")], recorded={1: "running"})
-    serve(echo_agent_named("echo"), store)
+    serve(echo_agent(n=5), store)
     _settled(store, "cut")
     assert _texts(store, "cut") == ["first", "echo: first"]
     assert len(store.records("~sessionkit/busy", "server.busy")) < 10

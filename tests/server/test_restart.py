@@ -7,17 +7,18 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import httpx
 import pytest
+from helpers import wait_until
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
-from live_server import AUTH, TOKEN, Gate, echo, echo_agent, seqs, wait_idle
+from live_server import AUTH, HANG, TOKEN, Gate, echo, echo_agent, seqs, wait_idle, wait_serving
 
 
+@pytest.mark.kill
 def test_stop_mid_conversation_then_the_next_server_finishes_the_run(tmp_path, serve, sse):
     path = tmp_path / "chats.db"
     first_store = sk.open_store(path)
@@ -31,12 +32,12 @@ def test_stop_mid_conversation_then_the_next_server_finishes_the_run(tmp_path, s
         c.post("/sessions/chat/messages", json={"text": "one", "author": "ada"})
         reader.wait_runs_ended(1)
         assert c.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.2", "queued": False}
-        assert gate.entered.wait(10)
+        assert gate.entered.wait(HANG)
         assert c.post("/sessions/chat/messages", json={"text": "three"}).json() == {"runId": "chat.2",
                                                                                     "queued": True}
         reader.wait(lambda fs: any(d.get("kind") == "tool.call" for _, d in fs))
     live.stop()  # mid-run: the run is interrupted, and left for the next server to run again
-    assert reader.ended.wait(5)
+    assert reader.ended.wait(HANG)
     seen = list(reader.frames)
     first_store.close()
 
@@ -96,36 +97,31 @@ def start_crashing_server(tmp_path, path):
     proc = subprocess.Popen([sys.executable, str(script), str(path), TOKEN], stdout=subprocess.PIPE, env=env)
     port = int(proc.stdout.readline())
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            httpx.get(f"{url}/openapi.json", timeout=1)
-            return proc, url
-        except httpx.TransportError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.05)
+    try:
+        wait_serving(url, proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
 
 
+@pytest.mark.kill
 @pytest.mark.slow
 def test_a_killed_server_leaves_no_lease_and_its_run_starts_again_on_restart(tmp_path, serve, sse):
     path = tmp_path / "crash.db"
     proc, url = start_crashing_server(tmp_path, path)
     try:
-        with httpx.Client(base_url=url, headers=AUTH, timeout=10) as c:
+        with httpx.Client(base_url=url, headers=AUTH, timeout=HANG) as c:
             c.post("/sessions", json={"sessionId": "chat"})
             assert c.post("/sessions/chat/messages", json={"text": "doomed"}).json()["runId"] == "chat.1"
-            deadline = time.monotonic() + 10
             with sk.open_store(path) as peek:
-                while "tool.call" not in [e["kind"] for e in peek.events("chat")]:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
+                wait_until(lambda: "tool.call" in [e["kind"] for e in peek.events("chat")],
+                           what="the run to reach its tool call")
         proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+        proc.wait(HANG)
     finally:
         proc.kill()
-        proc.wait(10)
+        proc.wait(HANG)
     store = sk.open_store(path)
     live = serve(echo_agent(), store)  # the kernel dropped the dead server's lease
     with live.client() as c:

@@ -12,11 +12,7 @@ import pytest
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
 
-from live_server import AUTH, Gate, echo, echo_agent, wait_idle
-
-
-def _user_of(request):
-    return request.headers.get("x-user") or None
+from live_server import AUTH, HANG, Gate, echo, echo_agent, user_of, wait_idle
 
 
 def test_get_sessions_lists_the_callers_sessions_newest_activity_first(serve, store):
@@ -32,7 +28,7 @@ def test_get_sessions_lists_the_callers_sessions_newest_activity_first(serve, st
         c.post("/sessions/middle/messages", json={"text": "second"})
         wait_idle(c, "middle")
         c.post("/sessions/busy/messages", json={"text": "hold"})
-        assert gate.entered.wait(10)
+        assert gate.entered.wait(HANG)
         c.post("/sessions/busy/messages", json={"text": "waiting"})
         listed = c.get("/sessions").json()["sessions"]
         assert [s["sessionId"] for s in listed] == ["busy", "middle", "old"]
@@ -51,7 +47,7 @@ def test_get_sessions_lists_the_callers_sessions_newest_activity_first(serve, st
 
 
 def test_get_sessions_shows_each_principal_only_its_own(serve, store):
-    live = serve(echo_agent(), store, authenticate=_user_of)
+    live = serve(echo_agent(), store, authenticate=user_of)
     ann = live.client(headers={"X-User": "ann@example.org"})
     bob = live.client(headers={"X-User": "bob"})
     ann.post("/sessions", json={"sessionId": "a1"})
@@ -106,7 +102,7 @@ def test_a_message_with_context_to_a_busy_session_opens_a_run_of_its_own(serve, 
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "q"})
         c.post("/sessions/q/messages", json={"text": "start"})
-        assert gate.entered.wait(10)
+        assert gate.entered.wait(HANG)
         assert c.post("/sessions/q/messages", json={"text": "plain"}).json() == {"runId": "q.1", "queued": True}
         assert c.post("/sessions/q/messages", json={"text": "with", "context": {"k": 1}}).json() == {
             "runId": "q.2", "queued": True}
@@ -130,7 +126,7 @@ def test_run_entries_carry_the_agent_id_and_attempts(serve, store):
 
 def test_principals_are_stored_under_a_hash_never_their_id(serve, store):
     principal = "carol@example.org"
-    live = serve(echo_agent(), store, authenticate=_user_of)
+    live = serve(echo_agent(), store, authenticate=user_of)
     with live.client(headers={"X-User": principal}) as c:
         c.post("/sessions", json={"sessionId": "chat"})
         c.post("/sessions/chat/messages", json={"text": "hello"})
@@ -164,7 +160,7 @@ def test_a_session_stored_by_an_earlier_version_under_the_principal_still_opens(
         old.put_records(legacy, "server.message", [(1, {"run": 1, "text": "earlier", "mode": "followUp",
                                                         "queued": False, "at": "2026-01-01T00:00:00.000Z"})])
     store = sk.open_store(path)
-    live = serve(echo_agent(), store, authenticate=_user_of)
+    live = serve(echo_agent(), store, authenticate=user_of)
     with live.client(headers={"X-User": principal}) as c:
         assert c.get("/sessions/chat").json()["messages"][0]["text"] == "earlier"
         assert [s["sessionId"] for s in c.get("/sessions").json()["sessions"]] == ["chat"]  # indexed at start

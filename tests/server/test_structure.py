@@ -12,7 +12,7 @@ import sessionkit as sk
 from sessionkit.server._routes import ROUTES
 from sessionkit.store import Session, Store
 
-from live_server import AUTH, echo_agent, wait_idle
+from live_server import AUTH, HANG, echo_agent, wait_idle
 
 
 def test_every_route_of_the_table_is_in_the_document_and_dispatched(serve, store):
@@ -72,24 +72,32 @@ def test_a_write_whose_caller_was_cancelled_is_committed_and_the_writer_goes_on(
     # still commits, and the writer keeps serving the writes after it
     import asyncio
     import contextlib
-    import time
 
     from sessionkit.server._storeio import StoreIO
 
     store = sk.open_store(tmp_path / "io.db")
+    busy, release = threading.Event(), threading.Event()
+
+    def hold_the_writer() -> None:
+        busy.set()
+        release.wait(HANG)
 
     async def main():
         io = StoreIO(store)
         io.start()
         try:
-            io.submit(lambda: time.sleep(0.3))  # keeps the writer busy while the next one is cancelled
+            io.submit(hold_the_writer)  # the writer is inside this job until the next write is cancelled
+            assert await asyncio.to_thread(busy.wait, HANG)
             task = asyncio.ensure_future(io.write(lambda: store.put_records("s", "k", [(1, "cancelled")])))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0)  # one turn of the loop: the task submits its job, then awaits it
+            assert not task.done()
             task.cancel()
-            return await asyncio.wait_for(io.write(lambda: store.put_records("s", "k", [(2, "after")]) or "ok"), 5)
+            release.set()
+            return await asyncio.wait_for(io.write(lambda: store.put_records("s", "k", [(2, "after")]) or "ok"), HANG)
         finally:
+            release.set()
             with contextlib.suppress(TimeoutError):  # a writer that died never flushes
-                await asyncio.wait_for(io.close(), 5)
+                await asyncio.wait_for(io.close(), HANG)
 
     assert asyncio.run(main()) == "ok"
     assert store.records("s", "k") == [(1, "cancelled"), (2, "after")]

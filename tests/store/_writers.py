@@ -3,30 +3,30 @@
 Run as a script::
 
     python _writers.py crash PATH SESSION START CHUNK_CHARS BUILD_INDEX
-    python _writers.py concurrent PATH NAME COUNT SEARCH_AT
+    python _writers.py concurrent PATH NAME COUNT SEARCH_AT ALL_NAMES
 
 ``crash`` appends ``crash_message(n)`` for n = START, START+1, ... until killed, printing
 ``try n`` before each append and ``ok n`` right after it returns (flushed each time).
 ``concurrent`` prints ``ready``, waits for a line on stdin, runs :func:`concurrent_writer`
-and prints ``done START END`` (wall-clock seconds).
+(``ALL_NAMES``: every writer's name, comma-separated) and prints ``done``.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import sys
-import time
 import traceback
+from pathlib import Path
+
+_TESTS = str(Path(__file__).resolve().parent.parent)
+if _TESTS not in sys.path:  # run as a script: the shared helpers are in tests/
+    sys.path.insert(0, _TESTS)
+
+from helpers import payload, wait_until
 
 CRASH_SESSION = "crash"
 SHARED = "shared"  # every writer appends here with the default parent
 BRANCHES = "branches"  # every writer appends here under its own previous message
-
-
-def _payload(k: int, size: int) -> bytes:
-    seed = hashlib.sha256(f"crash-payload-{k}".encode()).digest()
-    return (seed * (size // len(seed) + 1))[:size]
 
 
 def crash_message(n: int) -> dict:
@@ -42,7 +42,7 @@ def crash_message(n: int) -> dict:
     if n % 4 == 1:
         parts.append({"type": "text", "text": ("lorem ipsum dolor sit amet " * 200)[: 3000 + (n * 37) % 900]})
     if n % 5 == 2:
-        raw = _payload(n % 3, 4096 + (n % 3) * 1500)
+        raw = payload(f"crash-payload-{n % 3}", 4096 + (n % 3) * 1500)
         encoded = base64.b64encode(raw).decode("ascii")
         if n % 2:
             parts.append({"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + encoded})
@@ -84,17 +84,21 @@ def writer_message(name: str, i: int, where: str) -> dict:
     }
 
 
-def concurrent_writer(store, name: str, count: int, search_at: int = -1) -> tuple[float, float]:
+def concurrent_writer(store, name: str, count: int, search_at: int = -1, names: tuple[str, ...] = ()) -> None:
     """Append ``count`` messages to the writer's own session, to ``SHARED`` (default parent)
     and to ``BRANCHES`` (under the writer's own previous message), retrying some
     appends to show a retry writes nothing; after ``search_at`` messages, search (the
     first search in a store builds the index while the others keep writing).
-    Returns the wall-clock start and end."""
-    started = time.time()
+
+    Halfway, the writer waits until every writer of ``names`` has a message in ``SHARED``:
+    so all of them were writing at one moment, however the machine schedules them."""
     own = store.session(f"own-{name}")
     shared = store.session(SHARED)
     branches = store.session(BRANCHES)
     for i in range(count):
+        if i == count // 2:
+            wait_until(lambda: all(shared.get(f"{other}-0") is not None for other in names), timeout=300,
+                       what=f"{name}: every writer's first message")
         if i == search_at:
             store.search("number")
         assert own.append(writer_message(name, i, "own")).inserted
@@ -106,7 +110,6 @@ def concurrent_writer(store, name: str, count: int, search_at: int = -1) -> tupl
             assert not again.inserted and again.message["parts"][0]["text"].startswith("shared ")
             again = branches.append(writer_message(name, i - 2, "retried"), parent_id=f"{name}-{i}")
             assert not again.inserted
-    return started, time.time()
 
 
 def main(argv: list[str]) -> int:
@@ -118,18 +121,18 @@ def main(argv: list[str]) -> int:
     if mode == "concurrent":
         import sessionkit as sk
 
-        path, name, count, search_at = argv[1:5]
+        path, name, count, search_at, names = argv[1:6]
         store = sk.open_store(path)
         print("ready", flush=True)
         sys.stdin.readline()
         try:
-            started, ended = concurrent_writer(store, name, int(count), int(search_at))
+            concurrent_writer(store, name, int(count), int(search_at), tuple(names.split(",")))
         except BaseException:
             traceback.print_exc()
             return 1
         finally:
             store.close()
-        print(f"done {started} {ended}", flush=True)
+        print("done", flush=True)
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
 

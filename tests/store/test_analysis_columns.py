@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import message, text_part
 
 import sessionkit as sk
 from sessionkit import messages as _msg
@@ -17,14 +18,6 @@ from sessionkit.parts import tool_names
 from sessionkit.store._sql import SCHEMA_VERSION
 
 COLUMNS = "session_id, id, role, depth, tokens, bytes, created_at, text, n_parts, tool_names, metadata"
-
-
-def _m(mid, *parts, role="user", **extra):
-    return {"id": mid, "role": role, "parts": list(parts), **extra}
-
-
-def _t(text):
-    return {"type": "text", "text": text}
 
 
 TOOL = {"type": "tool-search", "toolCallId": "c1", "state": "output-available", "input": {"q": "x"},
@@ -38,20 +31,23 @@ def _write_everything(store):
     """Every write path: append, append_many, import_message, import_many, update, delete,
     clear, a long message (continuation rows) and a payload."""
     s = store.session("a")
-    s.append(_m("u1", _t("hello"), _t("world"), metadata={"k": [1, 2], "__sessionkit_blob__": 1}))
-    s.append(_m("a1", _t("let me look"), TOOL, DYN, {"type": "reasoning", "text": "hm"}, role="assistant"))
-    s.append_many([_m("u2", _t("more")), _m("a2", _t("answer " * 2000), role="assistant")])
-    s.append(_m("f1", _t("a picture"), {"type": "file", "mediaType": "image/png", "url": PAYLOAD}), parent_id="u1")
-    s.import_message(_m("i1", _t("imported"), metadata={"src": "x"}), parent_id="a1", created_at=1_700_000_000_000)
-    s.import_many([(_m("i2", _t("bulk one"), TOOL, role="assistant"), "i1", None),
-                   (_m("i3", role="system"), None, 1_700_000_000_001)])
-    s.update(_m("u2", _t("changed"), DYN, metadata={"edited": True}))
-    s.append(_m("gone", _t("to delete")), parent_id="i3")
+    s.append(message("u1", text_part("hello"), text_part("world"),
+                     metadata={"k": [1, 2], "__sessionkit_blob__": 1}))
+    s.append(message("a1", text_part("let me look"), TOOL, DYN, {"type": "reasoning", "text": "hm"}, role="assistant"))
+    s.append_many([message("u2", text_part("more")), message("a2", text_part("answer " * 2000), role="assistant")])
+    s.append(message("f1", text_part("a picture"), {"type": "file", "mediaType": "image/png", "url": PAYLOAD}),
+             parent_id="u1")
+    s.import_message(message("i1", text_part("imported"), metadata={"src": "x"}), parent_id="a1",
+                     created_at=1_700_000_000_000)
+    s.import_many([(message("i2", text_part("bulk one"), TOOL, role="assistant"), "i1", None),
+                   (message("i3", role="system"), None, 1_700_000_000_001)])
+    s.update(message("u2", text_part("changed"), DYN, metadata={"edited": True}))
+    s.append(message("gone", text_part("to delete")), parent_id="i3")
     s.delete("gone")
     b = store.session("b")
-    b.append(_m("x", _t("cleared")))
+    b.append(message("x", text_part("cleared")))
     b.clear()
-    b.append(_m("y", _t("after clear"), role="assistant"))
+    b.append(message("y", text_part("after clear"), role="assistant"))
     return s
 
 
@@ -123,6 +119,6 @@ def test_a_version_5_store_is_upgraded_and_its_columns_filled(variant, new_store
         assert _decoded(_stored(again)) == expected
         assert [row[0] for row in again._engine.ledger()][-3:] == [5, 6, 7]
         s = again.session("a")
-        s.append(_m("new", _t("after the upgrade"), TOOL, role="assistant"))
+        s.append(message("new", text_part("after the upgrade"), TOOL, role="assistant"))
         assert _decoded(_stored(again))[("a", "new")][5:8] == ("after the upgrade", 2, ["search"])
 

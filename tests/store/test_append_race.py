@@ -6,29 +6,10 @@ reads racing writes see before or after, never an error)."""
 from __future__ import annotations
 
 import pytest
+from helpers import msg
 
-import sessionkit as sk
-
-from .pg_cluster import pg_store_url, pg_url  # noqa: F401  (fixtures)
-
-
-def msg(mid: str, text: str = "some words") -> dict:
-    return {"id": mid, "role": "user", "parts": [{"type": "text", "text": text}]}
-
-
-@pytest.fixture(params=["sqlite", "duckdb", "postgres"])
-def store(request, tmp_path):
-    if request.param == "sqlite":
-        st = sk.open_store(tmp_path / "s.db")
-    elif request.param == "duckdb":
-        pytest.importorskip("duckdb")
-        st = sk.open_store(tmp_path / "s.duckdb")
-    else:
-        st = sk.open_store(request.getfixturevalue("pg_store_url")())
-    try:
-        yield st
-    finally:
-        st.close()
+#: every engine (the ``store`` fixture of tests/store/conftest.py opens one per test)
+pytestmark = pytest.mark.parametrize("store", ["sqlite", "duckdb", "postgresql"], indirect=True)
 
 
 def test_append_of_a_message_deleted_after_the_fast_path_saw_it_stores_it_again(store, monkeypatch):

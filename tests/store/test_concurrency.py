@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 import sessionkit as sk
 
@@ -35,10 +36,11 @@ def _chain(session, leaf_id):
 def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_duplicates(tmp_path):
     path = tmp_path / "shared.db"
     sk.open_store(path).close()  # the schema exists before anyone races to write
+    names = [f"p{k}" for k in range(2)] + [f"t{k}" for k in range(4)]
     procs = [
         subprocess.Popen(
             [sys.executable, str(Path(writers.__file__)), "concurrent", str(path), f"p{k}", str(COUNT),
-             str(COUNT // 2 if k else -1)],
+             str(COUNT // 2 if k else -1), ",".join(names)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for k in range(2)
@@ -49,12 +51,11 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
             assert p.stdout.readline().strip() == "ready", p.stderr.read()
         go = threading.Barrier(5, timeout=120)
         errors: list[BaseException] = []
-        spans = []  # (start, end) of every writer
 
         def thread_writer(name, search_at):
             go.wait()
             try:
-                spans.append(writers.concurrent_writer(store, name, COUNT, search_at))
+                writers.concurrent_writer(store, name, COUNT, search_at, tuple(names))
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
@@ -72,17 +73,13 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
         for p in procs:
             out, err = p.communicate(timeout=300)
             assert p.returncode == 0 and out.startswith("done"), err
-            spans.append(tuple(float(x) for x in out.split()[1:3]))
         assert not errors, errors
-        # all six were writing at one moment, or this showed nothing about concurrency
-        assert max(s for s, _ in spans) < min(e for _, e in spans), spans
     finally:
         store.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
 
-    names = [f"p{k}" for k in range(2)] + [f"t{k}" for k in range(4)]
     with contextlib.closing(sqlite3.connect(path)) as raw:
         assert raw.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
     with sk.open_store(path) as store:
@@ -105,6 +102,12 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
             assert mine == list(range(COUNT)), name
         for mid in chain:  # the first write of each id won; retries wrote nothing
             assert shared.get(mid)["parts"][0]["text"].startswith("shared ")
+        # all six were writing at one moment (each waited halfway for the others' first
+        # message), or this showed nothing about concurrency: their runs in the chain overlap
+        position = {mid: n for n, mid in enumerate(chain)}
+        firsts = [position[f"{name}-0"] for name in names]
+        lasts = [position[f"{name}-{COUNT - 1}"] for name in names]
+        assert max(firsts) < min(lasts), (firsts, lasts)
 
         # the shared session with explicit parents: one branch per writer, each whole
         branches = store.session(writers.BRANCHES)
@@ -166,11 +169,19 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
     done = threading.Event()
     errors: list[BaseException] = []
     reads = {"paths": 0, "messages": 0}
+    rounds = [0, 0]  # reading rounds each reader finished
+    checkpoints = 8
 
     def writer():
         rng = random.Random(7)
         try:
             for n in range(total):
+                if n and n % (total // checkpoints) == 0:
+                    # let each reader finish a round at this size, so reads are spread over
+                    # the whole run however the threads get scheduled
+                    seen = list(rounds)
+                    wait_until(lambda: errors or all(r > s for r, s in zip(rounds, seen)),
+                               what="each reader to finish a round")
                 # mostly extend the latest leaf; sometimes branch off an earlier message
                 if written and rng.random() < 0.1:
                     parent, depth = written[rng.randrange(len(written))]
@@ -192,10 +203,8 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
     def reader(seed):
         rng = random.Random(seed)
         try:
+            wait_until(lambda: written or done.is_set(), what="a first message")
             while not done.is_set():
-                if not written:
-                    time.sleep(0.001)
-                    continue
                 leaf = written[rng.randrange(len(written))][0]
                 for leaf_id in (None, leaf):
                     for newest_first in (False, True):
@@ -208,6 +217,7 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
                 assert window.truncated == (depths[0] > 0)
                 for a, b in zip(window.messages, window.messages[1:]):
                     assert b["metadata"]["parent"] == a["id"]
+                rounds[seed] += 1
         except BaseException as exc:
             errors.append(exc)
 
@@ -224,6 +234,7 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
             reader_store.close()
         writer_store.close()
     assert not errors, errors
-    assert reads["paths"] >= 20, reads  # the readers really ran while the writer wrote
+    # the readers really ran while the writer wrote: a round at each checkpoint at least
+    assert min(rounds) >= checkpoints - 1, (rounds, reads)
     with sk.open_store(path) as store:
         assert len(store.session("live")) == total

@@ -13,16 +13,16 @@ import sys
 import textwrap
 
 import pytest
+from helpers import msg
 
 duckdb = pytest.importorskip("duckdb")
 
-import sessionkit as sk  # noqa: E402
-from sessionkit.errors import SessionKitError  # noqa: E402
-from sessionkit.store import duckdb as engine_module  # noqa: E402
+import sessionkit as sk
+from sessionkit.errors import SessionKitError
+from sessionkit.store import duckdb as engine_module
 
-
-def msg(mid: str, text: str, role: str = "user") -> dict:
-    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
+#: what the ``store`` fixture (tests/store/conftest.py) opens here: a DuckDB file
+STORE_KIND = "duckdb"
 
 
 def journal_rows(store) -> int:
@@ -30,22 +30,16 @@ def journal_rows(store) -> int:
     return store._engine._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
 
 
-def table_rows(store) -> int:
+def moved_rows(store) -> int:
+    """Rows in the messages table: those moved out of the journal or written there directly."""
     return store._engine._direct("SELECT count(*) FROM sessionkit_messages")[0][0]
-
-
-@pytest.fixture
-def store(tmp_path):
-    st = sk.open_store(tmp_path / "j.duckdb")
-    yield st
-    st.close()
 
 
 def test_single_appends_wait_in_the_journal_until_a_read(store):
     s = store.session("s")
     for i in range(5):
         assert s.append(msg(f"m{i}", f"text {i}")).inserted
-    assert journal_rows(store) == 5 and table_rows(store) == 0  # the fast path was taken
+    assert journal_rows(store) == 5 and moved_rows(store) == 0  # the fast path was taken
     assert [m["id"] for m in s.recent_history(0, min_messages=3).messages] == ["m2", "m3", "m4"]
     for i in range(5, 8):
         s.append(msg(f"m{i}", f"text {i}"))
@@ -54,7 +48,7 @@ def test_single_appends_wait_in_the_journal_until_a_read(store):
     assert [m["id"] for m in s.recent_history(0, min_messages=3).messages] == ["m5", "m6", "m7"]
     assert journal_rows(store) == pending  # the recent window came from memory
     assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(8)]
-    assert journal_rows(store) == 0 and table_rows(store) == 8
+    assert journal_rows(store) == 0 and moved_rows(store) == 8
     assert s.get("m3")["parts"][0]["text"] == "text 3"
 
 
@@ -178,7 +172,7 @@ def test_a_long_journal_is_moved_by_the_append_that_fills_it(store, monkeypatch)
     for i in range(25):
         s.append(msg(f"m{i}", "x"))
         assert journal_rows(store) == (i + 1) % 10
-    assert table_rows(store) == 20
+    assert moved_rows(store) == 20
     assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(25)]
 
 
@@ -282,7 +276,7 @@ def test_a_failed_move_loses_nothing_and_the_next_read_moves_the_rows(store, mon
     with pytest.raises(SessionKitError, match="no space left"):
         s.get_history()
     assert calls["n"] == 1
-    assert journal_rows(store) == 3 and table_rows(store) == 0  # the copy was rolled back with it
+    assert journal_rows(store) == 3 and moved_rows(store) == 0  # the copy was rolled back with it
     assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2"]
     assert journal_rows(store) == 0
     assert s.append(msg("m3", "after")).inserted and not s.append(msg("m1", "again")).inserted

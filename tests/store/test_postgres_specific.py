@@ -12,28 +12,18 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
+from helpers import msg, wait_until
 
 import sessionkit as sk
 
-from .pg_cluster import pg_store_url, pg_url  # noqa: F401  (fixtures)
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def msg(mid: str, text: str = "", role: str = "user") -> dict:
-    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text or f"text of {mid}"}]}
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
+#: The session of the marker writes below. PostgreSQL delivers notifications in commit order,
+#: so once a listener has the marker's event it has every event of what committed before
+#: it: anything of that still missing, or one too many, is there to see.
+MARKER = "marker"
 
 
 # ---------------------------------------------------------------------------
@@ -59,23 +49,23 @@ print(json.dumps({"inserted": inserted, "retry_inserted": retry.inserted}), flus
 """
 
 _SUBSCRIBER = """
-import json, sys, threading, time
+import json, sys, threading
 import sessionkit as sk
-url, expected, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+url, marker = sys.argv[1], sys.argv[2]
 store = sk.open_store(url)
 got = []
 done = threading.Event()
 def on_event(ev):
-    got.append([ev.type, ev.session_id, list(ev.message_ids), ev.message])
-    if len(got) >= expected:
+    if ev.session_id == marker:  # written after everything else: nothing is still on its way
         done.set()
+    else:
+        got.append([ev.type, ev.session_id, list(ev.message_ids), ev.message])
 store.subscribe(on_event)
 print("ready", flush=True)
 sys.stdin.readline()
-done.wait(timeout)
-time.sleep(0.5)  # anything arriving now would be one too many
+done.wait(120)  # a hang guard: the marker comes within a second or so
 store.close()
-print(json.dumps(got), flush=True)
+print(json.dumps({"events": got, "marker": done.is_set()}), flush=True)
 """
 
 _OPENER = """
@@ -121,23 +111,27 @@ def result(p: subprocess.Popen, timeout: float = 90.0):
 
 
 @pytest.mark.slow  # several processes
-def test_four_processes_append_to_one_session_and_a_fifth_receives_every_append(pg_store_url):  # noqa: F811
+def test_four_processes_append_to_one_session_and_a_fifth_receives_every_append(pg_store_url):
     url = pg_store_url()
     n = 60
     writers_count = 4
     sk.open_store(url).close()  # the schema exists; concurrent creation has its own test
-    subscriber = spawn(_SUBSCRIBER, url, writers_count * n, 60)
+    subscriber = spawn(_SUBSCRIBER, url, MARKER)
     writers = [spawn(_WRITER, url, w, n) for w in range(writers_count)]
     try:
         await_ready([subscriber, *writers])
         go([subscriber, *writers])
         outcomes = [result(w) for w in writers]
-        events = result(subscriber)
+        with sk.open_store(url) as marker:  # after every writer committed and ended
+            marker.session(MARKER).append(msg("end"))
+        got = result(subscriber)
     finally:
         for p in (subscriber, *writers):
             if p.poll() is None:
                 p.kill()
     assert all(o == {"inserted": n, "retry_inserted": False} for o in outcomes), outcomes
+    assert got["marker"], "the subscriber never saw the marker written after the writers"
+    events = got["events"]
 
     with sk.open_store(url) as store:
         s = store.session("shared")
@@ -187,7 +181,7 @@ def _open_at_once(url: str, n: int) -> list:
 
 
 @pytest.mark.slow  # several processes
-def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa: F811
+def test_concurrent_schema_creation_by_several_processes(pg_store_url):
     url = pg_store_url()  # a schema nobody created yet
     outcomes = _open_at_once(url, 4)
     from sessionkit.store.postgres import SCHEMA_VERSION
@@ -202,7 +196,7 @@ def test_concurrent_schema_creation_by_several_processes(pg_store_url):  # noqa:
 
 
 @pytest.mark.slow  # several processes
-def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_url):  # noqa: F811
+def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_url):
     from sessionkit.store import postgres
 
     url = pg_store_url()
@@ -230,23 +224,24 @@ def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_u
 # two engines in one process behave like two processes (each has its own origin)
 
 
-def test_remote_writes_reported_once_and_own_writes_not_twice(pg_store_url):  # noqa: F811
+def test_remote_writes_reported_once_and_own_writes_not_twice(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         events = []
         a.subscribe(events.append)
         a.session("s").append(msg("local"))
         b.session("s").append(msg("remote"))
-        assert wait_for(lambda: len(events) >= 2)
+        wait_until(lambda: len(events) >= 2, what="two append events")
         b.session("s").update(msg("remote", "edited"))
         b.session("s").on_compaction(lambda m, c: sk.CompactionResult("local", "remote", "sum")).compact()
         b.session("s").import_message(msg("imported"))  # imports send no event, here or elsewhere
         b.session("s").delete("imported")
         b.session("other").append(msg("x"))
         b.delete_session("other")
-        assert wait_for(lambda: len(events) >= 7)
-        time.sleep(0.3)
+        b.session(MARKER).append(msg("end"))
+        wait_until(lambda: any(e.session_id == MARKER for e in events), what="the marker's event")
         kinds = [(e.type, e.session_id, e.message_ids) for e in events]
+        assert kinds.pop() == ("append", MARKER, ("end",))
         assert kinds == [
             ("append", "s", ("local",)),
             ("append", "s", ("remote",)),
@@ -265,7 +260,7 @@ def test_remote_writes_reported_once_and_own_writes_not_twice(pg_store_url):  # 
 
 
 @pytest.mark.slow  # several processes
-def test_large_events_cross_processes_intact(pg_store_url):  # noqa: F811
+def test_large_events_cross_processes_intact(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         events = []
@@ -278,26 +273,26 @@ def test_large_events_cross_processes_intact(pg_store_url):  # noqa: F811
         ids = [f"n{i}" for i in range(600)]
         s.append_many([msg(i) for i in ids])
         s.delete(["medium", "big", *ids], subtree=True)
-        assert wait_for(lambda: len(events) >= 603)
+        wait_until(lambda: len(events) >= 603, what="603 events")
         assert events[0].message["parts"] == medium["parts"]
         assert events[1].message["parts"] == big["parts"]
         assert [e.message_ids[0] for e in events[2:602]] == ids
         assert events[602].type == "delete" and set(events[602].message_ids) == {"medium", "big", *ids}
 
 
-def test_mirror_follows_writes_of_another_process(pg_store_url):  # noqa: F811
+def test_mirror_follows_writes_of_another_process(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         target = []
         a.session("s").mirror(target, transform=lambda m: m["id"])
         b.session("s").append(msg("one"))
         b.session("s").append(msg("two"))
-        assert wait_for(lambda: target == ["one", "two"])
+        wait_until(lambda: target == ["one", "two"], what="the mirror to show one, two")
         b.session("s").append(msg("alt"), parent_id="one")
-        assert wait_for(lambda: target == ["one", "alt"])
+        wait_until(lambda: target == ["one", "alt"], what="the mirror to show one, alt")
 
 
-def test_index_built_elsewhere_is_kept_current_by_every_writer(pg_store_url):  # noqa: F811
+def test_index_built_elsewhere_is_kept_current_by_every_writer(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         sa, sb = a.session("s"), b.session("s")
@@ -313,24 +308,27 @@ def test_index_built_elsewhere_is_kept_current_by_every_writer(pg_store_url):  #
         assert a.stats()["indexed_messages"] == 3
 
 
-def test_concurrent_first_searches_and_writes_lose_no_index_entry(pg_store_url):  # noqa: F811
+def test_concurrent_first_searches_and_writes_lose_no_index_entry(pg_store_url):
     url = pg_store_url()
     stores = [sk.open_store(url) for _ in range(3)]
     try:
         errors = []
+        written = [0, 0]
 
         def write(k):
             try:
                 s = stores[k].session(f"w{k}")
                 for i in range(40):
                     s.append(msg(f"{k}-{i}", f"needle {k} {i}"))
+                    written[k] += 1
             except Exception as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=write, args=(k,)) for k in (0, 1)]
         for t in threads:
             t.start()
-        time.sleep(0.05)
+        # both writers are under way: messages written before the index and after it
+        wait_until(lambda: errors or all(written), what="both writers to have written")
         stores[2].search("needle")  # builds the index while the others write
         for t in threads:
             t.join()
@@ -343,7 +341,7 @@ def test_concurrent_first_searches_and_writes_lose_no_index_entry(pg_store_url):
             st.close()
 
 
-def test_threads_appending_to_one_session_build_one_chain(pg_store_url):  # noqa: F811
+def test_threads_appending_to_one_session_build_one_chain(pg_store_url):
     with sk.open_store(pg_store_url(), pool_size=4) as store:
         s = store.session("s")
 
@@ -361,7 +359,7 @@ def test_threads_appending_to_one_session_build_one_chain(pg_store_url):  # noqa
         assert all(b.parent_id == a.id for a, b in zip(nodes, nodes[1:]))
 
 
-def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):  # noqa: F811
+def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):
     with sk.open_store(pg_store_url()) as store:
         def work(t):
             for i in range(20):
@@ -375,7 +373,7 @@ def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):  # noqa: F8
         assert [e["seq"] for e in store.events("s")] == list(range(80))
 
 
-def test_long_paths_are_read_in_pages(pg_store_url, monkeypatch):  # noqa: F811
+def test_long_paths_are_read_in_pages(pg_store_url, monkeypatch):
     from sessionkit.store import postgres
 
     monkeypatch.setattr(postgres.PostgresEngine, "PAGE", 7)
@@ -395,7 +393,7 @@ def test_long_paths_are_read_in_pages(pg_store_url, monkeypatch):  # noqa: F811
             assert [row[1] for row in store._engine.path_skeleton("s", s.nodes()[-1].seq)] == ids[::-1]
 
 
-def test_path_hides_password_and_reopens_the_same_schema(pg_store_url):  # noqa: F811
+def test_path_hides_password_and_reopens_the_same_schema(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as store:
         store.session("s").append(msg("a"))
@@ -411,7 +409,7 @@ def test_path_hides_password_and_reopens_the_same_schema(pg_store_url):  # noqa:
     assert "secret" not in shown and "p2" not in shown and shown.endswith("sslmode=disable&schema=x")
 
 
-def test_nul_in_ids_is_refused_and_stores_nothing(pg_store_url):  # noqa: F811
+def test_nul_in_ids_is_refused_and_stores_nothing(pg_store_url):
     with sk.open_store(pg_store_url()) as store:
         s = store.session("s")
         s.append(msg("ok"))
@@ -431,7 +429,7 @@ def test_unreachable_server_is_a_clear_error():
     assert "127.0.0.1" in str(info.value)
 
 
-def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words(pg_store_url):  # noqa: F811
+def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words(pg_store_url):
     """PostgreSQL caps a tsvector at 1 MB of lexemes and positions: a longer message keeps
     what fits in the index (its first distinct words) and is stored whole, whether it
     is appended to an indexed store or met by the first search's index build."""
@@ -439,9 +437,10 @@ def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words
     import uuid
 
     rng = random.Random(5)
-    log = "\n".join(f"request {uuid.UUID(int=rng.getrandbits(128))} served in {rng.randint(1, 999)} ms"
-                    for _ in range(60_000))  # ~3.7 MB, ~300,000 distinct words
-    first = log.split()[1].split("-")[0]
+    # ~2.4 MB, 60,000 distinct words: about twice what fits in a tsvector's 1 MB
+    log = "\n".join("request " + " ".join(uuid.UUID(int=rng.getrandbits(128)).hex for _ in range(4))
+                    + f" served in {rng.randint(1, 999)} ms" for _ in range(15_000))
+    first = log.split()[1]
     for indexed_first in (True, False):
         with sk.open_store(pg_store_url()) as store:
             s = store.session("s")
@@ -452,6 +451,7 @@ def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words
             assert s.get("big")["parts"][0]["text"] == log
             assert [h.id for h in s.search("request served")] == ["big"]
             assert [h.id for h in s.search(first)] == ["big"]
+            assert s.search(log.split()[-5]) == []  # a word of the last line: past what fits
             assert [h.id for h in s.search("hello")] == ["small"]
             assert store.stats()["indexed_messages"] == 2
 
@@ -460,7 +460,7 @@ def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words
 # the public coordination API (what the HTTP server's workers share a store with)
 
 
-def test_holds_are_store_wide_and_given_back(pg_store_url):  # noqa: F811
+def test_holds_are_store_wide_and_given_back(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         assert a.capabilities == sk.store.Capabilities(bulk_insert=False, coordination=True, shared_feed=True)
@@ -481,7 +481,7 @@ def test_holds_are_store_wide_and_given_back(pg_store_url):  # noqa: F811
         c.signal("s", "note")
 
 
-def test_signals_reach_the_other_processes_only(pg_store_url):  # noqa: F811
+def test_signals_reach_the_other_processes_only(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         got_a, got_b = [], []
@@ -489,37 +489,53 @@ def test_signals_reach_the_other_processes_only(pg_store_url):  # noqa: F811
         b.on_signal(lambda sid, kind, data: got_b.append((sid, kind, data)))
         b.signal("chat", "message", {"n": 1, "text": "é"})
         a.signal("chat", "stop")
-        assert wait_for(lambda: ("chat", "message", {"n": 1, "text": "é"}) in got_a and ("chat", "stop", None) in got_b)
+        wait_until(lambda: ("chat", "message", {"n": 1, "text": "é"}) in got_a and ("chat", "stop", None) in got_b,
+                   what="each store to get the other's signal")
         stored = b.append_events("chat", [{"kind": "k1"}, {"kind": "k2"}])
-        assert wait_for(lambda: ("chat", "events", stored[-1]["seq"]) in got_a)
-        time.sleep(0.3)
+        wait_until(lambda: ("chat", "events", stored[-1]["seq"]) in got_a, what="the events signal")
+        # a marker signal each way, sent after the others: once it arrived, an echo of a
+        # store's own signals would have arrived before it
+        a.signal(MARKER, "end")
+        b.signal(MARKER, "end")
+        wait_until(lambda: (MARKER, "end", None) in got_a and (MARKER, "end", None) in got_b,
+                   what="the marker signals")
         assert all(kind != "stop" for _, kind, _ in got_a)  # its own signal is not reported back
         assert all(kind not in ("message", "events") for _, kind, _ in got_b)
         with pytest.raises(TypeError):
             a.on_signal("not callable")
 
 
-def test_a_transaction_reaches_other_processes_only_when_it_commits(pg_store_url):  # noqa: F811
+def test_a_transaction_reaches_other_processes_only_when_it_commits(pg_store_url):
     url = pg_store_url()
-    with sk.open_store(url) as a, sk.open_store(url) as b:
+    with sk.open_store(url) as a, sk.open_store(url) as b, sk.open_store(url) as c:
         remote = []
         b.subscribe(remote.append)
         s = a.session("s")
+
+        def mark(n: int) -> None:
+            """A write by a third store, committed now; once ``b`` has its event, ``b`` has
+            every event of what committed before it (nothing else of it is on its way)."""
+            c.session(MARKER).append(msg(f"m{n}"))
+            wait_until(lambda: any(e.session_id == MARKER and e.message_ids == (f"m{n}",) for e in remote),
+                       what=f"the marker m{n}")
+
         with pytest.raises(RuntimeError):
             with a.transaction():
                 s.append(msg("dropped"))
                 raise RuntimeError("rolled back")
         with a.transaction():
             s.append_many([msg("one"), msg("two")])
-            time.sleep(0.3)
-            assert remote == [] and len(b.session("s")) == 0  # not committed: nothing to see yet
-        assert wait_for(lambda: len(remote) >= 2)
-        time.sleep(0.3)
-        assert [e.message_ids for e in remote] == [("one",), ("two",)]
+            mark(1)
+            # not committed: nothing to see yet
+            assert [e.session_id for e in remote] == [MARKER] and len(b.session("s")) == 0
+        wait_until(lambda: len(remote) >= 3, what="the two appends' events")
+        mark(2)
+        assert [(e.session_id, e.message_ids) for e in remote] == [
+            (MARKER, ("m1",)), ("s", ("one",)), ("s", ("two",)), (MARKER, ("m2",))]
         assert [m["id"] for m in b.session("s").get_history()] == ["one", "two"]
 
 
-def test_open_without_create_leaves_an_empty_schema_alone(pg_store_url):  # noqa: F811
+def test_open_without_create_leaves_an_empty_schema_alone(pg_store_url):
     url = pg_store_url()
     for _ in range(2):  # the first refusal created nothing
         with pytest.raises(ValueError, match="not a sessionkit store"):

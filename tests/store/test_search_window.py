@@ -16,16 +16,13 @@ import random
 import sqlite3
 
 import pytest
+from helpers import msg
 
 import sessionkit as sk
 from sessionkit.store import sqlite as sq
 from sessionkit.store.search import parse_query
 
 WORDS = "alpha beta gamma delta refund error kiwi mango lemon plum".split()
-
-
-def msg(mid: str, text: str, role: str = "user") -> dict:
-    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
 
 
 def sentence(rng: random.Random, n: int = 6) -> str:

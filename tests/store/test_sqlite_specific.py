@@ -7,13 +7,10 @@ import base64
 import sqlite3
 
 import pytest
+from helpers import msg
 
 import sessionkit as sk
 from sessionkit.store import sqlite as sq
-
-
-def msg(mid: str, text: str, role: str = "user") -> dict:
-    return {"id": mid, "role": role, "parts": [{"type": "text", "text": text}]}
 
 
 def rows(store, sql, params=()):

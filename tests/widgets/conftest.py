@@ -12,15 +12,13 @@ pytest.importorskip("anywidget", reason="the widgets extra is not installed")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "browser"))
 
 import nbhelpers  # noqa: E402
-from viewtools import Sent  # noqa: E402
-
-import sessionkit as sk  # noqa: E402
+from viewtools import ManualTimers, Sent  # noqa: E402
 
 
 @pytest.fixture
-def store():
-    with sk.open_store() as s:
-        yield s
+def store(new_store):
+    """An in-memory SQLite store."""
+    return new_store("sqlite", memory=True)
 
 
 @pytest.fixture
@@ -39,3 +37,16 @@ def record():
         return sent
 
     return attach
+
+
+@pytest.fixture
+def manual_timers(monkeypatch):
+    """The widgets' batch and refresh timers, fired by the test (see ``viewtools.ManualTimers``)."""
+    import threading
+    from types import SimpleNamespace
+
+    from sessionkit.widgets import _views
+
+    timers = ManualTimers()
+    monkeypatch.setattr(_views, "threading", SimpleNamespace(Timer=timers, RLock=threading.RLock))
+    return timers

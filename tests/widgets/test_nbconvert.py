@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
 import pytest
+from helpers import missing
 
 HERE = Path(__file__).resolve().parent
 
 
 def _need(module: str):
     try:
-        return __import__(module)
+        return importlib.import_module(module)
     except ImportError:
-        message = f"needs {module} (pip install -e '.[dev]')"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        missing(f"needs {module} (pip install -e '.[dev]')")
 
 
 CELLS = [

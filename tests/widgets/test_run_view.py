@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 
 import pytest
+from helpers import get_weather, wait_until
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
@@ -18,13 +17,8 @@ from viewtools import front
 LONG = " ".join(f"word{i}" for i in range(60))
 
 
-def weather(city: str) -> dict:
-    """Weather for a city."""
-    return {"city": city, "sky": "sunny"}
-
-
 def _agent(script):
-    return sk.Agent("t", "Be brief.", ScriptedModel(script), tools=[weather])
+    return sk.Agent("t", "Be brief.", ScriptedModel(script), tools=[get_weather])
 
 
 def _strip(state):
@@ -36,7 +30,8 @@ def _strip(state):
 
 def test_replay_of_a_stored_run_shows_turns_tools_and_usage(store):
     s = store.session("r")
-    agent = _agent([{"tool_calls": [{"name": "weather", "arguments": {"city": "Oslo"}}], "usage": {"in": 10, "out": 5}},
+    agent = _agent([{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}],
+                     "usage": {"in": 10, "out": 5}},
                     {"text": "Sunny in Oslo.", "usage": {"in": 20, "out": 7}}])
     result = agent.run_sync("Weather in Oslo?", session=s)
     view = RunView(result)
@@ -46,7 +41,8 @@ def test_replay_of_a_stored_run_shows_turns_tools_and_usage(store):
     assert run["input"] == "Weather in Oslo?"
     assert [t["turn"] for t in run["turns"]] == [1, 2]
     (tool,) = run["turns"][0]["tools"]
-    assert (tool["name"], tool["input"], tool["output"], tool["done"]) == ("weather", {"city": "Oslo"}, {"city": "Oslo", "sky": "sunny"}, True)
+    assert (tool["name"], tool["input"], tool["output"], tool["done"]) == (
+        "get_weather", {"city": "Oslo"}, {"city": "Oslo", "sky": "sunny", "celsius": 21}, True)
     assert run["turns"][1]["text"] == result.text == view.text
     assert [t["stop_reason"] for t in run["turns"]] == ["tool_calls", "stop"]
     assert (st["usage"]["in"], st["usage"]["out"], st["usage"]["calls"]) == (result.usage["in"], result.usage["out"], 2)
@@ -57,25 +53,31 @@ def test_replay_of_a_stored_run_shows_turns_tools_and_usage(store):
     assert _strip(RunView(store.events("r")).state) == _strip(st)
 
 
-def test_live_run_is_sent_in_batches_that_add_up_to_the_stored_events(store, record):
+def test_live_run_is_sent_in_batches_that_add_up_to_the_stored_events(store, record, manual_timers):
     s = store.session("live")
     controller = sk.RunController()
     view = RunView(controller, interval=0.05)
     sent = record(view)
 
-    class Slow(ScriptedModel):
+    class Paced(ScriptedModel):
+        """The batch interval passes after every 20 streamed pieces, as with a slow provider."""
+
         async def stream(self, messages, *, tools):
+            pieces = 0
             async for item in super().stream(messages, tools=tools):
                 yield item
-                await asyncio.sleep(0.004)
+                pieces += 1
+                if pieces % 20 == 0:
+                    manual_timers.fire()
 
-    agent = sk.Agent("t", "Be brief.", Slow([LONG]))
+    agent = sk.Agent("t", "Be brief.", Paced([LONG]))
     result = asyncio.run(agent.run("Say many words", session=s, controller=controller))
     batches = sent.of("events")
     stored = store.events("live")
     deltas = [e for e in stored if e["kind"] == "delta.text"]
     assert len(deltas) == 60
     assert 2 <= len(batches) < len(deltas)  # merged, not one message per delta
+    assert set(manual_timers.intervals) == {0.05}
     flat = [e for b in batches for e in b["events"]]
     assert [e["_i"] for e in flat] == list(range(len(flat)))
     assert "".join(e["text"] for e in flat if e["kind"] == "delta.text") == result.text == LONG
@@ -88,37 +90,30 @@ def test_live_run_is_sent_in_batches_that_add_up_to_the_stored_events(store, rec
     assert reset["events"] == flat
 
 
-def test_text_deltas_are_batched_every_interval(record):
+def test_text_deltas_are_batched_every_interval(record, manual_timers):
     view = RunView(interval=0.075)
     sent = record(view)
-    stamps = []
-    original = view.send
-
-    def timed(content, buffers=None):
-        stamps.append(time.monotonic())
-        original(content)
-
-    view.send = timed
     view.push({"kind": "run.start", "run_id": "r", "input": "x", "seq": 0})
-
-    def feed():
-        for i in range(100):
-            view.push({"kind": "delta.text", "run_id": "r", "text": "a", "seq": i + 1})
-            time.sleep(0.005)
-
-    worker = threading.Thread(target=feed)
-    started = time.monotonic()
-    worker.start()
-    worker.join()
-    feeding = time.monotonic() - started
-    time.sleep(0.2)
+    for i in range(100):
+        view.push({"kind": "delta.text", "run_id": "r", "text": "a", "seq": i + 1})
+        if i % 25 == 24:  # the interval passes every 25 deltas
+            assert len(sent.of("events")) == i // 25  # nothing is sent before it does
+            assert manual_timers.fire() == 1
     batches = sent.of("events")
     assert "".join(e.get("text", "") for b in batches for e in b["events"]) == "a" * 100
-    # one batch per 75 ms while deltas arrive (>= 0.5 s of them), not one per delta
-    assert 4 <= len(batches) <= feeding / 0.075 + 2
-    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    assert min(gaps) > 0.045
+    # one batch per interval while deltas arrive, not one per delta: one timer each, of the
+    # view's interval, and the deltas of a batch merged into one
+    assert len(batches) == 4 and manual_timers.intervals == [0.075] * 4
+    assert [[e["kind"] for e in b["events"]] for b in batches] == [["run.start", "delta.text"]] + [["delta.text"]] * 3
     assert view.batches == len(batches)
+
+
+def test_a_pending_event_goes_out_when_the_interval_passes(record):
+    view = RunView(interval=0.01)
+    sent = record(view)
+    view.push({"kind": "run.start", "run_id": "r", "input": "x", "seq": 0})
+    (batch,) = wait_until(lambda: sent.of("events"), what="the batch timer")  # a real timer, nothing else pushed
+    assert [e["kind"] for e in batch["events"]] == ["run.start"]
 
 
 def test_queue_and_controls_from_the_page(record):

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from helpers import msg
 
 import sessionkit as sk
 from sessionkit.widgets import _static
@@ -16,10 +17,6 @@ BAD_AGREEMENT = re.compile(r"(?<![\d,.])1 (messages|branch points|leaves|compact
                            r"sessions|blobs|children|queued messages)\b")
 
 
-def _text(mid, role, body, **extra):
-    return {"id": mid, "role": role, "parts": [{"type": "text", "text": body}], **extra}
-
-
 def _usage(cost):
     return {"metadata": {"usage": {"in": 100, "out": 10, "cost_usd": cost, "model": "m"}}}
 
@@ -28,22 +25,22 @@ def _usage(cost):
 def forked(store):
     """u1 -> a1 (priced) and u1 -> a2 (no usage) -> u2 -> a3 (usage, no price) -> u3 -> a4 (priced)."""
     s = store.session("forked")
-    s.append(_text("u1", "user", "Question"))
-    s.append(_text("a1", "assistant", "Answer one", **_usage(0.0002)), parent_id="u1")
-    s.append(_text("a2", "assistant", "Answer two, imported without usage"), parent_id="u1")
-    s.append(_text("u2", "user", "More"), parent_id="a2")
-    s.append(_text("a3", "assistant", "Unpriced model", **_usage(None)), parent_id="u2")
-    s.append(_text("u3", "user", "And?"), parent_id="a3")
-    s.append(_text("a4", "assistant", "Priced again", **_usage(0.0001)), parent_id="u3")
+    s.append(msg("u1", "Question", "user"))
+    s.append(msg("a1", "Answer one", "assistant", **_usage(0.0002)), parent_id="u1")
+    s.append(msg("a2", "Answer two, imported without usage", "assistant"), parent_id="u1")
+    s.append(msg("u2", "More", "user"), parent_id="a2")
+    s.append(msg("a3", "Unpriced model", "assistant", **_usage(None)), parent_id="u2")
+    s.append(msg("u3", "And?", "user"), parent_id="a3")
+    s.append(msg("a4", "Priced again", "assistant", **_usage(0.0001)), parent_id="u3")
     return s
 
 
 def test_one_of_each_reads_in_the_singular(store):
     s = store.session("one")
-    s.append(_text("u1", "user", "hello"))
-    s.append(_text("a1", "assistant", "hi"))
-    s.append(_text("u2", "user", "again"))
-    s.append(_text("a2", "assistant", "yes"))
+    s.append(msg("u1", "hello", "user"))
+    s.append(msg("a1", "hi", "assistant"))
+    s.append(msg("u2", "again", "user"))
+    s.append(msg("a2", "yes", "assistant"))
     s.on_compaction(lambda msgs, ctx: sk.CompactionResult("u1", "a1", "They greeted each other."))
     s.compact()
     tree = _static.tree_html(s)
@@ -107,8 +104,8 @@ def test_script_json_survives_html_comments_and_script_ends():
 
 def test_to_html_of_a_tree_with_markup_in_messages_embeds_valid_json(store, tmp_path):
     s = store.session("markup")
-    s.append(_text("u1", "user", "What does <!-- a comment --> do in </script> HTML?"))
-    s.append(_text("a1", "assistant", "It hides text: <!-- like this."))
+    s.append(msg("u1", "What does <!-- a comment --> do in </script> HTML?", "user"))
+    s.append(msg("a1", "It hides text: <!-- like this.", "assistant"))
     for view in (BranchTree(s), Transcript(s)):
         page = view.to_html()
         payload = re.search(r'<script type="application/json" id="sk-payload">(.*?)</script>', page, re.S).group(1)
