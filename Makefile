@@ -61,9 +61,10 @@ XDIST := -n $(TEST_WORKERS) --dist loadgroup
 test: setup lint
 	$(PYTEST) $(XDIST)
 
-## Quick feedback: every test that needs no browser, no PostgreSQL and no killed process.
+## Quick feedback: the tests that need no browser, no PostgreSQL and no killed process, less
+## the long runs marked slow (full state machines, large fuzz corpora, the notebooks).
 test-fast: setup
-	$(PYTEST) $(XDIST) -m "not browser and not postgres and not kill"
+	$(PYTEST) $(XDIST) -m "not browser and not postgres and not kill and not slow"
 
 ## The whole suite with branch coverage of the package (what README's development section quotes).
 coverage: setup

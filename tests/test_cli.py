@@ -24,6 +24,8 @@ from helpers import msg
 
 import sessionkit as sk
 
+pytestmark = pytest.mark.xdist_group("test_cli")  # the commands of a module-scoped store run once, in one worker
+
 _SCRIPT = Path(sys.executable).with_name("sessionkit")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "sessionkit"]
 COMMANDS = ["info", "ls", "show", "search", "demo", "import", "export", "serve", "lab"]

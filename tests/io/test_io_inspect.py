@@ -10,6 +10,10 @@ import pytest
 
 import sessionkit as sk
 
+# one inspect-ai eval log (a module fixture, seconds to import and run inspect-ai) serves every
+# test, in one worker
+pytestmark = [pytest.mark.xdist_group("test_io_inspect"), pytest.mark.slow]
+
 
 def _add_tool():
     """inspect-ai's tool adding two numbers (inspect-ai is imported here, not at collection:

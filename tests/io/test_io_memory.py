@@ -101,7 +101,9 @@ def traced():
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("fmt", ["openai", "oasst", "jsonl", "hh", "oasst-trees"])
+# the files of one session per line (HH, OASST trees) are the hard case and run in the fast suite
+@pytest.mark.parametrize("fmt", [*(pytest.param(f, marks=pytest.mark.slow) for f in ("openai", "oasst", "jsonl")),
+                                 "hh", "oasst-trees"])
 def test_peak_memory_does_not_grow_with_the_file(fmt, tmp_path, low_thresholds, traced):
     small = peak_growth(fmt, LINES, tmp_path)
     large = peak_growth(fmt, 2 * LINES, tmp_path)

@@ -26,7 +26,8 @@ import pytest
 
 from nbtools import NOTEBOOKS, need, numbered_notebooks
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # slow: runs every notebook in a kernel (a minute)
+# slow: runs every notebook in a kernel (a minute); one xdist group, so that one worker runs nbval once
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow, pytest.mark.xdist_group("nbval")]
 
 TAMPERED = "tampered-01-quickstart.ipynb"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

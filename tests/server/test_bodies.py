@@ -1,5 +1,10 @@
-"""H9: a body that is JSON but not acceptable is 400 invalid_body with a detail, never 500;
-strict Last-Event-ID; stalled clients are dropped."""
+"""A body that is JSON but not acceptable is 400 invalid_body with a detail, never 500;
+strict Last-Event-ID; stalled clients are dropped.
+
+All of it is decided by the HTTP layer before any store is reached (bodies are refused
+before a message is recorded, timeouts close the connection), so these run on a SQLite
+store only: on the other engines they would run the same server code again.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,12 @@ from sessionkit.server._serve import TimedH11Protocol
 from live_server import AUTH, HANG, TOKEN, echo_agent, wait_idle
 
 DEEP = 50_000
+
+
+@pytest.fixture
+def store(new_store):
+    """The server's store: a SQLite file (what is checked here never reaches the engine)."""
+    return new_store("sqlite", name="server")
 
 BAD_BODIES = {
     "nested 65 deep": b'{"text": "x", "context": ' + b'{"a": ' * 64 + b"1" + b"}" * 64 + b"}",
@@ -98,7 +109,8 @@ def _read_to_close(s: socket.socket) -> bytes:
 
 
 def test_a_body_that_never_ends_gets_408(serve, store):
-    live = serve(echo_agent(), store, body_timeout=0.5)
+    # (an idle connection is closed after 0.5 s too, so the read below ends soon after the answer)
+    live = serve(echo_agent(), store, body_timeout=0.5, uvicorn_config={"timeout_keep_alive": 0.5})
     assert live.app.state.sessionkit.body_timeout == 0.5  # the time the 408 below waited, not the default
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "s"})

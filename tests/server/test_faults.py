@@ -320,9 +320,9 @@ def _exercise(rig: Rig, kills: int, *, chats: int = 3) -> None:
 
 
 def test_sigkill_at_random_moments_on_sqlite_loses_no_accepted_message(tmp_path):
-    _exercise(Rig(tmp_path, str(tmp_path / "faults.db")), kills=30)
+    _exercise(Rig(tmp_path, str(tmp_path / "faults.db")), kills=15)
 
 
 def test_sigkill_at_random_moments_on_postgresql_with_two_workers(tmp_path, pg_store_url):
     pytest.importorskip("psycopg")
-    _exercise(Rig(tmp_path, pg_store_url(), workers=2), kills=10)
+    _exercise(Rig(tmp_path, pg_store_url(), workers=2), kills=6)

@@ -181,7 +181,8 @@ class Pair:
         return op
 
 
-@pytest.mark.parametrize("seed", range(6))
+# one seed in the fast suite, five more in the whole one
+@pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 6))])
 def test_cached_path_reads_match_sqlite_through_random_operations(tmp_path, seed):
     rng = random.Random(seed)
     pair = Pair(tmp_path, rng)

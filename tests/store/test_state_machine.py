@@ -10,7 +10,7 @@ It runs on every variant of the store matrix (``store_variant`` in tests/conftes
 PostgreSQL and the SQLite search window. The in-memory variants run the same statements as
 their file variants (they differ in how the store is opened and kept, which the conformance
 suite checks there), so a full run on them would test the same code twice. ``SESSIONKIT_HYPOTHESIS_EXAMPLES`` sets the number of examples of the full run
-(200 by default; DuckDB half as many: each of its queries takes about a millisecond;
+(120 by default; DuckDB half as many: each of its queries takes about a millisecond;
 PostgreSQL 25, or ``SESSIONKIT_PG_HYPOTHESIS_EXAMPLES``: each example opens a new store on
 the server), ``SESSIONKIT_HYPOTHESIS_STEPS`` the length of each sequence.
 """
@@ -45,12 +45,12 @@ from hypothesis.stateful import (
 import sessionkit as sk
 from sessionkit.store.search import matches, parse_query
 
-EXAMPLES = int(os.environ.get("SESSIONKIT_HYPOTHESIS_EXAMPLES", 200))
+EXAMPLES = int(os.environ.get("SESSIONKIT_HYPOTHESIS_EXAMPLES", 120))
 #: Examples of the full run per variant.
 FULL_EXAMPLES = {
     "sqlite-file": EXAMPLES, "sqlite-memory": EXAMPLES, "sqlite-window": EXAMPLES,
-    # DuckDB's run is query-bound (about a millisecond per query): 100 examples of 10 steps
-    # still run each rule some forty times per variant, in about a minute
+    # DuckDB's run is query-bound (about a millisecond per query): 60 examples of 10 steps
+    # still run each rule some twenty-five times
     "duckdb-file": max(1, EXAMPLES // 2), "duckdb-memory": max(1, EXAMPLES // 2),
     "postgresql": int(os.environ.get("SESSIONKIT_PG_HYPOTHESIS_EXAMPLES", 25)),
 }
