@@ -744,6 +744,11 @@ _IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_
               "claude-code": "import_claude_code", "swe-agent": "import_swe_agent", "inspect": "import_inspect"}
 
 
+#: formats whose sessions take no prefix, and why
+_NO_PREFIX = {"openai": "the file goes into one session, named with --session",
+              "jsonl": "a sessionkit export keeps the session ids it was written with"}
+
+
 def _session_from_file(path: str) -> str:
     """Default session id for an OpenAI chat file: its name without .gz/.jsonl/.json."""
     name = Path(path).name
@@ -763,9 +768,14 @@ def cmd_import(args, out: TextIO) -> int:
         try:
             args.format = _function(io, "detect_format", "import")(args.file)
         except ValueError as exc:  # MalformedInput: no importer recognises the file
-            raise CommandError(f"{exc}; give --format (one of {', '.join(sorted(_IMPORTERS))})") from None
+            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(_IMPORTERS))})") from None
     if args.session is not None and args.format != "openai":
         raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
+    options = {}
+    if args.session_prefix is not None:
+        if args.format in _NO_PREFIX:
+            raise CommandError(f"--session-prefix does not apply to --format {args.format}: {_NO_PREFIX[args.format]}")
+        options["session_prefix"] = args.session_prefix
     fn = _function(io, _IMPORTERS[args.format], "import")
     local = _local_path(args.store)
     existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
@@ -779,7 +789,7 @@ def cmd_import(args, out: TextIO) -> int:
             fn(store.session(session_id), args.file)
             where = f"session {_sid(session_id)} of {args.store}"
         else:
-            fn(store, args.file)
+            fn(store, args.file, **options)
             where = args.store
         after = store.stats()
     added_m = after["messages"] - before["messages"]
@@ -1012,6 +1022,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "Left out: told from the file")
     p.add_argument("--session", metavar="ID",
                    help="session to import into (--format openai only; default: the file name without extension)")
+    p.add_argument("--session-prefix", metavar="PREFIX",
+                   help="put PREFIX before every session id the file names, to keep the sessions of several "
+                        "sources apart in one store (every format but openai and jsonl; default: the "
+                        "importer's own, e.g. 'oasst-' and 'hh-', none for the agent frameworks)")
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser("export", help="export a store or a session to JSONL or Parquet",

@@ -818,3 +818,35 @@ def test_import_refuses_another_programs_database(tmp_path):
     assert_ok(run("import", str(fresh), str(data), "--format", "openai", "--session", "again"))
     with sk.open_store(str(fresh)) as store:
         assert sorted(i.id for i in store.list_sessions()) == ["again", "chat"]
+
+
+def test_import_tells_a_sessionkit_export_from_its_header(store_path, tmp_path):
+    dump = tmp_path / "dump.jsonl"
+    assert_ok(run("export", store_path, str(dump), "--session", "ops"))
+    assert dump.read_text(encoding="utf-8").startswith('{"format":"sessionkit"')
+    out = assert_ok(run("import", str(tmp_path / "copy.db"), str(dump)))
+    assert "(jsonl)" in out and "2 new messages, 1 new session" in out
+
+
+def test_an_unknown_file_names_the_format_option_once(tmp_path):
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"what": "no importer reads this"}\n', encoding="utf-8")
+    line = assert_error(run("import", str(tmp_path / "s.db"), str(odd)), "cannot tell the format", "--format")
+    assert line.count("give") == 0 and line.count("--format") == 1, line
+
+
+def test_session_prefix_keeps_two_sources_apart(tmp_path):
+    trees = str(Path(__file__).parent / "data" / "en_100_tree.jsonl")
+    target = str(tmp_path / "both.db")
+    assert_ok(run("import", target, trees, "--format", "oasst", "--session-prefix", "a/"))
+    assert_ok(run("import", target, trees, "--format", "oasst", "--session-prefix", "b/"))
+    with sk.open_store(target) as store:
+        ids = [s.id for s in store.list_sessions()]
+        counts = {s.id: s.message_count for s in store.list_sessions()}
+    a = sorted(i for i in ids if i.startswith("a/"))
+    b = sorted(i for i in ids if i.startswith("b/"))
+    assert a and len(a) == len(b) == len(ids) // 2  # every session twice, apart, none merged
+    assert [counts[i] for i in a] == [counts["b/" + i[2:]] for i in a]
+    for fmt, why in (("jsonl", "keeps the session ids"), ("openai", "--session")):
+        assert_error(run("import", target, trees, "--format", fmt, "--session-prefix", "c/"),
+                     "--session-prefix does not apply", why)

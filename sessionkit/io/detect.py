@@ -99,6 +99,8 @@ def _record_format(rec: Any) -> str | None:
         return "hh"
     if rec.get("type") in ("message", "compaction") and "session_id" in rec:
         return "jsonl"
+    if rec.get("format") == "sessionkit":  # the header line of a sessionkit export
+        return "jsonl"
     if "role" in rec or isinstance(rec.get("messages"), list):
         return "openai"
     return None
@@ -107,8 +109,8 @@ def _record_format(rec: Any) -> str | None:
 def detect_format(path: Any) -> str:
     """The format name (a key of :data:`FORMATS`) of the file or folder at ``path``.
 
-    A file no importer recognises -> :class:`MalformedInput` saying so (give the
-    format explicitly then); a missing path -> ``FileNotFoundError``.
+    A file no importer recognises -> :class:`MalformedInput` saying so (call the
+    importer of its format then); a missing path -> ``FileNotFoundError``.
     """
     path = as_path(path)
     if path.is_dir():
@@ -135,5 +137,5 @@ def detect_format(path: Any) -> str:
         return "inspect"
     found = _record_format(_first_record(path))
     if found is None:
-        raise MalformedInput(str(path), None, "cannot tell the format from the first record; give it explicitly")
+        raise MalformedInput(str(path), None, "cannot tell the format from the first record")
     return found

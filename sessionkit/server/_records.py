@@ -37,8 +37,8 @@ Two store-wide indexes live under reserved keys (a session id never starts with
 Stored keys (SPEC H9): the bearer token's sessions keep their ids; a session of an
 ``authenticate`` principal is stored as ``<16 hex characters>/<id>``, the hex being
 the start of the SHA-256 of the principal id, so the principal itself is never
-stored. Sessions stored by earlier versions under ``<principal, percent-escaped>/<id>``
-are still found (:func:`legacy_key`).
+stored. A principal reaches no key but its own: nothing is looked up under any other
+layout, so no principal id, whatever it looks like, names another principal's sessions.
 
 Crash safety: every change of state is one transaction (see :mod:`._storeio`), and
 the digest moves in the transaction that saves a run's messages, so a server killed
@@ -52,7 +52,6 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
 from .. import messages as _msg
 
@@ -72,7 +71,6 @@ __all__ = [
     "conversation_digest",
     "index_key",
     "legacy_digest",
-    "legacy_key",
     "principal_hash",
     "public_id_of",
     "read_snapshot",
@@ -112,13 +110,6 @@ def stored_key(principal: str, session_id: str) -> str:
     if principal == "":
         return session_id
     return f"{principal_hash(principal)}/{session_id}"
-
-
-def legacy_key(principal: str, session_id: str) -> str | None:
-    """Where earlier versions stored a principal's session (``<escaped principal>/<id>``)."""
-    if principal == "":
-        return None
-    return f"{quote(principal, safe='')}/{session_id}"
 
 
 def index_key(principal: str) -> str:

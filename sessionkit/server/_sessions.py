@@ -58,7 +58,6 @@ class Sessions:
         self.keep_idle = keep_idle
         self.states: OrderedDict[str, Live] = OrderedDict()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._aliases: dict[tuple[str, str], str] = {}
         self._create_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
@@ -84,7 +83,7 @@ class Sessions:
 
     async def get(self, principal: str, public_id: str) -> Live:
         """The loaded session, loading it from the store; :class:`Rejected` 404 if there is none."""
-        key = self._aliases.get((principal, public_id)) or R.stored_key(principal, public_id)
+        key = R.stored_key(principal, public_id)
         live = self.states.get(key)
         if live is not None:
             if live.deleted:
@@ -92,13 +91,6 @@ class Sessions:
             self.states.move_to_end(key)
             return live
         snap = await self.io.read(R.read_snapshot, self.store, key)
-        if not snap.exists:
-            legacy = R.legacy_key(principal, public_id)
-            if legacy is not None:  # stored by an earlier version, under the principal itself
-                old = await self.io.read(R.read_snapshot, self.store, legacy)
-                if old.exists:
-                    key, snap = legacy, old
-                    self._aliases[(principal, public_id)] = legacy
         if not snap.exists:
             raise Rejected(404, "session_not_found")
         return await self._adopt(key, public_id, R.index_key(principal), snap)
@@ -169,13 +161,10 @@ class Sessions:
 
     async def _create_locked(self, principal: str, public_id: str, key: str) -> bool:
         store = self.store
-        legacy = R.legacy_key(principal, public_id)
 
         def read():
             snap = R.read_snapshot(store, key, runs=False)
             if snap.exists:
-                return snap, True, None
-            if legacy is not None and R.read_snapshot(store, legacy, runs=False).exists:
                 return snap, True, None
             path = store.session(key).get_history(compacted=False)
             return snap, False, R.conversation_digest(path)

@@ -160,6 +160,54 @@ def test_principals_have_their_own_namespaces_and_others_sessions_are_404(serve,
     bob.close()
 
 
+VICTIM = "alice@example.org"
+
+
+def _adversaries(victim: str) -> list[str]:
+    """Principal ids built from what the victim's sessions are stored under."""
+    import hashlib
+    from urllib.parse import quote
+
+    digest = hashlib.sha256(victim.encode()).hexdigest()
+    return [digest[:16], digest, digest[:16].upper(), f"{digest[:16]}/", quote(victim, safe=""),
+            f"{digest[:16]}/secret", "", victim.upper()]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb", pytest.param("postgresql", marks=pytest.mark.slow)])
+def test_no_principal_id_reaches_another_principals_sessions(serve, new_store, engine):
+    """Whatever a principal id looks like (the victim's hash, its stored key's prefix, the victim
+    escaped or in other case), it names a namespace of its own: the victim's session answers 404
+    to every route, a message lands in the adversary's own session, and DELETE removes nothing."""
+    store = new_store(engine, name="server")
+    live = serve(echo_agent(), store, authenticate=user_of)
+    with live.client(headers={"X-User": VICTIM}) as alice:
+        assert alice.post("/sessions", json={"sessionId": "secret"}).status_code == 201
+        assert alice.post("/sessions/secret/messages", json={"text": "alice's words"}).status_code == 202
+        wait_idle(alice, "secret")
+        before = alice.get("/sessions/secret").json()
+    stored_before = {s.id for s in store.list_sessions()}
+    for adversary in _adversaries(VICTIM):
+        if not adversary.strip():  # an empty principal is refused before any lookup
+            assert httpx.get(f"{live.url}/sessions/secret", headers={"X-User": adversary}).status_code == 401
+            continue
+        with live.client(headers={"X-User": adversary}) as mallory:
+            for method, path, body in [("GET", "/sessions/secret", None), ("DELETE", "/sessions/secret", None),
+                                       ("GET", "/sessions/secret/events", None)]:
+                r = mallory.request(method, path, json=body)
+                assert (r.status_code, r.json()) == (404, {"error": "session_not_found"}), (adversary, method)
+            # creating the same id makes the adversary's own session, empty
+            assert mallory.post("/sessions", json={"sessionId": "secret"}).status_code == 201, adversary
+            assert mallory.get("/sessions/secret").json()["messages"] == [], adversary
+            assert mallory.post("/sessions/secret/messages", json={"text": "mallory"}).status_code == 202
+            wait_idle(mallory, "secret")
+            assert mallory.delete("/sessions/secret").status_code == 202, adversary  # its own, deleted
+    with live.client(headers={"X-User": VICTIM}) as alice:
+        after = alice.get("/sessions/secret").json()
+    assert after["messages"] == before["messages"] and [m["text"] for m in after["messages"]] == ["alice's words"]
+    history = store.session(next(s for s in stored_before if s.endswith("/secret"))).get_history()
+    assert "mallory" not in json.dumps(history)
+
+
 def test_token_and_authenticate_together(serve, store):
     live = serve(echo_agent(), store, token=TOKEN, authenticate=user_of)
     with live.client() as admin:
