@@ -90,6 +90,23 @@ def normalize_created(value: Any) -> str | None:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def _is_time(text: str) -> bool:
+    """Whether ``text`` reads as a time (``to_iso`` takes it; a month 13 does not)."""
+    try:
+        to_iso(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def to_iso(value: datetime | int | float | str) -> str:
     """Normalise a datetime, epoch milliseconds or ISO string to ``YYYY-MM-DDTHH:MM:SS.mmmZ``.
 
@@ -624,6 +641,11 @@ def prepare(
             _require_unicode(full_json, message)
         created = None
         created_at = set_created
+    if created is not None and not _is_time(created) and _is_unicode(created):
+        # a createdAt that is kept must be a time ("yesterday" is refused, as the importers refuse
+        # it); one that is not even valid Unicode is left to the encoding, which names that problem
+        raise InvalidMessage(f"message {message['id']!r}: field 'createdAt' must be an ISO 8601 time, "
+                             f"got {created!r}")
     if created is None:
         created = created_at or now_iso()
         if "createdAt" in message:  # an explicit null, or a time being replaced

@@ -216,6 +216,8 @@ class TestMessages:
             ({"id": "x", "role": "user", "parts": "text"}, "parts"),
             ({"id": "x", "role": "user", "parts": [{"text": "no type"}]}, "type"),
             ({"id": "x", "role": "user", "parts": [{"type": 3}]}, "type"),
+            ({"id": "x", "role": "user", "parts": [], "createdAt": "yesterday"}, "createdAt"),
+            ({"id": "x", "role": "user", "parts": [], "createdAt": "2024-13-01T00:00:00.000Z"}, "createdAt"),
         ],
     )
     def test_M2_invalid_message_names_the_field_and_stores_nothing(self, store, bad, field):
