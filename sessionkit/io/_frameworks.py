@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -22,7 +23,8 @@ from ..errors import MessageTooLarge
 from ..messages import to_iso
 from ._common import MalformedInput
 
-__all__ = ["open_sqlite", "table_names", "rows", "iso_time", "SessionWriter", "HeldCalls", "tool_output"]
+__all__ = ["open_sqlite", "table_names", "rows", "iso_time", "load_json", "SessionWriter", "HeldCalls",
+           "tool_output"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -62,6 +64,21 @@ def rows(conn: sqlite3.Connection, sql: str, params: tuple = (), *, source: str,
             yield from page
     except sqlite3.DatabaseError as exc:
         raise MalformedInput(source, None, f"cannot read the SQLite database: {exc}") from None
+
+
+def load_json(raw: str | bytes, source: str, where: str | None, what: str, *, are: bool = False) -> Any:
+    """``raw`` decoded as JSON; text that is not JSON, not UTF-8, or nests deeper than Python can
+    decode -> :class:`MalformedInput` naming ``source``, ``where`` and ``what`` (the field; ``are``
+    for a plural name)."""
+    verb = "are" if are else "is"
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise MalformedInput(source, where, f"{what} {verb} not JSON ({exc.msg} at column {exc.colno})") from None
+    except UnicodeDecodeError as exc:
+        raise MalformedInput(source, where, f"{what} {verb} not UTF-8 text ({exc.reason})") from None
+    except RecursionError:
+        raise MalformedInput(source, where, f"{what} nest{'' if are else 's'} too deep to read") from None
 
 
 def iso_time(value: Any, source: str, where: str) -> str | None:

@@ -26,11 +26,10 @@ The event's ``timestamp`` is the message time. Rows are read a page at a time.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ._common import MalformedInput, Progress, as_path, check_progress
-from ._frameworks import HeldCalls, SessionWriter, iso_time, open_sqlite, rows, table_names, tool_output
+from ._frameworks import HeldCalls, SessionWriter, iso_time, load_json, open_sqlite, rows, table_names, tool_output
 
 __all__ = ["import_adk", "adk_event_to_message"]
 
@@ -228,12 +227,8 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
                             conn, "SELECT id, timestamp, event_data FROM events WHERE app_name = ? AND user_id = ? "
                                   "AND session_id = ? ORDER BY timestamp, rowid", (app, user, sid), source=source):
                         where = f"session {sid!r}, event {event_id}"
-                        try:
-                            event = json.loads(data) if isinstance(data, (str, bytes)) else data
-                        except json.JSONDecodeError as exc:
-                            raise MalformedInput(
-                                source, where, f"event_data is not JSON ({exc.msg} at column {exc.colno})"
-                            ) from None
+                        event = load_json(data, source, where, "event_data") if isinstance(data, (str, bytes)) \
+                            else data
                         moment = event.get("timestamp", stamp) if isinstance(event, dict) else stamp
                         walk.event(event_id, iso_time(moment, source, where), event, where)
                         bar.update()

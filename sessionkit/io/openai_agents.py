@@ -34,12 +34,11 @@ number of rows of one session (their ids) plus one batch.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
 from ._common import MalformedInput, Progress, as_path, check_progress
-from ._frameworks import SessionWriter, iso_time, open_sqlite, rows, table_names, tool_output
+from ._frameworks import SessionWriter, iso_time, load_json, open_sqlite, rows, table_names, tool_output
 
 __all__ = ["import_openai_agents", "item_to_message"]
 
@@ -99,12 +98,7 @@ def _arguments(raw: Any, source: str, where: str) -> Any:
         return {}
     if not isinstance(raw, str):
         return raw
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise MalformedInput(
-            source, where, f"tool call arguments are not JSON ({exc.msg} at column {exc.colno})"
-        ) from None
+    return load_json(raw, source, where, "tool call arguments", are=True)
 
 
 def _tool_name(item: dict) -> str:
@@ -201,12 +195,7 @@ class _Branch:
         where = f"{table} row {rowid}"
         if not isinstance(data, str):
             raise MalformedInput(self.source, where, "message_data is not text")
-        try:
-            item = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise MalformedInput(
-                self.source, where, f"message_data is not JSON ({exc.msg} at column {exc.colno})"
-            ) from None
+        item = load_json(data, self.source, where, "message_data")
         seen = self.placed.get(rowid)
         if seen is not None:
             parent, node = seen
@@ -283,10 +272,9 @@ def _turn_usage(store, conn: sqlite3.Connection, session, sid: str, source: str)
         entry: dict[str, Any] = {"branch": row[0], "turn": row[1], **dict(zip(_USAGE, row[2:6]))}
         for key, raw in (("input_tokens_details", row[6]), ("output_tokens_details", row[7])):
             if raw is not None:
-                try:
-                    entry[key] = json.loads(raw)
-                except (TypeError, json.JSONDecodeError):
-                    raise MalformedInput(source, f"turn_usage of session {sid!r}", f"{key} is not JSON") from None
+                if not isinstance(raw, (str, bytes)):
+                    raise MalformedInput(source, f"turn_usage of session {sid!r}", f"{key} is not JSON")
+                entry[key] = load_json(raw, source, f"turn_usage of session {sid!r}", key)
         usage.append(entry)
     if usage:
         store.put_records(session.session_id, "openai_agents.turn_usage", list(enumerate(usage)))

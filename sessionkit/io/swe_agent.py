@@ -42,6 +42,8 @@ def _read(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
         raise MalformedInput(source, f"line {exc.lineno}", problem) from None
+    except RecursionError:
+        raise MalformedInput(source, None, "the trajectory nests too deep to read") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
         raise MalformedInput(source, None, "not a SWE-agent trajectory (no 'history' list)")
     return doc

@@ -260,3 +260,21 @@ def check_bounded_by_the_view(work: dict, rows: int, *, scrolled: bool, also: in
         assert 2 * len(set(work["rows"]) & set(window)) >= len(window), (work["rows"], window)
     # each row in view costs a bounded number of drawing calls (its dot, lines, marks)
     assert 0 < work["canvas"] <= 50 * len(window), (work["canvas"], len(window))
+
+
+def check_big_tree_stays_bounded_and_is_found(page, view, session, data, rows) -> None:
+    """A tree of thousands of rows (``view``, laid out): a scroll and a click cost work in
+    proportion to the rows in view (rows updated and drawing calls, counted in the page), not to
+    the tree's size; and a row far below the view is text in the page, found by find-in-page."""
+    assert view.get_attribute("data-rows") == str(len(rows)) and len(rows) > 1000
+    watch_tree_work(page, view)
+    scroller = view.locator(".sk-tree-scroll")
+    for fraction in (0.5, 0.9, 0.1):
+        scroller.evaluate("(el, f) => { el.scrollTop = el.scrollHeight * f; }", fraction)
+        check_bounded_by_the_view(tree_work(page, view), len(rows), scrolled=True)
+    scroller.click(position={"x": 200, "y": 11 * 22 + 11})
+    page.wait_for_function("el => !!el.dataset.selected", arg=view.element_handle())
+    check_bounded_by_the_view(tree_work(page, view), len(rows), scrolled=False)
+    scroller.evaluate("el => { el.scrollTop = 0; }")
+    far = next(data.ids[r[1]] for r in reversed(rows) if r[0] == "node")
+    check_find_in_page(page, view, far, preview_of(session, far))

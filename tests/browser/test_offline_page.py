@@ -157,17 +157,5 @@ def test_offline_ten_thousand_message_tree_scrolls_by_the_rows_in_view_and_is_fo
     data = tree_data(s)
     rows = outline_rows(data)
     view = page.locator(".sk-tree-view")
-    assert view.get_attribute("data-rows") == str(len(rows)) and len(rows) > 1000
-    # a scroll and a click cost work in proportion to the rows in view, not to the tree's size
-    pagechecks.watch_tree_work(page, view)
-    scroller = view.locator(".sk-tree-scroll")
-    for fraction in (0.5, 0.9, 0.1):
-        scroller.evaluate("(el, f) => { el.scrollTop = el.scrollHeight * f; }", fraction)
-        pagechecks.check_bounded_by_the_view(pagechecks.tree_work(page, view), len(rows), scrolled=True)
-    scroller.click(position={"x": 200, "y": 11 * 22 + 11})
-    page.wait_for_function("el => !!el.dataset.selected", arg=view.element_handle())
-    pagechecks.check_bounded_by_the_view(pagechecks.tree_work(page, view), len(rows), scrolled=False)
-    scroller.evaluate("el => { el.scrollTop = 0; }")
-    far = next(data.ids[r[1]] for r in reversed(rows) if r[0] == "node")
-    pagechecks.check_find_in_page(page, view, far, pagechecks.preview_of(s, far))
+    pagechecks.check_big_tree_stays_bounded_and_is_found(page, view, s, data, rows)
     assert not page.errors, page.errors

@@ -206,3 +206,19 @@ def test_malformed_events(adk_db, tmp_path):
     with sk.open_store() as store:
         with pytest.raises(sk.io.MalformedInput, match="not a Google ADK session database"):
             sk.io.import_adk(store, other)
+
+
+def test_events_too_deep_or_not_utf8_name_the_event(adk_db):
+    """event_data nested 100,000 deep, or a BLOB that is no UTF-8: MalformedInput naming the file
+    and the event (never RecursionError or UnicodeDecodeError)."""
+    db, _ = adk_db
+    conn = sqlite3.connect(db)
+    eid = conn.execute("SELECT id FROM events WHERE user_id = 'u2' ORDER BY timestamp LIMIT 1").fetchone()[0]
+    for value, problem in (("[" * 100_000 + "]" * 100_000, "event_data nests too deep to read"),
+                           (b'{"author": "\xff\xfe"}', "event_data is not UTF-8 text")):
+        conn.execute("UPDATE events SET event_data = ? WHERE id = ?", (value, eid))
+        conn.commit()
+        with sk.open_store() as store:
+            with pytest.raises(sk.io.MalformedInput, match=rf"adk.db, session 's1', event {eid}: {problem}"):
+                sk.io.import_adk(store, db)
+    conn.close()

@@ -284,3 +284,19 @@ def test_bad_rows_name_the_row(plain_db):
     with sk.open_store() as store:
         with pytest.raises(sk.io.MalformedInput, match=rf"agent_messages row {bad}: tool call arguments are not JSON"):
             sk.io.import_openai_agents(store, db)
+
+
+def test_rows_too_deep_or_not_utf8_name_the_row(plain_db):
+    """JSON nested 100,000 deep, or a BLOB, in a message_data: MalformedInput naming the file and
+    the row (never RecursionError or UnicodeDecodeError)."""
+    db, _ = plain_db
+    conn = sqlite3.connect(db)
+    bad = conn.execute("SELECT MAX(id) FROM agent_messages WHERE session_id = 'alpha'").fetchone()[0]
+    for value, problem in (("[" * 100_000 + "]" * 100_000, "message_data nests too deep to read"),
+                           (b'{"type": "\xff\xfe"}', "message_data is not text")):
+        conn.execute("UPDATE agent_messages SET message_data = ? WHERE id = ?", (value, bad))
+        conn.commit()
+        with sk.open_store() as store:
+            with pytest.raises(sk.io.MalformedInput, match=rf"plain.db, agent_messages row {bad}: {problem}"):
+                sk.io.import_openai_agents(store, db)
+    conn.close()

@@ -62,3 +62,6 @@ def test_folder_and_bad_files(tmp_path):
         bad.write_text('{"trajectory": []}')
         with pytest.raises(sk.io.MalformedInput, match="no 'history' list"):
             sk.io.import_swe_agent(store, bad)
+        bad.write_text('{"history": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        with pytest.raises(sk.io.MalformedInput, match="x.traj: the trajectory nests too deep to read"):
+            sk.io.import_swe_agent(store, bad)
