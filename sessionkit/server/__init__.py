@@ -54,8 +54,7 @@ How it behaves:
   re-create it to start over); a crash never causes that.
 * With ``authenticate``, each principal's sessions are stored under
   ``<16 hex characters of the SHA-256 of the principal id>/<id>``: the principal
-  id itself is never stored (sessions an earlier version stored under the id
-  itself still open).
+  id itself is never stored, and a principal reaches no key but its own.
 * Bodies: JSON that cannot be handled (nested deeper than 64, a lone surrogate,
   a wrong type) is ``400 {"error": "invalid_body", "detail"}``; a body that does not
   arrive within ``body_timeout`` is ``408``. ``sessionkit serve`` also drops

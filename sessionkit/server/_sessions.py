@@ -21,7 +21,6 @@ import logging
 import re
 from collections import OrderedDict
 from typing import Any
-from urllib.parse import unquote
 
 from ..agent import RunController
 from ..errors import SessionNotFound
@@ -558,8 +557,10 @@ class Sessions:
                 key = info.id
                 if key.startswith("~") or not store.records(key, R.SESSION):
                     continue
-                created = store.records(key, R.SESSION)[0][1] or {}
                 index = _index_for_key(key)
+                if index is None:  # not under a principal's namespace: no principal's session
+                    continue
+                created = store.records(key, R.SESSION)[0][1] or {}
                 entry = {"sessionId": R.public_id_of(key), "key": key,
                          "createdAt": created.get("createdAt") or info.created_at,
                          "updatedAt": info.updated_at, "firstRun": 1, "runN": len(store.runs(key))}
@@ -582,11 +583,12 @@ class Sessions:
         await self.io.write(job)
 
 
-def _index_for_key(key: str) -> str:
-    """The principal index a stored key belongs to (its prefix, or the bearer token's)."""
+def _index_for_key(key: str) -> str | None:
+    """The principal index a stored key belongs to (its hash prefix, or the bearer token's);
+    None for a key under no principal's namespace."""
     if "/" not in key:
         return R.index_key("")
     prefix = key.rsplit("/", 1)[0]
     if _HEX16.match(prefix):
         return R.INDEX_PREFIX + prefix
-    return R.index_key(unquote(prefix))
+    return None

@@ -7,12 +7,10 @@ import json
 from urllib.parse import quote
 
 import httpx
-import pytest
+from live_server import HANG, Gate, echo, echo_agent, user_of, wait_idle
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
-
-from live_server import AUTH, HANG, Gate, echo, echo_agent, user_of, wait_idle
 
 
 def test_get_sessions_lists_the_callers_sessions_newest_activity_first(serve, store):
@@ -139,37 +137,29 @@ def test_principals_are_stored_under_a_hash_never_their_id(serve, store):
     assert "carol" not in everything and "example.org" not in everything
 
 
-def test_a_session_stored_by_an_earlier_version_under_the_principal_still_opens(tmp_path, serve):
+def test_a_session_stored_under_the_principal_itself_is_no_principals(tmp_path, serve):
+    """Sessions are found only under ``<hash of the principal>/<id>``: one stored under the
+    principal's own (escaped) id, the layout that would let a principal named like another's
+    key reach that principal's sessions, is reached by no one and left as it is."""
     path = tmp_path / "old.db"
     principal = "dave@example.org"
-    legacy = f"{quote(principal, safe='')}/chat"
-    with sk.open_store(path) as old:  # what an earlier version left: the principal in the key, its own digest
-        session = old.session(legacy)
-        session.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "earlier"}],
-                        "metadata": {"run_id": f"{legacy}.1"}})
-        session.append({"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "echo: earlier"}],
-                        "metadata": {"run_id": f"{legacy}.1"}})
-        old.begin_run(legacy, f"{legacy}.1", "earlier")
-        old.end_run(f"{legacy}.1", status="completed")
-        digest = hashlib.sha256()
-        for message in session.get_history(compacted=False):
-            digest.update(json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
-            digest.update(b"\n")
-        old.put_records(legacy, "server.session", [(0, {"createdAt": "2026-01-01T00:00:00.000Z",
-                                                        "digest": digest.hexdigest(), "lastSeq": None})])
-        old.put_records(legacy, "server.message", [(1, {"run": 1, "text": "earlier", "mode": "followUp",
-                                                        "queued": False, "at": "2026-01-01T00:00:00.000Z"})])
+    unhashed = f"{quote(principal, safe='')}/chat"
+    with sk.open_store(path) as old:
+        old.session(unhashed).append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "earlier"}]})
+        old.put_records(unhashed, "server.session", [(0, {"createdAt": "2026-01-01T00:00:00.000Z",
+                                                          "digest": hashlib.sha256(b"").hexdigest(),
+                                                          "lastSeq": None})])
     store = sk.open_store(path)
     live = serve(echo_agent(), store, authenticate=user_of)
     with live.client(headers={"X-User": principal}) as c:
-        assert c.get("/sessions/chat").json()["messages"][0]["text"] == "earlier"
-        assert [s["sessionId"] for s in c.get("/sessions").json()["sessions"]] == ["chat"]  # indexed at start
-        assert c.post("/sessions", json={"sessionId": "chat"}).status_code == 200  # it exists
-        assert c.post("/sessions/chat/messages", json={"text": "later"}).json() == {"runId": "chat.2",
+        assert c.get("/sessions/chat").json() == {"error": "session_not_found"}
+        assert c.get("/sessions").json()["sessions"] == []
+        assert c.post("/sessions", json={"sessionId": "chat"}).status_code == 201  # a new session of its own
+        assert c.post("/sessions/chat/messages", json={"text": "later"}).json() == {"runId": "chat.1",
                                                                                     "queued": False}
         wait_idle(c, "chat")
-    texts = [m["parts"][0]["text"] for m in store.session(legacy).get_history()]
-    assert texts == ["earlier", "echo: earlier", "later", "echo: later"]
+        assert [m["text"] for m in c.get("/sessions/chat").json()["messages"]] == ["later"]
+    assert [m["parts"][0]["text"] for m in store.session(unhashed).get_history()] == ["earlier"]
     with live.client(headers={"X-User": "someone else"}) as other:
         assert other.get("/sessions/chat").status_code == 404
 
