@@ -104,6 +104,8 @@ class Sessions:
             return None
         if index is None:
             index = _index_for_key(key)
+        if index is None:  # under no principal's namespace: the server serves no such session
+            return None
         return await self._adopt(key, R.public_id_of(key), index, snap)
 
     async def _adopt(self, key: str, public_id: str, index: str, snap: R.Snapshot) -> Live:
