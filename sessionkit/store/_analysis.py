@@ -380,19 +380,28 @@ def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
 
 
 def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
-              names: set[str] | None = None, session_ids: list[str] | None = None) -> Any:
+              names: set[str] | None = None, session_ids: list[str] | None = None,
+              in_transaction: bool = False) -> Any:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
     rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
     on ``con`` (only those a query names are made: defining the ones over the tree costs
     tens of milliseconds each); ``names`` are those the query uses, when already known;
     ``session_ids`` restricts the views to those sessions for this query (the tree
-    columns are then computed for them only)."""
+    columns are then computed for them only). ``in_transaction``: ``con`` is inside a
+    write transaction of a DuckDB store (the query sees its writes): the views are made
+    in it (``state`` should be new) and the query runs there, with no transaction of its own."""
     duckdb = duckdb_module()
     _pyarrow()
     check_query(con, query)
     if names is None:
         names = names_used(con, query)
     tree = "*" in names or bool(names & set(TREE_COLUMNS))
+    if in_transaction:
+        _install(con, tables, state, tree, set(VIEWS), session_ids)
+        try:
+            return _fetch(con, query, params)
+        except duckdb.Error as exc:
+            raise ValueError(f"store.sql: {exc}") from exc
     wanted = set(VIEWS) if "@*" in names else {v for v in VIEWS if "@" + v in names}
     _install(con, tables, state, tree, wanted, session_ids)
     _do(con, "BEGIN TRANSACTION")
@@ -511,11 +520,27 @@ class _CopyReader(_EngineReader):
         for value in params:  # COPY binds no parameters: whole numbers are written in
             where = where.replace("?", str(value), 1)
         sql = self.engine.compile(f"SELECT {', '.join(cols)} FROM {{{name}}} {where}")
+        block = self._block_size(name, cols, where)
         # closed here even when DuckDB stops early: the COPY ends before the snapshot does
         with contextlib.closing(self.engine.copy_csv(sql)) as chunks:
-            return self._load_csv(name, cols, target, chunks)
+            return self._load_csv(name, cols, target, chunks, block)
 
-    def _load_csv(self, name: str, cols: tuple[str, ...], target: str | None, chunks: Iterator[bytes]) -> int:
+    def _block_size(self, name: str, cols: tuple[str, ...], where: str) -> int:
+        """A CSV block of pyarrow's reader that holds the widest row read: a row may not
+        straddle two blocks, and a message's text can be any size. From the texts' sizes
+        as stored (PostgreSQL knows a text's size without reading it), doubled for the
+        quotes CSV doubles, plus room for the other columns."""
+        types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
+        wide = [c for c in cols if types[c] == "VARCHAR"]
+        if not wide:
+            return _BLOCK
+        size = " + ".join(f"coalesce(octet_length({c}), 0)" for c in wide)
+        row = self.fetch(self.engine.compile(f"SELECT coalesce(max({size}), 0) FROM {{{name}}} {where}"))
+        widest = int(row[0][0] or 0) if row else 0
+        return min(max(_BLOCK, 2 * widest + (1 << 20)), (1 << 31) - 1)
+
+    def _load_csv(self, name: str, cols: tuple[str, ...], target: str | None, chunks: Iterator[bytes],
+                  block: int = 0) -> int:
         first = next(chunks, b"")
         if not first:
             return 0
@@ -523,7 +548,7 @@ class _CopyReader(_EngineReader):
         types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
         reader = csv.open_csv(
             _ChunkFile(first, chunks),
-            read_options=csv.ReadOptions(column_names=list(cols), block_size=4 << 20),
+            read_options=csv.ReadOptions(column_names=list(cols), block_size=block or _BLOCK),
             # PostgreSQL's CSV: NULL is an empty field, an empty text is "" (kept), and
             # quoted fields may hold line breaks
             parse_options=csv.ParseOptions(newlines_in_values=True),
@@ -532,6 +557,10 @@ class _CopyReader(_EngineReader):
                 strings_can_be_null=True, quoted_strings_can_be_null=False),
         )
         return self.cache.insert_arrow(target or self.cache.TABLES[name], cols, reader)
+
+
+#: pyarrow's CSV block when every row is narrower than a quarter of it.
+_BLOCK = 4 << 20
 
 
 class _ChunkFile(io.RawIOBase):
@@ -656,7 +685,7 @@ _MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"
 CACHE_SUFFIX = "-analysis.duckdb"
 
 #: The layout of a cache file (its tables and state); a file of another layout is made again.
-CACHE_FORMAT = "1"
+CACHE_FORMAT = "2"
 
 _file_locks: dict[str, threading.RLock] = {}
 _file_locks_guard = threading.Lock()
@@ -701,7 +730,7 @@ class Cache:
     TABLES = {name: "sessionkit_" + name for name in SOURCE_COLUMNS}
 
     #: What a refresh keeps between queries (and, in a cache file, between processes).
-    STATE = ("hi", "last_n", "log_count", "loaded", "lazy", "store_schema", "hi_key", "log_key")
+    STATE = ("hi", "last_n", "log_count", "loaded", "lazy", "store_id", "store_schema", "hi_key", "log_key")
 
     def __init__(self, engine, *, ordered: bool) -> None:
         self.engine = engine
@@ -712,6 +741,10 @@ class Cache:
         self.loaded = False
         #: The wide message columns held (read only once a query names them, or ``*``).
         self.lazy: dict[str, bool] = {c: False for c in LAZY_COLUMNS}
+        #: The store the rows describe (its ``store_id``, written when it was created):
+        #: checked on every refresh, so a store made again in the same place (a notebook
+        #: that deletes its store and builds it anew) is never answered from the old one's rows.
+        self.store_id = ""
         # what a cache file's rows describe: the store's schema, the row at seq ``hi``
         # and the change log entry ``last_n`` (checked against the store it is beside)
         self.store_schema = ""
@@ -813,6 +846,10 @@ class Cache:
         entry = rd.fetch(eng.compile("SELECT session_id, kind, seq FROM {changes} WHERE n = ?"), (self.last_n,))
         return (json.dumps(list(row[0])) if row else ""), (json.dumps(list(entry[0])) if entry else "")
 
+    def _store_id(self, rd) -> str:
+        row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'store_id'"))
+        return str(row[0][0]) if row else ""
+
     def _schema(self, rd) -> str:
         row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'schema_version'"))
         return str(row[0][0]) if row else ""
@@ -845,12 +882,23 @@ class Cache:
 
     # -- reading the store ----------------------------------------------------------
     @contextlib.contextmanager
-    def _reading(self):
-        """A reader whose reads all see one state of the store."""
-        if self._adbc is None:
-            with self.engine.snapshot():
+    def _reading(self, through_store: bool = False):
+        """A reader whose reads all see one state of the store, with the cache's lock held.
+
+        The store's snapshot is taken before the lock: a thread inside a write transaction
+        of a SQLite store holds the store's lock and then asks for the cache's, so a thread
+        holding the cache's lock must never wait for the store's. ``through_store``: read
+        through the store's own connection (inside a write transaction: its own writes)."""
+        if self._adbc is None or through_store:
+            with self.engine.snapshot(), self.lock:
                 yield _CopyReader(self) if hasattr(self.engine, "copy_csv") else _EngineReader(self)
             return
+        with self.lock:
+            with self._adbc_reading() as rd:
+                yield rd
+
+    @contextlib.contextmanager
+    def _adbc_reading(self):
         cur = self._adbc.cursor()
         try:
             cur.execute("BEGIN")  # a read transaction: one state of the file until COMMIT
@@ -902,21 +950,22 @@ class Cache:
         self.lazy[column] = True
 
     def refresh(self, need: Iterable[str] = ()) -> None:
-        """Bring the cache up to the store's current state, with the lazy columns ``need``.
+        """Bring the cache up to the store's current (committed) state, with the lazy
+        columns ``need``.
 
         One DuckDB transaction: the rows held and the state saying what they are change
         together or not at all (a process killed mid-way leaves a cache file as it was).
         A cache file that fails (damaged since it was opened) is made again from the store."""
         duckdb = duckdb_module()
         wanted = sorted(need)
-        with self.lock:
+        with self._reading() as rd:
             try:
-                self._refresh_once(wanted)
+                self._refresh_once(rd, wanted)
             except duckdb.Error:
                 if self.file is None:
                     raise
                 self._rebuild_file()
-                self._refresh_once(wanted)
+                self._refresh_once(rd, wanted)
 
     def _rebuild_file(self) -> None:
         duckdb = duckdb_module()
@@ -933,32 +982,39 @@ class Cache:
             self.con = new_connection()
             self._create_tables()
 
-    def _refresh_once(self, need: list[str]) -> None:
-        before = self._state()
-        with self._reading() as rd:
-            _do(self.con, "BEGIN TRANSACTION")
-            try:
-                if self.file is not None:
-                    self._load_state()
-                    if not self.checked and self.loaded and not self._check_file(rd):
-                        self._reset()
-                self._refresh(rd)
-                if self.file is not None and not self.checked and not self._count_matches(rd):
-                    self._reset()  # rows held that the checks above could not tell apart
-                    self._load_all(rd)
-                for column in need:
-                    if not self.lazy.get(column, True):
-                        self._fill(rd, column)
-                if self.file is not None:
-                    self.store_schema = self._schema(rd)
-                    self.hi_key, self.log_key = self._fingerprints(rd)
-                    self._save_state()
-                _do(self.con, "COMMIT")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    _do(self.con, "ROLLBACK")
-                self._set_state(before)
-                raise
+    def _refresh_once(self, rd, need: list[str], keep: bool = True) -> None:
+        """One refresh through ``rd``, in a DuckDB transaction that commits (``keep``) or is
+        left open for the caller to run a query in and roll back (``keep=False``: what is
+        read may be rolled back in the store, so the cache must not keep it)."""
+        before, seen = self._state(), self.seen
+        _do(self.con, "BEGIN TRANSACTION")
+        try:
+            if self.file is not None:
+                self._load_state()
+                if not self.checked and self.loaded and not self._check_file(rd):
+                    self._reset()
+            if not keep:
+                self.seen = None  # the store's snapshot text does not show this thread's writes
+            self._refresh(rd)
+            if self.file is not None and not self.checked and not self._count_matches(rd):
+                self._reset()  # rows held that the checks above could not tell apart
+                self._load_all(rd)
+            for column in need:
+                if not self.lazy.get(column, True):
+                    self._fill(rd, column)
+            if not keep:
+                return
+            if self.file is not None:
+                self.store_schema = self._schema(rd)
+                self.hi_key, self.log_key = self._fingerprints(rd)
+                self._save_state()
+            _do(self.con, "COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                _do(self.con, "ROLLBACK")
+            self._set_state(before)
+            self.seen = seen
+            raise
         self.checked = True
 
     def _refresh(self, rd) -> None:
@@ -968,6 +1024,10 @@ class Cache:
         if self.loaded and state is not None and state == self.seen:
             return
         self.seen = None  # until this refresh is through
+        store_id = self._store_id(rd)
+        if self.loaded and store_id != self.store_id:  # another store in the same place
+            self._reset()
+        self.store_id = store_id
         self._refresh_rows(rd)
         self.seen = state
 
@@ -1065,13 +1125,41 @@ class Cache:
         with self.lock:
             check_query(self.con, query)
             names = names_used(self.con, query)
-            self.refresh({c for c in LAZY_COLUMNS if c in names or "*" in names})
+        need = {c for c in LAZY_COLUMNS if c in names or "*" in names}
+        if self.engine.in_write():
+            return self._query_in_write(query, params, names, need, session_ids)
+        self.refresh(need)
+        with self.lock:
             return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids)
+
+    def _query_in_write(self, query: str, params: Any, names: set[str], need: set[str],
+                        session_ids: list[str] | None):
+        """A query from inside a write transaction of the store: it sees the transaction's
+        own writes, and the cache keeps none of them (the transaction may still roll
+        back). The refresh and the query share one DuckDB transaction, rolled back."""
+        duckdb = duckdb_module()
+        tree = "*" in names or bool(names & set(TREE_COLUMNS))
+        with self._reading(through_store=True) as rd:
+            before, seen, checked = self._state(), self.seen, self.checked
+            # views first: they are made outside the transaction that is rolled back
+            _install(self.con, self.TABLES, self.views, tree, set(VIEWS), session_ids)
+            try:
+                self._refresh_once(rd, sorted(need), keep=False)
+                try:
+                    return _fetch(self.con, query, params)
+                except duckdb.Error as exc:
+                    raise ValueError(f"store.sql: {exc}") from exc
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    _do(self.con, "ROLLBACK")
+                self._set_state(before)
+                self.seen, self.checked = seen, checked
 
 
 #: The state of an empty cache.
 _EMPTY: dict[str, Any] = {"hi": 0, "last_n": 0, "log_count": 0, "loaded": False,
-                          "lazy": {c: False for c in LAZY_COLUMNS}, "store_schema": "", "hi_key": "", "log_key": ""}
+                          "lazy": {c: False for c in LAZY_COLUMNS}, "store_id": "", "store_schema": "",
+                          "hi_key": "", "log_key": ""}
 
 #: Message rows a refresh holds as Python rows at once (without ADBC).
 _PAGE = 20_000

@@ -1239,7 +1239,9 @@ class Store:
         ``sessionkit.analysis``). Anything but one SELECT -> ``ValueError``; ``params``
         binds ``?`` or ``$name`` placeholders. ``session_ids`` makes every view hold only
         those sessions for this query (their tree columns computed for them alone, so a
-        query about one session costs that session). Needs the ``analysis`` extra."""
+        query about one session costs that session). Inside :meth:`transaction` the query
+        sees the transaction's own writes; the cache keeps none of them unless the
+        transaction commits. Needs the ``analysis`` extra."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if params is not None and not isinstance(params, (list, tuple, dict)):

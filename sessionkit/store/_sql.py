@@ -30,6 +30,7 @@ import contextlib
 import json
 import re
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -589,6 +590,11 @@ class SQLEngine(Engine):
         """Reads inside see one state of the store (several statements, one answer)."""
         return contextlib.nullcontext()
 
+    def in_write(self) -> bool:
+        """Whether this thread is inside a write transaction of this engine (its reads
+        then see writes that may still be rolled back)."""
+        return False
+
     def visible_state(self) -> str | None:
         """Text naming what the current snapshot sees (equal texts: the same committed rows),
         or None where the engine cannot say (then the analysis cache checks for changes)."""
@@ -701,6 +707,10 @@ class SQLEngine(Engine):
                 self.execute(self.compile(stmt))
             self.execute(self.sql["meta_put"], ("schema_version", str(SCHEMA_VERSION)))
             self.execute(self.sql["meta_put"], ("index_built", "0"))
+            # Who this store is: a store made again in the same place (same path, same
+            # ids) is another store, and what was derived from the old one (the analysis
+            # cache file beside it) must not be believed for it.
+            self.execute(self.sql["meta_put"], ("store_id", uuid.uuid4().hex))
             self.execute(self.sql["ledger_put"], (1, "tables created", now))
             for m in MIGRATIONS:
                 self.execute(self.sql["ledger_put"], (m.version, m.note, now))
@@ -1329,7 +1339,11 @@ class LocalEngine(SQLEngine):
         self._lock: Any = threading.RLock()
         self._db: Any = None
         self._depth = 0
+        self._writer: int | None = None  # the thread inside the write transaction
         self._closed = False
+
+    def in_write(self) -> bool:
+        return self._depth > 0 and self._writer == threading.get_ident()
 
     @contextlib.contextmanager
     def connection(self):
@@ -1352,13 +1366,16 @@ class LocalEngine(SQLEngine):
                 return
             self.execute(self.BEGIN)
             self._depth = 1
+            self._writer = threading.get_ident()
             self.began()
             try:
                 yield self
                 self._depth = 0
+                self._writer = None
                 self.execute("COMMIT")
             except BaseException:
                 self._depth = 0
+                self._writer = None
                 self.rolled_back()
                 with contextlib.suppress(*self.driver_errors):
                     self._db.execute("ROLLBACK")

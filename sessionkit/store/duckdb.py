@@ -529,6 +529,14 @@ class DuckDBEngine(LocalEngine):
         own (one snapshot; the store's writers go on) that is rolled back."""
         from . import _analysis
 
+        tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
+        if self.in_write():
+            # From inside this thread's write transaction: on the transaction's connection,
+            # so the query sees the transaction's writes, which then commit or roll back
+            # with it (the views are made in the transaction too).
+            with self._lock:
+                return _analysis.run_query(self._db, tables, query, params, {}, session_ids=session_ids,
+                                           in_transaction=True)
         with self._analysis_setup:
             self.merge_journal()
             con = self._analysis
@@ -537,7 +545,6 @@ class DuckDBEngine(LocalEngine):
                     if self._closed:
                         raise StoreClosed("the store is closed")
                     con = self._analysis = _analysis.new_connection(self._db)
-            tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
             return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids)
 
     # -- connection model --------------------------------------------------------------

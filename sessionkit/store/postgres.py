@@ -609,6 +609,9 @@ class PostgresEngine(SQLEngine):
                 self._tls.snap = None
                 _quiet_rollback(conn)
 
+    def in_write(self) -> bool:
+        return self._cur_tx() is not None
+
     def visible_state(self) -> str:
         """What the current snapshot sees, as text (``pg_current_snapshot()``: the next
         transaction id and the transactions still running). Two snapshots with the same
