@@ -567,7 +567,7 @@ class Sessions:
                          "createdAt": created.get("createdAt") or info.created_at,
                          "updatedAt": info.updated_at, "firstRun": 1, "runN": len(store.runs(key))}
                 found.setdefault(index, []).append(entry)
-            out = []
+            out: list = []
             for index, entries in found.items():
                 have = {n for n, v in store.records(index, R.INDEX)}
                 out.extend((index, R.slot(e["sessionId"]), e) for e in entries if R.slot(e["sessionId"]) not in have)

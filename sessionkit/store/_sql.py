@@ -31,7 +31,7 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +74,10 @@ _ALL = ("sqlite", "duckdb", "postgresql")
 
 # ---------------------------------------------------------------------------
 # Tables
+
+
+#: Parameters of a statement: positional, or named (``%(name)s`` on PostgreSQL).
+Params = Sequence[Any] | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -618,15 +622,15 @@ class SQLEngine(Engine):
         except UnicodeError as exc:  # a driver encoding a lone surrogate (validation names fields first)
             raise InvalidMessage(f"a value is not valid Unicode text (it holds a lone surrogate): {exc}") from exc
 
-    def fetch(self, sql: str, params: Sequence = ()) -> list:
+    def fetch(self, sql: str, params: Params = ()) -> list:
         with self.guard(), self.connection() as conn:
             return conn.execute(sql, params).fetchall()
 
-    def fetch_one(self, sql: str, params: Sequence = ()):
+    def fetch_one(self, sql: str, params: Params = ()):
         with self.guard(), self.connection() as conn:
             return conn.execute(sql, params).fetchone()
 
-    def execute(self, sql: str, params: Sequence = ()) -> None:
+    def execute(self, sql: str, params: Params = ()) -> None:
         with self.guard(), self.connection() as conn:
             conn.execute(sql, params)
 

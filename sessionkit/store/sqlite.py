@@ -395,7 +395,7 @@ class SQLiteEngine(LocalEngine):
                     # and checking each one in the session index would only cost time.
                     sid = None
             # Rows above hi were written after this search began (it synced the window).
-            if lo is not None and lo <= last and first <= hi:
+            if lo is not None and hi is not None and lo <= last and first <= hi:
                 rows, n = self._rank("sessionkit_fts_recent", fts_query, sid, max(first, lo), min(last, hi),
                                      cand, limit)
                 if first >= lo or n >= cand:

@@ -515,9 +515,9 @@ class TestStoresAndSessions:
         for t in threads:
             t.join()
         assert errors == []
-        for t in range(4):
-            s = store.session(f"t{t}")
-            assert ids_of(s.get_history()) == [f"{t}-{i}" for i in range(50)]
+        for k in range(4):
+            s = store.session(f"t{k}")
+            assert ids_of(s.get_history()) == [f"{k}-{i}" for i in range(50)]
         assert len(store.session("shared")) == 200
 
     def test_S5_appends_survive_reopen(self, store, reopen):
@@ -657,7 +657,7 @@ class TestWriting:
 
     def test_W1_duplicate_id_first_write_wins(self, store):
         s = store.session("s")
-        events = []
+        events: list = []
         store.subscribe(events.append)
         first = s.append(msg("a", "first"))
         s.append(msg("b"))
@@ -688,7 +688,7 @@ class TestWriting:
 
     def test_W3_import_message(self, store):
         s = store.session("s")
-        events = []
+        events: list = []
         store.subscribe(events.append)
         t0 = _dt.datetime(2021, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.UTC)
         r = s.import_message(msg("a"), created_at=t0)
@@ -738,7 +738,7 @@ class TestWriting:
     def test_W5_update_replaces_content_in_place(self, store):
         s = store.session("s")
         chain(s, 3)
-        events = []
+        events: list = []
         store.subscribe(events.append)
         created = s.get("m1")["createdAt"]
         s.update(msg("m1", "rewritten", role="assistant", metadata={"edited": True}))
@@ -780,7 +780,7 @@ class TestWriting:
         chain(s, 4)
         s.append(msg("alt"), parent_id="m1")
         s.append(msg("alt2"), parent_id="alt")
-        events = []
+        events: list = []
         store.subscribe(events.append)
         s.delete("m1", subtree=True)
         assert ids_of(s.get_history(compacted=False)) == ["m0"]
@@ -885,7 +885,8 @@ class TestReading:
     def _expected_window(path, max_bytes, min_messages):
         """The longest suffix of ``path`` within ``max_bytes`` (at least ``min_messages``)."""
         sizes = [len(json.dumps(m, ensure_ascii=False, separators=(",", ":")).encode()) for m in path]
-        out, total = [], 0
+        out: list = []
+        total = 0
         for m, size in zip(reversed(path), reversed(sizes)):
             if len(out) >= min_messages and total + size > max_bytes:
                 break
@@ -1253,8 +1254,13 @@ class TestCompaction:
         s.append(call)
         s.append(result)
         chain(s, 6, prefix="n", text=lambda i: f"later {i} " + "lorem ipsum " * 20)
-        prompts = []
-        fn = sk.create_compact_function(lambda p: prompts.append(p) or "S", keep_recent_tokens=60,
+        prompts: list = []
+
+        def summarize(prompt):
+            prompts.append(prompt)
+            return "S"
+
+        fn = sk.create_compact_function(summarize, keep_recent_tokens=60,
                                         protect_head=3, min_tail_messages=1)
         comp = s.on_compaction(fn).compact()
         hist = ids_of(s.get_history())
@@ -1434,7 +1440,7 @@ class TestChangeFeed:
     """SPEC 7: subscribe and mirror."""
 
     def test_F1_every_write_type_reported(self, store):
-        events = []
+        events: list = []
         unsub = store.subscribe(events.append)
         s = store.session("s")
         s.append(msg("a"))
@@ -1456,7 +1462,7 @@ class TestChangeFeed:
         assert len(events) == 7
 
     def test_F1_event_message_is_not_the_returned_dict(self, store):
-        events = []
+        events: list = []
         store.subscribe(events.append)
         r = store.session("s").append(msg("a"))
         r.message["parts"][0]["text"] = "changed by the caller"
@@ -1465,7 +1471,7 @@ class TestChangeFeed:
         assert store.session("s").get("a")["role"] == "user" and r.message["role"] == "user"
 
     def test_F1_raising_callback_does_not_stop_write(self, store, caplog):
-        seen = []
+        seen: list = []
 
         def bad(ev):
             raise RuntimeError("subscriber bug")
@@ -1479,7 +1485,7 @@ class TestChangeFeed:
     def test_F2_mirror_list(self, store):
         s = store.session("s")
         s.append(msg("a"))
-        target = []
+        target: list = []
         stop = s.mirror(target, transform=lambda m: m["id"])
         assert target == ["a"]
         s.append(msg("b"))
@@ -1582,7 +1588,7 @@ class TestAppendMany:
     def test_W7_one_invalid_message_stores_nothing(self, store, bad, error):
         s = store.session("s")
         chain(s, 2)
-        events = []
+        events: list = []
         store.subscribe(events.append)
         before = snapshot_store(store)
         with pytest.raises(error):
@@ -1608,7 +1614,7 @@ class TestAppendMany:
         s = store.session("s")
         chain(s, 1)
         first = s.append_many([msg("a"), msg("b")])
-        events = []
+        events: list = []
         store.subscribe(events.append)
         again = s.append_many([msg("a"), msg("b")])
         assert [r.inserted for r in again] == [False, False]
@@ -1660,7 +1666,8 @@ class TestImports:
 
     def test_import_many_parents_times_and_silence(self, store):
         s = store.session("s")
-        calls, events = [], []
+        calls: list = []
+        events: list = []
         s.on_compaction(lambda m, c: calls.append(1)).compact_after(0)
         store.subscribe(events.append)
         when = _dt.datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=_dt.UTC)
@@ -1709,7 +1716,7 @@ class TestImports:
     def test_import_compaction_restores_exactly_and_once(self, store):
         s = store.session("s")
         chain(s, 5)
-        events = []
+        events: list = []
         store.subscribe(events.append)
         comp = sk.Compaction("c0ffee", "m1", "m3", "an imported summary", "2024-01-02T03:04:05.678Z", 321, 12)
         assert s.import_compaction(comp) is True
@@ -1732,7 +1739,7 @@ class TestTransactions:
     """``store.transaction()``: many writes, one commit; events after it, none after a rollback."""
 
     def test_writes_commit_together_and_events_follow_the_commit(self, store):
-        events = []
+        events: list = []
         store.subscribe(events.append)
         a, b = store.session("a"), store.session("b")
         with store.transaction() as tx:
@@ -1761,7 +1768,7 @@ class TestTransactions:
         s = store.session("s")
         chain(s, 2)
         before = snapshot_store(store)
-        events = []
+        events: list = []
         store.subscribe(events.append)
         with pytest.raises(RuntimeError, match="changed my mind"):
             with store.transaction():
@@ -1781,7 +1788,7 @@ class TestTransactions:
 
     def test_a_nested_transaction_joins_the_outer_one(self, store):
         s = store.session("s")
-        events = []
+        events: list = []
         store.subscribe(events.append)
         with pytest.raises(ValueError):
             with store.transaction():
@@ -2068,7 +2075,7 @@ class TestCapabilities:
         assert isinstance(caps, sk.store.Capabilities)
         assert all(isinstance(getattr(caps, f), bool) for f in ("bulk_insert", "coordination", "shared_feed"))
         with pytest.raises(FrozenInstanceError):
-            caps.coordination = not caps.coordination
+            caps.coordination = not caps.coordination  # type: ignore[misc,unused-ignore]
 
     def test_coordination_needs_the_capability(self, store):
         if store.capabilities.coordination:
@@ -2266,7 +2273,7 @@ class TestBadInput:
             assert strip_created(s.get(mid)) == dict(written, id=mid)
         assert strip_created(s.get_history()[-1]) == dict(written, id="c")
         assert store.stats()["blobs"] == 1  # the genuine payload still moves out of the row
-        s.update(dict(m, parts=m["parts"][:1]))
+        s.update(dict(m, parts=list(m["parts"])[:1]))
         assert strip_created(s.get("a")) == dict(written, parts=written["parts"][:1])
         assert {h.id for h in s.search("findable")} == {"a", "b", "c"}
 
@@ -2427,7 +2434,7 @@ class TestBadInput:
         from sessionkit.messages import MAX_NESTING
 
         s = store.session("s")
-        seen = []
+        seen: list = []
         store.subscribe(seen.append)
         # message, parts and part are three levels: MAX_NESTING - 3 more fit
         m = tool_msg("a", input=nested(MAX_NESTING - 3), output={"k": nested(MAX_NESTING - 4, "x")})
