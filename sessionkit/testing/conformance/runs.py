@@ -1,0 +1,92 @@
+"""Runs, events and records."""
+
+from __future__ import annotations
+
+import pytest
+
+import sessionkit as sk
+
+from ._common import ISO_MS, msg
+
+
+class TestRunsEventsRecords:
+    """SPEC A3/A4 storage: ``begin_run``/``end_run``/``append_events``; ``records``/``put_records``."""
+
+    def test_runs_are_recorded_from_start_to_end(self, store):
+        store.begin_run("s", "s.1", "first prompt")
+        (run,) = store.runs("s")
+        assert (run.run_id, run.session_id, run.status, run.input, run.ended_at) == (
+            "s.1",
+            "s",
+            "running",
+            "first prompt",
+            None,
+        )
+        assert ISO_MS.match(run.started_at)
+        usage = {"in": 10, "out": 4, "cost_usd": None, "model": "m"}
+        store.end_run("s.1", status="completed", usage=usage)
+        store.begin_run("s", "s.2", "second")
+        store.end_run("s.2", status="failed", error="boom")
+        done, failed = store.runs("s")
+        assert (done.status, done.error, done.usage) == ("completed", None, usage)
+        assert ISO_MS.match(done.ended_at)
+        assert (failed.run_id, failed.status, failed.error, failed.usage) == ("s.2", "failed", "boom", None)
+        assert store.runs("other") == []
+        with pytest.raises(TypeError):
+            store.begin_run("s", 3, "x")
+
+    def test_events_are_numbered_per_session_across_runs(self, store):
+        out = store.append_events(
+            "s",
+            [
+                {"run_id": "s.1", "kind": "run.start", "input": "hi"},
+                {"run_id": "s.1", "kind": "run.end", "session_id": "ignored"},
+            ],
+        )
+        more = store.append_events(
+            "s", [{"run_id": "s.2", "kind": "run.start", "v": 1, "ts": "2024-01-01T00:00:00.000Z"}]
+        )
+        other = store.append_events("t", [{"kind": "note"}])
+        assert [e["seq"] for e in out + more] == [0, 1, 2] and other[0]["seq"] == 0
+        assert all(e["session_id"] == "s" and e["v"] == 1 and ISO_MS.match(e["ts"]) for e in out + more)
+        assert more[0]["ts"] == "2024-01-01T00:00:00.000Z"
+        assert store.events("s") == out + more
+        assert store.events("s", after_seq=0) == out[1:] + more
+        assert store.events("t") == other
+        assert store.append_events("s", []) == []
+        with pytest.raises(TypeError):
+            store.append_events("s", ["not an event"])
+        with pytest.raises(TypeError):
+            store.append_events("s", [{"kind": "x", "bad": {1, 2}}])
+        assert len(store.events("s")) == 3
+
+    def test_records_sit_beside_a_session_and_go_with_it(self, store):
+        store.session("s").append(msg("a"))
+        store.put_records("s", "queue", [(2, {"text": "b"}), (1, ["a", 1, None, 2.5])])
+        store.put_records("s", "queue", [(2, "replaced")])
+        store.put_records("s", "table", [(0, {"n": 0})])
+        store.put_records("t", "queue", [(1, True)])
+        assert store.records("s", "queue") == [(1, ["a", 1, None, 2.5]), (2, "replaced")]
+        assert store.records("s", "table") == [(0, {"n": 0})]
+        assert store.records("s", "nothing") == []
+        assert store.records("t", "queue") == [(1, True)]
+        with pytest.raises(TypeError):
+            store.put_records("s", "queue", [(3, "ok"), ("4", "not an int")])
+        with pytest.raises(TypeError):
+            store.put_records("s", "queue", [(3, "ok"), (4, {1, 2})])
+        assert [n for n, _ in store.records("s", "queue")] == [1, 2]  # nothing of a failed call
+        store.begin_run("s", "s.1", "x")
+        store.append_events("s", [{"kind": "k"}])
+        store.delete_session("s")
+        assert store.records("s", "queue") == [] and store.records("s", "table") == []
+        assert store.runs("s") == [] and store.events("s") == []
+        assert store.records("t", "queue") == [(1, True)]
+
+    def test_a_session_holding_only_records_or_runs_exists(self, store):
+        store.put_records("only-records", "k", [(0, "v")])
+        store.begin_run("only-runs", "r.1", "x")
+        store.delete_session("only-records")
+        store.delete_session("only-runs")
+        assert store.records("only-records", "k") == [] and store.runs("only-runs") == []
+        with pytest.raises(sk.SessionNotFound):
+            store.delete_session("only-records")
