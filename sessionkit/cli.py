@@ -857,7 +857,7 @@ def _agent_spec(spec: str) -> tuple[str, str]:
 def _load_agent(spec: str):
     """``module:attr`` -> the object, importing from the current folder first (as uvicorn does)."""
     _agent_spec(spec)
-    from sessionkit.agent._loading import load_agent
+    from sessionkit.agent import load_agent
 
     try:
         agent = load_agent(spec)

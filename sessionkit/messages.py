@@ -155,6 +155,26 @@ def _surrogate(text: str) -> int | None:
     return None
 
 
+def lone_surrogate_path(value: Any) -> str | None:
+    """Where the first string or key holding a lone surrogate is in ``value`` (a JSON
+    value of any depth), as a path such as ``parts[0].text`` or ``the key metadata["k"]``;
+    None when every string is valid Unicode."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, steps = stack.pop()
+        if isinstance(item, str):
+            if _surrogate(item) is not None:
+                return _path(steps)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if _surrogate(key) is not None:
+                    return "the key " + _path(steps + (key,))
+                stack.append((child, steps + (key,)))
+        elif isinstance(item, list):
+            stack.extend((child, steps + (i,)) for i, child in enumerate(item))
+    return None
+
+
 def check_text(value: str, name: str, error: type[Exception] = ValueError) -> str:
     """Return ``value``, or raise ``error`` naming ``name`` when it holds a lone surrogate.
 

@@ -1,13 +1,16 @@
-"""The architecture, checked: DESIGN's import arrows and the store's public surface.
+"""The architecture, checked: the import arrows and the sub-packages' public surfaces.
 
-Two rules (DESIGN.md, "Dependency direction"):
+Three rules:
 
 * imports follow the layers ``errors, messages, parts <- store <- agent, analysis, io,
   aio <- widgets, server <- cli``, with no cycle between sub-packages; the contracts live
   in ``pyproject.toml`` (``[tool.importlinter]``) and import-linter checks them;
 * above the store, code uses only the store's public names: no module outside
   ``sessionkit/store`` touches a private name the store defines (``x._records``,
-  ``from ..store._core import _choose_ranges``). Checked here with ``ast``.
+  ``from ..store._core import _choose_ranges``). Checked here with ``ast``;
+* no module imports a private module or name of another sub-package
+  (``sessionkit.agent._loading``, ``from ..messages import _path``): what one
+  sub-package needs of another is public there.
 
 Each rule also runs on a small synthetic offender, so a checker that stopped seeing
 anything would fail too.
@@ -109,6 +112,63 @@ def test_the_private_name_check_catches_an_offender():
 
 
 # ---------------------------------------------------------------------------
+# private modules and names of other sub-packages
+
+
+def _imported(path: Path, source: str) -> list[tuple[int, list[str]]]:
+    """``(line, ["sessionkit", "agent", "_loading", "load_agent"])`` for each name ``source``
+    (the module at ``path`` under the package) imports from sessionkit."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    package = parts[:-1]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = base + (node.module.split(".") if node.module else [])
+            out += [(node.lineno, module + [alias.name]) for alias in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name.split(".")) for alias in node.names]
+    return [(line, name) for line, name in out if name[0] == "sessionkit"]
+
+
+def foreign_private_imports(path: Path, source: str) -> list[str]:
+    """Imports of a private module or name (``_x``) of another sub-package of sessionkit."""
+    rel = path.relative_to(ROOT).with_suffix("").parts
+    own = rel[1] if len(rel) > 2 else rel[-1]  # sessionkit/<own>/... or the module sessionkit/<own>.py
+    found = []
+    for line, name in _imported(path, source):
+        if len(name) < 3 or name[1] == own:
+            continue
+        if any(_is_private(part) for part in name[2:]):
+            found.append(f"{path.relative_to(ROOT)}:{line}: {'.'.join(name)}")
+    return found
+
+
+def test_no_module_imports_a_private_module_or_name_of_another_sub_package():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        found += foreign_private_imports(path, path.read_text(encoding="utf-8"))
+    assert found == [], "private names of another sub-package imported:\n" + "\n".join(found)
+
+
+def test_the_sub_package_check_catches_an_offender():
+    server = PACKAGE / "server" / "_worker.py"
+    offender = textwrap.dedent(
+        """
+        from sessionkit.agent._loading import load_agent
+        from ..analysis import _tables
+        from ..messages import _path, check_text
+        from . import _records
+        from ..agent import load_agent as public
+        import sessionkit.io._common
+        """
+    )
+    found = [f.split(": ", 1)[1] for f in foreign_private_imports(server, offender)]
+    assert found == ["sessionkit.agent._loading.load_agent", "sessionkit.analysis._tables",
+                     "sessionkit.messages._path", "sessionkit.io._common"]
+
+
+# ---------------------------------------------------------------------------
 # import arrows (import-linter)
 
 
@@ -158,17 +218,17 @@ def test_the_layers_contract_catches_an_offender(tmp_path):
         (pkg / sub).mkdir(parents=True, exist_ok=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "widgets" / "_repr.py").write_text("")
-    (pkg / "store" / "_conveniences.py").write_text("from ..analysis import x\nfrom ..widgets import _repr\n")
+    (pkg / "widgets" / "display.py").write_text("")
+    (pkg / "store" / "_conveniences.py").write_text("from ..analysis import x\nfrom ..widgets import display\n")
     (pkg / "store" / "_core.py").write_text("from .. import messages\n")
     (pkg / "cli.py").write_text("from . import server\n")
     config = tmp_path / "pyproject.toml"
     config.write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"), encoding="utf-8")
     good = _lint(tmp_path, config, str(tmp_path / "src"))
     assert good.returncode == 0, good.stdout + good.stderr
-    (pkg / "store" / "_core.py").write_text("from .. import messages\nfrom ..widgets import _repr\n")
+    (pkg / "store" / "_core.py").write_text("from .. import messages\nfrom ..widgets import display\n")
     (pkg / "server" / "__init__.py").write_text("from .. import cli\n")
     bad = _lint(tmp_path, config, str(tmp_path / "src"))
     assert bad.returncode != 0
-    assert "sessionkit.store._core -> sessionkit.widgets._repr" in bad.stdout
+    assert "sessionkit.store._core -> sessionkit.widgets.display" in bad.stdout
     assert "sessionkit.server -> sessionkit.cli" in bad.stdout

@@ -89,7 +89,7 @@ SUBPACKAGES = {
     "sessionkit.agent": {
         "Agent", "ChatModel", "EVENT_KINDS", "ExternalSession", "FileSessionStore", "LiteLLMModel", "MemoryRunLog",
         "ModelReply", "ReasoningDelta", "RunController", "RunRecord", "RunResult", "SessionStore", "TextDelta", "Tool",
-        "ToolCall", "as_tool", "create_session",
+        "ToolCall", "as_tool", "create_session", "load_agent",
     },
     "sessionkit.io": {
         "MalformedInput", "Progress", "chat_to_messages", "export_jsonl", "export_parquet", "import_hh",
@@ -98,8 +98,8 @@ SUBPACKAGES = {
         "import_inspect",
         "detect_format", "FORMATS",
     },
-    "sessionkit.analysis": {"D1_COLUMNS", "TABLES", "arrow_table", "events_df", "messages_df", "runs_df", "sql",
-                            "to_pandas"},
+    "sessionkit.analysis": {"D1_COLUMNS", "TABLES", "StoreData", "arrow_table", "events_df", "messages_df", "runs_df",
+                            "sql", "to_pandas"},
     "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
     "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
     "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},

@@ -3,6 +3,7 @@
 Importing this package does not import litellm; the first model call does.
 """
 
+from ._loading import load_agent
 from .agent import Agent, RunResult
 from .controller import RunController
 from .events import EVENT_KINDS, MemoryRunLog, RunRecord
@@ -29,4 +30,5 @@ __all__ = [
     "ToolCall",
     "as_tool",
     "create_session",
+    "load_agent",
 ]

@@ -62,7 +62,9 @@ from ..errors import missing
 from ..store import VIEW_COLUMNS
 from ._tables import D1_COLUMNS, TABLES, StoreData
 
-__all__ = ["to_pandas", "messages_df", "runs_df", "events_df", "sql", "arrow_table", "D1_COLUMNS", "TABLES"]
+__all__ = [
+    "to_pandas", "messages_df", "runs_df", "events_df", "sql", "arrow_table", "D1_COLUMNS", "TABLES", "StoreData",
+]
 
 
 def _pandas():

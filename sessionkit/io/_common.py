@@ -213,22 +213,9 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 def _lone_surrogate(value: Any) -> str | None:
     """The JSON path of the first string or key holding a lone surrogate, or None (any depth)."""
-    from ..messages import _path, _surrogate
+    from ..messages import lone_surrogate_path
 
-    stack: list[tuple[Any, tuple]] = [(value, ())]
-    while stack:
-        item, steps = stack.pop()
-        if isinstance(item, str):
-            if _surrogate(item) is not None:
-                return _path(steps)
-        elif isinstance(item, dict):
-            for key, child in item.items():
-                if _surrogate(key) is not None:
-                    return "the key " + _path(steps + (key,))
-                stack.append((child, steps + (key,)))
-        elif isinstance(item, list):
-            stack.extend((child, steps + (i,)) for i, child in enumerate(item))
-    return None
+    return lone_surrogate_path(value)
 
 
 def _shown(text: str) -> str:

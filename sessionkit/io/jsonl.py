@@ -65,7 +65,7 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
     Returns ``{"sessions", "messages", "compactions"}`` counts. ``progress`` as for
     the importers (messages written).
     """
-    from ..analysis._tables import StoreData
+    from ..analysis import StoreData
 
     store, sids = _scope(store_or_session, session_ids)
     path = as_path(path)

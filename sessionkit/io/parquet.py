@@ -25,8 +25,7 @@ def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise missing("analysis", "pyarrow", exc) from exc
-    from ..analysis import TABLES, arrow_table
-    from ..analysis._tables import StoreData
+    from ..analysis import TABLES, StoreData, arrow_table
 
     folder = as_path(folder)
     if folder.exists() and not folder.is_dir():

@@ -118,7 +118,7 @@ def serve(
     import uvicorn
 
     import sessionkit as sk
-    from sessionkit.agent._loading import load_agent
+    from sessionkit.agent import load_agent
 
     from ._app import create_app
 

@@ -20,7 +20,7 @@ __all__ = ["app"]
 def app():
     """Build this worker's app from the environment (an ASGI app for uvicorn's ``factory=True``)."""
     import sessionkit as sk
-    from sessionkit.agent._loading import load_agent
+    from sessionkit.agent import load_agent
 
     from ._app import create_app
 

@@ -44,36 +44,36 @@ def to_pandas(session: Any) -> Any:
 
 
 def store_bundle(store: Any) -> Any:
-    from ..widgets import _repr
+    from ..widgets import display
 
-    return _repr.store_bundle(store)
+    return display.store_bundle(store)
 
 
 def store_html(store: Any) -> str:
-    from ..widgets import _repr
+    from ..widgets import display
 
-    return _repr.store_html(store)
+    return display.store_html(store)
 
 
 def session_bundle(session: Any) -> Any:
-    from ..widgets import _repr
+    from ..widgets import display
 
-    return _repr.session_bundle(session)
+    return display.session_bundle(session)
 
 
 def session_html(session: Any) -> str:
-    from ..widgets import _repr
+    from ..widgets import display
 
-    return _repr.session_html(session)
+    return display.session_html(session)
 
 
 def display_store(store: Any) -> None:
-    from ..widgets import _repr
+    from ..widgets import display
 
-    _repr.display_store(store)
+    display.display_store(store)
 
 
 def display_session(session: Any) -> None:
-    from ..widgets import _repr
+    from ..widgets import display
 
-    _repr.display_session(session)
+    display.display_session(session)
