@@ -761,9 +761,18 @@ def _session_from_file(path: str) -> str:
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
     folders = (None, "claude-code", "swe-agent")  # the formats whose FILE may be a folder
-    if not os.path.isfile(args.file) and not (os.path.isdir(args.file) and args.format in folders):
-        raise CommandError(f"no file {args.file!r} to import")
     io = _optional_module("sessionkit.io", "import")
+    # Before any store is opened (or created): a missing path, or a folder where a file goes,
+    # is a usage error saying which (in the words of the importers' sessionkit.UsageError).
+    if not os.path.exists(args.file):
+        raise CommandError(f"{args.file!r} does not exist")
+    if os.path.isdir(args.file) and args.format not in folders:
+        raise CommandError(f"{args.file!r} is a folder, not a file (--format {args.format} reads a file)")
+    if not os.path.isdir(args.file) and not os.path.isfile(args.file):
+        raise CommandError(f"{args.file!r} is not a regular file")
+    pattern = {"claude-code": ".jsonl", "swe-agent": ".traj"}.get(args.format or "")
+    if pattern and os.path.isdir(args.file) and not any(p.is_file() for p in Path(args.file).rglob("*" + pattern)):
+        raise CommandError(f"{args.file!r} is a folder without {pattern} files")
     if args.format is None:
         try:
             args.format = _function(io, "detect_format", "import")(args.file)

@@ -54,7 +54,13 @@ the wrong shape, ``createdAt``/``created_date`` values that are not ISO 8601
 times. No importer lets a ``UnicodeError``, ``EOFError``, gzip or zlib error,
 ``RecursionError``, ``KeyError`` or ``json`` error out; a message larger than the
 store's ``max_message_bytes`` raises :class:`sessionkit.MessageTooLarge` naming
-the line.
+the line. A damaged SQLite database (broken pages, garbage in its schema, text that
+is not UTF-8) given to an importer of a framework's store, or to
+:func:`detect_format`, is :class:`MalformedInput` naming the file too, never an
+error of ``sqlite3``. A path that does not exist, or a folder where a file goes
+(or a folder without the files an importer of folders reads), raises
+:class:`sessionkit.UsageError` saying which, before anything is read (it is also
+the ``FileNotFoundError`` or ``IsADirectoryError`` ``open()`` would raise).
 
 When an import fails, nothing half written is left: each tree, pair, chat
 message or JSONL line is stored whole or not at all, and the records before the

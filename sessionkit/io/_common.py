@@ -27,12 +27,16 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # in CPython,
 from pathlib import Path
 from typing import Any
 
-from ..errors import MessageTooLarge, SessionKitError
+from ..errors import MessageTooLarge, SessionKitError, UsageError
 from ..messages import MAX_NESTING
 
 __all__ = [
     "MalformedInput",
     "as_path",
+    "PathMissing",
+    "PathIsFolder",
+    "check_file",
+    "check_folder",
     "open_binary",
     "iter_lines",
     "iter_jsonl",
@@ -94,6 +98,38 @@ def as_path(value: Any) -> Path:
     raise TypeError(f"expected a file path (str or pathlib.Path), got {type(value).__name__}")
 
 
+class PathMissing(UsageError, FileNotFoundError):
+    """The path given to an importer does not exist (or a folder holds none of the files it reads).
+
+    A :class:`sessionkit.UsageError`; also a ``FileNotFoundError``, what ``open()`` raises for it.
+    """
+
+
+class PathIsFolder(UsageError, IsADirectoryError):
+    """A folder was given where an importer reads a file.
+
+    A :class:`sessionkit.UsageError`; also an ``IsADirectoryError``, what ``open()`` raises for it.
+    """
+
+
+def check_file(path: Path) -> None:
+    """:class:`PathMissing` when nothing is at ``path``, :class:`PathIsFolder` for a folder,
+    :class:`sessionkit.UsageError` for anything else that is not a regular file (a device, a pipe)."""
+    shown = str(path)
+    if path.is_dir():
+        raise PathIsFolder(f"{shown!r} is a folder, not a file")
+    if not path.exists():
+        raise PathMissing(f"{shown!r} does not exist")
+    if not path.is_file():
+        raise UsageError(f"{shown!r} is not a regular file")
+
+
+def check_folder(path: Path, files: list[Path], pattern: str) -> None:
+    """:class:`PathMissing` for a folder holding no file matching ``pattern`` (``files``: those found)."""
+    if not files:
+        raise PathMissing(f"{str(path)!r} is a folder without {pattern} files")
+
+
 # ---------------------------------------------------------------------------
 # Files
 
@@ -105,8 +141,7 @@ def _is_gzip(path: Path) -> bool:
 
 def open_binary(path: Path):
     """Open a file for reading bytes; gzip is detected from its first bytes."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    check_file(path)
     if _is_gzip(path):
         return gzip.open(path, "rb")
     return open(path, "rb")

@@ -40,7 +40,17 @@ from typing import Any
 
 from ..messages import estimate_tokens
 from ..store import Compaction
-from ._common import MalformedInput, Progress, as_path, check_progress, count_lines, iter_jsonl, wants_total
+from ._common import (
+    MalformedInput,
+    Progress,
+    as_path,
+    check_file,
+    check_folder,
+    check_progress,
+    count_lines,
+    iter_jsonl,
+    wants_total,
+)
 from ._frameworks import HeldCalls, SessionWriter, iso_time, tool_output
 
 __all__ = ["import_claude_code"]
@@ -226,12 +236,10 @@ class _Log:
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
         found = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
-        if not found:
-            raise FileNotFoundError(f"no .jsonl file under {str(path)!r}")
+        check_folder(path, found, ".jsonl")
         # a session's file before its sub-agents' files
         return sorted(found, key=lambda p: ("subagents" in p.parts, str(p)))
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    check_file(path)
     return [path]
 
 

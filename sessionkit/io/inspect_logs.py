@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependency
-from ._common import MalformedInput, Progress, as_path, check_progress
+from ._common import MalformedInput, Progress, as_path, check_file, check_progress
 from ._frameworks import HeldCalls, SessionWriter, tool_output
 
 __all__ = ["import_inspect"]
@@ -123,8 +123,7 @@ def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any 
     if not isinstance(session_prefix, str):
         raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     path = as_path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    check_file(path)
     source = str(path)
     read_eval_log, read_eval_log_samples = _reader()
     try:

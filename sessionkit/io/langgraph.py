@@ -38,7 +38,7 @@ from typing import Any
 
 from ..errors import MissingDependency
 from ._common import MalformedInput, Progress, as_path, check_progress
-from ._frameworks import SessionWriter, iso_time, open_sqlite, rows, table_names, tool_output
+from ._frameworks import SessionWriter, columns, iso_time, open_sqlite, rows, scalar, table_names, tool_output
 
 __all__ = ["import_langgraph", "langchain_to_message"]
 
@@ -284,12 +284,12 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
         raise TypeError("channel must be a non-empty string")
     conn = open_sqlite(path, "a LangGraph checkpoint database")
     try:
-        names = table_names(conn)
+        names = table_names(conn, source)
         if "checkpoints" not in names:
             raise MalformedInput(source, None, "no table 'checkpoints': not a LangGraph SqliteSaver database")
-        columns = {row[1] for row in conn.execute('PRAGMA table_info("checkpoints")')}
+        have = columns(conn, "checkpoints", source)
         for column in ("thread_id", "checkpoint_ns", "checkpoint_id", "type", "checkpoint"):
-            if column not in columns:
+            if column not in have:
                 raise MalformedInput(source, None, f"table 'checkpoints' has no column {column!r}")
         decode = _decoder()
         threads = [t for (t, _) in rows(conn, "SELECT thread_id, MIN(checkpoint_id) FROM checkpoints "
@@ -299,7 +299,7 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
             threads = [t for t in threads if t in wanted]
         total = None
         if progress is not False and thread_ids is None:
-            total = conn.execute("SELECT COUNT(*) FROM checkpoints WHERE checkpoint_ns = ''").fetchone()[0]
+            total = scalar(conn, "SELECT COUNT(*) FROM checkpoints WHERE checkpoint_ns = ''", source=source)
         sessions = []
         with Progress(progress, total=total, desc=f"importing {path.name}", unit="checkpoints") as bar:
             for thread in threads:
