@@ -32,6 +32,7 @@ import os
 import shlex
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
@@ -758,6 +759,21 @@ def _session_from_file(path: str) -> str:
     return name
 
 
+@contextlib.contextmanager
+def _merge_warnings(category: type[Warning]) -> Iterator[None]:
+    """An import's merge warnings as ``sessionkit: warning: ...`` lines on stderr (others as Python shows them)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, category):
+                    print(f"{PROG}: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
     folders = (None, "claude-code", "swe-agent")  # the formats whose FILE may be a folder
@@ -791,7 +807,7 @@ def cmd_import(args, out: TextIO) -> int:
     # An existing file must already be a sessionkit store (as for info and ls): importing into
     # another program's database would add sessionkit's tables to it.
     opened = _existing_store(args.store) if existing else sk.open_store(args.store)
-    with opened as store:
+    with opened as store, _merge_warnings(io.SessionMergeWarning):
         before = store.stats()
         if args.format == "openai":
             session_id = args.session if args.session is not None else _session_from_file(args.file)

@@ -23,7 +23,18 @@ The agent frameworks' own stores and logs, one session per conversation under it
 
 Every import is idempotent: ids come from the source (OASST message ids) or
 from a hash of it (OpenAI chats, HH pairs), so importing the same file again
-adds nothing. Imports write in batches, one transaction per group of trees,
+adds nothing.
+
+Sources that name their conversations alike (``airline-1`` in an OpenAI Agents
+database and in a LangGraph one) would share a session: an import that adds a new
+root message (a conversation of its own) to a session that already held messages
+warns with :class:`SessionMergeWarning` (a ``UserWarning``; its ``sessions`` are
+the first few such sessions, ``count`` how many), naming them and suggesting
+``session_prefix=`` (``sessionkit import --session-prefix``). Importing the same
+file again adds no root and does not warn; ``warnings.simplefilter("error",
+sk.io.SessionMergeWarning)`` makes it an error (raised once the import is done).
+
+Imports write in batches, one transaction per group of trees,
 pairs, chat messages or JSONL lines.
 
 Files are streamed: read a line (or, for a JSON array or document, a record) at
@@ -75,7 +86,7 @@ skipped.
 
 from __future__ import annotations
 
-from ._common import MalformedInput, Progress
+from ._common import MalformedInput, Progress, SessionMergeWarning
 from .adk import import_adk
 from .claude_code import import_claude_code
 from .detect import FORMATS, detect_format
@@ -107,4 +118,5 @@ __all__ = [
     "FORMATS",
     "MalformedInput",
     "Progress",
+    "SessionMergeWarning",
 ]

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from ..errors import MessageTooLarge
 from ..messages import to_iso
-from ._common import MalformedInput, check_file
+from ._common import MalformedInput, RootWatch, check_file, write_items
 
 __all__ = ["open_sqlite", "table_names", "columns", "scalar", "rows", "sqlite_problem", "iso_time", "load_json",
            "SessionWriter", "HeldCalls",
@@ -164,9 +164,10 @@ class SessionWriter:
     ``progress`` (a :class:`Progress`) advances by ``count`` of each item as it is stored.
     """
 
-    def __init__(self, store, session, source: str, progress=None):
+    def __init__(self, store, session, source: str, progress=None, watch: RootWatch | None = None):
         self._store = store
         self._session = session
+        self._watch = watch
         self.source = source
         self._progress = progress
         self._items: list[tuple[dict, str | None, str | None]] = []
@@ -188,7 +189,7 @@ class SessionWriter:
         self._items, self._wheres, self._counts = [], [], 0
         try:
             with self._store.transaction():
-                self._session.import_many(items)
+                write_items(self._session, items, self._watch)
         except (MessageTooLarge, ValueError, TypeError, LookupError) as exc:
             where = self._culprit(items, wheres, exc)
             raise MalformedInput(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_progress
+from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
 from ._frameworks import (
     HeldCalls,
     SessionWriter,
@@ -231,10 +231,11 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
         if progress is not False and session_ids is None:
             total = scalar(conn, f"SELECT COUNT(*) FROM events{clause}", tuple(params), source=source)
         sessions = []
-        with Progress(progress, total=total, desc=f"importing {path.name}", unit="events") as bar:
+        with watching_roots(store, source) as watch, \
+                Progress(progress, total=total, desc=f"importing {path.name}", unit="events") as bar:
             for app, user, sid in keys:
                 session = store.session(session_prefix + ids[(app, user, sid)])
-                writer = SessionWriter(store, session, source)
+                writer = SessionWriter(store, session, source, watch=watch)
                 walk = _Session(writer, source)
                 try:
                     for event_id, stamp, data in rows(

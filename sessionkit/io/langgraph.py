@@ -37,7 +37,7 @@ import json
 from typing import Any
 
 from ..errors import MissingDependency
-from ._common import MalformedInput, Progress, as_path, check_progress
+from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
 from ._frameworks import SessionWriter, columns, iso_time, open_sqlite, rows, scalar, table_names, tool_output
 
 __all__ = ["import_langgraph", "langchain_to_message"]
@@ -301,12 +301,13 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
         if progress is not False and thread_ids is None:
             total = scalar(conn, "SELECT COUNT(*) FROM checkpoints WHERE checkpoint_ns = ''", source=source)
         sessions = []
-        with Progress(progress, total=total, desc=f"importing {path.name}", unit="checkpoints") as bar:
+        with watching_roots(store, source) as watch, \
+                Progress(progress, total=total, desc=f"importing {path.name}", unit="checkpoints") as bar:
             for thread in threads:
                 if not isinstance(thread, str) or not thread:
                     raise MalformedInput(source, f"thread {thread!r}", "thread_id must be a non-empty string")
                 session = store.session(session_prefix + thread)
-                writer = SessionWriter(store, session, source)
+                writer = SessionWriter(store, session, source, watch=watch)
                 walk = _Thread(writer, source)
                 try:
                     for checkpoint_id, kind, blob in rows(

@@ -37,7 +37,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_progress
+from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
 from ._frameworks import (
     SessionWriter,
     columns,
@@ -341,14 +341,15 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
             else:
                 total = scalar(conn, f'SELECT COUNT(*) FROM "{messages_table}"', source=source)
         sessions = []
-        with Progress(progress, total=total, desc=f"importing {path.name}", unit="items") as bar:
+        with watching_roots(store, source) as watch, \
+                Progress(progress, total=total, desc=f"importing {path.name}", unit="items") as bar:
             for sid in ids:
                 if not isinstance(sid, str) or not sid:
                     raise MalformedInput(
                         source, f"{messages_table} session {sid!r}", "session_id must be a non-empty string"
                     )
                 session = store.session(session_prefix + sid)
-                writer = SessionWriter(store, session, source, bar)
+                writer = SessionWriter(store, session, source, bar, watch=watch)
                 placed: dict = {}
                 names: dict = {}
                 branches: list = []

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_file, check_folder, check_progress
+from ._common import MalformedInput, Progress, as_path, check_file, check_folder, check_progress, watching_roots
 from ._frameworks import SessionWriter
 from .openai import chat_to_messages
 
@@ -102,7 +102,8 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
         check_file(path)
         files = [path]
     sessions = []
-    with Progress(progress, total=len(files), desc=f"importing {path.name}", unit="trajectories") as bar:
+    with watching_roots(store, str(path)) as watch, \
+            Progress(progress, total=len(files), desc=f"importing {path.name}", unit="trajectories") as bar:
         for file in files:
             source = str(file)
             doc = _read(file)
@@ -118,7 +119,7 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
             if info is not None and isinstance(info.get("model_stats"), str):
                 info = {**info, "model_stats": _listish(info["model_stats"])}
             session = store.session(session_prefix + file.name.removesuffix(".traj"))
-            writer = SessionWriter(store, session, source)
+            writer = SessionWriter(store, session, source, watch=watch)
             for k, (message, parent) in enumerate(converted):
                 meta = message.setdefault("metadata", {})
                 meta.pop("openai", None)
