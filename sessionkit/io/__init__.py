@@ -58,9 +58,11 @@ receives the counts instead.
 
 Malformed input raises :class:`MalformedInput` (a ``ValueError`` and a
 ``sessionkit.SessionKitError``) whose message names the file and the line or
-record at fault: text that is not UTF-8, gzip data cut short or damaged, JSON
-that is not JSON or that no store keeps (``NaN``, ``Infinity``, numbers no float
-holds, lone surrogate escapes, nesting deeper than a message may), records of
+record at fault: a file holding nothing but white space (a folder of coding-agent
+logs may hold empty ones: they are skipped), text that is not UTF-8, gzip data cut
+short or damaged, JSON that is not JSON or that no store keeps (``NaN``,
+``Infinity``, numbers no float holds, lone surrogate escapes, nesting deeper than
+a message may), records of
 the wrong shape, ``createdAt``/``created_date`` values that are not ISO 8601
 times. No importer lets a ``UnicodeError``, ``EOFError``, gzip or zlib error,
 ``RecursionError``, ``KeyError`` or ``json`` error out; a message larger than the

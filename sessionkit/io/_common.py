@@ -42,6 +42,7 @@ __all__ = [
     "open_binary",
     "iter_lines",
     "iter_jsonl",
+    "EMPTY",
     "parse_json",
     "TextStream",
     "count_lines",
@@ -425,11 +426,20 @@ def parse_json(text: str, source: str, where: str | None, *, deep: bool = False)
     return check_value(value, text, source, where)
 
 
-def iter_jsonl(path: Path, *, deep: bool = False) -> Iterator[tuple[int, Any, int]]:
-    """``(line number, parsed value, bytes)`` for every non-blank line (see :func:`parse_json`)."""
+#: What an importer says of a file holding nothing but white space.
+EMPTY = "the file is empty (nothing but white space): no records to import"
+
+
+def iter_jsonl(path: Path, *, deep: bool = False, empty_ok: bool = False) -> Iterator[tuple[int, Any, int]]:
+    """``(line number, parsed value, bytes)`` for every non-blank line (see :func:`parse_json`);
+    a file without one -> :class:`MalformedInput` (unless ``empty_ok``)."""
     name = str(path)
+    empty = True
     for lineno, text, nbytes in iter_lines(path):
+        empty = False
         yield lineno, parse_json(text, name, f"line {lineno}", deep=deep), nbytes
+    if empty and not empty_ok:
+        raise MalformedInput(name, None, EMPTY)
 
 
 class TextStream:

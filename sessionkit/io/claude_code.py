@@ -268,7 +268,7 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
             pending_summaries: list[dict] = []
             sessions_here: list[str] = []
             try:
-                for lineno, rec, _ in iter_jsonl(file):
+                for lineno, rec, _ in iter_jsonl(file, empty_ok=file != as_path(path)):  # a folder's may be
                     where = f"line {lineno}"
                     if not isinstance(rec, dict):
                         raise MalformedInput(source, where, "expected a JSON object (a log record)")

@@ -43,6 +43,7 @@ from .. import messages as _msg
 from ..errors import MessageNotFound, MessageTooLarge
 from ..store import AppendResult, Session
 from ._common import (
+    EMPTY,
     Batches,
     MalformedInput,
     Progress,
@@ -435,7 +436,7 @@ def _file_records(path: Path) -> Iterator[tuple[str, Any]]:
         ts = TextStream(fh, name)
         first = ts.peek()
         if first == "":
-            return
+            raise MalformedInput(name, None, EMPTY)
         if first == "[":
             yield from _array(ts, "record")
             _end_of_file(ts, "JSON array")

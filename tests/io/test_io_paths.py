@@ -10,6 +10,7 @@ record only the records before it (an OpenAI chat file, checked whole first: not
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -214,25 +215,32 @@ def test_a_folder_where_a_file_goes_is_a_usage_error_saying_so(name, mem_store, 
     assert mem_store.stats()["messages"] == 0
 
 
+@pytest.mark.parametrize("content", [b"", b"\n  \n\t\n", b"\xef\xbb\xbf\n"], ids=["empty", "blank", "bom"])
 @pytest.mark.parametrize("name", FORMATS)
-def test_an_empty_file(name, mem_store, tmp_path):
+def test_an_empty_file(name, content, mem_store, tmp_path):
     path = tmp_path / ("empty.traj" if name == "swe-agent" else "empty.db")
-    path.write_bytes(b"")
+    path.write_bytes(content)
     if name in SQLITE:
-        with pytest.raises(sk.io.MalformedInput, match=r"empty\.db: not a SQLite database"):
-            _import(name, mem_store, path)
+        problem = "not a SQLite database"
     elif name == "swe-agent":
-        with pytest.raises(sk.io.MalformedInput, match=r"empty\.traj, line 1: not valid JSON"):
-            _import(name, mem_store, path)
-    else:  # a file of no records: nothing to import
-        result = _import(name, mem_store, path)
-        assert len(result) == 0
+        problem = "not valid JSON"
+    else:
+        problem = r"the file is empty \(nothing but white space\): no records to import"
+    with pytest.raises(sk.io.MalformedInput, match=rf"^{re.escape(str(path))}(, line \d+)?: {problem}"):
+        _import(name, mem_store, path)
     if name == "swe-agent":  # told by its suffix
         assert sk.io.detect_format(path) == "swe-agent"
     else:
         with pytest.raises(sk.io.MalformedInput, match=r"empty\.db: "):
             sk.io.detect_format(path)
     assert mem_store.stats()["messages"] == 0
+
+
+def test_an_empty_log_in_a_folder_of_them_is_skipped(mem_store, tmp_path):
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    (tmp_path / "s1.jsonl").write_text(_text_records("claude-code")[0] + "\n")
+    (session,) = sk.io.import_claude_code(mem_store, tmp_path)
+    assert len(session) == 1
 
 
 @pytest.mark.parametrize("name", SQLITE)
