@@ -156,7 +156,7 @@ SENT = {
     },
 }
 
-ACTIVE = ("The active run id, or null: null exactly when no run is listed `running`. A run whose "
+ACTIVE = ("The active run id, or null when no run of the session is `running`. A run whose "
           "server process died stays active until another process takes the session over (within "
           "seconds), which records it `interrupted` and starts it again under the same id.")
 
