@@ -32,6 +32,7 @@ import os
 import shlex
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO, cast
@@ -758,12 +759,36 @@ def _session_from_file(path: str) -> str:
     return name
 
 
+@contextlib.contextmanager
+def _merge_warnings(category: type[Warning]) -> Iterator[None]:
+    """An import's merge warnings as ``sessionkit: warning: ...`` lines on stderr (others as Python shows them)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, category):
+                    print(f"{PROG}: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
     folders = (None, "claude-code", "swe-agent")  # the formats whose FILE may be a folder
-    if not os.path.isfile(args.file) and not (os.path.isdir(args.file) and args.format in folders):
-        raise CommandError(f"no file {args.file!r} to import")
     io = _optional_module("sessionkit.io", "import")
+    # Before any store is opened (or created): a missing path, or a folder where a file goes,
+    # is a usage error saying which (in the words of the importers' sessionkit.UsageError).
+    if not os.path.exists(args.file):
+        raise CommandError(f"{args.file!r} does not exist")
+    if os.path.isdir(args.file) and args.format not in folders:
+        raise CommandError(f"{args.file!r} is a folder, not a file (--format {args.format} reads a file)")
+    if not os.path.isdir(args.file) and not os.path.isfile(args.file):
+        raise CommandError(f"{args.file!r} is not a regular file")
+    pattern = {"claude-code": ".jsonl", "swe-agent": ".traj"}.get(args.format or "")
+    if pattern and os.path.isdir(args.file) and not any(p.is_file() for p in Path(args.file).rglob("*" + pattern)):
+        raise CommandError(f"{args.file!r} is a folder without {pattern} files")
     if args.format is None:
         try:
             args.format = _function(io, "detect_format", "import")(args.file)
@@ -782,7 +807,7 @@ def cmd_import(args, out: TextIO) -> int:
     # An existing file must already be a sessionkit store (as for info and ls): importing into
     # another program's database would add sessionkit's tables to it.
     opened = _existing_store(args.store) if existing else sk.open_store(args.store)
-    with opened as store:
+    with opened as store, _merge_warnings(io.SessionMergeWarning):
         before = store.stats()
         if args.format == "openai":
             session_id = args.session if args.session is not None else _session_from_file(args.file)

@@ -286,7 +286,8 @@ def test_show_prints_the_path_the_model_sees(store_path, cli):
         assert text(m) in out
     # the summary stands where the range was, with its size and tokens; the range itself is gone
     summary_line = next(line for line in out.splitlines() if line.startswith("══ compaction "))
-    hidden = [m["id"] for m in raw][[m["id"] for m in raw].index(comp.from_id):[m["id"] for m in raw].index(comp.to_id) + 1]
+    ids = [m["id"] for m in raw]
+    hidden = ids[ids.index(comp.from_id) : ids.index(comp.to_id) + 1]
     assert f"summary of {len(hidden)} messages ({comp.from_id} … {comp.to_id})" in summary_line
     assert f"{comp.tokens_before:,} → {comp.tokens_after:,} tokens" in summary_line
     assert comp.summary in out
@@ -474,7 +475,7 @@ def test_errors_are_one_line_and_exit_non_zero(store_path, tmp_path):
         (("frobnicate",), ("invalid choice",)),
         (("show", store_path), ("SESSION",)),
         (("import", str(tmp_path / "new.db"), str(tmp_path / "nothing.json"), "--format", "openai"),
-         ("no file",)),
+         ("nothing.json' does not exist",)),
         (("import", str(tmp_path / "new.db"), str(junk), "--format", "hh", "--session", "s"), ("--session",)),
         (("import", str(tmp_path / "new.db"), str(junk)), ("--format",)),
         (("export", str(missing), str(tmp_path / "out.jsonl")), ("no store at",)),
@@ -656,7 +657,8 @@ def test_import_openai_chat_into_a_named_session(tmp_path):
 def test_import_of_a_broken_file_says_where_and_how_far_it_got(tmp_path):
     import gzip
 
-    pairs = [json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes", "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"})
+    pairs = [json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes",
+                         "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"})
              for i in range(3)]
     broken = tmp_path / "pairs.jsonl"
     broken.write_text(pairs[0] + "\n" + pairs[1] + "\n" + pairs[2][:-9] + "\n", encoding="utf-8")

@@ -14,7 +14,8 @@ PINNED = {
     "SessionInfo", "TreeNode", "create_compact_function", "SessionKitError", "InvalidMessage", "MessageNotFound",
     "SessionNotFound", "StoreClosed", "StoreLocked", "MessageTooLarge", "SchemaVersionError", "StoreCorrupt",
     "UsageError", "MissingDependency", "RunFailed", "ModelError", "MaxStepsExceeded", "RunTimeout",
-    "RunInterrupted", "GuardrailTripped", "Agent", "LiteLLMModel", "RunResult", "RunController", "create_session", "SessionStore",
+    "RunInterrupted", "GuardrailTripped", "Agent", "LiteLLMModel", "RunResult", "RunController", "create_session",
+    "SessionStore",
     "FileSessionStore", "aio", "testing", "io", "plot", "widgets", "server",
 }
 
@@ -27,7 +28,8 @@ def test_all_is_pinned():
 def test_error_tree():
     root = sk.SessionKitError
     for name in ("InvalidMessage", "MessageNotFound", "SessionNotFound", "StoreClosed", "StoreLocked",
-                 "MessageTooLarge", "SchemaVersionError", "StoreCorrupt", "UsageError", "MissingDependency", "RunFailed",
+                 "MessageTooLarge", "SchemaVersionError", "StoreCorrupt", "UsageError", "MissingDependency",
+                 "RunFailed",
                  "ModelError", "MaxStepsExceeded", "RunTimeout", "RunInterrupted", "GuardrailTripped"):
         assert issubclass(getattr(sk, name), root), name
     assert issubclass(sk.InvalidMessage, ValueError)
@@ -39,7 +41,8 @@ def test_error_tree():
     err = sk.ModelError("x", run_id="r1")
     assert err.run_id == "r1"
     tripped = sk.GuardrailTripped("blocked", run_id="r2", reason="card number", guardrail="no_cards")
-    assert (tripped.run_id, tripped.reason, tripped.guardrail, str(tripped)) == ("r2", "card number", "no_cards", "blocked")
+    assert (tripped.run_id, tripped.reason, tripped.guardrail, str(tripped)) == (
+        "r2", "card number", "no_cards", "blocked")
 
 
 HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy"]
@@ -92,7 +95,8 @@ SUBPACKAGES = {
         "ToolCall", "as_tool", "create_session", "load_agent",
     },
     "sessionkit.io": {
-        "MalformedInput", "Progress", "chat_to_messages", "export_jsonl", "export_parquet", "import_hh",
+        "MalformedInput", "Progress", "SessionMergeWarning", "chat_to_messages", "export_jsonl", "export_parquet",
+        "import_hh",
         "import_jsonl", "import_oasst", "import_openai",
         "import_openai_agents", "import_langgraph", "import_adk", "import_claude_code", "import_swe_agent",
         "import_inspect",

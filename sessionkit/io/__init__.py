@@ -23,7 +23,18 @@ The agent frameworks' own stores and logs, one session per conversation under it
 
 Every import is idempotent: ids come from the source (OASST message ids) or
 from a hash of it (OpenAI chats, HH pairs), so importing the same file again
-adds nothing. Imports write in batches, one transaction per group of trees,
+adds nothing.
+
+Sources that name their conversations alike (``airline-1`` in an OpenAI Agents
+database and in a LangGraph one) would share a session: an import that adds a new
+root message (a conversation of its own) to a session that already held messages
+warns with :class:`SessionMergeWarning` (a ``UserWarning``; its ``sessions`` are
+the first few such sessions, ``count`` how many), naming them and suggesting
+``session_prefix=`` (``sessionkit import --session-prefix``). Importing the same
+file again adds no root and does not warn; ``warnings.simplefilter("error",
+sk.io.SessionMergeWarning)`` makes it an error (raised once the import is done).
+
+Imports write in batches, one transaction per group of trees,
 pairs, chat messages or JSONL lines.
 
 Files are streamed: read a line (or, for a JSON array or document, a record) at
@@ -47,14 +58,22 @@ receives the counts instead.
 
 Malformed input raises :class:`MalformedInput` (a ``ValueError`` and a
 ``sessionkit.SessionKitError``) whose message names the file and the line or
-record at fault: text that is not UTF-8, gzip data cut short or damaged, JSON
-that is not JSON or that no store keeps (``NaN``, ``Infinity``, numbers no float
-holds, lone surrogate escapes, nesting deeper than a message may), records of
+record at fault: a file holding nothing but white space (a folder of coding-agent
+logs may hold empty ones: they are skipped), text that is not UTF-8, gzip data cut
+short or damaged, JSON that is not JSON or that no store keeps (``NaN``,
+``Infinity``, numbers no float holds, lone surrogate escapes, nesting deeper than
+a message may), records of
 the wrong shape, ``createdAt``/``created_date`` values that are not ISO 8601
 times. No importer lets a ``UnicodeError``, ``EOFError``, gzip or zlib error,
 ``RecursionError``, ``KeyError`` or ``json`` error out; a message larger than the
 store's ``max_message_bytes`` raises :class:`sessionkit.MessageTooLarge` naming
-the line.
+the line. A damaged SQLite database (broken pages, garbage in its schema, text that
+is not UTF-8) given to an importer of a framework's store, or to
+:func:`detect_format`, is :class:`MalformedInput` naming the file too, never an
+error of ``sqlite3``. A path that does not exist, or a folder where a file goes
+(or a folder without the files an importer of folders reads), raises
+:class:`sessionkit.UsageError` saying which, before anything is read (it is also
+the ``FileNotFoundError`` or ``IsADirectoryError`` ``open()`` would raise).
 
 When an import fails, nothing half written is left: each tree, pair, chat
 message or JSONL line is stored whole or not at all, and the records before the
@@ -69,7 +88,7 @@ skipped.
 
 from __future__ import annotations
 
-from ._common import MalformedInput, Progress
+from ._common import MalformedInput, Progress, SessionMergeWarning
 from .adk import import_adk
 from .claude_code import import_claude_code
 from .detect import FORMATS, detect_format
@@ -101,4 +120,5 @@ __all__ = [
     "FORMATS",
     "MalformedInput",
     "Progress",
+    "SessionMergeWarning",
 ]

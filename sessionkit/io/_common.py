@@ -10,6 +10,7 @@ surrogate escapes, nesting deeper than the parser goes) all become
 from __future__ import annotations
 
 import codecs
+import contextlib
 import gzip
 import io
 import json
@@ -20,6 +21,7 @@ import re
 import sqlite3
 import sys
 import time
+import warnings
 import zlib
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -27,15 +29,20 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # in CPython,
 from pathlib import Path
 from typing import Any
 
-from ..errors import MessageTooLarge, SessionKitError
+from ..errors import MessageTooLarge, SessionKitError, UsageError
 from ..messages import MAX_NESTING
 
 __all__ = [
     "MalformedInput",
     "as_path",
+    "PathMissing",
+    "PathIsFolder",
+    "check_file",
+    "check_folder",
     "open_binary",
     "iter_lines",
     "iter_jsonl",
+    "EMPTY",
     "parse_json",
     "TextStream",
     "count_lines",
@@ -43,6 +50,10 @@ __all__ = [
     "Progress",
     "Batches",
     "SessionList",
+    "SessionMergeWarning",
+    "RootWatch",
+    "watching_roots",
+    "write_items",
 ]
 
 
@@ -94,6 +105,38 @@ def as_path(value: Any) -> Path:
     raise TypeError(f"expected a file path (str or pathlib.Path), got {type(value).__name__}")
 
 
+class PathMissing(UsageError, FileNotFoundError):
+    """The path given to an importer does not exist (or a folder holds none of the files it reads).
+
+    A :class:`sessionkit.UsageError`; also a ``FileNotFoundError``, what ``open()`` raises for it.
+    """
+
+
+class PathIsFolder(UsageError, IsADirectoryError):
+    """A folder was given where an importer reads a file.
+
+    A :class:`sessionkit.UsageError`; also an ``IsADirectoryError``, what ``open()`` raises for it.
+    """
+
+
+def check_file(path: Path) -> None:
+    """:class:`PathMissing` when nothing is at ``path``, :class:`PathIsFolder` for a folder,
+    :class:`sessionkit.UsageError` for anything else that is not a regular file (a device, a pipe)."""
+    shown = str(path)
+    if path.is_dir():
+        raise PathIsFolder(f"{shown!r} is a folder, not a file")
+    if not path.exists():
+        raise PathMissing(f"{shown!r} does not exist")
+    if not path.is_file():
+        raise UsageError(f"{shown!r} is not a regular file")
+
+
+def check_folder(path: Path, files: list[Path], pattern: str) -> None:
+    """:class:`PathMissing` for a folder holding no file matching ``pattern`` (``files``: those found)."""
+    if not files:
+        raise PathMissing(f"{str(path)!r} is a folder without {pattern} files")
+
+
 # ---------------------------------------------------------------------------
 # Files
 
@@ -105,8 +148,7 @@ def _is_gzip(path: Path) -> bool:
 
 def open_binary(path: Path):
     """Open a file for reading bytes; gzip is detected from its first bytes."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    check_file(path)
     if _is_gzip(path):
         return gzip.open(path, "rb")
     return open(path, "rb")
@@ -371,11 +413,20 @@ def parse_json(text: str, source: str, where: str | None, *, deep: bool = False)
     return check_value(value, text, source, where)
 
 
-def iter_jsonl(path: Path, *, deep: bool = False) -> Iterator[tuple[int, Any, int]]:
-    """``(line number, parsed value, bytes)`` for every non-blank line (see :func:`parse_json`)."""
+#: What an importer says of a file holding nothing but white space.
+EMPTY = "the file is empty (nothing but white space): no records to import"
+
+
+def iter_jsonl(path: Path, *, deep: bool = False, empty_ok: bool = False) -> Iterator[tuple[int, Any, int]]:
+    """``(line number, parsed value, bytes)`` for every non-blank line (see :func:`parse_json`);
+    a file without one -> :class:`MalformedInput` (unless ``empty_ok``)."""
     name = str(path)
+    empty = True
     for lineno, text, nbytes in iter_lines(path):
+        empty = False
         yield lineno, parse_json(text, name, f"line {lineno}", deep=deep), nbytes
+    if empty and not empty_ok:
+        raise MalformedInput(name, None, EMPTY)
 
 
 class TextStream:
@@ -906,3 +957,136 @@ class SessionList(Sequence):
         n = len(self)
         shown = ", ".join(repr(self._id(i)) for i in range(min(n, 3))) + (", ..." if n > 3 else "")
         return f"<SessionList: {n} session{'' if n == 1 else 's'} [{shown}]>"
+
+
+# ---------------------------------------------------------------------------
+# Imports that add a conversation to a session that already holds one
+
+
+class SessionMergeWarning(UserWarning):
+    """An import added new root messages to sessions that already held messages.
+
+    Each such session now holds several separate conversations (trees), usually because
+    two sources use the same conversation ids (``airline-1`` in two frameworks' stores).
+    ``sessions`` lists the first few such session ids, ``count`` says how many there are
+    and ``source`` names the file. Import with ``session_prefix=`` (``sessionkit import
+    --session-prefix``) to keep the sources apart. Importing the same file again adds no
+    root and does not warn.
+    """
+
+    def __init__(self, message: str, *, source: str = "", sessions: tuple[str, ...] = (), count: int = 0):
+        super().__init__(message)
+        self.source = source
+        self.sessions = sessions
+        self.count = count
+
+
+def _outside_package_level() -> int:
+    """The ``stacklevel`` that makes a warning point at the first caller outside sessionkit."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame = sys._getframe(1)  # the caller of warnings.warn is frame 1 of the warning
+    level = 1
+    while frame is not None and (frame.f_code.co_filename.startswith(package)
+                                 or frame.f_code.co_filename == contextlib.__file__):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+class RootWatch:
+    """The sessions one import adds a new root message to while they already held messages.
+
+    :func:`write_items` asks it, before the first write to a session, whether the session
+    holds messages (one count per session an import writes to), and after each write which
+    roots were inserted (an idempotent import inserts none). :meth:`warn` then issues one
+    :class:`SessionMergeWarning` naming the first few sessions.
+    """
+
+    SHOWN = 5
+
+    def __init__(self, store, source: str, hint: str):
+        self.store = store
+        self.source = source
+        self.hint = hint
+        self._touched: _SeenIds | None = _SeenIds()  # sessions written to so far (spills to disk)
+        self._held: set[str] = set()  # of those, the ones that held messages before this import
+        self._found: dict[str, str] = {}  # session -> a root this import added to it (the first SHOWN)
+        self.count = 0
+
+    def before(self, session) -> None:
+        if self._touched is not None and self._touched.add(session.session_id) and len(session):
+            self._held.add(session.session_id)
+
+    def after(self, session, items: Sequence, results: Sequence) -> None:
+        sid = session.session_id
+        if sid not in self._held:
+            return
+        for (message, parent, _), result in zip(items, results):
+            if parent is None and result.inserted:
+                self._held.discard(sid)  # each session counted once
+                self.count += 1
+                if len(self._found) < self.SHOWN:
+                    self._found[sid] = message["id"]
+                return
+
+    def warn(self) -> None:
+        """One :class:`SessionMergeWarning` when the import added roots to sessions that held messages."""
+        if self._touched is not None:
+            self._touched.close()
+            self._touched = None
+        # a root written in a transaction that was rolled back (the record at fault) is not stored
+        shown = []
+        for sid, root in self._found.items():
+            try:
+                stored = self.store.session(sid).get(root) is not None
+            except SessionKitError:  # the store closed meanwhile: say what was written
+                stored = True
+            if stored:
+                shown.append(sid)
+            else:
+                self.count -= 1
+        self._found = {}
+        if self.count <= 0:
+            return
+        listed = ", ".join(repr(sid) for sid in shown)
+        more = self.count - len(shown)
+        if more > 0:
+            listed += f" and {more:,} more"
+        n = _plural(self.count, "sessions")
+        verb = "it" if self.count == 1 else "each"
+        message = (f"importing {self.source} added new conversations (root messages) to {n} that already held "
+                   f"messages: {listed}; {verb} now holds several separate conversations. {self.hint}")
+        warnings.warn(SessionMergeWarning(message, source=self.source, sessions=tuple(shown), count=self.count),
+                      stacklevel=_outside_package_level())
+
+
+def write_items(session, items: list, watch: RootWatch | None):
+    """``session.import_many(items)``, telling ``watch`` which new roots it added to a session
+    that already held messages."""
+    if watch is None:
+        return session.import_many(items)
+    watch.before(session)
+    results = session.import_many(items)
+    watch.after(session, items, results)
+    return results
+
+
+#: What a :class:`SessionMergeWarning` suggests, for the importers that take ``session_prefix``.
+PREFIX_HINT = ("Import with session_prefix= (sessionkit import --session-prefix) to keep the sessions of "
+               "different sources apart.")
+
+
+@contextlib.contextmanager
+def watching_roots(store, source: str, hint: str = PREFIX_HINT) -> Iterator[RootWatch]:
+    """A :class:`RootWatch` for one import; its warning is issued when the import ends, also when
+    it fails (the roots written before the failure stay)."""
+    watch = RootWatch(store, source, hint)
+    try:
+        yield watch
+    except BaseException as exc:
+        try:
+            watch.warn()
+        except Exception as turned:  # warnings filtered into errors: the import's own error goes first
+            exc.add_note(str(turned))
+        raise
+    watch.warn()

@@ -1,7 +1,9 @@
 """Shared pieces of the importers that read agent frameworks' own stores and logs.
 
 * :func:`open_sqlite` opens a framework's SQLite database read only, and says plainly
-  when the file is no SQLite database;
+  when the file is no SQLite database; :func:`table_names`, :func:`columns`, :func:`scalar`
+  and :func:`rows` read it, a damaged file (broken pages, garbage in its schema, text that
+  is not UTF-8) raising :class:`MalformedInput` naming the file, never ``sqlite3``'s errors;
 * :func:`iso_time` turns the times those stores keep (``CURRENT_TIMESTAMP`` text,
   epoch seconds, ISO strings) into the ISO time a message carries;
 * :class:`SessionWriter` writes the converted messages of one conversation in batches,
@@ -21,9 +23,10 @@ from urllib.parse import quote
 
 from ..errors import MessageTooLarge
 from ..messages import to_iso
-from ._common import MalformedInput
+from ._common import MalformedInput, RootWatch, check_file, write_items
 
-__all__ = ["open_sqlite", "table_names", "rows", "iso_time", "load_json", "SessionWriter", "HeldCalls",
+__all__ = ["open_sqlite", "table_names", "columns", "scalar", "rows", "sqlite_problem", "iso_time", "load_json",
+           "SessionWriter", "HeldCalls",
            "tool_output"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -32,29 +35,59 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 BATCH = 500
 
 
+def sqlite_problem(exc: BaseException) -> str:
+    """What reading a damaged SQLite file raised, as the problem a :class:`MalformedInput` names."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"cannot read the SQLite database, it is damaged (text that is not UTF-8: {exc.reason})"
+    return f"cannot read the SQLite database, it is damaged ({exc})"
+
+
+#: What reading a damaged SQLite file raises: sqlite3's errors, and the text of a value or of
+#: the schema that is not UTF-8 (sqlite3 decodes text as it fetches it).
+_READ_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+
+
 def open_sqlite(path: Path, what: str) -> sqlite3.Connection:
-    """``path`` opened read only; a file that is no SQLite database -> :class:`MalformedInput`."""
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    """``path`` opened read only; a file that is no SQLite database, or a damaged one -> :class:`MalformedInput`;
+    a missing path or a folder -> :class:`sessionkit.UsageError`."""
+    check_file(path)
     with open(path, "rb") as fh:
         head = fh.read(16)
     if head != _SQLITE_MAGIC:
         raise MalformedInput(str(path), None, f"not a SQLite database (expected {what})")
-    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, check_same_thread=False)
+    except _READ_ERRORS as exc:
+        raise MalformedInput(str(path), None, sqlite_problem(exc)) from None
     try:
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.DatabaseError as exc:
+    except _READ_ERRORS as exc:
         conn.close()
-        raise MalformedInput(str(path), None, f"cannot read the SQLite database: {exc}") from None
+        raise MalformedInput(str(path), None, sqlite_problem(exc)) from None
     return conn
 
 
-def table_names(conn: sqlite3.Connection) -> set[str]:
-    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+def table_names(conn: sqlite3.Connection, source: str) -> set[str]:
+    """The names of the database's tables and views."""
+    return {name for (name,) in rows(conn, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')",
+                                     source=source)}
+
+
+def columns(conn: sqlite3.Connection, table: str, source: str) -> set[str]:
+    """The column names of ``table``."""
+    return {row[1] for row in rows(conn, "SELECT * FROM pragma_table_info(?)", (table,), source=source)}
+
+
+def scalar(conn: sqlite3.Connection, sql: str, params: tuple = (), *, source: str) -> Any:
+    """The first column of the first row of ``sql`` (None without a row)."""
+    for row in rows(conn, sql, params, source=source, size=1):
+        return row[0]
+    return None
 
 
 def rows(conn: sqlite3.Connection, sql: str, params: tuple = (), *, source: str, size: int = BATCH) -> Iterator[tuple]:
-    """The rows of ``sql``, fetched ``size`` at a time (memory stays bounded by one page)."""
+    """The rows of ``sql``, fetched ``size`` at a time (memory stays bounded by one page); a damaged
+    file -> :class:`MalformedInput` naming ``source``."""
     try:
         cursor = conn.execute(sql, params)
         while True:
@@ -62,8 +95,8 @@ def rows(conn: sqlite3.Connection, sql: str, params: tuple = (), *, source: str,
             if not page:
                 return
             yield from page
-    except sqlite3.DatabaseError as exc:
-        raise MalformedInput(source, None, f"cannot read the SQLite database: {exc}") from None
+    except _READ_ERRORS as exc:
+        raise MalformedInput(source, None, sqlite_problem(exc)) from None
 
 
 def load_json(raw: str | bytes, source: str, where: str | None, what: str, *, are: bool = False) -> Any:
@@ -131,9 +164,10 @@ class SessionWriter:
     ``progress`` (a :class:`Progress`) advances by ``count`` of each item as it is stored.
     """
 
-    def __init__(self, store, session, source: str, progress=None):
+    def __init__(self, store, session, source: str, progress=None, watch: RootWatch | None = None):
         self._store = store
         self._session = session
+        self._watch = watch
         self.source = source
         self._progress = progress
         self._items: list[tuple[dict, str | None, str | None]] = []
@@ -155,7 +189,7 @@ class SessionWriter:
         self._items, self._wheres, self._counts = [], [], 0
         try:
             with self._store.transaction():
-                self._session.import_many(items)
+                write_items(self._session, items, self._watch)
         except (MessageTooLarge, ValueError, TypeError, LookupError) as exc:
             where = self._culprit(items, wheres, exc)
             raise MalformedInput(

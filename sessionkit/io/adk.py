@@ -28,8 +28,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_progress
-from ._frameworks import HeldCalls, SessionWriter, iso_time, load_json, open_sqlite, rows, table_names, tool_output
+from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
+from ._frameworks import (
+    HeldCalls,
+    SessionWriter,
+    columns,
+    iso_time,
+    load_json,
+    open_sqlite,
+    rows,
+    scalar,
+    table_names,
+    tool_output,
+)
 
 __all__ = ["import_adk", "adk_event_to_message"]
 
@@ -191,11 +202,10 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
         raise TypeError("session_ids must be a list of session id strings")
     conn = open_sqlite(path, "a Google ADK session database")
     try:
-        names = table_names(conn)
+        names = table_names(conn, source)
         if "events" not in names or "sessions" not in names:
             raise MalformedInput(source, None, "no tables 'sessions' and 'events': not a Google ADK session database")
-        columns = {row[1] for row in conn.execute('PRAGMA table_info("events")')}
-        if "event_data" not in columns:
+        if "event_data" not in columns(conn, "events", source):
             raise MalformedInput(source, None, "events have no 'event_data' column: an ADK schema older than v1 "
                                                "(upgrade it with ADK's migration first)")
         where_sql, params = [], []
@@ -209,18 +219,23 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
         keys = [(a, u, s) for (a, u, s, _) in rows(
             conn, f"SELECT app_name, user_id, id, create_time FROM sessions{clause} ORDER BY create_time, id",
             tuple(params), source=source)]
+        for app, user, sid in keys:
+            if not (isinstance(app, str) and isinstance(user, str) and isinstance(sid, str) and sid):
+                raise MalformedInput(source, f"session {sid!r}",
+                                     "app_name, user_id and id must be strings (the id not empty)")
         ids = _session_ids(keys)
         if session_ids is not None:
             wanted = set(session_ids)
             keys = [k for k in keys if k[2] in wanted or ids[k] in wanted]
         total = None
         if progress is not False and session_ids is None:
-            total = conn.execute(f"SELECT COUNT(*) FROM events{clause}", tuple(params)).fetchone()[0]
+            total = scalar(conn, f"SELECT COUNT(*) FROM events{clause}", tuple(params), source=source)
         sessions = []
-        with Progress(progress, total=total, desc=f"importing {path.name}", unit="events") as bar:
+        with watching_roots(store, source) as watch, \
+                Progress(progress, total=total, desc=f"importing {path.name}", unit="events") as bar:
             for app, user, sid in keys:
                 session = store.session(session_prefix + ids[(app, user, sid)])
-                writer = SessionWriter(store, session, source)
+                writer = SessionWriter(store, session, source, watch=watch)
                 walk = _Session(writer, source)
                 try:
                     for event_id, stamp, data in rows(

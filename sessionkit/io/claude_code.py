@@ -40,7 +40,19 @@ from typing import Any
 
 from ..messages import estimate_tokens
 from ..store import Compaction
-from ._common import MalformedInput, Progress, as_path, check_progress, count_lines, iter_jsonl, wants_total
+from ._common import (
+    MalformedInput,
+    Progress,
+    RootWatch,
+    as_path,
+    check_file,
+    check_folder,
+    check_progress,
+    count_lines,
+    iter_jsonl,
+    wants_total,
+    watching_roots,
+)
 from ._frameworks import HeldCalls, SessionWriter, iso_time, tool_output
 
 __all__ = ["import_claude_code"]
@@ -110,11 +122,11 @@ def _parts(content: Any, source: str, where: str) -> tuple[list[dict], list[dict
 class _Log:
     """The records of one session, turned into messages as they come."""
 
-    def __init__(self, store, session, source: str):
+    def __init__(self, store, session, source: str, watch: RootWatch):
         self.store = store
         self.session = session
         self.source = source
-        self.writer = SessionWriter(store, session, source)
+        self.writer = SessionWriter(store, session, source, watch=watch)
         self.held = HeldCalls(self.writer)
         self.node: dict[str, str | None] = {}  # record uuid -> the message it is (or hangs under)
         self.parent: dict[str, str | None] = {}  # message id -> parent message id
@@ -226,12 +238,10 @@ class _Log:
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
         found = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
-        if not found:
-            raise FileNotFoundError(f"no .jsonl file under {str(path)!r}")
+        check_folder(path, found, ".jsonl")
         # a session's file before its sub-agents' files
         return sorted(found, key=lambda p: ("subagents" in p.parts, str(p)))
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    check_file(path)
     return [path]
 
 
@@ -251,13 +261,14 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
     total = sum(count_lines(f) for f in files) if wants_total(progress) else None
     logs: dict[str, _Log] = {}
     current: _Log | None = None  # the session of the last record read
-    with Progress(progress, total=total, desc=f"importing {as_path(path).name}", unit="lines") as bar:
+    with watching_roots(store, str(path)) as watch, \
+            Progress(progress, total=total, desc=f"importing {as_path(path).name}", unit="lines") as bar:
         for file in files:
             source = str(file)
             pending_summaries: list[dict] = []
             sessions_here: list[str] = []
             try:
-                for lineno, rec, _ in iter_jsonl(file):
+                for lineno, rec, _ in iter_jsonl(file, empty_ok=file != as_path(path)):  # a folder's may be
                     where = f"line {lineno}"
                     if not isinstance(rec, dict):
                         raise MalformedInput(source, where, "expected a JSON object (a log record)")
@@ -271,7 +282,7 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
                             raise MalformedInput(source, where, "'sessionId' must be a string")
                         log = logs.get(sid)
                         if log is None:
-                            log = logs[sid] = _Log(store, store.session(session_prefix + sid), source)
+                            log = logs[sid] = _Log(store, store.session(session_prefix + sid), source, watch)
                         if current is not None and current is not log:
                             current.writer.flush()  # another session's records: write what this one has
                         current = log
@@ -288,7 +299,7 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
             target = sessions_here[0] if sessions_here else file.stem
             if pending_summaries:
                 if target not in logs:
-                    logs[target] = _Log(store, store.session(session_prefix + target), source)
+                    logs[target] = _Log(store, store.session(session_prefix + target), source, watch)
                 logs[target].summaries += pending_summaries
         for log in logs.values():
             log.finish()

@@ -14,12 +14,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import sqlite3
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from ._common import MalformedInput, as_path
+from ._common import MalformedInput, PathMissing, as_path, check_file
+from ._frameworks import open_sqlite, table_names
 
 __all__ = ["detect_format", "FORMATS"]
 
@@ -43,14 +42,12 @@ _INSPECT_JSON = re.compile(r'\A\s*\{\s*"version"\s*:')
 
 
 def _sqlite_format(path: Path) -> str | None:
+    """The framework whose tables the database holds, or None; a damaged file -> :class:`MalformedInput`."""
+    conn = open_sqlite(path, "the database of an agent framework")
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
-        try:
-            names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return None
+        names = table_names(conn, str(path))
+    finally:
+        conn.close()
     if "agent_messages" in names:
         return "openai-agents"
     if "checkpoints" in names:
@@ -109,8 +106,9 @@ def _record_format(rec: Any) -> str | None:
 def detect_format(path: Any) -> str:
     """The format name (a key of :data:`FORMATS`) of the file or folder at ``path``.
 
-    A file no importer recognises -> :class:`MalformedInput` saying so (call the
-    importer of its format then); a missing path -> ``FileNotFoundError``.
+    A file no importer recognises, or a damaged SQLite database -> :class:`MalformedInput`
+    saying so (call the importer of its format then); a missing path, or a folder without
+    session logs or trajectories -> :class:`sessionkit.UsageError` (also a ``FileNotFoundError``).
     """
     path = as_path(path)
     if path.is_dir():
@@ -118,9 +116,8 @@ def detect_format(path: Any) -> str:
             return "claude-code"
         if any(path.rglob("*.traj")):
             return "swe-agent"
-        raise MalformedInput(str(path), None, "a folder without .jsonl session logs or .traj trajectories")
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+        raise PathMissing(f"{str(path)!r} is a folder without .jsonl session logs or .traj trajectories")
+    check_file(path)
     with open(path, "rb") as fh:
         magic = fh.read(64)
     if magic[:16] == b"SQLite format 3\x00":

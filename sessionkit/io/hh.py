@@ -29,6 +29,7 @@ from ._common import (
     Batches,
     MalformedInput,
     Progress,
+    RootWatch,
     SessionList,
     as_path,
     check_progress,
@@ -37,6 +38,8 @@ from ._common import (
     located,
     sessions_result,
     wants_total,
+    watching_roots,
+    write_items,
 )
 
 __all__ = ["import_hh", "parse_turns"]
@@ -90,9 +93,9 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
     return items
 
 
-def _write_pair(session, items: list, source: str, where: str) -> None:
+def _write_pair(session, items: list, source: str, where: str, watch: RootWatch) -> None:
     try:
-        session.import_many(items)
+        write_items(session, items, watch)
     except MessageTooLarge as exc:
         raise located(exc, source, where) from None
     except (ValueError, TypeError, LookupError) as exc:
@@ -120,7 +123,7 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
     path = as_path(path)
     source = str(path)
     total = count_lines(path) if wants_total(progress) else None
-    with SessionList(store) as sessions, \
+    with watching_roots(store, source) as watch, SessionList(store) as sessions, \
             Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar, \
             Batches(store, source=source, unit="pairs") as batches:
         for lineno, obj, nbytes in iter_jsonl(path):
@@ -141,7 +144,7 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             ).hexdigest()[:20]
             session = store.session(session_prefix + digest)
             items = _pair_items(turns["chosen"], turns["rejected"])
-            batches.write(where, partial(_write_pair, session, items, source, where), nbytes=nbytes)
+            batches.write(where, partial(_write_pair, session, items, source, where, watch), nbytes=nbytes)
             sessions.append_new(session.session_id)
             bar.update()
     return sessions_result(sessions)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MissingDependency
-from ._common import MalformedInput, Progress, as_path, check_progress
+from ._common import MalformedInput, Progress, as_path, check_file, check_progress, watching_roots
 from ._frameworks import HeldCalls, SessionWriter, tool_output
 
 __all__ = ["import_inspect"]
@@ -123,8 +123,7 @@ def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any 
     if not isinstance(session_prefix, str):
         raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
     path = as_path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    check_file(path)
     source = str(path)
     read_eval_log, read_eval_log_samples = _reader()
     try:
@@ -135,7 +134,8 @@ def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any 
     info = {"task": header.eval.task, "model": header.eval.model, "eval_id": eval_id, "run_id": header.eval.run_id}
     total = header.results.total_samples if header.results is not None else None
     sessions = []
-    with Progress(progress, total=total, desc=f"importing {Path(source).name}", unit="samples") as bar:
+    with watching_roots(store, source) as watch, \
+            Progress(progress, total=total, desc=f"importing {Path(source).name}", unit="samples") as bar:
         samples = read_eval_log_samples(str(path), all_samples_required=False)
         while True:
             try:
@@ -147,7 +147,7 @@ def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any 
             sample = sample_obj.model_dump(mode="json", exclude_none=True)
             where = f"sample {sample.get('id')!r} epoch {sample.get('epoch')}"
             session = store.session(f"{session_prefix}{eval_id}/{sample.get('id')}/{sample.get('epoch')}")
-            writer = SessionWriter(store, session, source)
+            writer = SessionWriter(store, session, source, watch=watch)
             try:
                 _sample_messages(sample, writer, source, where)
             except MalformedInput:

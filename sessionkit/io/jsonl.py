@@ -28,6 +28,7 @@ from ._common import (
     Batches,
     MalformedInput,
     Progress,
+    RootWatch,
     SessionList,
     as_path,
     check_progress,
@@ -37,12 +38,19 @@ from ._common import (
     open_write,
     sessions_result,
     wants_total,
+    watching_roots,
+    write_items,
 )
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 _BATCH = 1000  # message lines per import_many call
+
+#: What a merge warning of this importer suggests (a sessionkit export keeps its session ids).
+_HINT = ("A sessionkit export keeps the session ids it was written with: import it into a store of its own "
+         "to keep these conversations apart.")
+
 _BATCH_BYTES = 1 << 20  # ... or this much of the file
 
 
@@ -158,14 +166,15 @@ def _need(obj: dict, key: str, kind: type):
     return value
 
 
-def _write_block(session, items: list, source: str, lines: list[str]) -> None:
+def _write_block(session, items: list, source: str, lines: list[str], watch: RootWatch) -> None:
     try:
-        session.import_many(items)
+        write_items(session, items, watch)
     except MessageTooLarge as exc:
         raise located(exc, source, lines[0] if len(lines) == 1 else f"{lines[0]} to {lines[-1]}") from None
 
 
-def _salvage_block(batches: Batches, session, items: list, source: str, lines: list[str], exc: BaseException):
+def _salvage_block(batches: Batches, session, items: list, source: str, lines: list[str], watch: RootWatch,
+                   exc: BaseException):
     """After a block of message lines failed: store the lines before the bad one, and name it."""
     max_bytes = session.store.max_message_bytes
     ids: set[str] = set()
@@ -183,7 +192,7 @@ def _salvage_block(batches: Batches, session, items: list, source: str, lines: l
             culprit = MalformedInput(source, lines[j], f"message {message['id']!r}: parent {parent!r} is neither "
                                                        f"earlier in the file nor in session {session.session_id!r}")
         if j:
-            session.import_many(items[:j])
+            write_items(session, items[:j], watch)
             batches.add(j, lines[j - 1])
         return culprit
     return None
@@ -233,10 +242,11 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
             return
         session, items, lines, nbytes = store.session(batch_sid), batch, batch_lines, batch_bytes
         batch, batch_lines, batch_bytes = [], [], 0
-        batches.write(lines[-1], partial(_write_block, session, items, source, lines), nbytes=nbytes,
-                      records=len(items), salvage=partial(_salvage_block, batches, session, items, source, lines))
+        batches.write(lines[-1], partial(_write_block, session, items, source, lines, watch), nbytes=nbytes,
+                      records=len(items),
+                      salvage=partial(_salvage_block, batches, session, items, source, lines, watch))
 
-    with SessionList(store) as sessions, \
+    with watching_roots(store, source, _HINT) as watch, SessionList(store) as sessions, \
             Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
             Batches(store, source=source, unit="lines", group=20, max_bytes=8 << 20) as batches:
         try:

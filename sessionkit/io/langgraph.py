@@ -37,8 +37,8 @@ import json
 from typing import Any
 
 from ..errors import MissingDependency
-from ._common import MalformedInput, Progress, as_path, check_progress
-from ._frameworks import SessionWriter, iso_time, open_sqlite, rows, table_names, tool_output
+from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
+from ._frameworks import SessionWriter, columns, iso_time, open_sqlite, rows, scalar, table_names, tool_output
 
 __all__ = ["import_langgraph", "langchain_to_message"]
 
@@ -284,12 +284,12 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
         raise TypeError("channel must be a non-empty string")
     conn = open_sqlite(path, "a LangGraph checkpoint database")
     try:
-        names = table_names(conn)
+        names = table_names(conn, source)
         if "checkpoints" not in names:
             raise MalformedInput(source, None, "no table 'checkpoints': not a LangGraph SqliteSaver database")
-        columns = {row[1] for row in conn.execute('PRAGMA table_info("checkpoints")')}
+        have = columns(conn, "checkpoints", source)
         for column in ("thread_id", "checkpoint_ns", "checkpoint_id", "type", "checkpoint"):
-            if column not in columns:
+            if column not in have:
                 raise MalformedInput(source, None, f"table 'checkpoints' has no column {column!r}")
         decode = _decoder()
         threads = [t for (t, _) in rows(conn, "SELECT thread_id, MIN(checkpoint_id) FROM checkpoints "
@@ -299,14 +299,15 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
             threads = [t for t in threads if t in wanted]
         total = None
         if progress is not False and thread_ids is None:
-            total = conn.execute("SELECT COUNT(*) FROM checkpoints WHERE checkpoint_ns = ''").fetchone()[0]
+            total = scalar(conn, "SELECT COUNT(*) FROM checkpoints WHERE checkpoint_ns = ''", source=source)
         sessions = []
-        with Progress(progress, total=total, desc=f"importing {path.name}", unit="checkpoints") as bar:
+        with watching_roots(store, source) as watch, \
+                Progress(progress, total=total, desc=f"importing {path.name}", unit="checkpoints") as bar:
             for thread in threads:
                 if not isinstance(thread, str) or not thread:
                     raise MalformedInput(source, f"thread {thread!r}", "thread_id must be a non-empty string")
                 session = store.session(session_prefix + thread)
-                writer = SessionWriter(store, session, source)
+                writer = SessionWriter(store, session, source, watch=watch)
                 walk = _Thread(writer, source)
                 try:
                     for checkpoint_id, kind, blob in rows(

@@ -34,6 +34,7 @@ from ._common import (
     Batches,
     MalformedInput,
     Progress,
+    RootWatch,
     SessionList,
     as_path,
     check_progress,
@@ -42,6 +43,8 @@ from ._common import (
     located,
     sessions_result,
     wants_total,
+    watching_roots,
+    write_items,
 )
 
 __all__ = ["import_oasst"]
@@ -199,7 +202,7 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
         if sessions.append_new(session.session_id):
             first_lines.append(line)
 
-    with SessionList(store) as sessions, \
+    with watching_roots(store, source) as watch, SessionList(store) as sessions, \
             Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
             Batches(store, source=source, unit="trees") as batches:
         for lineno, obj, nbytes in iter_jsonl(path, deep=True):
@@ -209,7 +212,7 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
             if "prompt" in obj:
                 tree_id, items = _tree_items(obj, where, source)
                 session = store.session(session_prefix + tree_id)
-                batches.write(where, partial(_write, session, items, source, where), nbytes=nbytes)
+                batches.write(where, partial(_write, session, items, source, where, watch), nbytes=nbytes)
                 keep(session, lineno)
             elif "message_id" in obj:
                 tree = obj.get("message_tree_id")
@@ -243,7 +246,7 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                     tree_rows = rows.pop(tree_id)
                     items = _flat_items(tree_id, tree_rows, source)
                     session = store.session(session_prefix + tree_id)
-                    batches.write(f"line {lineno}", partial(_write, session, items, source, tree_rows[0][0]),
+                    batches.write(f"line {lineno}", partial(_write, session, items, source, tree_rows[0][0], watch),
                                   nbytes=nbytes)
                     keep(session, first)
     if flat:  # the trees of flat messages were written at their last line: put them at their first
@@ -251,10 +254,10 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
     return sessions_result(sessions)
 
 
-def _write(store_session, items: list, source: str, where: str) -> None:
+def _write(store_session, items: list, source: str, where: str, watch: RootWatch) -> None:
     session = store_session
     try:
-        session.import_many(items)
+        write_items(session, items, watch)
     except MessageTooLarge as exc:
         raise located(exc, source, where) from None
     except (ValueError, TypeError, LookupError) as exc:

@@ -43,9 +43,11 @@ from .. import messages as _msg
 from ..errors import MessageNotFound, MessageTooLarge
 from ..store import AppendResult, Session
 from ._common import (
+    EMPTY,
     Batches,
     MalformedInput,
     Progress,
+    RootWatch,
     TextStream,
     as_path,
     check_progress,
@@ -53,6 +55,8 @@ from ._common import (
     located,
     open_binary,
     parse_json,
+    watching_roots,
+    write_items,
 )
 
 __all__ = ["import_openai", "chat_to_messages"]
@@ -432,7 +436,7 @@ def _file_records(path: Path) -> Iterator[tuple[str, Any]]:
         ts = TextStream(fh, name)
         first = ts.peek()
         if first == "":
-            return
+            raise MalformedInput(name, None, EMPTY)
         if first == "[":
             yield from _array(ts, "record")
             _end_of_file(ts, "JSON array")
@@ -522,7 +526,11 @@ class ImportResults(Sequence):
 # Import
 
 
-def _writer(session, batches: Batches, results: ImportResults, source: str):
+#: What a merge warning of this importer suggests.
+_HINT = "Import each chat into a session of its own (another session id; sessionkit import --session)."
+
+
+def _writer(session, batches: Batches, results: ImportResults, source: str, watch: RootWatch):
     """``write(items)``: store ``[(message, parent, where)]`` as one record of ``batches``."""
     max_bytes = session.store.max_message_bytes
 
@@ -531,7 +539,7 @@ def _writer(session, batches: Batches, results: ImportResults, source: str):
         written: list = []  # what the last run of store() did (a failure later in its group runs it again)
 
         def store() -> None:
-            written[:] = session.import_many(items)
+            written[:] = write_items(session, items, watch)
 
         def salvage(exc: BaseException) -> BaseException | None:
             for j, (m, _, where) in enumerate(chunk):
@@ -545,7 +553,7 @@ def _writer(session, batches: Batches, results: ImportResults, source: str):
                     continue
                 if j:
                     head = chunk[:j]
-                    for (m2, _, _), r in zip(head, session.import_many([(a, b, None) for a, b, _ in head])):
+                    for (m2, _, _), r in zip(head, write_items(session, [(a, b, None) for a, b, _ in head], watch)):
                         results._add(m2["id"], r.inserted)
                     batches.add(j, head[-1][2])
                 return culprit
@@ -587,9 +595,10 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
         if parent_id is not None and session.get(parent_id) is None:
             raise MessageNotFound(f"parent message {parent_id!r} is not in session {session.session_id!r}")
         results = ImportResults(session)
-        with Progress(progress, total=len(converted), desc="importing <list>", unit="messages") as bar, \
+        with watching_roots(session.store, name, _HINT) as watch, \
+                Progress(progress, total=len(converted), desc="importing <list>", unit="messages") as bar, \
                 Batches(session.store, source=name, unit="messages", group=4) as batches:
-            write = _writer(session, batches, results, name)
+            write = _writer(session, batches, results, name, watch)
             for start in range(0, len(converted), _BATCH):
                 batch = converted[start : start + _BATCH]
                 write(batch)
@@ -598,7 +607,8 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
     path = as_path(source)
     name = str(path)
     results = ImportResults(session)
-    with Batches(session.store, source=name, unit="messages", group=4) as batches:
+    with watching_roots(session.store, name, _HINT) as watch, \
+            Batches(session.store, source=name, unit="messages", group=4) as batches:
         def earlier(n: int) -> Iterator[Any]:
             return (rec for _, (_, rec) in zip(range(n), _file_records(path)))
 
@@ -611,7 +621,7 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
         if parent_id is not None and session.get(parent_id) is None:
             raise MessageNotFound(f"parent message {parent_id!r} is not in session {session.session_id!r}")
         with Progress(progress, total=total, desc=f"importing {path.name}", unit="messages") as bar:
-            write = _writer(session, batches, results, name)
+            write = _writer(session, batches, results, name, watch)
             chat = _Chat(name, parent_id, ready=ready)  # second pass: write the messages as they complete
             chunk: list = []
             try:

@@ -37,8 +37,18 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_progress
-from ._frameworks import SessionWriter, iso_time, load_json, open_sqlite, rows, table_names, tool_output
+from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
+from ._frameworks import (
+    SessionWriter,
+    columns,
+    iso_time,
+    load_json,
+    open_sqlite,
+    rows,
+    scalar,
+    table_names,
+    tool_output,
+)
 
 __all__ = ["import_openai_agents", "item_to_message"]
 
@@ -281,19 +291,17 @@ def _turn_usage(store, conn: sqlite3.Connection, session, sid: str, source: str)
 
 
 def _check_tables(conn: sqlite3.Connection, source: str, messages_table: str) -> bool:
-    names = table_names(conn)
+    names = table_names(conn, source)
     if messages_table not in names:
         raise MalformedInput(
             source, None, f"no table {messages_table!r}: not an OpenAI Agents SDK session database"
         )
-    columns = {row[1] for row in conn.execute(f'PRAGMA table_info("{messages_table}")')}
-    missing = {"id", "session_id", "message_data", "created_at"} - columns
+    missing = {"id", "session_id", "message_data", "created_at"} - columns(conn, messages_table, source)
     if missing:
         raise MalformedInput(source, None, f"table {messages_table!r} has no column {sorted(missing)[0]!r}")
     if "message_structure" not in names:
         return False
-    columns = {row[1] for row in conn.execute('PRAGMA table_info("message_structure")')}
-    return {"session_id", "message_id", "branch_id", "sequence_number"} <= columns
+    return {"session_id", "message_id", "branch_id", "sequence_number"} <= columns(conn, "message_structure", source)
 
 
 def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = None,
@@ -318,7 +326,7 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
     conn = open_sqlite(path, "an OpenAI Agents SDK session database")
     try:
         structured = _check_tables(conn, source, messages_table)
-        tables = table_names(conn)
+        tables = table_names(conn, source)
         ids = [sid for (sid, _) in rows(conn, f'SELECT session_id, MIN(id) FROM "{messages_table}" '
                                               "GROUP BY session_id ORDER BY MIN(id)", source=source)]
         if session_ids is not None:
@@ -327,20 +335,21 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
         total = None
         if progress is not False and session_ids is None:  # rows read: one per branch a row is on
             if structured:
-                total = conn.execute(
-                    f'SELECT (SELECT COUNT(*) FROM message_structure) + (SELECT COUNT(*) FROM "{messages_table}" '
-                    "WHERE session_id NOT IN (SELECT session_id FROM message_structure))").fetchone()[0]
+                total = scalar(
+                    conn, f'SELECT (SELECT COUNT(*) FROM message_structure) + (SELECT COUNT(*) FROM "{messages_table}" '
+                    "WHERE session_id NOT IN (SELECT session_id FROM message_structure))", source=source)
             else:
-                total = conn.execute(f'SELECT COUNT(*) FROM "{messages_table}"').fetchone()[0]
+                total = scalar(conn, f'SELECT COUNT(*) FROM "{messages_table}"', source=source)
         sessions = []
-        with Progress(progress, total=total, desc=f"importing {path.name}", unit="items") as bar:
+        with watching_roots(store, source) as watch, \
+                Progress(progress, total=total, desc=f"importing {path.name}", unit="items") as bar:
             for sid in ids:
                 if not isinstance(sid, str) or not sid:
                     raise MalformedInput(
                         source, f"{messages_table} session {sid!r}", "session_id must be a non-empty string"
                     )
                 session = store.session(session_prefix + sid)
-                writer = SessionWriter(store, session, source, bar)
+                writer = SessionWriter(store, session, source, bar, watch=watch)
                 placed: dict = {}
                 names: dict = {}
                 branches: list = []

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_progress
+from ._common import MalformedInput, Progress, as_path, check_file, check_folder, check_progress, watching_roots
 from ._frameworks import SessionWriter
 from .openai import chat_to_messages
 
@@ -33,10 +33,13 @@ __all__ = ["import_swe_agent"]
 
 def _read(path: Path) -> dict:
     source = str(path)
+    raw = path.read_bytes()
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise MalformedInput(source, None, f"not UTF-8 text ({exc.reason})") from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        problem = f"not UTF-8 text (byte 0x{raw[exc.start]:02x}: {exc.reason})"
+        raise MalformedInput(source, f"line {line}", problem) from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -94,14 +97,13 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
     path = as_path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.traj") if p.is_file())
-        if not files:
-            raise FileNotFoundError(f"no .traj file under {str(path)!r}")
-    elif path.is_file():
-        files = [path]
+        check_folder(path, files, ".traj")
     else:
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
+        check_file(path)
+        files = [path]
     sessions = []
-    with Progress(progress, total=len(files), desc=f"importing {path.name}", unit="trajectories") as bar:
+    with watching_roots(store, str(path)) as watch, \
+            Progress(progress, total=len(files), desc=f"importing {path.name}", unit="trajectories") as bar:
         for file in files:
             source = str(file)
             doc = _read(file)
@@ -117,7 +119,7 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
             if info is not None and isinstance(info.get("model_stats"), str):
                 info = {**info, "model_stats": _listish(info["model_stats"])}
             session = store.session(session_prefix + file.name.removesuffix(".traj"))
-            writer = SessionWriter(store, session, source)
+            writer = SessionWriter(store, session, source, watch=watch)
             for k, (message, parent) in enumerate(converted):
                 meta = message.setdefault("metadata", {})
                 meta.pop("openai", None)

@@ -68,7 +68,10 @@ How it behaves:
   serve --workers N``, or servers on several machines) share one store. One of
   them at a time drives a session's runs; a message sent to another is handed to
   it through the store, every process streams every session's events, and a
-  process that dies has its sessions taken over by another within seconds.
+  process that dies has its sessions taken over by another within seconds. Until
+  then, the run it was driving is still the session's ``active`` run for every
+  process (its records say it is running); the takeover records it
+  ``interrupted`` and starts it again under the same id.
   ``max_concurrent_runs`` counts the runs of one process.
 
 How it is built: :mod:`._app` (HTTP, WebSocket, auth), :mod:`._routes` (the route

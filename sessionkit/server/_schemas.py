@@ -156,13 +156,17 @@ SENT = {
     },
 }
 
+ACTIVE = ("The active run id, or null when no run of the session is `running`. A run whose "
+          "server process died stays active until another process takes the session over (within "
+          "seconds), which records it `interrupted` and starts it again under the same id.")
+
 SESSION = {
     "type": "object",
     "required": ["sessionId", "runs", "active", "queued", "messages"],
     "properties": {
         "sessionId": {"type": "string"},
         "runs": {"type": "array", "items": RUN},
-        "active": {"type": ["string", "null"], "description": "The active run id, or null."},
+        "active": {"type": ["string", "null"], "description": ACTIVE},
         "queued": {"type": "integer", "minimum": 0, "description": "Messages waiting for a run."},
         "messages": {"type": "array", "items": SENT, "description": "What callers sent, oldest first."},
     },
@@ -174,7 +178,7 @@ SESSION_SUMMARY = {
     "properties": {
         "sessionId": {"type": "string"},
         "runs": {"type": "integer", "minimum": 0, "description": "How many runs the session has had."},
-        "active": {"type": ["string", "null"], "description": "The active run id, or null."},
+        "active": {"type": ["string", "null"], "description": ACTIVE},
         "queued": {"type": "integer", "minimum": 0, "description": "Messages waiting for a run."},
         "updatedAt": {"type": "string", "description": "When the last message was sent (or the session created)."},
     },

@@ -37,6 +37,24 @@ __all__ = ["Sessions"]
 _HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 
 
+def _in_flight(snap: R.Snapshot) -> list[int]:
+    """The runs the records show running: recorded ``running``, or accepted and started
+    (``running``/``saved``) with no record yet. When no live process drives the session (its
+    worker was killed), they stay in flight until a sweep closes them and starts them again
+    under the same ids."""
+    recorded = set()
+    found = set()
+    for record in snap.run_records:
+        n = R.run_number(snap.key, record.run_id)
+        if n is None:
+            continue
+        recorded.add(n)
+        if record.status == "running":
+            found.add(n)
+    found.update(n for n, meta in snap.runs.items() if n not in recorded and meta.get("state") in ("running", "saved"))
+    return sorted(found)
+
+
 def _needs_recovery(snap: R.Snapshot) -> bool:
     return any(v.get("state") != "done" for v in snap.runs.values()) or any(
         r.status == "running" for r in snap.run_records)
@@ -279,6 +297,13 @@ class Sessions:
                 if isinstance(status.get("active"), int):
                     active, run_input, started_at = status["active"], status.get("input"), status.get("startedAt")
                 queued += int(status.get("queued") or 0)
+        if active is None:
+            # No live process reports an active run, yet the records show one running (its worker
+            # was killed and no sweep has taken it over yet, or it is between its end and its
+            # record): that run is the active one, so the view never contradicts itself.
+            left = _in_flight(snap)
+            if left:
+                active = left[0]
         runs = []
         seen = set()
         for record in snap.run_records:
@@ -349,6 +374,12 @@ class Sessions:
                 if isinstance(value.get("active"), int):
                     active = f"{sid}.{value['active']}"
                 queued = int(value.get("queued") or 0)
+            elif key in busy:  # nobody drives it (a killed worker's): its runs recorded running are active
+                snap = await self.io.read(R.read_snapshot, store, key)
+                left = _in_flight(snap)
+                if left:
+                    active = f"{sid}.{left[0]}"
+                queued = sum(1 for _, v in snap.messages if v.get("pending"))
             first, top = entry.get("firstRun", 1), entry.get("runN", 0)
             runs = max(0, top - first + 1) if isinstance(first, int) and isinstance(top, int) else 0
             out.append({"sessionId": sid, "runs": runs, "active": active, "queued": queued,

@@ -21,7 +21,6 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers import free_port, wait_until
-
 from live_server import AUTH, HANG, TOKEN, SSEReader, wait_idle, wait_serving
 
 pytest.importorskip("psycopg")
@@ -252,10 +251,10 @@ def test_a_run_another_worker_opened_keeps_its_message_when_the_owner_takes_seve
     # signals (a listener reconnecting loses them), so it takes both at once, as its run ends:
     # the first needs a run of its own (3). Run 2 must keep its message and run, before 3: a
     # run left with none would be recorded failed by the next takeover.
+    from live_server import Gate, echo
+
     import sessionkit as sk
     from sessionkit.testing import ScriptedModel
-
-    from live_server import Gate, echo
 
     store_a = new_store("postgresql")
     store_b = sk.open_store(store_a.path)
@@ -358,6 +357,49 @@ def test_a_killed_worker_s_run_starts_again_on_another_worker_with_what_it_accep
     assert b.client.post("/sessions/chat/messages", json={"text": "next"}).json() == {"runId": "chat.2",
                                                                                        "queued": False}
     assert [r["status"] for r in wait_idle(b.client, "chat")["runs"]] == ["completed", "completed"]
+
+
+@pytest.mark.kill
+def test_a_dead_worker_s_run_is_the_session_s_active_run_until_another_takes_it_over(cluster, serve, monkeypatch):
+    # A worker process drives a run and is killed (SIGKILL). Another server on the store (in this
+    # process, its sweep made to run only at its start, so the session stays as the dead worker
+    # left it until a message asks for it) reads the session meanwhile: the run its records show
+    # running is its active run, in GET /sessions/{id} and in GET /sessions alike, never
+    # "active: null" beside a run listed running. A message then has it taken over: the run is
+    # closed and started again under the same id (attempt 2), and completes.
+    from live_server import echo_agent
+
+    import sessionkit as sk
+    from sessionkit.server._coordinate import SharedCoordinator
+
+    monkeypatch.setattr(SharedCoordinator, "sweep_every", None)
+    (a,) = cluster(1)
+    store_b = sk.open_store(cluster.url)
+    try:
+        b = serve(echo_agent(), store_b)
+        with b.client() as cb:
+            assert a.client.post("/sessions", json={"sessionId": "chat"}).status_code == 201
+            assert a.client.post("/sessions/chat/messages", json={"text": "hold this"}).status_code == 202
+            _wait_file(cluster.gate / "entered")
+            _wait_recorded_start(cluster.url, "chat", attempts=1)
+            assert cb.get("/sessions/chat").json()["active"] == "chat.1"  # a's own view, through the store
+            a.kill()
+            # PostgreSQL has let go of the dead worker's hold on the session: nobody drives it now
+            wait_until(lambda: not store_b.hold_taken("server.run\x00chat"), what="the dead worker's hold to go")
+            state = cb.get("/sessions/chat").json()
+            assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "running")], state
+            assert (state["active"], state["queued"]) == ("chat.1", 0), state
+            (listed,) = cb.get("/sessions").json()["sessions"]
+            assert (listed["sessionId"], listed["active"], listed["queued"]) == ("chat", "chat.1", 0)
+            # a message has b take the session over: the dead run starts again, the message joins or follows it
+            assert cb.post("/sessions/chat/messages", json={"text": "two"}).status_code == 202
+            state = wait_idle(cb, "chat")
+        assert [(r["runId"], r["status"]) for r in state["runs"]][0] == ("chat.1", "completed"), state
+        assert state["runs"][0]["attempts"] == 2
+        assert all(r["status"] == "completed" for r in state["runs"]), state
+        assert [m["text"] for m in state["messages"]] == ["hold this", "two"]
+    finally:
+        store_b.close()
 
 
 def test_serve_workers_shares_one_port_between_processes(cluster):
