@@ -70,7 +70,6 @@ __all__ = [
     "chain_digest",
     "conversation_digest",
     "index_key",
-    "legacy_digest",
     "principal_hash",
     "public_id_of",
     "read_snapshot",
@@ -86,11 +85,9 @@ STATUS = "server.status"
 TOMBSTONE = "server.tombstone"
 BUSY = "server.busy"
 INDEX = "server.index"
-META = "server.meta"
 
 BUSY_KEY = "~sessionkit/busy"
 INDEX_PREFIX = "~sessionkit/index/"
-META_KEY = "~sessionkit/meta"
 
 #: A run is started at most this many times; a server stopped during its last attempt records it failed.
 MAX_ATTEMPTS = 3
@@ -170,22 +167,9 @@ def conversation_digest(messages) -> str:
     return chain_digest(None, messages)
 
 
-def legacy_digest(messages) -> str:
-    """The digest earlier versions stored (SHA-256 over the messages, one line each)."""
-    h = hashlib.sha256()
-    for message in messages:
-        h.update(_canonical(message))
-        h.update(b"\n")
-    return h.hexdigest()
-
-
 def digest_matches(stored: str | None, path: list[dict]) -> bool:
-    """Whether ``path`` is the conversation the stored digest (either format) describes."""
-    if stored is None:
-        return True
-    if stored.startswith("c1:"):
-        return conversation_digest(path) == stored
-    return legacy_digest(path) == stored
+    """Whether ``path`` is the conversation the stored digest describes (no digest: any)."""
+    return stored is None or conversation_digest(path) == stored
 
 
 # ---------------------------------------------------------------------------
@@ -254,10 +238,6 @@ def read_snapshot(store, key: str, *, status: bool = False, runs: bool = True) -
     if isinstance(digest, dict):
         snap.digest = digest.get("digest")
         snap.last_seq = digest.get("lastSeq") if isinstance(digest.get("lastSeq"), int) else None
-    else:  # written by an earlier version: kept in the session record
-        snap.digest = snap.session.get("digest")
-        hint = snap.session.get("lastSeq")
-        snap.last_seq = hint if isinstance(hint, int) else None
     snap.messages = [(n, v) for n, v in store.records(key, MESSAGE) if isinstance(v, dict)]
     if runs:
         snap.runs = {n: v for n, v in store.records(key, RUN) if isinstance(v, dict)}
@@ -289,24 +269,24 @@ class Verdict:
     """Whether the stored conversation is the one the server's digest describes."""
 
     ok: bool
-    digest: str | None = None  # the digest to store now (a format upgrade, a legacy run's messages)
-    saved_legacy: frozenset = frozenset()  # runs of an earlier version whose messages are stored
+    digest: str | None = None  # the digest to store now (none yet, or an unrecorded run's messages)
+    saved_unrecorded: frozenset = frozenset()  # runs without a server.run record whose messages are stored
     path: list = field(default_factory=list, repr=False)
 
 
 def verify(store, snap: Snapshot) -> Verdict:
     """Compare the conversation with the stored digest (a blocking read of the whole path).
 
-    A run recorded ``running`` by an earlier version, whose server stopped between
-    saving its messages and recording the new digest, left its messages at the end of
-    the conversation: without them the conversation matches, and the run is counted
-    as saved.
+    A run recorded ``running`` without a ``server.run`` record (begun on the session
+    by another program writing to the store; the server writes both in one
+    transaction) that stopped after saving its messages left them at the end of the
+    conversation: without them the conversation matches, and the run is counted as
+    saved.
     """
     path = store.session(snap.key).get_history(compacted=False)
     stored = snap.digest
     if digest_matches(stored, path):
-        upgrade = stored is not None and not stored.startswith("c1:")
-        return Verdict(True, conversation_digest(path) if upgrade or stored is None else None, path=path)
+        return Verdict(True, conversation_digest(path) if stored is None else None, path=path)
     known = {f"{snap.key}.{n}" for n in snap.runs}
     stale = {r.run_id for r in snap.run_records if r.status == "running" and r.run_id not in known}
     tail = len(path)
@@ -352,9 +332,9 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
       times or the conversation changed behind the server's back, in which case it
       is recorded ``failed`` with the reason.
 
-    Runs recorded ``running`` by an earlier version (no ``server.run`` record) are
-    closed as that version did: ``completed`` when :func:`verify` found their
-    messages stored, else ``interrupted``.
+    Runs recorded ``running`` without a ``server.run`` record (see :func:`verify`) are
+    closed: ``completed`` when :func:`verify` found their messages stored, else
+    ``interrupted``.
     """
     out = Recovery()
     key = snap.key
@@ -412,13 +392,13 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
     for record in snap.run_records:
         if record.status != "running" or record.run_id in known:
             continue
-        legacy_n = run_number(key, record.run_id)
-        if record.run_id in verdict.saved_legacy:
+        unrecorded_n = run_number(key, record.run_id)
+        if record.run_id in verdict.saved_unrecorded:
             end(record.run_id, "completed", None)
         else:
             end(record.run_id, "interrupted", STOPPED, "ServerStopped")
-        if legacy_n is not None:
-            run_updates.append((legacy_n, {"attempts": 1, "agentId": agent_id, "state": "done"}))
+        if unrecorded_n is not None:
+            run_updates.append((unrecorded_n, {"attempts": 1, "agentId": agent_id, "state": "done"}))
 
     if verdict.digest is not None:
         store.put_records(key, DIGEST, [(0, {"digest": verdict.digest, "lastSeq": snap.last_seq})])

@@ -194,9 +194,9 @@ class RunSession:
             previous = None
             for _, record in store.records(key, R.DIGEST):
                 previous = record.get("digest") if isinstance(record, dict) else None
-            if previous is not None and previous.startswith("c1:"):
+            if previous is not None:
                 digest = R.chain_digest(previous, [stored[i] for i in ids if i in stored])
-            else:  # no digest in the new form yet: the whole path
+            else:  # no digest yet: the whole path
                 digest = R.conversation_digest(session.get_history(compacted=False))
             store.put_records(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": last_seq})])
             store.put_records(key, R.RUN, [(n, value)])

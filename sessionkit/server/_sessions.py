@@ -521,10 +521,6 @@ class Sessions:
 
     async def sweep_forever(self) -> None:
         """At start, and every ``sweep_every`` seconds on a shared store: :meth:`sweep`."""
-        try:
-            await self.migrate_index()
-        except Exception:
-            log.exception("sessionkit server: could not index the sessions of an earlier version")
         every = self.coord.sweep_every
         while True:
             try:
@@ -577,44 +573,6 @@ class Sessions:
         store.delete_session(R.BUSY_KEY)
         if keep:
             store.put_records(R.BUSY_KEY, R.BUSY, keep)
-
-    async def migrate_index(self) -> None:
-        """Index the sessions an earlier version created (once per store), for ``GET /sessions``."""
-        store = self.store
-
-        def read():
-            if store.records(R.META_KEY, R.META):
-                return None
-            found: dict[str, list] = {}
-            for info in store.list_sessions():
-                key = info.id
-                if key.startswith("~") or not store.records(key, R.SESSION):
-                    continue
-                index = _index_for_key(key)
-                if index is None:  # not under a principal's namespace: no principal's session
-                    continue
-                created = store.records(key, R.SESSION)[0][1] or {}
-                entry = {"sessionId": R.public_id_of(key), "key": key,
-                         "createdAt": created.get("createdAt") or info.created_at,
-                         "updatedAt": info.updated_at, "firstRun": 1, "runN": len(store.runs(key))}
-                found.setdefault(index, []).append(entry)
-            out: list = []
-            for index, entries in found.items():
-                have = {n for n, v in store.records(index, R.INDEX)}
-                out.extend((index, R.slot(e["sessionId"]), e) for e in entries if R.slot(e["sessionId"]) not in have)
-            return out
-
-        rows = await self.io.read(read)
-        if rows is None:
-            return
-
-        def job() -> None:
-            for index, n, entry in rows:
-                store.put_records(index, R.INDEX, [(n, entry)])
-            store.put_records(R.META_KEY, R.META, [(0, {"indexed": 1})])
-
-        await self.io.write(job)
-
 
 def _index_for_key(key: str) -> str | None:
     """The principal index a stored key belongs to (its hash prefix, or the bearer token's);
