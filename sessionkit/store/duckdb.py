@@ -73,6 +73,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
+from . import _files
 from . import search as _search
 from ._core import Capabilities, Node
 from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, SCHEMA_VERSION, TABLES, LocalEngine
@@ -402,12 +403,22 @@ class DuckDBEngine(LocalEngine):
         super().__init__(**options)
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
-        self._shared = _shared_for(self.path)
         self._views: dict = {}  # which analysis views the analysis connection has
         self._cursors: set = set()  # connections of long reads running outside the lock (see search)
+        # The name this process opens the file by (see _files): one file reached through
+        # two names (a hard link, a bind mount) is one database, one _Shared, one journal.
+        self._held: _files.Claim | None = None
+        self._file: str | None = None
+        if self.path is None:
+            self._db = self._connect(location)
+        else:
+            self._check_path(location)
+            with _files.claim(self.path) as held:
+                self._db = self._connect(held.name)
+            self._held, self._file = held, held.name
+        self._shared = _shared_for(self._file)
         self._lock = self._shared.lock
         with self._lock:
-            self._db = self._connect(location)
             first = self._shared.users == 0
             if first:
                 # No engine had the file open here, so another process may have written
@@ -443,10 +454,8 @@ class DuckDBEngine(LocalEngine):
             raise
 
     # -- opening --------------------------------------------------------------------
-    def _connect(self, location: str):
-        if self.path is None:
-            with self.guard():
-                return duckdb.connect(":memory:")
+    def _check_path(self, location: str) -> None:
+        assert self.path is not None
         path = Path(self.path)
         if not path.parent.is_dir():
             raise ValueError(f"cannot open store {location!r}: folder {str(path.parent)!r} does not exist")
@@ -454,8 +463,13 @@ class DuckDBEngine(LocalEngine):
             raise ValueError(f"cannot open store {location!r}: it is a folder")
         if path.exists():
             self._check_header(path)
+
+    def _connect(self, name: str):
+        if self.path is None:
+            with self.guard():
+                return duckdb.connect(":memory:")
         try:
-            return duckdb.connect(self.path)
+            return duckdb.connect(name)
         except duckdb.IOException as exc:
             text = str(exc)
             if "not a valid DuckDB database" in text:
@@ -521,6 +535,7 @@ class DuckDBEngine(LocalEngine):
                     with contextlib.suppress(duckdb.Error):
                         con.close()
                 self._db.close()
+        _files.release(self._held)  # outside the lock: _files' own lock is taken before it on opening
 
     # -- analysis: queries on this database's own tables --------------------------------
     def analysis_query(self, query, params=None, session_ids=None):
@@ -563,8 +578,8 @@ class DuckDBEngine(LocalEngine):
 
     def committed(self) -> None:
         self._shared.writer = None
-        if self._full and self.path is not None:
-            self._sync_folder(self.path)
+        if self._full and self._file is not None:
+            self._sync_folder(self._file)
 
     def snapshot(self):
         # One process holds the file and every engine on it shares this lock: holding it
@@ -673,8 +688,8 @@ class DuckDBEngine(LocalEngine):
 
     def size_bytes(self) -> int:
         size = 0
-        if self.path is not None:
-            for name in (self.path, self.path + ".wal"):
+        if self._file is not None:
+            for name in (self._file, self._file + ".wal"):
                 with contextlib.suppress(OSError):
                     size += os.path.getsize(name)
         return size
@@ -832,8 +847,8 @@ class DuckDBEngine(LocalEngine):
                 except BaseException:
                     self._shared.forget()
                     raise
-                if node is not None and self._full and self.path is not None:
-                    self._sync_folder(self.path)
+                if node is not None and self._full and self._file is not None:
+                    self._sync_folder(self._file)
             return "exists" if node is None else "inserted"
 
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
