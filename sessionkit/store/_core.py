@@ -1420,6 +1420,8 @@ class Session:
 
     def _write_prepared(self, preps, parent_id, *, created_at) -> list[AppendResult]:
         eng = self._eng()
+        if len(preps) > 1 and eng.capabilities.bulk_insert:
+            return self._write_batch(eng, preps, parent_id, created_at=created_at)
         out: list[AppendResult] = []
         with eng.write():
             index = eng.w_index_on()
@@ -1429,6 +1431,23 @@ class Session:
                 out.append(res)
                 parent = res.message["id"]
         return out
+
+    def _write_batch(self, eng: Engine, preps, parent_id, *, created_at) -> list[AppendResult]:
+        """A chain written as one batch (``capabilities.bulk_insert``): the same results as
+        inserting each message in turn under the one before, in a few statements."""
+        items = []
+        parent = parent_id
+        for prep in preps:
+            items.append((prep, parent, created_at or _created_from(prep)))
+            parent = prep.id
+        with eng.write():
+            results = eng.w_insert_many(self.session_id, items, eng.w_index_on())
+            old = [seq for inserted, seq in results if not inserted]
+            stored: dict[int, dict] = {}
+            for chunk in _chunks(old, _BATCH):
+                stored.update(zip(chunk, self._load(chunk)))
+        return [AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq])
+                for prep, (inserted, seq) in zip(preps, results)]
 
     def _insert_one(self, eng: Engine, prep, parent_id, created_at, index) -> AppendResult:
         sid = self.session_id
