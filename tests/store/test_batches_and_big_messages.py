@@ -106,3 +106,26 @@ def test_a_message_of_megabytes_is_stored_whole(store, indexed):
     assert [h.id for h in store.search("needle")] == ["big"]
     if store.engine != "postgresql":  # (PostgreSQL records word positions up to 16,383 only)
         assert [h.id for h in store.search('"zeta needle"')] == ["big"]
+
+
+@pytest.mark.parametrize("size", [100, 2_000_000], ids=["small", "large"])
+def test_a_message_is_stemmed_once_when_appended_to_an_indexed_duckdb_store(new_store, monkeypatch, size):
+    pytest.importorskip("duckdb")
+    from sessionkit.store import duckdb as engine_module
+
+    st = new_store("duckdb")
+    s = st.session("s")
+    s.append(msg("first", "hello"))
+    st.search("hello")  # builds the index: appends index as they write
+    calls = []
+    real = engine_module._search.index_text
+
+    def counting(text):
+        calls.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(engine_module._search, "index_text", counting)
+    text = ("word " * (size // 5)).strip() + " needle"
+    s.append(msg("m", text))
+    assert len(calls) == 1
+    assert [h.id for h in st.search("needle")] == ["m"]
