@@ -188,8 +188,11 @@ _UNNEST_TYPES = {"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob"
 # Rows of the sessionkit_journal table (left by a process of an earlier version, or
 # written by a store in memory), and rows of the journal file passed as a list.
 _MOVE_JOURNAL = _move_journal_sql("SELECT row, rowid AS n FROM sessionkit_journal")
+# Each line of the file is a JSON array of rows, written by one append or one chain.
 _MOVE_JOURNAL_FILE = _move_journal_sql(
-    "SELECT unnest(l) AS row, generate_subscripts(l, 1) AS n FROM (SELECT ?::VARCHAR[] AS l)")
+    "SELECT unnest(rs) AS row, i * 4294967296 + generate_subscripts(rs, 1) AS n FROM ("
+    "SELECT json_extract(line, '$[*]') AS rs, i FROM ("
+    "SELECT unnest(l) AS line, generate_subscripts(l, 1) AS i FROM (SELECT ?::VARCHAR[] AS l)))")
 
 # The journal file beside a store file ``x.duckdb`` (see DuckDBEngine._log).
 _LOG_SUFFIX = ".journal"
@@ -951,11 +954,10 @@ class DuckDBEngine(LocalEngine):
             # about twice as much). The id set in memory tells a stored id.
             if node.id in keys:
                 return None
-            row = json.dumps(values, ensure_ascii=False)
             if self._file is not None:
-                self._log(row)
+                self._log(json.dumps([values], ensure_ascii=False))
             else:
-                self._direct("INSERT INTO sessionkit_journal VALUES (?)", (row,))
+                self._direct("INSERT INTO sessionkit_journal VALUES (?)", (json.dumps(values, ensure_ascii=False),))
                 self._shared.table_rows += 1
             self._shared.pending += 1
             if self._shared.journal_sids is not None:
@@ -990,6 +992,57 @@ class DuckDBEngine(LocalEngine):
         if self._shared.pending >= _JOURNAL_ROWS:
             self.merge_journal()
         return seq
+
+    def append_chain(self, sid, preps, parent_id, stamps):
+        """A chain of new plain messages outside a transaction as one journal line: a
+        line is written whole or (a process killed inside the write) cut off whole, so
+        the chain is stored entirely or not at all, with no DuckDB statement (see
+        ``_log``). Anything else takes the general path: an id already stored or twice
+        in the chain, a parent not found, payloads or continuation rows, a search index
+        to keep (a transaction), a store in memory, a session too large for its id set.
+        """
+        if self._file is None or any(p.blobs or len(p.stored_json) > self._chunk for p in preps):
+            return NotImplemented
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            shared = self._shared
+            if shared.writer is not None or self._depth or self.index_built():
+                return NotImplemented
+            ids = [p.id for p in preps]
+            keys = self._session_keys(sid)
+            if keys is None or len(set(ids)) != len(ids) or not keys.isdisjoint(ids):
+                return NotImplemented
+            if parent_id is None:
+                parent = None
+            elif isinstance(parent_id, str):
+                parent = self.node(sid, parent_id)
+                if parent is None:
+                    return NotImplemented
+            elif not keys and sid not in shared.tails:
+                parent = None  # a new session: known without reading anything
+            else:
+                parent = self.latest(sid)
+            rows, nodes = [], []
+            for prep, stamp in zip(preps, stamps):
+                node = self.placed(prep, parent, stamp)._replace(seq=self._next_seq())
+                rows.append((node.seq, _key(sid, node.id),
+                             *self.message_values(sid, node, prep.stored_json, 0, prep), None))
+                nodes.append(node)
+                parent = node
+            self._log(json.dumps(rows, ensure_ascii=False))
+            shared.pending += len(rows)
+            if shared.journal_sids is not None:
+                shared.journal_sids.add(sid)
+            for prep, node in zip(preps, nodes):
+                shared.add_key(sid, node.id)
+                shared.tails[sid] = node
+                shared.paths.appended(sid, node, prep.stored_json)
+            if len(keys) > _KEY_BUDGET // 2:
+                shared.drop_keys(sid)  # too large to hold: its next append reads (see _session_keys)
+            if shared.pending >= _JOURNAL_ROWS:
+                self.merge_journal()
+            return True
 
     def _session_keys(self, sid: str) -> set[str] | None:
         """The ids stored in ``sid``, kept in memory while appends go through the journal
@@ -1060,8 +1113,9 @@ class DuckDBEngine(LocalEngine):
                 shared.merging = False
 
     # -- the journal file ---------------------------------------------------------------
-    def _log(self, row: str) -> None:
-        """Append one journal row (the JSON of a messages row) to the journal file.
+    def _log(self, line: str) -> None:
+        """Append one journal line (the JSON array of the messages rows of one append or
+        one chain) to the journal file.
 
         Why a file of our own rather than a row of a DuckDB table: DuckDB spends about a
         millisecond on any committed statement (0.6 ms with its fsync turned off, on the
@@ -1074,7 +1128,7 @@ class DuckDBEngine(LocalEngine):
         """
         shared = self._shared
         with self.guard():  # a lone surrogate: InvalidMessage, as a statement would say
-            data = (row + "\n").encode("utf-8")
+            data = (line + "\n").encode("utf-8")
         fd = shared.log_fd if shared.log_fd is not None else self._open_log()
         try:
             view = memoryview(data)

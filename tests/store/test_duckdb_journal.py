@@ -115,20 +115,24 @@ def test_rows_moved_from_the_journal_equal_rows_written_in_one_batch(tmp_path):
     cols = ("msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,"
             " chunks, text, n_parts, tool_names, metadata, content")
     rows = {}
-    for way in ("journal", "batch"):
+    for way in ("journal", "chain", "batch"):
         with sk.open_store(tmp_path / f"{way}.duckdb") as st:
             s = st.session("s \u00e9")
             if way == "journal":
                 for m in _awkward_messages():
                     assert s.append(m).inserted
                 assert journal_rows(st) == len(AWKWARD)
+            elif way == "chain":
+                assert all(r.inserted for r in s.append_many(_awkward_messages()))
+                assert journal_rows(st) == 1  # one line for the whole chain
             else:
-                s.append_many(_awkward_messages())
+                with st.transaction():  # the batched insert
+                    s.append_many(_awkward_messages())
                 assert journal_rows(st) == 0
             rows[way] = st._engine.fetch(f"SELECT {cols} FROM sessionkit_messages ORDER BY seq")
             assert [m["parts"] for m in s.get_history()] == [m["parts"] for m in _awkward_messages()]
     assert len(rows["journal"]) == len(AWKWARD)
-    assert rows["journal"] == rows["batch"]
+    assert rows["journal"] == rows["batch"] == rows["chain"]
 
 
 def test_a_duplicate_id_is_refused_before_and_after_the_move_and_after_reopening(tmp_path):
@@ -482,3 +486,36 @@ def test_full_durability_appends_through_the_journal_file(tmp_path):
         assert file_rows(path) == 5
     with sk.open_store(path) as st:
         assert [m["id"] for m in st.session("s").get_history()] == [f"m{i}" for i in range(5)]
+
+
+CHAIN_KILLED = textwrap.dedent(
+    """
+    import os, sys
+    import sessionkit as sk
+    store = sk.open_store(sys.argv[1])
+    s = store.session("s")
+    s.append({"id": "before", "role": "user", "parts": [{"type": "text", "text": "one append"}]})
+    s.append_many([{"id": f"c{i}", "role": "user", "parts": [{"type": "text", "text": f"chain {i}"}]}
+                   for i in range(int(sys.argv[2]))])
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["whole", "torn"])
+def test_a_chain_is_one_journal_line_kept_whole_or_not_at_all(tmp_path, torn):
+    path = str(tmp_path / "c.duckdb")
+    subprocess.run([sys.executable, "-c", CHAIN_KILLED, path, "40"], check=True, timeout=120)
+    assert file_rows(path) == 2  # the single append and the chain
+    if torn:  # the process was killed inside the chain's write: that append_many never returned
+        log = path + engine_module._LOG_SUFFIX
+        data = open(log, "rb").read()
+        with open(log, "wb") as fh:
+            fh.write(data[: len(data) - len(data[data.rfind(b"\n", 0, len(data) - 1):]) // 2])
+    with sk.open_store(path) as st:
+        s = st.session("s")
+        expected = ["before"] if torn else ["before", *(f"c{i}" for i in range(40))]
+        assert [m["id"] for m in s.get_history()] == expected
+        assert st.stats()["messages"] == len(expected)
+        assert s.append_many([msg("c0", "again"), msg("d", "next")])[1].inserted
+        assert [m["id"] for m in s.get_history()][-1] == "d"
