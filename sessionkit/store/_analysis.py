@@ -760,8 +760,12 @@ class Cache:
         self.file: str | None = None
         self.con: Any = None
         self.lock: Any = None
-        if engine.kind == "sqlite" and engine.path:
-            self.file = engine.path + CACHE_SUFFIX
+        # The name the store's file is open by in this process (one file reached through
+        # two names, a hard link or a bind mount, is opened through one: see _files), so
+        # that its store objects share one cache file under one name.
+        name = getattr(engine, "_file", None) or engine.path
+        if engine.kind == "sqlite" and name:
+            self.file = name + CACHE_SUFFIX
             self.lock = _file_lock(self.file)
             with self.lock:
                 self.con = self._open_file()
@@ -773,7 +777,7 @@ class Cache:
         adbc = _adbc_sqlite() if engine.kind == "sqlite" and engine.path else None
         if adbc is not None:
             with contextlib.suppress(Exception):  # the driver cannot open it: read through the store
-                uri = "file:" + engine.path + "?mode=ro"
+                uri = "file:" + name + "?mode=ro"
                 self._adbc = adbc.connect(uri, autocommit=True)
 
     def _create_tables(self) -> None:

@@ -514,6 +514,14 @@ class Engine(abc.ABC):
         """
         return NotImplemented
 
+    def append_chain(self, sid: str, preps: list, parent_id, stamps: list[str]):
+        """Optional fast path for a chain of new plain messages (``append_many`` outside a
+        transaction): each under the one before, the first under ``parent_id`` (a str,
+        None or LATEST), all stored or none. Returns True when it stored them all;
+        ``NotImplemented`` when the engine has no fast path or the chain needs the
+        general one (an id already stored, payloads, an unknown parent...)."""
+        return NotImplemented
+
     @abc.abstractmethod
     def w_insert(self, sid, prep, parent: Node | None, created_at: str, index: bool) -> Node | None:
         """Insert unless (sid, id) exists; return the new Node or None when it existed."""
@@ -1422,6 +1430,12 @@ class Session:
 
     def _write_prepared(self, preps, parent_id, *, created_at) -> list[AppendResult]:
         eng = self._eng()
+        if len(preps) > 1 and not self._store._in_transaction():
+            stamps = [created_at or _created_from(prep) for prep in preps]
+            if eng.append_chain(self.session_id, preps, parent_id, stamps) is True:
+                return [AppendResult._stored(prep) for prep in preps]
+        if len(preps) > 1 and eng.capabilities.bulk_insert:
+            return self._write_batch(eng, preps, parent_id, created_at=created_at)
         out: list[AppendResult] = []
         with eng.write():
             index = eng.w_index_on()
@@ -1431,6 +1445,23 @@ class Session:
                 out.append(res)
                 parent = res.message["id"]
         return out
+
+    def _write_batch(self, eng: Engine, preps, parent_id, *, created_at) -> list[AppendResult]:
+        """A chain written as one batch (``capabilities.bulk_insert``): the same results as
+        inserting each message in turn under the one before, in a few statements."""
+        items = []
+        parent = parent_id
+        for prep in preps:
+            items.append((prep, parent, created_at or _created_from(prep)))
+            parent = prep.id
+        with eng.write():
+            results = eng.w_insert_many(self.session_id, items, eng.w_index_on())
+            old = [seq for inserted, seq in results if not inserted]
+            stored: dict[int, dict] = {}
+            for chunk in _chunks(old, _BATCH):
+                stored.update(zip(chunk, self._load(chunk)))
+        return [AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq])
+                for prep, (inserted, seq) in zip(preps, results)]
 
     def _insert_one(self, eng: Engine, prep, parent_id, created_at, index) -> AppendResult:
         sid = self.session_id

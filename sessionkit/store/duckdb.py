@@ -25,29 +25,36 @@ What DuckDB changes:
   holds raises :class:`~sessionkit.errors.StoreLocked` naming that process (its
   PID and program) at once (DuckDB does not wait for the lock). Within one
   process, every store on the same file shares one lock, so their transactions
-  never conflict.
+  never conflict; a file reached through two names (a hard link, a bind mount) is
+  opened through the first (see ``_files``), so it is one database here too.
 * **Durability.** DuckDB writes each commit to its write-ahead log and
-  ``fdatasync``\\ s it before the commit returns, so ``durability="normal"``
-  (DuckDB's own default) already survives a killed process or a power cut.
-  ``durability="full"`` additionally sets DuckDB's ``fsync_mode`` to ``FULL``
-  (``F_FULLFSYNC`` on macOS, where a plain fsync may stay in the drive's cache)
-  and fsyncs the folder holding the database after each commit, so a freshly
-  created database or WAL file is recorded in its directory too.
+  ``fdatasync``\\ s it before the commit returns. Single appends go to the journal
+  file (below) with one ``write`` each: like SQLite's WAL at ``synchronous=NORMAL``,
+  an append that returned survives a killed process. ``durability="full"`` fsyncs
+  each journal line before the append returns, sets DuckDB's ``fsync_mode`` to
+  ``FULL`` (``F_FULLFSYNC`` on macOS, where a plain fsync may stay in the drive's
+  cache) and fsyncs the folder holding the database after each commit, so a freshly
+  created database, WAL or journal file is recorded in its directory too.
 * **Speed.** DuckDB spends about a millisecond planning and running any
   statement, however small, so the engine keeps statements per operation low:
-  a plain append is one INSERT (its parent comes from a cached session tail, its
-  seq from a block reserved from the sequence), an indexed one adds one more
-  inside a transaction. Rows of many messages (imports, continuation rows,
+  a plain append is one line of the journal (below; its parent comes from a cached
+  session tail, its seq from a block reserved from the sequence), an indexed one is
+  an INSERT and the index's rows inside a transaction, a chain (``append_many``) a
+  few statements whatever its length. Rows of many messages (imports, continuation rows,
   payloads, events, records) are written a whole batch per statement, passing
   column lists as parameters and unnesting them in SQL.
-* **The append journal.** DuckDB commits a row of the messages table (twenty
-  columns, two indexes) at about half the rate of a bare row, so a single append
-  outside a transaction is committed as one JSON row of ``sessionkit_journal``
-  (one column, no keys): as durable as any commit, at raw DuckDB's rate. Every
-  other statement first moves the journal into the messages table in one
-  transaction (``merge_journal``), as does an append that brings it to
-  ``_JOURNAL_ROWS`` rows, closing the store, and the first statement after a
-  process was killed with rows in it; so every read sees every append. A recent
+* **The append journal.** DuckDB spends about a millisecond on any committed
+  statement, however small (ten times the SQLite engine's whole append), so a single
+  append outside a transaction is written as one JSON line of the journal file
+  beside the database, ``<file>.journal`` (its first line names the database it
+  belongs to; a store in memory keeps the lines in the ``sessionkit_journal``
+  table, as files of the previous version did). Every other statement first moves
+  the journal into the messages table in one transaction (``merge_journal``) and
+  then empties the file, as does an append that brings it to ``_JOURNAL_ROWS``
+  rows, closing the store (the empty file is removed), and the first statement
+  after a process was killed with rows in it (a line it left half written was never
+  acknowledged and is cut off; a journal of another database is renamed
+  ``.orphan`` and left alone); so every read sees every append. A recent
   window is served from memory (below) and moves nothing. The duplicate-id check
   that the UNIQUE index gives other writes comes from the session's ids held in
   memory (true while this process holds the file), within ``_KEY_BUDGET`` ids;
@@ -67,15 +74,22 @@ import json
 import os
 import re
 import threading
+import uuid
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
+from . import _files
 from . import search as _search
 from ._core import Capabilities, Node
 from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, SCHEMA_VERSION, TABLES, LocalEngine
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 try:
     import duckdb
@@ -101,8 +115,10 @@ _INSERT_MESSAGE = """INSERT INTO sessionkit_messages
 # Rows of a whole-path read (get_history) taken in one statement at most.
 _WHOLE_PATH = 1 << 20
 
-# Write sequence numbers a single append reserves at a time (see DuckDBEngine._next_seq).
-_SEQ_BLOCK = 128
+# Write sequence numbers a single append reserves at a time (see DuckDBEngine._next_seq):
+# each reservation is a committed statement (several milliseconds), so one per journal's
+# worth of appends.
+_SEQ_BLOCK = 4096
 
 # The schema version that added sessionkit_journal.
 _JOURNAL_VERSION = 7
@@ -112,20 +128,22 @@ _JOURNAL_VERSION = 7
 _JOURNAL_ROWS = 4096
 
 
-def _move_journal_sql() -> str:
-    """The statement that copies the journal's rows into the messages table.
+def _move_journal_sql(source: str) -> str:
+    """The statement that copies journal rows (``source``: ``row`` and its order ``n``)
+    into the messages table.
 
     Each row is the JSON array of a messages row's values in :data:`TABLES` order (what
     ``insert_row`` writes), parsed once per row in SQL: about five times faster than
     decoding the rows in Python and passing them back as column lists. A key twice in
     the journal keeps its first row, and a key already stored keeps the stored row
-    (neither happens while the id sets hold, see ``_session_keys``).
+    (neither happens while the id sets hold, see ``_session_keys``; a journal file moved
+    again after a failure to empty it meets its own rows).
     """
     cols = [c for c in TABLES["messages"].columns if "duckdb" in c.only]
     paths = ", ".join(f"'$[{i}]'" for i in range(len(cols)))
     values = ", ".join(f"v[{i + 1}]::{_UNNEST_TYPES[c.type]}" for i, c in enumerate(cols))
     return (f"INSERT INTO sessionkit_messages ({', '.join(c.name for c in cols)}) SELECT {values} FROM ("
-            f"SELECT json_extract_string(row, [{paths}]) AS v, rowid AS n FROM sessionkit_journal) "
+            f"SELECT json_extract_string(row, [{paths}]) AS v, n FROM ({source})) "
             "QUALIFY row_number() OVER (PARTITION BY v[2] ORDER BY n) = 1 ON CONFLICT DO NOTHING")
 
 
@@ -145,8 +163,11 @@ class _Everything:
 
 _EVERYTHING = _Everything()
 
-# Up to this many messages, index rows are built in Python (see _put_terms).
+# Up to this many messages, and this many characters of their indexed text, index rows
+# are built in Python (see _put_terms); past it, a message's postings (a Python list per
+# stem, its positions in another) cost far more to build and hand over than to make in SQL.
 _FEW_DOCS = 16
+_FEW_CHARS = 64 * 1024
 
 
 _TERMS_TABLE = """CREATE TABLE IF NOT EXISTS sessionkit_terms (
@@ -164,7 +185,30 @@ _MAGIC = b"DUCK"
 
 _UNNEST_TYPES = {"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB", "seq": "BIGINT"}
 
-_MOVE_JOURNAL = _move_journal_sql()
+# Rows of the sessionkit_journal table (left by a process of an earlier version, or
+# written by a store in memory), and rows of the journal file passed as a list.
+_MOVE_JOURNAL = _move_journal_sql("SELECT row, rowid AS n FROM sessionkit_journal")
+# Each line of the file is a JSON array of rows, written by one append or one chain.
+_MOVE_JOURNAL_FILE = _move_journal_sql(
+    "SELECT unnest(rs) AS row, i * 4294967296 + generate_subscripts(rs, 1) AS n FROM ("
+    "SELECT json_extract(line, '$[*]') AS rs, i FROM ("
+    "SELECT unnest(l) AS line, generate_subscripts(l, 1) AS i FROM (SELECT ?::VARCHAR[] AS l)))")
+
+# The journal file beside a store file ``x.duckdb`` (see DuckDBEngine._log).
+_LOG_SUFFIX = ".journal"
+# Its first line: what it is and the database it belongs to (sessionkit_meta's journal_id).
+_LOG_HEADER = "sessionkit journal 1 "
+
+
+def _fsync(fd: int) -> None:
+    """Flush a file to stable storage: ``F_FULLFSYNC`` where the system has it (macOS,
+    whose plain fsync may leave the data in the drive's cache), else ``fsync``."""
+    full = getattr(fcntl, "F_FULLFSYNC", None) if fcntl is not None else None
+    if full is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, full)
+            return
+    os.fsync(fd)
 
 
 def _key(sid: str, mid: str) -> str:
@@ -282,6 +326,15 @@ class _Shared:
         # and whether they are being moved now (see DuckDBEngine.merge_journal).
         self.pending = 0
         self.merging = False
+        # Of those, rows in the table (left by an earlier version, or in memory) and rows in
+        # the journal file beside the database (see DuckDBEngine._log): its descriptor
+        # (open while an engine is), name, bytes written (its header included) and header.
+        self.table_rows = 0
+        self.log_rows = 0
+        self.log_fd: int | None = None
+        self.log_path: str | None = None
+        self.log_size = 0
+        self.log_head = 0
         # The sessions those rows belong to; None: not known (rows an earlier process left).
         self.journal_sids: set[str] | None = set()
         # The message ids of sessions appended through the journal, least recently used
@@ -402,12 +455,23 @@ class DuckDBEngine(LocalEngine):
         super().__init__(**options)
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
-        self._shared = _shared_for(self.path)
+        self._memo: tuple | None = None  # see _body_of
         self._views: dict = {}  # which analysis views the analysis connection has
         self._cursors: set = set()  # connections of long reads running outside the lock (see search)
+        # The name this process opens the file by (see _files): one file reached through
+        # two names (a hard link, a bind mount) is one database, one _Shared, one journal.
+        self._held: _files.Claim | None = None
+        self._file: str | None = None
+        if self.path is None:
+            self._db = self._connect(location)
+        else:
+            self._check_path(location)
+            with _files.claim(self.path) as held:
+                self._db = self._connect(held.name)
+            self._held, self._file = held, held.name
+        self._shared = _shared_for(self._file)
         self._lock = self._shared.lock
         with self._lock:
-            self._db = self._connect(location)
             first = self._shared.users == 0
             if first:
                 # No engine had the file open here, so another process may have written
@@ -429,12 +493,17 @@ class DuckDBEngine(LocalEngine):
             version = self.schema_version()
             if version is not None and version > SCHEMA_VERSION:
                 raise self.too_new(version)
-            if first and version is not None and version >= _JOURNAL_VERSION:
+            if first:
                 # Appends a killed process left in the journal: the next statement moves
                 # them (before a migration, which then never meets an older row layout).
                 with self._lock:
-                    self._shared.pending = self._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
-                    self._shared.journal_sids = set() if not self._shared.pending else None
+                    shared = self._shared
+                    shared.table_rows = 0
+                    if version is not None and version >= _JOURNAL_VERSION:
+                        shared.table_rows = self._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
+                    shared.log_rows = self._recover_log(version)
+                    shared.pending = shared.table_rows + shared.log_rows
+                    shared.journal_sids = set() if not shared.pending else None
             if version != SCHEMA_VERSION:
                 with self.write():
                     self.create_or_migrate()
@@ -443,10 +512,8 @@ class DuckDBEngine(LocalEngine):
             raise
 
     # -- opening --------------------------------------------------------------------
-    def _connect(self, location: str):
-        if self.path is None:
-            with self.guard():
-                return duckdb.connect(":memory:")
+    def _check_path(self, location: str) -> None:
+        assert self.path is not None
         path = Path(self.path)
         if not path.parent.is_dir():
             raise ValueError(f"cannot open store {location!r}: folder {str(path.parent)!r} does not exist")
@@ -454,8 +521,13 @@ class DuckDBEngine(LocalEngine):
             raise ValueError(f"cannot open store {location!r}: it is a folder")
         if path.exists():
             self._check_header(path)
+
+    def _connect(self, name: str):
+        if self.path is None:
+            with self.guard():
+                return duckdb.connect(":memory:")
         try:
-            return duckdb.connect(self.path)
+            return duckdb.connect(name)
         except duckdb.IOException as exc:
             text = str(exc)
             if "not a valid DuckDB database" in text:
@@ -513,6 +585,8 @@ class DuckDBEngine(LocalEngine):
                     self.merge_journal()
                 self._closed = True
                 self._shared.users -= 1
+                if not self._shared.users:
+                    self._close_log()
                 for cursor in list(self._cursors):  # a search running meanwhile stops with an error
                     with contextlib.suppress(duckdb.Error):
                         cursor.interrupt()
@@ -521,6 +595,7 @@ class DuckDBEngine(LocalEngine):
                     with contextlib.suppress(duckdb.Error):
                         con.close()
                 self._db.close()
+        _files.release(self._held)  # outside the lock: _files' own lock is taken before it on opening
 
     # -- analysis: queries on this database's own tables --------------------------------
     def analysis_query(self, query, params=None, session_ids=None):
@@ -570,8 +645,8 @@ class DuckDBEngine(LocalEngine):
 
     def committed(self) -> None:
         self._shared.writer = None
-        if self._full and self.path is not None:
-            self._sync_folder(self.path)
+        if self._full and self._file is not None:
+            self._sync_folder(self._file)
 
     def snapshot(self):
         # One process holds the file and every engine on it shares this lock: holding it
@@ -680,8 +755,8 @@ class DuckDBEngine(LocalEngine):
 
     def size_bytes(self) -> int:
         size = 0
-        if self.path is not None:
-            for name in (self.path, self.path + ".wal"):
+        if self._file is not None:
+            for name in (self._file, self._file + ".wal", self._file + _LOG_SUFFIX):
                 with contextlib.suppress(OSError):
                     size += os.path.getsize(name)
         return size
@@ -830,7 +905,7 @@ class DuckDBEngine(LocalEngine):
                 parent = None  # a session's first message: known without reading (or moving) anything else
             else:
                 parent = self.latest(sid)
-            if self.index_built() and _body(prep.text)[0]:
+            if self.index_built() and self._body_of(prep)[0]:
                 with self.write():
                     node = self.w_insert(sid, prep, parent, created_at, True)
             else:
@@ -839,13 +914,40 @@ class DuckDBEngine(LocalEngine):
                 except BaseException:
                     self._shared.forget()
                     raise
-                if node is not None and self._full and self.path is not None:
-                    self._sync_folder(self.path)
+                if node is not None and self._full and self._file is not None:
+                    self._sync_folder(self._file)
             return "exists" if node is None else "inserted"
+
+    def _body_of(self, prep) -> tuple[int, str]:
+        """``_body`` of a message being written, computed once per write: an append asks
+        for it up to three times (whether to index, the row's word count, the postings),
+        and stemming a message of megabytes takes seconds. Callers hold the store's lock."""
+        memo = self._memo
+        if memo is not None and memo[0] is prep:
+            return memo[1]
+        body = _body(prep.text)
+        self._memo = (prep, body)
+        return body
+
+    def w_insert(self, sid, prep, parent, created_at, index):
+        try:
+            return super().w_insert(sid, prep, parent, created_at, index)
+        finally:
+            self._memo = None  # (the text may be large: not kept past its write)
+
+    def w_update(self, sid, node, prep, index):
+        try:
+            return super().w_update(sid, node, prep, index)
+        finally:
+            self._memo = None
+
+    def update_extras(self, sid, node, prep, index):
+        self.execute("UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
+                     (self._body_of(prep)[0] if index else None, node.seq))
 
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
         key = _key(sid, node.id)
-        length = _body(prep.text)[0] if index else None
+        length = self._body_of(prep)[0] if index else None
         # The seq comes from a block this process reserved from the sequence (see
         # _next_seq): a RETURNING clause and the column's nextval() default made the
         # statement about a fifth slower.
@@ -859,7 +961,11 @@ class DuckDBEngine(LocalEngine):
             # about twice as much). The id set in memory tells a stored id.
             if node.id in keys:
                 return None
-            self._direct("INSERT INTO sessionkit_journal VALUES (?)", (json.dumps(values, ensure_ascii=False),))
+            if self._file is not None:
+                self._log(json.dumps([values], ensure_ascii=False))
+            else:
+                self._direct("INSERT INTO sessionkit_journal VALUES (?)", (json.dumps(values, ensure_ascii=False),))
+                self._shared.table_rows += 1
             self._shared.pending += 1
             if self._shared.journal_sids is not None:
                 self._shared.journal_sids.add(sid)
@@ -893,6 +999,57 @@ class DuckDBEngine(LocalEngine):
         if self._shared.pending >= _JOURNAL_ROWS:
             self.merge_journal()
         return seq
+
+    def append_chain(self, sid, preps, parent_id, stamps):
+        """A chain of new plain messages outside a transaction as one journal line: a
+        line is written whole or (a process killed inside the write) cut off whole, so
+        the chain is stored entirely or not at all, with no DuckDB statement (see
+        ``_log``). Anything else takes the general path: an id already stored or twice
+        in the chain, a parent not found, payloads or continuation rows, a search index
+        to keep (a transaction), a store in memory, a session too large for its id set.
+        """
+        if self._file is None or any(p.blobs or len(p.stored_json) > self._chunk for p in preps):
+            return NotImplemented
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            shared = self._shared
+            if shared.writer is not None or self._depth or self.index_built():
+                return NotImplemented
+            ids = [p.id for p in preps]
+            keys = self._session_keys(sid)
+            if keys is None or len(set(ids)) != len(ids) or not keys.isdisjoint(ids):
+                return NotImplemented
+            if parent_id is None:
+                parent = None
+            elif isinstance(parent_id, str):
+                parent = self.node(sid, parent_id)
+                if parent is None:
+                    return NotImplemented
+            elif not keys and sid not in shared.tails:
+                parent = None  # a new session: known without reading anything
+            else:
+                parent = self.latest(sid)
+            rows, nodes = [], []
+            for prep, stamp in zip(preps, stamps):
+                node = self.placed(prep, parent, stamp)._replace(seq=self._next_seq())
+                rows.append((node.seq, _key(sid, node.id),
+                             *self.message_values(sid, node, prep.stored_json, 0, prep), None))
+                nodes.append(node)
+                parent = node
+            self._log(json.dumps(rows, ensure_ascii=False))
+            shared.pending += len(rows)
+            if shared.journal_sids is not None:
+                shared.journal_sids.add(sid)
+            for prep, node in zip(preps, nodes):
+                shared.add_key(sid, node.id)
+                shared.tails[sid] = node
+                shared.paths.appended(sid, node, prep.stored_json)
+            if len(keys) > _KEY_BUDGET // 2:
+                shared.drop_keys(sid)  # too large to hold: its next append reads (see _session_keys)
+            if shared.pending >= _JOURNAL_ROWS:
+                self.merge_journal()
+            return True
 
     def _session_keys(self, sid: str) -> set[str] | None:
         """The ids stored in ``sid``, kept in memory while appends go through the journal
@@ -947,12 +1104,173 @@ class DuckDBEngine(LocalEngine):
             shared.merging = True
             try:
                 with self.write():
-                    self.execute(_MOVE_JOURNAL)
-                    self.execute("DELETE FROM sessionkit_journal")
+                    if shared.table_rows:
+                        self.execute(_MOVE_JOURNAL)
+                        self.execute("DELETE FROM sessionkit_journal")
+                    if shared.log_rows:
+                        self.execute(_MOVE_JOURNAL_FILE, [self._log_lines()])
+                shared.table_rows = 0
+                if shared.log_rows:
+                    # Emptied only once its rows are committed; should this fail, the rows
+                    # stay and the next statement moves them again (a stored key keeps its row).
+                    self._empty_log()
                 shared.pending = 0
                 shared.journal_sids = set()
             finally:
                 shared.merging = False
+
+    # -- the journal file ---------------------------------------------------------------
+    def _log(self, line: str) -> None:
+        """Append one journal line (the JSON array of the messages rows of one append or
+        one chain) to the journal file.
+
+        Why a file of our own rather than a row of a DuckDB table: DuckDB spends about a
+        millisecond on any committed statement (0.6 ms with its fsync turned off, on the
+        machine of ``benchmarks/duckdb_cliffs_bench.py``), ten times what the SQLite
+        engine spends on a whole append. A line written to a file with one ``write`` is
+        in the operating system's hands when the append returns, so a killed process
+        loses none (as with SQLite's WAL at ``synchronous=NORMAL``); with
+        ``durability="full"`` each line is also fsynced before the append returns. Rows
+        are moved into the messages table as the table's rows were (``merge_journal``).
+        """
+        shared = self._shared
+        with self.guard():  # a lone surrogate: InvalidMessage, as a statement would say
+            data = (line + "\n").encode("utf-8")
+        fd = shared.log_fd if shared.log_fd is not None else self._open_log()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if self._full:
+                _fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # no half line may stay before the next one
+                os.ftruncate(fd, shared.log_size)
+            raise SessionKitError(f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: "
+                                  f"{exc}") from exc
+        shared.log_size += len(data)
+        shared.log_rows += 1
+
+    def _journal_id(self) -> str:
+        """This database's journal id (``sessionkit_meta``), made on first use."""
+        rows = self._direct("SELECT value FROM sessionkit_meta WHERE key = 'journal_id'")
+        if rows:
+            return rows[0][0]
+        new = uuid.uuid4().hex
+        self._direct("INSERT INTO sessionkit_meta (key, value) VALUES ('journal_id', ?)", (new,))
+        return new
+
+    def _open_log(self) -> int:
+        shared = self._shared
+        assert shared.log_path is not None
+        header = (_LOG_HEADER + self._journal_id() + "\n").encode()
+        try:
+            fd = os.open(shared.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        except OSError as exc:
+            raise SessionKitError(f"DuckDB store {self.path}: cannot open its journal {shared.log_path}: "
+                                  f"{exc}") from exc
+        try:
+            os.ftruncate(fd, 0)  # (nothing in it is pending: _recover_log set aside or moved it)
+            os.write(fd, header)
+            if self._full:
+                _fsync(fd)
+                self._sync_folder(shared.log_path)
+        except OSError as exc:
+            os.close(fd)
+            raise SessionKitError(f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: "
+                                  f"{exc}") from exc
+        shared.log_fd, shared.log_size, shared.log_head = fd, len(header), len(header)
+        return fd
+
+    def _log_lines(self) -> list[str]:
+        """The rows in the journal file, oldest first."""
+        shared = self._shared
+        assert shared.log_fd is not None
+        try:
+            # (lseek and read rather than pread, which Windows lacks; appends go to the end
+            # whatever the offset, and the store's lock keeps them out meanwhile)
+            os.lseek(shared.log_fd, shared.log_head, os.SEEK_SET)
+            parts, left = [], shared.log_size - shared.log_head
+            while left > 0:
+                part = os.read(shared.log_fd, left)
+                if not part:
+                    break
+                parts.append(part)
+                left -= len(part)
+            data = b"".join(parts)
+        except OSError as exc:
+            raise SessionKitError(f"DuckDB store {self.path}: cannot read its journal {shared.log_path}: "
+                                  f"{exc}") from exc
+        lines = data.decode("utf-8").split("\n")
+        lines.pop()  # after the last newline: nothing
+        return lines
+
+    def _empty_log(self) -> None:
+        shared = self._shared
+        assert shared.log_fd is not None
+        try:
+            os.ftruncate(shared.log_fd, shared.log_head)
+            if self._full:
+                _fsync(shared.log_fd)
+        except OSError as exc:
+            raise SessionKitError(f"DuckDB store {self.path}: cannot empty its journal {shared.log_path}: "
+                                  f"{exc}") from exc
+        shared.log_size = shared.log_head
+        shared.log_rows = 0
+
+    def _recover_log(self, version: int | None) -> int:
+        """On the first opening in this process: the rows a killed process left in the
+        journal file (they are moved by the next statement); 0 when there is none.
+
+        A line without its newline was being written when the process died (its append
+        never returned) and is cut off. A journal file that belongs to another database
+        (a store file replaced, or removed and made again, beside it) is renamed to
+        ``<file>.journal.orphan`` and left alone.
+        """
+        shared = self._shared
+        self._close_log()
+        shared.log_path = None
+        if self._file is None:
+            return 0
+        path = shared.log_path = self._file + _LOG_SUFFIX
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise SessionKitError(f"DuckDB store {self.path}: cannot read its journal {path}: {exc}") from exc
+        end = data.find(b"\n")
+        header = data[: end + 1] if end >= 0 else b""
+        cut = data.rfind(b"\n") + 1
+        rows = data.count(b"\n", 0, cut) - 1 if header else 0
+        mine = bool(header) and version is not None and version >= _JOURNAL_VERSION \
+            and header.decode("utf-8", "replace").strip() == _LOG_HEADER + self._journal_id()
+        if rows > 0 and not mine:
+            os.replace(path, path + ".orphan")
+            return 0
+        if rows <= 0:
+            return 0
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            os.ftruncate(fd, cut)  # a half-written last line goes
+        except OSError as exc:
+            raise SessionKitError(f"DuckDB store {self.path}: cannot open its journal {path}: {exc}") from exc
+        shared.log_fd, shared.log_size, shared.log_head = fd, cut, len(header)
+        return rows
+
+    def _close_log(self) -> None:
+        """The last engine on the file closed: let go of the journal file, and remove it
+        when it holds no row."""
+        shared = self._shared
+        fd, shared.log_fd = shared.log_fd, None
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        if not shared.log_rows and shared.log_path is not None:
+            with contextlib.suppress(OSError):
+                os.remove(shared.log_path)
 
     def _next_seq(self) -> int:
         """The next write sequence number for a single append.
@@ -1012,9 +1330,6 @@ class DuckDBEngine(LocalEngine):
                    WHERE sessionkit_messages.seq = v.seq""",
                 [list(c) for c in zip(*part)])
 
-    def update_extras(self, sid, node, prep, index):
-        self.execute("UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
-                     (_body(prep.text)[0] if index else None, node.seq))
 
     def forget(self, sid):
         self._shared.forget_session(sid)
@@ -1029,7 +1344,7 @@ class DuckDBEngine(LocalEngine):
     # -- the search index ------------------------------------------------------------------
     def index_new(self, sid, seq, prep, nchunks, index):
         if index:
-            body = _body(prep.text)[1]
+            body = self._body_of(prep)[1]
             if body:
                 self._put_terms([seq], [body])
 
@@ -1049,7 +1364,7 @@ class DuckDBEngine(LocalEngine):
 
     def _put_terms(self, seqs: list[int], bodies: list[str], table: str = "sessionkit_terms") -> None:
         """Index ``bodies`` (stems joined by spaces) of the messages ``seqs``."""
-        if len(seqs) <= _FEW_DOCS:
+        if len(seqs) <= _FEW_DOCS and sum(map(len, bodies)) <= _FEW_CHARS:
             # A few messages: postings built here make a simpler statement, which DuckDB
             # plans about twice as fast as the grouping one below.
             terms: list[str] = []

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from .. import messages as _msg
 from ..errors import SessionKitError, StoreCorrupt, StoreLocked
+from . import _files
 from . import search as _search
 from ._core import Capabilities, Node
 from ._sql import DIALECTS, SCHEMA_VERSION, TABLES, LocalEngine
@@ -264,13 +265,18 @@ class SQLiteEngine(LocalEngine):
                 raise ValueError(f"cannot open store {path!r}: folder {str(parent)!r} does not exist")
             if Path(self.path).is_dir():
                 raise ValueError(f"cannot open store {path!r}: it is a folder")
+        # The name this process opens the file by (see _files): SQLite names its -wal and
+        # -shm files after it, so one file reached through two names (a hard link, a bind
+        # mount) must be opened through one of them.
+        self._held: _files.Claim | None = None
+        self._file: str | None = None
         try:
-            self._db = sqlite3.connect(
-                path if self.path is None else self.path,
-                timeout=self.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            if self.path is None:
+                self._db = self._connect(path)
+            else:
+                with _files.claim(self.path) as held:
+                    self._db = self._connect(held.name)
+                self._held, self._file = held, held.name
         except sqlite3.Error as exc:
             raise ValueError(f"cannot open SQLite store {path!r}: {exc}") from exc
         # Search indexing runs inside SQLite triggers (so every writing process keeps the
@@ -281,7 +287,11 @@ class SQLiteEngine(LocalEngine):
             self._setup(self.durability)
         except BaseException:
             self._db.close()
+            _files.release(self._held)
             raise
+
+    def _connect(self, name: str) -> sqlite3.Connection:
+        return sqlite3.connect(name, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
 
     # -- setup ----------------------------------------------------------------
     def _setup(self, durability: str) -> None:
@@ -339,6 +349,7 @@ class SQLiteEngine(LocalEngine):
         with self._lock:
             self._closed = True
             self._db.close()
+        _files.release(self._held)
 
     # -- connection model -------------------------------------------------------
     def began(self) -> None:
@@ -365,7 +376,7 @@ class SQLiteEngine(LocalEngine):
         with self._lock:
             size = self.fetch_one("PRAGMA page_count")[0] * self.fetch_one("PRAGMA page_size")[0]
         with contextlib.suppress(OSError):
-            size += os.path.getsize(self.path + "-wal")
+            size += os.path.getsize(str(self._file) + "-wal")
         return size
 
     def indexed_count(self) -> int:

@@ -8,6 +8,8 @@ refused; a killed process loses no acknowledged append; a failed move loses noth
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,17 +19,29 @@ from helpers import msg
 
 duckdb = pytest.importorskip("duckdb")
 
-import sessionkit as sk
-from sessionkit.errors import SessionKitError
-from sessionkit.store import duckdb as engine_module
+import sessionkit as sk  # noqa: E402
+from sessionkit.errors import SessionKitError  # noqa: E402
+from sessionkit.store import duckdb as engine_module  # noqa: E402
 
 #: what the ``store`` fixture (tests/store/conftest.py) opens here: a DuckDB file
 STORE_KIND = "duckdb"
 
 
+def file_rows(path) -> int:
+    """Rows in the journal file beside the DuckDB file ``path`` (its first line is a header)."""
+    try:
+        with open(str(path) + engine_module._LOG_SUFFIX, "rb") as fh:
+            return max(fh.read().count(b"\n") - 1, 0)
+    except FileNotFoundError:
+        return 0
+
+
 def journal_rows(store) -> int:
-    """Rows waiting in the journal, read without moving them (the journal's own path)."""
-    return store._engine._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
+    """Rows waiting in the journal (the file beside a store file, the table in memory), read
+    without moving them."""
+    eng = store._engine
+    table = eng._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
+    return table + (file_rows(eng._file) if eng._file is not None else 0)
 
 
 def moved_rows(store) -> int:
@@ -101,20 +115,24 @@ def test_rows_moved_from_the_journal_equal_rows_written_in_one_batch(tmp_path):
     cols = ("msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,"
             " chunks, text, n_parts, tool_names, metadata, content")
     rows = {}
-    for way in ("journal", "batch"):
+    for way in ("journal", "chain", "batch"):
         with sk.open_store(tmp_path / f"{way}.duckdb") as st:
             s = st.session("s \u00e9")
             if way == "journal":
                 for m in _awkward_messages():
                     assert s.append(m).inserted
                 assert journal_rows(st) == len(AWKWARD)
+            elif way == "chain":
+                assert all(r.inserted for r in s.append_many(_awkward_messages()))
+                assert journal_rows(st) == 1  # one line for the whole chain
             else:
-                s.append_many(_awkward_messages())
+                with st.transaction():  # the batched insert
+                    s.append_many(_awkward_messages())
                 assert journal_rows(st) == 0
             rows[way] = st._engine.fetch(f"SELECT {cols} FROM sessionkit_messages ORDER BY seq")
             assert [m["parts"] for m in s.get_history()] == [m["parts"] for m in _awkward_messages()]
     assert len(rows["journal"]) == len(AWKWARD)
-    assert rows["journal"] == rows["batch"]
+    assert rows["journal"] == rows["batch"] == rows["chain"]
 
 
 def test_a_duplicate_id_is_refused_before_and_after_the_move_and_after_reopening(tmp_path):
@@ -265,12 +283,13 @@ def test_a_failed_move_loses_nothing_and_the_next_read_moves_the_rows(store, mon
     calls = {"n": 0}
 
     def failing(self, sql, params=()):
-        if sql.startswith("DELETE FROM sessionkit_journal"):  # after the rows were copied
+        result = real(self, sql, params)
+        if sql == engine_module._MOVE_JOURNAL_FILE:  # after the rows were copied
             calls["n"] += 1
             if calls["n"] == 1:
                 with self.guard():
                     raise duckdb.IOException("IO Error: could not write file (no space left on device)")
-        return real(self, sql, params)
+        return result
 
     monkeypatch.setattr(type(store._engine), "execute", failing)
     with pytest.raises(SessionKitError, match="no space left"):
@@ -300,9 +319,9 @@ KILLED = textwrap.dedent(
 def test_appends_left_in_the_journal_by_a_killed_process_are_moved_on_opening(tmp_path):
     path = str(tmp_path / "k.duckdb")
     subprocess.run([sys.executable, "-c", KILLED, path, "30"], check=True, timeout=120)
+    assert file_rows(path) == 30
     con = duckdb.connect(path)
     try:
-        assert con.execute("SELECT count(*) FROM sessionkit_journal").fetchone()[0] == 30
         assert con.execute("SELECT count(*) FROM sessionkit_messages").fetchone()[0] == 0
     finally:
         con.close()
@@ -385,3 +404,118 @@ def test_threads_racing_on_the_same_ids_store_each_once_while_readers_move_the_j
                     "ORDER BY session_id")
     assert list(got["n"]) == [150, 150] and list(got["d"]) == [150, 150]
     assert journal_rows(store) == 0
+
+
+def test_single_appends_go_to_a_journal_file_beside_the_store_not_to_duckdb(tmp_path, monkeypatch):
+    path = tmp_path / "f.duckdb"
+    with sk.open_store(path) as st:
+        statements = []
+        real = st._engine._direct
+
+        def counting(sql, params=()):
+            statements.append(sql)
+            return real(sql, params)
+
+        monkeypatch.setattr(st._engine, "_direct", counting)
+        s = st.session("s")
+        for i in range(50):
+            assert s.append(msg(f"m{i}", f"text {i}")).inserted
+        assert file_rows(path) == 50
+        # the first append reads the journal id and the session set; the others run no statement
+        assert len(statements) <= 4
+        assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(50)]
+        assert file_rows(path) == 0
+    assert not os.path.exists(str(path) + engine_module._LOG_SUFFIX)  # closed empty: removed
+
+
+def test_a_half_written_last_line_is_cut_and_the_rows_before_it_kept(tmp_path):
+    path = str(tmp_path / "h.duckdb")
+    subprocess.run([sys.executable, "-c", KILLED, path, "5"], check=True, timeout=120)
+    with open(path + engine_module._LOG_SUFFIX, "ab") as fh:
+        fh.write(b'[99, "1:sm9')  # a process killed inside a write: that append never returned
+    with sk.open_store(path) as st:
+        s = st.session("s")
+        assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(5)]
+        assert s.append(msg("m5", "next")).inserted
+        assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(6)]
+
+
+def test_a_journal_file_of_another_database_is_set_aside(tmp_path):
+    path = str(tmp_path / "o.duckdb")
+    subprocess.run([sys.executable, "-c", KILLED, path, "3"], check=True, timeout=120)
+    os.replace(path, str(tmp_path / "elsewhere.duckdb"))  # its journal stays behind
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path + ".wal")
+    with sk.open_store(path) as st:  # a new database by the old name
+        assert st.stats()["messages"] == 0
+        s = st.session("s")
+        assert s.append(msg("m0", "a new message")).inserted
+        assert [m["parts"][0]["text"] for m in s.get_history()] == ["a new message"]
+    assert os.path.exists(path + engine_module._LOG_SUFFIX + ".orphan")
+
+
+def test_a_journal_file_not_emptied_after_its_move_is_moved_again_without_duplicates(store, monkeypatch):
+    s = store.session("s")
+    for i in range(3):
+        s.append(msg(f"m{i}", f"t{i}"))
+    real = engine_module.os.ftruncate
+    calls = {"n": 0}
+
+    def failing(fd, size):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(28, "No space left on device")
+        return real(fd, size)
+
+    monkeypatch.setattr(engine_module.os, "ftruncate", failing)
+    with pytest.raises(SessionKitError, match="cannot empty its journal"):
+        s.get_history()
+    assert journal_rows(store) == 3 and moved_rows(store) == 3  # committed, still in the file
+    assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2"]
+    assert journal_rows(store) == 0 and moved_rows(store) == 3
+    assert s.append(msg("m3", "after")).inserted and not s.append(msg("m1", "again")).inserted
+    assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2", "m3"]
+
+
+def test_full_durability_appends_through_the_journal_file(tmp_path):
+    path = tmp_path / "d.duckdb"
+    with sk.open_store(path, durability="full") as st:
+        s = st.session("s")
+        for i in range(5):
+            assert s.append(msg(f"m{i}", f"text {i}")).inserted
+        assert file_rows(path) == 5
+    with sk.open_store(path) as st:
+        assert [m["id"] for m in st.session("s").get_history()] == [f"m{i}" for i in range(5)]
+
+
+CHAIN_KILLED = textwrap.dedent(
+    """
+    import os, sys
+    import sessionkit as sk
+    store = sk.open_store(sys.argv[1])
+    s = store.session("s")
+    s.append({"id": "before", "role": "user", "parts": [{"type": "text", "text": "one append"}]})
+    s.append_many([{"id": f"c{i}", "role": "user", "parts": [{"type": "text", "text": f"chain {i}"}]}
+                   for i in range(int(sys.argv[2]))])
+    os._exit(0)
+    """
+)
+
+
+@pytest.mark.parametrize("torn", [False, True], ids=["whole", "torn"])
+def test_a_chain_is_one_journal_line_kept_whole_or_not_at_all(tmp_path, torn):
+    path = str(tmp_path / "c.duckdb")
+    subprocess.run([sys.executable, "-c", CHAIN_KILLED, path, "40"], check=True, timeout=120)
+    assert file_rows(path) == 2  # the single append and the chain
+    if torn:  # the process was killed inside the chain's write: that append_many never returned
+        log = path + engine_module._LOG_SUFFIX
+        data = open(log, "rb").read()
+        with open(log, "wb") as fh:
+            fh.write(data[: len(data) - len(data[data.rfind(b"\n", 0, len(data) - 1):]) // 2])
+    with sk.open_store(path) as st:
+        s = st.session("s")
+        expected = ["before"] if torn else ["before", *(f"c{i}" for i in range(40))]
+        assert [m["id"] for m in s.get_history()] == expected
+        assert st.stats()["messages"] == len(expected)
+        assert s.append_many([msg("c0", "again"), msg("d", "next")])[1].inserted
+        assert [m["id"] for m in s.get_history()][-1] == "d"
