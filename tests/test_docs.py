@@ -6,6 +6,7 @@ every relative link)."""
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import subprocess
@@ -160,3 +161,69 @@ def test_the_server_page_lists_every_route():
 def test_docs_cite_no_outside_document():
     for path in [README, *_guides()]:
         assert not re.search(r"\bSPEC\b", path.read_text(encoding="utf-8")), path.name
+
+
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _run_examples(page: Path, namespace: dict, *, skip=lambda block: False) -> int:
+    """Run the page's Python blocks in order in ``namespace``; an expression statement whose
+    comment starts with a Python literal (``x.id    # 'a2'`` or ``# ['u1', 'a1']: the path``)
+    must evaluate to it. Returns how many such values were compared."""
+    compared = 0
+    for index, block in enumerate(_BLOCK.findall(page.read_text(encoding="utf-8"))):
+        if skip(block):
+            continue
+        lines = block.splitlines()
+        for statement in ast.parse(block).body:
+            source = ast.get_source_segment(block, statement)
+            where = f"{page.name}, block {index}, line {statement.lineno}"
+            comment = lines[statement.end_lineno - 1].partition("  #")[2].strip()
+            expected = _literal(comment) if isinstance(statement, ast.Expr) else _NOTHING
+            if expected is _NOTHING:
+                exec(compile(ast.Module([statement], []), where, "exec"), namespace)
+                continue
+            assert eval(compile(ast.Expression(statement.value), where, "eval"), namespace) == expected, (
+                f"{where}: {source} is not {comment}"
+            )
+            compared += 1
+    return compared
+
+
+_NOTHING = object()
+
+
+def _literal(comment: str):
+    """The Python literal a comment starts with (all of it, or what comes before a ``": "``), else _NOTHING."""
+    for text in (comment, *(comment[: m.start()] for m in re.finditer(": ", comment))):
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            continue
+    return _NOTHING
+
+
+def test_getting_started_and_the_tree_run_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the examples write chats.db and scratch.db
+    namespace: dict = {}
+    compared = _run_examples(DOCS / "getting-started.md", namespace)
+    compared += _run_examples(DOCS / "message-tree.md", {})
+    assert compared >= 12
+
+
+@pytest.mark.slow
+def test_the_offline_agent_examples_run_as_written(tmp_path, monkeypatch):
+    pytest.importorskip("litellm")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    store = sk.open_store()
+
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        return f"sunny in {city}"
+
+    namespace = {"sk": sk, "store": store, "session": store.session("docs"), "get_weather": get_weather}
+    # the blocks that call a provider, or run inside an event loop, are left out
+    online = ("tools=[get_weather])\nstore =", "async for", "asyncio.create_task")
+    compared = _run_examples(DOCS / "agents.md", namespace, skip=lambda block: any(s in block for s in online))
+    assert compared >= 3
