@@ -13,7 +13,7 @@ STAMP    = $(VENV)/.sessionkit-installed-$(1)
 
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: setup demo tour notebooks lint test test-fast coverage screenshots bench clean
+.PHONY: setup demo tour notebooks lint test test-fast coverage screenshots docs bench clean
 
 setup: $(call STAMP,$(EXTRAS))
 
@@ -74,8 +74,13 @@ coverage: setup
 screenshots: setup
 	SESSIONKIT_SCREENSHOTS=$(CURDIR)/artifacts/screenshots $(PYTEST) -m browser tests/browser
 
+## The documentation site (mkdocs.yml) into site/, offline; --strict fails on any warning.
+## tests/test_docs.py builds it too, so `make test` fails on a broken page.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: setup
 	$(BIN)/python benchmarks/store_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache site

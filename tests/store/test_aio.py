@@ -949,11 +949,11 @@ def test_an_async_store_is_a_session_store(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# README
+# The async guide (docs/async.md)
 
 
-def test_the_readme_async_example_prints_what_the_readme_shows(tmp_path):
-    """The Starlette app of README's "Async" section runs and prints the output shown there."""
+def test_the_guide_s_async_example_prints_what_the_guide_shows(tmp_path):
+    """The Starlette app of docs/async.md ("Agents on an async store") runs and prints the output shown there."""
     import os
     import re
     import subprocess
@@ -963,7 +963,8 @@ def test_the_readme_async_example_prints_what_the_readme_shows(tmp_path):
     pytest.importorskip("starlette")
     pytest.importorskip("httpx")
     root = Path(__file__).resolve().parents[2]
-    section = (root / "README.md").read_text(encoding="utf-8").split("\n## Async\n", 1)[1].split("\n## ", 1)[0]
+    guide = (root / "docs" / "async.md").read_text(encoding="utf-8")
+    section = guide.split("\n## Agents on an async store\n", 1)[1].split("\n## ", 1)[0]
     code, output = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[:2]
     (tmp_path / "app.py").write_text(code, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),

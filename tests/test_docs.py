@@ -1,0 +1,244 @@
+"""The documentation: the site builds without a warning and reads offline, and what
+README.md and docs/ state matches the code (schema version, public names, the CLI's
+commands and options, the analysis views' columns, the server's routes, the errors, and
+every relative link)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import sessionkit as sk
+from sessionkit.cli import build_parser
+from sessionkit.store import VIEW_COLUMNS
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+MKDOCS = Path(sys.executable).with_name("mkdocs")
+
+
+def _guides() -> list[Path]:
+    """The Markdown pages of docs/ (the notebooks folder is a link to notebooks/: not pages of text)."""
+    return sorted(p for p in DOCS.rglob("*.md") if "notebooks" not in p.relative_to(DOCS).parts)
+
+
+def _text(*paths: Path) -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in paths)
+
+
+@pytest.mark.slow
+def test_site_builds_strict_and_offline(tmp_path):
+    site = tmp_path / "site"
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    proc = subprocess.run(
+        [str(MKDOCS), "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "WARNING" not in output, output
+    pages = {p.relative_to(site).as_posix() for p in site.rglob("*.html")}
+    for guide in _guides():
+        if guide.parent.name != "hooks":
+            assert guide.relative_to(DOCS).with_suffix(".html").as_posix() in pages, guide
+    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
+        assert f"notebooks/{notebook.stem}.html" in pages, notebook
+    for page in sorted(site.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        where = page.relative_to(site)
+        # nothing loaded from the network when the page is read
+        assert not re.search(r"<script[^>]*\ssrc=[\"']?(https?:)?//", html), where
+        assert not re.search(r"<link[^>]*\shref=[\"']?(https?:)?//[^>]*>", html), where
+        assert not re.search(r"import\(\s*[\"']https?://", html), where
+        assert "fonts.googleapis" not in html, where
+        # every cross-reference of the API reference resolved ([`name`][] left as text otherwise)
+        assert "</code>][" not in html, where
+    # the API reference documents every public name of each module, not only its docstring
+    for module, page in _REFERENCE.items():
+        html = (site / "reference" / page).read_text(encoding="utf-8")
+        ids = set(re.findall(r'id="(sessionkit\.[\w.]+)"', html))
+        mod = importlib.import_module(module)
+        for name in mod.__all__:
+            if isinstance(getattr(mod, name), types.ModuleType):
+                continue  # a submodule (sessionkit.testing.conformance): named in the page's text
+            assert any(i == f"{module}.{name}" or i.endswith(f".{name}") for i in ids), f"{module}.{name}"
+
+
+_REFERENCE = {
+    "sessionkit.store": "store.html", "sessionkit.aio": "aio.html", "sessionkit.agent": "agent.html",
+    "sessionkit.analysis": "analysis.html", "sessionkit.analysis.plot": "analysis.html", "sessionkit.io": "io.html",
+    "sessionkit.server": "server.html", "sessionkit.widgets": "widgets.html", "sessionkit.errors": "errors.html",
+    "sessionkit.testing": "testing.html",
+}
+
+
+_SCHEMA_VERSION = re.compile(r"schema version (\d+)|schema ledger \(version (\d+)", re.IGNORECASE)
+
+
+def test_schema_version_stated_is_the_code_s():
+    version = sk.open_store().stats()["schema_version"]
+    stated = {}
+    for path in [README, *_guides()]:
+        for match in _SCHEMA_VERSION.finditer(path.read_text(encoding="utf-8")):
+            stated.setdefault(int(match.group(1) or match.group(2)), []).append(path.name)
+    assert _SCHEMA_VERSION.search(README.read_text(encoding="utf-8")), "README.md states no schema version"
+    assert set(stated) == {version}, stated
+
+
+def test_every_public_name_is_documented():
+    guides = _text(*(p for p in _guides() if p.parent.name != "reference"))
+    reference = (DOCS / "reference" / "sessionkit.md").read_text(encoding="utf-8")
+    for name in sk.__all__:
+        assert f"`sk.{name}`" in reference or f"`{name}`" in reference, f"{name} is not in the API reference"
+        assert re.search(rf"(?<![\w.]){re.escape(name)}\b|sk\.{re.escape(name)}\b", guides), (
+            f"no guide mentions {name}"
+        )
+
+
+def test_every_public_module_has_a_reference_page():
+    pages = _text(*(DOCS / "reference").glob("*.md"))
+    for module in ("sessionkit.store", "sessionkit.aio", "sessionkit.agent", "sessionkit.analysis",
+                   "sessionkit.analysis.plot", "sessionkit.io", "sessionkit.server", "sessionkit.widgets",
+                   "sessionkit.errors", "sessionkit.testing"):
+        assert re.search(rf"^::: {re.escape(module)}$", pages, re.MULTILINE), module
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+@pytest.mark.parametrize("path", [README, *_guides()], ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_at_files(path):
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)  # code is not linked
+    for target in _LINK.findall(text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # a URL, or a heading of the same page
+        file = target.split("#", 1)[0]
+        assert (path.parent / file).exists(), f"{path.name}: {target} points at nothing"
+
+
+def test_the_cli_page_covers_the_parser():
+    page = (DOCS / "cli.md").read_text(encoding="utf-8")
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert commands
+    for name, sub in commands.items():
+        assert re.search(rf"^## {name}$", page, re.MULTILINE), f"no section for 'sessionkit {name}'"
+        section = page.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
+        for action in sub._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert f"`{option}" in section, f"sessionkit {name} {option} is not documented"
+            if isinstance(action.choices, (list, tuple)) and action.option_strings:
+                for choice in action.choices:
+                    assert f"`{choice}`" in section, f"sessionkit {name} {action.option_strings[0]} {choice}"
+
+
+def test_the_analysis_page_lists_every_view_column_in_order():
+    page = (DOCS / "analysis.md").read_text(encoding="utf-8")
+    for view, columns in VIEW_COLUMNS.items():
+        section = page.split(f"\n### {view}\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+        documented = re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE)
+        assert documented == [name for name, _ in columns], view
+
+
+def test_the_errors_page_covers_every_error():
+    page = (DOCS / "errors.md").read_text(encoding="utf-8")
+    for name in sk.errors.__all__:
+        assert f"**`{name}`**" in page, name
+
+
+def test_the_server_page_lists_every_route():
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    agent = sk.Agent("docs", None, sk.testing.ScriptedModel([]))
+    app = sk.server.create_app(agent, sk.open_store(), token="0123456789abcdef-docs")
+    with TestClient(app) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+    page = (DOCS / "server.md").read_text(encoding="utf-8")
+    methods = {"get", "post", "put", "patch", "delete"}
+    routes = [(method.upper(), path) for path, ops in paths.items() for method in ops if method in methods]
+    assert len(routes) >= 8
+    for method, path in routes:
+        assert f"`{method} {path}`" in page, f"{method} {path} is not in docs/server.md"
+
+
+def test_docs_cite_no_outside_document():
+    for path in [README, *_guides()]:
+        assert not re.search(r"\bSPEC\b", path.read_text(encoding="utf-8")), path.name
+
+
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _run_examples(page: Path, namespace: dict, *, skip=lambda block: False) -> int:
+    """Run the page's Python blocks in order in ``namespace``; an expression statement whose
+    comment starts with a Python literal (``x.id    # 'a2'`` or ``# ['u1', 'a1']: the path``)
+    must evaluate to it. Returns how many such values were compared."""
+    compared = 0
+    for index, block in enumerate(_BLOCK.findall(page.read_text(encoding="utf-8"))):
+        if skip(block):
+            continue
+        lines = block.splitlines()
+        for statement in ast.parse(block).body:
+            source = ast.get_source_segment(block, statement)
+            where = f"{page.name}, block {index}, line {statement.lineno}"
+            comment = lines[statement.end_lineno - 1].partition("  #")[2].strip()
+            expected = _literal(comment) if isinstance(statement, ast.Expr) else _NOTHING
+            if expected is _NOTHING:
+                exec(compile(ast.Module([statement], []), where, "exec"), namespace)
+                continue
+            assert eval(compile(ast.Expression(statement.value), where, "eval"), namespace) == expected, (
+                f"{where}: {source} is not {comment}"
+            )
+            compared += 1
+    return compared
+
+
+_NOTHING = object()
+
+
+def _literal(comment: str):
+    """The Python literal a comment starts with (all of it, or what comes before a ``": "``), else _NOTHING."""
+    for text in (comment, *(comment[: m.start()] for m in re.finditer(": ", comment))):
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            continue
+    return _NOTHING
+
+
+def test_getting_started_and_the_tree_run_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the examples write chats.db and scratch.db
+    namespace: dict = {}
+    compared = _run_examples(DOCS / "getting-started.md", namespace)
+    compared += _run_examples(DOCS / "message-tree.md", {})
+    assert compared >= 12
+
+
+@pytest.mark.slow
+def test_the_offline_agent_examples_run_as_written(tmp_path, monkeypatch):
+    pytest.importorskip("litellm")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    store = sk.open_store()
+
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        return f"sunny in {city}"
+
+    namespace = {"sk": sk, "store": store, "session": store.session("docs"), "get_weather": get_weather}
+    # the blocks that call a provider, or run inside an event loop, are left out
+    online = ("tools=[get_weather])\nstore =", "async for", "asyncio.create_task")
+    compared = _run_examples(DOCS / "agents.md", namespace, skip=lambda block: any(s in block for s in online))
+    assert compared >= 3
