@@ -796,7 +796,7 @@ def test_info_reports_the_write_ahead_log_apart_from_the_size(tmp_path):
 
 
 def _size_text(n: int) -> str:
-    from sessionkit.cli import _size
+    from sessionkit.cli._common import _size
 
     return _size(n)
 
