@@ -51,7 +51,7 @@ class SessionKitError(Exception):
 
 
 class InvalidMessage(SessionKitError, ValueError):
-    """A message does not have the shape SPEC M1/M2 asks for; nothing was stored."""
+    """A message does not have the shape docs/messages.md asks for; nothing was stored."""
 
 
 class MessageNotFound(SessionKitError, LookupError):

@@ -1,6 +1,6 @@
 """Messages: validation, canonical JSON, sizes, token estimates and payload hashing.
 
-A message is a plain ``dict`` shaped like the AI SDK's UIMessage (SPEC M1)::
+A message is a plain ``dict`` shaped like the AI SDK's UIMessage (docs/messages.md)::
 
     {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
 
@@ -44,7 +44,7 @@ __all__ = [
     "dumps_valid",
 ]
 
-#: A ``file`` part whose inline bytes reach this size is stored out of the row (SPEC M5).
+#: A ``file`` part whose inline bytes reach this size is stored out of the row (docs/messages.md).
 BLOB_MIN_BYTES = 4096
 
 #: Key used inside a stored part to point at an out-of-row payload.
@@ -59,7 +59,7 @@ _BLOB_KEY = "__sessionkit_blob__"
 _ESCAPED = _BLOB_KEY + _BLOB_KEY
 
 #: Containers (objects and arrays) a message may nest, the message itself counting
-#: as one: deeper messages are refused (SPEC M2), since reading or copying them
+#: as one: deeper messages are refused (docs/messages.md), since reading or copying them
 #: would exhaust Python's recursion limit.
 MAX_NESTING = 128
 _CONTAINERS = (dict, list, tuple)  # what the JSON encoder writes as objects and arrays
@@ -178,7 +178,7 @@ def lone_surrogate_path(value: Any) -> str | None:
 def check_text(value: str, name: str, error: type[Exception] = ValueError) -> str:
     """Return ``value``, or raise ``error`` naming ``name`` when it holds a lone surrogate.
 
-    Every string the store writes or looks up must be valid Unicode (SPEC M7): a
+    Every string the store writes or looks up must be valid Unicode (docs/messages.md): a
     lone surrogate cannot be encoded as UTF-8, which every engine stores.
     """
     at = _surrogate(value)
@@ -369,7 +369,7 @@ def _raise_problem(message: dict, fallback: Exception | None = None) -> None:
 
 
 def validate(message: Any) -> None:
-    """Check the shape of a message (SPEC M2); raise naming the first bad field.
+    """Check the shape of a message (docs/messages.md); raise naming the first bad field.
 
     Not a dict -> ``TypeError``; missing/empty ``id``, missing ``role``, ``parts``
     not a list, a part without a string ``type`` -> :class:`InvalidMessage`.
@@ -533,7 +533,8 @@ def _count_words(text: str) -> int:
 
 
 def estimate_tokens(message: dict, _tool_json: dict | None = None) -> int:
-    """SPEC M6: ``ceil(max(chars / 4, words * 1.3)) + 4`` over text, reasoning and tool I/O."""
+    """The token estimate (docs/messages.md): ``ceil(max(chars / 4, words * 1.3)) + 4`` over
+    text, reasoning and tool I/O."""
     chars = 0
     words = 0
     for text in _countable_strings(message, _tool_json):
@@ -565,7 +566,7 @@ class Prepared:
         self.id = id
         self.role = role
         self.created_at = created_at  # the message's createdAt, as stored
-        # The analysis columns stored with the row (SPEC D1/D5): number of parts, the
+        # The analysis columns stored with the row (docs/analysis.md): number of parts, the
         # tools its parts call (a JSON array, None when none) and its metadata as JSON.
         self.n_parts = n_parts
         self.tool_names = tool_names
@@ -625,7 +626,7 @@ def prepare(
     max_bytes: int | None = None,
     set_created: str | None = None,
 ) -> Prepared:
-    """Validate and encode a message for storage (SPEC M2-M7).
+    """Validate and encode a message for storage (docs/messages.md).
 
     The caller's dict is never mutated; the result holds a fresh copy that
     shares nothing with it (decoded from the JSON when first read). ``created_at``
@@ -745,7 +746,7 @@ def prepare(
 
 def analysis_fields(message: dict) -> tuple[int, str | None, str | None]:
     """``(n_parts, tool names as a JSON array or None, metadata as JSON or None)`` of a
-    message as it reads back: the analysis columns stored beside its text (SPEC D5)."""
+    message as it reads back: the analysis columns stored beside its text (docs/analysis.md)."""
     parts = message.get("parts")
     names = _tool_names(message)
     meta = message.get("metadata")

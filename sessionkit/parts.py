@@ -4,7 +4,7 @@ Every layer reads messages the same way through these helpers: the store (search
 indexes :func:`text_of`), the agent (a prompt's text), analysis (the D1 ``text``
 and ``tool_names`` columns), the notebook views and the command line (previews),
 so a message is described the same everywhere. A compaction shows on read as an
-overlay message (SPEC C5); :func:`overlay_message` builds it and
+overlay message (docs/compaction.md); :func:`overlay_message` builds it and
 :func:`overlay_info` recognises it.
 
 Pure functions over plain dicts: no I/O, nothing imported from the rest of the
@@ -138,7 +138,7 @@ def preview(message: dict, limit: int = 96) -> str:
 def overlay_message(
     *, id: str, from_id: str, to_id: str, summary: str, created_at: str, messages: int, tokens_before: int
 ) -> dict:
-    """The message a compaction shows as on read (SPEC C5): its summary in place of ``messages`` messages."""
+    """The message a compaction shows as on read (docs/compaction.md): its summary in place of ``messages`` messages."""
     return {
         "id": OVERLAY_PREFIX + id,
         "role": "assistant",

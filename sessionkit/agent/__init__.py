@@ -1,4 +1,4 @@
-"""Agents and runs: models through litellm, tools, live events, steering (SPEC section 8).
+"""Agents and runs: models through litellm, tools, live events, steering (docs/agents.md).
 
 Importing this package does not import litellm; the first model call does.
 """

@@ -1,4 +1,4 @@
-"""Agents and runs (SPEC section 8).
+"""Agents and runs (docs/agents.md).
 
 An :class:`Agent` is a name, instructions, a model and tools. A run reads a
 session, calls the model, runs the tools it asks for, streams events while it
@@ -32,7 +32,7 @@ What a run does, in order:
 Messages a controller receives after the run's last turn boundary stay queued
 for the controller's next run.
 
-Guardrails (SPEC A9)
+Guardrails (docs/agents.md)
 --------------------
 
 A guardrail is a callable, sync or async, taking a list of UIMessages (deep
@@ -70,7 +70,7 @@ A blocked queued message is consumed, not queued again. Sync guardrails run on
 a worker thread, like tools; they count against the run's ``timeout`` and an
 ``interrupt()`` stops the wait for them.
 
-Context (SPEC A11)
+Context (docs/agents.md)
 ------------------
 
 ``run(prompt, context={...})`` passes a JSON object the application knows
@@ -850,7 +850,7 @@ class Agent:
 
 
 def _with_usage_keys(reply: ModelReply, model_name: str) -> ModelReply:
-    """Make sure a reply's usage has exactly the SPEC keys (custom models may give fewer)."""
+    """Make sure a reply's usage has exactly the keys of a ``usage`` event (custom models may give fewer)."""
     usage = reply.usage if isinstance(reply.usage, dict) else {}
     cost = usage.get("cost_usd")
     normal = make_usage(

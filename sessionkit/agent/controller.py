@@ -1,4 +1,4 @@
-"""RunController: talk to a run while it works (SPEC A5).
+"""RunController: talk to a run while it works (docs/agents.md).
 
 A controller holds a queue of user messages and, while a run is attached to
 it, the means to stop that run::

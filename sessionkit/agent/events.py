@@ -1,4 +1,4 @@
-"""Run events (SPEC A4): what they look like, where they are kept, who hears them.
+"""Run events (docs/agents.md): what they look like, where they are kept, who hears them.
 
 Every event is a dict::
 

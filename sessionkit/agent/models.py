@@ -14,7 +14,7 @@ model is first called: ``import sessionkit`` never pays litellm's import time,
 and ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set before the import (unless the
 caller chose otherwise) so importing it never reaches for the network.
 
-Usage is a plain dict with the keys of the run's ``usage`` event (SPEC A4)::
+Usage is a plain dict with the keys of the run's ``usage`` event (docs/agents.md)::
 
     {"in": 12, "out": 7, "cache_read": 0, "cache_write": 0,
      "cost_usd": 6e-06, "model": "gpt-4o-mini"}
@@ -22,7 +22,7 @@ Usage is a plain dict with the keys of the run's ``usage`` event (SPEC A4)::
 ``cost_usd`` is ``None`` when the model is not in litellm's price map: an
 unknown cost is never reported as zero.
 
-A run's ``context`` (SPEC A11) reaches the model through
+A run's ``context`` (docs/agents.md) reaches the model through
 :func:`with_context`: a text part holding the JSON object between
 ``<context>`` tags, placed before the prompt inside that turn's user message.
 """
@@ -145,7 +145,7 @@ def make_usage(
     cache_write: int | None = 0,
     cost_usd: float | None = None,
 ) -> dict:
-    """Build one model call's usage dict (SPEC A4 keys); missing counts become 0."""
+    """Build one model call's usage dict (the keys of a ``usage`` event, docs/agents.md); missing counts become 0."""
     return {
         "in": int(input_tokens or 0),
         "out": int(output_tokens or 0),

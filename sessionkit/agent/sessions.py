@@ -1,4 +1,4 @@
-"""Sessions for runs: sessionkit stores, or any store of your own (SPEC A7).
+"""Sessions for runs: sessionkit stores, or any store of your own (docs/agents.md).
 
 ``create_session`` gives a session an agent can run on::
 
@@ -287,7 +287,7 @@ def _drop_torn_tail(handle: Any, size: int) -> None:
 
 
 def create_session(session_id: str | None = None, *, store: Any = None) -> Any:
-    """A session for runs (SPEC A7).
+    """A session for runs (docs/agents.md).
 
     - no ``store``: a session in a private in-memory sessionkit store (gone
       when the process ends);

@@ -5,7 +5,7 @@ pyarrow, DuckDB, matplotlib); each is imported on first use, and a missing one
 raises :class:`sessionkit.MissingDependency` naming the extra.
 
 ``session.to_pandas()`` and ``store.messages_df(session_ids=None)`` give one row
-per message, in write order, with the SPEC D1 columns:
+per message, in write order, with the columns of the ``messages`` view (docs/analysis.md):
 
 ============== ==================================================================
 session_id     the session
@@ -15,7 +15,7 @@ role           the message's role
 text           its text parts joined by blank lines (what search indexes)
 n_parts        number of parts
 tool_names     list of tool names, one per tool part (``tool-<name>``, ``dynamic-tool``)
-tokens, bytes  the token estimate and JSON size stored with the message (SPEC M6)
+tokens, bytes  the token estimate and JSON size stored with the message (docs/messages.md)
 created_at     creation time (UTC timestamps)
 n_children     number of direct children (2 or more: a branch point)
 on_latest_path whether it lies on the path from the root to the latest leaf
@@ -39,7 +39,7 @@ store (``store.sql_arrow`` gives the result as a ``pyarrow.Table``, and
 * ``events``: ``session_id, seq, run_id, kind, ts, data`` (the event as JSON;
   ``store.events_df(session_ids=None)``).
 
-Analysis runs where the data is (SPEC D5): every engine stores ``text``,
+Analysis runs where the data is (docs/analysis.md): every engine stores ``text``,
 ``n_parts``, ``tool_names`` and ``metadata`` with each message when it is written,
 and the tree columns are computed in SQL, so no query decodes a message. On a
 DuckDB store the views are defined over the store's own tables and a query reads
@@ -105,7 +105,8 @@ def _df(table):
 
 
 def messages_df(store, session_ids=None):
-    """One row per message of ``store`` (or of ``session_ids``) in write order, SPEC D1 columns."""
+    """One row per message of ``store`` (or of ``session_ids``) in write order, with the columns
+    of the ``messages`` view (docs/analysis.md)."""
     _pandas()
     ids = _session_ids(session_ids)
     if ids is None:
@@ -114,7 +115,8 @@ def messages_df(store, session_ids=None):
 
 
 def to_pandas(session):
-    """One row per message of ``session`` in write order, with the SPEC D1 columns."""
+    """One row per message of ``session`` in write order, with the columns of the ``messages``
+    view (docs/analysis.md)."""
     return messages_df(session.store, [session.session_id])
 
 

@@ -21,7 +21,7 @@ from ..store import VIEW_COLUMNS, Tree
 
 __all__ = ["D1_COLUMNS", "StoreData", "tool_names", "TABLES"]
 
-#: The columns of ``session.to_pandas()`` / ``store.messages_df()`` (SPEC D1), in order:
+#: The columns of ``session.to_pandas()`` / ``store.messages_df()`` (docs/analysis.md), in order:
 #: those of the ``messages`` view but its store-wide ``seq`` and ``metadata``.
 D1_COLUMNS = tuple(c for c, _ in VIEW_COLUMNS["messages"] if c not in ("seq", "metadata"))
 

@@ -849,7 +849,7 @@ class _SeenIds:
         self._set = None
 
 
-#: Up to this many sessions an import returns a plain ``list`` of handles (SPEC D3's
+#: Up to this many sessions an import returns a plain ``list`` of handles (docs/importing.md:
 #: ``list[Session]``, about 280 bytes a session); past it, the packed :class:`SessionList`,
 #: so that an import of a million sessions stays in bounded memory.
 LIST_UP_TO = 10_000

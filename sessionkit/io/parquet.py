@@ -15,7 +15,7 @@ def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
     """Write ``messages``, ``sessions``, ``compactions``, ``runs`` and ``events`` as Parquet files.
 
     ``folder`` is created when missing; existing files of those names are replaced.
-    ``messages.parquet`` holds the SPEC D1 columns plus ``seq`` (write order),
+    ``messages.parquet`` holds the columns of the ``messages`` view (docs/analysis.md) plus ``seq`` (write order),
     ``metadata`` and ``message`` (the whole message as JSON text, so the export
     loses nothing); the other files have the columns of the ``store.sql`` views
     (see :mod:`sessionkit.analysis`). ``session_ids`` limits the export to those

@@ -1,4 +1,4 @@
-"""Sessions over HTTP (SPEC section 9): a Starlette app that owns sessions and their runs.
+"""Sessions over HTTP (docs/server.md): a Starlette app that owns sessions and their runs.
 
 ::
 
@@ -33,7 +33,7 @@ How it behaves:
   that arrives after the run's last turn boundary, or once the run has taken
   queued messages for 10 s (or 8 of them), waits for the next run, and its answer
   names that run. ``context`` (a JSON object) is shown to the model beside the
-  message and given to tools (SPEC A11); it is never stored nor returned, and a
+  message and given to tools (docs/agents.md); it is never stored nor returned, and a
   message carrying one opens a run of its own.
 * Each run's events are stored; readers get the last ``events_window`` of them,
   then every new one live, each exactly once and in ``seq`` order (an event is

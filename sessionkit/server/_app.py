@@ -546,7 +546,7 @@ def create_app(
     events_window: int = 1_000,
     body_timeout: float = 30.0,
 ) -> Starlette:
-    """An ASGI app serving ``agent`` over the sessions of ``store`` (SPEC section 9).
+    """An ASGI app serving ``agent`` over the sessions of ``store`` (docs/server.md).
 
     Clients authenticate with ``Authorization: Bearer <token>`` (``token`` is at least
     16 characters) or through ``authenticate(request)`` (sync or async; gets the

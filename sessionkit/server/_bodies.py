@@ -2,7 +2,7 @@
 
 Everything a client sends is checked here before it reaches a session, and a value
 that is JSON but cannot be handled is refused with ``400 {"error": "invalid_body",
-"detail"}`` (SPEC H9), never a server error:
+"detail"}`` (docs/server.md), never a server error:
 
 * nesting deeper than :data:`MAX_DEPTH` (checked on the text, before parsing, so a
   body nested 100,000 deep costs one scan and no recursion);
@@ -26,7 +26,7 @@ __all__ = ["MAX_DEPTH", "Message", "check_session_id", "parse_json", "parse_mess
 #: How deeply a body may nest arrays and objects.
 MAX_DEPTH = 64
 
-#: SPEC H1: what a session id may look like.
+#: docs/server.md: what a session id may look like.
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,125}\Z")
 
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)

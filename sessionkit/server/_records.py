@@ -34,7 +34,7 @@ Two store-wide indexes live under reserved keys (a session id never starts with
   (``{sessionId, key, createdAt, updatedAt, firstRun, runN}``, ``null`` once
   deleted), for ``GET /sessions``.
 
-Stored keys (SPEC H9): the bearer token's sessions keep their ids; a session of an
+Stored keys (docs/server.md): the bearer token's sessions keep their ids; a session of an
 ``authenticate`` principal is stored as ``<16 hex characters>/<id>``, the hex being
 the start of the SHA-256 of the principal id, so the principal itself is never
 stored. A principal reaches no key but its own: nothing is looked up under any other

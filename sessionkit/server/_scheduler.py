@@ -295,7 +295,7 @@ class Scheduler:
     # ------------------------------------------------------------------ messages
 
     async def submit(self, live: Live, text: str, mode: str, author: str | None, context: dict | None) -> dict:
-        """Accept a caller's message (SPEC H2, H7): start a run, join the active one, or wait for the next."""
+        """Accept a caller's message (docs/server.md): start a run, join the active one, or wait for the next."""
         self._open(live)
         if self.coord.shared:
             return await self._submit_shared(live, text, mode, author, context)

@@ -62,7 +62,7 @@ LAST_EVENT_ID_QUERY = {
 EVENT = {
     "type": "object",
     "description": (
-        "A run event (SPEC A4): `v`, `seq` (from 0 within the session, across runs), `ts`, `session_id`, "
+        "A run event (docs/agents.md): `v`, `seq` (from 0 within the session, across runs), `ts`, `session_id`, "
         "`run_id` (`<sessionId>.<n>`), `kind` (`run.start`, `turn.start`, `delta.text`, `delta.reasoning`, "
         "`tool.call`, `tool.result`, `usage`, `turn.end`, `run.end`) and the kind's fields. A reader that "
         "resumes before the retained window first gets `{\"error\": \"events_gap\", \"requestedSeq\", "
@@ -102,7 +102,7 @@ MESSAGE_BODY = {
         "context": {
             "type": ["object", "null"],
             "description": (
-                "A JSON object shown to the model beside this message (SPEC A11) and given to tools that ask "
+                "A JSON object shown to the model beside this message (docs/agents.md) and given to tools that ask "
                 "for it; never stored nor returned. A message with a context opens a run of its own (after the "
                 "active one when the session is busy). A run started again after a server stopped runs "
                 "without it."

@@ -4,7 +4,7 @@
 reads its options): one process, or ``workers`` processes sharing one port on a
 PostgreSQL store (each builds its own app, see :mod:`._worker`).
 
-Stalled clients are dropped (SPEC H9):
+Stalled clients are dropped (docs/server.md):
 
 * a connection must send a complete request (headers and body) within
   ``timeout_request`` seconds of opening, or of its previous answer

@@ -1,4 +1,4 @@
-"""The conveniences SPEC D1, D2 and V4 put on stores and sessions, served by upper layers.
+"""The conveniences of stores and sessions (DataFrames, notebook display: docs/analysis.md, docs/widgets.md), served by upper layers.
 
 ``store.messages_df()``, ``store.sql()``, ``session.to_pandas()`` come from
 :mod:`sessionkit.analysis`; a store or session shown in a notebook is drawn by

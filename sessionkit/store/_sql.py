@@ -140,7 +140,7 @@ TABLES: dict[str, Table] = {t.name: t for t in (
         # so it needs no entry in the children index (see sqlite.py). Before content,
         # so reading it never reads a long row's overflow pages.
         Column("branch", "int", default="1", only=("sqlite",)),
-        # The analysis columns (SPEC D1/D5), written with the row so that no query decodes
+        # The analysis columns (docs/analysis.md), written with the row so that no query decodes
         # messages: the text parts joined by blank lines, the number of parts, the tools
         # the parts call (a JSON array; NULL when none) and the metadata as JSON.
         Column("text", "text", null=True),

@@ -159,7 +159,7 @@ def create_compact_function(
     protect_head: int = 3,
     min_tail_messages: int = 2,
 ) -> Callable[[list[dict], CompactionContext], CompactionResult | None]:
-    """Build a compaction function for :meth:`Session.on_compaction` (SPEC C4).
+    """Build a compaction function for :meth:`Session.on_compaction` (docs/compaction.md).
 
     ``summarize(prompt) -> str`` may be sync or async. The first ``protect_head``
     messages are kept, the newest messages fitting ``keep_recent_tokens`` are kept

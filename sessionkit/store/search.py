@@ -37,7 +37,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One search result (SPEC Q1); ``score`` is higher for better matches."""
+    """One search result (docs/search.md); ``score`` is higher for better matches."""
 
     id: str
     session_id: str

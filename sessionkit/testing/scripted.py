@@ -1,4 +1,4 @@
-"""ScriptedModel: a model that replays a script, for tests, notebooks and demos (SPEC A8).
+"""ScriptedModel: a model that replays a script, for tests, notebooks and demos (docs/agents.md).
 
 Each model call takes the next reply of the script, across runs::
 

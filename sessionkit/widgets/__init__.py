@@ -1,4 +1,4 @@
-"""Notebook views of sessions and runs (SPEC section 10).
+"""Notebook views of sessions and runs (docs/widgets.md).
 
 ::
 

@@ -1,4 +1,4 @@
-"""Run events folded into what a RunView shows (SPEC A4 events in, plain dicts out).
+"""Run events folded into what a RunView shows (docs/agents.md events in, plain dicts out).
 
 The same fold runs in Python (the widget's state, the static snapshot, tests)
 and in the front end (``static/run_view.js`` mirrors :func:`apply_event`), so

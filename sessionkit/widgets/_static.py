@@ -1,4 +1,4 @@
-"""Static, script-free HTML for the notebook views (SPEC V4), without ipywidgets.
+"""Static, script-free HTML for the notebook views (docs/widgets.md), without ipywidgets.
 
 These snapshots are what a notebook shows where widgets cannot run: nbconvert
 HTML, GitHub, nbviewer, a notebook opened without its kernel. They use plain

@@ -242,7 +242,7 @@ class _View(anywidget.AnyWidget):
 
 
 class BranchTree(_View):
-    """The whole message tree of a session (SPEC V1, V5).
+    """The whole message tree of a session (docs/widgets.md).
 
     Rows show roles, a preview of each message (fetched as they scroll into
     view), tokens, branch points and the latest path; a chain without branches
@@ -397,7 +397,7 @@ class BranchTree(_View):
 
 
 class Transcript(_View):
-    """One path of a session as a chat (SPEC V2).
+    """One path of a session as a chat (docs/widgets.md).
 
     Shows each message with its tokens, tool calls with input and output, and
     every compaction boundary (summary, messages hidden, tokens before and
@@ -569,7 +569,7 @@ def _stored_events(session: Any, run_id: str | None) -> list[dict]:
 
 
 class RunView(_View):
-    """A run as it streams, or replayed from its stored events (SPEC V3).
+    """A run as it streams, or replayed from its stored events (docs/widgets.md).
 
     Shows each turn's text as it arrives, reasoning, tool calls and results,
     usage and cost per model call and in total, turn boundaries and the

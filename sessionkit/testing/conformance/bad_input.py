@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 from ._common import b64_payload, chain, ids_of, msg, snapshot_store, strip_created, summary_fn
 
-# Bad input (SPEC M2, M7, section 13): refused with a contract error naming the
+# Bad input (docs/messages.md, docs/errors.md): refused with a contract error naming the
 # field or argument, before anything reaches an engine; and caller data is never
 # read as a reference of the store.
 
@@ -32,7 +32,7 @@ FOREIGN = (UnicodeError, KeyError, OSError, OverflowError, RecursionError, Arith
 
 
 def contract_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is one of the types SPEC section 13 allows for bad arguments."""
+    """Whether ``exc`` is one of the types docs/errors.md allows for bad arguments."""
     if isinstance(exc, FOREIGN):
         return False
     if type(exc).__module__.split(".")[0] not in ("sessionkit", "builtins"):
@@ -66,7 +66,7 @@ def tool_msg(mid, **part):
 
 
 class TestBadInput:
-    """SPEC M2, M7 and 13: bad input raises a contract error and stores nothing."""
+    """docs/messages.md: bad input raises a contract error and stores nothing."""
 
     SURROGATE_FIELDS = [
         (msg("x", "ok" + LONE), "parts[0].text"),
@@ -183,7 +183,7 @@ class TestBadInput:
         assert store.records("s", "k") == []
         assert store.runs("s") == []
 
-    # -- SPEC M7: keys are data -------------------------------------------------------
+    # -- docs/messages.md: keys are data -------------------------------------------------------
 
     ADVERSARIAL_KEYS = [
         RESERVED,
@@ -648,7 +648,7 @@ class TestBadInputProperties:
             for message in s.get_history():
                 assert message == stored.get(message["id"], message)
             query = data.draw(_text, "query")
-            assert isinstance(s.search(query), list)  # SPEC Q2: never raises
+            assert isinstance(s.search(query), list)  # docs/search.md: never raises
             attempt(
                 store.search,
                 query,

@@ -12,7 +12,7 @@ from ._common import ISO_MS, chain, ids_of, msg, summary_fn
 
 
 class TestCompaction:
-    """SPEC 5: compaction overlays, thresholds, the ready-made function."""
+    """docs/compaction.md: compaction overlays, thresholds, the ready-made function."""
 
     def test_C1_C5_overlay_on_read_originals_kept(self, store):
         s = store.session("s")

@@ -6,7 +6,7 @@ from ._common import msg, strip_created, summary_fn
 
 
 class TestChangeFeed:
-    """SPEC 7: subscribe and mirror."""
+    """docs/message-tree.md: subscribe and mirror."""
 
     def test_F1_every_write_type_reported(self, store):
         events: list = []

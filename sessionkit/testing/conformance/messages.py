@@ -14,7 +14,7 @@ from ._common import ISO_MS, b64_payload, ids_of, msg, snapshot_store, strip_cre
 
 
 class TestMessages:
-    """SPEC 1: message shape, validation, round trip, size, payloads, tokens."""
+    """docs/messages.md: message shape, validation, round trip, size, payloads, tokens."""
 
     def test_M1_parts_of_every_kind_round_trip(self, store):
         s = store.session("s")

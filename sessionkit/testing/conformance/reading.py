@@ -12,7 +12,7 @@ from ._common import b64_payload, chain, ids_of, msg, summary_fn
 
 
 class TestReading:
-    """SPEC 4: history, windows, navigation."""
+    """docs/message-tree.md: history, windows, navigation."""
 
     def test_R1_history_streams_root_to_leaf(self, store):
         s = store.session("s")

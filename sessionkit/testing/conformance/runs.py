@@ -10,7 +10,7 @@ from ._common import ISO_MS, msg
 
 
 class TestRunsEventsRecords:
-    """SPEC A3/A4 storage: ``begin_run``/``end_run``/``append_events``; ``records``/``put_records``."""
+    """docs/agents.md storage: ``begin_run``/``end_run``/``append_events``; ``records``/``put_records``."""
 
     def test_runs_are_recorded_from_start_to_end(self, store):
         store.begin_run("s", "s.1", "first prompt")

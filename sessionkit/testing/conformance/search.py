@@ -8,7 +8,7 @@ from ._common import chain, msg, summary_fn
 
 
 class TestSearch:
-    """SPEC 6: full-text search semantics, safety, lazy index."""
+    """docs/search.md: full-text search semantics, safety, lazy index."""
 
     @pytest.fixture
     def corpus(self, store):

@@ -14,7 +14,7 @@ from ._common import ISO_MS, chain, ids_of, msg
 
 
 class TestStoresAndSessions:
-    """SPEC 2: stores, sessions, listing, stats, durability basics, schema."""
+    """docs/stores.md: stores, sessions, listing, stats, durability basics, schema."""
 
     def test_S1_context_manager_and_close(self, store):
         with store as st:

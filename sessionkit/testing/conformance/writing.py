@@ -12,7 +12,7 @@ from ._common import ISO_MS, chain, ids_of, msg, snapshot_store, strip_created, 
 
 
 class TestWriting:
-    """SPEC 3: append, import, latest leaf, update, delete, clear."""
+    """docs/message-tree.md: append, import, latest leaf, update, delete, clear."""
 
     def test_W1_default_attaches_to_latest_leaf(self, store):
         s = store.session("s")
@@ -207,7 +207,7 @@ def _parent_of(session, mid):
 
 
 class TestAppendMany:
-    """SPEC W7: ``session.append_many`` appends a chain in one transaction."""
+    """docs/message-tree.md: ``session.append_many`` appends a chain in one transaction."""
 
     def test_W7_chain_under_the_latest_leaf(self, store):
         s = store.session("s")
