@@ -1,4 +1,5 @@
-"""The conveniences of stores and sessions (DataFrames, notebook display: docs/analysis.md, docs/widgets.md), served by upper layers.
+"""The conveniences of stores and sessions (DataFrames: docs/analysis.md; notebook display:
+docs/widgets.md), served by upper layers.
 
 ``store.messages_df()``, ``store.sql()``, ``session.to_pandas()`` come from
 :mod:`sessionkit.analysis`; a store or session shown in a notebook is drawn by
