@@ -45,7 +45,7 @@ notebooks: setup
 # without them every run (and every process a test starts) compiles litellm and the rest again.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
-## ruff and mypy on the package (the tests and notebooks are not linted yet).
+## ruff and mypy on the package (mypy checks the bodies of functions without annotations too; the tests and notebooks are not linted yet).
 lint: setup
 	$(BIN)/ruff check sessionkit benchmarks
 	$(BIN)/mypy sessionkit

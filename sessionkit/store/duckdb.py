@@ -79,6 +79,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import _files
@@ -729,7 +730,7 @@ class DuckDBEngine(LocalEngine):
         with self._lock:
             run = self._shared.paths.get(sid)
             if run is not None and (start is None or (start.seq, start.id) == (run[0][0].seq, run[0][0].id)):
-                rows = list(run if limit is None else run[:limit])
+                rows: list[tuple[Node, str | None]] = list(run if limit is None else run[:limit])
             else:
                 rest = super().walk_pages(sid, start, limit, content, first, largest)
                 rows = next(rest, [])
@@ -739,8 +740,8 @@ class DuckDBEngine(LocalEngine):
                 if not newest:
                     latest = self.latest(sid)
                     newest = latest is not None and (latest.seq, latest.id) == (start.seq, start.id)
-                if newest:
-                    self._shared.paths.put(sid, rows)
+                if newest:  # (read with content: every row has its JSON)
+                    self._shared.paths.put(sid, cast("list[tuple[Node, str]]", rows))
         yield rows
         if rest is not None:
             yield from rest
