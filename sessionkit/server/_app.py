@@ -28,20 +28,21 @@ from urllib.parse import quote, unquote
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..errors import StoreClosed, StoreLocked, UsageError
+from ..errors import UsageError
 from ..store import Store
 from . import _records as R
 from ._bodies import check_session_id, invalid, parse_json, parse_message, resume_after
 from ._coordinate import coordinator_for
+from ._errors import Rejected, error_response, json_response, store_failure
 from ._events import CLOSED, Subscriber, dumps_event
 from ._openapi import openapi_document
 from ._routes import Route, match, resolve
-from ._scheduler import Rejected, Scheduler
+from ._scheduler import Scheduler
 from ._sessions import Sessions
-from ._storeio import StoreIO, WriterStopped
+from ._storeio import StoreIO
 
 log = logging.getLogger("sessionkit.server")
 
@@ -56,8 +57,7 @@ SEND_TIMEOUT = 30.0
 _WS_CLOSE = {"session_deleted": 4404, "server_stopping": 1012, "too_slow": 1013}
 
 
-def _json(status: int, body: Any, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(body, status_code=status, headers=headers)
+_json = json_response
 
 
 def _positive_int(name: str, value: Any) -> int:
@@ -143,26 +143,6 @@ def _segments(scope: Mapping[str, Any]) -> list[str] | None:
 
 
 _EMPTY = object()  # a request without a body
-
-
-def _error_response(exc: Rejected) -> JSONResponse:
-    headers = None
-    if exc.status == 401:
-        headers = {"WWW-Authenticate": "Bearer"}
-    elif exc.status == 405:
-        headers = {"Allow": exc.extra.pop("allow", "GET")}
-    return _json(exc.status, exc.body(), headers)
-
-
-def _store_failure(exc: BaseException) -> Rejected | None:
-    """The answer for a store that cannot serve now (never a 500)."""
-    if isinstance(exc, StoreClosed):
-        return Rejected(503, "store_closed")
-    if isinstance(exc, WriterStopped):
-        return Rejected(503, "server_stopping")
-    if isinstance(exc, StoreLocked):
-        return Rejected(503, "store_unavailable")
-    return None
 
 
 class SessionServer:
@@ -286,11 +266,11 @@ class SessionServer:
         try:
             return await self._dispatch(request)
         except Rejected as exc:
-            return _error_response(exc)
+            return error_response(exc)
         except Exception as exc:
-            failure = _store_failure(exc)
+            failure = store_failure(exc)
             if failure is not None:
-                return _error_response(failure)
+                return error_response(failure)
             log.exception("sessionkit server: %s %s failed", request.method, request.url.path)
             return _json(500, {"error": "internal_error"})
 
@@ -396,7 +376,7 @@ class SessionServer:
             await _deny(ws, exc)
             return
         except Exception as exc:
-            failure = _store_failure(exc)
+            failure = store_failure(exc)
             if failure is None:
                 log.exception("sessionkit server: websocket %s failed", ws.url.path)
                 failure = Rejected(500, "internal_error")
@@ -450,7 +430,7 @@ class SessionServer:
         except Rejected as exc:
             return exc.body()
         except Exception as exc:
-            failure = _store_failure(exc)
+            failure = store_failure(exc)
             if failure is not None:
                 return failure.body()
             log.exception("sessionkit server: a websocket message to %r failed", live.public_id)

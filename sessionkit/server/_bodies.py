@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ._scheduler import Rejected
+from ._errors import Rejected
 from ._state import FOLLOW_UP, MODES
 
 __all__ = ["MAX_DEPTH", "Message", "check_session_id", "parse_json", "parse_message", "resume_after"]

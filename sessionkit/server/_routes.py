@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import _schemas as S
-from ._scheduler import Rejected
+from ._errors import Rejected
 
 __all__ = ["ROUTES", "Route", "match"]
 

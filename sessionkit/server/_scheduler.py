@@ -42,29 +42,17 @@ from typing import Any
 from ..errors import RunFailed
 from . import _records as R
 from ._coordinate import Busy
+from ._errors import Rejected
 from ._state import FOLLOW_UP, STEER, Item, Live, Run, Slots
 
 log = logging.getLogger("sessionkit.server")
 
-__all__ = ["Rejected", "Scheduler"]
+__all__ = ["Scheduler"]
 
 #: How long DELETE and shutdown wait for an interrupted run to record its end.
 STOP_GRACE = 10.0
 #: Who drives a session, in its status record: ``host:pid``.
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
-
-
-class Rejected(Exception):
-    """A request the server refuses: HTTP ``status`` and the ``error`` code of the body."""
-
-    def __init__(self, status: int, error: str, **extra: Any) -> None:
-        super().__init__(error)
-        self.status = status
-        self.error = error
-        self.extra = extra
-
-    def body(self) -> dict:
-        return {"error": self.error, **self.extra}
 
 
 def _history(store: Any, key: str) -> tuple[dict | None, list[dict]]:

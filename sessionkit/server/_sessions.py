@@ -26,8 +26,9 @@ from ..agent import RunController
 from ..errors import SessionNotFound
 from . import _records as R
 from ._coordinate import Busy
+from ._errors import Rejected
 from ._events import EventHub, Subscriber
-from ._scheduler import Rejected, Scheduler
+from ._scheduler import Scheduler
 from ._state import Live
 
 log = logging.getLogger("sessionkit.server")
