@@ -229,8 +229,29 @@ class Twins:
         return got
 
     async def same_rows(self, call: Callable[[sk.Store], Any], what: str = "") -> None:
-        """``call`` gives the same on ``a`` as on ``b`` (through the sync API): their rows are alike."""
-        same(settle(lambda: call(self.a)), settle(lambda: call(self.b.sync)), self._label(call, what))
+        """``call`` gives the same on ``a`` as on ``b`` (through the sync API): their rows are alike.
+
+        A row's ``seq`` is its place in the store's write order; two stores may number the
+        same writes differently (an engine may reserve numbers in blocks), so seqs are
+        compared by their order among the rows read."""
+        same(ranked(settle(lambda: call(self.a))), ranked(settle(lambda: call(self.b.sync))),
+             self._label(call, what))
+
+
+def ranked(outcome: Any) -> Any:
+    """``outcome`` with every row's ``seq`` replaced by its rank among the seqs read."""
+    if not isinstance(outcome, Returned) or not isinstance(outcome.value, list):
+        return outcome
+    rows = outcome.value
+    seqs = sorted({r.seq for r in rows if hasattr(r, "seq")})
+    rank = {seq: i for i, seq in enumerate(seqs)}
+    value = [with_seq(r, rank[r.seq]) if hasattr(r, "seq") else r for r in rows]
+    return dataclasses.replace(outcome, value=value)
+
+
+def with_seq(row: Any, seq: int) -> Any:
+    """A node (a named tuple or a frozen dataclass) with another ``seq``."""
+    return row._replace(seq=seq) if hasattr(row, "_replace") else dataclasses.replace(row, seq=seq)
 
 
 def populate(st: sk.Store) -> None:
@@ -255,6 +276,11 @@ def rows(st: sk.Store) -> dict:
     """Everything a store holds, read through the sync API."""
     out: dict = {kind: [row for batch in st.scan(kind) for row in batch]
                  for kind in ("nodes", "messages", "compactions", "runs", "events")}
+    # seqs by their order (two stores may number the same writes differently; see same_rows)
+    seqs = sorted({row[1].seq for kind in ("nodes", "messages") for row in out[kind]})
+    rank = {seq: i for i, seq in enumerate(seqs)}
+    for kind in ("nodes", "messages"):  # rows: (session id, node, ...)
+        out[kind] = [(row[0], with_seq(row[1], rank[row[1].seq]), *row[2:]) for row in out[kind]]
     out["sessions"] = st.list_sessions()
     out["records"] = [st.records(sid, kind) for sid, kind in (("t", "notes"), ("w", "k"))]
     return out
