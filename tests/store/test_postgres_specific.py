@@ -192,7 +192,8 @@ def test_concurrent_schema_creation_by_several_processes(pg_store_url):
         eng = store._engine
         with eng._pool.connection() as conn:
             rows = conn.execute(f"SELECT key, value FROM {eng.table('meta')} ORDER BY key").fetchall()
-        assert [(k, v) for k, v in rows if k != "store_id"] == [("index_built", "0"), ("schema_version", str(SCHEMA_VERSION))]
+        assert [(k, v) for k, v in rows if k != "store_id"] == [("index_built", "0"),
+                                                               ("schema_version", str(SCHEMA_VERSION))]
         assert [len(v) for k, v in rows if k == "store_id"] == [32]  # one id, made by the one process that created it
 
 
