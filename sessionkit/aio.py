@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -122,6 +123,18 @@ class _WorkerThread:
 
     def mark(self) -> None:
         self.ident = threading.get_ident()
+
+
+class _Query:
+    """One analysis call of :meth:`AsyncStore._query`: whether it runs, whether its task was cancelled."""
+
+    __slots__ = ("lock", "running", "cancelled", "ended")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = False
+        self.cancelled = False
+        self.ended = threading.Event()
 
 
 class _Token:
@@ -577,30 +590,84 @@ class AsyncStore:
         )
 
     # -- analysis ---------------------------------------------------------------------------------
+    async def _query(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """An analysis call on the worker; cancelling the awaiting task stops its query.
+
+        A call still queued never runs; one running is stopped with the sync store's
+        ``interrupt_sql()``, called again until the call has ended (one call before the
+        query has begun would find nothing to stop) and only while it runs (never a later
+        call's query), so the worker is free for the next call at once and the store
+        answers it as before."""
+        call = _Query()
+
+        def run() -> Any:
+            with call.lock:
+                if call.cancelled:
+                    raise asyncio.CancelledError()
+                call.running = True
+            try:
+                return getattr(self._opened(), name)(*args, **kwargs)
+            finally:
+                with call.lock:
+                    call.running = False
+                call.ended.set()
+
+        def stop() -> None:
+            while True:
+                with call.lock:
+                    if not call.running:
+                        return
+                    with contextlib.suppress(StoreClosed):
+                        self._opened().interrupt_sql()  # (running: the store has opened)
+                call.ended.wait(0.02)
+
+        try:
+            return await self._run(run)
+        except KeyboardInterrupt:  # interrupt_sql() from elsewhere (it would stop the event loop)
+            raise asyncio.CancelledError("the query was interrupted") from None
+        except asyncio.CancelledError:
+            with call.lock:
+                call.cancelled = True
+                running = call.running
+            if running:
+                threading.Thread(target=stop, name="sessionkit-aio-stop", daemon=True).start()
+            raise
+
     async def messages_df(self, session_ids=None):
         """One row per message with the SPEC D1 columns (a pandas DataFrame)."""
-        return await self._call("messages_df", session_ids)
+        return await self._query("messages_df", session_ids)
 
-    async def sql(self, query: str, params=None):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
-        return await self._call("sql", query, params)
+    async def sql(self, query: str, params=None, *, files: bool = False):
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
 
-    async def sql_arrow(self, query: str, params=None, *, session_ids=None):
+        Cancelling the task that awaits it stops the query (see :meth:`sessionkit.Store.sql_arrow`)."""
+        return await self._query("sql", query, params, files=files)
+
+    async def sql_arrow(self, query: str, params=None, *, session_ids=None, files: bool = False):
         """``store.sql`` as a ``pyarrow.Table``."""
         ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
-        return await self._call("sql_arrow", query, params, session_ids=ids)
+        return await self._query("sql_arrow", query, params, session_ids=ids, files=files)
+
+    async def interrupt_sql(self) -> None:
+        """Stop the analysis queries running now on this store; runs at once, not behind the
+        calls queued on the worker. A task awaiting a stopped query raises ``CancelledError``
+        (the sync API's ``KeyboardInterrupt`` would stop the event loop)."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        await self._opened_async()
+        self._opened().interrupt_sql()
 
     async def to_arrow(self, view: str):
         """One analysis view as a ``pyarrow.Table``."""
-        return await self._call("to_arrow", view)
+        return await self._query("to_arrow", view)
 
     async def runs_df(self):
         """The ``runs`` view as a pandas DataFrame."""
-        return await self._call("runs_df")
+        return await self._query("runs_df")
 
     async def events_df(self, session_ids=None):
         """The ``events`` view (of ``session_ids``) as a pandas DataFrame."""
-        return await self._call("events_df", session_ids)
+        return await self._query("events_df", session_ids)
 
     # -- transactions (the worker holds the sync store's transaction between calls) -----------------
     async def _tx_enter(self) -> _Token | None:
