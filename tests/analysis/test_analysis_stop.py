@@ -90,6 +90,9 @@ def test_interrupt_sql_stops_a_running_query_and_the_store_answers(store):
         _answers(store)
     store.interrupt_sql()  # nothing running: nothing happens
     _answers(store)
+    store.session("s").append(msg("m4"))  # the cache (or the views) follow the store's next writes
+    assert store.messages_df()["id"].tolist() == ["m1", "m2", "m3", "m4"]
+    assert store.sql("SELECT count(*) AS n FROM messages WHERE on_latest_path")["n"][0] == 4
 
 
 def test_ctrl_c_stops_a_query_in_the_main_thread(store):
