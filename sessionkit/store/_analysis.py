@@ -561,7 +561,7 @@ def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
         run.use(con)
         try:
             if files:
-                return _with_files(con, tables, query, params, state, wanted, session_ids, run)
+                return _with_files(con, tables, query, params, state, names, wanted, session_ids, run)
             _install(con, tables, state, tree, wanted, session_ids)
             _do(con, "BEGIN TRANSACTION")
             try:
@@ -644,13 +644,15 @@ def _fetch_now(con, query: str, params: Any, run: _Run) -> Any:
     return result
 
 
-def _with_files(con, tables: dict[str, str], query: str, params: Any, state: dict, wanted: set[str],
-                session_ids: list[str] | None, run: _Run) -> Any:
+def _with_files(con, tables: dict[str, str], query: str, params: Any, state: dict, names: set[str],
+                wanted: set[str], session_ids: list[str] | None, run: _Run) -> Any:
     """A query that may read local files: the views it names are read from ``con`` in one
     snapshot (as Arrow tables) into a new in-memory DuckDB connection that may read files
     and holds nothing else of the store (so the connection of the store or its cache is
     never opened up); the query runs there."""
     duckdb = duckdb_module()
+    if "query_table" in names:  # (a view it names as a string: the parse tree does not say which)
+        wanted = set(VIEWS)
     _install(con, tables, state, True, wanted, session_ids)
     held = {}
     _do(con, "BEGIN TRANSACTION")

@@ -153,6 +153,7 @@ def test_files_true_joins_local_files_and_only_when_asked(store, tmp_path):
     assert store.sql(f"SELECT sum(score) AS s FROM '{scores}'", files=True)["s"][0] == 12
     assert store.sql("SELECT count(*) AS n FROM messages m JOIN sessions s USING (session_id) WHERE s.message_count"
                      " = ?", [2], files=True)["n"][0] == 2
+    assert store.sql("SELECT count(*) AS n FROM query_table('messages')", files=True)["n"][0] == 2
     table = store.sql_arrow(query, session_ids=["s"], files=True)
     assert table.column("score").to_pylist() == [5, 7]
     # still a sandbox for the rest: the store's tables, the catalog, other statements
