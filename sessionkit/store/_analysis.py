@@ -793,10 +793,12 @@ def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[s
     """Define the views ``wanted`` on ``con`` (store-wide ones stay for the next query)."""
     if session_ids is not None:
         selects = view_sql(scoped(tables, session_ids), tree=tree)
+        # the next query puts the store-wide views back (forgotten first: a query stopped
+        # while these are made leaves no scoped view taken for a store-wide one)
+        state.clear()
+        state["views"] = set()
         for name in sorted(wanted):
             _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
-        state.clear()  # the next query puts the store-wide views back
-        state["views"] = set()
         return
     have: set[str] = state.setdefault("views", set())
     if have and state.get("tree") != tree and "messages" in have:
