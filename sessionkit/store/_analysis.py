@@ -339,12 +339,12 @@ FILE_FUNCTIONS = frozenset({
     "read_ndjson_auto", "read_ndjson_objects", "read_text", "read_blob", "glob",
 })
 
-#: Scalar functions a query may not call: they read the session's settings or the
-#: environment, run SQL text, or advance a sequence. (Any ``duckdb_*`` or ``pragma_*``
-#: function, the catalog's, is refused too.)
+#: Scalar functions a query may not call: they read the session's settings, the catalog
+#: (DuckDB's macros over ``duckdb_views()``...) or the environment, run SQL text, or
+#: advance a sequence. (Any ``duckdb_*`` or ``pragma_*`` function is refused too.)
 _REFUSED_FUNCTIONS = frozenset({
     "current_setting", "getenv", "getvariable", "nextval", "setval", "currval", "json_execute_serialized_sql",
-    "query",
+    "query", "pg_get_viewdef", "pg_get_constraintdef", "get_block_size",
 })
 
 _QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})

@@ -75,6 +75,8 @@ CATALOG_QUERIES = [
     ("SELECT * FROM duckdb_extensions()", "duckdb_extensions"),
     ("SELECT * FROM pragma_database_list()", "pragma_database_list"),
     ("SELECT current_setting('memory_limit') AS v", "current_setting"),
+    ("SELECT pg_get_viewdef(1) AS v", "pg_get_viewdef"),
+    ("SELECT * FROM histogram(sessionkit_messages, seq)", "histogram"),
     ("SELECT * FROM query_table('sessionkit_messages')", "query_table"),
     ("SELECT * FROM query('SELECT * FROM sessionkit_blobs')", "query"),
     ("DESCRIBE sessionkit_messages", "DESCRIBE"),
