@@ -613,12 +613,14 @@ def _fetch(con, query: str, params: Any, run: _Run) -> Any:
         finally:
             done.set()
 
-    # (an Event, not Thread.join: a join that KeyboardInterrupt breaks may report the
-    # thread ended while it still runs)
+    # An Event, not Thread.join (a join that KeyboardInterrupt breaks may report the thread
+    # ended while it still runs), waited on in slices: a signal that lands just before the
+    # wait blocks leaves its handler pending until the wait wakes up.
     thread = threading.Thread(target=work, name="sessionkit-sql", daemon=True)
     try:
         thread.start()
-        done.wait()
+        while not done.wait(0.05):
+            pass
     except KeyboardInterrupt:
         run.stop(_INTERRUPTED)
         while thread.ident is not None and not done.is_set():
