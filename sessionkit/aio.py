@@ -136,6 +136,25 @@ class _Query:
         self.cancelled = False
         self.ended = threading.Event()
 
+    def stop_soon(self, store: AsyncStore) -> None:
+        """Stop the call's query, if it runs, from a thread of its own (returns at once)."""
+        with self.lock:
+            if not self.running:
+                return
+        threading.Thread(target=self._stop, args=(store,), name="sessionkit-aio-stop", daemon=True).start()
+
+    def _stop(self, store: AsyncStore) -> None:
+        # The sync store's interrupt_sql(), again until the call has ended (one made before
+        # the query has begun finds nothing to stop), and only while it runs (never a
+        # later call's query).
+        while True:
+            with self.lock:
+                if not self.running:
+                    return
+                with contextlib.suppress(StoreClosed):
+                    store.sync.interrupt_sql()
+            self.ended.wait(0.02)
+
 
 class _Token:
     """One open transaction of a store: who is in it, and when it ends."""
@@ -261,6 +280,7 @@ class AsyncStore:
         self._closed = False
         self._closing: concurrent.futures.Future | None = None
         self._tx: _Token | None = None
+        self._queries: set[_Query] = set()  # analysis calls running on the worker (see _query)
         # Handles while in use (an AsyncSession holds no settings: on_compaction and
         # compact_after set them on the sync session, which keeps them).
         self._sessions: weakref.WeakValueDictionary[str, AsyncSession] = weakref.WeakValueDictionary()
@@ -305,9 +325,15 @@ class AsyncStore:
         """Close the store (idempotent): calls made after it raise ``StoreClosed``.
 
         Calls made before it finish first; an open transaction of another task
-        ends before the store closes.
+        ends before the store closes. An analysis query (``sql``, ``sql_arrow``,
+        ``messages_df``...) running then, or starting after, is stopped: it raises
+        ``StoreClosed``.
         """
         self._closed = True
+        with self._lock:
+            running = list(self._queries)
+        for call in running:
+            call.stop_soon(self)
         if self._on_worker():  # from a callback on the worker: close right here
             with self._lock:
                 if self._closing is None:
@@ -605,32 +631,29 @@ class AsyncStore:
                 if call.cancelled:
                     raise asyncio.CancelledError()
                 call.running = True
+            with self._lock:
+                self._queries.add(call)
             try:
+                if self._closed:  # (closed while this was queued: stopped as it starts)
+                    call.stop_soon(self)
                 return getattr(self._opened(), name)(*args, **kwargs)
             finally:
+                with self._lock:
+                    self._queries.discard(call)
                 with call.lock:
                     call.running = False
                 call.ended.set()
 
-        def stop() -> None:
-            while True:
-                with call.lock:
-                    if not call.running:
-                        return
-                    with contextlib.suppress(StoreClosed):
-                        self._opened().interrupt_sql()  # (running: the store has opened)
-                call.ended.wait(0.02)
-
         try:
             return await self._run(run)
-        except KeyboardInterrupt:  # interrupt_sql() from elsewhere (it would stop the event loop)
+        except KeyboardInterrupt:  # stopped by close() or interrupt_sql() (it would stop the event loop)
+            if self._closed:
+                raise StoreClosed("the store was closed while the query ran") from None
             raise asyncio.CancelledError("the query was interrupted") from None
         except asyncio.CancelledError:
             with call.lock:
                 call.cancelled = True
-                running = call.running
-            if running:
-                threading.Thread(target=stop, name="sessionkit-aio-stop", daemon=True).start()
+            call.stop_soon(self)
             raise
 
     async def messages_df(self, session_ids=None):

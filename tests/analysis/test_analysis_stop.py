@@ -150,5 +150,12 @@ def test_cancelling_an_aio_query_stops_it_and_the_store_answers(aio_target):
             with pytest.raises(asyncio.CancelledError):
                 await second
             assert (await store.messages_df())["id"].tolist() == ["m1", "m2"]
+            # closing stops a running query, which raises StoreClosed
+            running = asyncio.ensure_future(store.sql(RUNAWAY))
+            await asyncio.to_thread(wait_until, lambda: _executing(store.sync), what="the runaway query to run")
+            await store.close()
+            with pytest.raises(sk.StoreClosed):
+                await running
+            assert store.closed and store.sync.closed
 
     asyncio.run(main())
