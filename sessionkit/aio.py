@@ -30,6 +30,10 @@ the caller unchanged). The exceptions, all plain and non-blocking:
 - ``session_id``, ``engine``, ``path``, ``closed``, ``capabilities`` and
   ``search_candidates`` are plain attributes.
 
+Cancelling the task that awaits an analysis call (``sql``, ``sql_arrow``, ``to_arrow``,
+``messages_df``, ``runs_df``, ``events_df``) stops its DuckDB query, and ``close()``
+stops one running (it raises ``StoreClosed``): the worker is free for the next call.
+
 ``store.sync`` and ``session.sync`` give the sync objects behind, for code that
 needs them (a sync library, a notebook display); their calls block, so use them
 off the loop or for cheap attributes.
