@@ -30,6 +30,10 @@ the caller unchanged). The exceptions, all plain and non-blocking:
 - ``session_id``, ``engine``, ``path``, ``closed``, ``capabilities`` and
   ``search_candidates`` are plain attributes.
 
+Cancelling the task that awaits an analysis call (``sql``, ``sql_arrow``, ``to_arrow``,
+``messages_df``, ``runs_df``, ``events_df``) stops its DuckDB query, and ``close()``
+stops one running (it raises ``StoreClosed``): the worker is free for the next call.
+
 ``store.sync`` and ``session.sync`` give the sync objects behind, for code that
 needs them (a sync library, a notebook display); their calls block, so use them
 off the loop or for cheap attributes.
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -122,6 +127,37 @@ class _WorkerThread:
 
     def mark(self) -> None:
         self.ident = threading.get_ident()
+
+
+class _Query:
+    """One analysis call of :meth:`AsyncStore._query`: whether it runs, whether its task was cancelled."""
+
+    __slots__ = ("lock", "running", "cancelled", "ended")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = False
+        self.cancelled = False
+        self.ended = threading.Event()
+
+    def stop_soon(self, store: AsyncStore) -> None:
+        """Stop the call's query, if it runs, from a thread of its own (returns at once)."""
+        with self.lock:
+            if not self.running:
+                return
+        threading.Thread(target=self._stop, args=(store,), name="sessionkit-aio-stop", daemon=True).start()
+
+    def _stop(self, store: AsyncStore) -> None:
+        # The sync store's interrupt_sql(), again until the call has ended (one made before
+        # the query has begun finds nothing to stop), and only while it runs (never a
+        # later call's query).
+        while True:
+            with self.lock:
+                if not self.running:
+                    return
+                with contextlib.suppress(StoreClosed):
+                    store.sync.interrupt_sql()
+            self.ended.wait(0.02)
 
 
 class _Token:
@@ -248,6 +284,7 @@ class AsyncStore:
         self._closed = False
         self._closing: concurrent.futures.Future | None = None
         self._tx: _Token | None = None
+        self._queries: set[_Query] = set()  # analysis calls running on the worker (see _query)
         # Handles while in use (an AsyncSession holds no settings: on_compaction and
         # compact_after set them on the sync session, which keeps them).
         self._sessions: weakref.WeakValueDictionary[str, AsyncSession] = weakref.WeakValueDictionary()
@@ -292,9 +329,15 @@ class AsyncStore:
         """Close the store (idempotent): calls made after it raise ``StoreClosed``.
 
         Calls made before it finish first; an open transaction of another task
-        ends before the store closes.
+        ends before the store closes. An analysis query (``sql``, ``sql_arrow``,
+        ``messages_df``...) running then, or starting after, is stopped: it raises
+        ``StoreClosed``.
         """
         self._closed = True
+        with self._lock:
+            running = list(self._queries)
+        for call in running:
+            call.stop_soon(self)
         if self._on_worker():  # from a callback on the worker: close right here
             with self._lock:
                 if self._closing is None:
@@ -577,30 +620,81 @@ class AsyncStore:
         )
 
     # -- analysis ---------------------------------------------------------------------------------
+    async def _query(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """An analysis call on the worker; cancelling the awaiting task stops its query.
+
+        A call still queued never runs; one running is stopped with the sync store's
+        ``interrupt_sql()``, called again until the call has ended (one call before the
+        query has begun would find nothing to stop) and only while it runs (never a later
+        call's query), so the worker is free for the next call at once and the store
+        answers it as before."""
+        call = _Query()
+
+        def run() -> Any:
+            with call.lock:
+                if call.cancelled:
+                    raise asyncio.CancelledError()
+                call.running = True
+            with self._lock:
+                self._queries.add(call)
+            try:
+                if self._closed:  # (closed while this was queued: stopped as it starts)
+                    call.stop_soon(self)
+                return getattr(self._opened(), name)(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self._queries.discard(call)
+                with call.lock:
+                    call.running = False
+                call.ended.set()
+
+        try:
+            return await self._run(run)
+        except KeyboardInterrupt:  # stopped by close() or interrupt_sql() (it would stop the event loop)
+            if self._closed:
+                raise StoreClosed("the store was closed while the query ran") from None
+            raise asyncio.CancelledError("the query was interrupted") from None
+        except asyncio.CancelledError:
+            with call.lock:
+                call.cancelled = True
+            call.stop_soon(self)
+            raise
+
     async def messages_df(self, session_ids=None):
         """One row per message with the SPEC D1 columns (a pandas DataFrame)."""
-        return await self._call("messages_df", session_ids)
+        return await self._query("messages_df", session_ids)
 
-    async def sql(self, query: str, params=None):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
-        return await self._call("sql", query, params)
+    async def sql(self, query: str, params=None, *, files: bool = False):
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
 
-    async def sql_arrow(self, query: str, params=None, *, session_ids=None):
+        Cancelling the task that awaits it stops the query (see :meth:`sessionkit.Store.sql_arrow`)."""
+        return await self._query("sql", query, params, files=files)
+
+    async def sql_arrow(self, query: str, params=None, *, session_ids=None, files: bool = False):
         """``store.sql`` as a ``pyarrow.Table``."""
         ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
-        return await self._call("sql_arrow", query, params, session_ids=ids)
+        return await self._query("sql_arrow", query, params, session_ids=ids, files=files)
+
+    async def interrupt_sql(self) -> None:
+        """Stop the analysis queries running now on this store; runs at once, not behind the
+        calls queued on the worker. A task awaiting a stopped query raises ``CancelledError``
+        (the sync API's ``KeyboardInterrupt`` would stop the event loop)."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        await self._opened_async()
+        self._opened().interrupt_sql()
 
     async def to_arrow(self, view: str):
         """One analysis view as a ``pyarrow.Table``."""
-        return await self._call("to_arrow", view)
+        return await self._query("to_arrow", view)
 
     async def runs_df(self):
         """The ``runs`` view as a pandas DataFrame."""
-        return await self._call("runs_df")
+        return await self._query("runs_df")
 
     async def events_df(self, session_ids=None):
         """The ``events`` view (of ``session_ids``) as a pandas DataFrame."""
-        return await self._call("events_df", session_ids)
+        return await self._query("events_df", session_ids)
 
     # -- transactions (the worker holds the sync store's transaction between calls) -----------------
     async def _tx_enter(self) -> _Token | None:

@@ -51,6 +51,19 @@ before each later one from the rows written since and the store's change log
 messages, so a query that names none of them (and no ``*``) skips it. Anything
 but a single SELECT raises ``ValueError``: a query never writes the store.
 
+A query is a sandbox: it reads the five views, its own CTEs and the table functions
+``range``, ``generate_series`` and ``unnest``, and nothing else -- no file, no
+environment, no table of the store or of its cache, no ``duckdb_*()`` catalog
+function, no setting; what it reaches beyond raises ``ValueError`` naming it.
+``store.sql(query, files=True)`` lets a query join local files (``read_csv``,
+``read_parquet``, ``'data.csv'``...) with the views: the views it names are then read
+in one snapshot into a DuckDB connection of its own. The HTTP server has no SQL
+route, so no client reaches either. A running query stops when the store closes
+(``StoreClosed``; ``close()`` returns once it has), on Ctrl-C, on
+``store.interrupt_sql()`` and when the ``sk.aio`` task awaiting it is cancelled
+(``KeyboardInterrupt``, or ``CancelledError`` in the task); the store answers the
+next query as before.
+
 >>> store.sql("SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY n DESC")
 """
 
@@ -169,15 +182,16 @@ def arrow_table(data: StoreData, name: str, **options):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def sql(store, query: str, params: Any = None):
+def sql(store, query: str, params: Any = None, *, files: bool = False):
     """Run DuckDB SQL over the ``messages``, ``sessions``, ``compactions``, ``runs`` and
     ``events`` views of ``store`` and return a pandas DataFrame.
 
     ``params`` (a list or dict) binds ``?`` / ``$name`` placeholders. An SQL error,
-    or a statement other than one SELECT, raises ``ValueError`` carrying DuckDB's
-    message.
+    a statement other than one SELECT, or a query reaching beyond the views (a file,
+    a table of the store, a catalog function...) raises ``ValueError`` naming it;
+    ``files=True`` lets the query read local files too (see the module notes).
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")
     _pandas()
-    return _df(store.sql_arrow(query, params))
+    return _df(store.sql_arrow(query, params, files=files))

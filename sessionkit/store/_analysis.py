@@ -43,7 +43,20 @@ Two ways to have those tables, decided by the engine:
   writes), from PostgreSQL as the CSV of one ``COPY ... TO STDOUT`` parsed by pyarrow.
 
 Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
-``ValueError`` before it reaches DuckDB. DuckDB, pyarrow (and pandas, above) come from the
+``ValueError`` before it reaches DuckDB. A query is a sandbox (:func:`check_query`): it
+reads the five views, its own CTEs, constants and a few table functions (``range``,
+``generate_series``, ``unnest``), nothing else: no file, no table of the store or the
+cache, no catalog function (``duckdb_tables()``...), no setting. DuckDB enforces the same
+on the cache's connection (no file system access, no extension loaded, its configuration
+locked); on a DuckDB store, whose own connection cannot be locked down, the parse tree
+alone decides. ``files=True`` lets a query read local files too (CSV, Parquet, JSON...):
+it runs on a DuckDB connection of its own that holds the views it names (read in one
+snapshot) and nothing else of the store.
+
+A running query can be stopped (:class:`Runs`): closing the store stops it with
+``StoreClosed``; Ctrl-C in the main thread, ``store.interrupt_sql()`` or a cancelled
+``sk.aio`` task with ``KeyboardInterrupt`` (DuckDB's ``interrupt()``); the connection
+and the cache stay as they were. DuckDB, pyarrow (and pandas, above) come from the
 ``analysis`` extra and are imported on first use.
 """
 
@@ -58,10 +71,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..errors import missing
+from ..errors import StoreClosed, missing
 
 __all__ = ["VIEWS", "VIEW_COLUMNS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module",
-           "check_query"]
+           "check_query", "Runs"]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
 VIEWS = ("messages", "sessions", "compactions", "runs", "events")
@@ -289,11 +302,17 @@ VIEW_ORDER = {
 # Queries: one SELECT, read-only
 
 
-def check_query(con, query: str) -> None:
-    """Refuse anything but one SELECT (ValueError naming what was given)."""
+def check_query(con, query: str, *, files: bool = False) -> None:
+    """Refuse anything but one SELECT that stays in the sandbox (``ValueError`` naming what
+    was given or refused; see :func:`sandbox_refusal`)."""
     duckdb = duckdb_module()
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"store.sql: the query is not valid Unicode: a lone surrogate {query[exc.start]!r}"
+                         f" at index {exc.start}") from None
     try:
         statements = con.extract_statements(query)
     except duckdb.Error as exc:
@@ -305,6 +324,147 @@ def check_query(con, query: str) -> None:
         name = str(kind).rsplit(".", 1)[-1]
         raise ValueError(f"store.sql runs read-only queries (a SELECT); this is a {name} statement, refused: "
                          "the store is written through its API only")
+    refused = sandbox_refusal(con, query, files=files)
+    if refused:
+        raise ValueError(f"store.sql: {refused}")
+
+
+#: Table functions a query may call (they read nothing but their arguments).
+TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
+
+#: Table functions that read local files, allowed with ``files=True``.
+FILE_FUNCTIONS = frozenset({
+    "read_csv", "read_csv_auto", "sniff_csv", "read_parquet", "parquet_scan", "parquet_metadata", "parquet_schema",
+    "read_json", "read_json_auto", "read_json_objects", "read_json_objects_auto", "read_ndjson",
+    "read_ndjson_auto", "read_ndjson_objects", "read_text", "read_blob", "glob",
+})
+
+#: Scalar functions a query may not call: they read the session's settings, the catalog
+#: (DuckDB's macros over ``duckdb_views()``...) or the environment, run SQL text, or
+#: advance a sequence. (Any ``duckdb_*`` or ``pragma_*`` function is refused too.)
+_REFUSED_FUNCTIONS = frozenset({
+    "current_setting", "getenv", "getvariable", "nextval", "setval", "currval", "json_execute_serialized_sql",
+    "query", "pg_get_viewdef", "pg_get_constraintdef", "get_block_size",
+})
+
+_QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
+
+_TABLE_FUNCTIONS_TEXT = ", ".join(f"{name}()" for name in sorted(TABLE_FUNCTIONS))
+
+_FILES_HINT = " (a query reads local files only when asked: store.sql(query, files=True))"
+
+
+def sandbox_refusal(con, query: str, *, files: bool = False) -> str:
+    """What ``query`` (one SELECT) reaches outside the sandbox, or ``""``.
+
+    Read from DuckDB's own parse tree (``json_serialize_sql``), with CTE scoping: a name
+    a query reads must be a view of :data:`VIEWS` or a CTE defined around it; a table
+    function must be one of :data:`TABLE_FUNCTIONS` (and, with ``files``, of
+    :data:`FILE_FUNCTIONS`, where a quoted file name also reads; ``query_table`` of views
+    named as plain strings); no catalog or
+    settings function, no DESCRIBE/SHOW/SUMMARIZE, no qualified name. Hand-written
+    because DuckDB has no per-connection permission on its catalog; the cache's
+    connection is also locked down by DuckDB's own settings (:func:`new_connection`)."""
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
+    except Exception as exc:  # (a SELECT the serializer cannot show cannot be checked)
+        return f"this query cannot be checked, refused: {exc}"
+    if not isinstance(tree, dict) or tree.get("error"):
+        detail = tree.get("error_message", "") if isinstance(tree, dict) else ""
+        return f"this query cannot be checked, refused: {detail}"
+    refused: list[str] = []
+    _sandbox_walk(tree, frozenset(), refused, files)
+    return refused[0] if refused else ""
+
+
+def _string_constant(node: Any) -> str:
+    """The text of a string constant of a parse tree; ``""`` for anything else."""
+    if isinstance(node, dict) and node.get("class") == "CONSTANT":
+        literal = node.get("literal") or {}
+        if literal.get("kind") == "STRING" and isinstance(literal.get("text"), str):
+            return literal["text"]
+    return ""
+
+
+def _lower(value: Any) -> str:
+    return value.lower() if isinstance(value, str) else ""
+
+
+def _sandbox_walk(node: Any, scope: frozenset, refused: list[str], files: bool) -> None:
+    """Checks every table reference and function of a parse tree (``scope``: the CTE names
+    visible where ``node`` is); the first refusal is appended to ``refused``."""
+    if refused:
+        return
+    if isinstance(node, list):
+        for value in node:
+            _sandbox_walk(value, scope, refused, files)
+        return
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    cls = node.get("class")
+    if cls is None and kind in _QUERY_NODES:
+        inner = scope
+        if kind == "RECURSIVE_CTE_NODE" and _lower(node.get("cte_name")):
+            inner = inner | {_lower(node.get("cte_name"))}
+        # a CTE sees those defined before it (and itself when recursive); the query, all
+        for entry in (node.get("cte_map") or {}).get("map") or ():
+            name = _lower(entry.get("key")) if isinstance(entry, dict) else ""
+            body = entry.get("value") if isinstance(entry, dict) else entry
+            recursive = isinstance(body, dict) and (body.get("query_node") or {}).get("type") == "RECURSIVE_CTE_NODE"
+            _sandbox_walk(body, inner | {name} if recursive else inner, refused, files)
+            inner = inner | {name}
+        for key, value in node.items():
+            if key != "cte_map":
+                _sandbox_walk(value, inner, refused, files)
+        return
+    if cls is None and isinstance(kind, str):
+        if kind == "BASE_TABLE":
+            table = node.get("table_name")
+            label = table if isinstance(table, str) else "?"
+            if node.get("schema_name") or node.get("catalog_name"):
+                qualified = ".".join(x for x in (node.get("catalog_name"), node.get("schema_name"), label) if x)
+                refused.append(f"{qualified!r}: a query reads the views {', '.join(VIEWS)} by their plain names"
+                               " (no schema or catalog), refused")
+                return
+            if _lower(table) not in scope and _lower(table) not in VIEWS and not files:
+                refused.append(f"{label!r} is not one of the views {', '.join(VIEWS)} (nor a CTE of the query):"
+                               f" a query reads only those, refused{_FILES_HINT}")
+                return
+        elif kind == "TABLE_FUNCTION":
+            function = node.get("function") or {}
+            name = _lower(function.get("function_name"))
+            if function.get("schema") or function.get("catalog"):
+                name = "?"
+            allowed = TABLE_FUNCTIONS | FILE_FUNCTIONS if files else TABLE_FUNCTIONS
+            if name == "query_table":  # allowed on the views named as plain strings
+                names = [_string_constant(a.get("expression") if isinstance(a, dict) else None)
+                         for a in function.get("arguments") or ()]
+                if names and all(n.lower() in VIEWS for n in names):
+                    return
+                refused.append("query_table() reads the views only, named as plain strings, refused")
+                return
+            if name not in allowed:
+                hint = _FILES_HINT if name in FILE_FUNCTIONS else ""
+                refused.append(f"the table function {function.get('function_name')}() is refused: a query reads the"
+                               f" views and the table functions {_TABLE_FUNCTIONS_TEXT} only{hint}")
+                return
+        elif node.get("table_name") is not None or "SHOW" in kind \
+                or kind.startswith(("BOUND_", "DELIM", "COLUMN_DATA")):
+            refused.append("DESCRIBE, SHOW and SUMMARIZE read the catalog, refused: a query reads the views only")
+            return
+        elif kind in ("STATEMENT_NODE", "INVALID"):
+            refused.append("this query cannot be checked, refused")
+            return
+    if cls == "FUNCTION":
+        name = _lower(node.get("function_name"))
+        if name in _REFUSED_FUNCTIONS or name.startswith(("duckdb_", "pragma_")) or node.get("catalog") \
+                or node.get("schema"):
+            refused.append(f"the function {node.get('function_name')}() reads the database's catalog, settings"
+                           " or environment, refused: a query reads the views only")
+            return
+    for value in node.values():
+        _sandbox_walk(value, scope, refused, files)
 
 
 def names_used(con, query: str) -> set[str]:
@@ -380,57 +540,270 @@ def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
 
 
 def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
-              names: set[str] | None = None, session_ids: list[str] | None = None,
-              in_transaction: bool = False) -> Any:
+              names: set[str] | None = None, session_ids: list[str] | None = None, *,
+              run: _Run | None = None, files: bool = False, in_transaction: bool = False) -> Any:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
     rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
     on ``con`` (only those a query names are made: defining the ones over the tree costs
     tens of milliseconds each); ``names`` are those the query uses, when already known;
     ``session_ids`` restricts the views to those sessions for this query (the tree
-    columns are then computed for them only). ``in_transaction``: ``con`` is inside a
-    write transaction of a DuckDB store (the query sees its writes): the views are made
-    in it (``state`` should be new) and the query runs there, with no transaction of its own."""
+    columns are then computed for them only). ``run`` is the query's entry in the store's
+    :class:`Runs` (it can be stopped through it); ``files`` lets the query read local files
+    (on a connection of its own, see :func:`_with_files`). ``in_transaction``: ``con`` is
+    inside a transaction that is not the query's (a DuckDB store's write transaction, or a
+    cache refreshed with a transaction's writes): the query runs in it, and whatever it
+    makes there goes with that transaction."""
     duckdb = duckdb_module()
     _pyarrow()
-    check_query(con, query)
+    check_query(con, query, files=files)
     if names is None:
         names = names_used(con, query)
     tree = "*" in names or bool(names & set(TREE_COLUMNS))
-    if in_transaction:
-        _install(con, tables, state, tree, set(VIEWS), session_ids)
-        try:
-            return _fetch(con, query, params)
-        except duckdb.Error as exc:
-            raise ValueError(f"store.sql: {exc}") from exc
     wanted = set(VIEWS) if "@*" in names else {v for v in VIEWS if "@" + v in names}
-    _install(con, tables, state, tree, wanted, session_ids)
-    _do(con, "BEGIN TRANSACTION")
-    try:
+    with contextlib.nullcontext(run) if run is not None else Runs().run() as run:
+        run.use(con)
         try:
-            return _fetch(con, query, params)
-        except duckdb.CatalogException:
-            if state.get("views") == set(VIEWS):
-                raise
-            # a view reached in a way the parse tree does not show: every view, once more
-            _do(con, "ROLLBACK")
-            _install(con, tables, state, tree, set(VIEWS), session_ids)
+            if files:
+                return _with_files(con, tables, query, params, state, names, wanted, session_ids, run,
+                                   in_transaction=in_transaction)
+            if in_transaction:
+                try:
+                    _install(con, tables, state, tree, set(VIEWS), session_ids)
+                    return _fetch(con, query, params, run)
+                finally:
+                    run.finish()
+            _install(con, tables, state, tree, wanted, session_ids)
             _do(con, "BEGIN TRANSACTION")
-            return _fetch(con, query, params)
+            try:
+                try:
+                    return _fetch(con, query, params, run)
+                except duckdb.CatalogException:
+                    if state.get("views") == set(VIEWS) or run.reason:
+                        raise
+                    # a view reached in a way the parse tree does not show: every view, once more
+                    _do(con, "ROLLBACK")
+                    _install(con, tables, state, tree, set(VIEWS), session_ids)
+                    _do(con, "BEGIN TRANSACTION")
+                    return _fetch(con, query, params, run)
+            finally:
+                run.finish()  # no interrupt reaches the connection from here on
+                _rollback(con)
         except duckdb.Error as exc:
+            run.raise_if_stopped(exc)
             raise ValueError(f"store.sql: {exc}") from exc
-    except duckdb.Error as exc:
-        raise ValueError(f"store.sql: {exc}") from exc
-    finally:
-        with contextlib.suppress(duckdb.Error):
+
+
+def _rollback(con) -> None:
+    duckdb = duckdb_module()
+    for _ in range(2):  # (a second time: an interrupt that reached the first one)
+        try:
             _do(con, "ROLLBACK")
+            return
+        except duckdb.Error as exc:
+            if "no transaction" in str(exc).lower():
+                return
 
 
-def _fetch(con, query: str, params: Any) -> Any:
+def _fetch(con, query: str, params: Any, run: _Run) -> Any:
+    """The query's result as a ``pyarrow.Table``; ``run`` stops it.
+
+    In the main thread the query runs on a thread of its own while this one waits: DuckDB
+    does not stop on Ctrl-C by itself (its Python client holds the signal back until the
+    query ends), so the wait is where KeyboardInterrupt lands, and it stops DuckDB."""
+    if threading.current_thread() is not threading.main_thread():
+        return _fetch_now(con, query, params, run)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["value"] = _fetch_now(con, query, params, run)
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            box["error"] = exc
+        finally:
+            done.set()
+
+    # An Event, not Thread.join (a join that KeyboardInterrupt breaks may report the thread
+    # ended while it still runs), waited on in slices: a signal that lands just before the
+    # wait blocks leaves its handler pending until the wait wakes up.
+    thread = threading.Thread(target=work, name="sessionkit-sql", daemon=True)
+    try:
+        thread.start()
+        while not done.wait(0.05):
+            pass
+    except KeyboardInterrupt:
+        run.stop(_INTERRUPTED)
+        while thread.ident is not None and not done.is_set():
+            try:
+                run.poke()
+                done.wait(0.02)
+            except KeyboardInterrupt:  # (pressed again: the query is stopping already)
+                continue
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _fetch_now(con, query: str, params: Any, run: _Run) -> Any:
+    run.executing()
     rel = con.sql(query) if params is None else con.sql(query, params=params)
     if rel is None:  # (a SELECT always has a result; kept for the type checker)
         raise ValueError("store.sql: the query returned no result")
     fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # (DuckDB < 1.4)
-    return fetch()
+    result = fetch()
+    run.raise_if_stopped()
+    return result
+
+
+def _with_files(con, tables: dict[str, str], query: str, params: Any, state: dict, names: set[str],
+                wanted: set[str], session_ids: list[str] | None, run: _Run, *,
+                in_transaction: bool = False) -> Any:
+    """A query that may read local files: the views it names are read from ``con`` in one
+    snapshot (as Arrow tables) into a new in-memory DuckDB connection that may read files
+    and holds nothing else of the store (so the connection of the store or its cache is
+    never opened up); the query runs there. ``in_transaction``: ``con`` is inside a
+    transaction already (see :func:`run_query`), whose state the views are read in."""
+    duckdb = duckdb_module()
+    if "query_table" in names:  # (a view it names as a string: the parse tree does not say which)
+        wanted = set(VIEWS)
+    _install(con, tables, state, True, wanted, session_ids)
+    held = {}
+    if in_transaction:
+        for view in sorted(wanted):
+            held[view] = _fetch(con, f"SELECT * FROM {view}", None, run)
+    else:
+        _do(con, "BEGIN TRANSACTION")
+        try:
+            for view in sorted(wanted):
+                held[view] = _fetch(con, f"SELECT * FROM {view}", None, run)
+        finally:
+            _rollback(con)
+    files_con = duckdb.connect(":memory:", config=_CONFIG)
+    try:
+        _do(files_con, "SET TimeZone = 'UTC'")
+        _do(files_con, "SET lock_configuration = true")
+        for view, table in held.items():
+            files_con.register(view, table)
+        run.use(files_con)
+        _do(files_con, "BEGIN TRANSACTION")
+        return _fetch(files_con, query, params, run)
+    finally:
+        run.finish()
+        with contextlib.suppress(duckdb.Error):
+            files_con.close()
+
+
+_INTERRUPTED = "interrupted"
+_CLOSED = "closed"
+
+
+class _Run:
+    """One query of :class:`Runs`: the connection it runs on (None until its DuckDB work
+    begins: nothing of a cache's refresh is ever interrupted) and why it was asked to stop."""
+
+    def __init__(self) -> None:
+        self.con: Any = None
+        self.reason: str | None = None
+        self.running = False  # DuckDB is executing the query (see Runs.executing)
+        self.finished = False
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def use(self, con) -> None:
+        """The query's DuckDB work runs on ``con`` from now on (unless it was stopped)."""
+        with self.lock:
+            self.raise_if_stopped()
+            self.con = con
+
+    def executing(self) -> None:
+        self.raise_if_stopped()
+        self.running = True
+
+    def stop(self, reason: str) -> None:
+        with self.lock:
+            if self.reason is None:
+                self.reason = reason
+        self.poke()
+
+    def poke(self) -> None:
+        """DuckDB's interrupt, while the query is not finished (never the next one's)."""
+        with self.lock:
+            if not self.finished and self.con is not None:
+                with contextlib.suppress(Exception):
+                    self.con.interrupt()
+
+    def finish(self) -> None:
+        with self.lock:
+            self.finished = True
+            self.running = False
+
+    def raise_if_stopped(self, cause: BaseException | None = None) -> None:
+        if self.reason == _CLOSED:
+            raise StoreClosed("the store was closed while the query ran") from cause
+        if self.reason == _INTERRUPTED:
+            raise KeyboardInterrupt("store.sql: the query was interrupted") from cause
+
+
+class Runs:
+    """The analysis queries running on one store (each from the start of its call, a
+    cache's refresh included), so that they can be stopped.
+
+    :meth:`close` (the store closes) stops every query running and refuses new ones
+    (``StoreClosed``); :meth:`interrupt` stops those running now (``KeyboardInterrupt``).
+    A query stops before its next DuckDB statement, or within one: DuckDB's ``interrupt()``
+    of its connection, repeated until the query ends, since an interrupt that reaches
+    DuckDB just before a statement starts is lost (DuckDB clears it as a statement begins)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[_Run] = set()
+        self.closed = False
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[_Run]:
+        run = _Run()
+        with self._lock:
+            if self.closed:
+                raise StoreClosed("the store is closed")
+            self._running.add(run)
+        try:
+            yield run
+        finally:
+            run.finish()
+            with self._lock:
+                self._running.discard(run)
+            run.done.set()
+
+    def executing(self) -> int:
+        """How many queries DuckDB is executing now (past their setup)."""
+        with self._lock:
+            return sum(1 for run in self._running if run.running)
+
+    def interrupt(self) -> None:
+        """Stop the queries running now (each raises ``KeyboardInterrupt``); returns at once."""
+        with self._lock:
+            runs = list(self._running)
+        for run in runs:
+            run.stop(_INTERRUPTED)
+        if runs:
+            threading.Thread(target=_until_done, args=(runs,), name="sessionkit-sql-interrupt", daemon=True).start()
+
+    def close(self) -> None:
+        """Refuse new queries and stop those running (``StoreClosed``); returns once those
+        whose DuckDB work had begun have ended (the others stop before theirs begins)."""
+        with self._lock:
+            self.closed = True
+            runs = list(self._running)
+        for run in runs:
+            run.stop(_CLOSED)
+        _until_done([run for run in runs if run.con is not None])
+
+
+def _until_done(runs: list[_Run]) -> None:
+    for run in runs:
+        while not run.done.wait(0.02):
+            run.poke()
 
 
 def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[str],
@@ -438,10 +811,12 @@ def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[s
     """Define the views ``wanted`` on ``con`` (store-wide ones stay for the next query)."""
     if session_ids is not None:
         selects = view_sql(scoped(tables, session_ids), tree=tree)
+        # the next query puts the store-wide views back (forgotten first: a query stopped
+        # while these are made leaves no scoped view taken for a store-wide one)
+        state.clear()
+        state["views"] = set()
         for name in sorted(wanted):
             _do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
-        state.clear()  # the next query puts the store-wide views back
-        state["views"] = set()
         return
     have: set[str] = state.setdefault("views", set())
     if have and state.get("tree") != tree and "messages" in have:
@@ -458,13 +833,31 @@ def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[s
         state["tree"] = tree
 
 
+#: The configuration of the analysis connections this module opens: no extension is
+#: installed or loaded behind a query's back, no Python variable is read as a table.
+_CONFIG = {"autoload_known_extensions": False, "autoinstall_known_extensions": False,
+           "python_enable_replacements": False}
+
+
 def new_connection(source=None, path: str | None = None):
     """A DuckDB connection for analysis: a cursor of ``source`` (a DuckDB store's own
-    connection), the database file ``path`` or an in-memory database; times in UTC."""
+    connection), the database file ``path`` or an in-memory database; times in UTC.
+
+    A database of its own (a cache) is locked down: no file system access (its own file
+    aside), no extension loaded, and its configuration locked, so that no query can change
+    that (the settings hold for every connection to the database in this process)."""
     duckdb = duckdb_module()
-    con = source.cursor() if source is not None else duckdb.connect(path or ":memory:")
-    _do(con, "SET TimeZone = 'UTC'")
-    _do(con, "SET enable_progress_bar = false")
+    if source is not None:
+        con = source.cursor()
+        _do(con, "SET TimeZone = 'UTC'")
+        _do(con, "SET enable_progress_bar = false")
+        return con
+    con = duckdb.connect(path or ":memory:", config=_CONFIG)
+    if not con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
+        _do(con, "SET GLOBAL TimeZone = 'UTC'")
+        _do(con, "SET enable_progress_bar = false")
+        _do(con, "SET enable_external_access = false")
+        _do(con, "SET lock_configuration = true")
     return con
 
 
@@ -1125,23 +1518,28 @@ class Cache:
             self.log_count += len(log)
 
     # -- queries ------------------------------------------------------------------------
-    def query(self, query: str, params: Any = None, session_ids: list[str] | None = None):
+    def query(self, query: str, params: Any = None, session_ids: list[str] | None = None, *,
+              run: _Run | None = None, files: bool = False):
         with self.lock:
-            check_query(self.con, query)
+            if run is not None:  # (stopped, or the store closed, while this waited for the cache)
+                run.raise_if_stopped()
+            check_query(self.con, query, files=files)
             names = names_used(self.con, query)
+            if files:  # (the views it names are read whole)
+                names = names | {"*"}
         need = {c for c in LAZY_COLUMNS if c in names or "*" in names}
         if self.engine.in_write():
-            return self._query_in_write(query, params, names, need, session_ids)
+            return self._query_in_write(query, params, names, need, session_ids, run=run, files=files)
         self.refresh(need)
         with self.lock:
-            return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids)
+            return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids, run=run,
+                             files=files)
 
     def _query_in_write(self, query: str, params: Any, names: set[str], need: set[str],
-                        session_ids: list[str] | None):
+                        session_ids: list[str] | None, *, run: _Run | None, files: bool):
         """A query from inside a write transaction of the store: it sees the transaction's
         own writes, and the cache keeps none of them (the transaction may still roll
         back). The refresh and the query share one DuckDB transaction, rolled back."""
-        duckdb = duckdb_module()
         tree = "*" in names or bool(names & set(TREE_COLUMNS))
         with self._reading(through_store=True) as rd:
             before, seen, checked = self._state(), self.seen, self.checked
@@ -1149,13 +1547,10 @@ class Cache:
             _install(self.con, self.TABLES, self.views, tree, set(VIEWS), session_ids)
             try:
                 self._refresh_once(rd, sorted(need), keep=False)
-                try:
-                    return _fetch(self.con, query, params)
-                except duckdb.Error as exc:
-                    raise ValueError(f"store.sql: {exc}") from exc
+                return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids, run=run,
+                                 files=files, in_transaction=True)
             finally:
-                with contextlib.suppress(duckdb.Error):
-                    _do(self.con, "ROLLBACK")
+                _rollback(self.con)
                 self._set_state(before)
                 self.seen, self.checked = seen, checked
 

@@ -20,10 +20,10 @@ def messages_df(store: Any, session_ids: Any = None) -> Any:
     return build(store, session_ids)
 
 
-def sql(store: Any, query: str, params: Any = None) -> Any:
+def sql(store: Any, query: str, params: Any = None, *, files: bool = False) -> Any:
     from ..analysis import sql as run
 
-    return run(store, query, params)
+    return run(store, query, params, files=files)
 
 
 def runs_df(store: Any) -> Any:

@@ -559,8 +559,14 @@ class Engine(abc.ABC):
     def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
 
     @abc.abstractmethod
-    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None) -> Any:
-        """A read-only DuckDB query over the analysis views (of ``session_ids``), as a ``pyarrow.Table``."""
+    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None,
+                       files: bool = False) -> Any:
+        """A read-only DuckDB query over the analysis views (of ``session_ids``), as a ``pyarrow.Table``
+        (``files``: it may read local files too)."""
+
+    @abc.abstractmethod
+    def interrupt_analysis(self) -> None:
+        """Stop the analysis queries running now (each raises ``KeyboardInterrupt``)."""
 
     # internal records --------------------------------------------------------
     # Small JSON documents that components built on the store (the HTTP server)
@@ -690,6 +696,26 @@ def _str_arg(value: Any, name: str) -> str:
     if not value.isascii():  # O(1); only other strings can hold a surrogate
         _msg.check_text(value, name)
     return value
+
+
+def _sql_text(value: str, name: str) -> None:
+    """A query's text or parameter: a lone surrogate -> ValueError (DuckDB would raise a TypeError)."""
+    if not value.isascii():
+        _msg.check_text(value, name)
+
+
+def _sql_params(value: Any, name: str) -> None:
+    """Every str of a query's parameters (in lists, tuples and dicts) is valid Unicode."""
+    if isinstance(value, str):
+        _sql_text(value, f"store.sql: {name}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _sql_params(item, f"{name}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                _sql_text(key, f"store.sql: a key of {name}")
+            _sql_params(item, f"{name}[{key!r}]")
 
 
 def _parent_arg(parent_id: Any) -> Any:
@@ -1225,9 +1251,12 @@ class Store:
         """One row per message with the SPEC D1 columns (a pandas DataFrame); see sessionkit.analysis."""
         return _conveniences.messages_df(self, session_ids)
 
-    def sql(self, query: str, params=None):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame)."""
-        return _conveniences.sql(self, query, params)
+    def sql(self, query: str, params=None, *, files: bool = False):
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
+
+        The query reads those views and nothing else of the machine (see :meth:`sql_arrow`);
+        ``files=True`` lets it read local files too."""
+        return _conveniences.sql(self, query, params, files=files)
 
     def runs_df(self):
         """The ``runs`` view as a pandas DataFrame (one row per run); see sessionkit.analysis."""
@@ -1237,26 +1266,52 @@ class Store:
         """The ``events`` view as a pandas DataFrame (of ``session_ids``, default all); see sessionkit.analysis."""
         return _conveniences.events_df(self, session_ids)
 
-    def sql_arrow(self, query: str, params=None, *, session_ids: Iterable[str] | None = None):
+    def sql_arrow(self, query: str, params=None, *, session_ids: Iterable[str] | None = None, files: bool = False):
         """Run one read-only DuckDB SELECT over the analysis views; the result as a ``pyarrow.Table``.
 
         On a DuckDB store the views are defined over the store's own tables; on SQLite
         and PostgreSQL over a DuckDB cache of the analysis columns beside the store (for
         a SQLite file, the file ``<path>-analysis.duckdb``; in memory for PostgreSQL),
         brought up to date from the store's change log before each query (see
-        ``sessionkit.analysis``). Anything but one SELECT -> ``ValueError``; ``params``
-        binds ``?`` or ``$name`` placeholders. ``session_ids`` makes every view hold only
-        those sessions for this query (their tree columns computed for them alone, so a
-        query about one session costs that session). Inside :meth:`transaction` the query
-        sees the transaction's own writes; the cache keeps none of them unless the
-        transaction commits. Needs the ``analysis`` extra."""
+        ``sessionkit.analysis``). ``params`` binds ``?`` or ``$name`` placeholders.
+        ``session_ids`` makes every view hold only those sessions for this query (their
+        tree columns computed for them alone, so a query about one session costs that
+        session). Inside :meth:`transaction` the query sees the transaction's own writes;
+        the cache keeps none of them unless the transaction commits. Needs the ``analysis``
+        extra.
+
+        A query is a sandbox: it reads the views, its own CTEs and the table functions
+        ``range``, ``generate_series`` and ``unnest``; anything else -- a file
+        (``read_csv``, ``glob``, ``'x.parquet'``), a table of the store or its cache, a
+        catalog or settings function (``duckdb_tables()``, ``current_setting``), DESCRIBE
+        or SHOW, a statement other than one SELECT (ATTACH, COPY, INSTALL, SET...), a
+        lone surrogate in the query or its parameters -- raises ``ValueError`` naming what
+        was refused. ``files=True`` lets the query read local files (CSV, Parquet,
+        JSON, text) besides the views: it then runs on a DuckDB connection of its own
+        holding the views it names, read whole in one snapshot.
+
+        A running query stops when the store is closed (it raises ``StoreClosed``, and
+        ``close()`` returns once it has stopped), on Ctrl-C in the main thread and on
+        :meth:`interrupt_sql` (``KeyboardInterrupt``); the store answers the next query
+        as before."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if params is not None and not isinstance(params, (list, tuple, dict)):
             raise TypeError(f"params must be a list, tuple or dict, got {type(params).__name__}")
+        if not isinstance(files, bool):
+            raise TypeError(f"files must be a bool, got {type(files).__name__}")
+        _sql_text(query, "store.sql: the query")
+        _sql_params(params, "params")
         eng = self._check()
         ids = self._scan_ids(eng, session_ids)
-        return eng.analysis_query(query, params, ids)
+        return eng.analysis_query(query, params, ids, files)
+
+    def interrupt_sql(self) -> None:
+        """Stop the analysis queries running now on this store in other threads (``sql``,
+        ``sql_arrow``, ``to_arrow``, ``messages_df``...): each raises ``KeyboardInterrupt``,
+        as after Ctrl-C. Returns at once; the store stays open and answers the next query.
+        (``sk.aio`` calls it when the task awaiting a query is cancelled.)"""
+        self._check().interrupt_analysis()
 
     def to_arrow(self, view: str):
         """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)

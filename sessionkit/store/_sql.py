@@ -541,6 +541,9 @@ class SQLEngine(Engine):
         self._inserts: dict[tuple[str, str], str] = {}
         self._analysis: Any = None
         self._analysis_setup = threading.Lock()
+        from ._analysis import Runs  # (no DuckDB import: that comes with the first query)
+
+        self._analysis_runs = Runs()
 
     # -- SQL text ---------------------------------------------------------------
     @staticmethod
@@ -1192,23 +1195,32 @@ class SQLEngine(Engine):
     #: Whether rows become visible in write-sequence order (one writer at a time).
     ORDERED_COMMITS = True
 
-    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None) -> Any:
+    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None,
+                       files: bool = False) -> Any:
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
         The shared engine keeps an in-memory cache of the analysis columns beside the
         store, refreshed from the change log before each query (``_analysis.Cache``)."""
         from . import _analysis
 
-        cache = self._analysis
-        if cache is None:
-            with self._analysis_setup:
-                cache = self._analysis
-                if cache is None:
-                    cache = self._analysis = _analysis.Cache(self, ordered=self.ORDERED_COMMITS)
-        return cache.query(query, params, session_ids)
+        with self._analysis_runs.run() as run:  # (StoreClosed once the store closes)
+            cache = self._analysis
+            if cache is None:
+                with self._analysis_setup:
+                    run.raise_if_stopped()
+                    cache = self._analysis
+                    if cache is None:
+                        cache = self._analysis = _analysis.Cache(self, ordered=self.ORDERED_COMMITS)
+            return cache.query(query, params, session_ids, run=run, files=files)
+
+    def interrupt_analysis(self) -> None:
+        self._analysis_runs.interrupt()
 
     def close_analysis(self) -> None:
-        cache, self._analysis = self._analysis, None
+        """Stop the analysis queries running (they raise ``StoreClosed``), then close the cache."""
+        self._analysis_runs.close()
+        with self._analysis_setup:
+            cache, self._analysis = self._analysis, None
         if cache is not None:
             cache.close()
 

@@ -579,6 +579,18 @@ class DuckDBEngine(LocalEngine):
             (name,))[0])
 
     def close(self) -> None:
+        # An analysis query running in another thread is stopped first (it raises
+        # StoreClosed): DuckDB refuses to close a database a statement still runs on.
+        self._analysis_runs.close()
+        # (Inside this thread's write transaction the analysis setup may be waiting for it.)
+        setup = self._analysis_setup.acquire(blocking=self._shared.writer != threading.get_ident())
+        try:
+            self._close()
+        finally:
+            if setup:
+                self._analysis_setup.release()
+
+    def _close(self) -> None:
         with self._lock:
             if not self._closed:
                 # Left in the journal when this fails: the next opening moves them.
@@ -599,10 +611,13 @@ class DuckDBEngine(LocalEngine):
         _files.release(self._held)  # outside the lock: _files' own lock is taken before it on opening
 
     # -- analysis: queries on this database's own tables --------------------------------
-    def analysis_query(self, query, params=None, session_ids=None):
+    def analysis_query(self, query, params=None, session_ids=None, files=False):
         """A read-only query over views defined on this store's own tables (see
         ``_analysis``): on a second connection to the database, in a transaction of its
-        own (one snapshot; the store's writers go on) that is rolled back."""
+        own (one snapshot; the store's writers go on) that is rolled back. That connection
+        shares the store's database, whose configuration cannot be locked down: the
+        query's parse tree keeps it to the views (``_analysis.check_query``), and
+        ``files=True`` runs it on a connection of its own."""
         from . import _analysis
 
         tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
@@ -610,10 +625,11 @@ class DuckDBEngine(LocalEngine):
             # From inside this thread's write transaction: on the transaction's connection,
             # so the query sees the transaction's writes, which then commit or roll back
             # with it (the views are made in the transaction too).
-            with self._lock:
-                return _analysis.run_query(self._db, tables, query, params, {}, session_ids=session_ids,
-                                           in_transaction=True)
-        with self._analysis_setup:
+            with self._analysis_runs.run() as run, self._lock:
+                return _analysis.run_query(self._db, tables, query, params, {}, session_ids=session_ids, run=run,
+                                           files=files, in_transaction=True)
+        with self._analysis_runs.run() as run, self._analysis_setup:  # (StoreClosed once the store closes)
+            run.raise_if_stopped()
             self.merge_journal()
             con = self._analysis
             if con is None:
@@ -621,7 +637,8 @@ class DuckDBEngine(LocalEngine):
                     if self._closed:
                         raise StoreClosed("the store is closed")
                     con = self._analysis = _analysis.new_connection(self._db)
-            return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids)
+            return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids, run=run,
+                                       files=files)
 
     # -- connection model --------------------------------------------------------------
     @contextlib.contextmanager

@@ -210,9 +210,10 @@ def test_a_duckdb_query_sees_one_snapshot_while_writers_go_on(new_store):
 
     t = threading.Thread(target=writer)
     t.start()
-    # one statement reads the table twice; a writer committing in between would make them differ
+    # one statement reads the table twice (through two views); a writer committing in between
+    # would make them differ
     query = ("SELECT (SELECT count(*) FROM messages) AS a, (SELECT count(*) FROM range(3000000)) AS pause,"
-             " (SELECT count(*) FROM sessionkit_messages) AS b")
+             " (SELECT sum(message_count) FROM sessions) AS b")
     started.set()
     for _ in range(5):
         row = store.sql(query).iloc[0]

@@ -416,6 +416,9 @@ async def _sql(t: Twins):
     await t.read(lambda st: st.sql("SELECT session_id, count(*) AS n FROM messages GROUP BY 1 ORDER BY 1"))
     await t.read(lambda st: st.sql("SELECT id, role FROM messages WHERE session_id = ? ORDER BY id", ["s"]))
     await t.read(lambda st: st.sql("DELETE FROM messages"))
+    await t.read(lambda st: st.sql("SELECT * FROM sessionkit_messages"))
+    await t.read(lambda st: st.sql("SELECT * FROM read_csv('/etc/passwd')"))
+    await t.read(lambda st: st.sql("SELECT count(*) AS n FROM range(3)", files=True))
 
 
 @recipe("AsyncStore.sql_arrow")
@@ -424,6 +427,12 @@ async def _sql_arrow(t: Twins):
     await t.read(lambda st: st.sql_arrow("SELECT count(*) AS n FROM messages WHERE role = $role",
                                          {"role": "assistant"}))
     await t.read(lambda st: st.sql_arrow(42))
+
+
+@recipe("AsyncStore.interrupt_sql")
+async def _interrupt_sql(t: Twins):
+    await t.read(lambda st: st.interrupt_sql())  # nothing running: nothing to stop, the store goes on
+    await t.read(lambda st: st.sql("SELECT count(*) AS n FROM messages"))
 
 
 @recipe("AsyncStore.to_arrow")
