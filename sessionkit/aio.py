@@ -1,4 +1,4 @@
-"""The async API (SPEC 14): a store and its sessions behind coroutines, for asyncio applications.
+"""The async API (docs/async.md): a store and its sessions behind coroutines, for asyncio applications.
 
 >>> import sessionkit as sk
 >>> async def main():
@@ -520,7 +520,8 @@ class AsyncStore:
 
     # -- change feed ------------------------------------------------------------------------
     async def subscribe(self, callback: Callable[[ChangeEvent], Any]) -> Callable[[], None]:
-        """Call ``callback(event)`` after every write (SPEC F1); returns ``unsubscribe`` (a plain function).
+        """Call ``callback(event)`` after every write (docs/message-tree.md); returns ``unsubscribe``
+        (a plain function).
 
         ``callback`` may be sync or async. A sync callback runs on the thread that
         wrote (the worker thread; on PostgreSQL, other processes' writes come from
@@ -536,7 +537,7 @@ class AsyncStore:
 
     # -- search -----------------------------------------------------------------------------
     async def search(self, query: str, *, session_id: str | None = None, limit: int = 10) -> list[SearchHit]:
-        """Full-text search over text parts (SPEC Q1-Q3), as :meth:`sessionkit.Store.search`."""
+        """Full-text search over text parts (docs/search.md), as :meth:`sessionkit.Store.search`."""
         return await self._call("search", query, session_id=session_id, limit=limit)
 
     # -- runs, events, records ------------------------------------------------------------------
@@ -661,7 +662,7 @@ class AsyncStore:
             raise
 
     async def messages_df(self, session_ids=None):
-        """One row per message with the SPEC D1 columns (a pandas DataFrame)."""
+        """One row per message with the columns of the ``messages`` view (docs/analysis.md) (a pandas DataFrame)."""
         return await self._query("messages_df", session_ids)
 
     async def sql(self, query: str, params=None, *, files: bool = False):
@@ -773,7 +774,7 @@ class AsyncStore:
         if not token.ended.done():
             token.ended.set_result(None)
 
-    # -- the SessionStore protocol (SPEC A7) ------------------------------------------------------------
+    # -- the SessionStore protocol (docs/agents.md) ------------------------------------------------------------
     async def load(self, session_id: str) -> list[dict]:
         """``SessionStore.load``: the session's latest path, compaction applied (``get_history()``)."""
         return await self.session(session_id).get_history()
@@ -845,19 +846,19 @@ class AsyncSession:
 
     # -- writing --------------------------------------------------------------------------
     async def append(self, message: dict, *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
-        """Add a message (SPEC W1); idempotent on ``message["id"]``."""
+        """Add a message (docs/message-tree.md); idempotent on ``message["id"]``."""
         return await self._call("append", message, parent_id=parent_id, source=source)
 
     async def append_many(self, messages: Iterable[dict], *, parent_id: Any = LATEST,
                           source: str = "server") -> list[AppendResult]:
-        """Append a chain of messages in one transaction (SPEC W7)."""
+        """Append a chain of messages in one transaction (docs/message-tree.md)."""
         if not isinstance(messages, dict):
             messages = list(messages)
         return await self._call("append_many", messages, parent_id=parent_id, source=source)
 
     async def import_message(self, message: dict, *, parent_id: str | None = None,
                              created_at: Any = None) -> AppendResult:
-        """Store a message as is (SPEC W3): no change event, never triggers compaction."""
+        """Store a message as is (docs/message-tree.md): no change event, never triggers compaction."""
         return await self._call("import_message", message, parent_id=parent_id, created_at=created_at)
 
     async def import_many(self, items: Iterable[tuple[dict, Any, Any]]) -> list[AppendResult]:
@@ -867,11 +868,11 @@ class AsyncSession:
         return await self._call("import_many", items)
 
     async def update(self, message: dict) -> dict:
-        """Replace the stored content of ``message["id"]`` (SPEC W5)."""
+        """Replace the stored content of ``message["id"]`` (docs/message-tree.md)."""
         return await self._call("update", message)
 
     async def delete(self, ids: str | Iterable[str], *, subtree: bool = False) -> list[str]:
-        """Delete messages (SPEC W6); returns the ids removed."""
+        """Delete messages (docs/message-tree.md); returns the ids removed."""
         if not isinstance(ids, str):
             ids = list(ids)
         return await self._call("delete", ids, subtree=subtree)
@@ -886,7 +887,7 @@ class AsyncSession:
         return await self._call("get", id)
 
     async def latest_leaf(self) -> dict | None:
-        """The latest leaf (SPEC W4), or None in an empty session."""
+        """The latest leaf (docs/message-tree.md), or None in an empty session."""
         return await self._call("latest_leaf")
 
     async def branches(self, id: str) -> list[dict]:
@@ -925,7 +926,7 @@ class AsyncSession:
 
     def history(self, *, leaf_id: str | None = None, newest_first: bool = False,
                 compacted: bool = True) -> AsyncIterator[dict]:
-        """Stream the path from the root to the leaf (SPEC R1): ``async for m in session.history()``.
+        """Stream the path from the root to the leaf (docs/message-tree.md): ``async for m in session.history()``.
 
         Messages are read on the worker thread a batch at a time (16 first, then
         more, up to 512), no transaction open between batches; with
@@ -939,7 +940,7 @@ class AsyncSession:
         )
 
     async def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]:
-        """The path from the root to the leaf as a list (SPEC R2), read as one state of the store."""
+        """The path from the root to the leaf as a list (docs/message-tree.md), read as one state of the store."""
         return await self._call("get_history", leaf_id=leaf_id, compacted=compacted)
 
     async def snapshot(self) -> list[dict]:
@@ -948,13 +949,13 @@ class AsyncSession:
 
     async def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None,
                              compacted: bool = True) -> RecentHistory:
-        """The longest suffix of the path within ``max_bytes`` (SPEC R3), compaction applied by default."""
+        """The longest suffix of the path within ``max_bytes`` (docs/message-tree.md), compaction applied by default."""
         return await self._call("recent_history", max_bytes, min_messages=min_messages, leaf_id=leaf_id,
                                 compacted=compacted)
 
     # -- compaction --------------------------------------------------------------------------
     def on_compaction(self, fn: Callable[..., Any]) -> AsyncSession:
-        """Register ``fn(messages, ctx) -> CompactionResult | None`` (SPEC C2); chainable, not a coroutine.
+        """Register ``fn(messages, ctx) -> CompactionResult | None`` (docs/compaction.md); chainable, not a coroutine.
 
         ``fn`` may be sync or async. It runs on the store's worker thread, as part
         of the append that crossed the threshold (or of :meth:`compact`); an async
@@ -980,7 +981,7 @@ class AsyncSession:
         return await self._call("context_tokens", leaf_id)
 
     async def compact(self, *, leaf_id: str | None = None) -> Compaction | None:
-        """Run the registered compaction function now (SPEC C3)."""
+        """Run the registered compaction function now (docs/compaction.md)."""
         return await self._call("compact", leaf_id=leaf_id)
 
     async def import_compaction(self, compaction: Compaction) -> bool:
@@ -989,16 +990,16 @@ class AsyncSession:
 
     # -- analysis, search, feed ---------------------------------------------------------------
     async def to_pandas(self):
-        """This session's messages as a DataFrame with the SPEC D1 columns."""
+        """This session's messages as a DataFrame with the columns of the ``messages`` view (docs/analysis.md)."""
         return await self._call("to_pandas")
 
     async def search(self, query: str, *, limit: int = 10) -> list[SearchHit]:
-        """Full-text search in this session only (SPEC Q1)."""
+        """Full-text search in this session only (docs/search.md)."""
         return await self._call("search", query, limit=limit)
 
     async def mirror(self, target, *, transform: Callable | None = None,
                      intercept: Callable | None = None) -> Callable[[], None]:
-        """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (SPEC F2); returns ``stop``.
+        """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (docs/message-tree.md); returns ``stop``.
 
         ``target`` is updated on the worker thread, before the write's ``await``
         returns; ``transform`` and ``intercept`` are sync and run there too.

@@ -242,7 +242,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
             if not peer.has_search:
                 return {"na": "no search API"}
             # First search on a store that has never searched: sessionkit builds its index
-            # inside that call (SPEC Q3); the raw rows build theirs in prepare_search.
+            # inside that call (docs/search.md); the raw rows build theirs in prepare_search.
             t = time.perf_counter()
             await peer.prepare_search(conv)
             await peer.search(conv, workload.SEARCH_QUERIES[0])

@@ -1,7 +1,7 @@
 """The benchmark workload: deterministic, realistic-looking conversation messages.
 
 Every store receives the same logical messages, written in sessionkit's message shape
-(SPEC M1, the AI SDK's UIMessage) and converted by each adapter into the peer's own
+(docs/messages.md, the AI SDK's UIMessage) and converted by each adapter into the peer's own
 record type.
 
 - user messages carry ~200 bytes of text,

@@ -12,8 +12,8 @@ stored when the message was written, and the columns that depend on the tree
   before it in its session continues the run, any other row starts one (a conversation
   growing under its newest message is one run). Walking up from a row inside its run
   passes every earlier row of the run, so a path is a few runs, not a row per step;
-* the latest path is followed from each session's newest row (its latest leaf, SPEC
-  W4) from run to run (a recursive query whose steps are the branch points on the
+* the latest path is followed from each session's newest row (its latest leaf,
+  docs/message-tree.md) from run to run (a recursive query whose steps are the branch points on the
   path, not its length), and a compaction's range likewise from its ``to_id`` up to its
   ``from_id`` (it covers nothing when ``from_id`` is not on the way up, as in
   :meth:`sessionkit.store.Tree.build`); the newest compaction holding a row wins;

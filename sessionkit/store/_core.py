@@ -1,4 +1,5 @@
-"""Store and Session: the semantics of SPEC sections 2-7, independent of any SQL dialect.
+"""Store and Session: what a store promises (docs/stores.md, docs/message-tree.md,
+docs/compaction.md, docs/search.md), independent of any SQL dialect.
 
 An engine (``sqlite.py``, ``duckdb.py``) supplies storage primitives through the
 :class:`Engine` interface; everything users can observe (validation, idempotency,
@@ -62,7 +63,7 @@ __all__ = [
 
 
 class _Latest:
-    """Sentinel: attach to the session's latest leaf (SPEC W1)."""
+    """Sentinel: attach to the session's latest leaf (docs/message-tree.md)."""
 
     _instance = None
 
@@ -120,7 +121,7 @@ class SessionInfo:
 
 @dataclass(frozen=True)
 class ChangeEvent:
-    """A write reported by :meth:`Store.subscribe` (SPEC F1)."""
+    """A write reported by :meth:`Store.subscribe` (docs/message-tree.md)."""
 
     type: str  # append | update | delete | clear | compact
     session_id: str
@@ -130,7 +131,7 @@ class ChangeEvent:
 
 @dataclass(frozen=True)
 class Compaction:
-    """A stored summary replacing ``from_id`` .. ``to_id`` on read (SPEC C3)."""
+    """A stored summary replacing ``from_id`` .. ``to_id`` on read (docs/compaction.md)."""
 
     id: str
     from_id: str
@@ -216,7 +217,7 @@ class Tree:
     """A session's whole tree without message content: what views, plots and the CLI draw.
 
     ``nodes`` are every message's :class:`TreeNode` in write order (a parent always
-    comes before its children), ``latest_id`` the latest leaf (SPEC W4; None when
+    comes before its children), ``latest_id`` the latest leaf (docs/message-tree.md; None when
     the session is empty) and ``compactions`` every compaction, oldest first, placed
     in the tree. Get one with :meth:`Session.tree`, or build one from rows of
     :meth:`Store.scan` with :meth:`Tree.build`.
@@ -338,7 +339,7 @@ class PathView:
     """One path of a session without message content (see :meth:`Session.path`).
 
     ``nodes`` run from the root to ``leaf_id`` (positions 0 ..), ``spans`` are the
-    compactions that apply to this path when it is read (SPEC C5: whole range on
+    compactions that apply to this path when it is read (docs/compaction.md: whole range on
     the path, the newest of overlapping ones), in path order and never
     overlapping. ``tokens_full`` is the raw path's token estimate, ``tokens_model``
     the path's as the model sees it (each span replaced by its summary).
@@ -687,7 +688,7 @@ def _str_arg(value: Any, name: str) -> str:
     """``value`` when it is a str of valid Unicode; else TypeError or ValueError naming ``name``.
 
     Ids and names are checked here, before any engine sees them: a lone surrogate
-    cannot be encoded for any driver (SPEC M7, section 13).
+    cannot be encoded for any driver (docs/messages.md, docs/errors.md).
     """
     if type(value) is not str:
         if not isinstance(value, str):
@@ -954,7 +955,7 @@ class Store:
 
     # -- search ---------------------------------------------------------------
     def search(self, query: str, *, session_id: str | None = None, limit: int = 10) -> list[SearchHit]:
-        """Full-text search over text parts (SPEC Q1-Q3); any string is a valid query.
+        """Full-text search over text parts (docs/search.md); any string is a valid query.
 
         Words match case-insensitively with English stemming; all words must occur;
         ``"double quotes"`` ask for a phrase. Hits come best first (BM25). The cost
@@ -1012,7 +1013,7 @@ class Store:
     def search_candidates(self, value: int) -> None:
         self._engine.search_candidates = _count_arg(value, "search_candidates", 1)
 
-    # -- runs and events (SPEC A3, A4) -------------------------------------------
+    # -- runs and events (docs/agents.md) -------------------------------------------
     def runs(self, session_id: str) -> list[RunRecord]:
         """Recorded agent runs of a session, oldest first."""
         eng = self._check()
@@ -1071,7 +1072,7 @@ class Store:
             eng.w_run_end(run_id, "running", None, None, None)
 
     def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
-        """Store run events of a session (SPEC A4) in one transaction; returns them as stored.
+        """Store run events of a session (docs/agents.md) in one transaction; returns them as stored.
 
         Each event is a JSON object; the store sets ``session_id`` and the next ``seq``
         of the session (from 0, across all its runs), and adds ``v`` (1) and ``ts``
@@ -1248,7 +1249,8 @@ class Store:
 
     # -- analysis (pandas and DuckDB load on first use) ----------------------------
     def messages_df(self, session_ids=None):
-        """One row per message with the SPEC D1 columns (a pandas DataFrame); see sessionkit.analysis."""
+        """One row per message (a pandas DataFrame) with the columns of the ``messages`` view
+        (docs/analysis.md); see sessionkit.analysis."""
         return _conveniences.messages_df(self, session_ids)
 
     def sql(self, query: str, params=None, *, files: bool = False):
@@ -1359,7 +1361,7 @@ class Session:
 
     # -- writing ------------------------------------------------------------------
     def append(self, message: dict, *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
-        """Add a message (SPEC W1). Idempotent on ``message["id"]``: the first write wins."""
+        """Add a message (docs/message-tree.md). Idempotent on ``message["id"]``: the first write wins."""
         strip = self._strip_for(source)
         parent_id = _parent_arg(parent_id)
         prep = self._prepare(message, strip, None)
@@ -1387,7 +1389,7 @@ class Session:
 
     def append_many(self, messages: Iterable[dict], *, parent_id: Any = LATEST,
                     source: str = "server") -> list[AppendResult]:
-        """Append a chain of messages in one transaction (SPEC W7).
+        """Append a chain of messages in one transaction (docs/message-tree.md).
 
         The first message goes under ``parent_id`` (as :meth:`append`: ``LATEST``,
         ``None`` for a new root, or a message id), each next one under the one
@@ -1395,9 +1397,9 @@ class Session:
         message raises its error and nothing is stored. An id already stored keeps
         its place (``inserted=False``, the stored message) and the next message
         attaches under it, so a retried chain completes without duplicates.
-        ``source="client"`` strips the reserved metadata keys (SPEC W2). One change
+        ``source="client"`` strips the reserved metadata keys (docs/message-tree.md). One change
         event per inserted message, after the commit; the compaction threshold
-        (SPEC C2) is checked once, after the whole chain.
+        (docs/compaction.md) is checked once, after the whole chain.
         """
         strip = self._strip_for(source)
         if isinstance(messages, dict):
@@ -1423,7 +1425,7 @@ class Session:
             store._emit(ChangeEvent("append", self.session_id, (r.message["id"],), r.message))
 
     def import_message(self, message: dict, *, parent_id: str | None = None, created_at: Any = None) -> AppendResult:
-        """Store a message as is (SPEC W3): no change event, never triggers compaction.
+        """Store a message as is (docs/message-tree.md): no change event, never triggers compaction.
 
         ``created_at`` (a datetime or epoch milliseconds) becomes the message's
         ``createdAt`` as well as its row's time, so the two never disagree.
@@ -1557,7 +1559,7 @@ class Session:
         return stored
 
     def delete(self, ids: str | Iterable[str], *, subtree: bool = False) -> list[str]:
-        """Delete messages (SPEC W6); returns the ids removed."""
+        """Delete messages (docs/message-tree.md); returns the ids removed."""
         if isinstance(ids, str):
             ids = [ids]
         ids = list(dict.fromkeys(_str_arg(i, "message id") for i in ids))
@@ -1617,7 +1619,7 @@ class Session:
             return None if node is None else self._read(node.seq)
 
     def latest_leaf(self) -> dict | None:
-        """The latest leaf (SPEC W4), or None in an empty session."""
+        """The latest leaf (docs/message-tree.md), or None in an empty session."""
         eng = self._eng()
         with eng.snapshot():
             node = eng.latest(self.session_id)
@@ -1734,7 +1736,7 @@ class Session:
         return self._walk_skeleton(leaf, comps, newest_first)
 
     def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]:
-        """The path from the root to the leaf as a list (SPEC R2), read as one state of the store.
+        """The path from the root to the leaf as a list (docs/message-tree.md), read as one state of the store.
 
         The path is read newest first in range scans of its runs, content included,
         then put in order; compaction overlays replace their ranges.
@@ -1822,7 +1824,7 @@ class Session:
 
     def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None,
                        compacted: bool = True) -> RecentHistory:
-        """The longest suffix of the path within ``max_bytes`` (SPEC R3); cost grows with the window.
+        """The longest suffix of the path within ``max_bytes`` (docs/message-tree.md); cost grows with the window.
 
         The path is the one :meth:`get_history` returns: with ``compacted=True`` (the
         default) a compaction's summary stands for its range and counts with its own
@@ -1914,7 +1916,7 @@ class Session:
 
     # -- compaction -----------------------------------------------------------------
     def on_compaction(self, fn: Callable) -> Session:
-        """Register ``fn(messages, ctx) -> CompactionResult | None`` (SPEC C2)."""
+        """Register ``fn(messages, ctx) -> CompactionResult | None`` (docs/compaction.md)."""
         if not callable(fn):
             raise TypeError("on_compaction needs a callable")
         self._compact_fn = fn
@@ -1966,7 +1968,7 @@ class Session:
             log.exception("sessionkit: compaction of session %r failed; conversation unchanged", self.session_id)
 
     def compact(self, *, leaf_id: str | None = None) -> Compaction | None:
-        """Run the registered compaction function now (SPEC C3)."""
+        """Run the registered compaction function now (docs/compaction.md)."""
         if self._compact_fn is None:
             raise UsageError("no compaction function: call session.on_compaction(fn) first")
         leaf = self._leaf(leaf_id)
@@ -2040,18 +2042,19 @@ class Session:
 
     # -- analysis (pandas loads on first use) ------------------------------------------
     def to_pandas(self):
-        """This session's messages as a DataFrame with the SPEC D1 columns, in write order."""
+        """This session's messages as a DataFrame with the columns of the ``messages`` view
+        (docs/analysis.md), in write order."""
         return _conveniences.to_pandas(self)
 
     # -- search and feed ---------------------------------------------------------------
     def search(self, query: str, *, limit: int = 10) -> list[SearchHit]:
-        """Full-text search in this session only (SPEC Q1)."""
+        """Full-text search in this session only (docs/search.md)."""
         return self._store.search(query, session_id=self.session_id, limit=limit)
 
     def mirror(
         self, target, *, transform: Callable | None = None, intercept: Callable | None = None
     ) -> Callable[[], None]:
-        """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (SPEC F2)."""
+        """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (docs/message-tree.md)."""
         tf = transform or (lambda m: m)
         if isinstance(target, list):
             get, put = (lambda: target), (lambda v: target.__setitem__(slice(None), v))
@@ -2198,7 +2201,7 @@ def _model_tokens(tokens, ranges) -> int:
 
 
 def _overlay(comp: Compaction, count: int) -> dict:
-    """The message a compaction shows as on read (SPEC C5)."""
+    """The message a compaction shows as on read (docs/compaction.md)."""
     return _parts.overlay_message(
         id=comp.id, from_id=comp.from_id, to_id=comp.to_id, summary=comp.summary,
         created_at=comp.created_at, messages=count, tokens_before=comp.tokens_before,

@@ -1,4 +1,4 @@
-"""SessionStores with coroutine ``load``/``save`` (SPEC A7), an ``sk.aio`` store among them (SPEC 14)."""
+"""SessionStores with coroutine ``load``/``save`` (docs/agents.md), an ``sk.aio`` store among them (docs/async.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run context (SPEC A11): shown to the model beside the turn's user message, given to tools, never stored."""
+"""Run context (docs/agents.md): shown to the model beside the turn's user message, given to tools, never stored."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""RunController: steering and follow-ups join the active run in SPEC order; interrupt; clear."""
+"""RunController: steering and follow-ups join the active run in the documented order
+(docs/agents.md); interrupt; clear."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Guardrails (SPEC A9): input and output checks that fail a run with GuardrailTripped."""
+"""Guardrails (docs/agents.md): input and output checks that fail a run with GuardrailTripped."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""sk.LiteLLMModel (SPEC A10): options reach every litellm call; an unknown cost is None, never 0.0."""
+"""sk.LiteLLMModel (docs/agents.md): options reach every litellm call; an unknown cost is None, never 0.0."""
 
 from __future__ import annotations
 

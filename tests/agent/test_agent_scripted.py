@@ -1,4 +1,4 @@
-"""ScriptedModel (SPEC A8): replies across runs, streamed deltas, tool calls, usage, errors."""
+"""ScriptedModel (docs/agents.md): replies across runs, streamed deltas, tool calls, usage, errors."""
 
 from __future__ import annotations
 

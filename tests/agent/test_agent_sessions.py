@@ -1,4 +1,4 @@
-"""create_session, the SessionStore protocol and FileSessionStore (SPEC A7)."""
+"""create_session, the SessionStore protocol and FileSessionStore (docs/agents.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DataFrames: exactly the SPEC D1 columns, with values checked message by message."""
+"""DataFrames: exactly the docs/analysis.md columns, with values checked message by message."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_messages_df_scope_and_order(store):
 
 
 def test_metadata_keys_read_as_written(store):
-    """A caller's key that collides with the store's payload key is data in every view (SPEC M7)."""
+    """A caller's key that collides with the store's payload key is data in every view (docs/messages.md)."""
     key = "__sessionkit_blob__"
     meta = {key: 1, key + key: [2], key + "x": {key: 3}}
     store.session("s").append(message("a", dict(text_part("hi"), **{key: 4}), metadata=meta))

@@ -94,7 +94,7 @@ def test_importers_return_each_session_once_in_file_order(mem_store, tmp_path):
 
 @pytest.mark.parametrize("limit", [10_000, 2])
 def test_imports_return_a_list_up_to_the_limit_then_the_packed_sequence(mem_store, tmp_path, monkeypatch, limit):
-    # SPEC D3: a list of sessions; past LIST_UP_TO of them the packed SessionList (bounded memory).
+    # docs/importing.md: a list of sessions; past LIST_UP_TO of them the packed SessionList (bounded memory).
     import sessionkit.io._common as common
 
     monkeypatch.setattr(common, "LIST_UP_TO", limit)

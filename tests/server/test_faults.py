@@ -1,4 +1,4 @@
-"""Crash safety as a property (SPEC H8): ``sessionkit serve`` killed with SIGKILL at random moments.
+"""Crash safety as a property (docs/server.md): ``sessionkit serve`` killed with SIGKILL at random moments.
 
 A real ``sessionkit serve`` process (on PostgreSQL, ``--workers 2``: three processes,
 killed together) serves an agent that echoes after a short delay, and calls a tool

@@ -1,4 +1,4 @@
-"""Every route and its answers (SPEC section 9, H1, H2), against a real uvicorn server."""
+"""Every route and its answers (docs/server.md, H1, H2), against a real uvicorn server."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ def test_records_are_upserted_listed_by_number_and_kept_per_session_and_kind(any
 def test_a_session_holding_only_records_exists_and_delete_session_removes_them(any_store):
     st = any_store
     st.put_records("only", "server.session", [(0, {"createdAt": "now"})])
-    assert st.list_sessions() == []  # list_sessions counts sessions holding messages (SPEC S3)
+    assert st.list_sessions() == []  # list_sessions counts sessions holding messages (docs/stores.md)
     st.delete_session("only")
     assert st.records("only", "server.session") == []
     with pytest.raises(sk.SessionNotFound):

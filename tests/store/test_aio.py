@@ -928,7 +928,7 @@ def test_a_transaction_cancelled_while_it_opens_rolls_back_and_lets_others_in(ta
 
 
 # ---------------------------------------------------------------------------
-# the SessionStore protocol (SPEC A7)
+# the SessionStore protocol (docs/agents.md)
 
 
 def test_an_async_store_is_a_session_store(tmp_path):

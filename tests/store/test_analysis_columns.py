@@ -1,4 +1,4 @@
-"""The analysis columns stored with each message (SPEC D5), on every engine.
+"""The analysis columns stored with each message (docs/analysis.md), on every engine.
 
 Every write path fills ``text``, ``n_parts``, ``tool_names`` and ``metadata`` from the
 message as it reads back; a store written under schema version 5 gets them on opening

@@ -1,6 +1,6 @@
 """An append whose message is deleted by another writer between the one-statement fast
 path ("already stored") and the read of the stored copy: the append sees the store after
-the delete and stores the message again, instead of failing on the missing row (SPEC 13:
+the delete and stores the message again, instead of failing on the missing row (docs/errors.md:
 reads racing writes see before or after, never an error)."""
 
 from __future__ import annotations

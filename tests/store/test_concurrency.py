@@ -1,4 +1,4 @@
-"""Several writers on one SQLite file at once (SPEC S5): two processes and four threads
+"""Several writers on one SQLite file at once (docs/stores.md): two processes and four threads
 sharing one Store append at the same time, and nothing is lost, duplicated or misplaced;
 readers streaming a path while another thread appends see whole, consistent paths."""
 

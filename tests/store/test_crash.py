@@ -1,4 +1,4 @@
-"""Crash safety of the SQLite engine (SPEC S5): a writer killed with SIGKILL at random
+"""Crash safety of the SQLite engine (docs/stores.md): a writer killed with SIGKILL at random
 moments loses no append that had returned and leaves no partial message behind."""
 
 from __future__ import annotations

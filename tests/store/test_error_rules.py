@@ -1,4 +1,4 @@
-"""SPEC 13 on the file engines: a write lock held too long is StoreLocked after
+"""docs/errors.md on the file engines: a write lock held too long is StoreLocked after
 ``busy_timeout`` (which is honoured), a damaged file is StoreCorrupt, and no driver
 error type (sqlite3.*, duckdb.*) ever leaves a call."""
 

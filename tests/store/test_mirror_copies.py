@@ -1,4 +1,4 @@
-"""A mirror (SPEC F2) holds its own copies: what a caller does with the dict an append
+"""A mirror (docs/message-tree.md) holds its own copies: what a caller does with the dict an append
 returned never shows in a mirrored list."""
 
 import sessionkit as sk

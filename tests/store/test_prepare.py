@@ -117,7 +117,7 @@ def test_the_returned_message_is_the_stored_one_and_shares_nothing():
         assert s.append({"id": "b", "role": "user", "parts": []}) == sk.AppendResult(False, second.message)
 
 
-# -- keys are data (SPEC M7): the stored form of caller keys that collide with the payload key
+# -- keys are data (docs/messages.md): the stored form of caller keys that collide with the payload key
 
 R = _msg._BLOB_KEY
 adversarial_keys = st.one_of(text, st.sampled_from([R, R + R, R + "x", R * 3, "x" + R, R[:-1], R + R + "é"]))

@@ -1,4 +1,4 @@
-"""Session handles (SPEC S2): the same object for an id while it is in use, settings kept,
+"""Session handles (docs/stores.md): the same object for an id while it is in use, settings kept,
 and no memory held for the handles of sessions nobody uses any more.
 
 An import of a million one-session lines asks for a million handles; a store that kept

@@ -3,7 +3,7 @@
 A hypothesis state machine appends (latest leaf, explicit parent, new root, duplicate id),
 imports, updates, deletes (leaf, subtree, refused), clears, compacts and searches in two
 sessions of one store, and after every step compares each read of the store with what a
-dict-based model of SPEC sections 1-6 says it must return.
+dict-based model of docs/stores.md says it must return.
 
 It runs on every variant of the store matrix (``store_variant`` in tests/conftest.py) at the
 ``quick`` depth (a few examples), and at the ``full`` depth on each engine's file variant,
@@ -105,7 +105,7 @@ WORDS = [
 ]
 
 
-# Decoded sizes around the 4 KiB out-of-row threshold of SPEC M5.
+# Decoded sizes around the 4 KiB out-of-row threshold of docs/messages.md.
 PAYLOADS = [payload("payload-0", 4096), payload("payload-1", 4095), payload("payload-2", 6000)]
 PAYLOADS_B64 = [base64.b64encode(p).decode("ascii") for p in PAYLOADS]
 
@@ -197,11 +197,11 @@ pick = st.integers(0, 1 << 16)  # chooses among whatever exists when the rule ru
 
 
 # ---------------------------------------------------------------------------
-# the reference model: SPEC rules written out plainly
+# the reference model: the store's documented rules written out plainly
 
 
 def window_take(sizes: list[int], max_bytes: int, min_messages: int) -> int:
-    """How many of the last entries a window of ``max_bytes`` holds (SPEC R3)."""
+    """How many of the last entries a window of ``max_bytes`` holds (docs/message-tree.md)."""
     take, total = 0, 0
     for size in reversed(sizes):
         if take >= min_messages and total + size > max_bytes:
@@ -217,7 +217,7 @@ def canonical_size(message: dict) -> int:
 
 
 def token_estimate(message: dict) -> int:
-    """SPEC M6: ceil(max(chars / 4, words * 1.3)) + 4 over text, reasoning and tool I/O."""
+    """docs/messages.md: ceil(max(chars / 4, words * 1.3)) + 4 over text, reasoning and tool I/O."""
     chars = words_ = 0
     for p in message.get("parts", ()):
         t = p.get("type", "")
@@ -240,7 +240,7 @@ def text_of(message: dict) -> list[str]:
 
 
 def payload_shas(message: dict) -> set[str]:
-    """SHA-256 of every inline file payload of 4 KiB or more (SPEC M5)."""
+    """SHA-256 of every inline file payload of 4 KiB or more (docs/messages.md)."""
     out = set()
     for p in message.get("parts", ()):
         if p.get("type") != "file":
@@ -339,7 +339,7 @@ class SessionModel:
 
 
 def overlay(comp: dict, count: int) -> dict:
-    """SPEC C5: the message a compaction reads as."""
+    """docs/compaction.md: the message a compaction reads as."""
     return {
         "id": f"compaction:{comp['id']}",
         "role": "assistant",
@@ -415,7 +415,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _expect_stored(self, body, mid, created_at=None):
         msg = {"id": mid, **body}
-        if created_at is not None:  # an import given a time carries it as its createdAt (SPEC W3)
+        if created_at is not None:  # an import given a time carries it as its createdAt (docs/message-tree.md)
             msg["createdAt"] = created_at
         return msg
 
@@ -454,7 +454,7 @@ class StoreMachine(RuleBasedStateMachine):
             res = session.append(sent, parent_id=parent)
         after = time.time()
         if existing is not None:
-            # SPEC W1/W3: first write wins, nothing written
+            # docs/message-tree.md: first write wins, nothing written
             assert res.inserted is False
             assert res.message == existing.message
             return
@@ -889,7 +889,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert first_two == raw[::-1][:2]
         assert session.path_length(**kw) == len(path)
         assert session.branches(leaf) == [model.msgs[c].message for c in model.children(leaf)]
-        # SPEC R3: the longest suffix within max_bytes, never fewer than min_messages, of the
+        # docs/message-tree.md: the longest suffix within max_bytes, never fewer than min_messages, of the
         # path as get_history() gives it (compacted by default, raw with compacted=False)
         sizes = [canonical_size(m) for m in raw]
         kind, value, delta = budget
@@ -956,7 +956,7 @@ class StoreMachine(RuleBasedStateMachine):
                 raw = [model.msgs[m].message for m in path]
                 assert session.get_history(compacted=False) == raw
                 assert session.get_history() == model.compacted(path)
-                # SPEC R3 at a message boundary: the last two messages fit exactly, or miss by a byte
+                # docs/message-tree.md at a message boundary: the last two messages fit exactly, or miss by a byte
                 sizes = [canonical_size(m) for m in raw]
                 tight = len(self.touched) % 2
                 for compacted, shown in ((False, raw), (True, model.compacted(path))):
