@@ -52,12 +52,18 @@ from sessionkit.parts import tool_names  # noqa: E402
 
 QUERIES = {
     "roles": "SELECT role, count(*) AS n, sum(tokens) AS tokens FROM messages GROUP BY role ORDER BY role",
-    "top20": ("SELECT session_id, sum(tokens) AS tokens FROM messages GROUP BY session_id"
-              " ORDER BY tokens DESC, session_id LIMIT 20"),
-    "tools": ("SELECT name, count(*) AS calls FROM (SELECT unnest(tool_names) AS name FROM messages)"
-              " GROUP BY name ORDER BY calls DESC, name"),
-    "join": ("SELECT r.status, count(*) AS n, sum(m.tokens) AS tokens FROM messages m"
-             " JOIN runs r ON r.session_id = m.session_id GROUP BY r.status ORDER BY r.status"),
+    "top20": (
+        "SELECT session_id, sum(tokens) AS tokens FROM messages GROUP BY session_id"
+        " ORDER BY tokens DESC, session_id LIMIT 20"
+    ),
+    "tools": (
+        "SELECT name, count(*) AS calls FROM (SELECT unnest(tool_names) AS name FROM messages)"
+        " GROUP BY name ORDER BY calls DESC, name"
+    ),
+    "join": (
+        "SELECT r.status, count(*) AS n, sum(m.tokens) AS tokens FROM messages m"
+        " JOIN runs r ON r.session_id = m.session_id GROUP BY r.status ORDER BY r.status"
+    ),
 }
 D1 = "session_id, id, parent_id, depth, role, text, n_parts, tool_names, tokens, bytes, created_at"
 PER_SESSION = 100
@@ -86,13 +92,19 @@ def build(store, n: int) -> float:
         s = store.session(sid)
         s.import_many(items)
         if k % 10 == 0:
-            s.import_compaction(sk.Compaction(f"c{k}", items[2][0]["id"], items[30][0]["id"], "summary",
-                                              "2024-01-01T00:00:00.000Z", 5000, 100))
+            s.import_compaction(
+                sk.Compaction(
+                    f"c{k}", items[2][0]["id"], items[30][0]["id"], "summary", "2024-01-01T00:00:00.000Z", 5000, 100
+                )
+            )
     with store.transaction():
         for k in range(n // PER_SESSION):
             store.begin_run(f"s{k}", f"s{k}.1", "hello")
-            store.end_run(f"s{k}.1", status="completed" if k % 7 else "failed",
-                          usage={"in": 10, "out": 5, "cost_usd": 0.001, "model": "m"})
+            store.end_run(
+                f"s{k}.1",
+                status="completed" if k % 7 else "failed",
+                usage={"in": 10, "out": 5, "cost_usd": 0.001, "model": "m"},
+            )
     return time.perf_counter() - t
 
 
@@ -101,22 +113,49 @@ def raw_tables(n: int):
     import duckdb
     import pyarrow as pa
 
-    cols: dict[str, list] = {c: [] for c in ("session_id", "id", "parent_id", "depth", "role", "text", "n_parts",
-                                              "tool_names", "tokens", "bytes", "created_at")}
+    cols: dict[str, list] = {
+        c: []
+        for c in (
+            "session_id",
+            "id",
+            "parent_id",
+            "depth",
+            "role",
+            "text",
+            "n_parts",
+            "tool_names",
+            "tokens",
+            "bytes",
+            "created_at",
+        )
+    }
     depth: dict[str, int] = {}
     for sid, items in sessions_of(n):
         depth.clear()
         for m, parent, _ in items:
             d = 0 if parent is None else depth[parent] + 1
             depth[m["id"]] = d
-            for key, value in (("session_id", sid), ("id", m["id"]), ("parent_id", parent), ("depth", d),
-                               ("role", m["role"]), ("text", _msg.message_text(m)), ("n_parts", len(m["parts"])),
-                               ("tool_names", tool_names(m)), ("tokens", _msg.estimate_tokens(m)),
-                               ("bytes", len(_msg.dumps(m))), ("created_at", m["createdAt"])):
+            for key, value in (
+                ("session_id", sid),
+                ("id", m["id"]),
+                ("parent_id", parent),
+                ("depth", d),
+                ("role", m["role"]),
+                ("text", _msg.message_text(m)),
+                ("n_parts", len(m["parts"])),
+                ("tool_names", tool_names(m)),
+                ("tokens", _msg.estimate_tokens(m)),
+                ("bytes", len(_msg.dumps(m))),
+                ("created_at", m["createdAt"]),
+            ):
                 cols[key].append(value)
     src_messages = pa.table(cols)
-    src_runs = pa.table({"session_id": [f"s{k}" for k in range(n // PER_SESSION)],
-                     "status": ["completed" if k % 7 else "failed" for k in range(n // PER_SESSION)]})
+    src_runs = pa.table(
+        {
+            "session_id": [f"s{k}" for k in range(n // PER_SESSION)],
+            "status": ["completed" if k % 7 else "failed" for k in range(n // PER_SESSION)],
+        }
+    )
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
     con.register("src_messages", src_messages)
@@ -211,9 +250,11 @@ def main(argv=None) -> int:
     n = args.n
     tmp = tempfile.TemporaryDirectory(prefix="sk-analysis-bench-")
     adbc = "with" if _has_adbc() else "without"
-    lines = [f"{n:,} messages in {n // PER_SESSION:,} sessions; Python {sys.version.split()[0]}, "
-             f"DuckDB {__import__('duckdb').__version__}, {os.cpu_count()} cores, {adbc} the ADBC SQLite driver",
-             ""]
+    lines = [
+        f"{n:,} messages in {n // PER_SESSION:,} sessions; Python {sys.version.split()[0]}, "
+        f"DuckDB {__import__('duckdb').__version__}, {os.cpu_count()} cores, {adbc} the ADBC SQLite driver",
+        "",
+    ]
 
     with sk.open_store() as warm:  # pandas and pyarrow load once per process, not per query: not timed
         warm.sql("SELECT count(*) FROM messages")
@@ -223,11 +264,15 @@ def main(argv=None) -> int:
     raw_df = best(lambda: raw.execute(f"SELECT {D1} FROM messages").fetchdf(), 2)
     expected = {name: raw.execute(q).fetchall() for name, q in QUERIES.items()}
 
-    header = ("| engine | query | raw DuckDB | first | ratio | warm | ratio | after appends | ratio |"
-              " peak RSS | peak Python |")
+    header = (
+        "| engine | query | raw DuckDB | first | ratio | warm | ratio | after appends | ratio |"
+        " peak RSS | peak Python |"
+    )
     rows = [header, "|" + "---|" * 11]
-    frames = ["| engine | messages_df() | raw fetchdf() | ratio | peak RSS | peak Python |",
-              "|---|---|---|---|---|---|"]
+    frames = [
+        "| engine | messages_df() | raw fetchdf() | ratio | peak RSS | peak Python |",
+        "|---|---|---|---|---|---|",
+    ]
     for engine in args.engines.split(","):
         if engine == "postgresql":
             if not args.url:
@@ -254,8 +299,7 @@ def main(argv=None) -> int:
                 first, df, p1 = timed(lambda: run(query))  # noqa: B023 (called here)
                 got = [tuple(r) for r in df.itertuples(index=False)]
                 if [tuple(x) for x in got] != [tuple(x) for x in expected[name]]:
-                    raise SystemExit(f"{engine} {name}: store.sql disagrees with raw DuckDB:\n{got}\n"
-                                     f"{expected[name]}")
+                    raise SystemExit(f"{engine} {name}: store.sql disagrees with raw DuckDB:\n{got}\n{expected[name]}")
                 warm = best(lambda: run(query))  # noqa: B023
                 s = store.session("appended")
                 for i in range(args.appends):
@@ -264,9 +308,11 @@ def main(argv=None) -> int:
             # raw DuckDB again at this moment: on a shared machine the load moves within a run
             r = min(raw_times[name], best(lambda q=query: raw.execute(q).fetchall()))
             py = python_peak(target, lambda st, q=query: st.sql(q))
-            rows.append(f"| {engine} | {name} | {fmt(r)} | {fmt(first)} | {first / r:,.1f}x | {fmt(warm)} |"
-                        f" {warm / r:,.1f}x | {fmt(after)} | {after / r:,.1f}x | {p1.mb:,.0f} MB |"
-                        f" {py:,.1f} MB |")
+            rows.append(
+                f"| {engine} | {name} | {fmt(r)} | {fmt(first)} | {first / r:,.1f}x | {fmt(warm)} |"
+                f" {warm / r:,.1f}x | {fmt(after)} | {after / r:,.1f}x | {p1.mb:,.0f} MB |"
+                f" {py:,.1f} MB |"
+            )
             print(rows[-1], flush=True)
         with sk.open_store(target) as store:
             store.sql("SELECT count(*) FROM messages")  # the cache is built (SQLite, PostgreSQL)
@@ -276,8 +322,9 @@ def main(argv=None) -> int:
         py = python_peak(target, lambda st: st.messages_df())
         took = min(elapsed, again)
         raw_df = best(lambda: raw.execute(f"SELECT {D1} FROM messages").fetchdf(), 2)  # the same moment
-        frames.append(f"| {engine} | {fmt(took)} | {fmt(raw_df)} | {took / raw_df:,.1f}x |"
-                      f" {p.mb:,.0f} MB | {py:,.1f} MB |")
+        frames.append(
+            f"| {engine} | {fmt(took)} | {fmt(raw_df)} | {took / raw_df:,.1f}x | {p.mb:,.0f} MB | {py:,.1f} MB |"
+        )
         print(frames[-1], flush=True)
     report = "\n".join(lines + ["", *rows, "", *frames]) + "\n"
     print()

@@ -121,19 +121,27 @@ def main() -> None:
         for indexed in (False, True):
             (d1, dn), (s1, sn) = chain(folder, "duckdb", n, indexed), chain(folder, "sqlite", n, indexed)
             what = ", search index built" if indexed else ""
-            print(f"| append_many of {n:,} messages vs {n:,} single appends{what}, per message "
-                  f"| {_ms(dn, n)} vs {_ms(d1, n)} | {_ms(sn, n)} vs {_ms(s1, n)} "
-                  f"| DuckDB {dn / d1:.2f}x, SQLite {sn / s1:.2f}x time | <= 1x |")
-            print(f"| append_many of {n:,} messages{what}, DuckDB vs SQLite | {_ms(dn, n)} | {_ms(sn, n)} "
-                  f"| {dn / sn:.2f}x time | |")
+            print(
+                f"| append_many of {n:,} messages vs {n:,} single appends{what}, per message "
+                f"| {_ms(dn, n)} vs {_ms(d1, n)} | {_ms(sn, n)} vs {_ms(s1, n)} "
+                f"| DuckDB {dn / d1:.2f}x, SQLite {sn / s1:.2f}x time | <= 1x |"
+            )
+            print(
+                f"| append_many of {n:,} messages{what}, DuckDB vs SQLite | {_ms(dn, n)} | {_ms(sn, n)} "
+                f"| {dn / sn:.2f}x time | |"
+            )
         duck, lite = sessions(folder, "duckdb", args.sessions), sessions(folder, "sqlite", args.sessions)
-        print(f"| {args.sessions:,} one-message sessions | {duck:.2f} s | {lite:.2f} s "
-              f"| {duck / lite:.2f}x time | <= 3x |")
+        print(
+            f"| {args.sessions:,} one-message sessions | {duck:.2f} s | {lite:.2f} s "
+            f"| {duck / lite:.2f}x time | <= 3x |"
+        )
         for indexed in (False, True):
             duck, lite = big(folder, "duckdb", args.big_mb, indexed), big(folder, "sqlite", args.big_mb, indexed)
             what = ", search index built" if indexed else ""
-            print(f"| a {args.big_mb} MB message appended and read back{what} | {duck:.2f} s | {lite:.2f} s "
-                  f"| {duck / lite:.2f}x time | <= 2x |")
+            print(
+                f"| a {args.big_mb} MB message appended and read back{what} | {duck:.2f} s | {lite:.2f} s "
+                f"| {duck / lite:.2f}x time | <= 2x |"
+            )
 
 
 if __name__ == "__main__":

@@ -72,8 +72,10 @@ def appends(count: int, folder: Path, convs: int = 1) -> None:
     raw.close()
     store.close()
     where = "in one conversation" if convs == 1 else f"in {convs:,}x{per} conversations"
-    print(f"| single appends, {len(work):,} {where} | {len(work) / mine:,.0f}/s "
-          f"| raw DuckDB {len(work) / theirs:,.0f}/s | {theirs / mine:.2f}x rate | >= 0.8x |")
+    print(
+        f"| single appends, {len(work):,} {where} | {len(work) / mine:,.0f}/s "
+        f"| raw DuckDB {len(work) / theirs:,.0f}/s | {theirs / mine:.2f}x rate | >= 0.8x |"
+    )
 
 
 def reads(n: int, folder: Path, reps: int) -> None:
@@ -94,8 +96,10 @@ def reads(n: int, folder: Path, reps: int) -> None:
         "recent": lambda: duck.recent_history(0, min_messages=20).messages,
         "recent sqlite": lambda: lite.recent_history(0, min_messages=20).messages,
         "full": duck.get_history,
-        "full raw": lambda: [json.loads(d) for (d,) in raw.execute(
-            "SELECT data FROM msgs WHERE conv = ? ORDER BY seq", ("c",)).fetchall()],
+        "full raw": lambda: [
+            json.loads(d)
+            for (d,) in raw.execute("SELECT data FROM msgs WHERE conv = ? ORDER BY seq", ("c",)).fetchall()
+        ],
     }
     for i in range(reps * 20):
         for name, fn in ops.items():
@@ -105,10 +109,14 @@ def reads(n: int, folder: Path, reps: int) -> None:
             fn()
             times[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-    print(f"| recent 20 of {n:,} | {med['recent']:.3f} ms | SQLite engine {med['recent sqlite']:.3f} ms "
-          f"| {med['recent'] / med['recent sqlite']:.2f}x time | <= 2x |")
-    print(f"| full path read of {n:,} | {med['full']:,.0f} ms | raw DuckDB {med['full raw']:,.0f} ms "
-          f"| {med['full'] / med['full raw']:.2f}x time | <= 2x |")
+    print(
+        f"| recent 20 of {n:,} | {med['recent']:.3f} ms | SQLite engine {med['recent sqlite']:.3f} ms "
+        f"| {med['recent'] / med['recent sqlite']:.2f}x time | <= 2x |"
+    )
+    print(
+        f"| full path read of {n:,} | {med['full']:,.0f} ms | raw DuckDB {med['full raw']:,.0f} ms "
+        f"| {med['full'] / med['full raw']:.2f}x time | <= 2x |"
+    )
     raw.close()
     for st in stores.values():
         st.close()
@@ -144,8 +152,9 @@ def main() -> None:
     ap.add_argument("--phrase-store", type=int, default=2000, help="messages in the phrase store besides the long one")
     ap.add_argument("--lengths", default="25,100,400,1600", help="phrase lengths in words")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--convs", type=int, default=200,
-                    help="conversations of 20 messages appended one after another (0: none)")
+    ap.add_argument(
+        "--convs", type=int, default=200, help="conversations of 20 messages appended one after another (0: none)"
+    )
     ap.add_argument("--skip-phrases", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

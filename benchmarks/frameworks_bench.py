@@ -46,11 +46,12 @@ def build_openai_agents(path: Path, n: int) -> int:
             items = []
             for t in range(PER // 4):
                 call = f"call-{c}-{t}"
-                items += [{"role": "user", "content": f"question {t} of conversation {c}"},
-                          {"type": "function_call", "call_id": call, "name": "lookup",
-                           "arguments": json.dumps({"q": t})},
-                          {"type": "function_call_output", "call_id": call, "output": f"result {t}"},
-                          {"role": "assistant", "content": [{"type": "output_text", "text": f"answer {t}"}]}]
+                items += [
+                    {"role": "user", "content": f"question {t} of conversation {c}"},
+                    {"type": "function_call", "call_id": call, "name": "lookup", "arguments": json.dumps({"q": t})},
+                    {"type": "function_call_output", "call_id": call, "output": f"result {t}"},
+                    {"role": "assistant", "content": [{"type": "output_text", "text": f"answer {t}"}]},
+                ]
             await s.add_items(items)
             s.close()
 
@@ -71,10 +72,12 @@ def build_langgraph(path: Path, n: int) -> int:
         messages: list = []
         for t in range(PER // 4):
             call = f"call-{c}-{t}"
-            messages += [HumanMessage(f"question {t}", id=f"h-{c}-{t}"),
-                         AIMessage("", id=f"a-{c}-{t}", tool_calls=[{"name": "lookup", "args": {"q": t}, "id": call}]),
-                         ToolMessage(f"result {t}", tool_call_id=call, name="lookup", id=f"t-{c}-{t}"),
-                         AIMessage(f"answer {t}", id=f"b-{c}-{t}")]
+            messages += [
+                HumanMessage(f"question {t}", id=f"h-{c}-{t}"),
+                AIMessage("", id=f"a-{c}-{t}", tool_calls=[{"name": "lookup", "args": {"q": t}, "id": call}]),
+                ToolMessage(f"result {t}", tool_call_id=call, name="lookup", id=f"t-{c}-{t}"),
+                AIMessage(f"answer {t}", id=f"b-{c}-{t}"),
+            ]
             kept += 3
             if len(messages) % 10 == 0 or t == PER // 4 - 1:
                 checkpoint = empty_checkpoint()
@@ -94,8 +97,9 @@ def build_adk(path: Path, n: int) -> int:
 
     async def sessions():
         service = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{path}")
-        out = [await service.create_session(app_name="bench", user_id="u", session_id=f"s-{c}")
-               for c in range(n // PER)]
+        out = [
+            await service.create_session(app_name="bench", user_id="u", session_id=f"s-{c}") for c in range(n // PER)
+        ]
         await service.close()
         return out
 
@@ -107,15 +111,25 @@ def build_adk(path: Path, n: int) -> int:
             rows = []
             for t in range(PER // 4):
                 call = f"fc-{c}-{t}"
-                parts = [("user", types.Part(text=f"question {t}")),
-                         ("bot", types.Part(function_call=types.FunctionCall(name="lookup", args={"q": t}, id=call))),
-                         ("bot", types.Part(function_response=types.FunctionResponse(
-                             name="lookup", id=call, response={"result": t}))),
-                         ("bot", types.Part(text=f"answer {t}"))]
+                parts = [
+                    ("user", types.Part(text=f"question {t}")),
+                    ("bot", types.Part(function_call=types.FunctionCall(name="lookup", args={"q": t}, id=call))),
+                    (
+                        "bot",
+                        types.Part(
+                            function_response=types.FunctionResponse(name="lookup", id=call, response={"result": t})
+                        ),
+                    ),
+                    ("bot", types.Part(text=f"answer {t}")),
+                ]
                 for k, (author, part) in enumerate(parts):
                     moment = start + c + t * 0.01 + k * 0.001
-                    event = Event(author=author, invocation_id=f"inv-{c}-{t}", timestamp=moment,
-                                  content=types.Content(role="user" if author == "user" else "model", parts=[part]))
+                    event = Event(
+                        author=author,
+                        invocation_id=f"inv-{c}-{t}",
+                        timestamp=moment,
+                        content=types.Content(role="user" if author == "user" else "model", parts=[part]),
+                    )
                     rows.append(StorageEvent.from_event(session, event))
             orm.add_all(rows)
             orm.commit()
@@ -129,23 +143,40 @@ def build_claude_code(path: Path, n: int) -> int:
             parent = None
             for t in range(PER // 4):
                 call = f"toolu-{c}-{t}"
-                for kind, content in (("user", f"question {t}"),
-                                      ("assistant", [{"type": "tool_use", "id": call, "name": "Bash",
-                                                      "input": {"command": f"echo {t}"}}]),
-                                      ("user", [{"type": "tool_result", "tool_use_id": call, "content": f"{t}"}]),
-                                      ("assistant", [{"type": "text", "text": f"answer {t}"}])):
+                for kind, content in (
+                    ("user", f"question {t}"),
+                    (
+                        "assistant",
+                        [{"type": "tool_use", "id": call, "name": "Bash", "input": {"command": f"echo {t}"}}],
+                    ),
+                    ("user", [{"type": "tool_result", "tool_use_id": call, "content": f"{t}"}]),
+                    ("assistant", [{"type": "text", "text": f"answer {t}"}]),
+                ):
                     uid = str(uuid.uuid4())
-                    fh.write(json.dumps({"parentUuid": parent, "isSidechain": False, "sessionId": f"s-{c}",
-                                         "type": kind, "uuid": uid, "timestamp": "2026-01-01T00:00:00.000Z",
-                                         "message": {"role": kind, "content": content}}) + "\n")
+                    fh.write(
+                        json.dumps(
+                            {
+                                "parentUuid": parent,
+                                "isSidechain": False,
+                                "sessionId": f"s-{c}",
+                                "type": kind,
+                                "uuid": uid,
+                                "timestamp": "2026-01-01T00:00:00.000Z",
+                                "message": {"role": kind, "content": content},
+                            }
+                        )
+                        + "\n"
+                    )
                     parent = uid
     return (n // PER) * (PER // 4) * 3
 
 
-BUILDERS = {"openai-agents": (build_openai_agents, "agents.db", "import_openai_agents"),
-            "langgraph": (build_langgraph, "checkpoints.db", "import_langgraph"),
-            "adk": (build_adk, "adk.db", "import_adk"),
-            "claude-code": (build_claude_code, "session.jsonl", "import_claude_code")}
+BUILDERS = {
+    "openai-agents": (build_openai_agents, "agents.db", "import_openai_agents"),
+    "langgraph": (build_langgraph, "checkpoints.db", "import_langgraph"),
+    "adk": (build_adk, "adk.db", "import_adk"),
+    "claude-code": (build_claude_code, "session.jsonl", "import_claude_code"),
+}
 
 # Runs in a fresh interpreter: the import alone, its time and the peak memory it adds: the
 # highest resident size during the import (VmHWM, reset just before it; ru_maxrss would carry
@@ -186,8 +217,10 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(BUILDERS), action="append", help="measure only these sources")
     args = parser.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    print(f"{'source':<15}{'records':>9}{'messages':>10}{'build s':>9}{'import s':>10}{'records/s':>11}"
-          f"{'peak growth MB':>16}")
+    print(
+        f"{'source':<15}{'records':>9}{'messages':>10}{'build s':>9}{'import s':>10}{'records/s':>11}"
+        f"{'peak growth MB':>16}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.only or BUILDERS:
             build, filename, fn = BUILDERS[name]
@@ -196,16 +229,24 @@ def main() -> None:
             expected = build(source, args.n)
             built = time.perf_counter() - start
             target = Path(tmp) / f"{name}.sessionkit.db"
-            proc = subprocess.run([sys.executable, "-c", _CHILD, fn, str(source), str(target)],
-                                  capture_output=True, text=True, env=env, check=False)
+            proc = subprocess.run(
+                [sys.executable, "-c", _CHILD, fn, str(source), str(target)],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+            )
             if proc.returncode != 0:
                 raise SystemExit(f"{name}: the import failed:\n{proc.stderr}")
             result = json.loads(proc.stdout.strip().splitlines()[-1])
             if result["messages"] != expected:
                 raise SystemExit(f"{name}: {result['messages']} messages stored, {expected} expected")
             records = (args.n // PER) * PER  # the framework's own records: items, messages, events, lines
-            print(f"{name:<15}{records:>9,}{result['messages']:>10,}{built:>9.1f}{result['seconds']:>10.1f}"
-                  f"{records / result['seconds']:>11,.0f}{result['growth_kb'] / 1024:>16.1f}", flush=True)
+            print(
+                f"{name:<15}{records:>9,}{result['messages']:>10,}{built:>9.1f}{result['seconds']:>10.1f}"
+                f"{records / result['seconds']:>11,.0f}{result['growth_kb'] / 1024:>16.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

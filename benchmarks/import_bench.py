@@ -71,9 +71,11 @@ def synthetic_import(store, n: int, per_session: int = 100) -> float:
 # ---------------------------------------------------------------------------
 # Peak memory of each importer on a large generated file
 
-WORDS = ("the to and a of is in that it for you this on with be can we will if as are not your or at "
-         "flight booking seat refund order customer deploy server error retry cache query index log "
-         "weather forecast summary context window prompt agent tool reply answer question").split()
+WORDS = (
+    "the to and a of is in that it for you this on with be can we will if as are not your or at "
+    "flight booking seat refund order customer deploy server error retry cache query index log "
+    "weather forecast summary context window prompt agent tool reply answer question"
+).split()
 
 
 def _text(rng: random.Random, n_words: int) -> str:
@@ -91,8 +93,13 @@ def gen_openai(path: Path, lines: int) -> None:
                 rec = {"role": "user", "content": _text(rng, 30)}
             elif k == 1:
                 args = json.dumps({"query": _text(rng, 3), "limit": rng.randint(1, 9)})
-                rec = {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"call_{i}", "type": "function", "function": {"name": "search", "arguments": args}}]}
+                rec = {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": f"call_{i}", "type": "function", "function": {"name": "search", "arguments": args}}
+                    ],
+                }
             elif k == 2:
                 rec = {"role": "tool", "tool_call_id": f"call_{i - 1}", "content": _text(rng, 40)}
             else:
@@ -108,9 +115,16 @@ def gen_oasst(path: Path, lines: int) -> None:
         for i in range(lines):
             tree, k = divmod(i, 10)
             parent = None if k == 0 else f"{tree}-{(k - 1) // 2}"
-            rec = {"message_id": f"{tree}-{k}", "parent_id": parent, "message_tree_id": f"tree-{tree}",
-                   "role": "prompter" if k % 2 == 0 else "assistant", "text": _text(rng, 40), "lang": "en",
-                   "created_date": f"2023-02-{1 + tree % 28:02d}T10:00:{k:02d}.000Z", "rank": k % 3}
+            rec = {
+                "message_id": f"{tree}-{k}",
+                "parent_id": parent,
+                "message_tree_id": f"tree-{tree}",
+                "role": "prompter" if k % 2 == 0 else "assistant",
+                "text": _text(rng, 40),
+                "lang": "en",
+                "created_date": f"2023-02-{1 + tree % 28:02d}T10:00:{k:02d}.000Z",
+                "rank": k % 3,
+            }
             out.write(json.dumps(rec) + "\n")
 
 
@@ -119,8 +133,15 @@ def gen_oasst_trees(path: Path, lines: int) -> None:
     rng = random.Random(3)
     with open(path, "w", encoding="utf-8") as out:
         for i in range(lines):
-            node = [{"message_id": f"{i}-{k}", "role": "assistant" if k % 2 else "prompter", "text": _text(rng, 25),
-                     "replies": []} for k in range(4)]
+            node = [
+                {
+                    "message_id": f"{i}-{k}",
+                    "role": "assistant" if k % 2 else "prompter",
+                    "text": _text(rng, 25),
+                    "replies": [],
+                }
+                for k in range(4)
+            ]
             node[0]["replies"] = [node[1], node[2]]
             node[1]["replies"] = [node[3]]
             out.write(json.dumps({"message_tree_id": f"tree-{i}", "prompt": node[0]}) + "\n")
@@ -132,8 +153,10 @@ def gen_hh(path: Path, lines: int) -> None:
     with open(path, "w", encoding="utf-8") as out:
         for i in range(lines):
             head = f"\n\nHuman: {_text(rng, 15)} {i}\n\nAssistant: {_text(rng, 25)}\n\nHuman: {_text(rng, 10)}"
-            rec = {"chosen": head + f"\n\nAssistant: {_text(rng, 30)}",
-                   "rejected": head + f"\n\nAssistant: {_text(rng, 30)}"}
+            rec = {
+                "chosen": head + f"\n\nAssistant: {_text(rng, 30)}",
+                "rejected": head + f"\n\nAssistant: {_text(rng, 30)}",
+            }
             out.write(json.dumps(rec) + "\n")
 
 
@@ -144,15 +167,34 @@ def gen_jsonl(path: Path, lines: int) -> None:
         out.write(json.dumps({"format": "sessionkit", "version": 1, "exported_at": "2025-01-01T00:00:00.000Z"}) + "\n")
         for i in range(lines - 1):
             sid, k = divmod(i, 100)
-            msg = {"id": f"m{k}", "role": "user" if k % 2 == 0 else "assistant",
-                   "parts": [{"type": "text", "text": _text(rng, 40)}], "createdAt": "2025-01-01T00:00:00.000Z"}
+            msg = {
+                "id": f"m{k}",
+                "role": "user" if k % 2 == 0 else "assistant",
+                "parts": [{"type": "text", "text": _text(rng, 40)}],
+                "createdAt": "2025-01-01T00:00:00.000Z",
+            }
             parent = None if k == 0 else f"m{k - 1}"
-            out.write(json.dumps({"type": "message", "session_id": f"s{sid}", "parent_id": parent,
-                                  "created_at": "2025-01-01T00:00:00.000Z", "message": msg}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "type": "message",
+                        "session_id": f"s{sid}",
+                        "parent_id": parent,
+                        "created_at": "2025-01-01T00:00:00.000Z",
+                        "message": msg,
+                    }
+                )
+                + "\n"
+            )
 
 
-GENERATORS = {"openai": gen_openai, "oasst": gen_oasst, "oasst-trees": gen_oasst_trees, "hh": gen_hh,
-              "jsonl": gen_jsonl}
+GENERATORS = {
+    "openai": gen_openai,
+    "oasst": gen_oasst,
+    "oasst-trees": gen_oasst_trees,
+    "hh": gen_hh,
+    "jsonl": gen_jsonl,
+}
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -202,8 +244,9 @@ print(json.dumps({"growth_mb": (peak - before) / 1024, "before_mb": before / 102
 
 def measure_import(fmt: str, path: Path, db: Path, repo: Path = HERE.parent) -> dict:
     """Import ``path`` with the ``fmt`` importer in a fresh process; its peak memory growth and rate."""
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(repo), fmt, str(path), str(db)],
-                         capture_output=True, text=True, timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(repo), fmt, str(path), str(db)], capture_output=True, text=True, timeout=3600
+    )
     if out.returncode:
         raise RuntimeError(f"importing {fmt} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -218,15 +261,22 @@ def memory_main(args) -> int:
             size = path.stat().st_size
             got = measure_import(fmt, path, Path(d) / f"{fmt}.db")
             rows.append((fmt, size, got))
-            print(f"  {fmt}: {args.lines:,} lines, {size / 1e6:,.0f} MB, peak growth {got['growth_mb']:,.1f} MB, "
-                  f"{got['messages']:,} messages in {got['sessions']:,} sessions, {got['seconds']:,.0f} s", flush=True)
+            print(
+                f"  {fmt}: {args.lines:,} lines, {size / 1e6:,.0f} MB, peak growth {got['growth_mb']:,.1f} MB, "
+                f"{got['messages']:,} messages in {got['sessions']:,} sessions, {got['seconds']:,.0f} s",
+                flush=True,
+            )
             for p in Path(d).iterdir():
                 p.unlink()
-    print("\n| importer | lines | file | messages | sessions | peak memory growth | time | messages/s |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "\n| importer | lines | file | messages | sessions | peak memory growth | time | messages/s |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|"
+    )
     for fmt, size, got in rows:
-        print(f"| {fmt} | {args.lines:,} | {size / 1e6:,.0f} MB | {got['messages']:,} | {got['sessions']:,} | "
-              f"{got['growth_mb']:,.1f} MB | {got['seconds']:,.0f} s | {got['messages'] / got['seconds']:,.0f} |")
+        print(
+            f"| {fmt} | {args.lines:,} | {size / 1e6:,.0f} MB | {got['messages']:,} | {got['sessions']:,} | "
+            f"{got['growth_mb']:,.1f} MB | {got['seconds']:,.0f} s | {got['messages'] / got['seconds']:,.0f} |"
+        )
     print(f"\nsessionkit {sk.__version__}, {os.cpu_count()} cores, SQLite file store.")
     return 0
 
@@ -257,16 +307,23 @@ def main(argv=None) -> int:
             assert int(df["messages"].sum()) == args.n
             store.close()
             rows.append((engine, n_tau / t_tau, args.n / t_big, t_q, size / args.n))
-            print(f"  {engine}: tau {n_tau / t_tau:,.0f} msg/s, synthetic {args.n / t_big:,.0f} msg/s, "
-                  f"query {t_q:.1f} s, {size / args.n:,.0f} B/msg", flush=True)
+            print(
+                f"  {engine}: tau {n_tau / t_tau:,.0f} msg/s, synthetic {args.n / t_big:,.0f} msg/s, "
+                f"query {t_q:.1f} s, {size / args.n:,.0f} B/msg",
+                flush=True,
+            )
             for p in Path(d).iterdir():
                 p.unlink()
     base = rows[0]
-    print(f"\n| engine | tau-bench import | {args.n:,} synthetic messages import | analysis query over "
-          f"{args.n:,} | file bytes per message |\n|---|---:|---:|---:|---:|")
+    print(
+        f"\n| engine | tau-bench import | {args.n:,} synthetic messages import | analysis query over "
+        f"{args.n:,} | file bytes per message |\n|---|---:|---:|---:|---:|"
+    )
     for engine, a, b, q, s in rows:
-        print(f"| {engine} | {a:,.0f} msg/s ({a / base[1]:.2f}x) | {b:,.0f} msg/s ({b / base[2]:.2f}x) | "
-              f"{q:.1f} s ({q / base[3]:.2f}x) | {s:,.0f} B ({s / base[4]:.2f}x) |")
+        print(
+            f"| {engine} | {a:,.0f} msg/s ({a / base[1]:.2f}x) | {b:,.0f} msg/s ({b / base[2]:.2f}x) | "
+            f"{q:.1f} s ({q / base[3]:.2f}x) | {s:,.0f} B ({s / base[4]:.2f}x) |"
+        )
     print(f"\nsessionkit {sk.__version__}, {os.cpu_count()} cores; ratios are against the first engine.")
     return 0
 

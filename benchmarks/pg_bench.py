@@ -112,8 +112,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=300, help="append+window rounds per writer")
     ap.add_argument("--writers", default="1,2,4", help="writer process counts (comma separated)")
     ap.add_argument("--quick", action="store_true", help="400 appends and 100 rounds per writer")
-    ap.add_argument("--url", default=os.environ.get("SESSIONKIT_PG_URL"),
-                    help="an existing PostgreSQL database (default: start a throwaway cluster)")
+    ap.add_argument(
+        "--url",
+        default=os.environ.get("SESSIONKIT_PG_URL"),
+        help="an existing PostgreSQL database (default: start a throwaway cluster)",
+    )
     ap.add_argument("--out", help="also write the Markdown table to this file")
     args = ap.parse_args(argv)
     if args.quick:
@@ -146,17 +149,23 @@ def main(argv=None) -> int:
 
     with psycopg.connect(url) as conn:
         server = conn.execute("SHOW server_version").fetchone()[0]
-    print(f"sessionkit {sk.__version__}, PostgreSQL {server}, Python {platform.python_version()}, "
-          f"{platform.machine()}, {os.cpu_count()} cores; {args.messages} appends + {args.rounds} "
-          f"append/window rounds per writer", flush=True)
+    print(
+        f"sessionkit {sk.__version__}, PostgreSQL {server}, Python {platform.python_version()}, "
+        f"{platform.machine()}, {os.cpu_count()} cores; {args.messages} appends + {args.rounds} "
+        f"append/window rounds per writer",
+        flush=True,
+    )
     results: dict[tuple[str, int], dict] = {}
     try:
         for writers in counts:
             for name, target_for in engines:
                 r = run(target_for, writers, args.messages, args.rounds)
                 results[(name, writers)] = r
-                print(f"  {writers} writer(s), {name}: {r['rate']:,.0f} appends/s, recent window "
-                      f"p50 {r['p50']:.2f} ms, p95 {r['p95']:.2f} ms", flush=True)
+                print(
+                    f"  {writers} writer(s), {name}: {r['rate']:,.0f} appends/s, recent window "
+                    f"p50 {r['p50']:.2f} ms, p95 {r['p95']:.2f} ms",
+                    flush=True,
+                )
     finally:
         tmp.cleanup()
         if cluster is not None:

@@ -58,8 +58,10 @@ def run(tmp: Path, n: int, sessions: int) -> list[str]:
         store.session(sid).append(m)
         t2 = time.perf_counter()
         raw.execute("BEGIN IMMEDIATE")
-        raw.execute("INSERT OR IGNORE INTO m(session_id, id, parent_id, content) VALUES (?,?,?,?)",
-                    (sid, m["id"], last_parent.get(sid), json.dumps(m)))
+        raw.execute(
+            "INSERT OR IGNORE INTO m(session_id, id, parent_id, content) VALUES (?,?,?,?)",
+            (sid, m["id"], last_parent.get(sid), json.dumps(m)),
+        )
         raw.execute("COMMIT")
         t3 = time.perf_counter()
         last_parent[sid] = m["id"]
@@ -69,8 +71,10 @@ def run(tmp: Path, n: int, sessions: int) -> list[str]:
             rates.append(tenth / sk_time)
             raw_rates.append(tenth / raw_time)
             sk_time = raw_time = 0.0
-            print(f"    {k:>9,}: {rates[-1]:,.0f}/s (raw {raw_rates[-1]:,.0f}/s)  "
-                  f"[{time.perf_counter() - t0:.0f} s]", flush=True)
+            print(
+                f"    {k:>9,}: {rates[-1]:,.0f}/s (raw {raw_rates[-1]:,.0f}/s)  [{time.perf_counter() - t0:.0f} s]",
+                flush=True,
+            )
     sid = "c" if sessions == 1 else f"s{sessions // 2}"
     s = store.session(sid)
     recent = statistics.median(_times(lambda: s.recent_history(0, min_messages=20), 50))
@@ -109,8 +113,10 @@ def main(argv=None) -> int:
         for sessions in (1, args.n // 100):
             print(f"  {args.n:,} appends into {sessions:,} session(s):", flush=True)
             lines += run(Path(d), args.n, sessions)
-    print("\n| store | append rate, first -> last tenth (ratio to raw sqlite3 per tenth) | recent 20 | "
-          "search top 10 | full path read | file bytes per message |\n|---|---|---:|---:|---:|---:|")
+    print(
+        "\n| store | append rate, first -> last tenth (ratio to raw sqlite3 per tenth) | recent 20 | "
+        "search top 10 | full path read | file bytes per message |\n|---|---|---:|---:|---:|---:|"
+    )
     print("\n".join(lines))
     print(f"\nsessionkit {sk.__version__}, {os.cpu_count()} cores, one append per commit, WAL synchronous=NORMAL")
     return 0

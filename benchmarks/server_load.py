@@ -117,8 +117,9 @@ class Client:
             self._ended_event(data["run_id"]).set()
 
     async def follow_sse(self, http) -> None:
-        async with http.stream("GET", f"{self.base}/sessions/{self.sid}/events", headers=AUTH,
-                               timeout=None) as response:
+        async with http.stream(
+            "GET", f"{self.base}/sessions/{self.sid}/events", headers=AUTH, timeout=None
+        ) as response:
             response.raise_for_status()
             self._opened.set()
             event_id, data = None, []
@@ -165,8 +166,9 @@ class Client:
             import websockets
 
             self._ws_replies: asyncio.Queue = asyncio.Queue()
-            ws = await websockets.connect(f"{self.base.replace('http', 'ws', 1)}/sessions/{self.sid}/ws",
-                                          additional_headers=AUTH, max_queue=None)
+            ws = await websockets.connect(
+                f"{self.base.replace('http', 'ws', 1)}/sessions/{self.sid}/ws", additional_headers=AUTH, max_queue=None
+            )
             follower = asyncio.create_task(self.follow_ws(ws))
         else:
             follower = asyncio.create_task(self.follow_sse(http))
@@ -196,8 +198,9 @@ async def drive(clients: list[Client]) -> float:
 
     # Idle connections are dropped by the client before uvicorn drops them (after 5 s), so a
     # request never goes out on a connection the server is closing at that moment.
-    limits = httpx.Limits(max_connections=len(clients) * 2 + 10, max_keepalive_connections=len(clients) * 2,
-                          keepalive_expiry=2.0)
+    limits = httpx.Limits(
+        max_connections=len(clients) * 2 + 10, max_keepalive_connections=len(clients) * 2, keepalive_expiry=2.0
+    )
     async with httpx.AsyncClient(limits=limits, timeout=60) as http:
         started = time.perf_counter()
         await asyncio.gather(*(c.talk(http) for c in clients))
@@ -219,16 +222,18 @@ def check(store_path: str, clients: list[Client]) -> dict:
             users = [m["parts"][0]["text"] for m in history if m["role"] == "user"]
             replies = [m["parts"][0]["text"] for m in history if m["role"] == "assistant"]
             if users != c.sent:
-                problems.append(f"{c.sid}: the conversation holds {len(users)} of {len(c.sent)} messages "
-                                f"(or another order)")
+                problems.append(
+                    f"{c.sid}: the conversation holds {len(users)} of {len(c.sent)} messages (or another order)"
+                )
             if replies != [f"echo: {t}" for t in c.sent]:
                 problems.append(f"{c.sid}: replies do not match the messages")
             stored = store.events(c.sid)
             ids = [i for i, _ in c.frames]
             if ids != list(range(len(stored))) or [d for _, d in c.frames] != stored:
                 dup = len(ids) - len(set(ids))
-                problems.append(f"{c.sid}: the stream got {len(ids)} frames ({dup} duplicated) "
-                                f"for {len(stored)} stored events")
+                problems.append(
+                    f"{c.sid}: the stream got {len(ids)} frames ({dup} duplicated) for {len(stored)} stored events"
+                )
             records = store.records(c.sid, "server.message")
             if [r["text"] for _, r in records] != c.sent:
                 problems.append(f"{c.sid}: the server lists {len(records)} messages of {len(c.sent)}")
@@ -247,9 +252,11 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=20, help="messages per client")
     parser.add_argument("--transport", choices=("sse", "ws"), default="sse")
     parser.add_argument("--timeout", type=float, default=180, help="seconds before giving up")
-    parser.add_argument("--store", default="sqlite",
-                        help="sqlite (a temporary file, the default), postgresql (a throwaway cluster) "
-                             "or a postgresql:// URL")
+    parser.add_argument(
+        "--store",
+        default="sqlite",
+        help="sqlite (a temporary file, the default), postgresql (a throwaway cluster) or a postgresql:// URL",
+    )
     parser.add_argument("--servers", type=int, default=1, help="server processes on the store (PostgreSQL)")
     parser.add_argument("--serve", nargs=2, metavar=("STORE", "REPLIES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -283,8 +290,12 @@ def main() -> int:
         import sessionkit as sk
 
         sk.open_store(store_path).close()  # the tables, before the servers start together
-    servers = [subprocess.Popen([sys.executable, __file__, "--serve", store_path, str(replies)],
-                                stdout=subprocess.PIPE, env=env) for _ in range(args.servers)]
+    servers = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--serve", store_path, str(replies)], stdout=subprocess.PIPE, env=env
+        )
+        for _ in range(args.servers)
+    ]
     startup_cpu: list[float] = []
     try:
         bases = []
@@ -300,7 +311,8 @@ def main() -> int:
         client_cpu = _cpu() - cpu_before
     finally:
         server_cpu = sum(_server_cpu(server) for server in servers) - (
-            sum(startup_cpu) if len(startup_cpu) == len(servers) else float("nan"))
+            sum(startup_cpu) if len(startup_cpu) == len(servers) else float("nan")
+        )
     load_after = os.getloadavg()[0]
     try:
         result = check(store_path, clients)
@@ -310,23 +322,37 @@ def main() -> int:
             cluster.stop()
     sent = sum(len(c.sent) for c in clients)
     latencies = sorted(x for c in clients for x in c.latencies)
-    print(f"sessionkit server load test ({platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, {args.transport.upper()}, "
-          f"{'PostgreSQL store, ' + str(args.servers) + ' server process(es)' if postgres else 'SQLite file store'}, "
-          f"scripted model)")
-    print(f"  clients x messages      {args.clients} x {args.messages} = {sent} messages, "
-          f"{result['queued']} sent to a busy session, {sent - result['runs']} joined a run, {result['runs']} runs")
+    print(
+        f"sessionkit server load test ({platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, {args.transport.upper()}, "
+        f"{'PostgreSQL store, ' + str(args.servers) + ' server process(es)' if postgres else 'SQLite file store'}, "
+        f"scripted model)"
+    )
+    print(
+        f"  clients x messages      {args.clients} x {args.messages} = {sent} messages, "
+        f"{result['queued']} sent to a busy session, {sent - result['runs']} joined a run, {result['runs']} runs"
+    )
     print(f"  wall time               {elapsed:.2f} s")
-    print(f"  throughput              {sent / elapsed:.0f} messages/s, {result['runs'] / elapsed:.0f} runs/s, "
-          f"{result['events'] / elapsed:.0f} events/s streamed")
-    print(f"  round trip (send -> run.end)  p50 {_pct(latencies, 50) * 1000:.0f} ms, "
-          f"p95 {_pct(latencies, 95) * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms")
-    print(f"  CPU time                server {server_cpu:.1f} s ({server_cpu / sent * 1000:.1f} ms per message, "
-          f"after startup), clients {client_cpu:.1f} s")
-    print(f"  machine load average    {load_before:.1f} before, {load_after:.1f} after "
-          f"(other processes share the {os.cpu_count()} CPUs)")
-    print(f"  events                  {result['events']} stored, each received once and in order: "
-          f"{'yes' if not result['problems'] else 'NO'}")
+    print(
+        f"  throughput              {sent / elapsed:.0f} messages/s, {result['runs'] / elapsed:.0f} runs/s, "
+        f"{result['events'] / elapsed:.0f} events/s streamed"
+    )
+    print(
+        f"  round trip (send -> run.end)  p50 {_pct(latencies, 50) * 1000:.0f} ms, "
+        f"p95 {_pct(latencies, 95) * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms"
+    )
+    print(
+        f"  CPU time                server {server_cpu:.1f} s ({server_cpu / sent * 1000:.1f} ms per message, "
+        f"after startup), clients {client_cpu:.1f} s"
+    )
+    print(
+        f"  machine load average    {load_before:.1f} before, {load_after:.1f} after "
+        f"(other processes share the {os.cpu_count()} CPUs)"
+    )
+    print(
+        f"  events                  {result['events']} stored, each received once and in order: "
+        f"{'yes' if not result['problems'] else 'NO'}"
+    )
     if result["problems"]:
         print(f"FAILED: {len(result['problems'])} problems")
         for line in result["problems"][:20]:

@@ -72,8 +72,10 @@ def raw_open(path: Path, fts: bool = False) -> sqlite3.Connection:
 def raw_append(db: sqlite3.Connection, sid: str, msg: dict, parent: str | None) -> None:
     """One message per commit, as sessionkit's append does."""
     db.execute("BEGIN IMMEDIATE")
-    db.execute("INSERT OR IGNORE INTO m(session_id, id, parent_id, content) VALUES (?,?,?,?)",
-               (sid, msg["id"], parent, json.dumps(msg)))
+    db.execute(
+        "INSERT OR IGNORE INTO m(session_id, id, parent_id, content) VALUES (?,?,?,?)",
+        (sid, msg["id"], parent, json.dumps(msg)),
+    )
     db.execute("COMMIT")
 
 
@@ -192,8 +194,9 @@ def bench_appends(tmp: Path, table: Table, n: int) -> None:
         raw_rates.append(n / (time.perf_counter() - t))
         db.close()
     a, b = max(sk_rates), max(raw_rates)
-    table.add(f"append, one per commit, search off ({n:,} msgs)", fmt_rate(a), fmt_rate(b), f"{a / b:.2f}x rate",
-              ">= 0.5x")
+    table.add(
+        f"append, one per commit, search off ({n:,} msgs)", fmt_rate(a), fmt_rate(b), f"{a / b:.2f}x rate", ">= 0.5x"
+    )
 
     sk_rates, raw_rates = [], []
     for r in range(3):
@@ -215,8 +218,13 @@ def bench_appends(tmp: Path, table: Table, n: int) -> None:
         raw_rates.append(n / (time.perf_counter() - t))
         db.close()
     a, b = max(sk_rates), max(raw_rates)
-    table.add(f"append with search index ({n:,} msgs; raw: FTS5 trigger)", fmt_rate(a), fmt_rate(b),
-              f"{a / b:.2f}x rate", ">= 0.5x")
+    table.add(
+        f"append with search index ({n:,} msgs; raw: FTS5 trigger)",
+        fmt_rate(a),
+        fmt_rate(b),
+        f"{a / b:.2f}x rate",
+        ">= 0.5x",
+    )
 
     # The same with the search window in place (a window of n/4 messages, created by a
     # search after n/2 appends). Appends leave the window to the next search; its
@@ -236,8 +244,13 @@ def bench_appends(tmp: Path, table: Table, n: int) -> None:
         sk_rates.append(n / (time.perf_counter() - t))
         store.close()
     a = max(sk_rates)
-    table.add(f"append with search index and window ({n:,} msgs, window {n // 4:,}; raw: FTS5 trigger)",
-              fmt_rate(a), fmt_rate(b), f"{a / b:.2f}x rate", ">= 0.5x")
+    table.add(
+        f"append with search index and window ({n:,} msgs, window {n // 4:,}; raw: FTS5 trigger)",
+        fmt_rate(a),
+        fmt_rate(b),
+        f"{a / b:.2f}x rate",
+        ">= 0.5x",
+    )
     # What a search pays for those appends: the first search after 1,000 appends brings
     # the window up to date (copies 1,000 rows in, drops 1,000), against the same search
     # with nothing to catch up on.
@@ -253,8 +266,13 @@ def bench_appends(tmp: Path, table: Table, n: int) -> None:
         steady.append(median_of(lambda: s.search("error"), 5))
     store.close()
     a, b = statistics.median(catch_up), statistics.median(steady)
-    table.add("first search after 1,000 appends: window catch-up (raw column: the same search again)", fmt_ms(a),
-              fmt_ms(b), f"{a / b:.2f}x time", "")
+    table.add(
+        "first search after 1,000 appends: window catch-up (raw column: the same search again)",
+        fmt_ms(a),
+        fmt_ms(b),
+        f"{a / b:.2f}x time",
+        "",
+    )
 
 
 #: Search queries, each timed alone: two words no message holds together, two words in
@@ -270,13 +288,23 @@ def bench_reads(tmp: Path, table: Table, sizes: list[int], stream_n: int, search
         _bench_reads(tmp, table, sizes, stream_n, search_sizes, searches, doors)
     finally:  # grouped by query, each at every size
         for q, n, hits, a, b in sorted(searches, key=lambda row: SEARCHES.index(row[0])):
-            table.add(f"search {q}, top 10, {n:,} msgs ({hits:,} matches)", fmt_ms(a), fmt_ms(b),
-                      f"{a / b:.2f}x time", "flat in n")
+            table.add(
+                f"search {q}, top 10, {n:,} msgs ({hits:,} matches)",
+                fmt_ms(a),
+                fmt_ms(b),
+                f"{a / b:.2f}x time",
+                "flat in n",
+            )
         # Two doors to one index: session.search against store.search on a store of one session
         # (the "raw" column holds store.search here).
         for q, n, a, b in sorted(doors, key=lambda row: SEARCHES.index(row[0])):
-            table.add(f"session.search {q} vs store.search, one session of {n:,} msgs", fmt_ms(a), fmt_ms(b),
-                      f"{a / b:.2f}x time", "<= 1.2x")
+            table.add(
+                f"session.search {q} vs store.search, one session of {n:,} msgs",
+                fmt_ms(a),
+                fmt_ms(b),
+                f"{a / b:.2f}x time",
+                "<= 1.2x",
+            )
 
 
 def _bench_reads(tmp, table, sizes, stream_n, search_sizes, searches, doors) -> None:
@@ -303,14 +331,27 @@ def _bench_reads(tmp, table, sizes, stream_n, search_sizes, searches, doors) -> 
             db.execute("SELECT count(*) FROM m_fts WHERE m_fts MATCH 'warmup'").fetchall()
             for q in SEARCHES:
                 a = median_of(lambda store=store, q=q: store.search(q, limit=10), 7)
-                b = median_of(lambda db=db, q=q: db.execute(
-                    "SELECT rowid FROM m_fts WHERE m_fts MATCH ? ORDER BY rank LIMIT 10", (q,)).fetchall(), 7)
+                b = median_of(
+                    lambda db=db, q=q: db.execute(
+                        "SELECT rowid FROM m_fts WHERE m_fts MATCH ? ORDER BY rank LIMIT 10", (q,)
+                    ).fetchall(),
+                    7,
+                )
                 hits = db.execute("SELECT count(*) FROM m_fts WHERE m_fts MATCH ?", (q,)).fetchone()[0]
                 searches.append((q, n, hits, a, b))
                 if n == max(search_sizes):
                     # the two doors timed in turns, so that a change of load meets both alike
-                    doors.append((q, n, *medians_in_turns(lambda s=s, q=q: s.search(q, limit=10),
-                                                          lambda store=store, q=q: store.search(q, limit=10), 15)))
+                    doors.append(
+                        (
+                            q,
+                            n,
+                            *medians_in_turns(
+                                lambda s=s, q=q: s.search(q, limit=10),
+                                lambda store=store, q=q: store.search(q, limit=10),
+                                15,
+                            ),
+                        )
+                    )
         if n == stream_n:
             gc.collect()
             tracemalloc.start()
@@ -327,8 +368,13 @@ def _bench_reads(tmp, table, sizes, stream_n, search_sizes, searches, doors) -> 
             raw_peak = tracemalloc.get_traced_memory()[1] - base
             tracemalloc.stop()
             del rows
-            table.add(f"stream a {n:,}-message path: peak memory growth", f"{peak / 2**20:.1f} MB",
-                      f"{raw_peak / 2**20:.1f} MB (fetchall)", f"{peak / raw_peak:.2f}x", "< 50 MB")
+            table.add(
+                f"stream a {n:,}-message path: peak memory growth",
+                f"{peak / 2**20:.1f} MB",
+                f"{raw_peak / 2**20:.1f} MB (fetchall)",
+                f"{peak / raw_peak:.2f}x",
+                "< 50 MB",
+            )
         # Both files checkpointed first: a WAL's size depends on when it was last
         # checkpointed (a big transaction such as the index build leaves a long one).
         store._engine._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -336,8 +382,13 @@ def _bench_reads(tmp, table, sizes, stream_n, search_sizes, searches, doors) -> 
         size = store.stats()["bytes"]
         raw_size = os.path.getsize(tmp / f"raw_read{n}.db") + os.path.getsize(tmp / f"raw_read{n}.db-wal")
         if n == max(sizes):
-            table.add(f"file bytes per message ({n:,} msgs, index built)", f"{size / n:,.0f} B",
-                      f"{raw_size / n:,.0f} B", f"{size / raw_size:.2f}x", "")
+            table.add(
+                f"file bytes per message ({n:,} msgs, index built)",
+                f"{size / n:,.0f} B",
+                f"{raw_size / n:,.0f} B",
+                f"{size / raw_size:.2f}x",
+                "",
+            )
         store.close()
         db.close()
         for p in tmp.glob(f"*read{n}.db*"):
@@ -353,10 +404,16 @@ def main(argv=None) -> int:
     if args.quick:
         appends, sizes, stream_n, search_sizes = 2_000, [10_000, 100_000], 100_000, [10_000, 100_000]
     else:
-        appends, sizes, stream_n, search_sizes = 10_000, [10_000, 100_000, 1_000_000], 100_000, \
-            [10_000, 100_000, 1_000_000]
-    print(f"sessionkit {sk.__version__}, SQLite {sqlite3.sqlite_version}, Python {platform.python_version()}, "
-          f"{platform.machine()}, {os.cpu_count()} cores")
+        appends, sizes, stream_n, search_sizes = (
+            10_000,
+            [10_000, 100_000, 1_000_000],
+            100_000,
+            [10_000, 100_000, 1_000_000],
+        )
+    print(
+        f"sessionkit {sk.__version__}, SQLite {sqlite3.sqlite_version}, Python {platform.python_version()}, "
+        f"{platform.machine()}, {os.cpu_count()} cores"
+    )
     table = Table()
     with tempfile.TemporaryDirectory(prefix="sk-bench-") as d:
         tmp = Path(d)

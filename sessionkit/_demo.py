@@ -123,7 +123,8 @@ def _build_deploy(store: Store) -> None:
     s.append(_text("u1", "user", "How do I deploy a small Flask app to production?", t), parent_id=None)
     s.append(
         _text(
-            "a1", "assistant",
+            "a1",
+            "assistant",
             "Run it under gunicorn on one virtual machine with nginx in front as a reverse proxy. "
             "Use systemd to restart gunicorn if it crashes, and let certbot manage the TLS certificate.",
             t + step,
@@ -133,7 +134,8 @@ def _build_deploy(store: Store) -> None:
     s.append(_text("u2", "user", "Does gunicorn really need nginx in front of it?", t + 2 * step), parent_id="a1")
     s.append(
         _text(
-            "a2", "assistant",
+            "a2",
+            "assistant",
             "Not strictly, but nginx buffers slow clients, serves static files and terminates TLS, "
             "which gunicorn's sync workers handle poorly.",
             t + 3 * step,
@@ -143,7 +145,8 @@ def _build_deploy(store: Store) -> None:
     # The user asked for another answer to u1: a sibling of a1 (a new branch).
     s.append(
         _text(
-            "a1-regen", "assistant",
+            "a1-regen",
+            "assistant",
             "The simplest path is a container: write a Dockerfile, build the image, and deploy it to "
             "a managed platform such as Cloud Run or Fly.io. You get TLS, scaling and rollbacks "
             "without running a server yourself.",
@@ -155,7 +158,8 @@ def _build_deploy(store: Store) -> None:
     s.append(_text("u3", "user", "How do I roll back a bad deployment?", t + 5 * step), parent_id="a1-regen")
     s.append(
         _text(
-            "a3", "assistant",
+            "a3",
+            "assistant",
             "Every deployment keeps its image tag, so a rollback is deploying the previous tag again: "
             "on Cloud Run, route 100% of traffic back to the last good revision.",
             t + 6 * step,
@@ -167,58 +171,88 @@ def _build_deploy(store: Store) -> None:
 # (user question, assistant answer): the first sentence of each answer is the decision,
 # which is what demo_summarize keeps.
 _MIGRATION_TURNS = [
-    ("We need to move our orders database from a single Postgres 12 server to a managed Postgres 16 "
-     "cluster. Where do we start?",
-     "Start with an inventory: database size, the largest tables, extensions in use and the "
-     "applications that connect. That tells us whether a dump and restore fits the downtime window "
-     "or whether we need logical replication."),
-    ("The database is 180 GB; the largest table, order_events, is 120 GB. We use pg_trgm and postgis.",
-     "At 180 GB a plain dump and restore would take hours, so we will use logical replication. Both "
-     "extensions exist on the managed service; we will create them on the target before copying the "
-     "schema."),
-    ("How do we copy the schema?",
-     "Dump the schema only with pg_dump --schema-only and deploy the new schema to the target before "
-     "any data moves. Review it first: the managed service does not allow superuser-owned objects."),
-    ("What about the order_events table? It gets 400 writes per second.",
-     "Replicate order_events in its own publication so its initial copy does not hold up the small "
-     "tables. Logical replication copies the existing rows first and then streams new writes."),
-    ("Do all our tables have primary keys?",
-     "Two legacy tables, audit_log and tmp_imports, have no primary key, so logical replication cannot "
-     "replicate their updates and deletes. We will add a surrogate bigint key to audit_log and drop "
-     "tmp_imports, which nothing reads."),
-    ("How long will the initial copy take?",
-     "Estimate about six hours for the initial copy at the target's write throughput, mostly "
-     "order_events. We will start it on Friday evening when traffic is lowest."),
-    ("Sequences: do they replicate?",
-     "Sequences do not replicate logically, so at cutover we will set each sequence on the target to "
-     "the source's value plus a margin of 10,000. A script reads them from pg_sequences and writes "
-     "the setval calls."),
-    ("How do we know the copy is correct?",
-     "Compare row counts per table and a checksum of each primary key range between source and "
-     "target before cutover. Any mismatch blocks the cutover."),
-    ("What does cutover look like?",
-     "Cutover is a 10 minute window: stop writes, wait for replication lag to reach zero, fix the "
-     "sequences, then point the application's connection string at the new cluster."),
-    ("And if something goes wrong after cutover?",
-     "Keep the old server running read-only for a week as the rollback path, and set up reverse "
-     "replication from the new cluster so no order written after cutover is lost if we roll back."),
-    ("Who needs to be told?",
-     "Notify the support team and the two partner integrations 48 hours ahead, because their API "
-     "calls will fail during the 10 minute window."),
-    ("What about connection pooling?",
-     "Move pgbouncer in front of the new cluster before cutover so the connection string change is a "
-     "single pgbouncer setting rather than an application deployment."),
-    ("Anything to watch in the first day?",
-     "Watch replication lag, error rates and the slow query log for the first 24 hours; Postgres 16 "
-     "plans some of our reporting queries differently, so run ANALYZE on every table right after "
-     "cutover."),
-    ("Can you write the runbook as a checklist?",
-     "Here is the runbook: 1. create extensions; 2. deploy the schema; 3. add the audit_log key; "
-     "4. start replication Friday evening; 5. verify counts and checksums; 6. notify partners; "
-     "7. cutover with sequences fixed; 8. ANALYZE; 9. keep the old server for a week."),
-    ("Thanks, that covers it.",
-     "Good luck with the migration; ping me with the verification numbers before cutover and I will "
-     "check them with you."),
+    (
+        "We need to move our orders database from a single Postgres 12 server to a managed Postgres 16 "
+        "cluster. Where do we start?",
+        "Start with an inventory: database size, the largest tables, extensions in use and the "
+        "applications that connect. That tells us whether a dump and restore fits the downtime window "
+        "or whether we need logical replication.",
+    ),
+    (
+        "The database is 180 GB; the largest table, order_events, is 120 GB. We use pg_trgm and postgis.",
+        "At 180 GB a plain dump and restore would take hours, so we will use logical replication. Both "
+        "extensions exist on the managed service; we will create them on the target before copying the "
+        "schema.",
+    ),
+    (
+        "How do we copy the schema?",
+        "Dump the schema only with pg_dump --schema-only and deploy the new schema to the target before "
+        "any data moves. Review it first: the managed service does not allow superuser-owned objects.",
+    ),
+    (
+        "What about the order_events table? It gets 400 writes per second.",
+        "Replicate order_events in its own publication so its initial copy does not hold up the small "
+        "tables. Logical replication copies the existing rows first and then streams new writes.",
+    ),
+    (
+        "Do all our tables have primary keys?",
+        "Two legacy tables, audit_log and tmp_imports, have no primary key, so logical replication cannot "
+        "replicate their updates and deletes. We will add a surrogate bigint key to audit_log and drop "
+        "tmp_imports, which nothing reads.",
+    ),
+    (
+        "How long will the initial copy take?",
+        "Estimate about six hours for the initial copy at the target's write throughput, mostly "
+        "order_events. We will start it on Friday evening when traffic is lowest.",
+    ),
+    (
+        "Sequences: do they replicate?",
+        "Sequences do not replicate logically, so at cutover we will set each sequence on the target to "
+        "the source's value plus a margin of 10,000. A script reads them from pg_sequences and writes "
+        "the setval calls.",
+    ),
+    (
+        "How do we know the copy is correct?",
+        "Compare row counts per table and a checksum of each primary key range between source and "
+        "target before cutover. Any mismatch blocks the cutover.",
+    ),
+    (
+        "What does cutover look like?",
+        "Cutover is a 10 minute window: stop writes, wait for replication lag to reach zero, fix the "
+        "sequences, then point the application's connection string at the new cluster.",
+    ),
+    (
+        "And if something goes wrong after cutover?",
+        "Keep the old server running read-only for a week as the rollback path, and set up reverse "
+        "replication from the new cluster so no order written after cutover is lost if we roll back.",
+    ),
+    (
+        "Who needs to be told?",
+        "Notify the support team and the two partner integrations 48 hours ahead, because their API "
+        "calls will fail during the 10 minute window.",
+    ),
+    (
+        "What about connection pooling?",
+        "Move pgbouncer in front of the new cluster before cutover so the connection string change is a "
+        "single pgbouncer setting rather than an application deployment.",
+    ),
+    (
+        "Anything to watch in the first day?",
+        "Watch replication lag, error rates and the slow query log for the first 24 hours; Postgres 16 "
+        "plans some of our reporting queries differently, so run ANALYZE on every table right after "
+        "cutover.",
+    ),
+    (
+        "Can you write the runbook as a checklist?",
+        "Here is the runbook: 1. create extensions; 2. deploy the schema; 3. add the audit_log key; "
+        "4. start replication Friday evening; 5. verify counts and checksums; 6. notify partners; "
+        "7. cutover with sequences fixed; 8. ANALYZE; 9. keep the old server for a week.",
+    ),
+    (
+        "Thanks, that covers it.",
+        "Good luck with the migration; ping me with the verification numbers before cutover and I will "
+        "check them with you.",
+    ),
 ]
 
 
@@ -226,9 +260,7 @@ def _build_migration(store: Store) -> None:
     """A long planning chat that is compacted automatically as it grows."""
     s = store.session(MIGRATION_SESSION)
     s.on_compaction(
-        create_compact_function(
-            demo_summarize, keep_recent_tokens=_KEEP_RECENT_TOKENS, protect_head=_PROTECT_HEAD
-        )
+        create_compact_function(demo_summarize, keep_recent_tokens=_KEEP_RECENT_TOKENS, protect_head=_PROTECT_HEAD)
     ).compact_after(COMPACT_AFTER_TOKENS)
     t = _MIGRATION_START
     n = 0
@@ -269,8 +301,11 @@ def _build_weather(store: Store) -> None:
             "id": "w1",
             "role": "user",
             "parts": [
-                {"type": "text", "text": "Here are last week's readings from my two sensors. "
-                                         "Was it warmer than the forecast for Lisbon?"},
+                {
+                    "type": "text",
+                    "text": "Here are last week's readings from my two sensors. "
+                    "Was it warmer than the forecast for Lisbon?",
+                },
                 {
                     "type": "file",
                     "mediaType": "text/csv",
@@ -288,8 +323,7 @@ def _build_weather(store: Store) -> None:
             "id": "w2",
             "role": "assistant",
             "parts": [
-                {"type": "reasoning", "text": "Average the temp_c column, then compare with the "
-                                              "forecast daily highs."},
+                {"type": "reasoning", "text": "Average the temp_c column, then compare with the forecast daily highs."},
                 {
                     "type": "tool-get_forecast",
                     "toolCallId": "call_forecast_1",
@@ -300,8 +334,8 @@ def _build_weather(store: Store) -> None:
                 {
                     "type": "text",
                     "text": f"Your sensors averaged {mean:.1f} °C over the week, while the forecast "
-                            f"highs averaged {forecast_mean:.1f} °C, so it was {warmer} than forecast "
-                            f"(the readings include night-time lows, so compare peaks too).",
+                    f"highs averaged {forecast_mean:.1f} °C, so it was {warmer} than forecast "
+                    f"(the readings include night-time lows, so compare peaks too).",
                 },
             ],
             "createdAt": _iso(t + timedelta(seconds=12)),

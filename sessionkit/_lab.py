@@ -41,8 +41,18 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-__all__ = ["main", "run", "add_arguments", "find_notebooks", "prepare", "lab_command", "SETTINGS_OVERRIDES",
-           "tour_source", "copy_tour", "store_notebook"]
+__all__ = [
+    "main",
+    "run",
+    "add_arguments",
+    "find_notebooks",
+    "prepare",
+    "lab_command",
+    "SETTINGS_OVERRIDES",
+    "tour_source",
+    "copy_tour",
+    "store_notebook",
+]
 
 DEMO_STORE = "demo.db"
 PRIVATE_DIR = ".lab"
@@ -131,17 +141,26 @@ def store_notebook(dest: Path, target: str) -> Path:
         return item
 
     notebook = {
-        "nbformat": 4, "nbformat_minor": 5,
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
-                     "language_info": {"name": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
+            "language_info": {"name": "python"},
+        },
         "cells": [
-            cell("markdown", f"# Your store\n\n`sessionkit lab` opened this notebook on `{target}`. Run the cells: "
-                             "the store shows its sessions, the latest session its tree. The tour notebooks "
-                             "(01 to 07) are next to this one."),
+            cell(
+                "markdown",
+                f"# Your store\n\n`sessionkit lab` opened this notebook on `{target}`. Run the cells: "
+                "the store shows its sessions, the latest session its tree. The tour notebooks "
+                "(01 to 07) are next to this one.",
+            ),
             cell("code", f"import sessionkit as sk\n\nstore = sk.open_store({target!r}, create=False)\nstore"),
-            cell("code", "sessions = store.list_sessions()\n"
-                         "latest = max(sessions, key=lambda info: info.updated_at or \"\") if sessions else None\n"
-                         "tree = sk.widgets.BranchTree(store.session(latest.id)) if latest else None\ntree"),
+            cell(
+                "code",
+                "sessions = store.list_sessions()\n"
+                'latest = max(sessions, key=lambda info: info.updated_at or "") if sessions else None\n'
+                "tree = sk.widgets.BranchTree(store.session(latest.id)) if latest else None\ntree",
+            ),
         ],
     }
     path = dest / STORE_NOTEBOOK
@@ -172,12 +191,19 @@ def _kernel_spec(share: Path) -> Path:
     """A ``python3`` kernel spec running this interpreter, under ``share/kernels``."""
     spec = share / "kernels" / "python3"
     spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (ipykernel)",
-        "language": "python",
-        "metadata": {"debugger": True},
-    }, indent=1) + "\n", encoding="utf-8")
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (ipykernel)",
+                "language": "python",
+                "metadata": {"debugger": True},
+            },
+            indent=1,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     return spec
 
 
@@ -234,8 +260,14 @@ def prepare(notebooks: Path, *, settings_dir: Path | None = None) -> dict:
                     overrides.write_text(json.dumps({**theirs, **ours}, indent=2) + "\n", encoding="utf-8")
                 elif item.is_file() and not (settings_dir / item.name).exists():
                     shutil.copy2(item, settings_dir / item.name)
-    return {"demo": demo, "demo_built": built, "private": private, "settings_dir": settings_dir,
-            "overrides": overrides, "jupyter_path": share}
+    return {
+        "demo": demo,
+        "demo_built": built,
+        "private": private,
+        "settings_dir": settings_dir,
+        "overrides": overrides,
+        "jupyter_path": share,
+    }
 
 
 def _port_free(port: int) -> bool:
@@ -261,14 +293,20 @@ def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
-def lab_command(notebooks: Path, *, port: int, token: str, settings_dir: Path,
-                as_root: bool | None = None) -> list[str]:
+def lab_command(
+    notebooks: Path, *, port: int, token: str, settings_dir: Path, as_root: bool | None = None
+) -> list[str]:
     """The ``jupyter lab`` command line serving ``notebooks`` on 127.0.0.1:``port``."""
     command = [
-        sys.executable, "-m", "jupyter", "lab",
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
         "--no-browser",
-        "--ip", "127.0.0.1",
-        "--port", str(port),
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
         "--ServerApp.port_retries=0",
         f"--ServerApp.root_dir={notebooks}",
         f"--IdentityProvider.token={token}",
@@ -325,12 +363,16 @@ def _tail(path: Path, lines: int = 30) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The launcher's options, for this module's ``main`` or a ``sessionkit lab`` subcommand."""
     parser.add_argument("--notebooks", help="the notebooks folder (default: ./notebooks or the checkout's)")
-    parser.add_argument("--port", type=int, default=0,
-                        help=f"port on 127.0.0.1 (default: {DEFAULT_PORT} or the next free one)")
+    parser.add_argument(
+        "--port", type=int, default=0, help=f"port on 127.0.0.1 (default: {DEFAULT_PORT} or the next free one)"
+    )
     parser.add_argument("--token", help="the server's access token (default: a random one)")
     parser.add_argument("--no-browser", action="store_true", help="only print the URL, even with a display")
-    parser.add_argument("--prepare-only", action="store_true",
-                        help="build the demo store and settings, print the command, start nothing")
+    parser.add_argument(
+        "--prepare-only",
+        action="store_true",
+        help="build the demo store and settings, print the command, start nothing",
+    )
     parser.add_argument("--settings-dir", help="write overrides.json here instead of <notebooks>/.lab/settings")
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for JupyterLab to answer")
     return parser
@@ -338,10 +380,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m sessionkit._lab [--notebooks DIR] [--port N] [--no-browser] ...``."""
-    parser = add_arguments(argparse.ArgumentParser(
-        prog="python -m sessionkit._lab",
-        description="Open the sessionkit tour notebooks in JupyterLab with a ready demo store.",
-    ))
+    parser = add_arguments(
+        argparse.ArgumentParser(
+            prog="python -m sessionkit._lab",
+            description="Open the sessionkit tour notebooks in JupyterLab with a ready demo store.",
+        )
+    )
     return run(parser.parse_args(argv))
 
 
@@ -380,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
     env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     log_path = ready["private"] / "jupyter.log"
     url = f"http://127.0.0.1:{port}"
+
     def _terminate(signum, frame):  # kill / closed terminal: stop JupyterLab too (finally below)
         raise SystemExit(0)
 
@@ -387,8 +432,15 @@ def run(args: argparse.Namespace) -> int:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _terminate)
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(command, cwd=notebooks, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=notebooks,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             try:
                 _wait_until_up(url, token, proc, args.timeout)
@@ -404,8 +456,9 @@ def run(args: argparse.Namespace) -> int:
 
                 webbrowser.open(link)
             else:
-                print(f"(no browser opened; from another machine: ssh -L {port}:127.0.0.1:{port} <this host>)",
-                      file=out)
+                print(
+                    f"(no browser opened; from another machine: ssh -L {port}:127.0.0.1:{port} <this host>)", file=out
+                )
             print(f"log: {log_path} · stop with Ctrl-C", file=out)
             out.flush()
             return proc.wait() and 1

@@ -601,8 +601,9 @@ class AsyncStore:
         return await self._call("on_signal", _LoopCallback(handler, loop, "signal handler"))
 
     # -- reading everything ----------------------------------------------------------------------
-    def scan(self, kind: str, *, session_ids: Iterable[str] | None = None,
-             batch_size: int = 20_000) -> AsyncIterator[list[tuple]]:
+    def scan(
+        self, kind: str, *, session_ids: Iterable[str] | None = None, batch_size: int = 20_000
+    ) -> AsyncIterator[list[tuple]]:
         """Every row of ``kind`` in batches, as :meth:`sessionkit.Store.scan`: ``async for batch in store.scan(kind)``.
 
         Each batch is read on the worker thread when the loop asks for it. The
@@ -616,9 +617,7 @@ class AsyncStore:
         if self._closed:
             raise StoreClosed("the store is closed")
         ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
-        return self._stream(
-            lambda: self._opened().scan(kind, session_ids=ids, batch_size=batch_size), 1, 1
-        )
+        return self._stream(lambda: self._opened().scan(kind, session_ids=ids, batch_size=batch_size), 1, 1)
 
     # -- analysis ---------------------------------------------------------------------------------
     async def _query(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
@@ -849,15 +848,17 @@ class AsyncSession:
         """Add a message (docs/message-tree.md); idempotent on ``message["id"]``."""
         return await self._call("append", message, parent_id=parent_id, source=source)
 
-    async def append_many(self, messages: Iterable[dict], *, parent_id: Any = LATEST,
-                          source: str = "server") -> list[AppendResult]:
+    async def append_many(
+        self, messages: Iterable[dict], *, parent_id: Any = LATEST, source: str = "server"
+    ) -> list[AppendResult]:
         """Append a chain of messages in one transaction (docs/message-tree.md)."""
         if not isinstance(messages, dict):
             messages = list(messages)
         return await self._call("append_many", messages, parent_id=parent_id, source=source)
 
-    async def import_message(self, message: dict, *, parent_id: str | None = None,
-                             created_at: Any = None) -> AppendResult:
+    async def import_message(
+        self, message: dict, *, parent_id: str | None = None, created_at: Any = None
+    ) -> AppendResult:
         """Store a message as is (docs/message-tree.md): no change event, never triggers compaction."""
         return await self._call("import_message", message, parent_id=parent_id, created_at=created_at)
 
@@ -924,8 +925,9 @@ class AsyncSession:
         """All messages in the session: ``len(session)`` of the sync API."""
         return await self._store._run(lambda: len(self._session()))
 
-    def history(self, *, leaf_id: str | None = None, newest_first: bool = False,
-                compacted: bool = True) -> AsyncIterator[dict]:
+    def history(
+        self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True
+    ) -> AsyncIterator[dict]:
         """Stream the path from the root to the leaf (docs/message-tree.md): ``async for m in session.history()``.
 
         Messages are read on the worker thread a batch at a time (16 first, then
@@ -947,11 +949,13 @@ class AsyncSession:
         """A deep copy of the latest path, compaction applied."""
         return await self._call("snapshot")
 
-    async def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None,
-                             compacted: bool = True) -> RecentHistory:
+    async def recent_history(
+        self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None, compacted: bool = True
+    ) -> RecentHistory:
         """The longest suffix of the path within ``max_bytes`` (docs/message-tree.md), compaction applied by default."""
-        return await self._call("recent_history", max_bytes, min_messages=min_messages, leaf_id=leaf_id,
-                                compacted=compacted)
+        return await self._call(
+            "recent_history", max_bytes, min_messages=min_messages, leaf_id=leaf_id, compacted=compacted
+        )
 
     # -- compaction --------------------------------------------------------------------------
     def on_compaction(self, fn: Callable[..., Any]) -> AsyncSession:
@@ -997,8 +1001,9 @@ class AsyncSession:
         """Full-text search in this session only (docs/search.md)."""
         return await self._call("search", query, limit=limit)
 
-    async def mirror(self, target, *, transform: Callable | None = None,
-                     intercept: Callable | None = None) -> Callable[[], None]:
+    async def mirror(
+        self, target, *, transform: Callable | None = None, intercept: Callable | None = None
+    ) -> Callable[[], None]:
         """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (docs/message-tree.md); returns ``stop``.
 
         ``target`` is updated on the worker thread, before the write's ``await``

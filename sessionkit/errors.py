@@ -147,9 +147,7 @@ class GuardrailTripped(RunFailed):
 
 def missing(extra: str, package: str, exc: ImportError | None = None) -> MissingDependency:
     """Build the error for a missing optional dependency."""
-    err = MissingDependency(
-        f"{package} is not installed; install it with: pip install 'sessionkit[{extra}]'"
-    )
+    err = MissingDependency(f"{package} is not installed; install it with: pip install 'sessionkit[{extra}]'")
     if exc is not None:
         err.__cause__ = exc
     return err

@@ -131,17 +131,17 @@ def to_iso(value: datetime | int | float | str) -> str:
             shown = repr(ms) if abs(ms) < 10**30 else "a number with more than 30 digits"
             raise ValueError(f"created_at: {shown} ms since 1970 is outside the years 1 to 9999") from exc
     elif not isinstance(value, datetime):
-        raise TypeError(
-            f"created_at: expected a datetime or epoch milliseconds, got {type(value).__name__}"
-        )
+        raise TypeError(f"created_at: expected a datetime or epoch milliseconds, got {type(value).__name__}")
     try:
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         value = value.astimezone(UTC)
     except OverflowError as exc:
         raise ValueError(f"created_at: {value!r} is outside the years 1 to 9999 in UTC") from exc
-    return (f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
-            f"{value.second:02d}.{value.microsecond // 1000:03d}Z")
+    return (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}T{value.hour:02d}:{value.minute:02d}:"
+        f"{value.second:02d}.{value.microsecond // 1000:03d}Z"
+    )
 
 
 def _surrogate(text: str) -> int | None:
@@ -209,8 +209,9 @@ def _containers(value: Any):
     return value.items() if isinstance(value, dict) else enumerate(value)  # see _CONTAINERS
 
 
-def _find_problem(message: Any, who: str | None = None,
-                  invalid: type[Exception] = InvalidMessage) -> tuple[type[Exception], str] | None:
+def _find_problem(
+    message: Any, who: str | None = None, invalid: type[Exception] = InvalidMessage
+) -> tuple[type[Exception], str] | None:
     """The first lone surrogate, circular reference or nesting deeper than MAX_NESTING.
 
     Returns ``(error type, text naming the field)``, None when there is none; a
@@ -228,8 +229,9 @@ def _find_problem(message: Any, who: str | None = None,
         if isinstance(value, str):
             at = _surrogate(value)
             if at is not None:
-                return invalid, (f"{who}{_path(steps)} is not valid Unicode: a lone surrogate "
-                                 f"{value[at]!r} at index {at}")
+                return invalid, (
+                    f"{who}{_path(steps)} is not valid Unicode: a lone surrogate {value[at]!r} at index {at}"
+                )
             continue
         if not isinstance(value, _CONTAINERS):
             continue
@@ -246,8 +248,10 @@ def _find_problem(message: Any, who: str | None = None,
             if isinstance(key, str):
                 at = _surrogate(key)
                 if at is not None:
-                    return invalid, (f"{who}the key {_path(steps + (key,))} is not valid Unicode: "
-                                     f"a lone surrogate {key[at]!r} at index {at}")
+                    return invalid, (
+                        f"{who}the key {_path(steps + (key,))} is not valid Unicode: "
+                        f"a lone surrogate {key[at]!r} at index {at}"
+                    )
             children.append((child, steps + (key,), depth + 1))
         stack.extend(reversed(children))  # depth first, in document order
     return None
@@ -267,6 +271,7 @@ def _part_string_chars(message: dict) -> int:
 
 def _marshal_depth() -> int | None:
     """The deepest chain of objects ``marshal`` writes (2,000 in CPython), or None."""
+
     def chain(n: int) -> list:
         value: Any = 0
         for _ in range(n - 1):
@@ -397,9 +402,7 @@ def validate(message: Any) -> None:
         raise InvalidMessage(f"message {mid!r}: field 'parts' is missing")
     parts = message["parts"]
     if not isinstance(parts, list):
-        raise InvalidMessage(
-            f"message {mid!r}: field 'parts' must be a list, got {type(parts).__name__}"
-        )
+        raise InvalidMessage(f"message {mid!r}: field 'parts' must be a list, got {type(parts).__name__}")
     for i, part in enumerate(parts):
         if not isinstance(part, dict):
             raise InvalidMessage(f"message {mid!r}: parts[{i}] must be a dict")
@@ -551,12 +554,39 @@ class Prepared:
     builds that copy.
     """
 
-    __slots__ = ("full_json", "stored_json", "blobs", "tokens", "bytes", "text", "id", "role", "created_at",
-                 "n_parts", "tool_names", "metadata", "_message")
+    __slots__ = (
+        "full_json",
+        "stored_json",
+        "blobs",
+        "tokens",
+        "bytes",
+        "text",
+        "id",
+        "role",
+        "created_at",
+        "n_parts",
+        "tool_names",
+        "metadata",
+        "_message",
+    )
 
-    def __init__(self, *, full_json: str, stored_json: str, blobs: dict[str, bytes], tokens: int, bytes: int,
-                 text: str, id: str, role: str, created_at: str, message: dict | None = None,
-                 n_parts: int = 0, tool_names: str | None = None, metadata: str | None = None):
+    def __init__(
+        self,
+        *,
+        full_json: str,
+        stored_json: str,
+        blobs: dict[str, bytes],
+        tokens: int,
+        bytes: int,
+        text: str,
+        id: str,
+        role: str,
+        created_at: str,
+        message: dict | None = None,
+        n_parts: int = 0,
+        tool_names: str | None = None,
+        metadata: str | None = None,
+    ):
         self.full_json = full_json  # the message as it will read back, as JSON
         self.stored_json = stored_json  # JSON kept in the row: payloads replaced by references
         self.blobs = blobs  # sha256 hex -> bytes
@@ -665,8 +695,7 @@ def prepare(
     if created is not None and not _is_time(created) and _is_unicode(created):
         # a createdAt that is kept must be a time ("yesterday" is refused, as the importers refuse
         # it); one that is not even valid Unicode is left to the encoding, which names that problem
-        raise InvalidMessage(f"message {message['id']!r}: field 'createdAt' must be an ISO 8601 time, "
-                             f"got {created!r}")
+        raise InvalidMessage(f"message {message['id']!r}: field 'createdAt' must be an ISO 8601 time, got {created!r}")
     if created is None:
         created = created_at or now_iso()
         if "createdAt" in message:  # an explicit null, or a time being replaced
@@ -688,16 +717,18 @@ def prepare(
             _raise_problem(msg if msg is not None else message, InvalidMessage(f"message is not valid Unicode: {exc}"))
     # Nesting deeper than MAX_NESTING takes more than 2 * MAX_NESTING brackets, outside the
     # strings: most long messages are long for their texts and payloads, and skip the count.
-    if size > 2 * MAX_NESTING and len(full_json) - _part_string_chars(message) > 2 * MAX_NESTING \
-            and full_json.count("[") + full_json.count("{") > MAX_NESTING:
+    if (
+        size > 2 * MAX_NESTING
+        and len(full_json) - _part_string_chars(message) > 2 * MAX_NESTING
+        and full_json.count("[") + full_json.count("{") > MAX_NESTING
+    ):
         value = msg if msg is not None else message
         if not _shallow(value) and _too_deep(value):
-            _raise_problem(value, InvalidMessage(f"message {message['id']!r} is nested deeper than "
-                                                 f"{MAX_NESTING} levels"))
+            _raise_problem(
+                value, InvalidMessage(f"message {message['id']!r} is nested deeper than {MAX_NESTING} levels")
+            )
     if max_bytes is not None and size > max_bytes:
-        raise MessageTooLarge(
-            f"message {message['id']!r} is {size} bytes, over max_message_bytes={max_bytes}"
-        )
+        raise MessageTooLarge(f"message {message['id']!r} is {size} bytes, over max_message_bytes={max_bytes}")
     blobs: dict[str, bytes] = {}
     stored_json = full_json
     escape = _BLOB_KEY in full_json  # a caller's text or key holding the payload key
@@ -750,8 +781,11 @@ def analysis_fields(message: dict) -> tuple[int, str | None, str | None]:
     parts = message.get("parts")
     names = _tool_names(message)
     meta = message.get("metadata")
-    return (len(parts) if isinstance(parts, list) else 0, dumps(names) if names else None,
-            None if meta is None else dumps(meta))
+    return (
+        len(parts) if isinstance(parts, list) else 0,
+        dumps(names) if names else None,
+        None if meta is None else dumps(meta),
+    )
 
 
 def _escape_keys(value: Any) -> bool:

@@ -192,8 +192,9 @@ def _uses_postgresql(item) -> bool:
     if "postgres" in item.path.name:
         return True
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and any(v in ("postgresql", "postgres") for v in callspec.params.values()
-                                        if isinstance(v, str))
+    return callspec is not None and any(
+        v in ("postgresql", "postgres") for v in callspec.params.values() if isinstance(v, str)
+    )
 
 
 def _out_of_scope(item) -> bool:

@@ -29,8 +29,16 @@ def message(mid: str, *parts: dict, role: str = "user", **extra: Any) -> dict:
 def with_tools(message: dict, *names: str) -> dict:
     """``message`` with one finished tool call part per name appended (call ids ``<id>-<name>``)."""
     mid = message["id"]
-    tools = [{"type": f"tool-{name}", "toolCallId": f"{mid}-{name}", "state": "output-available",
-              "input": {"q": mid}, "output": {"ok": True}} for name in names]
+    tools = [
+        {
+            "type": f"tool-{name}",
+            "toolCallId": f"{mid}-{name}",
+            "state": "output-available",
+            "input": {"q": mid},
+            "output": {"ok": True},
+        }
+        for name in names
+    ]
     return {**message, "parts": [*message["parts"], *tools]}
 
 
@@ -113,12 +121,17 @@ def litellm_tool_call(name: str, arguments: dict, call_id: str = "call_1", model
 
     return litellm.ModelResponse(
         model=model,
-        choices=[{
-            "index": 0,
-            "finish_reason": "tool_calls",
-            "message": {"role": "assistant", "content": None,
-                        "tool_calls": [chat_tool_call(call_id, name, arguments)]},
-        }],
+        choices=[
+            {
+                "index": 0,
+                "finish_reason": "tool_calls",
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [chat_tool_call(call_id, name, arguments)],
+                },
+            }
+        ],
         usage={"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
     )
 

@@ -40,8 +40,13 @@ def _env(**extra: str) -> dict:
 
 def run(*args: str, env: dict | None = None, prefix: list[str] | None = None, cwd=None):
     return subprocess.run(
-        [*(prefix or COMMAND), *args], capture_output=True, text=True, encoding="utf-8",
-        timeout=120, env=env or _env(), cwd=cwd,
+        [*(prefix or COMMAND), *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+        env=env or _env(),
+        cwd=cwd,
     )
 
 
@@ -68,11 +73,20 @@ json.dump(results, sys.stdout)
 
 
 def run_batch(argvs: list[tuple[str, ...]]) -> list[subprocess.CompletedProcess]:
-    proc = subprocess.run([sys.executable, "-c", _BATCH], input=json.dumps([list(a) for a in argvs]),
-                          capture_output=True, text=True, encoding="utf-8", timeout=120, env=_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", _BATCH],
+        input=json.dumps([list(a) for a in argvs]),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+        env=_env(),
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    return [subprocess.CompletedProcess(list(argv), status, out, err)
-            for argv, (status, out, err) in zip(argvs, json.loads(proc.stdout))]
+    return [
+        subprocess.CompletedProcess(list(argv), status, out, err)
+        for argv, (status, out, err) in zip(argvs, json.loads(proc.stdout))
+    ]
 
 
 def assert_ok(result) -> str:
@@ -129,28 +143,55 @@ def store_path(tmp_path_factory) -> str:
         chat = store.session("chat")
         chat.append(msg("u1", "How should we deploy the billing service?", "user"))
         chat.append(msg("a1", "Deploy it with a blue-green rollout behind the load balancer.", "assistant"))
-        chat.append(msg("a1b", "Regenerated: ship it as a container on the managed platform.", "assistant"),
-                    parent_id="u1")
+        chat.append(
+            msg("a1b", "Regenerated: ship it as a container on the managed platform.", "assistant"), parent_id="u1"
+        )
         for i in range(2, 12):
             chat.append(msg(f"u{i}", f"Question {i} about the rollout plan and its monitoring, step {i}.", "user"))
-            chat.append(msg(f"a{i}", f"Answer {i}: keep dashboards for latency and errors, "
-                                     f"then check item {i} of the deployment checklist.", "assistant"))
-        chat.append({
-            "id": "tool1", "role": "assistant",
-            "parts": [
-                {"type": "tool-get_status", "toolCallId": "call_7", "state": "output-available",
-                 "input": {"service": "billing"}, "output": {"healthy": True, "version": "2.4.1"}},
-                {"type": "text", "text": "The billing service is healthy on version 2.4.1."},
-            ],
-        })
-        chat.append({
-            "id": "file1", "role": "user",
-            "parts": [{"type": "text", "text": "Here are the latency readings."},
-                      {"type": "file", "mediaType": "text/csv", "filename": "latency.csv",
-                       "url": "data:text/csv;base64," + base64.b64encode(CSV).decode()}],
-        })
-        chat.on_compaction(sk.create_compact_function(lambda prompt: "Summary: rollout questions 2 to 8 answered.",
-                                                      keep_recent_tokens=150, protect_head=3))
+            chat.append(
+                msg(
+                    f"a{i}",
+                    f"Answer {i}: keep dashboards for latency and errors, "
+                    f"then check item {i} of the deployment checklist.",
+                    "assistant",
+                )
+            )
+        chat.append(
+            {
+                "id": "tool1",
+                "role": "assistant",
+                "parts": [
+                    {
+                        "type": "tool-get_status",
+                        "toolCallId": "call_7",
+                        "state": "output-available",
+                        "input": {"service": "billing"},
+                        "output": {"healthy": True, "version": "2.4.1"},
+                    },
+                    {"type": "text", "text": "The billing service is healthy on version 2.4.1."},
+                ],
+            }
+        )
+        chat.append(
+            {
+                "id": "file1",
+                "role": "user",
+                "parts": [
+                    {"type": "text", "text": "Here are the latency readings."},
+                    {
+                        "type": "file",
+                        "mediaType": "text/csv",
+                        "filename": "latency.csv",
+                        "url": "data:text/csv;base64," + base64.b64encode(CSV).decode(),
+                    },
+                ],
+            }
+        )
+        chat.on_compaction(
+            sk.create_compact_function(
+                lambda prompt: "Summary: rollout questions 2 to 8 answered.", keep_recent_tokens=150, protect_head=3
+            )
+        )
         assert chat.compact() is not None
 
         other = store.session("ops")
@@ -193,7 +234,8 @@ def cli(store_path) -> dict[str, subprocess.CompletedProcess]:
     prefix = {"ls -m": [sys.executable, "-m", "sessionkit"]}
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = pool.map(
-            lambda k: run(*(a.replace("{store}", store_path) for a in READS[k]), prefix=prefix.get(k)), keys)
+            lambda k: run(*(a.replace("{store}", store_path) for a in READS[k]), prefix=prefix.get(k)), keys
+        )
         return dict(zip(keys, results))
 
 
@@ -219,8 +261,10 @@ def test_no_command_prints_help_and_fails():
 
 def test_python_dash_m_is_the_same_command(cli):
     assert assert_ok(cli["ls"]) == assert_ok(cli["ls -m"])
-    assert assert_ok(run("--version", prefix=[sys.executable, "-m", "sessionkit"])).strip() == \
-        f"sessionkit {sk.__version__}"
+    assert (
+        assert_ok(run("--version", prefix=[sys.executable, "-m", "sessionkit"])).strip()
+        == f"sessionkit {sk.__version__}"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -353,7 +397,7 @@ def test_show_tree_marks_branches_the_path_and_compaction_ranges(store_path, cli
         children = {mid: [k["id"] for k in chat.branches(mid)] for mid in ids}
         messages = {mid: chat.get(mid) for mid in ids}
         (comp,) = chat.compactions()
-    covered = path[path.index(comp.from_id):path.index(comp.to_id) + 1]
+    covered = path[path.index(comp.from_id) : path.index(comp.to_id) + 1]
 
     lines = assert_ok(as_text).splitlines()
     node_lines = {}
@@ -423,8 +467,23 @@ def test_search_prints_hits_and_snippets_best_first(store_path, cli):
         assert "[" in h.snippet
 
 
-ODD_QUERIES = ['"', 'AND OR NOT', '(((', '*', '', 'NEAR(a b)', '"unclosed phrase', 'col:val', '-', '🙂',
-               "'; DROP TABLE x; --", '"deploy', 'deploy*', '^deploy', 'rollout AND']
+ODD_QUERIES = [
+    '"',
+    "AND OR NOT",
+    "(((",
+    "*",
+    "",
+    "NEAR(a b)",
+    '"unclosed phrase',
+    "col:val",
+    "-",
+    "🙂",
+    "'; DROP TABLE x; --",
+    '"deploy',
+    "deploy*",
+    "^deploy",
+    "rollout AND",
+]
 
 
 def test_search_accepts_any_query_string(store_path, cli):
@@ -474,13 +533,17 @@ def test_errors_are_one_line_and_exit_non_zero(store_path, tmp_path):
         (("serve", "--store", store_path, "--timeout-request", "soon"), ("'soon' is not a number of seconds",)),
         (("frobnicate",), ("invalid choice",)),
         (("show", store_path), ("SESSION",)),
-        (("import", str(tmp_path / "new.db"), str(tmp_path / "nothing.json"), "--format", "openai"),
-         ("nothing.json' does not exist",)),
+        (
+            ("import", str(tmp_path / "new.db"), str(tmp_path / "nothing.json"), "--format", "openai"),
+            ("nothing.json' does not exist",),
+        ),
         (("import", str(tmp_path / "new.db"), str(junk), "--format", "hh", "--session", "s"), ("--session",)),
         (("import", str(tmp_path / "new.db"), str(junk)), ("--format",)),
         (("export", str(missing), str(tmp_path / "out.jsonl")), ("no store at",)),
-        (("serve", "--store", str(tmp_path / "s.db"), "--agent", "app:agent", "--token", "x" * 20),
-         ("unrecognized arguments",)),
+        (
+            ("serve", "--store", str(tmp_path / "s.db"), "--agent", "app:agent", "--token", "x" * 20),
+            ("unrecognized arguments",),
+        ),
         (("serve", "--store", str(tmp_path / "s.db"), "--agent", "no-colon"), ("module:attribute",)),
         (("serve", "--store", str(tmp_path / "s.db"), "--agent", "app:agent"), ("SESSIONKIT_TOKEN",)),
         (("demo", "--store", store_path), ("already exists",)),
@@ -494,8 +557,10 @@ def test_errors_are_one_line_and_exit_non_zero(store_path, tmp_path):
     # the same through the console script: status, stdout and stderr of a real process
     for (_, fragments), result in zip(cases[:8:3], run_many([argv for argv, _ in cases[:8:3]])):
         assert_error(result, *fragments)
-    assert_error(run("serve", "--store", str(tmp_path / "s.db"), "--agent", "app:agent",
-                     env=_env(SESSIONKIT_TOKEN="short")), "16 characters")
+    assert_error(
+        run("serve", "--store", str(tmp_path / "s.db"), "--agent", "app:agent", env=_env(SESSIONKIT_TOKEN="short")),
+        "16 characters",
+    )
     # read commands and failed imports never create a store; other databases are left alone
     assert not missing.exists() and not (tmp_path / "new.db").exists() and not (tmp_path / "s.db").exists()
     db = sqlite3.connect(foreign)
@@ -503,8 +568,7 @@ def test_errors_are_one_line_and_exit_non_zero(store_path, tmp_path):
     db.close()
 
 
-_WITHOUT = ("import sys; sys.modules[{mod!r}] = None; from sessionkit.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")
+_WITHOUT = "import sys; sys.modules[{mod!r}] = None; from sessionkit.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def test_import_export_serve_name_a_missing_module(store_path, tmp_path):
@@ -512,11 +576,20 @@ def test_import_export_serve_name_a_missing_module(store_path, tmp_path):
     data.write_text(json.dumps([{"role": "user", "content": "hi"}]))
     no_io = [sys.executable, "-c", _WITHOUT.format(mod="sessionkit.io")]
     no_server = [sys.executable, "-c", _WITHOUT.format(mod="sessionkit.server")]
-    assert_error(run("import", str(tmp_path / "a.db"), str(data), "--format", "openai", prefix=no_io),
-                 "sessionkit.io")
+    assert_error(run("import", str(tmp_path / "a.db"), str(data), "--format", "openai", prefix=no_io), "sessionkit.io")
     assert_error(run("export", store_path, str(tmp_path / "a.jsonl"), prefix=no_io), "sessionkit.io")
-    assert_error(run("serve", "--store", str(tmp_path / "a.db"), "--agent", "app:agent", prefix=no_server,
-                     env=_env(SESSIONKIT_TOKEN="t" * 24)), "sessionkit.server")
+    assert_error(
+        run(
+            "serve",
+            "--store",
+            str(tmp_path / "a.db"),
+            "--agent",
+            "app:agent",
+            prefix=no_server,
+            env=_env(SESSIONKIT_TOKEN="t" * 24),
+        ),
+        "sessionkit.server",
+    )
     assert not (tmp_path / "a.db").exists()
 
 
@@ -537,41 +610,82 @@ print(json.dumps({"status": status, **calls}))
 
 def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
     (tmp_path / "myagents.py").write_text(
-        "import sessionkit as sk\n"
-        "support = sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n")
+        "import sessionkit as sk\nsupport = sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n"
+    )
     (tmp_path / "broken.py").write_text("raise RuntimeError('no model configured')\n")
     token = "s3cret-token-0123456789"
     store = tmp_path / "served.db"
     fake = [sys.executable, "-c", _FAKE_SERVE]
     env = _env(SESSIONKIT_TOKEN=token)
-    result = run("serve", "--store", str(store), "--agent", "myagents:support", "--host", "0.0.0.0",
-                 "--port", "8123", prefix=fake, env=env, cwd=tmp_path)
+    result = run(
+        "serve",
+        "--store",
+        str(store),
+        "--agent",
+        "myagents:support",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8123",
+        prefix=fake,
+        env=env,
+        cwd=tmp_path,
+    )
     report = json.loads(assert_ok(result))
     assert report == {
         "status": 0,
-        "serve": {"agent": "myagents:support", "store": str(store), "token": token, "host": "0.0.0.0",
-                  "port": 8123, "workers": 1, "timeout_keep_alive": 5.0, "timeout_request": 30.0,
-                  "timeout_graceful_shutdown": 10.0, "limit_concurrency": 1000},
+        "serve": {
+            "agent": "myagents:support",
+            "store": str(store),
+            "token": token,
+            "host": "0.0.0.0",
+            "port": 8123,
+            "workers": 1,
+            "timeout_keep_alive": 5.0,
+            "timeout_request": 30.0,
+            "timeout_graceful_shutdown": 10.0,
+            "limit_concurrency": 1000,
+        },
     }
     assert token not in result.stderr
-    timed = run("serve", "--store", str(store), "--agent", "myagents:support", "--timeout-keep-alive", "2",
-                "--timeout-request", "7.5", "--timeout-graceful-shutdown", "3", "--limit-concurrency", "0",
-                prefix=fake, env=env, cwd=tmp_path)
+    timed = run(
+        "serve",
+        "--store",
+        str(store),
+        "--agent",
+        "myagents:support",
+        "--timeout-keep-alive",
+        "2",
+        "--timeout-request",
+        "7.5",
+        "--timeout-graceful-shutdown",
+        "3",
+        "--limit-concurrency",
+        "0",
+        prefix=fake,
+        env=env,
+        cwd=tmp_path,
+    )
     options = json.loads(assert_ok(timed))["serve"]
-    assert (options["timeout_keep_alive"], options["timeout_request"], options["timeout_graceful_shutdown"],
-            options["limit_concurrency"]) == (2.0, 7.5, 3.0, None)
+    assert (
+        options["timeout_keep_alive"],
+        options["timeout_request"],
+        options["timeout_graceful_shutdown"],
+        options["limit_concurrency"],
+    ) == (2.0, 7.5, 3.0, None)
     for bad in (["--timeout-request", "0"], ["--timeout-keep-alive", "soon"], ["--limit-concurrency", "-1"]):
-        refused = run("serve", "--store", str(store), "--agent", "myagents:support", *bad, prefix=fake, env=env,
-                      cwd=tmp_path)
+        refused = run(
+            "serve", "--store", str(store), "--agent", "myagents:support", *bad, prefix=fake, env=env, cwd=tmp_path
+        )
         assert json.loads(refused.stdout)["status"] != 0 and "serve" not in json.loads(refused.stdout)
         assert len(refused.stderr.splitlines()) == 1 and bad[0] in refused.stderr
-    missing_attr = run("serve", "--store", str(store), "--agent", "myagents:nobody", prefix=fake, env=env,
-                       cwd=tmp_path)
+    missing_attr = run("serve", "--store", str(store), "--agent", "myagents:nobody", prefix=fake, env=env, cwd=tmp_path)
     assert missing_attr.stderr == "sessionkit: error: --agent: module 'myagents' has no attribute 'nobody'\n"
     assert json.loads(missing_attr.stdout) == {"status": 1}
     failing = run("serve", "--store", str(store), "--agent", "broken:agent", prefix=fake, env=env, cwd=tmp_path)
     assert failing.stderr.splitlines() == [
-        "sessionkit: error: --agent: importing 'broken' failed: RuntimeError: no model configured"]
+        "sessionkit: error: --agent: importing 'broken' failed: RuntimeError: no model configured"
+    ]
     assert json.loads(failing.stdout) == {"status": 1}
     assert_error(run("serve", "--store", str(store), "--agent", "a:b", "--port", "70000"), "--port")
 
@@ -582,12 +696,15 @@ def test_serve_explains_an_agent_name_that_is_not_an_agent(tmp_path):
         "import sessionkit as sk\n"
         "def make_agent():\n    return sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n"
         "class Helper:\n    pass\n"
-        "name = 'the support agent'\n")
+        "name = 'the support agent'\n"
+    )
     env = _env(SESSIONKIT_TOKEN="s3cret-token-0123456789")
     fake = [sys.executable, "-c", _FAKE_SERVE]
-    cases = [("myagents:make_agent", ("names a function, not an agent", "--agent myagents:support")),
-             ("myagents:Helper", ("names a class, not an agent",)),
-             ("myagents:name", ("is a str, not a sessionkit Agent",))]
+    cases = [
+        ("myagents:make_agent", ("names a function, not an agent", "--agent myagents:support")),
+        ("myagents:Helper", ("names a class, not an agent",)),
+        ("myagents:name", ("is a str, not a sessionkit Agent",)),
+    ]
     for spec, fragments in cases:
         result = run("serve", "--store", str(tmp_path / "s.db"), "--agent", spec, prefix=fake, env=env, cwd=tmp_path)
         line = result.stderr.strip()
@@ -616,13 +733,16 @@ def test_export_then_import_jsonl_keeps_every_tree(store_path, tmp_path):
         expected = {s.id: store.session(s.id).get_history(compacted=False) for s in sessions}
         chat_ids = all_ids(store.session("chat"))
     assert f"{stats['sessions']:,} sessions ({stats['messages']:,} messages)" in out
-    first, again = assert_ok(run("import", str(copy), str(dump), "--format", "jsonl")), \
-        assert_ok(run("import", str(copy), str(dump), "--format", "jsonl"))
+    first, again = (
+        assert_ok(run("import", str(copy), str(dump), "--format", "jsonl")),
+        assert_ok(run("import", str(copy), str(dump), "--format", "jsonl")),
+    )
     assert f"{stats['messages']:,} new messages, {stats['sessions']:,} new sessions" in first
     assert "0 new messages, 0 new sessions" in again
     with sk.open_store(str(copy)) as restored:
-        assert [(s.id, s.message_count) for s in restored.list_sessions()] == \
-            [(s.id, s.message_count) for s in sessions]
+        assert [(s.id, s.message_count) for s in restored.list_sessions()] == [
+            (s.id, s.message_count) for s in sessions
+        ]
         for sid, history in expected.items():
             assert restored.session(sid).get_history(compacted=False) == history
         assert all_ids(restored.session("chat")) == chat_ids
@@ -636,11 +756,15 @@ def test_export_then_import_jsonl_keeps_every_tree(store_path, tmp_path):
 @pytest.mark.skipif(not _io_has("import_openai"), reason="sessionkit.io has no import_openai")
 def test_import_openai_chat_into_a_named_session(tmp_path):
     chat = tmp_path / "support-chat.json"
-    chat.write_text(json.dumps([
-        {"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Status of order 42?"},
-        {"role": "assistant", "content": "Shipped yesterday."},
-    ]))
+    chat.write_text(
+        json.dumps(
+            [
+                {"role": "system", "content": "You are terse."},
+                {"role": "user", "content": "Status of order 42?"},
+                {"role": "assistant", "content": "Shipped yesterday."},
+            ]
+        )
+    )
     target = tmp_path / "imported.db"
     out_named = assert_ok(run("import", str(target), str(chat), "--format", "openai", "--session", "s1"))
     out_default = assert_ok(run("import", str(target), str(chat), "--format", "openai"))
@@ -657,24 +781,34 @@ def test_import_openai_chat_into_a_named_session(tmp_path):
 def test_import_of_a_broken_file_says_where_and_how_far_it_got(tmp_path):
     import gzip
 
-    pairs = [json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes",
-                         "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"})
-             for i in range(3)]
+    pairs = [
+        json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes", "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"})
+        for i in range(3)
+    ]
     broken = tmp_path / "pairs.jsonl"
     broken.write_text(pairs[0] + "\n" + pairs[1] + "\n" + pairs[2][:-9] + "\n", encoding="utf-8")
     cut = tmp_path / "pairs.jsonl.gz"
     cut.write_bytes(gzip.compress(("\n".join(pairs * 300) + "\n").encode("utf-8"))[:-40])
     nan = tmp_path / "export.jsonl"
-    nan.write_text('{"type": "message", "session_id": "s", "parent_id": null, "message": '
-                   '{"id": "m", "role": "user", "parts": [], "metadata": {"score": NaN}}}\n', encoding="utf-8")
+    nan.write_text(
+        '{"type": "message", "session_id": "s", "parent_id": null, "message": '
+        '{"id": "m", "role": "user", "parts": [], "metadata": {"score": NaN}}}\n',
+        encoding="utf-8",
+    )
     target, other = tmp_path / "store.db", tmp_path / "other.db"
-    first, second, third = run_batch([
-        ("import", str(target), str(broken), "--format", "hh"),
-        ("import", str(other), str(cut), "--format", "hh"),
-        ("import", str(other), str(nan), "--format", "jsonl"),
-    ])
-    assert_error(first, f"{broken}, line 3: not valid JSON", "the 2 pairs before it are stored, through line 2",
-                 "importing the corrected file again adds the rest")
+    first, second, third = run_batch(
+        [
+            ("import", str(target), str(broken), "--format", "hh"),
+            ("import", str(other), str(cut), "--format", "hh"),
+            ("import", str(other), str(nan), "--format", "jsonl"),
+        ]
+    )
+    assert_error(
+        first,
+        f"{broken}, line 3: not valid JSON",
+        "the 2 pairs before it are stored, through line 2",
+        "importing the corrected file again adds the rest",
+    )
     assert_error(second, f"{cut}, line ", "the gzip data ends early (the file is cut short)")
     assert_error(third, f"{nan}, line 1: NaN is not a JSON value", "nothing was stored")
     with sk.open_store(str(target)) as store:
@@ -704,8 +838,13 @@ def test_demo_builds_a_store_with_branches_compaction_blobs_and_search(tmp_path)
         session = store.session(compacted[0])
         assert len(session.get_history()) < len(session.get_history(compacted=False))
         assert stats["compactions"] >= 1 and stats["blobs"] >= 1 and stats["blob_bytes"] >= 4096
-        tools = [p for s in sessions for m in store.session(s.id).get_history(compacted=False)
-                 for p in m["parts"] if p["type"].startswith("tool-")]
+        tools = [
+            p
+            for s in sessions
+            for m in store.session(s.id).get_history(compacted=False)
+            for p in m["parts"]
+            if p["type"].startswith("tool-")
+        ]
         assert tools and all("input" in p and "output" in p for p in tools)
         hits = store.search("deploying", limit=5)
         assert hits
@@ -741,16 +880,25 @@ def test_build_demo_store_is_idempotent(tmp_path):
         before = store.stats()
         build_demo_store(store)
         after = store.stats()
-    assert {k: after[k] for k in ("sessions", "messages", "compactions", "blobs")} == \
-        {k: before[k] for k in ("sessions", "messages", "compactions", "blobs")}
+    assert {k: after[k] for k in ("sessions", "messages", "compactions", "blobs")} == {
+        k: before[k] for k in ("sessions", "messages", "compactions", "blobs")
+    }
 
 
 def test_show_last_prints_only_the_newest_entries(tmp_path):
     path = str(tmp_path / "long.db")
     with sk.open_store(path) as store:
         s = store.session("long")
-        s.import_many([(msg(f"m{i}", f"message number {i}", "user" if i % 2 == 0 else "assistant"),
-                        f"m{i - 1}" if i else None, None) for i in range(2_000)])
+        s.import_many(
+            [
+                (
+                    msg(f"m{i}", f"message number {i}", "user" if i % 2 == 0 else "assistant"),
+                    f"m{i - 1}" if i else None,
+                    None,
+                )
+                for i in range(2_000)
+            ]
+        )
         path_ids = [m["id"] for m in s.get_history()]
         tokens = s.context_tokens()
     out = assert_ok(run("show", path, "long", "--last", "5"))
@@ -850,5 +998,8 @@ def test_session_prefix_keeps_two_sources_apart(tmp_path):
     assert a and len(a) == len(b) == len(ids) // 2  # every session twice, apart, none merged
     assert [counts[i] for i in a] == [counts["b/" + i[2:]] for i in a]
     for fmt, why in (("jsonl", "keeps the session ids"), ("openai", "--session")):
-        assert_error(run("import", target, trees, "--format", fmt, "--session-prefix", "c/"),
-                     "--session-prefix does not apply", why)
+        assert_error(
+            run("import", target, trees, "--format", fmt, "--session-prefix", "c/"),
+            "--session-prefix does not apply",
+            why,
+        )

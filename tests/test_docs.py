@@ -42,7 +42,11 @@ def test_site_builds_strict_and_offline(tmp_path):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     proc = subprocess.run(
         [str(MKDOCS), "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
@@ -75,9 +79,15 @@ def test_site_builds_strict_and_offline(tmp_path):
 
 
 _REFERENCE = {
-    "sessionkit.store": "store.html", "sessionkit.aio": "aio.html", "sessionkit.agent": "agent.html",
-    "sessionkit.analysis": "analysis.html", "sessionkit.analysis.plot": "analysis.html", "sessionkit.io": "io.html",
-    "sessionkit.server": "server.html", "sessionkit.widgets": "widgets.html", "sessionkit.errors": "errors.html",
+    "sessionkit.store": "store.html",
+    "sessionkit.aio": "aio.html",
+    "sessionkit.agent": "agent.html",
+    "sessionkit.analysis": "analysis.html",
+    "sessionkit.analysis.plot": "analysis.html",
+    "sessionkit.io": "io.html",
+    "sessionkit.server": "server.html",
+    "sessionkit.widgets": "widgets.html",
+    "sessionkit.errors": "errors.html",
     "sessionkit.testing": "testing.html",
 }
 
@@ -100,16 +110,23 @@ def test_every_public_name_is_documented():
     reference = (DOCS / "reference" / "sessionkit.md").read_text(encoding="utf-8")
     for name in sk.__all__:
         assert f"`sk.{name}`" in reference or f"`{name}`" in reference, f"{name} is not in the API reference"
-        assert re.search(rf"(?<![\w.]){re.escape(name)}\b|sk\.{re.escape(name)}\b", guides), (
-            f"no guide mentions {name}"
-        )
+        assert re.search(rf"(?<![\w.]){re.escape(name)}\b|sk\.{re.escape(name)}\b", guides), f"no guide mentions {name}"
 
 
 def test_every_public_module_has_a_reference_page():
     pages = _text(*(DOCS / "reference").glob("*.md"))
-    for module in ("sessionkit.store", "sessionkit.aio", "sessionkit.agent", "sessionkit.analysis",
-                   "sessionkit.analysis.plot", "sessionkit.io", "sessionkit.server", "sessionkit.widgets",
-                   "sessionkit.errors", "sessionkit.testing"):
+    for module in (
+        "sessionkit.store",
+        "sessionkit.aio",
+        "sessionkit.agent",
+        "sessionkit.analysis",
+        "sessionkit.analysis.plot",
+        "sessionkit.io",
+        "sessionkit.server",
+        "sessionkit.widgets",
+        "sessionkit.errors",
+        "sessionkit.testing",
+    ):
         assert re.search(rf"^::: {re.escape(module)}$", pages, re.MULTILINE), module
 
 

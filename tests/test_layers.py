@@ -164,8 +164,12 @@ def test_the_sub_package_check_catches_an_offender():
         """
     )
     found = [f.split(": ", 1)[1] for f in foreign_private_imports(server, offender)]
-    assert found == ["sessionkit.agent._loading.load_agent", "sessionkit.analysis._tables",
-                     "sessionkit.messages._path", "sessionkit.io._common"]
+    assert found == [
+        "sessionkit.agent._loading.load_agent",
+        "sessionkit.analysis._tables",
+        "sessionkit.messages._path",
+        "sessionkit.io._common",
+    ]
 
 
 # ---------------------------------------------------------------------------
@@ -178,8 +182,7 @@ def _lint(cwd: Path, config: Path, env_path: str) -> subprocess.CompletedProcess
         f"sys.exit(lint_imports(config_filename={str(config)!r}, no_cache=True, no_logo=True))"
     )
     env = dict(os.environ, PYTHONPATH=env_path)
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _contracts() -> list[dict]:

@@ -57,8 +57,9 @@ def test_the_notebook_extra_has_what_the_tour_needs_and_no_test_tools():
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_demo_installs_the_notebook_extra_and_make_test_the_dev_extra(tmp_path):
     def dry(*targets: str) -> str:
-        proc = subprocess.run(["make", "-n", *targets, f"VENV={tmp_path / 'venv'}"], cwd=REPO,
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            ["make", "-n", *targets, f"VENV={tmp_path / 'venv'}"], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
         assert proc.returncode == 0, proc.stderr
         return proc.stdout
 

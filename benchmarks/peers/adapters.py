@@ -181,8 +181,13 @@ class SessionKit(Peer):
             with open(path, "w") as fh:
                 fh.write(json.dumps({"format": "sessionkit", "version": 1}) + "\n")
                 for m in msgs:
-                    line = {"type": "message", "session_id": conv, "parent_id": parent,
-                            "created_at": m["createdAt"], "message": m}
+                    line = {
+                        "type": "message",
+                        "session_id": conv,
+                        "parent_id": parent,
+                        "created_at": m["createdAt"],
+                        "message": m,
+                    }
                     fh.write(json.dumps(line) + "\n")
                     parent = m["id"]
             import_jsonl(self.store, path)
@@ -234,8 +239,7 @@ class RawSQLite(Peer):
         self.conn = sqlite3.connect(str(folder / "raw.db"), isolation_level=None)
         _sqlite_pragmas(self.conn)
         self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS msgs (conv TEXT NOT NULL, seq INTEGER NOT NULL,"
-            " data TEXT NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS msgs (conv TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL)"
         )
         self.conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS msgs_conv_seq ON msgs(conv, seq)")
         self.seq: dict[str, int] = {}
@@ -271,16 +275,12 @@ class RawSQLite(Peer):
         return (json.loads(d) for (d,) in rows)
 
     async def read_recent(self, conv: str, n: int) -> list:
-        rows = self.conn.execute(
-            "SELECT data FROM msgs WHERE conv = ? ORDER BY seq DESC LIMIT ?", (conv, n)
-        ).fetchall()
+        rows = self.conn.execute("SELECT data FROM msgs WHERE conv = ? ORDER BY seq DESC LIMIT ?", (conv, n)).fetchall()
         return [json.loads(d) for (d,) in reversed(rows)]
 
     async def prepare_search(self, conv: str) -> None:
         self.conn.execute("BEGIN")
-        self.conn.execute(
-            "CREATE VIRTUAL TABLE IF NOT EXISTS msgs_fts USING fts5(text, tokenize='porter unicode61')"
-        )
+        self.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS msgs_fts USING fts5(text, tokenize='porter unicode61')")
         rows = self.conn.execute("SELECT rowid, data FROM msgs").fetchall()
         self.conn.executemany(
             "INSERT INTO msgs_fts (rowid, text) VALUES (?, ?)",
@@ -324,8 +324,7 @@ class RawDuckDB(Peer):
 
         self.conn = duckdb.connect(str(folder / "raw.duckdb"))
         self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS msgs (conv VARCHAR NOT NULL, seq INTEGER NOT NULL,"
-            " data VARCHAR NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS msgs (conv VARCHAR NOT NULL, seq INTEGER NOT NULL, data VARCHAR NOT NULL)"
         )
         self.seq = dict(self.conn.execute("SELECT conv, max(seq) FROM msgs GROUP BY conv").fetchall())
 
@@ -335,9 +334,7 @@ class RawDuckDB(Peer):
         return s
 
     async def append(self, conv: str, msg: dict) -> None:
-        self.conn.execute(
-            "INSERT INTO msgs VALUES (?, ?, ?)", (conv, self._next(conv), json.dumps(msg))
-        )
+        self.conn.execute("INSERT INTO msgs VALUES (?, ?, ?)", (conv, self._next(conv), json.dumps(msg)))
 
     async def bulk_load(self, conv: str, msgs: list[dict]) -> None:
         self.conn.execute("BEGIN")
@@ -366,9 +363,7 @@ class RawDuckDB(Peer):
         return (json.loads(d) for d in self._rows("SELECT data FROM msgs WHERE conv = ? ORDER BY seq", (conv,)))
 
     async def read_recent(self, conv: str, n: int) -> list:
-        rows = self.conn.execute(
-            "SELECT data FROM msgs WHERE conv = ? ORDER BY seq DESC LIMIT ?", (conv, n)
-        ).fetchall()
+        rows = self.conn.execute("SELECT data FROM msgs WHERE conv = ? ORDER BY seq DESC LIMIT ?", (conv, n)).fetchall()
         return [json.loads(d) for (d,) in reversed(rows)]
 
     async def search(self, conv: str, query: str) -> Any:
@@ -708,9 +703,7 @@ class GoogleADK(Peer):
             )
             parts.append(
                 types.Part(
-                    function_response=types.FunctionResponse(
-                        id=tool["toolCallId"], name=name, response=tool["output"]
-                    )
+                    function_response=types.FunctionResponse(id=tool["toolCallId"], name=name, response=tool["output"])
                 )
             )
         role = "user" if msg["role"] == "user" else "model"

@@ -41,14 +41,34 @@ import workload  # noqa: E402
 
 SIZES = {
     "quick": dict(
-        single=1_000, convs=50, conv_len=20, mem=2_000, append_budget=5.0,
-        read_reps=5, recent_reps=50, conv_reads=50, search_reps=3, read_budget=3.0,
-        complete_budget=10.0, mem_budget=10.0, child_timeout=120,
+        single=1_000,
+        convs=50,
+        conv_len=20,
+        mem=2_000,
+        append_budget=5.0,
+        read_reps=5,
+        recent_reps=50,
+        conv_reads=50,
+        search_reps=3,
+        read_budget=3.0,
+        complete_budget=10.0,
+        mem_budget=10.0,
+        child_timeout=120,
     ),
     "full": dict(
-        single=10_000, convs=1_000, conv_len=20, mem=100_000, append_budget=40.0,
-        read_reps=5, recent_reps=200, conv_reads=200, search_reps=5, read_budget=8.0,
-        complete_budget=45.0, mem_budget=90.0, child_timeout=900,
+        single=10_000,
+        convs=1_000,
+        conv_len=20,
+        mem=100_000,
+        append_budget=40.0,
+        read_reps=5,
+        recent_reps=200,
+        conv_reads=200,
+        search_reps=5,
+        read_budget=8.0,
+        complete_budget=45.0,
+        mem_budget=90.0,
+        child_timeout=900,
     ),
 }
 
@@ -228,9 +248,7 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
             return r
 
         async def read_recent() -> dict:
-            times, out = await _timed_reads(
-                lambda: peer.read_recent(conv, 20), cfg["recent_reps"], cfg["read_budget"]
-            )
+            times, out = await _timed_reads(lambda: peer.read_recent(conv, 20), cfg["recent_reps"], cfg["read_budget"])
             r = _ms(times)
             r["returned"] = len(out)
             return r
@@ -269,7 +287,6 @@ async def child_bench(peer_key: str, folder: Path, cfg: dict) -> dict:
             await peer.aclose()
         except Exception:
             pass
-
 
     async def phase_b() -> None:
         # ---------------- phase B: many short conversations ----------------
@@ -429,8 +446,18 @@ def _python() -> str:
 def run_child(kind: str, peer: str, folder: Path, cfg: dict, env: dict, log: Path) -> dict:
     result = folder.parent / f"{peer}-{kind}.json"
     cmd = [
-        _python(), str(HERE / "run.py"), "--child", kind, "--peer", peer,
-        "--folder", str(folder), "--config", json.dumps(cfg), "--result", str(result),
+        _python(),
+        str(HERE / "run.py"),
+        "--child",
+        kind,
+        "--peer",
+        peer,
+        "--folder",
+        str(folder),
+        "--config",
+        json.dumps(cfg),
+        "--result",
+        str(result),
     ]
     t = time.perf_counter()
     try:
@@ -576,8 +603,10 @@ def duckdb_targets(by_key: dict) -> list[str]:
             listed = ", ".join(f"{r:.2f}x" for r in ratios)
             per_round = f"; each round: {listed}, their median {judged:.2f}x"
         met = judged >= bound if sense == ">=" else judged <= bound
-        lines.append(f"- {label}: {ratio:.2f}x {other_name} (medians){per_round}; target {sense} {bound:g}x: "
-                     f"{'met' if met else 'NOT met'}")
+        lines.append(
+            f"- {label}: {ratio:.2f}x {other_name} (medians){per_round}; target {sense} {bound:g}x: "
+            f"{'met' if met else 'NOT met'}"
+        )
     return lines
 
 
@@ -640,8 +669,10 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
                     f"{cfg['convs'] * cfg['conv_len']:,} messages (time cap)"
                 )
             if key == "search" and r.get("search_kind"):
-                marks += note(f"{r['name']} search: {r['search_kind']}; first search (incl. any index build) "
-                              f"{c['first_ms']:,.1f} ms; hits per query {c['hits']}")
+                marks += note(
+                    f"{r['name']} search: {r['search_kind']}; first search (incl. any index build) "
+                    f"{c['first_ms']:,.1f} ms; hits per query {c['hits']}"
+                )
             if key == "read_recent" and r.get("recent_kind", "").startswith("no windowed"):
                 marks += note(f"{r['name']}: {r['recent_kind']}")
             if key == "mem" and c.get("short"):
@@ -669,7 +700,8 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
         f"Command: `{args.command_line}`; total {total_secs / 60:.1f} min"
         + (
             f"; load average {args.load[0]:.1f} at the start, {args.load[1]:.1f} at the end."
-            if getattr(args, "load", None) else "."
+            if getattr(args, "load", None)
+            else "."
         ),
         "Ratios in brackets are this row divided by sessionkit (SQLite): above 1 is more "
         "msg/s, but also more ms, bytes and MB.",
@@ -679,13 +711,15 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
     ]
     if notes:
         out += [f"{i + 1}. {n}" for i, n in enumerate(notes)] + [""]
-    out += ["### Durability and versions", "",
-            "| store | durability | journal on disk | versions |", "|---|---|---|---|"]
+    out += [
+        "### Durability and versions",
+        "",
+        "| store | durability | journal on disk | versions |",
+        "|---|---|---|---|",
+    ]
     for r in results:
         vers = ", ".join(f"{k} {v}" for k, v in (r.get("versions") or {}).items())
-        out.append(
-            f"| {r['name']} | {r.get('durability', '?')} | {r.get('journal_mode') or 'n/a'} | {vers} |"
-        )
+        out.append(f"| {r['name']} | {r.get('durability', '?')} | {r.get('journal_mode') or 'n/a'} | {vers} |")
     extra = [r for r in results if r.get("other_notes")]
     if extra:
         out += ["", "### Notes per store", ""]
@@ -697,8 +731,14 @@ def render(results: list[dict], cfg: dict, args: argparse.Namespace, total_secs:
 
 
 #: The value each cell's rounds are listed by (in ``"rounds"``), for per-round ratios.
-ROUND_FIELDS = {"append_single": "rate", "append_many": "rate", "read_full": "ms", "read_recent": "ms",
-                "read_conv": "ms", "search": "ms"}
+ROUND_FIELDS = {
+    "append_single": "rate",
+    "append_many": "rate",
+    "read_full": "ms",
+    "read_recent": "ms",
+    "read_conv": "ms",
+    "search": "ms",
+}
 
 
 def merge_rounds(runs: list[dict]) -> dict:
@@ -802,28 +842,45 @@ def parent_main(args: argparse.Namespace) -> None:
     if args.out:
         Path(args.out).write_text(table)
     if args.json:
-        meta = {"mode": args.mode, "command_line": args.command_line, "total_secs": total,
-                "load": args.load, "machine": machine()}
-        Path(args.json).write_text(
-            json.dumps({"config": cfg, "meta": meta, "results": results}, indent=1, default=str)
-        )
+        meta = {
+            "mode": args.mode,
+            "command_line": args.command_line,
+            "total_secs": total,
+            "load": args.load,
+            "machine": machine(),
+        }
+        Path(args.json).write_text(json.dumps({"config": cfg, "meta": meta, "results": results}, indent=1, default=str))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", dest="mode", action="store_const", const="quick", default="full",
-                    help="small sizes (1,000 / 50x20 / 2,000; 5 s caps), about two minutes")
+    ap.add_argument(
+        "--quick",
+        dest="mode",
+        action="store_const",
+        const="quick",
+        default="full",
+        help="small sizes (1,000 / 50x20 / 2,000; 5 s caps), about two minutes",
+    )
     ap.add_argument("--peers", help="comma-separated subset: " + ",".join(DEFAULT_ORDER))
     ap.add_argument("--single", type=int, help="messages in the one long conversation")
     ap.add_argument("--convs", type=int, help="number of 20-message conversations")
     ap.add_argument("--mem", type=int, help="messages in the memory-probe conversation (full: 100,000)")
     ap.add_argument("--append-budget", type=float, help="seconds cap of each append phase per store")
-    ap.add_argument("--durability", choices=["normal", "full"], default="normal",
-                    help="SQLite synchronous level for every SQLite store (default: normal, with WAL)")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="timed phases this many times per store, the stores in turn; cells are medians")
+    ap.add_argument(
+        "--durability",
+        choices=["normal", "full"],
+        default="normal",
+        help="SQLite synchronous level for every SQLite store (default: normal, with WAL)",
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="timed phases this many times per store, the stores in turn; cells are medians",
+    )
     ap.add_argument("--skip-memory", action="store_true", help="skip the memory probe")
     ap.add_argument("--workdir", help="where the stores are created (default: the system temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the stores and the log afterwards")

@@ -114,15 +114,11 @@ def message(conversation: int, index: int) -> dict:
     # A fixed, increasing creation time so every store keeps the same timestamps.
     ms = 1_700_000_000_000 + conversation * 10_000_000 + index * 1_000
     secs, milli = divmod(ms, 1000)
-    created = (
-        _dt.datetime.fromtimestamp(secs, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        + f".{milli:03d}Z"
-    )
+    created = _dt.datetime.fromtimestamp(secs, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{milli:03d}Z"
     if index % 5 == 4:
         call_id = f"call_{conversation}_{index}"
         results = [
-            {"title": _words(rng, 40), "snippet": _words(rng, 300), "score": round(rng.random(), 3)}
-            for _ in range(5)
+            {"title": _words(rng, 40), "snippet": _words(rng, 300), "score": round(rng.random(), 3)} for _ in range(5)
         ]
         return {
             "id": mid,

@@ -172,9 +172,7 @@ class _RunTarget:
         if isinstance(sync, Session):  # an sk.aio AsyncSession: its store session does the work
             session = sync
         missing = [
-            name
-            for name in ("session_id", "get_history", "latest_leaf", "append_many")
-            if not hasattr(session, name)
+            name for name in ("session_id", "get_history", "latest_leaf", "append_many") if not hasattr(session, name)
         ]
         if missing:
             raise TypeError(
@@ -553,8 +551,11 @@ class Agent:
             context_json=context_json,
         )
         if regenerate_of is None:
-            first = state.add_user(cast("str | dict", prompt), metadata=metadata,  # _check_prompt passed it
-                                   with_run_context=True)
+            first = state.add_user(
+                cast("str | dict", prompt),
+                metadata=metadata,  # _check_prompt passed it
+                with_run_context=True,
+            )
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
             run_input = [first]
@@ -596,9 +597,7 @@ class Agent:
                         await inner
                 except TimeoutError:
                     if timer.expired():
-                        raise RunTimeout(
-                            f"run {run_id} did not finish within {timeout:g} s", run_id=run_id
-                        ) from None
+                        raise RunTimeout(f"run {run_id} did not finish within {timeout:g} s", run_id=run_id) from None
                     raise
                 except asyncio.CancelledError:
                     task = asyncio.current_task()
@@ -614,9 +613,7 @@ class Agent:
                 try:
                     stored = await asyncio.to_thread(target.append, state.new_messages, parent_id)
                 except Exception as exc:
-                    raise RunFailed(
-                        f"run {run_id}: the new messages could not be saved: {exc}", run_id=run_id
-                    ) from exc
+                    raise RunFailed(f"run {run_id}: the new messages could not be saved: {exc}", run_id=run_id) from exc
                 usage = self._run_usage(state)
                 self._finish(target, emitter, status="completed", error=None, usage=usage)
                 return RunResult(
@@ -772,8 +769,7 @@ class Agent:
                 continue
             if not isinstance(verdict, str):
                 reason = (
-                    f"returned a {type(verdict).__name__}; a guardrail returns None to allow "
-                    "or a reason (str) to block"
+                    f"returned a {type(verdict).__name__}; a guardrail returns None to allow or a reason (str) to block"
                 )
                 raise GuardrailTripped(
                     f"{stage} guardrail {name!r} {reason}",
@@ -791,9 +787,7 @@ class Agent:
                 stage=stage,
             )
 
-    async def _call_model(
-        self, chat: list[dict], emitter: EventEmitter | None, *, tools: bool = True
-    ) -> ModelReply:
+    async def _call_model(self, chat: list[dict], emitter: EventEmitter | None, *, tools: bool = True) -> ModelReply:
         """One model call: deltas become events; provider failures become ModelError."""
         name = getattr(self.model, "name", type(self.model).__name__)
         stream = self.model.stream(chat, tools=self._schemas if tools else [])

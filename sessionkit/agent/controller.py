@@ -184,8 +184,7 @@ class RunController:
         with self._lock:
             if self._active is not None:
                 raise UsageError(
-                    f"this RunController already drives run {self._active!r}; "
-                    "use one controller per concurrent run"
+                    f"this RunController already drives run {self._active!r}; use one controller per concurrent run"
                 )
             self._active = run_id
             self._cancel = cancel

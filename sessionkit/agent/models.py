@@ -280,7 +280,7 @@ def _arguments_json(value: Any) -> str:
 def _tool_name(part: dict) -> str:
     if part.get("type") == "dynamic-tool":
         return str(part.get("toolName") or "tool")
-    return part["type"][len("tool-"):]
+    return part["type"][len("tool-") :]
 
 
 def to_chat_messages(messages: Iterable[dict], *, system: str | None = None) -> list[dict]:
@@ -304,9 +304,7 @@ def to_chat_messages(messages: Iterable[dict], *, system: str | None = None) -> 
         parts = [p for p in message.get("parts") or () if isinstance(p, dict)]
         if role == "assistant":
             for texts, tools in _assistant_steps(parts):
-                done = [
-                    p for p in tools if p.get("state") in ("output-available", "output-error")
-                ]
+                done = [p for p in tools if p.get("state") in ("output-available", "output-error")]
                 text = "".join(texts)
                 if not text and not done:
                     continue
@@ -350,9 +348,7 @@ def _chat_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
-        )
+        return "".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
     return str(content)
 
 
@@ -529,9 +525,7 @@ class LiteLLMModel:
         except ImportError:
             return None
         try:
-            info = litellm.get_model_info(
-                model=self.name, custom_llm_provider=self.options.get("custom_llm_provider")
-            )
+            info = litellm.get_model_info(model=self.name, custom_llm_provider=self.options.get("custom_llm_provider"))
         except Exception:  # litellm raises for a model missing from its price map
             return False
         return info.get("input_cost_per_token") is not None or info.get("output_cost_per_token") is not None

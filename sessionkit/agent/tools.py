@@ -187,15 +187,11 @@ def as_tool(obj: Any) -> Tool:
             raise TypeError(f"a tool must be a function, got {type(obj).__name__}")
         name = getattr(obj, "__name__", None)
         if not isinstance(name, str):
-            raise TypeError(
-                f"a tool needs a __name__ (got {obj!r}); wrap it in a def or build a Tool(...)"
-            )
+            raise TypeError(f"a tool needs a __name__ (got {obj!r}); wrap it in a def or build a Tool(...)")
         description, param_docs = parse_docstring(inspect.getdoc(obj) or "")
         tool = Tool(name=name, description=description, parameters=parameters_schema(obj, param_docs), fn=obj)
     if not _NAME_RE.match(tool.name):
-        raise ValueError(
-            f"tool name {tool.name!r} is not allowed: use letters, digits, '_' or '-', at most 64"
-        )
+        raise ValueError(f"tool name {tool.name!r} is not allowed: use letters, digits, '_' or '-', at most 64")
     return tool
 
 
@@ -297,8 +293,10 @@ def type_schema(tp: Any) -> dict:
         if len(kinds) == 1 and next(iter(kinds)) in _SIMPLE:
             schema["type"] = _SIMPLE[next(iter(kinds))]
         return schema
-    if tp in (list, tuple, set, frozenset) or origin in (list, set, frozenset) or (
-        isinstance(origin, type) and origin is not str and issubclass(origin, Sequence) and origin is not tuple
+    if (
+        tp in (list, tuple, set, frozenset)
+        or origin in (list, set, frozenset)
+        or (isinstance(origin, type) and origin is not str and issubclass(origin, Sequence) and origin is not tuple)
     ):
         schema = {"type": "array"}
         if args:

@@ -76,7 +76,15 @@ from ..store import VIEW_COLUMNS
 from ._tables import D1_COLUMNS, TABLES, StoreData
 
 __all__ = [
-    "to_pandas", "messages_df", "runs_df", "events_df", "sql", "arrow_table", "D1_COLUMNS", "TABLES", "StoreData",
+    "to_pandas",
+    "messages_df",
+    "runs_df",
+    "events_df",
+    "sql",
+    "arrow_table",
+    "D1_COLUMNS",
+    "TABLES",
+    "StoreData",
 ]
 
 
@@ -156,8 +164,14 @@ def _schema(pa, name: str, options: dict):
     """The Arrow schema of a table read through the Python API: the view's columns
     (``VIEW_COLUMNS``, the one list of them), the messages' ``seq`` and ``metadata`` only
     with ``extra`` or ``full_json`` (which adds ``message``, the JSON of each)."""
-    kinds = {"text": pa.string(), "int": pa.int64(), "bool": pa.bool_(), "float": pa.float64(),
-             "time": pa.timestamp("ms", tz="UTC"), "texts": pa.list_(pa.string())}
+    kinds = {
+        "text": pa.string(),
+        "int": pa.int64(),
+        "bool": pa.bool_(),
+        "float": pa.float64(),
+        "time": pa.timestamp("ms", tz="UTC"),
+        "texts": pa.list_(pa.string()),
+    }
     columns = [c for c in VIEW_COLUMNS[name] if c[0] not in _NOT_READ.get(name, ())]
     if name == "messages":
         if not (options.get("extra") or options.get("full_json")):

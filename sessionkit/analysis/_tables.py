@@ -194,8 +194,20 @@ class StoreData:
             if collect is not None:
                 collect.setdefault(sid, []).append(n)
             values = (
-                sid, n.id, n.parent_id, n.depth, n.role, text_of(msg), len(msg.get("parts") or ()),
-                tool_names(msg), n.tokens, n.bytes, n.created_at, 0, False, None,
+                sid,
+                n.id,
+                n.parent_id,
+                n.depth,
+                n.role,
+                text_of(msg),
+                len(msg.get("parts") or ()),
+                tool_names(msg),
+                n.tokens,
+                n.bytes,
+                n.created_at,
+                0,
+                False,
+                None,
             )
             for col, value in zip(c, values):
                 col.append(value)
@@ -218,8 +230,21 @@ class StoreData:
         return cols
 
     def sessions(self) -> dict[str, list]:
-        names = ("session_id", "message_count", "roots", "leaves", "branch_points", "max_depth", "tokens",
-                 "bytes", "latest_leaf", "created_at", "updated_at", "compaction_count", "run_count")
+        names = (
+            "session_id",
+            "message_count",
+            "roots",
+            "leaves",
+            "branch_points",
+            "max_depth",
+            "tokens",
+            "bytes",
+            "latest_leaf",
+            "created_at",
+            "updated_at",
+            "compaction_count",
+            "run_count",
+        )
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
             nodes = self.nodes(sid)
@@ -248,8 +273,17 @@ class StoreData:
         return cols
 
     def compactions(self) -> dict[str, list]:
-        names = ("session_id", "id", "from_id", "to_id", "summary", "created_at", "tokens_before",
-                 "tokens_after", "message_count")
+        names = (
+            "session_id",
+            "id",
+            "from_id",
+            "to_id",
+            "summary",
+            "created_at",
+            "tokens_before",
+            "tokens_after",
+            "message_count",
+        )
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
             comps = self.compaction_list(sid)
@@ -257,23 +291,55 @@ class StoreData:
                 continue
             ranges = self.facts(sid).sizes
             for c in comps:
-                values = (sid, c.id, c.from_id, c.to_id, c.summary, c.created_at, c.tokens_before,
-                          c.tokens_after, ranges.get(c.id))
+                values = (
+                    sid,
+                    c.id,
+                    c.from_id,
+                    c.to_id,
+                    c.summary,
+                    c.created_at,
+                    c.tokens_before,
+                    c.tokens_after,
+                    ranges.get(c.id),
+                )
                 for name, value in zip(names, values):
                     cols[name].append(value)
         return cols
 
     def runs(self) -> dict[str, list]:
-        names = ("session_id", "run_id", "status", "error", "input", "started_at", "ended_at",
-                 "tokens_in", "tokens_out", "cache_read", "cache_write", "cost_usd", "model", "usage")
+        names = (
+            "session_id",
+            "run_id",
+            "status",
+            "error",
+            "input",
+            "started_at",
+            "ended_at",
+            "tokens_in",
+            "tokens_out",
+            "cache_read",
+            "cache_write",
+            "cost_usd",
+            "model",
+            "usage",
+        )
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
             for r in self.run_list(sid):
                 usage = r.usage if isinstance(r.usage, dict) else {}
                 values = (
-                    r.session_id, r.run_id, r.status, r.error, r.input, r.started_at, r.ended_at,
-                    _int(usage.get("in")), _int(usage.get("out")), _int(usage.get("cache_read")),
-                    _int(usage.get("cache_write")), _float(usage.get("cost_usd")),
+                    r.session_id,
+                    r.run_id,
+                    r.status,
+                    r.error,
+                    r.input,
+                    r.started_at,
+                    r.ended_at,
+                    _int(usage.get("in")),
+                    _int(usage.get("out")),
+                    _int(usage.get("cache_read")),
+                    _int(usage.get("cache_write")),
+                    _float(usage.get("cost_usd")),
                     usage.get("model") if isinstance(usage.get("model"), str) else None,
                     None if r.usage is None else _msg.dumps(r.usage),
                 )

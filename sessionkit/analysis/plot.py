@@ -58,8 +58,9 @@ def _scope(source) -> StoreData:
     raise TypeError(f"expected a sessionkit Store or Session, got {type(source).__name__}")
 
 
-def tokens_along_path(session, *, leaf_id: str | None = None, compacted: bool = True, cumulative: bool = True,
-                      ax: Any = None):
+def tokens_along_path(
+    session, *, leaf_id: str | None = None, compacted: bool = True, cumulative: bool = True, ax: Any = None
+):
     """Tokens of each message on a path (bars coloured by role), with the running total.
 
     The path runs from the root to ``leaf_id`` (default: the latest leaf), as the
@@ -76,7 +77,7 @@ def tokens_along_path(session, *, leaf_id: str | None = None, compacted: bool = 
 
     path = session.path(leaf_id)
     roles, tokens = [], []
-    for item in (path.model_view() if compacted else path.nodes):
+    for item in path.model_view() if compacted else path.nodes:
         if isinstance(item, CompactionSpan):  # a summary in place of its range
             tokens.append(item.tokens_model)
             roles.append("compaction")
@@ -92,8 +93,13 @@ def tokens_along_path(session, *, leaf_id: str | None = None, compacted: bool = 
     ax.set_title(f"tokens along the path{where} of session {session.session_id!r}")
     seen = list(dict.fromkeys(roles))
     if seen:
-        ax.legend(handles=[Patch(color=_ROLE_COLORS.get(r, "#bcbd22" if r == "compaction" else _OTHER), label=r)
-                           for r in seen], loc="upper left", fontsize="small")
+        ax.legend(
+            handles=[
+                Patch(color=_ROLE_COLORS.get(r, "#bcbd22" if r == "compaction" else _OTHER), label=r) for r in seen
+            ],
+            loc="upper left",
+            fontsize="small",
+        )
     if cumulative and tokens:
         total = []
         running = 0
@@ -185,8 +191,16 @@ def cost_per_run(source, *, ax: Any = None):
     for x, c, color in zip(xs, costs, colors):
         if math.isnan(c):
             ax.plot([x], [0.04], marker="X", markersize=9, color=color, linestyle="none", transform=above_axis)
-            ax.annotate("unknown", (x, 0.09), xycoords=above_axis, ha="center", va="bottom", fontsize="small",
-                        rotation=90, color=color)
+            ax.annotate(
+                "unknown",
+                (x, 0.09),
+                xycoords=above_axis,
+                ha="center",
+                va="bottom",
+                fontsize="small",
+                rotation=90,
+                color=color,
+            )
     if runs:  # what the two colours mean
         from matplotlib.patches import Patch
 
@@ -197,8 +211,10 @@ def cost_per_run(source, *, ax: Any = None):
     ax.set_ylabel("cost (USD)")
     known = [c for c in costs if not math.isnan(c)]
     unknown = len(costs) - len(known)
-    ax.set_title(f"cost per run: {len(runs)} run{'' if len(runs) == 1 else 's'}, ${sum(known):.4f}"
-                 + (f" + {unknown} unknown" if unknown else ""))
+    ax.set_title(
+        f"cost per run: {len(runs)} run{'' if len(runs) == 1 else 's'}, ${sum(known):.4f}"
+        + (f" + {unknown} unknown" if unknown else "")
+    )
     if not runs:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
     return ax

@@ -61,8 +61,7 @@ def _number(convert: Any, what: str, fits: Any, bounds: str) -> Any:
 
 
 _positive_int = _number(int, "a whole number", lambda v: v >= 1, "must be 1 or more")
-_seconds = _number(float, "a number of seconds", lambda v: 0 < v < 86_400 * 366,
-                   "must be a positive number of seconds")
+_seconds = _number(float, "a number of seconds", lambda v: 0 < v < 86_400 * 366, "must be a positive number of seconds")
 _count_or_zero = _number(int, "a whole number", lambda v: v >= 0, "must be 0 or more")
 _port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "is not a port number (0-65535)")
 
@@ -80,97 +79,132 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {sk.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("info", help="engine, schema version, counts and sizes of a store",
-                       description="Show the engine, schema version, counts and sizes of a store.")
+    p = sub.add_parser(
+        "info",
+        help="engine, schema version, counts and sizes of a store",
+        description="Show the engine, schema version, counts and sizes of a store.",
+    )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_info)
 
-    p = sub.add_parser("ls", help="list sessions, newest activity first",
-                       description="List the sessions of a store (id, messages, first and last message time, "
-                                   "UTC), newest activity first.")
+    p = sub.add_parser(
+        "ls",
+        help="list sessions, newest activity first",
+        description="List the sessions of a store (id, messages, first and last message time, "
+        "UTC), newest activity first.",
+    )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.set_defaults(func=cmd_ls)
 
     p = sub.add_parser(
-        "show", help="a conversation path as a chat, or the whole tree",
+        "show",
+        help="a conversation path as a chat, or the whole tree",
         description="Show the path from the root to a leaf (default: the latest leaf) as a chat: roles, text, "
-                    "tool calls with input and output, files, and compaction summaries where the model sees them. "
-                    "--full shows every stored message with the compacted ranges marked; --tree shows the whole "
-                    "tree, one line per message.")
+        "tool calls with input and output, files, and compaction summaries where the model sees them. "
+        "--full shows every stored message with the compacted ranges marked; --tree shows the whole "
+        "tree, one line per message.",
+    )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("session", metavar="SESSION", help='session id ("" is the default session)')
     p.add_argument("--leaf", metavar="ID", help="show the path to this message instead of the latest leaf")
-    p.add_argument("--last", metavar="N", type=_positive_int,
-                   help="only the newest N entries of the path (reads no older message)")
-    p.add_argument("--tree", action="store_true",
-                   help="the whole tree: branch points, the path (marked *), compaction ranges")
-    p.add_argument("--full", action="store_true",
-                   help="every message, compaction not applied (--tree always shows every message)")
-    p.add_argument("--json", action="store_true",
-                   help="print the messages as JSON (with --tree: nodes with parent, children and message)")
+    p.add_argument(
+        "--last", metavar="N", type=_positive_int, help="only the newest N entries of the path (reads no older message)"
+    )
+    p.add_argument(
+        "--tree", action="store_true", help="the whole tree: branch points, the path (marked *), compaction ranges"
+    )
+    p.add_argument(
+        "--full", action="store_true", help="every message, compaction not applied (--tree always shows every message)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the messages as JSON (with --tree: nodes with parent, children and message)",
+    )
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser(
-        "search", help="full-text search over messages",
-        description='Full-text search over text parts, best first. Words match case-insensitively with English '
-                    'stemming, all words must occur, "double quotes" ask for a phrase. Any string is a valid '
-                    'query.')
+        "search",
+        help="full-text search over messages",
+        description="Full-text search over text parts, best first. Words match case-insensitively with English "
+        'stemming, all words must occur, "double quotes" ask for a phrase. Any string is a valid '
+        "query.",
+    )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
-    p.add_argument("query", metavar="QUERY", help="words and \"phrases\"")
+    p.add_argument("query", metavar="QUERY", help='words and "phrases"')
     p.add_argument("--session", metavar="S", help="search this session only")
     p.add_argument("--limit", metavar="N", type=_positive_int, default=10, help="at most N hits (default 10)")
     p.add_argument("--json", action="store_true", help="print a JSON array of hits")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser(
-        "demo", help="build a demo store and print a guided tour",
+        "demo",
+        help="build a demo store and print a guided tour",
         description="Build a demo store (branches, a compacted long chat, a tool call, a file) offline and print "
-                    "a short tour of it with the commands to explore further.")
-    p.add_argument("--store", metavar="PATH",
-                   help="where to write the demo store (a new file; default: a new temporary folder)")
+        "a short tour of it with the commands to explore further.",
+    )
+    p.add_argument(
+        "--store", metavar="PATH", help="where to write the demo store (a new file; default: a new temporary folder)"
+    )
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser(
-        "lab", help="open the tour notebooks (and a store) in JupyterLab",
+        "lab",
+        help="open the tour notebooks (and a store) in JupyterLab",
         description="Copy the tour notebooks and their data to a folder (default ./sessionkit-tour; notebooks "
-                    "already there are kept), build the demo store they use, and open them in JupyterLab on "
-                    "127.0.0.1. With STORE, a notebook your-store.ipynb opens that store first. Needs the "
-                    "notebook extra: pip install 'sessionkit[notebook]'. Ctrl-C stops JupyterLab.")
+        "already there are kept), build the demo store they use, and open them in JupyterLab on "
+        "127.0.0.1. With STORE, a notebook your-store.ipynb opens that store first. Needs the "
+        "notebook extra: pip install 'sessionkit[notebook]'. Ctrl-C stops JupyterLab.",
+    )
     p.add_argument("store", metavar="STORE", nargs="?", help="a store to open next to the tour (" + _STORE_HELP + ")")
-    p.add_argument("--dir", default="sessionkit-tour", metavar="FOLDER",
-                   help="where the notebooks go (default: ./sessionkit-tour)")
+    p.add_argument(
+        "--dir", default="sessionkit-tour", metavar="FOLDER", help="where the notebooks go (default: ./sessionkit-tour)"
+    )
     p.add_argument("--port", type=_port, default=0, help="port on 127.0.0.1 (default: 8888 or the next free one)")
     p.add_argument("--no-browser", action="store_true", help="only print the URL")
     p.add_argument("--timeout", type=float, default=120, help="seconds to wait for JupyterLab to answer")
     p.set_defaults(func=cmd_lab)
 
     p = sub.add_parser(
-        "import", help="import transcripts (OpenAI chat, OpenAssistant, HH, sessionkit JSONL, agent frameworks)",
+        "import",
+        help="import transcripts (OpenAI chat, OpenAssistant, HH, sessionkit JSONL, agent frameworks)",
         description="Import a transcript file into a store (created if missing). Imports are idempotent: "
-                    "importing the same file again adds nothing.")
+        "importing the same file again adds nothing.",
+    )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("file", metavar="FILE", help="the file to import (or a folder of coding-agent session logs)")
-    p.add_argument("--format", choices=sorted(_IMPORTERS),
-                   help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
-                        "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
-                        "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
-                        "database; claude-code: a coding-agent session log (a .jsonl file or a project folder); "
-                        "swe-agent: SWE-agent trajectories (a .traj file or a folder); inspect: an inspect-ai "
-                        "eval log (.eval or .json). "
-                        "Left out: told from the file")
-    p.add_argument("--session", metavar="ID",
-                   help="session to import into (--format openai only; default: the file name without extension)")
-    p.add_argument("--session-prefix", metavar="PREFIX",
-                   help="put PREFIX before every session id the file names, to keep the sessions of several "
-                        "sources apart in one store (every format but openai and jsonl; default: the "
-                        "importer's own, e.g. 'oasst-' and 'hh-', none for the agent frameworks)")
+    p.add_argument(
+        "--format",
+        choices=sorted(_IMPORTERS),
+        help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
+        "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
+        "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
+        "database; claude-code: a coding-agent session log (a .jsonl file or a project folder); "
+        "swe-agent: SWE-agent trajectories (a .traj file or a folder); inspect: an inspect-ai "
+        "eval log (.eval or .json). "
+        "Left out: told from the file",
+    )
+    p.add_argument(
+        "--session",
+        metavar="ID",
+        help="session to import into (--format openai only; default: the file name without extension)",
+    )
+    p.add_argument(
+        "--session-prefix",
+        metavar="PREFIX",
+        help="put PREFIX before every session id the file names, to keep the sessions of several "
+        "sources apart in one store (every format but openai and jsonl; default: the "
+        "importer's own, e.g. 'oasst-' and 'hh-', none for the agent frameworks)",
+    )
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("export", help="export a store or a session to JSONL or Parquet",
-                       description="Export a store (or one session) to sessionkit JSONL, or a store to a folder "
-                                   "of Parquet files.")
+    p = sub.add_parser(
+        "export",
+        help="export a store or a session to JSONL or Parquet",
+        description="Export a store (or one session) to sessionkit JSONL, or a store to a folder of Parquet files.",
+    )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("path", metavar="PATH", help="the JSONL file, or the folder for Parquet")
     p.add_argument("--format", choices=("jsonl", "parquet"), default="jsonl", help="default: jsonl")
@@ -178,26 +212,57 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
-        "serve", help="serve an agent over HTTP",
+        "serve",
+        help="serve an agent over HTTP",
         description="Serve an agent over HTTP (sessionkit.server). Clients authenticate with "
-                    "'Authorization: Bearer TOKEN' where TOKEN is read from the SESSIONKIT_TOKEN environment "
-                    "variable (16 characters or more), never from the command line.")
+        "'Authorization: Bearer TOKEN' where TOKEN is read from the SESSIONKIT_TOKEN environment "
+        "variable (16 characters or more), never from the command line.",
+    )
     p.add_argument("--store", required=True, metavar="PATH", help=_STORE_HELP)
-    p.add_argument("--agent", required=True, metavar="MODULE:ATTR",
-                   help="the sessionkit.Agent to serve, e.g. myapp.agents:support (imported from the current folder)")
+    p.add_argument(
+        "--agent",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="the sessionkit.Agent to serve, e.g. myapp.agents:support (imported from the current folder)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     p.add_argument("--port", type=_port, default=8000, help="default: 8000")
-    p.add_argument("--workers", type=_positive_int, default=1, metavar="N",
-                   help="worker processes (default: 1); above 1 needs a PostgreSQL store, which they share")
-    p.add_argument("--timeout-keep-alive", type=_seconds, default=5.0, metavar="S",
-                   help="close an idle keep-alive connection after S seconds (default: 5)")
-    p.add_argument("--timeout-request", type=_seconds, default=30.0, metavar="S",
-                   help="a client must send a whole request, headers and body, within S seconds "
-                        "(default: 30); slower ones are disconnected")
-    p.add_argument("--timeout-graceful-shutdown", type=_seconds, default=10.0, metavar="S",
-                   help="on SIGTERM/Ctrl-C, wait at most S seconds for open requests (default: 10)")
-    p.add_argument("--limit-concurrency", type=_count_or_zero, default=1000, metavar="N",
-                   help="answer 503 beyond N open connections (default: 1000; 0: no limit)")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes (default: 1); above 1 needs a PostgreSQL store, which they share",
+    )
+    p.add_argument(
+        "--timeout-keep-alive",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="close an idle keep-alive connection after S seconds (default: 5)",
+    )
+    p.add_argument(
+        "--timeout-request",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="a client must send a whole request, headers and body, within S seconds "
+        "(default: 30); slower ones are disconnected",
+    )
+    p.add_argument(
+        "--timeout-graceful-shutdown",
+        type=_seconds,
+        default=10.0,
+        metavar="S",
+        help="on SIGTERM/Ctrl-C, wait at most S seconds for open requests (default: 10)",
+    )
+    p.add_argument(
+        "--limit-concurrency",
+        type=_count_or_zero,
+        default=1000,
+        metavar="N",
+        help="answer 503 beyond N open connections (default: 1000; 0: no limit)",
+    )
     p.set_defaults(func=cmd_serve)
     return parser
 

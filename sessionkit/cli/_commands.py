@@ -23,7 +23,7 @@ def _local_path(target: str) -> str | None:
     lower = target.lower()
     for scheme in ("sqlite:///", "duckdb:///"):
         if lower.startswith(scheme):
-            return target[len(scheme):] or ":memory:"
+            return target[len(scheme) :] or ":memory:"
     if "://" in target:
         return None
     return target
@@ -91,8 +91,20 @@ def cmd_ls(args, out: TextIO) -> int:
     """Sessions holding messages, newest activity first."""
     with _existing_store(args.store) as store:
         if args.json:
-            print(_json([{"id": i.id, "message_count": i.message_count, "created_at": i.created_at,
-                          "updated_at": i.updated_at} for i in store.list_sessions()]), file=out)
+            print(
+                _json(
+                    [
+                        {
+                            "id": i.id,
+                            "message_count": i.message_count,
+                            "created_at": i.created_at,
+                            "updated_at": i.updated_at,
+                        }
+                        for i in store.list_sessions()
+                    ]
+                ),
+                file=out,
+            )
         else:
             _render_ls(store, args.store, out)
     return 0
@@ -129,22 +141,47 @@ def cmd_search(args, out: TextIO) -> int:
             _existing_session(store, args.session, args.store)
         hits = store.search(args.query, session_id=args.session, limit=args.limit)
     if args.json:
-        print(_json([{"id": h.id, "session_id": h.session_id, "role": h.role, "content": h.content,
-                      "snippet": h.snippet, "score": h.score} for h in hits]), file=out)
+        print(
+            _json(
+                [
+                    {
+                        "id": h.id,
+                        "session_id": h.session_id,
+                        "role": h.role,
+                        "content": h.content,
+                        "snippet": h.snippet,
+                        "score": h.score,
+                    }
+                    for h in hits
+                ]
+            ),
+            file=out,
+        )
     else:
         _render_hits(hits, args.query, out)
     return 0
 
 
 #: --format -> importer; sessionkit.io.FORMATS lists the same (and detects them when --format is left out)
-_IMPORTERS = {"openai": "import_openai", "oasst": "import_oasst", "hh": "import_hh", "jsonl": "import_jsonl",
-              "openai-agents": "import_openai_agents", "langgraph": "import_langgraph", "adk": "import_adk",
-              "claude-code": "import_claude_code", "swe-agent": "import_swe_agent", "inspect": "import_inspect"}
+_IMPORTERS = {
+    "openai": "import_openai",
+    "oasst": "import_oasst",
+    "hh": "import_hh",
+    "jsonl": "import_jsonl",
+    "openai-agents": "import_openai_agents",
+    "langgraph": "import_langgraph",
+    "adk": "import_adk",
+    "claude-code": "import_claude_code",
+    "swe-agent": "import_swe_agent",
+    "inspect": "import_inspect",
+}
 
 
 #: formats whose sessions take no prefix, and why
-_NO_PREFIX = {"openai": "the file goes into one session, named with --session",
-              "jsonl": "a sessionkit export keeps the session ids it was written with"}
+_NO_PREFIX = {
+    "openai": "the file goes into one session, named with --session",
+    "jsonl": "a sessionkit export keeps the session ids it was written with",
+}
 
 
 def _session_from_file(path: str) -> str:
@@ -216,9 +253,12 @@ def cmd_import(args, out: TextIO) -> int:
         after = store.stats()
     added_m = after["messages"] - before["messages"]
     added_s = after["sessions"] - before["sessions"]
-    print(f"imported {args.file} ({args.format}) into {where}: {_count(added_m, 'new message')}, "
-          f"{_count(added_s, 'new session')} (the store holds {_count(after['messages'], 'message')} in "
-          f"{_count(after['sessions'], 'session')})", file=out)
+    print(
+        f"imported {args.file} ({args.format}) into {where}: {_count(added_m, 'new message')}, "
+        f"{_count(added_s, 'new session')} (the store holds {_count(after['messages'], 'message')} in "
+        f"{_count(after['sessions'], 'session')})",
+        file=out,
+    )
     return 0
 
 
@@ -257,15 +297,26 @@ def cmd_lab(args, out: TextIO) -> int:
         copied, kept = lab.copy_tour(dest)
     except lab.LabError as exc:
         raise CommandError(str(exc)) from exc
-    print(f"tour notebooks in {dest}: {_count(len(copied), 'file')} copied"
-          + (f", {_count(len(kept), 'file')} already there kept as they are" if kept else ""), file=out)
+    print(
+        f"tour notebooks in {dest}: {_count(len(copied), 'file')} copied"
+        + (f", {_count(len(kept), 'file')} already there kept as they are" if kept else ""),
+        file=out,
+    )
     first = None
     if args.store is not None:
         first = lab.store_notebook(dest, str(target)).name
         print(f"{first} opens {target}", file=out)
     out.flush()
-    options = argparse.Namespace(notebooks=str(dest), port=args.port, token=None, no_browser=args.no_browser,
-                                 prepare_only=False, settings_dir=None, timeout=args.timeout, first=first)
+    options = argparse.Namespace(
+        notebooks=str(dest),
+        port=args.port,
+        token=None,
+        no_browser=args.no_browser,
+        prepare_only=False,
+        settings_dir=None,
+        timeout=args.timeout,
+        first=first,
+    )
     return int(lab.run(options))
 
 
@@ -312,12 +363,23 @@ def cmd_serve(args, out: TextIO) -> int:
     except ImportError as exc:
         raise CommandError("uvicorn is not installed; install it with: pip install 'sessionkit[server]'") from exc
     if args.workers > 1 and not str(args.store).lower().startswith(
-            ("postgresql://", "postgres://", "postgresql+psycopg://")):
-        raise CommandError("--workers above 1 needs a PostgreSQL store (postgresql://...): "
-                           "a SQLite or DuckDB store is served by one process")
+        ("postgresql://", "postgres://", "postgresql+psycopg://")
+    ):
+        raise CommandError(
+            "--workers above 1 needs a PostgreSQL store (postgresql://...): "
+            "a SQLite or DuckDB store is served by one process"
+        )
     _load_agent(args.agent)  # a name that cannot be loaded fails here, with its reason
-    serve(args.agent, args.store, token=token, host=args.host, port=args.port, workers=args.workers,
-          timeout_keep_alive=args.timeout_keep_alive, timeout_request=args.timeout_request,
-          timeout_graceful_shutdown=args.timeout_graceful_shutdown,
-          limit_concurrency=args.limit_concurrency or None)
+    serve(
+        args.agent,
+        args.store,
+        token=token,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        timeout_keep_alive=args.timeout_keep_alive,
+        timeout_request=args.timeout_request,
+        timeout_graceful_shutdown=args.timeout_graceful_shutdown,
+        limit_concurrency=args.limit_concurrency or None,
+    )
     return 0

@@ -31,18 +31,31 @@ def _file_sizes(store: sk.Store) -> dict:
 
 def _info_report(store: sk.Store, target: str) -> dict:
     stats = store.stats()
-    return {"store": store.path or target, "engine": store.engine,
-            "schema_version": stats.get("schema_version"), **stats, **_file_sizes(store)}
+    return {
+        "store": store.path or target,
+        "engine": store.engine,
+        "schema_version": stats.get("schema_version"),
+        **stats,
+        **_file_sizes(store),
+    }
 
 
 def _render_info(store: sk.Store, target: str, out: TextIO) -> None:
     report = _info_report(store, target)
-    rows = [("store", str(report["store"])), ("engine", str(report["engine"])),
-            ("schema", "-" if report["schema_version"] is None else str(report["schema_version"])),
-            ("size", _size(report.get("file_bytes", report.get("bytes", 0))))]
+    rows = [
+        ("store", str(report["store"])),
+        ("engine", str(report["engine"])),
+        ("schema", "-" if report["schema_version"] is None else str(report["schema_version"])),
+        ("size", _size(report.get("file_bytes", report.get("bytes", 0)))),
+    ]
     if report.get("wal_bytes"):
-        rows.append(("wal", f"{_size(report['wal_bytes'])} write-ahead log (recent writes, folded into the file "
-                            "at the next checkpoint)"))
+        rows.append(
+            (
+                "wal",
+                f"{_size(report['wal_bytes'])} write-ahead log (recent writes, folded into the file "
+                "at the next checkpoint)",
+            )
+        )
     for key in _STAT_ORDER:
         if key not in report:
             continue
@@ -51,8 +64,11 @@ def _render_info(store: sk.Store, target: str, out: TextIO) -> None:
             value += f" ({_size(report.get('blob_bytes', 0))})"
         if key == "indexed_messages":
             key = "indexed"
-            value += " messages in the search index" if report["indexed_messages"] else \
-                " (the search index is built by the first search)"
+            value += (
+                " messages in the search index"
+                if report["indexed_messages"]
+                else " (the search index is built by the first search)"
+            )
         rows.append((key, value))
     shown = set(_STAT_ORDER) | {"store", "bytes", "blob_bytes", "engine", "schema_version", "file_bytes", "wal_bytes"}
     rows += [(k, str(v)) for k, v in sorted(report.items()) if k not in shown]
@@ -62,8 +78,9 @@ def _render_info(store: sk.Store, target: str, out: TextIO) -> None:
 
 
 def _ls_rows(store: sk.Store) -> list[list[str]]:
-    return [[_sid(i.id), f"{i.message_count:,}", _when(i.created_at), _when(i.updated_at)]
-            for i in store.list_sessions()]
+    return [
+        [_sid(i.id), f"{i.message_count:,}", _when(i.created_at), _when(i.updated_at)] for i in store.list_sessions()
+    ]
 
 
 def _render_ls(store: sk.Store, target: str, out: TextIO) -> None:
@@ -108,8 +125,12 @@ def _render_part(part: Any, out: TextIO) -> None:
 
 
 def _render_message(message: dict, out: TextIO, *, note: str = "") -> None:
-    bits = [str(message.get("role", "?")), str(message.get("id", "?")), _when(message.get("createdAt")),
-            f"{estimate_tokens(message):,} tokens"]
+    bits = [
+        str(message.get("role", "?")),
+        str(message.get("id", "?")),
+        _when(message.get("createdAt")),
+        f"{estimate_tokens(message):,} tokens",
+    ]
     if note:
         bits.append(note)
     print("── " + " · ".join(bits), file=out)
@@ -139,8 +160,7 @@ def _newest(session: sk.Session, leaf: str | None, compacted: bool, n: int) -> t
     return before, tail[-n:]
 
 
-def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full: bool,
-                 last: int | None = None) -> None:
+def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full: bool, last: int | None = None) -> None:
     """Print the path to ``leaf_id`` (default: the latest leaf) as a chat.
 
     Without ``full``: what the model sees, each compaction summary in place of its range.
@@ -160,8 +180,11 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
     begins = {a["from_id"]: a for a in applied}
     ends = {a["to_id"]: a for a in applied}
 
-    print(f"session {_sid(session.session_id)} · path to {leaf}{' (latest leaf)' if leaf == latest['id'] else ''}"
-          f" · {'full history' if full else 'as the model sees it'}", file=out)
+    print(
+        f"session {_sid(session.session_id)} · path to {leaf}{' (latest leaf)' if leaf == latest['id'] else ''}"
+        f" · {'full history' if full else 'as the model sees it'}",
+        file=out,
+    )
     print(file=out)
     raw_count = 0
     raw_tokens = 0
@@ -172,8 +195,11 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
         parent, tail = _newest(session, leaf, not full, last)
         entries = tail
         if parent is not None:
-            print(f"… earlier entries not shown: the path holds {_count(session.path_length(leaf), 'message')}; "
-                  f"these are the newest {len(tail):,} (--last {last})", file=out)
+            print(
+                f"… earlier entries not shown: the path holds {_count(session.path_length(leaf), 'message')}; "
+                f"these are the newest {len(tail):,} (--last {last})",
+                file=out,
+            )
             print(file=out)
     for message in entries:
         info = overlay_info(message)
@@ -181,8 +207,11 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
             applied.append(info)
             comp = comps.get(info.get("id"))
             after = comp.tokens_after if comp else estimate_tokens(message)
-            print(f"══ compaction {str(info.get('id'))[:8]} · summary of {info.get('messages')} messages "
-                  f"({_span(info)}) · {info.get('tokens_before', 0):,} → {after:,} tokens ══", file=out)
+            print(
+                f"══ compaction {str(info.get('id'))[:8]} · summary of {info.get('messages')} messages "
+                f"({_span(info)}) · {info.get('tokens_before', 0):,} → {after:,} tokens ══",
+                file=out,
+            )
             print(text_of(message), file=out)
             print("══ end of summary; the messages after it are kept word for word ══", file=out)
             print(file=out)
@@ -193,8 +222,11 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
         mid = message["id"]
         if mid in begins:
             a = begins[mid]
-            print(f"══ compacted range begins · compaction {str(a['id'])[:8]} shows the model one summary "
-                  f"instead of the next {a.get('messages')} messages ({_span(a)}) ══", file=out)
+            print(
+                f"══ compacted range begins · compaction {str(a['id'])[:8]} shows the model one summary "
+                f"instead of the next {a.get('messages')} messages ({_span(a)}) ══",
+                file=out,
+            )
             print(file=out)
         note = ""
         if parent is not None:
@@ -212,15 +244,20 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
         parent = mid
     if last is not None:
         shown = f"{len(tail):,} {'entry' if len(tail) == 1 else 'entries'}"
-        print(f"{shown} shown of a path of "
-              f"{_count(session.path_length(leaf), 'message')}; the model sees ~{session.context_tokens(leaf):,} "
-              "tokens of it.", file=out)
+        print(
+            f"{shown} shown of a path of "
+            f"{_count(session.path_length(leaf), 'message')}; the model sees ~{session.context_tokens(leaf):,} "
+            "tokens of it.",
+            file=out,
+        )
     elif applied:
         seen_count = raw_count - sum(int(a.get("messages") or 0) - 1 for a in applied)
-        print(f"{_count(raw_count, 'message')} (~{raw_tokens:,} tokens) on this path; the model sees "
-              f"{seen_count:,} (~{session.context_tokens(leaf):,} tokens): "
-              f"{_count(len(applied), 'compaction')} applied." + ("" if full else " Add --full to see every message."),
-              file=out)
+        print(
+            f"{_count(raw_count, 'message')} (~{raw_tokens:,} tokens) on this path; the model sees "
+            f"{seen_count:,} (~{session.context_tokens(leaf):,} tokens): "
+            f"{_count(len(applied), 'compaction')} applied." + ("" if full else " Add --full to see every message."),
+            file=out,
+        )
     else:
         print(f"{_count(raw_count, 'message')} (~{raw_tokens:,} tokens) on this path.", file=out)
 
@@ -283,10 +320,16 @@ class _Tree:
         n = len(self.messages) + self.unreachable
         bp = self.branch_points()
         nc = len(self.compactions)
-        print(f"session {_sid(self.session.session_id)}: {_count(n, 'message')}, {_count(bp, 'branch point')}, "
-              f"{_count(nc, 'compaction')}", file=out)
-        print(f"* marks the path to {self.leaf}{' (latest leaf)' if self.is_latest else ''}; "
-              "<n branches> marks a branch point", file=out)
+        print(
+            f"session {_sid(self.session.session_id)}: {_count(n, 'message')}, {_count(bp, 'branch point')}, "
+            f"{_count(nc, 'compaction')}",
+            file=out,
+        )
+        print(
+            f"* marks the path to {self.leaf}{' (latest leaf)' if self.is_latest else ''}; "
+            "<n branches> marks a branch point",
+            file=out,
+        )
         if self.compactions:
             print("compactions, oldest first ([cN] tags the messages each one covers):", file=out)
             for comp in self.compactions:
@@ -295,12 +338,18 @@ class _Tree:
                 if comp.id in self.applied:
                     state = "applied on the * path"
                 else:
-                    newer = [self.labels[c.id] for c in self.compactions
-                             if c.from_id == comp.from_id and c.id in self.applied]
+                    newer = [
+                        self.labels[c.id]
+                        for c in self.compactions
+                        if c.from_id == comp.from_id and c.id in self.applied
+                    ]
                     state = f"superseded by {newer[0]} (same start, newer)" if newer else "not on the * path"
-                print(f"  {label}  {comp.id[:8]}  {comp.from_id} … {comp.to_id}  "
-                      f"{'?' if size is None else size} messages  "
-                      f"{comp.tokens_before:,} → {comp.tokens_after:,} tokens  {state}", file=out)
+                print(
+                    f"  {label}  {comp.id[:8]}  {comp.from_id} … {comp.to_id}  "
+                    f"{'?' if size is None else size} messages  "
+                    f"{comp.tokens_before:,} → {comp.tokens_after:,} tokens  {state}",
+                    file=out,
+                )
         print(file=out)
         stack: list[tuple[str, str, str]] = [(r, "", "") for r in reversed(self.roots)]
         while stack:
@@ -315,7 +364,7 @@ class _Tree:
             mark = "* " if mid in self.on_path else "  "
             role = str(msg.get("role", "?"))
             if len(prefix) > _MAX_INDENT:  # deeply nested branches: keep the nearest levels visible
-                prefix = "…" + prefix[-(_MAX_INDENT - 1):]
+                prefix = "…" + prefix[-(_MAX_INDENT - 1) :]
             print(f"{mark}{prefix}{mid}  {role}: {_preview(msg)}{tags}", file=out)
             if len(kids) == 1:
                 stack.append((kids[0], cont, cont))
@@ -324,8 +373,11 @@ class _Tree:
                     last = i == len(kids) - 1
                     stack.append((kids[i], cont + ("└── " if last else "├── "), cont + ("    " if last else "│   ")))
         if self.unreachable:
-            print(f"({_count(self.unreachable, 'more message')} sit under other roots of this session, "
-                  f"which cannot be reached from {self.roots[0]!r}; show --leaf ID shows their paths)", file=out)
+            print(
+                f"({_count(self.unreachable, 'more message')} sit under other roots of this session, "
+                f"which cannot be reached from {self.roots[0]!r}; show --leaf ID shows their paths)",
+                file=out,
+            )
 
     def as_json(self) -> dict:
         return {
@@ -333,16 +385,29 @@ class _Tree:
             "leaf": self.leaf,
             "path": self.path,
             "compactions": [
-                {"id": c.id, "from_id": c.from_id, "to_id": c.to_id, "summary": c.summary,
-                 "created_at": c.created_at, "tokens_before": c.tokens_before, "tokens_after": c.tokens_after,
-                 "messages": self.sizes[c.id], "applied": c.id in self.applied}
+                {
+                    "id": c.id,
+                    "from_id": c.from_id,
+                    "to_id": c.to_id,
+                    "summary": c.summary,
+                    "created_at": c.created_at,
+                    "tokens_before": c.tokens_before,
+                    "tokens_after": c.tokens_after,
+                    "messages": self.sizes[c.id],
+                    "applied": c.id in self.applied,
+                }
                 for c in self.compactions
             ],
             "nodes": [
-                {"id": mid, "parent_id": self.parent[mid], "depth": self.depth[mid],
-                 "children": self.children[mid], "on_path": mid in self.on_path,
-                 "compactions": [c.id for c in self.compactions if self.labels[c.id] in self.covered.get(mid, ())],
-                 "message": self.messages[mid]}
+                {
+                    "id": mid,
+                    "parent_id": self.parent[mid],
+                    "depth": self.depth[mid],
+                    "children": self.children[mid],
+                    "on_path": mid in self.on_path,
+                    "compactions": [c.id for c in self.compactions if self.labels[c.id] in self.covered.get(mid, ())],
+                    "message": self.messages[mid],
+                }
                 for mid in self.order
             ],
             "unreachable": self.unreachable,

@@ -70,8 +70,10 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
         w(f"   $ {PROG} {command}")
         w()
 
-    w(f"sessionkit demo: {_count(stats['sessions'], 'session')}, {_count(stats['messages'], 'message')}, "
-      f"{_count(stats['compactions'], 'compaction')}, {_count(stats['blobs'], 'blob')}; written to")
+    w(
+        f"sessionkit demo: {_count(stats['sessions'], 'session')}, {_count(stats['messages'], 'message')}, "
+        f"{_count(stats['compactions'], 'compaction')}, {_count(stats['blobs'], 'blob')}; written to"
+    )
     w(f"   {path}")
 
     step(1, "The sessions, newest activity first", f"ls {q}")
@@ -84,17 +86,26 @@ def _tour(store: sk.Store, path: str, out: TextIO) -> None:
     step(3, "A long chat, compacted as it grew: what the model sees", f"show {q} {MIGRATION_SESSION}")
     _render_path(migration, body, leaf_id=None, full=False)
 
-    step(4, "The full history is still stored: every message, the compacted ranges tagged",
-         f"show {q} {MIGRATION_SESSION} --tree")
+    step(
+        4,
+        "The full history is still stored: every message, the compacted ranges tagged",
+        f"show {q} {MIGRATION_SESSION} --tree",
+    )
     _Tree(migration, None).render(body)
 
-    step(5, f"A tool call with its result, and a file stored out of the row as a blob "
-            f"({_size(stats['blob_bytes'])})", f"show {q} {WEATHER_SESSION}")
+    step(
+        5,
+        f"A tool call with its result, and a file stored out of the row as a blob ({_size(stats['blob_bytes'])})",
+        f"show {q} {WEATHER_SESSION}",
+    )
     _render_path(store.session(WEATHER_SESSION), body, leaf_id=None, full=False)
 
     query = "deploying"
-    step(6, "Search: stemmed ('deploying' finds deploy and deployment), every branch and compacted range",
-         f"search {q} {query} --limit 5")
+    step(
+        6,
+        "Search: stemmed ('deploying' finds deploy and deployment), every branch and compacted range",
+        f"search {q} {query} --limit 5",
+    )
     _render_hits(store.search(query, limit=5), query, body)
 
     step(7, "What the store holds", f"info {q}")

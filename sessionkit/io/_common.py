@@ -485,8 +485,9 @@ class TextStream:
             raw, at = exc.object, exc.start
             line_start = raw.rfind(b"\n", 0, at) + 1
             line = self.line_at(len(self.buf)) + raw.count(b"\n", 0, at)
-            shifted = UnicodeDecodeError(exc.encoding, raw[line_start:], at - line_start, at - line_start + 1,
-                                         exc.reason)
+            shifted = UnicodeDecodeError(
+                exc.encoding, raw[line_start:], at - line_start, at - line_start + 1, exc.reason
+            )
             raise MalformedInput(self.source, f"line {line}", _utf8_problem(raw[line_start:], shifted)) from None
         if not data:
             self.eof = True
@@ -511,8 +512,9 @@ class TextStream:
         if ch == "" or ch not in chars:
             found = "the end of the file" if ch == "" else repr(ch)
             column = self.column_at(self.pos)
-            raise MalformedInput(self.source, self.where(),
-                                 f"not valid JSON (expecting {what} at column {column}, found {found})")
+            raise MalformedInput(
+                self.source, self.where(), f"not valid JSON (expecting {what} at column {column}, found {found})"
+            )
         self.pos += 1
         return ch
 
@@ -530,8 +532,9 @@ class TextStream:
                 if not self.eof and (exc.pos + self.MARGIN >= len(buf) or exc.msg.startswith("Unterminated string")):
                     self._fill(len(self.buf) - self.pos)  # the value may go on: read as much again
                     continue
-                raise MalformedInput(self.source, self.where(exc.pos),
-                                     f"not valid JSON ({exc.msg} at column {self.column_at(exc.pos)})") from None
+                raise MalformedInput(
+                    self.source, self.where(exc.pos), f"not valid JSON ({exc.msg} at column {self.column_at(exc.pos)})"
+                ) from None
             except RecursionError:
                 raise _too_deep(self.source, f"line {start_line}") from None
             except ValueError as exc:
@@ -708,8 +711,15 @@ class Batches:
         else:
             cm.__exit__(type(exc), exc, exc.__traceback__)
 
-    def write(self, where: str, fn: Callable[[], Any], *, nbytes: int = 0, records: int = 1,
-              salvage: Callable[[BaseException], BaseException | None] | None = None) -> None:
+    def write(
+        self,
+        where: str,
+        fn: Callable[[], Any],
+        *,
+        nbytes: int = 0,
+        records: int = 1,
+        salvage: Callable[[BaseException], BaseException | None] | None = None,
+    ) -> None:
         """Run ``fn`` (the writes of one record, found at ``where``) in the open transaction.
 
         ``records``: how many records ``fn`` stores (a block of lines counts each).
@@ -773,8 +783,10 @@ class Batches:
     def progress_note(self) -> str:
         if not self.stored:
             return "nothing was stored"
-        return (f"the {_plural(self.stored, self._unit)} before it are stored, through {self.last}; "
-                f"importing the corrected file again adds the rest")
+        return (
+            f"the {_plural(self.stored, self._unit)} before it are stored, through {self.last}; "
+            f"importing the corrected file again adds the rest"
+        )
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc is None:
@@ -986,8 +998,9 @@ def _outside_package_level() -> int:
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
     frame = sys._getframe(1)  # the caller of warnings.warn is frame 1 of the warning
     level = 1
-    while frame is not None and (frame.f_code.co_filename.startswith(package)
-                                 or frame.f_code.co_filename == contextlib.__file__):
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(package) or frame.f_code.co_filename == contextlib.__file__
+    ):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     return level
@@ -1054,10 +1067,14 @@ class RootWatch:
             listed += f" and {more:,} more"
         n = _plural(self.count, "sessions")
         verb = "it" if self.count == 1 else "each"
-        message = (f"importing {self.source} added new conversations (root messages) to {n} that already held "
-                   f"messages: {listed}; {verb} now holds several separate conversations. {self.hint}")
-        warnings.warn(SessionMergeWarning(message, source=self.source, sessions=tuple(shown), count=self.count),
-                      stacklevel=_outside_package_level())
+        message = (
+            f"importing {self.source} added new conversations (root messages) to {n} that already held "
+            f"messages: {listed}; {verb} now holds several separate conversations. {self.hint}"
+        )
+        warnings.warn(
+            SessionMergeWarning(message, source=self.source, sessions=tuple(shown), count=self.count),
+            stacklevel=_outside_package_level(),
+        )
 
 
 def write_items(session, items: list, watch: RootWatch | None):
@@ -1072,8 +1089,9 @@ def write_items(session, items: list, watch: RootWatch | None):
 
 
 #: What a :class:`SessionMergeWarning` suggests, for the importers that take ``session_prefix``.
-PREFIX_HINT = ("Import with session_prefix= (sessionkit import --session-prefix) to keep the sessions of "
-               "different sources apart.")
+PREFIX_HINT = (
+    "Import with session_prefix= (sessionkit import --session-prefix) to keep the sessions of different sources apart."
+)
 
 
 @contextlib.contextmanager

@@ -25,9 +25,19 @@ from ..errors import MessageTooLarge
 from ..messages import to_iso
 from ._common import MalformedInput, RootWatch, check_file, write_items
 
-__all__ = ["open_sqlite", "table_names", "columns", "scalar", "rows", "sqlite_problem", "iso_time", "load_json",
-           "SessionWriter", "HeldCalls",
-           "tool_output"]
+__all__ = [
+    "open_sqlite",
+    "table_names",
+    "columns",
+    "scalar",
+    "rows",
+    "sqlite_problem",
+    "iso_time",
+    "load_json",
+    "SessionWriter",
+    "HeldCalls",
+    "tool_output",
+]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -69,8 +79,9 @@ def open_sqlite(path: Path, what: str) -> sqlite3.Connection:
 
 def table_names(conn: sqlite3.Connection, source: str) -> set[str]:
     """The names of the database's tables and views."""
-    return {name for (name,) in rows(conn, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')",
-                                     source=source)}
+    return {
+        name for (name,) in rows(conn, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')", source=source)
+    }
 
 
 def columns(conn: sqlite3.Connection, table: str, source: str) -> set[str]:
@@ -147,8 +158,10 @@ def iso_time(value: Any, source: str, where: str) -> str | None:
 def tool_output(content: Any) -> Any:
     """A tool result as a part's ``output``: a string stays; a list of text blocks is joined."""
     kinds = ("text", "input_text", "output_text")
-    if isinstance(content, list) and content and all(
-        isinstance(p, dict) and p.get("type") in kinds and isinstance(p.get("text"), str) for p in content
+    if (
+        isinstance(content, list)
+        and content
+        and all(isinstance(p, dict) and p.get("type") in kinds and isinstance(p.get("text"), str) for p in content)
     ):
         return "".join(p["text"] for p in content)
     return content
@@ -238,7 +251,7 @@ class HeldCalls:
         for part in message.get("parts", ()):
             call_id = part.get("toolCallId")
             if isinstance(call_id, str) and isinstance(part.get("type"), str) and part["type"].startswith("tool-"):
-                self.names[call_id] = part["type"][len("tool-"):]
+                self.names[call_id] = part["type"][len("tool-") :]
                 if part.get("state") == "input-available":
                     self._waiting[call_id] = entry
         if len(self._held) >= self.limit or not self._waiting:

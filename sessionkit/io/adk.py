@@ -73,8 +73,14 @@ def _parts(content: Any, source: str, where: str) -> tuple[list[dict], list[dict
             if not isinstance(name, str) or not name:
                 raise MalformedInput(source, where, f"content parts[{i}]: function_call has no name")
             call_id = call.get("id") or f"{name}-{i}"
-            parts.append({"type": f"tool-{name}", "toolCallId": call_id, "state": "input-available",
-                          "input": call.get("args") or {}})
+            parts.append(
+                {
+                    "type": f"tool-{name}",
+                    "toolCallId": call_id,
+                    "state": "input-available",
+                    "input": call.get("args") or {},
+                }
+            )
         elif isinstance(part.get("function_response"), dict):
             response = part["function_response"]
             name = response.get("name")
@@ -183,8 +189,16 @@ def _session_ids(keys: list[tuple[str, str, str]]) -> dict[tuple[str, str, str],
     return {(app, user, sid): sid if count[sid] == 1 else f"{app}/{user}/{sid}" for app, user, sid in keys}
 
 
-def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | None = None,
-               session_ids: list[str] | None = None, session_prefix: str = "", progress: Any = None) -> list:
+def import_adk(
+    store,
+    path: Any,
+    *,
+    app_name: str | None = None,
+    user_id: str | None = None,
+    session_ids: list[str] | None = None,
+    session_prefix: str = "",
+    progress: Any = None,
+) -> list:
     """Import a Google ADK session database (``DatabaseSessionService`` on SQLite, or ``SqliteSessionService``): one
     sessionkit session per ADK session.
 
@@ -206,8 +220,12 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
         if "events" not in names or "sessions" not in names:
             raise MalformedInput(source, None, "no tables 'sessions' and 'events': not a Google ADK session database")
         if "event_data" not in columns(conn, "events", source):
-            raise MalformedInput(source, None, "events have no 'event_data' column: an ADK schema older than v1 "
-                                               "(upgrade it with ADK's migration first)")
+            raise MalformedInput(
+                source,
+                None,
+                "events have no 'event_data' column: an ADK schema older than v1 "
+                "(upgrade it with ADK's migration first)",
+            )
         where_sql, params = [], []
         for column, value in (("app_name", app_name), ("user_id", user_id)):
             if value is not None:
@@ -216,13 +234,20 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
                 where_sql.append(f"{column} = ?")
                 params.append(value)
         clause = (" WHERE " + " AND ".join(where_sql)) if where_sql else ""
-        keys = [(a, u, s) for (a, u, s, _) in rows(
-            conn, f"SELECT app_name, user_id, id, create_time FROM sessions{clause} ORDER BY create_time, id",
-            tuple(params), source=source)]
+        keys = [
+            (a, u, s)
+            for (a, u, s, _) in rows(
+                conn,
+                f"SELECT app_name, user_id, id, create_time FROM sessions{clause} ORDER BY create_time, id",
+                tuple(params),
+                source=source,
+            )
+        ]
         for app, user, sid in keys:
             if not (isinstance(app, str) and isinstance(user, str) and isinstance(sid, str) and sid):
-                raise MalformedInput(source, f"session {sid!r}",
-                                     "app_name, user_id and id must be strings (the id not empty)")
+                raise MalformedInput(
+                    source, f"session {sid!r}", "app_name, user_id and id must be strings (the id not empty)"
+                )
         ids = _session_ids(keys)
         if session_ids is not None:
             wanted = set(session_ids)
@@ -231,19 +256,24 @@ def import_adk(store, path: Any, *, app_name: str | None = None, user_id: str | 
         if progress is not False and session_ids is None:
             total = scalar(conn, f"SELECT COUNT(*) FROM events{clause}", tuple(params), source=source)
         sessions = []
-        with watching_roots(store, source) as watch, \
-                Progress(progress, total=total, desc=f"importing {path.name}", unit="events") as bar:
+        with (
+            watching_roots(store, source) as watch,
+            Progress(progress, total=total, desc=f"importing {path.name}", unit="events") as bar,
+        ):
             for app, user, sid in keys:
                 session = store.session(session_prefix + ids[(app, user, sid)])
                 writer = SessionWriter(store, session, source, watch=watch)
                 walk = _Session(writer, source)
                 try:
                     for event_id, stamp, data in rows(
-                            conn, "SELECT id, timestamp, event_data FROM events WHERE app_name = ? AND user_id = ? "
-                                  "AND session_id = ? ORDER BY timestamp, rowid", (app, user, sid), source=source):
+                        conn,
+                        "SELECT id, timestamp, event_data FROM events WHERE app_name = ? AND user_id = ? "
+                        "AND session_id = ? ORDER BY timestamp, rowid",
+                        (app, user, sid),
+                        source=source,
+                    ):
                         where = f"session {sid!r}, event {event_id}"
-                        event = load_json(data, source, where, "event_data") if isinstance(data, (str, bytes)) \
-                            else data
+                        event = load_json(data, source, where, "event_data") if isinstance(data, (str, bytes)) else data
                         moment = event.get("timestamp", stamp) if isinstance(event, dict) else stamp
                         walk.event(event_id, iso_time(moment, source, where), event, where)
                         bar.update()

@@ -58,8 +58,18 @@ from ._frameworks import HeldCalls, SessionWriter, iso_time, tool_output
 __all__ = ["import_claude_code"]
 
 #: Fields every record repeats, or that the message itself holds.
-_STRUCTURAL = {"parentUuid", "uuid", "sessionId", "timestamp", "type", "message", "userType", "toolUseResult",
-               "logicalParentUuid", "content"}
+_STRUCTURAL = {
+    "parentUuid",
+    "uuid",
+    "sessionId",
+    "timestamp",
+    "type",
+    "message",
+    "userType",
+    "toolUseResult",
+    "logicalParentUuid",
+    "content",
+}
 _API_KEPT = ("model", "id", "stop_reason", "usage")
 
 
@@ -94,8 +104,14 @@ def _parts(content: Any, source: str, where: str) -> tuple[list[dict], list[dict
             name, call_id = block.get("name"), block.get("id")
             if not isinstance(name, str) or not name or not isinstance(call_id, str) or not call_id:
                 raise MalformedInput(source, where, f"content[{i}]: tool_use needs a 'name' and an 'id'")
-            parts.append({"type": f"tool-{name}", "toolCallId": call_id, "state": "input-available",
-                          "input": block.get("input") if block.get("input") is not None else {}})
+            parts.append(
+                {
+                    "type": f"tool-{name}",
+                    "toolCallId": call_id,
+                    "state": "input-available",
+                    "input": block.get("input") if block.get("input") is not None else {},
+                }
+            )
         elif kind == "tool_result":
             call_id = block.get("tool_use_id")
             if not isinstance(call_id, str) or not call_id:
@@ -177,8 +193,9 @@ class _Log:
             if not isinstance(kind, str) or not kind:
                 raise MalformedInput(self.source, where, "record has no 'type'")
             role = "system"
-            parts = [{"type": f"data-claude-code-{kind}", "data": {k: v for k, v in rec.items() if k in ("data",
-                                                                                                          "content")}}]
+            parts = [
+                {"type": f"data-claude-code-{kind}", "data": {k: v for k, v in rec.items() if k in ("data", "content")}}
+            ]
         left = []
         for result in results:
             call = self.held.waiting(result["toolCallId"])
@@ -191,16 +208,25 @@ class _Log:
             self.node[uuid] = parent  # records under this one hang under its parent
             return
         parts += left
-        message: dict[str, Any] = {"id": uuid, "role": "tool" if left and len(left) == len(parts) else role,
-                                   "parts": parts}
+        message: dict[str, Any] = {
+            "id": uuid,
+            "role": "tool" if left and len(left) == len(parts) else role,
+            "parts": parts,
+        }
         if meta:
             message["metadata"] = {"claude_code": meta}
         self.node[uuid] = uuid
         self.parent[uuid] = parent
         self.held.add(message, parent, created, where)
         if rec.get("subtype") == "compact_boundary":
-            self.boundaries.append({"uuid": uuid, "created": created, "content": rec.get("content"),
-                                    "pre": (rec.get("compactMetadata") or {}).get("preTokens")})
+            self.boundaries.append(
+                {
+                    "uuid": uuid,
+                    "created": created,
+                    "content": rec.get("content"),
+                    "pre": (rec.get("compactMetadata") or {}).get("preTokens"),
+                }
+            )
         elif rec.get("isCompactSummary") and self.boundaries and self.boundaries[-1]["uuid"] == parent:
             self._compaction(self.boundaries.pop(), uuid, message)
 
@@ -208,15 +234,25 @@ class _Log:
         root = boundary["uuid"]
         while self.parent.get(root) is not None:
             root = self.parent[root]
-        text = "".join(p.get("text", "") for p in summary_message["parts"] if p.get("type") == "text") \
-            if summary_message is not None else (boundary["content"] or "")
+        text = (
+            "".join(p.get("text", "") for p in summary_message["parts"] if p.get("type") == "text")
+            if summary_message is not None
+            else (boundary["content"] or "")
+        )
         pre = boundary["pre"]
-        self.compactions.append(Compaction(
-            id=f"claude-code-{boundary['uuid']}", from_id=root, to_id=to_id, summary=text,
-            created_at=boundary["created"] or "1970-01-01T00:00:00+00:00",
-            tokens_before=pre if isinstance(pre, int) and not isinstance(pre, bool) else 0,
-            tokens_after=estimate_tokens({"id": "summary", "role": "user", "parts": [{"type": "text", "text": text}]}),
-        ))
+        self.compactions.append(
+            Compaction(
+                id=f"claude-code-{boundary['uuid']}",
+                from_id=root,
+                to_id=to_id,
+                summary=text,
+                created_at=boundary["created"] or "1970-01-01T00:00:00+00:00",
+                tokens_before=pre if isinstance(pre, int) and not isinstance(pre, bool) else 0,
+                tokens_after=estimate_tokens(
+                    {"id": "summary", "role": "user", "parts": [{"type": "text", "text": text}]}
+                ),
+            )
+        )
 
     def finish(self) -> None:
         self.held.finish()
@@ -227,12 +263,15 @@ class _Log:
         for compaction in self.compactions:
             self.session.import_compaction(compaction)
         if self.summaries:
-            known = {json.dumps(v, sort_keys=True) for _, v in self.store.records(self.session.session_id,
-                                                                                   "claude_code.summary")}
+            known = {
+                json.dumps(v, sort_keys=True)
+                for _, v in self.store.records(self.session.session_id, "claude_code.summary")
+            }
             new = [s for s in self.summaries if json.dumps(s, sort_keys=True) not in known]
             start = len(known)
-            self.store.put_records(self.session.session_id, "claude_code.summary",
-                                   [(start + i, s) for i, s in enumerate(new)])
+            self.store.put_records(
+                self.session.session_id, "claude_code.summary", [(start + i, s) for i, s in enumerate(new)]
+            )
 
 
 def _files(path: Path) -> list[Path]:
@@ -261,8 +300,10 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
     total = sum(count_lines(f) for f in files) if wants_total(progress) else None
     logs: dict[str, _Log] = {}
     current: _Log | None = None  # the session of the last record read
-    with watching_roots(store, str(path)) as watch, \
-            Progress(progress, total=total, desc=f"importing {as_path(path).name}", unit="lines") as bar:
+    with (
+        watching_roots(store, str(path)) as watch,
+        Progress(progress, total=total, desc=f"importing {as_path(path).name}", unit="lines") as bar,
+    ):
         for file in files:
             source = str(file)
             pending_summaries: list[dict] = []

@@ -123,8 +123,12 @@ def detect_format(path: Any) -> str:
     if magic[:16] == b"SQLite format 3\x00":
         found = _sqlite_format(path)
         if found is None:
-            raise MalformedInput(str(path), None, "a SQLite database of no known framework (no agent_messages, "
-                                                  "checkpoints, or sessions and events tables)")
+            raise MalformedInput(
+                str(path),
+                None,
+                "a SQLite database of no known framework (no agent_messages, "
+                "checkpoints, or sessions and events tables)",
+            )
         return found
     if path.suffix == ".traj":
         return "swe-agent"

@@ -83,12 +83,18 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
         for i in range(shared, len(turns)):
             role, text = turns[i]
             mid = f"{prefix}{i}"
-            items.append((
-                {"id": mid, "role": role, "parts": [{"type": "text", "text": text}],
-                 "metadata": {"hh": {"chosen": is_chosen}}},
-                parent,
-                None,
-            ))
+            items.append(
+                (
+                    {
+                        "id": mid,
+                        "role": role,
+                        "parts": [{"type": "text", "text": text}],
+                        "metadata": {"hh": {"chosen": is_chosen}},
+                    },
+                    parent,
+                    None,
+                )
+            )
             parent = mid
     return items
 
@@ -123,9 +129,12 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
     path = as_path(path)
     source = str(path)
     total = count_lines(path) if wants_total(progress) else None
-    with watching_roots(store, source) as watch, SessionList(store) as sessions, \
-            Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar, \
-            Batches(store, source=source, unit="pairs") as batches:
+    with (
+        watching_roots(store, source) as watch,
+        SessionList(store) as sessions,
+        Progress(progress, total=total, desc=f"importing {path.name}", unit="pairs") as bar,
+        Batches(store, source=source, unit="pairs") as batches,
+    ):
         for lineno, obj, nbytes in iter_jsonl(path):
             where = f"line {lineno}"
             if not isinstance(obj, dict):

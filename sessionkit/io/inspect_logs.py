@@ -86,15 +86,22 @@ def _sample_messages(sample: dict, writer: SessionWriter, source: str, where: st
             if isinstance(call_id, str) and held.waiting(call_id) is not None:
                 held.answer(call_id, result)
                 continue
-            parts = [{"type": f"tool-{msg.get('function') or 'unknown'}", "toolCallId": call_id or f"call-{i}",
-                      **result}]
+            parts = [
+                {"type": f"tool-{msg.get('function') or 'unknown'}", "toolCallId": call_id or f"call-{i}", **result}
+            ]
         else:
             parts = _parts(msg.get("content"), source, here)
             for k, call in enumerate(msg.get("tool_calls") or []):
                 if not isinstance(call, dict) or not isinstance(call.get("function"), str):
                     raise MalformedInput(source, here, f"tool_calls[{k}] has no function name")
-                parts.append({"type": f"tool-{call['function']}", "toolCallId": call.get("id") or f"call-{i}-{k}",
-                              "state": "input-available", "input": call.get("arguments") or {}})
+                parts.append(
+                    {
+                        "type": f"tool-{call['function']}",
+                        "toolCallId": call.get("id") or f"call-{i}-{k}",
+                        "state": "input-available",
+                        "input": call.get("arguments") or {},
+                    }
+                )
         mid = msg.get("id") or f"{where}-{i}"
         meta = {k: msg[k] for k in ("source", "model", "metadata") if msg.get(k) not in (None, {}, "")}
         message: dict[str, Any] = {"id": mid, "role": role, "parts": parts}
@@ -134,8 +141,10 @@ def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any 
     info = {"task": header.eval.task, "model": header.eval.model, "eval_id": eval_id, "run_id": header.eval.run_id}
     total = header.results.total_samples if header.results is not None else None
     sessions = []
-    with watching_roots(store, source) as watch, \
-            Progress(progress, total=total, desc=f"importing {Path(source).name}", unit="samples") as bar:
+    with (
+        watching_roots(store, source) as watch,
+        Progress(progress, total=total, desc=f"importing {Path(source).name}", unit="samples") as bar,
+    ):
         samples = read_eval_log_samples(str(path), all_samples_required=False)
         while True:
             try:
@@ -153,8 +162,12 @@ def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any 
             except MalformedInput:
                 writer.flush()
                 raise
-            facts = {**info, "sample_id": sample.get("id"), "epoch": sample.get("epoch"),
-                     **{k: sample[k] for k in ("target", "scores", "model_usage", "error") if k in sample}}
+            facts = {
+                **info,
+                "sample_id": sample.get("id"),
+                "epoch": sample.get("epoch"),
+                **{k: sample[k] for k in ("target", "scores", "model_usage", "error") if k in sample},
+            }
             store.put_records(session.session_id, "inspect.sample", [(0, facts)])
             if len(session):
                 sessions.append(session)

@@ -48,8 +48,10 @@ FORMAT_VERSION = 1
 _BATCH = 1000  # message lines per import_many call
 
 #: What a merge warning of this importer suggests (a sessionkit export keeps its session ids).
-_HINT = ("A sessionkit export keeps the session ids it was written with: import it into a store of its own "
-         "to keep these conversations apart.")
+_HINT = (
+    "A sessionkit export keeps the session ids it was written with: import it into a store of its own "
+    "to keep these conversations apart."
+)
 
 _BATCH_BYTES = 1 << 20  # ... or this much of the file
 
@@ -81,13 +83,20 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
     total = sum(len(data.nodes(sid)) for sid in data.session_ids)
     n_messages = n_comps = 0
     sessions = set()
-    with open_write(path) as out, Progress(progress, total=total, desc=f"exporting {path.name}",
-                                           unit="messages") as bar:
+    with (
+        open_write(path) as out,
+        Progress(progress, total=total, desc=f"exporting {path.name}", unit="messages") as bar,
+    ):
         out.write(_msg.dumps({"format": "sessionkit", "version": FORMAT_VERSION, "exported_at": _msg.now_iso()}))
         out.write("\n")
         for node, sid, message in data.iter_messages():
-            line = {"type": "message", "session_id": sid, "parent_id": node.parent_id,
-                    "created_at": node.created_at, "message": message}
+            line = {
+                "type": "message",
+                "session_id": sid,
+                "parent_id": node.parent_id,
+                "created_at": node.created_at,
+                "message": message,
+            }
             out.write(_msg.dumps(line))
             out.write("\n")
             sessions.add(sid)
@@ -97,10 +106,19 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
         bar.update(n_messages % 1000)
         for sid in data.session_ids:
             for comp in data.compaction_list(sid):
-                line = {"type": "compaction", "session_id": sid, "compaction": {
-                    "id": comp.id, "from_id": comp.from_id, "to_id": comp.to_id, "summary": comp.summary,
-                    "created_at": comp.created_at, "tokens_before": comp.tokens_before,
-                    "tokens_after": comp.tokens_after}}
+                line = {
+                    "type": "compaction",
+                    "session_id": sid,
+                    "compaction": {
+                        "id": comp.id,
+                        "from_id": comp.from_id,
+                        "to_id": comp.to_id,
+                        "summary": comp.summary,
+                        "created_at": comp.created_at,
+                        "tokens_before": comp.tokens_before,
+                        "tokens_after": comp.tokens_after,
+                    },
+                }
                 out.write(_msg.dumps(line))
                 out.write("\n")
                 n_comps += 1
@@ -122,8 +140,9 @@ def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, 
         try:
             _msg.to_iso(stamp)
         except ValueError:
-            raise MalformedInput(source, where, f"message {message['id']!r}: 'createdAt' is not an ISO 8601 time: "
-                                                f"{stamp[:60]!r}") from None
+            raise MalformedInput(
+                source, where, f"message {message['id']!r}: 'createdAt' is not an ISO 8601 time: {stamp[:60]!r}"
+            ) from None
     parent = obj.get("parent_id")
     if parent is not None and not isinstance(parent, str):
         raise MalformedInput(source, where, "'parent_id' must be a string or null")
@@ -143,9 +162,13 @@ def _check_compaction_line(obj: dict, source: str, where: str) -> tuple[str, Com
         raise MalformedInput(source, where, "compaction line needs 'session_id' and a 'compaction' object")
     try:
         comp = Compaction(
-            id=_need(c, "id", str), from_id=_need(c, "from_id", str), to_id=_need(c, "to_id", str),
-            summary=_need(c, "summary", str), created_at=_msg.to_iso(_need(c, "created_at", str)),
-            tokens_before=_count(c, "tokens_before"), tokens_after=_count(c, "tokens_after"),
+            id=_need(c, "id", str),
+            from_id=_need(c, "from_id", str),
+            to_id=_need(c, "to_id", str),
+            summary=_need(c, "summary", str),
+            created_at=_msg.to_iso(_need(c, "created_at", str)),
+            tokens_before=_count(c, "tokens_before"),
+            tokens_after=_count(c, "tokens_after"),
         )
     except (TypeError, ValueError) as exc:
         raise MalformedInput(source, where, f"invalid compaction: {exc}") from None
@@ -173,8 +196,9 @@ def _write_block(session, items: list, source: str, lines: list[str], watch: Roo
         raise located(exc, source, lines[0] if len(lines) == 1 else f"{lines[0]} to {lines[-1]}") from None
 
 
-def _salvage_block(batches: Batches, session, items: list, source: str, lines: list[str], watch: RootWatch,
-                   exc: BaseException):
+def _salvage_block(
+    batches: Batches, session, items: list, source: str, lines: list[str], watch: RootWatch, exc: BaseException
+):
     """After a block of message lines failed: store the lines before the bad one, and name it."""
     max_bytes = session.store.max_message_bytes
     ids: set[str] = set()
@@ -189,8 +213,12 @@ def _salvage_block(batches: Batches, session, items: list, source: str, lines: l
             if parent is None or parent in ids or session.get(parent) is not None:
                 ids.add(message["id"])
                 continue
-            culprit = MalformedInput(source, lines[j], f"message {message['id']!r}: parent {parent!r} is neither "
-                                                       f"earlier in the file nor in session {session.session_id!r}")
+            culprit = MalformedInput(
+                source,
+                lines[j],
+                f"message {message['id']!r}: parent {parent!r} is neither "
+                f"earlier in the file nor in session {session.session_id!r}",
+            )
         if j:
             write_items(session, items[:j], watch)
             batches.add(j, lines[j - 1])
@@ -242,13 +270,20 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
             return
         session, items, lines, nbytes = store.session(batch_sid), batch, batch_lines, batch_bytes
         batch, batch_lines, batch_bytes = [], [], 0
-        batches.write(lines[-1], partial(_write_block, session, items, source, lines, watch), nbytes=nbytes,
-                      records=len(items),
-                      salvage=partial(_salvage_block, batches, session, items, source, lines, watch))
+        batches.write(
+            lines[-1],
+            partial(_write_block, session, items, source, lines, watch),
+            nbytes=nbytes,
+            records=len(items),
+            salvage=partial(_salvage_block, batches, session, items, source, lines, watch),
+        )
 
-    with watching_roots(store, source, _HINT) as watch, SessionList(store) as sessions, \
-            Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
-            Batches(store, source=source, unit="lines", group=20, max_bytes=8 << 20) as batches:
+    with (
+        watching_roots(store, source, _HINT) as watch,
+        SessionList(store) as sessions,
+        Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar,
+        Batches(store, source=source, unit="lines", group=20, max_bytes=8 << 20) as batches,
+    ):
         try:
             for lineno, obj, nbytes in iter_jsonl(path):
                 where = f"line {lineno}"
@@ -259,8 +294,11 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
                     version = obj.get("version")
                     if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:
                         raise MalformedInput(
-                            source, where, f"format version {version!r} is newer than this sessionkit reads "
-                            f"({FORMAT_VERSION}): upgrade sessionkit")
+                            source,
+                            where,
+                            f"format version {version!r} is newer than this sessionkit reads "
+                            f"({FORMAT_VERSION}): upgrade sessionkit",
+                        )
                     flush()
                     batches.write(where, _nothing)  # nothing to store, but a line done
                 elif kind == "message":
@@ -276,11 +314,13 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
                     flush()
                     sid, comp = _check_compaction_line(obj, source, where)
                     sessions.append_new(sid)
-                    batches.write(where, partial(_write_compaction, store.session(sid), comp, source, where),
-                                  nbytes=nbytes)
+                    batches.write(
+                        where, partial(_write_compaction, store.session(sid), comp, source, where), nbytes=nbytes
+                    )
                 else:
-                    raise MalformedInput(source, where,
-                                         f"unknown line type {kind!r} (expected 'message' or 'compaction')")
+                    raise MalformedInput(
+                        source, where, f"unknown line type {kind!r} (expected 'message' or 'compaction')"
+                    )
                 bar.update()
         except MalformedInput:
             flush()  # the lines before the problem are stored too

@@ -43,8 +43,15 @@ from ._frameworks import SessionWriter, columns, iso_time, open_sqlite, rows, sc
 __all__ = ["import_langgraph", "langchain_to_message"]
 
 _HOLD = 5000
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "developer": "developer",
-          "HumanMessageChunk": "user", "AIMessageChunk": "assistant", "SystemMessageChunk": "system"}
+_ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "developer": "developer",
+    "HumanMessageChunk": "user",
+    "AIMessageChunk": "assistant",
+    "SystemMessageChunk": "system",
+}
 #: msgpack extension codes of LangGraph's serializer that wrap an object as (module, name, data, ...).
 _OBJECT_CODES = {0, 1, 2, 3, 4, 5}
 _DELTA_SNAPSHOT = 7
@@ -55,8 +62,7 @@ def _decoder():
         import ormsgpack
     except ImportError as exc:
         raise MissingDependency(
-            "reading LangGraph checkpoints needs ormsgpack (installed with langgraph-checkpoint): "
-            "pip install ormsgpack"
+            "reading LangGraph checkpoints needs ormsgpack (installed with langgraph-checkpoint): pip install ormsgpack"
         ) from exc
 
     def ext_hook(code: int, data: bytes) -> Any:
@@ -74,8 +80,10 @@ def _decoder():
             return json.loads(blob)
         if kind in ("null", None):
             return None
-        raise ValueError(f"checkpoint serialised as {kind!r}, which this importer does not read"
-                         + (" (decrypt it with the saver's serializer first)" if "aes" in str(kind) else ""))
+        raise ValueError(
+            f"checkpoint serialised as {kind!r}, which this importer does not read"
+            + (" (decrypt it with the saver's serializer first)" if "aes" in str(kind) else "")
+        )
 
     return decode
 
@@ -166,8 +174,14 @@ def langchain_to_message(fields: dict, source: str = "<message>", where: str = "
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id:
             raise MalformedInput(source, where, f"tool_calls[{k}] ({call['name']}) has no id")
-        parts.append({"type": f"tool-{call['name']}", "toolCallId": call_id, "state": "input-available",
-                      "input": call.get("args", {})})
+        parts.append(
+            {
+                "type": f"tool-{call['name']}",
+                "toolCallId": call_id,
+                "state": "input-available",
+                "input": call.get("args", {}),
+            }
+        )
     message = {"role": role, "parts": parts}
     if meta:
         message["metadata"] = {"langgraph": meta}
@@ -221,8 +235,9 @@ class _Thread:
                         if key in result:
                             part[key] = result[key]
                     if message.get("metadata"):
-                        entry[0].setdefault("metadata", {}).setdefault("langgraph", {}).setdefault(
-                            "tool_messages", {})[call_id] = {"id": lc_id, **message["metadata"]["langgraph"]}
+                        entry[0].setdefault("metadata", {}).setdefault("langgraph", {}).setdefault("tool_messages", {})[
+                            call_id
+                        ] = {"id": lc_id, **message["metadata"]["langgraph"]}
                     del self.waiting[call_id]
                     self.nodes[(tail, lc_id)] = (tail, print_)
                     continue
@@ -246,7 +261,7 @@ class _Thread:
             for part in message["parts"]:
                 if part.get("state") == "input-available":
                     self.waiting[part["toolCallId"]] = entry
-                    self.names[part["toolCallId"]] = part["type"][len("tool-"):]
+                    self.names[part["toolCallId"]] = part["type"][len("tool-") :]
             tail = node
             path.add(node)
         if len(self.held) >= _HOLD or not self.waiting:
@@ -263,8 +278,15 @@ class _Thread:
         self.writer.flush()
 
 
-def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, channel: str = "messages",
-                     session_prefix: str = "", progress: Any = None) -> list:
+def import_langgraph(
+    store,
+    path: Any,
+    *,
+    thread_ids: list[str] | None = None,
+    channel: str = "messages",
+    session_prefix: str = "",
+    progress: Any = None,
+) -> list:
     """Import a LangGraph ``SqliteSaver`` database: one sessionkit session per thread.
 
     ``channel`` is the state key holding the messages (``"messages"`` for ``MessagesState``); ``thread_ids``
@@ -292,8 +314,15 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
             if column not in have:
                 raise MalformedInput(source, None, f"table 'checkpoints' has no column {column!r}")
         decode = _decoder()
-        threads = [t for (t, _) in rows(conn, "SELECT thread_id, MIN(checkpoint_id) FROM checkpoints "
-                                              "WHERE checkpoint_ns = '' GROUP BY thread_id ORDER BY 2", source=source)]
+        threads = [
+            t
+            for (t, _) in rows(
+                conn,
+                "SELECT thread_id, MIN(checkpoint_id) FROM checkpoints "
+                "WHERE checkpoint_ns = '' GROUP BY thread_id ORDER BY 2",
+                source=source,
+            )
+        ]
         if thread_ids is not None:
             wanted = set(thread_ids)
             threads = [t for t in threads if t in wanted]
@@ -301,8 +330,10 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
         if progress is not False and thread_ids is None:
             total = scalar(conn, "SELECT COUNT(*) FROM checkpoints WHERE checkpoint_ns = ''", source=source)
         sessions = []
-        with watching_roots(store, source) as watch, \
-                Progress(progress, total=total, desc=f"importing {path.name}", unit="checkpoints") as bar:
+        with (
+            watching_roots(store, source) as watch,
+            Progress(progress, total=total, desc=f"importing {path.name}", unit="checkpoints") as bar,
+        ):
             for thread in threads:
                 if not isinstance(thread, str) or not thread:
                     raise MalformedInput(source, f"thread {thread!r}", "thread_id must be a non-empty string")
@@ -311,9 +342,13 @@ def import_langgraph(store, path: Any, *, thread_ids: list[str] | None = None, c
                 walk = _Thread(writer, source)
                 try:
                     for checkpoint_id, kind, blob in rows(
-                            conn, "SELECT checkpoint_id, type, checkpoint FROM checkpoints "
-                                  "WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY checkpoint_id",
-                            (thread,), source=source, size=50):
+                        conn,
+                        "SELECT checkpoint_id, type, checkpoint FROM checkpoints "
+                        "WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY checkpoint_id",
+                        (thread,),
+                        source=source,
+                        size=50,
+                    ):
                         where = f"thread {thread!r}, checkpoint {checkpoint_id}"
                         try:
                             state = decode(kind, blob)

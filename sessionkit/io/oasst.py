@@ -158,8 +158,9 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
         children.setdefault(parent, []).append(mid)
     for mid, (_, parent, _, where) in converted.items():
         if parent is not None and parent not in converted:
-            raise MalformedInput(source, where,
-                                 f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}")
+            raise MalformedInput(
+                source, where, f"message {mid!r} has parent {parent!r}, which is not in tree {tree_id!r}"
+            )
     roots = children.get(None, [])
     if not roots:
         raise MalformedInput(source, rows[0][0], f"tree {tree_id!r} has no root message (parent_id null)")
@@ -202,9 +203,12 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
         if sessions.append_new(session.session_id):
             first_lines.append(line)
 
-    with watching_roots(store, source) as watch, SessionList(store) as sessions, \
-            Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar, \
-            Batches(store, source=source, unit="trees") as batches:
+    with (
+        watching_roots(store, source) as watch,
+        SessionList(store) as sessions,
+        Progress(progress, total=total, desc=f"importing {path.name}", unit="lines") as bar,
+        Batches(store, source=source, unit="trees") as batches,
+    ):
         for lineno, obj, nbytes in iter_jsonl(path, deep=True):
             where = f"line {lineno}"
             if not isinstance(obj, dict):
@@ -246,8 +250,9 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                     tree_rows = rows.pop(tree_id)
                     items = _flat_items(tree_id, tree_rows, source)
                     session = store.session(session_prefix + tree_id)
-                    batches.write(f"line {lineno}", partial(_write, session, items, source, tree_rows[0][0], watch),
-                                  nbytes=nbytes)
+                    batches.write(
+                        f"line {lineno}", partial(_write, session, items, source, tree_rows[0][0], watch), nbytes=nbytes
+                    )
                     keep(session, first)
     if flat:  # the trees of flat messages were written at their last line: put them at their first
         return sessions_result(sessions.ordered(first_lines))

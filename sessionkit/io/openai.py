@@ -140,7 +140,7 @@ def _parse_arguments(raw: Any, where: str, source: str, call: str) -> Any:
         return parse_json(raw, source, where)
     except MalformedInput as exc:
         if exc.problem.startswith("not valid JSON ("):
-            problem = f"has arguments that are not JSON ({exc.problem[len('not valid JSON ('):]}"
+            problem = f"has arguments that are not JSON ({exc.problem[len('not valid JSON (') :]}"
         else:
             problem = f"has arguments no store keeps: {exc.problem}"
         raise MalformedInput(source, where, f"tool call {call!r} {problem}") from None
@@ -178,8 +178,15 @@ class _Chat:
     for :meth:`finish` (an in-memory chat).
     """
 
-    def __init__(self, source: str, parent_id: str | None, *, ready: array | None = None, plan: bool = False,
-                 earlier: Callable[[int], Iterator[Any]] | None = None):
+    def __init__(
+        self,
+        source: str,
+        parent_id: str | None,
+        *,
+        ready: array | None = None,
+        plan: bool = False,
+        earlier: Callable[[int], Iterator[Any]] | None = None,
+    ):
         self.source = source
         self.parent = parent_id
         self.ready = ready
@@ -231,10 +238,14 @@ class _Chat:
             queue = self.waiting.get(call_id)
             if not queue:
                 if self._called(call_id):
-                    raise MalformedInput(source, where,
-                                         f"tool message answers call {call_id!r}, which already has a result")
-                raise MalformedInput(source, where, f"tool message answers call {call_id!r}, but no earlier assistant "
-                                                    f"message made that call")
+                    raise MalformedInput(
+                        source, where, f"tool message answers call {call_id!r}, which already has a result"
+                    )
+                raise MalformedInput(
+                    source,
+                    where,
+                    f"tool message answers call {call_id!r}, but no earlier assistant message made that call",
+                )
             owner, part = queue.pop()  # the nearest earlier call with this id
             if not queue:
                 del self.waiting[call_id]
@@ -386,8 +397,9 @@ def _array(ts: TextStream, kind: str) -> Iterator[tuple[str, Any]]:
 
 def _end_of_file(ts: TextStream, what: str) -> None:
     if ts.peek() != "":
-        raise MalformedInput(ts.source, ts.where(), f"not valid JSON (more data after the {what}, at column "
-                                                    f"{ts.column_at(ts.pos)})")
+        raise MalformedInput(
+            ts.source, ts.where(), f"not valid JSON (more data after the {what}, at column {ts.column_at(ts.pos)})"
+        )
 
 
 def _document(ts: TextStream):
@@ -423,8 +435,9 @@ def _document(ts: TextStream):
         return True
     if not found:
         if "role" not in other:
-            raise MalformedInput(ts.source, None,
-                                 "expected a JSON array of chat messages, a JSONL file, or {\"messages\": [...]}")
+            raise MalformedInput(
+                ts.source, None, 'expected a JSON array of chat messages, a JSONL file, or {"messages": [...]}'
+            )
         yield f"line {start}", other
     return False
 
@@ -447,7 +460,7 @@ def _file_records(path: Path) -> Iterator[tuple[str, Any]]:
     n = 0
     for lineno, value, _ in iter_jsonl(path):
         if n == 0 and isinstance(value, dict) and "role" not in value and isinstance(value.get("messages"), list):
-            raise MalformedInput(name, f"line {lineno}", "a {\"messages\": [...]} document must be the whole file")
+            raise MalformedInput(name, f"line {lineno}", 'a {"messages": [...]} document must be the whole file')
         n += 1
         yield f"line {lineno}", value
 
@@ -595,9 +608,11 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
         if parent_id is not None and session.get(parent_id) is None:
             raise MessageNotFound(f"parent message {parent_id!r} is not in session {session.session_id!r}")
         results = ImportResults(session)
-        with watching_roots(session.store, name, _HINT) as watch, \
-                Progress(progress, total=len(converted), desc="importing <list>", unit="messages") as bar, \
-                Batches(session.store, source=name, unit="messages", group=4) as batches:
+        with (
+            watching_roots(session.store, name, _HINT) as watch,
+            Progress(progress, total=len(converted), desc="importing <list>", unit="messages") as bar,
+            Batches(session.store, source=name, unit="messages", group=4) as batches,
+        ):
             write = _writer(session, batches, results, name, watch)
             for start in range(0, len(converted), _BATCH):
                 batch = converted[start : start + _BATCH]
@@ -607,8 +622,11 @@ def import_openai(session, source: Any, *, parent_id: str | None = None, progres
     path = as_path(source)
     name = str(path)
     results = ImportResults(session)
-    with watching_roots(session.store, name, _HINT) as watch, \
-            Batches(session.store, source=name, unit="messages", group=4) as batches:
+    with (
+        watching_roots(session.store, name, _HINT) as watch,
+        Batches(session.store, source=name, unit="messages", group=4) as batches,
+    ):
+
         def earlier(n: int) -> Iterator[Any]:
             return (rec for _, (_, rec) in zip(range(n), _file_records(path)))
 

@@ -77,8 +77,9 @@ def _text_parts(content: Any, source: str, where: str) -> list[dict]:
                 part["providerMetadata"] = {"openai": extra}
             parts.append(part)
         elif kind == "refusal":
-            parts.append({"type": "text", "text": block.get("refusal", ""),
-                          "providerMetadata": {"openai": {"refusal": True}}})
+            parts.append(
+                {"type": "text", "text": block.get("refusal", ""), "providerMetadata": {"openai": {"refusal": True}}}
+            )
         elif kind == "input_image":
             part = {"type": "file", "mediaType": "image/*"}
             if isinstance(block.get("image_url"), str):
@@ -153,8 +154,12 @@ def item_to_message(item: Any, source: str = "<item>", where: str = "item") -> t
         call_id = item.get("call_id")
         if not isinstance(call_id, str) or not call_id:
             raise MalformedInput(source, where, f"{kind} item has no 'call_id'")
-        part = {"type": f"tool-{kind[: -len('_call_output')]}", "toolCallId": call_id,
-                "state": "output-available", "output": tool_output(item.get("output"))}
+        part = {
+            "type": f"tool-{kind[: -len('_call_output')]}",
+            "toolCallId": call_id,
+            "state": "output-available",
+            "output": tool_output(item.get("output")),
+        }
         extra = {k: v for k, v in item.items() if k not in ("call_id", "output")}
         message = {"role": "tool", "parts": [part]}
         if extra:
@@ -168,14 +173,22 @@ def item_to_message(item: Any, source: str = "<item>", where: str = "item") -> t
             tool_input = _arguments(item.get("arguments"), source, where)
         else:
             tool_input = item.get("action", item.get("input", {}))
-        part = {"type": f"tool-{_tool_name(item)}", "toolCallId": call_id, "state": "input-available",
-                "input": tool_input}
+        part = {
+            "type": f"tool-{_tool_name(item)}",
+            "toolCallId": call_id,
+            "state": "input-available",
+            "input": tool_input,
+        }
         if item.get("output") is not None:  # hosted tools (MCP, code interpreter) carry their result
             part["state"] = "output-available"
             part["output"] = item["output"]
         message = {"role": "assistant", "parts": [part]}
-        extra = {k: v for k, v in item.items() if k not in ("call_id", "arguments", "output")
-                 and not (k == "name" or (k == "action" and "arguments" not in item))}
+        extra = {
+            k: v
+            for k, v in item.items()
+            if k not in ("call_id", "arguments", "output")
+            and not (k == "name" or (k == "action" and "arguments" not in item))
+        }
         if "arguments" not in item and "action" not in item:
             extra.pop("input", None)
     else:
@@ -255,7 +268,7 @@ class _Branch:
         for part in message["parts"]:
             if part.get("state") == "input-available" and isinstance(part.get("toolCallId"), str):
                 self.waiting[part["toolCallId"]] = entry
-                self.names[part["toolCallId"]] = part["type"][len("tool-"):]
+                self.names[part["toolCallId"]] = part["type"][len("tool-") :]
         if len(self.held) >= _HOLD or not self.waiting:
             self.release()
 
@@ -276,9 +289,14 @@ _USAGE = ("requests", "input_tokens", "output_tokens", "total_tokens")
 def _turn_usage(store, conn: sqlite3.Connection, session, sid: str, source: str) -> None:
     """``AdvancedSQLiteSession``'s usage per branch and turn, as the session's records."""
     usage = []
-    for row in rows(conn, "SELECT branch_id, user_turn_number, requests, input_tokens, output_tokens, total_tokens, "
-                          "input_tokens_details, output_tokens_details FROM turn_usage WHERE session_id = ? "
-                          "ORDER BY branch_id, user_turn_number", (sid,), source=source):
+    for row in rows(
+        conn,
+        "SELECT branch_id, user_turn_number, requests, input_tokens, output_tokens, total_tokens, "
+        "input_tokens_details, output_tokens_details FROM turn_usage WHERE session_id = ? "
+        "ORDER BY branch_id, user_turn_number",
+        (sid,),
+        source=source,
+    ):
         entry: dict[str, Any] = {"branch": row[0], "turn": row[1], **dict(zip(_USAGE, row[2:6]))}
         for key, raw in (("input_tokens_details", row[6]), ("output_tokens_details", row[7])):
             if raw is not None:
@@ -293,9 +311,7 @@ def _turn_usage(store, conn: sqlite3.Connection, session, sid: str, source: str)
 def _check_tables(conn: sqlite3.Connection, source: str, messages_table: str) -> bool:
     names = table_names(conn, source)
     if messages_table not in names:
-        raise MalformedInput(
-            source, None, f"no table {messages_table!r}: not an OpenAI Agents SDK session database"
-        )
+        raise MalformedInput(source, None, f"no table {messages_table!r}: not an OpenAI Agents SDK session database")
     missing = {"id", "session_id", "message_data", "created_at"} - columns(conn, messages_table, source)
     if missing:
         raise MalformedInput(source, None, f"table {messages_table!r} has no column {sorted(missing)[0]!r}")
@@ -304,9 +320,15 @@ def _check_tables(conn: sqlite3.Connection, source: str, messages_table: str) ->
     return {"session_id", "message_id", "branch_id", "sequence_number"} <= columns(conn, "message_structure", source)
 
 
-def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = None,
-                         messages_table: str = "agent_messages",
-                         session_prefix: str = "", progress: Any = None) -> list:
+def import_openai_agents(
+    store,
+    path: Any,
+    *,
+    session_ids: list[str] | None = None,
+    messages_table: str = "agent_messages",
+    session_prefix: str = "",
+    progress: Any = None,
+) -> list:
     """Import an OpenAI Agents SDK session database: one sessionkit session per agent session.
 
     ``path`` is the SQLite file of a ``SQLiteSession`` or ``AdvancedSQLiteSession``
@@ -327,8 +349,14 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
     try:
         structured = _check_tables(conn, source, messages_table)
         tables = table_names(conn, source)
-        ids = [sid for (sid, _) in rows(conn, f'SELECT session_id, MIN(id) FROM "{messages_table}" '
-                                              "GROUP BY session_id ORDER BY MIN(id)", source=source)]
+        ids = [
+            sid
+            for (sid, _) in rows(
+                conn,
+                f'SELECT session_id, MIN(id) FROM "{messages_table}" GROUP BY session_id ORDER BY MIN(id)',
+                source=source,
+            )
+        ]
         if session_ids is not None:
             wanted = set(session_ids)
             ids = [sid for sid in ids if sid in wanted]
@@ -336,13 +364,18 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
         if progress is not False and session_ids is None:  # rows read: one per branch a row is on
             if structured:
                 total = scalar(
-                    conn, f'SELECT (SELECT COUNT(*) FROM message_structure) + (SELECT COUNT(*) FROM "{messages_table}" '
-                    "WHERE session_id NOT IN (SELECT session_id FROM message_structure))", source=source)
+                    conn,
+                    f'SELECT (SELECT COUNT(*) FROM message_structure) + (SELECT COUNT(*) FROM "{messages_table}" '
+                    "WHERE session_id NOT IN (SELECT session_id FROM message_structure))",
+                    source=source,
+                )
             else:
                 total = scalar(conn, f'SELECT COUNT(*) FROM "{messages_table}"', source=source)
         sessions = []
-        with watching_roots(store, source) as watch, \
-                Progress(progress, total=total, desc=f"importing {path.name}", unit="items") as bar:
+        with (
+            watching_roots(store, source) as watch,
+            Progress(progress, total=total, desc=f"importing {path.name}", unit="items") as bar,
+        ):
             for sid in ids:
                 if not isinstance(sid, str) or not sid:
                     raise MalformedInput(
@@ -354,25 +387,40 @@ def import_openai_agents(store, path: Any, *, session_ids: list[str] | None = No
                 names: dict = {}
                 branches: list = []
                 if structured:
-                    branches = [b for (b, _) in rows(
-                        conn, "SELECT branch_id, MAX(sequence_number) FROM message_structure WHERE session_id = ? "
-                              "GROUP BY branch_id ORDER BY MAX(sequence_number)", (sid,), source=source)]
+                    branches = [
+                        b
+                        for (b, _) in rows(
+                            conn,
+                            "SELECT branch_id, MAX(sequence_number) FROM message_structure WHERE session_id = ? "
+                            "GROUP BY branch_id ORDER BY MAX(sequence_number)",
+                            (sid,),
+                            source=source,
+                        )
+                    ]
                 try:
                     if branches:
                         for branch in branches:
                             walk = _Branch(writer, placed, names, source, branch)
                             for rowid, data, created, turn, bturn in rows(
-                                    conn, f'SELECT m.id, m.message_data, m.created_at, s.user_turn_number, '
-                                          f's.branch_turn_number FROM message_structure s JOIN "{messages_table}" m '
-                                          "ON m.id = s.message_id WHERE s.session_id = ? AND s.branch_id = ? "
-                                          "ORDER BY s.sequence_number", (sid, branch), source=source):
+                                conn,
+                                f"SELECT m.id, m.message_data, m.created_at, s.user_turn_number, "
+                                f's.branch_turn_number FROM message_structure s JOIN "{messages_table}" m '
+                                "ON m.id = s.message_id WHERE s.session_id = ? AND s.branch_id = ? "
+                                "ORDER BY s.sequence_number",
+                                (sid, branch),
+                                source=source,
+                            ):
                                 walk.row(rowid, data, created, messages_table, turn, bturn)
                             walk.finish()
                     else:
                         walk = _Branch(writer, placed, names, source, None)
                         for rowid, data, created in rows(
-                                conn, f'SELECT id, message_data, created_at FROM "{messages_table}" '
-                                      "WHERE session_id = ? ORDER BY id", (sid,), source=source):
+                            conn,
+                            f'SELECT id, message_data, created_at FROM "{messages_table}" '
+                            "WHERE session_id = ? ORDER BY id",
+                            (sid,),
+                            source=source,
+                        ):
                             walk.row(rowid, data, created, messages_table)
                         walk.finish()
                 except MalformedInput:

@@ -79,8 +79,13 @@ def _chat(history: list, source: str) -> tuple[list[dict], list[dict]]:
             elif "tool_call_id" in item:
                 msg["tool_call_id"] = item["tool_call_id"]
         chat.append(msg)
-        extras.append({k: v for k, v in item.items()
-                       if k not in ("role", "content", "tool_calls", "tool_call_ids", "tool_call_id")})
+        extras.append(
+            {
+                k: v
+                for k, v in item.items()
+                if k not in ("role", "content", "tool_calls", "tool_call_ids", "tool_call_id")
+            }
+        )
     return chat, extras
 
 
@@ -102,8 +107,10 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
         check_file(path)
         files = [path]
     sessions = []
-    with watching_roots(store, str(path)) as watch, \
-            Progress(progress, total=len(files), desc=f"importing {path.name}", unit="trajectories") as bar:
+    with (
+        watching_roots(store, str(path)) as watch,
+        Progress(progress, total=len(files), desc=f"importing {path.name}", unit="trajectories") as bar,
+    ):
         for file in files:
             source = str(file)
             doc = _read(file)

@@ -120,8 +120,9 @@ class _Auth:
             result = str(result)
         if not isinstance(result, str) or not result:
             if result not in (None, False, ""):
-                log.warning("authenticate returned %s, not a principal id (str): request refused",
-                            type(result).__name__)
+                log.warning(
+                    "authenticate returned %s, not a principal id (str): request refused", type(result).__name__
+                )
             return None
         return result
 
@@ -135,7 +136,7 @@ def _segments(scope: Mapping[str, Any]) -> list[str] | None:
         path = quote(scope.get("path", ""))
     root = scope.get("root_path", "")
     if root and path.startswith(root):
-        path = path[len(root):]
+        path = path[len(root) :]
     if not path.startswith("/"):
         return None
     parts = path[1:].split("/")
@@ -180,8 +181,9 @@ class SessionServer:
         self.coord = coordinator_for(store)  # on a file: takes the lease, or fails naming its holder
         self.lease = self.coord.lease
         self.io = StoreIO(store)
-        self.scheduler = Scheduler(agent, store, self.io, self.coord, max_concurrent_runs=max_concurrent_runs,
-                                   max_queued=max_queued)
+        self.scheduler = Scheduler(
+            agent, store, self.io, self.coord, max_concurrent_runs=max_concurrent_runs, max_queued=max_queued
+        )
         self.sessions = Sessions(agent, store, self.io, self.coord, self.scheduler, events_window=self.events_window)
         self.keepalive = KEEPALIVE_SECONDS
         self.send_timeout = SEND_TIMEOUT
@@ -470,9 +472,17 @@ class _EventStream:
 
         watcher = asyncio.create_task(watch())
         try:
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                (b"x-accel-buffering", b"no")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-type", b"text/event-stream; charset=utf-8"),
+                        (b"cache-control", b"no-cache"),
+                        (b"x-accel-buffering", b"no"),
+                    ],
+                }
+            )
             while True:
                 item = await sub.get(timeout=self.server.keepalive)
                 if item is None:

@@ -33,8 +33,7 @@ def _operation(route: Route) -> dict:
     if route.parameters:
         op["parameters"] = [dict(p) for p in route.parameters]
     if route.body is not None:
-        op["requestBody"] = {"required": route.body_required,
-                             "content": {"application/json": {"schema": route.body}}}
+        op["requestBody"] = {"required": route.body_required, "content": {"application/json": {"schema": route.body}}}
     op["responses"] = route.responses
     op.update(route.extra)
     return op

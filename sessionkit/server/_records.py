@@ -128,7 +128,7 @@ def run_number(key: str, run_id: str) -> int | None:
     """``n`` of the stored run id ``<key>.<n>``, or None for a run id of another shape."""
     prefix = key + "."
     if run_id.startswith(prefix):
-        rest = run_id[len(prefix):]
+        rest = run_id[len(prefix) :]
         if rest.isascii() and rest.isdigit():
             return int(rest)
     return None
@@ -143,7 +143,8 @@ _CHAIN_START = "c1:" + hashlib.sha256(b"sessionkit conversation").hexdigest()
 
 def _canonical(message: dict) -> bytes:
     return json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass")
+        "utf-8", "surrogatepass"
+    )
 
 
 def chain_digest(previous: str | None, messages) -> str:
@@ -348,8 +349,16 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
 
     def end(run_id: str, status: str, error: str | None, error_type: str | None = None) -> None:
         store.end_run(run_id, status=status, error=error)
-        events.append({"run_id": run_id, "kind": "run.end", "status": status, "error": error,
-                       "error_type": error_type, "usage": None})
+        events.append(
+            {
+                "run_id": run_id,
+                "kind": "run.end",
+                "status": status,
+                "error": error,
+                "error_type": error_type,
+                "usage": None,
+            }
+        )
 
     for n in sorted(snap.runs):
         value = snap.runs[n]
@@ -419,8 +428,16 @@ def now() -> str:
     return _msg.now_iso()
 
 
-def message_value(run: int, text: str, mode: str, author: str | None, *, queued: bool,
-                  pending: bool = False, context: dict | None = None) -> dict:
+def message_value(
+    run: int,
+    text: str,
+    mode: str,
+    author: str | None,
+    *,
+    queued: bool,
+    pending: bool = False,
+    context: dict | None = None,
+) -> dict:
     """A message's record; only a ``pending`` one carries its context (to the driving worker)."""
     value: dict = {"run": run, "text": text, "mode": mode, "queued": queued, "at": now()}
     if author is not None:

@@ -196,8 +196,9 @@ class RunSession:
 class Scheduler:
     """Accepts messages into runs and drives each busy session's runs (see the module docstring)."""
 
-    def __init__(self, agent: Any, store: Any, io: Any, coord: Any, *, max_concurrent_runs: int,
-                 max_queued: int) -> None:
+    def __init__(
+        self, agent: Any, store: Any, io: Any, coord: Any, *, max_concurrent_runs: int, max_queued: int
+    ) -> None:
         self.agent = agent
         self.agent_id = getattr(agent, "name", None) or type(agent).__name__
         self.store = store
@@ -234,8 +235,14 @@ class Scheduler:
         return len(run.items) <= self.run_messages
 
     def _index_entry(self, live: Live) -> dict:
-        return {"sessionId": live.public_id, "key": live.key, "createdAt": live.created_at,
-                "updatedAt": R.now(), "firstRun": live.first_run, "runN": live.run_n}
+        return {
+            "sessionId": live.public_id,
+            "key": live.key,
+            "createdAt": live.created_at,
+            "updatedAt": R.now(),
+            "firstRun": live.first_run,
+            "runN": live.run_n,
+        }
 
     def _accept_job(self, live: Live, items: list[tuple[int, dict]], new_runs: list[int]):
         """The write that records accepted messages (and runs opened for them), busy and indexed."""
@@ -363,7 +370,8 @@ class Scheduler:
 
     def _launch(self, live: Live, *, slot_taken: bool) -> None:
         live.task = asyncio.get_running_loop().create_task(
-            self._drive(live, slot_taken), name=f"sessionkit runs of {live.public_id}")
+            self._drive(live, slot_taken), name=f"sessionkit runs of {live.public_id}"
+        )
 
     async def _drive(self, live: Live, slot_taken: bool) -> None:
         """Run the session's runs one after another while there are any."""
@@ -473,8 +481,19 @@ class Scheduler:
                 store.begin_run(key, run_id, run.input)
             store.end_run(run_id, status="failed", error=error)
             store.put_records(key, R.RUN, [(n, value)])
-            return store.append_events(key, [{"run_id": run_id, "kind": "run.end", "status": "failed",
-                                              "error": error, "error_type": type(exc).__name__, "usage": None}])
+            return store.append_events(
+                key,
+                [
+                    {
+                        "run_id": run_id,
+                        "kind": "run.end",
+                        "status": "failed",
+                        "error": error,
+                        "error_type": type(exc).__name__,
+                        "usage": None,
+                    }
+                ],
+            )
 
         return self.io.submit(job, after=lambda stored: self.stored_events(live, stored))
 
@@ -496,8 +515,11 @@ class Scheduler:
         try:
             await self._carry_locked(live, items)
         except Busy:  # they stay in the failed run's records: "failed, with its reason"
-            log.warning("sessionkit server: session %r: %d message(s) a failed run did not take stay with it",
-                        live.public_id, len(items))
+            log.warning(
+                "sessionkit server: session %r: %d message(s) a failed run did not take stay with it",
+                live.public_id,
+                len(items),
+            )
 
     async def _carry_locked(self, live: Live, items: list[Item]) -> None:
         async with self.coord.hold("accept", live.key):
@@ -556,8 +578,10 @@ class Scheduler:
             # Stopping, or other processes held the session too long: give it up busy; the
             # sweep of some process takes it over and finds what was queued meanwhile.
             if not (live.stopping or self.closing):
-                log.warning("sessionkit server: session %r: could not look for queued messages before going idle",
-                            live.public_id)
+                log.warning(
+                    "sessionkit server: session %r: could not look for queued messages before going idle",
+                    live.public_id,
+                )
             await self.io.flush()
             live.owned = False
             if live.task is asyncio.current_task():
@@ -618,12 +642,23 @@ class Scheduler:
         for retry in recovery.retries:
             if retry.n in known:
                 continue
-            items = [Item(n, v.get("text", ""), v.get("mode") if v.get("mode") in (STEER, FOLLOW_UP) else FOLLOW_UP,
-                          v.get("author"), R.pending_context(v)) for n, v in retry.messages]
+            items = [
+                Item(
+                    n,
+                    v.get("text", ""),
+                    v.get("mode") if v.get("mode") in (STEER, FOLLOW_UP) else FOLLOW_UP,
+                    v.get("author"),
+                    R.pending_context(v),
+                )
+                for n, v in retry.messages
+            ]
             live.queue.append(Run(retry.n, items, attempts=retry.attempts, recorded=retry.recorded))
         if recovery.retries:
-            log.warning("sessionkit server: session %r: %d run(s) a stopped server left unfinished start again",
-                        live.public_id, len(recovery.retries))
+            log.warning(
+                "sessionkit server: session %r: %d run(s) a stopped server left unfinished start again",
+                live.public_id,
+                len(recovery.retries),
+            )
         live.queue = deque(sorted(live.queue, key=lambda r: r.n))
         return verdict, preload
 
@@ -685,8 +720,9 @@ class Scheduler:
                                 answer, future, item = self._place(live, text, mode, author, context)
                                 self._launch(live, slot_taken=False)
                             else:
-                                answer, future, item = await self._start(live, text, mode, author, context,
-                                                                         checked=checked)
+                                answer, future, item = await self._start(
+                                    live, text, mode, author, context, checked=checked
+                                )
                         except BaseException:
                             if live.task is None:
                                 live.owned = False
@@ -760,8 +796,7 @@ class Scheduler:
             n = value.get("run")
             by_n = {r.n: r for r in live.queue}
             active = live.active
-            if (item.context is None and active is not None and n == active.n and not live.queue
-                    and self._takes(active)):
+            if item.context is None and active is not None and n == active.n and not live.queue and self._takes(active):
                 active.items.append(item)
                 self._hand(live, active, item)
             elif n in by_n:
@@ -797,10 +832,16 @@ class Scheduler:
     def _status_value(self, live: Live) -> dict:
         run = live.active
         nxt = live.queue[-1].n if live.queue and self._room(live.queue[-1]) else None
-        return {"runN": live.run_n, "active": run.n if run is not None else None,
-                "accepting": bool(run is not None and run.accepting), "next": nxt,
-                "queued": live.waiting, "input": run.input if run is not None else None,
-                "startedAt": run.started_at if run is not None else None, "owner": OWNER}
+        return {
+            "runN": live.run_n,
+            "active": run.n if run is not None else None,
+            "accepting": bool(run is not None and run.accepting),
+            "next": nxt,
+            "queued": live.waiting,
+            "input": run.input if run is not None else None,
+            "startedAt": run.started_at if run is not None else None,
+            "owner": OWNER,
+        }
 
     def write_status(self, live: Live) -> None:
         """The driver's view of the session, for the other processes (written when it changes)."""
@@ -833,13 +874,15 @@ class Scheduler:
         live.controller.interrupt()
         done, _ = await asyncio.wait({task}, timeout=STOP_GRACE)
         if not done:
-            log.warning("sessionkit server: the run of %r did not stop within %.0f s; cancelling it",
-                        live.public_id, STOP_GRACE)
+            log.warning(
+                "sessionkit server: the run of %r did not stop within %.0f s; cancelling it", live.public_id, STOP_GRACE
+            )
             task.cancel()
             await asyncio.wait({task}, timeout=STOP_GRACE)
 
     async def shutdown(self, lives: list[Live]) -> None:
         """Stop every run; what was accepted stays recorded for the next server."""
         self.closing = True
-        await asyncio.gather(*(self.stop(live, retry_later=True) for live in lives if live.task is not None),
-                             return_exceptions=True)
+        await asyncio.gather(
+            *(self.stop(live, retry_later=True) for live in lives if live.task is not None), return_exceptions=True
+        )

@@ -20,20 +20,36 @@ def ok(schema: dict, description: str) -> dict:
 
 
 E400_ID = error("session_id_invalid", description="The session id does not match " + ID_PATTERN)
-E400_BODY = error("session_id_invalid", "invalid_body", detail=True,
-                  description="A malformed id, or a body that is not an acceptable JSON object (not JSON, nested "
-                              "deeper than 64, a lone surrogate, a wrong type)")
-E400_RESUME = error("session_id_invalid", "last_event_id_invalid",
-                    description="A malformed session id, or a Last-Event-ID that is not ASCII digits")
-E401 = error("unauthorized", description="No valid `Authorization: Bearer <token>` (or the custom authenticator "
-                                         "refused the request)")
-E404 = error("session_not_found", "not_found",
-             description="The session was never created, was deleted, or belongs to another principal")
+E400_BODY = error(
+    "session_id_invalid",
+    "invalid_body",
+    detail=True,
+    description="A malformed id, or a body that is not an acceptable JSON object (not JSON, nested "
+    "deeper than 64, a lone surrogate, a wrong type)",
+)
+E400_RESUME = error(
+    "session_id_invalid",
+    "last_event_id_invalid",
+    description="A malformed session id, or a Last-Event-ID that is not ASCII digits",
+)
+E401 = error(
+    "unauthorized",
+    description="No valid `Authorization: Bearer <token>` (or the custom authenticator refused the request)",
+)
+E404 = error(
+    "session_not_found",
+    "not_found",
+    description="The session was never created, was deleted, or belongs to another principal",
+)
 E408 = error("request_timeout", description="The request body did not arrive in time")
 E413 = error("body_too_large", description="The request body is larger than the server's `max_body_bytes`")
 E429 = error("too_busy", description="Too many concurrent runs, or the session's queue is full")
-E503 = error("server_stopping", "store_closed", "store_unavailable",
-             description="The server is stopping, or its store cannot be written now")
+E503 = error(
+    "server_stopping",
+    "store_closed",
+    "store_unavailable",
+    description="The server is stopping, or its store cannot be written now",
+)
 
 SESSION_ID_PARAM = {
     "name": "sessionId",
@@ -65,8 +81,8 @@ EVENT = {
         "A run event (docs/agents.md): `v`, `seq` (from 0 within the session, across runs), `ts`, `session_id`, "
         "`run_id` (`<sessionId>.<n>`), `kind` (`run.start`, `turn.start`, `delta.text`, `delta.reasoning`, "
         "`tool.call`, `tool.result`, `usage`, `turn.end`, `run.end`) and the kind's fields. A reader that "
-        "resumes before the retained window first gets `{\"error\": \"events_gap\", \"requestedSeq\", "
-        "\"earliestSeq\"}` (no event id), then the window; `requestedSeq` is the first seq it asked for. "
+        'resumes before the retained window first gets `{"error": "events_gap", "requestedSeq", '
+        '"earliestSeq"}` (no event id), then the window; `requestedSeq` is the first seq it asked for. '
         "A run that a stopped server left unfinished gets a `run.end` with status `interrupted` and "
         "`error_type` `ServerStopped`, then starts again under the same `run_id` (a new `run.start`)."
     ),
@@ -119,7 +135,7 @@ ACCEPTED = {
         "queued": {
             "type": "boolean",
             "description": "True when the session was busy: the message joins the active run (same runId) "
-                           "or waits for the next one.",
+            "or waits for the next one.",
         },
     },
 }
@@ -138,7 +154,7 @@ RUN = {
             "type": "integer",
             "minimum": 1,
             "description": "How often it started: a run a stopped server left unfinished starts again "
-                           "(at most 3 times, then it is recorded failed).",
+            "(at most 3 times, then it is recorded failed).",
         },
     },
 }
@@ -156,9 +172,11 @@ SENT = {
     },
 }
 
-ACTIVE = ("The active run id, or null when no run of the session is `running`. A run whose "
-          "server process died stays active until another process takes the session over (within "
-          "seconds), which records it `interrupted` and starts it again under the same id.")
+ACTIVE = (
+    "The active run id, or null when no run of the session is `running`. A run whose "
+    "server process died stays active until another process takes the session over (within "
+    "seconds), which records it `interrupted` and starts it again under the same id."
+)
 
 SESSION = {
     "type": "object",
@@ -187,8 +205,13 @@ SESSION_SUMMARY = {
 SESSION_LIST = {
     "type": "object",
     "required": ["sessions"],
-    "properties": {"sessions": {"type": "array", "items": SESSION_SUMMARY,
-                                "description": "The caller's sessions, newest activity first."}},
+    "properties": {
+        "sessions": {
+            "type": "array",
+            "items": SESSION_SUMMARY,
+            "description": "The caller's sessions, newest activity first.",
+        }
+    },
 }
 
 SESSION_ID_BODY = {

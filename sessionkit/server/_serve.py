@@ -66,8 +66,9 @@ class TimedH11Protocol(H11Protocol):
     def _request_timed_out(self) -> None:
         self._request_timer = None
         if not self.transport.is_closing():
-            self.logger.info("sessionkit: closing a connection whose request did not arrive within %.0f s",
-                             self._request_timeout)
+            self.logger.info(
+                "sessionkit: closing a connection whose request did not arrive within %.0f s", self._request_timeout
+            )
             self.transport.close()
 
     def connection_made(self, transport) -> None:
@@ -77,8 +78,12 @@ class TimedH11Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         cycle = self.cycle
-        if self._request_timer is not None and cycle is not None and cycle is not self._timed_cycle \
-                and not cycle.more_body:
+        if (
+            self._request_timer is not None
+            and cycle is not None
+            and cycle is not self._timed_cycle
+            and not cycle.more_body
+        ):
             self._disarm()  # the whole request is in
 
     def on_response_complete(self) -> None:
@@ -134,8 +139,10 @@ def serve(
     )
     if workers > 1:
         if not store.lower().startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-            raise ValueError("--workers above 1 needs a PostgreSQL store (postgresql://...): "
-                             "a SQLite or DuckDB store is served by one process")
+            raise ValueError(
+                "--workers above 1 needs a PostgreSQL store (postgresql://...): "
+                "a SQLite or DuckDB store is served by one process"
+            )
         load_agent(agent)  # fail here, once, rather than in every worker
         with sk.open_store(store):  # creates or upgrades the tables before the workers start
             pass

@@ -58,14 +58,24 @@ def _in_flight(snap: R.Snapshot) -> list[int]:
 
 def _needs_recovery(snap: R.Snapshot) -> bool:
     return any(v.get("state") != "done" for v in snap.runs.values()) or any(
-        r.status == "running" for r in snap.run_records)
+        r.status == "running" for r in snap.run_records
+    )
 
 
 class Sessions:
     """The registry of loaded sessions, their event hubs, and the routes' session operations."""
 
-    def __init__(self, agent: Any, store: Any, io: Any, coord: Any, scheduler: Scheduler, *,
-                 events_window: int, keep_idle: int = 1024) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        store: Any,
+        io: Any,
+        coord: Any,
+        scheduler: Scheduler,
+        *,
+        events_window: int,
+        keep_idle: int = 1024,
+    ) -> None:
         self.agent = agent
         self.store = store
         self.io = io
@@ -198,8 +208,14 @@ class Sessions:
         now = R.now()
         first_run = snap.top_run() + 1
         index, index_slot = R.index_key(principal), R.slot(public_id)
-        entry = {"sessionId": public_id, "key": key, "createdAt": now, "updatedAt": now,
-                 "firstRun": first_run, "runN": first_run - 1}
+        entry = {
+            "sessionId": public_id,
+            "key": key,
+            "createdAt": now,
+            "updatedAt": now,
+            "firstRun": first_run,
+            "runN": first_run - 1,
+        }
 
         def job() -> None:
             store.put_records(key, R.SESSION, [(0, {"createdAt": now})])
@@ -264,8 +280,10 @@ class Sessions:
                 await self.coord.tell(live.key, "stop")
                 asked = True
             if loop.time() > deadline:
-                log.warning("sessionkit server: session %r: the process running it did not stop; deleting anyway",
-                            live.public_id)
+                log.warning(
+                    "sessionkit server: session %r: the process running it did not stop; deleting anyway",
+                    live.public_id,
+                )
                 return False
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.1)
@@ -311,16 +329,31 @@ class Sessions:
             n = R.run_number(live.key, record.run_id)
             meta = snap.runs.get(n, {}) if n is not None else {}
             status_ = "running" if n is not None and n == active else record.status
-            runs.append({"runId": live.public_run_id(record.run_id), "status": status_, "input": record.input,
-                         "startedAt": record.started_at, "endedAt": None if status_ == "running" else record.ended_at,
-                         "agentId": meta.get("agentId") or agent_id,
-                         "attempts": meta.get("attempts") if isinstance(meta.get("attempts"), int) else 1})
+            runs.append(
+                {
+                    "runId": live.public_run_id(record.run_id),
+                    "status": status_,
+                    "input": record.input,
+                    "startedAt": record.started_at,
+                    "endedAt": None if status_ == "running" else record.ended_at,
+                    "agentId": meta.get("agentId") or agent_id,
+                    "attempts": meta.get("attempts") if isinstance(meta.get("attempts"), int) else 1,
+                }
+            )
             seen.add(n)
         if active is not None and active not in seen:  # accepted, not yet recorded by the agent
             meta = snap.runs.get(active, {})
-            runs.append({"runId": live.public_run(active), "status": "running", "input": run_input,
-                         "startedAt": started_at, "endedAt": None, "agentId": meta.get("agentId") or agent_id,
-                         "attempts": max(1, meta.get("attempts") or 1)})
+            runs.append(
+                {
+                    "runId": live.public_run(active),
+                    "status": "running",
+                    "input": run_input,
+                    "startedAt": started_at,
+                    "endedAt": None,
+                    "agentId": meta.get("agentId") or agent_id,
+                    "attempts": max(1, meta.get("attempts") or 1),
+                }
+            )
             seen.add(active)
         # Accepted runs with no record yet that no driver reports as active: between a run's end
         # and its record, or while a dead worker's run waits for another worker to take it up.
@@ -328,20 +361,36 @@ class Sessions:
         for n, meta in sorted(snap.runs.items()):
             if n in seen or meta.get("state") not in ("running", "saved"):
                 continue
-            runs.append({"runId": live.public_run(n), "status": "running", "input": None, "startedAt": None,
-                         "endedAt": None, "agentId": meta.get("agentId") or agent_id,
-                         "attempts": max(1, meta.get("attempts") or 1)})
+            runs.append(
+                {
+                    "runId": live.public_run(n),
+                    "status": "running",
+                    "input": None,
+                    "startedAt": None,
+                    "endedAt": None,
+                    "agentId": meta.get("agentId") or agent_id,
+                    "attempts": max(1, meta.get("attempts") or 1),
+                }
+            )
         messages = []
         for _, value in snap.messages:
-            item = {"runId": live.public_run(value.get("run", 0)), "text": value.get("text", ""),
-                    "mode": value.get("mode", "followUp"), "queued": bool(value.get("queued")),
-                    "at": value.get("at", "")}
+            item = {
+                "runId": live.public_run(value.get("run", 0)),
+                "text": value.get("text", ""),
+                "mode": value.get("mode", "followUp"),
+                "queued": bool(value.get("queued")),
+                "at": value.get("at", ""),
+            }
             if value.get("author") is not None:
                 item["author"] = value["author"]
             messages.append(item)
-        return {"sessionId": live.public_id, "runs": runs,
-                "active": live.public_run(active) if active is not None else None,
-                "queued": queued or 0, "messages": messages}
+        return {
+            "sessionId": live.public_id,
+            "runs": runs,
+            "active": live.public_run(active) if active is not None else None,
+            "queued": queued or 0,
+            "messages": messages,
+        }
 
     async def listing(self, principal: str) -> dict:
         """``GET /sessions``: the caller's sessions, newest activity first."""
@@ -353,8 +402,11 @@ class Sessions:
             entries = [v for _, v in store.records(index, R.INDEX) if isinstance(v, dict)]
             busy = set()
             if shared:
-                busy = {v["key"] for _, v in store.records(R.BUSY_KEY, R.BUSY)
-                        if isinstance(v, dict) and isinstance(v.get("key"), str)}
+                busy = {
+                    v["key"]
+                    for _, v in store.records(R.BUSY_KEY, R.BUSY)
+                    if isinstance(v, dict) and isinstance(v.get("key"), str)
+                }
             return entries, busy
 
         entries, busy = await self.io.read(read)
@@ -383,8 +435,15 @@ class Sessions:
                 queued = sum(1 for _, v in snap.messages if v.get("pending"))
             first, top = entry.get("firstRun", 1), entry.get("runN", 0)
             runs = max(0, top - first + 1) if isinstance(first, int) and isinstance(top, int) else 0
-            out.append({"sessionId": sid, "runs": runs, "active": active, "queued": queued,
-                        "updatedAt": entry.get("updatedAt") or entry.get("createdAt") or ""})
+            out.append(
+                {
+                    "sessionId": sid,
+                    "runs": runs,
+                    "active": active,
+                    "queued": queued,
+                    "updatedAt": entry.get("updatedAt") or entry.get("createdAt") or "",
+                }
+            )
         out.sort(key=lambda s: (s["updatedAt"], s["sessionId"]), reverse=True)
         return {"sessions": out}
 
@@ -574,6 +633,7 @@ class Sessions:
         store.delete_session(R.BUSY_KEY)
         if keep:
             store.put_records(R.BUSY_KEY, R.BUSY, keep)
+
 
 def _index_for_key(key: str) -> str | None:
     """The principal index a stored key belongs to (its hash prefix, or the bearer token's);

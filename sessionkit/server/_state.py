@@ -106,7 +106,7 @@ class Live:
 
     def public_run_id(self, run_id: Any) -> Any:
         if isinstance(run_id, str) and run_id.startswith(self.run_prefix):
-            return f"{self.public_id}.{run_id[len(self.run_prefix):]}"
+            return f"{self.public_id}.{run_id[len(self.run_prefix) :]}"
         return run_id
 
     def public_event(self, event: dict) -> dict:

@@ -104,8 +104,7 @@ class StoreIO:
 
     # ------------------------------------------------------------------ writes
 
-    def submit(self, fn: Callable[[], Any], *, after: Callable[[Any], None] | None = None
-               ) -> concurrent.futures.Future:
+    def submit(self, fn: Callable[[], Any], *, after: Callable[[Any], None] | None = None) -> concurrent.futures.Future:
         """Queue a write job (from the loop's thread or any other); returns its future.
 
         ``after(result)`` runs on the loop once the job's transaction committed.

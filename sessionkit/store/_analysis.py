@@ -73,8 +73,17 @@ from typing import Any
 
 from ..errors import StoreClosed, missing
 
-__all__ = ["VIEWS", "VIEW_COLUMNS", "view_sql", "Cache", "run_query", "uses_tree_columns", "duckdb_module",
-           "check_query", "Runs"]
+__all__ = [
+    "VIEWS",
+    "VIEW_COLUMNS",
+    "view_sql",
+    "Cache",
+    "run_query",
+    "uses_tree_columns",
+    "duckdb_module",
+    "check_query",
+    "Runs",
+]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
 VIEWS = ("messages", "sessions", "compactions", "runs", "events")
@@ -84,23 +93,75 @@ VIEWS = ("messages", "sessions", "compactions", "runs", "events")
 #: them: the views' SQL below gives exactly these (tests/analysis check it), and
 #: :mod:`sessionkit.analysis` types its Arrow tables and DataFrames from it.
 VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    "messages": (("session_id", "text"), ("id", "text"), ("parent_id", "text"), ("depth", "int"), ("role", "text"),
-                 ("text", "text"), ("n_parts", "int"), ("tool_names", "texts"), ("tokens", "int"), ("bytes", "int"),
-                 ("created_at", "time"), ("n_children", "int"), ("on_latest_path", "bool"),
-                 ("compacted_by", "text"), ("seq", "int"), ("metadata", "text")),
-    "sessions": (("session_id", "text"), ("message_count", "int"), ("roots", "int"), ("leaves", "int"),
-                 ("branch_points", "int"), ("max_depth", "int"), ("tokens", "int"), ("bytes", "int"),
-                 ("latest_leaf", "text"), ("created_at", "time"), ("updated_at", "time"),
-                 ("compaction_count", "int"), ("run_count", "int")),
-    "compactions": (("session_id", "text"), ("id", "text"), ("from_id", "text"), ("to_id", "text"),
-                    ("summary", "text"), ("created_at", "time"), ("tokens_before", "int"), ("tokens_after", "int"),
-                    ("message_count", "int")),
-    "runs": (("session_id", "text"), ("run_id", "text"), ("status", "text"), ("error", "text"), ("input", "text"),
-             ("started_at", "time"), ("ended_at", "time"), ("tokens_in", "int"), ("tokens_out", "int"),
-             ("cache_read", "int"), ("cache_write", "int"), ("cost_usd", "float"), ("model", "text"),
-             ("usage", "text"), ("run_number", "int")),
-    "events": (("session_id", "text"), ("seq", "int"), ("run_id", "text"), ("kind", "text"), ("ts", "time"),
-               ("data", "text")),
+    "messages": (
+        ("session_id", "text"),
+        ("id", "text"),
+        ("parent_id", "text"),
+        ("depth", "int"),
+        ("role", "text"),
+        ("text", "text"),
+        ("n_parts", "int"),
+        ("tool_names", "texts"),
+        ("tokens", "int"),
+        ("bytes", "int"),
+        ("created_at", "time"),
+        ("n_children", "int"),
+        ("on_latest_path", "bool"),
+        ("compacted_by", "text"),
+        ("seq", "int"),
+        ("metadata", "text"),
+    ),
+    "sessions": (
+        ("session_id", "text"),
+        ("message_count", "int"),
+        ("roots", "int"),
+        ("leaves", "int"),
+        ("branch_points", "int"),
+        ("max_depth", "int"),
+        ("tokens", "int"),
+        ("bytes", "int"),
+        ("latest_leaf", "text"),
+        ("created_at", "time"),
+        ("updated_at", "time"),
+        ("compaction_count", "int"),
+        ("run_count", "int"),
+    ),
+    "compactions": (
+        ("session_id", "text"),
+        ("id", "text"),
+        ("from_id", "text"),
+        ("to_id", "text"),
+        ("summary", "text"),
+        ("created_at", "time"),
+        ("tokens_before", "int"),
+        ("tokens_after", "int"),
+        ("message_count", "int"),
+    ),
+    "runs": (
+        ("session_id", "text"),
+        ("run_id", "text"),
+        ("status", "text"),
+        ("error", "text"),
+        ("input", "text"),
+        ("started_at", "time"),
+        ("ended_at", "time"),
+        ("tokens_in", "int"),
+        ("tokens_out", "int"),
+        ("cache_read", "int"),
+        ("cache_write", "int"),
+        ("cost_usd", "float"),
+        ("model", "text"),
+        ("usage", "text"),
+        ("run_number", "int"),
+    ),
+    "events": (
+        ("session_id", "text"),
+        ("seq", "int"),
+        ("run_id", "text"),
+        ("kind", "text"),
+        ("ts", "time"),
+        ("data", "text"),
+    ),
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
@@ -108,17 +169,52 @@ TREE_COLUMNS = ("n_children", "on_latest_path", "compacted_by")
 
 #: The stored columns the views read, per table (a cache keeps exactly these).
 SOURCE_COLUMNS = {
-    "messages": ("seq", "session_id", "id", "parent_id", "depth", "role", "text", "n_parts", "tool_names", "tokens",
-                 "bytes", "created_at", "metadata"),
-    "compactions": ("seq", "session_id", "id", "from_id", "to_id", "summary", "created_at", "tokens_before",
-                    "tokens_after"),
+    "messages": (
+        "seq",
+        "session_id",
+        "id",
+        "parent_id",
+        "depth",
+        "role",
+        "text",
+        "n_parts",
+        "tool_names",
+        "tokens",
+        "bytes",
+        "created_at",
+        "metadata",
+    ),
+    "compactions": (
+        "seq",
+        "session_id",
+        "id",
+        "from_id",
+        "to_id",
+        "summary",
+        "created_at",
+        "tokens_before",
+        "tokens_after",
+    ),
     "runs": ("run_id", "session_id", "status", "input", "error", "started_at", "ended_at", "usage", "n"),
     "events": ("session_id", "seq", "run_id", "data"),
 }
 
 _TYPES = {
-    "messages": ("BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR",
-                 "BIGINT", "BIGINT", "VARCHAR", "VARCHAR"),
+    "messages": (
+        "BIGINT",
+        "VARCHAR",
+        "VARCHAR",
+        "VARCHAR",
+        "BIGINT",
+        "VARCHAR",
+        "VARCHAR",
+        "BIGINT",
+        "VARCHAR",
+        "BIGINT",
+        "BIGINT",
+        "VARCHAR",
+        "VARCHAR",
+    ),
     "compactions": ("BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "BIGINT"),
     "runs": ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT"),
     "events": ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"),
@@ -210,17 +306,23 @@ _TREE = """
 _TS = "TRY_CAST({col} AS TIMESTAMPTZ)"
 
 # The stored columns of the messages view (no tree).
-_MESSAGE_COLUMNS = """m.session_id, m.id, m.parent_id, m.depth::BIGINT AS depth, m.role,
+_MESSAGE_COLUMNS = (
+    """m.session_id, m.id, m.parent_id, m.depth::BIGINT AS depth, m.role,
            coalesce(m.text, '') AS text, coalesce(m.n_parts, 0)::BIGINT AS n_parts,
            coalesce(from_json(m.tool_names, '["VARCHAR"]'), []::VARCHAR[]) AS tool_names,
-           m.tokens::BIGINT AS tokens, m.bytes::BIGINT AS bytes, """ + _TS.format(col="m.created_at") + " AS created_at"
+           m.tokens::BIGINT AS tokens, m.bytes::BIGINT AS bytes, """
+    + _TS.format(col="m.created_at")
+    + " AS created_at"
+)
 
 
 def _int(path: str) -> str:
     """A JSON number of ``usage`` as BIGINT (truncated), NULL for anything else (bools included)."""
-    return (f"CASE json_type(usage, '{path}') WHEN 'BIGINT' THEN CAST(json_extract(usage, '{path}') AS BIGINT)"
-            f" WHEN 'UBIGINT' THEN TRY_CAST(json_extract(usage, '{path}') AS BIGINT)"
-            f" WHEN 'DOUBLE' THEN CAST(trunc(CAST(json_extract(usage, '{path}') AS DOUBLE)) AS BIGINT) END")
+    return (
+        f"CASE json_type(usage, '{path}') WHEN 'BIGINT' THEN CAST(json_extract(usage, '{path}') AS BIGINT)"
+        f" WHEN 'UBIGINT' THEN TRY_CAST(json_extract(usage, '{path}') AS BIGINT)"
+        f" WHEN 'DOUBLE' THEN CAST(trunc(CAST(json_extract(usage, '{path}') AS DOUBLE)) AS BIGINT) END"
+    )
 
 
 def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
@@ -228,22 +330,30 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
 
     ``tree=False`` gives a ``messages`` view without the tree columns' work, for
     queries that name none of them (the same rows and stored columns)."""
-    t = {"messages": tables["messages"], "compactions": tables["compactions"], "runs": tables["runs"],
-         "events": tables["events"]}
+    t = {
+        "messages": tables["messages"],
+        "compactions": tables["compactions"],
+        "runs": tables["runs"],
+        "events": tables["events"],
+    }
     tree_cte = _TREE.format(**t)
     cols = _MESSAGE_COLUMNS
     if tree:
-        messages = (f"WITH RECURSIVE {tree_cte}\n    SELECT {cols}, tr.n_children, tr.on_latest_path,"
-                    f" tr.compacted_by, m.seq, m.metadata\n"
-                    f"    FROM {t['messages']} m JOIN _sk_tree tr ON tr.seq = m.seq")
+        messages = (
+            f"WITH RECURSIVE {tree_cte}\n    SELECT {cols}, tr.n_children, tr.on_latest_path,"
+            f" tr.compacted_by, m.seq, m.metadata\n"
+            f"    FROM {t['messages']} m JOIN _sk_tree tr ON tr.seq = m.seq"
+        )
     else:
-        messages = (f"SELECT {cols}, NULL::BIGINT AS n_children, NULL::BOOLEAN AS on_latest_path,"
-                    f" NULL::VARCHAR AS compacted_by, m.seq, m.metadata FROM {t['messages']} m")
+        messages = (
+            f"SELECT {cols}, NULL::BIGINT AS n_children, NULL::BOOLEAN AS on_latest_path,"
+            f" NULL::VARCHAR AS compacted_by, m.seq, m.metadata FROM {t['messages']} m"
+        )
     compactions = f"""WITH RECURSIVE {tree_cte}
     SELECT c.session_id, c.id, c.from_id, c.to_id, c.summary, {_TS.format(col="c.created_at")} AS created_at,
            c.tokens_before::BIGINT AS tokens_before, c.tokens_after::BIGINT AS tokens_after,
            n.n AS message_count
-    FROM {t['compactions']} c
+    FROM {t["compactions"]} c
     LEFT JOIN (SELECT cseq, count(*)::BIGINT AS n FROM _sk_covered GROUP BY cseq) n ON n.cseq = c.seq"""
     sessions = f"""WITH per AS (
         SELECT session_id, count(*)::BIGINT AS message_count,
@@ -251,18 +361,18 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
                max(depth)::BIGINT AS max_depth, sum(tokens)::BIGINT AS tokens, sum(bytes)::BIGINT AS bytes,
                arg_max(id, seq) AS latest_leaf, min({_TS.format(col="created_at")}) AS created_at,
                max({_TS.format(col="created_at")}) AS updated_at
-        FROM {t['messages']} GROUP BY session_id
+        FROM {t["messages"]} GROUP BY session_id
     ), parents AS (
         SELECT session_id, count(*)::BIGINT AS parents, count(*) FILTER (WHERE n > 1)::BIGINT AS branch_points
-        FROM (SELECT session_id, parent_id, count(*) AS n FROM {t['messages']} WHERE parent_id IS NOT NULL
+        FROM (SELECT session_id, parent_id, count(*) AS n FROM {t["messages"]} WHERE parent_id IS NOT NULL
               GROUP BY ALL) GROUP BY session_id
     ), comps AS (
-        SELECT session_id, count(*)::BIGINT AS n FROM {t['compactions']} GROUP BY session_id
+        SELECT session_id, count(*)::BIGINT AS n FROM {t["compactions"]} GROUP BY session_id
     ), rs AS (
-        SELECT session_id, count(*)::BIGINT AS n FROM {t['runs']} GROUP BY session_id
+        SELECT session_id, count(*)::BIGINT AS n FROM {t["runs"]} GROUP BY session_id
     ), ids AS (
         SELECT session_id FROM per UNION SELECT session_id FROM comps UNION SELECT session_id FROM rs
-        UNION SELECT DISTINCT session_id FROM {t['events']}
+        UNION SELECT DISTINCT session_id FROM {t["events"]}
     )
     SELECT ids.session_id, coalesce(per.message_count, 0)::BIGINT AS message_count,
            coalesce(per.roots, 0)::BIGINT AS roots,
@@ -274,17 +384,17 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
     FROM ids LEFT JOIN per USING (session_id) LEFT JOIN parents USING (session_id)
     LEFT JOIN comps USING (session_id) LEFT JOIN rs USING (session_id)"""
     runs = f"""SELECT session_id, run_id, status, error, input, {_TS.format(col="started_at")} AS started_at,
-           {_TS.format(col="ended_at")} AS ended_at, {_int('$.in')} AS tokens_in, {_int('$.out')} AS tokens_out,
-           {_int('$.cache_read')} AS cache_read, {_int('$.cache_write')} AS cache_write,
+           {_TS.format(col="ended_at")} AS ended_at, {_int("$.in")} AS tokens_in, {_int("$.out")} AS tokens_out,
+           {_int("$.cache_read")} AS cache_read, {_int("$.cache_write")} AS cache_write,
            CASE WHEN json_type(usage, '$.cost_usd') IN ('BIGINT', 'UBIGINT', 'DOUBLE')
                 THEN CAST(json_extract(usage, '$.cost_usd') AS DOUBLE) END AS cost_usd,
            CASE WHEN json_type(usage, '$.model') = 'VARCHAR' THEN json_extract_string(usage, '$.model') END AS model,
            usage, n::BIGINT AS run_number
-    FROM {t['runs']}"""
+    FROM {t["runs"]}"""
     events = f"""SELECT session_id, seq::BIGINT AS seq, run_id,
            CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,
            TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts, data
-    FROM {t['events']}"""
+    FROM {t["events"]}"""
     return {"messages": messages, "sessions": sessions, "compactions": compactions, "runs": runs, "events": events}
 
 
@@ -311,8 +421,9 @@ def check_query(con, query: str, *, files: bool = False) -> None:
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"store.sql: the query is not valid Unicode: a lone surrogate {query[exc.start]!r}"
-                         f" at index {exc.start}") from None
+        raise ValueError(
+            f"store.sql: the query is not valid Unicode: a lone surrogate {query[exc.start]!r} at index {exc.start}"
+        ) from None
     try:
         statements = con.extract_statements(query)
     except duckdb.Error as exc:
@@ -322,8 +433,10 @@ def check_query(con, query: str, *, files: bool = False) -> None:
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
         name = str(kind).rsplit(".", 1)[-1]
-        raise ValueError(f"store.sql runs read-only queries (a SELECT); this is a {name} statement, refused: "
-                         "the store is written through its API only")
+        raise ValueError(
+            f"store.sql runs read-only queries (a SELECT); this is a {name} statement, refused: "
+            "the store is written through its API only"
+        )
     refused = sandbox_refusal(con, query, files=files)
     if refused:
         raise ValueError(f"store.sql: {refused}")
@@ -333,19 +446,46 @@ def check_query(con, query: str, *, files: bool = False) -> None:
 TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
 
 #: Table functions that read local files, allowed with ``files=True``.
-FILE_FUNCTIONS = frozenset({
-    "read_csv", "read_csv_auto", "sniff_csv", "read_parquet", "parquet_scan", "parquet_metadata", "parquet_schema",
-    "read_json", "read_json_auto", "read_json_objects", "read_json_objects_auto", "read_ndjson",
-    "read_ndjson_auto", "read_ndjson_objects", "read_text", "read_blob", "glob",
-})
+FILE_FUNCTIONS = frozenset(
+    {
+        "read_csv",
+        "read_csv_auto",
+        "sniff_csv",
+        "read_parquet",
+        "parquet_scan",
+        "parquet_metadata",
+        "parquet_schema",
+        "read_json",
+        "read_json_auto",
+        "read_json_objects",
+        "read_json_objects_auto",
+        "read_ndjson",
+        "read_ndjson_auto",
+        "read_ndjson_objects",
+        "read_text",
+        "read_blob",
+        "glob",
+    }
+)
 
 #: Scalar functions a query may not call: they read the session's settings, the catalog
 #: (DuckDB's macros over ``duckdb_views()``...) or the environment, run SQL text, or
 #: advance a sequence. (Any ``duckdb_*`` or ``pragma_*`` function is refused too.)
-_REFUSED_FUNCTIONS = frozenset({
-    "current_setting", "getenv", "getvariable", "nextval", "setval", "currval", "json_execute_serialized_sql",
-    "query", "pg_get_viewdef", "pg_get_constraintdef", "get_block_size",
-})
+_REFUSED_FUNCTIONS = frozenset(
+    {
+        "current_setting",
+        "getenv",
+        "getvariable",
+        "nextval",
+        "setval",
+        "currval",
+        "json_execute_serialized_sql",
+        "query",
+        "pg_get_viewdef",
+        "pg_get_constraintdef",
+        "get_block_size",
+    }
+)
 
 _QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
 
@@ -424,12 +564,16 @@ def _sandbox_walk(node: Any, scope: frozenset, refused: list[str], files: bool) 
             label = table if isinstance(table, str) else "?"
             if node.get("schema_name") or node.get("catalog_name"):
                 qualified = ".".join(x for x in (node.get("catalog_name"), node.get("schema_name"), label) if x)
-                refused.append(f"{qualified!r}: a query reads the views {', '.join(VIEWS)} by their plain names"
-                               " (no schema or catalog), refused")
+                refused.append(
+                    f"{qualified!r}: a query reads the views {', '.join(VIEWS)} by their plain names"
+                    " (no schema or catalog), refused"
+                )
                 return
             if _lower(table) not in scope and _lower(table) not in VIEWS and not files:
-                refused.append(f"{label!r} is not one of the views {', '.join(VIEWS)} (nor a CTE of the query):"
-                               f" a query reads only those, refused{_FILES_HINT}")
+                refused.append(
+                    f"{label!r} is not one of the views {', '.join(VIEWS)} (nor a CTE of the query):"
+                    f" a query reads only those, refused{_FILES_HINT}"
+                )
                 return
         elif kind == "TABLE_FUNCTION":
             function = node.get("function") or {}
@@ -438,19 +582,24 @@ def _sandbox_walk(node: Any, scope: frozenset, refused: list[str], files: bool) 
                 name = "?"
             allowed = TABLE_FUNCTIONS | FILE_FUNCTIONS if files else TABLE_FUNCTIONS
             if name == "query_table":  # allowed on the views named as plain strings
-                names = [_string_constant(a.get("expression") if isinstance(a, dict) else None)
-                         for a in function.get("arguments") or ()]
+                names = [
+                    _string_constant(a.get("expression") if isinstance(a, dict) else None)
+                    for a in function.get("arguments") or ()
+                ]
                 if names and all(n.lower() in VIEWS for n in names):
                     return
                 refused.append("query_table() reads the views only, named as plain strings, refused")
                 return
             if name not in allowed:
                 hint = _FILES_HINT if name in FILE_FUNCTIONS else ""
-                refused.append(f"the table function {function.get('function_name')}() is refused: a query reads the"
-                               f" views and the table functions {_TABLE_FUNCTIONS_TEXT} only{hint}")
+                refused.append(
+                    f"the table function {function.get('function_name')}() is refused: a query reads the"
+                    f" views and the table functions {_TABLE_FUNCTIONS_TEXT} only{hint}"
+                )
                 return
-        elif node.get("table_name") is not None or "SHOW" in kind \
-                or kind.startswith(("BOUND_", "DELIM", "COLUMN_DATA")):
+        elif (
+            node.get("table_name") is not None or "SHOW" in kind or kind.startswith(("BOUND_", "DELIM", "COLUMN_DATA"))
+        ):
             refused.append("DESCRIBE, SHOW and SUMMARIZE read the catalog, refused: a query reads the views only")
             return
         elif kind in ("STATEMENT_NODE", "INVALID"):
@@ -458,10 +607,16 @@ def _sandbox_walk(node: Any, scope: frozenset, refused: list[str], files: bool) 
             return
     if cls == "FUNCTION":
         name = _lower(node.get("function_name"))
-        if name in _REFUSED_FUNCTIONS or name.startswith(("duckdb_", "pragma_")) or node.get("catalog") \
-                or node.get("schema"):
-            refused.append(f"the function {node.get('function_name')}() reads the database's catalog, settings"
-                           " or environment, refused: a query reads the views only")
+        if (
+            name in _REFUSED_FUNCTIONS
+            or name.startswith(("duckdb_", "pragma_"))
+            or node.get("catalog")
+            or node.get("schema")
+        ):
+            refused.append(
+                f"the function {node.get('function_name')}() reads the database's catalog, settings"
+                " or environment, refused: a query reads the views only"
+            )
             return
     for value in node.values():
         _sandbox_walk(value, scope, refused, files)
@@ -539,9 +694,19 @@ def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
     return {name: f"(SELECT * FROM {table} WHERE session_id IN ({listed}))" for name, table in tables.items()}
 
 
-def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
-              names: set[str] | None = None, session_ids: list[str] | None = None, *,
-              run: _Run | None = None, files: bool = False, in_transaction: bool = False) -> Any:
+def run_query(
+    con,
+    tables: dict[str, str],
+    query: str,
+    params: Any,
+    state: dict,
+    names: set[str] | None = None,
+    session_ids: list[str] | None = None,
+    *,
+    run: _Run | None = None,
+    files: bool = False,
+    in_transaction: bool = False,
+) -> Any:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
     rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
     on ``con`` (only those a query names are made: defining the ones over the tree costs
@@ -564,8 +729,9 @@ def run_query(con, tables: dict[str, str], query: str, params: Any, state: dict,
         run.use(con)
         try:
             if files:
-                return _with_files(con, tables, query, params, state, names, wanted, session_ids, run,
-                                   in_transaction=in_transaction)
+                return _with_files(
+                    con, tables, query, params, state, names, wanted, session_ids, run, in_transaction=in_transaction
+                )
             if in_transaction:
                 try:
                     _install(con, tables, state, tree, set(VIEWS), session_ids)
@@ -656,9 +822,19 @@ def _fetch_now(con, query: str, params: Any, run: _Run) -> Any:
     return result
 
 
-def _with_files(con, tables: dict[str, str], query: str, params: Any, state: dict, names: set[str],
-                wanted: set[str], session_ids: list[str] | None, run: _Run, *,
-                in_transaction: bool = False) -> Any:
+def _with_files(
+    con,
+    tables: dict[str, str],
+    query: str,
+    params: Any,
+    state: dict,
+    names: set[str],
+    wanted: set[str],
+    session_ids: list[str] | None,
+    run: _Run,
+    *,
+    in_transaction: bool = False,
+) -> Any:
     """A query that may read local files: the views it names are read from ``con`` in one
     snapshot (as Arrow tables) into a new in-memory DuckDB connection that may read files
     and holds nothing else of the store (so the connection of the store or its cache is
@@ -806,8 +982,9 @@ def _until_done(runs: list[_Run]) -> None:
             run.poke()
 
 
-def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[str],
-             session_ids: list[str] | None) -> None:
+def _install(
+    con, tables: dict[str, str], state: dict, tree: bool, wanted: set[str], session_ids: list[str] | None
+) -> None:
     """Define the views ``wanted`` on ``con`` (store-wide ones stay for the next query)."""
     if session_ids is not None:
         selects = view_sql(scoped(tables, session_ids), tree=tree)
@@ -835,8 +1012,11 @@ def _install(con, tables: dict[str, str], state: dict, tree: bool, wanted: set[s
 
 #: The configuration of the analysis connections this module opens: no extension is
 #: installed or loaded behind a query's back, no Python variable is read as a table.
-_CONFIG = {"autoload_known_extensions": False, "autoinstall_known_extensions": False,
-           "python_enable_replacements": False}
+_CONFIG = {
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "python_enable_replacements": False,
+}
 
 
 def new_connection(source=None, path: str | None = None):
@@ -875,8 +1055,16 @@ class _EngineReader:
     def fetch(self, sql: str, params: tuple = ()) -> list:
         return self.engine.fetch(sql, params)
 
-    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
-             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+    def load(
+        self,
+        name: str,
+        where: str = "",
+        params: tuple = (),
+        *,
+        paged: bool = False,
+        cols: tuple[str, ...] | None = None,
+        target: str | None = None,
+    ) -> int:
         """Copy ``cols`` (default: those the cache holds) of the rows of ``name`` matching
         ``where`` into the cache table (or ``target``); how many rows."""
         cols = cols or self.cache.columns(name)
@@ -905,8 +1093,16 @@ class _CopyReader(_EngineReader):
     into the cache by DuckDB. Reads whose parameters are not whole numbers (lists of
     sessions or rows) go through the store's rows as on any engine."""
 
-    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
-             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+    def load(
+        self,
+        name: str,
+        where: str = "",
+        params: tuple = (),
+        *,
+        paged: bool = False,
+        cols: tuple[str, ...] | None = None,
+        target: str | None = None,
+    ) -> int:
         if any(type(p) is not int for p in params) or where.count("?") != len(params):
             return super().load(name, where, params, paged=paged, cols=cols, target=target)
         cols = cols or self.cache.columns(name)
@@ -932,8 +1128,9 @@ class _CopyReader(_EngineReader):
         widest = int(row[0][0] or 0) if row else 0
         return min(max(_BLOCK, 2 * widest + (1 << 20)), (1 << 31) - 1)
 
-    def _load_csv(self, name: str, cols: tuple[str, ...], target: str | None, chunks: Iterator[bytes],
-                  block: int = 0) -> int:
+    def _load_csv(
+        self, name: str, cols: tuple[str, ...], target: str | None, chunks: Iterator[bytes], block: int = 0
+    ) -> int:
         first = next(chunks, b"")
         if not first:
             return 0
@@ -946,8 +1143,11 @@ class _CopyReader(_EngineReader):
             # quoted fields may hold line breaks
             parse_options=csv.ParseOptions(newlines_in_values=True),
             convert_options=csv.ConvertOptions(
-                column_types={c: _ARROW[types[c]](pa) for c in cols}, null_values=[""],
-                strings_can_be_null=True, quoted_strings_can_be_null=False),
+                column_types={c: _ARROW[types[c]](pa) for c in cols},
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
         )
         return self.cache.insert_arrow(target or self.cache.TABLES[name], cols, reader)
 
@@ -1002,8 +1202,16 @@ class _AdbcReader(_EngineReader):
         self.cur.execute(sql, params or None)
         return [tuple(r) for r in self.cur.fetchall()]
 
-    def load(self, name: str, where: str = "", params: tuple = (), *, paged: bool = False,
-             cols: tuple[str, ...] | None = None, target: str | None = None) -> int:
+    def load(
+        self,
+        name: str,
+        where: str = "",
+        params: tuple = (),
+        *,
+        paged: bool = False,
+        cols: tuple[str, ...] | None = None,
+        target: str | None = None,
+    ) -> int:
         cols = cols or self.cache.columns(name)
         types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
         # The driver types each column from its first rows: a first row with a value of the
@@ -1176,8 +1384,12 @@ class Cache:
     def _create_tables(self) -> None:
         for name, cols in SOURCE_COLUMNS.items():
             types = _TYPES[name]
-            _do(self.con, f"CREATE TABLE IF NOT EXISTS {self.TABLES[name]} ("
-                          + ", ".join(f"{c} {ty}" for c, ty in zip(cols, types)) + ")")
+            _do(
+                self.con,
+                f"CREATE TABLE IF NOT EXISTS {self.TABLES[name]} ("
+                + ", ".join(f"{c} {ty}" for c, ty in zip(cols, types))
+                + ")",
+            )
         _do(self.con, "CREATE TABLE IF NOT EXISTS sessionkit_cache_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
 
     # -- the cache file ---------------------------------------------------------------
@@ -1233,8 +1445,7 @@ class Cache:
         self._set_state(_EMPTY if saved is None else json.loads(saved))
 
     def _save_state(self) -> None:
-        _do(self.con, "INSERT OR REPLACE INTO sessionkit_cache_meta VALUES ('state', ?)",
-            [json.dumps(self._state())])
+        _do(self.con, "INSERT OR REPLACE INTO sessionkit_cache_meta VALUES ('state', ?)", [json.dumps(self._state())])
 
     def _fingerprints(self, rd) -> tuple[str, str]:
         """What identifies the rows held: the row at ``hi`` and the log entry ``last_n``."""
@@ -1260,8 +1471,9 @@ class Cache:
         if log_key != self.log_key:
             return False
         if hi_key != self.hi_key:  # the row at hi went: only a delete logged since explains it
-            deletes = rd.fetch(self.engine.compile("SELECT count(*) FROM {changes} WHERE n > ? AND kind = 'delete'"),
-                               (self.last_n,))
+            deletes = rd.fetch(
+                self.engine.compile("SELECT count(*) FROM {changes} WHERE n > ? AND kind = 'delete'"), (self.last_n,)
+            )
             return bool(deletes[0][0])
         return True
 
@@ -1329,8 +1541,9 @@ class Cache:
         con = self.con
         con.register("sessionkit_batch", source)
         try:  # DuckDB's INSERT answers with the number of rows it wrote
-            return con.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch {where}"
-                               ).fetchall()[0][0]
+            return con.execute(
+                f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM sessionkit_batch {where}"
+            ).fetchall()[0][0]
         finally:
             con.unregister("sessionkit_batch")
 
@@ -1340,8 +1553,11 @@ class Cache:
         _do(self.con, f"CREATE OR REPLACE TEMP TABLE sessionkit_fill (seq BIGINT, {column} {types[column]})")
         try:
             rd.load("messages", "WHERE seq > ?", (0,), paged=True, cols=("seq", column), target="sessionkit_fill")
-            _do(self.con, f"UPDATE sessionkit_messages SET {column} = f.{column} FROM sessionkit_fill f"
-                          " WHERE sessionkit_messages.seq = f.seq")
+            _do(
+                self.con,
+                f"UPDATE sessionkit_messages SET {column} = f.{column} FROM sessionkit_fill f"
+                " WHERE sessionkit_messages.seq = f.seq",
+            )
         finally:
             _do(self.con, "DROP TABLE sessionkit_fill")
         self.lazy[column] = True
@@ -1433,8 +1649,9 @@ class Cache:
         if not self.loaded:
             self._load_all(rd)
             return
-        log = rd.fetch(eng.compile("SELECT n, session_id, kind, seq FROM {changes} WHERE n > ? ORDER BY n"),
-                       (self.last_n,))
+        log = rd.fetch(
+            eng.compile("SELECT n, session_id, kind, seq FROM {changes} WHERE n > ? ORDER BY n"), (self.last_n,)
+        )
         if not self.ordered:
             seen = rd.fetch(eng.compile("SELECT count(*) FROM {changes} WHERE n <= ?"), (self.last_n,))[0][0]
             if seen != self.log_count:  # an entry committed late, below what was read: start afresh
@@ -1487,8 +1704,7 @@ class Cache:
         con = self.con
         gone_ids = sorted(gone)
         if gone:
-            _do(con, "DELETE FROM sessionkit_messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [gone_ids])
+            _do(con, "DELETE FROM sessionkit_messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [gone_ids])
         if updated:
             _do(con, "DELETE FROM sessionkit_messages WHERE seq IN (SELECT unnest(?::BIGINT[]))", [sorted(updated)])
         _do(con, "DELETE FROM sessionkit_messages WHERE seq > ?", [hi])
@@ -1501,14 +1717,18 @@ class Cache:
         wanted = [s for s in sorted(updated) if s <= hi]
         for start in range(0, len(wanted), 1000):
             seqs = wanted[start : start + 1000]
-            self.reads += rd.load("messages", "WHERE seq {in_seqs} AND NOT (session_id {in_ids})",
-                                  (eng.listed(seqs), eng.listed(gone_ids)))
+            self.reads += rd.load(
+                "messages",
+                "WHERE seq {in_seqs} AND NOT (session_id {in_ids})",
+                (eng.listed(seqs), eng.listed(gone_ids)),
+            )
         for name, sids in side.items():
             if not sids:
                 continue
             sids_sorted = sorted(sids)
-            _do(con, f"DELETE FROM {self.TABLES[name]} WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
-                        [sids_sorted])
+            _do(
+                con, f"DELETE FROM {self.TABLES[name]} WHERE session_id IN (SELECT unnest(?::VARCHAR[]))", [sids_sorted]
+            )
             for start in range(0, len(sids_sorted), 1000):
                 chunk = sids_sorted[start : start + 1000]
                 rd.load(name, "WHERE session_id {in_ids}", (eng.listed(chunk),))
@@ -1518,8 +1738,15 @@ class Cache:
             self.log_count += len(log)
 
     # -- queries ------------------------------------------------------------------------
-    def query(self, query: str, params: Any = None, session_ids: list[str] | None = None, *,
-              run: _Run | None = None, files: bool = False):
+    def query(
+        self,
+        query: str,
+        params: Any = None,
+        session_ids: list[str] | None = None,
+        *,
+        run: _Run | None = None,
+        files: bool = False,
+    ):
         with self.lock:
             if run is not None:  # (stopped, or the store closed, while this waited for the cache)
                 run.raise_if_stopped()
@@ -1532,11 +1759,19 @@ class Cache:
             return self._query_in_write(query, params, names, need, session_ids, run=run, files=files)
         self.refresh(need)
         with self.lock:
-            return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids, run=run,
-                             files=files)
+            return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids, run=run, files=files)
 
-    def _query_in_write(self, query: str, params: Any, names: set[str], need: set[str],
-                        session_ids: list[str] | None, *, run: _Run | None, files: bool):
+    def _query_in_write(
+        self,
+        query: str,
+        params: Any,
+        names: set[str],
+        need: set[str],
+        session_ids: list[str] | None,
+        *,
+        run: _Run | None,
+        files: bool,
+    ):
         """A query from inside a write transaction of the store: it sees the transaction's
         own writes, and the cache keeps none of them (the transaction may still roll
         back). The refresh and the query share one DuckDB transaction, rolled back."""
@@ -1547,8 +1782,18 @@ class Cache:
             _install(self.con, self.TABLES, self.views, tree, set(VIEWS), session_ids)
             try:
                 self._refresh_once(rd, sorted(need), keep=False)
-                return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids, run=run,
-                                 files=files, in_transaction=True)
+                return run_query(
+                    self.con,
+                    self.TABLES,
+                    query,
+                    params,
+                    self.views,
+                    names,
+                    session_ids,
+                    run=run,
+                    files=files,
+                    in_transaction=True,
+                )
             finally:
                 _rollback(self.con)
                 self._set_state(before)
@@ -1556,9 +1801,17 @@ class Cache:
 
 
 #: The state of an empty cache.
-_EMPTY: dict[str, Any] = {"hi": 0, "last_n": 0, "log_count": 0, "loaded": False,
-                          "lazy": {c: False for c in LAZY_COLUMNS}, "store_id": "", "store_schema": "",
-                          "hi_key": "", "log_key": ""}
+_EMPTY: dict[str, Any] = {
+    "hi": 0,
+    "last_n": 0,
+    "log_count": 0,
+    "loaded": False,
+    "lazy": {c: False for c in LAZY_COLUMNS},
+    "store_id": "",
+    "store_schema": "",
+    "hi_key": "",
+    "log_key": "",
+}
 
 #: Message rows a refresh holds as Python rows at once (without ADBC).
 _PAGE = 20_000

@@ -457,8 +457,9 @@ class Engine(abc.ABC):
         """Nodes from ``seq`` (included) towards the root, at most ``limit``."""
 
     @abc.abstractmethod
-    def walk_pages(self, sid: str, start: Node | None, limit: int | None, content: bool,
-                   first: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
+    def walk_pages(
+        self, sid: str, start: Node | None, limit: int | None, content: bool, first: int | None = None
+    ) -> Iterator[list[tuple[Node, str | None]]]:
         """The path from ``start`` (None: the session's latest row) towards the root, in
         pages of ``(node, stored JSON or None)``, leaf first."""
 
@@ -560,8 +561,9 @@ class Engine(abc.ABC):
     def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
 
     @abc.abstractmethod
-    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None,
-                       files: bool = False) -> Any:
+    def analysis_query(
+        self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
+    ) -> Any:
         """A read-only DuckDB query over the analysis views (of ``session_ids``), as a ``pyarrow.Table``
         (``files``: it may read local files too)."""
 
@@ -1181,8 +1183,9 @@ class Store:
         eng.start_listener(self._deliver)
 
     # -- reading everything ------------------------------------------------------------
-    def scan(self, kind: str, *, session_ids: Iterable[str] | None = None,
-             batch_size: int = 20_000) -> Iterator[list[tuple]]:
+    def scan(
+        self, kind: str, *, session_ids: Iterable[str] | None = None, batch_size: int = 20_000
+    ) -> Iterator[list[tuple]]:
         """Read every row of ``kind`` in the store (or of ``session_ids``), in batches.
 
         Yields lists of at most ``batch_size`` rows, each starting with its session id:
@@ -1387,8 +1390,9 @@ class Session:
             self._maybe_compact()
         return result
 
-    def append_many(self, messages: Iterable[dict], *, parent_id: Any = LATEST,
-                    source: str = "server") -> list[AppendResult]:
+    def append_many(
+        self, messages: Iterable[dict], *, parent_id: Any = LATEST, source: str = "server"
+    ) -> list[AppendResult]:
         """Append a chain of messages in one transaction (docs/message-tree.md).
 
         The first message goes under ``parent_id`` (as :meth:`append`: ``LATEST``,
@@ -1517,8 +1521,10 @@ class Session:
             stored: dict[int, dict] = {}
             for chunk in _chunks(old, _BATCH):
                 stored.update(zip(chunk, self._load(chunk)))
-        return [AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq])
-                for prep, (inserted, seq) in zip(preps, results)]
+        return [
+            AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq])
+            for prep, (inserted, seq) in zip(preps, results)
+        ]
 
     def _insert_one(self, eng: Engine, prep, parent_id, created_at, index) -> AppendResult:
         sid = self.session_id
@@ -1822,8 +1828,9 @@ class Session:
                         return  # deleted since the stream began: it ends here
                     yield message
 
-    def recent_history(self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None,
-                       compacted: bool = True) -> RecentHistory:
+    def recent_history(
+        self, max_bytes: int, *, min_messages: int = 1, leaf_id: str | None = None, compacted: bool = True
+    ) -> RecentHistory:
         """The longest suffix of the path within ``max_bytes`` (docs/message-tree.md); cost grows with the window.
 
         The path is the one :meth:`get_history` returns: with ``compacted=True`` (the
@@ -1985,9 +1992,7 @@ class Session:
         if result is None:
             return None
         if not isinstance(result, CompactionResult):
-            raise TypeError(
-                f"a compaction function must return CompactionResult or None, got {type(result).__name__}"
-            )
+            raise TypeError(f"a compaction function must return CompactionResult or None, got {type(result).__name__}")
         return self._store_compaction(leaf, result)
 
     def _store_compaction(self, leaf: Node, result: CompactionResult) -> Compaction:
@@ -2179,7 +2184,8 @@ class _PathAbove:
         if done is None:
             done = self._on_path(c, lo, hi) and not any(
                 s > seq and not (top > hi or bottom < lo) and self._applies(s, o, top, bottom)
-                for s, o, top, bottom in self.comps)
+                for s, o, top, bottom in self.comps
+            )
             self._chosen[c.id] = done
         return done
 
@@ -2203,8 +2209,13 @@ def _model_tokens(tokens, ranges) -> int:
 def _overlay(comp: Compaction, count: int) -> dict:
     """The message a compaction shows as on read (docs/compaction.md)."""
     return _parts.overlay_message(
-        id=comp.id, from_id=comp.from_id, to_id=comp.to_id, summary=comp.summary,
-        created_at=comp.created_at, messages=count, tokens_before=comp.tokens_before,
+        id=comp.id,
+        from_id=comp.from_id,
+        to_id=comp.to_id,
+        summary=comp.summary,
+        created_at=comp.created_at,
+        messages=count,
+        tokens_before=comp.tokens_before,
     )
 
 

@@ -73,7 +73,8 @@ def claim(path: str) -> Iterator[Claim]:
         elif entry[0] != path and file_id(entry[0]) != fid:
             raise StoreLocked(
                 f"store {path} is open in this process as {entry[0]}, which no longer names that file "
-                f"(renamed or removed): close the store opened as {entry[0]} before opening {path}")
+                f"(renamed or removed): close the store opened as {entry[0]} before opening {path}"
+            )
         entry[1] += 1  # held from here: the entry stays while the caller opens the file
         held = Claim(entry[0], fid)
     try:

@@ -66,8 +66,7 @@ DUCKDB_JOURNAL_TABLE = "CREATE TABLE IF NOT EXISTS sessionkit_journal (row VARCH
 DEFAULT_CHUNK_CHARS = 1 << 20
 
 #: The columns of a :class:`Node`, in its field order.
-NODE_COLUMNS = ("seq", "id", "parent_id", "depth", "bytes", "tokens", "path_bytes", "path_tokens", "created_at",
-                "role")
+NODE_COLUMNS = ("seq", "id", "parent_id", "depth", "bytes", "tokens", "path_bytes", "path_tokens", "created_at", "role")
 
 _ALL = ("sqlite", "duckdb", "postgresql")
 
@@ -118,90 +117,144 @@ class Table:
 
 _SQLITE_PG = ("sqlite", "postgresql")
 
-TABLES: dict[str, Table] = {t.name: t for t in (
-    Table("meta", (Column("key", "text"), Column("value", "text")), key=("key",)),
-    Table("messages", (
-        Column("seq", "seq"),
-        # DuckDB answers point lookups from an index only for a one-column equality: the
-        # session id, length-prefixed, followed by the message id.
-        Column("msg_key", "text", only=("duckdb",)),
-        Column("session_id", "text"),
-        Column("id", "text"),
-        Column("parent_id", "text", null=True),
-        Column("depth", "int"),
-        Column("role", "text"),
-        Column("created_at", "text"),
-        Column("bytes", "bigint"),
-        Column("tokens", "bigint"),
-        Column("path_bytes", "bigint"),
-        Column("path_tokens", "bigint"),
-        Column("chunks", "int", default="0"),
-        # SQLite: 0 when the row followed its session's latest row as it was written,
-        # so it needs no entry in the children index (see sqlite.py). Before content,
-        # so reading it never reads a long row's overflow pages.
-        Column("branch", "int", default="1", only=("sqlite",)),
-        # The analysis columns (docs/analysis.md), written with the row so that no query decodes
-        # messages: the text parts joined by blank lines, the number of parts, the tools
-        # the parts call (a JSON array; NULL when none) and the metadata as JSON.
-        Column("text", "text", null=True),
-        Column("n_parts", "int", default="0"),
-        Column("tool_names", "text", null=True),
-        Column("metadata", "text", null=True),
-        Column("content", "text"),
-        # DuckDB: the message's word count in its search index (NULL: not indexed).
-        Column("index_len", "int", null=True, only=("duckdb",)),
-    ), key=("seq",), indexes=(
-        Index("sessionkit_messages_key", "session_id, id", unique=True, only=_SQLITE_PG),
-        Index("sessionkit_messages_msg_key", "msg_key", unique=True, only=("duckdb",)),
-        Index("sessionkit_messages_order", "session_id, seq", only=_SQLITE_PG),
-        Index("sessionkit_messages_branches", "session_id, parent_id", where="branch = 1", only=("sqlite",)),
-        Index("sessionkit_messages_children", "session_id, parent_id", only=("postgresql",)),
-    )),
-    Table("chunks", (Column("seq", "bigint"), Column("n", "int"), Column("data", "text")), key=("seq", "n"),
-          clustered=True),
-    Table("blobs", (Column("sha256", "text"), Column("size", "bigint"), Column("data", "blob")), key=("sha256",)),
-    Table("blob_refs", (Column("seq", "bigint"), Column("sha256", "text")), key=("seq", "sha256"), clustered=True,
-          indexes=(Index("sessionkit_blob_refs_sha", "sha256", only=_SQLITE_PG),)),
-    Table("compactions", (
-        Column("seq", "seq"),
-        Column("session_id", "text"),
-        Column("id", "text"),
-        Column("from_id", "text"),
-        Column("to_id", "text"),
-        Column("summary", "text"),
-        Column("created_at", "text"),
-        Column("tokens_before", "bigint"),
-        Column("tokens_after", "bigint"),
-    ), key=("seq",), indexes=(Index("sessionkit_compactions_session", "session_id, seq", only=_SQLITE_PG),)),
-    Table("runs", (
-        Column("run_id", "text"),
-        Column("session_id", "text"),
-        Column("status", "text"),
-        Column("input", "text", null=True),
-        Column("error", "text", null=True),
-        Column("started_at", "text"),
-        Column("ended_at", "text", null=True),
-        Column("usage", "text", null=True),
-        Column("n", "int"),
-    ), key=("run_id",), indexes=(Index("sessionkit_runs_session", "session_id, n", only=_SQLITE_PG),)),
-    Table("events", (
-        Column("session_id", "text"), Column("seq", "bigint"), Column("run_id", "text", null=True),
-        Column("data", "text"),
-    ), key=("session_id", "seq"), clustered=True),
-    Table("records", (
-        Column("session_id", "text"), Column("kind", "text"), Column("n", "bigint"), Column("data", "text"),
-    ), key=("session_id", "kind", "n"), clustered=True),
-    # What changed in place (updates, deletes, compactions, runs, events), in write order:
-    # an analysis cache beside the store replays it instead of reading the store again
-    # (appends need no entry: they are the rows above the cache's last seq). DuckDB
-    # queries its own tables and keeps none.
-    Table("changes", (
-        Column("n", "seq"), Column("session_id", "text"), Column("kind", "text"), Column("seq", "bigint", null=True),
-    ), key=("n",), only=_SQLITE_PG),
-    # The schema ledger: one row per migration applied to this store.
-    Table("migrations", (Column("version", "int"), Column("note", "text"), Column("applied_at", "text")),
-          key=("version",), clustered=True),
-)}
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        Table("meta", (Column("key", "text"), Column("value", "text")), key=("key",)),
+        Table(
+            "messages",
+            (
+                Column("seq", "seq"),
+                # DuckDB answers point lookups from an index only for a one-column equality: the
+                # session id, length-prefixed, followed by the message id.
+                Column("msg_key", "text", only=("duckdb",)),
+                Column("session_id", "text"),
+                Column("id", "text"),
+                Column("parent_id", "text", null=True),
+                Column("depth", "int"),
+                Column("role", "text"),
+                Column("created_at", "text"),
+                Column("bytes", "bigint"),
+                Column("tokens", "bigint"),
+                Column("path_bytes", "bigint"),
+                Column("path_tokens", "bigint"),
+                Column("chunks", "int", default="0"),
+                # SQLite: 0 when the row followed its session's latest row as it was written,
+                # so it needs no entry in the children index (see sqlite.py). Before content,
+                # so reading it never reads a long row's overflow pages.
+                Column("branch", "int", default="1", only=("sqlite",)),
+                # The analysis columns (docs/analysis.md), written with the row so that no query decodes
+                # messages: the text parts joined by blank lines, the number of parts, the tools
+                # the parts call (a JSON array; NULL when none) and the metadata as JSON.
+                Column("text", "text", null=True),
+                Column("n_parts", "int", default="0"),
+                Column("tool_names", "text", null=True),
+                Column("metadata", "text", null=True),
+                Column("content", "text"),
+                # DuckDB: the message's word count in its search index (NULL: not indexed).
+                Column("index_len", "int", null=True, only=("duckdb",)),
+            ),
+            key=("seq",),
+            indexes=(
+                Index("sessionkit_messages_key", "session_id, id", unique=True, only=_SQLITE_PG),
+                Index("sessionkit_messages_msg_key", "msg_key", unique=True, only=("duckdb",)),
+                Index("sessionkit_messages_order", "session_id, seq", only=_SQLITE_PG),
+                Index("sessionkit_messages_branches", "session_id, parent_id", where="branch = 1", only=("sqlite",)),
+                Index("sessionkit_messages_children", "session_id, parent_id", only=("postgresql",)),
+            ),
+        ),
+        Table(
+            "chunks",
+            (Column("seq", "bigint"), Column("n", "int"), Column("data", "text")),
+            key=("seq", "n"),
+            clustered=True,
+        ),
+        Table("blobs", (Column("sha256", "text"), Column("size", "bigint"), Column("data", "blob")), key=("sha256",)),
+        Table(
+            "blob_refs",
+            (Column("seq", "bigint"), Column("sha256", "text")),
+            key=("seq", "sha256"),
+            clustered=True,
+            indexes=(Index("sessionkit_blob_refs_sha", "sha256", only=_SQLITE_PG),),
+        ),
+        Table(
+            "compactions",
+            (
+                Column("seq", "seq"),
+                Column("session_id", "text"),
+                Column("id", "text"),
+                Column("from_id", "text"),
+                Column("to_id", "text"),
+                Column("summary", "text"),
+                Column("created_at", "text"),
+                Column("tokens_before", "bigint"),
+                Column("tokens_after", "bigint"),
+            ),
+            key=("seq",),
+            indexes=(Index("sessionkit_compactions_session", "session_id, seq", only=_SQLITE_PG),),
+        ),
+        Table(
+            "runs",
+            (
+                Column("run_id", "text"),
+                Column("session_id", "text"),
+                Column("status", "text"),
+                Column("input", "text", null=True),
+                Column("error", "text", null=True),
+                Column("started_at", "text"),
+                Column("ended_at", "text", null=True),
+                Column("usage", "text", null=True),
+                Column("n", "int"),
+            ),
+            key=("run_id",),
+            indexes=(Index("sessionkit_runs_session", "session_id, n", only=_SQLITE_PG),),
+        ),
+        Table(
+            "events",
+            (
+                Column("session_id", "text"),
+                Column("seq", "bigint"),
+                Column("run_id", "text", null=True),
+                Column("data", "text"),
+            ),
+            key=("session_id", "seq"),
+            clustered=True,
+        ),
+        Table(
+            "records",
+            (
+                Column("session_id", "text"),
+                Column("kind", "text"),
+                Column("n", "bigint"),
+                Column("data", "text"),
+            ),
+            key=("session_id", "kind", "n"),
+            clustered=True,
+        ),
+        # What changed in place (updates, deletes, compactions, runs, events), in write order:
+        # an analysis cache beside the store replays it instead of reading the store again
+        # (appends need no entry: they are the rows above the cache's last seq). DuckDB
+        # queries its own tables and keeps none.
+        Table(
+            "changes",
+            (
+                Column("n", "seq"),
+                Column("session_id", "text"),
+                Column("kind", "text"),
+                Column("seq", "bigint", null=True),
+            ),
+            key=("n",),
+            only=_SQLITE_PG,
+        ),
+        # The schema ledger: one row per migration applied to this store.
+        Table(
+            "migrations",
+            (Column("version", "int"), Column("note", "text"), Column("applied_at", "text")),
+            key=("version",),
+            clustered=True,
+        ),
+    )
+}
 
 
 # ---------------------------------------------------------------------------
@@ -233,8 +286,12 @@ def _sqlite_branch_column(engine: SQLEngine) -> None:
 def _add_analysis_columns(engine: SQLEngine) -> None:
     """Version 6: the analysis columns (those a store already has are left alone)."""
     have = engine.message_columns()
-    for name, kind, extra in (("text", "text", ""), ("n_parts", "int", " DEFAULT 0"), ("tool_names", "text", ""),
-                              ("metadata", "text", "")):
+    for name, kind, extra in (
+        ("text", "text", ""),
+        ("n_parts", "int", " DEFAULT 0"),
+        ("tool_names", "text", ""),
+        ("metadata", "text", ""),
+    ):
         if name not in have:
             engine.execute(engine.compile(f"ALTER TABLE {{messages}} ADD COLUMN {name} {{t_{kind}}}{extra}"))
 
@@ -261,27 +318,38 @@ def _fill_analysis_columns(engine: SQLEngine) -> None:
 #: ledger carry the same numbers: versions 3 and 4 changed SQLite files only, so a
 #: DuckDB or PostgreSQL file at version 2 is at the ledger's version 4.
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(2, "records: small JSON documents kept beside a session", {
-        "*": (_create_table("records"),),
-        # DuckDB: word counts moved into the message row; the index is rebuilt by the next search.
-        "duckdb": (
-            "ALTER TABLE {messages} ADD COLUMN IF NOT EXISTS index_len INTEGER",
-            "DROP TABLE IF EXISTS sessionkit_docs",
-            "DELETE FROM sessionkit_terms",
-            "UPDATE {messages} SET index_len = NULL",
-            "UPDATE {meta} SET value = '0' WHERE key = 'index_built'",
-        ),
-    }),
-    Migration(3, "SQLite: rows that follow their parent stay out of the children index",
-              {"sqlite": (_sqlite_branch_column,)}),
+    Migration(
+        2,
+        "records: small JSON documents kept beside a session",
+        {
+            "*": (_create_table("records"),),
+            # DuckDB: word counts moved into the message row; the index is rebuilt by the next search.
+            "duckdb": (
+                "ALTER TABLE {messages} ADD COLUMN IF NOT EXISTS index_len INTEGER",
+                "DROP TABLE IF EXISTS sessionkit_docs",
+                "DELETE FROM sessionkit_terms",
+                "UPDATE {messages} SET index_len = NULL",
+                "UPDATE {meta} SET value = '0' WHERE key = 'index_built'",
+            ),
+        },
+    ),
+    Migration(
+        3, "SQLite: rows that follow their parent stay out of the children index", {"sqlite": (_sqlite_branch_column,)}
+    ),
     Migration(4, "SQLite: the search window, created when a store outgrows it"),
     Migration(5, "the schema ledger (sessionkit_migrations)", {"*": (_create_table("migrations"),)}),
-    Migration(6, "analysis columns stored with each message (text, n_parts, tool_names, metadata) and the change log", {
-        "*": (_add_analysis_columns, _create_table("changes"), _fill_analysis_columns),
-        # the fast append function takes the new columns (a new signature: drop the old one)
-        "postgresql": ("DROP FUNCTION IF EXISTS {fn_append}(text, text, text, text, text, text, bigint, bigint, text,"
-                       " tsvector, bigint, bigint, text, text[])",),
-    }),
+    Migration(
+        6,
+        "analysis columns stored with each message (text, n_parts, tool_names, metadata) and the change log",
+        {
+            "*": (_add_analysis_columns, _create_table("changes"), _fill_analysis_columns),
+            # the fast append function takes the new columns (a new signature: drop the old one)
+            "postgresql": (
+                "DROP FUNCTION IF EXISTS {fn_append}(text, text, text, text, text, text, bigint, bigint, text,"
+                " tsvector, bigint, bigint, text, text[])",
+            ),
+        },
+    ),
     Migration(7, "DuckDB: the append journal (sessionkit_journal)", {"duckdb": (DUCKDB_JOURNAL_TABLE,)}),
 )
 
@@ -345,44 +413,53 @@ class Dialect:
 
 
 #: The dialects, as data: what differs in SQL text between the engines.
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (
-    Dialect(
-        name="sqlite",
-        types={"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "blob": "BLOB"},
-        seq_columns={"messages": "seq INTEGER PRIMARY KEY",
-                     "compactions": "seq INTEGER PRIMARY KEY AUTOINCREMENT",
-                     "changes": "n INTEGER PRIMARY KEY AUTOINCREMENT"},
-        ints_rows="SELECT value FROM json_each(?)",
-        texts_rows="SELECT value FROM json_each(?)",
-        clustered_suffix=" WITHOUT ROWID",
-    ),
-    Dialect(
-        name="duckdb",
-        types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB"},
-        seq_columns={"messages": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq')",
-                     "compactions": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_compaction_seq')"},
-        ints_rows="SELECT unnest(?::BIGINT[])",
-        texts_rows="SELECT unnest(?::VARCHAR[])",
-        before_table={
-            "messages": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_seq START 1",),
-            "compactions": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_compaction_seq START 1",),
-        },
-    ),
-    Dialect(
-        name="postgresql",
-        types={"text": "text", "int": "integer", "bigint": "bigint", "blob": "bytea"},
-        seq_columns={"messages": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-                     "compactions": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-                     "changes": "n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"},
-        ints_rows="SELECT unnest(?::bigint[])",
-        texts_rows="SELECT unnest(?::text[])",
-        in_ints="= ANY(?::bigint[])",
-        in_texts="= ANY(?::text[])",
-        lock_share=" FOR KEY SHARE",
-        lock_update=" FOR UPDATE",
-        placeholder="%s",
-    ),
-)}
+DIALECTS: dict[str, Dialect] = {
+    d.name: d
+    for d in (
+        Dialect(
+            name="sqlite",
+            types={"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "blob": "BLOB"},
+            seq_columns={
+                "messages": "seq INTEGER PRIMARY KEY",
+                "compactions": "seq INTEGER PRIMARY KEY AUTOINCREMENT",
+                "changes": "n INTEGER PRIMARY KEY AUTOINCREMENT",
+            },
+            ints_rows="SELECT value FROM json_each(?)",
+            texts_rows="SELECT value FROM json_each(?)",
+            clustered_suffix=" WITHOUT ROWID",
+        ),
+        Dialect(
+            name="duckdb",
+            types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB"},
+            seq_columns={
+                "messages": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq')",
+                "compactions": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_compaction_seq')",
+            },
+            ints_rows="SELECT unnest(?::BIGINT[])",
+            texts_rows="SELECT unnest(?::VARCHAR[])",
+            before_table={
+                "messages": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_seq START 1",),
+                "compactions": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_compaction_seq START 1",),
+            },
+        ),
+        Dialect(
+            name="postgresql",
+            types={"text": "text", "int": "integer", "bigint": "bigint", "blob": "bytea"},
+            seq_columns={
+                "messages": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                "compactions": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                "changes": "n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+            },
+            ints_rows="SELECT unnest(?::bigint[])",
+            texts_rows="SELECT unnest(?::text[])",
+            in_ints="= ANY(?::bigint[])",
+            in_texts="= ANY(?::text[])",
+            lock_share=" FOR KEY SHARE",
+            lock_update=" FOR UPDATE",
+            placeholder="%s",
+        ),
+    )
+}
 
 
 # ---------------------------------------------------------------------------
@@ -398,14 +475,17 @@ STATEMENTS: dict[str, str] = {
     "nodes_by_id": "SELECT {node} FROM {messages} WHERE session_id = ? AND id {in_ids}",
     # The rows of one session from a seq down, newest first (a path's contiguous runs).
     "scan_down": "SELECT {node} FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?",
-    "scan_down_content": ("SELECT {node}, chunks, content FROM {messages} WHERE session_id = ? AND seq <= ?"
-                          " ORDER BY seq DESC LIMIT ?"),
+    "scan_down_content": (
+        "SELECT {node}, chunks, content FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
+    ),
     "contents": "SELECT seq, chunks, content FROM {messages} WHERE seq {in_seqs}",
     "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",
     "blob": "SELECT data FROM {blobs} WHERE sha256 = ?",
     "count": "SELECT count(*) FROM {messages} WHERE session_id = ?",
-    "list_sessions": ("SELECT session_id, count(*), min(created_at), max(created_at) FROM {messages}"
-                      " GROUP BY session_id ORDER BY max(seq) DESC"),
+    "list_sessions": (
+        "SELECT session_id, count(*), min(created_at), max(created_at) FROM {messages}"
+        " GROUP BY session_id ORDER BY max(seq) DESC"
+    ),
     "session_exists": (
         "SELECT EXISTS (SELECT 1 FROM {messages} WHERE session_id = ?)"
         " OR EXISTS (SELECT 1 FROM {runs} WHERE session_id = ?)"
@@ -413,8 +493,10 @@ STATEMENTS: dict[str, str] = {
         " OR EXISTS (SELECT 1 FROM {compactions} WHERE session_id = ?)"
         " OR EXISTS (SELECT 1 FROM {records} WHERE session_id = ?)"
     ),
-    "compactions": ("SELECT seq, id, from_id, to_id, summary, created_at, tokens_before, tokens_after"
-                    " FROM {compactions} WHERE session_id = ? ORDER BY seq"),
+    "compactions": (
+        "SELECT seq, id, from_id, to_id, summary, created_at, tokens_before, tokens_after"
+        " FROM {compactions} WHERE session_id = ? ORDER BY seq"
+    ),
     "has_compactions": "SELECT 1 FROM {compactions} WHERE session_id = ? LIMIT 1",
     "counts": (
         "SELECT (SELECT count(DISTINCT session_id) FROM {messages}), (SELECT count(*) FROM {messages}),"
@@ -422,36 +504,46 @@ STATEMENTS: dict[str, str] = {
         " (SELECT coalesce(sum(size), 0) FROM {blobs}), (SELECT count(*) FROM {runs}),"
         " (SELECT count(*) FROM {events})"
     ),
-    "runs": ("SELECT run_id, session_id, status, error, started_at, ended_at, usage, input"
-             " FROM {runs} WHERE session_id = ? ORDER BY n"),
+    "runs": (
+        "SELECT run_id, session_id, status, error, started_at, ended_at, usage, input"
+        " FROM {runs} WHERE session_id = ? ORDER BY n"
+    ),
     "events": "SELECT data FROM {events} WHERE session_id = ? AND seq > ? ORDER BY seq",
     "records": "SELECT n, data FROM {records} WHERE session_id = ? AND kind = ? ORDER BY n",
     "meta_get": "SELECT value FROM {meta} WHERE key = ?",
     "meta_put": "INSERT INTO {meta} (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-    "ledger_put": ("INSERT INTO {migrations} (version, note, applied_at) VALUES (?, ?, ?)"
-                   " ON CONFLICT (version) DO NOTHING"),
+    "ledger_put": (
+        "INSERT INTO {migrations} (version, note, applied_at) VALUES (?, ?, ?) ON CONFLICT (version) DO NOTHING"
+    ),
     "ledger": "SELECT version, note, applied_at FROM {migrations} ORDER BY version",
     # writes
-    "insert": ("INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,"
-               " path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content)"
-               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-               " ON CONFLICT (session_id, id) DO NOTHING RETURNING seq"),
+    "insert": (
+        "INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,"
+        " path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (session_id, id) DO NOTHING RETURNING seq"
+    ),
     "delete_chunks": "DELETE FROM {chunks} WHERE seq {in_seqs}",
     "blobs_present": "SELECT sha256 FROM {blobs} WHERE sha256 {in_shas} ORDER BY sha256{lock_share}",
     "blob_refs_of": "SELECT DISTINCT sha256 FROM {blob_refs} WHERE seq {in_seqs} ORDER BY sha256",
     "blob_refs_drop": "DELETE FROM {blob_refs} WHERE seq {in_seqs}",
     "blobs_lock": "SELECT sha256 FROM {blobs} WHERE sha256 {in_shas} ORDER BY sha256{lock_update}",
-    "blobs_gc": ("DELETE FROM {blobs} WHERE sha256 {in_shas}"
-                 " AND NOT EXISTS (SELECT 1 FROM {blob_refs} r WHERE r.sha256 = {blobs}.sha256)"),
-    "update": ("UPDATE {messages} SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,"
-               " path_tokens = path_tokens + ?, chunks = ?, text = ?, n_parts = ?, tool_names = ?, metadata = ?,"
-               " content = ? WHERE seq = ?"),
+    "blobs_gc": (
+        "DELETE FROM {blobs} WHERE sha256 {in_shas}"
+        " AND NOT EXISTS (SELECT 1 FROM {blob_refs} r WHERE r.sha256 = {blobs}.sha256)"
+    ),
+    "update": (
+        "UPDATE {messages} SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,"
+        " path_tokens = path_tokens + ?, chunks = ?, text = ?, n_parts = ?, tool_names = ?, metadata = ?,"
+        " content = ? WHERE seq = ?"
+    ),
     "fill_source": "SELECT seq, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
     "fill_analysis": "UPDATE {messages} SET text = ?, n_parts = ?, tool_names = ?, metadata = ? WHERE seq = ?",
     "log_change": "INSERT INTO {changes} (session_id, kind, seq) VALUES (?, ?, ?)",
     "run_session": "SELECT session_id FROM {runs} WHERE run_id = ?",
-    "shift_paths": ("UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ?"
-                    " WHERE seq {in_seqs}"),
+    "shift_paths": (
+        "UPDATE {messages} SET path_bytes = path_bytes + ?, path_tokens = path_tokens + ? WHERE seq {in_seqs}"
+    ),
     "descendants": (
         "WITH RECURSIVE down(id) AS ("
         " {texts_rows}"
@@ -460,33 +552,46 @@ STATEMENTS: dict[str, str] = {
         ") SELECT {node} FROM {messages} WHERE session_id = ? AND id IN (SELECT id FROM down) ORDER BY seq"
     ),
     "delete_messages": "DELETE FROM {messages} WHERE seq {in_seqs}",
-    "delete_compactions_of": ("DELETE FROM {compactions} WHERE session_id = ?"
-                              " AND (from_id {in_ids} OR to_id {in_ids})"),
+    "delete_compactions_of": (
+        "DELETE FROM {compactions} WHERE session_id = ? AND (from_id {in_ids} OR to_id {in_ids})"
+    ),
     "session_seqs": "SELECT seq FROM {messages} WHERE session_id = ?",
     "clear_messages": "DELETE FROM {messages} WHERE session_id = ?",
     "clear_compactions": "DELETE FROM {compactions} WHERE session_id = ?",
     "clear_runs": "DELETE FROM {runs} WHERE session_id = ?",
     "clear_events": "DELETE FROM {events} WHERE session_id = ?",
     "clear_records": "DELETE FROM {records} WHERE session_id = ?",
-    "add_compaction": ("INSERT INTO {compactions} (session_id, id, from_id, to_id, summary, created_at,"
-                       " tokens_before, tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
-    "run_begin": ("INSERT INTO {runs} (run_id, session_id, status, input, started_at, n)"
-                  " SELECT ?, ?, 'running', ?, ?, coalesce(max(n), 0) + 1 FROM {runs} WHERE session_id = ?"),
+    "add_compaction": (
+        "INSERT INTO {compactions} (session_id, id, from_id, to_id, summary, created_at,"
+        " tokens_before, tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    ),
+    "run_begin": (
+        "INSERT INTO {runs} (run_id, session_id, status, input, started_at, n)"
+        " SELECT ?, ?, 'running', ?, ?, coalesce(max(n), 0) + 1 FROM {runs} WHERE session_id = ?"
+    ),
     "run_end": "UPDATE {runs} SET status = ?, error = ?, usage = ?, ended_at = ? WHERE run_id = ?",
     "events_next": "SELECT coalesce(max(seq), -1) + 1 FROM {events} WHERE session_id = ?",
     "index_source": "SELECT seq, session_id, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
     # store-wide scans, a page at a time (keyset: after the last row of the page before)
     "scan_sessions": "SELECT session_id FROM {messages} GROUP BY session_id ORDER BY max(seq) DESC",
-    "scan_side_sessions": ("SELECT session_id FROM {runs} UNION SELECT session_id FROM {events}"
-                           " UNION SELECT session_id FROM {compactions} UNION SELECT session_id FROM {records}"
-                           " ORDER BY 1"),
+    "scan_side_sessions": (
+        "SELECT session_id FROM {runs} UNION SELECT session_id FROM {events}"
+        " UNION SELECT session_id FROM {compactions} UNION SELECT session_id FROM {records}"
+        " ORDER BY 1"
+    ),
     "scan_nodes": "SELECT session_id, {node} FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
-    "scan_compactions": ("SELECT session_id, seq, id, from_id, to_id, summary, created_at, tokens_before,"
-                         " tokens_after FROM {compactions} WHERE seq > ? ORDER BY seq LIMIT ?"),
-    "scan_runs": ("SELECT run_id, session_id, status, error, started_at, ended_at, usage, input, n FROM {runs}"
-                  " WHERE session_id > ? OR (session_id = ? AND n > ?) ORDER BY session_id, n LIMIT ?"),
-    "scan_events": ("SELECT session_id, seq, data FROM {events}"
-                    " WHERE session_id > ? OR (session_id = ? AND seq > ?) ORDER BY session_id, seq LIMIT ?"),
+    "scan_compactions": (
+        "SELECT session_id, seq, id, from_id, to_id, summary, created_at, tokens_before,"
+        " tokens_after FROM {compactions} WHERE seq > ? ORDER BY seq LIMIT ?"
+    ),
+    "scan_runs": (
+        "SELECT run_id, session_id, status, error, started_at, ended_at, usage, input, n FROM {runs}"
+        " WHERE session_id > ? OR (session_id = ? AND n > ?) ORDER BY session_id, n LIMIT ?"
+    ),
+    "scan_events": (
+        "SELECT session_id, seq, data FROM {events}"
+        " WHERE session_id > ? OR (session_id = ? AND seq > ?) ORDER BY session_id, seq LIMIT ?"
+    ),
 }
 
 _FIELD = re.compile(r"\{(\w+)\}")
@@ -653,7 +758,8 @@ class SQLEngine(Engine):
         if sql is None:
             cols = TABLES[table].column_names(self.dialect.name)
             sql = self._inserts[key] = self.compile(
-                f"INSERT INTO {{{table}}} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) {conflict}")
+                f"INSERT INTO {{{table}}} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) {conflict}"
+            )
         self.execute_many(sql, rows)
 
     # -- schema and the ledger ----------------------------------------------------
@@ -670,8 +776,10 @@ class SQLEngine(Engine):
     def index_sql(self, index: Index, table: Table) -> str:
         unique = "UNIQUE " if index.unique else ""
         where = f" WHERE {index.where}" if index.where else ""
-        return (f"CREATE {unique}INDEX IF NOT EXISTS {self.quote(index.name)} ON {self.table(table.name)}"
-                f" ({index.columns}){where}")
+        return (
+            f"CREATE {unique}INDEX IF NOT EXISTS {self.quote(index.name)} ON {self.table(table.name)}"
+            f" ({index.columns}){where}"
+        )
 
     def schema_version(self) -> int | None:
         """The stored schema version; None when no store is there yet."""
@@ -783,8 +891,15 @@ class SQLEngine(Engine):
             out += page
         return out
 
-    def walk_pages(self, sid: str, start: Node | None, limit: int | None, content: bool,
-                   first: int | None = None, largest: int | None = None) -> Iterator[list[tuple[Node, str | None]]]:
+    def walk_pages(
+        self,
+        sid: str,
+        start: Node | None,
+        limit: int | None,
+        content: bool,
+        first: int | None = None,
+        largest: int | None = None,
+    ) -> Iterator[list[tuple[Node, str | None]]]:
         """The path from ``start`` towards the root in pages of ``(node, stored JSON or
         None)``, leaf first, at most ``limit`` rows in all; the first page holds at most
         ``first`` rows, later ones grow (a caller that stops early reads no older rows)
@@ -936,8 +1051,10 @@ class SQLEngine(Engine):
         return 0
 
     def runs(self, sid):
-        return [RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7])
-                for r in self.fetch(self.sql["runs"], (sid,))]
+        return [
+            RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7])
+            for r in self.fetch(self.sql["runs"], (sid,))
+        ]
 
     def events(self, sid, after_seq):
         rows = self.fetch(self.sql["events"], (sid, -1 if after_seq is None else int(after_seq)))
@@ -971,8 +1088,10 @@ class SQLEngine(Engine):
             yield from super().scan_runs(session_ids, batch_size)
             return
         for page in self._keyset("scan_runs", batch_size, key=lambda r: (r[1], r[8])):
-            yield [(r[1], RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7]))
-                   for r in page]
+            yield [
+                (r[1], RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7]))
+                for r in page
+            ]
 
     def scan_events(self, session_ids, batch_size):
         if session_ids is not None:
@@ -1011,16 +1130,40 @@ class SQLEngine(Engine):
     def placed(prep, parent: Node | None, created_at: str, seq: int = -1) -> Node:
         """The Node a message gets under ``parent``: depth and the path's running totals."""
         if parent is None:
-            return Node(seq, prep.id, None, 0, prep.bytes, prep.tokens, prep.bytes, prep.tokens, created_at,
-                        prep.role)
-        return Node(seq, prep.id, parent.id, parent.depth + 1, prep.bytes, prep.tokens,
-                    parent.path_bytes + prep.bytes, parent.path_tokens + prep.tokens, created_at, prep.role)
+            return Node(seq, prep.id, None, 0, prep.bytes, prep.tokens, prep.bytes, prep.tokens, created_at, prep.role)
+        return Node(
+            seq,
+            prep.id,
+            parent.id,
+            parent.depth + 1,
+            prep.bytes,
+            prep.tokens,
+            parent.path_bytes + prep.bytes,
+            parent.path_tokens + prep.tokens,
+            created_at,
+            prep.role,
+        )
 
     def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep) -> tuple:
         """The values of the shared message columns, as ``STATEMENTS["insert"]`` lists them."""
-        return (sid, node.id, node.parent_id, node.depth, node.role, node.created_at, node.bytes, node.tokens,
-                node.path_bytes, node.path_tokens, nchunks, self.stored_text(prep.text), prep.n_parts,
-                prep.tool_names, prep.metadata, head)
+        return (
+            sid,
+            node.id,
+            node.parent_id,
+            node.depth,
+            node.role,
+            node.created_at,
+            node.bytes,
+            node.tokens,
+            node.path_bytes,
+            node.path_tokens,
+            nchunks,
+            self.stored_text(prep.text),
+            prep.n_parts,
+            prep.tool_names,
+            prep.metadata,
+            head,
+        )
 
     def stored_text(self, text: str | None) -> str | None:
         """The analysis ``text`` column's value for a message's text (an engine whose text
@@ -1112,8 +1255,11 @@ class SQLEngine(Engine):
         concurrent collection cannot remove them under this reference."""
         shas = sorted(blobs)
         present = {r[0] for r in self.fetch(self.sql["blobs_present"], (self.listed(shas),))}
-        self.insert_rows("blobs", [(s, len(blobs[s]), blobs[s]) for s in shas if s not in present],
-                         "ON CONFLICT (sha256) DO UPDATE SET size = excluded.size")
+        self.insert_rows(
+            "blobs",
+            [(s, len(blobs[s]), blobs[s]) for s in shas if s not in present],
+            "ON CONFLICT (sha256) DO UPDATE SET size = excluded.size",
+        )
         self.insert_rows("blob_refs", [(seq, s) for s in shas], "ON CONFLICT DO NOTHING")
 
     def gc_blobs(self, seqs: list[int]) -> None:
@@ -1130,9 +1276,23 @@ class SQLEngine(Engine):
         self.lock_session(sid)
         head, chunks = self.split(prep.stored_json)
         d_bytes, d_tokens = prep.bytes - node.bytes, prep.tokens - node.tokens
-        self.execute(self.sql["update"], (prep.role, prep.bytes, prep.tokens, d_bytes, d_tokens, len(chunks),
-                                          self.stored_text(prep.text), prep.n_parts, prep.tool_names, prep.metadata,
-                                          head, node.seq))
+        self.execute(
+            self.sql["update"],
+            (
+                prep.role,
+                prep.bytes,
+                prep.tokens,
+                d_bytes,
+                d_tokens,
+                len(chunks),
+                self.stored_text(prep.text),
+                prep.n_parts,
+                prep.tool_names,
+                prep.metadata,
+                head,
+                node.seq,
+            ),
+        )
         self.log_change(sid, "update", node.seq)
         self.update_extras(sid, node, prep, index)
         self.execute(self.sql["delete_chunks"], (self.listed([node.seq]),))
@@ -1187,16 +1347,28 @@ class SQLEngine(Engine):
 
     def w_add_compaction(self, sid, comp):
         self.lock_session(sid)
-        self.execute(self.sql["add_compaction"], (sid, comp.id, comp.from_id, comp.to_id, comp.summary,
-                                                  comp.created_at, comp.tokens_before, comp.tokens_after))
+        self.execute(
+            self.sql["add_compaction"],
+            (
+                sid,
+                comp.id,
+                comp.from_id,
+                comp.to_id,
+                comp.summary,
+                comp.created_at,
+                comp.tokens_before,
+                comp.tokens_after,
+            ),
+        )
         self.log_change(sid, "compactions")
 
     # -- analysis (store.sql): DuckDB SQL over a cache of the analysis columns ----------
     #: Whether rows become visible in write-sequence order (one writer at a time).
     ORDERED_COMMITS = True
 
-    def analysis_query(self, query: str, params: Any = None, session_ids: list[str] | None = None,
-                       files: bool = False) -> Any:
+    def analysis_query(
+        self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
+    ) -> Any:
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
         The shared engine keeps an in-memory cache of the analysis columns beside the
@@ -1231,8 +1403,9 @@ class SQLEngine(Engine):
         self.log_change(sid, "runs")
 
     def w_run_end(self, run_id, status, error, usage, ended_at):
-        self.execute(self.sql["run_end"], (status, error, None if usage is None else _msg.dumps(usage), ended_at,
-                                           run_id))
+        self.execute(
+            self.sql["run_end"], (status, error, None if usage is None else _msg.dumps(usage), ended_at, run_id)
+        )
         if self.CHANGE_LOG:
             row = self.fetch_one(self.sql["run_session"], (run_id,))
             if row is not None:
@@ -1265,8 +1438,11 @@ class SQLEngine(Engine):
 
     def w_put_records(self, sid, kind, items):
         latest = dict(items)  # the last value for a number wins
-        self.insert_rows("records", [(sid, kind, n, data) for n, data in latest.items()],
-                         "ON CONFLICT (session_id, kind, n) DO UPDATE SET data = excluded.data")
+        self.insert_rows(
+            "records",
+            [(sid, kind, n, data) for n, data in latest.items()],
+            "ON CONFLICT (session_id, kind, n) DO UPDATE SET data = excluded.data",
+        )
 
     # -- the search index: shared build loop, engine hooks -----------------------------
     def w_build_index(self):
@@ -1283,8 +1459,9 @@ class SQLEngine(Engine):
             last = rows[-1][0]
             long = [seq for seq, _, chunks, _ in rows if chunks]
             full = dict(zip(long, self.contents(long))) if long else {}
-            batch = [(seq, sid, _msg.message_text(json.loads(full.get(seq) or content)))
-                     for seq, sid, _, content in rows]
+            batch = [
+                (seq, sid, _msg.message_text(json.loads(full.get(seq) or content))) for seq, sid, _, content in rows
+            ]
             self.index_batch(batch)
         self.finish_index_build()
         self.execute(self.sql["meta_put"], ("index_built", "1"))

@@ -171,8 +171,11 @@ def create_compact_function(
     """
     if not callable(summarize):
         raise TypeError("summarize must be callable")
-    for name, value in (("keep_recent_tokens", keep_recent_tokens), ("protect_head", protect_head),
-                        ("min_tail_messages", min_tail_messages)):
+    for name, value in (
+        ("keep_recent_tokens", keep_recent_tokens),
+        ("protect_head", protect_head),
+        ("min_tail_messages", min_tail_messages),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
 

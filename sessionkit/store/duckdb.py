@@ -143,9 +143,11 @@ def _move_journal_sql(source: str) -> str:
     cols = [c for c in TABLES["messages"].columns if "duckdb" in c.only]
     paths = ", ".join(f"'$[{i}]'" for i in range(len(cols)))
     values = ", ".join(f"v[{i + 1}]::{_UNNEST_TYPES[c.type]}" for i, c in enumerate(cols))
-    return (f"INSERT INTO sessionkit_messages ({', '.join(c.name for c in cols)}) SELECT {values} FROM ("
-            f"SELECT json_extract_string(row, [{paths}]) AS v, n FROM ({source})) "
-            "QUALIFY row_number() OVER (PARTITION BY v[2] ORDER BY n) = 1 ON CONFLICT DO NOTHING")
+    return (
+        f"INSERT INTO sessionkit_messages ({', '.join(c.name for c in cols)}) SELECT {values} FROM ("
+        f"SELECT json_extract_string(row, [{paths}]) AS v, n FROM ({source})) "
+        "QUALIFY row_number() OVER (PARTITION BY v[2] ORDER BY n) = 1 ON CONFLICT DO NOTHING"
+    )
 
 
 # Message ids held in memory for the journal's duplicate check, over all sessions
@@ -193,7 +195,8 @@ _MOVE_JOURNAL = _move_journal_sql("SELECT row, rowid AS n FROM sessionkit_journa
 _MOVE_JOURNAL_FILE = _move_journal_sql(
     "SELECT unnest(rs) AS row, i * 4294967296 + generate_subscripts(rs, 1) AS n FROM ("
     "SELECT json_extract(line, '$[*]') AS rs, i FROM ("
-    "SELECT unnest(l) AS line, generate_subscripts(l, 1) AS i FROM (SELECT ?::VARCHAR[] AS l)))")
+    "SELECT unnest(l) AS line, generate_subscripts(l, 1) AS i FROM (SELECT ?::VARCHAR[] AS l)))"
+)
 
 # The journal file beside a store file ``x.duckdb`` (see DuckDBEngine._log).
 _LOG_SUFFIX = ".journal"
@@ -280,8 +283,12 @@ class _Paths:
     def appended(self, sid: str, node: Node, raw: str) -> None:
         """A row was written under ``node.parent_id`` and is the session's newest."""
         run = self.runs.get(sid)
-        if run is not None and node.parent_id is not None and run[0][0].id == node.parent_id \
-                and len(raw) <= self.ROW_BYTES:
+        if (
+            run is not None
+            and node.parent_id is not None
+            and run[0][0].id == node.parent_id
+            and len(raw) <= self.ROW_BYTES
+        ):
             # The usual append, under the newest row: O(1) instead of copying the run.
             self.runs.move_to_end(sid)
             run.insert(0, (node, raw))
@@ -447,8 +454,10 @@ class DuckDBEngine(LocalEngine):
         "node": "SELECT {node} FROM {messages} WHERE msg_key = ?",
         "nodes_by_id": "SELECT {node} FROM {messages} WHERE msg_key IN (SELECT unnest(?::VARCHAR[]))",
         # max(seq) first, then the row: cheaper on DuckDB than ORDER BY seq DESC LIMIT 1
-        "latest": ("SELECT {node} FROM {messages} WHERE session_id = ? AND seq ="
-                   " (SELECT max(seq) FROM {messages} WHERE session_id = ?)"),
+        "latest": (
+            "SELECT {node} FROM {messages} WHERE session_id = ? AND seq ="
+            " (SELECT max(seq) FROM {messages} WHERE session_id = ?)"
+        ),
         "walk_up_key": "SELECT {node} FROM {messages} WHERE msg_key = ?",
     }
 
@@ -567,16 +576,22 @@ class DuckDBEngine(LocalEngine):
             )
         if isinstance(exc, duckdb.InvalidInputException) and "encode" in text:
             return InvalidMessage(f"a value cannot be stored as UTF-8 text: {text}")
-        if isinstance(exc, (duckdb.SerializationException, duckdb.FatalException)) or "checksum" in text.lower() \
-                or "corrupt" in text.lower():
+        if (
+            isinstance(exc, (duckdb.SerializationException, duckdb.FatalException))
+            or "checksum" in text.lower()
+            or "corrupt" in text.lower()
+        ):
             return StoreCorrupt(f"DuckDB store {where} is damaged: {text}")
         return SessionKitError(f"DuckDB store {where}: {text}")
 
     def table_exists(self, name: str) -> bool:
-        return bool(self.fetch_one(
-            """SELECT count(*) FROM duckdb_tables()
+        return bool(
+            self.fetch_one(
+                """SELECT count(*) FROM duckdb_tables()
                WHERE database_name = current_database() AND schema_name = 'main' AND table_name = ?""",
-            (name,))[0])
+                (name,),
+            )[0]
+        )
 
     def close(self) -> None:
         # An analysis query running in another thread is stopped first (it raises
@@ -626,8 +641,17 @@ class DuckDBEngine(LocalEngine):
             # so the query sees the transaction's writes, which then commit or roll back
             # with it (the views are made in the transaction too).
             with self._analysis_runs.run() as run, self._lock:
-                return _analysis.run_query(self._db, tables, query, params, {}, session_ids=session_ids, run=run,
-                                           files=files, in_transaction=True)
+                return _analysis.run_query(
+                    self._db,
+                    tables,
+                    query,
+                    params,
+                    {},
+                    session_ids=session_ids,
+                    run=run,
+                    files=files,
+                    in_transaction=True,
+                )
         with self._analysis_runs.run() as run, self._analysis_setup:  # (StoreClosed once the store closes)
             run.raise_if_stopped()
             self.merge_journal()
@@ -637,8 +661,9 @@ class DuckDBEngine(LocalEngine):
                     if self._closed:
                         raise StoreClosed("the store is closed")
                     con = self._analysis = _analysis.new_connection(self._db)
-            return _analysis.run_query(con, tables, query, params, self._views, session_ids=session_ids, run=run,
-                                       files=files)
+            return _analysis.run_query(
+                con, tables, query, params, self._views, session_ids=session_ids, run=run, files=files
+            )
 
     # -- connection model --------------------------------------------------------------
     @contextlib.contextmanager
@@ -691,8 +716,11 @@ class DuckDBEngine(LocalEngine):
         if not rows:
             return
         cols = [c for c in TABLES[table].columns if "duckdb" in c.only]
-        sql = (f"INSERT INTO {self.table(table)} ({', '.join(c.name for c in cols)}) SELECT "
-               + ", ".join(f"unnest(?::{_UNNEST_TYPES[c.type]}[])" for c in cols) + f" {conflict}")
+        sql = (
+            f"INSERT INTO {self.table(table)} ({', '.join(c.name for c in cols)}) SELECT "
+            + ", ".join(f"unnest(?::{_UNNEST_TYPES[c.type]}[])" for c in cols)
+            + f" {conflict}"
+        )
         step = _LARGE_ROWS.get(table, _BULK_ROWS)
         for start in range(0, len(rows), step):
             part = rows[start : start + step]
@@ -918,8 +946,7 @@ class DuckDBEngine(LocalEngine):
                 parent = self.node(sid, parent_id)
                 if parent is None:
                     return "exists" if self.node(sid, prep.id) is not None else "no-parent"
-            elif sid not in self._shared.tails and self._shared.writer is None \
-                    and self._session_keys(sid) == set():
+            elif sid not in self._shared.tails and self._shared.writer is None and self._session_keys(sid) == set():
                 parent = None  # a session's first message: known without reading (or moving) anything else
             else:
                 parent = self.latest(sid)
@@ -960,8 +987,10 @@ class DuckDBEngine(LocalEngine):
             self._memo = None
 
     def update_extras(self, sid, node, prep, index):
-        self.execute("UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
-                     (self._body_of(prep)[0] if index else None, node.seq))
+        self.execute(
+            "UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
+            (self._body_of(prep)[0] if index else None, node.seq),
+        )
 
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
         key = _key(sid, node.id)
@@ -1005,7 +1034,9 @@ class DuckDBEngine(LocalEngine):
             # ON CONFLICT DO NOTHING, with the same effect under the write lock). Its
             # result is the number of rows inserted.
             row = self.fetch_one(
-                _INSERT_MESSAGE + " SELECT " + ", ".join("?" * len(values))
+                _INSERT_MESSAGE
+                + " SELECT "
+                + ", ".join("?" * len(values))
                 + " WHERE NOT EXISTS (SELECT 1 FROM sessionkit_messages WHERE msg_key = ?)",
                 (*values, key),
             )
@@ -1051,8 +1082,9 @@ class DuckDBEngine(LocalEngine):
             rows, nodes = [], []
             for prep, stamp in zip(preps, stamps):
                 node = self.placed(prep, parent, stamp)._replace(seq=self._next_seq())
-                rows.append((node.seq, _key(sid, node.id),
-                             *self.message_values(sid, node, prep.stored_json, 0, prep), None))
+                rows.append(
+                    (node.seq, _key(sid, node.id), *self.message_values(sid, node, prep.stored_json, 0, prep), None)
+                )
                 nodes.append(node)
                 parent = node
             self._log(json.dumps(rows, ensure_ascii=False))
@@ -1104,8 +1136,9 @@ class DuckDBEngine(LocalEngine):
                 # move could not take now: read the set another time.
                 return _EVERYTHING
             rows = self._direct("SELECT DISTINCT session_id FROM sessionkit_messages")
-            shared.sids = ({r[0] for r in rows} | (shared.journal_sids or set())
-                           if len(rows) <= _SESSION_BUDGET else _EVERYTHING)
+            shared.sids = (
+                {r[0] for r in rows} | (shared.journal_sids or set()) if len(rows) <= _SESSION_BUDGET else _EVERYTHING
+            )
         return shared.sids
 
     def merge_journal(self) -> None:
@@ -1158,14 +1191,15 @@ class DuckDBEngine(LocalEngine):
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if self._full:
                 _fsync(fd)
         except OSError as exc:
             with contextlib.suppress(OSError):  # no half line may stay before the next one
                 os.ftruncate(fd, shared.log_size)
-            raise SessionKitError(f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: "
-                                  f"{exc}") from exc
+            raise SessionKitError(
+                f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: {exc}"
+            ) from exc
         shared.log_size += len(data)
         shared.log_rows += 1
 
@@ -1185,8 +1219,9 @@ class DuckDBEngine(LocalEngine):
         try:
             fd = os.open(shared.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
         except OSError as exc:
-            raise SessionKitError(f"DuckDB store {self.path}: cannot open its journal {shared.log_path}: "
-                                  f"{exc}") from exc
+            raise SessionKitError(
+                f"DuckDB store {self.path}: cannot open its journal {shared.log_path}: {exc}"
+            ) from exc
         try:
             os.ftruncate(fd, 0)  # (nothing in it is pending: _recover_log set aside or moved it)
             os.write(fd, header)
@@ -1195,8 +1230,9 @@ class DuckDBEngine(LocalEngine):
                 self._sync_folder(shared.log_path)
         except OSError as exc:
             os.close(fd)
-            raise SessionKitError(f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: "
-                                  f"{exc}") from exc
+            raise SessionKitError(
+                f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: {exc}"
+            ) from exc
         shared.log_fd, shared.log_size, shared.log_head = fd, len(header), len(header)
         return fd
 
@@ -1217,8 +1253,9 @@ class DuckDBEngine(LocalEngine):
                 left -= len(part)
             data = b"".join(parts)
         except OSError as exc:
-            raise SessionKitError(f"DuckDB store {self.path}: cannot read its journal {shared.log_path}: "
-                                  f"{exc}") from exc
+            raise SessionKitError(
+                f"DuckDB store {self.path}: cannot read its journal {shared.log_path}: {exc}"
+            ) from exc
         lines = data.decode("utf-8").split("\n")
         lines.pop()  # after the last newline: nothing
         return lines
@@ -1231,8 +1268,9 @@ class DuckDBEngine(LocalEngine):
             if self._full:
                 _fsync(shared.log_fd)
         except OSError as exc:
-            raise SessionKitError(f"DuckDB store {self.path}: cannot empty its journal {shared.log_path}: "
-                                  f"{exc}") from exc
+            raise SessionKitError(
+                f"DuckDB store {self.path}: cannot empty its journal {shared.log_path}: {exc}"
+            ) from exc
         shared.log_size = shared.log_head
         shared.log_rows = 0
 
@@ -1262,8 +1300,12 @@ class DuckDBEngine(LocalEngine):
         header = data[: end + 1] if end >= 0 else b""
         cut = data.rfind(b"\n") + 1
         rows = data.count(b"\n", 0, cut) - 1 if header else 0
-        mine = bool(header) and version is not None and version >= _JOURNAL_VERSION \
+        mine = (
+            bool(header)
+            and version is not None
+            and version >= _JOURNAL_VERSION
             and header.decode("utf-8", "replace").strip() == _LOG_HEADER + self._journal_id()
+        )
         if rows > 0 and not mine:
             os.replace(path, path + ".orphan")
             return 0
@@ -1303,8 +1345,9 @@ class DuckDBEngine(LocalEngine):
         with self._lock:
             block = self._shared.seqs
             if not block:
-                block.extend(sorted(r[0] for r in self._direct(
-                    "SELECT nextval('sessionkit_seq') FROM range(?)", (_SEQ_BLOCK,))))
+                block.extend(
+                    sorted(r[0] for r in self._direct("SELECT nextval('sessionkit_seq') FROM range(?)", (_SEQ_BLOCK,)))
+                )
             return block.popleft()
 
     def insert_planned(self, sid, plan, index):
@@ -1322,8 +1365,9 @@ class DuckDBEngine(LocalEngine):
                 if body:
                     t_seqs.append(node.seq)
                     t_bodies.append(body)
-            rows.append((node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks), prep),
-                         length))
+            rows.append(
+                (node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks), prep), length)
+            )
         self.insert_rows("messages", rows)
         self._put_terms(t_seqs, t_bodies)
         self.insert_rows("chunks", chunk_rows)
@@ -1346,8 +1390,8 @@ class DuckDBEngine(LocalEngine):
                                 unnest(?::VARCHAR[]) AS tool_names, unnest(?::VARCHAR[]) AS metadata,
                                 unnest(?::BIGINT[]) AS seq) AS v
                    WHERE sessionkit_messages.seq = v.seq""",
-                [list(c) for c in zip(*part)])
-
+                [list(c) for c in zip(*part)],
+            )
 
     def forget(self, sid):
         self._shared.forget_session(sid)
@@ -1373,12 +1417,16 @@ class DuckDBEngine(LocalEngine):
 
     def unindex(self, seqs):
         for start in range(0, len(seqs), _BULK_ROWS):
-            self.execute("DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))",
-                         (list(seqs[start : start + _BULK_ROWS]),))
+            self.execute(
+                "DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))",
+                (list(seqs[start : start + _BULK_ROWS]),),
+            )
 
     def unindex_session(self, sid, seqs):
-        self.execute("DELETE FROM sessionkit_terms WHERE seq IN (SELECT seq FROM sessionkit_messages"
-                     " WHERE session_id = ?)", (sid,))
+        self.execute(
+            "DELETE FROM sessionkit_terms WHERE seq IN (SELECT seq FROM sessionkit_messages WHERE session_id = ?)",
+            (sid,),
+        )
 
     def _put_terms(self, seqs: list[int], bodies: list[str], table: str = "sessionkit_terms") -> None:
         """Index ``bodies`` (stems joined by spaces) of the messages ``seqs``."""
@@ -1436,8 +1484,9 @@ class DuckDBEngine(LocalEngine):
             bodies.append(body)
             lengths.append(length)
         self._put_terms(seqs, bodies, "sessionkit_terms_staging")
-        self.execute("INSERT INTO sessionkit_lengths_staging SELECT unnest(?::BIGINT[]), unnest(?::INTEGER[])",
-                     [seqs, lengths])
+        self.execute(
+            "INSERT INTO sessionkit_lengths_staging SELECT unnest(?::BIGINT[]), unnest(?::INTEGER[])", [seqs, lengths]
+        )
 
     def finish_index_build(self) -> None:
         self.execute("INSERT INTO sessionkit_terms SELECT * FROM sessionkit_terms_staging ORDER BY term, seq")

@@ -130,12 +130,16 @@ _SEARCH = (
 
 # PostgreSQL's own statements (psycopg placeholders).
 _PG_SQL = {
-    "size": ("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
-             " JOIN pg_namespace n ON n.oid = c.relnamespace"
-             " WHERE n.nspname = %s AND c.relkind = 'r' AND starts_with(c.relname, 'sessionkit_')"),
+    "size": (
+        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind = 'r' AND starts_with(c.relname, 'sessionkit_')"
+    ),
     "indexed": "SELECT count(*) FROM {search}",
-    "index_row": ("INSERT INTO {search} (seq, session_id, body) VALUES (%s, %s, %s::tsvector)"
-                  " ON CONFLICT (seq) DO UPDATE SET body = EXCLUDED.body"),
+    "index_row": (
+        "INSERT INTO {search} (seq, session_id, body) VALUES (%s, %s, %s::tsvector)"
+        " ON CONFLICT (seq) DO UPDATE SET body = EXCLUDED.body"
+    ),
     "unindex": "DELETE FROM {search} WHERE seq = ANY(%s::bigint[])",
     "clear_search": "DELETE FROM {search} WHERE session_id = %s",
     "index_reset": "DELETE FROM {search}",
@@ -158,7 +162,8 @@ _PG_SQL = {
 # Returns the new seq; NULL when nothing was written (the id exists, or the named
 # parent does not); -1 when the search index was built meanwhile (call again with
 # the index entry).
-_APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
+_APPEND_FUNCTION = (
+    """CREATE OR REPLACE FUNCTION {fn_append}(
         p_sid text, p_id text, p_kind text, p_parent_id text, p_role text, p_created text,
         p_bytes bigint, p_tokens bigint, p_content text, p_index tsvector,
         p_index_key bigint, p_session_key bigint, p_channel text, p_notes text[],
@@ -179,7 +184,9 @@ _APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
         ELSE
             PERFORM pg_catalog.pg_advisory_xact_lock(p_session_key);
         END IF;
-        SELECT (SELECT value = '1' FROM {meta} WHERE key = 'index_built'), """ + _LISTENING + """
+        SELECT (SELECT value = '1' FROM {meta} WHERE key = 'index_built'), """
+    + _LISTENING
+    + """
           INTO built, listening;
         IF built AND p_index IS NULL THEN
             RETURN -1;
@@ -213,6 +220,7 @@ _APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION {fn_append}(
         RETURN new_seq;
     END
     $sessionkit$"""
+)
 
 _APPEND_CALL = (
     "SELECT {fn_append}(%(sid)s::text, %(id)s::text, %(kind)s::text, %(pid)s::text, %(role)s::text,"
@@ -220,7 +228,6 @@ _APPEND_CALL = (
     " %(index_key)s::bigint, %(session_key)s::bigint, %(ch)s::text, %(notes)s::text[], %(text)s::text,"
     " %(n_parts)s::integer, %(tool_names)s::text, %(metadata)s::text)"
 )
-
 
 
 # ---------------------------------------------------------------------------
@@ -324,7 +331,6 @@ def _split_utf8(text: str, limit: int) -> list[str]:
     return out
 
 
-
 def _quiet_rollback(conn) -> None:
     try:
         conn.execute("ROLLBACK")
@@ -373,8 +379,9 @@ class PostgresEngine(SQLEngine):
             raise ValueError(f"schema={schema!r} disagrees with the URL's schema={url_schema!r}")
         if schema is None:
             schema = url_schema
-        if schema is not None and (not isinstance(schema, str) or not schema or "\x00" in schema
-                                   or len(schema.encode("utf-8")) > 63):
+        if schema is not None and (
+            not isinstance(schema, str) or not schema or "\x00" in schema or len(schema.encode("utf-8")) > 63
+        ):
             raise ValueError(f"schema must be a non-empty name of at most 63 bytes, got {schema!r}")
         if schema is not None and "$sessionkit$" in schema:
             raise ValueError(f"schema name {schema!r} may not contain '$sessionkit$'")
@@ -422,7 +429,8 @@ class PostgresEngine(SQLEngine):
         super().__init__(**self._options, table_prefix=self.quote(schema) + ".")
         qs = self.quote(schema) + "."
         self._fields.update(
-            search=qs + self.quote("sessionkit_search"), listeners=qs + self.quote("sessionkit_listeners"),
+            search=qs + self.quote("sessionkit_search"),
+            listeners=qs + self.quote("sessionkit_listeners"),
             fn_append=qs + self.quote("sessionkit_append"),
         )
         fields = {name: self.table(name) for name in ("meta", "messages", "search", "listeners")}
@@ -442,8 +450,7 @@ class PostgresEngine(SQLEngine):
 
     def _setup(self, schema: str | None) -> str:
         try:
-            conn = psycopg.connect(self._conninfo, autocommit=True,
-                                   connect_timeout=max(1, int(self._connect_timeout)))
+            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
         except psycopg.Error as exc:
             raise SessionKitError(f"cannot connect to PostgreSQL store {self.path}: {exc}") from exc
         try:
@@ -469,8 +476,10 @@ class PostgresEngine(SQLEngine):
                         conn.execute("SELECT pg_advisory_lock(%s::bigint)", (key,))
                         try:
                             with conn.transaction():
-                                if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
-                                                (schema,)).fetchone() is None:
+                                if (
+                                    conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+                                    is None
+                                ):
                                     conn.execute("CREATE SCHEMA " + self.quote(schema))
                                 self.create_or_migrate()
                         finally:
@@ -485,8 +494,9 @@ class PostgresEngine(SQLEngine):
         self.execute(self._append_function)
 
     def table_exists(self, name: str) -> bool:
-        return self.fetch_one("SELECT to_regclass(%s)", (f"{self.quote(self.schema)}.{self.quote(name)}",))[0] \
-            is not None
+        return (
+            self.fetch_one("SELECT to_regclass(%s)", (f"{self.quote(self.schema)}.{self.quote(name)}",))[0] is not None
+        )
 
     def stored_text(self, text: str | None) -> str | None:
         # PostgreSQL text cannot hold NUL: the analysis column shows U+FFFD in its place
@@ -651,8 +661,10 @@ class PostgresEngine(SQLEngine):
             if self._index_on or tx.index_shared:
                 tx.conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (key,))
             else:
-                tx.conn.execute("SELECT pg_advisory_xact_lock_shared(%s::bigint), pg_advisory_xact_lock(%s::bigint)",
-                                (self._k_index, key))
+                tx.conn.execute(
+                    "SELECT pg_advisory_xact_lock_shared(%s::bigint), pg_advisory_xact_lock(%s::bigint)",
+                    (self._k_index, key),
+                )
                 tx.index_shared = True
         tx.locked.add(sid)
 
@@ -738,12 +750,23 @@ class PostgresEngine(SQLEngine):
             return NotImplemented
         kind = "root" if parent_id is None else ("parent" if isinstance(parent_id, str) else "latest")
         params = {
-            "sid": sid, "id": prep.id, "kind": kind, "pid": parent_id if kind == "parent" else None,
-            "role": prep.role, "created": created_at, "bytes": prep.bytes, "tokens": prep.tokens,
-            "content": prep.stored_json, "index": None, "index_key": self._k_index,
-            "session_key": self._key("session", sid), "ch": self._channel,
+            "sid": sid,
+            "id": prep.id,
+            "kind": kind,
+            "pid": parent_id if kind == "parent" else None,
+            "role": prep.role,
+            "created": created_at,
+            "bytes": prep.bytes,
+            "tokens": prep.tokens,
+            "content": prep.stored_json,
+            "index": None,
+            "index_key": self._k_index,
+            "session_key": self._key("session", sid),
+            "ch": self._channel,
             "notes": self._notes(self._append_doc(sid, prep.id, prep.stored_json)),
-            "text": self.stored_text(prep.text), "n_parts": prep.n_parts, "tool_names": prep.tool_names,
+            "text": self.stored_text(prep.text),
+            "n_parts": prep.n_parts,
+            "tool_names": prep.tool_names,
             "metadata": prep.metadata,
         }
         seq = None
@@ -764,8 +787,10 @@ class PostgresEngine(SQLEngine):
     def w_append_events(self, sid, events):
         out = super().w_append_events(sid, events)
         if out:  # other processes' servers stream this session's events too (delivered at commit)
-            self.execute(self._extra["notify"],
-                         {"ch": self._channel, "notes": self._notes(self._signal_doc(sid, "events", out[-1]["seq"]))})
+            self.execute(
+                self._extra["notify"],
+                {"ch": self._channel, "notes": self._notes(self._signal_doc(sid, "events", out[-1]["seq"]))},
+            )
         return out
 
     # -- what several server processes on one store share ----------------------------
@@ -791,9 +816,11 @@ class PostgresEngine(SQLEngine):
                 if conn is None or conn.closed:
                     self._holds.clear()  # a new connection holds nothing yet
                     conn = self._holds_conn = psycopg.connect(
-                        self._conninfo, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
+                        self._conninfo, autocommit=True, connect_timeout=max(1, int(self._connect_timeout))
+                    )
                 got = conn.execute(  # type: ignore[index]  # one row
-                    "SELECT pg_try_advisory_lock(%s::bigint)", (self._key("hold", name),)).fetchone()[0]
+                    "SELECT pg_try_advisory_lock(%s::bigint)", (self._key("hold", name),)
+                ).fetchone()[0]
             except psycopg.Error as exc:
                 self._drop_holds_conn()
                 raise self.translate(exc) from exc
@@ -808,7 +835,8 @@ class PostgresEngine(SQLEngine):
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid = %s::bigint::oid AND objid = %s::bigint::oid AND objsubid = 1)",
-            (key >> 32, key & 0xFFFFFFFF))
+            (key >> 32, key & 0xFFFFFFFF),
+        )
         return bool(row[0])
 
     def release_hold(self, name: str) -> None:
@@ -904,8 +932,12 @@ class PostgresEngine(SQLEngine):
                     _quiet_rollback(conn)
                     raise
         except psycopg.Error as exc:
-            log.warning("sessionkit: could not notify other processes of a %s in session %r: %s",
-                        event.type, event.session_id, exc)
+            log.warning(
+                "sessionkit: could not notify other processes of a %s in session %r: %s",
+                event.type,
+                event.session_id,
+                exc,
+            )
 
     def start_listener(self, callback) -> None:
         """Report writes made by other processes to ``callback(ChangeEvent)`` (from a thread).
@@ -937,7 +969,6 @@ class PostgresEngine(SQLEngine):
         return ChangeEvent(kind, sid, ids, message)
 
 
-
 class _Listener(threading.Thread):
     """LISTENs on the store's channel and hands other processes' events to a callback."""
 
@@ -959,8 +990,9 @@ class _Listener(threading.Thread):
         delay = 0.2
         while not self._halt.is_set():
             try:
-                with psycopg.connect(eng._conninfo, autocommit=True,
-                                     connect_timeout=max(1, int(eng._connect_timeout))) as conn:
+                with psycopg.connect(
+                    eng._conninfo, autocommit=True, connect_timeout=max(1, int(eng._connect_timeout))
+                ) as conn:
                     conn.execute("LISTEN " + eng.quote(eng._channel))
                     conn.execute(eng._extra["listener_register"], (eng._origin,))
                     conn.execute(eng._extra["listener_expire"])

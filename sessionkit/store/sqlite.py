@@ -152,45 +152,91 @@ def _insert(values: dict[str, str], source: str = "") -> str:
 # The fast appends' statements; parameters ?1 session, ?2 id, ?3 role, ?4 created_at,
 # ?5 bytes, ?6 tokens, ?7 JSON, ?8-?11 the analysis columns (text, n_parts, tool_names,
 # metadata), then each statement's own.
-_PLAIN = {"session_id": "?1", "id": "?2", "role": "?3", "created_at": "?4", "bytes": "?5", "tokens": "?6",
-          "chunks": "0", "content": "?7", "text": "?8", "n_parts": "?9", "tool_names": "?10", "metadata": "?11"}
-_APPEND_ROOT = _insert({**_PLAIN, "parent_id": "NULL", "depth": "0", "path_bytes": "?5", "path_tokens": "?6",
-                        "branch": "0"})
+_PLAIN = {
+    "session_id": "?1",
+    "id": "?2",
+    "role": "?3",
+    "created_at": "?4",
+    "bytes": "?5",
+    "tokens": "?6",
+    "chunks": "0",
+    "content": "?7",
+    "text": "?8",
+    "n_parts": "?9",
+    "tool_names": "?10",
+    "metadata": "?11",
+}
+_APPEND_ROOT = _insert(
+    {**_PLAIN, "parent_id": "NULL", "depth": "0", "path_bytes": "?5", "path_tokens": "?6", "branch": "0"}
+)
 # Under the latest row: it follows its parent (branch 0). The empty session gives a root.
 # (max() is one seek in the order index; a LIMIT 1 subquery joined in costs more.)
-_APPEND_LATEST = _insert({
-    **_PLAIN, "parent_id": "p.id", "depth": "coalesce(p.depth + 1, 0)", "path_bytes": "coalesce(p.path_bytes, 0) + ?5",
-    "path_tokens": "coalesce(p.path_tokens, 0) + ?6", "branch": "0",
-}, """FROM (SELECT max(seq) AS seq FROM sessionkit_messages WHERE session_id = ?1) AS last
-    LEFT JOIN sessionkit_messages AS p ON p.seq = last.seq""")
+_APPEND_LATEST = _insert(
+    {
+        **_PLAIN,
+        "parent_id": "p.id",
+        "depth": "coalesce(p.depth + 1, 0)",
+        "path_bytes": "coalesce(p.path_bytes, 0) + ?5",
+        "path_tokens": "coalesce(p.path_tokens, 0) + ?6",
+        "branch": "0",
+    },
+    """FROM (SELECT max(seq) AS seq FROM sessionkit_messages WHERE session_id = ?1) AS last
+    LEFT JOIN sessionkit_messages AS p ON p.seq = last.seq""",
+)
 # Under the latest row as this connection last wrote it, (?12 seq, ?13 id, ?14 depth,
 # ?15 path bytes, ?16 path tokens): when the session's latest row is no longer exactly
 # that, depth is NULL and the row is ignored (the caller falls back to _APPEND_LATEST).
 # Reading the parent in a subquery of VALUES spares the temporary copy of the row
 # that INSERT ... SELECT makes when it reads the table it writes.
-_APPEND_AFTER = _insert({
-    **_PLAIN, "parent_id": "?13",
-    "depth": """CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
+_APPEND_AFTER = _insert(
+    {
+        **_PLAIN,
+        "parent_id": "?13",
+        "depth": """CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
                WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?12, ?13, ?14, ?15, ?16) THEN ?14 + 1 END""",
-    "path_bytes": "?15 + ?5", "path_tokens": "?16 + ?6", "branch": "0",
-})
+        "path_bytes": "?15 + ?5",
+        "path_tokens": "?16 + ?6",
+        "branch": "0",
+    }
+)
 # What _APPEND_LATEST wrote, for _tails, in the same statement where SQLite has RETURNING.
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 _TAIL_RETURNED = " RETURNING seq, id, depth, path_bytes, path_tokens"
 # Under a given parent (?12 its id): no row when it does not exist.
-_APPEND_UNDER = _insert({
-    **_PLAIN, "parent_id": "p.id", "depth": "p.depth + 1", "path_bytes": "p.path_bytes + ?5",
-    "path_tokens": "p.path_tokens + ?6",
-    "branch": "p.seq <> (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
-}, "FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?12")
+_APPEND_UNDER = _insert(
+    {
+        **_PLAIN,
+        "parent_id": "p.id",
+        "depth": "p.depth + 1",
+        "path_bytes": "p.path_bytes + ?5",
+        "path_tokens": "p.path_tokens + ?6",
+        "branch": "p.seq <> (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
+    },
+    "FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?12",
+)
 # The general insert: a row follows its parent (branch 0) when the parent is the
 # session's latest row (?17: the parent's seq, NULL for a root).
-_INSERT_ROW = _insert({
-    "session_id": "?1", "id": "?2", "parent_id": "?3", "depth": "?4", "role": "?5", "created_at": "?6",
-    "bytes": "?7", "tokens": "?8", "path_bytes": "?9", "path_tokens": "?10", "chunks": "?11", "text": "?12",
-    "n_parts": "?13", "tool_names": "?14", "metadata": "?15", "content": "?16",
-    "branch": "?17 IS NOT NULL AND ?17 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
-})
+_INSERT_ROW = _insert(
+    {
+        "session_id": "?1",
+        "id": "?2",
+        "parent_id": "?3",
+        "depth": "?4",
+        "role": "?5",
+        "created_at": "?6",
+        "bytes": "?7",
+        "tokens": "?8",
+        "path_bytes": "?9",
+        "path_tokens": "?10",
+        "chunks": "?11",
+        "text": "?12",
+        "n_parts": "?13",
+        "tool_names": "?14",
+        "metadata": "?15",
+        "content": "?16",
+        "branch": "?17 IS NOT NULL AND ?17 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
+    }
+)
 
 
 def _index_json(content: str) -> str:
@@ -243,12 +289,23 @@ class SQLiteEngine(LocalEngine):
     EXTRA_SCHEMA = (_FTS_TABLE,)
     BEGIN = "BEGIN IMMEDIATE"  # the write lock now: waits busy_timeout for other processes
 
-    def __init__(self, path: str, *, busy_timeout: float = 30.0, wal_autocheckpoint: int = 8192,
-                 search_window: int = DEFAULT_SEARCH_WINDOW, **options):
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout: float = 30.0,
+        wal_autocheckpoint: int = 8192,
+        search_window: int = DEFAULT_SEARCH_WINDOW,
+        **options,
+    ):
         if not isinstance(search_window, int) or isinstance(search_window, bool) or search_window < 1:
             raise ValueError(f"search_window must be a positive int, got {search_window!r}")
-        if (not isinstance(busy_timeout, (int, float)) or isinstance(busy_timeout, bool)
-                or not 0 <= busy_timeout <= 86_400 or busy_timeout != busy_timeout):
+        if (
+            not isinstance(busy_timeout, (int, float))
+            or isinstance(busy_timeout, bool)
+            or not 0 <= busy_timeout <= 86_400
+            or busy_timeout != busy_timeout
+        ):
             raise ValueError(f"busy_timeout must be a number of seconds from 0 to 86400, got {busy_timeout!r}")
         super().__init__(**options)
         #: How many of the newest messages the search window holds at least (_RECENT_TABLE).
@@ -338,7 +395,10 @@ class SQLiteEngine(LocalEngine):
                 f"busy_timeout={self.busy_timeout:g} s ({text})"
             )
         if isinstance(exc, sqlite3.DatabaseError) and (
-            "malformed" in text or "not a database" in text or "corrupt" in text or "no such table" in text
+            "malformed" in text
+            or "not a database" in text
+            or "corrupt" in text
+            or "no such table" in text
             or "no such column" in text
         ):
             return StoreCorrupt(f"store {where} is damaged: {text}")
@@ -398,7 +458,9 @@ class SQLiteEngine(LocalEngine):
                     "SELECT (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
                     " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),"
                     " (SELECT min(session_id) FROM sessionkit_messages),"
-                    " (SELECT max(session_id) FROM sessionkit_messages)", (sid,))
+                    " (SELECT max(session_id) FROM sessionkit_messages)",
+                    (sid,),
+                )
                 if first is None:
                     return []
                 if low == high:
@@ -407,8 +469,9 @@ class SQLiteEngine(LocalEngine):
                     sid = None
             # Rows above hi were written after this search began (it synced the window).
             if lo is not None and hi is not None and lo <= last and first <= hi:
-                rows, n = self._rank("sessionkit_fts_recent", fts_query, sid, max(first, lo), min(last, hi),
-                                     cand, limit)
+                rows, n = self._rank(
+                    "sessionkit_fts_recent", fts_query, sid, max(first, lo), min(last, hi), cand, limit
+                )
                 if first >= lo or n >= cand:
                     return rows
             return self._rank("sessionkit_fts", fts_query, sid, first, last, cand, limit)[0]
@@ -422,8 +485,10 @@ class SQLiteEngine(LocalEngine):
         # rows hold the content.
         where, params = "", [fts_query, first, last]
         if sid is not None:
-            where = (f"AND EXISTS (SELECT 1 FROM sessionkit_messages s INDEXED BY sessionkit_messages_order"
-                     f" WHERE s.session_id = ? AND s.seq = {table}.rowid)")
+            where = (
+                f"AND EXISTS (SELECT 1 FROM sessionkit_messages s INDEXED BY sessionkit_messages_order"
+                f" WHERE s.session_id = ? AND s.seq = {table}.rowid)"
+            )
             params.append(sid)
         params += [cand, limit]
         # The candidates are ranked and counted in one pass (the window function), and
@@ -467,8 +532,11 @@ class SQLiteEngine(LocalEngine):
                     lo = None
                 if lo is None:
                     lo, hi = new_lo, new_lo - 1
-                self.execute("INSERT INTO sessionkit_fts_recent(rowid, body) "
-                             "SELECT rowid, body FROM sessionkit_fts WHERE rowid > ? AND rowid <= ?", (hi, top))
+                self.execute(
+                    "INSERT INTO sessionkit_fts_recent(rowid, body) "
+                    "SELECT rowid, body FROM sessionkit_fts WHERE rowid > ? AND rowid <= ?",
+                    (hi, top),
+                )
                 if new_lo > lo:
                     self.execute("DELETE FROM sessionkit_fts_recent WHERE rowid < ?", (new_lo,))
                     lo = new_lo
@@ -487,8 +555,7 @@ class SQLiteEngine(LocalEngine):
 
     def _window(self) -> tuple[int | None, int | None]:
         """``(recent_lo, recent_hi)``: the seq range the window holds, or Nones."""
-        rows = dict(self.fetch(
-            "SELECT key, value FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')"))
+        rows = dict(self.fetch("SELECT key, value FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')"))
         if "recent_lo" not in rows:
             return None, None
         return int(rows["recent_lo"]), int(rows["recent_hi"])
@@ -512,8 +579,10 @@ class SQLiteEngine(LocalEngine):
         self.execute("DELETE FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')")
 
     def index_batch(self, rows):
-        self.execute_many("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
-                          [(seq, _search.index_text(text)) for seq, _, text in rows])
+        self.execute_many(
+            "INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
+            [(seq, _search.index_text(text)) for seq, _, text in rows],
+        )
 
     def finish_index_build(self) -> None:
         self._install_triggers(_FTS_TRIGGERS)  # (a window's triggers, if any, went with its table)
@@ -551,8 +620,19 @@ class SQLiteEngine(LocalEngine):
             return NotImplemented
         # One statement (its own transaction): the parent's place is read and the row
         # written atomically, so this needs no BEGIN/COMMIT round trips.
-        params = (sid, prep.id, prep.role, created_at, prep.bytes, prep.tokens, prep.stored_json, prep.text,
-                  prep.n_parts, prep.tool_names, prep.metadata)
+        params = (
+            sid,
+            prep.id,
+            prep.role,
+            created_at,
+            prep.bytes,
+            prep.tokens,
+            prep.stored_json,
+            prep.text,
+            prep.n_parts,
+            prep.tool_names,
+            prep.metadata,
+        )
         with self._lock, self.guard():
             db = self._db
             if parent_id is None:
@@ -583,9 +663,13 @@ class SQLiteEngine(LocalEngine):
             row = rows[0] if rows else None
         else:
             cur = db.execute(_APPEND_LATEST, params)
-            row = cur.rowcount == 1 and db.execute(
-                "SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages WHERE seq = ?",
-                (cur.lastrowid,)).fetchone()
+            row = (
+                cur.rowcount == 1
+                and db.execute(
+                    "SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages WHERE seq = ?",
+                    (cur.lastrowid,),
+                ).fetchone()
+            )
         if not row:
             return False
         if len(self._tails) >= 4096:  # a bound: the sessions written most recently gain

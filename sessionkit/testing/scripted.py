@@ -158,8 +158,10 @@ def _check_reply(reply: Any, index: int) -> None:
     if unknown:
         raise ValueError(f"script[{index}]: unknown keys {sorted(unknown)}; use {sorted(_REPLY_KEYS)}")
     error = reply.get("error")
-    if error is not None and not isinstance(error, BaseException) and not (
-        isinstance(error, type) and issubclass(error, BaseException)
+    if (
+        error is not None
+        and not isinstance(error, BaseException)
+        and not (isinstance(error, type) and issubclass(error, BaseException))
     ):
         raise TypeError(f"script[{index}]: 'error' must be an exception")
     for call in reply.get("tool_calls") or ():

@@ -54,8 +54,7 @@ def __getattr__(name: str) -> Any:
             from ..errors import MissingDependency
 
             raise MissingDependency(
-                f"sessionkit.widgets.{name} needs anywidget and ipywidgets: "
-                "pip install 'sessionkit[widgets]'"
+                f"sessionkit.widgets.{name} needs anywidget and ipywidgets: pip install 'sessionkit[widgets]'"
             ) from exc
         value = getattr(module, name)
         globals()[name] = value

@@ -58,8 +58,17 @@ def _run(state: dict, ev: dict) -> dict:
 def _turn(run: dict, ev: dict | None = None) -> dict:
     if not run["turns"] or (ev is not None and run["turns"][-1]["done"]):
         run["turns"].append(
-            {"turn": len(run["turns"]) + 1, "input": None, "mode": None, "text": "", "reasoning": "",
-             "tools": [], "usage": None, "stop_reason": None, "done": False}
+            {
+                "turn": len(run["turns"]) + 1,
+                "input": None,
+                "mode": None,
+                "text": "",
+                "reasoning": "",
+                "tools": [],
+                "usage": None,
+                "stop_reason": None,
+                "done": False,
+            }
         )
     return run["turns"][-1]
 
@@ -78,8 +87,17 @@ def apply_event(state: dict, ev: dict) -> dict:
         run["started"] = ev.get("ts")
     elif kind == "turn.start":
         run["turns"].append(
-            {"turn": ev.get("turn") or len(run["turns"]) + 1, "input": ev.get("input"), "mode": ev.get("mode"),
-             "text": "", "reasoning": "", "tools": [], "usage": None, "stop_reason": None, "done": False}
+            {
+                "turn": ev.get("turn") or len(run["turns"]) + 1,
+                "input": ev.get("input"),
+                "mode": ev.get("mode"),
+                "text": "",
+                "reasoning": "",
+                "tools": [],
+                "usage": None,
+                "stop_reason": None,
+                "done": False,
+            }
         )
     elif kind == "delta.text":
         _turn(run, ev)["text"] += str(ev.get("text") or "")
@@ -87,8 +105,14 @@ def apply_event(state: dict, ev: dict) -> dict:
         _turn(run, ev)["reasoning"] += str(ev.get("text") or "")
     elif kind == "tool.call":
         _turn(run, ev)["tools"].append(
-            {"id": ev.get("tool_call_id"), "name": ev.get("name"), "input": ev.get("input"),
-             "output": None, "error": None, "done": False}
+            {
+                "id": ev.get("tool_call_id"),
+                "name": ev.get("name"),
+                "input": ev.get("input"),
+                "output": None,
+                "error": None,
+                "done": False,
+            }
         )
     elif kind == "tool.result":
         turn = _turn(run)
@@ -97,7 +121,12 @@ def apply_event(state: dict, ev: dict) -> dict:
                 break
         else:
             tool = {
-                "id": ev.get("tool_call_id"), "name": None, "input": None, "output": None, "error": None, "done": False
+                "id": ev.get("tool_call_id"),
+                "name": None,
+                "input": None,
+                "output": None,
+                "error": None,
+                "done": False,
             }
             turn["tools"].append(tool)
         tool["output"] = ev.get("output")

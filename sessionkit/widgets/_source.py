@@ -310,8 +310,13 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
         elif p == path.spans[k].start:
             c = comp_list[k]
             entries.append(
-                {"id": c["overlay_id"], "role": "assistant", "tokens": c["tokens_after"], "kind": "summary",
-                 "compaction": k}
+                {
+                    "id": c["overlay_id"],
+                    "role": "assistant",
+                    "tokens": c["tokens_after"],
+                    "kind": "summary",
+                    "compaction": k,
+                }
             )
     return {
         "leaf_id": path.leaf_id,

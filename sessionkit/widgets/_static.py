@@ -126,7 +126,7 @@ def plural(n: int, singular: str, plural_form: str | None = None) -> str:
 _INLINE = {
     "sk-meta": "color:#6b7280;font-size:12px;text-align:left",
     "sk-badge": "display:inline-block;padding:0 6px;border-radius:8px;background-color:#e5e7eb;"
-                "font-size:11px;font-weight:normal;color:#374151",
+    "font-size:11px;font-weight:normal;color:#374151",
     "sk-text": "white-space:pre-wrap;text-align:left",
     "sk-msg": "border-left:3px solid #d1d5db;padding:4px 8px;margin:6px 0;background-color:#fafafa;text-align:left",
     "sk-hidden": "opacity:0.55",
@@ -210,8 +210,8 @@ def tree_html(
     body = [
         f"<h4>Session {_e(data.session_id or '(default)')}</h4>",
         f'<div class="sk-meta">{plural(data.n, "message")} · {plural(branches, "branch point")} · '
-        f'{plural(leaves, "leaf", "leaves")} · {plural(len(data.compactions), "compaction")} · '
-        f'latest path {plural(len(active), "message")}, '
+        f"{plural(leaves, 'leaf', 'leaves')} · {plural(len(data.compactions), 'compaction')} · "
+        f"latest path {plural(len(active), 'message')}, "
         f"{fmt_tokens(sum(data.tokens[i] for i in active))} tokens · ● marks the latest path</div>",
         '<table class="sk-tree"><thead><tr><th>tree</th><th>role</th><th>message</th><th>tokens</th></tr></thead>'
         "<tbody>",
@@ -230,7 +230,7 @@ def tree_html(
             prev = message_preview(msgs[mid]) if mid in msgs else ""
             body.append(
                 f'<tr class="{" ".join(cls)}" data-id="{_e(mid)}"><td class="sk-g">{_e(guide)}{mark}</td>'
-                f"<td>{_role(data.role_of(i))}</td><td class=\"sk-prev\">{_e(prev)}{fork}</td>"
+                f'<td>{_role(data.role_of(i))}</td><td class="sk-prev">{_e(prev)}{fork}</td>'
                 f'<td class="sk-tok">{fmt_tokens(data.tokens[i])}</td></tr>'
             )
         elif row[0] == "more":
@@ -281,7 +281,7 @@ def _parts_html(view: dict) -> str:
             out.append(f'<details><summary>reasoning</summary><div class="sk-text">{_e(p["text"])}</div></details>')
         elif kind == "tool":
             status = "error" if p.get("error") else (p.get("state") or "")
-            inner = f"<summary>tool <b>{_e(p['name'])}</b> <span class=\"sk-badge\">{_e(status)}</span></summary>"
+            inner = f'<summary>tool <b>{_e(p["name"])}</b> <span class="sk-badge">{_e(status)}</span></summary>'
             if p.get("input") is not None:
                 inner += f"<div>input</div><pre>{_e(p['input'])}</pre>"
             if p.get("output") is not None:
@@ -292,7 +292,7 @@ def _parts_html(view: dict) -> str:
         elif kind == "file":
             out.append(f'<div class="sk-badge">file {_e(p.get("mediaType"))} {_e(p.get("name") or "")}</div>')
         else:
-            out.append(f'<details><summary>{_e(p.get("kind"))} part</summary><pre>{_e(p.get("json"))}</pre></details>')
+            out.append(f"<details><summary>{_e(p.get('kind'))} part</summary><pre>{_e(p.get('json'))}</pre></details>")
     return "".join(out)
 
 
@@ -328,9 +328,9 @@ def transcript_html(
     body = [
         f"<h4>Transcript · {label}</h4>",
         f'<div class="sk-meta">{plural(len(entries), "entry", "entries")} · model sees '
-        f'{fmt_tokens(path["tokens_model"])} tokens of {fmt_tokens(path["tokens_full"])} · '
-        f'{plural(len(path["compactions"]), "compaction")} on this path · '
-        f'leaf {_e(path["leaf_id"])}</div>',
+        f"{fmt_tokens(path['tokens_model'])} tokens of {fmt_tokens(path['tokens_full'])} · "
+        f"{plural(len(path['compactions']), 'compaction')} on this path · "
+        f"leaf {_e(path['leaf_id'])}</div>",
     ]
     if len(shown) < len(entries):
         earlier = plural(len(entries) - len(shown), "earlier entry", "earlier entries")
@@ -352,8 +352,8 @@ def transcript_html(
         body.append(
             f'<div class="{cls}" style="border-left-color:{color}" data-id="{_e(e["id"])}">'
             f'<div class="sk-head">{_role(e["role"])} · {fmt_tokens(e["tokens"])} tokens · '
-            f'{_e(view.get("createdAt") or "")}'
-            f'{" · hidden by compaction" if e["kind"] == "hidden" else ""}</div>{_parts_html(view)}</div>'
+            f"{_e(view.get('createdAt') or '')}"
+            f"{' · hidden by compaction' if e['kind'] == 'hidden' else ''}</div>{_parts_html(view)}</div>"
         )
     inner = "".join(body)
     return _wrap("transcript", inner) if wrap else inner
@@ -386,27 +386,33 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
             f'<span class="sk-badge">{_e(run["status"])}</span>'
         )
         if run.get("input") is not None:
-            body.append(f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["user"]}">{_role("user")}'
-                        f'<div class="sk-text">{_e(run["input"])}</div></div>')
+            body.append(
+                f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["user"]}">{_role("user")}'
+                f'<div class="sk-text">{_e(run["input"])}</div></div>'
+            )
         for t in run["turns"]:
             body.append(f'<div class="sk-turn"><div class="sk-head sk-meta">turn {t["turn"]}')
             if t.get("mode"):
-                body.append(f' · queued {_e(t["mode"])} message')
+                body.append(f" · queued {_e(t['mode'])} message")
             body.append("</div>")
             if t.get("input"):
-                body.append(f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["user"]}">{_role("user")}'
-                            f'<div class="sk-text">{_e(t["input"])}</div></div>')
+                body.append(
+                    f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["user"]}">{_role("user")}'
+                    f'<div class="sk-text">{_e(t["input"])}</div></div>'
+                )
             if t.get("reasoning"):
-                body.append(f'<details><summary>reasoning</summary><div class="sk-text">{_e(t["reasoning"])}</div>'
-                            "</details>")
+                body.append(
+                    f'<details><summary>reasoning</summary><div class="sk-text">{_e(t["reasoning"])}</div></details>'
+                )
             if t.get("text"):
-                body.append(f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["assistant"]}">'
-                            f'{_role("assistant")}'
-                            f'<div class="sk-text">{_e(t["text"])}</div></div>')
+                body.append(
+                    f'<div class="sk-msg" style="border-left-color:{ROLE_COLORS["assistant"]}">'
+                    f"{_role('assistant')}"
+                    f'<div class="sk-text">{_e(t["text"])}</div></div>'
+                )
             for tool in t["tools"]:
                 status = "error" if tool.get("error") else ("done" if tool.get("done") else "running")
-                inner = (f"<summary>tool <b>{_e(tool.get('name'))}</b> "
-                         f"<span class=\"sk-badge\">{status}</span></summary>")
+                inner = f'<summary>tool <b>{_e(tool.get("name"))}</b> <span class="sk-badge">{status}</span></summary>'
                 inner += f"<div>input</div><pre>{_e(json.dumps(tool.get('input'), indent=2, default=str))}</pre>"
                 if tool.get("done") and not tool.get("error"):
                     inner += f"<div>output</div><pre>{_e(json.dumps(tool.get('output'), indent=2, default=str))}</pre>"
@@ -418,8 +424,8 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
                 cost = fmt_cost(u.get("cost_usd") if isinstance(u.get("cost_usd"), (int, float)) else None)
                 body.append(
                     f'<div class="sk-meta">usage: in {fmt_tokens(u.get("in"))} · out {fmt_tokens(u.get("out"))} · '
-                    f'{_e(u.get("model") or "")} · {cost}'
-                    f'{" · stop: " + _e(t["stop_reason"]) if t.get("stop_reason") else ""}</div>'
+                    f"{_e(u.get('model') or '')} · {cost}"
+                    f"{' · stop: ' + _e(t['stop_reason']) if t.get('stop_reason') else ''}</div>"
                 )
             body.append("</div>")
         if run.get("error"):
@@ -449,18 +455,18 @@ def store_html(store: Any, *, max_sessions: int = 50) -> str:
         sessions = store.list_sessions()
         stats = store.stats()
     except Exception as exc:  # a closed store still displays
-        return _wrap("store", f"<h4>sessionkit store</h4><div class=\"sk-meta\">{_e(exc)}</div>")
+        return _wrap("store", f'<h4>sessionkit store</h4><div class="sk-meta">{_e(exc)}</div>')
     where = store.path or ":memory:"
     body = [
         f"<h4>sessionkit store · {_e(store.engine)} · {_e(where)}</h4>",
         f'<div class="sk-meta">{plural(stats.get("sessions", len(sessions)), "session")} · '
-        f'{plural(stats.get("messages", 0), "message")} · '
-        f'{plural(stats.get("compactions", 0), "compaction")} · {plural(stats.get("blobs", 0), "blob")}</div>',
+        f"{plural(stats.get('messages', 0), 'message')} · "
+        f"{plural(stats.get('compactions', 0), 'compaction')} · {plural(stats.get('blobs', 0), 'blob')}</div>",
         "<table><thead><tr><th>session</th><th>messages</th><th>created</th><th>updated</th></tr></thead><tbody>",
     ]
     for info in sessions[:max_sessions]:
         body.append(
-            f"<tr><td>{_e(info.id or '(default)')}</td><td class=\"sk-tok\">{info.message_count:,}</td>"
+            f'<tr><td>{_e(info.id or "(default)")}</td><td class="sk-tok">{info.message_count:,}</td>'
             f"<td>{_e(info.created_at)}</td><td>{_e(info.updated_at)}</td></tr>"
         )
     body.append("</tbody></table>")
@@ -472,7 +478,7 @@ def store_html(store: Any, *, max_sessions: int = 50) -> str:
 def page(title: str, body: str, *, head: str = "") -> str:
     """A complete HTML page (no external resources)."""
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
         f"<style>body{{margin:16px;background:#fff}}</style>{head}</head><body>{body}</body></html>\n"
     )

@@ -595,8 +595,15 @@ class RunView(_View):
     controls = traitlets.Bool(False).tag(sync=True)
     height = traitlets.Int(480).tag(sync=True)
 
-    def __init__(self, source: Any = None, *, run_id: str | None = None, interval: float = 0.075,
-                 height: int = 480, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        source: Any = None,
+        *,
+        run_id: str | None = None,
+        interval: float = 0.075,
+        height: int = 480,
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
             raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
         super().__init__(height=height, queue={"active": None, "queued": 0, "items": []}, **kwargs)
@@ -655,8 +662,11 @@ class RunView(_View):
                 view.queue = copy.deepcopy(state)
 
         self._detach = [controller.on_event(on_event), controller.subscribe(on_state)]
-        state = controller.state() if callable(getattr(controller, "state", None)) else {
-            "active": controller.active, "queued": controller.queued, "items": controller.items}
+        state = (
+            controller.state()
+            if callable(getattr(controller, "state", None))
+            else {"active": controller.active, "queued": controller.queued, "items": controller.items}
+        )
         self.queue = copy.deepcopy(state)
         self.controls = True
         return self
@@ -723,7 +733,6 @@ class RunView(_View):
             self.batches += 1
             self.send({"type": "events", "events": batch})
             self.summary = _runlog.summary(self._state)
-
 
     @property
     def state(self) -> dict:
@@ -809,8 +818,12 @@ class StoreBrowser(ipywidgets.VBox):
         infos = store.list_sessions()[:max_sessions]
         options = [(f"{i.id or '(default)'} · {i.message_count:,} messages", i.id) for i in infos]
         first = session_id if session_id is not None else (infos[0].id if infos else "")
-        self.picker = ipywidgets.Dropdown(options=options or [("(no sessions)", "")], value=first if options else "",
-                                          description="session", layout=ipywidgets.Layout(width="auto"))
+        self.picker = ipywidgets.Dropdown(
+            options=options or [("(no sessions)", "")],
+            value=first if options else "",
+            description="session",
+            layout=ipywidgets.Layout(width="auto"),
+        )
         session = store.session(first)
         self.tree = BranchTree(session)
         self.transcript = Transcript(session, follow=self.tree, height=420)

@@ -22,4 +22,3 @@ def store(engine, new_store):
 def mem_store(new_store):
     """An in-memory SQLite store (for tests where the engine does not matter)."""
     return new_store("sqlite", memory=True)
-

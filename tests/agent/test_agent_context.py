@@ -37,10 +37,12 @@ def test_the_model_sees_the_context_before_the_prompt_and_nothing_stores_it(stor
     session = store.session("c")
     result = agent.run_sync("Which plan am I on?", session=session, context=CONTEXT)
 
-    assert model.calls == [[
-        {"role": "system", "content": "Answer from the context."},
-        with_block("Which plan am I on?"),
-    ]]
+    assert model.calls == [
+        [
+            {"role": "system", "content": "Answer from the context."},
+            with_block("Which plan am I on?"),
+        ]
+    ]
     history = session.get_history()
     assert [m["parts"] for m in history] == [
         [{"type": "text", "text": "Which plan am I on?"}],
@@ -55,11 +57,13 @@ def test_the_model_sees_the_context_before_the_prompt_and_nothing_stores_it(stor
 
 
 def test_the_context_stays_for_the_runs_tool_turns_and_is_gone_in_the_next_run(mem_store):
-    model = ScriptedModel([
-        {"tool_calls": [{"name": "list_orders", "arguments": {"status": "open"}, "id": "c1"}]},
-        "You have 2 open orders.",
-        "Hello again.",
-    ])
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "list_orders", "arguments": {"status": "open"}, "id": "c1"}]},
+            "You have 2 open orders.",
+            "Hello again.",
+        ]
+    )
     agent = Agent("a", "", model, tools=[list_orders])
     session = mem_store.session("t")
     agent.run_sync("Any open orders?", session=session, context=CONTEXT)
@@ -85,11 +89,17 @@ def test_a_tool_receives_the_context_the_model_cannot_see_or_set(mem_store):
         return context["customer_id"]
 
     # the model tries to pass a context of its own: it is ignored
-    model = ScriptedModel([
-        {"tool_calls": [{"name": "whoami", "arguments": {"context": {"customer_id": "evil"}}, "id": "c1"},
-                        {"name": "whoami", "arguments": {"verbose": True}, "id": "c2"}]},
-        "done",
-    ])
+    model = ScriptedModel(
+        [
+            {
+                "tool_calls": [
+                    {"name": "whoami", "arguments": {"context": {"customer_id": "evil"}}, "id": "c1"},
+                    {"name": "whoami", "arguments": {"verbose": True}, "id": "c2"},
+                ]
+            },
+            "done",
+        ]
+    )
     agent = Agent("a", "", model, tools=[whoami])
     session = mem_store.session("w")
     result = agent.run_sync("who am I?", session=session, context=CONTEXT)
@@ -101,7 +111,8 @@ def test_a_tool_receives_the_context_the_model_cannot_see_or_set(mem_store):
     assert model.calls[1][0] == with_block("who am I?")  # the tool's change did not reach the model
     # the schema has no context parameter
     assert model.tools[0][0]["function"]["parameters"] == {
-        "type": "object", "properties": {"verbose": {"type": "boolean", "default": False}},
+        "type": "object",
+        "properties": {"verbose": {"type": "boolean", "default": False}},
     }
 
 
@@ -127,10 +138,14 @@ def test_without_a_run_context_the_parameter_gets_none_or_its_default(mem_store)
         got["optional"] = context
         return "ok"
 
-    model = ScriptedModel([
-        {"tool_calls": [{"name": "needs", "arguments": {}}, {"name": "optional", "arguments": {}}]}, "done",
-        {"tool_calls": [{"name": "optional", "arguments": {}}]}, "done",
-    ])
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "needs", "arguments": {}}, {"name": "optional", "arguments": {}}]},
+            "done",
+            {"tool_calls": [{"name": "optional", "arguments": {}}]},
+            "done",
+        ]
+    )
     agent = Agent("a", "", model, tools=[needs, optional])
     agent.run_sync("go", session=mem_store.session("n"))
     assert got == {"needs": None, "optional": {"plan": "free"}}
@@ -141,8 +156,17 @@ def test_without_a_run_context_the_parameter_gets_none_or_its_default(mem_store)
 
 @pytest.mark.parametrize(
     "bad",
-    [["a", "list"], "a string", 42, ({"a": 1},), {"ids": {1, 2}}, {"when": object()}, {"x": math.nan},
-     {"x": math.inf}, {"text": "lone \ud800 surrogate"}],
+    [
+        ["a", "list"],
+        "a string",
+        42,
+        ({"a": 1},),
+        {"ids": {1, 2}},
+        {"when": object()},
+        {"x": math.nan},
+        {"x": math.inf},
+        {"text": "lone \ud800 surrogate"},
+    ],
 )
 def test_a_context_that_is_not_a_json_object_is_a_type_error_before_anything_is_recorded(mem_store, bad):
     model = ScriptedModel(["never"])
@@ -215,16 +239,23 @@ def test_regenerate_shows_the_context_beside_the_answered_message(mem_store):
 
 def test_a_prompt_with_a_file_keeps_its_parts_after_the_context(mem_store):
     model = ScriptedModel(["a cat"])
-    prompt = {"id": "u1", "role": "user", "parts": [
-        {"type": "text", "text": "What is this?"},
-        {"type": "file", "mediaType": "image/png", "url": "https://example.invalid/cat.png"},
-    ]}
+    prompt = {
+        "id": "u1",
+        "role": "user",
+        "parts": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "file", "mediaType": "image/png", "url": "https://example.invalid/cat.png"},
+        ],
+    }
     Agent("a", "", model).run_sync(prompt, session=mem_store.session("img"), context={"k": 1})
-    assert model.calls[0][-1] == {"role": "user", "content": [
-        {"type": "text", "text": '<context>\n{"k": 1}\n</context>'},
-        {"type": "text", "text": "What is this?"},
-        {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}},
-    ]}
+    assert model.calls[0][-1] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": '<context>\n{"k": 1}\n</context>'},
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}},
+        ],
+    }
 
 
 @pytest.mark.filterwarnings("ignore:.*the `ReadOnly` qualifier:UserWarning")  # litellm's own types

@@ -71,10 +71,12 @@ def assert_blocked_and_recorded(store, sid, exc, before):
 
 
 def test_an_output_guardrail_blocks_a_reply_with_a_card_number_and_nothing_is_appended(store):
-    model = ScriptedModel([
-        {"tool_calls": [{"name": "lookup_card", "arguments": {"customer": "ada"}, "id": "c1"}]},
-        "Your card on file is 4111 1111 1111 1111.",
-    ])
+    model = ScriptedModel(
+        [
+            {"tool_calls": [{"name": "lookup_card", "arguments": {"customer": "ada"}, "id": "c1"}]},
+            "Your card on file is 4111 1111 1111 1111.",
+        ]
+    )
     agent = Agent("support", "Help customers.", model, tools=[lookup_card], output_guardrails=[no_card_numbers])
     session = store.session("cards")
     before = seed(session)
@@ -100,23 +102,30 @@ def test_output_guardrails_see_exactly_the_messages_the_run_would_append(mem_sto
         seen.append(copy.deepcopy(messages))
         messages[0]["parts"][0]["text"] = "changed by the guardrail"  # a copy: changes nothing
 
-    model = ScriptedModel([
-        {"text": "Adding.", "tool_calls": [{"name": "lookup_card", "arguments": {"customer": "bo"}, "id": "c1"}]},
-        "Done.",
-    ])
+    model = ScriptedModel(
+        [
+            {"text": "Adding.", "tool_calls": [{"name": "lookup_card", "arguments": {"customer": "bo"}, "id": "c1"}]},
+            "Done.",
+        ]
+    )
     agent = Agent("a", "", model, tools=[lookup_card], output_guardrails=[record])
     result = agent.run_sync("go", session=mem_store.session("s"))
 
     [messages] = seen
-    assert [(m["role"], text(m)) for m in messages] == [("user", "go"), ("assistant", "Adding."), ("assistant", "Done.")]
+    assert [(m["role"], text(m)) for m in messages] == [
+        ("user", "go"),
+        ("assistant", "Adding."),
+        ("assistant", "Done."),
+    ]
     assert messages[1]["parts"][1]["output"] == {"customer": "bo", "card": "4111 1111 1111 1111"}
     assert [m["id"] for m in messages] == [m["id"] for m in result.messages]
     assert [text(m) for m in mem_store.session("s").get_history()] == ["go", "Adding.", "Done."]
 
 
 def test_an_allowing_guardrail_lets_the_run_complete(mem_store):
-    agent = Agent("a", "", ScriptedModel(["All fine."]), input_guardrails=[no_shouting],
-                  output_guardrails=[no_card_numbers])
+    agent = Agent(
+        "a", "", ScriptedModel(["All fine."]), input_guardrails=[no_shouting], output_guardrails=[no_card_numbers]
+    )
     result = agent.run_sync("hello there", session=mem_store.session("ok"))
     assert result.status == "completed" and result.text == "All fine."
     assert [text(m) for m in mem_store.session("ok").get_history()] == ["hello there", "All fine."]
@@ -210,7 +219,9 @@ def test_an_async_guardrail_that_raises_and_one_with_a_bad_answer(mem_store):
     assert info.value.reason == "KeyError: 'parts'" and info.value.guardrail == "broken"
 
     with pytest.raises(GuardrailTripped) as info:
-        Agent("a", "", ScriptedModel(["x"]), input_guardrails=[yes_or_no]).run_sync("hi", session=mem_store.session("c"))
+        Agent("a", "", ScriptedModel(["x"]), input_guardrails=[yes_or_no]).run_sync(
+            "hi", session=mem_store.session("c")
+        )
     assert info.value.guardrail == "yes_or_no"
     assert "returned a bool" in info.value.reason
     assert mem_store.session("b").get_history() == [] and mem_store.session("c").get_history() == []
@@ -225,8 +236,9 @@ def test_guardrail_names_of_partials_and_callable_objects(mem_store):
         async def __call__(self, messages):
             return "blocked word" if "secret" in text(messages[0]) else None
 
-    agent = Agent("a", "", ScriptedModel(["x", "y"]),
-                  input_guardrails=[functools.partial(limit, max_chars=8), Blocklist()])
+    agent = Agent(
+        "a", "", ScriptedModel(["x", "y"]), input_guardrails=[functools.partial(limit, max_chars=8), Blocklist()]
+    )
     with pytest.raises(GuardrailTripped) as info:
         agent.run_sync("far too long", session=mem_store.session("p"))
     assert info.value.guardrail == "limit"

@@ -80,17 +80,31 @@ def test_a_tool_call_then_a_final_answer(store, stream):
 
     assert result.text == "It is sunny in Paris, 21 °C."
     assert [m["role"] for m in result.messages] == ["user", "assistant", "assistant"]
-    assert result.messages[1]["parts"] == [{
-        "type": "tool-get_weather", "toolCallId": "call_1", "state": "output-available",
-        "input": {"city": "Paris"}, "output": {"city": "Paris", "sky": "sunny", "celsius": 21},
-    }]
+    assert result.messages[1]["parts"] == [
+        {
+            "type": "tool-get_weather",
+            "toolCallId": "call_1",
+            "state": "output-available",
+            "input": {"city": "Paris"},
+            "output": {"city": "Paris", "sky": "sunny", "celsius": 21},
+        }
+    ]
     assert session.get_history() == result.messages
     # the tool schema went to litellm, and the second call carried the tool round trip
     assert model.seen[0]["tools"][0]["function"]["name"] == "get_weather"
     assert model.seen[0]["tools"][0]["function"]["parameters"]["required"] == ["city"]
     assert model.seen[1]["messages"][-2:] == [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": '{"city": "Paris", "sky": "sunny", "celsius": 21}'},
     ]
     events = store.events("tools")

@@ -61,7 +61,11 @@ def test_sk_lite_llm_model_is_the_model_behind_a_name():
 @pytest.mark.parametrize("stream", [True, False])
 def test_litellm_kwargs_reach_every_call(mem_store, litellm_calls, stream):
     model = sk.LiteLLMModel(
-        "gpt-4o-mini", stream=stream, temperature=0.2, max_tokens=64, api_base="http://127.0.0.1:9/v1",
+        "gpt-4o-mini",
+        stream=stream,
+        temperature=0.2,
+        max_tokens=64,
+        api_base="http://127.0.0.1:9/v1",
         mock_response="Hello from the mock.",
     )
     agent = sk.Agent("a", "Be brief.", model)
@@ -120,8 +124,7 @@ def test_an_unpriced_run_that_fails_before_any_reply_reports_none_not_zero(store
         agent.run_sync("Hi", session=store.session("f"))
     [record] = store.runs("f")
     assert record.status == "failed"
-    assert record.usage == {"in": 0, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None,
-                            "model": UNPRICED}
+    assert record.usage == {"in": 0, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": UNPRICED}
     assert run_end(store, "f")["usage"]["cost_usd"] is None
     assert usage_costs(store, "f") == []
 
@@ -163,8 +166,10 @@ def test_a_guardrail_block_before_any_call_follows_the_same_rule(mem_store):
     def block(messages):
         return "no"
 
-    for sid, model, expected in [("u", sk.LiteLLMModel(UNPRICED, mock_response="x"), None),
-                                 ("p", sk.LiteLLMModel("gpt-4o-mini", mock_response="x"), 0.0)]:
+    for sid, model, expected in [
+        ("u", sk.LiteLLMModel(UNPRICED, mock_response="x"), None),
+        ("p", sk.LiteLLMModel("gpt-4o-mini", mock_response="x"), 0.0),
+    ]:
         with pytest.raises(sk.GuardrailTripped):
             sk.Agent("a", "", model, input_guardrails=[block]).run_sync("Hi", session=mem_store.session(sid))
         assert mem_store.runs(sid)[0].usage["cost_usd"] == expected

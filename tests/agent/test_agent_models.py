@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import subprocess
 import sys
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 import pytest
 
@@ -40,8 +40,20 @@ def test_tool_parts_become_tool_calls_followed_by_tool_messages():
         "parts": [
             {"type": "reasoning", "text": "I should add."},
             {"type": "text", "text": "Let me add."},
-            {"type": "tool-add", "toolCallId": "c1", "state": "output-available", "input": {"a": 1}, "output": {"sum": 3}},
-            {"type": "tool-div", "toolCallId": "c2", "state": "output-error", "input": {"a": 1}, "errorText": "ZeroDivisionError: division by zero"},
+            {
+                "type": "tool-add",
+                "toolCallId": "c1",
+                "state": "output-available",
+                "input": {"a": 1},
+                "output": {"sum": 3},
+            },
+            {
+                "type": "tool-div",
+                "toolCallId": "c2",
+                "state": "output-error",
+                "input": {"a": 1},
+                "errorText": "ZeroDivisionError: division by zero",
+            },
             {"type": "tool-slow", "toolCallId": "c3", "state": "input-available", "input": {}},
         ],
     }
@@ -71,8 +83,11 @@ def test_a_multi_step_assistant_message_is_split_into_steps():
         ],
     }
     assert to_chat_messages([msg]) == [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "get", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get", "arguments": "{}"}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "ok"},
         {"role": "assistant", "content": "Done."},
     ]
@@ -85,7 +100,12 @@ def test_user_files_become_content_blocks_and_empty_messages_are_skipped():
         "parts": [
             {"type": "text", "text": "What is this?"},
             {"type": "file", "mediaType": "image/png", "data": "iVBORw0KGgo="},
-            {"type": "file", "mediaType": "application/pdf", "url": "data:application/pdf;base64,JVBERi0=", "filename": "a.pdf"},
+            {
+                "type": "file",
+                "mediaType": "application/pdf",
+                "url": "data:application/pdf;base64,JVBERi0=",
+                "filename": "a.pdf",
+            },
         ],
     }
     empty = {"id": "a0", "role": "assistant", "parts": []}
@@ -105,8 +125,13 @@ def test_chat_messages_convert_back_with_tool_results_paired():
     chat = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "add 1 and 2"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "3"},
         {"role": "assistant", "content": "3"},
     ]
@@ -141,7 +166,7 @@ class Point:
     y: float = 0.0
 
 
-def get_weather(city: str, unit: Unit = Unit.C, days: int = 1, tags: Optional[list[str]] = None) -> str:
+def get_weather(city: str, unit: Unit = Unit.C, days: int = 1, tags: list[str] | None = None) -> str:
     """Current weather for a city.
 
     Looks it up somewhere.
@@ -241,9 +266,6 @@ def test_tool_outputs_are_made_json_safe():
 
 
 def test_importing_the_agent_package_does_not_import_litellm():
-    code = (
-        "import sys, sessionkit.agent, sessionkit.testing.scripted; "
-        "print('litellm' in sys.modules)"
-    )
+    code = "import sys, sessionkit.agent, sessionkit.testing.scripted; print('litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

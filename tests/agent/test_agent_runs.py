@@ -50,8 +50,11 @@ async def lookup(key: str) -> dict:
 def test_a_tool_run_appends_exactly_the_new_turns(store):
     model = ScriptedModel(
         [
-            {"text": "Let me add.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "c1"}],
-             "usage": {"in": 20, "out": 5}},
+            {
+                "text": "Let me add.",
+                "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}, "id": "c1"}],
+                "usage": {"in": 20, "out": 5},
+            },
             {"text": "1 + 2 = 3", "usage": {"in": 30, "out": 4}},
         ]
     )
@@ -67,24 +70,48 @@ def test_a_tool_run_appends_exactly_the_new_turns(store):
     usage1 = {"in": 20, "out": 5, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "scripted"}
     usage2 = {"in": 30, "out": 4, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "scripted"}
     expected = [
-        {"id": ANY, "role": "user", "parts": [{"type": "text", "text": "What is 1 + 2?"}],
-         "createdAt": ANY, "metadata": {"run_id": rid}},
-        {"id": ANY, "role": "assistant", "createdAt": ANY,
-         "parts": [
-             {"type": "text", "text": "Let me add."},
-             {"type": "tool-add", "toolCallId": "c1", "state": "output-available",
-              "input": {"a": 1, "b": 2}, "output": 3},
-         ],
-         "metadata": {"run_id": rid, "model": "scripted", "usage": usage1}},
-        {"id": ANY, "role": "assistant", "createdAt": ANY,
-         "parts": [{"type": "text", "text": "1 + 2 = 3"}],
-         "metadata": {"run_id": rid, "model": "scripted", "usage": usage2}},
+        {
+            "id": ANY,
+            "role": "user",
+            "parts": [{"type": "text", "text": "What is 1 + 2?"}],
+            "createdAt": ANY,
+            "metadata": {"run_id": rid},
+        },
+        {
+            "id": ANY,
+            "role": "assistant",
+            "createdAt": ANY,
+            "parts": [
+                {"type": "text", "text": "Let me add."},
+                {
+                    "type": "tool-add",
+                    "toolCallId": "c1",
+                    "state": "output-available",
+                    "input": {"a": 1, "b": 2},
+                    "output": 3,
+                },
+            ],
+            "metadata": {"run_id": rid, "model": "scripted", "usage": usage1},
+        },
+        {
+            "id": ANY,
+            "role": "assistant",
+            "createdAt": ANY,
+            "parts": [{"type": "text", "text": "1 + 2 = 3"}],
+            "metadata": {"run_id": rid, "model": "scripted", "usage": usage2},
+        },
     ]
     assert result.messages == expected
     assert session.get_history() == result.messages  # exactly these, in this order, nothing else
     assert len(session) == 3
-    assert result.usage == {"in": 50, "out": 9, "cache_read": 0, "cache_write": 0, "cost_usd": None,
-                             "model": "scripted"}
+    assert result.usage == {
+        "in": 50,
+        "out": 9,
+        "cache_read": 0,
+        "cache_write": 0,
+        "cost_usd": None,
+        "model": "scripted",
+    }
 
     # the model saw the system prompt, the prompt, then the tool round trip
     assert model.calls[0] == [
@@ -92,8 +119,13 @@ def test_a_tool_run_appends_exactly_the_new_turns(store):
         {"role": "user", "content": "What is 1 + 2?"},
     ]
     assert model.calls[1][2:] == [
-        {"role": "assistant", "content": "Let me add.", "tool_calls": [
-            {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]},
+        {
+            "role": "assistant",
+            "content": "Let me add.",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "3"},
     ]
     assert model.tools[0][0]["function"]["name"] == "add"
@@ -116,8 +148,19 @@ def test_events_are_in_order_and_seq_continues_across_runs(store):
     first = agent.run_sync("2+2?", session=session)
     events = store.events("ev")
     assert kinds(events) == [
-        "run.start", "turn.start", "usage", "tool.call", "tool.result", "turn.end",
-        "turn.start", "delta.text", "delta.text", "delta.text", "usage", "turn.end", "run.end",
+        "run.start",
+        "turn.start",
+        "usage",
+        "tool.call",
+        "tool.result",
+        "turn.end",
+        "turn.start",
+        "delta.text",
+        "delta.text",
+        "delta.text",
+        "usage",
+        "turn.end",
+        "run.end",
     ]
     assert [e["seq"] for e in events] == list(range(len(events)))
     for e in events:
@@ -168,12 +211,14 @@ def test_a_run_without_a_session_uses_a_fresh_in_memory_one():
 def test_tool_errors_and_unknown_tools_become_results_and_the_run_goes_on(mem_store):
     model = ScriptedModel(
         [
-            {"tool_calls": [
-                {"name": "divide", "arguments": {"a": 1, "b": 0}, "id": "c1"},
-                {"name": "nope", "arguments": {}, "id": "c2"},
-                {"name": "lookup", "arguments": {"key": "k"}, "id": "c3"},
-                {"name": "add", "arguments": {"a": 1}, "id": "c4"},
-            ]},
+            {
+                "tool_calls": [
+                    {"name": "divide", "arguments": {"a": 1, "b": 0}, "id": "c1"},
+                    {"name": "nope", "arguments": {}, "id": "c2"},
+                    {"name": "lookup", "arguments": {"key": "k"}, "id": "c3"},
+                    {"name": "add", "arguments": {"a": 1}, "id": "c4"},
+                ]
+            },
             "Handled.",
         ]
     )
@@ -181,11 +226,21 @@ def test_tool_errors_and_unknown_tools_become_results_and_the_run_goes_on(mem_st
     session = mem_store.session()
     result = agent.run_sync("go", session=session)
     parts = result.messages[1]["parts"]
-    assert parts[0] == {"type": "tool-divide", "toolCallId": "c1", "state": "output-error",
-                        "input": {"a": 1, "b": 0}, "errorText": "ZeroDivisionError: division by zero"}
+    assert parts[0] == {
+        "type": "tool-divide",
+        "toolCallId": "c1",
+        "state": "output-error",
+        "input": {"a": 1, "b": 0},
+        "errorText": "ZeroDivisionError: division by zero",
+    }
     assert parts[1]["state"] == "output-error" and "unknown tool 'nope'" in parts[1]["errorText"]
-    assert parts[2] == {"type": "tool-lookup", "toolCallId": "c3", "state": "output-available",
-                        "input": {"key": "k"}, "output": {"key": "k", "value": "K"}}
+    assert parts[2] == {
+        "type": "tool-lookup",
+        "toolCallId": "c3",
+        "state": "output-available",
+        "input": {"key": "k"},
+        "output": {"key": "k", "value": "K"},
+    }
     assert parts[3]["state"] == "output-error" and parts[3]["errorText"].startswith("TypeError")
     tool_msgs = [m for m in model.calls[1] if m["role"] == "tool"]
     assert tool_msgs[0]["content"] == "Error: ZeroDivisionError: division by zero"
@@ -510,4 +565,10 @@ def test_a_custom_model_object_works_and_its_usage_gets_every_key(mem_store):
     assert result.text == "echo: hi"
     [usage] = [e for e in mem_store.events("echo") if e["kind"] == "usage"]
     assert {k: usage[k] for k in ("in", "out", "cache_read", "cache_write", "cost_usd", "model")} == {
-        "in": 3, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "Echo"}
+        "in": 3,
+        "out": 0,
+        "cache_read": 0,
+        "cache_write": 0,
+        "cost_usd": None,
+        "model": "Echo",
+    }

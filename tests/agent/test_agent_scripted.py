@@ -27,8 +27,7 @@ def test_replies_are_used_in_order_and_text_streams_in_several_deltas():
     assert isinstance(reply, ModelReply) and reply.text == "Hello there, how are you today?"
     assert reply.stop_reason == "stop" and reply.usage["cost_usd"] is None and reply.usage["in"] > 0
     second = call(model, [{"role": "user", "content": "again"}])[-1]
-    assert second.usage == {"in": 7, "out": 3, "cache_read": 0, "cache_write": 0, "cost_usd": None,
-                            "model": "scripted"}
+    assert second.usage == {"in": 7, "out": 3, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "scripted"}
     assert model.calls == [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "again"}]]
     assert model.remaining == 0
     with pytest.raises(ScriptExhausted, match="call 3 has none"):
@@ -39,7 +38,10 @@ def test_tool_calls_reasoning_errors_and_delays():
     boom = TimeoutError("slow provider")
     model = ScriptedModel(
         [
-            {"reasoning": "think first", "tool_calls": [{"name": "f", "arguments": {"x": 1}}, {"name": "g", "id": "mine"}]},
+            {
+                "reasoning": "think first",
+                "tool_calls": [{"name": "f", "arguments": {"x": 1}}, {"name": "g", "id": "mine"}],
+            },
             {"error": boom},
             {"text": "late", "delay": 0.2},
             lambda messages: f"you said {messages[-1]['content']}",

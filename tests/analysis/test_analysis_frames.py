@@ -12,20 +12,51 @@ from helpers import message, text_part
 import sessionkit as sk
 from sessionkit import messages as _msg
 
-D1 = ["session_id", "id", "parent_id", "depth", "role", "text", "n_parts", "tool_names", "tokens", "bytes",
-      "created_at", "n_children", "on_latest_path", "compacted_by"]
+D1 = [
+    "session_id",
+    "id",
+    "parent_id",
+    "depth",
+    "role",
+    "text",
+    "n_parts",
+    "tool_names",
+    "tokens",
+    "bytes",
+    "created_at",
+    "n_children",
+    "on_latest_path",
+    "compacted_by",
+]
 
 
 def _build(store):
     s = store.session("built")
     s.append(message("u1", text_part("hello world " * 30)))
-    s.append(message("a1", text_part("Let me look."), text_part("Second part."),
-                     {"type": "tool-search", "toolCallId": "c1", "state": "output-available",
-                      "input": {"q": "x"}, "output": {"hits": 3}},
-                     {"type": "tool-search", "toolCallId": "c2", "state": "input-available", "input": {"q": "y"}},
-                     {"type": "dynamic-tool", "toolName": "calc", "toolCallId": "c3", "state": "input-available",
-                      "input": {"expr": "1+1"}},
-                     {"type": "reasoning", "text": "thinking"}, role="assistant"))
+    s.append(
+        message(
+            "a1",
+            text_part("Let me look."),
+            text_part("Second part."),
+            {
+                "type": "tool-search",
+                "toolCallId": "c1",
+                "state": "output-available",
+                "input": {"q": "x"},
+                "output": {"hits": 3},
+            },
+            {"type": "tool-search", "toolCallId": "c2", "state": "input-available", "input": {"q": "y"}},
+            {
+                "type": "dynamic-tool",
+                "toolName": "calc",
+                "toolCallId": "c3",
+                "state": "input-available",
+                "input": {"expr": "1+1"},
+            },
+            {"type": "reasoning", "text": "thinking"},
+            role="assistant",
+        )
+    )
     s.append(message("u2", text_part("and then?")))
     s.append(message("a2", text_part("then this"), role="assistant"))
     s.append(message("u2b", text_part("other question")), parent_id="a1")
@@ -110,7 +141,6 @@ def test_real_oasst_values_match_the_source(real):
     for tree in trees:
         sid = "oasst-" + tree["message_tree_id"]
         stack = [(tree["prompt"], 0)]
-        last_leaf_depth = None
         while stack:
             node, depth = stack.pop()
             row = rows[(sid, node["message_id"])]
@@ -130,8 +160,9 @@ def test_real_tau_tool_names(real):
     store = real["store"]
     for rec in real["tau"][:20]:
         df = store.session(f"tau-{rec['task_id']}-{rec['trial']}").to_pandas()
-        expected = [[c["function"]["name"] for c in (m.get("tool_calls") or [])]
-                    for m in rec["traj"] if m["role"] != "tool"]
+        expected = [
+            [c["function"]["name"] for c in (m.get("tool_calls") or [])] for m in rec["traj"] if m["role"] != "tool"
+        ]
         assert [list(x) for x in df["tool_names"]] == expected
 
 
@@ -155,21 +186,26 @@ def test_store_wide_scan_equals_engine_interface_reads(sample, monkeypatch):
 def test_pandas_is_not_loaded_by_import_sessionkit():
     import subprocess
 
-    code = ("import sys, sessionkit, sessionkit.store, sessionkit.io, sessionkit.analysis;"
-            "bad = [m for m in ('pandas', 'duckdb', 'pyarrow', 'matplotlib', 'numpy') if m in sys.modules];"
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, sessionkit, sessionkit.store, sessionkit.io, sessionkit.analysis;"
+        "bad = [m for m in ('pandas', 'duckdb', 'pyarrow', 'matplotlib', 'numpy') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("blocked, call", [
-    ("pandas", lambda st: st.messages_df()),
-    ("pandas", lambda st: st.session("x").to_pandas()),
-    ("duckdb", lambda st: st.sql("SELECT 1")),
-    ("pyarrow", lambda st: st.sql("SELECT count(*) FROM messages")),
-    ("matplotlib", lambda st: sk.plot.tool_calls(st)),
-    ("pyarrow", lambda st: sk.io.export_parquet(st, "unused-folder")),
-])
+@pytest.mark.parametrize(
+    "blocked, call",
+    [
+        ("pandas", lambda st: st.messages_df()),
+        ("pandas", lambda st: st.session("x").to_pandas()),
+        ("duckdb", lambda st: st.sql("SELECT 1")),
+        ("pyarrow", lambda st: st.sql("SELECT count(*) FROM messages")),
+        ("matplotlib", lambda st: sk.plot.tool_calls(st)),
+        ("pyarrow", lambda st: sk.io.export_parquet(st, "unused-folder")),
+    ],
+)
 def test_missing_dependency_names_the_extra(monkeypatch, blocked, call):
     import sessionkit.analysis.plot  # noqa: F401  (loaded before the block: the check is at call time)
 

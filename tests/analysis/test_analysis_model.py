@@ -32,11 +32,28 @@ import sessionkit as sk
 WALKS = [(1, 30)]
 #: How often each kind of step is drawn.
 WEIGHTS = {
-    "append": 6, "branch": 2, "root": 1, "import": 1, "update": 2, "delete_leaf": 1, "delete_session": 1,
-    "compact": 1, "run": 1, "commit": 2, "rollback": 2, "reopen": 1, "recreate": 1, "killed": 1,
+    "append": 6,
+    "branch": 2,
+    "root": 1,
+    "import": 1,
+    "update": 2,
+    "delete_leaf": 1,
+    "delete_session": 1,
+    "compact": 1,
+    "run": 1,
+    "commit": 2,
+    "rollback": 2,
+    "reopen": 1,
+    "recreate": 1,
+    "killed": 1,
 }
-KINDS = ["sqlite-file", "sqlite-file-store-connection", "sqlite-memory",
-         pytest.param("duckdb-file", marks=pytest.mark.slow), pytest.param("postgresql", marks=pytest.mark.postgres)]
+KINDS = [
+    "sqlite-file",
+    "sqlite-file-store-connection",
+    "sqlite-memory",
+    pytest.param("duckdb-file", marks=pytest.mark.slow),
+    pytest.param("postgresql", marks=pytest.mark.postgres),
+]
 
 
 class Boom(Exception):
@@ -134,7 +151,8 @@ class Walk:
         if len(path) < 3:
             return self.do_append()
         self.store.session(sid).import_compaction(
-            sk.Compaction(f"c{self.new_id()}", path[0], path[-2], "a summary", "2024-05-01T00:00:00.000Z", 900, 90))
+            sk.Compaction(f"c{self.new_id()}", path[0], path[-2], "a summary", "2024-05-01T00:00:00.000Z", 900, 90)
+        )
 
     def do_run(self):
         sid = self.rng.choice(["s0", "s1", "s2"])
@@ -194,7 +212,8 @@ class Walk:
             for _ in range(3):
                 s.append(msg(self.new_id(), f"{word} {self.n}"))
             assert self.store.sql("SELECT list(text ORDER BY seq) AS t FROM messages")["t"][0].tolist() == [
-                f"{word} {i}" for i in range(n + 1, n + 4)]
+                f"{word} {i}" for i in range(n + 1, n + 4)
+            ]
 
     def do_killed(self):
         """A writer process killed inside a transaction, after its writes were made (none of
@@ -213,8 +232,9 @@ class Walk:
             "    print('written', flush=True)\n"
             "    sys.stdin.readline()\n"
         )
-        proc = subprocess.Popen([sys.executable, "-c", code, self.target], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, self.target], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "written"
         finally:

@@ -96,7 +96,9 @@ def test_branch_fanout_on_real_trees(real):
 
 
 def test_tool_calls_on_real_trajectories(real):
-    calls = Counter(c["function"]["name"] for rec in real["tau"] for m in rec["traj"] for c in (m.get("tool_calls") or []))
+    calls = Counter(
+        c["function"]["name"] for rec in real["tau"] for m in rec["traj"] for c in (m.get("tool_calls") or [])
+    )
     ax = sk.plot.tool_calls(real["store"], top=5)
     ranked = sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
     labels = [t.get_text() for t in ax.get_yticklabels()]
@@ -110,8 +112,12 @@ def test_tool_calls_on_real_trajectories(real):
 def test_cost_per_run(store):
     for i, cost in enumerate([0.01, None, 0.03]):
         store.begin_run("s", f"s.{i + 1}", "hi")
-        store.end_run(f"s.{i + 1}", status="completed", error=None,
-                       usage={"in": 1, "out": 1, "cache_read": 0, "cache_write": 0, "cost_usd": cost, "model": "m"})
+        store.end_run(
+            f"s.{i + 1}",
+            status="completed",
+            error=None,
+            usage={"in": 1, "out": 1, "cache_read": 0, "cache_write": 0, "cost_usd": cost, "model": "m"},
+        )
     ax = sk.plot.cost_per_run(store)
     h = _heights(ax)
     assert h[0] == pytest.approx(0.01) and math.isnan(h[1]) and h[2] == pytest.approx(0.03)

@@ -128,12 +128,20 @@ def test_a_lone_surrogate_in_the_query_or_its_parameters_is_a_value_error(store)
 
 def test_the_views_ctes_table_functions_and_parameters_still_work(store):
     assert store.sql("SELECT id FROM messages ORDER BY seq")["id"].tolist() == ["u1", "a1"]
-    got = store.sql("WITH r AS (SELECT role, count(*) AS n FROM messages GROUP BY role) "
-                    "SELECT r.role, r.n, s.message_count FROM r, sessions s ORDER BY r.role")
-    assert got.to_dict("records") == [{"role": "assistant", "n": 1, "message_count": 2},
-                                      {"role": "user", "n": 1, "message_count": 2}]
-    assert store.sql("WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 5) "
-                     "SELECT sum(n) AS s FROM t")["s"][0] == 15
+    got = store.sql(
+        "WITH r AS (SELECT role, count(*) AS n FROM messages GROUP BY role) "
+        "SELECT r.role, r.n, s.message_count FROM r, sessions s ORDER BY r.role"
+    )
+    assert got.to_dict("records") == [
+        {"role": "assistant", "n": 1, "message_count": 2},
+        {"role": "user", "n": 1, "message_count": 2},
+    ]
+    assert (
+        store.sql(
+            "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 5) SELECT sum(n) AS s FROM t"
+        )["s"][0]
+        == 15
+    )
     assert store.sql("SELECT sum(range) AS s FROM range(10)")["s"][0] == 45
     assert store.sql("SELECT count(*) AS n FROM generate_series(1, 4)")["n"][0] == 4
     assert store.sql("SELECT count(*) AS n FROM unnest([1, 2, 3])")["n"][0] == 3
@@ -153,14 +161,23 @@ def test_files_true_joins_local_files_and_only_when_asked(store, tmp_path):
         store.sql(query)
     assert store.sql(query, files=True).to_dict("records") == [{"id": "u1", "score": 5}, {"id": "a1", "score": 7}]
     assert store.sql(f"SELECT sum(score) AS s FROM '{scores}'", files=True)["s"][0] == 12
-    assert store.sql("SELECT count(*) AS n FROM messages m JOIN sessions s USING (session_id) WHERE s.message_count"
-                     " = ?", [2], files=True)["n"][0] == 2
+    assert (
+        store.sql(
+            "SELECT count(*) AS n FROM messages m JOIN sessions s USING (session_id) WHERE s.message_count = ?",
+            [2],
+            files=True,
+        )["n"][0]
+        == 2
+    )
     assert store.sql("SELECT count(*) AS n FROM query_table('messages')", files=True)["n"][0] == 2
     table = store.sql_arrow(query, session_ids=["s"], files=True)
     assert table.column("score").to_pylist() == [5, 7]
     # still a sandbox for the rest: the store's tables, the catalog, other statements
-    for refused in ("SELECT * FROM sessionkit_messages", "SELECT * FROM duckdb_tables()",
-                    f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'"):
+    for refused in (
+        "SELECT * FROM sessionkit_messages",
+        "SELECT * FROM duckdb_tables()",
+        f"COPY (SELECT 1) TO '{tmp_path / 'out.csv'}'",
+    ):
         with pytest.raises(ValueError, match="store.sql"):
             store.sql(refused, files=True)
     assert not (tmp_path / "out.csv").exists()
@@ -178,8 +195,12 @@ def aio_target(request, tmp_path):
         from store.pg_cluster import new_store_url
 
         return new_store_url()
-    return {"sqlite-file": tmp_path / "a.db", "sqlite-memory": ":memory:", "duckdb-file": tmp_path / "a.duckdb",
-            "duckdb-memory": "duckdb:///:memory:"}[variant]
+    return {
+        "sqlite-file": tmp_path / "a.db",
+        "sqlite-memory": ":memory:",
+        "duckdb-file": tmp_path / "a.duckdb",
+        "duckdb-memory": "duckdb:///:memory:",
+    }[variant]
 
 
 def test_files_true_through_sk_aio(aio_target, tmp_path):
@@ -208,9 +229,14 @@ def test_the_cache_connection_is_locked_down_by_duckdb(new_store):
         store.session("s").append(msg("u1"))
         assert store.sql("SELECT count(*) AS n FROM messages")["n"][0] == 1
         con = store._engine._analysis.con
-        for statement in ("SELECT * FROM read_csv('/etc/passwd')", "ATTACH '/tmp/x.duckdb'",
-                          "COPY sessionkit_messages TO '/tmp/x.csv'", "LOAD httpfs",
-                          "SET enable_external_access = true", "SET lock_configuration = false"):
+        for statement in (
+            "SELECT * FROM read_csv('/etc/passwd')",
+            "ATTACH '/tmp/x.duckdb'",
+            "COPY sessionkit_messages TO '/tmp/x.csv'",
+            "LOAD httpfs",
+            "SET enable_external_access = true",
+            "SET lock_configuration = false",
+        ):
             with pytest.raises(duckdb.Error):
                 con.execute(statement).fetchall()
         store.session("s").append(msg("u2"))

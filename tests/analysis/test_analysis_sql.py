@@ -27,6 +27,7 @@ def _oasst_nodes(tree):
 
 def _hh_shape(rec):
     """(roles of the stored messages, depth of the deepest one) for one HH pair."""
+
     def turns(text):
         pieces = _TURN.split(text)
         return list(zip(pieces[1::2], pieces[2::2]))
@@ -54,12 +55,15 @@ def test_messages_per_role(real):
 
 
 def test_the_tool_most_called(real):
-    calls = Counter(c["function"]["name"] for rec in real["tau"] for m in rec["traj"] for c in (m.get("tool_calls") or []))
+    calls = Counter(
+        c["function"]["name"] for rec in real["tau"] for m in rec["traj"] for c in (m.get("tool_calls") or [])
+    )
     (top, n), (_, runner_up) = calls.most_common(2)
     assert n > runner_up  # a unique answer
     df = real["store"].sql(
         "SELECT tool, count(*) AS calls FROM (SELECT unnest(tool_names) AS tool FROM messages) "
-        "GROUP BY tool ORDER BY calls DESC, tool LIMIT 3")
+        "GROUP BY tool ORDER BY calls DESC, tool LIMIT 3"
+    )
     assert (df["tool"][0], df["calls"][0]) == (top, n)
     assert list(df["calls"]) == [c for _, c in calls.most_common(3)]
 
@@ -74,14 +78,16 @@ def test_the_deepest_tree(real):
     deepest = max(list(depth.values()) + hh_depths)
     df = real["store"].sql(
         "SELECT session_id, max(depth) AS depth FROM messages GROUP BY session_id "
-        "HAVING max(depth) = (SELECT max(depth) FROM messages) ORDER BY session_id")
+        "HAVING max(depth) = (SELECT max(depth) FROM messages) ORDER BY session_id"
+    )
     assert set(df["depth"]) == {deepest}
     assert set(df["session_id"]) >= {sid for sid, d in depth.items() if d == deepest}
     assert len(df) == sum(1 for d in list(depth.values()) + hh_depths if d == deepest)
     # the deepest OpenAssistant tree, asked the same way through the sessions view
     oasst_max = max(d for sid, d in depth.items() if sid.startswith("oasst-"))
-    got = real["store"].sql("SELECT session_id FROM sessions WHERE session_id LIKE 'oasst-%' AND max_depth = ?",
-                            [oasst_max])
+    got = real["store"].sql(
+        "SELECT session_id FROM sessions WHERE session_id LIKE 'oasst-%' AND max_depth = ?", [oasst_max]
+    )
     assert set(got["session_id"]) == {sid for sid, d in depth.items() if d == oasst_max and sid.startswith("oasst-")}
 
 
@@ -94,7 +100,8 @@ def test_the_widest_branch_point(real):
     assert widest == 9  # as SOURCES.md states for this file
     df = real["store"].sql(
         "SELECT session_id, id, n_children FROM messages "
-        "WHERE n_children = (SELECT max(n_children) FROM messages) ORDER BY session_id, id")
+        "WHERE n_children = (SELECT max(n_children) FROM messages) ORDER BY session_id, id"
+    )
     assert set(df["n_children"]) == {widest}
     assert set(zip(df["session_id"], df["id"])) == {k for k, n in replies.items() if n == widest}
 
@@ -121,10 +128,13 @@ def test_metadata_is_queryable_as_json(store, sources, tmp_path):
     sk.io.import_hh(store, path)
     df = store.sql(
         "SELECT json_extract(metadata, '$.hh.chosen')::BOOLEAN AS chosen, count(*) AS leaves FROM messages "
-        "WHERE n_children = 0 GROUP BY 1 ORDER BY 1")
+        "WHERE n_children = 0 GROUP BY 1 ORDER BY 1"
+    )
     assert df.to_dict("records") == [{"chosen": False, "leaves": 40}, {"chosen": True, "leaves": 40}]
-    latest = store.sql("SELECT count(*) AS n FROM messages WHERE on_latest_path AND n_children = 0 "
-                       "AND json_extract(metadata, '$.hh.chosen')::BOOLEAN")
+    latest = store.sql(
+        "SELECT count(*) AS n FROM messages WHERE on_latest_path AND n_children = 0 "
+        "AND json_extract(metadata, '$.hh.chosen')::BOOLEAN"
+    )
     assert latest["n"][0] == 40  # every session's latest leaf is its chosen reply
 
 
@@ -135,27 +145,62 @@ def test_runs_events_and_compactions_views(store):
     s.on_compaction(lambda msgs, ctx: sk.CompactionResult("m0", "m2", "short"))
     comp = s.compact()
     store.begin_run("s", "s.1", "hello")
-    store.end_run("s.1", status="completed", error=None,
-                   usage={"in": 10, "out": 5, "cache_read": 0, "cache_write": 0, "cost_usd": 0.002, "model": "m"})
+    store.end_run(
+        "s.1",
+        status="completed",
+        error=None,
+        usage={"in": 10, "out": 5, "cache_read": 0, "cache_write": 0, "cost_usd": 0.002, "model": "m"},
+    )
     store.begin_run("runs-only", "r.1", "hi")  # a session with a run and no message
-    store.end_run("r.1", status="failed", error="boom",
-                   usage={"in": 3, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "x"})
-    store.append_events("s", [{"run_id": "s.1", "kind": "run.start", "input": "hello"},
-                               {"run_id": "s.1", "kind": "run.end", "status": "completed", "error": None}])
-    runs = store.sql("SELECT run_id, session_id, status, tokens_in, tokens_out, cost_usd, model, error "
-                     "FROM runs ORDER BY run_id")
-    assert runs.to_dict("records")[0] == {"run_id": "r.1", "session_id": "runs-only", "status": "failed",
-                                          "tokens_in": 3, "tokens_out": 0, "cost_usd": None, "model": "x",
-                                          "error": "boom"} or runs["cost_usd"].isna()[0]
+    store.end_run(
+        "r.1",
+        status="failed",
+        error="boom",
+        usage={"in": 3, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "x"},
+    )
+    store.append_events(
+        "s",
+        [
+            {"run_id": "s.1", "kind": "run.start", "input": "hello"},
+            {"run_id": "s.1", "kind": "run.end", "status": "completed", "error": None},
+        ],
+    )
+    runs = store.sql(
+        "SELECT run_id, session_id, status, tokens_in, tokens_out, cost_usd, model, error FROM runs ORDER BY run_id"
+    )
+    assert (
+        runs.to_dict("records")[0]
+        == {
+            "run_id": "r.1",
+            "session_id": "runs-only",
+            "status": "failed",
+            "tokens_in": 3,
+            "tokens_out": 0,
+            "cost_usd": None,
+            "model": "x",
+            "error": "boom",
+        }
+        or runs["cost_usd"].isna()[0]
+    )
     assert list(runs["run_id"]) == ["r.1", "s.1"] and runs["cost_usd"][1] == pytest.approx(0.002)
-    events = store.sql("SELECT seq, kind, run_id, json_extract_string(data, '$.input') AS input FROM events "
-                       "ORDER BY seq")
+    events = store.sql(
+        "SELECT seq, kind, run_id, json_extract_string(data, '$.input') AS input FROM events ORDER BY seq"
+    )
     assert list(events["kind"]) == ["run.start", "run.end"] and events["input"][0] == "hello"
     comps = store.sql("SELECT id, from_id, to_id, summary, message_count, tokens_before FROM compactions")
-    assert comps.to_dict("records") == [{"id": comp.id, "from_id": "m0", "to_id": "m2", "summary": "short",
-                                         "message_count": 3, "tokens_before": comp.tokens_before}]
-    sessions = store.sql("SELECT session_id, message_count, run_count, compaction_count FROM sessions "
-                         "ORDER BY session_id")
+    assert comps.to_dict("records") == [
+        {
+            "id": comp.id,
+            "from_id": "m0",
+            "to_id": "m2",
+            "summary": "short",
+            "message_count": 3,
+            "tokens_before": comp.tokens_before,
+        }
+    ]
+    sessions = store.sql(
+        "SELECT session_id, message_count, run_count, compaction_count FROM sessions ORDER BY session_id"
+    )
     assert sessions.to_dict("records") == [
         {"session_id": "runs-only", "message_count": 0, "run_count": 1, "compaction_count": 0},
         {"session_id": "s", "message_count": 4, "run_count": 1, "compaction_count": 1},
@@ -167,9 +212,22 @@ def test_runs_events_and_compactions_views(store):
 def test_empty_store_views_have_their_columns(store):
     df = store.sql("SELECT * FROM messages")
     assert len(df) == 0
-    assert list(df.columns)[:14] == ["session_id", "id", "parent_id", "depth", "role", "text", "n_parts",
-                                     "tool_names", "tokens", "bytes", "created_at", "n_children",
-                                     "on_latest_path", "compacted_by"]
+    assert list(df.columns)[:14] == [
+        "session_id",
+        "id",
+        "parent_id",
+        "depth",
+        "role",
+        "text",
+        "n_parts",
+        "tool_names",
+        "tokens",
+        "bytes",
+        "created_at",
+        "n_children",
+        "on_latest_path",
+        "compacted_by",
+    ]
     for view in ("sessions", "compactions", "runs", "events"):
         assert len(store.sql(f"SELECT * FROM {view}")) == 0
 

@@ -54,7 +54,9 @@ def _in_thread(call):
 def _answers(store) -> None:
     assert store.sql("SELECT count(*) AS n FROM messages")["n"][0] == 3
     assert store.sql("SELECT role, count(*) AS n FROM messages GROUP BY role ORDER BY role").to_dict("records") == [
-        {"role": "assistant", "n": 1}, {"role": "user", "n": 2}]
+        {"role": "assistant", "n": 1},
+        {"role": "user", "n": 2},
+    ]
 
 
 def test_close_stops_a_running_query(store):
@@ -72,8 +74,11 @@ def test_close_stops_a_running_query(store):
 
 def test_close_stops_a_query_in_sql_arrow_with_files(store, tmp_path):
     (tmp_path / "x.csv").write_text("a\n1\n", encoding="utf-8")
-    query, result = _in_thread(lambda: store.sql_arrow(
-        f"SELECT count(*) AS n FROM range(1000000000000), read_csv('{tmp_path / 'x.csv'}')", files=True))
+    query, result = _in_thread(
+        lambda: store.sql_arrow(
+            f"SELECT count(*) AS n FROM range(1000000000000), read_csv('{tmp_path / 'x.csv'}')", files=True
+        )
+    )
     wait_until(lambda: _executing(store), what="the runaway query to run")
     store.close()
     wait_until(lambda: not query.is_alive(), what="the query to stop")
@@ -121,8 +126,12 @@ def aio_target(request, tmp_path):
         from store.pg_cluster import new_store_url
 
         return new_store_url()
-    return {"sqlite-file": tmp_path / "a.db", "sqlite-memory": ":memory:", "duckdb-file": tmp_path / "a.duckdb",
-            "duckdb-memory": "duckdb:///:memory:"}[variant]
+    return {
+        "sqlite-file": tmp_path / "a.db",
+        "sqlite-memory": ":memory:",
+        "duckdb-file": tmp_path / "a.duckdb",
+        "duckdb-memory": "duckdb:///:memory:",
+    }[variant]
 
 
 def test_cancelling_an_aio_query_stops_it_and_the_store_answers(aio_target):

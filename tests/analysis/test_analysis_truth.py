@@ -82,8 +82,13 @@ def test_each_store_has_an_id_of_its_own(tmp_path):
     assert all(len(i) == 32 for i in ids) and ids[0] != ids[1]
 
 
-STORES = ["sqlite-memory", "sqlite-file-adbc", "sqlite-file-store-connection", "duckdb-file",
-          pytest.param("postgresql", marks=pytest.mark.postgres)]
+STORES = [
+    "sqlite-memory",
+    "sqlite-file-adbc",
+    "sqlite-file-store-connection",
+    "duckdb-file",
+    pytest.param("postgresql", marks=pytest.mark.postgres),
+]
 
 
 def _open(new_store, monkeypatch, kind: str):
@@ -163,8 +168,9 @@ def test_a_message_of_many_megabytes_reaches_the_analysis_whole(new_store, kind)
     assert int(store.sql("SELECT count(*) AS n FROM messages")["n"][0]) == 2
 
 
-@pytest.mark.parametrize("kind", ["sqlite-file-store-connection", "sqlite-memory",
-                                  pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize(
+    "kind", ["sqlite-file-store-connection", "sqlite-memory", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
 def test_a_query_inside_a_transaction_while_another_thread_waits_to_query(new_store, monkeypatch, kind):
     """Thread B's query waits for the store while thread A's transaction holds it; A's own
     query inside that transaction must not wait for B (which would wait for A forever)."""

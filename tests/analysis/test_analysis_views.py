@@ -25,8 +25,13 @@ from sessionkit.analysis import arrow_table
 from sessionkit.analysis._tables import StoreData
 
 VIEWS = ("messages", "sessions", "compactions", "runs", "events")
-KEYS = {"messages": ("session_id", "id"), "sessions": ("session_id",), "compactions": ("session_id", "id"),
-        "runs": ("run_id",), "events": ("session_id", "seq")}
+KEYS = {
+    "messages": ("session_id", "id"),
+    "sessions": ("session_id",),
+    "compactions": ("session_id", "id"),
+    "runs": ("run_id",),
+    "events": ("session_id", "seq"),
+}
 
 
 def _norm(value):
@@ -92,18 +97,28 @@ def scenario(store, other=None):
     ws = w.session("a")
     ws.update(with_tools(msg("a3", "rewritten", "assistant", metadata={"edited": True}), "fetch"))
     yield "update"
-    ws.import_many([(msg("i1", "imported", "assistant"), "a5", 1_700_000_000_000),
-                    (with_tools(msg("i2", "imported too"), "calc"), "i1", None)])
+    ws.import_many(
+        [
+            (msg("i1", "imported", "assistant"), "a5", 1_700_000_000_000),
+            (with_tools(msg("i2", "imported too"), "calc"), "i1", None),
+        ]
+    )
     w.session("z").import_message(msg("z1", "another session", metadata={"k": [1, 2]}), created_at=1_600_000_000_000)
     yield "imports"
     ws.delete("b2")  # a compaction endpoint: c-branch goes with it
     yield "delete"
     w.begin_run("a", "a.1", "hello")
-    w.end_run("a.1", status="completed", usage={"in": 10, "out": 4.9, "cost_usd": 0.5, "model": "m",
-                                                  "cache_read": True})
+    w.end_run(
+        "a.1", status="completed", usage={"in": 10, "out": 4.9, "cost_usd": 0.5, "model": "m", "cache_read": True}
+    )
     w.begin_run("solo", "solo.1", None)  # a session with a run and nothing else
-    w.append_events("a", [{"run_id": "a.1", "kind": "run.start", "ts": "2024-05-01T00:00:01.000Z"},
-                          {"run_id": "a.1", "kind": "run.end", "ts": "2024-05-01T00:00:02.500Z"}])
+    w.append_events(
+        "a",
+        [
+            {"run_id": "a.1", "kind": "run.start", "ts": "2024-05-01T00:00:01.000Z"},
+            {"run_id": "a.1", "kind": "run.end", "ts": "2024-05-01T00:00:02.500Z"},
+        ],
+    )
     w.append_events("ev", [{"kind": "note"}])
     yield "runs and events"
     last = store.session("z").append(msg("z2", "newest"))
@@ -154,10 +169,21 @@ def test_tree_columns_by_hand(engine, new_store):
     s.append(msg("y2"), parent_id="x")  # under x, not after it: a new run
     s.import_compaction(_comp("c1", "r", "y2"))
     df = store.sql("SELECT id, n_children, on_latest_path, compacted_by FROM messages ORDER BY seq")
-    rows = {r["id"]: (r["n_children"], r["on_latest_path"], r["compacted_by"] if isinstance(r["compacted_by"], str)
-                      else None) for r in df.to_dict("records")}
-    assert rows == {"r": (2, True, "c1"), "x": (2, True, "c1"), "y": (0, False, None), "x2": (0, False, None),
-                    "y2": (0, True, "c1")}
+    rows = {
+        r["id"]: (
+            r["n_children"],
+            r["on_latest_path"],
+            r["compacted_by"] if isinstance(r["compacted_by"], str) else None,
+        )
+        for r in df.to_dict("records")
+    }
+    assert rows == {
+        "r": (2, True, "c1"),
+        "x": (2, True, "c1"),
+        "y": (0, False, None),
+        "x2": (0, False, None),
+        "y2": (0, True, "c1"),
+    }
 
 
 def test_a_query_that_names_no_tree_column_gives_the_same_rows(engine, new_store):
@@ -170,15 +196,18 @@ def test_a_query_that_names_no_tree_column_gives_the_same_rows(engine, new_store
     assert store.sql("SELECT count(*) AS n FROM messages WHERE on_latest_path")["n"][0] > 0
 
 
-@pytest.mark.parametrize("statement", [
-    "DELETE FROM messages",
-    "INSERT INTO sessionkit_messages (seq) VALUES (1)",
-    "UPDATE sessionkit_messages SET role = 'x'",
-    "DROP TABLE sessionkit_messages",
-    "CREATE TABLE t AS SELECT 1",
-    "ATTACH ':memory:' AS other",
-    "SELECT 1; DELETE FROM messages",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DELETE FROM messages",
+        "INSERT INTO sessionkit_messages (seq) VALUES (1)",
+        "UPDATE sessionkit_messages SET role = 'x'",
+        "DROP TABLE sessionkit_messages",
+        "CREATE TABLE t AS SELECT 1",
+        "ATTACH ':memory:' AS other",
+        "SELECT 1; DELETE FROM messages",
+    ],
+)
 def test_a_query_cannot_write_the_store(engine, new_store, statement):
     store = new_store(engine, memory=True)
     store.session("s").append(msg("m1"))
@@ -212,8 +241,10 @@ def test_a_duckdb_query_sees_one_snapshot_while_writers_go_on(new_store):
     t.start()
     # one statement reads the table twice (through two views); a writer committing in between
     # would make them differ
-    query = ("SELECT (SELECT count(*) FROM messages) AS a, (SELECT count(*) FROM range(3000000)) AS pause,"
-             " (SELECT sum(message_count) FROM sessions) AS b")
+    query = (
+        "SELECT (SELECT count(*) FROM messages) AS a, (SELECT count(*) FROM range(3000000)) AS pause,"
+        " (SELECT sum(message_count) FROM sessions) AS b"
+    )
     started.set()
     for _ in range(5):
         row = store.sql(query).iloc[0]
@@ -238,8 +269,9 @@ def test_runs_df_events_df_and_to_arrow(engine, new_store):
     table = store.to_arrow("messages")
     import pyarrow as pa
 
-    assert isinstance(table, pa.Table) and table.num_rows == sum(len(store.session(i.id))
-                                                                 for i in store.list_sessions())
+    assert isinstance(table, pa.Table) and table.num_rows == sum(
+        len(store.session(i.id)) for i in store.list_sessions()
+    )
     with pytest.raises(ValueError, match="unknown view"):
         store.to_arrow("nothing")
 
@@ -258,7 +290,10 @@ def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
     assert json.loads(got["metadata"][0]) == {"n": 2}
     s.append(msg("w3", "third words"))
     assert store.sql("SELECT list(text ORDER BY seq) AS t FROM messages")["t"][0].tolist() == [
-        "first words, changed", "second words", "third words"]
+        "first words, changed",
+        "second words",
+        "third words",
+    ]
     assert_views_match(store)
 
 
@@ -347,8 +382,24 @@ def test_the_read_ahead_gives_every_batch_in_order_and_an_error_of_the_driver():
     assert threading_names() == set()
 
 
-AWKWARD_TEXTS = ["", "NULL", "null", "N/A", "NaN", "a, b", 'say "hi"', '""', "two\nlines", "cr\r\nlf", "\\.",
-                 "tab\there", "é ü 日本 🙂", "-1", " padded ", "\\N"]
+AWKWARD_TEXTS = [
+    "",
+    "NULL",
+    "null",
+    "N/A",
+    "NaN",
+    "a, b",
+    'say "hi"',
+    '""',
+    "two\nlines",
+    "cr\r\nlf",
+    "\\.",
+    "tab\there",
+    "é ü 日本 🙂",
+    "-1",
+    " padded ",
+    "\\N",
+]
 
 
 def test_texts_that_csv_or_null_markers_could_bend_arrive_unchanged(engine, new_store):
@@ -356,25 +407,27 @@ def test_texts_that_csv_or_null_markers_could_bend_arrive_unchanged(engine, new_
     take for NULL, quotes, commas, line breaks and ``\\.`` arrive as they were written, in
     every column that holds text (and the same on every engine)."""
     store = new_store(engine)
-    sid = "awkward, \"session\"\n"
+    sid = 'awkward, "session"\n'
     s = store.session(sid)
     parent = None
     for k, text in enumerate(AWKWARD_TEXTS):
         m = {"id": f"m{k}", "role": "user", "parts": [{"type": "text", "text": text}], "metadata": {"v": text}}
         if k % 2:
-            m["parts"].append({"type": 'tool-a,"b"', "toolCallId": f"call{k}", "state": "input-available",
-                               "input": {"q": text}})
+            m["parts"].append(
+                {"type": 'tool-a,"b"', "toolCallId": f"call{k}", "state": "input-available", "input": {"q": text}}
+            )
         s.append(m, parent_id=parent)
         parent = m["id"]
-    s.import_compaction(sk.Compaction("c, \"1\"", "m1", "m4", "sum\nmary, \"quoted\"", "2024-01-01T00:00:00.000Z",
-                                      10, 2))
+    s.import_compaction(sk.Compaction('c, "1"', "m1", "m4", 'sum\nmary, "quoted"', "2024-01-01T00:00:00.000Z", 10, 2))
     store.begin_run(sid, "r1", 'input, with "quotes"\nand a line')
     store.end_run("r1", status="completed", usage={"model": "NULL", "cost_usd": 0.5})
     store.begin_run(sid, "r2", "")  # an empty text, not a missing one
     store.end_run("r2", status="failed", error="")
     runs = store.to_arrow("runs").sort_by("run_id").select(["run_id", "input", "error"]).to_pylist()
-    assert runs == [{"run_id": "r1", "input": 'input, with "quotes"\nand a line', "error": None},
-                    {"run_id": "r2", "input": "", "error": ""}]
+    assert runs == [
+        {"run_id": "r1", "input": 'input, with "quotes"\nand a line', "error": None},
+        {"run_id": "r2", "input": "", "error": ""},
+    ]
     got = store.sql("SELECT id, text FROM messages ORDER BY seq")
     assert got["text"].tolist() == [text for text in AWKWARD_TEXTS]
     assert_views_match(store)
@@ -445,8 +498,10 @@ def test_the_cache_is_right_after_a_writer_process_is_killed(kind, new_store):
     try:
         assert proc.stdout.readline().strip() == "ready"
         # some writes have landed, more are coming: the refresh runs while it writes
-        wait_until(lambda: len(store.session("killed")) >= 20 or proc.poll() is not None,
-                   what="the writer's first twenty messages")
+        wait_until(
+            lambda: len(store.session("killed")) >= 20 or proc.poll() is not None,
+            what="the writer's first twenty messages",
+        )
         assert proc.poll() is None, "the writer ended on its own"
         store.sql("SELECT count(*) FROM messages")  # a refresh while it writes
     finally:
@@ -622,19 +677,31 @@ def test_a_store_opened_again_reads_only_what_changed_since(new_store):
         assert _cache(again).reads == 3
         for _ in later(again):
             assert_views_match(again)
-    code = ("import sys, sessionkit as sk\n"
-            "st = sk.open_store(sys.argv[1])\n"
-            "st.session('new').append({'id': 'n', 'role': 'user', 'parts': [{'type': 'text', 'text': 'x'}]})\n"
-            "st.sql('SELECT count(*) FROM messages')\n"
-            "print(st._engine._analysis.reads, st._engine._analysis.file is not None)\n")
+    code = (
+        "import sys, sessionkit as sk\n"
+        "st = sk.open_store(sys.argv[1])\n"
+        "st.session('new').append({'id': 'n', 'role': 'user', 'parts': [{'type': 'text', 'text': 'x'}]})\n"
+        "st.sql('SELECT count(*) FROM messages')\n"
+        "print(st._engine._analysis.reads, st._engine._analysis.file is not None)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["1", "True"]
     with sk.open_store(path) as last:
         assert_views_match(last)
 
 
-@pytest.mark.parametrize("harm", ["garbage", "truncated", "deleted", "older layout", "store of another",
-                                  "store restored from an older copy", "cache from an older state"])
+@pytest.mark.parametrize(
+    "harm",
+    [
+        "garbage",
+        "truncated",
+        "deleted",
+        "older layout",
+        "store of another",
+        "store restored from an older copy",
+        "cache from an older state",
+    ],
+)
 def test_a_cache_file_that_does_not_describe_the_store_is_never_believed(new_store, tmp_path, harm):
     """Whatever happened to the cache file (or to the store beside it), the views equal the
     reference: a file that is not a cache of this store's state is made again."""
@@ -785,8 +852,11 @@ def test_store_objects_sharing_the_cache_file_under_concurrent_writers(new_store
             errors.append(exc)
             started.abort()
 
-    threads = [threading.Thread(target=write), threading.Thread(target=query, args=(first,)),
-               threading.Thread(target=query, args=(second,))]
+    threads = [
+        threading.Thread(target=write),
+        threading.Thread(target=query, args=(first,)),
+        threading.Thread(target=query, args=(second,)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -808,13 +878,16 @@ def test_a_cache_file_held_by_another_process_gives_a_cache_in_memory(new_store)
     path = store.path
     store.session("a").append(msg("a1"))
     store.close()
-    code = ("import sys, sessionkit as sk\n"
-            "st = sk.open_store(sys.argv[1])\n"
-            "st.sql('SELECT count(*) FROM messages')\n"
-            "print('holding', flush=True)\n"
-            "sys.stdin.readline()\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    code = (
+        "import sys, sessionkit as sk\n"
+        "st = sk.open_store(sys.argv[1])\n"
+        "st.sql('SELECT count(*) FROM messages')\n"
+        "print('holding', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "holding"
         with sk.open_store(path) as here:
@@ -850,9 +923,14 @@ def test_every_view_gives_the_columns_and_types_of_view_columns(engine, new_stor
 
     from sessionkit.store import VIEW_COLUMNS
 
-    kinds = {"text": pa.types.is_string, "int": lambda t: t == pa.int64(), "bool": pa.types.is_boolean,
-             "float": pa.types.is_floating, "time": pa.types.is_timestamp,
-             "texts": lambda t: pa.types.is_list(t) and pa.types.is_string(t.value_type)}
+    kinds = {
+        "text": pa.types.is_string,
+        "int": lambda t: t == pa.int64(),
+        "bool": pa.types.is_boolean,
+        "float": pa.types.is_floating,
+        "time": pa.types.is_timestamp,
+        "texts": lambda t: pa.types.is_list(t) and pa.types.is_string(t.value_type),
+    }
     store = new_store(engine, memory=True)
     for _ in scenario(store):
         pass

@@ -45,8 +45,13 @@ def _missing(what: str) -> None:
 def chromium_path() -> str:
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         _missing(f"Debian's chromium at {CHROMIUM} (apt-get update && apt-get install -y chromium)")
-    for module, pkg in (("playwright", "playwright"), ("jupyterlab", "jupyterlab"), ("nbconvert", "nbconvert"),
-                        ("ipykernel", "ipykernel"), ("nbformat", "nbformat")):
+    for module, pkg in (
+        ("playwright", "playwright"),
+        ("jupyterlab", "jupyterlab"),
+        ("nbconvert", "nbconvert"),
+        ("ipykernel", "ipykernel"),
+        ("nbformat", "nbformat"),
+    ):
         try:
             __import__(module)
         except ImportError:
@@ -60,12 +65,23 @@ def lab(chromium_path, tmp_path_factory):
     base = tmp_path_factory.mktemp("lab")
     settings = base / "app-settings"
     settings.mkdir()
-    (settings / "overrides.json").write_text(json.dumps({
-        "@jupyterlab/apputils-extension:notification": {"checkForUpdates": False, "fetchNews": "false"},
-        "@jupyterlab/docmanager-extension:plugin": {"autosave": False},
-    }))
-    with jupyter_server("lab", base, [f"--LabApp.app_settings_dir={settings}", "--LabServerApp.news_url=",
-                                      "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]) as server:
+    (settings / "overrides.json").write_text(
+        json.dumps(
+            {
+                "@jupyterlab/apputils-extension:notification": {"checkForUpdates": False, "fetchNews": "false"},
+                "@jupyterlab/docmanager-extension:plugin": {"autosave": False},
+            }
+        )
+    )
+    with jupyter_server(
+        "lab",
+        base,
+        [
+            f"--LabApp.app_settings_dir={settings}",
+            "--LabServerApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+    ) as server:
         yield server.url, server.token, server.root, server.env
 
 

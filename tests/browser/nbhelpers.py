@@ -26,26 +26,60 @@ def demo_session(store) -> sk.Session:
     s.append(text("u1", "user", "Plan a weekend in Lisbon for two."))
     s.append(text("a1", "assistant", "Happy to. Which weekend, and what do you enjoy?"))
     s.append(text("u2", "user", "Mid May. Food, views, a little history."))
-    s.append({
-        "id": "a2", "role": "assistant",
-        "parts": [
-            {"type": "text", "text": "Let me check the weather first."},
-            {"type": "tool-weather", "toolCallId": "call_1", "state": "output-available",
-             "input": {"city": "Lisbon", "month": "May"}, "output": {"high_c": 23, "rain_days": 4}},
-        ],
-        "metadata": {"usage": {"in": 420, "out": 35, "cost_usd": 0.0011, "model": "gpt-4o-mini"}},
-    })
-    s.append(text("a3", "assistant", "Mid May is warm (about 23°C) with few rainy days. Day 1: Alfama and the castle; day 2: Belém.",
-                  metadata={"usage": {"in": 510, "out": 60, "cost_usd": 0.0014, "model": "gpt-4o-mini"}}))
+    s.append(
+        {
+            "id": "a2",
+            "role": "assistant",
+            "parts": [
+                {"type": "text", "text": "Let me check the weather first."},
+                {
+                    "type": "tool-weather",
+                    "toolCallId": "call_1",
+                    "state": "output-available",
+                    "input": {"city": "Lisbon", "month": "May"},
+                    "output": {"high_c": 23, "rain_days": 4},
+                },
+            ],
+            "metadata": {"usage": {"in": 420, "out": 35, "cost_usd": 0.0011, "model": "gpt-4o-mini"}},
+        }
+    )
+    s.append(
+        text(
+            "a3",
+            "assistant",
+            "Mid May is warm (about 23°C) with few rainy days. Day 1: Alfama and the castle; day 2: Belém.",
+            metadata={"usage": {"in": 510, "out": 60, "cost_usd": 0.0014, "model": "gpt-4o-mini"}},
+        )
+    )
     s.append(text("u3", "user", "Great. Where should we eat?"))
-    s.append(text("a4", "assistant", "Try Cervejaria Ramiro for seafood and Taberna da Rua das Flores.",
-                  metadata={"usage": {"in": 600, "out": 40, "cost_usd": 0.0012, "model": "gpt-4o-mini"}}), parent_id="u3")
-    s.append(text("a4b", "assistant", "Do you prefer seafood or traditional petiscos?",
-                  metadata={"usage": {"in": 600, "out": 18, "cost_usd": None, "model": "local-llm"}}), parent_id="u3")
+    s.append(
+        text(
+            "a4",
+            "assistant",
+            "Try Cervejaria Ramiro for seafood and Taberna da Rua das Flores.",
+            metadata={"usage": {"in": 600, "out": 40, "cost_usd": 0.0012, "model": "gpt-4o-mini"}},
+        ),
+        parent_id="u3",
+    )
+    s.append(
+        text(
+            "a4b",
+            "assistant",
+            "Do you prefer seafood or traditional petiscos?",
+            metadata={"usage": {"in": 600, "out": 18, "cost_usd": None, "model": "local-llm"}},
+        ),
+        parent_id="u3",
+    )
     s.append(text("u4", "user", "Petiscos, please."), parent_id="a4b")
     s.append(text("a5", "assistant", "Then Taberna da Rua das Flores and O Trevo for bifanas."), parent_id="u4")
-    s.on_compaction(lambda msgs, ctx: sk.CompactionResult(
-        "u1", "a2", "The user plans a mid-May weekend in Lisbon for two (food, views, history); the weather tool said 23°C, 4 rain days."))
+    s.on_compaction(
+        lambda msgs, ctx: sk.CompactionResult(
+            "u1",
+            "a2",
+            "The user plans a mid-May weekend in Lisbon for two (food, views, history); "
+            "the weather tool said 23°C, 4 rain days.",
+        )
+    )
     s.compact(leaf_id="a5")
     return s
 
@@ -64,7 +98,9 @@ def big_session(store, n: int = 10_000, *, seed: int = 7) -> sk.Session:
         else:
             parent = ids[rng.randrange(len(ids))]
         role = "user" if i % 2 == 0 else "assistant"
-        body = f"message {i}: " + " ".join(rng.choice(("plan", "trip", "hotel", "train", "museum", "lunch")) for _ in range(rng.randrange(3, 25)))
+        body = f"message {i}: " + " ".join(
+            rng.choice(("plan", "trip", "hotel", "train", "museum", "lunch")) for _ in range(rng.randrange(3, 25))
+        )
         items.append((text(f"m{i}", role, body), parent, None))
         ids.append(f"m{i}")
     s.import_many(items)
@@ -93,13 +129,17 @@ def weather(city: str) -> dict:
 
 def run_script() -> list:
     return [
-        {"text": "Let me look at the weather in Lisbon before I plan the day, so we pick the right "
-                 "mix of indoor and outdoor places for a comfortable and relaxed walk around town.",
-         "tool_calls": [{"name": "weather", "arguments": {"city": "Lisbon"}, "id": "call_w1"}],
-         "usage": {"in": 812, "out": 64}},
-        {"text": "Sunny and 23°C: start at the castle, walk down through Alfama, lunch by the river, "
-                 "and end the day with a dinner of petiscos in Bairro Alto.",
-         "usage": {"in": 1020, "out": 48}},
+        {
+            "text": "Let me look at the weather in Lisbon before I plan the day, so we pick the right "
+            "mix of indoor and outdoor places for a comfortable and relaxed walk around town.",
+            "tool_calls": [{"name": "weather", "arguments": {"city": "Lisbon"}, "id": "call_w1"}],
+            "usage": {"in": 812, "out": 64},
+        },
+        {
+            "text": "Sunny and 23°C: start at the castle, walk down through Alfama, lunch by the river, "
+            "and end the day with a dinner of petiscos in Bairro Alto.",
+            "usage": {"in": 1020, "out": 48},
+        },
     ]
 
 
@@ -123,8 +163,11 @@ def forked_session(store) -> sk.Session:
 def line_session(store) -> sk.Session:
     """Three messages in one line: one leaf, no branch point, no compaction."""
     s = store.session("line")
-    for mid, role, body in (("q", "user", "Is the museum open on Mondays?"), ("r", "assistant", "No, it closes on Mondays."),
-                            ("t", "user", "Thanks!")):
+    for mid, role, body in (
+        ("q", "user", "Is the museum open on Mondays?"),
+        ("r", "assistant", "No, it closes on Mondays."),
+        ("t", "user", "Thanks!"),
+    ):
         s.append(text(mid, role, body))
     return s
 
@@ -136,7 +179,16 @@ def interrupted_runs(store) -> list:
     for i in range(6):
         agent.run_sync(f"Request number {i}", session=store.session("long"))
     events = list(store.events("long"))
-    events.append({"kind": "run.start", "run_id": "cut", "input": "This one is interrupted", "ts": "2025-01-01T00:00:00Z"})
-    events.append({"kind": "run.end", "run_id": "cut", "status": "interrupted", "error": "run cut was interrupted",
-                   "ts": "2025-01-01T00:00:01Z"})
+    events.append(
+        {"kind": "run.start", "run_id": "cut", "input": "This one is interrupted", "ts": "2025-01-01T00:00:00Z"}
+    )
+    events.append(
+        {
+            "kind": "run.end",
+            "run_id": "cut",
+            "status": "interrupted",
+            "error": "run cut was interrupted",
+            "ts": "2025-01-01T00:00:01Z",
+        }
+    )
     return events

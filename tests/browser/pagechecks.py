@@ -16,8 +16,10 @@ HANG_MS = 60_000
 
 def settle(page) -> None:
     """Until the page's fonts are in and two frames were drawn: a screenshot shows the view as drawn."""
-    page.evaluate("() => document.fonts.ready.then(() => new Promise(r => requestAnimationFrame("
-                  "() => requestAnimationFrame(() => r(1)))))")
+    page.evaluate(
+        "() => document.fonts.ready.then(() => new Promise(r => requestAnimationFrame("
+        "() => requestAnimationFrame(() => r(1)))))"
+    )
 
 
 def wait_kernel_idle(page, *, visible_only: bool = True) -> None:
@@ -31,7 +33,9 @@ def wait_kernel_idle(page, *, visible_only: bool = True) -> None:
         "[...document.querySelectorAll('.jp-Toolbar-kernelName')].some(el => "
         "!['', 'No Kernel'].includes(el.textContent.trim())) && "
         f"[...document.querySelectorAll('.jp-Notebook-ExecutionIndicator')].some(el => {shown}"
-        "el.dataset.status === 'idle') ? 'idle' : false", timeout=HANG_MS).json_value()
+        "el.dataset.status === 'idle') ? 'idle' : false",
+        timeout=HANG_MS,
+    ).json_value()
     if state == "dialog":
         page.locator(".jp-Dialog .jp-mod-accept").first.click()
         wait_kernel_idle(page, visible_only=visible_only)
@@ -43,8 +47,11 @@ def run_all_cells(page, *, visible_only: bool = True) -> None:
     wait_kernel_idle(page, visible_only=visible_only)
     page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
     page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    page.wait_for_function("() => { const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');"
-                           " return !!p && p.textContent.trim() !== '[ ]:'; }", timeout=HANG_MS)
+    page.wait_for_function(
+        "() => { const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');"
+        " return !!p && p.textContent.trim() !== '[ ]:'; }",
+        timeout=HANG_MS,
+    )
 
 
 def _wait(page, view, script: str, arg=None, timeout: int = HANG_MS) -> None:
@@ -58,8 +65,12 @@ def row_index(data, rows, mid: str) -> int:
 
 def wait_previews(page, view) -> None:
     """Until every message row shows its preview (they arrive from the kernel or the page's data)."""
-    _wait(page, view, "el.dataset.layout === 'done' && el.querySelectorAll('.sk-row[data-id]').length > 0 && "
-                      "![...el.querySelectorAll('.sk-row[data-id] .sk-row-text')].some(e => e.textContent === '…')")
+    _wait(
+        page,
+        view,
+        "el.dataset.layout === 'done' && el.querySelectorAll('.sk-row[data-id]').length > 0 && "
+        "![...el.querySelectorAll('.sk-row[data-id] .sk-row-text')].some(e => e.textContent === '…')",
+    )
 
 
 def preview_of(session, mid: str) -> str:
@@ -73,8 +84,9 @@ def check_rows_are_text_and_follow_the_keyboard(page, view, session, data, rows)
     from sessionkit.widgets._source import outline_rows
 
     wait_previews(page, view)
-    shown = view.evaluate("el => [...el.querySelectorAll('.sk-row')]"
-                          ".map(e => [Number(e.dataset.row), e.dataset.id || null])")
+    shown = view.evaluate(
+        "el => [...el.querySelectorAll('.sk-row')].map(e => [Number(e.dataset.row), e.dataset.id || null])"
+    )
     assert [r for r, _ in shown] == list(range(len(rows)))
     assert [mid for _, mid in shown] == [data.ids[r[1]] if r[0] == "node" else None for r in rows]
     assert view.locator(".sk-row[role='treeitem']").count() == len(rows)
@@ -83,12 +95,15 @@ def check_rows_are_text_and_follow_the_keyboard(page, view, session, data, rows)
     assert text == preview_of(session, leaf)
     # the text can be selected and copied like any text of the page; selecting picks no row
     before = view.get_attribute("data-selected")
-    selected = view.evaluate("""(el, mid) => {
+    selected = view.evaluate(
+        """(el, mid) => {
         const t = el.querySelector(`.sk-row[data-id='${mid}'] .sk-row-text`);
         const range = document.createRange(); range.selectNodeContents(t);
         const sel = window.getSelection(); sel.removeAllRanges(); sel.addRange(range);
         return String(sel);
-    }""", leaf)
+    }""",
+        leaf,
+    )
     assert selected == text
     assert view.get_attribute("data-selected") == before
     page.evaluate("() => window.getSelection().removeAllRanges()")
@@ -121,19 +136,27 @@ def check_find_in_page(page, view, mid: str, preview: str) -> None:
     """A row far outside the view is in the page as text: the browser's find reaches it, and
     scrolled to (as find-in-page scrolls to a match) it is drawn where it is."""
     row = view.locator(f".sk-row[data-id='{mid}']")
-    _wait(page, view, "(() => { const t = el.querySelector(`.sk-row[data-id='${arg[0]}'] .sk-row-text`);"
-                      " return !!t && t.textContent === arg[1]; })()", [mid, preview])
+    _wait(
+        page,
+        view,
+        "(() => { const t = el.querySelector(`.sk-row[data-id='${arg[0]}'] .sk-row-text`);"
+        " return !!t && t.textContent === arg[1]; })()",
+        [mid, preview],
+    )
     scroller = view.locator(".sk-tree-scroll")
     assert row.evaluate("el => el.offsetTop") > scroller.evaluate("el => el.scrollTop + el.clientHeight")  # out of view
     style = row.evaluate("el => [getComputedStyle(el).display, getComputedStyle(el).visibility]")
     assert style[0] != "none" and style[1] == "visible", style
-    found = page.evaluate("""([mid, text]) => {
+    found = page.evaluate(
+        """([mid, text]) => {
         window.getSelection().removeAllRanges();
         if (!window.find(text, true, false, true)) return null;
         const node = window.getSelection().anchorNode;
         const row = (node.nodeType === 1 ? node : node.parentElement).closest('.sk-row');
         return row ? row.dataset.id : '';
-    }""", [mid, preview])
+    }""",
+        [mid, preview],
+    )
     assert found == mid, (found, mid)
     row.evaluate("el => el.scrollIntoView({block: 'center'})")
     page.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))")
@@ -160,8 +183,9 @@ def check_run_view_start_and_interruption(page, view) -> None:
 
 
 def diff_cells(view) -> dict[str, list[str]]:
-    cells = view.evaluate("el => [...el.querySelectorAll('.sk-diff tr')]"
-                          ".map(r => [...r.children].map(c => c.textContent))")
+    cells = view.evaluate(
+        "el => [...el.querySelectorAll('.sk-diff tr')].map(r => [...r.children].map(c => c.textContent))"
+    )
     return {r[0]: r[1:] for r in cells if r and r[0]}
 
 
@@ -174,16 +198,23 @@ def check_partial_costs(page, view, tree, data, rows, a: str, b: str) -> None:
     _wait(page, view, "el.dataset.selected === arg", a)
     view.locator(f".sk-row[data-id='{b}']").click(modifiers=["Shift"])
     expected = tree.compare(a, b)
-    _wait(page, view, "[...el.querySelectorAll('.sk-diff tr')].some(r => r.textContent.startsWith('messages') && "
-                      "r.children[1].textContent === arg[0] && r.children[2].textContent === arg[1])",
-          [str(expected["a"]["messages"]), str(expected["b"]["messages"])])
+    _wait(
+        page,
+        view,
+        "[...el.querySelectorAll('.sk-diff tr')].some(r => r.textContent.startsWith('messages') && "
+        "r.children[1].textContent === arg[0] && r.children[2].textContent === arg[1])",
+        [str(expected["a"]["messages"]), str(expected["b"]["messages"])],
+    )
     cells = diff_cells(view)
     assert cells["tool calls"] == [str(expected["a"]["tool_calls"]), str(expected["b"]["tool_calls"])]
     for side, shown in zip(("a", "b"), cells["cost"]):
         s = expected[side]
         total = s["cost_known"] + s["cost_unknown"]
-        want = (fmt_cost(s["cost_usd"]) if s["cost_usd"] is not None and not s["cost_unknown"]
-                else fmt_cost(s["cost_known_usd"], unknown=s["cost_unknown"], total=total))
+        want = (
+            fmt_cost(s["cost_usd"])
+            if s["cost_usd"] is not None and not s["cost_unknown"]
+            else fmt_cost(s["cost_known_usd"], unknown=s["cost_unknown"], total=total)
+        )
         assert shown == want, (side, shown, want)
         if s["cost_unknown"]:
             assert "unknown" in shown and shown != fmt_cost(0.0)

@@ -33,9 +33,15 @@ START = 120
 def jupyter_env(base: Path) -> dict:
     """Environment with every Jupyter and IPython folder inside ``base``."""
     env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
-                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl"),
-                     ("JUPYTERLAB_SETTINGS_DIR", "lab-user-settings"), ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces")):
+    for var, sub in (
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_DATA_DIR", "data"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("IPYTHONDIR", "ipython"),
+        ("MPLCONFIGDIR", "mpl"),
+        ("JUPYTERLAB_SETTINGS_DIR", "lab-user-settings"),
+        ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces"),
+    ):
         path = base / sub
         path.mkdir(parents=True, exist_ok=True)
         env[var] = str(path)
@@ -65,8 +71,9 @@ _APPS = {
 
 def wait_file(path: Path, timeout: float = 60) -> str:
     """The text of a file a kernel or an app writes, once it is there and not empty."""
-    return wait_until(lambda: path.exists() and path.read_text(), timeout=timeout, interval=0.05,
-                      what=f"{path.name} to be written")
+    return wait_until(
+        lambda: path.exists() and path.read_text(), timeout=timeout, interval=0.05, what=f"{path.name} to be written"
+    )
 
 
 def _stop(proc: subprocess.Popen, grace: float) -> None:
@@ -82,12 +89,21 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
 
 
 @contextmanager
-def served(argv: Sequence[str], *, name: str, ready_url: str, cwd: Path, env: dict | None, log_path: Path,
-           timeout: float = START) -> Iterator[subprocess.Popen]:
+def served(
+    argv: Sequence[str],
+    *,
+    name: str,
+    ready_url: str,
+    cwd: Path,
+    env: dict | None,
+    log_path: Path,
+    timeout: float = START,
+) -> Iterator[subprocess.Popen]:
     """Runs a server in a session of its own until ``ready_url`` answers 200; stops it on the way out."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + timeout
             while True:
@@ -117,11 +133,29 @@ def jupyter_server(app: str, base: Path, extra_args: Sequence[str] = (), *, time
     port = free_port()
     token = uuid.uuid4().hex
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", *module, "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
-            "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-            "--ServerApp.terminals_enabled=False", *extra_args]
-    with served(argv, name=name, ready_url=f"{url}/api/status?token={token}", cwd=root, env=env,
-                log_path=base / f"{app}.log", timeout=timeout):
+    argv = [
+        sys.executable,
+        "-m",
+        *module,
+        "--no-browser",
+        "--allow-root",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.terminals_enabled=False",
+        *extra_args,
+    ]
+    with served(
+        argv,
+        name=name,
+        ready_url=f"{url}/api/status?token={token}",
+        cwd=root,
+        env=env,
+        log_path=base / f"{app}.log",
+        timeout=timeout,
+    ):
         yield Server(url, token, root, env)
 
 
@@ -142,8 +176,15 @@ class Launched:
 @contextmanager
 def launcher(argv: Sequence[str], *, cwd: Path, env: dict, pattern: str, timeout: float = 170) -> Iterator[Launched]:
     """Runs ``argv`` in a session of its own and waits for a printed line matching ``pattern``."""
-    proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump():

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # slow: a marimo serv
 
 HERE = Path(__file__).resolve().parent
 
-APP = '''
+APP = """
 import marimo
 
 app = marimo.App()
@@ -50,7 +50,7 @@ def _():
 
 if __name__ == "__main__":
     app.run()
-'''
+"""
 
 
 @pytest.fixture
@@ -65,8 +65,19 @@ def marimo_app(chromium_path, tmp_path):
     app.write_text(APP.format(here=str(HERE), out=str(out)), encoding="utf-8")
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    argv = [sys.executable, "-m", "marimo", "run", str(app), "--headless", "--host", "127.0.0.1", "--port", str(port),
-            "--no-token"]
+    argv = [
+        sys.executable,
+        "-m",
+        "marimo",
+        "run",
+        str(app),
+        "--headless",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-token",
+    ]
     with served(argv, name="marimo", ready_url=url, cwd=tmp_path, env=None, log_path=tmp_path / "marimo.log"):
         yield url, out
 
@@ -92,8 +103,11 @@ def test_views_work_in_marimo(marimo_app, browser, screenshots):
         rows = outline_rows(data)
         assert tree.get_attribute("data-rows") == str(len(rows))
         # previews come from Python over the widget's custom messages
-        page.wait_for_function("el => el.querySelector(\".sk-row[data-id='u3'] .sk-row-text\")?.textContent === "
-                               "'Great. Where should we eat?'", arg=tree.element_handle())
+        page.wait_for_function(
+            "el => el.querySelector(\".sk-row[data-id='u3'] .sk-row-text\")?.textContent === "
+            "'Great. Where should we eat?'",
+            arg=tree.element_handle(),
+        )
         row = next(k for k, r in enumerate(rows) if r[0] == "node" and data.ids[r[1]] == "a4")
         tree.locator(".sk-tree-scroll").click(position={"x": 120, "y": row * 22 + 11})
         assert wait_file(out / "selected.txt", HANG_MS / 1000) == "a4"

@@ -37,8 +37,10 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
     more = next(k for k, r in enumerate(rows) if r[0] == "more")
     scroller = page.locator(".sk-tree-scroll")
     scroller.click(position={"x": 150, "y": more * 22 + 11})  # expand the chain
-    page.wait_for_function("() => document.querySelector('.sk-tree-view').dataset.rows === String(%d)"
-                           % len(outline_rows(data, expanded={data.index()["sys"]})))
+    page.wait_for_function(
+        f"() => document.querySelector('.sk-tree-view').dataset.rows === "
+        f"String({len(outline_rows(data, expanded={data.index()['sys']}))})"
+    )
     expanded = outline_rows(data, expanded={data.index()["sys"]})
     row = next(k for k, r in enumerate(expanded) if r[0] == "node" and data.ids[r[1]] == "a2")
     scroller.click(position={"x": 150, "y": row * 22 + 11})
@@ -52,8 +54,10 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
     page.goto((tmp_path / "chat.html").as_uri())
     view = page.locator(".sk-transcript-view")
     view.wait_for()
-    page.wait_for_function("n => document.querySelector('.sk-transcript-view').dataset.entries === n",
-                           arg=str(len(s.get_history(leaf_id="a4"))))
+    page.wait_for_function(
+        "n => document.querySelector('.sk-transcript-view').dataset.entries === n",
+        arg=str(len(s.get_history(leaf_id="a4"))),
+    )
     page.locator("button[data-mode='full']").click()
     page.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.mode === 'full'")
     assert view.get_attribute("data-entries") == str(len(s.get_history(leaf_id="a4", compacted=False)))
@@ -71,13 +75,13 @@ def test_to_html_pages_are_interactive_offline(page, tmp_path, screenshots):
 
 def _click_row(page, data, rows, mid, *, shift=False):
     row = next(k for k, r in enumerate(rows) if r[0] == "node" and data.ids[r[1]] == mid)
-    page.locator(".sk-tree-scroll").click(position={"x": 150, "y": row * 22 + 11},
-                                          modifiers=["Shift"] if shift else None)
+    page.locator(".sk-tree-scroll").click(
+        position={"x": 150, "y": row * 22 + 11}, modifiers=["Shift"] if shift else None
+    )
 
 
 def _diff_cells(page) -> dict[str, list[str]]:
-    cells = page.eval_on_selector_all(
-        ".sk-diff tr", "rows => rows.map(r => [...r.children].map(c => c.textContent))")
+    cells = page.eval_on_selector_all(".sk-diff tr", "rows => rows.map(r => [...r.children].map(c => c.textContent))")
     return {r[0]: r[1:] for r in cells if r and r[0]}
 
 
@@ -103,21 +107,28 @@ def test_offline_tree_recomputes_the_branch_diff_and_survives_html_comments(page
     _click_row(page, data, rows, "a1")
     _click_row(page, data, rows, "a4", shift=True)
     expected = tree.compare("a1", "a4")
-    page.wait_for_function("n => [...document.querySelectorAll('.sk-diff tr')].some(r => "
-                           "r.textContent.startsWith('messages') && r.children[2].textContent === n)",
-                           arg=str(expected["b"]["messages"]))
+    page.wait_for_function(
+        "n => [...document.querySelectorAll('.sk-diff tr')].some(r => "
+        "r.textContent.startsWith('messages') && r.children[2].textContent === n)",
+        arg=str(expected["b"]["messages"]),
+    )
     cells = _diff_cells(page)
     assert cells["messages"] == [str(expected["a"]["messages"]), str(expected["b"]["messages"])]
     assert cells["tool calls"] == [str(expected["a"]["tool_calls"]), str(expected["b"]["tool_calls"])]
     b = expected["b"]
-    assert cells["cost"] == [fmt_cost(expected["a"]["cost_usd"]),
-                             fmt_cost(b["cost_known_usd"], unknown=b["cost_unknown"], total=b["cost_known"] + b["cost_unknown"])]
+    assert cells["cost"] == [
+        fmt_cost(expected["a"]["cost_usd"]),
+        fmt_cost(b["cost_known_usd"], unknown=b["cost_unknown"], total=b["cost_known"] + b["cost_unknown"]),
+    ]
     assert cells["cost"][1] == "≥ $0.0001 (2 of 3 unknown)"
     assert cells["usage in/out"][1] == "≥ 200/20 (1 of 3 unknown)"
     page.screenshot(path=str(screenshots / "offline-tree-diff.png"))
     # another comparison: the panel follows again
     _click_row(page, data, rows, "a3", shift=True)
-    page.wait_for_function("() => [...document.querySelectorAll('.sk-diff tr')].some(r => r.textContent.startsWith('messages') && r.children[2].textContent === '3')")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.sk-diff tr')]"
+        ".some(r => r.textContent.startsWith('messages') && r.children[2].textContent === '3')"
+    )
     assert _diff_cells(page)["cost"][1] == "unknown"
     assert not page.errors, page.errors
 
@@ -129,7 +140,9 @@ def test_offline_run_view_opens_at_the_start_and_pads_the_interruption(page, tmp
     view = page.locator(".sk-run-view")
     view.wait_for()
     pagechecks.check_run_view_start_and_interruption(page, view)
-    page.locator(".skr-run[data-run='cut'] > .sk-err").screenshot(path=str(screenshots / "offline-run-view-interrupted.png"))
+    page.locator(".skr-run[data-run='cut'] > .sk-err").screenshot(
+        path=str(screenshots / "offline-run-view-interrupted.png")
+    )
     assert "7 runs" in page.locator(".sk-run-view .sk-toolbar").inner_text()
     assert not page.errors, page.errors
 

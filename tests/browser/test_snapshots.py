@@ -30,8 +30,14 @@ def test_saved_snapshots_keep_their_layout(host, browser, screenshots):
         ("tree = sk.widgets.BranchTree(s)", _static.tree_html(s)),
         ("sk.widgets.Transcript(s, 'a4', mode='full')", _static.transcript_html(s, "a4", mode="full")),
     ]
-    nb.cells = [nbformat.v4.new_code_cell(src, execution_count=i + 1, outputs=[nbformat.v4.new_output(
-        "display_data", data={"text/html": html, "text/plain": src})]) for i, (src, html) in enumerate(outputs)]
+    nb.cells = [
+        nbformat.v4.new_code_cell(
+            src,
+            execution_count=i + 1,
+            outputs=[nbformat.v4.new_output("display_data", data={"text/html": html, "text/plain": src})],
+        )
+        for i, (src, html) in enumerate(outputs)
+    ]
     nbformat.write(nb, str(root / "saved.ipynb"))  # not signed: JupyterLab sanitizes its HTML
     context, page, errors = host.open(browser, "saved.ipynb", "sk-saved", viewport=(1280, 900))
     try:
@@ -49,12 +55,17 @@ def test_saved_snapshots_keep_their_layout(host, browser, screenshots):
         msg = page.locator(".jp-OutputArea-output .sk-snap-transcript .sk-msg").first
         assert msg.evaluate("el => parseFloat(getComputedStyle(el).borderLeftWidth)") >= 3
         assert msg.evaluate("el => getComputedStyle(el).textAlign") in ("left", "start")
-        assert page.locator(".sk-snap-transcript .sk-msg.sk-hidden").first.evaluate(
-            "el => parseFloat(getComputedStyle(el).opacity)") < 1
+        assert (
+            page.locator(".sk-snap-transcript .sk-msg.sk-hidden").first.evaluate(
+                "el => parseFloat(getComputedStyle(el).opacity)"
+            )
+            < 1
+        )
         settle(page)
         snap.screenshot(path=str(screenshots / f"{host.name}-tree-snapshot.png"))
         page.locator(".jp-OutputArea-output .sk-snap-transcript").first.screenshot(
-            path=str(screenshots / f"{host.name}-transcript-snapshot.png"))
+            path=str(screenshots / f"{host.name}-transcript-snapshot.png")
+        )
         assert not [e for e in errors if e not in host.own_errors(browser)], errors
     finally:
         context.close()

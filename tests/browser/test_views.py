@@ -35,31 +35,43 @@ HANG = pagechecks.HANG_MS / 1000  # seconds, for the waits on the kernel's files
 
 # (name, source): the views the tests find by their cell
 CELLS = [
-    ("setup", "import sys, pathlib, asyncio\n"
-              "sys.path.insert(0, {here!r})\n"
-              "import sessionkit as sk\nimport nbhelpers as h\n"
-              "OUT = pathlib.Path({out!r})\n"
-              "store = sk.open_store()\ns = h.demo_session(store)\nf = h.forked_session(store)\n"
-              "line = h.line_session(store)\nbs = h.big_session(store)"),
-    ("tree", "tree = sk.widgets.BranchTree(s, height=300)\n"
-             "tree.observe(lambda ch: (OUT / 'selected.txt').write_text(ch['new'] or ''), names='selected_id')\n"
-             "tree"),
+    (
+        "setup",
+        "import sys, pathlib, asyncio\n"
+        "sys.path.insert(0, {here!r})\n"
+        "import sessionkit as sk\nimport nbhelpers as h\n"
+        "OUT = pathlib.Path({out!r})\n"
+        "store = sk.open_store()\ns = h.demo_session(store)\nf = h.forked_session(store)\n"
+        "line = h.line_session(store)\nbs = h.big_session(store)",
+    ),
+    (
+        "tree",
+        "tree = sk.widgets.BranchTree(s, height=300)\n"
+        "tree.observe(lambda ch: (OUT / 'selected.txt').write_text(ch['new'] or ''), names='selected_id')\n"
+        "tree",
+    ),
     ("chat", "chat = sk.widgets.Transcript(s, follow=tree, height=340)\nchat"),
     ("keys", "sk.widgets.BranchTree(s, height=300)"),
     ("forked", "sk.widgets.BranchTree(f, collapse=False, height=220)"),
     ("forked_chat", "sk.widgets.Transcript(f, 'a4', mode='full', height=300)"),
     ("line", "sk.widgets.BranchTree(line, height=120)"),
     ("runs", "sk.widgets.RunView(h.interrupted_runs(store), height=240)"),
-    ("live", "ctl = sk.RunController()\nrs = store.session('live')\n"
-             "agent = sk.Agent('planner', 'You plan trips.', h.SlowModel(h.run_script()), tools=[h.weather])\n"
-             "view = sk.widgets.RunView(ctl, height=380)\nview"),
-    ("go", "async def go():\n"
-           "    while not (OUT / 'go').exists():\n"
-           "        await asyncio.sleep(0.05)\n"
-           "    ctl.follow_up('Add a dinner suggestion, please.')\n"
-           "    result = await agent.run('Plan a sunny day in Lisbon', session=rs, controller=ctl)\n"
-           "    (OUT / 'run.txt').write_text(result.status + ' ' + str(view.batches))\n"
-           "task = asyncio.ensure_future(go())"),
+    (
+        "live",
+        "ctl = sk.RunController()\nrs = store.session('live')\n"
+        "agent = sk.Agent('planner', 'You plan trips.', h.SlowModel(h.run_script()), tools=[h.weather])\n"
+        "view = sk.widgets.RunView(ctl, height=380)\nview",
+    ),
+    (
+        "go",
+        "async def go():\n"
+        "    while not (OUT / 'go').exists():\n"
+        "        await asyncio.sleep(0.05)\n"
+        "    ctl.follow_up('Add a dinner suggestion, please.')\n"
+        "    result = await agent.run('Plan a sunny day in Lisbon', session=rs, controller=ctl)\n"
+        "    (OUT / 'run.txt').write_text(result.status + ' ' + str(view.batches))\n"
+        "task = asyncio.ensure_future(go())",
+    ),
     ("big", "big = sk.widgets.BranchTree(bs, height=400)\nbig"),
     ("repr", "s"),
     ("done", "(OUT / 'done.txt').write_text('ok')\nprint('all cells ran')"),
@@ -109,8 +121,9 @@ def nb(host, browser, tmp_path_factory, screenshots):
     except Exception:
         shot = screenshots / f"failure-{host.name}-run-all.png"
         page.screenshot(path=str(shot))
-        raise AssertionError(f"the notebook did not finish in {host.name} (see {shot}); "
-                             f"page errors: {errors}") from None
+        raise AssertionError(
+            f"the notebook did not finish in {host.name} (see {shot}); page errors: {errors}"
+        ) from None
     yield Page(page, out, nb_path, errors, baseline, host)
     context.close()
 
@@ -132,8 +145,11 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
             kids[p] += 1
     forks, leaves = sum(k > 1 for k in kids), sum(k == 0 for k in kids)
     toolbar = view.locator(".sk-toolbar").inner_text()
-    counts = (plural(forks, "branch point"), plural(leaves, "leaf", "leaves"),
-              plural(len(data.compactions), "compaction"))
+    counts = (
+        plural(forks, "branch point"),
+        plural(leaves, "leaf", "leaves"),
+        plural(len(data.compactions), "compaction"),
+    )
     for part in counts:
         assert part in toolbar, (part, toolbar)
     target = "a4"
@@ -147,8 +163,9 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
     transcript = nb.view("chat", "transcript")
     handle = transcript.element_handle()
     model = path_entries(s, target, compacted=True)
-    page.wait_for_function("([el, n]) => el.dataset.leaf === 'a4' && el.dataset.entries === n",
-                           arg=[handle, str(len(model["entries"]))])
+    page.wait_for_function(
+        "([el, n]) => el.dataset.leaf === 'a4' && el.dataset.entries === n", arg=[handle, str(len(model["entries"]))]
+    )
     meta = transcript.locator(".sk-toolbar").inner_text()
     assert plural(len(model["compactions"]), "compaction") + " on this path" in meta, meta
     assert plural(len(model["entries"]), "entry", "entries") in meta
@@ -162,8 +179,9 @@ def test_click_in_branch_tree_reaches_the_kernel_and_the_transcript_follows(nb, 
     # switch to the full history from the page: the hidden (compacted) messages come back, dimmed
     transcript.locator("button[data-mode='full']").click()
     full = path_entries(s, target, compacted=False)
-    page.wait_for_function("([el, n]) => el.dataset.mode === 'full' && el.dataset.entries === n",
-                           arg=[handle, str(len(full["entries"]))])
+    page.wait_for_function(
+        "([el, n]) => el.dataset.mode === 'full' && el.dataset.entries === n", arg=[handle, str(len(full["entries"]))]
+    )
     hidden = sum(1 for e in full["entries"] if e.get("kind") == "hidden")
     assert hidden >= 1 and transcript.locator(".sk-msg.sk-hidden").count() == hidden
     nb.shot(transcript, screenshots, "transcript-full")
@@ -297,10 +315,11 @@ def test_ten_thousand_message_tree_scrolls_by_the_rows_in_view_and_is_found(nb, 
 
 def test_live_views_hide_their_snapshots(nb):
     page = nb.page
-    page.wait_for_function("n => document.querySelectorAll('[data-sk-snapshot-hidden]').length >= n",
-                           arg=LIVE_VIEWS)
-    visible = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook [data-sessionkit-snapshot]')]"
-                            ".filter(el => el.offsetParent !== null).length")
+    page.wait_for_function("n => document.querySelectorAll('[data-sk-snapshot-hidden]').length >= n", arg=LIVE_VIEWS)
+    visible = page.evaluate(
+        "() => [...document.querySelectorAll('.jp-Notebook [data-sessionkit-snapshot]')]"
+        ".filter(el => el.offsetParent !== null).length"
+    )
     assert visible == 0
 
 
@@ -317,7 +336,7 @@ def test_saved_notebook_converts_to_html_with_static_snapshots(nb, screenshots):
             notebook = nbformat.read(str(nb.nb_path), as_version=4)
         except Exception:  # read while the server writes it
             return None
-        return notebook if all(c.get("outputs") for c in notebook.cells[CELL["tree"]:CELL["runs"] + 1]) else None
+        return notebook if all(c.get("outputs") for c in notebook.cells[CELL["tree"] : CELL["runs"] + 1]) else None
 
     saved = wait_until(saved_with_outputs, interval=0.2, what="the notebook to be saved with its outputs")
     html, _ = nbconvert.HTMLExporter().from_notebook_node(saved)

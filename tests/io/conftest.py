@@ -133,9 +133,16 @@ def loaded(engine, new_shared_store, oasst_path, oasst_trees, tau_records, hh_pa
         tau_sessions.append(session)
     hh = sk.io.import_hh(s, hh_path)
     yield {
-        "store": s, "engine": engine, "oasst": oasst, "tau": tau_sessions, "hh": hh,
-        "oasst_trees": trees, "tau_records": tau, "hh_records": pairs,
-        "oasst_path": oasst_path, "hh_path": hh_path,
+        "store": s,
+        "engine": engine,
+        "oasst": oasst,
+        "tau": tau_sessions,
+        "hh": hh,
+        "oasst_trees": trees,
+        "tau_records": tau,
+        "hh_records": pairs,
+        "oasst_path": oasst_path,
+        "hh_path": hh_path,
         "full": {k: v is None for k, v in limits.items()},
     }
     s.close()

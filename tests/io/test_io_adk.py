@@ -48,28 +48,50 @@ def _adk() -> SimpleNamespace:
         return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=t)]))
 
     def calls(*cities):
-        return LlmResponse(content=types.Content(role="model", parts=[
-            types.Part(function_call=types.FunctionCall(name="weather", args={"city": c}, id=f"fc-{c}"))
-            for c in cities]))
+        return LlmResponse(
+            content=types.Content(
+                role="model",
+                parts=[
+                    types.Part(function_call=types.FunctionCall(name="weather", args={"city": c}, id=f"fc-{c}"))
+                    for c in cities
+                ],
+            )
+        )
 
-    return SimpleNamespace(LlmAgent=LlmAgent, Runner=Runner, DatabaseSessionService=DatabaseSessionService,
-                           types=types, apply_rewinds=_apply_rewinds, Scripted=Scripted, weather=weather,
-                           text=text, calls=calls)
+    return SimpleNamespace(
+        LlmAgent=LlmAgent,
+        Runner=Runner,
+        DatabaseSessionService=DatabaseSessionService,
+        types=types,
+        apply_rewinds=_apply_rewinds,
+        Scripted=Scripted,
+        weather=weather,
+        text=text,
+        calls=calls,
+    )
 
 
 async def _write(db):
     adk = _adk()
     types = adk.types
-    model = adk.Scripted(model="scripted", script=[
-        adk.calls("Oslo", "Rome"), adk.text("Oslo and Rome are sunny"), adk.text("you are welcome"),
-        adk.text("second try"), adk.text("hello from another user")])
+    model = adk.Scripted(
+        model="scripted",
+        script=[
+            adk.calls("Oslo", "Rome"),
+            adk.text("Oslo and Rome are sunny"),
+            adk.text("you are welcome"),
+            adk.text("second try"),
+            adk.text("hello from another user"),
+        ],
+    )
     agent = adk.LlmAgent(name="helper", model=model, tools=[adk.weather], output_key="last_answer")
     service = adk.DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{db}")
     runner = adk.Runner(agent=agent, app_name="app", session_service=service)
 
     async def ask(user, sid, text):
-        async for _ in runner.run_async(user_id=user, session_id=sid,
-                                        new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+        async for _ in runner.run_async(
+            user_id=user, session_id=sid, new_message=types.Content(role="user", parts=[types.Part(text=text)])
+        ):
             pass
 
     await service.create_session(app_name="app", user_id="u1", session_id="s1", state={"mood": "calm"})
@@ -80,8 +102,10 @@ async def _write(db):
     await ask("u1", "s1", "thanks again")
     await service.create_session(app_name="app", user_id="u2", session_id="s1")
     await ask("u2", "s1", "hi")
-    out = {key: await service.get_session(app_name="app", user_id=key[0], session_id=key[1])
-           for key in (("u1", "s1"), ("u2", "s1"))}
+    out = {
+        key: await service.get_session(app_name="app", user_id=key[0], session_id=key[1])
+        for key in (("u1", "s1"), ("u2", "s1"))
+    }
     await service.close()
     return out
 
@@ -145,8 +169,11 @@ def test_live_path_matches_get_session(store, adk_db):
     for (user, _), adk_session in sessions.items():
         session = store.session(f"app/{user}/s1")
         live = _adk().apply_rewinds(adk_session.events)
-        history = [m for m in session.get_history(compacted=False)
-                   if "rewind_before_invocation_id" not in m["metadata"]["adk"].get("actions", {})]
+        history = [
+            m
+            for m in session.get_history(compacted=False)
+            if "rewind_before_invocation_id" not in m["metadata"]["adk"].get("actions", {})
+        ]
         assert _message_facts(history) == _fold_order(_event_facts(live)), user
 
 
@@ -159,8 +186,11 @@ def test_rewind_branches_tool_results_and_state(store, adk_db):
     folded = [e for e in events if e.content and e.content.parts and all(p.function_response for p in e.content.parts)]
     assert len(session) == len(events) - len(folded)
     # the rewind forks the tree at the answer before the rewound invocation
-    answer = next(m for m in session.get_history(compacted=False)
-                  if m["parts"] and m["parts"][0].get("text") == "Oslo and Rome are sunny")
+    answer = next(
+        m
+        for m in session.get_history(compacted=False)
+        if m["parts"] and m["parts"][0].get("text") == "Oslo and Rome are sunny"
+    )
     children = session.branches(answer["id"])
     assert len(children) == 2
     assert children[0]["parts"][0]["text"] == "thanks"
@@ -170,7 +200,8 @@ def test_rewind_branches_tool_results_and_state(store, adk_db):
     call = next(m for m in session.get_history(compacted=False) if any(p["type"] == "tool-weather" for p in m["parts"]))
     assert [(p["toolCallId"], p["state"], p["output"]) for p in call["parts"]] == [
         ("fc-Oslo", "output-available", {"forecast": "sunny in Oslo"}),
-        ("fc-Rome", "output-available", {"forecast": "sunny in Rome"})]
+        ("fc-Rome", "output-available", {"forecast": "sunny in Rome"}),
+    ]
     deltas = [t["actions"]["state_delta"] for t in call["metadata"]["adk"]["tool_events"]]
     assert deltas == [e.actions.state_delta for e in folded]
     assert deltas[-1] == {"last_city": "Rome"}
@@ -214,8 +245,10 @@ def test_events_too_deep_or_not_utf8_name_the_event(adk_db):
     db, _ = adk_db
     conn = sqlite3.connect(db)
     eid = conn.execute("SELECT id FROM events WHERE user_id = 'u2' ORDER BY timestamp LIMIT 1").fetchone()[0]
-    for value, problem in (("[" * 100_000 + "]" * 100_000, "event_data nests too deep to read"),
-                           (b'{"author": "\xff\xfe"}', "event_data is not UTF-8 text")):
+    for value, problem in (
+        ("[" * 100_000 + "]" * 100_000, "event_data nests too deep to read"),
+        (b'{"author": "\xff\xfe"}', "event_data is not UTF-8 text"),
+    ):
         conn.execute("UPDATE events SET event_data = ? WHERE id = ?", (value, eid))
         conn.commit()
         with sk.open_store() as store:

@@ -37,8 +37,11 @@ def _check_against_log(session, records):
         if "uuid" not in r:
             continue
         content = (r.get("message") or {}).get("content")
-        results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
-            if isinstance(content, list) else []
+        results = (
+            [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+            if isinstance(content, list)
+            else []
+        )
         message = session.get(r["uuid"])
         if results and len(results) == len(content) and all(b["tool_use_id"] in calls for b in results):
             assert message is None, r["uuid"]
@@ -55,12 +58,19 @@ def _check_against_log(session, records):
         if r["type"] in ("user", "assistant"):
             role = "tool" if results and len(results) == len(content) else r["message"]["role"]
             assert message["role"] == role
-            assert "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text") == \
-                content_text(r["message"]["content"])
-            uses = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"] \
-                if isinstance(content, list) else []
-            stored = [(p["toolCallId"], p["type"][5:], p["input"]) for p in message["parts"]
-                      if p["type"].startswith("tool-") and "input" in p]
+            assert "".join(p.get("text", "") for p in message["parts"] if p["type"] == "text") == content_text(
+                r["message"]["content"]
+            )
+            uses = (
+                [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+                if isinstance(content, list)
+                else []
+            )
+            stored = [
+                (p["toolCallId"], p["type"][5:], p["input"])
+                for p in message["parts"]
+                if p["type"].startswith("tool-") and "input" in p
+            ]
             assert stored == [(b["id"], b["name"], b["input"]) for b in uses]
         else:
             assert message["role"] == "system"
@@ -97,8 +107,18 @@ def test_rewind_and_compaction(store):
     history = session.get_history()
     assert history[0]["parts"][0]["text"] == content_text(summary["message"]["content"])
     assert [m["id"] for m in history[1:]] == ["p1u", "p1a"]
-    assert [m["id"] for m in session.get_history(compacted=False)] == \
-        ["u1", "a1", "b2u", "b2a", "b2u2", "b2a2", "cb", "cs", "p1u", "p1a"]
+    assert [m["id"] for m in session.get_history(compacted=False)] == [
+        "u1",
+        "a1",
+        "b2u",
+        "b2a",
+        "b2u2",
+        "b2a2",
+        "cb",
+        "cs",
+        "p1u",
+        "p1a",
+    ]
     # idempotent
     sk.io.import_claude_code(store, path)
     assert len(session) == len(records) and len(session.compactions()) == 1
@@ -121,8 +141,17 @@ def test_sidechains_and_missing_parents(store):
 
 
 def _line(uuid, parent, kind, content, *, sid="sess", ts=0, **extra):
-    rec = {"parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": "/w", "sessionId": sid,
-           "version": "2.1.0", "type": kind, "uuid": uuid, "timestamp": f"2026-01-01T00:00:{ts:02d}.000Z"}
+    rec = {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "userType": "external",
+        "cwd": "/w",
+        "sessionId": sid,
+        "version": "2.1.0",
+        "type": kind,
+        "uuid": uuid,
+        "timestamp": f"2026-01-01T00:00:{ts:02d}.000Z",
+    }
     if kind in ("user", "assistant"):
         rec["message"] = {"role": kind, "content": content}
         if kind == "assistant":
@@ -144,25 +173,53 @@ def project(tmp_path):
         json.dumps({"type": "file-history-snapshot", "messageId": "u1", "snapshot": {}}),
         _line("u1", None, "user", "fix the build", ts=1),
         _line("a1", "u1", "assistant", [{"type": "thinking", "thinking": "look first", "signature": "sig"}], ts=2),
-        _line("a2", "a1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "make"}}],
-              ts=3),
-        _line("a3", "a2", "assistant", [{"type": "tool_use", "id": "t2", "name": "Read", "input": {"path": "x"}}],
-              ts=4),
+        _line(
+            "a2",
+            "a1",
+            "assistant",
+            [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "make"}}],
+            ts=3,
+        ),
+        _line(
+            "a3", "a2", "assistant", [{"type": "tool_use", "id": "t2", "name": "Read", "input": {"path": "x"}}], ts=4
+        ),
         _line("r1", "a3", "user", [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}], ts=5),
         _line("h1", "r1", "system", "PostToolUse hook ran", ts=6, level="info", toolUseID="t1"),
-        _line("r2", "h1", "user", [{"type": "tool_result", "tool_use_id": "t2", "is_error": True,
-                                    "content": [{"type": "text", "text": "no such file"}]}], ts=7),
+        _line(
+            "r2",
+            "h1",
+            "user",
+            [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "t2",
+                    "is_error": True,
+                    "content": [{"type": "text", "text": "no such file"}],
+                }
+            ],
+            ts=7,
+        ),
         _line("a4", "r2", "assistant", [{"type": "text", "text": "Built."}], ts=8),
-        _line("u2", "a4", "user", [{"type": "text", "text": "look at this"},
-                                   {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                                                "data": "iVBORw0KGgo="}}], ts=9),
+        _line(
+            "u2",
+            "a4",
+            "user",
+            [
+                {"type": "text", "text": "look at this"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+            ],
+            ts=9,
+        ),
         _line("u2b", "a4", "user", "actually, run the tests", ts=10),
         _line("a5", "u2b", "assistant", [{"type": "text", "text": "Tests pass."}], ts=11),
     ]
     (folder / "sess.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    sub = [_line("s1", None, "user", "find the config", ts=3, isSidechain=True, agentId="ag1"),
-           _line("s2", "s1", "assistant", [{"type": "text", "text": "It is in x."}], ts=4, isSidechain=True,
-                 agentId="ag1")]
+    sub = [
+        _line("s1", None, "user", "find the config", ts=3, isSidechain=True, agentId="ag1"),
+        _line(
+            "s2", "s1", "assistant", [{"type": "text", "text": "It is in x."}], ts=4, isSidechain=True, agentId="ag1"
+        ),
+    ]
     (folder / "sess" / "subagents" / "agent-ag1.jsonl").write_text("\n".join(sub) + "\n", encoding="utf-8")
     return folder
 
@@ -177,8 +234,9 @@ def test_project_folder(store, project):
     calls = {p["toolCallId"]: p for m in (session.get("a2"), session.get("a3")) for p in m["parts"]}
     assert calls["t1"]["output"] == "ok"
     assert (calls["t2"]["state"], calls["t2"]["errorText"]) == ("output-error", "no such file")
-    assert session.get("a1")["parts"] == [{"type": "reasoning", "text": "look first",
-                                           "providerMetadata": {"anthropic": {"signature": "sig"}}}]
+    assert session.get("a1")["parts"] == [
+        {"type": "reasoning", "text": "look first", "providerMetadata": {"anthropic": {"signature": "sig"}}}
+    ]
     assert session.get("u2")["parts"][1] == {"type": "file", "mediaType": "image/png", "data": "iVBORw0KGgo="}
     assert [m["id"] for m in session.branches("a4")] == ["u2", "u2b"]
     assert session.latest_leaf()["id"] == "s2"  # the sub-agent's log is read after the session's

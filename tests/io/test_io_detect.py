@@ -24,10 +24,14 @@ def _agents_db(path):
 
     async def write():
         s = SQLiteSession("conv-a", str(path))
-        await s.add_items([{"role": "user", "content": "hi"},
-                           {"type": "function_call", "call_id": "c1", "name": "clock", "arguments": "{}"},
-                           {"type": "function_call_output", "call_id": "c1", "output": "noon"},
-                           {"role": "assistant", "content": [{"type": "output_text", "text": "It is noon."}]}])
+        await s.add_items(
+            [
+                {"role": "user", "content": "hi"},
+                {"type": "function_call", "call_id": "c1", "name": "clock", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "noon"},
+                {"role": "assistant", "content": [{"type": "output_text", "text": "It is noon."}]},
+            ]
+        )
         s.close()
 
     asyncio.run(write())
@@ -42,8 +46,9 @@ def _langgraph_db(path):
     g.add_node("model", lambda state: {"messages": [AIMessage("hello")]})
     g.add_edge(START, "model")
     conn = sqlite3.connect(path, check_same_thread=False)
-    g.compile(checkpointer=SqliteSaver(conn)).invoke({"messages": [HumanMessage("hi")]},
-                                                      {"configurable": {"thread_id": "thread-l"}})
+    g.compile(checkpointer=SqliteSaver(conn)).invoke(
+        {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "thread-l"}}
+    )
     conn.close()
 
 
@@ -56,8 +61,14 @@ def _adk_db(path):
         service = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{path}")
         session = await service.create_session(app_name="app", user_id="u", session_id="adk-s")
         for author, text in (("user", "hi"), ("helper", "hello")):
-            await service.append_event(session, Event(author=author, invocation_id="inv-1", content=types.Content(
-                role="user" if author == "user" else "model", parts=[types.Part(text=text)])))
+            await service.append_event(
+                session,
+                Event(
+                    author=author,
+                    invocation_id="inv-1",
+                    content=types.Content(role="user" if author == "user" else "model", parts=[types.Part(text=text)]),
+                ),
+            )
         await service.close()
 
     asyncio.run(write())
@@ -65,10 +76,15 @@ def _adk_db(path):
 
 @pytest.fixture
 def sources(tmp_path):
-    paths = {"openai-agents": tmp_path / "agents.db", "langgraph": tmp_path / "graph.db",
-             "adk": tmp_path / "adk.db", "claude-code": DATA / "claude_code" / "dag_compact_after_rewind.jsonl",
-             "oasst": DATA / "en_100_tree.jsonl", "hh": DATA / "hh-rlhf-harmless-base-test.jsonl.gz",
-             "swe-agent": DATA / "swe_agent" / "function_calling_simple.traj"}
+    paths = {
+        "openai-agents": tmp_path / "agents.db",
+        "langgraph": tmp_path / "graph.db",
+        "adk": tmp_path / "adk.db",
+        "claude-code": DATA / "claude_code" / "dag_compact_after_rewind.jsonl",
+        "oasst": DATA / "en_100_tree.jsonl",
+        "hh": DATA / "hh-rlhf-harmless-base-test.jsonl.gz",
+        "swe-agent": DATA / "swe_agent" / "function_calling_simple.traj",
+    }
     _agents_db(paths["openai-agents"])
     _langgraph_db(paths["langgraph"])
     _adk_db(paths["adk"])
@@ -103,8 +119,7 @@ def test_cli_imports_each_store_without_format(sources, tmp_path):
         status, again, _ = _cli("import", target, str(sources[name]), "--format", name)
         assert status == 0 and ": 0 new messages, 0 new sessions" in again
     with sk.open_store(target) as store:
-        assert {s.id for s in store.list_sessions()} == {"conv-a", "thread-l", "adk-s", "s1",
-                                                                 "function_calling_simple"}
+        assert {s.id for s in store.list_sessions()} == {"conv-a", "thread-l", "adk-s", "s1", "function_calling_simple"}
         tool = store.session("conv-a").get_history()[1]["parts"][0]
         assert (tool["type"], tool["output"]) == ("tool-clock", "noon")
 

@@ -50,10 +50,15 @@ MARK = "@@MARK@@"
 
 CHAT = [
     {"role": "system", "content": "You are a travel agent."},
-    {"role": "user", "content": [{"type": "text", "text": "Book SEA"},
-                                 {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}}]},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Book SEA"},
+            {"type": "image_url", "image_url": {"url": "https://example.org/a.png"}},
+        ],
+    },
     {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("c1", "search", {"to": "SEA", "n": 2})]},
-    {"role": "tool", "tool_call_id": "c1", "content": "[\"HAT069\"]"},
+    {"role": "tool", "tool_call_id": "c1", "content": '["HAT069"]'},
     {"role": "assistant", "content": "Found it.", "tool_calls": [chat_tool_call("c1", "book", {"f": "HAT069"})]},
     {"role": "tool", "tool_call_id": "c1", "content": "booked"},
     {"role": "assistant", "content": "Done — café ☕.", "reasoning_content": "easy", "name": "agent"},
@@ -80,15 +85,35 @@ def _flat(trees) -> list[dict]:
 def _export(tmp: Path) -> bytes:
     with sk.open_store(":memory:") as store:
         s = store.session("a")
-        s.append({"id": "r", "role": "user", "parts": [{"type": "text", "text": "root"}],
-                  "createdAt": "2024-01-01T00:00:00.000Z"})
+        s.append(
+            {
+                "id": "r",
+                "role": "user",
+                "parts": [{"type": "text", "text": "root"}],
+                "createdAt": "2024-01-01T00:00:00.000Z",
+            }
+        )
         for i in range(4):
-            s.append({"id": f"m{i}", "role": "assistant" if i % 2 else "user",
-                      "parts": [{"type": "text", "text": f"turn {i} ünï"}], "metadata": {"n": i}})
+            s.append(
+                {
+                    "id": f"m{i}",
+                    "role": "assistant" if i % 2 else "user",
+                    "parts": [{"type": "text", "text": f"turn {i} ünï"}],
+                    "metadata": {"n": i},
+                }
+            )
         s.append({"id": "alt", "role": "assistant", "parts": [{"type": "text", "text": "branch"}]}, parent_id="m1")
-        s.import_compaction(sk.store.Compaction(id="c1", from_id="r", to_id="m1", summary="the start",
-                                                created_at="2024-01-02T00:00:00.000Z", tokens_before=9,
-                                                tokens_after=3))
+        s.import_compaction(
+            sk.store.Compaction(
+                id="c1",
+                from_id="r",
+                to_id="m1",
+                summary="the start",
+                created_at="2024-01-02T00:00:00.000Z",
+                tokens_before=9,
+                tokens_after=3,
+            )
+        )
         store.session("b").append({"id": "x", "role": "user", "parts": [{"type": "text", "text": "other"}]})
         path = tmp / "export.jsonl"
         sk.io.export_jsonl(store, path)
@@ -120,8 +145,19 @@ def _deep(n: int) -> str:
     return "[" * n + "]" * n
 
 
-RAW_VALUES = ["NaN", "Infinity", "-Infinity", "1e400", "-1e999", "1" * 5000, '"\\ud800"', '"a\\udfffb"',
-              '{"\\udc00": 1}', _deep(200), _deep(50_000)]
+RAW_VALUES = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "-1e999",
+    "1" * 5000,
+    '"\\ud800"',
+    '"a\\udfffb"',
+    '{"\\udc00": 1}',
+    _deep(200),
+    _deep(50_000),
+]
 TYPED_VALUES = [None, 0, -1, 2**70, 1.5, "", "x", [], {}, True, [None], {"k": None}]
 
 
@@ -161,8 +197,9 @@ def _dump(value, pretty: bool) -> str:
     return json.dumps(value, indent=1 if pretty else None, ensure_ascii=False)
 
 
-def _json_mutations(data: bytes, rng: random.Random, paths_per_record: int,
-                    max_records: int) -> list[tuple[str, bytes]]:
+def _json_mutations(
+    data: bytes, rng: random.Random, paths_per_record: int, max_records: int
+) -> list[tuple[str, bytes]]:
     text = data.decode("utf-8")
     out = []
     try:  # one document (a JSON array, a {"messages"} object)
@@ -243,8 +280,11 @@ def _gzip_mutations(data: bytes, rng: random.Random, n: int) -> list[tuple[str, 
 def corpus(name: str, data: bytes, *, scale: int) -> list[tuple[str, bytes]]:
     """The deterministic mutations of one seed; ``scale`` sets how many of each kind."""
     rng = random.Random(zlib.crc32(name.encode()))
-    return (_byte_mutations(data, rng, 6 * scale) + _gzip_mutations(data, rng, 3 * scale)
-            + _json_mutations(data, rng, 3 * scale, 2 + scale))
+    return (
+        _byte_mutations(data, rng, 6 * scale)
+        + _gzip_mutations(data, rng, 3 * scale)
+        + _json_mutations(data, rng, 3 * scale, 2 + scale)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -264,8 +304,12 @@ def snapshot(store) -> dict:
         tree = {}
         for n in nodes:
             m = messages[n.id]
-            tree[n.id] = (n.parent_id, m["role"], json.dumps(m["parts"], sort_keys=True),
-                          json.dumps(m.get("metadata"), sort_keys=True))
+            tree[n.id] = (
+                n.parent_id,
+                m["role"],
+                json.dumps(m["parts"], sort_keys=True),
+                json.dumps(m.get("metadata"), sort_keys=True),
+            )
         comps = tuple(sorted((c.id, c.from_id, c.to_id, c.summary) for c in session.compactions()))
         out[info.id] = (tree, comps)
     return out
@@ -344,7 +388,7 @@ def _check_failure(kind, case, data, seed, exc, store, open_store, folder, path)
     got = snapshot(store)
     if kind == "openai":
         # one chain, the first `imported` messages of the chat
-        (tree, _), = got.values() if got else [({}, ())]
+        ((tree, _),) = got.values() if got else [({}, ())]
         assert len(tree) == exc.imported, (case, len(tree), exc.imported)
         roots = [mid for mid, (parent, *_) in tree.items() if parent is None]
         assert len(roots) == (1 if tree else 0), case
@@ -369,8 +413,10 @@ def _check_failure(kind, case, data, seed, exc, store, open_store, folder, path)
             fresh.close()
         if failed_at is not None and data[:2] != b"\x1f\x8b":
             numbered = [i + 1 for i, line in enumerate(data.split(b"\n")) if line.strip(b" \t\r\n")]
-            assert len(numbered) <= exc.imported or numbered[exc.imported] >= failed_at, \
-                (case, "records stored after the line at fault")
+            assert len(numbered) <= exc.imported or numbered[exc.imported] >= failed_at, (
+                case,
+                "records stored after the line at fault",
+            )
             assert exc.imported == 0 or numbered[exc.imported - 1] < failed_at, case
     # importing the original file completes the import
     path.write_bytes(seed)
@@ -437,8 +483,17 @@ def test_mutation_corpus_large(name, seeds, new_store, tmp_path):
 @st.composite
 def _edits(draw):
     name = draw(st.sampled_from(SEED_NAMES))
-    ops = draw(st.lists(st.tuples(st.sampled_from(["set", "insert", "delete", "truncate"]),
-                                  st.floats(0, 1), st.binary(min_size=1, max_size=6)), min_size=1, max_size=4))
+    ops = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["set", "insert", "delete", "truncate"]),
+                st.floats(0, 1),
+                st.binary(min_size=1, max_size=6),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
     return name, ops, draw(st.booleans())
 
 
@@ -463,8 +518,12 @@ def _fuzz(seeds, new_store, tmp_path_factory, edit) -> None:
     check_case(kind, f"{name} {ops} gz={gz}", _apply(seed, ops, gz), seed, _opener(new_store, "sqlite"), folder)
 
 
-_SETTINGS = dict(derandomize=True, deadline=None, database=None,
-                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_SETTINGS = dict(
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 # a quick pass on every seed; test_random_byte_edits_many is the long fuzzing run

@@ -99,8 +99,9 @@ def test_identical_or_prefix_pairs_still_branch(store, tmp_path):
     path = tmp_path / "edge.jsonl"
     same = "\n\nHuman: hi\n\nAssistant: hello"
     longer = same + "\n\nHuman: more?\n\nAssistant: sure"
-    path.write_text(json.dumps({"chosen": same, "rejected": same}) + "\n"
-                    + json.dumps({"chosen": same, "rejected": longer}) + "\n")
+    path.write_text(
+        json.dumps({"chosen": same, "rejected": same}) + "\n" + json.dumps({"chosen": same, "rejected": longer}) + "\n"
+    )
     s1, s2 = sk.io.import_hh(store, path)
     assert [m["id"] for m in s1.branches("p0")] == ["r1", "c1"]
     assert [m["id"] for m in s2.branches("p0")] == ["r1", "c1"]

@@ -49,16 +49,23 @@ def eval_log(tmp_path_factory):
     tokenizers = Path(importlib.util.find_spec("litellm").origin).parent / "litellm_core_utils" / "tokenizers"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TIKTOKEN_CACHE_DIR", str(tokenizers))
-        model = get_model("mockllm/model", custom_outputs=[
-            ModelOutput.for_tool_call(model="mockllm/model", tool_name="add", tool_arguments={"x": 1, "y": 2}),
-            ModelOutput.from_content(model="mockllm/model", content="3"),
-            ModelOutput.from_content(model="mockllm/model", content="6"),
-        ])
-        task = Task(dataset=[Sample(input="What is 1+2?", target="3", id="q1"),
-                             Sample(input="What is 2+3?", target="5", id="q2")],
-                    solver=[use_tools([add()]), generate()], scorer=match())
-        (log,) = eval(task, model=model, log_dir=str(tmp_path_factory.mktemp("logs")), display="none",
-                      max_samples=1)
+        model = get_model(
+            "mockllm/model",
+            custom_outputs=[
+                ModelOutput.for_tool_call(model="mockllm/model", tool_name="add", tool_arguments={"x": 1, "y": 2}),
+                ModelOutput.from_content(model="mockllm/model", content="3"),
+                ModelOutput.from_content(model="mockllm/model", content="6"),
+            ],
+        )
+        task = Task(
+            dataset=[
+                Sample(input="What is 1+2?", target="3", id="q1"),
+                Sample(input="What is 2+3?", target="5", id="q2"),
+            ],
+            solver=[use_tools([add()]), generate()],
+            scorer=match(),
+        )
+        (log,) = eval(task, model=model, log_dir=str(tmp_path_factory.mktemp("logs")), display="none", max_samples=1)
     assert log.status == "success", log.error
     return Path(log.location)
 
@@ -74,8 +81,9 @@ def test_samples_message_by_message(store, eval_log):
         kept = [m for m in sample.messages if m.role != "tool"]
         assert [m["id"] for m in history] == [m.id for m in kept]
         assert [m["role"] for m in history] == [m.role for m in kept]
-        assert [m["parts"][0]["text"] if m["parts"] and m["parts"][0]["type"] == "text" else None
-                for m in history] == [m.text or None for m in kept]
+        assert [m["parts"][0]["text"] if m["parts"] and m["parts"][0]["type"] == "text" else None for m in history] == [
+            m.text or None for m in kept
+        ]
         calls = {p["toolCallId"]: p for m in history for p in m["parts"] if p["type"].startswith("tool-")}
         expected = {c.id: (c.function, c.arguments) for m in kept for c in (getattr(m, "tool_calls", None) or [])}
         assert {k: (p["type"][5:], p["input"]) for k, p in calls.items()} == expected

@@ -28,9 +28,16 @@ def _build_compacted(store):
     payload = base64.b64encode(bytes(range(256)) * 20).decode()
     s.append(msg("u1", "first question " * 20, "user", metadata={"tag": "a"}))
     s.append(msg("a1", "first answer " * 20, "assistant"))
-    s.append({"id": "u2", "role": "user", "parts": [
-        {"type": "text", "text": "look at this"},
-        {"type": "file", "mediaType": "application/octet-stream", "data": payload}]})
+    s.append(
+        {
+            "id": "u2",
+            "role": "user",
+            "parts": [
+                {"type": "text", "text": "look at this"},
+                {"type": "file", "mediaType": "application/octet-stream", "data": payload},
+            ],
+        }
+    )
     s.append(msg("a2", "second answer " * 20, "assistant"))
     s.append(msg("u3", "third", "user"))
     s.append(msg("alt", "a sibling of u2", "user"), parent_id="a1")
@@ -71,7 +78,8 @@ def test_round_trip_of_the_real_data(loaded, tmp_path, make_store):
     # same messages, parents, creation times and write order, line for line
     assert _lines(second) == _lines(first)
     assert [(i.id, i.message_count, i.created_at, i.updated_at) for i in dst.list_sessions()] == [
-        (i.id, i.message_count, i.created_at, i.updated_at) for i in infos]
+        (i.id, i.message_count, i.created_at, i.updated_at) for i in infos
+    ]
     for s in loaded["oasst"][:10] + loaded["tau"][:10] + loaded["hh"][:10]:
         copy = dst.session(s.session_id)
         assert copy.latest_leaf() == s.latest_leaf()
@@ -127,18 +135,31 @@ def test_session_export_holds_only_that_session(store, tmp_path):
     "lines, where, words",
     [
         (['{"format": "sessionkit", "version": 99}'], "line 1", "newer than this sessionkit reads"),
-        (['{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "parts": []}}'],
-         "line 1", "'role' is missing"),
-        (['{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',
-          '{"type": "message", "session_id": "s", "parent_id": "ghost", "message": {"id": "n", "role": "user", "parts": []}}'],
-         "line 2", "parent 'ghost'"),
+        (
+            ['{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "parts": []}}'],
+            "line 1",
+            "'role' is missing",
+        ),
+        (
+            [
+                '{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',  # noqa: E501
+                '{"type": "message", "session_id": "s", "parent_id": "ghost", "message": {"id": "n", "role": "user", "parts": []}}',  # noqa: E501
+            ],
+            "line 2",
+            "parent 'ghost'",
+        ),
         (['{"type": "snapshot"}'], "line 1", "unknown line type"),
         (['{"type": "compaction", "session_id": "s", "compaction": {"id": "c"}}'], "line 1", "invalid compaction"),
-        (['{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',
-          '{"type": "compaction", "session_id": "s", "compaction": {"id": "c", "from_id": "m", "to_id": "zz", '
-          '"summary": "x", "created_at": "2024-01-01T00:00:00.000Z", "tokens_before": 1, "tokens_after": 1}}'],
-         "line 2", "'zz' is not in session"),
-        (['not json'], "line 1", "not valid JSON"),
+        (
+            [
+                '{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',  # noqa: E501
+                '{"type": "compaction", "session_id": "s", "compaction": {"id": "c", "from_id": "m", "to_id": "zz", '
+                '"summary": "x", "created_at": "2024-01-01T00:00:00.000Z", "tokens_before": 1, "tokens_after": 1}}',
+            ],
+            "line 2",
+            "'zz' is not in session",
+        ),
+        (["not json"], "line 1", "not valid JSON"),
     ],
 )
 def test_malformed_lines_are_named(store, tmp_path, lines, where, words):

@@ -24,9 +24,17 @@ def _lg() -> SimpleNamespace:
     from langgraph.graph import START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode, tools_condition
 
-    return SimpleNamespace(AIMessage=AIMessage, HumanMessage=HumanMessage, SqliteSaver=SqliteSaver, START=START,
-                           MessagesState=MessagesState, StateGraph=StateGraph, ToolNode=ToolNode,
-                           tools_condition=tools_condition, weather=tool(weather))
+    return SimpleNamespace(
+        AIMessage=AIMessage,
+        HumanMessage=HumanMessage,
+        SqliteSaver=SqliteSaver,
+        START=START,
+        MessagesState=MessagesState,
+        StateGraph=StateGraph,
+        ToolNode=ToolNode,
+        tools_condition=tools_condition,
+        weather=tool(weather),
+    )
 
 
 def _graph(saver, script):
@@ -45,8 +53,10 @@ def _graph(saver, script):
 
 
 def _call(n, *cities):
-    return _lg().AIMessage(content="", tool_calls=[{"name": "weather", "args": {"city": c}, "id": f"c{n}{i}"}
-                                                   for i, c in enumerate(cities)])
+    return _lg().AIMessage(
+        content="",
+        tool_calls=[{"name": "weather", "args": {"city": c}, "id": f"c{n}{i}"} for i, c in enumerate(cities)],
+    )
 
 
 @pytest.fixture
@@ -58,15 +68,19 @@ def checkpoints(tmp_path):
     db = tmp_path / "graph.db"
     conn = sqlite3.connect(db, check_same_thread=False)
     saver = lg.SqliteSaver(conn)
-    script = [_call(1, "Oslo", "Rome"), AIMessage("Oslo and Rome are sunny"),
-              _call(2, "Atlantis"), AIMessage("Atlantis is not a city"),
-              AIMessage("forked answer"), AIMessage("hello")]
+    script = [
+        _call(1, "Oslo", "Rome"),
+        AIMessage("Oslo and Rome are sunny"),
+        _call(2, "Atlantis"),
+        AIMessage("Atlantis is not a city"),
+        AIMessage("forked answer"),
+        AIMessage("hello"),
+    ]
     app = _graph(saver, script)
     t1 = {"configurable": {"thread_id": "t1"}}
     app.invoke({"messages": [HumanMessage("weather in Oslo and Rome?")]}, t1)
     app.invoke({"messages": [HumanMessage("and Atlantis?")]}, t1)
-    before = next(s for s in app.get_state_history(t1)
-                  if len(s.values["messages"]) == 5 and not s.next)
+    before = next(s for s in app.get_state_history(t1) if len(s.values["messages"]) == 5 and not s.next)
     app.invoke({"messages": [HumanMessage("something else")]}, before.config)
     last = app.get_state(t1).values["messages"][-1]
     app.update_state(t1, {"messages": [AIMessage("edited answer", id=last.id)]})
@@ -128,8 +142,9 @@ def test_every_checkpoint_is_a_path(store, checkpoints):
             candidates = [n for n in nodes if n["metadata"]["langgraph"].get("id", n["id"]) == last.id]
             paths = [_sk_facts(session.get_history(leaf_id=n["id"], compacted=False)) for n in candidates]
             # a checkpoint taken before its tool calls ran ends with calls the stored tree already answers
-            matches = [p for p in paths if p[: len(expected)] == expected
-                       and all(f[0] == "result" for f in p[len(expected):])]
+            matches = [
+                p for p in paths if p[: len(expected)] == expected and all(f[0] == "result" for f in p[len(expected) :])
+            ]
             assert matches, (thread, state.config["configurable"]["checkpoint_id"])
 
 
@@ -138,15 +153,21 @@ def test_forks_edits_and_tool_results(store, checkpoints):
     sk.io.import_langgraph(store, db)
     session = store.session("t1")
     nodes = _nodes(session)
-    forks = {n["parts"][0]["text"]: [c["parts"][0]["text"] for c in session.branches(n["id"])]
-             for n in nodes if len(session.branches(n["id"])) > 1}
+    forks = {
+        n["parts"][0]["text"]: [c["parts"][0]["text"] for c in session.branches(n["id"])]
+        for n in nodes
+        if len(session.branches(n["id"])) > 1
+    }
     assert forks.get("Oslo and Rome are sunny") == ["and Atlantis?", "something else"]
     assert forks.get("something else") == ["forked answer", "edited answer"]
     # the latest checkpoint is the edited answer, and it is the latest leaf
     assert session.latest_leaf()["parts"][0]["text"] == "edited answer"
     tools = [p for n in nodes for p in n["parts"] if p["type"].startswith("tool-")]
     assert {(p["toolCallId"], p["state"]) for p in tools} == {
-        ("c10", "output-available"), ("c11", "output-available"), ("c20", "output-error")}
+        ("c10", "output-available"),
+        ("c11", "output-available"),
+        ("c20", "output-error"),
+    }
     assert all(n["role"] != "tool" for n in nodes)
     # every LangChain message appears once however many checkpoints repeat it
     lc_ids = {m.id for s in history["t1"] for m in s.values.get("messages", []) if m.type != "tool"}

@@ -22,17 +22,37 @@ import sessionkit as sk
 
 # A good record per importer, as one JSON line; "@" (a JSON string) is where a bad value goes.
 GOOD = {
-    "openai": [{"role": "user", "content": "Where is my order?"},
-               {"role": "assistant", "content": "@"}],
-    "oasst": [{"message_tree_id": "t1", "prompt": {"message_id": "a", "role": "prompter", "text": "hi", "replies": [
-                  {"message_id": "b", "role": "assistant", "text": "hello", "replies": []}]}},
-              {"message_tree_id": "t2", "prompt": {"message_id": "c", "role": "prompter", "text": "@", "replies": []}}],
-    "hh": [{"chosen": "\n\nHuman: hi\n\nAssistant: yes", "rejected": "\n\nHuman: hi\n\nAssistant: no"},
-           {"chosen": "\n\nHuman: @\n\nAssistant: yes", "rejected": "\n\nHuman: @\n\nAssistant: no", "x": "@"}],
-    "jsonl": [{"type": "message", "session_id": "s", "parent_id": None,
-               "message": {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}},
-              {"type": "message", "session_id": "s", "parent_id": "m1",
-               "message": {"id": "m2", "role": "assistant", "parts": [{"type": "text", "text": "@"}]}}],
+    "openai": [{"role": "user", "content": "Where is my order?"}, {"role": "assistant", "content": "@"}],
+    "oasst": [
+        {
+            "message_tree_id": "t1",
+            "prompt": {
+                "message_id": "a",
+                "role": "prompter",
+                "text": "hi",
+                "replies": [{"message_id": "b", "role": "assistant", "text": "hello", "replies": []}],
+            },
+        },
+        {"message_tree_id": "t2", "prompt": {"message_id": "c", "role": "prompter", "text": "@", "replies": []}},
+    ],
+    "hh": [
+        {"chosen": "\n\nHuman: hi\n\nAssistant: yes", "rejected": "\n\nHuman: hi\n\nAssistant: no"},
+        {"chosen": "\n\nHuman: @\n\nAssistant: yes", "rejected": "\n\nHuman: @\n\nAssistant: no", "x": "@"},
+    ],
+    "jsonl": [
+        {
+            "type": "message",
+            "session_id": "s",
+            "parent_id": None,
+            "message": {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+        },
+        {
+            "type": "message",
+            "session_id": "s",
+            "parent_id": "m1",
+            "message": {"id": "m2", "role": "assistant", "parts": [{"type": "text", "text": "@"}]},
+        },
+    ],
 }
 IMPORTERS = list(GOOD)
 
@@ -157,8 +177,11 @@ def test_gzip_errors_are_the_ones_reading_raises():
 
 def _deep_tree(depth: int, tree_id: str = "deep") -> str:
     """One OASST tree line: a chain ``depth`` replies deep (JSON nested twice as deep)."""
-    head = "".join(f'{{"message_id": "m{i}", "role": "{"prompter" if i % 2 == 0 else "assistant"}", '
-                   f'"text": "turn {i}", "replies": [' for i in range(depth))
+    head = "".join(
+        f'{{"message_id": "m{i}", "role": "{"prompter" if i % 2 == 0 else "assistant"}", '
+        f'"text": "turn {i}", "replies": ['
+        for i in range(depth)
+    )
     leaf = f'{{"message_id": "m{depth}", "role": "assistant", "text": "last", "replies": []}}'
     return f'{{"message_tree_id": "{tree_id}", "prompt": {head}{leaf}{"]}" * depth}}}'
 
@@ -271,14 +294,22 @@ def test_valid_times_are_kept(store, tmp_path):
 
 
 def _hh_pair(i: int) -> dict:
-    return {"chosen": f"\n\nHuman: question {i}\n\nAssistant: good {i}",
-            "rejected": f"\n\nHuman: question {i}\n\nAssistant: bad {i}"}
+    return {
+        "chosen": f"\n\nHuman: question {i}\n\nAssistant: good {i}",
+        "rejected": f"\n\nHuman: question {i}\n\nAssistant: bad {i}",
+    }
 
 
 def _tree(i: int) -> dict:
-    return {"message_tree_id": f"t{i}", "prompt": {"message_id": f"p{i}", "role": "prompter", "text": f"q{i}",
-                                                    "replies": [{"message_id": f"r{i}", "role": "assistant",
-                                                                 "text": f"a{i}", "replies": []}]}}
+    return {
+        "message_tree_id": f"t{i}",
+        "prompt": {
+            "message_id": f"p{i}",
+            "role": "prompter",
+            "text": f"q{i}",
+            "replies": [{"message_id": f"r{i}", "role": "assistant", "text": f"a{i}", "replies": []}],
+        },
+    }
 
 
 @pytest.mark.parametrize("kind", ["hh", "oasst"])
@@ -317,9 +348,17 @@ def test_a_tree_the_store_refuses_rolls_back_only_itself(store, tmp_path):
 
 
 def test_a_jsonl_line_in_the_middle_of_a_block(store, tmp_path):
-    lines = [json.dumps({"type": "message", "session_id": "s", "parent_id": None if i == 0 else f"m{i - 1}",
-                         "message": {"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": str(i)}]}})
-             for i in range(2500)]
+    lines = [
+        json.dumps(
+            {
+                "type": "message",
+                "session_id": "s",
+                "parent_id": None if i == 0 else f"m{i - 1}",
+                "message": {"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": str(i)}]},
+            }
+        )
+        for i in range(2500)
+    ]
     broken = list(lines)
     broken[1700] = broken[1700].replace('"parent_id": "m1699"', '"parent_id": "ghost"')
     path = tmp_path / "s.jsonl"
@@ -366,8 +405,9 @@ def test_a_message_the_store_refuses_stops_an_openai_import_after_the_ones_befor
     assert [r.inserted for r in results] == [False] * 700 + [True] * 499
     # the in-memory path reports records
     with pytest.raises(sk.MessageTooLarge, match=r"<list>, record 1: "):
-        sk.io.import_openai(store.session("other"), [{"role": "user", "content": "a"},
-                                                     {"role": "user", "content": "y" * 5000}])
+        sk.io.import_openai(
+            store.session("other"), [{"role": "user", "content": "a"}, {"role": "user", "content": "y" * 5000}]
+        )
     assert len(store.session("other")) == 1
 
 
@@ -393,12 +433,18 @@ def test_importers_do_not_leave_errors_they_did_not_mean(store, tmp_path):
 
 def test_a_second_result_for_a_call_is_named_in_a_file(store, tmp_path):
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    chat = [{"role": "user", "content": "go"}, {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": "1"}, {"role": "tool", "tool_call_id": "c1", "content": "2"},
-            {"role": "tool", "tool_call_id": "c9", "content": "3"}]
+    chat = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1"},
+        {"role": "tool", "tool_call_id": "c1", "content": "2"},
+        {"role": "tool", "tool_call_id": "c9", "content": "3"},
+    ]
     path = tmp_path / "chat.jsonl"
     _write(path, [json.dumps(m) for m in chat])
-    with pytest.raises(sk.io.MalformedInput, match=r"line 4: tool message answers call 'c1', which already has a result"):
+    with pytest.raises(
+        sk.io.MalformedInput, match=r"line 4: tool message answers call 'c1', which already has a result"
+    ):
         sk.io.import_openai(store.session("s"), path)
     del chat[3]
     _write(path, [json.dumps(m) for m in chat])

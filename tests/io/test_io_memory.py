@@ -68,8 +68,11 @@ def _check_returned(fmt: str, lines: int, result, store) -> None:
         assert len(result) == stats["messages"] and result[-1].message["id"].startswith("oai-")
         return
     assert len(result) == stats["sessions"]
-    last = {"oasst": f"oasst-tree-{lines // 10 - 1}", "oasst-trees": f"oasst-tree-{lines - 1}",
-            "jsonl": f"s{(lines - 2) // 100}"}.get(fmt)  # a JSONL export's first line is its header
+    last = {
+        "oasst": f"oasst-tree-{lines // 10 - 1}",
+        "oasst-trees": f"oasst-tree-{lines - 1}",
+        "jsonl": f"s{(lines - 2) // 100}",
+    }.get(fmt)  # a JSONL export's first line is its header
     last_id = result[-1].session_id
     assert last_id == last if last else last_id.startswith("hh-")
 
@@ -102,8 +105,9 @@ def traced():
 
 
 # the files of one session per line (HH, OASST trees) are the hard case and run in the fast suite
-@pytest.mark.parametrize("fmt", [*(pytest.param(f, marks=pytest.mark.slow) for f in ("openai", "oasst", "jsonl")),
-                                 "hh", "oasst-trees"])
+@pytest.mark.parametrize(
+    "fmt", [*(pytest.param(f, marks=pytest.mark.slow) for f in ("openai", "oasst", "jsonl")), "hh", "oasst-trees"]
+)
 def test_peak_memory_does_not_grow_with_the_file(fmt, tmp_path, low_thresholds, traced):
     small = peak_growth(fmt, LINES, tmp_path)
     large = peak_growth(fmt, 2 * LINES, tmp_path)

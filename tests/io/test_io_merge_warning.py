@@ -23,11 +23,16 @@ def _agents_db(path: Path, conversations: dict[str, list[str]]) -> Path:
     conn.executescript(
         "CREATE TABLE agent_sessions (session_id TEXT PRIMARY KEY, created_at TIMESTAMP, updated_at TIMESTAMP);"
         "CREATE TABLE agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, "
-        "message_data TEXT NOT NULL, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP);")
+        "message_data TEXT NOT NULL, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP);"
+    )
     for sid, texts in conversations.items():
-        conn.executemany("INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
-                         [(sid, json.dumps({"role": "user" if i % 2 == 0 else "assistant", "content": t}))
-                          for i, t in enumerate(texts)])
+        conn.executemany(
+            "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
+            [
+                (sid, json.dumps({"role": "user" if i % 2 == 0 else "assistant", "content": t}))
+                for i, t in enumerate(texts)
+            ],
+        )
     conn.commit()
     conn.close()
     return path
@@ -36,15 +41,22 @@ def _agents_db(path: Path, conversations: dict[str, list[str]]) -> Path:
 def _langgraph_db(path: Path, threads: dict[str, list[str]]) -> Path:
     """A LangGraph ``SqliteSaver`` database, one checkpoint per thread (JSON-serialised)."""
     conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE checkpoints (thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL DEFAULT '', "
-                 "checkpoint_id TEXT NOT NULL, parent_checkpoint_id TEXT, type TEXT, checkpoint BLOB, "
-                 "metadata BLOB, PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id))")
+    conn.execute(
+        "CREATE TABLE checkpoints (thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL DEFAULT '', "
+        "checkpoint_id TEXT NOT NULL, parent_checkpoint_id TEXT, type TEXT, checkpoint BLOB, "
+        "metadata BLOB, PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id))"
+    )
     for thread, texts in threads.items():
-        messages = [{"type": "human" if i % 2 == 0 else "ai", "content": t, "id": f"{thread}-lc-{i}"}
-                    for i, t in enumerate(texts)]
+        messages = [
+            {"type": "human" if i % 2 == 0 else "ai", "content": t, "id": f"{thread}-lc-{i}"}
+            for i, t in enumerate(texts)
+        ]
         state = {"ts": "2025-07-01T10:00:00+00:00", "channel_values": {"messages": messages}}
-        conn.execute("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint) "
-                     "VALUES (?, '', 'c1', 'json', ?)", (thread, json.dumps(state).encode()))
+        conn.execute(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint) "
+            "VALUES (?, '', 'c1', 'json', ?)",
+            (thread, json.dumps(state).encode()),
+        )
     conn.commit()
     conn.close()
     return path
@@ -55,8 +67,9 @@ def _merges(caught) -> list:
 
 
 def test_a_second_source_with_the_same_ids_warns_and_a_reimport_does_not(store, tmp_path):
-    agents = _agents_db(tmp_path / "agents.db", {"airline-1": ["Where is my bag?", "In Oslo."],
-                                                 "airline-2": ["Seat?", "12A."]})
+    agents = _agents_db(
+        tmp_path / "agents.db", {"airline-1": ["Where is my bag?", "In Oslo."], "airline-2": ["Seat?", "12A."]}
+    )
     graph = _langgraph_db(tmp_path / "graph.db", {"airline-1": ["Rebook me", "Done."], "hotel-9": ["Room?", "Yes."]})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -150,8 +163,11 @@ def test_the_cli_prints_the_warning_on_stderr(tmp_path, capsys):
     assert err.startswith("sessionkit: warning: importing ") and err.count("\n") == 1
     assert "'airline-1'" in err and "--session-prefix" in err
     assert "2 new messages, 0 new sessions" in out
-    for argv in (["import", target, str(graph)], ["import", target, str(graph), "--session-prefix", "lg/"],
-                 ["import", target, str(agents), "--format", "openai-agents"]):
+    for argv in (
+        ["import", target, str(graph)],
+        ["import", target, str(graph), "--session-prefix", "lg/"],
+        ["import", target, str(agents), "--format", "openai-agents"],
+    ):
         assert main(argv) == 0
         assert capsys.readouterr().err == "", argv
     with sk.open_store(target) as store:

@@ -172,5 +172,6 @@ def test_gzip_input_is_detected(store, tmp_path, oasst_path):
     gz.write_bytes(gzip.compress(head))
     sessions = sk.io.import_oasst(store, gz)
     assert len(sessions) == 10
-    assert [s.session_id for s in sessions] == ["oasst-" + json.loads(line)["message_tree_id"]
-                                                for line in head.splitlines()]
+    assert [s.session_id for s in sessions] == [
+        "oasst-" + json.loads(line)["message_tree_id"] for line in head.splitlines()
+    ]

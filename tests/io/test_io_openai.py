@@ -14,9 +14,15 @@ CHAT = [
     {"role": "system", "content": "You are a travel agent."},
     {"role": "user", "content": "Book me a flight."},
     {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("c1", "search", {"to": "SEA"})]},
-    {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "[\"HAT069\"]"},
-    {"role": "assistant", "content": "Found HAT069.", "tool_calls": [
-        chat_tool_call("c2", "price", {"flight": "HAT069"}), chat_tool_call("c3", "seats", {"flight": "HAT069"})]},
+    {"role": "tool", "tool_call_id": "c1", "name": "search", "content": '["HAT069"]'},
+    {
+        "role": "assistant",
+        "content": "Found HAT069.",
+        "tool_calls": [
+            chat_tool_call("c2", "price", {"flight": "HAT069"}),
+            chat_tool_call("c3", "seats", {"flight": "HAT069"}),
+        ],
+    },
     {"role": "tool", "tool_call_id": "c3", "content": "12 seats"},
     {"role": "tool", "tool_call_id": "c2", "content": "$255"},
     {"role": "assistant", "content": "", "tool_calls": [chat_tool_call("c1", "book", {"flight": "HAT069"})]},
@@ -34,8 +40,15 @@ def test_roles_parts_and_tool_pairing(store):
     assert [r.message["id"] for r in results] == [m["id"] for m in history]
     assert history[0]["parts"] == [{"type": "text", "text": "You are a travel agent."}]
     first = history[2]["parts"]
-    assert first == [{"type": "tool-search", "toolCallId": "c1", "state": "output-available",
-                      "input": {"to": "SEA"}, "output": "[\"HAT069\"]"}]
+    assert first == [
+        {
+            "type": "tool-search",
+            "toolCallId": "c1",
+            "state": "output-available",
+            "input": {"to": "SEA"},
+            "output": '["HAT069"]',
+        }
+    ]
     text, price, seats = history[3]["parts"]
     assert text == {"type": "text", "text": "Found HAT069."}
     assert (price["type"], price["output"], price["input"]) == ("tool-price", "$255", {"flight": "HAT069"})
@@ -120,12 +133,18 @@ def test_files_json_array_jsonl_and_messages_document(store, tmp_path):
 
 
 def test_content_lists_and_reasoning():
-    chat = [{"role": "user", "content": [
-        {"type": "text", "text": "What is this?"},
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-        {"type": "image_url", "image_url": {"url": "https://example.org/cat.jpg"}},
-        {"type": "custom", "value": 1},
-    ]}, {"role": "assistant", "content": "A cat.", "reasoning_content": "Looks feline."}]
+    chat = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+                {"type": "image_url", "image_url": {"url": "https://example.org/cat.jpg"}},
+                {"type": "custom", "value": 1},
+            ],
+        },
+        {"role": "assistant", "content": "A cat.", "reasoning_content": "Looks feline."},
+    ]
     (user, _), (reply, _) = sk.io.chat_to_messages(chat)
     assert user["parts"] == [
         {"type": "text", "text": "What is this?"},
@@ -138,13 +157,17 @@ def test_content_lists_and_reasoning():
 
 def test_legacy_function_call_pairs_with_function_message():
     chat = [
-        {"role": "assistant", "content": None, "function_call": {"name": "lookup", "arguments": "{\"q\": 1}"}},
+        {"role": "assistant", "content": None, "function_call": {"name": "lookup", "arguments": '{"q": 1}'}},
         {"role": "function", "name": "lookup", "content": "found"},
     ]
     ((msg, _),) = sk.io.chat_to_messages(chat)
     (part,) = msg["parts"]
     assert (part["type"], part["input"], part["output"], part["state"]) == (
-        "tool-lookup", {"q": 1}, "found", "output-available")
+        "tool-lookup",
+        {"q": 1},
+        "found",
+        "output-available",
+    )
 
 
 @pytest.mark.parametrize(
@@ -152,12 +175,25 @@ def test_legacy_function_call_pairs_with_function_message():
     [
         ([{"role": "user", "content": "hi"}, {"content": "no role"}], "record 1", "no 'role'"),
         ([{"role": "tool", "tool_call_id": "zz", "content": "x"}], "record 0", "no earlier assistant message"),
-        ([{"role": "assistant", "tool_calls": [chat_tool_call("a", "f", {})]},
-          {"role": "tool", "tool_call_id": "a", "content": "1"},
-          {"role": "tool", "tool_call_id": "a", "content": "2"}], "record 2", "already has a result"),
-        ([{"role": "assistant", "tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}],
-         "record 0", "not JSON"),
+        (
+            [
+                {"role": "assistant", "tool_calls": [chat_tool_call("a", "f", {})]},
+                {"role": "tool", "tool_call_id": "a", "content": "1"},
+                {"role": "tool", "tool_call_id": "a", "content": "2"},
+            ],
+            "record 2",
+            "already has a result",
+        ),
+        (
+            [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{oops"}}],
+                }
+            ],
+            "record 0",
+            "not JSON",
+        ),
         ([{"role": "user", "content": 42}], "record 0", "'content' must be"),
         (["just a string"], "record 0", "must be an object"),
     ],
@@ -204,8 +240,15 @@ def test_all_tau_bench_trajectories_with_every_tool_call_paired(loaded, tau_sid)
             for j, call in enumerate(m.get("tool_calls") or []):
                 result = traj[i + 1 + j]
                 assert result["role"] == "tool" and result["tool_call_id"] == call["id"]
-                expected.append((call["id"], call["function"]["name"], json.loads(call["function"]["arguments"]),
-                                 result["content"], result["name"]))
+                expected.append(
+                    (
+                        call["id"],
+                        call["function"]["name"],
+                        json.loads(call["function"]["arguments"]),
+                        result["content"],
+                        result["name"],
+                    )
+                )
         got = []
         for m in history:
             for p in m["parts"]:

@@ -52,12 +52,23 @@ def _sdk() -> SimpleNamespace:
             raise NotImplementedError
 
     def say(n, text):
-        return ResponseOutputMessage(id=f"msg_{n}", type="message", role="assistant", status="completed",
-                                     content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+        return ResponseOutputMessage(
+            id=f"msg_{n}",
+            type="message",
+            role="assistant",
+            status="completed",
+            content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
+        )
 
     def call(n, city):
-        return ResponseFunctionToolCall(id=f"fc_{n}", type="function_call", call_id=f"call_{n}", name="weather",
-                                        arguments=json.dumps({"city": city}), status="completed")
+        return ResponseFunctionToolCall(
+            id=f"fc_{n}",
+            type="function_call",
+            call_id=f"call_{n}",
+            name="weather",
+            arguments=json.dumps({"city": city}),
+            status="completed",
+        )
 
     def reasoning(rid, text):
         return ResponseReasoningItem(id=rid, type="reasoning", summary=[Summary(type="summary_text", text=text)])
@@ -67,8 +78,15 @@ def _sdk() -> SimpleNamespace:
     def agent(outputs):
         return Agent(name="helper", instructions="be brief", model=Scripted(outputs), tools=[tool])
 
-    return SimpleNamespace(Runner=Runner, SQLiteSession=SQLiteSession, AdvancedSQLiteSession=AdvancedSQLiteSession,
-                           say=say, call=call, reasoning=reasoning, agent=agent)
+    return SimpleNamespace(
+        Runner=Runner,
+        SQLiteSession=SQLiteSession,
+        AdvancedSQLiteSession=AdvancedSQLiteSession,
+        say=say,
+        call=call,
+        reasoning=reasoning,
+        agent=agent,
+    )
 
 
 async def _write_advanced(db):
@@ -76,14 +94,16 @@ async def _write_advanced(db):
     sdk = _sdk()
     s = sdk.AdvancedSQLiteSession(session_id="conv-1", db_path=db, create_tables=True)
     try:
-        agent = sdk.agent([
-            [sdk.reasoning("rs_1", "look up"), sdk.call(1, "Oslo"), sdk.call(2, "Rome")],
-            [sdk.say(3, "Oslo and Rome are sunny")],
-            [sdk.say(4, "you are welcome")],
-            [sdk.say(5, "glad to help")],
-            [sdk.call(6, "Paris")],
-            [sdk.say(7, "Paris is sunny too")],
-        ])
+        agent = sdk.agent(
+            [
+                [sdk.reasoning("rs_1", "look up"), sdk.call(1, "Oslo"), sdk.call(2, "Rome")],
+                [sdk.say(3, "Oslo and Rome are sunny")],
+                [sdk.say(4, "you are welcome")],
+                [sdk.say(5, "glad to help")],
+                [sdk.call(6, "Paris")],
+                [sdk.say(7, "Paris is sunny too")],
+            ]
+        )
         for question in ("weather in Oslo and Rome?", "thanks"):
             await s.store_run_usage(await sdk.Runner.run(agent, question, session=s))
         await s.create_branch_from_turn(2, "alt")
@@ -207,8 +227,9 @@ def test_branches_read_back_item_by_item(store, advanced_db):
         assert turns and mine
         assert [r["turn"] for r in mine] == [t["user_turn_number"] for t in turns]
         for r, t in zip(mine, turns):
-            assert {k: r[k] for k in ("requests", "input_tokens", "output_tokens", "total_tokens")} == \
-                {k: t[k] for k in ("requests", "input_tokens", "output_tokens", "total_tokens")}
+            assert {k: r[k] for k in ("requests", "input_tokens", "output_tokens", "total_tokens")} == {
+                k: t[k] for k in ("requests", "input_tokens", "output_tokens", "total_tokens")
+            }
     assert sum(r["total_tokens"] for r in records) > 0
 
 
@@ -267,7 +288,7 @@ def test_bad_rows_name_the_row(plain_db):
     db, _ = plain_db
     conn = sqlite3.connect(db)
     bad = conn.execute("SELECT MAX(id) FROM agent_messages WHERE session_id = 'alpha'").fetchone()[0]
-    conn.execute("UPDATE agent_messages SET message_data = '{\"type\": \"function_call\"' WHERE id = ?", (bad,))
+    conn.execute('UPDATE agent_messages SET message_data = \'{"type": "function_call"\' WHERE id = ?', (bad,))
     conn.commit()
     conn.close()
     with sk.open_store() as store:
@@ -277,8 +298,10 @@ def test_bad_rows_name_the_row(plain_db):
         # the rows before it are stored, so fixing the row and importing again completes the import
         assert len(store.session("alpha")) > 0
     conn = sqlite3.connect(db)
-    conn.execute("UPDATE agent_messages SET message_data = ? WHERE id = ?",
-                 (json.dumps({"type": "function_call", "call_id": "c9", "name": "weather", "arguments": "{oops"}), bad))
+    conn.execute(
+        "UPDATE agent_messages SET message_data = ? WHERE id = ?",
+        (json.dumps({"type": "function_call", "call_id": "c9", "name": "weather", "arguments": "{oops"}), bad),
+    )
     conn.commit()
     conn.close()
     with sk.open_store() as store:
@@ -292,8 +315,10 @@ def test_rows_too_deep_or_not_utf8_name_the_row(plain_db):
     db, _ = plain_db
     conn = sqlite3.connect(db)
     bad = conn.execute("SELECT MAX(id) FROM agent_messages WHERE session_id = 'alpha'").fetchone()[0]
-    for value, problem in (("[" * 100_000 + "]" * 100_000, "message_data nests too deep to read"),
-                           (b'{"type": "\xff\xfe"}', "message_data is not text")):
+    for value, problem in (
+        ("[" * 100_000 + "]" * 100_000, "message_data nests too deep to read"),
+        (b'{"type": "\xff\xfe"}', "message_data is not text"),
+    ):
         conn.execute("UPDATE agent_messages SET message_data = ? WHERE id = ?", (value, bad))
         conn.commit()
         with sk.open_store() as store:

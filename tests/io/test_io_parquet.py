@@ -19,8 +19,23 @@ def pq():
 
     return pyarrow.parquet
 
-D1 = ["session_id", "id", "parent_id", "depth", "role", "text", "n_parts", "tool_names", "tokens", "bytes",
-      "created_at", "n_children", "on_latest_path", "compacted_by"]
+
+D1 = [
+    "session_id",
+    "id",
+    "parent_id",
+    "depth",
+    "role",
+    "text",
+    "n_parts",
+    "tool_names",
+    "tokens",
+    "bytes",
+    "created_at",
+    "n_children",
+    "on_latest_path",
+    "compacted_by",
+]
 
 
 def test_export_parquet_of_the_real_data(loaded, tmp_path, pq):
@@ -45,15 +60,21 @@ def test_export_parquet_of_the_real_data(loaded, tmp_path, pq):
 def test_export_parquet_with_compactions_and_a_subset(store, tmp_path, pq):
     s = store.session("s")
     for i in range(6):
-        s.append({"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant",
-                  "parts": [{"type": "text", "text": f"message {i} " * 30}]})
+        s.append(
+            {
+                "id": f"m{i}",
+                "role": "user" if i % 2 == 0 else "assistant",
+                "parts": [{"type": "text", "text": f"message {i} " * 30}],
+            }
+        )
     s.on_compaction(lambda msgs, ctx: sk.CompactionResult("m0", "m3", "the gist"))
     comp = s.compact()
     store.session("other").append({"id": "x", "role": "user", "parts": []})
     paths = sk.io.export_parquet(store, tmp_path / "sub", session_ids=["s"])
     comps = pq.read_table(paths["compactions"]).to_pylist()
     assert [(c["id"], c["from_id"], c["to_id"], c["summary"], c["message_count"]) for c in comps] == [
-        (comp.id, "m0", "m3", "the gist", 4)]
+        (comp.id, "m0", "m3", "the gist", 4)
+    ]
     msgs = pq.read_table(paths["messages"]).to_pylist()
     assert [m["id"] for m in msgs] == [f"m{i}" for i in range(6)]
     assert [m["compacted_by"] for m in msgs] == [comp.id] * 4 + [None, None]

@@ -38,24 +38,46 @@ def _import(name: str, store, path):
 
 # --------------------------------------------------------------------------- good inputs
 
+
 def _text_records(name: str) -> list[str]:
     """Two good records of a text format, one JSON line each (a .traj file is one document)."""
     if name == "openai":
         recs = [{"role": "user", "content": "Where is my order?"}, {"role": "assistant", "content": "On its way."}]
     elif name == "oasst":
-        recs = [{"message_tree_id": f"t{i}", "prompt": {"message_id": f"m{i}", "role": "prompter", "text": "hi",
-                                                         "replies": []}} for i in (1, 2)]
+        recs = [
+            {
+                "message_tree_id": f"t{i}",
+                "prompt": {"message_id": f"m{i}", "role": "prompter", "text": "hi", "replies": []},
+            }
+            for i in (1, 2)
+        ]
     elif name == "hh":
-        recs = [{"chosen": f"\n\nHuman: hi {i}\n\nAssistant: yes", "rejected": f"\n\nHuman: hi {i}\n\nAssistant: no"}
-                for i in (1, 2)]
+        recs = [
+            {"chosen": f"\n\nHuman: hi {i}\n\nAssistant: yes", "rejected": f"\n\nHuman: hi {i}\n\nAssistant: no"}
+            for i in (1, 2)
+        ]
     elif name == "jsonl":
-        recs = [{"type": "message", "session_id": "s", "parent_id": parent,
-                 "message": {"id": mid, "role": "user", "parts": [{"type": "text", "text": "hi"}]}}
-                for mid, parent in (("m1", None), ("m2", "m1"))]
+        recs = [
+            {
+                "type": "message",
+                "session_id": "s",
+                "parent_id": parent,
+                "message": {"id": mid, "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+            }
+            for mid, parent in (("m1", None), ("m2", "m1"))
+        ]
     elif name == "claude-code":
-        recs = [{"type": "user", "timestamp": "2025-07-01T10:00:00.000Z", "parentUuid": parent, "sessionId": "s1",
-                 "uuid": uid, "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]}}
-                for uid, parent in (("u1", None), ("u2", "u1"))]
+        recs = [
+            {
+                "type": "user",
+                "timestamp": "2025-07-01T10:00:00.000Z",
+                "parentUuid": parent,
+                "sessionId": "s1",
+                "uuid": uid,
+                "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            }
+            for uid, parent in (("u1", None), ("u2", "u1"))
+        ]
     else:
         raise AssertionError(name)
     return [json.dumps(r) for r in recs]
@@ -65,8 +87,15 @@ def _write_text(name: str, folder: Path, second: bytes | None = None) -> Path:
     """A file of the format whose second record (line 2) is ``second`` when given."""
     if name == "swe-agent":
         path = folder / "run.traj"
-        doc = json.dumps({"history": [{"role": "user", "content": "hi", "agent": "main"},
-                                      {"role": "assistant", "content": "@", "agent": "main"}]}, indent=1)
+        doc = json.dumps(
+            {
+                "history": [
+                    {"role": "user", "content": "hi", "agent": "main"},
+                    {"role": "assistant", "content": "@", "agent": "main"},
+                ]
+            },
+            indent=1,
+        )
         lines = doc.encode().split(b"\n")
         if second is not None:  # the assistant's content, on a line of its own
             k = next(i for i, line in enumerate(lines) if b'"@"' in line)
@@ -80,8 +109,13 @@ def _write_text(name: str, folder: Path, second: bytes | None = None) -> Path:
 
 
 def _second_line_of(name: str, path: Path) -> int:
-    return 2 if name != "swe-agent" else next(
-        i for i, line in enumerate(path.read_bytes().split(b"\n"), 1) if b"\xff" in line or line.endswith(b'"cut'))
+    return (
+        2
+        if name != "swe-agent"
+        else next(
+            i for i, line in enumerate(path.read_bytes().split(b"\n"), 1) if b"\xff" in line or line.endswith(b'"cut')
+        )
+    )
 
 
 def _make_db(name: str, path: Path) -> None:
@@ -94,21 +128,28 @@ def _make_db(name: str, path: Path) -> None:
             "CREATE TABLE agent_sessions (session_id TEXT PRIMARY KEY, created_at TIMESTAMP, updated_at TIMESTAMP);"
             "CREATE TABLE agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, "
             "message_data TEXT NOT NULL, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP);"
-            "CREATE INDEX idx_agent_messages_session_id ON agent_messages (session_id, id);")
-        conn.executemany("INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
-                         [(f"s{i % 3}", json.dumps({"role": "user", "content": f"{i} {text}"})) for i in range(60)])
+            "CREATE INDEX idx_agent_messages_session_id ON agent_messages (session_id, id);"
+        )
+        conn.executemany(
+            "INSERT INTO agent_messages (session_id, message_data) VALUES (?, ?)",
+            [(f"s{i % 3}", json.dumps({"role": "user", "content": f"{i} {text}"})) for i in range(60)],
+        )
     elif name == "langgraph":
         conn.executescript(
             "CREATE TABLE checkpoints (thread_id TEXT NOT NULL, checkpoint_ns TEXT NOT NULL DEFAULT '', "
             "checkpoint_id TEXT NOT NULL, parent_checkpoint_id TEXT, type TEXT, checkpoint BLOB, metadata BLOB, "
-            "PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));")
+            "PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id));"
+        )
         rows = []
         for i in range(60):
             messages = [{"type": "human", "content": f"{k} {text}", "id": f"m{k}"} for k in range(i % 5 + 1)]
             state = {"ts": "2025-07-01T10:00:00+00:00", "channel_values": {"messages": messages}}
             rows.append((f"t{i % 3}", "", f"c{i:03d}", "json", json.dumps(state).encode()))
-        conn.executemany("INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint) "
-                         "VALUES (?, ?, ?, ?, ?)", rows)
+        conn.executemany(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, type, checkpoint) "
+            "VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
     elif name == "adk":
         conn.executescript(
             "CREATE TABLE sessions (app_name VARCHAR(128) NOT NULL, user_id VARCHAR(128) NOT NULL, "
@@ -117,14 +158,30 @@ def _make_db(name: str, path: Path) -> None:
             "CREATE TABLE events (id VARCHAR(256) NOT NULL, app_name VARCHAR(128) NOT NULL, "
             "user_id VARCHAR(128) NOT NULL, session_id VARCHAR(128) NOT NULL, invocation_id VARCHAR(256), "
             "timestamp DATETIME, event_data TEXT, PRIMARY KEY (id, app_name, user_id, session_id));"
-            "CREATE INDEX idx_events_session ON events (app_name, user_id, session_id, timestamp);")
-        conn.executemany("INSERT INTO sessions VALUES ('app', 'u', ?, '{}', ?, ?)",
-                         [(f"s{i}", f"2025-07-01 10:00:0{i}", f"2025-07-01 10:00:0{i}") for i in range(3)])
+            "CREATE INDEX idx_events_session ON events (app_name, user_id, session_id, timestamp);"
+        )
+        conn.executemany(
+            "INSERT INTO sessions VALUES ('app', 'u', ?, '{}', ?, ?)",
+            [(f"s{i}", f"2025-07-01 10:00:0{i}", f"2025-07-01 10:00:0{i}") for i in range(3)],
+        )
         conn.executemany(
             "INSERT INTO events VALUES (?, 'app', 'u', ?, 'inv', ?, ?)",
-            [(f"e{i}", f"s{i % 3}", 1751364000 + i, json.dumps({
-                "author": "user", "timestamp": 1751364000 + i,
-                "content": {"role": "user", "parts": [{"text": f"{i} {text}"}]}})) for i in range(60)])
+            [
+                (
+                    f"e{i}",
+                    f"s{i % 3}",
+                    1751364000 + i,
+                    json.dumps(
+                        {
+                            "author": "user",
+                            "timestamp": 1751364000 + i,
+                            "content": {"role": "user", "parts": [{"text": f"{i} {text}"}]},
+                        }
+                    ),
+                )
+                for i in range(60)
+            ],
+        )
     conn.commit()
     conn.close()
 
@@ -141,6 +198,7 @@ def good_dbs(tmp_path_factory) -> dict[str, Path]:
 
 # --------------------------------------------------------------------------- damage
 
+
 def _writable_schema(path: Path, sql: str, params: tuple = ()) -> None:
     conn = sqlite3.connect(path)
     conn.execute("PRAGMA writable_schema=ON")
@@ -153,15 +211,19 @@ def _damage(how: str, path: Path, table: str) -> None:
     if how == "schema-garbage":  # the table's CREATE text
         _writable_schema(path, "UPDATE sqlite_master SET sql = 'garbage (((' WHERE name = ?", (table,))
     elif how == "schema-cut":
-        _writable_schema(path, "UPDATE sqlite_master SET sql = 'CREATE TABLE ' || name || ' (a, b' WHERE name = ?",
-                         (table,))
+        _writable_schema(
+            path, "UPDATE sqlite_master SET sql = 'CREATE TABLE ' || name || ' (a, b' WHERE name = ?", (table,)
+        )
     elif how == "schema-not-utf8":  # a name in the schema that is not UTF-8 text
         _writable_schema(path, "UPDATE sqlite_master SET name = CAST(X'fffe41' AS TEXT) WHERE name = ?", (table,))
     elif how == "index-root-0":  # a created index pointing at no page (found when a query uses it)
         _writable_schema(path, "UPDATE sqlite_master SET rootpage = 0 WHERE type = 'index' AND sql IS NOT NULL")
     elif how == "table-root-wrong":  # every table's rows read from an index's pages
-        _writable_schema(path, "UPDATE sqlite_master SET rootpage = (SELECT MIN(rootpage) FROM sqlite_master "
-                               "WHERE type = 'index') WHERE type = 'table'")
+        _writable_schema(
+            path,
+            "UPDATE sqlite_master SET rootpage = (SELECT MIN(rootpage) FROM sqlite_master "
+            "WHERE type = 'index') WHERE type = 'table'",
+        )
     elif how == "pages":  # every page but the first (the schema's) scrambled
         data = bytearray(path.read_bytes())
         size = int.from_bytes(data[16:18], "big")
@@ -179,12 +241,21 @@ def _damage(how: str, path: Path, table: str) -> None:
         raise AssertionError(how)
 
 
-DAMAGE = ["schema-garbage", "schema-cut", "schema-not-utf8", "index-root-0", "table-root-wrong", "pages", "header",
-          "truncated"]
+DAMAGE = [
+    "schema-garbage",
+    "schema-cut",
+    "schema-not-utf8",
+    "index-root-0",
+    "table-root-wrong",
+    "pages",
+    "header",
+    "truncated",
+]
 _TABLE = {"openai-agents": "agent_messages", "langgraph": "checkpoints", "adk": "events"}
 
 
 # --------------------------------------------------------------------------- tests
+
 
 @pytest.mark.parametrize("name", sk.io.FORMATS)
 def test_a_missing_path_is_a_usage_error_naming_it(name, mem_store, tmp_path):
@@ -332,9 +403,13 @@ def test_the_cli_says_a_folder_or_a_missing_path_in_one_line(tmp_path, capsys):
 
 @pytest.mark.slow  # imports inspect-ai's log reader (seconds)
 def test_an_inspect_log_that_is_empty_cut_short_or_not_utf8(tmp_path, mem_store):
-    for name, data in (("empty.json", b""), ("cut.json", b'{"version": 2, "status": "succ'),
-                       ("bytes.json", b'{"version": 2, "status": "success", "eval": {"task": "\xff\xfe"}}'),
-                       ("empty.eval", b""), ("cut.eval", b"PK\x03\x04 cut short")):
+    for name, data in (
+        ("empty.json", b""),
+        ("cut.json", b'{"version": 2, "status": "succ'),
+        ("bytes.json", b'{"version": 2, "status": "success", "eval": {"task": "\xff\xfe"}}'),
+        ("empty.eval", b""),
+        ("cut.eval", b"PK\x03\x04 cut short"),
+    ):
         path = tmp_path / name
         path.write_bytes(data)
         with pytest.raises(sk.io.MalformedInput, match=rf"^{path}: not an inspect-ai eval log"):

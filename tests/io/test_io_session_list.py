@@ -75,8 +75,13 @@ def test_importers_return_each_session_once_in_file_order(mem_store, tmp_path):
     assert result_ids(sk.io.import_hh(mem_store, hh)) == result_ids(sessions)  # again: the same sessions, nothing added
 
     def flat(tree, mid, parent):
-        return {"message_id": mid, "parent_id": parent, "message_tree_id": tree, "role": "prompter",
-                "text": f"text {mid}"}
+        return {
+            "message_id": mid,
+            "parent_id": parent,
+            "message_tree_id": tree,
+            "role": "prompter",
+            "text": f"text {mid}",
+        }
 
     oasst = tmp_path / "flat.jsonl"
     rows = [flat("B", "b0", None), flat("A", "a0", None), flat("B", "b1", "b0"), flat("A", "a1", "a0")]
@@ -99,8 +104,15 @@ def test_imports_return_a_list_up_to_the_limit_then_the_packed_sequence(mem_stor
 
     monkeypatch.setattr(common, "LIST_UP_TO", limit)
     path = tmp_path / "hh.jsonl"
-    path.write_text("".join(json.dumps({"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes",
-                                        "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"}) + "\n" for i in range(3)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"chosen": f"\n\nHuman: q{i}\n\nAssistant: yes", "rejected": f"\n\nHuman: q{i}\n\nAssistant: no"}
+            )
+            + "\n"
+            for i in range(3)
+        )
+    )
     got = sk.io.import_hh(mem_store, path)
     if limit >= 3:
         assert type(got) is list

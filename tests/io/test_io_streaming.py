@@ -23,7 +23,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 CHAT = [
     {"role": "system", "content": "You are terse. Ünïcödé: 日本語 ☕ \U0001f600"},
-    {"role": "user", "content": "Quote: \"a\\b\" \t tab, numbers 1.5e3 -0 12345678901234567890"},
+    {"role": "user", "content": 'Quote: "a\\b" \t tab, numbers 1.5e3 -0 12345678901234567890'},
     {"role": "assistant", "content": None, "tool_calls": [chat_tool_call("c1", "search", {"q": "x" * 300, "n": 3.25})]},
     {"role": "tool", "tool_call_id": "c1", "content": "[1, 2, 3]"},
     {"role": "assistant", "content": "Done.", "metadata_extra": [True, False, None, {}, [], 0.001]},
@@ -36,8 +36,9 @@ def tiny_chunks(monkeypatch):
     monkeypatch.setattr(_common.TextStream, "CHUNK", 3)
 
 
-@pytest.mark.parametrize("shape", ["array", "array-pretty", "document", "document-messages-last", "jsonl",
-                                   "one-message", "gzip-array"])
+@pytest.mark.parametrize(
+    "shape", ["array", "array-pretty", "document", "document-messages-last", "jsonl", "one-message", "gzip-array"]
+)
 def test_every_file_shape_reads_as_the_list_does(shape, tiny_chunks, tmp_path):
     import gzip
 
@@ -49,8 +50,9 @@ def test_every_file_shape_reads_as_the_list_does(shape, tiny_chunks, tmp_path):
     elif shape == "document":
         path.write_text(json.dumps({"messages": CHAT, "model": "gpt"}, indent=2, ensure_ascii=False), encoding="utf-8")
     elif shape == "document-messages-last":
-        path.write_text(json.dumps({"model": "gpt", "tools": [{"x": [1, {"y": "z"}]}], "messages": CHAT}),
-                        encoding="utf-8")
+        path.write_text(
+            json.dumps({"model": "gpt", "tools": [{"x": [1, {"y": "z"}]}], "messages": CHAT}), encoding="utf-8"
+        )
     elif shape == "jsonl":
         path.write_text("\n".join(json.dumps(m, ensure_ascii=False) for m in CHAT) + "\n", encoding="utf-8")
     elif shape == "one-message":
@@ -62,22 +64,26 @@ def test_every_file_shape_reads_as_the_list_does(shape, tiny_chunks, tmp_path):
         ref, got = store.session("ref"), store.session("file")
         sk.io.import_openai(ref, expected)
         sk.io.import_openai(got, path)
-        assert [(m["id"], m["parts"], m.get("metadata")) for m in got.get_history()] == \
-            [(m["id"], m["parts"], m.get("metadata")) for m in ref.get_history()]
+        assert [(m["id"], m["parts"], m.get("metadata")) for m in got.get_history()] == [
+            (m["id"], m["parts"], m.get("metadata")) for m in ref.get_history()
+        ]
 
 
-@pytest.mark.parametrize("text, where, words", [
-    ('[{"role": "user", "content": "a"},\n {"role": "user", "content": "b"}\n', "line 3", "expecting ',' or ']'"),
-    ('[{"role": "user", "content": "a"}] [1]', "line 1", "more data after the JSON array"),
-    ('[{"role": "user", "content": "a"},\n NaN]', "line 2", "NaN is not a JSON value"),
-    ('[{"role": "user", "content": "a"},\n {"role": "user", "content": 1e999}]', "line 2", "too large"),
-    ('[{"role": "user",\n "content": "\\ud83d"}]', "line 1", "lone surrogate"),
-    ('{"messages": [{"role": "user", "content": "a"}], "messages": []}', "line 1", "two 'messages' arrays"),
-    ('{"model": "x"}', None, "expected a JSON array of chat messages"),
-    ('[\n{"role": "user", "content": "caf\xe9"}]', "line 2", "not UTF-8"),
-    ('[' + '[' * 5000 + ']' * 5000 + ']', "line 1", "nested too deep"),
-    ('{"role": "user", "content": "a"}\n{"role": "user", "content": "b"\n', "line 2", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "text, where, words",
+    [
+        ('[{"role": "user", "content": "a"},\n {"role": "user", "content": "b"}\n', "line 3", "expecting ',' or ']'"),
+        ('[{"role": "user", "content": "a"}] [1]', "line 1", "more data after the JSON array"),
+        ('[{"role": "user", "content": "a"},\n NaN]', "line 2", "NaN is not a JSON value"),
+        ('[{"role": "user", "content": "a"},\n {"role": "user", "content": 1e999}]', "line 2", "too large"),
+        ('[{"role": "user",\n "content": "\\ud83d"}]', "line 1", "lone surrogate"),
+        ('{"messages": [{"role": "user", "content": "a"}], "messages": []}', "line 1", "two 'messages' arrays"),
+        ('{"model": "x"}', None, "expected a JSON array of chat messages"),
+        ('[\n{"role": "user", "content": "caf\xe9"}]', "line 2", "not UTF-8"),
+        ("[" + "[" * 5000 + "]" * 5000 + "]", "line 1", "nested too deep"),
+        ('{"role": "user", "content": "a"}\n{"role": "user", "content": "b"\n', "line 2", "not valid JSON"),
+    ],
+)
 def test_document_errors_name_the_line(text, where, words, tiny_chunks, tmp_path):
     path = tmp_path / "chat.json"
     path.write_bytes(text.encode("utf-8") if "\xe9" not in text else text.encode("latin-1"))
@@ -116,8 +122,28 @@ def test_parser_without_recursion_reads_what_json_reads(value, indent, ascii_onl
     assert _common._loads_deep(f" \n{text}\t ") == json.loads(text)
 
 
-@pytest.mark.parametrize("text", ["", "[", "[1,]", '{"a" 1}', '{"a": 1,}', "[1 2]", "01", "-", "1.", "tru",
-                                  '"\\x"', '"a', "[1]]", '{"a": [}', "nul", '{1: 2}', "[1] x"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "[",
+        "[1,]",
+        '{"a" 1}',
+        '{"a": 1,}',
+        "[1 2]",
+        "01",
+        "-",
+        "1.",
+        "tru",
+        '"\\x"',
+        '"a',
+        "[1]]",
+        '{"a": [}',
+        "nul",
+        "{1: 2}",
+        "[1] x",
+    ],
+)
 def test_parser_without_recursion_refuses_what_json_refuses(text):
     with pytest.raises(ValueError):
         json.loads(text)
@@ -128,7 +154,7 @@ def test_parser_without_recursion_refuses_what_json_refuses(text):
 def test_parser_without_recursion_goes_deeper_than_json():
     # 20 times the recursion limit: beyond what any recursive parser (json's C one included) reads
     depth = 20 * max(1000, sys.getrecursionlimit())
-    text = '{"a": ' * depth + "[1, 2.5, \"x\"]" + "}" * depth
+    text = '{"a": ' * depth + '[1, 2.5, "x"]' + "}" * depth
     with pytest.raises(RecursionError):
         json.loads(text)
     value = _common._loads_deep(text)

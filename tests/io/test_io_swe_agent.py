@@ -28,11 +28,15 @@ def test_history_entry_by_entry(store, name):
     for message, entry in zip(history, entries):
         assert "".join(p["text"] for p in message["parts"] if p["type"] == "text") == content_text(entry["content"])
         assert message["metadata"]["swe_agent"]["agent"] == entry["agent"]
-        calls = ast.literal_eval(entry["tool_calls"]) if isinstance(entry.get("tool_calls"), str) \
+        calls = (
+            ast.literal_eval(entry["tool_calls"])
+            if isinstance(entry.get("tool_calls"), str)
             else entry.get("tool_calls") or []
+        )
         tools = [p for p in message["parts"] if p["type"].startswith("tool-")]
-        assert [(p["toolCallId"], p["type"][5:], p["input"]) for p in tools] == \
-            [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+        assert [(p["toolCallId"], p["type"][5:], p["input"]) for p in tools] == [
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls
+        ]
         parts_by_call.update({p["toolCallId"]: p for p in tools})
     for entry in doc["history"]:
         if entry["role"] == "tool":
@@ -55,8 +59,10 @@ def test_folder_and_bad_files(tmp_path):
         sessions = sk.io.import_swe_agent(store, DATA, session_prefix="swe/")
         assert sorted(s.session_id for s in sessions) == ["swe/function_calling_simple", "swe/swe-agent__test-repo-i1"]
         bad = tmp_path / "x.traj"
-        bad.write_text('{"history": [{"role": "assistant", "content": "hi", "tool_calls": '
-                       '[{"id": "c1", "function": {"name": "bash", "arguments": "{oops"}}]}]}')
+        bad.write_text(
+            '{"history": [{"role": "assistant", "content": "hi", "tool_calls": '
+            '[{"id": "c1", "function": {"name": "bash", "arguments": "{oops"}}]}]}'
+        )
         with pytest.raises(sk.io.MalformedInput, match=r"x.traj, history\[0\]: tool call 'c1' has arguments"):
             sk.io.import_swe_agent(store, bad)
         bad.write_text('{"trajectory": []}')

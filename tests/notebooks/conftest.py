@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from nbtools import BINDER, BROWSER_TESTS, NOTEBOOKS, load_module  # noqa: E402
+from nbtools import BINDER, BROWSER_TESTS, NOTEBOOKS, load_module
 
 
 @pytest.fixture(scope="session")

@@ -55,8 +55,11 @@ def numbered_notebooks() -> list[Path]:
 
 def all_notebooks() -> list[Path]:
     """Every notebook committed under notebooks/ (checkpoints and private folders excluded)."""
-    return sorted(p for p in NOTEBOOKS.rglob("*.ipynb")
-                  if not any(part.startswith(".") for part in p.relative_to(NOTEBOOKS).parts))
+    return sorted(
+        p
+        for p in NOTEBOOKS.rglob("*.ipynb")
+        if not any(part.startswith(".") for part in p.relative_to(NOTEBOOKS).parts)
+    )
 
 
 def need(module: str):
@@ -67,5 +70,3 @@ def need(module: str):
         return importlib.import_module(module)
     except ImportError:
         missing(f"needs the Python package {module} (pip install -e '.[dev]')")
-
-

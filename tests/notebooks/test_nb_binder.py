@@ -28,15 +28,19 @@ def test_generated_files_are_up_to_date(binder_generate):
 
 
 def test_check_mode_passes_from_the_command_line():
-    proc = subprocess.run([sys.executable, str(BINDER / "generate.py"), "--check"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(BINDER / "generate.py"), "--check"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_requirements_cover_the_all_extra_and_the_notebook_server():
     project = _pyproject()["project"]
-    lines = [line for line in (BINDER / "requirements.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    lines = [
+        line
+        for line in (BINDER / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     names = {_name(line) for line in lines}
     wanted = set(map(_name, project["dependencies"]))
     for req in project["optional-dependencies"]["all"]:

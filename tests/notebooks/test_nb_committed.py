@@ -11,7 +11,6 @@ import json
 import re
 
 import pytest
-
 from nbtools import EXPECTED, NOTEBOOKS, all_notebooks, need, numbered_notebooks
 
 WIDGET_MIMES = ("application/vnd.jupyter.widget-view+json", "application/vnd.jupyter.widget-state+json")
@@ -133,8 +132,15 @@ def test_problems_reports_an_unrun_notebook(nbformat):
 
 def test_problems_reports_out_of_order_runs_and_widget_state(nbformat):
     a = nbformat.v4.new_code_cell("x = 1", execution_count=2)
-    b = nbformat.v4.new_code_cell("x", execution_count=1, outputs=[nbformat.v4.new_output(
-        "execute_result", data={"text/plain": "1", WIDGET_MIMES[0]: {"model_id": "abc"}}, execution_count=1)])
+    b = nbformat.v4.new_code_cell(
+        "x",
+        execution_count=1,
+        outputs=[
+            nbformat.v4.new_output(
+                "execute_result", data={"text/plain": "1", WIDGET_MIMES[0]: {"model_id": "abc"}}, execution_count=1
+            )
+        ],
+    )
     nb = _notebook(nbformat, a, b)
     nb.metadata["widgets"] = {WIDGET_MIMES[1]: {"state": {}}}
     found = " | ".join(problems(nb))
@@ -144,18 +150,23 @@ def test_problems_reports_out_of_order_runs_and_widget_state(nbformat):
 
 
 def test_problems_reports_errors_stderr_and_machine_paths(nbformat):
-    cell = nbformat.v4.new_code_cell("boom", execution_count=1, outputs=[
-        nbformat.v4.new_output("stream", name="stderr", text="DeprecationWarning: old\n"),
-        nbformat.v4.new_output("stream", name="stdout", text="saved to /tmp/abc/x.db\n"),
-        nbformat.v4.new_output("error", ename="KeyError", evalue="'x'", traceback=[]),
-    ])
+    cell = nbformat.v4.new_code_cell(
+        "boom",
+        execution_count=1,
+        outputs=[
+            nbformat.v4.new_output("stream", name="stderr", text="DeprecationWarning: old\n"),
+            nbformat.v4.new_output("stream", name="stdout", text="saved to /tmp/abc/x.db\n"),
+            nbformat.v4.new_output("error", ename="KeyError", evalue="'x'", traceback=[]),
+        ],
+    )
     found = " | ".join(problems(_notebook(nbformat, cell)))
     assert "KeyError" in found and "stderr" in found and "machine path" in found
 
 
 def test_problems_accepts_a_clean_run(nbformat):
-    cell = nbformat.v4.new_code_cell("print(1)", execution_count=1,
-                                     outputs=[nbformat.v4.new_output("stream", name="stdout", text="1\n")])
+    cell = nbformat.v4.new_code_cell(
+        "print(1)", execution_count=1, outputs=[nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    )
     assert problems(_notebook(nbformat, nbformat.v4.new_markdown_cell("# 9 · x"), cell)) == []
 
 

@@ -11,7 +11,6 @@ import re
 from collections import Counter
 
 import pytest
-
 from nbtools import EXPECTED, NOTEBOOKS, VIEWS, need
 
 

@@ -40,15 +40,22 @@ def test_prepare_keeps_an_existing_demo_store(fresh_notebooks):
 
 
 def test_overrides_merge_into_an_existing_settings_file(tmp_path):
-    (tmp_path / "overrides.json").write_text(json.dumps({
-        "@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
-        "@jupyterlab/apputils-extension:notification": {"doNotDisturbMode": True, "checkForUpdates": True},
-    }))
+    (tmp_path / "overrides.json").write_text(
+        json.dumps(
+            {
+                "@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"},
+                "@jupyterlab/apputils-extension:notification": {"doNotDisturbMode": True, "checkForUpdates": True},
+            }
+        )
+    )
     path = _lab.write_overrides(tmp_path)
     data = json.loads(path.read_text())
     assert data["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
     assert data["@jupyterlab/apputils-extension:notification"] == {
-        "doNotDisturbMode": True, "checkForUpdates": False, "fetchNews": "false"}
+        "doNotDisturbMode": True,
+        "checkForUpdates": False,
+        "fetchNews": "false",
+    }
 
 
 @pytest.mark.parametrize("as_root", [True, False])
@@ -56,18 +63,39 @@ def test_lab_command(tmp_path, as_root):
     command = _lab.lab_command(tmp_path, port=8899, token="t" * 24, settings_dir=tmp_path / "s", as_root=as_root)
     assert command[:4] == [sys.executable, "-m", "jupyter", "lab"]
     joined = " ".join(command)
-    for part in ("--no-browser", "--ip 127.0.0.1", "--port 8899", f"--ServerApp.root_dir={tmp_path}",
-                 f"--IdentityProvider.token={'t' * 24}", f"--LabApp.app_settings_dir={tmp_path / 's'}",
-                 "--LabApp.news_url=None", "jupyterlab.NeverCheckForUpdate"):
+    for part in (
+        "--no-browser",
+        "--ip 127.0.0.1",
+        "--port 8899",
+        f"--ServerApp.root_dir={tmp_path}",
+        f"--IdentityProvider.token={'t' * 24}",
+        f"--LabApp.app_settings_dir={tmp_path / 's'}",
+        "--LabApp.news_url=None",
+        "jupyterlab.NeverCheckForUpdate",
+    ):
         assert part in joined, part
     assert ("--allow-root" in command) is as_root
 
 
 @pytest.mark.slow  # builds the demo store in a subprocess
 def test_prepare_only_prints_the_command(fresh_notebooks):
-    proc = subprocess.run([sys.executable, "-m", "sessionkit._lab", "--notebooks", str(fresh_notebooks),
-                           "--prepare-only", "--port", "8899", "--token", "x" * 32],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessionkit._lab",
+            "--notebooks",
+            str(fresh_notebooks),
+            "--prepare-only",
+            "--port",
+            "8899",
+            "--token",
+            "x" * 32,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "demo store built" in proc.stdout
     assert "--port 8899" in proc.stdout and f"--IdentityProvider.token={'x' * 32}" in proc.stdout
@@ -75,8 +103,12 @@ def test_prepare_only_prints_the_command(fresh_notebooks):
 
 
 def test_missing_notebooks_folder_is_one_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sessionkit._lab", "--notebooks", str(tmp_path / "nope")],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sessionkit._lab", "--notebooks", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
 
@@ -99,12 +131,22 @@ def test_free_port_skips_a_busy_one():
 def test_run_all_clean_strips_widget_state_and_views(run_all):
     nbformat = pytest.importorskip("nbformat")
     view = "application/vnd.jupyter.widget-view+json"
-    cell = nbformat.v4.new_code_cell("tree", execution_count=1, outputs=[
-        nbformat.v4.new_output("execute_result", execution_count=1, data={
-            "text/plain": "BranchTree('s', 3 messages)", "text/html": "<div data-sessionkit-snapshot=\"tree\"></div>",
-            view: {"model_id": "abc", "version_major": 2, "version_minor": 1}}),
-        nbformat.v4.new_output("display_data", data={view: {"model_id": "def"}}),
-    ])
+    cell = nbformat.v4.new_code_cell(
+        "tree",
+        execution_count=1,
+        outputs=[
+            nbformat.v4.new_output(
+                "execute_result",
+                execution_count=1,
+                data={
+                    "text/plain": "BranchTree('s', 3 messages)",
+                    "text/html": '<div data-sessionkit-snapshot="tree"></div>',
+                    view: {"model_id": "abc", "version_major": 2, "version_minor": 1},
+                },
+            ),
+            nbformat.v4.new_output("display_data", data={view: {"model_id": "def"}}),
+        ],
+    )
     cell.metadata["execution"] = {"iopub.execute_input": "2026-01-01T00:00:00Z"}
     nb = nbformat.v4.new_notebook(cells=[cell])
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"abc": {}}}}

@@ -24,10 +24,24 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # slow: JupyterLab an
 @pytest.fixture
 def main_job(fresh_notebooks, jupyter_env, chromium_path, tmp_path):
     """The launcher started as README's main job starts it; yields ``(url, notebooks, proc, printed)``."""
-    argv = [sys.executable, "-m", "sessionkit._lab", "--notebooks", str(fresh_notebooks), "--port", str(free_port()),
-            "--no-browser", "--timeout", "150"]
-    with launcher(argv, cwd=REPO, env=jupyter_env(tmp_path / "jupyter"),
-                  pattern=r"(http://127\.0\.0\.1:\d+/lab/tree/\S+\?token=\S+)") as job:
+    argv = [
+        sys.executable,
+        "-m",
+        "sessionkit._lab",
+        "--notebooks",
+        str(fresh_notebooks),
+        "--port",
+        str(free_port()),
+        "--no-browser",
+        "--timeout",
+        "150",
+    ]
+    with launcher(
+        argv,
+        cwd=REPO,
+        env=jupyter_env(tmp_path / "jupyter"),
+        pattern=r"(http://127\.0\.0\.1:\d+/lab/tree/\S+\?token=\S+)",
+    ) as job:
         yield job.match.group(1), fresh_notebooks, job.proc, job.seen
 
 
@@ -53,8 +67,9 @@ def test_main_job_opens_notebook_1_with_its_branch_tree(main_job, browser, scree
         # The live BranchTree of the quickstart's own session, then the demo store's.
         tree = page.locator(".sk-tree-view", has_text="Session support").first
         tree.wait_for()
-        page.wait_for_function("el => el.dataset.layout === 'done' && Number(el.dataset.rows) > 0",
-                               arg=tree.element_handle())
+        page.wait_for_function(
+            "el => el.dataset.layout === 'done' && Number(el.dataset.rows) > 0", arg=tree.element_handle()
+        )
         demo = page.locator(".sk-tree-view", has_text="Session deploy-help").first
         demo.wait_for()
         page.wait_for_function("el => el.dataset.layout === 'done'", arg=demo.element_handle())

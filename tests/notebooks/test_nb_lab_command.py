@@ -33,10 +33,26 @@ def test_lab_copies_the_tour_and_serves_it_with_the_store(tmp_path, jupyter_env)
     dest.mkdir()
     (dest / "01-quickstart.ipynb").write_text("{}")  # the reader's own edits are kept
     port = free_port()
-    argv = [sys.executable, "-m", "sessionkit", "lab", str(store_path), "--dir", str(dest), "--port", str(port),
-            "--no-browser", "--timeout", "150"]
-    with launcher(argv, cwd=tmp_path, env=jupyter_env(tmp_path / "jupyter"),
-                  pattern=r"(http://127\.0\.0\.1:(\d+)/lab/tree/(\S+)\?token=(\S+))") as job:
+    argv = [
+        sys.executable,
+        "-m",
+        "sessionkit",
+        "lab",
+        str(store_path),
+        "--dir",
+        str(dest),
+        "--port",
+        str(port),
+        "--no-browser",
+        "--timeout",
+        "150",
+    ]
+    with launcher(
+        argv,
+        cwd=tmp_path,
+        env=jupyter_env(tmp_path / "jupyter"),
+        pattern=r"(http://127\.0\.0\.1:(\d+)/lab/tree/(\S+)\?token=(\S+))",
+    ) as job:
         url = job.match
         seen = job.seen
         assert int(url.group(2)) == port
@@ -57,8 +73,9 @@ def test_lab_copies_the_tour_and_serves_it_with_the_store(tmp_path, jupyter_env)
         assert second["content"]["cells"][0]["source"].startswith("# 2 ")
         assert (dest / "01-quickstart.ipynb").read_text() == "{}"
         assert (dest / "data" / "SOURCES.md").read_text() == (REPO / "notebooks" / "data" / "SOURCES.md").read_text()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/tree/your-store.ipynb?token={token}",
-                                    timeout=60) as page:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/lab/tree/your-store.ipynb?token={token}", timeout=60
+        ) as page:
             assert page.status == 200 and b"JupyterLab" in page.read()
         assert job.stop() == 0
     with pytest.raises(OSError):
@@ -66,8 +83,12 @@ def test_lab_copies_the_tour_and_serves_it_with_the_store(tmp_path, jupyter_env)
 
 
 def test_lab_refuses_a_missing_store_and_starts_nothing(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "sessionkit", "lab", str(tmp_path / "nope.db"), "--dir",
-                             str(tmp_path / "tour")], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "sessionkit", "lab", str(tmp_path / "nope.db"), "--dir", str(tmp_path / "tour")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert result.stderr.startswith("sessionkit: error: no store at") and "nope.db" in result.stderr
     assert not (tmp_path / "tour").exists()

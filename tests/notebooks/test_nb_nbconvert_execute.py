@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from nbtools import BROWSER_TESTS, EXPECTED, VIEWS, need
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # slow: a kernel per notebook, chromium
@@ -37,8 +36,14 @@ VIEWS_NOTEBOOK = [
 
 def _convert(notebook: Path, env: dict) -> Path:
     """The default command, exactly: ``jupyter nbconvert --to html --execute NOTEBOOK``."""
-    proc = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", notebook.name],
-                          cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--execute", notebook.name],
+        cwd=notebook.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return notebook.with_suffix(".html")
 

@@ -23,7 +23,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from nbtools import NOTEBOOKS, need, numbered_notebooks
 
 # slow: runs every notebook in a kernel (a minute); one xdist group, so that one worker runs nbval once
@@ -61,15 +60,30 @@ def nbval_run(run_all, jupyter_env, tmp_path_factory):
     report = base / "nbval.xml"
     names = [p.name for p in numbered_notebooks()] + [TAMPERED]
     command = [
-        sys.executable, "-m", "pytest", "-c", str(base / "pytest.ini"), "--rootdir", str(base),
-        "-p", "no:cacheprovider", "-q", "--color=no",
-        "--nbval", "--nbval-current-env", "--nbval-sanitize-with", str(work / "sanitize.cfg"),
-        "--nbval-cell-timeout=300", f"--junitxml={report}",
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        str(base / "pytest.ini"),
+        "--rootdir",
+        str(base),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--color=no",
+        "--nbval",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        str(work / "sanitize.cfg"),
+        "--nbval-cell-timeout=300",
+        f"--junitxml={report}",
         *[str(work / n) for n in names],
     ]
     proc = subprocess.run(command, cwd=base, env=env, capture_output=True, text=True, timeout=840)
     if not report.exists():
-        raise AssertionError(f"nbval did not run (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+        raise AssertionError(
+            f"nbval did not run (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+        )
     results: dict[str, list[tuple[str, str, str]]] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         classname = case.get("classname", "")  # e.g. "notebooks.01-quickstart.ipynb"
@@ -96,8 +110,10 @@ def test_notebook_reproduces_its_outputs(nbval_run, name):
     assert cells, f"nbval reported nothing for {name}:\n{nbval_run['stdout'][-3000:]}"
     bad = [(cell, outcome, message) for cell, outcome, message in cells if outcome != "passed"]
     details = "\n\n".join(f"{cell}: {outcome}\n{message[-2500:]}" for cell, outcome, message in bad[:3])
-    assert not bad, (f"{name}: {len(bad)} of {len(cells)} cells differ from the saved outputs or failed "
-                     f"(if the change is intended: python notebooks/run_all.py {name[:2]})\n{details}")
+    assert not bad, (
+        f"{name}: {len(bad)} of {len(cells)} cells differ from the saved outputs or failed "
+        f"(if the change is intended: python notebooks/run_all.py {name[:2]})\n{details}"
+    )
     assert len(cells) == _code_cells(NOTEBOOKS / name), f"{name}: nbval checked {len(cells)} cells"
 
 

@@ -12,10 +12,9 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-import sessionkit as sk  # noqa: E402
-from sessionkit.server import create_app  # noqa: E402
+from live_server import TOKEN, LiveServer, SSEReader
 
-from live_server import TOKEN, LiveServer, SSEReader  # noqa: E402
+from sessionkit.server import create_app
 
 
 @pytest.fixture

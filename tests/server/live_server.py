@@ -112,8 +112,9 @@ class LiveServer:
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, **{"log_level": "warning", "lifespan": "on", "timeout_graceful_shutdown": 2,
-                                        **config})
+        config = uvicorn.Config(
+            app, **{"log_level": "warning", "lifespan": "on", "timeout_graceful_shutdown": 2, **config}
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
         self.error: BaseException | None = None
@@ -124,7 +125,7 @@ class LiveServer:
         except BaseException as exc:  # startup failures end the thread
             self.error = exc
 
-    def start(self) -> "LiveServer":
+    def start(self) -> LiveServer:
         self.thread.start()
 
         def started() -> bool:
@@ -200,7 +201,9 @@ class SSEReader:
             self.opened.set()
             chunks = self._chunks(reader) if headers.get("transfer-encoding") == "chunked" else None
             if self.status != 200:
-                self.body = b"".join(chunks) if chunks is not None else reader.read(int(headers.get("content-length", 0)))
+                self.body = (
+                    b"".join(chunks) if chunks is not None else reader.read(int(headers.get("content-length", 0)))
+                )
                 return
             buffer = b""
             for chunk in chunks:
@@ -287,8 +290,9 @@ def wait_idle(client: httpx.Client, session_id: str, timeout: float = HANG) -> d
         raise AssertionError(f"session {session_id} still busy: {seen[-1] if seen else None}") from None
 
 
-def wait_serving(url: str, proc: subprocess.Popen | None = None, *, output: Callable[[], str] = lambda: "",
-                 timeout: float = HANG) -> None:
+def wait_serving(
+    url: str, proc: subprocess.Popen | None = None, *, output: Callable[[], str] = lambda: "", timeout: float = HANG
+) -> None:
     """Until ``GET {url}/openapi.json`` answers 200: a server process is up. Fails at once,
     with ``output()`` (its log), if ``proc`` exits first."""
 

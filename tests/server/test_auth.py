@@ -6,13 +6,12 @@ import json
 
 import httpx
 import pytest
+from live_server import AUTH, HANG, TOKEN, async_user_of, echo_agent, user_of, wait_idle
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 import sessionkit as sk
 from sessionkit.server import create_app
-
-from live_server import AUTH, HANG, TOKEN, async_user_of, echo_agent, user_of, wait_idle
 
 ROUTES = [
     ("POST", "/sessions", {"sessionId": "s"}),
@@ -128,19 +127,22 @@ def test_principals_have_their_own_namespaces_and_others_sessions_are_404(serve,
     assert alice.post("/sessions", json={"sessionId": "chat"}).status_code == 201
     assert bob.post("/sessions", json={"sessionId": "chat"}).status_code == 201  # the same id, another session
     assert alice.post("/sessions", json={"sessionId": "only-alice"}).status_code == 201
-    assert alice.post("/sessions/chat/messages", json={"text": "hello"}).json() == {
-        "runId": "chat.1", "queued": False}
+    assert alice.post("/sessions/chat/messages", json={"text": "hello"}).json() == {"runId": "chat.1", "queued": False}
     a_state = wait_idle(alice, "chat")
     assert [m["text"] for m in a_state["messages"]] == ["hello"]
     assert bob.get("/sessions/chat").json()["messages"] == []
-    for method, path, body in [("GET", "/sessions/only-alice", None), ("DELETE", "/sessions/only-alice", None),
-                               ("POST", "/sessions/only-alice/messages", {"text": "x"}),
-                               ("GET", "/sessions/only-alice/events", None)]:
+    for method, path, body in [
+        ("GET", "/sessions/only-alice", None),
+        ("DELETE", "/sessions/only-alice", None),
+        ("POST", "/sessions/only-alice/messages", {"text": "x"}),
+        ("GET", "/sessions/only-alice/events", None),
+    ]:
         r = bob.request(method, path, json=body)
         assert (r.status_code, r.json()) == (404, {"error": "session_not_found"}), (method, path)
     with pytest.raises(InvalidStatus) as info:
-        connect(f"{live.ws_url}/sessions/only-alice/ws", additional_headers={"X-User": "bob/../evil"},
-                open_timeout=HANG)
+        connect(
+            f"{live.ws_url}/sessions/only-alice/ws", additional_headers={"X-User": "bob/../evil"}, open_timeout=HANG
+        )
     assert info.value.response.status_code == 404
     assert alice.get("/sessions/only-alice").status_code == 200  # bob's attempts changed nothing
     # no principal in any answer, and none in the events
@@ -169,8 +171,16 @@ def _adversaries(victim: str) -> list[str]:
     from urllib.parse import quote
 
     digest = hashlib.sha256(victim.encode()).hexdigest()
-    return [digest[:16], digest, digest[:16].upper(), f"{digest[:16]}/", quote(victim, safe=""),
-            f"{digest[:16]}/secret", "", victim.upper()]
+    return [
+        digest[:16],
+        digest,
+        digest[:16].upper(),
+        f"{digest[:16]}/",
+        quote(victim, safe=""),
+        f"{digest[:16]}/secret",
+        "",
+        victim.upper(),
+    ]
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "duckdb", pytest.param("postgresql", marks=pytest.mark.slow)])
@@ -191,8 +201,11 @@ def test_no_principal_id_reaches_another_principals_sessions(serve, new_store, e
             assert httpx.get(f"{live.url}/sessions/secret", headers={"X-User": adversary}).status_code == 401
             continue
         with live.client(headers={"X-User": adversary}) as mallory:
-            for method, path, body in [("GET", "/sessions/secret", None), ("DELETE", "/sessions/secret", None),
-                                       ("GET", "/sessions/secret/events", None)]:
+            for method, path, body in [
+                ("GET", "/sessions/secret", None),
+                ("DELETE", "/sessions/secret", None),
+                ("GET", "/sessions/secret/events", None),
+            ]:
                 r = mallory.request(method, path, json=body)
                 assert (r.status_code, r.json()) == (404, {"error": "session_not_found"}), (adversary, method)
             # creating the same id makes the adversary's own session, empty

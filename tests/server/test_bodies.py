@@ -12,11 +12,10 @@ import json
 import socket
 
 import pytest
+from live_server import AUTH, HANG, TOKEN, echo_agent, wait_idle
 from websockets.sync.client import connect
 
 from sessionkit.server._serve import TimedH11Protocol
-
-from live_server import AUTH, HANG, TOKEN, echo_agent, wait_idle
 
 DEEP = 50_000
 
@@ -25,6 +24,7 @@ DEEP = 50_000
 def store(new_store):
     """The server's store: a SQLite file (what is checked here never reaches the engine)."""
     return new_store("sqlite", name="server")
+
 
 BAD_BODIES = {
     "nested 65 deep": b'{"text": "x", "context": ' + b'{"a": ' * 64 + b"1" + b"}" * 64 + b"}",
@@ -64,8 +64,11 @@ def test_the_depth_limit_is_64_and_surrogate_pairs_are_fine(serve, store):
         c.post("/sessions", json={"sessionId": "b"})
         r = c.post("/sessions/b/messages", content=deep_ok, headers={"Content-Type": "application/json"})
         assert r.status_code == 202, r.text
-        r = c.post("/sessions/b/messages", content=b'{"text": "emoji \\ud83d\\ude00 pair"}',
-                   headers={"Content-Type": "application/json"})
+        r = c.post(
+            "/sessions/b/messages",
+            content=b'{"text": "emoji \\ud83d\\ude00 pair"}',
+            headers={"Content-Type": "application/json"},
+        )
         assert r.status_code == 202
         r = c.post("/sessions", content=b'{"sessionId": ' + b"[" * DEEP, headers={"Content-Type": "application/json"})
         assert (r.status_code, r.json()["error"]) == (400, "invalid_body")
@@ -78,8 +81,7 @@ def test_websocket_frames_that_cannot_be_handled_get_invalid_body_and_the_socket
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "w"})
     frames = ["[" * 100_000, '{"text": "\\ud800"}', '{"text": "x", "context": 3}', '{"text": NaN}']
-    with connect(f"{live.ws_url}/sessions/w/ws", additional_headers=AUTH, open_timeout=HANG,
-                 max_size=2**22) as ws:
+    with connect(f"{live.ws_url}/sessions/w/ws", additional_headers=AUTH, open_timeout=HANG, max_size=2**22) as ws:
         for frame in frames:
             ws.send(frame)
             reply = json.loads(ws.recv(timeout=HANG))
@@ -116,8 +118,13 @@ def test_a_body_that_never_ends_gets_408(serve, store):
         c.post("/sessions", json={"sessionId": "s"})
     with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
         # 9 of the 100 bytes announced, and no more: the server gives up on the body
-        s.sendall((f"POST /sessions/s/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                   f"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n").encode() + b'{"text": ')
+        s.sendall(
+            (
+                f"POST /sessions/s/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            ).encode()
+            + b'{"text": '
+        )
         answer = _read_to_close(s).decode()
     assert answer.startswith("HTTP/1.1 408") and "request_timeout" in answer
     with live.client() as c:
@@ -165,8 +172,9 @@ def test_stalled_connections_are_dropped_by_sessionkit_serves_protocol(serve, st
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "open"})
         with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
-            s.sendall(f"GET /sessions/open/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
-                      .encode())
+            s.sendall(
+                f"GET /sessions/open/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+            )
             head = s.recv(65536)
             assert head.startswith(b"HTTP/1.1 200")
             assert _dropped(live.port, b"GET /sessions HT", timed_out) == b""

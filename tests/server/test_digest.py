@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import sessionkit as sk
-
 from live_server import echo_agent, wait_idle
+
+import sessionkit as sk
 
 
 def _started(c, sid: str) -> None:
@@ -27,8 +27,7 @@ def test_an_append_behind_the_servers_back_answers_409(serve, store):
         # deleting and creating the session again starts over (run ids are never reused: chat.2)
         assert c.delete("/sessions/chat").status_code == 202
         assert c.post("/sessions", json={"sessionId": "chat"}).status_code == 201
-        assert c.post("/sessions/chat/messages", json={"text": "fresh"}).json() == {"runId": "chat.2",
-                                                                                    "queued": False}
+        assert c.post("/sessions/chat/messages", json={"text": "fresh"}).json() == {"runId": "chat.2", "queued": False}
         wait_idle(c, "chat")
 
 

@@ -7,13 +7,12 @@ import time
 
 import pytest
 from helpers import wait_until
+from live_server import AUTH, HANG, Gate, echo, echo_agent, seqs, wait_idle
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
-
-from live_server import AUTH, HANG, Gate, echo, echo_agent, seqs, wait_idle
 
 
 def run_ends(frames) -> list[dict]:
@@ -58,8 +57,9 @@ def test_a_new_stream_replays_the_retained_window_first(serve, store, sse):
 
 def test_reconnecting_with_last_event_id_gets_each_frame_exactly_once(serve, store, sse):
     gate = Gate()
-    model = ScriptedModel(["one", {"text": "thinking", "tool_calls": [{"name": "hold", "arguments": {}}]}, "two",
-                           "three"])
+    model = ScriptedModel(
+        ["one", {"text": "thinking", "tool_calls": [{"name": "hold", "arguments": {}}]}, "two", "three"]
+    )
     live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "r"})
@@ -165,8 +165,9 @@ def test_a_malformed_last_event_id_is_400(serve, store):
 
 def test_websocket_sends_frames_and_takes_messages(serve, store, sse):
     gate = Gate()  # holds the run over the socket until the steering message has joined it
-    model = ScriptedModel([echo(), {"text": "checking", "tool_calls": [{"name": "hold", "arguments": {}}]}]
-                          + [echo()] * 10)
+    model = ScriptedModel(
+        [echo(), {"text": "checking", "tool_calls": [{"name": "hold", "arguments": {}}]}] + [echo()] * 10
+    )
     live = serve(sk.Agent("ws", "", model, tools=[gate.tool()]), store)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "w"})
@@ -193,8 +194,13 @@ def test_websocket_sends_frames_and_takes_messages(serve, store, sse):
         assert [f for f in received if "runId" in f][1] == {"runId": "w.2", "queued": True}
         gate.opened.set()
         until(lambda: any(f.get("kind") == "run.end" and f["run_id"] == "w.2" for f in received))
-        bad_frames = ["not json", json.dumps({"text": ""}), json.dumps({"text": "x", "mode": "now"}),
-                      json.dumps([1]), json.dumps({"text": "x", "author": 3})]
+        bad_frames = [
+            "not json",
+            json.dumps({"text": ""}),
+            json.dumps({"text": "x", "mode": "now"}),
+            json.dumps([1]),
+            json.dumps({"text": "x", "author": 3}),
+        ]
         for i, bad in enumerate(bad_frames, 1):
             ws.send(bad)
             until(lambda i=i: len([f for f in received if "error" in f and "seq" not in f]) == i)

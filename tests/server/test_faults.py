@@ -41,10 +41,9 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers import free_port, wait_until
+from live_server import AUTH, HANG, TOKEN, wait_serving
 
 import sessionkit as sk
-
-from live_server import AUTH, HANG, TOKEN, wait_serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.kill]
 
@@ -110,12 +109,24 @@ class Rig:
     # -------------------------------------------------------------- the server
 
     def start(self) -> None:
-        env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN, LITELLM_LOCAL_MODEL_COST_MAP="True",
-                   LITELLM_OFFLINE_MODE="true")
-        cmd = [sys.executable, "-m", "sessionkit", "serve", "--store", self.store, "--agent", "fault_agent:agent",
-               "--port", str(self.port), "--workers", str(self.workers)]
-        self.proc = subprocess.Popen(cmd, cwd=self.folder, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
+        cmd = [
+            sys.executable,
+            "-m",
+            "sessionkit",
+            "serve",
+            "--store",
+            self.store,
+            "--agent",
+            "fault_agent:agent",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+        ]
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.folder, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         self.starts += 1
         wait_serving(self.url, self.proc, output=self.output)
 
@@ -167,8 +178,11 @@ class Rig:
         if r.status_code != 200:
             return False
         state = r.json()
-        return state["active"] is None and state["queued"] == 0 and all(
-            run["status"] != "running" for run in state["runs"])
+        return (
+            state["active"] is None
+            and state["queued"] == 0
+            and all(run["status"] != "running" for run in state["runs"])
+        )
 
     def chat(self, sid: str) -> None:
         """Send, wait until the session is idle, send again."""
@@ -201,8 +215,9 @@ class Rig:
             if last is not None:
                 headers["Last-Event-ID"] = str(last)
             try:
-                with httpx.stream("GET", f"{self.url}/sessions/{sid}/events", headers=headers,
-                                  timeout=httpx.Timeout(5, read=2)) as r:
+                with httpx.stream(
+                    "GET", f"{self.url}/sessions/{sid}/events", headers=headers, timeout=httpx.Timeout(5, read=2)
+                ) as r:
                     if r.status_code != 200:
                         time.sleep(0.05)  # not served yet (restarting): connect again shortly
                         continue
@@ -226,8 +241,11 @@ class Rig:
 
 
 def _conversation_users(store, sid: str) -> Counter:
-    return Counter("".join(p.get("text", "") for p in m["parts"] if p.get("type") == "text")
-                   for m in store.session(sid).get_history(compacted=False) if m["role"] == "user")
+    return Counter(
+        "".join(p.get("text", "") for p in m["parts"] if p.get("type") == "text")
+        for m in store.session(sid).get_history(compacted=False)
+        if m["role"] == "user"
+    )
 
 
 def _exercise(rig: Rig, kills: int, *, chats: int = 3) -> None:
@@ -239,8 +257,9 @@ def _exercise(rig: Rig, kills: int, *, chats: int = 3) -> None:
     readers_done = threading.Event()
     threads = [threading.Thread(target=rig.chat, args=(f"chat-{i}",), daemon=True) for i in range(chats)]
     threads.append(threading.Thread(target=rig.follow_ups, args=("follow",), daemon=True))
-    readers = [threading.Thread(target=rig.read_events, args=(sid, readers_done), daemon=True)
-               for sid in ("follow", "chat-0")]
+    readers = [
+        threading.Thread(target=rig.read_events, args=(sid, readers_done), daemon=True) for sid in ("follow", "chat-0")
+    ]
     for t in threads + readers:
         t.start()
     rng = random.Random(20261201)
@@ -267,8 +286,7 @@ def _exercise(rig: Rig, kills: int, *, chats: int = 3) -> None:
         # every session settles: what the last kill left runs again, without any request
         with httpx.Client(base_url=rig.url, headers=AUTH, timeout=HANG) as c:
             for sid in sessions:
-                wait_until(lambda sid=sid: rig._idle(c, sid), timeout=120, interval=0.1,
-                           what=f"{sid} to settle")
+                wait_until(lambda sid=sid: rig._idle(c, sid), timeout=120, interval=0.1, what=f"{sid} to settle")
             states = {sid: c.get(f"/sessions/{sid}").json() for sid in sessions}
         with sk.open_store(rig.store) as store:
             stored_events = {sid: store.events(sid) for sid in ("follow", "chat-0")}
@@ -277,8 +295,11 @@ def _exercise(rig: Rig, kills: int, *, chats: int = 3) -> None:
         # the readers catch up with the store, then stop
         for sid, events in stored_events.items():
             last = events[-1]["seq"]
-            wait_until(lambda sid=sid, last=last: rig.frames.get(sid) and rig.frames[sid][-1][0] == last,
-                       interval=0.05, what=f"the reader of {sid} to catch up")
+            wait_until(
+                lambda sid=sid, last=last: rig.frames.get(sid) and rig.frames[sid][-1][0] == last,
+                interval=0.05,
+                what=f"the reader of {sid} to catch up",
+            )
         readers_done.set()
         for t in readers:
             t.join(HANG)

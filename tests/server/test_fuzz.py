@@ -19,15 +19,20 @@ from types import SimpleNamespace
 
 import pytest
 from helpers import missing
-
 from live_server import AUTH, TOKEN, echo_agent
 
 pytestmark = pytest.mark.slow  # a live server per engine and 25 generated requests per operation
 
 EXAMPLES = 25
 SKIP = {"streamEvents"}
-CONFIG = {"operations": [{"include-operation-id": "websocket",
-                          "checks": {"positive_data_acceptance": {"expected-statuses": ["426", "404"]}}}]}
+CONFIG = {
+    "operations": [
+        {
+            "include-operation-id": "websocket",
+            "checks": {"positive_data_acceptance": {"expected-statuses": ["426", "404"]}},
+        }
+    ]
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +50,12 @@ def fuzz():
 
     load_all_checks()
     return SimpleNamespace(
-        schemathesis=schemathesis, HealthCheck=HealthCheck, given=given, settings=settings,
-        SchemathesisConfig=SchemathesisConfig, GenerationMode=GenerationMode,
+        schemathesis=schemathesis,
+        HealthCheck=HealthCheck,
+        given=given,
+        settings=settings,
+        SchemathesisConfig=SchemathesisConfig,
+        GenerationMode=GenerationMode,
         # every check schemathesis has, named here rather than left to its defaults
         checks=CHECKS.get_all(),
     )
@@ -111,30 +120,51 @@ def test_fuzzing_every_operation_with_the_token_finds_no_server_error(fuzz, serv
     ops = _operations(fuzz, live.url)
     # (schemathesis leaves out the document's own path)
     assert {op.definition.raw["operationId"] for op in ops} >= {
-        "listSessions", "createSession", "getSession", "deleteSession", "sendMessage", "websocket"}
+        "listSessions",
+        "createSession",
+        "getSession",
+        "deleteSession",
+        "sendMessage",
+        "websocket",
+    }
     statuses: Counter = Counter()
     with live.client() as client:
         # the event stream first, while no session exists: every answer ends (404, or 400 for a bad resume point)
         for op in _operations(fuzz, live.url, skip=set(ops_ids(ops))):
             assert op.definition.raw["operationId"] == "streamEvents"
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                _fuzz(fuzz, op.as_strategy(generation_mode=mode), "streamEvents", client, live.url, statuses,
-                      session=False)()
+                _fuzz(
+                    fuzz,
+                    op.as_strategy(generation_mode=mode),
+                    "streamEvents",
+                    client,
+                    live.url,
+                    statuses,
+                    session=False,
+                )()
         assert statuses[("streamEvents", 404)] > 0 and statuses[("streamEvents", 200)] == 0, statuses
         for op in ops:
             name = op.definition.raw["operationId"]
             has_id = "{sessionId}" in op.path
             # random ids (almost always unknown), then an existing session so the 2xx answers are checked too
-            for mode, fixed in [(GenerationMode.POSITIVE, None), (GenerationMode.NEGATIVE, None),
-                                (GenerationMode.POSITIVE, "fuzz")]:
+            for mode, fixed in [
+                (GenerationMode.POSITIVE, None),
+                (GenerationMode.NEGATIVE, None),
+                (GenerationMode.POSITIVE, "fuzz"),
+            ]:
                 if fixed and not has_id:
                     continue
-                strategy = op.as_strategy(generation_mode=mode,
-                                          path_parameters={"sessionId": fixed} if fixed else None)
+                strategy = op.as_strategy(generation_mode=mode, path_parameters={"sessionId": fixed} if fixed else None)
                 _fuzz(fuzz, strategy, name, client, live.url, statuses)()
     # the fuzzing reached the successful answers, not only the refusals
-    for expected in [("listSessions", 200), ("createSession", 201), ("getSession", 200), ("deleteSession", 202),
-                     ("sendMessage", 202), ("websocket", 426)]:
+    for expected in [
+        ("listSessions", 200),
+        ("createSession", 201),
+        ("getSession", 200),
+        ("deleteSession", 202),
+        ("sendMessage", 202),
+        ("websocket", 426),
+    ]:
         assert statuses[expected] > 0, (expected, statuses)
 
 

@@ -16,11 +16,10 @@ import textwrap
 import httpx
 import pytest
 from helpers import free_port
+from live_server import AUTH, HANG, TOKEN, SSEReader, echo_agent, wait_serving
 
 import sessionkit as sk
 from sessionkit.server import create_app
-
-from live_server import AUTH, HANG, TOKEN, SSEReader, echo_agent, wait_serving
 
 
 def test_a_second_server_on_the_same_file_refuses_to_start_naming_the_holder(tmp_path, serve):
@@ -93,16 +92,28 @@ def test_sessionkit_serve_refuses_a_second_server_and_stops_on_sigint_with_open_
     store = str(tmp_path / "cli.db")
     port = free_port()
     env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
-    cmd = [sys.executable, "-m", "sessionkit", "serve", "--store", store, "--agent", "cli_agent:agent",
-           "--host", "127.0.0.1"]
-    first = subprocess.Popen(cmd + ["--port", str(port)], cwd=tmp_path, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "sessionkit",
+        "serve",
+        "--store",
+        store,
+        "--agent",
+        "cli_agent:agent",
+        "--host",
+        "127.0.0.1",
+    ]
+    first = subprocess.Popen(
+        cmd + ["--port", str(port)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     reader = None
     try:
         url = f"http://127.0.0.1:{port}"
         wait_serving(url, first, output=lambda: _output(first))
-        second = subprocess.run(cmd + ["--port", str(free_port())], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=HANG)
+        second = subprocess.run(
+            cmd + ["--port", str(free_port())], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG
+        )
         assert second.returncode == 1
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and f"pid {first.pid}" in lines[0] and "already served" in lines[0], second.stderr
@@ -139,8 +150,9 @@ def test_the_holder_is_named_by_pid_and_program_never_its_arguments(tmp_path):
         """
     )
     secret = "--api-key=sk-very-secret-0123456789"
-    proc = subprocess.Popen([sys.executable, "-c", holder, secret], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", holder, secret], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         with sk.open_store(path) as second:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import socket
 
+from live_server import HANG, TOKEN, Gate, echo, echo_agent, wait_idle
+
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
-
-from live_server import HANG, TOKEN, Gate, echo, echo_agent, wait_idle
 
 
 def test_bodies_over_the_limit_get_413_by_length_or_by_stream(serve, store):
@@ -40,8 +40,10 @@ def test_one_large_chunk_without_content_length_gets_413(serve, store):
         c.post("/sessions", json={"sessionId": "b"})
     with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
         body = json.dumps({"text": "z" * 5_000}).encode()
-        head = (f"POST /sessions/b/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+        head = (
+            f"POST /sessions/b/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         s.sendall(head.encode() + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
         answer = s.recv(65536).decode()
     assert answer.startswith("HTTP/1.1 413") and "body_too_large" in answer

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import pytest
 from helpers import wait_until
+from live_server import echo, echo_agent, wait_idle
 
 import sessionkit as sk
 from sessionkit.server._records import conversation_digest
 from sessionkit.testing import ScriptedModel
 
-from live_server import echo, echo_agent, wait_idle
 
-
-def _left_behind(store, sid: str, *, runs: dict, messages: list, conversation: list | None = None,
-                 recorded: dict | None = None) -> None:
+def _left_behind(
+    store, sid: str, *, runs: dict, messages: list, conversation: list | None = None, recorded: dict | None = None
+) -> None:
     """Records of a session as a killed server leaves them.
 
     ``runs``: n -> server.run value; ``messages``: (run, text) accepted, in order;
@@ -34,9 +34,14 @@ def _left_behind(store, sid: str, *, runs: dict, messages: list, conversation: l
     store.put_records(sid, "server.session", [(0, {"createdAt": "2026-12-01T00:00:00.000Z"})])
     path = session.get_history(compacted=False)
     store.put_records(sid, "server.digest", [(0, {"digest": conversation_digest(path), "lastSeq": None})])
-    store.put_records(sid, "server.message", [
-        (i, {"run": run, "text": text, "mode": "followUp", "queued": i > 1, "at": "2026-12-01T00:00:00.000Z"})
-        for i, (run, text) in enumerate(messages, 1)])
+    store.put_records(
+        sid,
+        "server.message",
+        [
+            (i, {"run": run, "text": text, "mode": "followUp", "queued": i > 1, "at": "2026-12-01T00:00:00.000Z"})
+            for i, (run, text) in enumerate(messages, 1)
+        ],
+    )
     store.put_records(sid, "server.run", list(runs.items()))
     for n, status in (recorded or {}).items():
         store.begin_run(sid, f"{sid}.{n}", next(t for r, t in messages if r == n))
@@ -51,8 +56,11 @@ def _settled(store, sid: str) -> None:
 
     def settled() -> bool:
         runs = dict(store.records(sid, "server.run"))
-        return bool(runs) and all(v.get("state") == "done" for v in runs.values()) and all(
-            r.status != "running" for r in store.runs(sid))
+        return (
+            bool(runs)
+            and all(v.get("state") == "done" for v in runs.values())
+            and all(r.status != "running" for r in store.runs(sid))
+        )
 
     wait_until(settled, interval=0.02, what=f"the runs of {sid} to settle")
 
@@ -62,13 +70,22 @@ def _texts(store, sid: str) -> list[str]:
 
 
 def test_a_run_cut_short_runs_again_with_every_message_accepted_for_it(serve, store):
-    _left_behind(store, "cut", runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
-                 messages=[(1, "first"), (1, "joined at a turn boundary")], recorded={1: "running"})
+    _left_behind(
+        store,
+        "cut",
+        runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
+        messages=[(1, "first"), (1, "joined at a turn boundary")],
+        recorded={1: "running"},
+    )
     model = ScriptedModel([echo()] * 5)
     live = serve(sk.Agent("echo", "", model), store)
     _settled(store, "cut")  # nobody asked: the server found it at start
-    assert _texts(store, "cut") == ["first", "echo: first", "joined at a turn boundary",
-                                    "echo: joined at a turn boundary"]
+    assert _texts(store, "cut") == [
+        "first",
+        "echo: first",
+        "joined at a turn boundary",
+        "echo: joined at a turn boundary",
+    ]
     with live.client() as c:
         state = wait_idle(c, "cut")
     assert [(r["runId"], r["status"], r["attempts"]) for r in state["runs"]] == [("cut.1", "completed", 2)]
@@ -78,27 +95,50 @@ def test_a_run_cut_short_runs_again_with_every_message_accepted_for_it(serve, st
 
 
 def test_a_run_saved_before_the_kill_is_recorded_completed_not_run_again(serve, store):
-    saved = [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "done already"}],
-              "metadata": {"run_id": "saved.1"}},
-             {"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "echo: done already"}],
-              "metadata": {"run_id": "saved.1"}}]
-    _left_behind(store, "saved", runs={1: {"attempts": 1, "agentId": "echo", "state": "saved"}},
-                 messages=[(1, "done already")], conversation=saved, recorded={1: "running"})
+    saved = [
+        {
+            "id": "u1",
+            "role": "user",
+            "parts": [{"type": "text", "text": "done already"}],
+            "metadata": {"run_id": "saved.1"},
+        },
+        {
+            "id": "a1",
+            "role": "assistant",
+            "parts": [{"type": "text", "text": "echo: done already"}],
+            "metadata": {"run_id": "saved.1"},
+        },
+    ]
+    _left_behind(
+        store,
+        "saved",
+        runs={1: {"attempts": 1, "agentId": "echo", "state": "saved"}},
+        messages=[(1, "done already")],
+        conversation=saved,
+        recorded={1: "running"},
+    )
     model = ScriptedModel([echo()] * 5)
     live = serve(sk.Agent("echo", "", model), store)
     _settled(store, "saved")
     assert model.calls == []  # not run again
     with live.client() as c:
         assert [(r["status"], r["attempts"]) for r in wait_idle(c, "saved")["runs"]] == [("completed", 1)]
-        assert c.post("/sessions/saved/messages", json={"text": "next"}).json() == {"runId": "saved.2",
-                                                                                     "queued": False}  # no 409
+        assert c.post("/sessions/saved/messages", json={"text": "next"}).json() == {
+            "runId": "saved.2",
+            "queued": False,
+        }  # no 409
         wait_idle(c, "saved")
     assert _texts(store, "saved") == ["done already", "echo: done already", "next", "echo: next"]
 
 
 def test_a_run_on_its_last_attempt_is_recorded_failed_with_the_reason(serve, store):
-    _left_behind(store, "doomed", runs={1: {"attempts": 3, "agentId": "echo", "state": "running"}},
-                 messages=[(1, "poison")], recorded={1: "running"})
+    _left_behind(
+        store,
+        "doomed",
+        runs={1: {"attempts": 3, "agentId": "echo", "state": "running"}},
+        messages=[(1, "poison")],
+        recorded={1: "running"},
+    )
     model = ScriptedModel([echo()] * 5)
     live = serve(sk.Agent("echo", "", model), store)
     _settled(store, "doomed")
@@ -115,21 +155,35 @@ def test_a_run_on_its_last_attempt_is_recorded_failed_with_the_reason(serve, sto
 
 
 def test_a_run_that_was_waiting_starts_after_the_one_that_was_running(serve, store):
-    _left_behind(store, "two", runs={1: {"attempts": 1, "agentId": "echo", "state": "running"},
-                                     2: {"attempts": 0, "agentId": "echo", "state": "queued"}},
-                 messages=[(1, "one"), (2, "two"), (2, "three")], recorded={1: "running"})
+    _left_behind(
+        store,
+        "two",
+        runs={
+            1: {"attempts": 1, "agentId": "echo", "state": "running"},
+            2: {"attempts": 0, "agentId": "echo", "state": "queued"},
+        },
+        messages=[(1, "one"), (2, "two"), (2, "three")],
+        recorded={1: "running"},
+    )
     live = serve(sk.Agent("echo", "", ScriptedModel([echo()] * 10)), store)
     _settled(store, "two")
     assert _texts(store, "two") == ["one", "echo: one", "two", "echo: two", "three", "echo: three"]
     with live.client() as c:
         state = wait_idle(c, "two")
     assert [(r["runId"], r["status"], r["attempts"], r["input"]) for r in state["runs"]] == [
-        ("two.1", "completed", 2, "one"), ("two.2", "completed", 1, "two")]
+        ("two.1", "completed", 2, "one"),
+        ("two.2", "completed", 1, "two"),
+    ]
 
 
 def test_a_conversation_changed_while_the_server_was_down_is_not_continued(serve, store):
-    _left_behind(store, "changed", runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
-                 messages=[(1, "hello")], recorded={1: "running"})
+    _left_behind(
+        store,
+        "changed",
+        runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
+        messages=[(1, "hello")],
+        recorded={1: "running"},
+    )
     store.session("changed").append({"id": "x", "role": "user", "parts": [{"type": "text", "text": "intruder"}]})
     model = ScriptedModel([echo()] * 5)
     live = serve(sk.Agent("echo", "", model), store)
@@ -171,8 +225,13 @@ def test_a_server_starting_on_a_store_with_many_idle_entries_compacts_the_busy_i
     # PostgreSQL other processes may: the index is left as it is there)
     store = new_store(kind, name="server")
     store.put_records("~sessionkit/busy", "server.busy", [(n, None) for n in range(1, 1_500)])
-    _left_behind(store, "cut", runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
-                 messages=[(1, "first")], recorded={1: "running"})
+    _left_behind(
+        store,
+        "cut",
+        runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
+        messages=[(1, "first")],
+        recorded={1: "running"},
+    )
     serve(echo_agent(n=5), store)
     _settled(store, "cut")
     assert _texts(store, "cut") == ["first", "echo: first"]

@@ -11,11 +11,10 @@ import textwrap
 import httpx
 import pytest
 from helpers import wait_until
+from live_server import AUTH, HANG, TOKEN, Gate, echo, echo_agent, seqs, wait_idle, wait_serving
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
-
-from live_server import AUTH, HANG, TOKEN, Gate, echo, echo_agent, seqs, wait_idle, wait_serving
 
 
 @pytest.mark.kill
@@ -33,8 +32,7 @@ def test_stop_mid_conversation_then_the_next_server_finishes_the_run(tmp_path, s
         reader.wait_runs_ended(1)
         assert c.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.2", "queued": False}
         assert gate.entered.wait(HANG)
-        assert c.post("/sessions/chat/messages", json={"text": "three"}).json() == {"runId": "chat.2",
-                                                                                    "queued": True}
+        assert c.post("/sessions/chat/messages", json={"text": "three"}).json() == {"runId": "chat.2", "queued": True}
         reader.wait(lambda fs: any(d.get("kind") == "tool.call" for _, d in fs))
     live.stop()  # mid-run: the run is interrupted, and left for the next server to run again
     assert reader.ended.wait(HANG)
@@ -49,17 +47,25 @@ def test_stop_mid_conversation_then_the_next_server_finishes_the_run(tmp_path, s
         resumed = sse(f"{live.url}/sessions/chat/events", {**AUTH, "Last-Event-ID": str(seen[-1][0])})
         state = wait_idle(c, "chat")
         assert [(r["runId"], r["status"], r["attempts"], r["agentId"]) for r in state["runs"]] == [
-            ("chat.1", "completed", 1, "a"), ("chat.2", "completed", 2, "echo")]
+            ("chat.1", "completed", 1, "a"),
+            ("chat.2", "completed", 2, "echo"),
+        ]
         assert [(m["runId"], m["text"], m["queued"]) for m in state["messages"]] == [
-            ("chat.1", "one", False), ("chat.2", "two", False), ("chat.2", "three", True)]
+            ("chat.1", "one", False),
+            ("chat.2", "two", False),
+            ("chat.2", "three", True),
+        ]
         assert state["messages"][0]["author"] == "ada"
-        assert c.post("/sessions/chat/messages", json={"text": "four"}).json() == {"runId": "chat.3",
-                                                                                   "queued": False}
+        assert c.post("/sessions/chat/messages", json={"text": "four"}).json() == {"runId": "chat.3", "queued": False}
         frames = resumed.wait(lambda fs: any(d.get("kind") == "run.end" and d["run_id"] == "chat.3" for _, d in fs))
         wait_idle(c, "chat")
     ends = [(d["run_id"], d["status"]) for _, d in seen + frames if d.get("kind") == "run.end"]
-    assert ends == [("chat.1", "completed"), ("chat.2", "interrupted"), ("chat.2", "completed"),
-                    ("chat.3", "completed")]
+    assert ends == [
+        ("chat.1", "completed"),
+        ("chat.2", "interrupted"),
+        ("chat.2", "completed"),
+        ("chat.3", "completed"),
+    ]
     combined = [i for i, _ in seen] + [i for i, _ in frames]
     assert combined == seqs(store.events("chat")) == list(range(len(combined)))  # each once, seq continuing
     texts = [m["parts"][0]["text"] for m in store.session("chat").get_history()]
@@ -115,8 +121,10 @@ def test_a_killed_server_leaves_no_lease_and_its_run_starts_again_on_restart(tmp
             c.post("/sessions", json={"sessionId": "chat"})
             assert c.post("/sessions/chat/messages", json={"text": "doomed"}).json()["runId"] == "chat.1"
             with sk.open_store(path) as peek:
-                wait_until(lambda: "tool.call" in [e["kind"] for e in peek.events("chat")],
-                           what="the run to reach its tool call")
+                wait_until(
+                    lambda: "tool.call" in [e["kind"] for e in peek.events("chat")],
+                    what="the run to reach its tool call",
+                )
         proc.send_signal(signal.SIGKILL)
         proc.wait(HANG)
     finally:
@@ -131,13 +139,18 @@ def test_a_killed_server_leaves_no_lease_and_its_run_starts_again_on_restart(tmp
         frames = reader.wait(lambda fs: sum(d.get("kind") == "run.end" for _, d in fs) >= 2)
         ends = [d for _, d in frames if d.get("kind") == "run.end"]
         assert [(e["run_id"], e["status"], e["error_type"]) for e in ends] == [
-            ("chat.1", "interrupted", "ServerStopped"), ("chat.1", "completed", None)]
-        assert c.post("/sessions/chat/messages", json={"text": "again"}).json() == {"runId": "chat.2",
-                                                                                    "queued": False}
+            ("chat.1", "interrupted", "ServerStopped"),
+            ("chat.1", "completed", None),
+        ]
+        assert c.post("/sessions/chat/messages", json={"text": "again"}).json() == {"runId": "chat.2", "queued": False}
         reader.wait_runs_ended(3)
         assert seqs(reader.events()) == list(range(len(reader.events())))
     assert [m["parts"][0]["text"] for m in store.session("chat").get_history()] == [
-        "doomed", "echo: doomed", "again", "echo: again"]
+        "doomed",
+        "echo: doomed",
+        "again",
+        "echo: again",
+    ]
     store.close()
 
 
@@ -146,11 +159,22 @@ def _killed_after_saving(store, run_id: str, writer_run_id: str) -> None:
     server's for it), stopped after saving its messages, before recording its end."""
     store.begin_run("chat", run_id, "two")
     store.append_events("chat", [{"run_id": run_id, "kind": "run.start", "input": "two"}])
-    store.session("chat").append_many([
-        {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "two"}], "metadata": {"run_id": writer_run_id}},
-        {"id": "a2", "role": "assistant", "parts": [{"type": "text", "text": "done"}],
-         "metadata": {"run_id": writer_run_id}},
-    ])
+    store.session("chat").append_many(
+        [
+            {
+                "id": "u2",
+                "role": "user",
+                "parts": [{"type": "text", "text": "two"}],
+                "metadata": {"run_id": writer_run_id},
+            },
+            {
+                "id": "a2",
+                "role": "assistant",
+                "parts": [{"type": "text", "text": "done"}],
+                "metadata": {"run_id": writer_run_id},
+            },
+        ]
+    )
 
 
 @pytest.mark.parametrize("writer", ["the run itself", "someone else"])
@@ -173,8 +197,7 @@ def test_a_run_killed_after_saving_its_messages_is_completed_not_409(tmp_path, s
             assert r.status_code == 202 and r.json()["runId"] == "chat.3"
             wait_idle(c, "chat")
         else:
-            assert [(x["runId"], x["status"]) for x in runs] == [("chat.1", "completed"),
-                                                                 ("chat.2", "interrupted")]
+            assert [(x["runId"], x["status"]) for x in runs] == [("chat.1", "completed"), ("chat.2", "interrupted")]
             assert (r.status_code, r.json()) == (409, {"error": "conversation_unrecoverable"})
 
 
@@ -190,7 +213,9 @@ def test_idle_sessions_are_forgotten_and_reload_from_the_store(serve, store):
         assert len(manager.states) <= 3
         for i in range(5):  # each continues where it was, read back from the store
             assert c.post(f"/sessions/s{i}/messages", json={"text": f"second {i}"}).json() == {
-                "runId": f"s{i}.2", "queued": False}
+                "runId": f"s{i}.2",
+                "queued": False,
+            }
             state = wait_idle(c, f"s{i}")
             assert [m["runId"] for m in state["messages"]] == [f"s{i}.1", f"s{i}.2"]
         assert len(manager.states) <= 3

@@ -9,13 +9,12 @@ from urllib.parse import quote
 import httpx
 import pytest
 from helpers import wait_until
+from live_server import AUTH, HANG, TOKEN, Gate, echo, echo_agent, wait_idle
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
-
-from live_server import AUTH, HANG, TOKEN, Gate, echo, echo_agent, wait_idle
 
 
 def test_create_session_201_then_200_and_a_minted_id(serve, store):
@@ -33,8 +32,19 @@ def test_create_session_201_then_200_and_a_minted_id(serve, store):
         assert state == {"sessionId": "chat-1", "runs": [], "active": None, "queued": 0, "messages": []}
 
 
-BAD_IDS = ["-lead", ".dot", "_under", "a" * 127, "sp ace", "semi;colon", "slash/inside", "ümlaut", "a%b", "new\nline",
-           "trailing\n"]
+BAD_IDS = [
+    "-lead",
+    ".dot",
+    "_under",
+    "a" * 127,
+    "sp ace",
+    "semi;colon",
+    "slash/inside",
+    "ümlaut",
+    "a%b",
+    "new\nline",
+    "trailing\n",
+]
 
 
 @pytest.mark.parametrize("bad", BAD_IDS)
@@ -44,8 +54,12 @@ def test_malformed_session_ids_get_400_on_every_route(serve, store, bad):
     with live.client() as c:
         r = c.post("/sessions", json={"sessionId": bad})
         assert (r.status_code, r.json()) == (400, {"error": "session_id_invalid"})
-        for method, suffix, body in [("GET", "", None), ("DELETE", "", None), ("POST", "/messages", {"text": "x"}),
-                                     ("GET", "/events", None)]:
+        for method, suffix, body in [
+            ("GET", "", None),
+            ("DELETE", "", None),
+            ("POST", "/messages", {"text": "x"}),
+            ("GET", "/events", None),
+        ]:
             r = c.request(method, f"/sessions/{path_id}{suffix}", json=body)
             assert (r.status_code, r.json()) == (400, {"error": "session_id_invalid"}), (method, suffix, bad)
     with pytest.raises(InvalidStatus) as info:
@@ -68,8 +82,12 @@ def test_unknown_and_deleted_sessions_get_404_on_every_route(serve, store):
         assert c.post("/sessions", json={"sessionId": "gone"}).status_code == 201
         assert c.delete("/sessions/gone").status_code == 202
         for sid in ("never", "gone"):
-            for method, suffix, body in [("GET", "", None), ("DELETE", "", None),
-                                         ("POST", "/messages", {"text": "x"}), ("GET", "/events", None)]:
+            for method, suffix, body in [
+                ("GET", "", None),
+                ("DELETE", "", None),
+                ("POST", "/messages", {"text": "x"}),
+                ("GET", "/events", None),
+            ]:
                 r = c.request(method, f"/sessions/{sid}{suffix}", json=body)
                 assert (r.status_code, r.json()) == (404, {"error": "session_not_found"}), (sid, method, suffix)
             with pytest.raises(InvalidStatus) as info:
@@ -123,11 +141,15 @@ def test_a_message_starts_a_run_and_the_session_describes_it(serve, store):
         raw = c.get("/sessions/chat").text
     assert state["sessionId"] == "chat" and state["active"] is None and state["queued"] == 0
     assert [(r["runId"], r["status"], r["input"]) for r in state["runs"]] == [
-        ("chat.1", "completed", "hello there"), ("chat.2", "completed", "second")]
+        ("chat.1", "completed", "hello there"),
+        ("chat.2", "completed", "second"),
+    ]
     assert all(r["startedAt"].endswith("Z") for r in state["runs"])
     msgs = state["messages"]
     assert [(m["runId"], m["text"], m["mode"], m["queued"]) for m in msgs] == [
-        ("chat.1", "hello there", "followUp", False), ("chat.2", "second", "steer", False)]
+        ("chat.1", "hello there", "followUp", False),
+        ("chat.2", "second", "steer", False),
+    ]
     assert msgs[0]["author"] == "ada" and "author" not in msgs[1] and msgs[0]["at"].endswith("Z")
     # the author is kept in the user message's metadata; the model input never leaves the server
     first_user = store.session("chat").get_history()[0]
@@ -139,8 +161,16 @@ def test_bad_message_bodies_get_400(serve, store):
     live = serve(echo_agent(), store)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "s"})
-        bodies = [b"not json", b"[1,2]", b'"text"', b"{}", b'{"text": ""}', b'{"text": 5}',
-                  b'{"text": "x", "mode": "later"}', b'{"text": "x", "author": 7}']
+        bodies = [
+            b"not json",
+            b"[1,2]",
+            b'"text"',
+            b"{}",
+            b'{"text": ""}',
+            b'{"text": 5}',
+            b'{"text": "x", "mode": "later"}',
+            b'{"text": "x", "author": 7}',
+        ]
         for body in bodies:
             r = c.post("/sessions/s/messages", content=body, headers={"Content-Type": "application/json"})
             assert r.status_code == 400 and r.json()["error"] == "invalid_body", body
@@ -160,9 +190,14 @@ def test_messages_to_a_busy_session_join_the_active_run_steers_first(serve, stor
         c.post("/sessions", json={"sessionId": "q"})
         assert c.post("/sessions/q/messages", json={"text": "start"}).json() == {"runId": "q.1", "queued": False}
         assert gate.entered.wait(HANG)
-        answers = [c.post("/sessions/q/messages", json=body).json() for body in (
-            {"text": "follow 1"}, {"text": "steer 1", "mode": "steer", "author": "bob"}, {"text": "follow 2",
-                                                                                        "mode": "followUp"})]
+        answers = [
+            c.post("/sessions/q/messages", json=body).json()
+            for body in (
+                {"text": "follow 1"},
+                {"text": "steer 1", "mode": "steer", "author": "bob"},
+                {"text": "follow 2", "mode": "followUp"},
+            )
+        ]
         assert answers == [{"runId": "q.1", "queued": True}] * 3
         busy = c.get("/sessions/q").json()
         assert busy["active"] == "q.1" and busy["queued"] == 3
@@ -170,8 +205,11 @@ def test_messages_to_a_busy_session_join_the_active_run_steers_first(serve, stor
         state = wait_idle(c, "q")
     assert [r["runId"] for r in state["runs"]] == ["q.1"]
     assert [(m["text"], m["mode"], m["queued"], m["runId"]) for m in state["messages"]] == [
-        ("start", "followUp", False, "q.1"), ("follow 1", "followUp", True, "q.1"),
-        ("steer 1", "steer", True, "q.1"), ("follow 2", "followUp", True, "q.1")]
+        ("start", "followUp", False, "q.1"),
+        ("follow 1", "followUp", True, "q.1"),
+        ("steer 1", "steer", True, "q.1"),
+        ("follow 2", "followUp", True, "q.1"),
+    ]
     users = [m for m in store.session("q").get_history() if m["role"] == "user"]
     assert [m["parts"][0]["text"] for m in users] == ["start", "steer 1", "follow 1", "follow 2"]
     assert users[1]["metadata"]["author"] == "bob"
@@ -197,7 +235,9 @@ def test_a_message_after_the_last_turn_boundary_opens_the_next_run(serve, store)
         release.set()
         state = wait_idle(c, "late")
     assert [(r["runId"], r["input"], r["status"]) for r in state["runs"]] == [
-        ("late.1", "one", "completed"), ("late.2", "two", "completed")]
+        ("late.1", "one", "completed"),
+        ("late.2", "two", "completed"),
+    ]
     texts = [m["parts"][0]["text"] for m in store.session("late").get_history()]
     assert texts == ["one", "echo: one", "two", "echo: two"]
 
@@ -210,15 +250,16 @@ def test_a_run_takes_queued_messages_for_a_while_then_the_next_run_takes_the_res
     live.app.state.sessionkit.scheduler.run_messages = 2
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "long"})
-        assert c.post("/sessions/long/messages", json={"text": "start"}).json() == {"runId": "long.1",
-                                                                                    "queued": False}
+        assert c.post("/sessions/long/messages", json={"text": "start"}).json() == {"runId": "long.1", "queued": False}
         assert gate.entered.wait(HANG)
         answers = [c.post("/sessions/long/messages", json={"text": f"more {i}"}).json()["runId"] for i in range(4)]
         assert answers == ["long.1", "long.1", "long.2", "long.2"]
         gate.opened.set()
         state = wait_idle(c, "long")
     assert [(r["runId"], r["input"], r["status"]) for r in state["runs"]] == [
-        ("long.1", "start", "completed"), ("long.2", "more 2", "completed")]
+        ("long.1", "start", "completed"),
+        ("long.2", "more 2", "completed"),
+    ]
     users = [m["parts"][0]["text"] for m in store.session("long").get_history() if m["role"] == "user"]
     assert users == ["start", "more 0", "more 1", "more 2", "more 3"]
 
@@ -251,8 +292,7 @@ def test_delete_during_a_run_cancels_it_and_drops_the_queue(serve, store, sse):
 
 
 @pytest.mark.slow
-def test_a_delete_does_not_wait_for_a_run_that_is_going_idle_behind_its_hold(serve, new_store, monkeypatch,
-                                                                              caplog):
+def test_a_delete_does_not_wait_for_a_run_that_is_going_idle_behind_its_hold(serve, new_store, monkeypatch, caplog):
     # On PostgreSQL a DELETE holds the session's ``accept`` hold while it stops the session's
     # task; a task whose run just ended waits for that hold to go idle. It gives way at once
     # instead of leaving the DELETE to time out on it (10 s, then cancelled with a warning).
@@ -326,8 +366,14 @@ def test_openapi_document_describes_every_route_without_a_token(serve, store):
     doc = r.json()
     assert doc["openapi"].startswith("3.1")
     paths = doc["paths"]
-    assert set(paths) == {"/openapi.json", "/sessions", "/sessions/{sessionId}", "/sessions/{sessionId}/messages",
-                          "/sessions/{sessionId}/events", "/sessions/{sessionId}/ws"}
+    assert set(paths) == {
+        "/openapi.json",
+        "/sessions",
+        "/sessions/{sessionId}",
+        "/sessions/{sessionId}/messages",
+        "/sessions/{sessionId}/events",
+        "/sessions/{sessionId}/ws",
+    }
     assert set(paths["/sessions/{sessionId}"]) >= {"get", "delete"}
     assert set(paths["/sessions"]) == {"get", "post"}
     assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
@@ -339,8 +385,9 @@ def test_openapi_document_describes_every_route_without_a_token(serve, store):
 
 def test_messages_a_failed_run_did_not_take_open_the_next_run(serve, store):
     gate = Gate()
-    model = ScriptedModel([{"tool_calls": [{"name": "hold", "arguments": {}}]},
-                           {"error": RuntimeError("provider down")}] + [echo()] * 5)
+    model = ScriptedModel(
+        [{"tool_calls": [{"name": "hold", "arguments": {}}]}, {"error": RuntimeError("provider down")}] + [echo()] * 5
+    )
     live = serve(sk.Agent("a", "", model, tools=[gate.tool()]), store)
     with live.client() as c:
         c.post("/sessions", json={"sessionId": "f"})
@@ -348,11 +395,15 @@ def test_messages_a_failed_run_did_not_take_open_the_next_run(serve, store):
         assert gate.entered.wait(HANG)
         assert c.post("/sessions/f/messages", json={"text": "q1"}).json() == {"runId": "f.1", "queued": True}
         assert c.post("/sessions/f/messages", json={"text": "q2", "author": "zoe"}).json() == {
-            "runId": "f.1", "queued": True}
+            "runId": "f.1",
+            "queued": True,
+        }
         gate.opened.set()  # q1 joins run 1, whose next model call fails; q2 is left over
         state = wait_idle(c, "f")
     assert [(r["runId"], r["status"], r["input"]) for r in state["runs"]] == [
-        ("f.1", "failed", "start"), ("f.2", "completed", "q2")]
+        ("f.1", "failed", "start"),
+        ("f.2", "completed", "q2"),
+    ]
     assert [(m["text"], m["runId"]) for m in state["messages"]] == [("start", "f.1"), ("q1", "f.1"), ("q2", "f.2")]
     history = store.session("f").get_history()
     assert [m["parts"][0]["text"] for m in history] == ["q2", "echo: q2"]

@@ -30,8 +30,13 @@ def test_get_sessions_lists_the_callers_sessions_newest_activity_first(serve, st
         c.post("/sessions/busy/messages", json={"text": "waiting"})
         listed = c.get("/sessions").json()["sessions"]
         assert [s["sessionId"] for s in listed] == ["busy", "middle", "old"]
-        assert listed[0] == {"sessionId": "busy", "runs": 1, "active": "busy.1", "queued": 1,
-                             "updatedAt": listed[0]["updatedAt"]}
+        assert listed[0] == {
+            "sessionId": "busy",
+            "runs": 1,
+            "active": "busy.1",
+            "queued": 1,
+            "updatedAt": listed[0]["updatedAt"],
+        }
         assert listed[1]["runs"] == 1 and listed[1]["active"] is None and listed[1]["queued"] == 0
         assert all(s["updatedAt"].endswith("Z") for s in listed)
         gate.opened.set()
@@ -103,13 +108,19 @@ def test_a_message_with_context_to_a_busy_session_opens_a_run_of_its_own(serve, 
         assert gate.entered.wait(HANG)
         assert c.post("/sessions/q/messages", json={"text": "plain"}).json() == {"runId": "q.1", "queued": True}
         assert c.post("/sessions/q/messages", json={"text": "with", "context": {"k": 1}}).json() == {
-            "runId": "q.2", "queued": True}
+            "runId": "q.2",
+            "queued": True,
+        }
         assert c.post("/sessions/q/messages", json={"text": "after"}).json() == {"runId": "q.2", "queued": True}
         gate.opened.set()
         state = wait_idle(c, "q")
     assert [(r["runId"], r["input"]) for r in state["runs"]] == [("q.1", "start"), ("q.2", "with")]
-    shown = [part["text"] for m in model.calls[2] if m["role"] == "user" and isinstance(m["content"], list)
-             for part in m["content"]]
+    shown = [
+        part["text"]
+        for m in model.calls[2]
+        if m["role"] == "user" and isinstance(m["content"], list)
+        for part in m["content"]
+    ]
     assert any('{"k": 1}' in text for text in shown)  # the run it opened showed its context
 
 
@@ -131,9 +142,15 @@ def test_principals_are_stored_under_a_hash_never_their_id(serve, store):
         wait_idle(c, "chat")
     prefix = hashlib.sha256(principal.encode()).hexdigest()[:16]
     assert [s.id for s in store.list_sessions()] == [f"{prefix}/chat"]
-    everything = json.dumps([store.records(f"{prefix}/chat", k) for k in ("server.session", "server.message",
-                                                                           "server.run", "server.digest")])
-    everything += json.dumps(store.events(f"{prefix}/chat")) + json.dumps([r.run_id for r in store.runs(f"{prefix}/chat")])
+    everything = json.dumps(
+        [
+            store.records(f"{prefix}/chat", k)
+            for k in ("server.session", "server.message", "server.run", "server.digest")
+        ]
+    )
+    everything += json.dumps(store.events(f"{prefix}/chat")) + json.dumps(
+        [r.run_id for r in store.runs(f"{prefix}/chat")]
+    )
     assert "carol" not in everything and "example.org" not in everything
 
 
@@ -146,17 +163,27 @@ def test_a_session_stored_under_the_principal_itself_is_no_principals(tmp_path, 
     unhashed = f"{quote(principal, safe='')}/chat"
     with sk.open_store(path) as old:
         old.session(unhashed).append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "earlier"}]})
-        old.put_records(unhashed, "server.session", [(0, {"createdAt": "2026-01-01T00:00:00.000Z",
-                                                          "digest": hashlib.sha256(b"").hexdigest(),
-                                                          "lastSeq": None})])
+        old.put_records(
+            unhashed,
+            "server.session",
+            [
+                (
+                    0,
+                    {
+                        "createdAt": "2026-01-01T00:00:00.000Z",
+                        "digest": hashlib.sha256(b"").hexdigest(),
+                        "lastSeq": None,
+                    },
+                )
+            ],
+        )
     store = sk.open_store(path)
     live = serve(echo_agent(), store, authenticate=user_of)
     with live.client(headers={"X-User": principal}) as c:
         assert c.get("/sessions/chat").json() == {"error": "session_not_found"}
         assert c.get("/sessions").json()["sessions"] == []
         assert c.post("/sessions", json={"sessionId": "chat"}).status_code == 201  # a new session of its own
-        assert c.post("/sessions/chat/messages", json={"text": "later"}).json() == {"runId": "chat.1",
-                                                                                    "queued": False}
+        assert c.post("/sessions/chat/messages", json={"text": "later"}).json() == {"runId": "chat.1", "queued": False}
         wait_idle(c, "chat")
         assert [m["text"] for m in c.get("/sessions/chat").json()["messages"]] == ["later"]
     assert [m["parts"][0]["text"] for m in store.session(unhashed).get_history()] == ["earlier"]

@@ -6,20 +6,19 @@ import functools
 import threading
 
 import httpx
-import pytest
+from live_server import HANG, echo_agent, wait_idle
 
 import sessionkit as sk
 from sessionkit.server._routes import ROUTES
 from sessionkit.store import Session, Store
 
-from live_server import AUTH, HANG, echo_agent, wait_idle
-
 
 def test_every_route_of_the_table_is_in_the_document_and_dispatched(serve, store):
     live = serve(echo_agent(), store)
     doc = httpx.get(f"{live.url}/openapi.json").json()
-    documented = {(method.upper(), path) for path, item in doc["paths"].items() for method in item
-                  if method != "parameters"}
+    documented = {
+        (method.upper(), path) for path, item in doc["paths"].items() for method in item if method != "parameters"
+    }
     assert documented == {(r.method, r.path) for r in ROUTES}
     assert len({r.operation for r in ROUTES}) == len(ROUTES)
     with live.client() as c:
@@ -47,8 +46,19 @@ def test_no_store_call_runs_on_the_event_loop(serve, store, monkeypatch, sse):
 
         monkeypatch.setattr(cls, name, wrapper)
 
-    for name in ("records", "put_records", "runs", "events", "begin_run", "end_run", "reopen_run",
-                 "append_events", "transaction", "delete_session", "list_sessions"):
+    for name in (
+        "records",
+        "put_records",
+        "runs",
+        "events",
+        "begin_run",
+        "end_run",
+        "reopen_run",
+        "append_events",
+        "transaction",
+        "delete_session",
+        "list_sessions",
+    ):
         watch(Store, name)
     for name in ("append", "append_many", "get_history", "history", "latest_leaf", "get_many", "compactions"):
         watch(Session, name)

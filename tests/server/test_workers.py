@@ -66,13 +66,36 @@ class Worker:
     def __init__(self, folder: Path, store_url: str, *, workers: int = 1, delay: float = 0.0) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN, GATE_DIR=str(folder / "gate"), REPLY_DELAY=str(delay),
-                   LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
+        env = dict(
+            os.environ,
+            SESSIONKIT_TOKEN=TOKEN,
+            GATE_DIR=str(folder / "gate"),
+            REPLY_DELAY=str(delay),
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+            LITELLM_OFFLINE_MODE="true",
+        )
         self.log = open(folder / f"worker-{self.port}.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sessionkit", "serve", "--store", store_url, "--agent", "workers_agent:agent",
-             "--port", str(self.port), "--workers", str(workers)],
-            cwd=folder, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "sessionkit",
+                "serve",
+                "--store",
+                store_url,
+                "--agent",
+                "workers_agent:agent",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(workers),
+            ],
+            cwd=folder,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_serving(self.url, self.proc, output=self.output)
         self.client = httpx.Client(base_url=self.url, headers=AUTH, timeout=HANG)
 
@@ -129,16 +152,22 @@ def _wait_absorbed(url: str, session_id: str) -> None:
     import sessionkit as sk
 
     with sk.open_store(url) as store:
-        wait_until(lambda: not any(v.get("pending") for _, v in store.records(session_id, "server.message")),
-                   interval=0.02, what="the owner to take the message")
+        wait_until(
+            lambda: not any(v.get("pending") for _, v in store.records(session_id, "server.message")),
+            interval=0.02,
+            what="the owner to take the message",
+        )
 
 
 def _conversation(url: str, session_id: str) -> list[tuple[str, str]]:
     import sessionkit as sk
 
     with sk.open_store(url) as store:
-        return [(m["role"], "".join(p.get("text", "") for p in m["parts"] if p.get("type") == "text"))
-                for m in store.session(session_id).history() if m["role"] in ("user", "assistant")]
+        return [
+            (m["role"], "".join(p.get("text", "") for p in m["parts"] if p.get("type") == "text"))
+            for m in store.session(session_id).history()
+            if m["role"] in ("user", "assistant")
+        ]
 
 
 def _wait_recorded_start(url: str, session_id: str, attempts: int) -> None:
@@ -147,10 +176,17 @@ def _wait_recorded_start(url: str, session_id: str, attempts: int) -> None:
     import sessionkit as sk
 
     with sk.open_store(url) as store:
-        wait_until(lambda: store.runs(session_id) and any(
-            v.get("attempts") == attempts and v.get("state") == "running"
-            for v in dict(store.records(session_id, "server.run")).values()),
-            interval=0.02, what=f"the recorded start of attempt {attempts}")
+        wait_until(
+            lambda: (
+                store.runs(session_id)
+                and any(
+                    v.get("attempts") == attempts and v.get("state") == "running"
+                    for v in dict(store.records(session_id, "server.run")).values()
+                )
+            ),
+            interval=0.02,
+            what=f"the recorded start of attempt {attempts}",
+        )
 
 
 def test_a_message_to_one_worker_is_seen_by_a_stream_on_another(cluster):
@@ -160,12 +196,16 @@ def test_a_message_to_one_worker_is_seen_by_a_stream_on_another(cluster):
     on_b = SSEReader(f"{b.url}/sessions/chat/events")
     on_a = SSEReader(f"{a.url}/sessions/chat/events")
     try:
-        assert a.client.post("/sessions/chat/messages", json={"text": "one"}).json() == {"runId": "chat.1",
-                                                                                          "queued": False}
+        assert a.client.post("/sessions/chat/messages", json={"text": "one"}).json() == {
+            "runId": "chat.1",
+            "queued": False,
+        }
         frames = on_b.wait_runs_ended(1)
         wait_idle(a.client, "chat")
-        assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.2",
-                                                                                          "queued": False}
+        assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {
+            "runId": "chat.2",
+            "queued": False,
+        }
         frames = on_b.wait_runs_ended(2)
         frames_a = on_a.wait_runs_ended(2)
     finally:
@@ -174,7 +214,11 @@ def test_a_message_to_one_worker_is_seen_by_a_stream_on_another(cluster):
     for seen in (frames, frames_a):  # every event of both runs, once each, in order, on both workers
         assert [s for s, _ in seen] == list(range(len(seen)))
         assert [(d["kind"], d["run_id"]) for _, d in seen if d["kind"] in ("run.start", "run.end")] == [
-            ("run.start", "chat.1"), ("run.end", "chat.1"), ("run.start", "chat.2"), ("run.end", "chat.2")]
+            ("run.start", "chat.1"),
+            ("run.end", "chat.1"),
+            ("run.start", "chat.2"),
+            ("run.end", "chat.2"),
+        ]
         assert "".join(d["text"] for _, d in seen if d["kind"] == "delta.text") == "echo: oneecho: two"
     assert frames == frames_a
     state = wait_idle(b.client, "chat")
@@ -188,14 +232,20 @@ def test_a_message_to_a_busy_session_on_another_worker_joins_the_active_run(clus
     stream = SSEReader(f"{b.url}/sessions/chat/events")
     try:
         assert a.client.post("/sessions/chat/messages", json={"text": "hold on"}).json() == {
-            "runId": "chat.1", "queued": False}
+            "runId": "chat.1",
+            "queued": False,
+        }
         _wait_file(cluster.gate / "entered")
         assert b.client.post("/sessions/chat/messages", json={"text": "two", "author": "bo"}).json() == {
-            "runId": "chat.1", "queued": True}
+            "runId": "chat.1",
+            "queued": True,
+        }
         busy = b.client.get("/sessions/chat").json()  # the other worker reports the owner's run
         assert busy["active"] == "chat.1"
         assert [(m["runId"], m["text"], m["queued"]) for m in busy["messages"]] == [
-            ("chat.1", "hold on", False), ("chat.1", "two", True)]
+            ("chat.1", "hold on", False),
+            ("chat.1", "two", True),
+        ]
         _wait_absorbed(cluster.url, "chat")  # the owner has it (told through the store), then the run goes on
         (cluster.gate / "open").touch()
         frames = stream.wait_runs_ended(1)
@@ -275,7 +325,9 @@ def test_a_run_another_worker_opened_keeps_its_message_when_the_owner_takes_seve
             assert cb.post("/sessions/q/messages", json={"text": "first"}).json() == {"runId": "q.1", "queued": True}
             marker = "CONTEXT-ACROSS-WORKERS-7"
             assert cb.post("/sessions/q/messages", json={"text": "second", "context": {"k": marker}}).json() == {
-                "runId": "q.2", "queued": True}
+                "runId": "q.2",
+                "queued": True,
+            }
             gate.opened.set()
 
             def settled(client):
@@ -294,11 +346,14 @@ def test_a_run_another_worker_opened_keeps_its_message_when_the_owner_takes_seve
         assert [r["runId"] for r in runs] == [f"q.{n}" for n in range(1, len(runs) + 1)], runs
         recorded = {m["text"]: m["runId"] for m in state["messages"]}
         assert recorded["second"] == "q.2"  # the run its caller was told
-        talk = [(m["role"], m["parts"][0].get("text")) for m in store_a.session("q").history()
-                if m["role"] in ("user", "assistant")]
+        talk = [
+            (m["role"], m["parts"][0].get("text"))
+            for m in store_a.session("q").history()
+            if m["role"] in ("user", "assistant")
+        ]
         users = [text for role, text in talk if role == "user"]
         assert sorted(users) == ["first", "second", "start", "third"]  # each once, the prompt alone
-        answers = [text for role, text in talk if role == "assistant"][-len(users) + 1:]
+        answers = [text for role, text in talk if role == "assistant"][-len(users) + 1 :]
         assert [t.startswith("echo: ") and t.endswith(u) for t, u in zip(answers, users[1:])] == [True] * 3
         shown = [json.dumps(call) for call in model_a.calls if "second" in json.dumps(call)]
         assert shown and marker in shown[0]  # the run "second" opened showed its context
@@ -329,8 +384,10 @@ def test_delete_on_one_worker_stops_the_run_on_another(cluster):
     # the id can be used again, on either worker, from scratch (its run ids are never used again)
     assert b.client.post("/sessions", json={"sessionId": "chat"}).status_code == 201
     (cluster.gate / "open").touch()
-    assert a.client.post("/sessions/chat/messages", json={"text": "again"}).json() == {"runId": "chat.2",
-                                                                                        "queued": False}
+    assert a.client.post("/sessions/chat/messages", json={"text": "again"}).json() == {
+        "runId": "chat.2",
+        "queued": False,
+    }
     assert [(r["runId"], r["status"]) for r in wait_idle(b.client, "chat")["runs"]] == [("chat.2", "completed")]
 
 
@@ -343,8 +400,7 @@ def test_a_killed_worker_s_run_starts_again_on_another_worker_with_what_it_accep
     assert b.client.get("/sessions/chat").json()["active"] == "chat.1"
     _wait_recorded_start(cluster.url, "chat", attempts=1)  # a's start is written behind the agent's back
     os.killpg(a.proc.pid, signal.SIGSTOP)  # frozen: it still holds the session but takes nothing
-    assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.1",
-                                                                                      "queued": True}
+    assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.1", "queued": True}
     a.kill()  # SIGKILL mid-run: its connections, and the hold on the session, go with it
     (cluster.gate / "open").touch()
     # nobody asks: the other worker finds the session (its sweep), closes the dead run and starts it again
@@ -354,8 +410,10 @@ def test_a_killed_worker_s_run_starts_again_on_another_worker_with_what_it_accep
     talk = _conversation(cluster.url, "chat")
     assert [t for role, t in talk if role == "user"] == ["hold this", "two"]
     assert talk[-1] == ("assistant", "echo: two")
-    assert b.client.post("/sessions/chat/messages", json={"text": "next"}).json() == {"runId": "chat.2",
-                                                                                       "queued": False}
+    assert b.client.post("/sessions/chat/messages", json={"text": "next"}).json() == {
+        "runId": "chat.2",
+        "queued": False,
+    }
     assert [r["status"] for r in wait_idle(b.client, "chat")["runs"]] == ["completed", "completed"]
 
 
@@ -416,8 +474,10 @@ def test_serve_workers_shares_one_port_between_processes(cluster):
                 with httpx.Client(base_url=server.url, headers=AUTH) as c:
                     assert c.post(f"/sessions/{sid}/messages", json={"text": f"{sid}-{k}"}).status_code == 202
         for sid, stream in streams.items():
-            frames = stream.wait(lambda fs, sid=sid: any(
-                d.get("kind") == "delta.text" and d["text"] == f"{sid}-1" for _, d in fs), timeout=HANG)
+            frames = stream.wait(
+                lambda fs, sid=sid: any(d.get("kind") == "delta.text" and d["text"] == f"{sid}-1" for _, d in fs),
+                timeout=HANG,
+            )
             assert [s for s, _ in frames] == list(range(len(frames)))
     finally:
         for stream in streams.values():
@@ -452,9 +512,25 @@ def _worker_pids(parent: int) -> set[int]:
 def test_workers_above_one_need_postgresql(tmp_path):
     env = dict(os.environ, SESSIONKIT_TOKEN=TOKEN)
     (tmp_path / "workers_agent.py").write_text(AGENT)
-    out = subprocess.run([sys.executable, "-m", "sessionkit", "serve", "--store", str(tmp_path / "x.db"),
-                          "--agent", "workers_agent:agent", "--workers", "2"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sessionkit",
+            "serve",
+            "--store",
+            str(tmp_path / "x.db"),
+            "--agent",
+            "workers_agent:agent",
+            "--workers",
+            "2",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG,
+    )
     assert out.returncode != 0
     assert "--workers above 1 needs a PostgreSQL store" in out.stderr
     assert not (tmp_path / "x.db").exists()

@@ -22,7 +22,7 @@ _TESTS = str(Path(__file__).resolve().parent.parent)
 if _TESTS not in sys.path:  # run as a script: the shared helpers are in tests/
     sys.path.insert(0, _TESTS)
 
-from helpers import payload, wait_until
+from helpers import payload, wait_until  # noqa: E402 (tests/ is on the path only now)
 
 CRASH_SESSION = "crash"
 SHARED = "shared"  # every writer appends here with the default parent
@@ -49,8 +49,15 @@ def crash_message(n: int) -> dict:
         else:
             parts.append({"type": "file", "mediaType": "application/pdf", "data": encoded})
     if n % 6 == 3:
-        parts.append({"type": "tool-lookup", "toolCallId": f"c{n}", "state": "output-available",
-                      "input": {"n": n}, "output": {"square": n * n}})
+        parts.append(
+            {
+                "type": "tool-lookup",
+                "toolCallId": f"c{n}",
+                "state": "output-available",
+                "input": {"n": n},
+                "output": {"square": n * n},
+            }
+        )
     msg = {"id": mid, "role": ("user", "assistant")[n % 2], "parts": parts, "metadata": {"n": n}}
     if n % 3 == 0:
         msg["createdAt"] = f"2024-01-{1 + n % 28:02d}T{n % 24:02d}:{n % 60:02d}:00.{n % 1000:03d}Z"
@@ -97,8 +104,11 @@ def concurrent_writer(store, name: str, count: int, search_at: int = -1, names: 
     branches = store.session(BRANCHES)
     for i in range(count):
         if i == count // 2:
-            wait_until(lambda: all(shared.get(f"{other}-0") is not None for other in names), timeout=300,
-                       what=f"{name}: every writer's first message")
+            wait_until(
+                lambda: all(shared.get(f"{other}-0") is not None for other in names),
+                timeout=300,
+                what=f"{name}: every writer's first message",
+            )
         if i == search_at:
             store.search("number")
         assert own.append(writer_message(name, i, "own")).inserted

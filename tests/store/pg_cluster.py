@@ -96,10 +96,9 @@ class Cluster:
                 args = ["runuser", "-u", self._user, "--", *args]
             else:
                 args = ["su", self._user, "-s", "/bin/sh", "-c", shlex.join(args)]
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
-    def start(self) -> "Cluster":
+    def start(self) -> Cluster:
         import pwd
 
         as_root = os.geteuid() == 0
@@ -114,8 +113,21 @@ class Cluster:
             self._user = "postgres"
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         data = os.path.join(self.root, "data")
-        out = self._run([os.path.join(self.bindir, "initdb"), "-D", data, "-A", "trust", "-U", "postgres",
-                         "-E", "UTF8", "--no-locale", "--no-sync"])
+        out = self._run(
+            [
+                os.path.join(self.bindir, "initdb"),
+                "-D",
+                data,
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ]
+        )
         if out.returncode != 0:
             self._remove()
             raise Unavailable(f"initdb failed: {out.stderr.strip() or out.stdout.strip()}")
@@ -131,8 +143,21 @@ class Cluster:
         for _ in range(3):  # a port picked by another program in between: try another
             self.port = _free_port()
             opts = " ".join([f"-p {self.port}", *settings])
-            out = self._run([os.path.join(self.bindir, "pg_ctl"), "-D", data, "-l", os.path.join(self.root, "log"),
-                             "-w", "-t", "60", "-o", opts, "start"])
+            out = self._run(
+                [
+                    os.path.join(self.bindir, "pg_ctl"),
+                    "-D",
+                    data,
+                    "-l",
+                    os.path.join(self.root, "log"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    opts,
+                    "start",
+                ]
+            )
             if out.returncode == 0:
                 if self.stop_at_exit:
                     atexit.register(self.stop)
@@ -235,7 +260,8 @@ def _drop_schemas() -> None:
     try:
         with psycopg.connect(_state["url"], autocommit=True, connect_timeout=10) as conn:
             for name in _state["schemas"]:
-                conn.execute('DROP SCHEMA IF EXISTS "%s" CASCADE' % name.replace('"', '""'))
+                quoted = name.replace('"', '""')
+                conn.execute(f'DROP SCHEMA IF EXISTS "{quoted}" CASCADE')
     except psycopg.Error:
         pass
     _state["schemas"] = []
@@ -270,6 +296,7 @@ if pytest is not None:
 
 # ---------------------------------------------------------------------------
 # for CI: one cluster for the whole run, started before the tests and stopped after
+
 
 def _main(argv: list[str]) -> int:
     """``start`` prints ``<folder> <url>`` of a new cluster (with a database for the tests);

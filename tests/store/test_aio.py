@@ -45,8 +45,12 @@ def ids(messages) -> list[str]:
 
 
 #: The store variants of the engine-parametrised tests (the slow mark as in tests/conftest.py).
-AIO_VARIANTS = ["sqlite-file", "sqlite-memory", pytest.param("duckdb-file", marks=pytest.mark.slow),
-                pytest.param("postgresql", marks=pytest.mark.slow)]
+AIO_VARIANTS = [
+    "sqlite-file",
+    "sqlite-memory",
+    pytest.param("duckdb-file", marks=pytest.mark.slow),
+    pytest.param("postgresql", marks=pytest.mark.slow),
+]
 
 
 @pytest.fixture(params=AIO_VARIANTS)
@@ -97,8 +101,10 @@ async def turns_until(predicate, what: str, most: int = 10_000) -> None:
 NOT_COROUTINES = {
     "session",  # a cached handle, no I/O (S2)
     "transaction",  # an async context manager
-    "scan", "history",  # async iterators
-    "on_compaction", "compact_after",  # chainable setters
+    "scan",
+    "history",  # async iterators
+    "on_compaction",
+    "compact_after",  # chainable setters
 }
 PROPERTIES = {"engine", "path", "closed", "capabilities", "search_candidates", "store"}
 
@@ -131,8 +137,10 @@ def test_sk_aio_is_lazy_and_pinned():
     import subprocess
     import sys
 
-    code = ("import sys, sessionkit; print('sessionkit.aio' in sys.modules); "
-            "sessionkit.aio; print('sessionkit.aio' in sys.modules)")
+    code = (
+        "import sys, sessionkit; print('sessionkit.aio' in sys.modules); "
+        "sessionkit.aio; print('sessionkit.aio' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
     assert sk.aio.open_store is sk.aio.open_store and "aio" in sk.__all__
@@ -187,8 +195,9 @@ class Ticker:
     def wait_for_ticks(self, n: int, timeout: float = 60) -> int:
         """Block this thread until the loop has ticked ``n`` more times; the count then."""
         goal = self.ticks + n
-        wait_until(lambda: self.ticks >= goal, timeout=timeout, interval=0.001,
-                   what=f"the event loop to tick {n} times")
+        wait_until(
+            lambda: self.ticks >= goal, timeout=timeout, interval=0.001, what=f"the event loop to tick {n} times"
+        )
         return self.ticks
 
 
@@ -256,8 +265,9 @@ def test_the_loop_keeps_ticking_during_a_large_read(big_store):
 
     results = run(main())
     for label, (count, gates, ticks) in results.items():
-        print(f"\n{label}: {count} messages; {len(gates)} gates passed; the loop ticked {ticks} times meanwhile",
-              end="")
+        print(
+            f"\n{label}: {count} messages; {len(gates)} gates passed; the loop ticked {ticks} times meanwhile", end=""
+        )
     print()
     for label in ("await s.get_history()", "async for m in s.history()"):
         count, gates, ticks = results[label]
@@ -274,6 +284,7 @@ def test_calls_run_on_one_worker_thread_per_store(tmp_path):
         async with sk.aio.open_store(tmp_path / "a.db") as a, sk.aio.open_store(tmp_path / "b.db") as b:
             for store in (a, b):
                 s = store.session("s")
+
                 def where(m, store=store):
                     seen.append((store, threading.current_thread()))
                     return m
@@ -324,6 +335,7 @@ def test_an_opening_error_is_raised_where_the_store_is_awaited(tmp_path):
         with pytest.raises(ValueError, match="does not exist"):
             async with sk.aio.open_store(tmp_path / "missing.db", create=False):
                 pass
+
         def workers():
             return {t for t in threading.enumerate() if t.name.startswith("sessionkit-aio")}
 
@@ -374,8 +386,14 @@ def test_after_close_every_call_raises_StoreClosed(target):
         s = store.session("s")
         await s.append(msg("a"))
         await store.close()
-        for call in (lambda: s.append(msg("b")), s.get_history, store.stats, store.list_sessions,
-                     lambda: store.subscribe(print), lambda: store.begin_run("s", "r", None)):
+        for call in (
+            lambda: s.append(msg("b")),
+            s.get_history,
+            store.stats,
+            store.list_sessions,
+            lambda: store.subscribe(print),
+            lambda: store.begin_run("s", "r", None),
+        ):
             with pytest.raises(sk.StoreClosed):
                 await call()
         with pytest.raises(sk.StoreClosed):
@@ -565,7 +583,11 @@ def test_async_and_sync_subscribers_receive_events(target, caplog):
             await s.update(msg("a", "edited"))
             await asyncio.wait_for(arrived.wait(), 60)
             assert [(t, ids) for t, ids, _ in got_async] == [
-                ("append", ("a",)), ("append", ("b",)), ("append", ("c",)), ("update", ("a",))]
+                ("append", ("a",)),
+                ("append", ("b",)),
+                ("append", ("c",)),
+                ("update", ("a",)),
+            ]
             assert {thread for _, _, thread in got_async} == {loop_thread}  # async ones run on the loop
             unsubscribe()
             # A subscriber added now runs after every older one still subscribed (tasks start in
@@ -614,8 +636,9 @@ def test_async_compaction_function_sees_the_async_session(target):
             seen = []
 
             async def fn(messages, ctx):
-                seen.append((ctx.session, len(await ctx.session.get_history()), ctx.leaf_id,
-                             threading.current_thread().name))
+                seen.append(
+                    (ctx.session, len(await ctx.session.get_history()), ctx.leaf_id, threading.current_thread().name)
+                )
                 await asyncio.sleep(0)
                 return sk.CompactionResult(messages[0]["id"], messages[-2]["id"], "summary")
 
@@ -633,7 +656,8 @@ def test_async_compaction_function_sees_the_async_session(target):
                 return "by create_compact_function"
 
             t = store.session("t").on_compaction(
-                sk.create_compact_function(summarize, keep_recent_tokens=0, protect_head=1))
+                sk.create_compact_function(summarize, keep_recent_tokens=0, protect_head=1)
+            )
             await t.append_many([msg(f"t{i}", "some words " * 10) for i in range(6)])
             comp = await t.compact()
             assert comp.summary == "by create_compact_function" and comp.from_id == "t1"
@@ -650,6 +674,7 @@ def test_many_tasks_at_once_on_one_store(target):
 
     async def main():
         async with sk.aio.open_store(target) as store:
+
             async def writer(i):
                 s = store.session(f"c{i % 4}")
                 parent, results = None, []
@@ -658,8 +683,11 @@ def test_many_tasks_at_once_on_one_store(target):
                     results.append(await s.append(m, parent_id=parent))  # a chain of its own, from a root
                     parent = m["id"]
                 more = await s.append_many([msg(f"c{i}-{j}") for j in range(5, 8)], parent_id=parent)
-                return results + more, await s.get_history(leaf_id=f"c{i}-7"), \
-                    [m["id"] async for m in s.history(leaf_id=f"c{i}-7", newest_first=True)]
+                return (
+                    results + more,
+                    await s.get_history(leaf_id=f"c{i}-7"),
+                    [m["id"] async for m in s.history(leaf_id=f"c{i}-7", newest_first=True)],
+                )
 
             async def reader(k):  # reads racing the writes: each path read is one task's chain
                 s = store.session(f"c{k}")
@@ -967,9 +995,14 @@ def test_the_guide_s_async_example_prints_what_the_guide_shows(tmp_path):
     section = guide.split("\n## Agents on an async store\n", 1)[1].split("\n## ", 1)[0]
     code, output = re.findall(r"```(?:python)?\n(.*?)```", section, re.S)[:2]
     (tmp_path / "app.py").write_text(code, encoding="utf-8")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-               LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true")
-    done = subprocess.run([sys.executable, "app.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_OFFLINE_MODE="true",
+    )
+    done = subprocess.run(
+        [sys.executable, "app.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == output

@@ -114,7 +114,8 @@ def same(expected: Any, got: Any, where: str = "result") -> None:
     """``got`` equals ``expected`` value for value, with the same types all the way down."""
     assert type(got) is type(expected), (
         f"{where}: the sync API gives {type(expected).__qualname__} {expected!r}, "
-        f"the async API {type(got).__qualname__} {got!r}")
+        f"the async API {type(got).__qualname__} {got!r}"
+    )
     if dataclasses.is_dataclass(expected) and not isinstance(expected, type):
         for f in dataclasses.fields(expected):
             if f.compare:
@@ -201,11 +202,13 @@ class Twins:
 
     async def read(self, call: Callable[[Any], Any], on: str | None = None, what: str = "") -> Any:
         """``call(x)`` with ``x`` the sync store behind ``b`` (or its session ``on``), then the async one."""
-        return await self.read2(lambda st: call(self._on(st, on)), lambda st: call(self._on(st, on)),
-                                self._label(call, what))
+        return await self.read2(
+            lambda st: call(self._on(st, on)), lambda st: call(self._on(st, on)), self._label(call, what)
+        )
 
-    async def read2(self, sync_call: Callable[[sk.Store], Any], aio_call: Callable[[AsyncStore], Any],
-                    what: str = "") -> Any:
+    async def read2(
+        self, sync_call: Callable[[sk.Store], Any], aio_call: Callable[[AsyncStore], Any], what: str = ""
+    ) -> Any:
         """``sync_call(b.sync)`` and ``aio_call(b)``: the same outcome."""
         expected = settle(lambda: sync_call(self.b.sync))
         got = await asettle(lambda: aio_call(self.b))
@@ -214,11 +217,13 @@ class Twins:
 
     async def write(self, call: Callable[[Any], Any], on: str | None = None, what: str = "") -> Any:
         """``call(x)`` on store ``a`` (or its session ``on``) and on ``b``: the same outcome."""
-        return await self.write2(lambda st: call(self._on(st, on)), lambda st: call(self._on(st, on)),
-                                 self._label(call, what))
+        return await self.write2(
+            lambda st: call(self._on(st, on)), lambda st: call(self._on(st, on)), self._label(call, what)
+        )
 
-    async def write2(self, sync_call: Callable[[sk.Store], Any], aio_call: Callable[[AsyncStore], Any],
-                     what: str = "") -> Any:
+    async def write2(
+        self, sync_call: Callable[[sk.Store], Any], aio_call: Callable[[AsyncStore], Any], what: str = ""
+    ) -> Any:
         """``sync_call(a)`` and ``aio_call(b)`` from the same times and ids: the same outcome."""
         self.phase += 1
         self.stamps.start(self.phase)
@@ -234,8 +239,7 @@ class Twins:
         A row's ``seq`` is its place in the store's write order; two stores may number the
         same writes differently (an engine may reserve numbers in blocks), so seqs are
         compared by their order among the rows read."""
-        same(ranked(settle(lambda: call(self.a))), ranked(settle(lambda: call(self.b.sync))),
-             self._label(call, what))
+        same(ranked(settle(lambda: call(self.a))), ranked(settle(lambda: call(self.b.sync))), self._label(call, what))
 
 
 def ranked(outcome: Any) -> Any:
@@ -257,8 +261,15 @@ def with_seq(row: Any, seq: int) -> Any:
 def populate(st: sk.Store) -> None:
     """The rows both stores start from."""
     s = st.session("s")  # u1 - a1 - u2 - a2, and a branch a1 - u2b - a2b (the latest); u1..a1 compacted
-    s.append_many([msg("u1", "an apple a day"), msg("a1", "keeps the doctor away", "assistant"),
-                   msg("u2", "apple pie, please"), msg("a2", "here is a recipe", "assistant")], parent_id=None)
+    s.append_many(
+        [
+            msg("u1", "an apple a day"),
+            msg("a1", "keeps the doctor away", "assistant"),
+            msg("u2", "apple pie, please"),
+            msg("a2", "here is a recipe", "assistant"),
+        ],
+        parent_id=None,
+    )
     s.append(msg("u2b", "banana bread instead"), parent_id="a1")
     s.append(msg("a2b", "a loaf of banana bread", "assistant", metadata={"model": "m"}))
     s.import_compaction(sk.Compaction("c0", "u1", "a1", "greetings", T0, 20, 4))
@@ -274,8 +285,10 @@ def populate(st: sk.Store) -> None:
 
 def rows(st: sk.Store) -> dict:
     """Everything a store holds, read through the sync API."""
-    out: dict = {kind: [row for batch in st.scan(kind) for row in batch]
-                 for kind in ("nodes", "messages", "compactions", "runs", "events")}
+    out: dict = {
+        kind: [row for batch in st.scan(kind) for row in batch]
+        for kind in ("nodes", "messages", "compactions", "runs", "events")
+    }
     # seqs by their order (two stores may number the same writes differently; see same_rows)
     seqs = sorted({row[1].seq for kind in ("nodes", "messages") for row in out[kind]})
     rank = {seq: i for i, seq in enumerate(seqs)}
@@ -327,8 +340,11 @@ async def _search_candidates(t: Twins):
     before = t.b.search_candidates
     t.b.search_candidates = 7
     assert t.b.sync.search_candidates == 7 and t.b.search_candidates == 7
-    same(settle(lambda: setattr(t.b.sync, "search_candidates", 0)),
-         settle(lambda: setattr(t.b, "search_candidates", 0)), "search_candidates = 0")
+    same(
+        settle(lambda: setattr(t.b.sync, "search_candidates", 0)),
+        settle(lambda: setattr(t.b, "search_candidates", 0)),
+        "search_candidates = 0",
+    )
     t.b.search_candidates = before
     assert t.b.sync.search_candidates == before
 
@@ -424,8 +440,9 @@ async def _sql(t: Twins):
 @recipe("AsyncStore.sql_arrow")
 async def _sql_arrow(t: Twins):
     await t.read(lambda st: st.sql_arrow("SELECT id FROM messages ORDER BY id", session_ids=iter(["t"])))
-    await t.read(lambda st: st.sql_arrow("SELECT count(*) AS n FROM messages WHERE role = $role",
-                                         {"role": "assistant"}))
+    await t.read(
+        lambda st: st.sql_arrow("SELECT count(*) AS n FROM messages WHERE role = $role", {"role": "assistant"})
+    )
     await t.read(lambda st: st.sql_arrow(42))
 
 
@@ -462,9 +479,15 @@ async def _load(t: Twins):  # the SessionStore protocol: get_history() of the se
 @recipe("AsyncStore.try_hold", "AsyncStore.hold_taken", "AsyncStore.release_hold")
 async def _holds(t: Twins):
     """The same calls in turn, on the sync store then on the async one (UsageError but on PostgreSQL)."""
-    steps = [lambda st: st.try_hold("h"), lambda st: st.try_hold("h"), lambda st: st.hold_taken("h"),
-             lambda st: st.release_hold("h"), lambda st: st.hold_taken("h"), lambda st: st.release_hold("h"),
-             lambda st: st.try_hold(7)]
+    steps = [
+        lambda st: st.try_hold("h"),
+        lambda st: st.try_hold("h"),
+        lambda st: st.hold_taken("h"),
+        lambda st: st.release_hold("h"),
+        lambda st: st.hold_taken("h"),
+        lambda st: st.release_hold("h"),
+        lambda st: st.try_hold(7),
+    ]
     expected = [settle(lambda step=step: step(t.b.sync)) for step in steps]
     got = [await asettle(lambda step=step: step(t.b)) for step in steps]
     same(expected, got, "try_hold, hold_taken, release_hold")
@@ -490,8 +513,11 @@ async def _signals(t: Twins):
             heard_async.append(signal)
             arrived.set()
 
-        same(settle(lambda: t.b.sync.on_signal(lambda *signal: heard_sync.append(signal))),
-             await asettle(lambda: t.b.on_signal(handler)), "on_signal(handler)")
+        same(
+            settle(lambda: t.b.sync.on_signal(lambda *signal: heard_sync.append(signal))),
+            await asettle(lambda: t.b.on_signal(handler)),
+            "on_signal(handler)",
+        )
         other.signal("t", "ping", {"n": 1})
         await asyncio.wait_for(arrived.wait(), 60)
         wait_until(lambda: heard_sync, what="the sync handler to hear the signal")
@@ -500,8 +526,11 @@ async def _signals(t: Twins):
 
         heard_other: list = []
         other.on_signal(lambda *signal: heard_other.append(signal))
-        same(settle(lambda: t.b.sync.signal("t", "pong", [1, "x"])),
-             await asettle(lambda: t.b.signal("t", "pong", [1, "x"])), "signal(...)")
+        same(
+            settle(lambda: t.b.sync.signal("t", "pong", [1, "x"])),
+            await asettle(lambda: t.b.signal("t", "pong", [1, "x"])),
+            "signal(...)",
+        )
         wait_until(lambda: len(heard_other) == 2, what="the other store to hear both signals")
         same(heard_other[0], heard_other[1], "the signal as sent by the sync and the async API")
     finally:
@@ -585,8 +614,9 @@ async def _path_length(t: Twins):
 @recipe("AsyncSession.count")
 async def _count(t: Twins):  # len(session) of the sync API
     for sid in ("s", "t", "nobody"):
-        await t.read2(lambda st, sid=sid: len(st.session(sid)), lambda st, sid=sid: st.session(sid).count(),
-                      f"count of {sid!r}")
+        await t.read2(
+            lambda st, sid=sid: len(st.session(sid)), lambda st, sid=sid: st.session(sid).count(), f"count of {sid!r}"
+        )
 
 
 @recipe("AsyncSession.history")
@@ -646,8 +676,9 @@ async def _session_search(t: Twins):
 async def _append(t: Twins):
     await t.write(lambda s: s.append(msg("w1", "first write")), on="w")
     await t.write(lambda s: s.append(msg("w1", "the same id again")), on="w")  # inserted=False
-    await t.write(lambda s: s.append(msg("w2", metadata={"secret": 1, "kept": 2}), parent_id=None, source="client"),
-                  on="w")
+    await t.write(
+        lambda s: s.append(msg("w2", metadata={"secret": 1, "kept": 2}), parent_id=None, source="client"), on="w"
+    )
     await t.write(lambda s: s.append(msg("w3", metadata={"secret": 1})), on="w")  # source="server" keeps it
     await t.write(lambda s: s.append(msg("w4"), parent_id="ghost"), on="w")
     await t.write(lambda s: s.append({"id": "bad", "parts": []}), on="w")
@@ -666,16 +697,17 @@ async def _append_many(t: Twins):
 
 @recipe("AsyncSession.import_message")
 async def _import_message(t: Twins):
-    await t.write(lambda s: s.import_message(msg("w9"), parent_id="w6", created_at="2020-01-01T00:00:00Z"),
-                  on="w")
+    await t.write(lambda s: s.import_message(msg("w9"), parent_id="w6", created_at="2020-01-01T00:00:00Z"), on="w")
     await t.write(lambda s: s.import_message(msg("w10")), on="w")
     await t.write(lambda s: s.import_message(msg("w11"), parent_id="ghost"), on="w")
 
 
 @recipe("AsyncSession.import_many")
 async def _import_many(t: Twins):
-    await t.write(lambda s: s.import_many(iter([(msg("w12"), "w9", None),
-                                                (msg("w13"), "w12", "2021-06-01T12:00:00.000Z")])), on="w")
+    await t.write(
+        lambda s: s.import_many(iter([(msg("w12"), "w9", None), (msg("w13"), "w12", "2021-06-01T12:00:00.000Z")])),
+        on="w",
+    )
     await t.write(lambda s: s.import_many([(msg("w14"), "ghost", None)]), on="w")
 
 
@@ -732,8 +764,9 @@ async def _compaction(t: Twins):
 
         async def fn(messages, ctx):
             await asyncio.sleep(0)
-            seen.append([messages, ctx.leaf_id, ctx.tokens, ctx.previous, ctx.session is s,
-                         await ctx.session.path_length()])
+            seen.append(
+                [messages, ctx.leaf_id, ctx.tokens, ctx.previous, ctx.session is s, await ctx.session.path_length()]
+            )
             return sk.CompactionResult(messages[0]["id"], messages[-2]["id"], f"summary {len(seen)}")
 
         out: list = [s.on_compaction(fn) is s, await s.compact()]
@@ -745,13 +778,21 @@ async def _compaction(t: Twins):
 
     def sync_errors(st):
         s = st.session("k2")
-        return [settle(lambda: s.on_compaction(42)), settle(lambda: s.compact_after(-1)),
-                settle(lambda: s.compact_after("9")), settle(s.compact)]
+        return [
+            settle(lambda: s.on_compaction(42)),
+            settle(lambda: s.compact_after(-1)),
+            settle(lambda: s.compact_after("9")),
+            settle(s.compact),
+        ]
 
     async def aio_errors(st):
         s = st.session("k2")
-        return [settle(lambda: s.on_compaction(42)), settle(lambda: s.compact_after(-1)),
-                settle(lambda: s.compact_after("9")), await asettle(s.compact)]
+        return [
+            settle(lambda: s.on_compaction(42)),
+            settle(lambda: s.compact_after(-1)),
+            settle(lambda: s.compact_after("9")),
+            await asettle(s.compact),
+        ]
 
     await t.write2(sync_errors, aio_errors, "compaction errors")
 
@@ -813,8 +854,9 @@ async def _run_records(t: Twins):
 
 @recipe("AsyncStore.append_events")
 async def _append_events(t: Twins):
-    await t.write(lambda st: st.append_events("w", iter([{"kind": "a", "run_id": "r2"},
-                                                         {"kind": "b", "ts": T0, "v": 2}])))
+    await t.write(
+        lambda st: st.append_events("w", iter([{"kind": "a", "run_id": "r2"}, {"kind": "b", "ts": T0, "v": 2}]))
+    )
     await t.write(lambda st: st.append_events("w", [{"kind": "c"}]))
     await t.write(lambda st: st.append_events("w", [1]))
     await t.same_rows(lambda st: st.events("w"))
@@ -938,9 +980,15 @@ async def _close(t: Twins):
         with st as entered:
             out: list = [entered is st, st.closed]
         out += [st.closed, st.close(), st.closed]
-        out += [settle(st.list_sessions), settle(lambda: st.session("s")), settle(s.get_history),
-                settle(lambda: s.append(msg("late"))), settle(lambda: st.scan("nodes")), settle(st.stats),
-                settle(s.history)]
+        out += [
+            settle(st.list_sessions),
+            settle(lambda: st.session("s")),
+            settle(s.get_history),
+            settle(lambda: s.append(msg("late"))),
+            settle(lambda: st.scan("nodes")),
+            settle(st.stats),
+            settle(s.history),
+        ]
         try:
             with st.transaction():
                 pass
@@ -956,9 +1004,15 @@ async def _close(t: Twins):
         async with st as entered:
             out: list = [entered is st, st.closed]
         out += [st.closed, await st.close(), st.closed]
-        out += [await asettle(st.list_sessions), settle(lambda: st.session("s")), await asettle(s.get_history),
-                await asettle(lambda: s.append(msg("late"))), settle(lambda: st.scan("nodes")),
-                await asettle(st.stats), await asettle(s.history)]
+        out += [
+            await asettle(st.list_sessions),
+            settle(lambda: st.session("s")),
+            await asettle(s.get_history),
+            await asettle(lambda: s.append(msg("late"))),
+            settle(lambda: st.scan("nodes")),
+            await asettle(st.stats),
+            await asettle(s.history),
+        ]
         try:
             async with st.transaction():
                 pass
@@ -981,8 +1035,11 @@ def members(obj: Any) -> set[str]:
     """Public names of ``obj`` (its instance attributes too) and the protocol methods its class defines."""
     cls = type(obj)
     public = {n for n in dir(obj) if not n.startswith("_")}
-    protocol = {n for n in dir(cls)
-                if n.startswith("__") and n.endswith("__") and not hasattr(object, n) and callable(getattr(cls, n))}
+    protocol = {
+        n
+        for n in dir(cls)
+        if n.startswith("__") and n.endswith("__") and not hasattr(object, n) and callable(getattr(cls, n))
+    }
     return public | protocol
 
 
@@ -1086,8 +1143,9 @@ def test_every_member_gives_what_the_sync_api_gives(new_target, monkeypatch):  #
     a = sk.open_store(a_target, **OPTIONS)
     b = sk.aio.open_store(b_target, **OPTIONS)
     try:
-        monkeypatch.setattr(Paths, "names", tuple(sorted({str(p) for p in (a.path, b.sync.path) if p},
-                                                         key=len, reverse=True)))
+        monkeypatch.setattr(
+            Paths, "names", tuple(sorted({str(p) for p in (a.path, b.sync.path) if p}, key=len, reverse=True))
+        )
         for store in (a, b.sync):
             stamps.start(0)
             populate(store)

@@ -20,10 +20,20 @@ from sessionkit.store._sql import SCHEMA_VERSION
 COLUMNS = "session_id, id, role, depth, tokens, bytes, created_at, text, n_parts, tool_names, metadata"
 
 
-TOOL = {"type": "tool-search", "toolCallId": "c1", "state": "output-available", "input": {"q": "x"},
-        "output": {"hits": 3}}
-DYN = {"type": "dynamic-tool", "toolName": "calc", "toolCallId": "c2", "state": "input-available",
-       "input": {"expr": "1+1"}}
+TOOL = {
+    "type": "tool-search",
+    "toolCallId": "c1",
+    "state": "output-available",
+    "input": {"q": "x"},
+    "output": {"hits": 3},
+}
+DYN = {
+    "type": "dynamic-tool",
+    "toolName": "calc",
+    "toolCallId": "c2",
+    "state": "input-available",
+    "input": {"expr": "1+1"},
+}
 PAYLOAD = "data:image/png;base64," + "QUJD" * 2048  # stored out of the row
 
 
@@ -31,16 +41,22 @@ def _write_everything(store):
     """Every write path: append, append_many, import_message, import_many, update, delete,
     clear, a long message (continuation rows) and a payload."""
     s = store.session("a")
-    s.append(message("u1", text_part("hello"), text_part("world"),
-                     metadata={"k": [1, 2], "__sessionkit_blob__": 1}))
+    s.append(message("u1", text_part("hello"), text_part("world"), metadata={"k": [1, 2], "__sessionkit_blob__": 1}))
     s.append(message("a1", text_part("let me look"), TOOL, DYN, {"type": "reasoning", "text": "hm"}, role="assistant"))
     s.append_many([message("u2", text_part("more")), message("a2", text_part("answer " * 2000), role="assistant")])
-    s.append(message("f1", text_part("a picture"), {"type": "file", "mediaType": "image/png", "url": PAYLOAD}),
-             parent_id="u1")
-    s.import_message(message("i1", text_part("imported"), metadata={"src": "x"}), parent_id="a1",
-                     created_at=1_700_000_000_000)
-    s.import_many([(message("i2", text_part("bulk one"), TOOL, role="assistant"), "i1", None),
-                   (message("i3", role="system"), None, 1_700_000_000_001)])
+    s.append(
+        message("f1", text_part("a picture"), {"type": "file", "mediaType": "image/png", "url": PAYLOAD}),
+        parent_id="u1",
+    )
+    s.import_message(
+        message("i1", text_part("imported"), metadata={"src": "x"}), parent_id="a1", created_at=1_700_000_000_000
+    )
+    s.import_many(
+        [
+            (message("i2", text_part("bulk one"), TOOL, role="assistant"), "i1", None),
+            (message("i3", role="system"), None, 1_700_000_000_001),
+        ]
+    )
     s.update(message("u2", text_part("changed"), DYN, metadata={"edited": True}))
     s.append(message("gone", text_part("to delete")), parent_id="i3")
     s.delete("gone")
@@ -52,8 +68,11 @@ def _write_everything(store):
 
 
 def _stored(store) -> dict:
-    rows = store._engine.fetch(f"SELECT {COLUMNS} FROM sessionkit_messages" if store.engine != "postgresql"
-                               else f"SELECT {COLUMNS} FROM {store._engine.table('messages')}")
+    rows = store._engine.fetch(
+        f"SELECT {COLUMNS} FROM sessionkit_messages"
+        if store.engine != "postgresql"
+        else f"SELECT {COLUMNS} FROM {store._engine.table('messages')}"
+    )
     return {(r[0], r[1]): r[2:] for r in rows}
 
 
@@ -66,15 +85,24 @@ def _expected(store) -> dict:
             names = tool_names(msg)
             meta = msg.get("metadata")
             out[(info.id, node.id)] = (
-                msg["role"], node.depth, _msg.estimate_tokens(msg), node.bytes, msg["createdAt"],
-                _msg.message_text(msg), len(msg["parts"]), names or None, meta,
+                msg["role"],
+                node.depth,
+                _msg.estimate_tokens(msg),
+                node.bytes,
+                msg["createdAt"],
+                _msg.message_text(msg),
+                len(msg["parts"]),
+                names or None,
+                meta,
             )
     return out
 
 
 def _decoded(stored: dict) -> dict:
-    return {k: (*v[:7], json.loads(v[7]) if v[7] else None, None if v[8] is None else json.loads(v[8]))
-            for k, v in stored.items()}
+    return {
+        k: (*v[:7], json.loads(v[7]) if v[7] else None, None if v[8] is None else json.loads(v[8]))
+        for k, v in stored.items()
+    }
 
 
 def test_every_write_path_stores_the_analysis_columns(store_variant, new_store):
@@ -105,8 +133,14 @@ def _downgrade_to_5(store) -> None:
         eng.execute(eng.sql["meta_put"], ("schema_version", "5"))
 
 
-@pytest.mark.parametrize("variant", ["sqlite-file", pytest.param("duckdb-file", marks=pytest.mark.slow),
-                                     pytest.param("postgresql", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "sqlite-file",
+        pytest.param("duckdb-file", marks=pytest.mark.slow),
+        pytest.param("postgresql", marks=pytest.mark.slow),
+    ],
+)
 def test_a_version_5_store_is_upgraded_and_its_columns_filled(variant, new_store):
     store = new_store(variant, chunk_chars=4096)
     _write_everything(store)
@@ -121,4 +155,3 @@ def test_a_version_5_store_is_upgraded_and_its_columns_filled(variant, new_store
         s = again.session("a")
         s.append(message("new", text_part("after the upgrade"), TOOL, role="assistant"))
         assert _decoded(_stored(again))[("a", "new")][5:8] == ("after the upgrade", 2, ["search"])
-

@@ -58,14 +58,14 @@ def test_a_chain_takes_the_same_statements_at_any_length(new_store, indexed, mem
     assert few <= 10
 
 
-@pytest.mark.parametrize("store", ["sqlite-file", "sqlite-memory", "duckdb-file", "duckdb-memory", "postgresql"],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "store", ["sqlite-file", "sqlite-memory", "duckdb-file", "duckdb-memory", "postgresql"], indirect=True
+)
 def test_a_chain_with_stored_and_repeated_ids_keeps_each_once(store):
     s = store.session("s")
     s.append(msg("a", "one"))
     s.append(msg("b", "two"))
-    results = s.append_many([msg("b", "again"), msg("c", "three"), msg("c", "twice"), msg("d", "four")],
-                            parent_id="a")
+    results = s.append_many([msg("b", "again"), msg("c", "three"), msg("c", "twice"), msg("d", "four")], parent_id="a")
     assert [r.inserted for r in results] == [False, True, False, True]
     assert results[0].message["parts"][0]["text"] == "two"  # the stored message, not the new one
     assert results[2].message["parts"][0]["text"] == "three"
@@ -76,8 +76,9 @@ def test_a_chain_with_stored_and_repeated_ids_keeps_each_once(store):
     assert [m["id"] for m in s.get_history()] == ["a", "b", "c", "d"]
 
 
-@pytest.mark.parametrize("store", ["sqlite-file", "sqlite-memory", "duckdb-file", "duckdb-memory", "postgresql"],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "store", ["sqlite-file", "sqlite-memory", "duckdb-file", "duckdb-memory", "postgresql"], indirect=True
+)
 def test_many_one_message_sessions(store):
     n = 600
     for i in range(n):

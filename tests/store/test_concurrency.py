@@ -39,9 +39,20 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
     names = [f"p{k}" for k in range(2)] + [f"t{k}" for k in range(4)]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(Path(writers.__file__)), "concurrent", str(path), f"p{k}", str(COUNT),
-             str(COUNT // 2 if k else -1), ",".join(names)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                str(Path(writers.__file__)),
+                "concurrent",
+                str(path),
+                f"p{k}",
+                str(COUNT),
+                str(COUNT // 2 if k else -1),
+                ",".join(names),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for k in range(2)
     ]
@@ -60,8 +71,10 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
                 errors.append(exc)
 
         # one thread and one process search midway: the index gets built while others write
-        threads = [threading.Thread(target=thread_writer, args=(f"t{k}", COUNT // 3 if k == 1 else -1), daemon=True)
-                   for k in range(4)]
+        threads = [
+            threading.Thread(target=thread_writer, args=(f"t{k}", COUNT // 3 if k == 1 else -1), daemon=True)
+            for k in range(4)
+        ]
         for t in threads:
             t.start()
         for p in procs:  # release everyone at once
@@ -88,7 +101,9 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
             own = store.session(f"own-{name}")
             assert len(own) == COUNT
             assert _chain(own, None) == [f"{name}-{i}" for i in range(COUNT)]
-            assert [m["parts"][0]["text"] for m in own.get_history()] == [f"own {name} number {i}" for i in range(COUNT)]
+            assert [m["parts"][0]["text"] for m in own.get_history()] == [
+                f"own {name} number {i}" for i in range(COUNT)
+            ]
 
         # the shared session, default parent: appends are serialised, so every message went
         # under the one written just before it: a single chain holding every message once
@@ -180,8 +195,10 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
                     # let each reader finish a round at this size, so reads are spread over
                     # the whole run however the threads get scheduled
                     seen = list(rounds)
-                    wait_until(lambda: errors or all(r > s for r, s in zip(rounds, seen)),
-                               what="each reader to finish a round")
+                    wait_until(
+                        lambda seen=seen: errors or all(r > s for r, s in zip(rounds, seen)),
+                        what="each reader to finish a round",
+                    )
                 # mostly extend the latest leaf; sometimes branch off an earlier message
                 if written and rng.random() < 0.1:
                     parent, depth = written[rng.randrange(len(written))]
@@ -191,8 +208,12 @@ def test_readers_streaming_while_another_thread_appends_see_consistent_paths(tmp
                 else:
                     parent, depth = None, 0
                 mid = f"x{n}"
-                msg = {"id": mid, "role": "user", "parts": [{"type": "text", "text": "word " * (n % 50)}],
-                       "metadata": {"parent": parent, "depth": depth}}
+                msg = {
+                    "id": mid,
+                    "role": "user",
+                    "parts": [{"type": "text", "text": "word " * (n % 50)}],
+                    "metadata": {"parent": parent, "depth": depth},
+                }
                 assert wsession.append(msg, parent_id=parent).inserted
                 written.append((mid, depth))
         except BaseException as exc:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessionkit.testing.conformance import *  # noqa: F401,F403
-
+from sessionkit.testing.conformance import *  # noqa: F403
 
 #: variant -> the suite's classes that run on it (a variant not named runs every class)
 VARIANT_SCOPE = {
@@ -52,9 +51,7 @@ def _sqlite(store, what):
 def _duckdb(store, what):
     con = store._engine._db  # the store's own connection, so in-memory stores can be inspected too
     if what == "tables":
-        rows = con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
-        ).fetchall()
+        rows = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()").fetchall()
         return [r[0] for r in rows]
     if what == "version":
         return int(con.execute("SELECT value FROM sessionkit_meta WHERE key = 'schema_version'").fetchone()[0])

@@ -38,8 +38,16 @@ class Writer:
 
     def __init__(self, path: Path, start: int, build_index: bool):
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(writers.__file__)), "crash", str(path), writers.CRASH_SESSION,
-             str(start), str(CHUNK_CHARS), "1" if build_index else "0"],
+            [
+                sys.executable,
+                str(Path(writers.__file__)),
+                "crash",
+                str(path),
+                writers.CRASH_SESSION,
+                str(start),
+                str(CHUNK_CHARS),
+                "1" if build_index else "0",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -79,8 +87,10 @@ def test_sigkilled_writers_lose_no_returned_append_and_leave_no_partial_message(
         else:
             # a few appends returned (counted, so the total below does not depend on how fast
             # this machine is), then the kill lands anywhere in the next append or between two
-            wait_until(lambda: writer.returned >= appends or writer.proc.poll() is not None,
-                       what=f"{appends} appends to return")
+            wait_until(
+                lambda writer=writer, appends=appends: writer.returned >= appends or writer.proc.poll() is not None,
+                what=f"{appends} appends to return",
+            )
             time.sleep(rng.uniform(0.0, 0.05))
         err = writer.kill()
         assert writer.proc.returncode == -signal.SIGKILL, f"writer ended on its own (seed {seed}):\n{err}"
@@ -120,8 +130,7 @@ def test_sigkilled_writers_lose_no_returned_append_and_leave_no_partial_message(
                 assert ISO_MS.match(message.pop("createdAt")), message["id"]
             assert message == want, f"message {message['id']} reads back different from what was written"
         payloads = {
-            p.get("data") or p["url"].split(",", 1)[1]
-            for m in history for p in m["parts"] if p["type"] == "file"
+            p.get("data") or p["url"].split(",", 1)[1] for m in history for p in m["parts"] if p["type"] == "file"
         }
         assert store.stats()["blobs"] == len(payloads), "each distinct payload is stored once"
         # the search index kept up with every write, across the kills

@@ -80,6 +80,7 @@ class Pair:
 
     def check(self, sid):
         """Every read of a path agrees between the engines (the cache's reads included)."""
+
         def reads(st):
             s = st.session(sid)
             out = {
@@ -92,8 +93,7 @@ class Pair:
             for max_bytes, at_least in ((0, 1), (0, 3), (0, 20), (500, 1), (5_000, 2), (10**9, 1)):
                 for compacted in (True, False):
                     w = s.recent_history(max_bytes, min_messages=at_least, compacted=compacted)
-                    out[f"recent {max_bytes} {at_least} {compacted}"] = (w.messages, w.truncated,
-                                                                         w.total_content_bytes)
+                    out[f"recent {max_bytes} {at_least} {compacted}"] = (w.messages, w.truncated, w.total_content_bytes)
             leaf = out["latest"]
             if leaf is not None:
                 ids = self.ids(sid)
@@ -112,8 +112,24 @@ class Pair:
     def step(self, sid):
         rng = self.rng
         ids = self.ids(sid)
-        op = rng.choice(["append"] * 6 + ["branch", "root", "duplicate", "chain", "import", "update", "delete",
-                                          "clear", "compact", "rollback", "failed", "reopen", "big"])
+        op = rng.choice(
+            ["append"] * 6
+            + [
+                "branch",
+                "root",
+                "duplicate",
+                "chain",
+                "import",
+                "update",
+                "delete",
+                "clear",
+                "compact",
+                "rollback",
+                "failed",
+                "reopen",
+                "big",
+            ]
+        )
         if op == "append" or not ids and op in ("branch", "duplicate", "update", "delete", "compact"):
             m = self.message()
             self.do(lambda st: st.session(sid).append(m).inserted)

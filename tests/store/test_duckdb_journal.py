@@ -94,8 +94,21 @@ def test_every_kind_of_read_sees_every_append(tmp_path, read):
         st.close()
 
 
-AWKWARD = ["", "null", "NULL", '"quoted"', "back\\slash \\u0041", "line\nbreak\r\n", "tab\there", "emoji \U0001F600",
-           "nul \x00 inside", "[1, 2]", "{\"a\": 1}", "ünïcödé 中文", "$[0]"]
+AWKWARD = [
+    "",
+    "null",
+    "NULL",
+    '"quoted"',
+    "back\\slash \\u0041",
+    "line\nbreak\r\n",
+    "tab\there",
+    "emoji \U0001f600",
+    "nul \x00 inside",
+    "[1, 2]",
+    '{"a": 1}',
+    "ünïcödé 中文",
+    "$[0]",
+]
 
 
 def _awkward_messages() -> list[dict]:
@@ -103,17 +116,27 @@ def _awkward_messages() -> list[dict]:
     for i, text in enumerate(AWKWARD):
         parts = [{"type": "text", "text": text}]
         if i % 3 == 0:
-            parts.append({"type": "tool-call", "toolCallId": f"c{i}", "toolName": f"tool {text[:5]}",
-                          "input": {"q": text}})
-        out.append({"id": f"m{i} {text[:6]}", "role": "assistant" if i % 2 else "user", "parts": parts,
-                    "metadata": {"k": text, "n": 2**40 + i}, "createdAt": f"2026-01-01T00:00:{i:02d}.000Z"})
+            parts.append(
+                {"type": "tool-call", "toolCallId": f"c{i}", "toolName": f"tool {text[:5]}", "input": {"q": text}}
+            )
+        out.append(
+            {
+                "id": f"m{i} {text[:6]}",
+                "role": "assistant" if i % 2 else "user",
+                "parts": parts,
+                "metadata": {"k": text, "n": 2**40 + i},
+                "createdAt": f"2026-01-01T00:00:{i:02d}.000Z",
+            }
+        )
     return out
 
 
 def test_rows_moved_from_the_journal_equal_rows_written_in_one_batch(tmp_path):
     """Every column of every row, for texts a JSON path could bend, against the batched path."""
-    cols = ("msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,"
-            " chunks, text, n_parts, tool_names, metadata, content")
+    cols = (
+        "msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,"
+        " chunks, text, n_parts, tool_names, metadata, content"
+    )
     rows = {}
     for way in ("journal", "chain", "batch"):
         with sk.open_store(tmp_path / f"{way}.duckdb") as st:
@@ -221,8 +244,14 @@ def test_a_new_session_reads_nothing_yet_a_stored_id_is_told_in_every_session(tm
             sk.io.export_jsonl(other, doc)
         sk.io.import_jsonl(st, doc)
         st.session("single").append(msg("s1", "one"))
-        for sid, mid in [("earlier", "e1"), ("killed", "k1"), ("fresh", "f1"), ("chain", "c2"), ("imported", "i2"),
-                         ("single", "s1")]:
+        for sid, mid in [
+            ("earlier", "e1"),
+            ("killed", "k1"),
+            ("fresh", "f1"),
+            ("chain", "c2"),
+            ("imported", "i2"),
+            ("single", "s1"),
+        ]:
             assert st.session(sid).append(msg(mid, "again")).inserted is False, sid
         reads = []
         real = st._engine._direct
@@ -236,8 +265,10 @@ def test_a_new_session_reads_nothing_yet_a_stored_id_is_told_in_every_session(tm
         assert st.session("brand-new").append(msg("n1", "first")).inserted
         assert st.session("brand-new").append(msg("n1", "again")).inserted is False
         assert reads == ([("brand-new",)] if many else [])  # held: a new session reads nothing
-        counts = {sid: len(st.session(sid).get_history()) for sid in
-                  ("earlier", "killed", "fresh", "chain", "imported", "single", "brand-new")}
+        counts = {
+            sid: len(st.session(sid).get_history())
+            for sid in ("earlier", "killed", "fresh", "chain", "imported", "single", "brand-new")
+        }
     assert counts == {"earlier": 1, "killed": 1, "fresh": 1, "chain": 2, "imported": 2, "single": 1, "brand-new": 1}
 
 
@@ -383,8 +414,7 @@ def test_threads_racing_on_the_same_ids_store_each_once_while_readers_move_the_j
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(sid, order))
-               for sid in ("a", "b") for order in (ids, ids[::-1])]
+    threads = [threading.Thread(target=writer, args=(sid, order)) for sid in ("a", "b") for order in (ids, ids[::-1])]
     readers = [threading.Thread(target=reader) for _ in range(2)]
     for t in threads + readers:
         t.start()
@@ -400,8 +430,9 @@ def test_threads_racing_on_the_same_ids_store_each_once_while_readers_move_the_j
         assert sorted(n.id for n in nodes) == sorted(ids)
         known = {n.id for n in nodes}
         assert all(n.parent_id is None or n.parent_id in known for n in nodes)
-    got = store.sql("SELECT session_id, count(*) AS n, count(DISTINCT id) AS d FROM messages GROUP BY ALL "
-                    "ORDER BY session_id")
+    got = store.sql(
+        "SELECT session_id, count(*) AS n, count(DISTINCT id) AS d FROM messages GROUP BY ALL ORDER BY session_id"
+    )
     assert list(got["n"]) == [150, 150] and list(got["d"]) == [150, 150]
     assert journal_rows(store) == 0
 
@@ -511,7 +542,7 @@ def test_a_chain_is_one_journal_line_kept_whole_or_not_at_all(tmp_path, torn):
         log = path + engine_module._LOG_SUFFIX
         data = open(log, "rb").read()
         with open(log, "wb") as fh:
-            fh.write(data[: len(data) - len(data[data.rfind(b"\n", 0, len(data) - 1):]) // 2])
+            fh.write(data[: len(data) - len(data[data.rfind(b"\n", 0, len(data) - 1) :]) // 2])
     with sk.open_store(path) as st:
         s = st.session("s")
         expected = ["before"] if torn else ["before", *(f"c{i}" for i in range(40))]

@@ -76,7 +76,9 @@ def test_S5_file_held_by_another_process_raises_StoreLocked_naming_it(tmp_path):
     marker = "secret-token-on-argv-7f3a"  # an argument that must not reach logs
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, path, marker],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     attempts, sleeps = [], []
     connect, sleep = duckdb.connect, time.sleep
@@ -149,8 +151,12 @@ def test_index_survives_reopen_and_keeps_positions(tmp_path):
         assert st.stats()["indexed_messages"] == 1
         st.session().append(msg("b", "not to worry"))  # indexed on write: the flag was stored
         assert st.stats()["indexed_messages"] == 2
-        rows = dict(raw(st, "SELECT term, pos FROM sessionkit_terms t JOIN sessionkit_messages m "
-                            "ON m.seq = t.seq WHERE m.id = 'a'"))
+        rows = dict(
+            raw(
+                st,
+                "SELECT term, pos FROM sessionkit_terms t JOIN sessionkit_messages m ON m.seq = t.seq WHERE m.id = 'a'",
+            )
+        )
         assert rows == {"to": [0, 4], "be": [1, 5], "or": [2], "not": [3]}
         assert [h.id for h in st.search('"not to be"')] == ["a"]
         assert sorted(h.id for h in st.search('"not to"')) == ["a", "b"]
@@ -182,10 +188,19 @@ def test_hits_equal_the_reference_semantics_on_random_texts(store):
         text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 12)))
         texts[f"m{i}"] = text
         s.append(message(f"m{i}", text_part(text)), parent_id=None)  # the text as drawn, even when empty
-    queries = ["alpha", "deploying", "run service", '"alpha beta"', '"deploy service" gamma',
-               '"running ran"', "delta delta", '"beta beta"']
+    queries = [
+        "alpha",
+        "deploying",
+        "run service",
+        '"alpha beta"',
+        '"deploy service" gamma',
+        '"running ran"',
+        "delta delta",
+        '"beta beta"',
+    ]
     queries += [
-        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3))) if rng.random() < 0.5
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 3)))
+        if rng.random() < 0.5
         else '"' + " ".join(rng.choice(WORDS) for _ in range(2)) + '"'
         for _ in range(30)
     ]
@@ -264,7 +279,8 @@ def _bulk(store, sid, items):
     preps = [(_msg.prepare(m, created_at=None), parent, None) for m, parent in items]
     with eng.write():
         return eng.w_insert_many(
-            sid, [(p, parent, _msg.normalize_created(p.message.get("createdAt"))) for p, parent, _ in preps],
+            sid,
+            [(p, parent, _msg.normalize_created(p.message.get("createdAt"))) for p, parent, _ in preps],
             eng.index_built(),
         )
 
@@ -280,8 +296,10 @@ def test_bulk_insert_matches_one_by_one(tmp_path):
         (msg("big", "x" * 5000), "f"),
         (msg("a", "duplicate id: ignored"), "r"),
     ]
-    with sk.open_store(tmp_path / "one.duckdb", chunk_chars=1000) as one, \
-            sk.open_store(tmp_path / "bulk.duckdb", chunk_chars=1000) as bulk:
+    with (
+        sk.open_store(tmp_path / "one.duckdb", chunk_chars=1000) as one,
+        sk.open_store(tmp_path / "bulk.duckdb", chunk_chars=1000) as bulk,
+    ):
         one.search("warm")  # index on in both, so the bulk path writes index rows too
         bulk.search("warm")
         s1 = one.session("s")
@@ -294,7 +312,10 @@ def test_bulk_insert_matches_one_by_one(tmp_path):
         assert [ins for ins, _ in result] == [True] * 6 + [False]
         assert result[-1][1] == result[1][1]  # the duplicate points at the stored row
         s2 = bulk.session("s")
-        strip = lambda ms: [{k: v for k, v in m.items() if k != "createdAt"} for m in ms]
+
+        def strip(ms):
+            return [{k: v for k, v in m.items() if k != "createdAt"} for m in ms]
+
         for leaf in ("b", "c", "big"):
             assert strip(s2.get_history(leaf_id=leaf)) == strip(s1.get_history(leaf_id=leaf))
         assert s2.latest_leaf()["id"] == "big"
@@ -429,7 +450,7 @@ V1_SCHEMA = [  # the first layout written under schema version 1
         depth INTEGER NOT NULL, role VARCHAR NOT NULL, created_at VARCHAR NOT NULL, bytes BIGINT NOT NULL,
         tokens BIGINT NOT NULL, path_bytes BIGINT NOT NULL, path_tokens BIGINT NOT NULL,
         chunks INTEGER NOT NULL DEFAULT 0, content VARCHAR NOT NULL)""",
-    "CREATE TABLE sessionkit_chunks (seq BIGINT NOT NULL, n INTEGER NOT NULL, data VARCHAR NOT NULL, PRIMARY KEY (seq, n))",
+    "CREATE TABLE sessionkit_chunks (seq BIGINT NOT NULL, n INTEGER NOT NULL, data VARCHAR NOT NULL, PRIMARY KEY (seq, n))",  # noqa: E501
     "CREATE TABLE sessionkit_blobs (sha256 VARCHAR PRIMARY KEY, size BIGINT NOT NULL, data BLOB NOT NULL)",
     "CREATE TABLE sessionkit_blob_refs (seq BIGINT NOT NULL, sha256 VARCHAR NOT NULL, PRIMARY KEY (seq, sha256))",
     "CREATE SEQUENCE sessionkit_compaction_seq START 1",
@@ -438,7 +459,7 @@ V1_SCHEMA = [  # the first layout written under schema version 1
         summary VARCHAR NOT NULL, created_at VARCHAR NOT NULL, tokens_before BIGINT NOT NULL,
         tokens_after BIGINT NOT NULL)""",
     "CREATE TABLE sessionkit_docs (seq BIGINT NOT NULL, session_id VARCHAR NOT NULL, length INTEGER NOT NULL)",
-    "CREATE TABLE sessionkit_terms (term VARCHAR NOT NULL, seq BIGINT NOT NULL, tf INTEGER NOT NULL, pos INTEGER[] NOT NULL)",
+    "CREATE TABLE sessionkit_terms (term VARCHAR NOT NULL, seq BIGINT NOT NULL, tf INTEGER NOT NULL, pos INTEGER[] NOT NULL)",  # noqa: E501
     """CREATE TABLE sessionkit_runs (run_id VARCHAR PRIMARY KEY, session_id VARCHAR NOT NULL,
         status VARCHAR NOT NULL, input VARCHAR, error VARCHAR, started_at VARCHAR NOT NULL, ended_at VARCHAR,
         usage VARCHAR, n INTEGER NOT NULL)""",
@@ -448,7 +469,7 @@ V1_SCHEMA = [  # the first layout written under schema version 1
     """INSERT INTO sessionkit_messages (msg_key, session_id, id, parent_id, depth, role, created_at, bytes,
         tokens, path_bytes, path_tokens, content) VALUES ('0:a', '', 'a', NULL, 0, 'user',
         '2026-01-01T00:00:00.000Z', 10, 5, 10, 5,
-        '{"id":"a","role":"user","parts":[{"type":"text","text":"old kiwi"}],"createdAt":"2026-01-01T00:00:00.000Z"}')""",
+        '{"id":"a","role":"user","parts":[{"type":"text","text":"old kiwi"}],"createdAt":"2026-01-01T00:00:00.000Z"}')""",  # noqa: E501
     "INSERT INTO sessionkit_docs VALUES (1, '', 2)",
     "INSERT INTO sessionkit_terms VALUES ('old', 1, 1, [0]), ('kiwi', 1, 1, [1])",
 ]
@@ -479,13 +500,17 @@ def test_cached_state_is_dropped_when_another_process_wrote_the_file(tmp_path):
     first.session().append(msg("a", "here"))
     first.close()  # the engine object lives on; its cached tail must not outlive the file lock
     subprocess.run(
-        [sys.executable, "-c",
-         "import sys, sessionkit as sk\n"
-         "with sk.open_store(sys.argv[1]) as st:\n"
-         "    st.session().append({'id': 'b', 'role': 'user', 'parts': []})\n"
-         "    st.search('warm')\n",
-         path],
-        check=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "import sys, sessionkit as sk\n"
+            "with sk.open_store(sys.argv[1]) as st:\n"
+            "    st.session().append({'id': 'b', 'role': 'user', 'parts': []})\n"
+            "    st.search('warm')\n",
+            path,
+        ],
+        check=True,
+        timeout=60,
     )
     with sk.open_store(path) as again:
         s = again.session()
@@ -506,8 +531,9 @@ def _phrase_store(tmp_path, n_messages=300, seed=3):
     vocab = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
     st = sk.open_store(tmp_path / "phrase.duckdb")
     s = st.session("s")
-    s.import_many([(msg(f"m{i}", " ".join(rng.choice(vocab) for _ in range(60))), LATEST, None)
-                   for i in range(n_messages)])
+    s.import_many(
+        [(msg(f"m{i}", " ".join(rng.choice(vocab) for _ in range(60))), LATEST, None) for i in range(n_messages)]
+    )
     words = [rng.choice(vocab) for _ in range(2000)]
     s.append(msg("long", " ".join(words)))
     return st, words

@@ -35,8 +35,9 @@ class _Holder:
 
     def __init__(self, path: str):
         self.path = path
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLD_WRITE_LOCK, path], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD_WRITE_LOCK, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout.readline().strip() == "holding"
 
     def release(self) -> None:
@@ -69,10 +70,12 @@ def test_a_write_lock_held_past_busy_timeout_is_StoreLocked_after_that_timeout(h
         # the option, not a built-in 30 s, is what SQLite waits for the lock
         assert _busy_timeout_ms(st) == int(timeout * 1000)
         s = st.session("s")
-        for write in (lambda: s.append(msg("blocked")),
-                      lambda: s.append(msg("blocked"), parent_id=None),
-                      lambda: s.import_message(msg("blocked")),
-                      lambda: s.delete("before")):
+        for write in (
+            lambda: s.append(msg("blocked")),
+            lambda: s.append(msg("blocked"), parent_id=None),
+            lambda: s.import_message(msg("blocked")),
+            lambda: s.delete("before"),
+        ):
             started = time.monotonic()
             with pytest.raises(sk.StoreLocked) as info:
                 write()

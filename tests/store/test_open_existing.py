@@ -21,15 +21,18 @@ def test_an_existing_store_opens(tmp_path, ext):
         assert len(st.session("s")) == 1
 
 
-@pytest.mark.parametrize("target, words", [
-    ("missing.db", "no store at"),
-    ("missing.duckdb", "no store at"),
-    ("missing.txt", "no store at"),  # a missing file is reported as such whatever its name
-    ("sqlite:///missing.db", "no store at"),
-    (":memory:", "in-memory"),
-    ("duckdb:///:memory:", "in-memory"),
-    (".", "is a folder"),
-])
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        ("missing.db", "no store at"),
+        ("missing.duckdb", "no store at"),
+        ("missing.txt", "no store at"),  # a missing file is reported as such whatever its name
+        ("sqlite:///missing.db", "no store at"),
+        (":memory:", "in-memory"),
+        ("duckdb:///:memory:", "in-memory"),
+        (".", "is a folder"),
+    ],
+)
 def test_nothing_to_open_is_a_value_error_naming_it(tmp_path, monkeypatch, target, words):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=words) as info:

@@ -83,8 +83,14 @@ print(json.dumps({"inserted": r.inserted, "schema_version": stats["schema_versio
 
 def spawn(code: str, *args) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def await_ready(procs, timeout: float = 60.0) -> None:
@@ -192,8 +198,10 @@ def test_concurrent_schema_creation_by_several_processes(pg_store_url):
         eng = store._engine
         with eng._pool.connection() as conn:
             rows = conn.execute(f"SELECT key, value FROM {eng.table('meta')} ORDER BY key").fetchall()
-        assert [(k, v) for k, v in rows if k != "store_id"] == [("index_built", "0"),
-                                                               ("schema_version", str(SCHEMA_VERSION))]
+        assert [(k, v) for k, v in rows if k != "store_id"] == [
+            ("index_built", "0"),
+            ("schema_version", str(SCHEMA_VERSION)),
+        ]
         assert [len(v) for k, v in rows if k == "store_id"] == [32]  # one id, made by the one process that created it
 
 
@@ -253,8 +261,10 @@ def test_remote_writes_reported_once_and_own_writes_not_twice(pg_store_url):
             ("append", "other", ("x",)),
             ("clear", "other", ()),
         ]
-        assert events[1].message == b.session("s").get("remote") or events[1].message["parts"][0]["text"] == \
-            "text of remote"
+        assert (
+            events[1].message == b.session("s").get("remote")
+            or events[1].message["parts"][0]["text"] == "text of remote"
+        )
         assert events[2].message["parts"][0]["text"] == "edited"
         overlay = events[3].message
         assert overlay["parts"] == [{"type": "text", "text": "sum"}]
@@ -363,6 +373,7 @@ def test_threads_appending_to_one_session_build_one_chain(pg_store_url):
 
 def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):
     with sk.open_store(pg_store_url()) as store:
+
         def work(t):
             for i in range(20):
                 store.append_events("s", [{"kind": "x", "run_id": f"r{t}", "i": i}])
@@ -440,8 +451,12 @@ def test_a_huge_message_of_distinct_words_is_stored_and_found_by_its_first_words
 
     rng = random.Random(5)
     # ~2.4 MB, 60,000 distinct words: about twice what fits in a tsvector's 1 MB
-    log = "\n".join("request " + " ".join(uuid.UUID(int=rng.getrandbits(128)).hex for _ in range(4))
-                    + f" served in {rng.randint(1, 999)} ms" for _ in range(15_000))
+    log = "\n".join(
+        "request "
+        + " ".join(uuid.UUID(int=rng.getrandbits(128)).hex for _ in range(4))
+        + f" served in {rng.randint(1, 999)} ms"
+        for _ in range(15_000)
+    )
     first = log.split()[1]
     for indexed_first in (True, False):
         with sk.open_store(pg_store_url()) as store:
@@ -491,16 +506,17 @@ def test_signals_reach_the_other_processes_only(pg_store_url):
         b.on_signal(lambda sid, kind, data: got_b.append((sid, kind, data)))
         b.signal("chat", "message", {"n": 1, "text": "é"})
         a.signal("chat", "stop")
-        wait_until(lambda: ("chat", "message", {"n": 1, "text": "é"}) in got_a and ("chat", "stop", None) in got_b,
-                   what="each store to get the other's signal")
+        wait_until(
+            lambda: ("chat", "message", {"n": 1, "text": "é"}) in got_a and ("chat", "stop", None) in got_b,
+            what="each store to get the other's signal",
+        )
         stored = b.append_events("chat", [{"kind": "k1"}, {"kind": "k2"}])
         wait_until(lambda: ("chat", "events", stored[-1]["seq"]) in got_a, what="the events signal")
         # a marker signal each way, sent after the others: once it arrived, an echo of a
         # store's own signals would have arrived before it
         a.signal(MARKER, "end")
         b.signal(MARKER, "end")
-        wait_until(lambda: (MARKER, "end", None) in got_a and (MARKER, "end", None) in got_b,
-                   what="the marker signals")
+        wait_until(lambda: (MARKER, "end", None) in got_a and (MARKER, "end", None) in got_b, what="the marker signals")
         assert all(kind != "stop" for _, kind, _ in got_a)  # its own signal is not reported back
         assert all(kind not in ("message", "events") for _, kind, _ in got_b)
         with pytest.raises(TypeError):
@@ -518,8 +534,10 @@ def test_a_transaction_reaches_other_processes_only_when_it_commits(pg_store_url
             """A write by a third store, committed now; once ``b`` has its event, ``b`` has
             every event of what committed before it (nothing else of it is on its way)."""
             c.session(MARKER).append(msg(f"m{n}"))
-            wait_until(lambda: any(e.session_id == MARKER and e.message_ids == (f"m{n}",) for e in remote),
-                       what=f"the marker m{n}")
+            wait_until(
+                lambda: any(e.session_id == MARKER and e.message_ids == (f"m{n}",) for e in remote),
+                what=f"the marker m{n}",
+            )
 
         with pytest.raises(RuntimeError):
             with a.transaction():
@@ -533,7 +551,11 @@ def test_a_transaction_reaches_other_processes_only_when_it_commits(pg_store_url
         wait_until(lambda: len(remote) >= 3, what="the two appends' events")
         mark(2)
         assert [(e.session_id, e.message_ids) for e in remote] == [
-            (MARKER, ("m1",)), ("s", ("one",)), ("s", ("two",)), (MARKER, ("m2",))]
+            (MARKER, ("m1",)),
+            ("s", ("one",)),
+            ("s", ("two",)),
+            (MARKER, ("m2",)),
+        ]
         assert [m["id"] for m in b.session("s").get_history()] == ["one", "two"]
 
 

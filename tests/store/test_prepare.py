@@ -37,21 +37,30 @@ def plain_estimate(message: dict) -> int:
 
 
 WHITESPACE = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u2028\u3000"
-text = st.text(alphabet=st.sampled_from(WHITESPACE + "ab\u00e9\"\\{}:,\x00"), max_size=40)
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
-                    st.floats(allow_nan=False, allow_infinity=False), text)
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(text, inner, max_size=4)), max_leaves=12)
+text = st.text(alphabet=st.sampled_from(WHITESPACE + 'ab\u00e9"\\{}:,\x00'), max_size=40)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(allow_nan=False, allow_infinity=False), text
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(text, inner, max_size=4)),
+    max_leaves=12,
+)
 parts = st.one_of(
     st.fixed_dictionaries({"type": st.just("text"), "text": text}),
     st.fixed_dictionaries({"type": st.just("reasoning"), "text": text}),
-    st.fixed_dictionaries({"type": st.sampled_from(["tool-search", "dynamic-tool"]), "toolCallId": text},
-                          optional={"input": values, "output": values, "state": text}),
+    st.fixed_dictionaries(
+        {"type": st.sampled_from(["tool-search", "dynamic-tool"]), "toolCallId": text},
+        optional={"input": values, "output": values, "state": text},
+    ),
     st.fixed_dictionaries({"type": text}, optional={"data": values}),
 )
 messages = st.fixed_dictionaries(
-    {"id": text.filter(bool), "role": st.sampled_from(["user", "assistant", "tool"]),
-     "parts": st.lists(parts, max_size=4)},
+    {
+        "id": text.filter(bool),
+        "role": st.sampled_from(["user", "assistant", "tool"]),
+        "parts": st.lists(parts, max_size=4),
+    },
     optional={"metadata": st.dictionaries(text, values, max_size=3), "createdAt": st.just("2024-05-01T10:00:00.000Z")},
 )
 
@@ -121,20 +130,27 @@ def test_the_returned_message_is_the_stored_one_and_shares_nothing():
 
 R = _msg._BLOB_KEY
 adversarial_keys = st.one_of(text, st.sampled_from([R, R + R, R + "x", R * 3, "x" + R, R[:-1], R + R + "é"]))
-adversarial = st.recursive(scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(adversarial_keys, inner, max_size=3)), max_leaves=10)
+adversarial = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(adversarial_keys, inner, max_size=3)),
+    max_leaves=10,
+)
 BIG = "QUJD" * 1400  # 4,200 bytes once decoded: stored out of the row
 
 
 def _fetch_from(blobs):
     def fetch(sha):
         return blobs[sha]
+
     return fetch
 
 
 @settings(max_examples=200, deadline=None)
-@given(adversarial, st.lists(st.dictionaries(adversarial_keys, adversarial, max_size=3), max_size=3),
-       st.sampled_from([None, "data", "url"]))
+@given(
+    adversarial,
+    st.lists(st.dictionaries(adversarial_keys, adversarial, max_size=3), max_size=3),
+    st.sampled_from([None, "data", "url"]),
+)
 def test_caller_keys_round_trip_and_never_become_pointers(extra, parts, payload):
     parts = [dict(p, type=p.get("type") if isinstance(p.get("type"), str) else "x") for p in parts]
     if payload == "data":
@@ -177,16 +193,25 @@ def test_stored_json_of_earlier_versions_reads_back():
     raw = bytes(range(256)) * 20
     sha = hashlib.sha256(raw).hexdigest()
     b64 = base64.b64encode(raw).decode()
-    stored = json.dumps({
-        "id": "m", "role": "user", "createdAt": "2024-01-01T00:00:00.000Z",
-        "parts": [
-            {"type": "file", "mediaType": "image/png", "url": None,
-             R: {"sha256": sha, "field": "url", "prefix": "data:image/png;base64,"}},
-            {"type": "file", "mediaType": "x/y", "data": None, R: {"sha256": sha, "field": "data", "prefix": ""}},
-            {"type": "text", "text": "hi", R + "x": 1, "n": {R: 2}},
-        ],
-        "metadata": {R + "note": True},
-    }, separators=(",", ":"))
+    stored = json.dumps(
+        {
+            "id": "m",
+            "role": "user",
+            "createdAt": "2024-01-01T00:00:00.000Z",
+            "parts": [
+                {
+                    "type": "file",
+                    "mediaType": "image/png",
+                    "url": None,
+                    R: {"sha256": sha, "field": "url", "prefix": "data:image/png;base64,"},
+                },
+                {"type": "file", "mediaType": "x/y", "data": None, R: {"sha256": sha, "field": "data", "prefix": ""}},
+                {"type": "text", "text": "hi", R + "x": 1, "n": {R: 2}},
+            ],
+            "metadata": {R + "note": True},
+        },
+        separators=(",", ":"),
+    )
     got = _msg.restore(stored, {sha: raw}.__getitem__)
     assert got["parts"][0] == {"type": "file", "mediaType": "image/png", "url": "data:image/png;base64," + b64}
     assert got["parts"][1] == {"type": "file", "mediaType": "x/y", "data": b64}
@@ -195,24 +220,35 @@ def test_stored_json_of_earlier_versions_reads_back():
     assert _msg.blob_refs(stored) == [sha, sha]
 
 
-@pytest.mark.parametrize("value", [
-    "not a pointer", None, 7, [1], {"sha256": "x"}, {"sha256": "0" * 64, "field": "text", "prefix": ""},
-    {"sha256": "0" * 64, "field": "data", "prefix": "data:x;base64,"},
-    {"sha256": "0" * 64, "field": "url", "prefix": "", "extra": 1},
-    {"sha256": "0" * 64, "field": "url", "prefix": "http://"},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "not a pointer",
+        None,
+        7,
+        [1],
+        {"sha256": "x"},
+        {"sha256": "0" * 64, "field": "text", "prefix": ""},
+        {"sha256": "0" * 64, "field": "data", "prefix": "data:x;base64,"},
+        {"sha256": "0" * 64, "field": "url", "prefix": "", "extra": 1},
+        {"sha256": "0" * 64, "field": "url", "prefix": "http://"},
+    ],
+)
 def test_a_payload_key_that_is_no_pointer_reads_as_data(value):
     """Earlier versions stored a caller's payload key as given; whatever is no pointer the
     store could have written reads back as data instead of failing every read."""
     part = {"type": "file", "url": None, "data": None, R: value}
     stored = json.dumps({"id": "m", "role": "user", "parts": [part, {"type": "text", R: value}]})
+
     def fetch(sha):
         raise AssertionError("no payload is fetched")
+
     assert _msg.restore(stored, fetch)["parts"] == [part, {"type": "text", R: value}]
     assert _msg.blob_refs(stored) == []
 
 
 # -- nesting: the fast check (marshal) and the walk agree at the limit
+
 
 def _nested(depth: int, leaf):
     value = leaf

@@ -24,7 +24,7 @@ def _marks(snip: str) -> list[str]:
 
 
 @pytest.mark.parametrize("width", [20, 37, 60, 80, 111, 160])
-@pytest.mark.parametrize("query", ["server", "order", "\"logical replication\"", "primary key", "rest", "nothing"])
+@pytest.mark.parametrize("query", ["server", "order", '"logical replication"', "primary key", "rest", "nothing"])
 def test_snippet_never_cuts_a_word(query, width):
     snip = snippet(TEXT, parse_query(query), width=width)
     plain = snip.replace("[", "").replace("]", "")

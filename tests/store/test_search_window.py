@@ -48,8 +48,9 @@ def assert_window_exact(store, *, synced: bool = True) -> int:
     lo, hi = store._engine._window()
     assert lo is not None, "the store has no search window"
     inside = db.execute("SELECT rowid, body FROM sessionkit_fts_recent ORDER BY rowid").fetchall()
-    expected = db.execute("SELECT rowid, body FROM sessionkit_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
-                          (lo, hi)).fetchall()
+    expected = db.execute(
+        "SELECT rowid, body FROM sessionkit_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)
+    ).fetchall()
     assert inside == expected
     if synced:
         top = top_seq(store)
@@ -61,8 +62,9 @@ def assert_window_exact(store, *, synced: bool = True) -> int:
     texts = {}
     for seq, content, chunks in db.execute("SELECT seq, content, chunks FROM sessionkit_messages"):
         if chunks:
-            content += "".join(r[0] for r in db.execute(
-                "SELECT data FROM sessionkit_chunks WHERE seq = ? ORDER BY n", (seq,)))
+            content += "".join(
+                r[0] for r in db.execute("SELECT data FROM sessionkit_chunks WHERE seq = ? ORDER BY n", (seq,))
+            )
         texts[seq] = sq._index_json(content)
     assert dict(db.execute("SELECT rowid, body FROM sessionkit_fts")) == texts
     return lo
@@ -228,8 +230,9 @@ def test_a_session_in_the_window_is_ranked_there(tmp_path):
             old_expected = reference_bm25(everything, terms)
             assert old_hits
             for h in old_hits:
-                seq = db.execute("SELECT seq FROM sessionkit_messages WHERE session_id = 'old' AND id = ?",
-                                 (h.id,)).fetchone()[0]
+                seq = db.execute(
+                    "SELECT seq FROM sessionkit_messages WHERE session_id = 'old' AND id = ?", (h.id,)
+                ).fetchone()[0]
                 assert h.score == pytest.approx(old_expected[seq], rel=1e-9, abs=1e-12)
 
 
@@ -276,8 +279,9 @@ def test_a_bad_window_size_is_refused(tmp_path):
 def test_an_index_built_on_a_large_store_starts_with_its_window(tmp_path):
     rng = random.Random(4)
     with sk.open_store(tmp_path / "s.db", search_window=25) as st:
-        st.session("a").import_many([(msg(f"m{i}", sentence(rng)), f"m{i - 1}" if i else None, None)
-                                      for i in range(100)])
+        st.session("a").import_many(
+            [(msg(f"m{i}", sentence(rng)), f"m{i - 1}" if i else None, None) for i in range(100)]
+        )
         assert window_lo(st) is None  # no index yet, so no window either
         st.search("alpha")
         lo = assert_window_exact(st)

@@ -122,8 +122,9 @@ V2_FTS_TRIGGERS = [
        END""",
 ]
 
-V2_MESSAGE_COLUMNS = ("seq, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, "
-                      "path_tokens, chunks, content")
+V2_MESSAGE_COLUMNS = (
+    "seq, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens, chunks, content"
+)
 
 PAYLOAD = "data:image/png;base64," + base64.b64encode(bytes(range(256)) * 24).decode()
 
@@ -135,8 +136,16 @@ def fill(store, *, records: bool) -> None:
     a.append(msg("a1", "old kiwi orchard"))
     b.append(msg("b1", "deploy the kiwi service"))
     a.append(msg("a2", "deployment notes " * 30, "assistant"))  # longer than a row: continuation rows
-    a.append({"id": "a3", "role": "user", "parts": [{"type": "text", "text": "a picture"},
-                                                    {"type": "file", "mediaType": "image/png", "url": PAYLOAD}]})
+    a.append(
+        {
+            "id": "a3",
+            "role": "user",
+            "parts": [
+                {"type": "text", "text": "a picture"},
+                {"type": "file", "mediaType": "image/png", "url": PAYLOAD},
+            ],
+        }
+    )
     b.append(msg("b2", "second in b", "assistant"))
     a.append(msg("a4", "plain answer", "assistant"))
     a.append(msg("a3b", "another question, a branch"), parent_id="a2")
@@ -145,8 +154,13 @@ def fill(store, *, records: bool) -> None:
     a.append(msg("r2", "a second root"), parent_id=None)
     a.append(msg("r2a", "under the second root", "assistant"))
     a.append(msg("a5", "back on the first path, kiwi again"), parent_id="a4")
-    b.append({"id": "b3", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "data":
-                                                    PAYLOAD.partition(",")[2]}]})  # the same payload: stored once
+    b.append(
+        {
+            "id": "b3",
+            "role": "user",
+            "parts": [{"type": "file", "mediaType": "image/png", "data": PAYLOAD.partition(",")[2]}],
+        }
+    )  # the same payload: stored once
     a.append(msg("a6", "to be deleted", "assistant"))
     a.delete("a6")
     a.append(msg("a6", "kiwi long reply " * 40, "assistant"))  # split rows while the index is on
@@ -165,11 +179,14 @@ def fill(store, *, records: bool) -> None:
 
 def observe(store) -> dict:
     """Everything a reader can see in the store."""
-    out = {"stats": {k: v for k, v in store.stats().items() if k not in ("bytes", "schema_version")},
-           "sessions": store.list_sessions()}
+    out = {
+        "stats": {k: v for k, v in store.stats().items() if k not in ("bytes", "schema_version")},
+        "sessions": store.list_sessions(),
+    }
     for q in ("kiwi", "deploy", '"old kiwi"', "root OR branch"):
-        out["search", q] = [(h.id, h.session_id, h.role, h.content, h.snippet, round(h.score, 9))
-                            for h in store.search(q, limit=50)]
+        out["search", q] = [
+            (h.id, h.session_id, h.role, h.content, h.snippet, round(h.score, 9)) for h in store.search(q, limit=50)
+        ]
     for sid in ("a", "b", "c", "d"):
         s = store.session(sid)
         nodes = s.nodes()
@@ -199,8 +216,10 @@ def table_rows(path: str) -> dict:
     """Every row of every sessionkit table (messages without ``branch``), read with plain sqlite3."""
     con = sqlite3.connect(path)
     out = {}
-    for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'sessionkit_%' "
-                                "AND name NOT LIKE 'sessionkit_fts%' AND name != 'sessionkit_meta'"):
+    for (table,) in con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'sessionkit_%' "
+        "AND name NOT LIKE 'sessionkit_fts%' AND name != 'sessionkit_meta'"
+    ):
         columns = V2_MESSAGE_COLUMNS if table == "sessionkit_messages" else "*"
         out[table] = sorted(con.execute(f"SELECT {columns} FROM {table}").fetchall(), key=repr)
     out["sessionkit_fts"] = con.execute("SELECT rowid, body FROM sessionkit_fts ORDER BY rowid").fetchall()
@@ -217,10 +236,18 @@ def write_old_file(source: str, target: str, version: int) -> None:
             con.execute(stmt)
     con.execute("ATTACH DATABASE ? AS src", (source,))
     con.execute("BEGIN")
-    con.execute(f"INSERT INTO sessionkit_messages ({V2_MESSAGE_COLUMNS}) "
-                f"SELECT {V2_MESSAGE_COLUMNS} FROM src.sessionkit_messages ORDER BY seq")
-    tables = ["sessionkit_chunks", "sessionkit_blobs", "sessionkit_blob_refs", "sessionkit_compactions",
-              "sessionkit_runs", "sessionkit_events"] + (["sessionkit_records"] if version >= 2 else [])
+    con.execute(
+        f"INSERT INTO sessionkit_messages ({V2_MESSAGE_COLUMNS}) "
+        f"SELECT {V2_MESSAGE_COLUMNS} FROM src.sessionkit_messages ORDER BY seq"
+    )
+    tables = [
+        "sessionkit_chunks",
+        "sessionkit_blobs",
+        "sessionkit_blob_refs",
+        "sessionkit_compactions",
+        "sessionkit_runs",
+        "sessionkit_events",
+    ] + (["sessionkit_records"] if version >= 2 else [])
     for table in tables:
         con.execute(f"INSERT INTO {table} SELECT * FROM src.{table}")
     con.execute("INSERT INTO sessionkit_fts(rowid, body) SELECT rowid, body FROM src.sessionkit_fts")
@@ -257,8 +284,13 @@ def test_an_old_file_is_upgraded_and_reads_back_the_same(tmp_path, version):
         columns = [r[1] for r in con.execute("PRAGMA table_info(sessionkit_messages)")]
         # branch is read without touching long content
         assert columns.index("branch") == columns.index("content") - 1
-        indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
-                                             "AND tbl_name = 'sessionkit_messages' AND sql IS NOT NULL")}
+        indexes = {
+            r[0]
+            for r in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' "
+                "AND tbl_name = 'sessionkit_messages' AND sql IS NOT NULL"
+            )
+        }
         assert indexes == {"sessionkit_messages_key", "sessionkit_messages_order", "sessionkit_messages_branches"}
         triggers = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         assert triggers == {"sessionkit_fts_insert", "sessionkit_fts_delete", "sessionkit_fts_update"}
@@ -269,7 +301,8 @@ def test_an_old_file_is_upgraded_and_reads_back_the_same(tmp_path, version):
         for sid in ("a", "b"):
             previous = None
             for seq, mid, parent in con.execute(
-                    "SELECT seq, id, parent_id FROM sessionkit_messages WHERE session_id = ? ORDER BY seq", (sid,)):
+                "SELECT seq, id, parent_id FROM sessionkit_messages WHERE session_id = ? ORDER BY seq", (sid,)
+            ):
                 expected[seq] = int(parent is not None and parent != previous)
                 previous = mid
         assert dict(con.execute("SELECT seq, branch FROM sessionkit_messages")) == expected
@@ -309,8 +342,7 @@ def test_only_branches_enter_the_children_index(tmp_path):
         s.append(msg("r", "a root"), parent_id=None)
         s.import_message(msg("i", "imported under the latest"), parent_id="r")
         s.import_message(msg("j", "imported under m1"), parent_id="m1")
-        assert branch_flags(st, "s") == {"m1": 0, "m2": 0, "m3": 0, "m2b": 1, "m3b": 0, "m4": 1, "r": 0, "i": 0,
-                                         "j": 1}
+        assert branch_flags(st, "s") == {"m1": 0, "m2": 0, "m3": 0, "m2b": 1, "m3b": 0, "m4": 1, "r": 0, "i": 0, "j": 1}
         assert [m["id"] for m in s.branches("m1")] == ["m2", "m2b", "j"]
         assert [m["id"] for m in s.branches("m3")] == ["m4"]
         assert [m["id"] for m in s.branches("m2b")] == ["m3b"]
@@ -327,7 +359,8 @@ def test_only_branches_enter_the_children_index(tmp_path):
         for leaf in ("m3b", "j", "k"):
             path = s.get_history(leaf_id=leaf)
             assert s.recent_history(10**6, leaf_id=leaf).total_content_bytes == sum(
-                len(sk.messages.dumps(m).encode()) for m in path)
+                len(sk.messages.dumps(m).encode()) for m in path
+            )
         assert s.delete(["m1"], subtree=True) == ["m1", "m2b", "m3b", "j", "k"]
         assert [n.id for n in s.nodes()] == ["r", "i"]
 
@@ -376,5 +409,6 @@ def test_appends_stay_right_when_another_connection_moves_the_latest_row(tmp_pat
             path = a.get_history(leaf_id=node.id, compacted=False)
             assert node.depth == len(path) - 1
             assert a.recent_history(10**6, leaf_id=node.id).total_content_bytes == sum(
-                len(sk.messages.dumps(m).encode()) for m in path)
+                len(sk.messages.dumps(m).encode()) for m in path
+            )
             assert a.context_tokens(leaf_id=node.id) == sum(sk.messages.estimate_tokens(m) for m in path)

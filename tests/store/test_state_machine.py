@@ -9,7 +9,8 @@ It runs on every variant of the store matrix (``store_variant`` in tests/conftes
 ``quick`` depth (a few examples), and at the ``full`` depth on each engine's file variant,
 PostgreSQL and the SQLite search window. The in-memory variants run the same statements as
 their file variants (they differ in how the store is opened and kept, which the conformance
-suite checks there), so a full run on them would test the same code twice. ``SESSIONKIT_HYPOTHESIS_EXAMPLES`` sets the number of examples of the full run
+suite checks there), so a full run on them would test the same code twice.
+``SESSIONKIT_HYPOTHESIS_EXAMPLES`` sets the number of examples of the full run
 (120 by default; DuckDB half as many: each of its queries takes about a millisecond;
 PostgreSQL 25, or ``SESSIONKIT_PG_HYPOTHESIS_EXAMPLES``: each example opens a new store on
 the server), ``SESSIONKIT_HYPOTHESIS_STEPS`` the length of each sequence.
@@ -28,7 +29,7 @@ import re
 import shutil
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from helpers import payload
@@ -48,16 +49,22 @@ from sessionkit.store.search import matches, parse_query
 EXAMPLES = int(os.environ.get("SESSIONKIT_HYPOTHESIS_EXAMPLES", 120))
 #: Examples of the full run per variant.
 FULL_EXAMPLES = {
-    "sqlite-file": EXAMPLES, "sqlite-memory": EXAMPLES, "sqlite-window": EXAMPLES,
+    "sqlite-file": EXAMPLES,
+    "sqlite-memory": EXAMPLES,
+    "sqlite-window": EXAMPLES,
     # DuckDB's run is query-bound (about a millisecond per query): 60 examples of 10 steps
     # still run each rule some twenty-five times
-    "duckdb-file": max(1, EXAMPLES // 2), "duckdb-memory": max(1, EXAMPLES // 2),
+    "duckdb-file": max(1, EXAMPLES // 2),
+    "duckdb-memory": max(1, EXAMPLES // 2),
     "postgresql": int(os.environ.get("SESSIONKIT_PG_HYPOTHESIS_EXAMPLES", 25)),
 }
 #: Examples of the quick run (part of ``make test-fast``): a few seconds per variant.
 QUICK_EXAMPLES = {
-    "sqlite-file": 5, "sqlite-memory": 5, "sqlite-window": 5,
-    "duckdb-file": 3, "duckdb-memory": 3,
+    "sqlite-file": 5,
+    "sqlite-memory": 5,
+    "sqlite-window": 5,
+    "duckdb-file": 3,
+    "duckdb-memory": 3,
     "postgresql": 3,
 }
 #: Steps per example (after a first step that seeds 4-14 messages). DuckDB takes about a
@@ -65,8 +72,11 @@ QUICK_EXAMPLES = {
 #: runs shorter sequences to keep each engine's default run near a minute.
 #: ``SESSIONKIT_HYPOTHESIS_STEPS`` sets the length for every engine.
 STEPS = {
-    "sqlite-file": 40, "sqlite-memory": 40, "sqlite-window": 40,
-    "duckdb-file": 10, "duckdb-memory": 10,
+    "sqlite-file": 40,
+    "sqlite-memory": 40,
+    "sqlite-window": 40,
+    "duckdb-file": 10,
+    "duckdb-memory": 10,
     "postgresql": 40,
 }
 if os.environ.get("SESSIONKIT_HYPOTHESIS_STEPS"):
@@ -90,18 +100,51 @@ IN_MEMORY = ("sqlite-memory", "duckdb-memory")
 SESSIONS = ("", "s2")  # the default session and a named one
 IDS = tuple(f"m{i}" for i in range(40))  # shared by both sessions, so ids repeat across them
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # ---------------------------------------------------------------------------
 # message generation
 
 WORDS = [
-    "deploy", "deploying", "deployments", "deployed", "cat", "cats", "running", "runs",
-    "the", "and", "Zürich", "naïve", "日本語", "alpha", "beta", "NEAR", "OR", "AND", "NOT",
-    "x_y", "error", "errors", "42", "Straße", "über", "café",
+    "deploy",
+    "deploying",
+    "deployments",
+    "deployed",
+    "cat",
+    "cats",
+    "running",
+    "runs",
+    "the",
+    "and",
+    "Zürich",
+    "naïve",
+    "日本語",
+    "alpha",
+    "beta",
+    "NEAR",
+    "OR",
+    "AND",
+    "NOT",
+    "x_y",
+    "error",
+    "errors",
+    "42",
+    "Straße",
+    "über",
+    "café",
     # words where Unicode word rules, case folding and stemming are easy to get wrong
-    "STRASSE", "İstanbul", "ﬁle", "e\u0301te", "x²", "٣٤", "don't", "co-op", "ΣΊΣΥΦΟΣ", "😀ok", "xꞵy",
+    "STRASSE",
+    "İstanbul",
+    "ﬁle",
+    "e\u0301te",
+    "x²",
+    "٣٤",
+    "don't",
+    "co-op",
+    "ΣΊΣΥΦΟΣ",
+    "😀ok",
+    "xꞵy",
 ]
 
 
@@ -182,7 +225,7 @@ epoch_ms = st.integers(-2_208_988_800_000, 4_102_444_800_000)
 aware_datetime = st.builds(
     lambda d, tz: d.replace(microsecond=d.microsecond // 1000 * 1000, tzinfo=tz),
     st.datetimes(min_value=datetime(1950, 1, 2), max_value=datetime(2099, 12, 30)),
-    st.sampled_from([timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5, minutes=-30))]),
+    st.sampled_from([UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5, minutes=-30))]),
 )
 
 query_text = st.one_of(
@@ -270,7 +313,7 @@ def iso_from_ms(ms: int) -> str:
 
 
 def iso_from_datetime(d: datetime) -> str:
-    d = d.astimezone(timezone.utc)
+    d = d.astimezone(UTC)
     return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
 
 
@@ -459,7 +502,9 @@ class StoreMachine(RuleBasedStateMachine):
             assert res.message == existing.message
             return
         assert res.inserted is True
-        expected = self._check_new(res.message, self._expect_stored(copy.deepcopy(body), mid, created_iso), before, after)
+        expected = self._check_new(
+            res.message, self._expect_stored(copy.deepcopy(body), mid, created_iso), before, after
+        )
         if not importing:  # imports send no change event (W3)
             self.expected_events.append(("append", sid, (mid,), copy.deepcopy(expected)))
         _scribble(sent)  # the caller's dict and the returned one are theirs to change (M3)
@@ -475,7 +520,13 @@ class StoreMachine(RuleBasedStateMachine):
     # -- appends ------------------------------------------------------------------
     @initialize(
         seed=st.lists(
-            st.tuples(st.integers(0, 1), st.sampled_from(IDS), message_body(), st.sampled_from(["latest", "root", "explicit"]), pick),
+            st.tuples(
+                st.integers(0, 1),
+                st.sampled_from(IDS),
+                message_body(),
+                st.sampled_from(["latest", "root", "explicit"]),
+                pick,
+            ),
             min_size=4,
             max_size=14,
         )
@@ -556,8 +607,9 @@ class StoreMachine(RuleBasedStateMachine):
             iso = iso_from_datetime(when)
         else:
             iso = iso_from_ms(when)
-        self._insert(i, mid, body, "explicit" if parent else "root", parent,
-                     importing=True, created_at=when, created_iso=iso)
+        self._insert(
+            i, mid, body, "explicit" if parent else "root", parent, importing=True, created_at=when, created_iso=iso
+        )
 
     # -- update -------------------------------------------------------------------------
     @rule(i=st.integers(0, 1), k=pick, body=message_body())
@@ -776,8 +828,12 @@ class StoreMachine(RuleBasedStateMachine):
         assert ISO_MS.match(comp.created_at)
         assert isinstance(comp.tokens_before, int) and comp.tokens_before >= 0
         record = {
-            "id": comp.id, "from_id": from_id, "to_id": to_id, "summary": summary,
-            "created_at": comp.created_at, "tokens_before": comp.tokens_before,
+            "id": comp.id,
+            "from_id": from_id,
+            "to_id": to_id,
+            "summary": summary,
+            "created_at": comp.created_at,
+            "tokens_before": comp.tokens_before,
         }
         assert comp.tokens_after == token_estimate(overlay(record, 1))
         model.comps.append(record)
@@ -894,13 +950,13 @@ class StoreMachine(RuleBasedStateMachine):
         sizes = [canonical_size(m) for m in raw]
         kind, value, delta = budget
         if kind == "exact":
-            max_bytes = max(0, sum(sizes[value % len(sizes):]) + delta)
+            max_bytes = max(0, sum(sizes[value % len(sizes) :]) + delta)
         else:
             max_bytes = value
         for compacted, shown in ((False, raw), (True, model.compacted(path))):
             take = window_take([canonical_size(m) for m in shown], max_bytes, min_messages)
             window = session.recent_history(max_bytes, min_messages=min_messages, compacted=compacted, **kw)
-            assert window.messages == shown[len(shown) - take:], compacted
+            assert window.messages == shown[len(shown) - take :], compacted
             assert window.truncated == (take < len(shown))
             assert window.total_content_bytes == sum(sizes)
 
@@ -930,8 +986,12 @@ class StoreMachine(RuleBasedStateMachine):
             return
         db = self.store._engine._db
         inside = db.execute("SELECT rowid, body FROM sessionkit_fts_recent ORDER BY rowid").fetchall()
-        assert inside == db.execute(
-            "SELECT rowid, body FROM sessionkit_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)).fetchall()
+        assert (
+            inside
+            == db.execute(
+                "SELECT rowid, body FROM sessionkit_fts WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)
+            ).fetchall()
+        )
 
     @invariant()
     def reads_agree_with_the_model(self):
@@ -1056,8 +1116,9 @@ def _case(variant: str, depth: str):
     return pytest.param(variant, depth, id=f"{variant}-{depth}", marks=[pytest.mark.slow] if slow else [])
 
 
-@pytest.mark.parametrize("store_variant,depth", [*(_case(v, "quick") for v in _VARIANTS),
-                                                 *(_case(v, "full") for v in _FULL)])
+@pytest.mark.parametrize(
+    "store_variant,depth", [*(_case(v, "quick") for v in _VARIANTS), *(_case(v, "full") for v in _FULL)]
+)
 def test_random_operation_sequences_match_the_reference_model(store_variant, depth, new_store):
     variant = store_variant
     new_store(variant).close()  # skips (or fails in CI) here, before hypothesis, when the engine is missing

@@ -11,8 +11,8 @@ pytest.importorskip("anywidget", reason="the widgets extra is not installed")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "browser"))
 
-import nbhelpers  # noqa: E402
-from viewtools import ManualTimers, Sent  # noqa: E402
+import nbhelpers
+from viewtools import ManualTimers, Sent
 
 
 @pytest.fixture

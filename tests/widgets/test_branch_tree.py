@@ -8,12 +8,11 @@ from collections import Counter
 
 import pytest
 from helpers import msg, wait_until
+from viewtools import front
 
 import sessionkit as sk
 from sessionkit.widgets import BranchTree, Transcript
 from sessionkit.widgets._source import message_preview, outline_rows, tree_data
-
-from viewtools import front
 
 
 def test_tree_arrays_match_the_store(trip):
@@ -54,7 +53,19 @@ def test_rows_collapse_unbranched_chains(trip):
         ("node", ix["a5"], 1),
     ]
     flat = outline_rows(data, collapse=False)
-    assert [data.ids[r[1]] for r in flat if r[0] == "node"] == ["sys", "u1", "a1", "u2", "a2", "a3", "u3", "a4", "a4b", "u4", "a5"]
+    assert [data.ids[r[1]] for r in flat if r[0] == "node"] == [
+        "sys",
+        "u1",
+        "a1",
+        "u2",
+        "a2",
+        "a3",
+        "u3",
+        "a4",
+        "a4b",
+        "u4",
+        "a5",
+    ]
     assert flat[1] == ("band", 0, 0)  # just before u1, where the compaction starts
     assert outline_rows(data, expanded={ix["sys"]}) == flat
 

@@ -52,8 +52,13 @@ def test_executed_notebook_html_contains_each_snapshot(tmp_path):
     try:
         # Without saved widget state, as JupyterLab saves notebooks by default and
         # GitHub renders them: the HTML then shows each output's text/html.
-        client = nbclient.NotebookClient(nb, timeout=60, kernel_name="python3", store_widget_state=False,
-                                         resources={"metadata": {"path": str(tmp_path)}})
+        client = nbclient.NotebookClient(
+            nb,
+            timeout=60,
+            kernel_name="python3",
+            store_widget_state=False,
+            resources={"metadata": {"path": str(tmp_path)}},
+        )
         client.execute()
     finally:
         os.environ.clear()

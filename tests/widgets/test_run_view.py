@@ -6,13 +6,11 @@ import asyncio
 
 import pytest
 from helpers import get_weather, wait_until
+from viewtools import front
 
 import sessionkit as sk
 from sessionkit.testing import ScriptedModel
-from sessionkit.widgets import RunView
-from sessionkit.widgets import _runlog
-
-from viewtools import front
+from sessionkit.widgets import RunView, _runlog
 
 LONG = " ".join(f"word{i}" for i in range(60))
 
@@ -30,9 +28,12 @@ def _strip(state):
 
 def test_replay_of_a_stored_run_shows_turns_tools_and_usage(store):
     s = store.session("r")
-    agent = _agent([{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}],
-                     "usage": {"in": 10, "out": 5}},
-                    {"text": "Sunny in Oslo.", "usage": {"in": 20, "out": 7}}])
+    agent = _agent(
+        [
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}], "usage": {"in": 10, "out": 5}},
+            {"text": "Sunny in Oslo.", "usage": {"in": 20, "out": 7}},
+        ]
+    )
     result = agent.run_sync("Weather in Oslo?", session=s)
     view = RunView(result)
     st = view.state
@@ -42,7 +43,11 @@ def test_replay_of_a_stored_run_shows_turns_tools_and_usage(store):
     assert [t["turn"] for t in run["turns"]] == [1, 2]
     (tool,) = run["turns"][0]["tools"]
     assert (tool["name"], tool["input"], tool["output"], tool["done"]) == (
-        "get_weather", {"city": "Oslo"}, {"city": "Oslo", "sky": "sunny", "celsius": 21}, True)
+        "get_weather",
+        {"city": "Oslo"},
+        {"city": "Oslo", "sky": "sunny", "celsius": 21},
+        True,
+    )
     assert run["turns"][1]["text"] == result.text == view.text
     assert [t["stop_reason"] for t in run["turns"]] == ["tool_calls", "stop"]
     assert (st["usage"]["in"], st["usage"]["out"], st["usage"]["calls"]) == (result.usage["in"], result.usage["out"], 2)
@@ -81,7 +86,9 @@ def test_live_run_is_sent_in_batches_that_add_up_to_the_stored_events(store, rec
     flat = [e for b in batches for e in b["events"]]
     assert [e["_i"] for e in flat] == list(range(len(flat)))
     assert "".join(e["text"] for e in flat if e["kind"] == "delta.text") == result.text == LONG
-    assert [e["kind"] for e in flat if e["kind"] != "delta.text"] == [e["kind"] for e in stored if e["kind"] != "delta.text"]
+    assert [e["kind"] for e in flat if e["kind"] != "delta.text"] == [
+        e["kind"] for e in stored if e["kind"] != "delta.text"
+    ]
     assert _strip(_runlog.fold(flat)) == _strip(RunView(result).state) == _strip(view.state)
     assert view.summary["status"] == "completed"
     # a front end that opens late gets everything at once

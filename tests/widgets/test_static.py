@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 
-import sessionkit as sk
 from sessionkit.widgets import BranchTree, RunView, StoreBrowser, Transcript, snapshot
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -18,7 +17,17 @@ EVENTS = [
     {"kind": "delta.text", "run_id": "r1", "text": "lo", "seq": 3},
     {"kind": "tool.call", "run_id": "r1", "tool_call_id": "c1", "name": "lookup", "input": {"q": "x"}, "seq": 4},
     {"kind": "tool.result", "run_id": "r1", "tool_call_id": "c1", "output": {"answer": 42}, "error": None, "seq": 5},
-    {"kind": "usage", "run_id": "r1", "in": 30, "out": 4, "cache_read": 0, "cache_write": 0, "cost_usd": 0.25, "model": "m", "seq": 6},
+    {
+        "kind": "usage",
+        "run_id": "r1",
+        "in": 30,
+        "out": 4,
+        "cache_read": 0,
+        "cache_write": 0,
+        "cost_usd": 0.25,
+        "model": "m",
+        "seq": 6,
+    },
     {"kind": "turn.end", "run_id": "r1", "stop_reason": "stop", "seq": 7},
     {"kind": "run.end", "run_id": "r1", "status": "completed", "error": None, "seq": 8},
 ]
@@ -75,7 +84,9 @@ def test_to_html_writes_a_self_contained_page(trip, tmp_path):
         data = json.loads(payload)
         assert "export default" in data["esm"]
         assert "</script" not in payload
-    state = json.loads(re.search(r'id="sk-payload">(.*?)</script>', (tmp_path / "tree.html").read_text(), re.S).group(1))["state"]
+    state = json.loads(
+        re.search(r'id="sk-payload">(.*?)</script>', (tmp_path / "tree.html").read_text(), re.S).group(1)
+    )["state"]
     assert set(state["_offline"]["messages"]) == {m["id"] for m in trip.get_history(compacted=False)} | {"a4"}
     assert isinstance(BranchTree(trip).to_html(), str)
 

@@ -6,12 +6,11 @@ import json
 
 import pytest
 import traitlets
+from viewtools import front
 
 import sessionkit as sk
 from sessionkit.widgets import BranchTree, RunView, Transcript
 from sessionkit.widgets._source import message_view
-
-from viewtools import front
 
 
 def _tokens(session):
@@ -22,7 +21,15 @@ def test_model_mode_lists_what_the_model_sees(trip):
     chat = Transcript(trip)
     seen = trip.get_history(compacted=True)
     assert [e["id"] for e in chat.entries] == [m["id"] for m in seen]
-    assert [e["kind"] for e in chat.entries] == ["message", "summary", "message", "message", "message", "message", "message"]
+    assert [e["kind"] for e in chat.entries] == [
+        "message",
+        "summary",
+        "message",
+        "message",
+        "message",
+        "message",
+        "message",
+    ]
     tokens = _tokens(trip)
     (comp,) = trip.compactions()
     for e in chat.entries:
@@ -31,7 +38,12 @@ def test_model_mode_lists_what_the_model_sees(trip):
     assert path["tokens_model"] == trip.context_tokens()
     assert path["tokens_full"] == sum(tokens[m["id"]] for m in trip.get_history(compacted=False))
     (c,) = path["compactions"]
-    assert (c["summary"], c["messages"], c["tokens_before"], c["tokens_after"]) == (comp.summary, 4, comp.tokens_before, comp.tokens_after)
+    assert (c["summary"], c["messages"], c["tokens_before"], c["tokens_after"]) == (
+        comp.summary,
+        4,
+        comp.tokens_before,
+        comp.tokens_after,
+    )
     assert [m["id"] for m in chat.messages] == [m["id"] for m in seen]
 
 
@@ -68,11 +80,14 @@ def test_bad_arguments(trip):
         Transcript(trip).link("not a tree")
 
 
-@pytest.mark.parametrize("make", [
-    lambda s: Transcript(s, view="full"),
-    lambda s: BranchTree(s, colapse=False),
-    lambda s: RunView(hieght=300),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: Transcript(s, view="full"),
+        lambda s: BranchTree(s, colapse=False),
+        lambda s: RunView(hieght=300),
+    ],
+)
 def test_misspelt_options_are_refused(trip, make):
     with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\): (view|colapse|hieght)"):
         make(trip)

@@ -13,8 +13,10 @@ from sessionkit.widgets import _static
 from sessionkit.widgets._source import branch_diff
 from sessionkit.widgets._views import BranchTree, RunView, Transcript, _script_json
 
-BAD_AGREEMENT = re.compile(r"(?<![\d,.])1 (messages|branch points|leaves|compactions|entries|runs|turns|model calls|"
-                           r"sessions|blobs|children|queued messages)\b")
+BAD_AGREEMENT = re.compile(
+    r"(?<![\d,.])1 (messages|branch points|leaves|compactions|entries|runs|turns|model calls|"
+    r"sessions|blobs|children|queued messages)\b"
+)
 
 
 def _usage(cost):
@@ -84,9 +86,15 @@ def test_a_branch_with_unpriced_replies_has_a_partial_cost(forked):
 
 
 def test_run_usage_says_unknown_for_unpriced_calls(store):
-    agent = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel([
-        {"text": "one", "usage": {"in": 10, "out": 2, "cost_usd": 0.0001}},
-    ]))
+    agent = sk.Agent(
+        "t",
+        "Be brief.",
+        sk.testing.ScriptedModel(
+            [
+                {"text": "one", "usage": {"in": 10, "out": 2, "cost_usd": 0.0001}},
+            ]
+        ),
+    )
     agent.run_sync("hi", session=store.session("r1"))
     agent2 = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel([{"text": "two", "usage": {"in": 10, "out": 2}}]))
     agent2.run_sync("hi", session=store.session("r1"))
