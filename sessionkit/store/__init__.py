@@ -12,7 +12,9 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ._analysis import VIEW_COLUMNS
-from ._core import (
+from ._session import Session
+from ._store import Store
+from ._values import (
     LATEST,
     SCAN_KINDS,
     AppendResult,
@@ -25,9 +27,7 @@ from ._core import (
     PathView,
     RecentHistory,
     RunRecord,
-    Session,
     SessionInfo,
-    Store,
     Tree,
     TreeCompaction,
     TreeNode,
@@ -36,7 +36,7 @@ from .compaction import create_compact_function
 from .search import SearchHit
 
 if TYPE_CHECKING:
-    from ._core import Engine
+    from ._engine import Engine
 
 __all__ = [
     "open_store",

@@ -37,7 +37,8 @@ from typing import Any
 
 from .. import messages as _msg
 from ..errors import InvalidMessage, MessageNotFound, SchemaVersionError, SessionKitError, StoreClosed, StoreCorrupt
-from ._core import LATEST, Compaction, Engine, Node, RunRecord, SessionInfo
+from ._engine import Engine
+from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo
 
 __all__ = [
     "SCHEMA_VERSION",

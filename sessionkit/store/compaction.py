@@ -1,7 +1,7 @@
 """A ready-made compaction function: keep the head and the recent tail, summarise the middle.
 
 The overlay itself (a stored summary standing in for a range on read) lives in
-``_core.py``; this module decides *what* to summarise and builds the prompt.
+``_overlay.py`` and ``_session.py``; this module decides *what* to summarise and builds the prompt.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import messages as _msg
-from ._core import CompactionContext, CompactionResult
+from ._values import CompactionContext, CompactionResult
 
 __all__ = ["create_compact_function", "render_for_summary", "run_maybe_async"]
 

@@ -84,8 +84,8 @@ from typing import cast
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import _files
 from . import search as _search
-from ._core import Capabilities, Node
 from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, SCHEMA_VERSION, TABLES, LocalEngine
+from ._values import Capabilities, Node
 
 try:
     import fcntl

@@ -73,8 +73,8 @@ import uuid
 from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
-from ._core import Capabilities, ChangeEvent
 from ._sql import DIALECTS, SCHEMA_VERSION, SQLEngine
+from ._values import Capabilities, ChangeEvent
 
 try:
     import psycopg

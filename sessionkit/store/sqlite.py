@@ -39,8 +39,8 @@ from .. import messages as _msg
 from ..errors import SessionKitError, StoreCorrupt, StoreLocked
 from . import _files
 from . import search as _search
-from ._core import Capabilities, Node
 from ._sql import DIALECTS, SCHEMA_VERSION, TABLES, LocalEngine
+from ._values import Capabilities, Node
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 

@@ -43,7 +43,7 @@ from helpers import msg, wait_until
 import sessionkit as sk
 import sessionkit.messages as sk_messages
 from sessionkit.aio import AsyncSession, AsyncStore
-from sessionkit.store import _core
+from sessionkit.store import _session as session_module
 
 from .test_aio import new_target  # noqa: F401  (the store variants, a fixture)
 
@@ -1138,7 +1138,7 @@ def test_every_async_member_has_a_recipe():
 def test_every_member_gives_what_the_sync_api_gives(new_target, monkeypatch):  # noqa: F811
     stamps = Stamps()
     monkeypatch.setattr(sk_messages, "now_iso", stamps.now_iso)
-    monkeypatch.setattr(_core, "uuid", types.SimpleNamespace(uuid4=stamps.uuid4))
+    monkeypatch.setattr(session_module, "uuid", types.SimpleNamespace(uuid4=stamps.uuid4))
     a_target, b_target = new_target(), new_target()
     a = sk.open_store(a_target, **OPTIONS)
     b = sk.aio.open_store(b_target, **OPTIONS)

@@ -1,0 +1,270 @@
+"""The engine contract: the storage primitives an engine (``sqlite.py``, ``duckdb.py``,
+``postgres.py``) supplies to :class:`~sessionkit.store.Store` and :class:`~sessionkit.store.Session`."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import heapq
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ._args import _MANY_IDS
+from ._overlay import _chunks
+from ._values import Capabilities, ChangeEvent, Compaction, Node, RunRecord, SessionInfo
+
+
+class Engine(abc.ABC):
+    """Storage primitives an engine provides. All ``session_id``/``id`` values are strings.
+
+    Methods named ``w_*`` run inside :meth:`write` (one transaction, exclusive);
+    the others are reads and may run at any time. Implementations hold their own
+    lock so a Store can be shared by threads. Every engine is a
+    :class:`sessionkit.store._sql.SQLEngine`, which implements the abstract methods
+    once for all of them; what an engine can do beyond these is declared in
+    :attr:`capabilities`, never probed.
+    """
+
+    kind = "abstract"
+    path: str | None = None
+    #: What this engine can do beyond the primitives below (see :class:`Capabilities`).
+    capabilities: Capabilities = Capabilities()
+    #: A search ranks at most this many of the newest matching messages (bounded cost).
+    search_candidates: int = 2_000
+
+    # lifecycle -----------------------------------------------------------
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @abc.abstractmethod
+    def write(self) -> contextlib.AbstractContextManager:
+        """One write transaction (commit on success, rollback on error); nested ones join it."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> contextlib.AbstractContextManager:
+        """Reads inside see one state of the store."""
+
+    # reads ---------------------------------------------------------------
+    @abc.abstractmethod
+    def node(self, sid: str, mid: str) -> Node | None: ...
+    @abc.abstractmethod
+    def latest(self, sid: str) -> Node | None: ...
+    @abc.abstractmethod
+    def children(self, sid: str, mid: str) -> list[Node]: ...
+    @abc.abstractmethod
+    def ancestors(self, sid: str, seq: int, limit: int | None) -> list[Node]:
+        """Nodes from ``seq`` (included) towards the root, at most ``limit``."""
+
+    @abc.abstractmethod
+    def walk_pages(
+        self, sid: str, start: Node | None, limit: int | None, content: bool, first: int | None = None
+    ) -> Iterator[list[tuple[Node, str | None]]]:
+        """The path from ``start`` (None: the session's latest row) towards the root, in
+        pages of ``(node, stored JSON or None)``, leaf first."""
+
+    def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
+        return [row for page in self.walk_pages(sid, start, limit, content) for row in page]
+
+    @abc.abstractmethod
+    def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:
+        """``(seq, id, tokens)`` from the message ``seq`` up to the root."""
+
+    @abc.abstractmethod
+    def contents(self, seqs: list[int]) -> list[str | None]:
+        """Stored JSON for each seq, in the given order (continuation rows joined); None
+        for a row deleted meanwhile."""
+
+    @abc.abstractmethod
+    def blob(self, sha: str) -> bytes: ...
+    @abc.abstractmethod
+    def count(self, sid: str) -> int: ...
+    @abc.abstractmethod
+    def nodes(self, sid: str) -> list[Node]: ...
+    @abc.abstractmethod
+    def list_sessions(self) -> list[SessionInfo]: ...
+    @abc.abstractmethod
+    def session_exists(self, sid: str) -> bool: ...
+    @abc.abstractmethod
+    def compactions(self, sid: str) -> list[tuple[int, Compaction]]: ...
+    @abc.abstractmethod
+    def has_compactions(self, sid: str) -> bool: ...
+    @abc.abstractmethod
+    def stats(self) -> dict: ...
+    @abc.abstractmethod
+    def index_built(self) -> bool: ...
+    @abc.abstractmethod
+    def search(self, fts_query, terms, sid: str | None, limit: int) -> list[tuple[int, str, str, str, float]]:
+        """``(seq, session_id, id, role, score)`` best first."""
+
+    @abc.abstractmethod
+    def runs(self, sid: str) -> list[RunRecord]: ...
+    @abc.abstractmethod
+    def events(self, sid: str, after_seq: int | None) -> list[dict]: ...
+
+    # writes (inside write()) -------------------------------------------------
+    def w_index_on(self) -> bool:
+        """Whether writes in this transaction must maintain the search index themselves."""
+        return self.index_built()
+
+    def append_simple(self, sid: str, prep, parent_id, created_at: str):
+        """Optional fast path for one plain append (no payloads) in a single statement.
+
+        Returns ``"inserted"``, ``"exists"`` or ``"no-parent"``; ``NotImplemented``
+        when the engine has no fast path or the message needs the general one.
+        ``parent_id`` is a str, None or LATEST.
+        """
+        return NotImplemented
+
+    def append_chain(self, sid: str, preps: list, parent_id, stamps: list[str]):
+        """Optional fast path for a chain of new plain messages (``append_many`` outside a
+        transaction): each under the one before, the first under ``parent_id`` (a str,
+        None or LATEST), all stored or none. Returns True when it stored them all;
+        ``NotImplemented`` when the engine has no fast path or the chain needs the
+        general one (an id already stored, payloads, an unknown parent...)."""
+        return NotImplemented
+
+    @abc.abstractmethod
+    def w_insert(self, sid, prep, parent: Node | None, created_at: str, index: bool) -> Node | None:
+        """Insert unless (sid, id) exists; return the new Node or None when it existed."""
+
+    def w_insert_many(self, sid, rows, index) -> list[tuple[bool, int]]:
+        """Insert ``rows`` of ``(prep, parent_id, created_at)`` in order (in a few
+        statements where the engine declares ``capabilities.bulk_insert``).
+
+        Same meaning as ``Session._insert_one`` for each row (parent_id: a str, None or
+        LATEST; an unknown parent raises MessageNotFound unless the message itself
+        exists). Returns ``(inserted, seq)`` per row, ``seq`` being the stored row's
+        either way. :meth:`Session.import_many` uses it on engines that declare it.
+        """
+        raise NotImplementedError(f"the {self.kind} engine has no bulk insert")
+
+    @abc.abstractmethod
+    def w_update(self, sid, node: Node, prep, index: bool) -> None: ...
+    @abc.abstractmethod
+    def w_delete(self, sid, nodes: list[Node]) -> None: ...
+    @abc.abstractmethod
+    def w_descendants(self, sid, mids: list[str]) -> list[Node]: ...
+    @abc.abstractmethod
+    def w_clear(self, sid) -> None: ...
+    @abc.abstractmethod
+    def w_delete_session(self, sid) -> None: ...
+    @abc.abstractmethod
+    def w_add_compaction(self, sid, comp: Compaction) -> None: ...
+    @abc.abstractmethod
+    def w_build_index(self) -> None: ...
+    @abc.abstractmethod
+    def w_run_begin(self, sid, run_id, input, started_at) -> None: ...
+    @abc.abstractmethod
+    def w_run_end(self, run_id, status, error, usage, ended_at) -> None: ...
+    @abc.abstractmethod
+    def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
+
+    @abc.abstractmethod
+    def analysis_query(
+        self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
+    ) -> Any:
+        """A read-only DuckDB query over the analysis views (of ``session_ids``), as a ``pyarrow.Table``
+        (``files``: it may read local files too)."""
+
+    @abc.abstractmethod
+    def interrupt_analysis(self) -> None:
+        """Stop the analysis queries running now (each raises ``KeyboardInterrupt``)."""
+
+    # internal records --------------------------------------------------------
+    # Small JSON documents that components built on the store (the HTTP server)
+    # keep beside a session: ``(session_id, kind, n) -> data``. They belong to the
+    # session: ``session_exists`` counts them and ``w_delete_session`` removes them.
+    @abc.abstractmethod
+    def records(self, sid: str, kind: str) -> list[tuple[int, str]]:
+        """``(n, data)`` of the session's records of ``kind``, by ``n``."""
+
+    @abc.abstractmethod
+    def w_put_records(self, sid: str, kind: str, items: list[tuple[int, str]]) -> None:
+        """Insert or replace each record ``(sid, kind, n)`` with ``data``."""
+
+    # reading many ----------------------------------------------------------------
+    def nodes_by_id(self, sid: str, mids: list[str]) -> list[Node]:
+        """The nodes of those of ``mids`` stored in the session (unknown ids left out), in no order.
+
+        Default: one :meth:`node` lookup per id for a few ids, else one read of the
+        session's nodes; engines may answer in one query.
+        """
+        if len(mids) > _MANY_IDS:
+            wanted = set(mids)
+            return [n for n in self.nodes(sid) if n.id in wanted]
+        out = []
+        for mid in mids:
+            node = self.node(sid, mid)
+            if node is not None:
+                out.append(node)
+        return out
+
+    # store-wide scans (Store.scan) -------------------------------------------------
+    # Each yields batches of at most ``batch_size`` rows and keeps no transaction open
+    # across yields. Nodes and compactions come in store-wide write order (seq); runs
+    # and events session by session (in ``session_ids`` order), each session's in its
+    # order. ``session_ids=None`` means every session (:meth:`scan_session_ids`). The
+    # defaults read each session through the primitives above and merge them, so their
+    # memory grows with the rows read; an engine with a store-wide index should page
+    # through it instead (one query per batch, e.g. ``WHERE seq > last ORDER BY seq``).
+    def scan_session_ids(self) -> list[str]:
+        """Every session holding anything, those with messages first (newest activity first).
+
+        Default: the sessions holding messages (:meth:`list_sessions`). An engine that
+        can also list sessions holding only runs, events, compactions or records
+        overrides this.
+        """
+        return [info.id for info in self.list_sessions()]
+
+    def scan_nodes(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, Node]]]:
+        """``(session_id, Node)`` of every message of ``session_ids``, in write order."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        rows = heapq.merge(*([(n.seq, sid, n) for n in self.nodes(sid)] for sid in ids), key=lambda r: r[0])
+        return _chunks(((sid, n) for _, sid, n in rows), batch_size)
+
+    def scan_compactions(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, Compaction]]]:
+        """``(session_id, Compaction)`` of every compaction of ``session_ids``, in write order."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        rows = heapq.merge(*([(seq, sid, c) for seq, c in self.compactions(sid)] for sid in ids), key=lambda r: r[0])
+        return _chunks(((sid, c) for _, sid, c in rows), batch_size)
+
+    def scan_runs(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, RunRecord]]]:
+        """``(session_id, RunRecord)`` of every run of ``session_ids``, session by session, oldest first."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        return _chunks(((sid, r) for sid in ids for r in self.runs(sid)), batch_size)
+
+    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+        """``(session_id, event)`` of every run event of ``session_ids``, session by session, by seq."""
+        ids = self.scan_session_ids() if session_ids is None else session_ids
+        return _chunks(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
+
+    # several processes (capabilities.shared_feed / capabilities.coordination) ------
+    def publish(self, event: ChangeEvent) -> None:
+        """Tell listening processes about a committed write of this process (``shared_feed``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no shared change feed")
+
+    def start_listener(self, callback: Callable[[ChangeEvent], Any]) -> None:
+        """Report other processes' writes to ``callback`` from a thread; idempotent (``shared_feed``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no shared change feed")
+
+    def try_hold(self, name: str) -> bool:
+        """Take the store-wide hold ``name`` unless any process has it (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process holds")
+
+    def hold_taken(self, name: str) -> bool:
+        """Whether any process holds ``name`` now, without taking it (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process holds")
+
+    def release_hold(self, name: str) -> None:
+        """Give back a hold taken with :meth:`try_hold` (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process holds")
+
+    def signal(self, sid: str, kind: str, data: Any = None) -> None:
+        """Tell other processes' signal handlers ``(sid, kind, data)`` (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process signals")
+
+    def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
+        """Call ``handler(sid, kind, data)`` for other processes' signals (``coordination``)."""
+        raise NotImplementedError(f"the {self.kind} engine has no cross-process signals")

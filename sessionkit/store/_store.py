@@ -1,0 +1,615 @@
+"""The Store: sessions, transactions, change events, search, scans, runs and analysis, over an engine."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .. import messages as _msg
+from .. import parts as _parts
+from ..errors import (
+    SessionNotFound,
+    StoreClosed,
+    StoreCorrupt,
+    UsageError,
+)
+from . import _conveniences
+from ._args import _INT64, _SCAN_READ, _count_arg, _json_arg, _require_str, _sql_params, _sql_text, _str_arg
+from ._engine import Engine
+from ._overlay import _chunks, _tree_node
+from ._session import Session
+from ._values import SCAN_KINDS, Capabilities, ChangeEvent, RunRecord, SessionInfo
+from .search import SearchHit, parse_query, snippet
+
+log = logging.getLogger("sessionkit")
+
+
+class Store:
+    """A conversation store. Open one with :func:`sessionkit.open_store`.
+
+    Thread-safe; a context manager; ``close()`` is idempotent.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_message_bytes: int | None = None,
+        reserved_metadata_keys: Iterable[str] = (),
+    ):
+        self._engine = engine
+        self._closed = False
+        # Session handles: the same object for an id while anything holds it, and no more (a
+        # store that saw a million sessions does not keep a million handles). A handle given a
+        # compaction function or threshold is kept for the store's lifetime, so its settings
+        # hold for every later store.session(id).
+        self._sessions: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+        self._configured: dict[str, Session] = {}
+        self._sessions_lock = threading.Lock()
+        self._subscribers: list[Callable[[ChangeEvent], Any]] = []
+        # Per thread: the change events of the open store.transaction(), else None.
+        self._tx_local = threading.local()
+        self.max_message_bytes = max_message_bytes
+        self.reserved_metadata_keys = tuple(reserved_metadata_keys)
+
+    # -- lifecycle ------------------------------------------------------------
+    @property
+    def engine(self) -> str:
+        """The engine's name: ``"sqlite"``, ``"duckdb"`` or ``"postgresql"``."""
+        return self._engine.kind
+
+    @property
+    def path(self) -> str | None:
+        return self._engine.path
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this store's engine can do beyond the common API (see :class:`Capabilities`).
+
+        ``store.capabilities.coordination`` tells whether several server processes may
+        share the store; ``shared_feed`` whether :meth:`subscribe` reports other
+        processes' writes; ``bulk_insert`` whether imports insert in batches.
+        """
+        return self._engine.capabilities
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._engine.close()
+
+    def __enter__(self) -> Store:
+        self._check()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
+        return _conveniences.store_bundle(self)
+
+    def _ipython_display_(self) -> None:
+        """IPython display: the sessions table, then the browser widget that replaces it where it renders."""
+        _conveniences.display_store(self)
+
+    def _repr_html_(self) -> str:
+        """A script-free HTML table of the sessions (nbconvert, GitHub)."""
+        return _conveniences.store_html(self)
+
+    def _check(self) -> Engine:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        return self._engine
+
+    # -- sessions -------------------------------------------------------------
+    def session(self, session_id: str = "") -> Session:
+        """The handle of a session (the same object for the same id).
+
+        A handle is kept while it is in use or configured (``on_compaction``,
+        ``compact_after``); the store holds no other handles, so asking for many
+        sessions costs no memory once they are dropped.
+        """
+        self._check()
+        session_id = _str_arg(session_id, "session_id")
+        with self._sessions_lock:
+            handle = self._sessions.get(session_id)
+            if handle is None:
+                handle = self._sessions[session_id] = Session(self, session_id)
+            return handle
+
+    def _keep_session(self, handle: Session) -> None:
+        """Hold ``handle`` for the store's lifetime: it carries settings (its compaction)."""
+        with self._sessions_lock:
+            self._configured[handle.session_id] = handle
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every session holding at least one message, newest activity first."""
+        return self._check().list_sessions()
+
+    def delete_session(self, session_id: str) -> None:
+        """Remove everything of a session: messages, compactions, index entries, runs, events, records."""
+        eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        if not eng.session_exists(session_id):
+            raise SessionNotFound(f"no session {session_id!r} in this store")
+        with eng.write():
+            eng.w_delete_session(session_id)
+        self._emit(ChangeEvent("clear", session_id, ()))
+
+    def stats(self) -> dict:
+        """Counts and sizes: ``sessions``, ``messages``, ``compactions``, ``blobs``, ``blob_bytes``,
+        ``indexed_messages``, ``bytes``, ``runs``, ``events``, and ``schema_version`` (the
+        version of the store's tables: opening a store upgrades older tables to it)."""
+        return self._check().stats()
+
+    # -- transactions ---------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Store]:
+        """Group writes into one transaction: all of them are stored, or none.
+
+        Every write of this thread inside the ``with`` block (appends, imports,
+        updates, deletes, runs, events, records) joins it, and so does a nested
+        ``store.transaction()``. Many small writes commit much faster this way.
+        Change events of the writes are delivered once the transaction commits,
+        and dropped if it rolls back (an exception leaves the block). Other
+        threads' writes wait until it ends; keep it short.
+
+        >>> with store.transaction():
+        ...     for m in messages:
+        ...         session.append(m)
+        """
+        eng = self._check()
+        local = self._tx_local
+        outer = getattr(local, "events", None) is None
+        if outer:
+            local.events = []
+        try:
+            with eng.write():
+                yield self
+        except BaseException:
+            if outer:
+                local.events = None
+            raise
+        if outer:
+            events, local.events = local.events, None
+            for event in events:
+                self._emit(event)
+
+    def _in_transaction(self) -> bool:
+        return getattr(self._tx_local, "events", None) is not None
+
+    # -- change feed ----------------------------------------------------------
+    def subscribe(self, callback: Callable[[ChangeEvent], Any]) -> Callable[[], None]:
+        """Call ``callback(event)`` after every write in this process; returns ``unsubscribe``.
+
+        On an engine shared by several processes (``capabilities.shared_feed``:
+        PostgreSQL), the callback also receives the writes of other processes and
+        machines, from a listener thread.
+        """
+        if not callable(callback):
+            raise TypeError("callback must be callable")
+        self._subscribers.append(callback)
+        if self._engine.capabilities.shared_feed and not self._closed:
+            self._engine.start_listener(self._deliver)  # idempotent: one listener per store
+
+        def unsubscribe() -> None:
+            try:
+                self._subscribers.remove(callback)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def _wants_events(self) -> bool:
+        """Whether anyone receives change events (else a writer need not build them)."""
+        return bool(self._subscribers) or self._engine.capabilities.shared_feed
+
+    def _emit(self, event: ChangeEvent) -> None:
+        queued = getattr(self._tx_local, "events", None)
+        if queued is not None:  # inside store.transaction(): delivered after the commit
+            queued.append(event)
+            return
+        if self._engine.capabilities.shared_feed:  # tell other processes (PostgreSQL LISTEN/NOTIFY)
+            try:
+                self._engine.publish(event)
+            except Exception:
+                log.exception("sessionkit: could not publish a change event")
+        self._deliver(event)
+
+    def _deliver(self, event: ChangeEvent) -> None:
+        subscribers = list(self._subscribers)
+        if subscribers and event.message is not None:
+            # Subscribers get their own copy: the writer's caller holds the dict that
+            # append() returned, and neither side may see the other's edits.
+            event = dataclasses.replace(event, message=_msg.deep_copy(event.message))
+        for cb in subscribers:
+            try:
+                cb(event)
+            except Exception:  # a subscriber never breaks a write
+                log.exception("sessionkit: change subscriber %r raised", cb)
+
+    # -- search ---------------------------------------------------------------
+    def search(self, query: str, *, session_id: str | None = None, limit: int = 10) -> list[SearchHit]:
+        """Full-text search over text parts (docs/search.md); any string is a valid query.
+
+        Words match case-insensitively with English stemming; all words must occur;
+        ``"double quotes"`` ask for a phrase. Hits come best first (BM25). The cost
+        of ranking stays bounded however large the store grows: when a query
+        matches more than ``store.search_candidates`` messages (2,000 by default),
+        the best hits are chosen among the newest that many matches. On SQLite,
+        when those all lie among the newest ``search_window`` messages, BM25's word
+        statistics come from those messages rather than the whole store.
+        """
+        eng = self._check()
+        limit = _count_arg(limit, "limit")
+        if session_id is not None:
+            session_id = _str_arg(session_id, "session_id")
+        parsed = parse_query(query)
+        if parsed.empty or limit == 0:
+            return []
+        if not eng.index_built():
+            with eng.write():
+                eng.w_build_index()
+        rows = eng.search(parsed.fts5(), parsed, session_id, limit)
+        if not rows:
+            return []
+        contents = eng.contents([r[0] for r in rows])
+        hits = []
+        for (seq, sid, mid, role, score), raw in zip(rows, contents):
+            msg = self._restore(seq, raw)
+            if msg is None:
+                continue  # deleted since the index answered
+            text = _parts.text_of(msg)
+            hits.append(SearchHit(mid, sid, role, text, snippet(text, parsed), float(score)))
+        return hits
+
+    def _restore(self, seq: int, raw: str | None) -> dict | None:
+        """A message from its stored JSON (payloads put back); None for a row deleted
+        meanwhile, including one whose payload went with it before it was read."""
+        if raw is None:
+            return None
+        eng = self._engine
+        try:
+            return _msg.restore(raw, eng.blob)
+        except StoreCorrupt:
+            if eng.contents([seq])[0] is None:
+                return None
+            raise
+
+    @property
+    def search_candidates(self) -> int:
+        """How many of the newest matches a search ranks at most (see :meth:`search`).
+
+        Any positive int may be set; above 2**31 - 1 it counts as that.
+        """
+        return self._engine.search_candidates
+
+    @search_candidates.setter
+    def search_candidates(self, value: int) -> None:
+        self._engine.search_candidates = _count_arg(value, "search_candidates", 1)
+
+    # -- runs and events (docs/agents.md) -------------------------------------------
+    def runs(self, session_id: str) -> list[RunRecord]:
+        """Recorded agent runs of a session, oldest first."""
+        eng = self._check()
+        return eng.runs(_str_arg(session_id, "session_id"))
+
+    def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
+        """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
+        eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        if after_seq is not None:
+            if not isinstance(after_seq, int) or isinstance(after_seq, bool):
+                raise TypeError(f"after_seq must be an int or None, got {type(after_seq).__name__}")
+            if after_seq >= _INT64[1]:
+                return []  # no seq is that large
+            after_seq = max(int(after_seq), -1)  # seqs start at 0
+        return eng.events(session_id, after_seq)
+
+    def begin_run(self, session_id: str, run_id: str, input: str | None) -> None:
+        """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
+
+        The agent calls this before a run's first event; :meth:`runs` lists the run
+        from then on. Run ids are unique in a store.
+        """
+        eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        run_id = _str_arg(run_id, "run_id")
+        if input is not None:
+            input = _str_arg(input, "input")
+        with eng.write():
+            eng.w_run_begin(session_id, run_id, input, _msg.now_iso())
+
+    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+        """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
+        ``"interrupted"``), the error text of a failure and the run's summed ``usage``."""
+        eng = self._check()
+        run_id = _str_arg(run_id, "run_id")
+        status = _str_arg(status, "status")
+        if error is not None:
+            error = _str_arg(error, "error")
+        if usage is not None:
+            _json_arg(usage, "usage")
+        with eng.write():
+            eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
+
+    def reopen_run(self, run_id: str) -> None:
+        """Record that run ``run_id`` runs again: status ``"running"``, its error, usage and end cleared.
+
+        For a run started again under its own id after the process driving it
+        stopped (the HTTP server retries the runs a crash cut short). Its start time
+        and its events stay; the new attempt's events follow them. An unknown run id
+        changes nothing.
+        """
+        eng = self._check()
+        run_id = _str_arg(run_id, "run_id")
+        with eng.write():
+            eng.w_run_end(run_id, "running", None, None, None)
+
+    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+        """Store run events of a session (docs/agents.md) in one transaction; returns them as stored.
+
+        Each event is a JSON object; the store sets ``session_id`` and the next ``seq``
+        of the session (from 0, across all its runs), and adds ``v`` (1) and ``ts``
+        (now) when missing. Events are kept until the session is deleted.
+        """
+        eng = self._check()
+        session_id = _str_arg(session_id, "session_id")
+        out = []
+        for ev in events:
+            if not isinstance(ev, dict):
+                raise TypeError(f"an event must be a dict, got {type(ev).__name__}")
+            ev = dict(ev)
+            ev.setdefault("v", 1)
+            ev.setdefault("ts", _msg.now_iso())
+            ev["session_id"] = session_id
+            _json_arg(ev, f"event {ev.get('kind')!r}")
+            out.append(ev)
+        with eng.write():
+            stored = eng.w_append_events(session_id, out)
+        return stored
+
+    # -- records --------------------------------------------------------------------
+    def records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
+        """``(n, value)`` of a session's records of ``kind``, by ``n``.
+
+        Records are small JSON values that a component built on the store keeps
+        beside a session, numbered ``n`` within their ``kind`` (the HTTP server keeps
+        its session table and the messages callers sent as ``server.*`` kinds). They
+        belong to the session: :meth:`delete_session` removes them with it.
+        """
+        _require_str("session_id", session_id)
+        _require_str("kind", kind)
+        return [(n, json.loads(data)) for n, data in self._check().records(session_id, kind)]
+
+    def put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
+        """Insert or replace records ``(n, value)`` of ``kind`` in one transaction (see :meth:`records`)."""
+        _require_str("session_id", session_id)
+        _require_str("kind", kind)
+        rows = []
+        for n, value in items:
+            if not isinstance(n, int) or isinstance(n, bool):
+                raise TypeError(f"record numbers are ints, got {type(n).__name__}")
+            if not _INT64[0] <= n <= _INT64[1]:
+                raise ValueError(f"record number {n} does not fit in 64 bits")
+            rows.append((int(n), _json_arg(value, f"record {kind!r} {n}")))
+        eng = self._check()
+        with eng.write():
+            eng.w_put_records(session_id, kind, rows)
+
+    # -- several processes on one store (capabilities.coordination) ----------------
+    def _coordinated(self, what: str) -> Engine:
+        eng = self._check()
+        if not eng.capabilities.coordination:
+            raise UsageError(
+                f"{what} needs a store that several processes may serve at once (PostgreSQL); "
+                f"this {eng.kind} store is served by one process (store.capabilities.coordination is False)"
+            )
+        return eng
+
+    def try_hold(self, name: str) -> bool:
+        """Take the store-wide hold ``name`` unless some process (this one included) has it.
+
+        Holds coordinate processes that share one store (the HTTP server's workers):
+        True means this process now holds ``name`` until :meth:`release_hold` or
+        until it ends (a process that dies gives its holds back). Holds are not
+        re-entrant. Needs ``capabilities.coordination``, else ``UsageError``.
+        """
+        _require_str("name", name)
+        return self._coordinated("store.try_hold").try_hold(name)
+
+    def hold_taken(self, name: str) -> bool:
+        """Whether any process holds ``name`` now (nothing is taken); see :meth:`try_hold`."""
+        _require_str("name", name)
+        return self._coordinated("store.hold_taken").hold_taken(name)
+
+    def release_hold(self, name: str) -> None:
+        """Give back the hold ``name`` taken with :meth:`try_hold` (nothing when not held or closed)."""
+        _require_str("name", name)
+        if self._closed:
+            return
+        self._coordinated("store.release_hold").release_hold(name)
+
+    def signal(self, session_id: str, kind: str, data: Any = None) -> None:
+        """Tell the other processes on this store ``(session_id, kind, data)``; ``data`` is JSON.
+
+        Their :meth:`on_signal` handlers receive it; this process's do not. Best
+        effort: a signal that cannot be sent is logged. Nothing when closed.
+        """
+        _require_str("session_id", session_id)
+        _require_str("kind", kind)
+        if self._closed:
+            return
+        self._coordinated("store.signal").signal(session_id, kind, data)
+
+    def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
+        """Call ``handler(session_id, kind, data)`` from a listener thread for other processes' signals.
+
+        Besides what :meth:`signal` sends, the store signals ``"events"`` (data: the
+        last ``seq``) whenever another process appends run events to a session.
+        Starts the change feed's listener too (see :meth:`subscribe`).
+        """
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        eng = self._coordinated("store.on_signal")
+        eng.on_signal(handler)
+        eng.start_listener(self._deliver)
+
+    # -- reading everything ------------------------------------------------------------
+    def scan(
+        self, kind: str, *, session_ids: Iterable[str] | None = None, batch_size: int = 20_000
+    ) -> Iterator[list[tuple]]:
+        """Read every row of ``kind`` in the store (or of ``session_ids``), in batches.
+
+        Yields lists of at most ``batch_size`` rows, each starting with its session id:
+
+        - ``"nodes"``: ``(session_id, TreeNode)``, no content;
+        - ``"messages"``: ``(session_id, TreeNode, message)``, payloads restored;
+        - ``"compactions"``: ``(session_id, Compaction)``;
+        - ``"runs"``: ``(session_id, RunRecord)``;
+        - ``"events"``: ``(session_id, event)``.
+
+        Nodes, messages and compactions come in store-wide write order (the order
+        an export replays them in); runs and events session by session, each
+        session's in its order (runs as they began, events by ``seq``).
+        ``session_ids=None`` covers every session, including those holding only
+        runs, events or compactions. Content is read one batch at a time, so the
+        batch bounds the memory messages take; the node rows an engine merges to
+        give write order may be held for the whole scan. No transaction stays open
+        while the caller holds a batch: a scan racing writes sees each row as it
+        was when its batch was read. Analysis and export read a whole store so.
+
+        >>> for batch in store.scan("messages", batch_size=1_000):
+        ...     for session_id, node, message in batch:
+        ...         ...
+        """
+        if kind not in SCAN_KINDS:
+            raise ValueError(f"unknown scan kind {kind!r}; kinds are {', '.join(SCAN_KINDS)}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        eng = self._check()
+        ids = self._scan_ids(eng, session_ids)
+        return self._scan_chunks(eng, kind, ids, batch_size)
+
+    def _scan_ids(self, eng: Engine, session_ids) -> list[str] | None:
+        if session_ids is not None:
+            if isinstance(session_ids, str):
+                session_ids = [session_ids]
+            ids = list(dict.fromkeys(session_ids))
+            for sid in ids:
+                _require_str("session ids", sid)
+            return ids
+        return None  # every session: the engine lists them all (scan_session_ids)
+
+    def _scan_chunks(self, eng: Engine, kind: str, ids, batch_size: int) -> Iterator[list[tuple]]:
+        if kind == "compactions":
+            yield from eng.scan_compactions(ids, batch_size)
+        elif kind == "runs":
+            yield from eng.scan_runs(ids, batch_size)
+        elif kind == "events":
+            yield from eng.scan_events(ids, batch_size)
+        else:
+            for batch in eng.scan_nodes(ids, batch_size):
+                self._check()
+                if kind == "nodes":
+                    yield [(sid, _tree_node(n)) for sid, n in batch]
+                    continue
+                rows = []
+                for chunk in _chunks(batch, _SCAN_READ):
+                    raws = eng.contents([n.seq for _, n in chunk])
+                    for (sid, n), raw in zip(chunk, raws):
+                        message = self._restore(n.seq, raw)
+                        if message is not None:  # (None: deleted since its batch was read)
+                            rows.append((sid, _tree_node(n), message))
+                yield rows
+
+    # -- analysis (pandas and DuckDB load on first use) ----------------------------
+    def messages_df(self, session_ids=None):
+        """One row per message (a pandas DataFrame) with the columns of the ``messages`` view
+        (docs/analysis.md); see sessionkit.analysis."""
+        return _conveniences.messages_df(self, session_ids)
+
+    def sql(self, query: str, params=None, *, files: bool = False):
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
+
+        The query reads those views and nothing else of the machine (see :meth:`sql_arrow`);
+        ``files=True`` lets it read local files too."""
+        return _conveniences.sql(self, query, params, files=files)
+
+    def runs_df(self):
+        """The ``runs`` view as a pandas DataFrame (one row per run); see sessionkit.analysis."""
+        return _conveniences.runs_df(self)
+
+    def events_df(self, session_ids=None):
+        """The ``events`` view as a pandas DataFrame (of ``session_ids``, default all); see sessionkit.analysis."""
+        return _conveniences.events_df(self, session_ids)
+
+    def sql_arrow(self, query: str, params=None, *, session_ids: Iterable[str] | None = None, files: bool = False):
+        """Run one read-only DuckDB SELECT over the analysis views; the result as a ``pyarrow.Table``.
+
+        On a DuckDB store the views are defined over the store's own tables; on SQLite
+        and PostgreSQL over a DuckDB cache of the analysis columns beside the store (for
+        a SQLite file, the file ``<path>-analysis.duckdb``; in memory for PostgreSQL),
+        brought up to date from the store's change log before each query (see
+        ``sessionkit.analysis``). ``params`` binds ``?`` or ``$name`` placeholders.
+        ``session_ids`` makes every view hold only those sessions for this query (their
+        tree columns computed for them alone, so a query about one session costs that
+        session). Inside :meth:`transaction` the query sees the transaction's own writes;
+        the cache keeps none of them unless the transaction commits. Needs the ``analysis``
+        extra.
+
+        A query is a sandbox: it reads the views, its own CTEs and the table functions
+        ``range``, ``generate_series`` and ``unnest``; anything else -- a file
+        (``read_csv``, ``glob``, ``'x.parquet'``), a table of the store or its cache, a
+        catalog or settings function (``duckdb_tables()``, ``current_setting``), DESCRIBE
+        or SHOW, a statement other than one SELECT (ATTACH, COPY, INSTALL, SET...), a
+        lone surrogate in the query or its parameters -- raises ``ValueError`` naming what
+        was refused. ``files=True`` lets the query read local files (CSV, Parquet,
+        JSON, text) besides the views: it then runs on a DuckDB connection of its own
+        holding the views it names, read whole in one snapshot.
+
+        A running query stops when the store is closed (it raises ``StoreClosed``, and
+        ``close()`` returns once it has stopped), on Ctrl-C in the main thread and on
+        :meth:`interrupt_sql` (``KeyboardInterrupt``); the store answers the next query
+        as before."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if params is not None and not isinstance(params, (list, tuple, dict)):
+            raise TypeError(f"params must be a list, tuple or dict, got {type(params).__name__}")
+        if not isinstance(files, bool):
+            raise TypeError(f"files must be a bool, got {type(files).__name__}")
+        _sql_text(query, "store.sql: the query")
+        _sql_params(params, "params")
+        eng = self._check()
+        ids = self._scan_ids(eng, session_ids)
+        return eng.analysis_query(query, params, ids, files)
+
+    def interrupt_sql(self) -> None:
+        """Stop the analysis queries running now on this store in other threads (``sql``,
+        ``sql_arrow``, ``to_arrow``, ``messages_df``...): each raises ``KeyboardInterrupt``,
+        as after Ctrl-C. Returns at once; the store stays open and answers the next query.
+        (``sk.aio`` calls it when the task awaiting a query is cancelled.)"""
+        self._check().interrupt_analysis()
+
+    def to_arrow(self, view: str):
+        """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)
+        as a ``pyarrow.Table``, in its natural order (messages in write order)."""
+        from ._analysis import VIEW_ORDER
+
+        if view not in VIEW_ORDER:
+            raise ValueError(f"unknown view {view!r}; views are {', '.join(VIEW_ORDER)}")
+        return self.sql_arrow(f"SELECT * FROM {view} ORDER BY {VIEW_ORDER[view]}")
