@@ -845,15 +845,13 @@ def _with_files(
         wanted = set(VIEWS)
     _install(con, tables, state, True, wanted, session_ids)
     held = {}
-    if in_transaction:
+    if not in_transaction:
+        _do(con, "BEGIN TRANSACTION")  # one snapshot for every view read
+    try:
         for view in sorted(wanted):
             held[view] = _fetch(con, f"SELECT * FROM {view}", None, run)
-    else:
-        _do(con, "BEGIN TRANSACTION")
-        try:
-            for view in sorted(wanted):
-                held[view] = _fetch(con, f"SELECT * FROM {view}", None, run)
-        finally:
+    finally:
+        if not in_transaction:
             _rollback(con)
     files_con = duckdb.connect(":memory:", config=_CONFIG)
     try:

@@ -34,7 +34,7 @@ import time
 import traceback
 import types
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -247,10 +247,14 @@ def ranked(outcome: Any) -> Any:
     if not isinstance(outcome, Returned) or not isinstance(outcome.value, list):
         return outcome
     rows = outcome.value
-    seqs = sorted({r.seq for r in rows if hasattr(r, "seq")})
-    rank = {seq: i for i, seq in enumerate(seqs)}
+    rank = ranks(r.seq for r in rows if hasattr(r, "seq"))
     value = [with_seq(r, rank[r.seq]) if hasattr(r, "seq") else r for r in rows]
     return dataclasses.replace(outcome, value=value)
+
+
+def ranks(seqs: Iterable[int]) -> dict[int, int]:
+    """Each seq's place in write order among ``seqs``."""
+    return {seq: i for i, seq in enumerate(sorted(set(seqs)))}
 
 
 def with_seq(row: Any, seq: int) -> Any:
@@ -290,8 +294,7 @@ def rows(st: sk.Store) -> dict:
         for kind in ("nodes", "messages", "compactions", "runs", "events")
     }
     # seqs by their order (two stores may number the same writes differently; see same_rows)
-    seqs = sorted({row[1].seq for kind in ("nodes", "messages") for row in out[kind]})
-    rank = {seq: i for i, seq in enumerate(seqs)}
+    rank = ranks(row[1].seq for kind in ("nodes", "messages") for row in out[kind])
     for kind in ("nodes", "messages"):  # rows: (session id, node, ...)
         out[kind] = [(row[0], with_seq(row[1], rank[row[1].seq]), *row[2:]) for row in out[kind]]
     out["sessions"] = st.list_sessions()
