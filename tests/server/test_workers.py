@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import httpx
@@ -400,8 +401,18 @@ def test_a_killed_worker_s_run_starts_again_on_another_worker_with_what_it_accep
     assert b.client.get("/sessions/chat").json()["active"] == "chat.1"
     _wait_recorded_start(cluster.url, "chat", attempts=1)  # a's start is written behind the agent's back
     os.killpg(a.proc.pid, signal.SIGSTOP)  # frozen: it still holds the session but takes nothing
-    assert b.client.post("/sessions/chat/messages", json={"text": "two"}).json() == {"runId": "chat.1", "queued": True}
+    # The message goes to b while a is frozen. a may be frozen inside one of its own store
+    # transactions, whose locks b's decision then waits for until a is gone: so the message
+    # is sent from a thread, and a is killed while it may wait.
+    answer: dict = {}
+    sender = threading.Thread(
+        target=lambda: answer.update(b.client.post("/sessions/chat/messages", json={"text": "two"}).json()),
+        daemon=True,
+    )
+    sender.start()
     a.kill()  # SIGKILL mid-run: its connections, and the hold on the session, go with it
+    sender.join(timeout=HANG)  # a hang guard: nothing of a's holds the session now
+    assert answer == {"runId": "chat.1", "queued": True}
     (cluster.gate / "open").touch()
     # nobody asks: the other worker finds the session (its sweep), closes the dead run and starts it again
     state = wait_idle(b.client, "chat")
