@@ -647,7 +647,7 @@ class SQLEngine(Engine):
         self._inserts: dict[tuple[str, str], str] = {}
         self._analysis: Any = None
         self._analysis_setup = threading.Lock()
-        from ._analysis import Runs  # (no DuckDB import: that comes with the first query)
+        from ._query import Runs  # (no DuckDB import: that comes with the first query)
 
         self._analysis_runs = Runs()
 
@@ -1373,8 +1373,8 @@ class SQLEngine(Engine):
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
         The shared engine keeps an in-memory cache of the analysis columns beside the
-        store, refreshed from the change log before each query (``_analysis.Cache``)."""
-        from . import _analysis
+        store, refreshed from the change log before each query (``_cache.Cache``)."""
+        from . import _cache
 
         with self._analysis_runs.run() as run:  # (StoreClosed once the store closes)
             cache = self._analysis
@@ -1383,7 +1383,7 @@ class SQLEngine(Engine):
                     run.raise_if_stopped()
                     cache = self._analysis
                     if cache is None:
-                        cache = self._analysis = _analysis.Cache(self, ordered=self.ORDERED_COMMITS)
+                        cache = self._analysis = _cache.Cache(self, ordered=self.ORDERED_COMMITS)
             return cache.query(query, params, session_ids, run=run, files=files)
 
     def interrupt_analysis(self) -> None:
