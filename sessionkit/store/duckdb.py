@@ -84,7 +84,7 @@ from typing import cast
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import _files
 from . import search as _search
-from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, SCHEMA_VERSION, TABLES, LocalEngine
+from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, MIGRATIONS, SCHEMA_VERSION, TABLES, LocalEngine
 from ._values import Capabilities, Node
 
 try:
@@ -121,8 +121,8 @@ _WHOLE_PATH = 1 << 20
 # worth of appends.
 _SEQ_BLOCK = 4096
 
-# The schema version that added sessionkit_journal.
-_JOURNAL_VERSION = 7
+# The schema version that added sessionkit_journal (its step of the ledger).
+_JOURNAL_VERSION = next(m.version for m in MIGRATIONS if DUCKDB_JOURNAL_TABLE in m.steps.get("duckdb", ()))
 
 # Journal rows that make an append move the journal into the messages table at once
 # (see DuckDBEngine.merge_journal); reads move it before they run.
