@@ -45,11 +45,12 @@ notebooks: setup
 # without them every run (and every process a test starts) compiles litellm and the rest again.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
-## ruff (lint and format) on the package, the tests and the benchmarks; mypy on the package (the
-## bodies of functions without annotations too). `ruff format sessionkit tests benchmarks` formats.
+## ruff (lint and format) on the package, the tests, the benchmarks and the notebooks (their code
+## cells); mypy on the package (the bodies of functions without annotations too).
+## `ruff format sessionkit tests benchmarks notebooks` formats.
 lint: setup
-	$(BIN)/ruff check sessionkit tests benchmarks
-	$(BIN)/ruff format --check sessionkit tests benchmarks
+	$(BIN)/ruff check sessionkit tests benchmarks notebooks
+	$(BIN)/ruff format --check sessionkit tests benchmarks notebooks
 	$(BIN)/mypy sessionkit
 
 # The suite runs on pytest-xdist workers, one per core by default (TEST_WORKERS=1 runs it in one
