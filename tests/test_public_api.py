@@ -221,7 +221,10 @@ SUBPACKAGES = {
     "sessionkit.server": {"SessionServer", "create_app", "serve"},  # serve: what `sessionkit serve` runs
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.parts": {
+        "FOLD_LINES",
         "OVERLAY_PREFIX",
+        "fold_lines",
+        "output_text",
         "is_tool_part",
         "one_line",
         "overlay_info",

@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--full", action="store_true", help="every message, compaction not applied (--tree always shows every message)"
     )
     p.add_argument(
+        "--all-output",
+        action="store_true",
+        help="every line of each tool output (by default an output longer than 30 lines is folded, "
+        "with a count of the lines left out)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="print the messages as JSON (with --tree: nodes with parent, children and message)",

@@ -130,7 +130,7 @@ def cmd_show(args, out: TextIO) -> int:
             else:
                 _write_json_array(_newest(session, args.leaf, not args.full, args.last)[1], out)
         else:
-            _render_path(session, out, leaf_id=args.leaf, full=args.full, last=args.last)
+            _render_path(session, out, leaf_id=args.leaf, full=args.full, last=args.last, all_output=args.all_output)
     return 0
 
 
