@@ -218,7 +218,23 @@ SUBPACKAGES = {
     "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
     "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
     "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},
-    "sessionkit.server": {"SessionServer", "create_app", "serve"},  # serve: what `sessionkit serve` runs
+    # serve: what `sessionkit serve` runs; serve_view: what `sessionkit view` runs
+    "sessionkit.server": {"SessionServer", "create_app", "serve", "create_view_app", "serve_view", "is_loopback"},
+    "sessionkit.widgets.viewer": {
+        "SORT_COLUMNS",
+        "PAGE_SIZE",
+        "ASSETS",
+        "asset",
+        "modules_script",
+        "sessions_page",
+        "search_hits",
+        "session_state",
+        "path_state",
+        "message_views",
+        "run_events",
+        "page_html",
+        "write_bundle",
+    },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.parts": {
         "FOLD_LINES",

@@ -157,3 +157,40 @@ function skHideSnapshot(model) {
     output.dataset.skSnapshotHidden = "1";
   }
 }
+
+/**
+ * A stand-in for the widget model where no kernel runs: the pages written by to_html()
+ * (offline.js) and the store viewer (viewer.js). It keeps the view's state in a plain
+ * object, runs the module's offlineChange on each set (as the kernel would recompute),
+ * and answers the view's requests with answer(msg, state): a reply, a Promise of one, or null.
+ */
+function skLocalModel(state, mod, answer) {
+  const handlers = new Map();
+  const emit = (name, ...args) => {
+    for (const fn of handlers.get(name) || []) fn(...args);
+  };
+  const model = {
+    get: (key) => state[key],
+    set(key, value) {
+      state[key] = value;
+      if (mod && mod.offlineChange) mod.offlineChange(key, state, (k, v) => model.set(k, v));
+      emit("change:" + key);
+    },
+    save_changes() {},
+    on(name, fn) {
+      if (!handlers.has(name)) handlers.set(name, new Set());
+      handlers.get(name).add(fn);
+    },
+    off(name, fn) {
+      if (handlers.has(name)) handlers.get(name).delete(fn);
+    },
+    send(msg) {
+      setTimeout(() => {
+        Promise.resolve(answer(msg, state)).then((reply) => {
+          if (reply) emit("msg:custom", reply, []);
+        });
+      }, 0);
+    },
+  };
+  return model;
+}
