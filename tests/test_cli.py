@@ -28,7 +28,7 @@ pytestmark = pytest.mark.xdist_group("test_cli")  # the commands of a module-sco
 
 _SCRIPT = Path(sys.executable).with_name("sessionkit")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "sessionkit"]
-COMMANDS = ["info", "ls", "show", "search", "demo", "import", "export", "serve", "lab"]
+COMMANDS = ["info", "ls", "show", "search", "demo", "import", "export", "serve", "view", "lab"]
 
 
 def _env(**extra: str) -> dict:
