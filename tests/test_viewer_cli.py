@@ -32,7 +32,11 @@ def store_path(tmp_path_factory):
     with sk.open_store(path) as store:
         for k in range(12):
             items = [
-                ({"id": f"m{j}", "role": "user", "parts": [{"type": "text", "text": f"note {k} {j}"}]}, None, None)
+                (
+                    {"id": f"m{j}", "role": "user", "parts": [{"type": "text", "text": f"note {k} {j}"}]},
+                    f"m{j - 1}" if j else None,
+                    None,
+                )
                 for j in range(1 + k % 4)
             ]
             store.session(f"s{k:02d}").import_many(items)
@@ -83,6 +87,10 @@ def test_bundle_options_are_checked(store_path, tmp_path):
     assert len(list((tmp_path / "b" / "data").glob("s*.js"))) == 3  # sessions.js and one per session
 
 
+def fast_tokens(store, sid: str) -> int:
+    return int(store.session(sid).path(None).tokens_full)  # each session is one line of messages
+
+
 def test_sessions_page_sorts_filters_and_pages_as_the_store_counts(store_path):
     with sk.open_store(store_path) as store:
         sizes = {info.id: len(store.session(info.id)) for info in store.list_sessions()}
@@ -97,7 +105,16 @@ def test_sessions_page_sorts_filters_and_pages_as_the_store_counts(store_path):
         assert past["rows"] == [] and past["total"] == len(sizes)
         only = viewer.sessions_page(store, filter="S0", sort="session_id", desc=False)
         assert [r["session_id"] for r in only["rows"]] == sorted(s for s in sizes if "s0" in s)
-        assert viewer.sessions_page(store, filter="100%_")["total"] == 0  # LIKE wildcards are literal
+        for literal in ("_", "%", "s0_"):  # LIKE's wildcards are plain characters in a filter
+            assert viewer.sessions_page(store, filter=literal)["total"] == 0, literal
+        # a sort by source reads every session's source: the same rows, in that order
+        by_source = viewer.sessions_page(store, sort="source", desc=False, limit=500)["rows"]
+        assert sorted(r["session_id"] for r in by_source) == sorted(sizes)
+        # the one-page query and the every-session query (a filter every id matches) agree, row for row
+        fast = viewer.sessions_page(store, sort="tokens", limit=500)["rows"]
+        full = viewer.sessions_page(store, sort="tokens", limit=500, filter="s")["rows"]
+        assert fast == full
+        assert [r["session_id"] for r in fast] == sorted(sizes, key=lambda s: (-fast_tokens(store, s), s))
         for bad in ({"sort": "text"}, {"limit": 0}, {"limit": 10_000}, {"offset": -1}):
             with pytest.raises(ValueError, match=next(iter(bad))):
                 viewer.sessions_page(store, **bad)

@@ -112,30 +112,60 @@ def _has_labels(store: Any) -> bool:
     return {"session_id", "label"} <= names
 
 
-def _sessions_sql(labels: bool) -> str:
+_RUNS = (
+    "r AS (SELECT session_id, sum(cost_usd) AS cost, count(*) - count(cost_usd) AS unpriced "
+    "FROM runs GROUP BY session_id)"
+)
+_BASE = (
+    "SELECT s.session_id, s.message_count AS messages, s.branch_points AS branches, s.tokens, r.cost, "
+    "coalesce(r.unpriced, 0) AS unpriced, s.run_count AS runs, s.updated_at AS last_activity"
+)
+_ONLY = " AND session_id IN (SELECT unnest($ids))"
+
+
+def _source_sql(only: bool) -> str:
     keys = ", ".join(f"'{k}'" for k in _SOURCES)
-    label_cte = (
-        ", l AS (SELECT session_id, string_agg(DISTINCT CAST(label AS VARCHAR), ', ') AS labels "
-        "FROM labels GROUP BY session_id)"
-        if labels
-        else ""
-    )
     return (
-        "WITH r AS (SELECT session_id, sum(cost_usd) AS cost, count(*) - count(cost_usd) AS unpriced "
-        "FROM runs GROUP BY session_id), "
-        "src AS (SELECT session_id, min(list_filter(json_keys(metadata), lambda k: k IN ("
-        + keys
-        + "))[1]) AS source FROM messages WHERE depth = 0 AND metadata IS NOT NULL GROUP BY session_id)"
-        + label_cte
-        + ", t AS (SELECT s.session_id, s.message_count AS messages, s.branch_points AS branches, s.tokens, "
-        "r.cost, coalesce(r.unpriced, 0) AS unpriced, s.run_count AS runs, s.updated_at AS last_activity, "
-        "coalesce(replace(src.source, '_', '-'), CASE WHEN s.run_count > 0 THEN 'agent' END) AS source, "
+        f"SELECT session_id, min(list_filter(json_keys(metadata), lambda k: k IN ({keys}))[1]) AS source "
+        f"FROM messages WHERE depth = 0 AND metadata IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
+    )
+
+
+def _labels_sql(only: bool) -> str:
+    return (
+        "SELECT session_id, string_agg(DISTINCT CAST(label AS VARCHAR), ', ') AS labels FROM labels "
+        f"WHERE label IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
+    )
+
+
+def _full_sql(labels: bool) -> str:
+    """Every column for every session, filtered: for a filter or a sort by source or labels."""
+    return (
+        f"WITH {_RUNS}, src AS ({_source_sql(False)})"
+        + (f", l AS ({_labels_sql(False)})" if labels else "")
+        + f", t AS ({_BASE}, coalesce(replace(src.source, '_', '-'), CASE WHEN s.run_count > 0 THEN 'agent' END) "
+        "AS source, "
         + ("l.labels" if labels else "CAST(NULL AS VARCHAR) AS labels")
         + " FROM sessions s LEFT JOIN r USING (session_id) LEFT JOIN src USING (session_id)"
         + (" LEFT JOIN l USING (session_id)" if labels else "")
-        + ") SELECT *, count(*) OVER () AS total FROM t WHERE $f = '' OR session_id ILIKE $like "
-        "OR coalesce(source, '') ILIKE $like OR coalesce(labels, '') ILIKE $like "
+        + ") SELECT *, count(*) OVER () AS total FROM t WHERE session_id ILIKE $like ESCAPE '\\' "
+        "OR coalesce(source, '') ILIKE $like ESCAPE '\\' OR coalesce(labels, '') ILIKE $like ESCAPE '\\' "
     )
+
+
+def _decorate(store: Any, rows: list[dict], labels: bool) -> None:
+    """Fill in ``source`` and ``labels`` for one page of rows, reading those sessions only."""
+    ids = [r["session_id"] for r in rows]
+    if not ids:
+        return
+    sources = {r["session_id"]: r["source"] for r in store.sql_arrow(_source_sql(True), {"ids": ids}).to_pylist()}
+    named = {}
+    if labels:
+        named = {r["session_id"]: r["labels"] for r in store.sql_arrow(_labels_sql(True), {"ids": ids}).to_pylist()}
+    for row in rows:
+        source = sources.get(row["session_id"])
+        row["source"] = source.replace("_", "-") if source else ("agent" if row["runs"] else None)
+        row["labels"] = named.get(row["session_id"])
 
 
 def sessions_page(
@@ -150,22 +180,37 @@ def sessions_page(
     """One page of the sessions table: ``{"rows", "total", "offset", "limit", "sort", "desc",
     "labels"}``. Each row has ``session_id, messages, branches, tokens, cost, unpriced, runs,
     last_activity, source, labels``; ``total`` counts the rows the filter keeps. ``filter``
-    keeps the sessions whose id, source or labels contain it (case-insensitive)."""
+    keeps the sessions whose id, source or labels contain it (case-insensitive).
+
+    Without a filter, sorted by a column of the ``sessions`` view, the page is one top-N query
+    over that view (as cheap as counting it) and source and labels are read for the page's
+    sessions only; a filter or a sort by source or labels reads them for every session."""
     if sort not in SORT_COLUMNS:
         raise ValueError(f"cannot sort by {sort!r}; the columns are {', '.join(SORT_COLUMNS)}")
-    if not isinstance(offset, int) or offset < 0:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ValueError(f"offset must be a whole number of 0 or more, got {offset!r}")
-    if not isinstance(limit, int) or not 1 <= limit <= _MAX_PAGE:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_PAGE:
         raise ValueError(f"limit must be between 1 and {_MAX_PAGE}, got {limit!r}")
     labels = _has_labels(store)
     order = f"{SORT_COLUMNS[sort]} {'DESC' if desc else 'ASC'} NULLS LAST, session_id"
-    query = _sessions_sql(labels) + f"ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}"
+    page = f"ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}"
     filt = str(filter or "")
-    like = "%" + filt.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    rows = store.sql_arrow(query, {"f": filt, "like": like}).to_pylist()
-    total = rows[0].pop("total") if rows else _count(store, labels, filt, like)
-    for row in rows[1:]:
-        row.pop("total", None)
+    if filt or sort in ("source", "labels"):
+        like = "%" + filt.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query, params = _full_sql(labels) + page, {"like": like}
+        count = f"SELECT count(*) AS n FROM ({_full_sql(labels)})"
+    else:
+        query = f"WITH {_RUNS} {_BASE}, count(*) OVER () AS total FROM sessions s LEFT JOIN r USING (session_id) {page}"
+        params, count = None, "SELECT count(*) AS n FROM sessions"
+    rows = store.sql_arrow(query, params).to_pylist()
+    if rows:
+        total = rows[0]["total"]
+    else:  # a page past the end holds no row to say how many there are
+        total = store.sql_arrow(count, params).to_pylist()[0]["n"]
+    for row in rows:
+        del row["total"]
+    if not (filt or sort in ("source", "labels")):
+        _decorate(store, rows, labels)
     return {
         "rows": [{k: _plain(v) for k, v in row.items()} for row in rows],
         "total": int(total),
@@ -175,14 +220,6 @@ def sessions_page(
         "desc": desc,
         "labels": labels,
     }
-
-
-def _count(store: Any, labels: bool, filt: str, like: str) -> int:
-    """How many rows the filter keeps, for a page past the end (which holds no row to say)."""
-    rows = store.sql_arrow(
-        "SELECT count(*) AS n FROM (" + _sessions_sql(labels) + ")", {"f": filt, "like": like}
-    ).to_pylist()
-    return int(rows[0]["n"])
 
 
 def search_hits(store: Any, query: str, *, limit: int = 50) -> list[dict]:
