@@ -125,7 +125,7 @@ def main(argv: list[str]) -> None:
     for r in rows:
         raw = r["raw_count_ms"]
 
-        def cell(ms: float) -> str:
+        def cell(ms: float, raw: float = raw) -> str:
             return f"{ms:7.1f} ms {ms / raw:5.1f}x"
 
         print(
