@@ -120,3 +120,29 @@ def test_sessions_page_sorts_filters_and_pages_as_the_store_counts(store_path):
                 viewer.sessions_page(store, **bad)
         with pytest.raises(sk.SessionNotFound, match="nope"):
             viewer.session_state(store, "nope")
+
+
+def test_the_viewer_reads_every_engine(new_store, engine):
+    """The table, search and a session page on SQLite, DuckDB and PostgreSQL, as the store counts."""
+    store = new_store(engine)
+    for k in range(3):
+        s = store.session(f"e{k}")
+        s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": f"deploy number {k}"}]})
+        for j in range(k):
+            s.append({"id": f"a{j}", "role": "assistant", "parts": [{"type": "text", "text": "ok"}]}, parent_id="u")
+    page = viewer.sessions_page(store, sort="branches", desc=True)
+    assert [(r["session_id"], r["messages"], r["branches"]) for r in page["rows"]] == [
+        ("e2", 3, 1),
+        ("e0", 1, 0),
+        ("e1", 2, 0),
+    ]
+    hits = viewer.search_hits(store, "deploy")
+    assert sorted((h["session_id"], h["id"]) for h in hits) == sorted(
+        (h.session_id, h.id) for h in store.search("deploy", limit=50)
+    )
+    state = viewer.session_state(store, "e2")
+    assert sorted(state["tree"]["ids"]) == ["a0", "a1", "u"] and state["latest"] == "a1"
+    paths = viewer.path_state(store, "e2", "a0")
+    assert [e["id"] for e in paths["full"]["entries"]] == ["u", "a0"]
+    views = viewer.message_views(store, "e2", ["u", "zz"])
+    assert list(views) == ["u"] and views["u"]["parts"][0]["text"] == "deploy number 2"
