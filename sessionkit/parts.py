@@ -49,7 +49,8 @@ OVERLAY_PREFIX = "compaction:"
 FOLD_LINES = 30
 
 # ECMA-48 escape sequences: CSI (colours, cursor moves), OSC (titles, links) and the short
-# two-byte ones. The same pattern as SK_ANSI in widgets/static/common.js.
+# two-byte ones. The same pattern as SK_ANSI in widgets/static/common.js. A regular expression
+# rather than a dependency: the views strip the codes, they do not render colours.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
 

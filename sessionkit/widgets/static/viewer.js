@@ -97,6 +97,8 @@
       },
       async search(text) {
         // Client-side: every word of the query (case-folded) in the text; ranked by occurrences.
+        // Hand-written: a page opened from file:// loads no search library, and a bundle of
+        // chosen sessions is small enough to scan.
         const words = text.toLowerCase().split(/\W+/).filter(Boolean);
         if (!words.length) return [];
         const hits = [];
