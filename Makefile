@@ -30,6 +30,7 @@ $(VENV)/.sessionkit-installed-%: pyproject.toml
 	@touch $@
 
 ## The main job: JupyterLab on the tour notebooks with a ready demo store (offline, no API key).
+## It prints the store's path: `sessionkit view <that path>` shows the whole store in a browser.
 demo: $(call STAMP,notebook)
 	$(BIN)/python -m sessionkit._lab
 

@@ -7,6 +7,9 @@
     chat = sk.widgets.Transcript(session, follow=tree)   # that path as a chat
     live = sk.widgets.RunView(controller)          # a run as it streams
 
+:mod:`sessionkit.widgets.viewer` holds the data and page of the store viewer
+(``sessionkit view``, docs/viewer.md), which runs these views' front end in a web page.
+
 The widget classes need the ``widgets`` extra (anywidget, ipywidgets); the
 static snapshots in :mod:`sessionkit.widgets._static` do not, so a session or
 store still displays as HTML without it. Nothing here is imported by
