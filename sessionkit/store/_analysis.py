@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import missing
+from . import _sql
 
 __all__ = [
     "VIEWS",
@@ -132,58 +133,11 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
 TREE_COLUMNS = ("n_children", "on_latest_path", "compacted_by")
 
-#: The stored columns the views read, per table (a cache keeps exactly these).
-SOURCE_COLUMNS = {
-    "messages": (
-        "seq",
-        "session_id",
-        "id",
-        "parent_id",
-        "depth",
-        "role",
-        "text",
-        "n_parts",
-        "tool_names",
-        "tokens",
-        "bytes",
-        "created_at",
-        "metadata",
-    ),
-    "compactions": (
-        "seq",
-        "session_id",
-        "id",
-        "from_id",
-        "to_id",
-        "summary",
-        "created_at",
-        "tokens_before",
-        "tokens_after",
-    ),
-    "runs": ("run_id", "session_id", "status", "input", "error", "started_at", "ended_at", "usage", "n"),
-    "events": ("session_id", "seq", "run_id", "data"),
-}
-
-SOURCE_TYPES = {
-    "messages": (
-        "BIGINT",
-        "VARCHAR",
-        "VARCHAR",
-        "VARCHAR",
-        "BIGINT",
-        "VARCHAR",
-        "VARCHAR",
-        "BIGINT",
-        "VARCHAR",
-        "BIGINT",
-        "BIGINT",
-        "VARCHAR",
-        "VARCHAR",
-    ),
-    "compactions": ("BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "BIGINT"),
-    "runs": ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT"),
-    "events": ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"),
-}
+#: The stored columns the views read, per table (a cache keeps exactly these), and their
+#: DuckDB types: from the store's table declaration (``_sql.TABLES``, the columns marked
+#: ``analysis``).
+SOURCE_COLUMNS = _sql.SOURCE_COLUMNS
+SOURCE_TYPES = _sql.SOURCE_TYPES
 
 
 def duckdb_module():

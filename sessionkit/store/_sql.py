@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import re
 import threading
 import uuid
@@ -53,6 +54,10 @@ __all__ = [
     "SQLEngine",
     "LocalEngine",
     "NODE_COLUMNS",
+    "PREPARED_COLUMNS",
+    "INSERT_COLUMNS",
+    "SOURCE_COLUMNS",
+    "SOURCE_TYPES",
     "DUCKDB_JOURNAL_TABLE",
 ]
 
@@ -88,6 +93,12 @@ class Column:
     null: bool = False
     default: str | None = None
     only: tuple[str, ...] = _ALL
+    #: A message column whose value a prepared message gives (the attribute of
+    #: :class:`~sessionkit.messages.Prepared` of the same name): every statement that
+    #: writes a message row writes these from this declaration (:data:`PREPARED_COLUMNS`).
+    prepared: bool = False
+    #: Read by the analysis views (a cache beside the store copies these; :data:`SOURCE_COLUMNS`).
+    analysis: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,7 +136,7 @@ TABLES: dict[str, Table] = {
                 Column("seq", "seq"),
                 # DuckDB answers point lookups from an index only for a one-column equality: the
                 # session id, length-prefixed, followed by the message id.
-                Column("msg_key", "text", only=("duckdb",)),
+                Column("msg_key", "text", only=("duckdb",), analysis=False),
                 Column("session_id", "text"),
                 Column("id", "text"),
                 Column("parent_id", "text", null=True),
@@ -134,23 +145,23 @@ TABLES: dict[str, Table] = {
                 Column("created_at", "text"),
                 Column("bytes", "bigint"),
                 Column("tokens", "bigint"),
-                Column("path_bytes", "bigint"),
-                Column("path_tokens", "bigint"),
-                Column("chunks", "int", default="0"),
+                Column("path_bytes", "bigint", analysis=False),
+                Column("path_tokens", "bigint", analysis=False),
+                Column("chunks", "int", default="0", analysis=False),
                 # SQLite: 0 when the row followed its session's latest row as it was written,
                 # so it needs no entry in the children index (see sqlite.py). Before content,
                 # so reading it never reads a long row's overflow pages.
-                Column("branch", "int", default="1", only=("sqlite",)),
+                Column("branch", "int", default="1", only=("sqlite",), analysis=False),
                 # The analysis columns (docs/analysis.md), written with the row so that no query decodes
                 # messages: the text parts joined by blank lines, the number of parts, the tools
                 # the parts call (a JSON array; NULL when none) and the metadata as JSON.
-                Column("text", "text", null=True),
-                Column("n_parts", "int", default="0"),
-                Column("tool_names", "text", null=True),
-                Column("metadata", "text", null=True),
-                Column("content", "text"),
+                Column("text", "text", null=True, prepared=True),
+                Column("n_parts", "int", default="0", prepared=True),
+                Column("tool_names", "text", null=True, prepared=True),
+                Column("metadata", "text", null=True, prepared=True),
+                Column("content", "text", analysis=False),
                 # DuckDB: the message's word count in its search index (NULL: not indexed).
-                Column("index_len", "int", null=True, only=("duckdb",)),
+                Column("index_len", "int", null=True, only=("duckdb",), analysis=False),
             ),
             key=("seq",),
             indexes=(
@@ -253,6 +264,41 @@ TABLES: dict[str, Table] = {
         ),
     )
 }
+
+
+#: The message columns a prepared message gives, in the order every statement that writes
+#: a message row lists them (from the declaration above).
+PREPARED_COLUMNS: tuple[str, ...] = tuple(c.name for c in TABLES["messages"].columns if c.prepared)
+_PREPARED_GET = operator.attrgetter(*PREPARED_COLUMNS)
+_TEXT_AT = PREPARED_COLUMNS.index("text")
+
+#: The stored columns the analysis views read, per table (a cache beside the store keeps
+#: exactly these), and their DuckDB types: from the declaration above.
+SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
+    t: tuple(c.name for c in TABLES[t].columns if c.analysis) for t in ("messages", "compactions", "runs", "events")
+}
+_DUCKDB_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bigint": "BIGINT", "seq": "BIGINT"}
+SOURCE_TYPES: dict[str, tuple[str, ...]] = {
+    t: tuple(_DUCKDB_TYPES[c.type] for c in TABLES[t].columns if c.analysis) for t in SOURCE_COLUMNS
+}
+
+#: The columns of a message row the shared insert writes, in order (the engine's own
+#: columns, DuckDB's ``msg_key`` and SQLite's ``branch``, are written by its own statements).
+INSERT_COLUMNS: tuple[str, ...] = (
+    "session_id",
+    "id",
+    "parent_id",
+    "depth",
+    "role",
+    "created_at",
+    "bytes",
+    "tokens",
+    "path_bytes",
+    "path_tokens",
+    "chunks",
+    *PREPARED_COLUMNS,
+    "content",
+)
 
 
 # ---------------------------------------------------------------------------
@@ -559,9 +605,8 @@ STATEMENTS: dict[str, str] = {
     "ledger": "SELECT version, note, applied_at FROM {migrations} ORDER BY version",
     # writes
     "insert": (
-        "INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,"
-        " path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO {messages} (" + ", ".join(INSERT_COLUMNS) + ")"
+        " VALUES (" + ", ".join("?" * len(INSERT_COLUMNS)) + ")"
         " ON CONFLICT (session_id, id) DO NOTHING RETURNING seq"
     ),
     "delete_chunks": "DELETE FROM {chunks} WHERE seq {in_seqs}",
@@ -575,8 +620,9 @@ STATEMENTS: dict[str, str] = {
     ),
     "update": (
         "UPDATE {messages} SET role = ?, bytes = ?, tokens = ?, path_bytes = path_bytes + ?,"
-        " path_tokens = path_tokens + ?, chunks = ?, text = ?, n_parts = ?, tool_names = ?, metadata = ?,"
-        " content = ? WHERE seq = ?"
+        " path_tokens = path_tokens + ?, chunks = ?, "
+        + "".join(f"{c} = ?, " for c in PREPARED_COLUMNS)
+        + "content = ? WHERE seq = ?"
     ),
     "fill_source": "SELECT seq, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
     "fill_analysis": "UPDATE {messages} SET text = ?, n_parts = ?, tool_names = ?, metadata = ? WHERE seq = ?",
@@ -1186,7 +1232,7 @@ class SQLEngine(Engine):
         )
 
     def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep) -> tuple:
-        """The values of the shared message columns, as ``STATEMENTS["insert"]`` lists them."""
+        """The values of :data:`INSERT_COLUMNS` (``STATEMENTS["insert"]``)."""
         return (
             sid,
             node.id,
@@ -1199,12 +1245,16 @@ class SQLEngine(Engine):
             node.path_bytes,
             node.path_tokens,
             nchunks,
-            self.stored_text(prep.text),
-            prep.n_parts,
-            prep.tool_names,
-            prep.metadata,
+            *self.prepared_values(prep),
             head,
         )
+
+    def prepared_values(self, prep: _msg.Prepared) -> tuple:
+        """The values of :data:`PREPARED_COLUMNS` for ``prep`` (``text`` as :meth:`stored_text` gives it)."""
+        values = _PREPARED_GET(prep)
+        text = values[_TEXT_AT]
+        stored = self.stored_text(text)
+        return values if stored is text else (*values[:_TEXT_AT], stored, *values[_TEXT_AT + 1 :])
 
     def stored_text(self, text: str | None) -> str | None:
         """The analysis ``text`` column's value for a message's text (an engine whose text
@@ -1326,10 +1376,7 @@ class SQLEngine(Engine):
                 d_bytes,
                 d_tokens,
                 len(chunks),
-                self.stored_text(prep.text),
-                prep.n_parts,
-                prep.tool_names,
-                prep.metadata,
+                *self.prepared_values(prep),
                 head,
                 node.seq,
             ),

@@ -73,7 +73,7 @@ import uuid
 from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
-from ._sql import DIALECTS, SCHEMA_VERSION, SQLEngine
+from ._sql import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES, SQLEngine
 from ._values import Capabilities, ChangeEvent
 
 try:
@@ -162,12 +162,21 @@ _PG_SQL = {
 # Returns the new seq; NULL when nothing was written (the id exists, or the named
 # parent does not); -1 when the search index was built meanwhile (call again with
 # the index entry).
+# The prepared columns (_sql.PREPARED_COLUMNS) as the append function's last parameters,
+# with their types from the table's declaration.
+_PREPARED_TYPES = [(c.name, DIALECTS["postgresql"].types[c.type]) for c in TABLES["messages"].columns if c.prepared]
+_P_PARAMS = ", ".join(f"p_{name} {kind}" for name, kind in _PREPARED_TYPES)
+_P_COLUMNS = ", ".join(name for name, _ in _PREPARED_TYPES)
+_P_VALUES = ", ".join(f"p_{name}" for name, _ in _PREPARED_TYPES)
+_P_CALL = ", ".join(f"%({name})s::{kind}" for name, kind in _PREPARED_TYPES)
+
 _APPEND_FUNCTION = (
     """CREATE OR REPLACE FUNCTION {fn_append}(
         p_sid text, p_id text, p_kind text, p_parent_id text, p_role text, p_created text,
         p_bytes bigint, p_tokens bigint, p_content text, p_index tsvector,
-        p_index_key bigint, p_session_key bigint, p_channel text, p_notes text[],
-        p_text text, p_n_parts integer, p_tool_names text, p_metadata text
+        p_index_key bigint, p_session_key bigint, p_channel text, p_notes text[], """
+    + _P_PARAMS
+    + """
     ) RETURNS bigint LANGUAGE plpgsql AS $sessionkit$
     DECLARE
         new_seq bigint;
@@ -202,10 +211,13 @@ _APPEND_FUNCTION = (
             END IF;
         END IF;
         INSERT INTO {messages} (session_id, id, parent_id, depth, role, created_at, bytes, tokens,
-                                path_bytes, path_tokens, chunks, text, n_parts, tool_names, metadata, content)
+                                path_bytes, path_tokens, chunks, """
+    + _P_COLUMNS
+    + """, content)
         VALUES (p_sid, p_id, parent, coalesce(parent_depth + 1, 0), p_role, p_created, p_bytes, p_tokens,
-                coalesce(parent_bytes, 0) + p_bytes, coalesce(parent_tokens, 0) + p_tokens, 0, p_text,
-                p_n_parts, p_tool_names, p_metadata, p_content)
+                coalesce(parent_bytes, 0) + p_bytes, coalesce(parent_tokens, 0) + p_tokens, 0, """
+    + _P_VALUES
+    + """, p_content)
         ON CONFLICT (session_id, id) DO NOTHING
         RETURNING seq INTO new_seq;
         IF new_seq IS NULL THEN  -- the id exists (or, for a named parent, see above)
@@ -225,8 +237,7 @@ _APPEND_FUNCTION = (
 _APPEND_CALL = (
     "SELECT {fn_append}(%(sid)s::text, %(id)s::text, %(kind)s::text, %(pid)s::text, %(role)s::text,"
     " %(created)s::text, %(bytes)s::bigint, %(tokens)s::bigint, %(content)s::text, %(index)s::tsvector,"
-    " %(index_key)s::bigint, %(session_key)s::bigint, %(ch)s::text, %(notes)s::text[], %(text)s::text,"
-    " %(n_parts)s::integer, %(tool_names)s::text, %(metadata)s::text)"
+    " %(index_key)s::bigint, %(session_key)s::bigint, %(ch)s::text, %(notes)s::text[], " + _P_CALL + ")"
 )
 
 
@@ -491,6 +502,14 @@ class PostgresEngine(SQLEngine):
         return schema
 
     def after_migrate(self) -> None:
+        # The append function's parameters follow the prepared columns: a function of an
+        # earlier signature goes (CREATE OR REPLACE would keep it beside the new one).
+        for (args,) in self.fetch(
+            "SELECT pg_get_function_identity_arguments(p.oid) FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = 'sessionkit_append'",
+            (self.schema,),
+        ):
+            self.execute(f"DROP FUNCTION {self.table('fn_append')}({args})")
         self.execute(self._append_function)
 
     def table_exists(self, name: str) -> bool:
@@ -764,10 +783,7 @@ class PostgresEngine(SQLEngine):
             "session_key": self._key("session", sid),
             "ch": self._channel,
             "notes": self._notes(self._append_doc(sid, prep.id, prep.stored_json)),
-            "text": self.stored_text(prep.text),
-            "n_parts": prep.n_parts,
-            "tool_names": prep.tool_names,
-            "metadata": prep.metadata,
+            **dict(zip(PREPARED_COLUMNS, self.prepared_values(prep))),
         }
         seq = None
         for _ in range(2):

@@ -39,7 +39,7 @@ from .. import messages as _msg
 from ..errors import SessionKitError, StoreCorrupt, StoreLocked
 from . import _files
 from . import search as _search
-from ._sql import DIALECTS, SCHEMA_VERSION, TABLES, LocalEngine
+from ._sql import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES, LocalEngine
 from ._values import Capabilities, Node
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
@@ -153,8 +153,8 @@ def _insert(values: dict[str, str], source: str = "") -> str:
 
 
 # The fast appends' statements; parameters ?1 session, ?2 id, ?3 role, ?4 created_at,
-# ?5 bytes, ?6 tokens, ?7 JSON, ?8-?11 the analysis columns (text, n_parts, tool_names,
-# metadata), then each statement's own.
+# ?5 bytes, ?6 tokens, ?7 JSON, then the prepared columns (_sql.PREPARED_COLUMNS, in their
+# order), then each statement's own, numbered from _OWN (their names below).
 _PLAIN = {
     "session_id": "?1",
     "id": "?2",
@@ -164,11 +164,12 @@ _PLAIN = {
     "tokens": "?6",
     "chunks": "0",
     "content": "?7",
-    "text": "?8",
-    "n_parts": "?9",
-    "tool_names": "?10",
-    "metadata": "?11",
+    **{name: f"?{8 + i}" for i, name in enumerate(PREPARED_COLUMNS)},
 }
+_OWN = 8 + len(PREPARED_COLUMNS)
+# _APPEND_AFTER's: the session's latest row as this connection last wrote it; _APPEND_UNDER's: the parent's id.
+_LAST_SEQ, _LAST_ID, _LAST_DEPTH, _LAST_BYTES, _LAST_TOKENS = (f"?{_OWN + i}" for i in range(5))
+_PARENT_ID = f"?{_OWN}"
 _APPEND_ROOT = _insert(
     {**_PLAIN, "parent_id": "NULL", "depth": "0", "path_bytes": "?5", "path_tokens": "?6", "branch": "0"}
 )
@@ -186,26 +187,27 @@ _APPEND_LATEST = _insert(
     """FROM (SELECT max(seq) AS seq FROM sessionkit_messages WHERE session_id = ?1) AS last
     LEFT JOIN sessionkit_messages AS p ON p.seq = last.seq""",
 )
-# Under the latest row as this connection last wrote it, (?12 seq, ?13 id, ?14 depth,
-# ?15 path bytes, ?16 path tokens): when the session's latest row is no longer exactly
-# that, depth is NULL and the row is ignored (the caller falls back to _APPEND_LATEST).
-# Reading the parent in a subquery of VALUES spares the temporary copy of the row
-# that INSERT ... SELECT makes when it reads the table it writes.
+# Under the latest row as this connection last wrote it (its seq, id, depth, path bytes,
+# path tokens): when the session's latest row is no longer exactly that, depth is NULL
+# and the row is ignored (the caller falls back to _APPEND_LATEST). Reading the parent
+# in a subquery of VALUES spares the temporary copy of the row that INSERT ... SELECT
+# makes when it reads the table it writes.
 _APPEND_AFTER = _insert(
     {
         **_PLAIN,
-        "parent_id": "?13",
-        "depth": """CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
-               WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?12, ?13, ?14, ?15, ?16) THEN ?14 + 1 END""",
-        "path_bytes": "?15 + ?5",
-        "path_tokens": "?16 + ?6",
+        "parent_id": _LAST_ID,
+        "depth": f"""CASE WHEN (SELECT seq, id, depth, path_bytes, path_tokens FROM sessionkit_messages
+               WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1)
+               = ({_LAST_SEQ}, {_LAST_ID}, {_LAST_DEPTH}, {_LAST_BYTES}, {_LAST_TOKENS}) THEN {_LAST_DEPTH} + 1 END""",
+        "path_bytes": f"{_LAST_BYTES} + ?5",
+        "path_tokens": f"{_LAST_TOKENS} + ?6",
         "branch": "0",
     }
 )
 # What _APPEND_LATEST wrote, for _tails, in the same statement where SQLite has RETURNING.
 _RETURNING = sqlite3.sqlite_version_info >= (3, 35)
 _TAIL_RETURNED = " RETURNING seq, id, depth, path_bytes, path_tokens"
-# Under a given parent (?12 its id): no row when it does not exist.
+# Under a given parent (its id): no row when it does not exist.
 _APPEND_UNDER = _insert(
     {
         **_PLAIN,
@@ -215,29 +217,16 @@ _APPEND_UNDER = _insert(
         "path_tokens": "p.path_tokens + ?6",
         "branch": "p.seq <> (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
     },
-    "FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = ?12",
+    f"FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = {_PARENT_ID}",
 )
-# The general insert: a row follows its parent (branch 0) when the parent is the
-# session's latest row (?17: the parent's seq, NULL for a root).
+# The general insert: _sql.INSERT_COLUMNS in their order, then the parent's seq (NULL for
+# a root): a row follows its parent (branch 0) when the parent is the session's latest row.
+_PARENT_SEQ = f"?{len(INSERT_COLUMNS) + 1}"
 _INSERT_ROW = _insert(
     {
-        "session_id": "?1",
-        "id": "?2",
-        "parent_id": "?3",
-        "depth": "?4",
-        "role": "?5",
-        "created_at": "?6",
-        "bytes": "?7",
-        "tokens": "?8",
-        "path_bytes": "?9",
-        "path_tokens": "?10",
-        "chunks": "?11",
-        "text": "?12",
-        "n_parts": "?13",
-        "tool_names": "?14",
-        "metadata": "?15",
-        "content": "?16",
-        "branch": "?17 IS NOT NULL AND ?17 IS NOT (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
+        **{name: f"?{i + 1}" for i, name in enumerate(INSERT_COLUMNS)},
+        "branch": f"{_PARENT_SEQ} IS NOT NULL AND {_PARENT_SEQ} IS NOT"
+        " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1)",
     }
 )
 
@@ -633,10 +622,7 @@ class SQLiteEngine(LocalEngine):
             prep.bytes,
             prep.tokens,
             prep.stored_json,
-            prep.text,
-            prep.n_parts,
-            prep.tool_names,
-            prep.metadata,
+            *self.prepared_values(prep),
         )
         with self._lock, self.guard():
             db = self._db
