@@ -38,6 +38,7 @@ from typing import Any
 from .. import messages as _msg
 from ..errors import InvalidMessage, MessageNotFound, SchemaVersionError, SessionKitError, StoreClosed, StoreCorrupt
 from ._engine import Engine
+from ._labels import LabelSQL
 from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo
 
 __all__ = [
@@ -57,7 +58,7 @@ __all__ = [
 ]
 
 #: The schema version every engine writes (see :data:`MIGRATIONS`).
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: DuckDB: single appends written as one JSON row each, moved into the messages table in
 #: batches (see :mod:`sessionkit.store.duckdb`).
@@ -247,6 +248,29 @@ TABLES: dict[str, Table] = {
             key=("n",),
             only=_SQLITE_PG,
         ),
+        # Labels a reader puts on a message or on the branch ending at it (docs/labels.md):
+        # they go with the message (Session.delete, clear, Store.delete_session).
+        Table(
+            "labels",
+            (
+                Column("seq", "seq"),
+                Column("id", "text"),
+                Column("session_id", "text"),
+                Column("message_id", "text"),
+                Column("target", "text"),
+                Column("tag", "text"),
+                Column("rating", "real", null=True),
+                Column("note", "text", null=True),
+                Column("author", "text", null=True),
+                Column("created_at", "text"),
+            ),
+            key=("seq",),
+            indexes=(
+                Index("sessionkit_labels_id", "id", unique=True, only=_SQLITE_PG),
+                Index("sessionkit_labels_message", "session_id, message_id", only=_SQLITE_PG),
+                Index("sessionkit_labels_tag", "tag", only=_SQLITE_PG),
+            ),
+        ),
         # The schema ledger: one row per migration applied to this store.
         Table(
             "migrations",
@@ -352,6 +376,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         },
     ),
     Migration(7, "DuckDB: the append journal (sessionkit_journal)", {"duckdb": (DUCKDB_JOURNAL_TABLE,)}),
+    Migration(8, "labels on messages and branches (sessionkit_labels)", {"*": (_create_table("labels"),)}),
 )
 
 
@@ -419,10 +444,11 @@ DIALECTS: dict[str, Dialect] = {
     for d in (
         Dialect(
             name="sqlite",
-            types={"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "blob": "BLOB"},
+            types={"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "blob": "BLOB", "real": "REAL"},
             seq_columns={
                 "messages": "seq INTEGER PRIMARY KEY",
                 "compactions": "seq INTEGER PRIMARY KEY AUTOINCREMENT",
+                "labels": "seq INTEGER PRIMARY KEY AUTOINCREMENT",
                 "changes": "n INTEGER PRIMARY KEY AUTOINCREMENT",
             },
             ints_rows="SELECT value FROM json_each(?)",
@@ -431,24 +457,27 @@ DIALECTS: dict[str, Dialect] = {
         ),
         Dialect(
             name="duckdb",
-            types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB"},
+            types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB", "real": "DOUBLE"},
             seq_columns={
                 "messages": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq')",
                 "compactions": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_compaction_seq')",
+                "labels": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_label_seq')",
             },
             ints_rows="SELECT unnest(?::BIGINT[])",
             texts_rows="SELECT unnest(?::VARCHAR[])",
             before_table={
                 "messages": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_seq START 1",),
                 "compactions": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_compaction_seq START 1",),
+                "labels": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_label_seq START 1",),
             },
         ),
         Dialect(
             name="postgresql",
-            types={"text": "text", "int": "integer", "bigint": "bigint", "blob": "bytea"},
+            types={"text": "text", "int": "integer", "bigint": "bigint", "blob": "bytea", "real": "double precision"},
             seq_columns={
                 "messages": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
                 "compactions": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+                "labels": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
                 "changes": "n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
             },
             ints_rows="SELECT unnest(?::bigint[])",
@@ -562,6 +591,8 @@ STATEMENTS: dict[str, str] = {
     "clear_runs": "DELETE FROM {runs} WHERE session_id = ?",
     "clear_events": "DELETE FROM {events} WHERE session_id = ?",
     "clear_records": "DELETE FROM {records} WHERE session_id = ?",
+    "delete_labels_of": "DELETE FROM {labels} WHERE session_id = ? AND message_id {in_ids}",
+    "clear_labels": "DELETE FROM {labels} WHERE session_id = ?",
     "add_compaction": (
         "INSERT INTO {compactions} (session_id, id, from_id, to_id, summary, created_at,"
         " tokens_before, tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -609,7 +640,7 @@ class _Statements(dict):
 # The engine base
 
 
-class SQLEngine(Engine):
+class SQLEngine(LabelSQL, Engine):
     """An engine over a DB-API driver: the shared half of every engine.
 
     Subclasses set :attr:`dialect` and :attr:`driver_errors` and implement the
@@ -1324,6 +1355,7 @@ class SQLEngine(Engine):
             self.execute(self.sql["delete_messages"], (self.listed(part),))
         for part in _split(ids, 1000):
             self.execute(self.sql["delete_compactions_of"], (sid, self.listed(part), self.listed(part)))
+            self.execute(self.sql["delete_labels_of"], (sid, self.listed(part)))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
 
     def w_clear(self, sid):
@@ -1336,6 +1368,7 @@ class SQLEngine(Engine):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
         self.execute(self.sql["clear_messages"], (sid,))
         self.execute(self.sql["clear_compactions"], (sid,))
+        self.execute(self.sql["clear_labels"], (sid,))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
 
     def w_delete_session(self, sid):

@@ -1,0 +1,148 @@
+"""Labels beyond the conformance suite: the version 8 migration and a writer killed mid-label."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from helpers import wait_until
+
+import sessionkit as sk
+from sessionkit.store._sql import SCHEMA_VERSION
+
+
+def _msg(mid: str, text: str, parent_role: str = "user") -> dict:
+    return {"id": mid, "role": parent_role, "parts": [{"type": "text", "text": text}]}
+
+
+def _downgrade_to_7(store) -> None:
+    """Make ``store`` a schema version 7 store: no labels table, no ledger row 8."""
+    eng = store._engine
+    with eng.write():
+        eng.execute(eng.compile("DROP TABLE {labels}"))
+        if store.engine == "duckdb":
+            eng.execute("DROP SEQUENCE sessionkit_label_seq")
+        eng.execute(eng.compile("DELETE FROM {migrations} WHERE version >= 8"))
+        eng.execute(eng.sql["meta_put"], ("schema_version", "7"))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "sqlite-file",
+        pytest.param("duckdb-file", marks=pytest.mark.slow),
+        pytest.param("postgresql", marks=pytest.mark.slow),
+    ],
+)
+def test_a_version_7_store_gains_the_labels_table_and_keeps_everything(variant, new_store):
+    assert SCHEMA_VERSION == 8
+    store = new_store(variant)
+    s = store.session("s")
+    for i in range(6):
+        s.append(_msg(f"m{i}", f"message {i} about kiwis", ("user", "assistant")[i % 2]))
+    s.append(_msg("side", "a branch about kiwis"), parent_id="m2")
+    store.begin_run("s", "s.1", "go")
+    store.append_events("s", [{"run_id": "s.1", "kind": "run.start"}])
+    store.put_records("s", "note", [(1, {"k": "v"})])
+    before = {
+        "history": s.get_history(),
+        "nodes": s.nodes(),
+        "runs": store.runs("s"),
+        "events": store.events("s"),
+        "records": store.records("s", "note"),
+    }
+    _downgrade_to_7(store)
+    target = store.path  # (a PostgreSQL store's URL names its schema)
+    store.close()
+    with sk.open_store(target) as again:
+        assert again.stats()["schema_version"] == SCHEMA_VERSION
+        assert [row[0] for row in again._engine.ledger()][-2:] == [7, 8]
+        s = again.session("s")
+        after = {
+            "history": s.get_history(),
+            "nodes": s.nodes(),
+            "runs": again.runs("s"),
+            "events": again.events("s"),
+            "records": again.records("s", "note"),
+        }
+        assert after == before
+        assert again.labels() == []
+        made = s.add_label("side", "upgraded", rating=1)
+        assert again.labels() == [made]
+        assert [h.id for h in again.search("kiwis", labels="upgraded")] == ["side"]
+    with sk.open_store(target) as third:  # opened at version 8: nothing to migrate, the label is there
+        assert third.labels() == [made]
+
+
+_LABEL_WRITER = """
+import sys
+import sessionkit as sk
+store = sk.open_store(sys.argv[1])
+s = store.session("s")
+n = 0
+while True:
+    label = s.add_label(f"m{n % 5}", f"tag{n % 7}", rating=n, note="x" * (n % 300), author="writer")
+    sys.stdout.write(f"ok {label.id} {n}\\n")
+    sys.stdout.flush()
+    if n % 9 == 8:
+        s.remove_label(label.id)
+        sys.stdout.write(f"removed {label.id}\\n")
+        sys.stdout.flush()
+    n += 1
+"""
+
+
+@pytest.mark.kill
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
+def test_a_writer_killed_while_labelling_loses_no_returned_label(tmp_path):
+    path = tmp_path / "labels.db"
+    with sk.open_store(path) as store:
+        s = store.session("s")
+        for i in range(5):
+            s.append(_msg(f"m{i}", f"message {i}"))
+        kept = s.add_label("m0", "before", author="parent")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LABEL_WRITER, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.endswith("\n"):  # a line cut short by the kill is no report
+                lines.append(line.split("\n")[0])
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: len(lines) >= 60 or proc.poll() is not None, what="60 labels written")
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
+    added = {line.split()[1]: int(line.split()[2]) for line in lines if line.startswith("ok ")}
+    removed = {line.split()[1] for line in lines if line.startswith("removed ")}
+    assert len(added) >= 50
+    with sk.open_store(path) as store:
+        labels = {x.id: x for x in store.labels(author="writer")}
+        for ident, n in added.items():
+            if ident in removed:
+                assert ident not in labels
+                continue
+            label = labels[ident]  # returned to the writer: committed, whole
+            assert (label.message_id, label.tag, label.rating, label.note) == (
+                f"m{n % 5}",
+                f"tag{n % 7}",
+                float(n),
+                "x" * (n % 300),
+            )
+        assert len(set(labels) - set(added)) <= 1  # at most the one the kill cut short of its report
+        assert store.labels(author="parent") == [kept]
+        # still a store that reads and writes
+        assert [m["id"] for m in store.session("s").get_history()] == [f"m{i}" for i in range(5)]
+        more = store.session("s").add_label("m4", "after")
+        assert store.labels(tag="after") == [more]
