@@ -157,7 +157,7 @@ def events_df(store, session_ids=None):
 
 
 #: Columns of a view a read through the Python API does not give (the run's number in its session).
-_NOT_READ = {"runs": ("run_number",)}
+_NOT_READ = {"runs": ("run_number",), "labels": ("seq",)}
 
 
 def _schema(pa, name: str, options: dict):

@@ -1,6 +1,6 @@
 """Analysis where the data is: the views of ``store.sql`` as DuckDB SQL over the store's tables.
 
-The five views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``;
+The views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``, ``labels``;
 their columns in :mod:`sessionkit.analysis`) are written once, in :func:`view_sql`, as
 DuckDB SQL over tables named like the store's own (``sessionkit_messages``...) that hold
 at least the analysis columns every engine stores with each message (``_sql.TABLES``).
@@ -44,7 +44,7 @@ Two ways to have those tables, decided by the engine:
 
 Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 ``ValueError`` before it reaches DuckDB. A query is a sandbox (:func:`check_query`): it
-reads the five views, its own CTEs, constants and a few table functions (``range``,
+reads the views, its own CTEs, constants and a few table functions (``range``,
 ``generate_series``, ``unnest``), nothing else: no file, no table of the store or the
 cache, no catalog function (``duckdb_tables()``...), no setting. DuckDB enforces the same
 on the cache's connection (no file system access, no extension loaded, its configuration
@@ -72,6 +72,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import StoreClosed, missing
+from ._labels import LABEL_SOURCE_COLUMNS, LABEL_TYPES, LABEL_VIEW_COLUMNS, label_view_sql
 
 __all__ = [
     "VIEWS",
@@ -86,7 +87,7 @@ __all__ = [
 ]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
-VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+VIEWS = ("messages", "sessions", "compactions", "runs", "events", "labels")
 
 #: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
 #: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
@@ -162,6 +163,7 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ts", "time"),
         ("data", "text"),
     ),
+    "labels": LABEL_VIEW_COLUMNS,
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
@@ -197,6 +199,7 @@ SOURCE_COLUMNS = {
     ),
     "runs": ("run_id", "session_id", "status", "input", "error", "started_at", "ended_at", "usage", "n"),
     "events": ("session_id", "seq", "run_id", "data"),
+    "labels": LABEL_SOURCE_COLUMNS,
 }
 
 _TYPES = {
@@ -218,6 +221,7 @@ _TYPES = {
     "compactions": ("BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "BIGINT"),
     "runs": ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT"),
     "events": ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"),
+    "labels": LABEL_TYPES,
 }
 
 
@@ -395,7 +399,14 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
            CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,
            TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts, data
     FROM {t["events"]}"""
-    return {"messages": messages, "sessions": sessions, "compactions": compactions, "runs": runs, "events": events}
+    return {
+        "messages": messages,
+        "sessions": sessions,
+        "compactions": compactions,
+        "runs": runs,
+        "events": events,
+        "labels": label_view_sql(tables["labels"]),
+    }
 
 
 #: The ORDER BY that gives each view's rows in the order ``to_arrow`` returns them.
@@ -405,6 +416,7 @@ VIEW_ORDER = {
     "compactions": "session_id, created_at, id",
     "runs": "session_id, run_number",
     "events": "session_id, seq",
+    "labels": "seq",
 }
 
 
@@ -1214,7 +1226,8 @@ class _AdbcReader(_EngineReader):
         types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
         # The driver types each column from its first rows: a first row with a value of the
         # right type in every column (and a marker -1 filtered out below) fixes them.
-        head = ", ".join(("-1" if types[c] == "BIGINT" else "''") + f" AS {c}" for c in cols)
+        first = {"BIGINT": "-1", "DOUBLE": "-1.0"}
+        head = ", ".join(first.get(types[c], "''") + f" AS {c}" for c in cols)
         marker = _MARKER[name]
         sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
         self.cur.execute(sql, params or None)
@@ -1277,14 +1290,14 @@ def _read_ahead(reader, depth: int = 4):
 LAZY_COLUMNS = ("text", "metadata")
 
 #: The column of each table whose -1 marks _AdbcReader's typing row.
-_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
+_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq", "labels": "seq"}
 
 
 #: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
 CACHE_SUFFIX = "-analysis.duckdb"
 
 #: The layout of a cache file (its tables and state); a file of another layout is made again.
-CACHE_FORMAT = "2"
+CACHE_FORMAT = "3"
 
 _file_locks: dict[str, threading.RLock] = {}
 _file_locks_guard = threading.Lock()
@@ -1678,7 +1691,7 @@ class Cache:
         self.last_n, self.log_count = row[0], row[1]
         self.reads += rd.load("messages", "WHERE seq > ?", (0,), paged=True)
         self.hi = self.con.execute("SELECT coalesce(max(seq), 0) FROM sessionkit_messages").fetchall()[0][0]
-        for name in ("compactions", "runs", "events"):
+        for name in ("compactions", "runs", "events", "labels"):
             rd.load(name)
         self.loaded = True
 
@@ -1686,12 +1699,13 @@ class Cache:
         eng = self.engine
         gone: set[str] = set()  # sessions whose messages are read again
         updated: set[int] = set()
-        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set()}
+        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set(), "labels": set()}
         low = None
         for _, sid, kind, seq in log:
             if kind == "delete":
                 gone.add(sid)
                 side["compactions"].add(sid)
+                side["labels"].add(sid)
                 if seq is not None:
                     low = seq if low is None else min(low, seq)
             elif kind == "update":
@@ -1817,4 +1831,5 @@ _PAGE = 20_000
 _ARROW = {
     "BIGINT": lambda pa: pa.int64(),
     "VARCHAR": lambda pa: pa.string(),
+    "DOUBLE": lambda pa: pa.float64(),
 }

@@ -355,3 +355,43 @@ def labelled_messages(store: Store, tag: Any, session_id: str | None) -> set[tup
         if node is not None:
             out.update((label.session_id, mid) for _, mid, _ in eng.path_skeleton(label.session_id, node.seq))
     return out
+
+
+# ---------------------------------------------------------------------------
+# The ``labels`` view of store.sql (see _analysis: VIEWS, view_sql and the Cache)
+
+#: The columns of the ``labels`` view, with their kinds (as ``_analysis.VIEW_COLUMNS``).
+LABEL_VIEW_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("session_id", "text"),
+    ("id", "text"),
+    ("message_id", "text"),
+    ("target", "text"),
+    ("tag", "text"),
+    ("rating", "float"),
+    ("note", "text"),
+    ("author", "text"),
+    ("created_at", "time"),
+    ("seq", "int"),
+)
+
+#: The stored columns the view reads (what an analysis cache keeps), and their DuckDB types.
+LABEL_SOURCE_COLUMNS = ("seq", *LABEL_COLUMNS)
+LABEL_TYPES = (
+    "BIGINT",
+    "VARCHAR",
+    "VARCHAR",
+    "VARCHAR",
+    "VARCHAR",
+    "VARCHAR",
+    "DOUBLE",
+    "VARCHAR",
+    "VARCHAR",
+    "VARCHAR",
+)
+
+
+def label_view_sql(table: str) -> str:
+    """The ``labels`` view as DuckDB SQL over ``table`` (the store's labels table or its copy)."""
+    return f"""SELECT session_id, id, message_id, target, tag, rating::DOUBLE AS rating, note, author,
+           TRY_CAST(created_at AS TIMESTAMPTZ) AS created_at, seq::BIGINT AS seq
+    FROM {table}"""

@@ -146,3 +146,24 @@ def test_a_writer_killed_while_labelling_loses_no_returned_label(tmp_path):
         assert [m["id"] for m in store.session("s").get_history()] == [f"m{i}" for i in range(5)]
         more = store.session("s").add_label("m4", "after")
         assert store.labels(tag="after") == [more]
+
+
+@pytest.mark.parametrize("variant", ["sqlite-file", pytest.param("postgresql", marks=pytest.mark.slow)])
+def test_the_analysis_cache_drops_removed_labels_without_reading_messages_again(variant, new_store):
+    store = new_store(variant)
+    s = store.session("s")
+    s.append_many([_msg(f"m{i}", f"message {i}") for i in range(4)])
+    made = [s.add_label(f"m{i}", "seen", rating=i) for i in range(4)]
+    other = sk.open_store(store.path)  # a second store object: its writes reach this cache by the change log
+    try:
+        assert store.sql("SELECT id FROM labels ORDER BY seq")["id"].tolist() == [x.id for x in made]
+        reads = store._engine._analysis.reads  # message rows the cache read from the store so far
+        assert other.remove_label(made[1].id) and other.session("s").remove_label(made[3].id)
+        got = store.sql("SELECT id, rating FROM labels ORDER BY seq")
+        assert got["id"].tolist() == [made[0].id, made[2].id]
+        assert got["rating"].tolist() == [0.0, 2.0]
+        other.session("s").delete("m2", subtree=True)  # its label goes with it, in the cache too
+        assert store.sql("SELECT id FROM labels")["id"].tolist() == [made[0].id]
+        assert store._engine._analysis.reads == reads + 2  # (the deleted message's session, read again)
+    finally:
+        other.close()
