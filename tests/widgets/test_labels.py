@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import sessionkit as sk
 from viewtools import front
+
+import sessionkit as sk
 
 
 def test_badges_show_in_the_synced_state_and_both_snapshots(trip):
