@@ -604,7 +604,7 @@ class Store:
         return _conveniences.messages_df(self, session_ids)
 
     def sql(self, query: str, params=None, *, files: bool = False):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events, labels (a DataFrame).
 
         The query reads those views and nothing else of the machine (see :meth:`sql_arrow`);
         ``files=True`` lets it read local files too."""
