@@ -97,8 +97,9 @@ while True:
 
 @pytest.mark.kill
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
-def test_a_writer_killed_while_labelling_loses_no_returned_label(tmp_path):
-    path = tmp_path / "labels.db"
+@pytest.mark.parametrize("name", ["labels.db", pytest.param("labels.duckdb", marks=pytest.mark.slow)])
+def test_a_writer_killed_while_labelling_loses_no_returned_label(tmp_path, name):
+    path = tmp_path / name
     with sk.open_store(path) as store:
         s = store.session("s")
         for i in range(5):
