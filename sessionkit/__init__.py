@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import (
     GuardrailTripped,
+    InvalidLabel,
     InvalidMessage,
     MaxStepsExceeded,
     MessageNotFound,
@@ -41,6 +42,7 @@ from .store import (
     Compaction,
     CompactionContext,
     CompactionResult,
+    Label,
     RecentHistory,
     RunRecord,
     SearchHit,
@@ -82,6 +84,7 @@ __all__ = [
     "Compaction",
     "CompactionContext",
     "CompactionResult",
+    "Label",
     "RecentHistory",
     "RunRecord",
     "SearchHit",
@@ -95,6 +98,7 @@ __all__ = [
     "StoreClosed",
     "StoreLocked",
     "MessageTooLarge",
+    "InvalidLabel",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",

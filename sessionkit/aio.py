@@ -69,6 +69,7 @@ from .store import (
     Capabilities,
     ChangeEvent,
     Compaction,
+    Label,
     PathView,
     RecentHistory,
     RunRecord,
@@ -201,6 +202,16 @@ def _on_event_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _listed(value: Any) -> Any:
+    """A str or None as it is, any other iterable as a list (read here, not on the worker thread)."""
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return list(value)
+    except TypeError:  # not iterable: the sync API names the problem
+        return value
 
 
 def _take(iterator: Iterator[Any], n: int) -> list[Any]:
@@ -536,9 +547,47 @@ class AsyncStore:
         return await self._call("subscribe", _LoopCallback(callback, loop, "change subscriber"))
 
     # -- search -----------------------------------------------------------------------------
-    async def search(self, query: str, *, session_id: str | None = None, limit: int = 10) -> list[SearchHit]:
+    async def search(
+        self, query: str, *, session_id: str | None = None, limit: int = 10, labels: str | Iterable[str] | None = None
+    ) -> list[SearchHit]:
         """Full-text search over text parts (docs/search.md), as :meth:`sessionkit.Store.search`."""
-        return await self._call("search", query, session_id=session_id, limit=limit)
+        return await self._call("search", query, session_id=session_id, limit=limit, labels=_listed(labels))
+
+    # -- labels (docs/labels.md) -------------------------------------------------------------------
+    async def add_label(self, session_id: str, message_id: str, tag: str, **fields: Any) -> Label:
+        """Put a label on a message or a branch (see :meth:`sessionkit.Session.add_label`)."""
+        return await self._call("add_label", session_id, message_id, tag, **fields)
+
+    async def remove_label(self, label_id: str) -> bool:
+        """Remove a label by id; whether there was one."""
+        return await self._call("remove_label", label_id)
+
+    async def labels(
+        self,
+        *,
+        session_id: str | None = None,
+        message_id: str | Iterable[str] | None = None,
+        tag: str | Iterable[str] | None = None,
+        author: str | None = None,
+        min_rating: float | None = None,
+        max_rating: float | None = None,
+        target: str | None = None,
+    ) -> list[Label]:
+        """The labels matching every filter given, as :meth:`sessionkit.Store.labels`."""
+        return await self._call(
+            "labels",
+            session_id=session_id,
+            message_id=_listed(message_id),
+            tag=_listed(tag),
+            author=author,
+            min_rating=min_rating,
+            max_rating=max_rating,
+            target=target,
+        )
+
+    async def import_labels(self, labels: Iterable[Label | dict]) -> int:
+        """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
+        return await self._call("import_labels", list(labels))
 
     # -- runs, events, records ------------------------------------------------------------------
     async def runs(self, session_id: str) -> list[RunRecord]:
@@ -665,7 +714,7 @@ class AsyncStore:
         return await self._query("messages_df", session_ids)
 
     async def sql(self, query: str, params=None, *, files: bool = False):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events, labels (a DataFrame).
 
         Cancelling the task that awaits it stops the query (see :meth:`sessionkit.Store.sql_arrow`)."""
         return await self._query("sql", query, params, files=files)
@@ -997,9 +1046,50 @@ class AsyncSession:
         """This session's messages as a DataFrame with the columns of the ``messages`` view (docs/analysis.md)."""
         return await self._call("to_pandas")
 
-    async def search(self, query: str, *, limit: int = 10) -> list[SearchHit]:
+    async def search(
+        self, query: str, *, limit: int = 10, labels: str | Iterable[str] | None = None
+    ) -> list[SearchHit]:
         """Full-text search in this session only (docs/search.md)."""
-        return await self._call("search", query, limit=limit)
+        return await self._call("search", query, limit=limit, labels=_listed(labels))
+
+    # -- labels (docs/labels.md) -------------------------------------------------------------------
+    async def add_label(
+        self,
+        message_id: str,
+        tag: str,
+        *,
+        rating: float | None = None,
+        note: str | None = None,
+        author: str | None = None,
+        target: str = "message",
+    ) -> Label:
+        """Put a label on a message or on the branch ending at it (see :meth:`sessionkit.Session.add_label`)."""
+        return await self._call("add_label", message_id, tag, rating=rating, note=note, author=author, target=target)
+
+    async def remove_label(self, label_id: str) -> bool:
+        """Remove a label of this session by id; whether there was one."""
+        return await self._call("remove_label", label_id)
+
+    async def labels(
+        self,
+        message_id: str | Iterable[str] | None = None,
+        *,
+        tag: str | Iterable[str] | None = None,
+        author: str | None = None,
+        min_rating: float | None = None,
+        max_rating: float | None = None,
+        target: str | None = None,
+    ) -> list[Label]:
+        """This session's labels matching every filter given, as :meth:`sessionkit.Session.labels`."""
+        return await self._call(
+            "labels",
+            _listed(message_id),
+            tag=_listed(tag),
+            author=author,
+            min_rating=min_rating,
+            max_rating=max_rating,
+            target=target,
+        )
 
     async def mirror(
         self, target, *, transform: Callable | None = None, intercept: Callable | None = None

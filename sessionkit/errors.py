@@ -11,6 +11,7 @@ Where a Python user expects a built-in type, the error also derives from it, so
     ├── StoreClosed                                 the store was closed
     ├── StoreLocked                                 another process holds the store
     ├── MessageTooLarge         (also ValueError)   over max_message_bytes
+    ├── InvalidLabel            (also ValueError)   a label fails its checks
     ├── SchemaVersionError                          written by a newer sessionkit
     ├── StoreCorrupt                                a damaged store file or schema
     ├── MalformedInput          (also ValueError)   a file or record an importer cannot read
@@ -35,6 +36,7 @@ __all__ = [
     "StoreClosed",
     "StoreLocked",
     "MessageTooLarge",
+    "InvalidLabel",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",
@@ -80,6 +82,10 @@ class StoreLocked(SessionKitError):
 
 class MessageTooLarge(SessionKitError, ValueError):
     """The message is larger than ``max_message_bytes``; nothing was stored."""
+
+
+class InvalidLabel(SessionKitError, ValueError):
+    """A label's tag, rating, note, author or target is refused (docs/labels.md); nothing was stored."""
 
 
 class SchemaVersionError(SessionKitError):

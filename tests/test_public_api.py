@@ -19,6 +19,7 @@ PINNED = {
     "Compaction",
     "CompactionContext",
     "CompactionResult",
+    "Label",
     "RecentHistory",
     "RunRecord",
     "SearchHit",
@@ -32,6 +33,7 @@ PINNED = {
     "StoreClosed",
     "StoreLocked",
     "MessageTooLarge",
+    "InvalidLabel",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",
@@ -72,6 +74,7 @@ def test_error_tree():
         "StoreClosed",
         "StoreLocked",
         "MessageTooLarge",
+        "InvalidLabel",
         "SchemaVersionError",
         "StoreCorrupt",
         "UsageError",
@@ -85,6 +88,7 @@ def test_error_tree():
     ):
         assert issubclass(getattr(sk, name), root), name
     assert issubclass(sk.InvalidMessage, ValueError)
+    assert issubclass(sk.InvalidLabel, ValueError)
     assert issubclass(sk.MessageNotFound, LookupError)
     assert issubclass(sk.SessionNotFound, LookupError)
     assert issubclass(sk.MissingDependency, ImportError)
@@ -148,6 +152,7 @@ SUBPACKAGES = {
         "CompactionResult",
         "CompactionSpan",
         "LATEST",
+        "Label",
         "PathView",
         "RecentHistory",
         "RunRecord",

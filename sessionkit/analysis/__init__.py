@@ -51,7 +51,7 @@ before each later one from the rows written since and the store's change log
 messages, so a query that names none of them (and no ``*``) skips it. Anything
 but a single SELECT raises ``ValueError``: a query never writes the store.
 
-A query is a sandbox: it reads the five views, its own CTEs and the table functions
+A query is a sandbox: it reads the views, its own CTEs and the table functions
 ``range``, ``generate_series`` and ``unnest``, and nothing else -- no file, no
 environment, no table of the store or of its cache, no ``duckdb_*()`` catalog
 function, no setting; what it reaches beyond raises ``ValueError`` naming it.
@@ -157,7 +157,7 @@ def events_df(store, session_ids=None):
 
 
 #: Columns of a view a read through the Python API does not give (the run's number in its session).
-_NOT_READ = {"runs": ("run_number",)}
+_NOT_READ = {"runs": ("run_number",), "labels": ("seq",)}
 
 
 def _schema(pa, name: str, options: dict):

@@ -357,6 +357,16 @@ class StoreData:
                     cols[name].append(value)
         return cols
 
+    def labels(self) -> dict[str, list]:
+        """The ``labels`` view's columns (but ``seq``) from :meth:`Store.labels`, session by session."""
+        names = ("session_id", "id", "message_id", "target", "tag", "rating", "note", "author", "created_at")
+        cols: dict[str, list] = {n: [] for n in names}
+        for sid in self.session_ids:
+            for label in self.store.labels(session_id=sid):
+                for name in names:
+                    cols[name].append(getattr(label, name))
+        return cols
+
     def table(self, name: str, **options) -> dict[str, list]:
         if name not in TABLES:
             raise ValueError(f"unknown table {name!r}; tables are {', '.join(TABLES)}")

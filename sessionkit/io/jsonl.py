@@ -7,13 +7,16 @@ One JSON object per line (a ``.gz`` path is written and read as gzip)::
     ...
     {"type": "compaction", "session_id": "s", "compaction": {"id", "from_id", "to_id", "summary",
      "created_at", "tokens_before", "tokens_after"}}
+    {"type": "label", "session_id": "s", "label": {"id", "message_id", "tag", "target", "rating",
+     "note", "author", "created_at"}}
 
 Messages come in the store's write order (across sessions), each after its
-parent; compactions follow, oldest first. Importing the file into a store
-recreates the same trees in the same order (so the latest leaf of each session
-is the same), with the same creation times and the same compactions (ids,
-times and token counts kept). Importing it again adds nothing. Runs and run
-events are not part of the format.
+parent; compactions follow, oldest first, then labels in the order they were
+added. Importing the file into a store recreates the same trees in the same
+order (so the latest leaf of each session is the same), with the same creation
+times, the same compactions (ids, times and token counts kept) and the same
+labels (ids and times kept). Importing it again adds nothing. Runs and run
+events are not part of the format. Version 2 of the format added label lines.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from functools import partial
 from typing import Any, cast
 
 from .. import messages as _msg
-from ..errors import MalformedInput, MessageNotFound, MessageTooLarge
+from ..errors import InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge
 from ..store import Compaction, Session, Store
 from ._common import Batches, RootWatch, SessionList, located, sessions_result, watching_roots, write_items
 from ._progress import Progress, check_progress, wants_total
@@ -30,7 +33,7 @@ from ._reading import as_path, count_lines, iter_jsonl, open_write
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _BATCH = 1000  # message lines per import_many call
 
 #: What a merge warning of this importer suggests (a sessionkit export keeps its session ids).
@@ -58,7 +61,7 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
     """Write a store (every session, or those in ``session_ids``) or one session to
     ``path`` in sessionkit JSONL.
 
-    Returns ``{"sessions", "messages", "compactions"}`` counts. ``progress`` as for
+    Returns ``{"sessions", "messages", "compactions", "labels"}`` counts. ``progress`` as for
     the importers (messages written).
     """
     from ..analysis import StoreData
@@ -67,7 +70,7 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
     path = as_path(path)
     data = StoreData(store, sids)
     total = sum(len(data.nodes(sid)) for sid in data.session_ids)
-    n_messages = n_comps = 0
+    n_messages = n_comps = n_labels = 0
     sessions = set()
     with (
         open_write(path) as out,
@@ -108,7 +111,13 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
                 out.write(_msg.dumps(line))
                 out.write("\n")
                 n_comps += 1
-    return {"sessions": len(sessions), "messages": n_messages, "compactions": n_comps}
+        for sid in data.session_ids:
+            for label in store.labels(session_id=sid):
+                fields = {k: v for k, v in label.to_dict().items() if k != "session_id"}
+                out.write(_msg.dumps({"type": "label", "session_id": sid, "label": fields}))
+                out.write("\n")
+                n_labels += 1
+    return {"sessions": len(sessions), "messages": n_messages, "compactions": n_comps, "labels": n_labels}
 
 
 def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, Any, Any]:
@@ -221,6 +230,22 @@ def _write_compaction(session, comp: Compaction, source: str, where: str) -> Non
         raise MalformedInput(source, where, f"invalid compaction: {exc}") from None
 
 
+def _check_label_line(obj: dict, source: str, where: str) -> tuple[str, dict]:
+    sid, label = obj.get("session_id"), obj.get("label")
+    if not isinstance(sid, str) or not isinstance(label, dict):
+        raise MalformedInput(source, where, "label line needs 'session_id' and a 'label' object")
+    return sid, dict(label, session_id=sid)
+
+
+def _write_label(store, label: dict, source: str, where: str) -> None:
+    try:
+        store.import_labels([label])
+    except MessageNotFound as exc:
+        raise MalformedInput(source, where, str(exc)) from None
+    except InvalidLabel as exc:
+        raise MalformedInput(source, where, f"invalid label: {exc}") from None
+
+
 def _nothing() -> None:
     pass
 
@@ -231,8 +256,8 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
     The sessions come as a ``list``; past 10,000 of them as a
     :class:`~sessionkit.io.SessionList` (read like a list, ids packed), so memory stays bounded.
 
-    Idempotent: messages already stored (same session and id) and compactions
-    already present (same id) are skipped. The file is read a line at a time;
+    Idempotent: messages already stored (same session and id), compactions and
+    labels already present (same id) are skipped. The file is read a line at a time;
     consecutive messages of one session are written in blocks of up to 1,000
     lines, about 20 blocks per transaction, in file order, so write order survives.
     Malformed lines raise :class:`MalformedInput` naming the line; every line before
@@ -303,9 +328,13 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
                     batches.write(
                         where, partial(_write_compaction, store.session(sid), comp, source, where), nbytes=nbytes
                     )
+                elif kind == "label":
+                    flush()
+                    sid, label = _check_label_line(obj, source, where)
+                    batches.write(where, partial(_write_label, store, label, source, where), nbytes=nbytes)
                 else:
                     raise MalformedInput(
-                        source, where, f"unknown line type {kind!r} (expected 'message' or 'compaction')"
+                        source, where, f"unknown line type {kind!r} (expected 'message', 'compaction' or 'label')"
                     )
                 bar.update()
         except MalformedInput:

@@ -12,7 +12,7 @@ __all__ = ["export_parquet"]
 
 
 def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
-    """Write ``messages``, ``sessions``, ``compactions``, ``runs`` and ``events`` as Parquet files.
+    """Write ``messages``, ``sessions``, ``compactions``, ``runs``, ``events`` and ``labels`` as Parquet files.
 
     ``folder`` is created when missing; existing files of those names are replaced.
     ``messages.parquet`` holds the columns of the ``messages`` view (docs/analysis.md) plus ``seq`` (write order),

@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ._analysis import VIEW_COLUMNS
+from ._labels import Label
 from ._session import Session
 from ._store import Store
 from ._values import (
@@ -48,6 +49,7 @@ __all__ = [
     "Compaction",
     "CompactionContext",
     "CompactionResult",
+    "Label",
     "RecentHistory",
     "RunRecord",
     "SessionInfo",

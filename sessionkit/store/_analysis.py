@@ -1,9 +1,9 @@
 """Analysis where the data is: the views of ``store.sql`` as DuckDB SQL over the store's tables.
 
-The five views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``;
+The views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``, ``labels``;
 their columns in :mod:`sessionkit.analysis`) are written once, in :func:`view_sql`, as
 DuckDB SQL over tables named like the store's own (``sessionkit_messages``...) that hold
-at least the analysis columns every engine stores with each message (``_sql.TABLES``).
+at least the analysis columns every engine stores with each message (``_schema.TABLES``).
 Nothing decodes a message: ``text``, ``n_parts``, ``tool_names`` and ``metadata`` were
 stored when the message was written, and the columns that depend on the tree
 (``n_children``, ``on_latest_path``, ``compacted_by``) are computed here, in SQL:
@@ -33,7 +33,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import missing
-from . import _sql
+from . import _schema
+from ._labels import LABEL_VIEW_COLUMNS, label_view_sql
 
 __all__ = [
     "VIEWS",
@@ -52,7 +53,7 @@ __all__ = [
 ]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
-VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+VIEWS = ("messages", "sessions", "compactions", "runs", "events", "labels")
 
 #: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
 #: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
@@ -128,16 +129,17 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ts", "time"),
         ("data", "text"),
     ),
+    "labels": LABEL_VIEW_COLUMNS,
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
 TREE_COLUMNS = ("n_children", "on_latest_path", "compacted_by")
 
 #: The stored columns the views read, per table (a cache keeps exactly these), and their
-#: DuckDB types: from the store's table declaration (``_sql.TABLES``, the columns marked
+#: DuckDB types: from the store's table declaration (``_schema.TABLES``, the columns marked
 #: ``analysis``).
-SOURCE_COLUMNS = _sql.SOURCE_COLUMNS
-SOURCE_TYPES = _sql.SOURCE_TYPES
+SOURCE_COLUMNS = _schema.SOURCE_COLUMNS
+SOURCE_TYPES = _schema.SOURCE_TYPES
 
 
 def duckdb_module():
@@ -314,7 +316,14 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
            CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,
            TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts, data
     FROM {t["events"]}"""
-    return {"messages": messages, "sessions": sessions, "compactions": compactions, "runs": runs, "events": events}
+    return {
+        "messages": messages,
+        "sessions": sessions,
+        "compactions": compactions,
+        "runs": runs,
+        "events": events,
+        "labels": label_view_sql(tables["labels"]),
+    }
 
 
 #: The ORDER BY that gives each view's rows in the order ``to_arrow`` returns them.
@@ -324,6 +333,7 @@ VIEW_ORDER = {
     "compactions": "session_id, created_at, id",
     "runs": "session_id, run_number",
     "events": "session_id, seq",
+    "labels": "seq",
 }
 
 

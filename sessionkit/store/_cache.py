@@ -223,7 +223,8 @@ class _AdbcReader(_EngineReader):
         types = dict(zip(SOURCE_COLUMNS[name], SOURCE_TYPES[name]))
         # The driver types each column from its first rows: a first row with a value of the
         # right type in every column (and a marker -1 filtered out below) fixes them.
-        head = ", ".join(("-1" if types[c] == "BIGINT" else "''") + f" AS {c}" for c in cols)
+        first = {"BIGINT": "-1", "DOUBLE": "-1.0"}
+        head = ", ".join(first.get(types[c], "''") + f" AS {c}" for c in cols)
         marker = _MARKER[name]
         sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
         self.cur.execute(sql, params or None)
@@ -286,7 +287,7 @@ def _read_ahead(reader, depth: int = 4):
 LAZY_COLUMNS = ("text", "metadata")
 
 #: The column of each table whose -1 marks _AdbcReader's typing row.
-_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
+_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq", "labels": "seq"}
 
 
 #: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
@@ -687,7 +688,7 @@ class Cache:
         self.last_n, self.log_count = row[0], row[1]
         self.reads += rd.load("messages", "WHERE seq > ?", (0,), paged=True)
         self.hi = self.con.execute("SELECT coalesce(max(seq), 0) FROM sessionkit_messages").fetchall()[0][0]
-        for name in ("compactions", "runs", "events"):
+        for name in ("compactions", "runs", "events", "labels"):
             rd.load(name)
         self.loaded = True
 
@@ -695,12 +696,13 @@ class Cache:
         eng = self.engine
         gone: set[str] = set()  # sessions whose messages are read again
         updated: set[int] = set()
-        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set()}
+        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set(), "labels": set()}
         low = None
         for _, sid, kind, seq in log:
             if kind == "delete":
                 gone.add(sid)
                 side["compactions"].add(sid)
+                side["labels"].add(sid)
                 if seq is not None:
                     low = seq if low is None else min(low, seq)
             elif kind == "update":
@@ -824,4 +826,5 @@ _PAGE = 20_000
 _ARROW = {
     "BIGINT": lambda pa: pa.int64(),
     "VARCHAR": lambda pa: pa.string(),
+    "DOUBLE": lambda pa: pa.float64(),
 }

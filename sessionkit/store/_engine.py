@@ -182,6 +182,31 @@ class Engine(abc.ABC):
     def w_put_records(self, sid: str, kind: str, items: list[tuple[int, str]]) -> None:
         """Insert or replace each record ``(sid, kind, n)`` with ``data``."""
 
+    # labels (docs/labels.md) ------------------------------------------------------
+    # ``Label`` rows of ``sessionkit_labels``; a message's labels go with it
+    # (``w_delete``, ``w_clear``). SQLEngine has them from ``_labels.LabelSQL``.
+    @abc.abstractmethod
+    def w_add_labels(self, labels: list) -> list:
+        """Insert the labels whose id is not stored yet; returns those inserted."""
+
+    @abc.abstractmethod
+    def w_remove_label(self, label_id: str, session_id: str | None) -> tuple[str, str] | None:
+        """Delete a label (of ``session_id`` when given); ``(session_id, message_id)`` or None."""
+
+    @abc.abstractmethod
+    def labels(
+        self,
+        *,
+        session_id: str | None,
+        message_ids: list[str] | None,
+        tags: list[str] | None,
+        author: str | None,
+        min_rating: float | None,
+        max_rating: float | None,
+        target: str | None,
+    ) -> list:
+        """The labels matching every filter that is not None (``_labels.query``), in the order they were added."""
+
     # reading many ----------------------------------------------------------------
     def nodes_by_id(self, sid: str, mids: list[str]) -> list[Node]:
         """The nodes of those of ``mids`` stored in the session (unknown ids left out), in no order.

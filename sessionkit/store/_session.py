@@ -13,7 +13,7 @@ from ..errors import (
     MessageNotFound,
     UsageError,
 )
-from . import _conveniences
+from . import _conveniences, _labels
 from ._args import _BATCH, _check_parent, _created_from, _parent_arg, _require_str, _str_arg
 from ._engine import Engine
 from ._overlay import _choose_ranges, _chunks, _model_tokens, _overlay, _PathAbove, _tree_node, _unwrap
@@ -759,10 +759,54 @@ class Session:
         (docs/analysis.md), in write order."""
         return _conveniences.to_pandas(self)
 
+    # -- labels (docs/labels.md) ---------------------------------------------------------
+    def add_label(
+        self,
+        message_id: str,
+        tag: str,
+        *,
+        rating: float | None = None,
+        note: str | None = None,
+        author: str | None = None,
+        target: str = "message",
+    ) -> _labels.Label:
+        """Put a label on a message (``target="message"``) or on the branch that ends at it
+        (``target="branch"``); returns it with its new id. ``InvalidLabel`` for a refused
+        tag, rating, note or author and ``MessageNotFound`` for an unknown message: nothing
+        is stored then."""
+        return _labels.add(self, message_id, tag, rating=rating, note=note, author=author, target=target)
+
+    def remove_label(self, label_id: str) -> bool:
+        """Remove a label of this session by id; whether there was one."""
+        return _labels.remove(self._store, label_id, self.session_id)
+
+    def labels(
+        self,
+        message_id: str | Iterable[str] | None = None,
+        *,
+        tag: str | Iterable[str] | None = None,
+        author: str | None = None,
+        min_rating: float | None = None,
+        max_rating: float | None = None,
+        target: str | None = None,
+    ) -> list[_labels.Label]:
+        """This session's labels (of ``message_id``, one id or several, when given) matching
+        every filter given, in the order they were added (see :meth:`Store.labels`)."""
+        return _labels.listing(
+            self._store,
+            session_id=self.session_id,
+            message_id=message_id,
+            tag=tag,
+            author=author,
+            min_rating=min_rating,
+            max_rating=max_rating,
+            target=target,
+        )
+
     # -- search and feed ---------------------------------------------------------------
-    def search(self, query: str, *, limit: int = 10) -> list[SearchHit]:
+    def search(self, query: str, *, limit: int = 10, labels: str | Iterable[str] | None = None) -> list[SearchHit]:
         """Full-text search in this session only (docs/search.md)."""
-        return self._store.search(query, session_id=self.session_id, limit=limit)
+        return self._store.search(query, session_id=self.session_id, limit=limit, labels=labels)
 
     def mirror(
         self, target, *, transform: Callable | None = None, intercept: Callable | None = None
@@ -783,7 +827,7 @@ class Session:
             put([tf(m) for m in hist])
 
         def on_event(ev: ChangeEvent) -> None:
-            if ev.session_id != self.session_id:
+            if ev.session_id != self.session_id or ev.type == "label":  # (no message changed)
                 return
             if intercept is not None and intercept(ev):
                 state["last"] = None  # the caller changed the target: resync fully next time

@@ -19,27 +19,48 @@ PostgreSQL; pass the values through :meth:`SQLEngine.listed`). A
 included), and an engine overrides a statement by name only where its SQL must
 differ.
 
-Adding a per-message column takes three steps, all here: a :class:`Column` in
-``TABLES["messages"]``, a :class:`Migration` that adds it to stored files, and its
-value in :meth:`SQLEngine.message_values`.
+The tables, the ledger and the dialects are data, in :mod:`._schema` (their names are
+importable from here too).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import operator
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import messages as _msg
 from ..errors import InvalidMessage, MessageNotFound, SchemaVersionError, SessionKitError, StoreClosed, StoreCorrupt
 from ._engine import Engine
+from ._labels import LabelSQL
+from ._schema import (
+    DEFAULT_CHUNK_CHARS,
+    DIALECTS,
+    DUCKDB_JOURNAL_TABLE,
+    INSERT_COLUMNS,
+    MIGRATIONS,
+    NODE_COLUMNS,
+    PREPARED_COLUMNS,
+    SCHEMA_VERSION,
+    SOURCE_COLUMNS,
+    SOURCE_TYPES,
+    TABLES,
+    TEXT_AT,
+    Column,
+    Dialect,
+    Index,
+    Migration,
+    Table,
+    prepared_getter,
+)
 from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo
+
+#: Parameters of a statement: positional, or named (``%(name)s`` on PostgreSQL).
+Params = Sequence[Any] | Mapping[str, Any]
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -60,494 +81,6 @@ __all__ = [
     "SOURCE_TYPES",
     "DUCKDB_JOURNAL_TABLE",
 ]
-
-#: DuckDB: single appends written as one JSON row each, moved into the messages table in
-#: batches (see :mod:`sessionkit.store.duckdb`).
-DUCKDB_JOURNAL_TABLE = "CREATE TABLE IF NOT EXISTS sessionkit_journal (row VARCHAR NOT NULL)"
-
-#: Stored JSON longer than this (characters) continues in ``sessionkit_chunks`` rows.
-DEFAULT_CHUNK_CHARS = 1 << 20
-
-#: The columns of a :class:`Node`, in its field order.
-NODE_COLUMNS = ("seq", "id", "parent_id", "depth", "bytes", "tokens", "path_bytes", "path_tokens", "created_at", "role")
-
-_ALL = ("sqlite", "duckdb", "postgresql")
-
-
-# ---------------------------------------------------------------------------
-# Tables
-
-
-#: Parameters of a statement: positional, or named (``%(name)s`` on PostgreSQL).
-Params = Sequence[Any] | Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class Column:
-    """A column: logical ``type`` (``text``, ``int``, ``bigint``, ``blob``, or ``seq``,
-    the store-wide write sequence each dialect makes its own way), and the engines
-    that keep it (``only``)."""
-
-    name: str
-    type: str
-    null: bool = False
-    default: str | None = None
-    only: tuple[str, ...] = _ALL
-    #: A message column whose value a prepared message gives (the attribute of
-    #: :class:`~sessionkit.messages.Prepared` of the same name): every statement that
-    #: writes a message row writes these from this declaration (:data:`PREPARED_COLUMNS`).
-    prepared: bool = False
-    #: Read by the analysis views (a cache beside the store copies these; :data:`SOURCE_COLUMNS`).
-    analysis: bool = True
-
-
-@dataclass(frozen=True)
-class Index:
-    name: str
-    columns: str
-    unique: bool = False
-    where: str | None = None
-    only: tuple[str, ...] = _ALL
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str  # without the sessionkit_ prefix
-    columns: tuple[Column, ...]
-    key: tuple[str, ...] = ()
-    indexes: tuple[Index, ...] = ()
-    only: tuple[str, ...] = _ALL
-    #: Rows stored in primary key order (SQLite: WITHOUT ROWID), for small keyed rows.
-    clustered: bool = False
-
-    def column_names(self, dialect: str) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if dialect in c.only)
-
-
-_SQLITE_PG = ("sqlite", "postgresql")
-
-TABLES: dict[str, Table] = {
-    t.name: t
-    for t in (
-        Table("meta", (Column("key", "text"), Column("value", "text")), key=("key",)),
-        Table(
-            "messages",
-            (
-                Column("seq", "seq"),
-                # DuckDB answers point lookups from an index only for a one-column equality: the
-                # session id, length-prefixed, followed by the message id.
-                Column("msg_key", "text", only=("duckdb",), analysis=False),
-                Column("session_id", "text"),
-                Column("id", "text"),
-                Column("parent_id", "text", null=True),
-                Column("depth", "int"),
-                Column("role", "text"),
-                Column("created_at", "text"),
-                Column("bytes", "bigint"),
-                Column("tokens", "bigint"),
-                Column("path_bytes", "bigint", analysis=False),
-                Column("path_tokens", "bigint", analysis=False),
-                Column("chunks", "int", default="0", analysis=False),
-                # SQLite: 0 when the row followed its session's latest row as it was written,
-                # so it needs no entry in the children index (see sqlite.py). Before content,
-                # so reading it never reads a long row's overflow pages.
-                Column("branch", "int", default="1", only=("sqlite",), analysis=False),
-                # The analysis columns (docs/analysis.md), written with the row so that no query decodes
-                # messages: the text parts joined by blank lines, the number of parts, the tools
-                # the parts call (a JSON array; NULL when none) and the metadata as JSON.
-                Column("text", "text", null=True, prepared=True),
-                Column("n_parts", "int", default="0", prepared=True),
-                Column("tool_names", "text", null=True, prepared=True),
-                Column("metadata", "text", null=True, prepared=True),
-                Column("content", "text", analysis=False),
-                # DuckDB: the message's word count in its search index (NULL: not indexed).
-                Column("index_len", "int", null=True, only=("duckdb",), analysis=False),
-            ),
-            key=("seq",),
-            indexes=(
-                Index("sessionkit_messages_key", "session_id, id", unique=True, only=_SQLITE_PG),
-                Index("sessionkit_messages_msg_key", "msg_key", unique=True, only=("duckdb",)),
-                Index("sessionkit_messages_order", "session_id, seq", only=_SQLITE_PG),
-                Index("sessionkit_messages_branches", "session_id, parent_id", where="branch = 1", only=("sqlite",)),
-                Index("sessionkit_messages_children", "session_id, parent_id", only=("postgresql",)),
-            ),
-        ),
-        Table(
-            "chunks",
-            (Column("seq", "bigint"), Column("n", "int"), Column("data", "text")),
-            key=("seq", "n"),
-            clustered=True,
-        ),
-        Table("blobs", (Column("sha256", "text"), Column("size", "bigint"), Column("data", "blob")), key=("sha256",)),
-        Table(
-            "blob_refs",
-            (Column("seq", "bigint"), Column("sha256", "text")),
-            key=("seq", "sha256"),
-            clustered=True,
-            indexes=(Index("sessionkit_blob_refs_sha", "sha256", only=_SQLITE_PG),),
-        ),
-        Table(
-            "compactions",
-            (
-                Column("seq", "seq"),
-                Column("session_id", "text"),
-                Column("id", "text"),
-                Column("from_id", "text"),
-                Column("to_id", "text"),
-                Column("summary", "text"),
-                Column("created_at", "text"),
-                Column("tokens_before", "bigint"),
-                Column("tokens_after", "bigint"),
-            ),
-            key=("seq",),
-            indexes=(Index("sessionkit_compactions_session", "session_id, seq", only=_SQLITE_PG),),
-        ),
-        Table(
-            "runs",
-            (
-                Column("run_id", "text"),
-                Column("session_id", "text"),
-                Column("status", "text"),
-                Column("input", "text", null=True),
-                Column("error", "text", null=True),
-                Column("started_at", "text"),
-                Column("ended_at", "text", null=True),
-                Column("usage", "text", null=True),
-                Column("n", "int"),
-            ),
-            key=("run_id",),
-            indexes=(Index("sessionkit_runs_session", "session_id, n", only=_SQLITE_PG),),
-        ),
-        Table(
-            "events",
-            (
-                Column("session_id", "text"),
-                Column("seq", "bigint"),
-                Column("run_id", "text", null=True),
-                Column("data", "text"),
-            ),
-            key=("session_id", "seq"),
-            clustered=True,
-        ),
-        Table(
-            "records",
-            (
-                Column("session_id", "text"),
-                Column("kind", "text"),
-                Column("n", "bigint"),
-                Column("data", "text"),
-            ),
-            key=("session_id", "kind", "n"),
-            clustered=True,
-        ),
-        # What changed in place (updates, deletes, compactions, runs, events), in write order:
-        # an analysis cache beside the store replays it instead of reading the store again
-        # (appends need no entry: they are the rows above the cache's last seq). DuckDB
-        # queries its own tables and keeps none.
-        Table(
-            "changes",
-            (
-                Column("n", "seq"),
-                Column("session_id", "text"),
-                Column("kind", "text"),
-                Column("seq", "bigint", null=True),
-            ),
-            key=("n",),
-            only=_SQLITE_PG,
-        ),
-        # The schema ledger: one row per migration applied to this store.
-        Table(
-            "migrations",
-            (Column("version", "int"), Column("note", "text"), Column("applied_at", "text")),
-            key=("version",),
-            clustered=True,
-        ),
-    )
-}
-
-
-#: The message columns a prepared message gives, in the order every statement that writes
-#: a message row lists them (from the declaration above).
-PREPARED_COLUMNS: tuple[str, ...] = tuple(c.name for c in TABLES["messages"].columns if c.prepared)
-_PREPARED_GET = operator.attrgetter(*PREPARED_COLUMNS)
-_TEXT_AT = PREPARED_COLUMNS.index("text")
-
-#: The stored columns the analysis views read, per table (a cache beside the store keeps
-#: exactly these), and their DuckDB types: from the declaration above.
-SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
-    t: tuple(c.name for c in TABLES[t].columns if c.analysis) for t in ("messages", "compactions", "runs", "events")
-}
-_DUCKDB_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bigint": "BIGINT", "seq": "BIGINT"}
-SOURCE_TYPES: dict[str, tuple[str, ...]] = {
-    t: tuple(_DUCKDB_TYPES[c.type] for c in TABLES[t].columns if c.analysis) for t in SOURCE_COLUMNS
-}
-
-#: The columns of a message row the shared insert writes, in order (the engine's own
-#: columns, DuckDB's ``msg_key`` and SQLite's ``branch``, are written by its own statements).
-INSERT_COLUMNS: tuple[str, ...] = (
-    "session_id",
-    "id",
-    "parent_id",
-    "depth",
-    "role",
-    "created_at",
-    "bytes",
-    "tokens",
-    "path_bytes",
-    "path_tokens",
-    "chunks",
-    *PREPARED_COLUMNS,
-    "content",
-)
-
-
-# ---------------------------------------------------------------------------
-# Migrations
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One step of the schema ledger. ``steps`` maps a dialect (or ``"*"`` for every
-    dialect) to statements (templates, see the module notes) or functions called
-    with the engine, run in order inside the transaction that opens the store."""
-
-    version: int
-    note: str
-    steps: dict[str, tuple[str | Callable[[SQLEngine], None], ...]] = field(default_factory=dict)
-
-    def steps_for(self, dialect: str) -> tuple:
-        return self.steps.get("*", ()) + self.steps.get(dialect, ())
-
-
-def _create_table(name: str) -> Callable[[SQLEngine], None]:
-    return lambda engine: engine.create_table(TABLES[name])
-
-
-def _sqlite_branch_column(engine: SQLEngine) -> None:
-    engine.upgrade_to_3()
-
-
-def _add_columns(table: str, names: tuple[str, ...]) -> Callable[[SQLEngine], None]:
-    """A migration step adding the columns ``names`` of ``TABLES[table]`` as declared there
-    (type, nullability, default: the one declaration), those a store lacks."""
-
-    def step(engine: SQLEngine) -> None:
-        declared = {c.name: c for c in TABLES[table].columns}
-        have = engine.message_columns() if table == "messages" else set()
-        todo = [declared[n] for n in names if n not in have and engine.dialect.name in declared[n].only]
-        # DuckDB adds no NOT NULL column to a table an index depends on: its indexes go
-        # for the while and are made again after
-        indexes = [
-            i
-            for i in TABLES[table].indexes
-            if engine.dialect.name == "duckdb" and "duckdb" in i.only and any(not c.null for c in todo)
-        ]
-        for index in indexes:
-            engine.execute(f"DROP INDEX IF EXISTS {engine.quote(index.name)}")
-        for col in todo:
-            engine.execute(f"ALTER TABLE {engine.table(table)} ADD COLUMN {engine.dialect.column_sql(col, table)}")
-        for index in indexes:
-            engine.execute(engine.index_sql(index, TABLES[table]))
-
-    return step
-
-
-def _make_index_again(table: str, name: str) -> Callable[[SQLEngine], None]:
-    """A migration step making the index ``name`` of ``TABLES[table]`` again, as declared."""
-
-    def step(engine: SQLEngine) -> None:
-        index = next(i for i in TABLES[table].indexes if i.name == name)
-        engine.execute(f"DROP INDEX IF EXISTS {engine.quote(name)}")
-        engine.execute(engine.index_sql(index, TABLES[table]))
-
-    return step
-
-
-def _give_store_id(engine: SQLEngine) -> None:
-    """Who this store is (see :meth:`SQLEngine.create_or_migrate`), for a store made before
-    stores had an id."""
-    if engine.fetch_one(engine.sql["meta_get"], ("store_id",)) is None:
-        engine.execute(engine.sql["meta_put"], ("store_id", uuid.uuid4().hex))
-
-
-def _fill_analysis_columns(engine: SQLEngine) -> None:
-    """Version 6: compute the analysis columns of every stored message (a batch at a time)."""
-    last = 0
-    while True:
-        rows = engine.fetch(engine.sql["fill_source"], (last, 2000))
-        if not rows:
-            return
-        last = rows[-1][0]
-        long = [seq for seq, chunks, _ in rows if chunks]
-        full = dict(zip(long, engine.contents(long))) if long else {}
-        values = []
-        for seq, _, content in rows:
-            message = _msg.restore(full.get(seq) or content, engine.blob)
-            values.append((_msg.message_text(message), *_msg.analysis_fields(message), seq))
-        engine.update_analysis_columns(values)
-
-
-#: Every engine follows this one ledger: a store at version v has had every migration
-#: up to v applied (version 1 is the first table layout). Files written before the
-#: ledger carry the same numbers: versions 3 and 4 changed SQLite files only, so a
-#: DuckDB or PostgreSQL file at version 2 is at the ledger's version 4.
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        2,
-        "records: small JSON documents kept beside a session",
-        {
-            "*": (_create_table("records"),),
-            # DuckDB: word counts moved into the message row; the index is rebuilt by the next search.
-            "duckdb": (
-                "ALTER TABLE {messages} ADD COLUMN IF NOT EXISTS index_len INTEGER",
-                "DROP TABLE IF EXISTS sessionkit_docs",
-                "DELETE FROM sessionkit_terms",
-                "UPDATE {messages} SET index_len = NULL",
-                "UPDATE {meta} SET value = '0' WHERE key = 'index_built'",
-            ),
-        },
-    ),
-    Migration(
-        3, "SQLite: rows that follow their parent stay out of the children index", {"sqlite": (_sqlite_branch_column,)}
-    ),
-    Migration(4, "SQLite: the search window, created when a store outgrows it"),
-    Migration(5, "the schema ledger (sessionkit_migrations)", {"*": (_create_table("migrations"),)}),
-    Migration(
-        6,
-        "analysis columns stored with each message (text, n_parts, tool_names, metadata) and the change log",
-        {
-            "*": (
-                _add_columns("messages", ("text", "n_parts", "tool_names", "metadata")),
-                _create_table("changes"),
-                _fill_analysis_columns,
-            ),
-            # the fast append function takes the new columns (a new signature: drop the old one)
-            "postgresql": (
-                "DROP FUNCTION IF EXISTS {fn_append}(text, text, text, text, text, text, bigint, bigint, text,"
-                " tsvector, bigint, bigint, text, text[])",
-            ),
-        },
-    ),
-    Migration(7, "DuckDB: the append journal (sessionkit_journal)", {"duckdb": (DUCKDB_JOURNAL_TABLE,)}),
-    Migration(
-        8,
-        "a store id for stores made before stores had one; SQLite: the compactions index as declared,"
-        " by (session_id, seq) (files first written at version 1 or 2 had it by session_id only)",
-        {"*": (_give_store_id,), "sqlite": (_make_index_again("compactions", "sessionkit_compactions_session"),)},
-    ),
-)
-
-#: The schema version every engine writes: the ledger's last step (the one place it is kept).
-SCHEMA_VERSION = MIGRATIONS[-1].version
-
-
-# ---------------------------------------------------------------------------
-# Dialects
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """What differs in SQL text between engines, as plain data (no behaviour)."""
-
-    name: str
-    types: dict[str, str]
-    #: Column definition of a table's write sequence (``seq``), by table.
-    seq_columns: dict[str, str]
-    #: The rows of one list parameter, for ints and for strings (a SELECT).
-    ints_rows: str
-    texts_rows: str
-    #: Membership in one list parameter (default: IN the rows above).
-    in_ints: str = ""
-    in_texts: str = ""
-    #: Row locks taken when payload rows are shared or collected (several writers).
-    lock_share: str = ""
-    lock_update: str = ""
-    #: Tables whose primary key is their storage order (SQLite: WITHOUT ROWID).
-    clustered_suffix: str = ""
-    #: DB-API placeholder: "?" (qmark) or "%s" (format).
-    placeholder: str = "?"
-    #: Statements run before each table is created (DuckDB: its sequences).
-    before_table: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.in_ints:
-            object.__setattr__(self, "in_ints", f"IN ({self.ints_rows})")
-        if not self.in_texts:
-            object.__setattr__(self, "in_texts", f"IN ({self.texts_rows})")
-
-    def column_sql(self, col: Column, table: str) -> str:
-        if col.type == "seq":
-            return self.seq_columns[table]
-        sql = f"{col.name} {self.types[col.type]}"
-        if not col.null:
-            sql += " NOT NULL"
-        if col.default is not None:
-            sql += f" DEFAULT {col.default}"
-        return sql
-
-    def table_sql(self, table: Table, qualified: str) -> str:
-        cols = [self.column_sql(c, table.name) for c in table.columns if self.name in c.only]
-        if table.key and not any(c.type == "seq" for c in table.columns):  # else the seq column decides
-            cols.append(f"PRIMARY KEY ({', '.join(table.key)})")
-        suffix = self.clustered_suffix if table.clustered else ""
-        return f"CREATE TABLE IF NOT EXISTS {qualified} (\n    " + ",\n    ".join(cols) + f"\n){suffix}"
-
-    def compile(self, template: str, fields: dict[str, str]) -> str:
-        sql = template.format(**fields)
-        if self.placeholder != "?":
-            sql = sql.replace("%", "%%").replace("?", self.placeholder)
-        return sql
-
-
-#: The dialects, as data: what differs in SQL text between the engines.
-DIALECTS: dict[str, Dialect] = {
-    d.name: d
-    for d in (
-        Dialect(
-            name="sqlite",
-            types={"text": "TEXT", "int": "INTEGER", "bigint": "INTEGER", "blob": "BLOB"},
-            seq_columns={
-                "messages": "seq INTEGER PRIMARY KEY",
-                "compactions": "seq INTEGER PRIMARY KEY AUTOINCREMENT",
-                "changes": "n INTEGER PRIMARY KEY AUTOINCREMENT",
-            },
-            ints_rows="SELECT value FROM json_each(?)",
-            texts_rows="SELECT value FROM json_each(?)",
-            clustered_suffix=" WITHOUT ROWID",
-        ),
-        Dialect(
-            name="duckdb",
-            types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB"},
-            seq_columns={
-                "messages": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq')",
-                "compactions": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_compaction_seq')",
-            },
-            ints_rows="SELECT unnest(?::BIGINT[])",
-            texts_rows="SELECT unnest(?::VARCHAR[])",
-            before_table={
-                "messages": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_seq START 1",),
-                "compactions": ("CREATE SEQUENCE IF NOT EXISTS sessionkit_compaction_seq START 1",),
-            },
-        ),
-        Dialect(
-            name="postgresql",
-            types={"text": "text", "int": "integer", "bigint": "bigint", "blob": "bytea"},
-            seq_columns={
-                "messages": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-                "compactions": "seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-                "changes": "n bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-            },
-            ints_rows="SELECT unnest(?::bigint[])",
-            texts_rows="SELECT unnest(?::text[])",
-            in_ints="= ANY(?::bigint[])",
-            in_texts="= ANY(?::text[])",
-            lock_share=" FOR KEY SHARE",
-            lock_update=" FOR UPDATE",
-            placeholder="%s",
-        ),
-    )
-}
-
 
 # ---------------------------------------------------------------------------
 # Statements shared by every engine (an engine overrides one by defining it in its
@@ -648,6 +181,8 @@ STATEMENTS: dict[str, str] = {
     "clear_runs": "DELETE FROM {runs} WHERE session_id = ?",
     "clear_events": "DELETE FROM {events} WHERE session_id = ?",
     "clear_records": "DELETE FROM {records} WHERE session_id = ?",
+    "delete_labels_of": "DELETE FROM {labels} WHERE session_id = ? AND message_id {in_ids}",
+    "clear_labels": "DELETE FROM {labels} WHERE session_id = ?",
     "add_compaction": (
         "INSERT INTO {compactions} (session_id, id, from_id, to_id, summary, created_at,"
         " tokens_before, tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -695,7 +230,7 @@ class _Statements(dict):
 # The engine base
 
 
-class SQLEngine(Engine):
+class SQLEngine(LabelSQL, Engine):
     """An engine over a DB-API driver: the shared half of every engine.
 
     Subclasses set :attr:`dialect` and :attr:`driver_errors` and implement the
@@ -1251,10 +786,10 @@ class SQLEngine(Engine):
 
     def prepared_values(self, prep: _msg.Prepared) -> tuple:
         """The values of :data:`PREPARED_COLUMNS` for ``prep`` (``text`` as :meth:`stored_text` gives it)."""
-        values = _PREPARED_GET(prep)
-        text = values[_TEXT_AT]
+        values = prepared_getter(prep)
+        text = values[TEXT_AT]
         stored = self.stored_text(text)
-        return values if stored is text else (*values[:_TEXT_AT], stored, *values[_TEXT_AT + 1 :])
+        return values if stored is text else (*values[:TEXT_AT], stored, *values[TEXT_AT + 1 :])
 
     def stored_text(self, text: str | None) -> str | None:
         """The analysis ``text`` column's value for a message's text (an engine whose text
@@ -1411,6 +946,7 @@ class SQLEngine(Engine):
             self.execute(self.sql["delete_messages"], (self.listed(part),))
         for part in _split(ids, 1000):
             self.execute(self.sql["delete_compactions_of"], (sid, self.listed(part), self.listed(part)))
+            self.execute(self.sql["delete_labels_of"], (sid, self.listed(part)))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
 
     def w_clear(self, sid):
@@ -1423,6 +959,7 @@ class SQLEngine(Engine):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
         self.execute(self.sql["clear_messages"], (sid,))
         self.execute(self.sql["clear_compactions"], (sid,))
+        self.execute(self.sql["clear_labels"], (sid,))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
 
     def w_delete_session(self, sid):

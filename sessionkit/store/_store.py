@@ -19,7 +19,7 @@ from ..errors import (
     StoreCorrupt,
     UsageError,
 )
-from . import _conveniences
+from . import _conveniences, _labels
 from ._args import _INT64, _SCAN_READ, _count_arg, _json_arg, _require_str, _sql_params, _sql_text, _str_arg
 from ._engine import Engine
 from ._overlay import _chunks, _tree_node
@@ -243,7 +243,14 @@ class Store:
                 log.exception("sessionkit: change subscriber %r raised", cb)
 
     # -- search ---------------------------------------------------------------
-    def search(self, query: str, *, session_id: str | None = None, limit: int = 10) -> list[SearchHit]:
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        limit: int = 10,
+        labels: str | Iterable[str] | None = None,
+    ) -> list[SearchHit]:
         """Full-text search over text parts (docs/search.md); any string is a valid query.
 
         Words match case-insensitively with English stemming; all words must occur;
@@ -253,18 +260,27 @@ class Store:
         the best hits are chosen among the newest that many matches. On SQLite,
         when those all lie among the newest ``search_window`` messages, BM25's word
         statistics come from those messages rather than the whole store.
+
+        ``labels`` (a tag or several) keeps only hits in a message carrying a label of
+        one of those tags, or on a branch labelled so (docs/labels.md); they are chosen
+        among the same ranked matches.
         """
         eng = self._check()
         limit = _count_arg(limit, "limit")
         if session_id is not None:
             session_id = _str_arg(session_id, "session_id")
+        allowed = None if labels is None else _labels.labelled_messages(self, labels, session_id)
         parsed = parse_query(query)
-        if parsed.empty or limit == 0:
+        if parsed.empty or limit == 0 or allowed == set():
             return []
         if not eng.index_built():
             with eng.write():
                 eng.w_build_index()
-        rows = eng.search(parsed.fts5(), parsed, session_id, limit)
+        if allowed is None:
+            rows = eng.search(parsed.fts5(), parsed, session_id, limit)
+        else:
+            rows = eng.search(parsed.fts5(), parsed, session_id, max(limit, eng.search_candidates))
+            rows = [r for r in rows if (r[1], r[2]) in allowed][:limit]
         if not rows:
             return []
         contents = eng.contents([r[0] for r in rows])
@@ -301,6 +317,50 @@ class Store:
     @search_candidates.setter
     def search_candidates(self, value: int) -> None:
         self._engine.search_candidates = _count_arg(value, "search_candidates", 1)
+
+    # -- labels (docs/labels.md) ------------------------------------------------------
+    def add_label(self, session_id: str, message_id: str, tag: str, **fields: Any) -> _labels.Label:
+        """``store.session(session_id).add_label(message_id, tag, ...)`` (see :meth:`Session.add_label`)."""
+        return self.session(session_id).add_label(message_id, tag, **fields)
+
+    def remove_label(self, label_id: str) -> bool:
+        """Remove a label by id, whatever its session; whether there was one."""
+        return _labels.remove(self, label_id)
+
+    def labels(
+        self,
+        *,
+        session_id: str | None = None,
+        message_id: str | Iterable[str] | None = None,
+        tag: str | Iterable[str] | None = None,
+        author: str | None = None,
+        min_rating: float | None = None,
+        max_rating: float | None = None,
+        target: str | None = None,
+    ) -> list[_labels.Label]:
+        """The labels of the store matching every filter given, in the order they were added.
+
+        ``tag``: one tag or several (any of them); ``min_rating`` / ``max_rating``: a
+        rating in that range (labels without a rating are left out then); ``target``:
+        ``"message"`` or ``"branch"``. ``message_id`` needs ``session_id`` to mean one
+        message (ids are unique per session).
+        """
+        return _labels.listing(
+            self,
+            session_id=session_id,
+            message_id=message_id,
+            tag=tag,
+            author=author,
+            min_rating=min_rating,
+            max_rating=max_rating,
+            target=target,
+        )
+
+    def import_labels(self, labels: Iterable[_labels.Label | dict]) -> int:
+        """Store labels as they are (their ids and times kept), in one transaction: a label
+        whose id is stored already is skipped, so importing twice adds nothing. Each
+        label's message must be stored. Returns how many were added."""
+        return _labels.import_labels(self, labels)
 
     # -- runs and events (docs/agents.md) -------------------------------------------
     def runs(self, session_id: str) -> list[RunRecord]:
@@ -544,7 +604,7 @@ class Store:
         return _conveniences.messages_df(self, session_ids)
 
     def sql(self, query: str, params=None, *, files: bool = False):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
+        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events, labels (a DataFrame).
 
         The query reads those views and nothing else of the machine (see :meth:`sql_arrow`);
         ``files=True`` lets it read local files too."""

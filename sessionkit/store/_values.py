@@ -72,7 +72,7 @@ class SessionInfo:
 class ChangeEvent:
     """A write reported by :meth:`Store.subscribe` (docs/message-tree.md)."""
 
-    type: str  # append | update | delete | clear | compact
+    type: str  # append | update | delete | clear | compact | label
     session_id: str
     message_ids: tuple[str, ...]
     message: dict | None = None

@@ -73,7 +73,8 @@ import uuid
 from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
-from ._sql import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES, SQLEngine
+from ._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
+from ._sql import SQLEngine
 from ._values import Capabilities, ChangeEvent
 
 try:

@@ -39,7 +39,8 @@ from .. import messages as _msg
 from ..errors import SessionKitError, StoreCorrupt, StoreLocked
 from . import _files
 from . import search as _search
-from ._sql import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES, LocalEngine
+from ._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
+from ._sql import LocalEngine
 from ._values import Capabilities, Node
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
@@ -237,7 +238,7 @@ def _index_json(content: str) -> str:
 
 
 def _upgrade_to_3(engine: SQLiteEngine) -> None:
-    """Version 3: the ``branch`` column and the partial children index (see _sql.TABLES).
+    """Version 3: the ``branch`` column and the partial children index (see _schema.TABLES).
 
     The table is rebuilt so ``branch`` sits before ``content``, with the layout of
     version 3 as it was (later versions alter it). Every row keeps its ``seq``, so search

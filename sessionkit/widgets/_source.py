@@ -31,6 +31,7 @@ __all__ = [
     "message_view",
     "message_preview",
     "branch_diff",
+    "labels_json",
     "ROLE_ORDER",
 ]
 
@@ -99,6 +100,20 @@ class TreeData:
 def is_store_session(session: Any) -> bool:
     """A session of a sessionkit Store (a tree with cheap skeleton reads)."""
     return isinstance(session, Session)
+
+
+#: The fields of a label the views show (docs/labels.md).
+LABEL_FIELDS = ("id", "tag", "rating", "target", "note", "author")
+
+
+def labels_json(session: Any) -> dict[str, list[dict]]:
+    """A store session's labels by message id, in the order they were added ({} for other sessions)."""
+    if not is_store_session(session):
+        return {}
+    out: dict[str, list[dict]] = {}
+    for label in session.labels():
+        out.setdefault(label.message_id, []).append({k: getattr(label, k) for k in LABEL_FIELDS})
+    return out
 
 
 def tree_data(session: Any) -> TreeData:

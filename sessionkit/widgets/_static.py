@@ -18,6 +18,7 @@ from ..parts import fold_lines, output_text
 from . import _runlog
 from ._source import (
     TreeData,
+    labels_json,
     load_messages,
     message_preview,
     message_view,
@@ -142,6 +143,9 @@ _INLINE = {
     "sk-sel": "background-color:#eff6ff",
     "sk-band": "background-color:#fffbeb;color:#92400e",
     "sk-more": "color:#6b7280;font-style:italic",
+    "sk-label-badge": "display:inline-block;padding:0 6px;margin-left:3px;border-radius:8px;"
+    "background-color:#fef3c7;color:#92400e;font-size:11px",
+    "sk-label-branch": "background-color:#ede9fe;color:#5b21b6",
 }
 _CLASSED = re.compile(r'<(\w+) class="([^"]*)"( style="([^"]*)")?')
 _BARE_CELL = re.compile(r"<(td|th)>")
@@ -161,6 +165,20 @@ def _inline_styles(markup: str) -> str:
 
     markup = _CLASSED.sub(classed, markup)
     return _BARE_CELL.sub(r'<\1 style="text-align:left;padding:1px 8px 1px 2px">', markup)
+
+
+def _labels_html(labels: list[dict] | None) -> str:
+    """A message's labels as badges (as the live views show them: ⑂ marks a branch label)."""
+    out = []
+    for label in labels or ():
+        branch = label.get("target") == "branch"
+        rating = "" if label.get("rating") is None else f" ★{label['rating']:g}"
+        about = " · ".join(x for x in (label.get("note"), label.get("author") and f"by {label['author']}") if x)
+        out.append(
+            f'<span class="sk-label-badge{" sk-label-branch" if branch else ""}" data-tag="{_e(label["tag"])}"'
+            f' title="{_e(about)}">{"⑂ " if branch else ""}{_e(label["tag"])}{rating}</span>'
+        )
+    return "".join(out)
 
 
 def _role(role: str) -> str:
@@ -188,10 +206,13 @@ def tree_html(
     collapse: bool = True,
     max_rows: int = 400,
     wrap: bool = True,
+    labels: dict[str, list[dict]] | None = None,
 ) -> str:
-    """The message tree as an indented table: roles, previews, tokens, branch points, bands."""
+    """The message tree as an indented table: roles, previews, tokens, branch points, bands, labels."""
     if data is None:
         data = tree_data(session)
+    if labels is None:
+        labels = labels_json(session)
     guides: list[str] = []
     rows = outline_rows(data, collapse=collapse, guides=guides)
     shown = rows[:max_rows]
@@ -230,7 +251,8 @@ def tree_html(
             prev = message_preview(msgs[mid]) if mid in msgs else ""
             body.append(
                 f'<tr class="{" ".join(cls)}" data-id="{_e(mid)}"><td class="sk-g">{_e(guide)}{mark}</td>'
-                f'<td>{_role(data.role_of(i))}</td><td class="sk-prev">{_e(prev)}{fork}</td>'
+                f"<td>{_role(data.role_of(i))}</td>"
+                f'<td class="sk-prev">{_labels_html(labels.get(mid))}{_e(prev)}{fork}</td>'
                 f'<td class="sk-tok">{fmt_tokens(data.tokens[i])}</td></tr>'
             )
         elif row[0] == "more":
@@ -330,10 +352,13 @@ def transcript_html(
     max_messages: int = 300,
     path: dict | None = None,
     wrap: bool = True,
+    labels: dict[str, list[dict]] | None = None,
 ) -> str:
-    """One path as a chat: tool calls with input and output, tokens, compaction boundaries."""
+    """One path as a chat: tool calls with input and output, tokens, compaction boundaries, labels."""
     if mode not in ("model", "full"):
         raise ValueError(f"mode must be 'model' or 'full', got {mode!r}")
+    if labels is None:
+        labels = labels_json(session)
     path = path or path_entries(session, leaf_id, compacted=(mode == "model"))
     entries = path["entries"]
     shown = entries[-max_messages:] if len(entries) > max_messages else entries
@@ -367,7 +392,8 @@ def transcript_html(
             f'<div class="{cls}" style="border-left-color:{color}" data-id="{_e(e["id"])}">'
             f'<div class="sk-head">{_role(e["role"])} · {fmt_tokens(e["tokens"])} tokens · '
             f"{_e(view.get('createdAt') or '')}"
-            f"{' · hidden by compaction' if e['kind'] == 'hidden' else ''}</div>{_parts_html(view)}</div>"
+            f"{' · hidden by compaction' if e['kind'] == 'hidden' else ''}{_labels_html(labels.get(e['id']))}</div>"
+            f"{_parts_html(view)}</div>"
         )
     inner = "".join(body)
     return _wrap("transcript", inner) if wrap else inner

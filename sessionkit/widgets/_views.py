@@ -26,10 +26,12 @@ import traitlets
 
 from ..errors import MessageNotFound
 from . import _runlog, _static
+from ._labelled import LabelledView
 from ._source import (
     TreeData,
     branch_diff,
     is_store_session,
+    labels_json,
     load_messages,
     message_preview,
     message_view,
@@ -202,12 +204,14 @@ class _View(anywidget.AnyWidget):
             view = ref()
             if view is None or getattr(event, "session_id", None) != sid:
                 return
-            view._schedule_refresh()
+            view._schedule_refresh(labels_only=getattr(event, "type", None) == "label")
 
         self._unsubscribe = subscribe(on_change)
 
-    def _schedule_refresh(self, delay: float = 0.25) -> None:
+    def _schedule_refresh(self, delay: float = 0.25, *, labels_only: bool = False) -> None:
         with self._lock:
+            if not labels_only:
+                self._full_refresh = True
             if self._refresh_timer is not None:
                 return
             timer = threading.Timer(delay, self._timed_refresh)
@@ -218,13 +222,20 @@ class _View(anywidget.AnyWidget):
     def _timed_refresh(self) -> None:
         with self._lock:
             self._refresh_timer = None
+            full, self._full_refresh = getattr(self, "_full_refresh", False), False
         try:
-            self.refresh()
+            if full:
+                self.refresh()
+            else:  # only labels changed
+                self.refresh_labels()
         except Exception:
             log.exception("sessionkit: refreshing %s failed", type(self).__name__)
 
     def refresh(self) -> None:
         """Read the session again and update the front end."""
+
+    def refresh_labels(self) -> None:
+        """Read the session's labels again (views that show them)."""
 
     def close(self) -> None:
         """Stop following the store and close the front end."""
@@ -241,7 +252,7 @@ class _View(anywidget.AnyWidget):
 # ---------------------------------------------------------------------------
 
 
-class BranchTree(_View):
+class BranchTree(LabelledView, _View):
     """The whole message tree of a session (docs/widgets.md).
 
     Rows show roles, a preview of each message (fetched as they scroll into
@@ -285,7 +296,9 @@ class BranchTree(_View):
     ) -> None:
         self._session = session
         self._data = tree_data(session)
-        super().__init__(_tree=tree_json(self._data), collapse=collapse, height=height, **kwargs)
+        super().__init__(
+            _tree=tree_json(self._data), _labels=labels_json(session), collapse=collapse, height=height, **kwargs
+        )
         self.observe(self._on_pick, names=["selected_id", "compare_id"])
         if selected_id is not None:
             self.selected_id = selected_id
@@ -341,6 +354,7 @@ class BranchTree(_View):
             if self.compare_id is not None and self.compare_id not in idx:
                 self.compare_id = None
             self._tree = tree_json(self._data)
+            self._labels = labels_json(self._session)
             self._on_pick(None)
 
     # -- traits -------------------------------------------------------------------------
@@ -375,7 +389,9 @@ class BranchTree(_View):
 
     # -- static -------------------------------------------------------------------------------
     def snapshot_html(self) -> str:
-        return _static.tree_html(self._session, data=self._data, selected_id=self.selected_id, collapse=self.collapse)
+        return _static.tree_html(
+            self._session, data=self._data, selected_id=self.selected_id, collapse=self.collapse, labels=self._labels
+        )
 
     def _offline_state(self) -> dict:
         msgs = load_messages(self._session, self._data.ids)
@@ -386,6 +402,7 @@ class BranchTree(_View):
             "compare_id": self.compare_id,
             "diff": self.diff,
             "collapse": self.collapse,
+            "_labels": self._labels,
             "height": max(self.height, 520),
             "_offline": {
                 "messages": {k: message_view(m, tokens=self._data.tokens[idx[k]]) for k, m in msgs.items()},
@@ -396,7 +413,7 @@ class BranchTree(_View):
 # ---------------------------------------------------------------------------
 
 
-class Transcript(_View):
+class Transcript(LabelledView, _View):
     """One path of a session as a chat (docs/widgets.md).
 
     Shows each message with its tokens, tool calls with input and output, and
@@ -430,7 +447,7 @@ class Transcript(_View):
         self._session = session
         if leaf_id is not None and is_store_session(session) and session.get(leaf_id) is None:
             raise MessageNotFound(f"message {leaf_id!r} is not in session {session.session_id!r}")
-        super().__init__(leaf_id=leaf_id, mode=mode, height=height, **kwargs)
+        super().__init__(leaf_id=leaf_id, mode=mode, height=height, _labels=labels_json(session), **kwargs)
         self._path = path_entries(session, leaf_id, compacted=(mode == "model"))
         self.observe(self._on_change, names=["leaf_id", "mode"])
         self._linked: tuple[BranchTree, Any] | None = None
@@ -504,6 +521,7 @@ class Transcript(_View):
                 leaf = None
                 self.leaf_id = None
             self._path = path_entries(self._session, leaf, compacted=(self.mode == "model"))
+            self._labels = labels_json(self._session)
 
     @traitlets.validate("leaf_id")
     def _valid_leaf(self, proposal: Any) -> str | None:
@@ -523,7 +541,7 @@ class Transcript(_View):
         self.send({"type": "messages", "req": content.get("req"), "items": items})
 
     def snapshot_html(self) -> str:
-        return _static.transcript_html(self._session, mode=self.mode, path=self._path)
+        return _static.transcript_html(self._session, mode=self.mode, path=self._path, labels=self._labels)
 
     def _offline_state(self) -> dict:
         leaf = self._path.get("leaf_id")
@@ -537,6 +555,7 @@ class Transcript(_View):
             "following": False,
             "height": self.height,
             "_path": self._path,
+            "_labels": self._labels,
             "_offline": {
                 "paths": both,
                 "messages": {k: message_view(m, tokens=tokens.get(k)) for k, m in msgs.items()},

@@ -24,13 +24,14 @@ import sessionkit as sk
 from sessionkit.analysis import arrow_table
 from sessionkit.analysis._tables import StoreData
 
-VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+VIEWS = ("messages", "sessions", "compactions", "runs", "events", "labels")
 KEYS = {
     "messages": ("session_id", "id"),
     "sessions": ("session_id",),
     "compactions": ("session_id", "id"),
     "runs": ("run_id",),
     "events": ("session_id", "seq"),
+    "labels": ("id",),
 }
 
 
@@ -89,6 +90,10 @@ def scenario(store, other=None):
     a.append(msg("b2", "on the branch", "assistant"))
     a.append(msg("r2", "second root"), parent_id=None)
     yield "branches"
+    a.add_label("a2", "good", rating=4, note="", author="ana")  # an empty note is no NULL (PostgreSQL's CSV)
+    a.add_label("b2", "branch-end", target="branch", rating=-1.5)
+    w.add_label("a", "a5", "bad", note='line\nbreak, "quoted"')
+    yield "labels"
     a.import_compaction(_comp("c-old", "a0", "a3"))
     a.import_compaction(_comp("c-new", "a1", "a4"))  # overlaps the older one: the newer wins there
     a.import_compaction(_comp("c-broken", "b1", "a5"))  # b1 is not above a5: covers nothing
@@ -121,6 +126,9 @@ def scenario(store, other=None):
     )
     w.append_events("ev", [{"kind": "note"}])
     yield "runs and events"
+    assert w.remove_label(w.labels(tag="bad")[0].id)
+    w.add_label("z", "z1", "in z", rating=0)
+    yield "label removed"
     last = store.session("z").append(msg("z2", "newest"))
     assert last.inserted
     w.session("z").delete("z2")  # the newest row: SQLite may give its seq to the next row

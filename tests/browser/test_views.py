@@ -80,10 +80,19 @@ CELLS = [
     ),
     ("big", "big = sk.widgets.BranchTree(bs, height=400)\nbig"),
     ("repr", "s"),
+    (
+        "labels_sql",  # the labels view, read in the kernel once the test asks (file 'labels-go')
+        "async def labels_sql():\n"
+        "    while not (OUT / 'labels-go').exists():\n"
+        "        await asyncio.sleep(0.05)\n"
+        "    q = 'SELECT session_id, message_id, tag, rating, target FROM labels'\n"
+        "    (OUT / 'labels.json').write_text(store.sql(q).to_json(orient='records'))\n"
+        "labels_task = asyncio.ensure_future(labels_sql())",
+    ),
     ("done", "(OUT / 'done.txt').write_text('ok')\nprint('all cells ran')"),
 ]
 CELL = {name: k for k, (name, _) in enumerate(CELLS)}
-LIVE_VIEWS = sum(1 for name, _ in CELLS if name not in ("setup", "go", "done"))  # outputs with a snapshot
+LIVE_VIEWS = sum(1 for name, _ in CELLS if name not in ("setup", "go", "labels_sql", "done"))  # outputs with a snapshot
 
 
 def _write_notebook(path: Path, out: Path) -> None:
@@ -370,3 +379,31 @@ def test_saved_notebook_converts_to_html_with_static_snapshots(nb, screenshots):
     assert "Great. Where should we eat?" in html
     (screenshots / f"{nb.host.name}-views.html").write_text(html, encoding="utf-8")
     page.screenshot(path=str(screenshots / f"{nb.host.name}-page.png"), full_page=False)
+
+
+def test_a_label_added_in_the_tree_shows_in_another_transcript_and_in_sql(nb, screenshots):
+    import json
+
+    page = nb.page
+    view = nb.view("forked", "tree")
+    view.scroll_into_view_if_needed()
+    view.locator(".sk-row[data-id='a2']").click()
+    panel = view.locator(".sk-tree-panel")
+    panel.locator(".sk-label-tag").fill("checked")
+    panel.locator(".sk-label-rating").fill("4")
+    panel.get_by_role("button", name="Add label").click()
+    # the kernel wrote it and sent the labels back: a badge on the row and in the panel
+    view.locator(".sk-row[data-id='a2'] .sk-label-badge[data-tag='checked']").wait_for()
+    assert panel.locator(".sk-label-badge[data-tag='checked']").inner_text().startswith("checked ★4")
+    # another view of the session (a Transcript on the path through a2) learns of it from the store
+    chat = nb.view("forked_chat", "transcript")
+    badge = chat.locator(".sk-msg[data-id='a2'] .sk-label-badge[data-tag='checked']")
+    badge.wait_for()
+    assert badge.inner_text().startswith("checked ★4")
+    assert chat.locator(".sk-label-badge").count() == 1
+    (nb.out / "labels-go").write_text("")
+    rows = json.loads(wait_file(nb.out / "labels.json", HANG))
+    assert rows == [{"session_id": "forked", "message_id": "a2", "tag": "checked", "rating": 4.0, "target": "message"}]
+    settle(page)
+    nb.shot(view, screenshots, "labels-tree")
+    assert not nb.new_errors(), nb.errors

@@ -18,7 +18,7 @@ def _lines(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
-    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == 1
+    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == 2
     return rows[1:]
 
 
@@ -94,7 +94,7 @@ def test_compactions_and_payloads_survive(engine, make_store, tmp_path):
     s = _build_compacted(src)
     path = tmp_path / "c.jsonl"
     counts = sk.io.export_jsonl(s, path)
-    assert counts == {"sessions": 1, "messages": 7, "compactions": 2}
+    assert counts == {"sessions": 1, "messages": 7, "compactions": 2, "labels": 0}
     targets = ["sqlite", "duckdb"]
     for target in targets:  # also across engines
         dst = make_store(target)
@@ -160,6 +160,23 @@ def test_session_export_holds_only_that_session(store, tmp_path):
             "'zz' is not in session",
         ),
         (["not json"], "line 1", "not valid JSON"),
+        (['{"type": "label", "session_id": "s"}'], "line 1", "needs 'session_id' and a 'label' object"),
+        (
+            [
+                '{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',  # noqa: E501
+                '{"type": "label", "session_id": "s", "label": {"id": "l1", "message_id": "zz", "tag": "x"}}',
+            ],
+            "line 2",
+            "'zz' is not in session",
+        ),
+        (
+            [
+                '{"type": "message", "session_id": "s", "parent_id": null, "message": {"id": "m", "role": "user", "parts": []}}',  # noqa: E501
+                '{"type": "label", "session_id": "s", "label": {"id": "l1", "message_id": "m", "tag": ""}}',
+            ],
+            "line 2",
+            "invalid label",
+        ),
     ],
 )
 def test_malformed_lines_are_named(store, tmp_path, lines, where, words):
@@ -169,3 +186,28 @@ def test_malformed_lines_are_named(store, tmp_path, lines, where, words):
         sk.io.import_jsonl(store, path)
     assert info.value.where == where
     assert words in str(info.value)
+
+
+def test_labels_survive_a_round_trip_with_their_ids(engine, make_store, tmp_path):
+    src = make_store(engine)
+    s = _build_compacted(src)
+    other = src.session("other")
+    other.append(msg("o1", "elsewhere", "user"))
+    made = [
+        s.add_label("a1", "good", rating=4.5, note="clear", author="ana"),
+        other.add_label("o1", "off-topic"),
+        s.add_label("alt-a", "better-branch", target="branch", rating=-1),
+    ]
+    path = tmp_path / "labels.jsonl"
+    counts = sk.io.export_jsonl(src, path)
+    assert counts["labels"] == 3
+    rows = [r for r in _lines(path) if r["type"] == "label"]
+    assert sorted(r["label"]["id"] for r in rows) == sorted(x.id for x in made)
+    assert [r["label"]["id"] for r in rows if r["session_id"] == "compacted"] == [made[0].id, made[2].id]
+    for target in {"sqlite", engine}:
+        dst = make_store(target)
+        sk.io.import_jsonl(dst, path)
+        assert sorted(dst.labels(), key=lambda x: x.id) == sorted(made, key=lambda x: x.id)
+        sk.io.import_jsonl(dst, path)  # idempotent, labels included
+        assert len(dst.labels()) == 3
+    assert sk.io.export_jsonl(s, tmp_path / "one.jsonl")["labels"] == 2  # a session's export: its labels

@@ -43,6 +43,7 @@ from helpers import msg, wait_until
 import sessionkit as sk
 import sessionkit.messages as sk_messages
 from sessionkit.aio import AsyncSession, AsyncStore
+from sessionkit.store import _labels as labels_module
 from sessionkit.store import _session as session_module
 
 from .test_aio import new_target  # noqa: F401  (the store variants, a fixture)
@@ -285,6 +286,8 @@ def populate(st: sk.Store) -> None:
     st.put_records("t", "notes", [(1, {"a": 1}), (2, ["b", 2])])
     st.session("c").append(msg("c1"))
     st.session("gone").append(msg("g1"))
+    st.session("s").add_label("a1", "seen", rating=1, author="ana")
+    st.add_label("t", "t2", "seen", target="branch", note="the apples")
 
 
 def rows(st: sk.Store) -> dict:
@@ -299,6 +302,7 @@ def rows(st: sk.Store) -> dict:
         out[kind] = [(row[0], with_seq(row[1], rank[row[1].seq]), *row[2:]) for row in out[kind]]
     out["sessions"] = st.list_sessions()
     out["records"] = [st.records(sid, kind) for sid, kind in (("t", "notes"), ("w", "k"))]
+    out["labels"] = st.labels()
     return out
 
 
@@ -391,6 +395,7 @@ async def _store_search(t: Twins):
     await t.read(lambda st: st.search("apples pears", session_id="t", limit=2))
     await t.read(lambda st: st.search('"banana bread"'))
     await t.read(lambda st: st.search("apple", limit=-1))
+    await t.read(lambda st: st.search("apple", labels=iter(["seen"])))
 
 
 @recipe("AsyncStore.runs")
@@ -670,6 +675,7 @@ async def _to_pandas(t: Twins):
 async def _session_search(t: Twins):
     await t.read(lambda s: s.search("apple"), on="s")
     await t.read(lambda s: s.search("apple", limit=1), on="t")
+    await t.read(lambda s: s.search("apples", labels="seen"), on="t")
 
 
 # -- sessions: writes (on both stores) ----------------------------------------------------------
@@ -863,6 +869,44 @@ async def _append_events(t: Twins):
     await t.write(lambda st: st.append_events("w", [{"kind": "c"}]))
     await t.write(lambda st: st.append_events("w", [1]))
     await t.same_rows(lambda st: st.events("w"))
+
+
+@recipe("AsyncStore.labels")
+async def _store_labels(t: Twins):
+    await t.read(lambda st: st.labels())
+    await t.read(lambda st: st.labels(tag=iter(["seen"]), min_rating=0, session_id="s"))
+    await t.read(lambda st: st.labels(message_id=["t2"], session_id="t", target="branch"))
+    await t.read(lambda st: st.labels(tag=""))
+
+
+@recipe("AsyncSession.labels")
+async def _session_labels(t: Twins):
+    await t.read(lambda s: s.labels(), on="s")
+    await t.read(lambda s: s.labels(iter(["a1", "u1"]), tag="seen", author="ana"), on="s")
+    await t.read(lambda s: s.labels(max_rating=float("nan")), on="s")
+
+
+@recipe("AsyncStore.add_label", "AsyncSession.add_label", "AsyncStore.remove_label", "AsyncSession.remove_label")
+async def _label_writes(t: Twins):
+    await t.write(lambda st: st.add_label("t", "t1", "bug", rating=2, note="n", author="ana"))
+    await t.write(lambda s: s.add_label("a2b", "good", target="branch"), on="s")
+    await t.write(lambda s: s.add_label("a2b", ""), on="s")
+    await t.write(lambda s: s.add_label("nope", "x"), on="s")
+    bug, good = (t.a.labels(tag=tag)[0].id for tag in ("bug", "good"))  # (the same ids on both stores)
+    assert [x.id for x in t.b.sync.labels(tag=["bug", "good"])] == [bug, good]
+    await t.write(lambda st: st.remove_label(bug))
+    await t.write(lambda s: s.remove_label(good), on="s")
+    await t.write(lambda s: s.remove_label("no such label"), on="s")
+    await t.same_rows(lambda st: st.labels())
+
+
+@recipe("AsyncStore.import_labels")
+async def _import_labels(t: Twins):
+    label = sk.Label("imported", "c", "c1", "kept", rating=3, created_at=T0)
+    await t.write(lambda st: st.import_labels(iter([label])))
+    await t.write(lambda st: st.import_labels([label.to_dict()]))
+    await t.write(lambda st: st.import_labels([sk.Label("x", "c", "missing", "kept")]))
+    await t.same_rows(lambda st: st.labels(session_id="c"))
 
 
 @recipe("AsyncStore.put_records")
@@ -1142,6 +1186,7 @@ def test_every_member_gives_what_the_sync_api_gives(new_target, monkeypatch):  #
     stamps = Stamps()
     monkeypatch.setattr(sk_messages, "now_iso", stamps.now_iso)
     monkeypatch.setattr(session_module, "uuid", types.SimpleNamespace(uuid4=stamps.uuid4))
+    monkeypatch.setattr(labels_module, "uuid", types.SimpleNamespace(uuid4=stamps.uuid4))
     a_target, b_target = new_target(), new_target()
     a = sk.open_store(a_target, **OPTIONS)
     b = sk.aio.open_store(b_target, **OPTIONS)

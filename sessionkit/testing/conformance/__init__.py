@@ -18,8 +18,9 @@ override ``raw_sql`` to give the schema checks raw access::
 One module per part of the contract: ``messages`` (what a message is), ``stores``
 (opening, closing, sessions, capabilities), ``writing`` (appends, chains, imports,
 updates, deletes, transactions), ``reading`` (histories, the tree read model, scans),
-``compaction``, ``search``, ``feed`` (change events), ``runs`` (runs, events, records)
-and ``bad_input`` (refused input, nothing stored lost).
+``compaction``, ``search``, ``feed`` (change events), ``runs`` (runs, events, records),
+``labels`` (labels on messages and branches) and ``bad_input`` (refused input, nothing
+stored lost).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .bad_input import TestBadInput, TestBadInputProperties
 from .compaction import TestCompaction
 from .feed import TestChangeFeed
 from .fixtures import open_target, raw_sql, reopen, store, store_factory
+from .labels import TestLabels
 from .messages import TestMessages
 from .reading import TestReading, TestScan, TestTreeReadModel
 from .runs import TestRunsEventsRecords
@@ -57,4 +59,5 @@ __all__ = [
     "TestCapabilities",
     "TestBadInput",
     "TestBadInputProperties",
+    "TestLabels",
 ]

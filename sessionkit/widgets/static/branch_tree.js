@@ -167,6 +167,18 @@ function render({ model, el }) {
   let buildTimer = 0;
   let marked = new Set(); // rows last shown as selected, compared or under the cursor
   let disposed = false;
+  // Labels: the add form lives as long as the view (re-rendering the panel keeps what is typed in it)
+  let labelReq = 0;
+  const labelForm = skLabelForm((fields) => {
+    const id = model.get("selected_id");
+    if (!id) return;
+    labelReq = skNextReq();
+    model.send({ type: "add-label", id, ...fields, req: labelReq });
+  });
+  const removeLabel = (label) => {
+    labelReq = skNextReq();
+    model.send({ type: "remove-label", label: label.id, req: labelReq });
+  };
 
   function setHeight() {
     wrap.style.height = (model.get("height") || 420) + "px";
@@ -442,7 +454,7 @@ function render({ model, el }) {
       const preview = cache.previews.get(id);
       row.append(
         skEl("span", { class: "sk-row-role", style: { color: skRoleColor(role) }, text: role }),
-        " ",
+        skLabelBadges((model.get("_labels") || {})[id]),
         skEl("span", { class: "sk-row-text", text: preview === undefined ? "…" : preview }),
         skEl("span", { class: "sk-row-tok", text: (nk > 1 ? `${nk} branches · ` : "") + skTokens(tree.tokens[i]) + " tok" }),
       );
@@ -550,7 +562,19 @@ function render({ model, el }) {
     } else if (msg.type === "detail") {
       cache.details.set(msg.id, msg.message);
       if (msg.id === model.get("selected_id")) renderPanel();
+    } else if (msg.type === "error" && msg.req === labelReq) {
+      labelForm.querySelector(".sk-label-error").textContent = msg.error;
     }
+  }
+
+  // A change of the labels (made here or in any other view of the store): new badges in place.
+  function onLabels() {
+    const labels = model.get("_labels") || {};
+    for (const row of rowEls) {
+      if (!row || !row.dataset.id) continue;
+      row.querySelector(".sk-labels").replaceWith(skLabelBadges(labels[row.dataset.id]));
+    }
+    renderPanel();
   }
 
   function rowAt(event) {
@@ -624,10 +648,13 @@ function render({ model, el }) {
       tok += tree.tokens[j];
     }
     const role = tree.roles[tree.role[i]];
+    const editable = skEditable(model);
     panel.append(
       skEl("div", { class: "sk-panel-title" }, skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), `${role} · ${skTokens(tree.tokens[i])} tokens`),
       skEl("div", { class: "sk-meta", text: `${id} · path ${skPlural(depth, "message")}, ${skTokens(tok)} tokens · ${skPlural(layout ? layout.nKids(i) : 0, "child", "children")}` }),
+      skEl("div", { class: "sk-panel-labels" }, skLabelBadges((model.get("_labels") || {})[id], editable ? removeLabel : null)),
     );
+    if (editable) panel.append(labelForm);
     const detail = cache.details.get(id);
     if (detail) {
       const box = skEl("div", { class: "sk-panel-msg" });
@@ -748,6 +775,7 @@ function render({ model, el }) {
   model.on("change:collapse", onCollapse);
   model.on("change:diff", onDiff);
   model.on("change:height", onHeight);
+  model.on("change:_labels", onLabels);
   model.on("msg:custom", onMessage);
 
   setHeight();
@@ -768,6 +796,7 @@ function render({ model, el }) {
     model.off("change:collapse", onCollapse);
     model.off("change:diff", onDiff);
     model.off("change:height", onHeight);
+    model.off("change:_labels", onLabels);
     model.off("msg:custom", onMessage);
   };
 }

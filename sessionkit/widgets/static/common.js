@@ -193,4 +193,62 @@ function skLocalModel(state, mod, answer) {
     },
   };
   return model;
+/** A label's badge text: its tag, its rating, ⑂ for a label on the branch ending at the message. */
+function skLabelText(label) {
+  const rating = label.rating === null || label.rating === undefined ? "" : ` ★${label.rating}`;
+  return (label.target === "branch" ? "⑂ " : "") + label.tag + rating;
+}
+
+/** The badges of a message's labels (see _source.labels_json); a × on each when `onRemove` is given. */
+function skLabelBadges(labels, onRemove) {
+  const box = skEl("span", { class: "sk-labels" });
+  for (const label of labels || []) {
+    const about = [label.target === "branch" ? "on the branch ending here" : "", label.note, label.author ? "by " + label.author : ""];
+    const badge = skEl("span", { class: "sk-label-badge" + (label.target === "branch" ? " sk-label-branch" : ""),
+      "data-label-id": label.id, "data-tag": label.tag, title: about.filter(Boolean).join(" · ") || null, text: skLabelText(label) });
+    if (onRemove)
+      badge.append(skEl("button", { class: "sk-label-x", type: "button", "aria-label": `remove label ${label.tag}`, text: "×",
+        onclick: (event) => {
+          event.stopPropagation();
+          onRemove(label);
+        } }));
+    box.append(badge);
+  }
+  return box;
+}
+
+/** A form that adds a label: tag, rating, on the message or on its branch; `onAdd({tag, rating, target})`. */
+function skLabelForm(onAdd) {
+  const tag = skEl("input", { class: "sk-label-tag", type: "text", placeholder: "tag", maxlength: "100", "aria-label": "label tag" });
+  const rating = skEl("input", { class: "sk-label-rating", type: "number", step: "any", placeholder: "rating", "aria-label": "label rating" });
+  const target = skEl("select", { class: "sk-label-target", "aria-label": "label on" },
+    skEl("option", { value: "message", text: "this message" }), skEl("option", { value: "branch", text: "its branch" }));
+  const error = skEl("span", { class: "sk-err sk-label-error", role: "status" });
+  const form = skEl("form", { class: "sk-label-form" }, tag, rating, target, skEl("button", { class: "sk-btn", type: "submit", text: "Add label" }), error);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    event.stopPropagation();
+    const text = tag.value.trim();
+    if (!text) {
+      error.textContent = "a label needs a tag";
+      return;
+    }
+    const value = rating.value === "" ? null : Number(rating.value);
+    if (value !== null && !Number.isFinite(value)) {
+      error.textContent = "the rating must be a number";
+      return;
+    }
+    error.textContent = "";
+    onAdd({ tag: text, rating: value, target: target.value });
+    tag.value = "";
+    rating.value = "";
+  });
+  // keys typed here are text, not the view's or the notebook's shortcuts
+  form.addEventListener("keydown", (event) => event.stopPropagation());
+  return form;
+}
+
+/** Whether the view runs with a kernel (a page written by to_html has none: labels are read-only there). */
+function skEditable(model) {
+  return !model.get("_offline");
 }

@@ -16,6 +16,35 @@ function render({ model, el }) {
   let fetchTimer = 0;
   const pending = new Set();
   let disposed = false;
+  const labelErrors = new Map(); // req -> the error line of the form that sent it
+
+  function sendLabel(message, errorLine) {
+    const req = skNextReq();
+    labelErrors.set(req, errorLine);
+    model.send({ ...message, req });
+  }
+
+  const removeLabel = (label) => sendLabel({ type: "remove-label", label: label.id }, null);
+
+  function labelBadges(id) {
+    return skLabelBadges((model.get("_labels") || {})[id], skEditable(model) ? removeLabel : null);
+  }
+
+  // "+ label" under a message's head: a form adding a label to that message (or its branch)
+  function labelButton(id, node) {
+    if (!skEditable(model)) return null;
+    return skEl("button", { class: "sk-btn sk-label-add", type: "button", text: "+ label", "aria-label": `label message ${id}`,
+      onclick: () => {
+        const open = node.querySelector(".sk-label-form");
+        if (open) {
+          open.remove();
+          return;
+        }
+        const form = skLabelForm((fields) => sendLabel({ type: "add-label", id, ...fields }, form.querySelector(".sk-label-error")));
+        node.querySelector(".sk-head").after(form);
+        form.querySelector(".sk-label-tag").focus();
+      } });
+  }
 
   const observer = new IntersectionObserver(
     (items) => {
@@ -101,9 +130,12 @@ function render({ model, el }) {
           skEl("span", { class: "sk-role", style: { color: skRoleColor(entry.role) }, text: entry.role }),
           ` · ${skTokens(entry.tokens)} tokens`,
           skEl("span", { class: "sk-when" }),
-          entry.kind === "hidden" ? " · hidden by compaction" : ""),
+          entry.kind === "hidden" ? " · hidden by compaction" : "",
+          labelBadges(entry.id)),
         skEl("div", { class: "sk-body" }, skEl("span", { class: "sk-meta", text: "…" })),
       );
+      const button = labelButton(entry.id, node);
+      if (button) node.querySelector(".sk-head").append(button);
       nodes.set(entry.id, { node, entry });
       list.append(node);
       if (cache.messages.has(entry.id)) fill(node, entry);
@@ -116,7 +148,17 @@ function render({ model, el }) {
     list.scrollTop = list.scrollHeight;
   }
 
+  // A change of the labels (made here or in any other view of the store): new badges in place.
+  function onLabels() {
+    for (const [id, hit] of nodes) hit.node.querySelector(".sk-labels").replaceWith(labelBadges(id));
+  }
+
   function onMessage(msg) {
+    if (msg && msg.type === "error" && labelErrors.has(msg.req)) {
+      const line = labelErrors.get(msg.req);
+      if (line) line.textContent = msg.error;
+    }
+    if (msg && msg.req !== undefined) labelErrors.delete(msg.req);
     if (!msg || msg.type !== "messages") return;
     for (const [id, view] of Object.entries(msg.items || {})) {
       cache.messages.set(id, view);
@@ -137,6 +179,7 @@ function render({ model, el }) {
   model.on("change:mode", rebuild);
   model.on("change:following", rebuild);
   model.on("change:height", rebuild);
+  model.on("change:_labels", onLabels);
   model.on("msg:custom", onMessage);
   build();
   skHideSnapshot(model);
@@ -148,6 +191,7 @@ function render({ model, el }) {
     model.off("change:mode", rebuild);
     model.off("change:following", rebuild);
     model.off("change:height", rebuild);
+    model.off("change:_labels", onLabels);
     model.off("msg:custom", onMessage);
   };
 }

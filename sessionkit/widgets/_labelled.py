@@ -1,0 +1,45 @@
+"""Labels in the session views (BranchTree, Transcript): badges, and adding or removing
+labels from the front end (docs/labels.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import traitlets
+
+from ._source import labels_json
+
+__all__ = ["LabelledView"]
+
+
+class LabelledView(traitlets.HasTraits):
+    """Mixed into a view of one session (``_views._View``): its labels by message id in the
+    synced ``_labels`` (badges in the front end), and the front end's ``add-label`` /
+    ``remove-label`` messages written to the store. Every other view of the session learns
+    of the change from the store's change feed (an event of type ``"label"``)."""
+
+    _labels = traitlets.Dict().tag(sync=True)
+    #: The author of the labels added from this view (None: not recorded).
+    author = traitlets.Unicode(None, allow_none=True)
+    _session: Any
+    send: Any
+
+    def refresh_labels(self) -> None:
+        """Read the session's labels again and send them to the front end."""
+        self._labels = labels_json(self._session)
+
+    def _msg_add_label(self, content: dict) -> None:
+        label = self._session.add_label(
+            content.get("id"),
+            content.get("tag"),
+            rating=content.get("rating"),
+            target=content.get("target") or "message",
+            author=self.author,
+        )
+        self.refresh_labels()
+        self.send({"type": "label-added", "req": content.get("req"), "label": label.id})
+
+    def _msg_remove_label(self, content: dict) -> None:
+        removed = self._session.remove_label(content.get("label"))
+        self.refresh_labels()
+        self.send({"type": "label-removed", "req": content.get("req"), "removed": removed})
