@@ -30,11 +30,15 @@ extra and are imported on first use.
 
 from __future__ import annotations
 
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ..errors import missing
 from . import _schema
 from ._labels import LABEL_VIEW_COLUMNS, label_view_sql
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = [
     "VIEWS",
@@ -142,7 +146,7 @@ SOURCE_COLUMNS = _schema.SOURCE_COLUMNS
 SOURCE_TYPES = _schema.SOURCE_TYPES
 
 
-def duckdb_module():
+def duckdb_module() -> ModuleType:
     try:
         import duckdb
     except ImportError as exc:
@@ -150,7 +154,7 @@ def duckdb_module():
     return duckdb
 
 
-def pyarrow_module():
+def pyarrow_module() -> ModuleType:
     try:
         import pyarrow
     except ImportError as exc:
@@ -158,7 +162,7 @@ def pyarrow_module():
     return pyarrow
 
 
-def pyarrow_csv_module():
+def pyarrow_csv_module() -> ModuleType:
     try:
         import pyarrow.csv
     except ImportError as exc:
@@ -337,13 +341,13 @@ VIEW_ORDER = {
 }
 
 
-def do(con, sql: str, params: Any = None) -> None:
+def do(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> None:
     """Run a statement whose result is not needed, to its end (DuckDB 2 wants every
     result consumed before the connection's next statement)."""
     (con.execute(sql) if params is None else con.execute(sql, params)).fetchall()
 
 
-def install_views(con, tables: dict[str, str], tree: bool) -> None:
+def install_views(con: duckdb.DuckDBPyConnection, tables: dict[str, str], tree: bool) -> None:
     for name, select in view_sql(tables, tree=tree).items():
         do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {select}")
 

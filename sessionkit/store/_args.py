@@ -91,6 +91,6 @@ def _require_str(what: str, value: Any) -> None:
     _str_arg(value, what)
 
 
-def _created_from(prep) -> str:
+def _created_from(prep: _msg.Prepared) -> str:
     """The creation time to store for a prepared message (its createdAt, else now)."""
     return _msg.normalize_created(prep.created_at) or _msg.now_iso()

@@ -34,7 +34,8 @@ import os
 import queue
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ._analysis import (
     SOURCE_COLUMNS,
@@ -48,6 +49,14 @@ from ._analysis import (
 )
 from ._query import QueryRun, install, new_connection, rollback, run_query
 from ._sandbox import check_query, names_used
+
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow
+    from adbc_driver_manager.dbapi import Cursor
+
+    from ._sql import SQLEngine
+    from .postgres import PostgresEngine
 
 __all__ = ["Cache", "CACHE_SUFFIX", "CACHE_FORMAT", "LAZY_COLUMNS"]
 
@@ -99,6 +108,8 @@ class _CopyReader(_EngineReader):
     into Arrow batches by pyarrow's CSV reader (no Python object per value) and written
     into the cache by DuckDB. Reads whose parameters are not whole numbers (lists of
     sessions or rows) go through the store's rows as on any engine."""
+
+    engine: PostgresEngine
 
     def load(
         self,
@@ -190,7 +201,7 @@ class _ChunkFile(io.RawIOBase):
             self._held = b""
         return data
 
-    def readinto(self, b) -> int:
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]  # (io hands a bytearray or memoryview)
         data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
@@ -201,7 +212,7 @@ class _AdbcReader(_EngineReader):
     installed: rows arrive as Arrow batches (no Python object per value), about four
     times faster than ``sqlite3`` rows. One read transaction: one state of the file."""
 
-    def __init__(self, cache: Cache, cursor) -> None:
+    def __init__(self, cache: Cache, cursor: Cursor) -> None:
         super().__init__(cache)
         self.cur = cursor
 
@@ -233,7 +244,7 @@ class _AdbcReader(_EngineReader):
 
 
 @contextlib.contextmanager
-def _read_ahead(reader, depth: int = 4):
+def _read_ahead(reader: pyarrow.RecordBatchReader, depth: int = 4) -> Iterator[pyarrow.RecordBatchReader]:
     """``reader`` (Arrow record batches from the SQLite driver) read by a thread of its
     own, up to ``depth`` batches ahead: the driver steps SQLite (without the GIL) while
     DuckDB writes the batches before, so a first load costs about the longer of the two
@@ -265,7 +276,7 @@ def _read_ahead(reader, depth: int = 4):
             item = exc
         hand_over(item)
 
-    def consume():
+    def consume() -> Iterator[pyarrow.RecordBatch]:
         while True:
             item = batches.get()
             if item is end:
@@ -313,7 +324,7 @@ def _remove_file(path: str) -> None:
             os.remove(name)
 
 
-def _adbc_sqlite():
+def _adbc_sqlite() -> ModuleType | None:
     try:
         import adbc_driver_sqlite.dbapi as adbc  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
@@ -341,7 +352,7 @@ class Cache:
     #: What a refresh keeps between queries (and, in a cache file, between processes).
     STATE = ("hi", "last_n", "log_count", "loaded", "lazy", "store_id", "store_schema", "hi_key", "log_key")
 
-    def __init__(self, engine, *, ordered: bool) -> None:
+    def __init__(self, engine: SQLEngine, *, ordered: bool) -> None:
         self.engine = engine
         self.ordered = ordered
         self.hi = 0  # the highest message seq held
@@ -384,7 +395,7 @@ class Cache:
             self.con = new_connection()
             self._create_tables()
         adbc = _adbc_sqlite() if engine.kind == "sqlite" and engine.path else None
-        if adbc is not None:
+        if adbc is not None and name:  # (name is set whenever engine.path is)
             with contextlib.suppress(Exception):  # the driver cannot open it: read through the store
                 uri = "file:" + name + "?mode=ro"
                 self._adbc = adbc.connect(uri, autocommit=True)
@@ -401,7 +412,7 @@ class Cache:
         do(self.con, "CREATE TABLE IF NOT EXISTS sessionkit_cache_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
 
     # -- the cache file ---------------------------------------------------------------
-    def _open_file(self):
+    def _open_file(self) -> duckdb.DuckDBPyConnection | None:
         """A connection to the cache file, created or made again as needed; None when it
         cannot be had (another process holds it, the folder is read-only...): the cache
         then lives in memory for this store object."""
@@ -455,22 +466,22 @@ class Cache:
     def _save_state(self) -> None:
         do(self.con, "INSERT OR REPLACE INTO sessionkit_cache_meta VALUES ('state', ?)", [json.dumps(self._state())])
 
-    def _fingerprints(self, rd) -> tuple[str, str]:
+    def _fingerprints(self, rd: _EngineReader) -> tuple[str, str]:
         """What identifies the rows held: the row at ``hi`` and the log entry ``last_n``."""
         eng = self.engine
         row = rd.fetch(eng.compile("SELECT session_id, id FROM {messages} WHERE seq = ?"), (self.hi,))
         entry = rd.fetch(eng.compile("SELECT session_id, kind, seq FROM {changes} WHERE n = ?"), (self.last_n,))
         return (json.dumps(list(row[0])) if row else ""), (json.dumps(list(entry[0])) if entry else "")
 
-    def _store_id(self, rd) -> str:
+    def _store_id(self, rd: _EngineReader) -> str:
         row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'store_id'"))
         return str(row[0][0]) if row else ""
 
-    def _schema(self, rd) -> str:
+    def _schema(self, rd: _EngineReader) -> str:
         row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'schema_version'"))
         return str(row[0][0]) if row else ""
 
-    def _check_file(self, rd) -> bool:
+    def _check_file(self, rd: _EngineReader) -> bool:
         """Whether the state read from the file describes the store it is beside (same
         schema, its log entry and newest row still there): else it is read again."""
         if self._schema(rd) != self.store_schema:
@@ -485,7 +496,7 @@ class Cache:
             return bool(deletes[0][0])
         return True
 
-    def _count_matches(self, rd) -> bool:
+    def _count_matches(self, rd: _EngineReader) -> bool:
         held = self.con.execute("SELECT count(*) FROM sessionkit_messages").fetchall()[0][0]
         return rd.fetch(self.engine.compile("SELECT count(*) FROM {messages}"))[0][0] == held
 
@@ -499,7 +510,7 @@ class Cache:
 
     # -- reading the store ----------------------------------------------------------
     @contextlib.contextmanager
-    def _reading(self, through_store: bool = False):
+    def _reading(self, through_store: bool = False) -> Iterator[_EngineReader]:
         """A reader whose reads all see one state of the store, with the cache's lock held.
 
         The store's snapshot is taken before the lock: a thread inside a write transaction
@@ -515,7 +526,7 @@ class Cache:
                 yield rd
 
     @contextlib.contextmanager
-    def _adbc_reading(self):
+    def _adbc_reading(self) -> Iterator[_AdbcReader]:
         cur = self._adbc.cursor()
         try:
             cur.execute("BEGIN")  # a read transaction: one state of the file until COMMIT
@@ -543,7 +554,9 @@ class Cache:
         arrays = [pa.array(list(values), type=_ARROW[types[c]](pa)) for values, c in zip(zip(*rows), cols)]
         self.insert_arrow(target or self.TABLES[name], cols, pa.Table.from_arrays(arrays, names=list(cols)))
 
-    def insert_arrow(self, table: str, cols: tuple[str, ...], source, where: str = "") -> int:
+    def insert_arrow(
+        self, table: str, cols: tuple[str, ...], source: pyarrow.Table | pyarrow.RecordBatchReader, where: str = ""
+    ) -> int:
         """Rows of ``source`` (an Arrow table or record batch reader of ``cols``, those
         matching ``where``) into ``table``; how many."""
         con = self.con
@@ -555,7 +568,7 @@ class Cache:
         finally:
             con.unregister("sessionkit_batch")
 
-    def _fill(self, rd, column: str) -> None:
+    def _fill(self, rd: _EngineReader, column: str) -> None:
         """Read a lazy column of every message held (same snapshot as the refresh)."""
         types = dict(zip(SOURCE_COLUMNS["messages"], SOURCE_TYPES["messages"]))
         do(self.con, f"CREATE OR REPLACE TEMP TABLE sessionkit_fill (seq BIGINT, {column} {types[column]})")
@@ -603,7 +616,7 @@ class Cache:
             self.con = new_connection()
             self._create_tables()
 
-    def _refresh_once(self, rd, need: list[str], keep: bool = True) -> None:
+    def _refresh_once(self, rd: _EngineReader, need: list[str], keep: bool = True) -> None:
         """One refresh through ``rd``, in a DuckDB transaction that commits (``keep``) or is
         left open for the caller to run a query in and roll back (``keep=False``: what is
         read may be rolled back in the store, so the cache must not keep it)."""
@@ -638,7 +651,7 @@ class Cache:
             raise
         self.checked = True
 
-    def _refresh(self, rd) -> None:
+    def _refresh(self, rd: _EngineReader) -> None:
         # Where the store can say what its snapshot sees (PostgreSQL), a refresh that sees
         # what the last one saw has nothing to read: no checks, no counts.
         state = self.engine.visible_state()
@@ -652,7 +665,7 @@ class Cache:
         self._refresh_rows(rd)
         self.seen = state
 
-    def _refresh_rows(self, rd) -> None:
+    def _refresh_rows(self, rd: _EngineReader) -> None:
         eng = self.engine
         if not self.loaded:
             self._load_all(rd)
@@ -682,7 +695,7 @@ class Cache:
             do(self.con, f"DELETE FROM {table}")
         self.loaded = False
 
-    def _load_all(self, rd) -> None:
+    def _load_all(self, rd: _EngineReader) -> None:
         eng = self.engine
         row = rd.fetch(eng.compile("SELECT coalesce(max(n), 0), count(*) FROM {changes}"))[0]
         self.last_n, self.log_count = row[0], row[1]
@@ -692,7 +705,7 @@ class Cache:
             rd.load(name)
         self.loaded = True
 
-    def _apply(self, rd, log: list, top: int) -> None:
+    def _apply(self, rd: _EngineReader, log: list, top: int) -> None:
         eng = self.engine
         gone: set[str] = set()  # sessions whose messages are read again
         updated: set[int] = set()
@@ -753,7 +766,7 @@ class Cache:
         *,
         run: QueryRun | None = None,
         files: bool = False,
-    ):
+    ) -> pyarrow.Table:
         with self.lock:
             if run is not None:  # (stopped, or the store closed, while this waited for the cache)
                 run.raise_if_stopped()
@@ -778,7 +791,7 @@ class Cache:
         *,
         run: QueryRun | None,
         files: bool,
-    ):
+    ) -> pyarrow.Table:
         """A query from inside a write transaction of the store: it sees the transaction's
         own writes, and the cache keeps none of them (the transaction may still roll
         back). The refresh and the query share one DuckDB transaction, rolled back."""

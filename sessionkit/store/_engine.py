@@ -6,12 +6,16 @@ from __future__ import annotations
 import abc
 import contextlib
 import heapq
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ._args import _MANY_IDS
 from ._overlay import _chunks
-from ._values import Capabilities, ChangeEvent, Compaction, Node, RunRecord, SessionInfo
+from ._values import Capabilities, ChangeEvent, Compaction, Node, RunRecord, SessionInfo, _Latest
+
+if TYPE_CHECKING:
+    from ..messages import Prepared
+    from .search import Query
 
 
 class Engine(abc.ABC):
@@ -93,7 +97,9 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def index_built(self) -> bool: ...
     @abc.abstractmethod
-    def search(self, fts_query, terms, sid: str | None, limit: int) -> list[tuple[int, str, str, str, float]]:
+    def search(
+        self, fts_query: str, terms: Query, sid: str | None, limit: int
+    ) -> list[tuple[int, str, str, str, float]]:
         """``(seq, session_id, id, role, score)`` best first."""
 
     @abc.abstractmethod
@@ -106,7 +112,7 @@ class Engine(abc.ABC):
         """Whether writes in this transaction must maintain the search index themselves."""
         return self.index_built()
 
-    def append_simple(self, sid: str, prep, parent_id, created_at: str):
+    def append_simple(self, sid: str, prep: Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
         """Optional fast path for one plain append (no payloads) in a single statement.
 
         Returns ``"inserted"``, ``"exists"`` or ``"no-parent"``; ``NotImplemented``
@@ -115,7 +121,7 @@ class Engine(abc.ABC):
         """
         return NotImplemented
 
-    def append_chain(self, sid: str, preps: list, parent_id, stamps: list[str]):
+    def append_chain(self, sid: str, preps: list[Prepared], parent_id: str | _Latest | None, stamps: list[str]) -> bool:
         """Optional fast path for a chain of new plain messages (``append_many`` outside a
         transaction): each under the one before, the first under ``parent_id`` (a str,
         None or LATEST), all stored or none. Returns True when it stored them all;
@@ -124,10 +130,12 @@ class Engine(abc.ABC):
         return NotImplemented
 
     @abc.abstractmethod
-    def w_insert(self, sid, prep, parent: Node | None, created_at: str, index: bool) -> Node | None:
+    def w_insert(self, sid: str, prep: Prepared, parent: Node | None, created_at: str, index: bool) -> Node | None:
         """Insert unless (sid, id) exists; return the new Node or None when it existed."""
 
-    def w_insert_many(self, sid, rows, index) -> list[tuple[bool, int]]:
+    def w_insert_many(
+        self, sid: str, rows: Sequence[tuple[Prepared, str | _Latest | None, str]], index: bool
+    ) -> list[tuple[bool, int]]:
         """Insert ``rows`` of ``(prep, parent_id, created_at)`` in order (in a few
         statements where the engine declares ``capabilities.bulk_insert``).
 
@@ -139,25 +147,27 @@ class Engine(abc.ABC):
         raise NotImplementedError(f"the {self.kind} engine has no bulk insert")
 
     @abc.abstractmethod
-    def w_update(self, sid, node: Node, prep, index: bool) -> None: ...
+    def w_update(self, sid: str, node: Node, prep: Prepared, index: bool) -> None: ...
     @abc.abstractmethod
-    def w_delete(self, sid, nodes: list[Node]) -> None: ...
+    def w_delete(self, sid: str, nodes: list[Node]) -> None: ...
     @abc.abstractmethod
-    def w_descendants(self, sid, mids: list[str]) -> list[Node]: ...
+    def w_descendants(self, sid: str, mids: list[str]) -> list[Node]: ...
     @abc.abstractmethod
-    def w_clear(self, sid) -> None: ...
+    def w_clear(self, sid: str) -> None: ...
     @abc.abstractmethod
-    def w_delete_session(self, sid) -> None: ...
+    def w_delete_session(self, sid: str) -> None: ...
     @abc.abstractmethod
-    def w_add_compaction(self, sid, comp: Compaction) -> None: ...
+    def w_add_compaction(self, sid: str, comp: Compaction) -> None: ...
     @abc.abstractmethod
     def w_build_index(self) -> None: ...
     @abc.abstractmethod
-    def w_run_begin(self, sid, run_id, input, started_at) -> None: ...
+    def w_run_begin(self, sid: str, run_id: str, input: str | None, started_at: str) -> None: ...
     @abc.abstractmethod
-    def w_run_end(self, run_id, status, error, usage, ended_at) -> None: ...
+    def w_run_end(
+        self, run_id: str, status: str, error: str | None, usage: dict | None, ended_at: str | None
+    ) -> None: ...
     @abc.abstractmethod
-    def w_append_events(self, sid, events: list[dict]) -> list[dict]: ...
+    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]: ...
 
     @abc.abstractmethod
     def analysis_query(

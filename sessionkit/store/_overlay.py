@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from .. import parts as _parts
 from ._values import Compaction, Node, TreeNode
 
 if TYPE_CHECKING:  # (annotations only: the modules import each other)
     from ._engine import Engine
+
+_T = TypeVar("_T")
 
 
 def _tree_node(n: Node) -> TreeNode:
@@ -26,7 +29,7 @@ def _unwrap(mid: str, comps: dict[str, Compaction], which: str) -> str:
     return mid
 
 
-def _choose_ranges(comps: list[tuple[int, Compaction]], pos: dict[str, int]):
+def _choose_ranges(comps: list[tuple[int, Compaction]], pos: dict[str, int]) -> list[tuple[int, int, Compaction]]:
     """Compactions applying to a path: whole range on it; among overlapping ones the newest wins.
 
     ``pos`` maps message ids to their positions on the path (root = 0); the result is
@@ -98,7 +101,7 @@ class _PathAbove:
         return None
 
 
-def _model_tokens(tokens, ranges) -> int:
+def _model_tokens(tokens: Sequence[int], ranges: Iterable[tuple[int, int, Compaction]]) -> int:
     """Tokens of a path as the model sees it: each applied range counts as its summary."""
     total = sum(tokens)
     for start, end, comp in ranges:
@@ -120,7 +123,7 @@ def _overlay(comp: Compaction, count: int) -> dict:
     )
 
 
-def _chunks(seq, size):
+def _chunks(seq: Iterable[_T], size: int) -> Iterator[list[_T]]:
     it = iter(seq)
     while True:
         chunk = list(itertools.islice(it, size))

@@ -11,17 +11,21 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StoreClosed
 from ._analysis import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
 from ._sandbox import check_query, names_used
 
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
 __all__ = ["run_query", "install", "rollback", "new_connection", "Runs", "QueryRun"]
 
 
 def run_query(
-    con,
+    con: duckdb.DuckDBPyConnection,
     tables: dict[str, str],
     query: str,
     params: Any,
@@ -32,7 +36,7 @@ def run_query(
     run: QueryRun | None = None,
     files: bool = False,
     in_transaction: bool = False,
-) -> Any:
+) -> pa.Table:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
     rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
     on ``con`` (only those a query names are made: defining the ones over the tree costs
@@ -85,7 +89,7 @@ def run_query(
             raise ValueError(f"store.sql: {exc}") from exc
 
 
-def rollback(con) -> None:
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
     duckdb = duckdb_module()
     for _ in range(2):  # (a second time: an interrupt that reached the first one)
         try:
@@ -96,7 +100,7 @@ def rollback(con) -> None:
                 return
 
 
-def _fetch(con, query: str, params: Any, run: QueryRun) -> Any:
+def _fetch(con: duckdb.DuckDBPyConnection, query: str, params: Any, run: QueryRun) -> pa.Table:
     """The query's result as a ``pyarrow.Table``; ``run`` stops it.
 
     In the main thread the query runs on a thread of its own while this one waits: DuckDB
@@ -137,7 +141,7 @@ def _fetch(con, query: str, params: Any, run: QueryRun) -> Any:
     return box["value"]
 
 
-def _fetch_now(con, query: str, params: Any, run: QueryRun) -> Any:
+def _fetch_now(con: duckdb.DuckDBPyConnection, query: str, params: Any, run: QueryRun) -> pa.Table:
     run.executing()
     rel = con.sql(query) if params is None else con.sql(query, params=params)
     if rel is None:  # (a SELECT always has a result; kept for the type checker)
@@ -149,7 +153,7 @@ def _fetch_now(con, query: str, params: Any, run: QueryRun) -> Any:
 
 
 def _with_files(
-    con,
+    con: duckdb.DuckDBPyConnection,
     tables: dict[str, str],
     query: str,
     params: Any,
@@ -160,7 +164,7 @@ def _with_files(
     run: QueryRun,
     *,
     in_transaction: bool = False,
-) -> Any:
+) -> pa.Table:
     """A query that may read local files: the views it names are read from ``con`` in one
     snapshot (as Arrow tables) into a new in-memory DuckDB connection that may read files
     and holds nothing else of the store (so the connection of the store or its cache is
@@ -210,7 +214,7 @@ class QueryRun:
         self.lock = threading.Lock()
         self.done = threading.Event()
 
-    def use(self, con) -> None:
+    def use(self, con: duckdb.DuckDBPyConnection) -> None:
         """The query's DuckDB work runs on ``con`` from now on (unless it was stopped)."""
         with self.lock:
             self.raise_if_stopped()
@@ -307,7 +311,12 @@ def _until_done(runs: list[QueryRun]) -> None:
 
 
 def install(
-    con, tables: dict[str, str], state: dict, tree: bool, wanted: set[str], session_ids: list[str] | None
+    con: duckdb.DuckDBPyConnection,
+    tables: dict[str, str],
+    state: dict,
+    tree: bool,
+    wanted: set[str],
+    session_ids: list[str] | None,
 ) -> None:
     """Define the views ``wanted`` on ``con`` (store-wide ones stay for the next query)."""
     if session_ids is not None:
@@ -343,7 +352,9 @@ _CONFIG = {
 }
 
 
-def new_connection(source=None, path: str | None = None):
+def new_connection(
+    source: duckdb.DuckDBPyConnection | None = None, path: str | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection for analysis: a cursor of ``source`` (a DuckDB store's own
     connection), the database file ``path`` or an in-memory database; times in UTC.
 

@@ -13,14 +13,17 @@ snapshot) and nothing else of the store.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._analysis import TREE_COLUMNS, VIEWS, duckdb_module
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = ["check_query", "sandbox_refusal", "names_used", "uses_tree_columns", "TABLE_FUNCTIONS", "FILE_FUNCTIONS"]
 
 
-def check_query(con, query: str, *, files: bool = False) -> None:
+def check_query(con: duckdb.DuckDBPyConnection, query: str, *, files: bool = False) -> None:
     """Refuse anything but one SELECT that stays in the sandbox (``ValueError`` naming what
     was given or refused; see :func:`sandbox_refusal`)."""
     duckdb = duckdb_module()
@@ -102,7 +105,7 @@ _TABLE_FUNCTIONS_TEXT = ", ".join(f"{name}()" for name in sorted(TABLE_FUNCTIONS
 _FILES_HINT = " (a query reads local files only when asked: store.sql(query, files=True))"
 
 
-def sandbox_refusal(con, query: str, *, files: bool = False) -> str:
+def sandbox_refusal(con: duckdb.DuckDBPyConnection, query: str, *, files: bool = False) -> str:
     """What ``query`` (one SELECT) reaches outside the sandbox, or ``""``.
 
     Read from DuckDB's own parse tree (``json_serialize_sql``), with CTE scoping: a name
@@ -230,7 +233,7 @@ def _sandbox_walk(node: Any, scope: frozenset, refused: list[str], files: bool) 
         _sandbox_walk(value, scope, refused, files)
 
 
-def names_used(con, query: str) -> set[str]:
+def names_used(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
     """The column and function names ``query`` uses, from DuckDB's own parse tree (names
     in strings or comments do not count); ``"*"`` stands for everything: a star, a
     view named as a column (a whole row), or a query the parser cannot show; ``"@name"``
@@ -253,7 +256,7 @@ def names_used(con, query: str) -> set[str]:
     return found
 
 
-def uses_tree_columns(con, query: str) -> bool:
+def uses_tree_columns(con: duckdb.DuckDBPyConnection, query: str) -> bool:
     """Whether ``query`` may read a tree column of ``messages`` (``*`` counts)."""
     found = names_used(con, query)
     return "*" in found or bool(found & set(TREE_COLUMNS))

@@ -34,7 +34,10 @@ from ._values import (
 from .search import SearchHit
 
 if TYPE_CHECKING:  # (annotations only: the modules import each other)
+    import pandas as pd
+
     from ._store import Store
+    from ._values import _Latest
 
 log = logging.getLogger("sessionkit")
 
@@ -51,7 +54,7 @@ class Session:
     def __repr__(self) -> str:
         return f"<sessionkit.Session {self.session_id!r} in {self._store!r}>"
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict | tuple[dict, dict]:
         """Notebook display: a BranchTree widget when ipywidgets is installed, else static HTML."""
         return _conveniences.session_bundle(self)
 
@@ -78,7 +81,7 @@ class Session:
         prep = self._prepare(message, strip, None)
         store = self._store
         if store._in_transaction():  # the one-statement fast path commits on its own: not here
-            status = NotImplemented
+            status: object = NotImplemented
         else:
             status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
         stored = None
@@ -183,7 +186,9 @@ class Session:
             out.append(AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq]))
         return out
 
-    def _prepare(self, message, strip, created_at, set_created=None):
+    def _prepare(
+        self, message: Any, strip: tuple[str, ...], created_at: str | None, set_created: str | None = None
+    ) -> _msg.Prepared:
         return _msg.prepare(
             message,
             created_at=created_at,
@@ -192,12 +197,16 @@ class Session:
             set_created=set_created,
         )
 
-    def _write_chain(self, messages, parent_id, *, strip, created_at) -> list[AppendResult]:
+    def _write_chain(
+        self, messages: Iterable[Any], parent_id: Any, *, strip: tuple[str, ...], created_at: str | None
+    ) -> list[AppendResult]:
         parent_id = _parent_arg(parent_id)
         preps = [self._prepare(m, strip, created_at) for m in messages]  # validate all first
         return self._write_prepared(preps, parent_id, created_at=created_at)
 
-    def _write_prepared(self, preps, parent_id, *, created_at) -> list[AppendResult]:
+    def _write_prepared(
+        self, preps: list[_msg.Prepared], parent_id: str | _Latest | None, *, created_at: str | None
+    ) -> list[AppendResult]:
         eng = self._eng()
         if len(preps) > 1 and not self._store._in_transaction():
             stamps = [created_at or _created_from(prep) for prep in preps]
@@ -215,7 +224,9 @@ class Session:
                 parent = res.message["id"]
         return out
 
-    def _write_batch(self, eng: Engine, preps, parent_id, *, created_at) -> list[AppendResult]:
+    def _write_batch(
+        self, eng: Engine, preps: list[_msg.Prepared], parent_id: str | _Latest | None, *, created_at: str | None
+    ) -> list[AppendResult]:
         """A chain written as one batch (``capabilities.bulk_insert``): the same results as
         inserting each message in turn under the one before, in a few statements."""
         items = []
@@ -234,7 +245,14 @@ class Session:
             for prep, (inserted, seq) in zip(preps, results)
         ]
 
-    def _insert_one(self, eng: Engine, prep, parent_id, created_at, index) -> AppendResult:
+    def _insert_one(
+        self,
+        eng: Engine,
+        prep: _msg.Prepared,
+        parent_id: str | _Latest | None,
+        created_at: str | None,
+        index: bool,
+    ) -> AppendResult:
         sid = self.session_id
         mid = prep.message["id"]
         if parent_id is LATEST:
@@ -242,7 +260,7 @@ class Session:
         elif parent_id is None:
             parent = None
         else:
-            parent = eng.node(sid, parent_id)
+            parent = eng.node(sid, cast(str, parent_id))  # (LATEST and None handled above)
             if parent is None:
                 existing = eng.node(sid, mid)
                 if existing is not None:  # read in this write transaction: it is there
@@ -491,7 +509,9 @@ class Session:
                     return  # deleted meanwhile: the path ends here
                 yield message
 
-    def _skeleton(self, leaf: Node, comps: list[tuple[int, Compaction]]):
+    def _skeleton(
+        self, leaf: Node, comps: list[tuple[int, Compaction]]
+    ) -> tuple[array[int], array[int], list[tuple[int, int, Compaction]]]:
         """Seqs root->leaf, and the compactions that apply to this path as position ranges."""
         eng = self._eng()
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
@@ -509,7 +529,7 @@ class Session:
         ranges = _choose_ranges(comps, {k: n - 1 - v for k, v in found.items()})
         return seqs, tokens, ranges
 
-    def _walk_skeleton(self, leaf: Node, comps, newest_first: bool) -> Iterator[dict]:
+    def _walk_skeleton(self, leaf: Node, comps: list[tuple[int, Compaction]], newest_first: bool) -> Iterator[dict]:
         seqs, tokens, ranges = self._skeleton(leaf, comps)
         # Segments in path order: ("raw", start, end) or ("comp", compaction, start, end)
         segments: list[tuple[str, int, int, Any]] = []
@@ -591,7 +611,9 @@ class Session:
         first = chosen[len(chosen) - len(msgs)][0]
         return RecentHistory(msgs, first.depth > 0, chosen[-1][0].path_bytes)
 
-    def _compacted_window(self, leaf: Node, comps, max_bytes: int, min_messages: int) -> RecentHistory:
+    def _compacted_window(
+        self, leaf: Node, comps: list[tuple[int, Compaction]], max_bytes: int, min_messages: int
+    ) -> RecentHistory:
         """:meth:`recent_history` where compactions apply: walks up from the leaf reading
         nodes only, as far as the window and the compactions that touch it need."""
         above = _PathAbove(self._eng(), self.session_id, leaf, comps)
@@ -660,7 +682,7 @@ class Session:
             return leaf.path_tokens
         return self._compacted_tokens(leaf, comps)[0]
 
-    def _compacted_tokens(self, leaf, comps):
+    def _compacted_tokens(self, leaf: Node, comps: list[tuple[int, Compaction]]) -> tuple[int, Compaction | None]:
         seqs, tokens, ranges = self._skeleton(leaf, comps)
         previous = ranges[-1][2] if ranges else None  # the latest range along the path
         return _model_tokens(tokens, ranges), previous
@@ -693,7 +715,7 @@ class Session:
         tokens, previous = self._compacted_tokens(leaf, comps) if comps else (leaf.path_tokens, None)
         return self._run_compaction(leaf, tokens, previous)
 
-    def _run_compaction(self, leaf: Node, tokens: int, previous) -> Compaction | None:
+    def _run_compaction(self, leaf: Node, tokens: int, previous: Compaction | None) -> Compaction | None:
         messages = self.get_history(leaf_id=leaf.id)
         ctx = CompactionContext(self, leaf.id, tokens, previous)
         result = self._compact_fn(messages, ctx)  # type: ignore[misc]  # both callers checked it is set
@@ -754,7 +776,7 @@ class Session:
         return True
 
     # -- analysis (pandas loads on first use) ------------------------------------------
-    def to_pandas(self):
+    def to_pandas(self) -> pd.DataFrame:
         """This session's messages as a DataFrame with the columns of the ``messages`` view
         (docs/analysis.md), in write order."""
         return _conveniences.to_pandas(self)
@@ -809,7 +831,11 @@ class Session:
         return self._store.search(query, session_id=self.session_id, limit=limit, labels=labels)
 
     def mirror(
-        self, target, *, transform: Callable | None = None, intercept: Callable | None = None
+        self,
+        target: Any,
+        *,
+        transform: Callable[[dict], Any] | None = None,
+        intercept: Callable[[ChangeEvent], Any] | None = None,
     ) -> Callable[[], None]:
         """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (docs/message-tree.md)."""
         tf = transform or (lambda m: m)

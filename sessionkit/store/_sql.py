@@ -30,8 +30,8 @@ import json
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from .. import messages as _msg
 from ..errors import InvalidMessage, MessageNotFound, SchemaVersionError, SessionKitError, StoreClosed, StoreCorrupt
@@ -57,7 +57,7 @@ from ._schema import (
     Table,
     prepared_getter,
 )
-from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo
+from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo, _Latest
 
 #: Parameters of a statement: positional, or named (``%(name)s`` on PostgreSQL).
 Params = Sequence[Any] | Mapping[str, Any]
@@ -356,7 +356,7 @@ class SQLEngine(LabelSQL, Engine):
         with self.guard(), self.connection() as conn:
             return conn.execute(sql, params).fetchall()
 
-    def fetch_one(self, sql: str, params: Params = ()):
+    def fetch_one(self, sql: str, params: Params = ()) -> Any:
         with self.guard(), self.connection() as conn:
             return conn.execute(sql, params).fetchone()
 
@@ -480,28 +480,28 @@ class SQLEngine(LabelSQL, Engine):
         return None if row is None else row[0]
 
     # -- reads ---------------------------------------------------------------------
-    def node(self, sid, mid):
+    def node(self, sid: str, mid: str) -> Node | None:
         self.before_read(sid)
         row = self.fetch_one(self.sql["node"], (sid, mid))
         return None if row is None else Node(*row)
 
-    def nodes_by_id(self, sid, mids):
+    def nodes_by_id(self, sid: str, mids: Iterable[str]) -> list[Node]:
         mids = list(mids)
         if not mids:
             return []
         self.before_read(sid)
         return [Node(*r) for r in self.fetch(self.sql["nodes_by_id"], (sid, self.listed(mids)))]
 
-    def latest(self, sid):
+    def latest(self, sid: str) -> Node | None:
         self.before_read(sid)
         row = self.fetch_one(self.sql["latest"], (sid,))
         return None if row is None else Node(*row)
 
-    def children(self, sid, mid):
+    def children(self, sid: str, mid: str) -> list[Node]:
         self.before_read(sid)
         return [Node(*r) for r in self.fetch(self.sql["children"], (sid, mid))]
 
-    def nodes(self, sid):
+    def nodes(self, sid: str) -> list[Node]:
         self.before_read(sid)
         return [Node(*r) for r in self.fetch(self.sql["nodes"], (sid,))]
 
@@ -565,12 +565,12 @@ class SQLEngine(LabelSQL, Engine):
             if len(page) == n and rows[-1][1] == page[-1][0].id:
                 seq = page[-1][0].seq - 1  # the run goes on past this page
                 continue
-            parent = self.node(sid, want)  # a branch point: the parent is elsewhere
+            parent = self.node(sid, cast(str, want))  # a branch point: the parent is elsewhere
             if parent is None:
                 return  # deleted meanwhile: the path ends here
             seq = parent.seq
 
-    def _joined(self, row) -> Any:
+    def _joined(self, row: Sequence[Any]) -> Any:
         # (…node, chunks, content): content continues in chunk rows when chunks > 0; then
         # a _Pending that _join_chunks replaces with the joined text
         return row[11] if not row[10] else _Pending(row[0], row[11])
@@ -591,7 +591,7 @@ class SQLEngine(LabelSQL, Engine):
                 rest.setdefault(seq, []).append(data)
         return rest
 
-    def ancestors(self, sid, seq, limit):
+    def ancestors(self, sid: str, seq: int, limit: int | None) -> list[Node]:
         """Nodes from ``seq`` (included) towards the root, at most ``limit``."""
         if limit is not None and limit <= 0:
             return []
@@ -600,7 +600,7 @@ class SQLEngine(LabelSQL, Engine):
             return []
         return [n for n, _ in self.walk(sid, Node(*row), _UNLIMITED if limit is None else limit, False)]
 
-    def path_skeleton(self, sid, seq):
+    def path_skeleton(self, sid: str, seq: int) -> Iterator[tuple[int, str, int]]:
         """``(seq, id, tokens)`` from the row ``seq`` up to the root, streamed in pages."""
         row = self.fetch_one(self.sql["node_at"], (seq,))
         if row is None:
@@ -609,7 +609,7 @@ class SQLEngine(LabelSQL, Engine):
             for n, _ in page:
                 yield n.seq, n.id, n.tokens
 
-    def contents(self, seqs):
+    def contents(self, seqs: list[int]) -> list[str | None]:
         """Stored JSON for each seq, in the given order; None for a row deleted meanwhile."""
         if not seqs:
             return []
@@ -627,30 +627,30 @@ class SQLEngine(LabelSQL, Engine):
                 found[seq] = head + "".join(rest.get(seq, ()))
         return [found.get(s) for s in seqs]
 
-    def blob(self, sha):
+    def blob(self, sha: str) -> bytes:
         row = self.fetch_one(self.sql["blob"], (sha,))
         if row is None:
             raise StoreCorrupt(f"store {self.path or ':memory:'}: payload {sha} is missing")
         return bytes(row[0])
 
-    def count(self, sid):
+    def count(self, sid: str) -> int:
         self.before_read(sid)
         return self.fetch_one(self.sql["count"], (sid,))[0]
 
-    def list_sessions(self):
+    def list_sessions(self) -> list[SessionInfo]:
         return [SessionInfo(*r) for r in self.fetch(self.sql["list_sessions"])]
 
-    def session_exists(self, sid):
+    def session_exists(self, sid: str) -> bool:
         return bool(self.fetch_one(self.sql["session_exists"], (sid,) * 5)[0])
 
-    def compactions(self, sid):
+    def compactions(self, sid: str) -> list[tuple[int, Compaction]]:
         self.before_read(sid)
         return [(r[0], Compaction(*r[1:])) for r in self.fetch(self.sql["compactions"], (sid,))]
 
     def has_compactions(self, sid: str) -> bool:
         return self.fetch_one(self.sql["has_compactions"], (sid,)) is not None
 
-    def stats(self):
+    def stats(self) -> dict:
         sessions, messages, compactions, blobs, blob_bytes, runs, events = self.fetch_one(self.sql["counts"])
         return {
             "engine": self.kind,
@@ -672,40 +672,42 @@ class SQLEngine(LabelSQL, Engine):
     def size_bytes(self) -> int:
         return 0
 
-    def runs(self, sid):
+    def runs(self, sid: str) -> list[RunRecord]:
         return [
             RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7])
             for r in self.fetch(self.sql["runs"], (sid,))
         ]
 
-    def events(self, sid, after_seq):
+    def events(self, sid: str, after_seq: int | None) -> list[dict]:
         rows = self.fetch(self.sql["events"], (sid, -1 if after_seq is None else int(after_seq)))
         return [json.loads(r[0]) for r in rows]
 
-    def records(self, sid, kind):
+    def records(self, sid: str, kind: str) -> list[tuple[int, str]]:
         return [(r[0], r[1]) for r in self.fetch(self.sql["records"], (sid, kind))]
 
     # -- store-wide scans (Store.scan): one query a page ------------------------------
-    def scan_session_ids(self):
+    def scan_session_ids(self) -> list[str]:
         listed = [r[0] for r in self.fetch(self.sql["scan_sessions"])]
         seen = set(listed)
         return listed + [r[0] for r in self.fetch(self.sql["scan_side_sessions"]) if r[0] not in seen]
 
-    def scan_nodes(self, session_ids, batch_size):
+    def scan_nodes(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, Node]]]:
         if session_ids is not None:  # some sessions: each through its own index range
             yield from super().scan_nodes(session_ids, batch_size)
             return
         for rows in self._pages_by_seq("scan_nodes", batch_size):
             yield [(r[0], Node(*r[1:])) for r in rows]
 
-    def scan_compactions(self, session_ids, batch_size):
+    def scan_compactions(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, Compaction]]]:
         if session_ids is not None:
             yield from super().scan_compactions(session_ids, batch_size)
             return
         for rows in self._pages_by_seq("scan_compactions", batch_size):
             yield [(r[0], Compaction(*r[2:])) for r in rows]
 
-    def scan_runs(self, session_ids, batch_size):
+    def scan_runs(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, RunRecord]]]:
         if session_ids is not None:
             yield from super().scan_runs(session_ids, batch_size)
             return
@@ -715,7 +717,7 @@ class SQLEngine(LabelSQL, Engine):
                 for r in page
             ]
 
-    def scan_events(self, session_ids, batch_size):
+    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
         if session_ids is not None:
             yield from super().scan_events(session_ids, batch_size)
             return
@@ -732,7 +734,7 @@ class SQLEngine(LabelSQL, Engine):
             last = rows[-1][1]
             yield rows
 
-    def _keyset(self, name: str, batch_size: int, key) -> Iterator[list]:
+    def _keyset(self, name: str, batch_size: int, key: Callable[[Any], tuple[str, int]]) -> Iterator[list]:
         """Pages of a statement ordered by ``(session_id, number)``, each after the last."""
         sid, n = "", -(1 << 62)
         while True:
@@ -749,7 +751,7 @@ class SQLEngine(LabelSQL, Engine):
         return head, [rest[i : i + self._chunk] for i in range(0, len(rest), self._chunk)]
 
     @staticmethod
-    def placed(prep, parent: Node | None, created_at: str, seq: int = -1) -> Node:
+    def placed(prep: _msg.Prepared, parent: Node | None, created_at: str, seq: int = -1) -> Node:
         """The Node a message gets under ``parent``: depth and the path's running totals."""
         if parent is None:
             return Node(seq, prep.id, None, 0, prep.bytes, prep.tokens, prep.bytes, prep.tokens, created_at, prep.role)
@@ -766,7 +768,7 @@ class SQLEngine(LabelSQL, Engine):
             prep.role,
         )
 
-    def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep) -> tuple:
+    def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep: _msg.Prepared) -> tuple:
         """The values of :data:`INSERT_COLUMNS` (``STATEMENTS["insert"]``)."""
         return (
             sid,
@@ -796,7 +798,7 @@ class SQLEngine(LabelSQL, Engine):
         type cannot hold a character replaces it; the message itself keeps it)."""
         return text
 
-    def w_insert(self, sid, prep, parent, created_at, index):
+    def w_insert(self, sid: str, prep: _msg.Prepared, parent: Node | None, created_at: str, index: bool) -> Node | None:
         node = self.placed(prep, parent, created_at)
         head, chunks = self.split(prep.stored_json)
         seq = self.insert_row(sid, prep, node, parent, head, len(chunks), index)
@@ -809,12 +811,16 @@ class SQLEngine(LabelSQL, Engine):
         self.index_new(sid, seq, prep, len(chunks), index)
         return node
 
-    def insert_row(self, sid, prep, node: Node, parent: Node | None, head: str, nchunks: int, index: bool):
+    def insert_row(
+        self, sid: str, prep: _msg.Prepared, node: Node, parent: Node | None, head: str, nchunks: int, index: bool
+    ) -> int | None:
         """Insert a message row unless its id is stored; the new seq, or None."""
         row = self.fetch_one(self.sql["insert"], self.message_values(sid, node, head, nchunks, prep))
         return None if row is None else row[0]
 
-    def w_insert_many(self, sid, items, index):
+    def w_insert_many(
+        self, sid: str, items: Sequence[tuple[_msg.Prepared, str | _Latest | None, str]], index: bool
+    ) -> list[tuple[bool, int]]:
         """Insert ``(prep, parent_id, created_at)`` in order (``parent_id``: an id, None
         or LATEST), as a caller doing each lookup and insert in turn would; returns
         ``(inserted, seq)`` per item. An id already stored (or earlier in the batch)
@@ -838,7 +844,7 @@ class SQLEngine(LabelSQL, Engine):
             elif parent_id is None:
                 parent = None
             else:
-                parent = known.get(parent_id)
+                parent = known.get(cast(str, parent_id))  # (LATEST and None handled above)
                 if parent is None:
                     if mid in known:
                         result.append((False, mid))
@@ -857,7 +863,7 @@ class SQLEngine(LabelSQL, Engine):
                 known[node.id] = node
         return [(ins, known[mid].seq) for ins, mid in result]
 
-    def insert_planned(self, sid, plan, index) -> list[Node]:
+    def insert_planned(self, sid: str, plan: list[tuple[_msg.Prepared, Node, Node | None]], index: bool) -> list[Node]:
         """Write planned rows ``(prep, node, parent)`` (parents resolved); their Nodes."""
         out = []
         by_id: dict[str, Node] = {}
@@ -866,7 +872,7 @@ class SQLEngine(LabelSQL, Engine):
                 parent = by_id[parent.id]
             stored = self.w_insert(sid, prep, parent, node.created_at, index)
             if stored is None:  # written meanwhile by another process
-                stored = self.node(sid, prep.id)
+                stored = cast(Node, self.node(sid, prep.id))  # (read in this write transaction: it is there)
             by_id[prep.id] = stored
             out.append(stored)
         return out
@@ -898,7 +904,7 @@ class SQLEngine(LabelSQL, Engine):
             self.fetch(self.sql["blobs_lock"], (self.listed(shas),))
             self.execute(self.sql["blobs_gc"], (self.listed(shas),))
 
-    def w_update(self, sid, node, prep, index):
+    def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         self.lock_session(sid)
         head, chunks = self.split(prep.stored_json)
         d_bytes, d_tokens = prep.bytes - node.bytes, prep.tokens - node.tokens
@@ -929,12 +935,12 @@ class SQLEngine(LabelSQL, Engine):
                 self.execute(self.sql["shift_paths"], (d_bytes, d_tokens, self.listed(part)))
         self.index_changed(sid, node.seq, prep, len(chunks), index)
 
-    def w_descendants(self, sid, mids):
+    def w_descendants(self, sid: str, mids: Iterable[str]) -> list[Node]:
         self.before_read(sid)
         rows = self.fetch(self.sql["descendants"], (self.listed(list(mids)), sid, sid))
         return [Node(*r) for r in rows]
 
-    def w_delete(self, sid, nodes):
+    def w_delete(self, sid: str, nodes: list[Node]) -> None:
         self.lock_session(sid)
         self.forget(sid)
         seqs = [n.seq for n in nodes]
@@ -949,7 +955,7 @@ class SQLEngine(LabelSQL, Engine):
             self.execute(self.sql["delete_labels_of"], (sid, self.listed(part)))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
 
-    def w_clear(self, sid):
+    def w_clear(self, sid: str) -> None:
         self.lock_session(sid)
         self.forget(sid)
         seqs = [r[0] for r in self.fetch(self.sql["session_seqs"], (sid,))]
@@ -962,7 +968,7 @@ class SQLEngine(LabelSQL, Engine):
         self.execute(self.sql["clear_labels"], (sid,))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
 
-    def w_delete_session(self, sid):
+    def w_delete_session(self, sid: str) -> None:
         self.w_clear(sid)
         self.lock_events(sid)
         for name in ("clear_runs", "clear_events", "clear_records"):
@@ -970,7 +976,7 @@ class SQLEngine(LabelSQL, Engine):
         self.log_change(sid, "runs")
         self.log_change(sid, "events")
 
-    def w_add_compaction(self, sid, comp):
+    def w_add_compaction(self, sid: str, comp: Compaction) -> None:
         self.lock_session(sid)
         self.execute(
             self.sql["add_compaction"],
@@ -1022,12 +1028,12 @@ class SQLEngine(LabelSQL, Engine):
             cache.close()
 
     # -- writes: runs, events, records ----------------------------------------------
-    def w_run_begin(self, sid, run_id, input, started_at):
+    def w_run_begin(self, sid: str, run_id: str, input: str | None, started_at: str) -> None:
         self.lock_events(sid)
         self.execute(self.sql["run_begin"], (run_id, sid, input, started_at, sid))
         self.log_change(sid, "runs")
 
-    def w_run_end(self, run_id, status, error, usage, ended_at):
+    def w_run_end(self, run_id: str, status: str, error: str | None, usage: dict | None, ended_at: str | None) -> None:
         self.execute(
             self.sql["run_end"], (status, error, None if usage is None else _msg.dumps(usage), ended_at, run_id)
         )
@@ -1036,7 +1042,7 @@ class SQLEngine(LabelSQL, Engine):
             if row is not None:
                 self.log_change(row[0], "runs")
 
-    def w_append_events(self, sid, events):
+    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]:
         self.lock_events(sid)
         start = self.fetch_one(self.sql["events_next"], (sid,))[0]
         for i, ev in enumerate(events):
@@ -1061,7 +1067,7 @@ class SQLEngine(LabelSQL, Engine):
         """``(text, n_parts, tool_names, metadata, seq)`` rows (the version 6 migration)."""
         self.execute_many(self.sql["fill_analysis"], [(self.stored_text(v[0]), *v[1:]) for v in values])
 
-    def w_put_records(self, sid, kind, items):
+    def w_put_records(self, sid: str, kind: str, items: list[tuple[int, str]]) -> None:
         latest = dict(items)  # the last value for a number wins
         self.insert_rows(
             "records",
@@ -1070,7 +1076,7 @@ class SQLEngine(LabelSQL, Engine):
         )
 
     # -- the search index: shared build loop, engine hooks -----------------------------
-    def w_build_index(self):
+    def w_build_index(self) -> None:
         self.lock_index_build()
         if self.meta("index_built") == "1":  # built meanwhile (another process, another store)
             self.mark_index_built()
@@ -1092,7 +1098,7 @@ class SQLEngine(LabelSQL, Engine):
         self.execute(self.sql["meta_put"], ("index_built", "1"))
         self.mark_index_built()
 
-    def index_built(self):
+    def index_built(self) -> bool:
         """Whether the search index exists (once built, it is never dropped: cached)."""
         if not self._index_on:
             self._index_on = self.meta("index_built") == "1"
@@ -1114,13 +1120,13 @@ class SQLEngine(LabelSQL, Engine):
     def finish_index_build(self) -> None:
         """After the last batch (e.g. install the index's triggers)."""
 
-    def index_new(self, sid: str, seq: int, prep, nchunks: int, index: bool) -> None:
+    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         """Index a row just inserted (when ``index``)."""
 
-    def index_changed(self, sid: str, seq: int, prep, nchunks: int, index: bool) -> None:
+    def index_changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         """Re-index a row just updated (when ``index``)."""
 
-    def update_extras(self, sid: str, node: Node, prep, index: bool) -> None:
+    def update_extras(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         """Engine columns to change with an update (beyond the shared ones)."""
 
     def unindex(self, seqs: list[int]) -> None:
@@ -1164,14 +1170,14 @@ class LocalEngine(SQLEngine):
         return self._depth > 0 and self._writer == threading.get_ident()
 
     @contextlib.contextmanager
-    def connection(self):
+    def connection(self) -> Iterator[Any]:
         with self._lock:
             if self._closed:
                 raise StoreClosed("the store is closed")
             yield self._db
 
     @contextlib.contextmanager
-    def write(self):
+    def write(self) -> Iterator[LocalEngine]:
         with self._lock:
             if self._closed:
                 raise StoreClosed("the store is closed")

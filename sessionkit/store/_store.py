@@ -8,8 +8,8 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
 from .. import parts as _parts
@@ -26,6 +26,10 @@ from ._overlay import _chunks, _tree_node
 from ._session import Session
 from ._values import SCAN_KINDS, Capabilities, ChangeEvent, RunRecord, SessionInfo
 from .search import SearchHit, parse_query, snippet
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 log = logging.getLogger("sessionkit")
 
@@ -91,14 +95,14 @@ class Store:
         self._check()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict | tuple[dict, dict]:
         """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
         return _conveniences.store_bundle(self)
 
@@ -565,7 +569,7 @@ class Store:
         ids = self._scan_ids(eng, session_ids)
         return self._scan_chunks(eng, kind, ids, batch_size)
 
-    def _scan_ids(self, eng: Engine, session_ids) -> list[str] | None:
+    def _scan_ids(self, eng: Engine, session_ids: Iterable[str] | None) -> list[str] | None:
         if session_ids is not None:
             if isinstance(session_ids, str):
                 session_ids = [session_ids]
@@ -575,7 +579,7 @@ class Store:
             return ids
         return None  # every session: the engine lists them all (scan_session_ids)
 
-    def _scan_chunks(self, eng: Engine, kind: str, ids, batch_size: int) -> Iterator[list[tuple]]:
+    def _scan_chunks(self, eng: Engine, kind: str, ids: list[str] | None, batch_size: int) -> Iterator[list[tuple]]:
         if kind == "compactions":
             yield from eng.scan_compactions(ids, batch_size)
         elif kind == "runs":
@@ -598,27 +602,36 @@ class Store:
                 yield rows
 
     # -- analysis (pandas and DuckDB load on first use) ----------------------------
-    def messages_df(self, session_ids=None):
+    def messages_df(self, session_ids: Iterable[str] | None = None) -> pd.DataFrame:
         """One row per message (a pandas DataFrame) with the columns of the ``messages`` view
         (docs/analysis.md); see sessionkit.analysis."""
         return _conveniences.messages_df(self, session_ids)
 
-    def sql(self, query: str, params=None, *, files: bool = False):
+    def sql(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *, files: bool = False
+    ) -> pd.DataFrame:
         """Run DuckDB SQL over the views messages, sessions, compactions, runs, events, labels (a DataFrame).
 
         The query reads those views and nothing else of the machine (see :meth:`sql_arrow`);
         ``files=True`` lets it read local files too."""
         return _conveniences.sql(self, query, params, files=files)
 
-    def runs_df(self):
+    def runs_df(self) -> pd.DataFrame:
         """The ``runs`` view as a pandas DataFrame (one row per run); see sessionkit.analysis."""
         return _conveniences.runs_df(self)
 
-    def events_df(self, session_ids=None):
+    def events_df(self, session_ids: Iterable[str] | None = None) -> pd.DataFrame:
         """The ``events`` view as a pandas DataFrame (of ``session_ids``, default all); see sessionkit.analysis."""
         return _conveniences.events_df(self, session_ids)
 
-    def sql_arrow(self, query: str, params=None, *, session_ids: Iterable[str] | None = None, files: bool = False):
+    def sql_arrow(
+        self,
+        query: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        *,
+        session_ids: Iterable[str] | None = None,
+        files: bool = False,
+    ) -> pa.Table:
         """Run one read-only DuckDB SELECT over the analysis views; the result as a ``pyarrow.Table``.
 
         On a DuckDB store the views are defined over the store's own tables; on SQLite
@@ -665,7 +678,7 @@ class Store:
         (``sk.aio`` calls it when the task awaiting a query is cancelled.)"""
         self._check().interrupt_analysis()
 
-    def to_arrow(self, view: str):
+    def to_arrow(self, view: str) -> pa.Table:
         """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)
         as a ``pyarrow.Table``, in its natural order (messages in write order)."""
         from ._analysis import VIEW_ORDER

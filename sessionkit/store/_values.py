@@ -12,6 +12,7 @@ from ..errors import (
 )
 
 if TYPE_CHECKING:  # (annotations only: the modules import each other)
+    from ..messages import Prepared
     from ._session import Session
 
 
@@ -20,7 +21,7 @@ class _Latest:
 
     _instance = None
 
-    def __new__(cls):
+    def __new__(cls) -> _Latest:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -28,7 +29,7 @@ class _Latest:
     def __repr__(self) -> str:
         return "sessionkit.LATEST"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[_Latest], tuple[()]]:
         return (_Latest, ())
 
 
@@ -43,7 +44,7 @@ class AppendResult:
     message: dict
 
     @classmethod
-    def _stored(cls, prepared) -> AppendResult:
+    def _stored(cls, prepared: Prepared) -> AppendResult:
         """The result of storing ``prepared`` (a messages.Prepared): ``message`` is its copy,
         decoded on first read, so an append whose result goes unread never builds it."""
         result = object.__new__(cls)
@@ -51,7 +52,7 @@ class AppendResult:
         object.__setattr__(result, "_prepared", prepared)
         return result
 
-    def __getattr__(self, name):  # only for attributes not set: ``message`` of a _stored result
+    def __getattr__(self, name: str) -> dict:  # only for attributes not set: ``message`` of a _stored result
         prepared = self.__dict__.get("_prepared")
         if name != "message" or prepared is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

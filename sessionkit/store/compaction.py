@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import messages as _msg
@@ -35,7 +35,7 @@ def run_maybe_async(value: Any) -> Any:
     if not inspect.isawaitable(value):
         return value
 
-    async def _await():
+    async def _await() -> Any:
         return await value
 
     try:
@@ -44,7 +44,7 @@ def run_maybe_async(value: Any) -> Any:
         return asyncio.run(_await())
     box: dict[str, Any] = {}
 
-    def worker():
+    def worker() -> None:
         try:
             box["value"] = asyncio.run(_await())
         except BaseException as exc:  # re-raised in the caller's thread
@@ -61,7 +61,7 @@ def run_maybe_async(value: Any) -> Any:
 _RESULT_STATES = frozenset({"output-available", "output-error", "output-denied"})
 
 
-def _tool_marks(message: dict):
+def _tool_marks(message: dict) -> Iterator[tuple[str, bool | None]]:
     """``(call id, is_result)`` for each tool call or result a message carries.
 
     Shapes met: tool parts (``toolCallId``, any part type) holding the call and,

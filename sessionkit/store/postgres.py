@@ -69,13 +69,15 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any
 
 from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
 from ._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ._sql import SQLEngine
-from ._values import Capabilities, ChangeEvent
+from ._values import Capabilities, ChangeEvent, Node, _Latest
 
 try:
     import psycopg
@@ -343,7 +345,7 @@ def _split_utf8(text: str, limit: int) -> list[str]:
     return out
 
 
-def _quiet_rollback(conn) -> None:
+def _quiet_rollback(conn: psycopg.Connection) -> None:
     try:
         conn.execute("ROLLBACK")
     except psycopg.Error:
@@ -355,7 +357,7 @@ class _Tx:
 
     __slots__ = ("conn", "depth", "locked", "events_locked", "index_shared", "index_checked")
 
-    def __init__(self, conn):
+    def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
         self.depth = 1
         self.locked: set[str] = set()
@@ -383,8 +385,8 @@ class PostgresEngine(SQLEngine):
         schema: str | None = None,
         pool_size: int = 8,
         connect_timeout: float = 10.0,
-        **options,
-    ):
+        **options: Any,
+    ) -> None:
         SQLEngine.__init__(self, **options)  # checks the options; statements follow the schema (_use_schema)
         conninfo, url_schema = _parse_url(url)
         if schema is not None and url_schema is not None and schema != url_schema:
@@ -431,7 +433,7 @@ class PostgresEngine(SQLEngine):
             raise SessionKitError(f"cannot connect to PostgreSQL store {self.path}: {exc}") from exc
 
     # -- setup ----------------------------------------------------------------
-    def _configure(self, conn) -> None:
+    def _configure(self, conn: psycopg.Connection) -> None:
         if self.durability == "full":
             conn.execute("SET synchronous_commit = on")
 
@@ -524,7 +526,7 @@ class PostgresEngine(SQLEngine):
         # JSON keeps the NUL.
         return text.replace("\x00", "\ufffd") if text and "\x00" in text else text
 
-    def translate(self, exc):
+    def translate(self, exc: BaseException) -> BaseException:
         text = str(exc).strip()
         if isinstance(exc, psycopg.DataError) and "NUL" in text:
             return InvalidMessage(
@@ -573,7 +575,7 @@ class PostgresEngine(SQLEngine):
         return tx
 
     @contextlib.contextmanager
-    def connection(self):
+    def connection(self) -> Iterator[psycopg.Connection]:
         """The thread's transaction (or snapshot) connection, or one from the pool."""
         tx = self._cur_tx()
         if tx is not None:
@@ -589,7 +591,7 @@ class PostgresEngine(SQLEngine):
             yield conn
 
     @contextlib.contextmanager
-    def write(self):
+    def write(self) -> Iterator[PostgresEngine]:
         tx = self._cur_tx()
         if tx is not None:
             tx.depth += 1
@@ -624,7 +626,7 @@ class PostgresEngine(SQLEngine):
             self._pool.putconn(conn)
 
     @contextlib.contextmanager
-    def snapshot(self):
+    def snapshot(self) -> Iterator[PostgresEngine]:
         if self._cur_tx() is not None or getattr(self._tls, "snap", None) is not None:
             yield self
             return
@@ -650,7 +652,7 @@ class PostgresEngine(SQLEngine):
         :meth:`snapshot`."""
         return str(self.fetch_one("SELECT pg_current_snapshot()::text")[0])
 
-    def copy_csv(self, sql: str):
+    def copy_csv(self, sql: str) -> Generator[bytes, None, None]:
         """The rows of ``sql`` (a SELECT without parameters: COPY binds none) as CSV text,
         in chunks of bytes, through ``COPY (...) TO STDOUT``: one statement whose rows
         PostgreSQL writes as one stream, several times faster than fetching them as rows.
@@ -660,12 +662,12 @@ class PostgresEngine(SQLEngine):
                 for chunk in copy:
                     yield bytes(chunk)
 
-    def before_read(self, sid):
+    def before_read(self, sid: str) -> None:
         tx = self._cur_tx()
         if tx is not None:
             self._lock_in(tx, sid)
 
-    def lock_session(self, sid):
+    def lock_session(self, sid: str) -> None:
         self._lock_in(self._tx(), sid)
 
     def _lock_in(self, tx: _Tx, sid: str) -> None:
@@ -688,13 +690,13 @@ class PostgresEngine(SQLEngine):
                 tx.index_shared = True
         tx.locked.add(sid)
 
-    def lock_events(self, sid):
+    def lock_events(self, sid: str) -> None:
         tx = self._tx()
         if sid not in tx.events_locked:
             self.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (self._key("events", sid),))
             tx.events_locked.add(sid)
 
-    def execute_many(self, sql, rows):
+    def execute_many(self, sql: str, rows: list[Sequence]) -> None:
         if rows:
             with self.guard(), self.connection() as conn, conn.cursor() as cur:
                 cur.executemany(sql, rows)
@@ -706,7 +708,9 @@ class PostgresEngine(SQLEngine):
     def indexed_count(self) -> int:
         return self.fetch_one(self._extra["indexed"])[0] if self.index_built() else 0
 
-    def search(self, fts_query, terms, sid, limit):
+    def search(
+        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
+    ) -> list[tuple[int, str, str, str, float]]:
         # Rank only the newest `search_candidates` matches, so a query matching most of a
         # huge store costs about the same as one matching that many (see Store.search).
         query = _tsquery(terms)
@@ -717,7 +721,7 @@ class PostgresEngine(SQLEngine):
         return [(r[0], r[1], r[2], r[3], float(r[4])) for r in rows]
 
     # -- writes -------------------------------------------------------------------
-    def w_index_on(self):
+    def w_index_on(self) -> bool:
         if self._index_on:
             return True
         tx = self._tx()
@@ -732,20 +736,22 @@ class PostgresEngine(SQLEngine):
         tx.index_checked = on
         return on
 
-    def insert_row(self, sid, prep, node, parent, head, nchunks, index):
+    def insert_row(
+        self, sid: str, prep: _msg.Prepared, node: Node, parent: Node | None, head: str, nchunks: int, index: bool
+    ) -> int | None:
         self.lock_session(sid)
         return super().insert_row(sid, prep, node, parent, head, nchunks, index)
 
-    def index_new(self, sid, seq, prep, nchunks, index):
+    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         if index or self.w_index_on():
             self.execute(self._extra["index_row"], (seq, sid, _tsvector(prep.text)))
 
     index_changed = index_new
 
-    def unindex(self, seqs):
+    def unindex(self, seqs: list[int]) -> None:
         self.execute(self._extra["unindex"], (list(seqs),))
 
-    def unindex_session(self, sid, seqs):
+    def unindex_session(self, sid: str, seqs: list[int]) -> None:
         self.execute(self._extra["clear_search"], (sid,))
 
     def lock_index_build(self) -> None:
@@ -755,7 +761,7 @@ class PostgresEngine(SQLEngine):
     def begin_index_build(self) -> None:
         self.execute(self._extra["index_reset"])
 
-    def index_batch(self, rows):
+    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
         conn = self._tx().conn
         with self.guard(), conn.cursor() as cur, cur.copy(self._extra["index_copy"]) as copy:
             for seq, sid, text in rows:
@@ -765,7 +771,7 @@ class PostgresEngine(SQLEngine):
         self._tx().index_checked = True
         self._index_on = True  # monotonic: once built, the index is never dropped
 
-    def append_simple(self, sid, prep, parent_id, created_at):
+    def append_simple(self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
         if prep.blobs or len(prep.stored_json) > self._chunk or self._cur_tx() is not None:
             return NotImplemented
         kind = "root" if parent_id is None else ("parent" if isinstance(parent_id, str) else "latest")
@@ -801,7 +807,7 @@ class PostgresEngine(SQLEngine):
             return "exists"
         return "no-parent" if kind == "parent" else NotImplemented
 
-    def w_append_events(self, sid, events):
+    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]:
         out = super().w_append_events(sid, events)
         if out:  # other processes' servers stream this session's events too (delivered at commit)
             self.execute(
@@ -879,10 +885,10 @@ class PostgresEngine(SQLEngine):
                 conn.close()
 
     @staticmethod
-    def _signal_doc(sid: str, kind: str, data) -> str:
+    def _signal_doc(sid: str, kind: str, data: Any) -> str:
         return json.dumps({"t": "signal", "s": sid, "k": kind, "d": data})
 
-    def signal(self, sid: str, kind: str, data=None) -> None:
+    def signal(self, sid: str, kind: str, data: Any = None) -> None:
         """Tell other processes' ``on_signal`` handlers ``(sid, kind, data)`` (not this process's)."""
         if self._closed:
             return
@@ -893,7 +899,7 @@ class PostgresEngine(SQLEngine):
         except psycopg.Error as exc:
             log.warning("sessionkit: could not signal %s for session %r to other processes: %s", kind, sid, exc)
 
-    def on_signal(self, handler) -> None:
+    def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
         """Call ``handler(sid, kind, data)`` (from the listener thread) for other processes' signals."""
         self._signal_handlers.append(handler)
 
@@ -956,7 +962,7 @@ class PostgresEngine(SQLEngine):
                 exc,
             )
 
-    def start_listener(self, callback) -> None:
+    def start_listener(self, callback: Callable[[ChangeEvent], Any]) -> None:
         """Report writes made by other processes to ``callback(ChangeEvent)`` (from a thread).
 
         Returns once the listener is connected (or after ``connect_timeout``, with a
@@ -976,7 +982,8 @@ class PostgresEngine(SQLEngine):
             try:
                 if kind in ("append", "update") and ids:
                     node = self.node(sid, ids[0])
-                    message = None if node is None else _msg.restore(self.contents([node.seq])[0], self.blob)
+                    raw = None if node is None else self.contents([node.seq])[0]  # (None: deleted meanwhile)
+                    message = None if raw is None else _msg.restore(raw, self.blob)
                 elif kind == "compact" and isinstance(message, dict):
                     cid = message["metadata"]["compaction"]["id"]
                     summary = next((c.summary for _, c in self.compactions(sid) if c.id == cid), "")
@@ -989,7 +996,7 @@ class PostgresEngine(SQLEngine):
 class _Listener(threading.Thread):
     """LISTENs on the store's channel and hands other processes' events to a callback."""
 
-    def __init__(self, engine: PostgresEngine, callback):
+    def __init__(self, engine: PostgresEngine, callback: Callable[[ChangeEvent], Any]) -> None:
         super().__init__(name=f"sessionkit-listener-{engine._origin[:8]}", daemon=True)
         self.engine = engine
         self.callback = callback

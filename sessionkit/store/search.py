@@ -182,7 +182,7 @@ def _word_end(text: str, pos: int) -> int:
     return pos
 
 
-def snippet(text: str, query: Query, *, width: int = 160, mark=("[", "]")) -> str:
+def snippet(text: str, query: Query, *, width: int = 160, mark: tuple[str, str] = ("[", "]")) -> str:
     """A window of ``text`` around the first match, matched words marked with ``mark``.
 
     The window starts and ends on word boundaries (a word is never cut in half; ``…``

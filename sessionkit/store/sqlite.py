@@ -33,7 +33,9 @@ import contextlib
 import json
 import os
 import sqlite3
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .. import messages as _msg
 from ..errors import SessionKitError, StoreCorrupt, StoreLocked
@@ -41,7 +43,7 @@ from . import _files
 from . import search as _search
 from ._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ._sql import LocalEngine
-from ._values import Capabilities, Node
+from ._values import Capabilities, Node, _Latest
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 
@@ -289,8 +291,8 @@ class SQLiteEngine(LocalEngine):
         busy_timeout: float = 30.0,
         wal_autocheckpoint: int = 8192,
         search_window: int = DEFAULT_SEARCH_WINDOW,
-        **options,
-    ):
+        **options: Any,
+    ) -> None:
         if not isinstance(search_window, int) or isinstance(search_window, bool) or search_window < 1:
             raise ValueError(f"search_window must be a positive int, got {search_window!r}")
         if (
@@ -411,7 +413,7 @@ class SQLiteEngine(LocalEngine):
         self._tails.clear()  # this transaction may move any session's latest row
 
     @contextlib.contextmanager
-    def snapshot(self):
+    def snapshot(self) -> Iterator[SQLiteEngine]:
         with self._lock:
             if self._depth or self._db.in_transaction:
                 yield self
@@ -437,7 +439,9 @@ class SQLiteEngine(LocalEngine):
     def indexed_count(self) -> int:
         return self.fetch_one("SELECT count(*) FROM sessionkit_fts")[0] if self.index_built() else 0
 
-    def search(self, fts_query, terms, sid, limit):
+    def search(
+        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
+    ) -> list[tuple[int, str, str, str, float]]:
         # Rank only the newest `search_candidates` matches: FTS5 walks matches in rowid
         # order and stops there (see Store.search). When all of them lie in the search
         # window, they are ranked there, so bm25()'s word counts cover the window, not
@@ -471,7 +475,9 @@ class SQLiteEngine(LocalEngine):
                     return rows
             return self._rank("sessionkit_fts", fts_query, sid, first, last, cand, limit)[0]
 
-    def _rank(self, table, fts_query, sid, first, last, cand, limit):
+    def _rank(
+        self, table: str, fts_query: str, sid: str | None, first: int, last: int, cand: int, limit: int
+    ) -> tuple[list[tuple[int, str, str, str, float]], int]:
         """``(rows, n)``: the best ``limit`` of the newest ``cand`` matches in ``table``
         with seq in [first, last], as ``(seq, session_id, id, role, score)``, and how
         many matches were ranked (0 when there is no hit)."""
@@ -555,14 +561,14 @@ class SQLiteEngine(LocalEngine):
             return None, None
         return int(rows["recent_lo"]), int(rows["recent_hi"])
 
-    def _install_triggers(self, triggers) -> None:
+    def _install_triggers(self, triggers: Iterable[str]) -> None:
         for name in _FTS_NAMES:
             self.execute(f"DROP TRIGGER IF EXISTS {name}")
         for stmt in triggers:
             self.execute(stmt)
 
     # -- the search index (triggers keep it; see _FTS_TRIGGERS) ------------------------
-    def w_index_on(self):
+    def w_index_on(self) -> bool:
         return False  # triggers keep the index
 
     def _flag_in_tx(self) -> bool:
@@ -573,7 +579,7 @@ class SQLiteEngine(LocalEngine):
         self.execute("DROP TABLE IF EXISTS sessionkit_fts_recent")
         self.execute("DELETE FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')")
 
-    def index_batch(self, rows):
+    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
         self.execute_many(
             "INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
             [(seq, _search.index_text(text)) for seq, _, text in rows],
@@ -582,35 +588,37 @@ class SQLiteEngine(LocalEngine):
     def finish_index_build(self) -> None:
         self._install_triggers(_FTS_TRIGGERS)  # (a window's triggers, if any, went with its table)
 
-    def _index_long(self, seq: int, prep) -> None:
+    def _index_long(self, seq: int, prep: _msg.Prepared) -> None:
         """The trigger skips rows whose JSON continues elsewhere: index them here."""
         self.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
         if self._window()[0] is not None:
             self.execute(_COPY_TO_RECENT.format(seq="?1"), (seq,))
 
-    def index_new(self, sid, seq, prep, nchunks, index):
+    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         if nchunks and self._flag_in_tx():
             self._index_long(seq, prep)
 
-    def index_changed(self, sid, seq, prep, nchunks, index):
+    def index_changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         if nchunks and self._flag_in_tx():  # the trigger dropped the old text
             self.execute("DELETE FROM sessionkit_fts WHERE rowid = ?", (seq,))
             self._index_long(seq, prep)
 
     # -- writes -------------------------------------------------------------------
-    def insert_row(self, sid, prep, node, parent, head, nchunks, index):
+    def insert_row(
+        self, sid: str, prep: _msg.Prepared, node: Node, parent: Node | None, head: str, nchunks: int, index: bool
+    ) -> int | None:
         values = self.message_values(sid, node, head, nchunks, prep) + (None if parent is None else parent.seq,)
         with self.guard(), self.connection() as db:
             cur = db.execute(self.sql["insert"], values)  # (no RETURNING: SQLite before 3.35 lacks it)
             return cur.lastrowid if cur.rowcount == 1 else None
 
-    def w_descendants(self, sid, mids):
+    def w_descendants(self, sid: str, mids: Iterable[str]) -> list[Node]:
         return [Node(*r) for r in self.fetch(self.sql["descendants"], (json.dumps(list(mids)), sid))]
 
-    def listed(self, values):
+    def listed(self, values: Iterable) -> str:
         return json.dumps(list(values))
 
-    def append_simple(self, sid, prep, parent_id, created_at):
+    def append_simple(self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
         if prep.blobs or len(prep.stored_json) > self._chunk:
             return NotImplemented
         # One statement (its own transaction): the parent's place is read and the row
@@ -641,7 +649,7 @@ class SQLiteEngine(LocalEngine):
             return "exists"
         return "no-parent"
 
-    def _append_latest(self, sid, prep, params) -> bool:
+    def _append_latest(self, sid: str, prep: _msg.Prepared, params: tuple) -> bool:
         """append_simple under the session's latest row; keeps ``_tails``."""
         db = self._db
         tail = self._tails.get(sid)
