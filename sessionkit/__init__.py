@@ -58,6 +58,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Agent": ("sessionkit.agent", "Agent"),
     "RunResult": ("sessionkit.agent", "RunResult"),
+    "HistoryPolicy": ("sessionkit.agent", "HistoryPolicy"),
     "RunController": ("sessionkit.agent", "RunController"),
     "LiteLLMModel": ("sessionkit.agent", "LiteLLMModel"),
     "create_session": ("sessionkit.agent", "create_session"),

@@ -7,6 +7,7 @@ from ._loading import load_agent
 from .agent import Agent, RunResult
 from .controller import RunController
 from .events import EVENT_KINDS, MemoryRunLog, RunRecord
+from .history import HistoryPolicy
 from .models import ChatModel, LiteLLMModel, ModelReply, ReasoningDelta, TextDelta, ToolCall
 from .sessions import ExternalSession, FileSessionStore, SessionStore, create_session
 from .tools import Tool, as_tool
@@ -17,6 +18,7 @@ __all__ = [
     "EVENT_KINDS",
     "ExternalSession",
     "FileSessionStore",
+    "HistoryPolicy",
     "LiteLLMModel",
     "MemoryRunLog",
     "ModelReply",
