@@ -70,6 +70,7 @@ _LAZY = {
     "plot": ("sessionkit.analysis.plot", None),
     "widgets": ("sessionkit.widgets", None),
     "server": ("sessionkit.server", None),
+    "prototyping": ("sessionkit.prototyping", None),
 }
 
 __all__ = [

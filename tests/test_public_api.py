@@ -56,6 +56,7 @@ PINNED = {
     "plot",
     "widgets",
     "server",
+    "prototyping",
 }
 
 
@@ -213,6 +214,7 @@ SUBPACKAGES = {
         "arrow_table",
         "events_df",
         "messages_df",
+        "rows_df",
         "runs_df",
         "sql",
         "to_pandas",
@@ -220,6 +222,7 @@ SUBPACKAGES = {
     "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
     "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
     "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},
+    "sessionkit.prototyping": {"COMPARISON_COLUMNS", "Comparison", "compare"},
     "sessionkit.server": {"SessionServer", "create_app", "serve"},  # serve: what `sessionkit serve` runs
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.parts": {

@@ -96,6 +96,7 @@ answered again.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
 import logging
@@ -331,6 +332,7 @@ class Agent:
         context: dict | None = None,
         at: str | None = None,
         history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> RunResult:
         """Run one user prompt to a final reply (see the module docstring).
 
@@ -344,7 +346,9 @@ class Agent:
         message (compaction applied) and the new turn becomes a branch under
         it; ``run.start`` records it as ``at`` (docs/prototyping.md).
         ``history`` overrides the agent's :class:`~sessionkit.HistoryPolicy`
-        for this run. Raises a :class:`~sessionkit.RunFailed` kind
+        for this run. ``labels`` (a JSON object, e.g. a variant's name) is
+        recorded on ``run.start`` and in the user message's ``metadata.labels``.
+        Raises a :class:`~sessionkit.RunFailed` kind
         when the run fails; nothing is appended then, and the run and its
         events stay recorded.
         """
@@ -360,6 +364,7 @@ class Agent:
             listener=None,
             at=at,
             history=history,
+            labels=labels,
         )
 
     def run_sync(
@@ -374,6 +379,7 @@ class Agent:
         context: dict | None = None,
         at: str | None = None,
         history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> RunResult:
         """:meth:`run` from sync code; works inside a running event loop (a notebook cell)."""
         return run_coroutine_sync(
@@ -387,6 +393,7 @@ class Agent:
                 context=context,
                 at=at,
                 history=history,
+                labels=labels,
             )
         )
 
@@ -402,6 +409,7 @@ class Agent:
         context: dict | None = None,
         at: str | None = None,
         history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> AsyncIterator[dict]:
         """Run like :meth:`run`, yielding each event as it is recorded.
 
@@ -423,6 +431,7 @@ class Agent:
                 listener=queue.put_nowait,
                 at=at,
                 history=history,
+                labels=labels,
             )
         )
         async for event in _drain(queue, task):
@@ -526,9 +535,12 @@ class Agent:
         listener: Callable[[dict], Any] | None,
         at: str | None = None,
         history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> RunResult:
         timeout = _check_timeout(timeout)
         policy = check_policy(history) or self.history
+        if labels is not None and not isinstance(labels, dict):
+            raise TypeError(f"labels must be a dict or None, got {type(labels).__name__}")
         if at is not None and not isinstance(at, str):
             raise TypeError(f"at must be a message id (str) or None, got {type(at).__name__}")
         context_json = _check_context(context)
@@ -572,6 +584,8 @@ class Agent:
                 metadata=metadata,  # _check_prompt passed it
                 with_run_context=True,
             )
+            if labels:
+                first["metadata"]["labels"] = copy.deepcopy(labels)
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
             run_input = [first]
@@ -606,7 +620,7 @@ class Agent:
         try:
             target.run_log.begin_run(target.session_id, run_id, input_text)
             try:
-                emitter.emit("run.start", input=input_text, at=parent_id)
+                emitter.emit("run.start", input=input_text, at=parent_id, **({"labels": labels} if labels else {}))
                 inner = asyncio.ensure_future(self._turns(state, emitter, controller, run_input))
                 if controller is not None and controller._was_interrupted():
                     inner.cancel()
