@@ -4,7 +4,7 @@ Importing this package does not import litellm; the first model call does.
 """
 
 from ._loading import load_agent
-from .agent import Agent, RunResult
+from .agent import ROOT, Agent, RunResult
 from .controller import RunController
 from .events import EVENT_KINDS, MemoryRunLog, RunRecord
 from .history import HistoryPolicy
@@ -13,6 +13,7 @@ from .sessions import ExternalSession, FileSessionStore, SessionStore, create_se
 from .tools import Tool, as_tool
 
 __all__ = [
+    "ROOT",
     "Agent",
     "ChatModel",
     "EVENT_KINDS",

@@ -134,7 +134,7 @@ from .models import (
 from .sessions import _require_tree, create_session
 from .tools import Tool, as_tool, json_safe
 
-__all__ = ["Agent", "RunResult"]
+__all__ = ["ROOT", "Agent", "RunResult"]
 
 log = logging.getLogger("sessionkit.agent")
 
@@ -142,6 +142,17 @@ _SUMMARY_SYSTEM = (
     "You summarize conversations faithfully and concisely. Keep names, decisions, "
     "numbers, open questions and what the user asked for."
 )
+
+
+class _Root:
+    """The type of :data:`ROOT`."""
+
+    def __repr__(self) -> str:
+        return "sessionkit.agent.ROOT"
+
+
+#: ``run(..., at=ROOT)``: the new turn starts a new root conversation of the session (no history).
+ROOT = _Root()
 
 
 @dataclass(frozen=True)
@@ -330,7 +341,7 @@ class Agent:
         run_id: str | None = None,
         metadata: dict | None = None,
         context: dict | None = None,
-        at: str | None = None,
+        at: str | _Root | None = None,
         history: HistoryPolicy | None = None,
         labels: dict | None = None,
     ) -> RunResult:
@@ -344,7 +355,8 @@ class Agent:
         one is minted otherwise). ``at`` is a message id of the session to run
         from instead of its latest leaf: the model sees the path to that
         message (compaction applied) and the new turn becomes a branch under
-        it; ``run.start`` records it as ``at`` (docs/prototyping.md).
+        it (:data:`ROOT`: a new root, no history); ``run.start`` records it as
+        ``at`` (docs/prototyping.md).
         ``history`` overrides the agent's :class:`~sessionkit.HistoryPolicy`
         for this run. ``labels`` (a JSON object, e.g. a variant's name) is
         recorded on ``run.start`` and in the user message's ``metadata.labels``.
@@ -377,7 +389,7 @@ class Agent:
         run_id: str | None = None,
         metadata: dict | None = None,
         context: dict | None = None,
-        at: str | None = None,
+        at: str | _Root | None = None,
         history: HistoryPolicy | None = None,
         labels: dict | None = None,
     ) -> RunResult:
@@ -407,7 +419,7 @@ class Agent:
         run_id: str | None = None,
         metadata: dict | None = None,
         context: dict | None = None,
-        at: str | None = None,
+        at: str | _Root | None = None,
         history: HistoryPolicy | None = None,
         labels: dict | None = None,
     ) -> AsyncIterator[dict]:
@@ -533,7 +545,7 @@ class Agent:
         context: dict | None,
         regenerate_of: str | None,
         listener: Callable[[dict], Any] | None,
-        at: str | None = None,
+        at: str | _Root | None = None,
         history: HistoryPolicy | None = None,
         labels: dict | None = None,
     ) -> RunResult:
@@ -541,8 +553,8 @@ class Agent:
         policy = check_policy(history) or self.history
         if labels is not None and not isinstance(labels, dict):
             raise TypeError(f"labels must be a dict or None, got {type(labels).__name__}")
-        if at is not None and not isinstance(at, str):
-            raise TypeError(f"at must be a message id (str) or None, got {type(at).__name__}")
+        if at is not None and at is not ROOT and not isinstance(at, str):
+            raise TypeError(f"at must be a message id (str), ROOT or None, got {type(at).__name__}")
         context_json = _check_context(context)
         if controller is not None and not isinstance(controller, RunController):
             raise TypeError(f"controller must be a RunController, got {type(controller).__name__}")
@@ -563,7 +575,7 @@ class Agent:
                 parent_id = await asyncio.to_thread(target.leaf_id)
             else:  # a run from an earlier node: its new turn is a branch under that node
                 _require_tree(session, "run(at=...)")
-                parent_id = at
+                parent_id = None if at is ROOT else cast(str, at)
             # an id not in this session raises MessageNotFound here, before anything is recorded
             path = await asyncio.to_thread(target.history, parent_id)
         else:

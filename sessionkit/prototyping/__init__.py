@@ -8,5 +8,6 @@ turns with another agent, beside the original. Both return tables
 """
 
 from ._compare import COMPARISON_COLUMNS, Comparison, compare
+from ._replay import REPLAY_COLUMNS, Replay, replay
 
-__all__ = ["COMPARISON_COLUMNS", "Comparison", "compare"]
+__all__ = ["COMPARISON_COLUMNS", "REPLAY_COLUMNS", "Comparison", "Replay", "compare", "replay"]

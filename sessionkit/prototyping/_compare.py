@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent import Agent, ExternalSession, LiteLLMModel, RunController
+from ..agent import ROOT, Agent, ExternalSession, LiteLLMModel, RunController
 from ..errors import MessageNotFound, UsageError
 
 __all__ = ["COMPARISON_COLUMNS", "Comparison", "compare"]
@@ -48,7 +48,7 @@ class Comparison:
     """
 
     prompt: str
-    at: str
+    at: Any  # a message id, or ROOT
     rows: list[dict]
     results: dict[str, Any] = field(repr=False)
 
@@ -132,18 +132,18 @@ def _variant(name: Any, spec: Any, base: Agent | None) -> tuple[Agent, dict]:
     return agent, _settings(agent, options)
 
 
-def _start_node(session: Any, at: str | None) -> str:
-    """The message every variant runs from: ``at``, or the session's latest leaf."""
+def _start_node(session: Any, at: Any) -> Any:
+    """The message every variant runs from: ``at``, or the session's latest leaf (``ROOT`` when empty)."""
     reader = getattr(session, "sync", session)  # an sk.aio session reads through its store session
     if isinstance(reader, ExternalSession) or not hasattr(reader, "branches"):
         raise UsageError("compare needs a session in a sessionkit store (its variants are branches of one message)")
     if at is None:
         leaf = reader.latest_leaf()
-        if leaf is None:
-            raise UsageError("the session is empty: compare runs every variant from one message; pass at= or run once")
-        return leaf["id"]
+        return ROOT if leaf is None else leaf["id"]
+    if at is ROOT:
+        return ROOT
     if not isinstance(at, str):
-        raise TypeError(f"at must be a message id (str) or None, got {type(at).__name__}")
+        raise TypeError(f"at must be a message id (str), ROOT or None, got {type(at).__name__}")
     if reader.get(at) is None:
         raise MessageNotFound(f"no message {at!r} in session {reader.session_id!r}")
     return at
@@ -155,7 +155,7 @@ async def compare(
     *,
     variants: Mapping[str, Agent | Mapping[str, Any]],
     base: Agent | None = None,
-    at: str | None = None,
+    at: Any = None,
     concurrency: int = 4,
     context: dict | None = None,
     timeout: float | None = None,
@@ -167,13 +167,14 @@ async def compare(
     overrides of ``base``: ``model``, ``instructions``, ``tools``, ``max_steps``,
     ``history``, ``name``, and model options (``temperature``, ``top_p``...; these
     need a litellm model). Every variant runs from ``at`` (default: the latest
-    leaf when the call starts): its turn is a sibling branch under that message and
+    leaf when the call starts; in an empty session, or with ``at=ROOT``, each
+    variant starts a root conversation): its turn is a sibling branch under that message and
     its run records ``labels={"variant": name, "settings": {...}}`` (on
     ``run.start`` and the user message's ``metadata.labels``). A variant that fails
     is a row with its ``error``; the others go on. ``on_event(variant, event)``
     hears every event of every variant as it is recorded (a live view).
 
-    Malformed variants, an unknown ``at`` or an empty session raise before any run starts.
+    Malformed variants or an unknown ``at`` raise before any run starts.
     """
     if not isinstance(prompt, str):
         raise TypeError(f"prompt must be a str, got {type(prompt).__name__}")

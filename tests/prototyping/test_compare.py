@@ -11,8 +11,10 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 import pytest
 
 import sessionkit as sk
+from sessionkit.agent import ROOT
 from sessionkit.agent.models import ModelReply, TextDelta, make_usage
 from sessionkit.errors import MessageNotFound, UsageError
+from sessionkit.parts import text_of
 from sessionkit.prototyping import COMPARISON_COLUMNS, compare
 from sessionkit.testing import ScriptedModel
 
@@ -144,9 +146,20 @@ def test_dict_variants_take_model_options_on_a_litellm_model_and_bad_input_runs_
         asyncio.run(compare("x", session, at="nope", variants={"v": scripted}))
     with pytest.raises(ValueError, match="concurrency"):
         asyncio.run(compare("x", session, concurrency=0, variants={"v": scripted}))
-    with pytest.raises(UsageError, match="empty"):
-        asyncio.run(compare("x", store.session("empty"), variants={"v": scripted}))
     assert len(store.runs("c")) == runs and len(session) == 6
+
+    # an empty session: every variant starts a root conversation
+    empty = store.session("empty")
+    two = {"v": scripted, "w": sk.Agent("w", "", ScriptedModel(["w"]))}
+    fresh = asyncio.run(compare("x", empty, variants=two))
+    assert fresh.at is ROOT and sorted(text_of(m) for m in empty.roots()) == ["x", "x"]
+    assert sorted(r["text"] for r in fresh.rows) == ["never", "w"]
+
+
+def test_compare_needs_a_session_with_branches(tmp_path):
+    line = sk.create_session("line", store=sk.FileSessionStore(tmp_path))
+    with pytest.raises(UsageError, match="sessionkit store"):
+        asyncio.run(compare("x", line, variants={"v": sk.Agent("v", "", ScriptedModel(["never"]))}))
 
 
 def test_the_branch_tree_names_each_variant_on_its_branch(new_store):
