@@ -222,7 +222,15 @@ SUBPACKAGES = {
     },
     "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
     "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
-    "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},
+    "sessionkit.widgets": {
+        "BranchTree",
+        "CompareView",
+        "RunView",
+        "StoreBrowser",
+        "Transcript",
+        "snapshot",
+        "widgets_available",
+    },
     "sessionkit.prototyping": {"COMPARISON_COLUMNS", "REPLAY_COLUMNS", "Comparison", "Replay", "compare", "replay"},
     "sessionkit.server": {"SessionServer", "create_app", "serve"},  # serve: what `sessionkit serve` runs
     "sessionkit.testing": {"ScriptedModel", "conformance"},

@@ -173,3 +173,38 @@ def test_the_branch_tree_names_each_variant_on_its_branch(new_store):
     assert "[gpt-a] Which?" in html and "[cold] Which?" in html and "2 branches" in html
     assert html.count("[gpt-a]") == html.count("[cold]") == 1  # on the branch's first message only
     assert "] Q1" not in html and "] A1" not in html  # the first turn carries no variant
+
+
+def test_the_compare_view_fills_as_variants_stream_and_snapshots_offline(new_store):
+    from sessionkit.widgets import CompareView
+
+    store = new_store("sqlite", memory=True)
+    session, _ = _one_turn(store, "view")
+    view = CompareView(interval=0)  # every event goes to the front end at once: counted below
+    seen: list[list[tuple[str, str]]] = []
+    view.observe(lambda ch: seen.append([(c["variant"], c["text"]) for c in ch["new"]]), names="columns")
+    variants = {
+        "long": sk.Agent("l", "", ScriptedModel(["one two three four"], name="m-long")),
+        "tool": sk.Agent(
+            "t", "", ScriptedModel([{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 1}}]}, "2"]), tools=[add]
+        ),
+        "bad": sk.Agent("b", "", ScriptedModel([{"error": RuntimeError("down")}])),
+    }
+    comparison = asyncio.run(compare("Go", session, variants=variants, concurrency=1, on_event=view.on_event))
+    by_name = {c["variant"]: c for c in view.columns}
+    assert [c["variant"] for c in view.columns] == ["long", "tool", "bad"]
+    partial = [dict(s)["long"] for s in seen if "long" in dict(s)]
+    assert "one two " in partial and "one two three four" in partial  # the text grew before the run ended
+    assert by_name["long"]["status"] == "completed" and by_name["long"]["model"] == "m-long"
+    assert by_name["tool"]["tools"] == ["add"] and by_name["tool"]["text"] == "2"
+    assert by_name["bad"]["status"] == "failed" and "down" in by_name["bad"]["error"]
+    assert by_name["long"]["output_tokens"] == comparison.row("long")["output_tokens"]
+
+    html = view.snapshot_html()
+    assert 'data-sessionkit-snapshot="compare"' in html and "<script" not in html.lower()
+    assert all(f'data-variant="{name}"' in html for name in variants) and "one two three four" in html
+    shown = CompareView(comparison)
+    assert [c["text"] for c in shown.columns] == [r["text"] or "" for r in comparison.rows]
+    assert shown.batches == 1 and "CompareView(3 variants" in repr(shown)
+    page = shown.to_html()
+    assert "one two three four" in page and "sk-payload" in page
