@@ -30,6 +30,7 @@ $(VENV)/.sessionkit-installed-%: pyproject.toml
 	@touch $@
 
 ## The main job: JupyterLab on the tour notebooks with a ready demo store (offline, no API key).
+## It prints the store's path: `sessionkit view <that path>` shows the whole store in a browser.
 demo: $(call STAMP,notebook)
 	$(BIN)/python -m sessionkit._lab
 
@@ -45,11 +46,12 @@ notebooks: setup
 # without them every run (and every process a test starts) compiles litellm and the rest again.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
-## ruff (lint and format) on the package, the tests and the benchmarks; mypy on the package (the
-## bodies of functions without annotations too). `ruff format sessionkit tests benchmarks` formats.
+## ruff (lint and format) on the package, the tests, the benchmarks and the notebooks (their code
+## cells); mypy on the package (the bodies of functions without annotations too).
+## `ruff format sessionkit tests benchmarks notebooks` formats.
 lint: setup
-	$(BIN)/ruff check sessionkit tests benchmarks
-	$(BIN)/ruff format --check sessionkit tests benchmarks
+	$(BIN)/ruff check sessionkit tests benchmarks notebooks
+	$(BIN)/ruff format --check sessionkit tests benchmarks notebooks
 	$(BIN)/mypy sessionkit
 
 # The suite runs on pytest-xdist workers, one per core by default (TEST_WORKERS=1 runs it in one

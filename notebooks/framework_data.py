@@ -45,6 +45,7 @@ def _text(m: dict) -> str:
 
 # -- OpenAI Agents SDK ------------------------------------------------------------------------
 
+
 def _agents_items(traj: list[dict]) -> list[dict]:
     """A chat trajectory as Responses API input items, the SDK's session format."""
     items: list[dict] = []
@@ -55,8 +56,14 @@ def _agents_items(traj: list[dict]) -> list[dict]:
             if _text(m):
                 items.append({"role": "assistant", "content": _text(m)})
             for call in m.get("tool_calls") or []:
-                items.append({"type": "function_call", "call_id": call["id"], "name": call["function"]["name"],
-                              "arguments": call["function"]["arguments"]})
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": call["function"]["name"],
+                        "arguments": call["function"]["arguments"],
+                    }
+                )
         elif m["role"] == "tool":
             items.append({"type": "function_call_output", "call_id": m["tool_call_id"], "output": _text(m)})
     return items
@@ -75,6 +82,7 @@ async def write_agents_sdk(path: Path, records: dict) -> None:
 
 # -- LangGraph ----------------------------------------------------------------------------------
 
+
 def _lc_messages(traj: list[dict], task: int, trial: int) -> list:
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
@@ -86,8 +94,10 @@ def _lc_messages(traj: list[dict], task: int, trial: int) -> list:
         elif m["role"] == "user":
             out.append(HumanMessage(_text(m), id=mid))
         elif m["role"] == "assistant":
-            calls = [{"name": c["function"]["name"], "args": json.loads(c["function"]["arguments"]),
-                      "id": c["id"]} for c in m.get("tool_calls") or []]
+            calls = [
+                {"name": c["function"]["name"], "args": json.loads(c["function"]["arguments"]), "id": c["id"]}
+                for c in m.get("tool_calls") or []
+            ]
             out.append(AIMessage(_text(m), tool_calls=calls, id=mid))
         else:
             out.append(ToolMessage(_text(m), tool_call_id=m["tool_call_id"], name=m.get("name"), id=mid))
@@ -135,16 +145,22 @@ def write_langgraph(path: Path, records: dict) -> None:
                 turns[-1].append(m)
             for turn in turns:
                 lead = [m for m in turn if m.type in ("system", "human")]
-                script[:] = turn[len(lead):]
+                script[:] = turn[len(lead) :]
                 app.invoke({"messages": lead}, config)
             # a fork: back to the checkpoint before the customer's last message, where trial 2's
             # customer said something else (the graph's model answers with trial 2's reply)
             other = _lc_messages(records[task, 2]["traj"][1:], task, 2)
             humans = [i for i, m in enumerate(messages) if m.type == "human"]
-            before = next(s for s in app.get_state_history(config)
-                          if len(s.values.get("messages", [])) == humans[-1] and not s.next)
-            said = [i for i, m in enumerate(other[:-1]) if m.type == "human" and other[i + 1].type == "ai"
-                    and other[i + 1].content]
+            before = next(
+                s
+                for s in app.get_state_history(config)
+                if len(s.values.get("messages", [])) == humans[-1] and not s.next
+            )
+            said = [
+                i
+                for i, m in enumerate(other[:-1])
+                if m.type == "human" and other[i + 1].type == "ai" and other[i + 1].content
+            ]
             alt = next((i for i in said if i >= humans[-1]), said[-1])
             script[:] = [other[alt + 1].model_copy(update={"tool_calls": []})]
             app.invoke({"messages": [HumanMessage(other[alt].content, id=other[alt].id)]}, before.config)
@@ -154,6 +170,7 @@ def write_langgraph(path: Path, records: dict) -> None:
 
 # -- Google ADK ---------------------------------------------------------------------------------
 
+
 async def write_adk(path: Path, records: dict) -> None:
     from google.adk.events import Event
     from google.adk.sessions import DatabaseSessionService
@@ -162,9 +179,12 @@ async def write_adk(path: Path, records: dict) -> None:
     service = DatabaseSessionService(db_url=f"sqlite+aiosqlite:///{path}")
     for task in TASKS:
         traj = records[task, 2]["traj"]
-        session = await service.create_session(app_name="airline", user_id=f"customer-{task}",
-                                               session_id=f"airline-{task}",
-                                               state={"instructions": _text(traj[0])[:60] + "..."})
+        session = await service.create_session(
+            app_name="airline",
+            user_id=f"customer-{task}",
+            session_id=f"airline-{task}",
+            state={"instructions": _text(traj[0])[:60] + "..."},
+        )
         invocation = ""
         for i, m in enumerate(traj[1:], 1):
             if m["role"] == "user":
@@ -173,20 +193,35 @@ async def write_adk(path: Path, records: dict) -> None:
                 author = "user"
             elif m["role"] == "assistant":
                 parts = [types.Part(text=_text(m))] if _text(m) else []
-                parts += [types.Part(function_call=types.FunctionCall(
-                    name=c["function"]["name"], args=json.loads(c["function"]["arguments"]), id=c["id"]))
-                    for c in m.get("tool_calls") or []]
+                parts += [
+                    types.Part(
+                        function_call=types.FunctionCall(
+                            name=c["function"]["name"], args=json.loads(c["function"]["arguments"]), id=c["id"]
+                        )
+                    )
+                    for c in m.get("tool_calls") or []
+                ]
                 content = types.Content(role="model", parts=parts)
                 author = "airline_agent"
             else:
-                content = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
-                    name=m.get("name") or "tool", id=m["tool_call_id"], response={"result": _text(m)}))])
+                content = types.Content(
+                    role="user",
+                    parts=[
+                        types.Part(
+                            function_response=types.FunctionResponse(
+                                name=m.get("name") or "tool", id=m["tool_call_id"], response={"result": _text(m)}
+                            )
+                        )
+                    ],
+                )
                 author = "airline_agent"
-            await service.append_event(session, Event(author=author, invocation_id=invocation, content=content,
-                                                      id=f"ev-{task}-{i}"))
+            await service.append_event(
+                session, Event(author=author, invocation_id=invocation, content=content, id=f"ev-{task}-{i}")
+            )
 
 
 # -- inspect-ai ---------------------------------------------------------------------------------
+
 
 def write_inspect(folder: Path, records: dict) -> Path:
     from inspect_ai import Task, eval
@@ -210,9 +245,12 @@ def write_inspect(folder: Path, records: dict) -> Path:
             elif m["role"] == "user":
                 out.append(ChatMessageUser(content=_text(m)))
             elif m["role"] == "assistant":
-                calls = [ToolCall(id=c["id"], function=c["function"]["name"],
-                                  arguments=json.loads(c["function"]["arguments"]))
-                         for c in m.get("tool_calls") or []] or None
+                calls = [
+                    ToolCall(
+                        id=c["id"], function=c["function"]["name"], arguments=json.loads(c["function"]["arguments"])
+                    )
+                    for c in m.get("tool_calls") or []
+                ] or None
                 out.append(ChatMessageAssistant(content=_text(m), tool_calls=calls, model="gpt-4o"))
             else:
                 out.append(ChatMessageTool(content=_text(m), tool_call_id=m["tool_call_id"], function=m.get("name")))
@@ -226,19 +264,25 @@ def write_inspect(folder: Path, records: dict) -> Path:
             state.output = ModelOutput.from_content(model="gpt-4o", content=_text(rec["traj"][-1]))
             state.metadata["reward"] = rec["reward"]
             return state
+
         return solve
 
     @scorer(metrics=[mean()])
     def reward():
         async def score(state: TaskState, target: Target):
             return Score(value=state.metadata["reward"], explanation="tau-bench's recorded reward")
+
         return score
 
     dataset = [Sample(id=task, input=_text(records[task, 3]["traj"][1]), target="") for task in TASKS]
     tokenizers = Path(importlib.util.find_spec("litellm").origin).parent / "litellm_core_utils" / "tokenizers"
     os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))  # no download: litellm ships o200k_base
-    (log,) = eval(Task(name="airline", dataset=dataset, solver=replay(), scorer=reward()),
-                  model="mockllm/model", log_dir=str(folder), display="none")
+    (log,) = eval(
+        Task(name="airline", dataset=dataset, solver=replay(), scorer=reward()),
+        model="mockllm/model",
+        log_dir=str(folder),
+        display="none",
+    )
     if log.status != "success":
         raise SystemExit(f"the inspect eval failed: {log.error}")
     return Path(log.location)

@@ -81,8 +81,13 @@ def kernel_env(base: Path) -> dict[str, str]:
     whatever kernels the machine has registered.
     """
     env = dict(os.environ)
-    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
-                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl")):
+    for var, sub in (
+        ("JUPYTER_CONFIG_DIR", "config"),
+        ("JUPYTER_DATA_DIR", "data"),
+        ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("IPYTHONDIR", "ipython"),
+        ("MPLCONFIGDIR", "mpl"),
+    ):
         path = base / sub
         path.mkdir(parents=True, exist_ok=True)
         env[var] = str(path)
@@ -205,8 +210,11 @@ def differences(saved, fresh, rules) -> list[str]:
         if x != y:
             import difflib
 
-            diff = "\n".join(difflib.unified_diff("\n".join(x).splitlines(), "\n".join(y).splitlines(),
-                                                  "saved", "fresh", lineterm="", n=1))
+            diff = "\n".join(
+                difflib.unified_diff(
+                    "\n".join(x).splitlines(), "\n".join(y).splitlines(), "saved", "fresh", lineterm="", n=1
+                )
+            )
             problems.append(f"code cell {i}:\n{diff[:3000]}")
     return problems
 

@@ -402,6 +402,7 @@ def run(args: argparse.Namespace) -> int:
     state = "built" if ready["demo_built"] else "ready"
     print(f"demo store {state}: {ready['demo']}", file=out)
     print(f"JupyterLab settings: {ready['overrides']}", file=out)
+    print(f"the whole demo store in a browser: sessionkit view {ready['demo']}", file=out)
 
     port = args.port or free_port()
     token = args.token or secrets.token_hex(24)

@@ -13,6 +13,7 @@ Where a Python user expects a built-in type, the error also derives from it, so
     ├── MessageTooLarge         (also ValueError)   over max_message_bytes
     ├── SchemaVersionError                          written by a newer sessionkit
     ├── StoreCorrupt                                a damaged store file or schema
+    ├── MalformedInput          (also ValueError)   a file or record an importer cannot read
     ├── UsageError                                  a call that cannot be honoured now
     ├── MissingDependency       (also ImportError)  an optional extra is not installed
     └── RunFailed                                   an agent run did not complete
@@ -26,6 +27,7 @@ Where a Python user expects a built-in type, the error also derives from it, so
 from __future__ import annotations
 
 __all__ = [
+    "MalformedInput",
     "SessionKitError",
     "InvalidMessage",
     "MessageNotFound",
@@ -88,6 +90,44 @@ class StoreCorrupt(SessionKitError):
     """The store's file or schema is damaged (a broken page, a missing table, a garbage
     schema version); nothing was changed. Restore it from a copy, or export what still
     reads with ``sessionkit export``."""
+
+
+class MalformedInput(SessionKitError, ValueError):
+    """A file or record given to an importer does not have the expected shape.
+
+    ``source`` names the file (or ``"<list>"`` for in-memory input) and ``where``
+    the line (``"line 12"``) or record (``"record 3"``) at fault; both appear in
+    the message. ``imported`` is how many records (trees, pairs, lines or
+    messages, as the importer counts them) the failed import had stored before
+    it stopped (``None`` outside an import); the message says it too.
+    """
+
+    def __init__(self, source: str, where: str | None, problem: str, *, imported: int | None = None):
+        self.source = source
+        self.where = where
+        self.problem = problem
+        self.imported = imported
+        self._progress = ""
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        location = self.source if self.where is None else f"{self.source}, {self.where}"
+        return f"{location}: {self.problem}{self._progress}"
+
+    def __reduce__(self):
+        return (_rebuild, (self.source, self.where, self.problem, self.imported, self._progress))
+
+    def _set_progress(self, imported: int, note: str) -> None:
+        self.imported = imported
+        self._progress = f" ({note})"
+        self.args = (self._text(),)
+
+
+def _rebuild(source, where, problem, imported, progress) -> MalformedInput:
+    exc = MalformedInput(source, where, problem, imported=imported)
+    exc._progress = progress
+    exc.args = (exc._text(),)
+    return exc
 
 
 class UsageError(SessionKitError):

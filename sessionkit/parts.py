@@ -20,9 +20,14 @@ that is not a string): such parts are skipped.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 __all__ = [
+    "FOLD_LINES",
+    "output_text",
+    "fold_lines",
     "OVERLAY_PREFIX",
     "text_of",
     "tool_names",
@@ -38,6 +43,51 @@ __all__ = [
 
 #: The id of a compaction's overlay message is this prefix and the compaction's id.
 OVERLAY_PREFIX = "compaction:"
+
+
+#: Tool output longer than this many lines is folded in every view (with a "show all" control).
+FOLD_LINES = 30
+
+# ECMA-48 escape sequences: CSI (colours, cursor moves), OSC (titles, links) and the short
+# two-byte ones. The same pattern as SK_ANSI in widgets/static/common.js. A regular expression
+# rather than a dependency: the views strip the codes, they do not render colours.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def output_text(value: Any) -> str:
+    """A tool's input or output as a person reads it (docs/widgets.md, "Tool output").
+
+    A string is shown as itself: real line breaks (``\\r\\n`` and a lone ``\\r`` become
+    ``\\n``), ANSI colour codes stripped; any other value as indented JSON.
+
+    >>> print(output_text('Found 1 match:\\r\\n/src/a.py \\x1b[32mok\\x1b[0m'))
+    Found 1 match:
+    /src/a.py ok
+    >>> print(output_text({"rows": 2}))
+    {
+      "rows": 2
+    }
+    """
+    if isinstance(value, str):
+        return _ANSI.sub("", value).replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=2, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def fold_lines(text: str, limit: int = FOLD_LINES) -> tuple[str, int]:
+    """The first ``limit`` lines of ``text`` and how many lines were left out (0: nothing folded).
+
+    A fold that would hide a single line shows it instead: "1 more line" saves nothing.
+
+    >>> fold_lines("a\\nb\\nc", 1)
+    ('a', 2)
+    """
+    lines = text.split("\n")
+    if len(lines) <= limit + 1:
+        return text, 0
+    return "\n".join(lines[:limit]), len(lines) - limit
 
 
 def _parts(message: Any) -> Any:

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.xdist_group("test_cli")  # the commands of a module-sco
 
 _SCRIPT = Path(sys.executable).with_name("sessionkit")
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "sessionkit"]
-COMMANDS = ["info", "ls", "show", "search", "demo", "import", "export", "serve", "lab"]
+COMMANDS = ["info", "ls", "show", "search", "demo", "import", "export", "serve", "view", "lab"]
 
 
 def _env(**extra: str) -> dict:
@@ -382,7 +382,8 @@ def test_show_renders_tool_calls_and_files(store_path, cli):
         file_part = chat.get("file1")["parts"][1]
     assert "tool get_status" in out and tool["toolCallId"] in out and tool["state"] in out
     assert "input:  " + json.dumps(tool["input"]) in out
-    assert "output: " + json.dumps(tool["output"]) in out
+    indented = "\n".join("      " + line for line in json.dumps(tool["output"], indent=2).split("\n"))
+    assert "    output:\n" + indented + "\n" in out  # a JSON value, indented
     assert f"file {file_part['mediaType']} {file_part['filename']}" in out
     assert f"{len(CSV) / 1024:.1f} KiB inline" in out
     assert file_part["url"][30:90] not in out  # the payload itself is never dumped in the chat view

@@ -3,7 +3,7 @@
 Three rules:
 
 * imports follow the layers ``errors, messages, parts <- store <- agent, analysis, io,
-  aio <- widgets, server <- cli``, with no cycle between sub-packages; the contracts live
+  aio <- widgets <- server <- cli``, with no cycle between sub-packages; the contracts live
   in ``pyproject.toml`` (``[tool.importlinter]``) and import-linter checks them;
 * above the store, code uses only the store's public names: no module outside
   ``sessionkit/store`` touches a private name the store defines (``x._records``,

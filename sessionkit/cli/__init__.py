@@ -11,6 +11,7 @@
     sessionkit demo                           build a demo store and print a guided tour
     sessionkit import / export                transcripts in and out (sessionkit.io)
     sessionkit serve                          the HTTP server (sessionkit.server)
+    sessionkit view chats.db                  a web viewer over the whole store (--bundle DIR: static files)
     sessionkit lab [STORE]                    the tour notebooks (and STORE) in JupyterLab
 
 It reads stores through the library's public API, so what it prints is what a program
@@ -31,7 +32,18 @@ from typing import Any, NoReturn
 
 import sessionkit as sk
 
-from ._commands import _IMPORTERS, cmd_export, cmd_import, cmd_info, cmd_lab, cmd_ls, cmd_search, cmd_serve, cmd_show
+from ._commands import (
+    _IMPORTERS,
+    cmd_export,
+    cmd_import,
+    cmd_info,
+    cmd_lab,
+    cmd_ls,
+    cmd_search,
+    cmd_serve,
+    cmd_show,
+    cmd_view,
+)
 from ._common import EXIT_FAILED, EXIT_USAGE, PROG, CommandError, _UsageError
 from ._tour import cmd_demo
 
@@ -117,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--full", action="store_true", help="every message, compaction not applied (--tree always shows every message)"
+    )
+    p.add_argument(
+        "--all-output",
+        action="store_true",
+        help="every line of each tool output (by default an output longer than 30 lines is folded, "
+        "with a count of the lines left out)",
     )
     p.add_argument(
         "--json",
@@ -264,6 +282,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer 503 beyond N open connections (default: 1000; 0: no limit)",
     )
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "view",
+        help="a web viewer over a whole store",
+        description="Serve a web page over STORE: the sessions as a table to sort, filter and page, "
+        "full-text search, and each session's tree, transcript and runs. Read-only unless --write. "
+        "On 127.0.0.1 (the default) no token is needed; any other --host needs one, from --token or "
+        "SESSIONKIT_TOKEN (16 characters or more). --bundle DIR writes the same viewer as static files "
+        "that open from file:// with no server.",
+    )
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
+    p.add_argument("--port", type=_port, default=8800, help="default: 8800 (0: any free port)")
+    p.add_argument(
+        "--token", metavar="TOKEN", help="bearer token the page's requests must carry (default: SESSIONKIT_TOKEN)"
+    )
+    p.add_argument("--write", action="store_true", help="allow changes from the page (deleting a session)")
+    p.add_argument("--bundle", metavar="DIR", help="write the viewer as a static site in DIR instead of serving it")
+    p.add_argument(
+        "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"
+    )
+    p.set_defaults(func=cmd_view)
     return parser
 
 

@@ -130,7 +130,7 @@ def cmd_show(args, out: TextIO) -> int:
             else:
                 _write_json_array(_newest(session, args.leaf, not args.full, args.last)[1], out)
         else:
-            _render_path(session, out, leaf_id=args.leaf, full=args.full, last=args.last)
+            _render_path(session, out, leaf_id=args.leaf, full=args.full, last=args.last, all_output=args.all_output)
     return 0
 
 
@@ -351,11 +351,9 @@ def _load_agent(spec: str):
 def cmd_serve(args, out: TextIO) -> int:
     """Serve an agent over HTTP; the bearer token comes from SESSIONKIT_TOKEN, never from argv."""
     _agent_spec(args.agent)  # a malformed spec fails before anything is loaded
-    token = os.environ.get("SESSIONKIT_TOKEN", "")
+    token = _token(os.environ.get("SESSIONKIT_TOKEN", ""), "SESSIONKIT_TOKEN")
     if not token:
         raise CommandError("set SESSIONKIT_TOKEN to the bearer token clients must send (16 characters or more)")
-    if len(token) < 16:
-        raise CommandError("SESSIONKIT_TOKEN is shorter than 16 characters")
     server = _optional_module("sessionkit.server", "serve")
     serve = _function(server, "serve", "serve")
     try:
@@ -383,3 +381,52 @@ def cmd_serve(args, out: TextIO) -> int:
         limit_concurrency=args.limit_concurrency or None,
     )
     return 0
+
+
+def _token(token: str, where: str) -> str:
+    """The bearer token as given ("" for none); one shorter than 16 characters is refused."""
+    if token and len(token) < 16:
+        raise CommandError(f"{where} is shorter than 16 characters")
+    return token
+
+
+def cmd_view(args, out: TextIO) -> int:
+    """The store viewer: served on 127.0.0.1 (a token elsewhere), or written as a static site with --bundle."""
+    if args.bundle is not None:
+        if args.write or args.token:
+            raise CommandError("--bundle writes static files: --write and --token apply to the served viewer only")
+        with _existing_store(args.store) as store:
+            folder = _bundle(store, args)
+        print(f"viewer written to {folder}; open {Path(folder).resolve() / 'index.html'} in a browser", file=out)
+        return 0
+    if args.session:
+        raise CommandError("--session chooses the sessions of a --bundle; the served viewer shows every session")
+    server = _optional_module("sessionkit.server", "view")
+    token = _token(args.token or os.environ.get("SESSIONKIT_TOKEN", ""), "the token")
+    if not server.is_loopback(args.host) and not token:
+        raise CommandError(
+            f"--host {args.host} reaches other machines: set SESSIONKIT_TOKEN (or --token) to a bearer token "
+            "of 16 characters or more"
+        )
+    with _existing_store(args.store):  # a missing file or another program's database fails here, before binding
+        pass
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise CommandError("uvicorn is not installed; install it with: pip install 'sessionkit[server]'") from exc
+
+    def ready(url: str) -> None:
+        print(f"sessionkit viewer of {args.store} at {url}" + ("" if args.write else " (read-only)"), file=out)
+        out.flush()
+
+    server.serve_view(args.store, host=args.host, port=args.port, token=token or None, write=args.write, on_ready=ready)
+    return 0
+
+
+def _bundle(store: sk.Store, args) -> Path:
+    from sessionkit.widgets import viewer
+
+    try:
+        return viewer.write_bundle(store, args.bundle, session_ids=args.session)
+    except (sk.SessionNotFound, ValueError) as exc:
+        raise CommandError(str(exc)) from exc

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 import sessionkit as sk
 from sessionkit.messages import estimate_tokens
-from sessionkit.parts import overlay_info, text_of
+from sessionkit.parts import fold_lines, output_text, overlay_info, text_of
 
 from ._common import _MAX_INDENT, _clip, _count, _inline_size, _json, _preview, _print_table, _sid, _size, _when
 
@@ -91,7 +91,22 @@ def _render_ls(store: sk.Store, target: str, out: TextIO) -> None:
     _print_table(["SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)"], rows, out, right=(1,))
 
 
-def _render_part(part: Any, out: TextIO) -> None:
+def _render_output(value: Any, out: TextIO, *, all_output: bool) -> None:
+    """A tool's output as readable text (parts.output_text), folded past FOLD_LINES lines."""
+    text = output_text(value)
+    shown, hidden = (text, 0) if all_output else fold_lines(text)
+    lines = shown.split("\n")
+    if len(lines) == 1 and not hidden:
+        print(f"    output: {lines[0]}", file=out)
+        return
+    print("    output:", file=out)
+    for line in lines:
+        print(f"      {line}", file=out)
+    if hidden:
+        print(f"      … {_count(hidden, 'more line')} (--all-output shows them)", file=out)
+
+
+def _render_part(part: Any, out: TextIO, *, all_output: bool = False) -> None:
     if not isinstance(part, dict):
         print(f"  [part] {_clip(_json(part))}", file=out)
         return
@@ -110,7 +125,7 @@ def _render_part(part: Any, out: TextIO) -> None:
         if "input" in part:
             print(f"    input:  {_clip(_json(part['input']))}", file=out)
         if "output" in part:
-            print(f"    output: {_clip(_json(part['output']))}", file=out)
+            _render_output(part["output"], out, all_output=all_output)
         if part.get("errorText"):
             print(f"    error:  {_clip(str(part['errorText']))}", file=out)
     elif ptype == "file":
@@ -124,7 +139,7 @@ def _render_part(part: Any, out: TextIO) -> None:
         print(f"  [{ptype}] {_clip(_json({k: v for k, v in part.items() if k != 'type'}))}", file=out)
 
 
-def _render_message(message: dict, out: TextIO, *, note: str = "") -> None:
+def _render_message(message: dict, out: TextIO, *, note: str = "", all_output: bool = False) -> None:
     bits = [
         str(message.get("role", "?")),
         str(message.get("id", "?")),
@@ -135,7 +150,7 @@ def _render_message(message: dict, out: TextIO, *, note: str = "") -> None:
         bits.append(note)
     print("── " + " · ".join(bits), file=out)
     for part in message.get("parts") or ():
-        _render_part(part, out)
+        _render_part(part, out, all_output=all_output)
     print(file=out)
 
 
@@ -160,7 +175,15 @@ def _newest(session: sk.Session, leaf: str | None, compacted: bool, n: int) -> t
     return before, tail[-n:]
 
 
-def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full: bool, last: int | None = None) -> None:
+def _render_path(
+    session: sk.Session,
+    out: TextIO,
+    *,
+    leaf_id: str | None,
+    full: bool,
+    last: int | None = None,
+    all_output: bool = False,
+) -> None:
     """Print the path to ``leaf_id`` (default: the latest leaf) as a chat.
 
     Without ``full``: what the model sees, each compaction summary in place of its range.
@@ -235,7 +258,7 @@ def _render_path(session: sk.Session, out: TextIO, *, leaf_id: str | None, full:
                 others = [s for s in siblings if s != mid]
                 listed = ", ".join(others[:5]) + (", …" if len(others) > 5 else "")
                 note = f"branch {siblings.index(mid) + 1} of {len(siblings)} (also: {listed})"
-        _render_message(message, out, note=note)
+        _render_message(message, out, note=note, all_output=all_output)
         if mid in ends:
             print(f"══ compacted range ends · compaction {str(ends[mid]['id'])[:8]} ══", file=out)
             print(file=out)

@@ -88,7 +88,9 @@ skipped.
 
 from __future__ import annotations
 
-from ._common import MalformedInput, Progress, SessionMergeWarning
+from ..errors import MalformedInput
+from ._common import SessionMergeWarning
+from ._progress import Progress
 from .adk import import_adk
 from .claude_code import import_claude_code
 from .detect import FORMATS, detect_format

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import MessageTooLarge
+from ..errors import MalformedInput, MessageTooLarge
 from ..messages import to_iso
-from ._common import MalformedInput, RootWatch, check_file, write_items
+from ._common import RootWatch, write_items
+from ._reading import check_file
 
 __all__ = [
     "open_sqlite",

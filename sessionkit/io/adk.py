@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
+from ..errors import MalformedInput
+from ._common import watching_roots
 from ._frameworks import (
     HeldCalls,
     SessionWriter,
@@ -41,6 +42,8 @@ from ._frameworks import (
     table_names,
     tool_output,
 )
+from ._progress import Progress, check_progress
+from ._reading import as_path
 
 __all__ = ["import_adk", "adk_event_to_message"]
 

@@ -38,22 +38,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import MalformedInput
 from ..messages import estimate_tokens
 from ..store import Compaction
-from ._common import (
-    MalformedInput,
-    Progress,
-    RootWatch,
-    as_path,
-    check_file,
-    check_folder,
-    check_progress,
-    count_lines,
-    iter_jsonl,
-    wants_total,
-    watching_roots,
-)
+from ._common import RootWatch, watching_roots
 from ._frameworks import HeldCalls, SessionWriter, iso_time, tool_output
+from ._progress import Progress, check_progress, wants_total
+from ._reading import as_path, check_file, check_folder, count_lines, iter_jsonl
 
 __all__ = ["import_claude_code"]
 

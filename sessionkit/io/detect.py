@@ -17,8 +17,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ._common import MalformedInput, PathMissing, as_path, check_file
+from ..errors import MalformedInput
 from ._frameworks import open_sqlite, table_names
+from ._reading import PathMissing, as_path, check_file
 
 __all__ = ["detect_format", "FORMATS"]
 

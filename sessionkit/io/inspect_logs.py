@@ -25,9 +25,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import MissingDependency
-from ._common import MalformedInput, Progress, as_path, check_file, check_progress, watching_roots
+from ..errors import MalformedInput, MissingDependency
+from ._common import watching_roots
 from ._frameworks import HeldCalls, SessionWriter, tool_output
+from ._progress import Progress, check_progress
+from ._reading import as_path, check_file
 
 __all__ = ["import_inspect"]
 

@@ -22,25 +22,11 @@ from functools import partial
 from typing import Any, cast
 
 from .. import messages as _msg
-from ..errors import MessageNotFound, MessageTooLarge
+from ..errors import MalformedInput, MessageNotFound, MessageTooLarge
 from ..store import Compaction, Session, Store
-from ._common import (
-    Batches,
-    MalformedInput,
-    Progress,
-    RootWatch,
-    SessionList,
-    as_path,
-    check_progress,
-    count_lines,
-    iter_jsonl,
-    located,
-    open_write,
-    sessions_result,
-    wants_total,
-    watching_roots,
-    write_items,
-)
+from ._common import Batches, RootWatch, SessionList, located, sessions_result, watching_roots, write_items
+from ._progress import Progress, check_progress, wants_total
+from ._reading import as_path, count_lines, iter_jsonl, open_write
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 

@@ -36,9 +36,11 @@ import hashlib
 import json
 from typing import Any
 
-from ..errors import MissingDependency
-from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
+from ..errors import MalformedInput, MissingDependency
+from ._common import watching_roots
 from ._frameworks import SessionWriter, columns, iso_time, open_sqlite, rows, scalar, table_names, tool_output
+from ._progress import Progress, check_progress
+from ._reading import as_path
 
 __all__ = ["import_langgraph", "langchain_to_message"]
 

@@ -28,24 +28,11 @@ from functools import partial
 from typing import Any, cast
 
 from .. import messages as _msg
-from ..errors import MessageTooLarge
+from ..errors import MalformedInput, MessageTooLarge
 from ..store import Store
-from ._common import (
-    Batches,
-    MalformedInput,
-    Progress,
-    RootWatch,
-    SessionList,
-    as_path,
-    check_progress,
-    count_lines,
-    iter_jsonl,
-    located,
-    sessions_result,
-    wants_total,
-    watching_roots,
-    write_items,
-)
+from ._common import Batches, RootWatch, SessionList, located, sessions_result, watching_roots, write_items
+from ._progress import Progress, check_progress, wants_total
+from ._reading import as_path, count_lines, iter_jsonl
 
 __all__ = ["import_oasst"]
 

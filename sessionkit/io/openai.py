@@ -40,24 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import messages as _msg
-from ..errors import MessageNotFound, MessageTooLarge
+from ..errors import MalformedInput, MessageNotFound, MessageTooLarge
 from ..store import AppendResult, Session
-from ._common import (
-    EMPTY,
-    Batches,
-    MalformedInput,
-    Progress,
-    RootWatch,
-    TextStream,
-    as_path,
-    check_progress,
-    iter_jsonl,
-    located,
-    open_binary,
-    parse_json,
-    watching_roots,
-    write_items,
-)
+from ._common import Batches, RootWatch, located, watching_roots, write_items
+from ._progress import Progress, check_progress
+from ._reading import EMPTY, TextStream, as_path, iter_jsonl, open_binary, parse_json
 
 __all__ = ["import_openai", "chat_to_messages"]
 

@@ -37,7 +37,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_progress, watching_roots
+from ..errors import MalformedInput
+from ._common import watching_roots
 from ._frameworks import (
     SessionWriter,
     columns,
@@ -49,6 +50,8 @@ from ._frameworks import (
     table_names,
     tool_output,
 )
+from ._progress import Progress, check_progress
+from ._reading import as_path
 
 __all__ = ["import_openai_agents", "item_to_message"]
 

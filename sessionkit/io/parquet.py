@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import missing
-from ._common import as_path
+from ._reading import as_path
 
 __all__ = ["export_parquet"]
 

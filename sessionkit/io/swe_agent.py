@@ -24,8 +24,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ._common import MalformedInput, Progress, as_path, check_file, check_folder, check_progress, watching_roots
+from ..errors import MalformedInput
+from ._common import watching_roots
 from ._frameworks import SessionWriter
+from ._progress import Progress, check_progress
+from ._reading import as_path, check_file, check_folder
 from .openai import chat_to_messages
 
 __all__ = ["import_swe_agent"]

@@ -80,13 +80,15 @@ table behind dispatch and the OpenAPI document), :mod:`._bodies` (what clients
 send), :mod:`._sessions` (the sessions), :mod:`._scheduler` (runs),
 :mod:`._coordinate` (one process or several), :mod:`._records` (the store's
 records, recovery), :mod:`._storeio` (store calls off the event loop),
-:mod:`._serve` (uvicorn and its timeouts).
+:mod:`._serve` (uvicorn and its timeouts), :mod:`._view` (``sessionkit view``: the store
+viewer over HTTP, docs/viewer.md).
 """
 
 from __future__ import annotations
 
 try:
     from ._app import SessionServer, create_app
+    from ._view import create_view_app, is_loopback, serve_view
 except ImportError as exc:  # starlette is an optional extra
     if (exc.name or "").split(".")[0] not in ("starlette", "anyio"):
         raise
@@ -94,7 +96,7 @@ except ImportError as exc:  # starlette is an optional extra
 
     raise missing("server", "starlette", exc) from exc
 
-__all__ = ["create_app", "SessionServer", "serve"]
+__all__ = ["create_app", "SessionServer", "serve", "create_view_app", "serve_view", "is_loopback"]
 
 
 def serve(agent: str, store: str, *, token: str, **options):

@@ -56,9 +56,6 @@ __all__ = [
     "DUCKDB_JOURNAL_TABLE",
 ]
 
-#: The schema version every engine writes (see :data:`MIGRATIONS`).
-SCHEMA_VERSION = 7
-
 #: DuckDB: single appends written as one JSON row each, moved into the messages table in
 #: batches (see :mod:`sessionkit.store.duckdb`).
 DUCKDB_JOURNAL_TABLE = "CREATE TABLE IF NOT EXISTS sessionkit_journal (row VARCHAR NOT NULL)"
@@ -284,17 +281,47 @@ def _sqlite_branch_column(engine: SQLEngine) -> None:
     engine.upgrade_to_3()
 
 
-def _add_analysis_columns(engine: SQLEngine) -> None:
-    """Version 6: the analysis columns (those a store already has are left alone)."""
-    have = engine.message_columns()
-    for name, kind, extra in (
-        ("text", "text", ""),
-        ("n_parts", "int", " DEFAULT 0"),
-        ("tool_names", "text", ""),
-        ("metadata", "text", ""),
-    ):
-        if name not in have:
-            engine.execute(engine.compile(f"ALTER TABLE {{messages}} ADD COLUMN {name} {{t_{kind}}}{extra}"))
+def _add_columns(table: str, names: tuple[str, ...]) -> Callable[[SQLEngine], None]:
+    """A migration step adding the columns ``names`` of ``TABLES[table]`` as declared there
+    (type, nullability, default: the one declaration), those a store lacks."""
+
+    def step(engine: SQLEngine) -> None:
+        declared = {c.name: c for c in TABLES[table].columns}
+        have = engine.message_columns() if table == "messages" else set()
+        todo = [declared[n] for n in names if n not in have and engine.dialect.name in declared[n].only]
+        # DuckDB adds no NOT NULL column to a table an index depends on: its indexes go
+        # for the while and are made again after
+        indexes = [
+            i
+            for i in TABLES[table].indexes
+            if engine.dialect.name == "duckdb" and "duckdb" in i.only and any(not c.null for c in todo)
+        ]
+        for index in indexes:
+            engine.execute(f"DROP INDEX IF EXISTS {engine.quote(index.name)}")
+        for col in todo:
+            engine.execute(f"ALTER TABLE {engine.table(table)} ADD COLUMN {engine.dialect.column_sql(col, table)}")
+        for index in indexes:
+            engine.execute(engine.index_sql(index, TABLES[table]))
+
+    return step
+
+
+def _make_index_again(table: str, name: str) -> Callable[[SQLEngine], None]:
+    """A migration step making the index ``name`` of ``TABLES[table]`` again, as declared."""
+
+    def step(engine: SQLEngine) -> None:
+        index = next(i for i in TABLES[table].indexes if i.name == name)
+        engine.execute(f"DROP INDEX IF EXISTS {engine.quote(name)}")
+        engine.execute(engine.index_sql(index, TABLES[table]))
+
+    return step
+
+
+def _give_store_id(engine: SQLEngine) -> None:
+    """Who this store is (see :meth:`SQLEngine.create_or_migrate`), for a store made before
+    stores had an id."""
+    if engine.fetch_one(engine.sql["meta_get"], ("store_id",)) is None:
+        engine.execute(engine.sql["meta_put"], ("store_id", uuid.uuid4().hex))
 
 
 def _fill_analysis_columns(engine: SQLEngine) -> None:
@@ -343,7 +370,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         6,
         "analysis columns stored with each message (text, n_parts, tool_names, metadata) and the change log",
         {
-            "*": (_add_analysis_columns, _create_table("changes"), _fill_analysis_columns),
+            "*": (
+                _add_columns("messages", ("text", "n_parts", "tool_names", "metadata")),
+                _create_table("changes"),
+                _fill_analysis_columns,
+            ),
             # the fast append function takes the new columns (a new signature: drop the old one)
             "postgresql": (
                 "DROP FUNCTION IF EXISTS {fn_append}(text, text, text, text, text, text, bigint, bigint, text,"
@@ -352,7 +383,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         },
     ),
     Migration(7, "DuckDB: the append journal (sessionkit_journal)", {"duckdb": (DUCKDB_JOURNAL_TABLE,)}),
+    Migration(
+        8,
+        "a store id for stores made before stores had one; SQLite: the compactions index as declared,"
+        " by (session_id, seq) (files first written at version 1 or 2 had it by session_id only)",
+        {"*": (_give_store_id,), "sqlite": (_make_index_again("compactions", "sessionkit_compactions_session"),)},
+    ),
 )
+
+#: The schema version every engine writes: the ledger's last step (the one place it is kept).
+SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
 # ---------------------------------------------------------------------------
@@ -647,7 +687,7 @@ class SQLEngine(Engine):
         self._inserts: dict[tuple[str, str], str] = {}
         self._analysis: Any = None
         self._analysis_setup = threading.Lock()
-        from ._analysis import Runs  # (no DuckDB import: that comes with the first query)
+        from ._query import Runs  # (no DuckDB import: that comes with the first query)
 
         self._analysis_runs = Runs()
 
@@ -1373,8 +1413,8 @@ class SQLEngine(Engine):
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
         The shared engine keeps an in-memory cache of the analysis columns beside the
-        store, refreshed from the change log before each query (``_analysis.Cache``)."""
-        from . import _analysis
+        store, refreshed from the change log before each query (``_cache.Cache``)."""
+        from . import _cache
 
         with self._analysis_runs.run() as run:  # (StoreClosed once the store closes)
             cache = self._analysis
@@ -1383,7 +1423,7 @@ class SQLEngine(Engine):
                     run.raise_if_stopped()
                     cache = self._analysis
                     if cache is None:
-                        cache = self._analysis = _analysis.Cache(self, ordered=self.ORDERED_COMMITS)
+                        cache = self._analysis = _cache.Cache(self, ordered=self.ORDERED_COMMITS)
             return cache.query(query, params, session_ids, run=run, files=files)
 
     def interrupt_analysis(self) -> None:

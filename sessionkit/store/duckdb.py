@@ -84,7 +84,7 @@ from typing import cast
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import _files
 from . import search as _search
-from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, SCHEMA_VERSION, TABLES, LocalEngine
+from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, MIGRATIONS, SCHEMA_VERSION, TABLES, LocalEngine
 from ._values import Capabilities, Node
 
 try:
@@ -121,8 +121,8 @@ _WHOLE_PATH = 1 << 20
 # worth of appends.
 _SEQ_BLOCK = 4096
 
-# The schema version that added sessionkit_journal.
-_JOURNAL_VERSION = 7
+# The schema version that added sessionkit_journal (its step of the ledger).
+_JOURNAL_VERSION = next(m.version for m in MIGRATIONS if DUCKDB_JOURNAL_TABLE in m.steps.get("duckdb", ()))
 
 # Journal rows that make an append move the journal into the messages table at once
 # (see DuckDBEngine.merge_journal); reads move it before they run.
@@ -631,9 +631,9 @@ class DuckDBEngine(LocalEngine):
         ``_analysis``): on a second connection to the database, in a transaction of its
         own (one snapshot; the store's writers go on) that is rolled back. That connection
         shares the store's database, whose configuration cannot be locked down: the
-        query's parse tree keeps it to the views (``_analysis.check_query``), and
+        query's parse tree keeps it to the views (``_sandbox.check_query``), and
         ``files=True`` runs it on a connection of its own."""
-        from . import _analysis
+        from . import _analysis, _query
 
         tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
         if self.in_write():
@@ -641,7 +641,7 @@ class DuckDBEngine(LocalEngine):
             # so the query sees the transaction's writes, which then commit or roll back
             # with it (the views are made in the transaction too).
             with self._analysis_runs.run() as run, self._lock:
-                return _analysis.run_query(
+                return _query.run_query(
                     self._db,
                     tables,
                     query,
@@ -660,8 +660,8 @@ class DuckDBEngine(LocalEngine):
                 with self._lock:
                     if self._closed:
                         raise StoreClosed("the store is closed")
-                    con = self._analysis = _analysis.new_connection(self._db)
-            return _analysis.run_query(
+                    con = self._analysis = _query.new_connection(self._db)
+            return _query.run_query(
                 con, tables, query, params, self._views, session_ids=session_ids, run=run, files=files
             )
 

@@ -44,6 +44,9 @@ from ._values import Capabilities, Node
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 
+# SQLite's primary result codes (https://sqlite.org/rescode.html) that translate() maps.
+_SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_NOTADB = 1, 5, 6, 11, 26
+
 #: Messages in the search window (see _RECENT_TABLE): a store larger than this by a
 #: quarter keeps a second full-text index of its newest messages.
 DEFAULT_SEARCH_WINDOW = 1 << 17
@@ -387,19 +390,21 @@ class SQLiteEngine(LocalEngine):
         _upgrade_to_3(self)
 
     def translate(self, exc: BaseException) -> BaseException:
+        """A driver error as the contract's: by SQLite's result code (its primary part; the
+        extended codes refine it), which Python's sqlite3 gives with every error SQLite
+        raised. A missing table or column comes as SQLite's generic error code, so only
+        those two are told by their message."""
         text = str(exc)
         where = self.path or ":memory:"
-        if "locked" in text or "busy" in text:
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
             return StoreLocked(
                 f"store {where} is locked: another process held its write lock for more than "
                 f"busy_timeout={self.busy_timeout:g} s ({text})"
             )
-        if isinstance(exc, sqlite3.DatabaseError) and (
-            "malformed" in text
-            or "not a database" in text
-            or "corrupt" in text
-            or "no such table" in text
-            or "no such column" in text
+        if primary in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or (
+            primary == _SQLITE_ERROR and text.startswith(("no such table", "no such column"))
         ):
             return StoreCorrupt(f"store {where} is damaged: {text}")
         return SessionKitError(f"SQLite store {where}: {text}")

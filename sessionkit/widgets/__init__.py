@@ -8,6 +8,9 @@
     live = sk.widgets.RunView(controller)          # a run as it streams
     side = sk.widgets.CompareView()                # compare()'s variants side by side
 
+:mod:`sessionkit.widgets.viewer` holds the data and page of the store viewer
+(``sessionkit view``, docs/viewer.md), which runs these views' front end in a web page.
+
 The widget classes need the ``widgets`` extra (anywidget, ipywidgets); the
 static snapshots in :mod:`sessionkit.widgets._static` do not, so a session or
 store still displays as HTML without it. Nothing here is imported by

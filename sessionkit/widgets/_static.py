@@ -11,10 +11,10 @@ handler attributes, no external resources.
 from __future__ import annotations
 
 import html
-import json
 import re
 from typing import Any
 
+from ..parts import fold_lines, output_text
 from . import _runlog
 from ._source import (
     TreeData,
@@ -271,6 +271,20 @@ def tree_html(
 # Transcript
 
 
+def _output_html(value: Any) -> str:
+    """Tool input or output as readable text (parts.output_text), folded past FOLD_LINES lines:
+    the rest behind a ``<details>`` "show all", which needs no script."""
+    text = output_text(value)
+    head, hidden = fold_lines(text)
+    if not hidden:
+        return f'<pre class="sk-out">{_e(head)}</pre>'
+    rest = text[len(head) + 1 :]
+    return (
+        f'<pre class="sk-out">{_e(head)}</pre><details class="sk-fold"><summary>show all '
+        f"({_e(plural(hidden, 'more line'))})</summary><pre>{_e(rest)}</pre></details>"
+    )
+
+
 def _parts_html(view: dict) -> str:
     out = []
     for p in view["parts"]:
@@ -283,9 +297,9 @@ def _parts_html(view: dict) -> str:
             status = "error" if p.get("error") else (p.get("state") or "")
             inner = f'<summary>tool <b>{_e(p["name"])}</b> <span class="sk-badge">{_e(status)}</span></summary>'
             if p.get("input") is not None:
-                inner += f"<div>input</div><pre>{_e(p['input'])}</pre>"
+                inner += f"<div>input</div>{_output_html(p['input'])}"
             if p.get("output") is not None:
-                inner += f"<div>output</div><pre>{_e(p['output'])}</pre>"
+                inner += f"<div>output</div>{_output_html(p['output'])}"
             if p.get("error"):
                 inner += f'<div class="sk-err">{_e(p["error"])}</div>'
             out.append(f'<details class="sk-tool" open>{inner}</details>')
@@ -413,9 +427,9 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
             for tool in t["tools"]:
                 status = "error" if tool.get("error") else ("done" if tool.get("done") else "running")
                 inner = f'<summary>tool <b>{_e(tool.get("name"))}</b> <span class="sk-badge">{status}</span></summary>'
-                inner += f"<div>input</div><pre>{_e(json.dumps(tool.get('input'), indent=2, default=str))}</pre>"
+                inner += f"<div>input</div>{_output_html(tool.get('input'))}"
                 if tool.get("done") and not tool.get("error"):
-                    inner += f"<div>output</div><pre>{_e(json.dumps(tool.get('output'), indent=2, default=str))}</pre>"
+                    inner += f"<div>output</div>{_output_html(tool.get('output'))}"
                 if tool.get("error"):
                     inner += f'<div class="sk-err">{_e(tool["error"])}</div>'
                 body.append(f'<details class="sk-tool" open>{inner}</details>')

@@ -180,7 +180,7 @@ class _View(anywidget.AnyWidget):
         body = (
             f'<div id="sk-view">{self._safe_snapshot()}</div>'
             f'<script type="application/json" id="sk-payload">{_script_json(payload)}</script>'
-            f'<script type="module">{(STATIC / "offline.js").read_text(encoding="utf-8")}</script>'
+            f'<script type="module">{_module("offline.js")}</script>'
         )
         html = _static.page(title, body, head=f"<style>{self._css}</style>")
         if path is None:

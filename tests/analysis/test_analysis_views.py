@@ -301,13 +301,13 @@ def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
 def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reader):
     """A SQLite file's cache reads through the ADBC driver when it is installed, else through
     the store's own connection (pages of Python rows): both give the reference's views."""
-    from sessionkit.store import _analysis
+    from sessionkit.store import _cache
 
     if reader == "adbc":
         pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")
     else:
-        monkeypatch.setattr(_analysis, "_adbc_sqlite", lambda: None)
-        monkeypatch.setattr(_analysis, "_PAGE", 3)  # several pages
+        monkeypatch.setattr(_cache, "_adbc_sqlite", lambda: None)
+        monkeypatch.setattr(_cache, "_PAGE", 3)  # several pages
     store = new_store("sqlite-file")
     for step in scenario(store):
         assert_views_match(store), step
@@ -364,7 +364,7 @@ def test_the_read_ahead_gives_every_batch_in_order_and_an_error_of_the_driver():
     ends the DuckDB statement with that error; a consumer that stops early stops the thread."""
     import duckdb
 
-    from sessionkit.store._analysis import _read_ahead
+    from sessionkit.store._cache import _read_ahead
 
     con = duckdb.connect()
     with _read_ahead(_batches(50)) as reader:
@@ -635,19 +635,19 @@ def test_postgresql_a_cache_load_that_fails_midway_leaves_the_store_and_cache_wo
     store = new_store("postgresql")
     s = store.session("big")
     s.import_many([(msg(f"m{i}", "words " * 50), f"m{i - 1}" if i else None, None) for i in range(3000)])
-    from sessionkit.store import _analysis
+    from sessionkit.store import _cache
 
-    real = _analysis.Cache.insert_arrow
+    real = _cache.Cache.insert_arrow
     failures = []
 
     def failing(self, table, cols, source, where=""):
         if table == "sessionkit_messages" and not failures:
             failures.append(table)
             next(iter(source))  # one batch read, then DuckDB fails
-            raise _analysis.duckdb_module().IOException("disk full while writing the cache")
+            raise _cache.duckdb_module().IOException("disk full while writing the cache")
         return real(self, table, cols, source, where)
 
-    monkeypatch.setattr(_analysis.Cache, "insert_arrow", failing)
+    monkeypatch.setattr(_cache.Cache, "insert_arrow", failing)
     with pytest.raises(Exception, match="disk full while writing the cache"):
         store.sql("SELECT count(*) AS n FROM messages")
     assert failures

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import nbhelpers
 import pagechecks
 import pytest
 
 import sessionkit as sk
+from sessionkit.parts import FOLD_LINES, output_text
 from sessionkit.widgets._source import outline_rows, tree_data
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: starts chromium
@@ -171,4 +175,69 @@ def test_offline_ten_thousand_message_tree_scrolls_by_the_rows_in_view_and_is_fo
     rows = outline_rows(data)
     view = page.locator(".sk-tree-view")
     pagechecks.check_big_tree_stays_bounded_and_is_found(page, view, s, data, rows)
+    assert not page.errors, page.errors
+
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "swe_agent" / "function_calling_simple.traj"
+HOSTILE = '<img src=x onerror="window.__pwned=1">\x1b[31m</pre><script>window.__pwned=2</script>'
+
+
+def _find_file_output() -> str:
+    traj = json.loads(DATA.read_text())
+    ids = {c["id"] for e in traj["history"] for c in e.get("tool_calls") or () if c["function"]["name"] == "find_file"}
+    entry = next(e for e in traj["history"] if e.get("role") == "tool" and set(e.get("tool_call_ids") or ()) & ids)
+    content = entry["content"]
+    return content if isinstance(content, str) else content[0]["text"]
+
+
+def tool_lines(n: int) -> str:
+    """A tool whose output is ``n`` coloured lines (CRLF) and, last, a hostile line."""
+    return "\r\n".join([f"\x1b[32mline {k}\x1b[0m" for k in range(n - 1)] + [HOSTILE])
+
+
+def test_offline_transcript_and_run_view_show_readable_folded_tool_output(page, tmp_path, screenshots):
+    store = sk.open_store()
+    (swe,) = sk.io.import_swe_agent(store, DATA)
+    sk.widgets.Transcript(swe, height=2000).to_html(tmp_path / "swe.html")
+    page.goto((tmp_path / "swe.html").as_uri())
+    tool = page.locator(".sk-tool", has=page.locator("summary b", has_text="find_file"))
+    tool.locator("pre").last.wait_for()
+    expected = output_text(_find_file_output())
+    assert "\n" in expected and "\r" not in expected
+    assert tool.locator("pre").last.text_content() == expected
+    first_line = expected.split("\n")[0]
+    assert tool.locator("pre").last.inner_text().split("\n")[0] == first_line  # a real break, drawn
+    assert "\\r\\n" not in page.locator(".sk-transcript-view").inner_text()
+    tool.screenshot(path=str(screenshots / "offline-tool-output.png"))
+
+    n = FOLD_LINES + 15
+
+    def shell(command: str) -> str:
+        """Runs a shell command."""
+        return tool_lines(n)
+
+    script = [
+        {"text": "Listing.", "tool_calls": [{"name": "shell", "arguments": {"command": "seq"}, "id": "c1"}]},
+        {"text": "Done."},
+    ]
+    agent = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel(script), tools=[shell])
+    result = agent.run_sync("list", session=store.session("run"))
+    sk.widgets.RunView(result, height=2000).to_html(tmp_path / "run.html")
+    sk.widgets.Transcript(store.session("run"), height=2000).to_html(tmp_path / "run-chat.html")
+    full = output_text(tool_lines(n))
+    for name, view in (("run.html", ".sk-run-view"), ("run-chat.html", ".sk-transcript-view")):
+        page.goto((tmp_path / name).as_uri())
+        fold = page.locator(f"{view} .sk-fold")
+        fold.wait_for()
+        assert fold.get_attribute("data-hidden-lines") == str(n - FOLD_LINES)
+        pre = fold.locator("pre")
+        assert pre.text_content() == "\n".join(full.split("\n")[:FOLD_LINES])
+        assert "\x1b" not in pre.text_content() and "[32m" not in pre.text_content()
+        button = fold.locator("button.sk-show-all")
+        assert button.text_content() == f"show all ({n - FOLD_LINES} more lines)"
+        button.click()
+        page.wait_for_function("el => !el.querySelector('button')", arg=fold.element_handle())
+        assert pre.text_content() == full
+        assert HOSTILE.replace("\x1b[31m", "") in pre.text_content()  # shown as text
+        assert page.evaluate("() => window.__pwned") is None and page.locator(f"{view} img").count() == 0
     assert not page.errors, page.errors

@@ -26,6 +26,7 @@ from pagechecks import settle
 from servers import wait_file
 
 import sessionkit as sk
+from sessionkit.parts import output_text
 from sessionkit.widgets._source import outline_rows, path_entries, tree_data
 from sessionkit.widgets._static import plural
 
@@ -72,6 +73,11 @@ CELLS = [
         "    result = await agent.run('Plan a sunny day in Lisbon', session=rs, controller=ctl)\n"
         "    (OUT / 'run.txt').write_text(result.status + ' ' + str(view.batches))\n"
         "task = asyncio.ensure_future(go())",
+    ),
+    (
+        "swe",
+        "swe, = sk.io.import_swe_agent(store, pathlib.Path({here!r}).parent / 'data' / 'swe_agent' / "
+        "'function_calling_simple.traj')\nsk.widgets.Transcript(swe, height=1600)",
     ),
     ("big", "big = sk.widgets.BranchTree(bs, height=400)\nbig"),
     ("compare", "cview = sk.widgets.CompareView(height=320)\ncview"),
@@ -365,6 +371,25 @@ def test_ten_thousand_message_tree_scrolls_by_the_rows_in_view_and_is_found(nb, 
     pagechecks.check_big_tree_stays_bounded_and_is_found(page, view, s, data, rows)
     settle(page)
     nb.shot(view, screenshots, "branch-tree-10k")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_swe_agent_tool_output_reads_as_text_with_its_line_breaks(nb, screenshots):
+    store = sk.open_store()
+    (swe,) = sk.io.import_swe_agent(store, HERE.parent / "data" / "swe_agent" / "function_calling_simple.traj")
+    call = next(p for m in swe.get_history() for p in m["parts"] if p["type"] == "tool-find_file")
+    expected = output_text(call["output"])
+    assert "\r\n" in call["output"] and "\n" in expected  # the trajectory's CRLF, a line break when shown
+    view = nb.view("swe", "transcript")
+    view.scroll_into_view_if_needed()
+    tool = view.locator(".sk-tool", has=nb.page.locator("summary b", has_text="find_file"))
+    tool.scroll_into_view_if_needed()
+    out = tool.locator("pre").last
+    nb.page.wait_for_function("([el, t]) => el.textContent === t", arg=[out.element_handle(), expected])
+    assert out.inner_text().split("\n")[:2] == expected.split("\n")[:2]
+    assert "\\r\\n" not in view.inner_text()
+    settle(nb.page)
+    nb.shot(tool, screenshots, "tool-output")
     assert not nb.new_errors(), nb.errors
 
 

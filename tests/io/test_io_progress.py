@@ -52,14 +52,14 @@ def test_bad_progress_value(mem_store, oasst_path):
 
 
 def test_auto_mode_shows_only_long_inputs_in_a_terminal(monkeypatch):
-    from sessionkit.io import _common
+    from sessionkit.io import _progress
 
-    monkeypatch.setattr(_common, "_interactive", lambda: True)
-    assert _common.Progress(None, total=10, desc="x", unit="lines")._plain is False
-    assert _common.Progress(None, total=10, desc="x", unit="lines")._bar is None
-    long = _common.Progress(None, total=5000, desc="x", unit="lines")
+    monkeypatch.setattr(_progress, "_interactive", lambda: True)
+    assert _progress.Progress(None, total=10, desc="x", unit="lines")._plain is False
+    assert _progress.Progress(None, total=10, desc="x", unit="lines")._bar is None
+    long = _progress.Progress(None, total=5000, desc="x", unit="lines")
     assert long._bar is not None or long._plain
     long.close()
-    monkeypatch.setattr(_common, "_interactive", lambda: False)
-    quiet = _common.Progress(None, total=5000, desc="x", unit="lines")
+    monkeypatch.setattr(_progress, "_interactive", lambda: False)
+    quiet = _progress.Progress(None, total=5000, desc="x", unit="lines")
     assert quiet._bar is None and not quiet._plain

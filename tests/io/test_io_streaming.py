@@ -15,7 +15,7 @@ import pytest
 from helpers import chat_tool_call
 
 import sessionkit as sk
-from sessionkit.io import _common
+from sessionkit.io import _reading
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings  # noqa: E402
@@ -33,7 +33,7 @@ CHAT = [
 @pytest.fixture
 def tiny_chunks(monkeypatch):
     """The document reader reads 3 characters at a time."""
-    monkeypatch.setattr(_common.TextStream, "CHUNK", 3)
+    monkeypatch.setattr(_reading.TextStream, "CHUNK", 3)
 
 
 @pytest.mark.parametrize(
@@ -118,8 +118,8 @@ _json = st.recursive(
 @given(value=_json, indent=st.sampled_from([None, 0, 2]), ascii_only=st.booleans())
 def test_parser_without_recursion_reads_what_json_reads(value, indent, ascii_only):
     text = json.dumps(value, indent=indent, ensure_ascii=ascii_only)
-    assert _common._loads_deep(text) == json.loads(text)
-    assert _common._loads_deep(f" \n{text}\t ") == json.loads(text)
+    assert _reading._loads_deep(text) == json.loads(text)
+    assert _reading._loads_deep(f" \n{text}\t ") == json.loads(text)
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_parser_without_recursion_refuses_what_json_refuses(text):
     with pytest.raises(ValueError):
         json.loads(text)
     with pytest.raises(ValueError):
-        _common._loads_deep(text)
+        _reading._loads_deep(text)
 
 
 def test_parser_without_recursion_goes_deeper_than_json():
@@ -157,13 +157,13 @@ def test_parser_without_recursion_goes_deeper_than_json():
     text = '{"a": ' * depth + '[1, 2.5, "x"]' + "}" * depth
     with pytest.raises(RecursionError):
         json.loads(text)
-    value = _common._loads_deep(text)
+    value = _reading._loads_deep(text)
     for _ in range(depth):
         value = value["a"]
     assert value == [1, 2.5, "x"]
     for bad in ("NaN", "Infinity", "-Infinity", "1e400"):
         with pytest.raises(ValueError):
-            _common._loads_deep("[" * 3000 + bad + "]" * 3000)
+            _reading._loads_deep("[" * 3000 + bad + "]" * 3000)
 
 
 # ---------------------------------------------------------------------------

@@ -412,3 +412,35 @@ def test_appends_stay_right_when_another_connection_moves_the_latest_row(tmp_pat
                 len(sk.messages.dumps(m).encode()) for m in path
             )
             assert a.context_tokens(leaf_id=node.id) == sum(sk.messages.estimate_tokens(m) for m in path)
+
+
+# ---------------------------------------------------------------------------
+# driver errors are mapped by SQLite's result code, not by the words of the message
+
+
+def _sqlite_error(kind, text: str, code: int | None):
+    exc = kind(text)
+    if code is not None:
+        exc.sqlite_errorcode = code
+    return exc
+
+
+@pytest.mark.parametrize(
+    "kind, text, code, expected",
+    [
+        (sqlite3.OperationalError, "database is locked", 5, sk.StoreLocked),
+        (sqlite3.OperationalError, "database table is locked", 6, sk.StoreLocked),
+        (sqlite3.OperationalError, "whatever the words", 5 | (3 << 8), sk.StoreLocked),  # SQLITE_BUSY_TIMEOUT
+        (sqlite3.DatabaseError, "file is not a database", 26, sk.StoreCorrupt),
+        (sqlite3.DatabaseError, "database disk image is malformed", 11, sk.StoreCorrupt),
+        (sqlite3.OperationalError, "no such table: sessionkit_messages", 1, sk.StoreCorrupt),
+        # the words alone decide nothing
+        (sqlite3.IntegrityError, "a value that says locked and corrupt", 19, sk.SessionKitError),
+        (sqlite3.ProgrammingError, "busy and malformed, but not from SQLite", None, sk.SessionKitError),
+    ],
+)
+def test_driver_errors_are_mapped_by_result_code(tmp_path, kind, text, code, expected):
+    with sk.open_store(str(tmp_path / "codes.db")) as store:
+        mapped = store._engine.translate(_sqlite_error(kind, text, code))
+    assert type(mapped) is expected
+    assert text in str(mapped)

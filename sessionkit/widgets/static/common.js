@@ -64,6 +64,44 @@ function skJson(value) {
   }
 }
 
+// ECMA-48 escape sequences (colours, cursor moves, titles): the same pattern as sessionkit.parts._ANSI.
+const SK_ANSI = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]/g;
+/** Output longer than this many lines is folded behind "show all" (as sessionkit.parts.FOLD_LINES). */
+const SK_FOLD_LINES = 30;
+
+/**
+ * A tool's input or output as a person reads it (as sessionkit.parts.output_text): a string
+ * as itself with real line breaks and no ANSI colour codes, any other value as indented JSON.
+ */
+function skOutputText(value) {
+  if (typeof value !== "string") return value === undefined ? "" : skJson(value);
+  return value.replace(SK_ANSI, "").replace(/\r\n?/g, "\n");
+}
+
+/**
+ * The one renderer of tool input and output in every web view: a <pre> of readable text
+ * (skOutputText), folded past SK_FOLD_LINES lines with a "show all" button. Tool output is
+ * untrusted: it only ever becomes text nodes, never markup.
+ */
+function skOutput(value) {
+  const text = skOutputText(value);
+  const lines = text.split("\n");
+  const pre = skEl("pre", { class: "sk-out" });
+  if (lines.length <= SK_FOLD_LINES + 1) {
+    pre.textContent = text;
+    return pre;
+  }
+  pre.textContent = lines.slice(0, SK_FOLD_LINES).join("\n");
+  const hidden = lines.length - SK_FOLD_LINES;
+  const more = skEl("button", { class: "sk-btn sk-small sk-show-all", type: "button", text: `show all (${skPlural(hidden, "more line")})` });
+  more.addEventListener("click", () => {
+    pre.textContent = text;
+    pre.style.maxHeight = "none";
+    more.remove();
+  });
+  return skEl("div", { class: "sk-fold", "data-hidden-lines": String(hidden) }, pre, more);
+}
+
 /** Render a condensed message (see _source.message_view) into a DOM fragment. */
 function skParts(view) {
   const frag = document.createDocumentFragment();
@@ -75,8 +113,8 @@ function skParts(view) {
       const status = p.error ? "error" : p.state || "";
       const box = skEl("details", { class: "sk-tool", open: true },
         skEl("summary", {}, "tool ", skEl("b", { text: p.name }), " ", skEl("span", { class: "sk-badge" + (p.error ? " sk-bad" : ""), text: status })));
-      if (p.input !== null && p.input !== undefined) box.append(skEl("div", { class: "sk-label", text: "input" }), skEl("pre", { text: p.input }));
-      if (p.output !== null && p.output !== undefined) box.append(skEl("div", { class: "sk-label", text: "output" }), skEl("pre", { text: p.output }));
+      if (p.input !== null && p.input !== undefined) box.append(skEl("div", { class: "sk-label", text: "input" }), skOutput(p.input));
+      if (p.output !== null && p.output !== undefined) box.append(skEl("div", { class: "sk-label", text: "output" }), skOutput(p.output));
       if (p.error) box.append(skEl("div", { class: "sk-err", text: p.error }));
       frag.append(box);
     } else if (p.type === "file") {
@@ -118,4 +156,41 @@ function skHideSnapshot(model) {
     output.style.display = "none";
     output.dataset.skSnapshotHidden = "1";
   }
+}
+
+/**
+ * A stand-in for the widget model where no kernel runs: the pages written by to_html()
+ * (offline.js) and the store viewer (viewer.js). It keeps the view's state in a plain
+ * object, runs the module's offlineChange on each set (as the kernel would recompute),
+ * and answers the view's requests with answer(msg, state): a reply, a Promise of one, or null.
+ */
+function skLocalModel(state, mod, answer) {
+  const handlers = new Map();
+  const emit = (name, ...args) => {
+    for (const fn of handlers.get(name) || []) fn(...args);
+  };
+  const model = {
+    get: (key) => state[key],
+    set(key, value) {
+      state[key] = value;
+      if (mod && mod.offlineChange) mod.offlineChange(key, state, (k, v) => model.set(k, v));
+      emit("change:" + key);
+    },
+    save_changes() {},
+    on(name, fn) {
+      if (!handlers.has(name)) handlers.set(name, new Set());
+      handlers.get(name).add(fn);
+    },
+    off(name, fn) {
+      if (handlers.has(name)) handlers.get(name).delete(fn);
+    },
+    send(msg) {
+      setTimeout(() => {
+        Promise.resolve(answer(msg, state)).then((reply) => {
+          if (reply) emit("msg:custom", reply, []);
+        });
+      }, 0);
+    },
+  };
+  return model;
 }

@@ -169,8 +169,8 @@ function render({ model, el }) {
             const status = tool.error ? "error" : tool.done ? "done" : "running…";
             const box = skEl("details", { class: "sk-tool", open: true, "data-tool": tool.id || "" },
               skEl("summary", {}, "tool ", skEl("b", { text: tool.name || "?" }), " ", skEl("span", { class: "sk-badge" + (tool.error ? " sk-bad" : ""), text: status })),
-              skEl("div", { class: "sk-label", text: "input" }), skEl("pre", { text: skJson(tool.input) }));
-            if (tool.done && !tool.error) box.append(skEl("div", { class: "sk-label", text: "output" }), skEl("pre", { text: skJson(tool.output) }));
+              skEl("div", { class: "sk-label", text: "input" }), skOutput(tool.input));
+            if (tool.done && !tool.error) box.append(skEl("div", { class: "sk-label", text: "output" }), skOutput(tool.output));
             if (tool.error) box.append(skEl("div", { class: "sk-err", text: tool.error }));
             t.tools.append(box);
           }

@@ -1,0 +1,204 @@
+"""``sessionkit view STORE``: the store viewer over HTTP (docs/viewer.md).
+
+A small Starlette app: the page and its assets (:mod:`sessionkit.widgets.viewer`, the same
+front end as the notebook views) and a read-only JSON API over the store's public API.
+Bound to 127.0.0.1 it needs no token; bound elsewhere it needs one, checked as the
+agent server checks it (:class:`._app._Auth`, a bearer header compared in constant
+time). Store calls run on a worker thread, one at a time, never on the event loop.
+``write=True`` adds the one writing route, deleting a session.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from ..errors import SessionKitError, SessionNotFound
+from ..widgets import viewer
+from ._app import _Auth
+
+__all__ = ["create_view_app", "is_loopback", "serve_view"]
+
+#: The page may load its own files and Blob modules only: nothing from another host, and no
+#: script from message content (which only ever becomes text).
+CSP = (
+    "default-src 'none'; script-src 'self' blob:; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only reaches this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+
+
+def create_view_app(
+    store: Any, *, token: str | None = None, write: bool = False, title: str | None = None
+) -> Starlette:
+    """The viewer app over an open ``store``. ``token``: every ``/api`` request must send
+    ``Authorization: Bearer <token>`` (16 characters or more); the page and its assets hold
+    no data and need none. ``write``: allow ``DELETE /api/session?id=...``."""
+    auth = _Auth(token, None) if token is not None else None
+    lock = threading.Lock()
+    title = title or "sessionkit viewer"
+    headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
+
+    async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        def locked() -> Any:
+            with lock:
+                return fn(*args, **kwargs)
+
+        return await run_in_threadpool(locked)
+
+    def api(handler: Callable) -> Callable:
+        async def endpoint(request: Request) -> Response:
+            if auth is not None and await auth.principal(request) is None:
+                return JSONResponse(
+                    {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer", **headers},
+                )
+            try:
+                body = await handler(request)
+            except SessionNotFound as exc:
+                return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404, headers=headers)
+            except (ValueError, SessionKitError) as exc:
+                return JSONResponse({"error": "bad_request", "detail": str(exc)}, status_code=400, headers=headers)
+            return JSONResponse(body, headers=headers)
+
+        return endpoint
+
+    def session_id(request: Request) -> str:
+        sid = request.query_params.get("id")
+        if sid is None:
+            raise ValueError("id (the session id) is required")
+        return sid
+
+    async def sessions(request: Request) -> Any:
+        return await call(
+            viewer.sessions_page,
+            store,
+            offset=_int(request, "offset", 0),
+            limit=_int(request, "limit", viewer.PAGE_SIZE),
+            sort=request.query_params.get("sort") or "last_activity",
+            desc=request.query_params.get("desc", "1") not in ("0", "false"),
+            filter=request.query_params.get("filter") or "",
+        )
+
+    async def search(request: Request) -> Any:
+        return await call(
+            viewer.search_hits, store, request.query_params.get("q") or "", limit=_int(request, "limit", 50)
+        )
+
+    async def session(request: Request) -> Any:
+        return await call(viewer.session_state, store, session_id(request))
+
+    async def path(request: Request) -> Any:
+        return await call(viewer.path_state, store, session_id(request), request.query_params.get("leaf") or None)
+
+    async def messages(request: Request) -> Any:
+        ids = request.query_params.getlist("ids")
+        return {"items": await call(viewer.message_views, store, session_id(request), ids)}
+
+    async def events(request: Request) -> Any:
+        return {"events": await call(viewer.run_events, store, session_id(request))}
+
+    async def delete(request: Request) -> Any:
+        sid = session_id(request)
+        await call(viewer.session_state, store, sid)  # SessionNotFound (404) before anything is changed
+        await call(store.delete_session, sid)
+        return {"deleted": sid}
+
+    async def page(request: Request) -> Response:
+        config = {"write": write}
+        scripts = ["modules.js"]
+        return HTMLResponse(
+            viewer.page_html(mode="served", title=title, scripts=scripts, config=config), headers=headers
+        )
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == "modules.js":
+            text = viewer.modules_script()
+        elif name in viewer.ASSETS:
+            text = viewer.asset(name)
+        else:
+            return Response("not found", status_code=404, headers=headers)
+        return Response(text, media_type=_TYPES["." + name.rsplit(".", 1)[-1]], headers=headers)
+
+    routes = [
+        Route("/", page),
+        Route("/api/sessions", api(sessions)),
+        Route("/api/search", api(search)),
+        Route("/api/session", api(session)),
+        Route("/api/path", api(path)),
+        Route("/api/messages", api(messages)),
+        Route("/api/events", api(events)),
+        Route("/{name:str}", asset),
+    ]
+    if write:
+        routes.insert(4, Route("/api/session", api(delete), methods=["DELETE"]))
+    return Starlette(routes=routes)
+
+
+def serve_view(
+    target: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8800,
+    token: str | None = None,
+    write: bool = False,
+    on_ready: Callable[[str], Any] | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve the viewer over the store at ``target`` (which must exist) until stopped.
+    A ``host`` that is not loopback needs a ``token`` (``ValueError`` otherwise).
+    ``on_ready(url)`` is called with the page's URL (the token in it) once the socket listens."""
+    import uvicorn
+
+    import sessionkit as sk
+
+    from ._serve import TimedH11Protocol
+
+    if not is_loopback(host) and not token:
+        raise ValueError(f"--host {host} reaches other machines: give a token (SESSIONKIT_TOKEN or --token)")
+    with sk.open_store(target, create=False) as store:
+        app = create_view_app(store, token=token, write=write, title=f"sessionkit viewer · {target}")
+        config = uvicorn.Config(app, host=host, port=port, http=TimedH11Protocol, log_level=log_level)
+        server = uvicorn.Server(config)
+
+        if on_ready is not None:
+            startup = server.startup
+
+            async def started(sockets=None) -> None:
+                await startup(sockets)
+                bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
+                shown = f"[{host}]" if ":" in host else host
+                on_ready(f"http://{shown}:{bound}/" + (f"?token={token}" if token else ""))
+
+            server.startup = started  # type: ignore[method-assign]
+        server.run()

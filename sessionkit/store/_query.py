@@ -1,0 +1,365 @@
+"""Running one ``store.sql`` query: its views installed, its transaction, and stopping it.
+
+``StoreClosed``; Ctrl-C in the main thread, ``store.interrupt_sql()`` or a cancelled
+``sk.aio`` task with ``KeyboardInterrupt`` (DuckDB's ``interrupt()``); the connection
+and the cache stay as they were. DuckDB, pyarrow (and pandas, above) come from the
+``analysis`` extra and are imported on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import StoreClosed
+from ._analysis import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
+from ._sandbox import check_query, names_used
+
+__all__ = ["run_query", "install", "rollback", "new_connection", "Runs", "QueryRun"]
+
+
+def run_query(
+    con,
+    tables: dict[str, str],
+    query: str,
+    params: Any,
+    state: dict,
+    names: set[str] | None = None,
+    session_ids: list[str] | None = None,
+    *,
+    run: QueryRun | None = None,
+    files: bool = False,
+    in_transaction: bool = False,
+) -> Any:
+    """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
+    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
+    on ``con`` (only those a query names are made: defining the ones over the tree costs
+    tens of milliseconds each); ``names`` are those the query uses, when already known;
+    ``session_ids`` restricts the views to those sessions for this query (the tree
+    columns are then computed for them only). ``run`` is the query's entry in the store's
+    :class:`Runs` (it can be stopped through it); ``files`` lets the query read local files
+    (on a connection of its own, see :func:`_with_files`). ``in_transaction``: ``con`` is
+    inside a transaction that is not the query's (a DuckDB store's write transaction, or a
+    cache refreshed with a transaction's writes): the query runs in it, and whatever it
+    makes there goes with that transaction."""
+    duckdb = duckdb_module()
+    pyarrow_module()
+    check_query(con, query, files=files)
+    if names is None:
+        names = names_used(con, query)
+    tree = "*" in names or bool(names & set(TREE_COLUMNS))
+    wanted = set(VIEWS) if "@*" in names else {v for v in VIEWS if "@" + v in names}
+    with contextlib.nullcontext(run) if run is not None else Runs().run() as run:
+        run.use(con)
+        try:
+            if files:
+                return _with_files(
+                    con, tables, query, params, state, names, wanted, session_ids, run, in_transaction=in_transaction
+                )
+            if in_transaction:
+                try:
+                    install(con, tables, state, tree, set(VIEWS), session_ids)
+                    return _fetch(con, query, params, run)
+                finally:
+                    run.finish()
+            install(con, tables, state, tree, wanted, session_ids)
+            do(con, "BEGIN TRANSACTION")
+            try:
+                try:
+                    return _fetch(con, query, params, run)
+                except duckdb.CatalogException:
+                    if state.get("views") == set(VIEWS) or run.reason:
+                        raise
+                    # a view reached in a way the parse tree does not show: every view, once more
+                    do(con, "ROLLBACK")
+                    install(con, tables, state, tree, set(VIEWS), session_ids)
+                    do(con, "BEGIN TRANSACTION")
+                    return _fetch(con, query, params, run)
+            finally:
+                run.finish()  # no interrupt reaches the connection from here on
+                rollback(con)
+        except duckdb.Error as exc:
+            run.raise_if_stopped(exc)
+            raise ValueError(f"store.sql: {exc}") from exc
+
+
+def rollback(con) -> None:
+    duckdb = duckdb_module()
+    for _ in range(2):  # (a second time: an interrupt that reached the first one)
+        try:
+            do(con, "ROLLBACK")
+            return
+        except duckdb.Error as exc:
+            if "no transaction" in str(exc).lower():
+                return
+
+
+def _fetch(con, query: str, params: Any, run: QueryRun) -> Any:
+    """The query's result as a ``pyarrow.Table``; ``run`` stops it.
+
+    In the main thread the query runs on a thread of its own while this one waits: DuckDB
+    does not stop on Ctrl-C by itself (its Python client holds the signal back until the
+    query ends), so the wait is where KeyboardInterrupt lands, and it stops DuckDB."""
+    if threading.current_thread() is not threading.main_thread():
+        return _fetch_now(con, query, params, run)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["value"] = _fetch_now(con, query, params, run)
+        except BaseException as exc:  # handed to the waiting thread, which raises it
+            box["error"] = exc
+        finally:
+            done.set()
+
+    # An Event, not Thread.join (a join that KeyboardInterrupt breaks may report the thread
+    # ended while it still runs), waited on in slices: a signal that lands just before the
+    # wait blocks leaves its handler pending until the wait wakes up.
+    thread = threading.Thread(target=work, name="sessionkit-sql", daemon=True)
+    try:
+        thread.start()
+        while not done.wait(0.05):
+            pass
+    except KeyboardInterrupt:
+        run.stop(_INTERRUPTED)
+        while thread.ident is not None and not done.is_set():
+            try:
+                run.poke()
+                done.wait(0.02)
+            except KeyboardInterrupt:  # (pressed again: the query is stopping already)
+                continue
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _fetch_now(con, query: str, params: Any, run: QueryRun) -> Any:
+    run.executing()
+    rel = con.sql(query) if params is None else con.sql(query, params=params)
+    if rel is None:  # (a SELECT always has a result; kept for the type checker)
+        raise ValueError("store.sql: the query returned no result")
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow  # (DuckDB < 1.4)
+    result = fetch()
+    run.raise_if_stopped()
+    return result
+
+
+def _with_files(
+    con,
+    tables: dict[str, str],
+    query: str,
+    params: Any,
+    state: dict,
+    names: set[str],
+    wanted: set[str],
+    session_ids: list[str] | None,
+    run: QueryRun,
+    *,
+    in_transaction: bool = False,
+) -> Any:
+    """A query that may read local files: the views it names are read from ``con`` in one
+    snapshot (as Arrow tables) into a new in-memory DuckDB connection that may read files
+    and holds nothing else of the store (so the connection of the store or its cache is
+    never opened up); the query runs there. ``in_transaction``: ``con`` is inside a
+    transaction already (see :func:`run_query`), whose state the views are read in."""
+    duckdb = duckdb_module()
+    if "query_table" in names:  # (a view it names as a string: the parse tree does not say which)
+        wanted = set(VIEWS)
+    install(con, tables, state, True, wanted, session_ids)
+    held = {}
+    if not in_transaction:
+        do(con, "BEGIN TRANSACTION")  # one snapshot for every view read
+    try:
+        for view in sorted(wanted):
+            held[view] = _fetch(con, f"SELECT * FROM {view}", None, run)
+    finally:
+        if not in_transaction:
+            rollback(con)
+    files_con = duckdb.connect(":memory:", config=_CONFIG)
+    try:
+        do(files_con, "SET TimeZone = 'UTC'")
+        do(files_con, "SET lock_configuration = true")
+        for view, table in held.items():
+            files_con.register(view, table)
+        run.use(files_con)
+        do(files_con, "BEGIN TRANSACTION")
+        return _fetch(files_con, query, params, run)
+    finally:
+        run.finish()
+        with contextlib.suppress(duckdb.Error):
+            files_con.close()
+
+
+_INTERRUPTED = "interrupted"
+_CLOSED = "closed"
+
+
+class QueryRun:
+    """One query of :class:`Runs`: the connection it runs on (None until its DuckDB work
+    begins: nothing of a cache's refresh is ever interrupted) and why it was asked to stop."""
+
+    def __init__(self) -> None:
+        self.con: Any = None
+        self.reason: str | None = None
+        self.running = False  # DuckDB is executing the query (see Runs.executing)
+        self.finished = False
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def use(self, con) -> None:
+        """The query's DuckDB work runs on ``con`` from now on (unless it was stopped)."""
+        with self.lock:
+            self.raise_if_stopped()
+            self.con = con
+
+    def executing(self) -> None:
+        self.raise_if_stopped()
+        self.running = True
+
+    def stop(self, reason: str) -> None:
+        with self.lock:
+            if self.reason is None:
+                self.reason = reason
+        self.poke()
+
+    def poke(self) -> None:
+        """DuckDB's interrupt, while the query is not finished (never the next one's)."""
+        with self.lock:
+            if not self.finished and self.con is not None:
+                with contextlib.suppress(Exception):
+                    self.con.interrupt()
+
+    def finish(self) -> None:
+        with self.lock:
+            self.finished = True
+            self.running = False
+
+    def raise_if_stopped(self, cause: BaseException | None = None) -> None:
+        if self.reason == _CLOSED:
+            raise StoreClosed("the store was closed while the query ran") from cause
+        if self.reason == _INTERRUPTED:
+            raise KeyboardInterrupt("store.sql: the query was interrupted") from cause
+
+
+class Runs:
+    """The analysis queries running on one store (each from the start of its call, a
+    cache's refresh included), so that they can be stopped.
+
+    :meth:`close` (the store closes) stops every query running and refuses new ones
+    (``StoreClosed``); :meth:`interrupt` stops those running now (``KeyboardInterrupt``).
+    A query stops before its next DuckDB statement, or within one: DuckDB's ``interrupt()``
+    of its connection, repeated until the query ends, since an interrupt that reaches
+    DuckDB just before a statement starts is lost (DuckDB clears it as a statement begins)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[QueryRun] = set()
+        self.closed = False
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[QueryRun]:
+        run = QueryRun()
+        with self._lock:
+            if self.closed:
+                raise StoreClosed("the store is closed")
+            self._running.add(run)
+        try:
+            yield run
+        finally:
+            run.finish()
+            with self._lock:
+                self._running.discard(run)
+            run.done.set()
+
+    def executing(self) -> int:
+        """How many queries DuckDB is executing now (past their setup)."""
+        with self._lock:
+            return sum(1 for run in self._running if run.running)
+
+    def interrupt(self) -> None:
+        """Stop the queries running now (each raises ``KeyboardInterrupt``); returns at once."""
+        with self._lock:
+            runs = list(self._running)
+        for run in runs:
+            run.stop(_INTERRUPTED)
+        if runs:
+            threading.Thread(target=_until_done, args=(runs,), name="sessionkit-sql-interrupt", daemon=True).start()
+
+    def close(self) -> None:
+        """Refuse new queries and stop those running (``StoreClosed``); returns once those
+        whose DuckDB work had begun have ended (the others stop before theirs begins)."""
+        with self._lock:
+            self.closed = True
+            runs = list(self._running)
+        for run in runs:
+            run.stop(_CLOSED)
+        _until_done([run for run in runs if run.con is not None])
+
+
+def _until_done(runs: list[QueryRun]) -> None:
+    for run in runs:
+        while not run.done.wait(0.02):
+            run.poke()
+
+
+def install(
+    con, tables: dict[str, str], state: dict, tree: bool, wanted: set[str], session_ids: list[str] | None
+) -> None:
+    """Define the views ``wanted`` on ``con`` (store-wide ones stay for the next query)."""
+    if session_ids is not None:
+        selects = view_sql(scoped(tables, session_ids), tree=tree)
+        # the next query puts the store-wide views back (forgotten first: a query stopped
+        # while these are made leaves no scoped view taken for a store-wide one)
+        state.clear()
+        state["views"] = set()
+        for name in sorted(wanted):
+            do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
+        return
+    have: set[str] = state.setdefault("views", set())
+    if have and state.get("tree") != tree and "messages" in have:
+        have.discard("messages")  # only messages differs between the two
+    todo = wanted - have
+    if not todo:
+        state["tree"] = tree if "messages" in have else state.get("tree")
+        return
+    selects = view_sql(tables, tree=tree)
+    for name in sorted(todo):
+        do(con, f"CREATE OR REPLACE TEMP VIEW {name} AS {selects[name]}")
+    have |= todo
+    if "messages" in todo:
+        state["tree"] = tree
+
+
+#: The configuration of the analysis connections this module opens: no extension is
+#: installed or loaded behind a query's back, no Python variable is read as a table.
+_CONFIG = {
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "python_enable_replacements": False,
+}
+
+
+def new_connection(source=None, path: str | None = None):
+    """A DuckDB connection for analysis: a cursor of ``source`` (a DuckDB store's own
+    connection), the database file ``path`` or an in-memory database; times in UTC.
+
+    A database of its own (a cache) is locked down: no file system access (its own file
+    aside), no extension loaded, and its configuration locked, so that no query can change
+    that (the settings hold for every connection to the database in this process)."""
+    duckdb = duckdb_module()
+    if source is not None:
+        con = source.cursor()
+        do(con, "SET TimeZone = 'UTC'")
+        do(con, "SET enable_progress_bar = false")
+        return con
+    con = duckdb.connect(path or ":memory:", config=_CONFIG)
+    if not con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
+        do(con, "SET GLOBAL TimeZone = 'UTC'")
+        do(con, "SET enable_progress_bar = false")
+        do(con, "SET enable_external_access = false")
+        do(con, "SET lock_configuration = true")
+    return con

@@ -1,0 +1,412 @@
+// sessionkit viewer: a whole store in one page (docs/viewer.md).
+//
+// A classic script (a file:// page may not load module files), after common.js. The page
+// gives its config in #sk-app's data-config ({mode: "served" | "bundle", title, write}) and
+// modules.js sets window.SK_MODULES (each view's ES module as a string). The sessions table, the search and the session page are drawn
+// here; the session page mounts the notebook views' own modules (BranchTree, Transcript,
+// RunView) with skLocalModel standing in for the kernel: one front end for both.
+//
+// Served, the data comes from /api (a token given in the page's URL, ?token=..., goes in
+// an Authorization header); in a bundle from script files setting globals. Every text
+// from the store becomes text nodes (skEl's text, textContent), never markup.
+
+(function () {
+  const app = document.getElementById("sk-app");
+  const CONFIG = JSON.parse(app.dataset.config || '{"mode": "served"}');
+  const TOKEN = new URLSearchParams(location.search).get("token");
+  const COLUMNS = [
+    ["session_id", "session"],
+    ["messages", "messages"],
+    ["branches", "branches"],
+    ["tokens", "tokens"],
+    ["cost", "cost"],
+    ["last_activity", "last activity"],
+    ["source", "source"],
+    ["labels", "labels"],
+  ];
+  const PAGE = 50;
+
+  // -- data: the same calls over /api or over the bundle's globals --------------------------
+
+  function served() {
+    async function get(path, params, method) {
+      const url = new URL(path, location.href);
+      for (const [k, v] of Object.entries(params || {})) {
+        if (Array.isArray(v)) for (const x of v) url.searchParams.append(k, x);
+        else if (v !== undefined && v !== null) url.searchParams.set(k, String(v));
+      }
+      const response = await fetch(url, { method: method || "GET", headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} });
+      const body = await response.json();
+      if (!response.ok) throw new Error(body.detail || body.error || response.statusText);
+      return body;
+    }
+    return {
+      sessions: (q) => get("api/sessions", q),
+      search: (text) => get("api/search", { q: text }),
+      session: (id) => get("api/session", { id }),
+      path: (id, leaf) => get("api/path", { id, leaf }),
+      messages: (id, ids) => get("api/messages", { id, ids }).then((r) => r.items),
+      events: (id) => get("api/events", { id }).then((r) => r.events),
+      remove: (id) => get("api/session", { id }, "DELETE"),
+    };
+  }
+
+  function bundle() {
+    const data = window.SK_BUNDLE || { rows: [], files: {} };
+    const loaded = new Map();
+    window.skBundleSession = (id, payload) => {
+      const entry = loaded.get(id);
+      if (entry) entry.resolve(payload);
+    };
+    function load(id) {
+      if (!loaded.has(id)) {
+        let resolve, reject;
+        const promise = new Promise((ok, fail) => ((resolve = ok), (reject = fail)));
+        loaded.set(id, { promise, resolve });
+        const file = data.files[id];
+        if (!file) reject(new Error(`no session ${JSON.stringify(id)} in this bundle`));
+        else document.head.append(skEl("script", { src: file, onerror: () => reject(new Error("cannot read " + file)) }));
+      }
+      return loaded.get(id).promise;
+    }
+    // Another leaf than the latest: its path from the tree (every message; no compaction marks).
+    function treePath(s, leaf) {
+      const t = s.tree;
+      const at = t.ids.indexOf(leaf);
+      const entries = [];
+      for (let i = at; i >= 0; i = t.parent[i]) entries.push({ id: t.ids[i], role: t.roles[t.role[i]], tokens: t.tokens[i], kind: "message" });
+      entries.reverse();
+      const tokens = entries.reduce((n, e) => n + e.tokens, 0);
+      const path = { leaf_id: leaf, entries, compactions: [], tokens_model: tokens, tokens_full: tokens };
+      return { model: path, full: path };
+    }
+    return {
+      async sessions(q) {
+        const f = (q.filter || "").toLowerCase();
+        let rows = data.rows.filter((r) => !f || [r.session_id, r.source, r.labels].some((x) => String(x || "").toLowerCase().includes(f)));
+        const key = q.sort;
+        const dir = q.desc === "1" || q.desc === true ? -1 : 1;
+        rows = rows.slice().sort((a, b) => {
+          const x = a[key], y = b[key];
+          if (x === y) return a.session_id < b.session_id ? -1 : 1;
+          if (x === null || x === undefined) return 1;
+          if (y === null || y === undefined) return -1;
+          return (x < y ? -1 : 1) * dir;
+        });
+        return { rows: rows.slice(q.offset, q.offset + q.limit), total: rows.length, labels: data.labels };
+      },
+      async search(text) {
+        // Client-side: every word of the query (case-folded) in the text; ranked by occurrences.
+        // Hand-written: a page opened from file:// loads no search library, and a bundle of
+        // chosen sessions is small enough to scan.
+        const words = text.toLowerCase().split(/\W+/).filter(Boolean);
+        if (!words.length) return [];
+        const hits = [];
+        for (const [sid, id, role, body] of window.SK_BUNDLE_INDEX || []) {
+          const low = body.toLowerCase();
+          if (!words.every((w) => low.includes(w))) continue;
+          const score = words.reduce((n, w) => n + low.split(w).length - 1, 0);
+          const at = Math.max(0, low.indexOf(words[0]) - 60);
+          hits.push({ session_id: sid, id, role, score, snippet: (at ? "…" : "") + body.slice(at, at + 180) + (at + 180 < body.length ? "…" : "") });
+        }
+        return hits.sort((a, b) => b.score - a.score).slice(0, 50);
+      },
+      session: (id) => load(id),
+      path: (id, leaf) => load(id).then((s) => (!leaf || (s.paths && s.paths.model.leaf_id === leaf) ? s.paths : treePath(s, leaf))),
+      messages: (id, ids) =>
+        load(id).then((s) => {
+          const out = {};
+          for (const x of ids) if (s.messages[x]) out[x] = s.messages[x];
+          return out;
+        }),
+      events: (id) => load(id).then((s) => s.events || []),
+    };
+  }
+
+  const api = CONFIG.mode === "bundle" ? bundle() : served();
+
+  // -- the views' modules, imported once from Blob URLs ---------------------------------------
+
+  const modules = new Map();
+  function viewModule(name) {
+    if (!modules.has(name)) {
+      const src = (window.SK_MODULES || {})[name];
+      const url = URL.createObjectURL(new Blob([src], { type: "text/javascript" }));
+      modules.set(name, import(url).then((m) => m.default));
+    }
+    return modules.get(name);
+  }
+
+  async function mount(name, el, state, answer) {
+    const mod = await viewModule(name);
+    const model = skLocalModel(state, mod, answer);
+    if (mod.initialize) mod.initialize({ model });
+    const dispose = mod.render({ model, el });
+    return { model, dispose };
+  }
+
+  // -- routes: #/ (table), #/search/<q>, #/s/<session>[/m/<message>] ---------------------------
+
+  const table = { offset: 0, sort: "last_activity", desc: true, filter: "" };
+  let cleanup = [];
+
+  function route() {
+    for (const fn of cleanup) fn();
+    cleanup = [];
+    const hash = location.hash.replace(/^#\/?/, "");
+    const parts = hash.split("/").map(decodeURIComponent);
+    app.textContent = "";
+    app.dataset.route = parts[0] || "sessions";
+    const header = skEl("header", { class: "skv-header" },
+      skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }),
+      searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""));
+    app.append(header);
+    if (parts[0] === "s" && parts.length >= 2) sessionPage(parts[1], parts[2] === "m" ? parts[3] : null);
+    else if (parts[0] === "search") searchPage(parts.slice(1).join("/"));
+    else sessionsPage();
+  }
+
+  function searchBox(value) {
+    const input = skEl("input", { class: "sk-input skv-search", type: "search", placeholder: "search every message…", value, "aria-label": "search" });
+    const form = skEl("form", { class: "skv-search-form" }, input);
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      if (input.value.trim()) location.hash = "#/search/" + encodeURIComponent(input.value.trim());
+    });
+    return form;
+  }
+
+  function failed(box, err) {
+    box.textContent = "";
+    box.append(skEl("div", { class: "sk-err skv-error", text: String(err && err.message ? err.message : err) }));
+  }
+
+  function sessionHref(id, mid) {
+    return "#/s/" + encodeURIComponent(id) + (mid ? "/m/" + encodeURIComponent(mid) : "");
+  }
+
+  // -- the sessions table ------------------------------------------------------------------
+
+  function cell(key, row) {
+    const v = row[key];
+    if (key === "session_id") return skEl("a", { href: sessionHref(v), text: v === "" ? '""' : v });
+    if (key === "tokens") return skTokens(v);
+    if (key === "cost") return row.runs ? skCost(v, row.unpriced, row.runs) : "—";
+    if (key === "last_activity") return v ? String(v).replace("T", " ").slice(0, 19) : "—";
+    if (v === null || v === undefined) return "—";
+    return typeof v === "number" ? v.toLocaleString("en-US") : String(v);
+  }
+
+  function sessionsPage() {
+    const box = skEl("section", { class: "sk-view skv-sessions" });
+    const filter = skEl("input", { class: "sk-input skv-filter", type: "search", placeholder: "filter by session, source or label", value: table.filter, "aria-label": "filter" });
+    const status = skEl("span", { class: "sk-meta skv-status" });
+    const prev = skEl("button", { class: "sk-btn skv-prev", type: "button", text: "← previous" });
+    const next = skEl("button", { class: "sk-btn skv-next", type: "button", text: "next →" });
+    const grid = skEl("table", { class: "skv-table" });
+    box.append(skEl("div", { class: "sk-toolbar" }, filter, status, prev, next), grid);
+    app.append(box);
+    let timer = 0;
+    let asked = 0;
+
+    async function load() {
+      const mine = ++asked;
+      box.dataset.loading = "1";
+      let page;
+      try {
+        page = await api.sessions({ offset: table.offset, limit: PAGE, sort: table.sort, desc: table.desc ? "1" : "0", filter: table.filter });
+      } catch (err) {
+        failed(grid, err);
+        return;
+      }
+      if (mine !== asked) return;
+      const cols = COLUMNS.filter(([key]) => key !== "labels" || page.labels);
+      grid.textContent = "";
+      const head = skEl("tr", {});
+      for (const [key, label] of cols) {
+        const on = table.sort === key;
+        const th = skEl("th", { "data-sort": key, "aria-sort": on ? (table.desc ? "descending" : "ascending") : "none" },
+          skEl("button", { class: "skv-sort", type: "button", text: label + (on ? (table.desc ? " ▼" : " ▲") : "") }));
+        th.firstChild.addEventListener("click", () => {
+          table.desc = on ? !table.desc : key !== "session_id" && key !== "source" && key !== "labels";
+          table.sort = key;
+          table.offset = 0;
+          load();
+        });
+        head.append(th);
+      }
+      const body = skEl("tbody", {});
+      for (const row of page.rows) {
+        const tr = skEl("tr", { "data-session": row.session_id });
+        for (const [key] of cols) tr.append(skEl("td", { class: "skv-" + key }, cell(key, row)));
+        body.append(tr);
+      }
+      grid.append(skEl("thead", {}, head), body);
+      const last = Math.min(page.total, table.offset + page.rows.length);
+      status.textContent = page.total ? `${(table.offset + 1).toLocaleString("en-US")}–${last.toLocaleString("en-US")} of ${skPlural(page.total, "session")}` : "no sessions";
+      prev.disabled = table.offset === 0;
+      next.disabled = last >= page.total;
+      box.dataset.total = String(page.total);
+      box.dataset.rows = String(page.rows.length);
+      box.dataset.sort = table.sort + (table.desc ? " desc" : " asc");
+      delete box.dataset.loading;
+    }
+
+    filter.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        table.filter = filter.value;
+        table.offset = 0;
+        load();
+      }, 150);
+    });
+    prev.addEventListener("click", () => {
+      table.offset = Math.max(0, table.offset - PAGE);
+      load();
+    });
+    next.addEventListener("click", () => {
+      table.offset += PAGE;
+      load();
+    });
+    cleanup.push(() => clearTimeout(timer));
+    load();
+  }
+
+  // -- search ------------------------------------------------------------------------------
+
+  /** A snippet with its matches marked [like this] (docs/search.md), as text and <mark>s. */
+  function snippet(text) {
+    const out = skEl("div", { class: "skv-snippet" });
+    String(text || "").split(/(\[[^[\]]*\])/).forEach((bit) => {
+      if (bit.startsWith("[") && bit.endsWith("]") && bit.length > 2) out.append(skEl("mark", { text: bit.slice(1, -1) }));
+      else if (bit) out.append(bit);
+    });
+    return out;
+  }
+
+  async function searchPage(query) {
+    const box = skEl("section", { class: "sk-view skv-results" });
+    app.append(box);
+    box.append(skEl("div", { class: "sk-toolbar" }, skEl("span", { class: "sk-meta", text: `searching for ${JSON.stringify(query)}…` })));
+    let hits;
+    try {
+      hits = await api.search(query);
+    } catch (err) {
+      failed(box, err);
+      return;
+    }
+    box.textContent = "";
+    box.append(skEl("div", { class: "sk-toolbar" }, skEl("span", { class: "sk-meta", text: `${skPlural(hits.length, "hit")} for ${JSON.stringify(query)}` })));
+    const list = skEl("ol", { class: "skv-hits" });
+    for (const h of hits) {
+      list.append(skEl("li", { class: "skv-hit", "data-session": h.session_id, "data-id": h.id },
+        skEl("a", { href: sessionHref(h.session_id, h.id) },
+          skEl("span", { class: "sk-role", style: { color: skRoleColor(h.role) }, text: h.role }),
+          skEl("span", { class: "sk-meta", text: ` · ${h.session_id === "" ? '""' : h.session_id} · ${h.id}` })),
+        snippet(h.snippet)));
+    }
+    box.append(list);
+    box.dataset.hits = String(hits.length);
+  }
+
+  // -- one session -------------------------------------------------------------------------
+
+  async function sessionPage(id, messageId) {
+    const box = skEl("section", { class: "skv-session", "data-session": id });
+    const title = skEl("h2", { class: "skv-title" }, skEl("span", { class: "sk-meta", text: "session " }), skEl("span", { text: id === "" ? '""' : id }));
+    const link = skEl("a", { class: "skv-link sk-meta", href: sessionHref(id, messageId), text: "link to this view" });
+    const treeEl = skEl("div", { class: "skv-tree" });
+    const chatEl = skEl("div", { class: "skv-chat" });
+    const runsEl = skEl("div", { class: "skv-runs" });
+    const head = skEl("div", { class: "skv-session-head" }, title, link);
+    if (CONFIG.write && api.remove) {
+      // --write: the one change the page offers; the store keeps everything else as it is
+      const del = skEl("button", { class: "sk-btn sk-danger skv-delete", type: "button", text: "delete session" });
+      del.addEventListener("click", async () => {
+        if (!confirm(`Delete session ${JSON.stringify(id)} and all its messages?`)) return;
+        try {
+          await api.remove(id);
+          location.hash = "#/";
+        } catch (err) {
+          failed(box, err);
+        }
+      });
+      head.append(del);
+    }
+    box.append(head, skEl("div", { class: "skv-panes" }, treeEl, chatEl), runsEl);
+    app.append(box);
+    let s;
+    try {
+      s = await api.session(id);
+    } catch (err) {
+      failed(box, err);
+      return;
+    }
+    const known = new Set(s.tree.ids);
+    const selected = messageId && known.has(messageId) ? messageId : s.latest;
+    const views = {}; // message views fetched so far, shared by the tree and the transcript
+
+    async function fetchViews(ids) {
+      const want = ids.filter((x) => !views[x] && !String(x).startsWith("compaction:"));
+      if (want.length) Object.assign(views, await api.messages(id, want));
+      const out = {};
+      for (const x of ids) if (views[x]) out[x] = views[x];
+      return out;
+    }
+
+    const treeState = { _tree: s.tree, selected_id: selected, compare_id: null, diff: {}, collapse: true, height: 520, _offline: { messages: views } };
+    const tree = await mount("branch_tree", treeEl, treeState, async (msg) => {
+      if (msg.type === "fetch") {
+        const got = await fetchViews(msg.ids);
+        const items = {};
+        for (const [k, v] of Object.entries(got)) items[k] = v.preview;
+        return { type: "previews", req: msg.req, items };
+      }
+      if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: (await fetchViews([msg.id]))[msg.id] || null };
+      return null;
+    });
+
+    let paths = selected ? await api.path(id, selected) : null;
+    const empty = { leaf_id: null, entries: [], compactions: [], tokens_model: 0, tokens_full: 0 };
+    const chatState = { leaf_id: selected, mode: "model", following: true, height: 520, _path: paths ? paths.model : empty, _offline: { paths: paths || { model: empty, full: empty }, messages: views } };
+    const chat = await mount("transcript", chatEl, chatState, async (msg) => {
+      if (msg.type === "fetch") return { type: "messages", req: msg.req, items: await fetchViews(msg.ids) };
+      return null;
+    });
+    const mark = () => {
+      for (const node of chatEl.querySelectorAll(".skv-target")) node.classList.remove("skv-target");
+      const target = [...chatEl.querySelectorAll(".sk-msg[data-id]")].find((n) => n.dataset.id === tree.model.get("selected_id"));
+      if (target) {
+        target.classList.add("skv-target");
+        target.scrollIntoView({ block: "nearest" });
+      }
+    };
+    const follow = async () => {
+      const mid = tree.model.get("selected_id");
+      if (!mid) return;
+      link.href = sessionHref(id, mid);
+      if (location.hash !== link.getAttribute("href")) history.replaceState(null, "", link.getAttribute("href"));
+      paths = await api.path(id, mid);
+      chatState._offline.paths = paths;
+      chat.model.set("_path", paths[chat.model.get("mode")]);
+      mark();
+      box.dataset.selected = mid;
+    };
+    tree.model.on("change:selected_id", follow);
+    mark();
+    box.dataset.selected = selected || "";
+
+    const events = await api.events(id);
+    if (events.length) {
+      runsEl.append(skEl("h3", { class: "skv-sub", text: "Runs" }));
+      const host = skEl("div", {});
+      runsEl.append(host);
+      await mount("run_view", host, { summary: {}, queue: { items: [] }, controls: false, height: 480 }, (msg) => (msg.type === "hello" ? { type: "reset", req: msg.req, events } : null));
+    }
+    box.dataset.ready = "1";
+    cleanup.push(() => tree.model.off("change:selected_id", follow));
+  }
+
+  window.addEventListener("hashchange", route);
+  route();
+})();

@@ -1,0 +1,378 @@
+"""The store viewer's data and page (docs/viewer.md): a whole store in one web page.
+
+``sessionkit view STORE`` serves it (:mod:`sessionkit.server`, over HTTP on 127.0.0.1);
+``sessionkit view STORE --bundle DIR`` writes it as a static site with :func:`write_bundle`.
+Both run the same front end: ``static/viewer.js`` for the sessions table, the search and
+the session page, which mounts the notebook views' own modules (``branch_tree.js``,
+``transcript.js``, ``run_view.js``) with a stand-in model (``skLocalModel`` in
+``common.js``): one code base for the notebook and the viewer.
+
+Everything here reads through the store's public API: the sessions table is one
+``store.sql_arrow`` query over the ``sessions``, ``runs`` and ``messages`` views, sorted,
+filtered and paged in SQL (LIMIT/OFFSET), so a store of 100,000 sessions opens with one
+page of rows; search is ``store.search`` (its ranking and snippets).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionNotFound
+from ..messages import estimate_tokens
+from ._source import load_messages, message_view, path_entries, tree_data, tree_json
+
+__all__ = [
+    "SORT_COLUMNS",
+    "PAGE_SIZE",
+    "ASSETS",
+    "asset",
+    "modules_script",
+    "sessions_page",
+    "search_hits",
+    "session_state",
+    "path_state",
+    "message_views",
+    "run_events",
+    "page_html",
+    "write_bundle",
+]
+
+STATIC = Path(__file__).parent / "static"
+#: The files the page loads besides its data: every one is served (or copied) as is.
+ASSETS = ("common.js", "viewer.js", "sessionkit.css", "viewer.css")
+#: The views the session page mounts, by the name of their module in ``static/``.
+_VIEW_MODULES = ("branch_tree", "transcript", "run_view")
+#: Rows of the sessions table per page, unless asked otherwise (at most 500).
+PAGE_SIZE = 50
+_MAX_PAGE = 500
+_MAX_HITS = 200
+
+#: What the sessions table sorts by: the column name the page uses -> its SQL expression.
+SORT_COLUMNS = {
+    "session_id": "session_id",
+    "messages": "messages",
+    "branches": "branches",
+    "tokens": "tokens",
+    "cost": "cost",
+    "last_activity": "last_activity",
+    "source": "source",
+    "labels": "labels",
+}
+
+# The importers keep a message's original fields under a metadata key of their own
+# (docs/importing.md): the first root message's key says where a session came from.
+_SOURCES = ("swe_agent", "openai", "openai_agents", "oasst", "hh", "inspect", "langgraph", "claude_code", "adk")
+
+
+def asset(name: str) -> str:
+    """The text of one of :data:`ASSETS` (``ValueError`` for any other name)."""
+    if name not in ASSETS:
+        raise ValueError(f"no viewer asset {name!r}; the assets are {', '.join(ASSETS)}")
+    return (STATIC / name).read_text(encoding="utf-8")
+
+
+def modules_script() -> str:
+    """A classic script setting ``window.SK_MODULES``: each view's ES module (``common.js``
+    prepended, as the notebook gets it) as a string, imported from a Blob URL by the page.
+    A string and not a file of its own because browsers refuse module files from file://."""
+    common = (STATIC / "common.js").read_text(encoding="utf-8")
+    mods = {name: common + "\n" + (STATIC / f"{name}.js").read_text(encoding="utf-8") for name in _VIEW_MODULES}
+    return "window.SK_MODULES = " + _script_json(mods) + ";\n"
+
+
+def _script_json(value: Any) -> str:
+    """JSON that is also a safe JavaScript literal inside any page: ``<``, ``>``, ``&`` and the
+    two line separators JavaScript reads as line ends are escaped (as in to_html pages)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (_dt.datetime, _dt.date)):
+        return value.isoformat()
+    if isinstance(value, float) and value != value:  # NaN from an empty aggregate
+        return None
+    return value
+
+
+def _has_labels(store: Any) -> bool:
+    """Whether the store has a ``labels`` view with ``session_id`` and ``label`` columns."""
+    try:
+        names = set(store.sql_arrow("SELECT * FROM labels LIMIT 0").column_names)
+    except Exception:  # no such view: this store (or this version) has no labels
+        return False
+    return {"session_id", "label"} <= names
+
+
+_RUNS = (
+    "r AS (SELECT session_id, sum(cost_usd) AS cost, count(*) - count(cost_usd) AS unpriced "
+    "FROM runs GROUP BY session_id)"
+)
+_BASE = (
+    "SELECT s.session_id, s.message_count AS messages, s.branch_points AS branches, s.tokens, r.cost, "
+    "coalesce(r.unpriced, 0) AS unpriced, s.run_count AS runs, s.updated_at AS last_activity"
+)
+_ONLY = " AND session_id IN (SELECT unnest($ids))"
+
+
+def _source_sql(only: bool) -> str:
+    keys = ", ".join(f"'{k}'" for k in _SOURCES)
+    return (
+        f"SELECT session_id, min(list_filter(json_keys(metadata), lambda k: k IN ({keys}))[1]) AS source "
+        f"FROM messages WHERE depth = 0 AND metadata IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
+    )
+
+
+def _labels_sql(only: bool) -> str:
+    return (
+        "SELECT session_id, string_agg(DISTINCT CAST(label AS VARCHAR), ', ') AS labels FROM labels "
+        f"WHERE label IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
+    )
+
+
+def _full_sql(labels: bool) -> str:
+    """Every column for every session, filtered: for a filter or a sort by source or labels."""
+    return (
+        f"WITH {_RUNS}, src AS ({_source_sql(False)})"
+        + (f", l AS ({_labels_sql(False)})" if labels else "")
+        + f", t AS ({_BASE}, coalesce(replace(src.source, '_', '-'), CASE WHEN s.run_count > 0 THEN 'agent' END) "
+        "AS source, "
+        + ("l.labels" if labels else "CAST(NULL AS VARCHAR) AS labels")
+        + " FROM sessions s LEFT JOIN r USING (session_id) LEFT JOIN src USING (session_id)"
+        + (" LEFT JOIN l USING (session_id)" if labels else "")
+        + ") SELECT *, count(*) OVER () AS total FROM t WHERE session_id ILIKE $like ESCAPE '\\' "
+        "OR coalesce(source, '') ILIKE $like ESCAPE '\\' OR coalesce(labels, '') ILIKE $like ESCAPE '\\' "
+    )
+
+
+def _decorate(store: Any, rows: list[dict], labels: bool) -> None:
+    """Fill in ``source`` and ``labels`` for one page of rows, reading those sessions only."""
+    ids = [r["session_id"] for r in rows]
+    if not ids:
+        return
+    sources = {r["session_id"]: r["source"] for r in store.sql_arrow(_source_sql(True), {"ids": ids}).to_pylist()}
+    named = {}
+    if labels:
+        named = {r["session_id"]: r["labels"] for r in store.sql_arrow(_labels_sql(True), {"ids": ids}).to_pylist()}
+    for row in rows:
+        source = sources.get(row["session_id"])
+        row["source"] = source.replace("_", "-") if source else ("agent" if row["runs"] else None)
+        row["labels"] = named.get(row["session_id"])
+
+
+def sessions_page(
+    store: Any,
+    *,
+    offset: int = 0,
+    limit: int = PAGE_SIZE,
+    sort: str = "last_activity",
+    desc: bool = True,
+    filter: str = "",
+) -> dict:
+    """One page of the sessions table: ``{"rows", "total", "offset", "limit", "sort", "desc",
+    "labels"}``. Each row has ``session_id, messages, branches, tokens, cost, unpriced, runs,
+    last_activity, source, labels``; ``total`` counts the rows the filter keeps. ``filter``
+    keeps the sessions whose id, source or labels contain it (case-insensitive).
+
+    Without a filter, sorted by a column of the ``sessions`` view, the page is one top-N query
+    over that view (as cheap as counting it) and source and labels are read for the page's
+    sessions only; a filter or a sort by source or labels reads them for every session."""
+    if sort not in SORT_COLUMNS:
+        raise ValueError(f"cannot sort by {sort!r}; the columns are {', '.join(SORT_COLUMNS)}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise ValueError(f"offset must be a whole number of 0 or more, got {offset!r}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_PAGE:
+        raise ValueError(f"limit must be between 1 and {_MAX_PAGE}, got {limit!r}")
+    labels = _has_labels(store)
+    order = f"{SORT_COLUMNS[sort]} {'DESC' if desc else 'ASC'} NULLS LAST, session_id"
+    page = f"ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}"
+    filt = str(filter or "")
+    if filt or sort in ("source", "labels"):
+        like = "%" + filt.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query, params = _full_sql(labels) + page, {"like": like}
+        count = f"SELECT count(*) AS n FROM ({_full_sql(labels)})"
+    else:
+        query = f"WITH {_RUNS} {_BASE}, count(*) OVER () AS total FROM sessions s LEFT JOIN r USING (session_id) {page}"
+        params, count = None, "SELECT count(*) AS n FROM sessions"
+    rows = store.sql_arrow(query, params).to_pylist()
+    if rows:
+        total = rows[0]["total"]
+    else:  # a page past the end holds no row to say how many there are
+        total = store.sql_arrow(count, params).to_pylist()[0]["n"]
+    for row in rows:
+        del row["total"]
+    if not (filt or sort in ("source", "labels")):
+        _decorate(store, rows, labels)
+    return {
+        "rows": [{k: _plain(v) for k, v in row.items()} for row in rows],
+        "total": int(total),
+        "offset": offset,
+        "limit": limit,
+        "sort": sort,
+        "desc": desc,
+        "labels": labels,
+    }
+
+
+def search_hits(store: Any, query: str, *, limit: int = 50) -> list[dict]:
+    """``store.search`` over the whole store, best first: ``{session_id, id, role, snippet, score}``."""
+    limit = max(1, min(int(limit), _MAX_HITS))
+    return [
+        {"session_id": h.session_id, "id": h.id, "role": h.role, "snippet": h.snippet, "score": h.score}
+        for h in store.search(str(query), limit=limit)
+    ]
+
+
+def _session(store: Any, session_id: str) -> Any:
+    session = store.session(session_id)
+    if len(session) == 0 and not store.runs(session_id):
+        raise SessionNotFound(f"no session {session_id!r} in this store")
+    return session
+
+
+def session_state(store: Any, session_id: str) -> dict:
+    """What the session page opens with: the BranchTree's tree (arrays, no text), the latest
+    leaf, and the session's runs (``run_id``, ``status``). ``SessionNotFound`` for no session."""
+    session = _session(store, session_id)
+    tree = tree_json(tree_data(session))
+    return {
+        "session_id": session_id,
+        "tree": tree,
+        "latest": tree["ids"][tree["latest"]] if tree["n"] and tree["latest"] is not None else None,
+        "runs": [{"run_id": r.run_id, "status": r.status} for r in store.runs(session_id)],
+    }
+
+
+def path_state(store: Any, session_id: str, leaf_id: str | None = None) -> dict:
+    """The path to ``leaf_id`` (default: the latest leaf) as the Transcript gets it, in both
+    modes: ``{"model": ..., "full": ...}`` (compaction applied, and every message marked)."""
+    session = _session(store, session_id)
+    return {mode: path_entries(session, leaf_id, compacted=(mode == "model")) for mode in ("model", "full")}
+
+
+def message_views(store: Any, session_id: str, ids: Iterable[str]) -> dict[str, dict]:
+    """The messages ``ids`` condensed for display, as the notebook views get them (tool
+    output as readable text, long texts cut); unknown ids are left out."""
+    wanted = [i for i in ids if isinstance(i, str)][:_MAX_PAGE]
+    msgs = load_messages(store.session(session_id), wanted)
+    return {k: message_view(m, tokens=estimate_tokens(m)) for k, m in msgs.items()}
+
+
+def run_events(store: Any, session_id: str) -> list[dict]:
+    """The session's stored run events, oldest first: what a RunView replays."""
+    return store.events(session_id)
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+{csp}<title>{title}</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="{prefix}sessionkit.css">
+<link rel="stylesheet" href="{prefix}viewer.css">
+</head><body>
+<div id="sk-app" class="sk-app" data-mode="{mode}" data-config="{config}">
+<noscript>The sessionkit viewer needs JavaScript.</noscript></div>
+{scripts}
+</body></html>
+"""
+
+
+def page_html(
+    *, mode: str, title: str, prefix: str = "", scripts: Iterable[str] = (), config: dict | None = None
+) -> str:
+    """The viewer's page. ``mode`` is ``"served"`` (data from ``/api``) or ``"bundle"`` (data
+    from the bundle's script files); ``prefix`` is where the assets are; ``scripts`` are the
+    data scripts to load before ``viewer.js``. The page itself holds no data but ``config``."""
+    if mode not in ("served", "bundle"):
+        raise ValueError(f"mode must be 'served' or 'bundle', got {mode!r}")
+    tags = [f'<script src="{html.escape(src, quote=True)}"></script>' for src in scripts]
+    tags += [f'<script src="{prefix}common.js"></script>', f'<script src="{prefix}viewer.js"></script>']
+    # Scripts from the page's own files and the views' Blob modules only: no inline script,
+    # so no markup could ever run one; nothing from another host.
+    csp = (
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'self' blob:; "
+        "style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'\">\n"
+    )
+    return _PAGE.format(
+        csp=csp,
+        title=html.escape(title),
+        prefix=prefix,
+        mode=mode,
+        config=html.escape(json.dumps({"mode": mode, "title": title, **(config or {})}), quote=True),
+        scripts="\n".join(tags),
+    )
+
+
+def write_bundle(store: Any, folder: str | Path, *, session_ids: Iterable[str] | None = None) -> Path:
+    """Write the viewer as a static site in ``folder`` (created; its old files replaced):
+    ``index.html``, the assets, and the data as script files that set globals (a browser
+    refuses ``fetch`` of JSON from file://): ``data/sessions.js`` (the table),
+    ``data/index.js`` (the texts the page searches) and one ``data/s<N>.js`` per session
+    (its tree, latest path, messages and run events). ``session_ids``: only those sessions
+    (``SessionNotFound`` for one the store does not hold); default: every session.
+    Opens from file:// with no server and no network. Returns the folder."""
+    out = Path(folder)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} exists and is not a folder")
+    wanted = None if session_ids is None else list(dict.fromkeys(session_ids))
+    rows = sessions_page(store, limit=_MAX_PAGE, offset=0)["rows"]
+    total = sessions_page(store, limit=1)["total"]
+    offset = _MAX_PAGE
+    while offset < total:
+        rows += sessions_page(store, limit=_MAX_PAGE, offset=offset)["rows"]
+        offset += _MAX_PAGE
+    if wanted is not None:
+        known = {r["session_id"] for r in rows}
+        missing = [s for s in wanted if s not in known]
+        if missing:
+            raise SessionNotFound(f"no session {missing[0]!r} in this store")
+        keep = set(wanted)
+        rows = [r for r in rows if r["session_id"] in keep]
+    data = out / "data"
+    if data.exists():
+        shutil.rmtree(data)
+    data.mkdir(parents=True)
+    files: dict[str, str] = {}
+    index: list[list[str]] = []
+    for k, row in enumerate(rows):
+        sid = row["session_id"]
+        name = f"s{k}.js"
+        files[sid] = f"data/{name}"
+        state = session_state(store, sid)
+        session = store.session(sid)
+        msgs = load_messages(session, state["tree"]["ids"])
+        views = {mid: message_view(m, tokens=estimate_tokens(m)) for mid, m in msgs.items()}
+        for mid, m in msgs.items():
+            text = " ".join(
+                p.get("text", "") for p in m.get("parts") or () if isinstance(p, dict) and p.get("type") == "text"
+            )
+            if text:
+                index.append([sid, mid, str(m.get("role")), text])
+        payload = {
+            **state,
+            "paths": path_state(store, sid) if len(session) else None,
+            "messages": views,
+            "events": run_events(store, sid),
+        }
+        (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_json(payload)});\n", encoding="utf-8")
+    (data / "sessions.js").write_text(
+        f"window.SK_BUNDLE = {_script_json({'rows': rows, 'files': files, 'labels': _has_labels(store)})};\n",
+        encoding="utf-8",
+    )
+    (data / "index.js").write_text(f"window.SK_BUNDLE_INDEX = {_script_json(index)};\n", encoding="utf-8")
+    for name in ASSETS:
+        (out / name).write_text(asset(name), encoding="utf-8")
+    (out / "modules.js").write_text(modules_script(), encoding="utf-8")
+    title = f"sessionkit viewer · {len(rows):,} sessions"
+    scripts = ["modules.js", "data/sessions.js", "data/index.js"]
+    (out / "index.html").write_text(page_html(mode="bundle", title=title, scripts=scripts), encoding="utf-8")
+    return out

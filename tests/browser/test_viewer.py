@@ -1,0 +1,336 @@
+"""``sessionkit view``: the store viewer, served by the real command on 127.0.0.1 and written as a
+static bundle, worked in Chromium as a user does.
+
+What the page must show is computed from the store with its own API (``len(session)``,
+``store.search``, ``store.list_sessions``), never from what the viewer answered. Every request
+the page makes is watched: nothing may leave 127.0.0.1 (served) or file:// (bundle), and the
+adversarial texts of the widgets' tests run nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import nbhelpers
+import pytest
+from helpers import wait_until
+from servers import launcher
+
+import sessionkit as sk
+from sessionkit.parts import output_text
+from sessionkit.widgets.viewer import PAGE_SIZE, write_bundle
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a server process and chromium
+
+HERE = Path(__file__).resolve().parent
+SWE = HERE.parent / "data" / "swe_agent" / "function_calling_simple.traj"
+HOSTILE_ID = '<img src=x onerror="window.__pwned=1">'
+HOSTILE = [
+    "a <!-- b --> </script><script>window.__pwned=2</script> & c",
+    '<img src=x onerror="window.__pwned=3"> javascript:window.__pwned=4',
+    '"><svg onload="window.__pwned=5">',
+]
+CHATS = 57  # with the other sessions, more than one page of PAGE_SIZE rows
+
+
+def _chat(store, k: int) -> None:
+    """Session chat-NN with 1 + k % 9 messages, a line."""
+    items = []
+    for j in range(1 + k % 9):
+        role = "user" if j % 2 == 0 else "assistant"
+        items.append(
+            (nbhelpers.text(f"m{j}", role, f"chat {k} turn {j} about trains"), f"m{j - 1}" if j else None, None)
+        )
+    store.session(f"chat-{k:02d}").import_many(items)
+
+
+def listing(command: str) -> str:
+    """Runs a command."""
+    return "total 2\r\n" + "\n".join(HOSTILE)
+
+
+def build_store(path: Path) -> None:
+    with sk.open_store(path) as store:
+        for k in range(CHATS):
+            _chat(store, k)
+        nbhelpers.demo_session(store)  # "trip": a compaction, a branch, a tool call
+        nbhelpers.forked_session(store)  # "forked": markup in its texts
+        sk.io.import_swe_agent(store, SWE)
+        script = [
+            {"text": "Listing.", "tool_calls": [{"name": "listing", "arguments": {"command": "ls"}, "id": "c1"}]},
+            {"text": "Two files."},
+        ]
+        agent = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel(script), tools=[listing])
+        agent.run_sync("list the files", session=store.session("run"))
+        hostile = store.session(HOSTILE_ID)
+        hostile.append(nbhelpers.text("h1", "user", HOSTILE[0]))
+        hostile.append(
+            {
+                "id": "h2",
+                "role": "assistant",
+                "parts": [
+                    {"type": "text", "text": HOSTILE[1] + " hostile"},
+                    {
+                        "type": "tool-x",
+                        "toolCallId": "c",
+                        "state": "output-available",
+                        "input": {"q": HOSTILE[2]},
+                        "output": HOSTILE[2],
+                    },
+                ],
+            }
+        )
+
+
+def _env() -> dict:
+    import os
+
+    env = dict(os.environ)
+    env.pop("SESSIONKIT_TOKEN", None)
+    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true", PYTHONUNBUFFERED="1")
+    return env
+
+
+def view_process(store: Path, *extra: str):
+    return launcher(
+        [sys.executable, "-m", "sessionkit", "view", str(store), "--port", "0", *extra],
+        cwd=store.parent,
+        env=_env(),
+        pattern=r" at (http://127\.0\.0\.1:\d+/\S*)",
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("viewer") / "viewer.db"
+    build_store(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(store_path):
+    with view_process(store_path) as launched:
+        yield launched.match.group(1)
+
+
+class Watched:
+    """A page and every URL it asked for."""
+
+    def __init__(self, browser, *, offline: bool = False):
+        self.context = browser.new_context(viewport={"width": 1300, "height": 900}, offline=offline)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(60_000)
+        self.urls: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda r: self.urls.append(r.url))
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+
+    def foreign(self, allowed: str) -> list[str]:
+        return [u for u in self.urls if not u.startswith((allowed, "blob:", "data:"))]
+
+    def pwned(self):
+        return self.page.evaluate("() => window.__pwned")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _table(page) -> list[str]:
+    page.wait_for_selector(".skv-sessions[data-rows]:not([data-loading])")
+    return page.eval_on_selector_all(".skv-table tbody tr", "rows => rows.map(r => r.dataset.session)")
+
+
+def _sorted_ids(sizes: dict[str, int], *, desc: bool) -> list[str]:
+    # ties in session order, as the page promises (ORDER BY <column>, session_id)
+    return [sid for sid, _ in sorted(sizes.items(), key=lambda kv: (-kv[1] if desc else kv[1], kv[0]))]
+
+
+def test_served_viewer_table_sort_filter_search_session_and_links(browser, served, store_path, screenshots):
+    with sk.open_store(store_path) as store:
+        sizes = {info.id: len(store.session(info.id)) for info in store.list_sessions()}
+        hits = store.search("trains", limit=50)
+        trip_leaf = store.session("trip").latest_leaf()["id"]
+        run_turns = sum(1 for e in store.events("run") if e["kind"] == "turn.start")
+    w = Watched(browser)
+    page = w.page
+    page.goto(served)
+    rows = _table(page)
+    assert len(rows) == PAGE_SIZE
+    assert page.locator(".skv-sessions").get_attribute("data-total") == str(len(sizes))
+    assert f"of {len(sizes)} sessions" in page.locator(".skv-status").inner_text()
+    page.screenshot(path=str(screenshots / "viewer-sessions.png"))
+
+    # sort by messages: most first, then fewest first
+    page.locator("th[data-sort='messages'] button").click()
+    page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.sort === 'messages desc'")
+    assert _table(page) == _sorted_ids(sizes, desc=True)[:PAGE_SIZE]
+    page.locator("th[data-sort='messages'] button").click()
+    page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.sort === 'messages asc'")
+    assert _table(page) == _sorted_ids(sizes, desc=False)[:PAGE_SIZE]
+    # the next page holds the rest
+    page.locator(".skv-next").click()
+    page.wait_for_function(f"() => document.querySelector('.skv-sessions').dataset.rows === '{len(sizes) - PAGE_SIZE}'")
+    assert _table(page) == _sorted_ids(sizes, desc=False)[PAGE_SIZE:]
+    # filter
+    page.locator(".skv-filter").fill("chat-1")
+    want = sorted((s for s in sizes if "chat-1" in s), key=lambda s: (sizes[s], s))
+    page.wait_for_function(f"() => document.querySelector('.skv-sessions').dataset.total === '{len(want)}'")
+    assert _table(page) == want
+
+    # search: store.search's hits, in its order; a hit opens its session at that message
+    page.locator(".skv-search").fill("trains")
+    page.locator(".skv-search").press("Enter")
+    page.wait_for_selector(".skv-results[data-hits]")
+    shown = page.eval_on_selector_all(".skv-hit", "els => els.map(e => [e.dataset.session, e.dataset.id])")
+    assert shown == [[h.session_id, h.id] for h in hits]
+    assert page.locator(".skv-hit mark").first.inner_text().lower().startswith("train")
+    page.screenshot(path=str(screenshots / "viewer-search.png"))
+    target = hits[3]
+    page.locator(".skv-hit a").nth(3).click()
+    page.wait_for_selector(".skv-session[data-ready='1']")
+    assert page.locator(".skv-session").get_attribute("data-selected") == target.id
+    assert page.locator(".sk-tree-view").get_attribute("data-selected") == target.id
+    page.wait_for_selector(f".sk-transcript-view .sk-msg.skv-target[data-id='{target.id}']")
+    assert page.evaluate("() => location.hash") == f"#/s/{target.session_id}/m/{target.id}"
+
+    # a deep link pasted into a new page: the tree's other branch, its path in the transcript
+    fresh = browser.new_page()
+    fresh.on("request", lambda r: w.urls.append(r.url))
+    fresh.goto(served + "#/s/trip/m/a4")
+    fresh.wait_for_selector(".skv-session[data-ready='1']")
+    assert fresh.locator(".sk-tree-view").get_attribute("data-selected") == "a4"
+    chat = fresh.locator(".sk-transcript-view")
+    fresh.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.leaf === 'a4'")
+    assert chat.locator(".sk-comp").count() == 1  # the compaction boundary on this path
+    assert "Cervejaria Ramiro" in chat.inner_text()
+    # the session's own link opens at its latest leaf
+    fresh.goto(served + "#/s/trip")
+    fresh.wait_for_selector(".skv-session[data-ready='1']")
+    assert fresh.locator(".sk-tree-view").get_attribute("data-selected") == trip_leaf
+    fresh.screenshot(path=str(screenshots / "viewer-session.png"), full_page=True)
+    fresh.close()
+
+    # a session with runs: its RunView, the tool output as text
+    page.goto(served + "#/s/run")
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-run-view[data-status='completed']")
+    assert page.locator(".sk-run-view .skr-turn").count() == run_turns
+    out = page.locator(".sk-run-view .sk-tool pre").last
+    assert out.text_content() == output_text(listing("ls"))
+
+    # the hostile session: its id, texts and tool output are text; nothing runs
+    page.goto(served + "#/s/" + HOSTILE_ID.replace('"', "%22"))
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='h2']:not(.sk-loading)")
+    chat_text = page.locator(".sk-transcript-view").inner_text()
+    assert HOSTILE[1] in chat_text and HOSTILE[2] in chat_text
+    assert HOSTILE_ID in page.locator(".skv-title").inner_text()
+    page.goto(served + "#/search/hostile")
+    page.wait_for_selector(".skv-results[data-hits]")
+    assert int(page.locator(".skv-results").get_attribute("data-hits")) >= 1
+    assert w.pwned() is None
+    assert page.locator("#sk-app img, #sk-app svg, #sk-app script").count() == 0
+    assert not w.errors, w.errors
+    assert w.foreign(served) == [], w.foreign(served)
+    w.close()
+
+
+def test_served_viewer_opens_ten_thousand_sessions_with_one_page_of_rows(browser, tmp_path):
+    path = tmp_path / "many.db"
+    lines = [json.dumps({"format": "sessionkit", "version": 1})]
+    for k in range(10_000):
+        message = {"id": "m0", "role": "user", "parts": [{"type": "text", "text": f"question {k}"}]}
+        lines.append(json.dumps({"type": "message", "session_id": f"s{k:05d}", "parent_id": None, "message": message}))
+    (tmp_path / "many.jsonl").write_text("\n".join(lines) + "\n")
+    with sk.open_store(path) as store:
+        sk.io.import_jsonl(store, tmp_path / "many.jsonl")
+        total = len(store.list_sessions())
+    assert total == 10_000
+    with view_process(path) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        answers = []
+        w.page.on("response", lambda r: answers.append(r) if "/api/sessions" in r.url else None)
+        w.page.goto(url)
+        assert len(_table(w.page)) == PAGE_SIZE
+        assert w.page.locator(".skv-sessions").get_attribute("data-total") == str(total)
+        wait_until(lambda: answers, what="the sessions answer")
+        body = answers[-1].json()
+        assert len(body["rows"]) == PAGE_SIZE and body["total"] == total  # one page crossed the wire
+        assert w.foreign(url) == [] and not w.errors
+        w.close()
+
+
+def test_bundle_opens_from_file_and_shows_the_table_a_session_and_search(browser, store_path, tmp_path, screenshots):
+    chosen = ["trip", "forked", HOSTILE_ID, "function_calling_simple"]
+    with sk.open_store(store_path) as store:
+        folder = write_bundle(store, tmp_path / "bundle", session_ids=chosen)
+        sizes = {sid: len(store.session(sid)) for sid in chosen}
+        words = [h for h in store.search("Lisbon", limit=50) if h.session_id in chosen and h.id.startswith(("u", "a"))]
+    assert words
+    w = Watched(browser, offline=True)
+    page = w.page
+    page.goto((folder / "index.html").as_uri())
+    rows = _table(page)
+    assert sorted(rows) == sorted(chosen)
+    page.locator("th[data-sort='messages'] button").click()
+    page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.sort === 'messages desc'")
+    assert _table(page) == _sorted_ids(sizes, desc=True)
+    page.locator(".skv-table a[href='#/s/trip']").click()
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-tree-view[data-layout='done']")
+    chat = page.locator(".sk-transcript-view")
+    chat.locator(".sk-comp").first.wait_for()
+    page.get_by_text("Taberna da Rua das Flores").first.wait_for()
+    page.screenshot(path=str(screenshots / "viewer-bundle-session.png"))
+    page.goto((folder / "index.html").as_uri() + "#/s/function_calling_simple")
+    tool = page.locator(".sk-tool", has=page.locator("summary b", has_text="find_file"))
+    tool.locator("pre").last.wait_for()
+    assert "\n" in tool.locator("pre").last.text_content() and "\\r\\n" not in tool.inner_text()
+    page.goto((folder / "index.html").as_uri() + "#/search/Lisbon")
+    page.wait_for_selector(".skv-results[data-hits]")
+    found = page.eval_on_selector_all(".skv-hit", "els => els.map(e => e.dataset.session + '/' + e.dataset.id)")
+    assert {f"{h.session_id}/{h.id}" for h in words} <= set(found)
+    page.goto((folder / "index.html").as_uri() + "#/s/" + HOSTILE_ID.replace('"', "%22"))
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='h2']:not(.sk-loading)")
+    assert HOSTILE[0] in page.locator(".sk-transcript-view").inner_text()
+    assert w.pwned() is None and page.locator("#sk-app img, #sk-app svg, #sk-app script").count() == 0
+    assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
+    w.close()
+
+
+def test_token_guards_the_api_and_write_is_off_unless_asked(store_path, tmp_path):
+    import urllib.error
+    import urllib.request
+
+    token = "t" * 24
+
+    def status(url, *, method="GET", auth=None):
+        request = urllib.request.Request(
+            url, method=method, headers={"Authorization": f"Bearer {auth}"} if auth else {}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    copy = tmp_path / "copy.db"
+    with sk.open_store(copy) as store:
+        _chat(store, 1)
+        _chat(store, 2)
+    with view_process(copy, "--token", token) as launched:
+        url = launched.match.group(1)
+        base = url.split("?")[0]
+        assert url.endswith(f"?token={token}")
+        assert status(base) == 200  # the page holds no data
+        assert status(base + "api/sessions") == 401
+        assert status(base + "api/sessions", auth="x" * 24) == 401
+        assert status(base + "api/sessions", auth=token) == 200
+        assert status(base + "api/session?id=chat-01", method="DELETE", auth=token) == 405
+    with view_process(copy, "--write") as launched:
+        base = launched.match.group(1)
+        assert status(base + "api/session?id=nope", method="DELETE") == 404
+        assert status(base + "api/session?id=chat-01", method="DELETE") == 200
+    with sk.open_store(copy) as store:
+        assert [info.id for info in store.list_sessions()] == ["chat-02"]

@@ -1,0 +1,148 @@
+"""``sessionkit view``'s arguments and the viewer's data, without a browser.
+
+Bad input is refused with one clear line before anything is bound or written; the sessions
+table's query sorts, filters and pages as the store's own API counts. The page in Chromium
+is tested in tests/browser/test_viewer.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import pytest
+
+import sessionkit as sk
+from sessionkit.cli import main
+from sessionkit.server import is_loopback
+from sessionkit.widgets import viewer
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["view", *argv])
+    return status, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("view") / "chats.db"
+    with sk.open_store(path) as store:
+        for k in range(12):
+            items = [
+                (
+                    {"id": f"m{j}", "role": "user", "parts": [{"type": "text", "text": f"note {k} {j}"}]},
+                    f"m{j - 1}" if j else None,
+                    None,
+                )
+                for j in range(1 + k % 4)
+            ]
+            store.session(f"s{k:02d}").import_many(items)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_token(monkeypatch):
+    monkeypatch.delenv("SESSIONKIT_TOKEN", raising=False)
+
+
+def test_a_missing_store_is_a_clear_error_and_creates_nothing(tmp_path):
+    missing = tmp_path / "nope.db"
+    status, out, err = run(str(missing))
+    assert status != 0 and out == ""
+    assert err.startswith("sessionkit: error:") and "nope.db" in err
+    assert not missing.exists()
+    status, _, err = run(str(missing), "--bundle", str(tmp_path / "site"))
+    assert status != 0 and "nope.db" in err and not (tmp_path / "site").exists()
+
+
+def test_another_host_needs_a_token_and_short_tokens_are_refused(store_path, monkeypatch):
+    status, out, err = run(str(store_path), "--host", "0.0.0.0")
+    assert status != 0 and out == ""
+    assert "--host 0.0.0.0" in err and "token" in err
+    status, _, err = run(str(store_path), "--host", "0.0.0.0", "--token", "short")
+    assert status != 0 and "shorter than 16 characters" in err
+    monkeypatch.setenv("SESSIONKIT_TOKEN", "tiny")
+    status, _, err = run(str(store_path))
+    assert status != 0 and "shorter than 16 characters" in err
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("example.org")
+
+
+def test_bundle_options_are_checked(store_path, tmp_path):
+    status, _, err = run(str(store_path), "--session", "s01")
+    assert status != 0 and "--bundle" in err
+    status, _, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--write")
+    assert status != 0 and "--write" in err
+    status, _, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--session", "s01", "--session", "zz")
+    assert status != 0 and "'zz'" in err
+    status, out, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--session", "s01", "--session", "s03")
+    assert status == 0, err
+    assert "index.html" in out
+    table = (tmp_path / "b" / "data" / "sessions.js").read_text()
+    rows = json.loads(table.split("=", 1)[1].rstrip().rstrip(";"))["rows"]
+    assert sorted(r["session_id"] for r in rows) == ["s01", "s03"]
+    assert len(list((tmp_path / "b" / "data").glob("s*.js"))) == 3  # sessions.js and one per session
+
+
+def fast_tokens(store, sid: str) -> int:
+    return int(store.session(sid).path(None).tokens_full)  # each session is one line of messages
+
+
+def test_sessions_page_sorts_filters_and_pages_as_the_store_counts(store_path):
+    with sk.open_store(store_path) as store:
+        sizes = {info.id: len(store.session(info.id)) for info in store.list_sessions()}
+        page = viewer.sessions_page(store, sort="messages", desc=True, limit=5)
+        order = sorted(sizes, key=lambda s: (-sizes[s], s))
+        assert [r["session_id"] for r in page["rows"]] == order[:5]
+        assert [r["messages"] for r in page["rows"]] == [sizes[s] for s in order[:5]]
+        assert page["total"] == len(sizes)
+        rest = viewer.sessions_page(store, sort="messages", desc=True, limit=5, offset=10)
+        assert [r["session_id"] for r in rest["rows"]] == order[10:15]
+        past = viewer.sessions_page(store, offset=100)
+        assert past["rows"] == [] and past["total"] == len(sizes)
+        only = viewer.sessions_page(store, filter="S0", sort="session_id", desc=False)
+        assert [r["session_id"] for r in only["rows"]] == sorted(s for s in sizes if "s0" in s)
+        for literal in ("_", "%", "s0_"):  # LIKE's wildcards are plain characters in a filter
+            assert viewer.sessions_page(store, filter=literal)["total"] == 0, literal
+        # a sort by source reads every session's source: the same rows, in that order
+        by_source = viewer.sessions_page(store, sort="source", desc=False, limit=500)["rows"]
+        assert sorted(r["session_id"] for r in by_source) == sorted(sizes)
+        # the one-page query and the every-session query (a filter every id matches) agree, row for row
+        fast = viewer.sessions_page(store, sort="tokens", limit=500)["rows"]
+        full = viewer.sessions_page(store, sort="tokens", limit=500, filter="s")["rows"]
+        assert fast == full
+        assert [r["session_id"] for r in fast] == sorted(sizes, key=lambda s: (-fast_tokens(store, s), s))
+        for bad in ({"sort": "text"}, {"limit": 0}, {"limit": 10_000}, {"offset": -1}):
+            with pytest.raises(ValueError, match=next(iter(bad))):
+                viewer.sessions_page(store, **bad)
+        with pytest.raises(sk.SessionNotFound, match="nope"):
+            viewer.session_state(store, "nope")
+
+
+def test_the_viewer_reads_every_engine(new_store, engine):
+    """The table, search and a session page on SQLite, DuckDB and PostgreSQL, as the store counts."""
+    store = new_store(engine)
+    for k in range(3):
+        s = store.session(f"e{k}")
+        s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": f"deploy number {k}"}]})
+        for j in range(k):
+            s.append({"id": f"a{j}", "role": "assistant", "parts": [{"type": "text", "text": "ok"}]}, parent_id="u")
+    page = viewer.sessions_page(store, sort="branches", desc=True)
+    assert [(r["session_id"], r["messages"], r["branches"]) for r in page["rows"]] == [
+        ("e2", 3, 1),
+        ("e0", 1, 0),
+        ("e1", 2, 0),
+    ]
+    hits = viewer.search_hits(store, "deploy")
+    assert sorted((h["session_id"], h["id"]) for h in hits) == sorted(
+        (h.session_id, h.id) for h in store.search("deploy", limit=50)
+    )
+    state = viewer.session_state(store, "e2")
+    assert sorted(state["tree"]["ids"]) == ["a0", "a1", "u"] and state["latest"] == "a1"
+    paths = viewer.path_state(store, "e2", "a0")
+    assert [e["id"] for e in paths["full"]["entries"]] == ["u", "a0"]
+    views = viewer.message_views(store, "e2", ["u", "zz"])
+    assert list(views) == ["u"] and views["u"]["parts"][0]["text"] == "deploy number 2"
