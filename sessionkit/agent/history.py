@@ -23,7 +23,8 @@ In order:
    the user message answered again) and returns the list of messages the model
    sees, in place of ``history + new_input``. It may drop, rewrite or add
    messages (UIMessage dicts); it changes what the model receives, never what
-   is stored: the run appends the same messages either way.
+   is stored: the run appends the same messages either way. The hook is a plain
+   function, called on a worker thread (a slow one does not block the event loop).
 
 The policy shapes the first model call of the run; the run's own later turns
 (tool results, queued messages) follow it as usual. A bad limit raises
