@@ -173,6 +173,13 @@ def test_the_branch_tree_names_each_variant_on_its_branch(new_store):
     assert "[gpt-a] Which?" in html and "[cold] Which?" in html and "2 branches" in html
     assert html.count("[gpt-a]") == html.count("[cold]") == 1  # on the branch's first message only
     assert "] Q1" not in html and "] A1" not in html  # the first turn carries no variant
+    # where each run started and its variant, read back with SQL over the stored run.start events
+    rows = store.sql(
+        "SELECT json_extract_string(e.data, '$.at') AS at, json_extract_string(e.data, '$.labels.variant') AS variant,"
+        " r.status FROM events e JOIN runs r USING (run_id) WHERE e.kind = 'run.start' ORDER BY e.seq"
+    )
+    assert list(rows["at"])[1:] == [a1, a1] and sorted(rows["variant"][1:]) == ["cold", "gpt-a"]
+    assert list(rows["status"]) == ["completed"] * 3
 
 
 def test_the_compare_view_fills_as_variants_stream_and_snapshots_offline(new_store):
