@@ -5,6 +5,7 @@ from __future__ import annotations
 from live_server import HANG, Gate, echo, wait_idle
 
 import sessionkit as sk
+from sessionkit.server._records import conversation_digest
 from sessionkit.testing import ScriptedModel
 
 
@@ -148,3 +149,43 @@ def test_the_conversation_pages_compacted_or_not_and_a_cursor_stays_on_its_path(
         assert refused({"leaf": "msg_nope"}) == (404, "message_not_found")
         assert refused({"leaf": "nul\x00id"}) == (404, "message_not_found")
         assert c.get("/sessions/nobody/conversation").status_code == 404
+
+
+def test_a_run_from_a_message_cut_short_by_a_stop_runs_again_from_that_message(serve, store):
+    """The records a server killed during a run from an earlier message leaves (written here
+    through the store's public API, as tests/server/test_recovery.py does): the next server
+    runs it again from the same message."""
+    session = store.session("re")
+    session.append_many(
+        [
+            {"id": m, "role": role, "parts": [{"type": "text", "text": m.upper()}]}
+            for m, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user"), ("a2", "assistant"))
+        ],
+        parent_id=None,
+    )
+    digest = conversation_digest(session.get_history(compacted=False))
+    store.put_records("re", "server.session", [(0, {"createdAt": "2026-12-01T00:00:00.000Z"})])
+    store.put_records("re", "server.digest", [(0, {"digest": digest, "lastSeq": None})])
+    value = {
+        "run": 1,
+        "text": "alt",
+        "mode": "followUp",
+        "queued": False,
+        "at": "2026-12-01T00:00:00.000Z",
+        "node": "a1",
+    }
+    store.put_records("re", "server.message", [(1, value)])
+    store.put_records("re", "server.run", [(1, {"attempts": 1, "agentId": "echo", "state": "running"})])
+    store.begin_run("re", "re.1", "alt")
+    store.append_events("re", [{"run_id": "re.1", "kind": "run.start", "input": "alt", "at": "a1"}])
+    store.put_records("~sessionkit/busy", "server.busy", [(7, {"key": "re"})])
+
+    model = ScriptedModel([echo()] * 2)
+    live = serve(sk.Agent("echo", "", model), store)
+    with live.client() as c:
+        state = wait_idle(c, "re")
+        assert [(r["runId"], r["status"], r["attempts"]) for r in state["runs"]] == [("re.1", "completed", 2)]
+        assert state["messages"][0]["node"] == "a1"
+    assert [m["content"] for m in model.calls[0]] == ["U1", "A1", "alt"]
+    assert _texts(session.get_history()) == ["U1", "A1", "alt", "echo: alt"]
+    assert [m["id"] for m in session.branches("a1")][0] == "u2"
