@@ -60,6 +60,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Agent": ("sessionkit.agent", "Agent"),
     "RunResult": ("sessionkit.agent", "RunResult"),
+    "HistoryPolicy": ("sessionkit.agent", "HistoryPolicy"),
     "RunController": ("sessionkit.agent", "RunController"),
     "LiteLLMModel": ("sessionkit.agent", "LiteLLMModel"),
     "create_session": ("sessionkit.agent", "create_session"),
@@ -71,6 +72,7 @@ _LAZY = {
     "plot": ("sessionkit.analysis.plot", None),
     "widgets": ("sessionkit.widgets", None),
     "server": ("sessionkit.server", None),
+    "prototyping": ("sessionkit.prototyping", None),
 }
 
 __all__ = [

@@ -89,6 +89,7 @@ _REFERENCE = {
     "sessionkit.widgets": "widgets.html",
     "sessionkit.errors": "errors.html",
     "sessionkit.testing": "testing.html",
+    "sessionkit.prototyping": "prototyping.html",
 }
 
 
@@ -126,6 +127,7 @@ def test_every_public_module_has_a_reference_page():
         "sessionkit.widgets",
         "sessionkit.errors",
         "sessionkit.testing",
+        "sessionkit.prototyping",
     ):
         assert re.search(rf"^::: {re.escape(module)}$", pages, re.MULTILINE), module
 

@@ -45,6 +45,7 @@ PINNED = {
     "RunInterrupted",
     "GuardrailTripped",
     "Agent",
+    "HistoryPolicy",
     "LiteLLMModel",
     "RunResult",
     "RunController",
@@ -57,6 +58,7 @@ PINNED = {
     "plot",
     "widgets",
     "server",
+    "prototyping",
 }
 
 
@@ -169,11 +171,13 @@ SUBPACKAGES = {
         "open_store",
     },
     "sessionkit.agent": {
+        "ROOT",
         "Agent",
         "ChatModel",
         "EVENT_KINDS",
         "ExternalSession",
         "FileSessionStore",
+        "HistoryPolicy",
         "LiteLLMModel",
         "MemoryRunLog",
         "ModelReply",
@@ -216,13 +220,23 @@ SUBPACKAGES = {
         "arrow_table",
         "events_df",
         "messages_df",
+        "rows_df",
         "runs_df",
         "sql",
         "to_pandas",
     },
     "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
     "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
-    "sessionkit.widgets": {"BranchTree", "RunView", "StoreBrowser", "Transcript", "snapshot", "widgets_available"},
+    "sessionkit.widgets": {
+        "BranchTree",
+        "CompareView",
+        "RunView",
+        "StoreBrowser",
+        "Transcript",
+        "snapshot",
+        "widgets_available",
+    },
+    "sessionkit.prototyping": {"COMPARISON_COLUMNS", "REPLAY_COLUMNS", "Comparison", "Replay", "compare", "replay"},
     # serve: what `sessionkit serve` runs; serve_view: what `sessionkit view` runs
     "sessionkit.server": {"SessionServer", "create_app", "serve", "create_view_app", "serve_view", "is_loopback"},
     "sessionkit.widgets.viewer": {

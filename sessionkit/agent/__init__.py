@@ -4,19 +4,22 @@ Importing this package does not import litellm; the first model call does.
 """
 
 from ._loading import load_agent
-from .agent import Agent, RunResult
+from .agent import ROOT, Agent, RunResult
 from .controller import RunController
 from .events import EVENT_KINDS, MemoryRunLog, RunRecord
+from .history import HistoryPolicy
 from .models import ChatModel, LiteLLMModel, ModelReply, ReasoningDelta, TextDelta, ToolCall
 from .sessions import ExternalSession, FileSessionStore, SessionStore, create_session
 from .tools import Tool, as_tool
 
 __all__ = [
+    "ROOT",
     "Agent",
     "ChatModel",
     "EVENT_KINDS",
     "ExternalSession",
     "FileSessionStore",
+    "HistoryPolicy",
     "LiteLLMModel",
     "MemoryRunLog",
     "ModelReply",

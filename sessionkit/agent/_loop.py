@@ -61,6 +61,7 @@ class RunState:
         self.model_name = model_name
         self.max_steps = max_steps
         self.context_json = context_json
+        self.system = system
         self.chat: list[dict] = to_chat_messages(history, system=system)
         self.new_messages: list[dict] = []
         self.usage: dict = empty_usage(model_name)
@@ -113,6 +114,13 @@ class RunState:
             self.chat[-1] = with_context(self.chat[-1], self.context_json)
         else:  # that user message had nothing to show
             self.chat.append(with_context({"role": "user", "content": None}, self.context_json))
+
+    def show_only(self, messages: list[dict]) -> None:
+        """Send the model ``messages`` (after the system message) instead of the history and
+        input so far (a :class:`~sessionkit.agent.history.HistoryPolicy`); the run's context
+        goes beside the last user message. What the run appends does not change."""
+        self.chat = to_chat_messages(messages, system=self.system)
+        self.show_context_with_last_user()
 
     def final_usage(self, priced: bool | None) -> dict:
         """The run's usage to report: with no completed model call the cost is known

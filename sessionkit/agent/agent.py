@@ -11,8 +11,9 @@ works, and writes to the session only when it succeeds::
 
 What a run does, in order:
 
-1. load the session's history along its latest path, compaction applied (the
-   model sees summaries instead of compacted ranges);
+1. load the session's history along its latest path (or the path to ``at``),
+   compaction applied (the model sees summaries instead of compacted ranges),
+   then narrowed by the run's :class:`~sessionkit.HistoryPolicy` if any;
 2. record the run (``status="running"``) and a ``run.start`` event;
 3. pass the new user message through the agent's input guardrails;
 4. take turns: send ``[system, *history, *new turns]`` to the model, stream its
@@ -97,8 +98,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-import functools
-import inspect
 import json
 import logging
 import math
@@ -107,7 +106,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from ..errors import (
-    GuardrailTripped,
     MessageNotFound,
     ModelError,
     RunFailed,
@@ -117,10 +115,12 @@ from ..errors import (
 from ..messages import dumps, validate
 from ..parts import text_of
 from ..store import Session
+from ._guardrails import check_guardrails, run_guardrails
 from ._loop import RunState, new_run_id
 from ._sync import run_coroutine_sync
 from .controller import RunController
 from .events import EventEmitter, RunLog
+from .history import HistoryPolicy, check_policy
 from .models import (
     ChatModel,
     LiteLLMModel,
@@ -132,9 +132,9 @@ from .models import (
     model_priced,
 )
 from .sessions import _require_tree, create_session
-from .tools import Tool, _in_thread, _is_async, as_tool, json_safe
+from .tools import Tool, as_tool, json_safe
 
-__all__ = ["Agent", "RunResult"]
+__all__ = ["ROOT", "Agent", "RunResult"]
 
 log = logging.getLogger("sessionkit.agent")
 
@@ -142,6 +142,17 @@ _SUMMARY_SYSTEM = (
     "You summarize conversations faithfully and concisely. Keep names, decisions, "
     "numbers, open questions and what the user asked for."
 )
+
+
+class _Root:
+    """The type of :data:`ROOT`."""
+
+    def __repr__(self) -> str:
+        return "sessionkit.agent.ROOT"
+
+
+#: ``run(..., at=ROOT)``: the new turn starts a new root conversation of the session (no history).
+ROOT = _Root()
 
 
 @dataclass(frozen=True)
@@ -245,27 +256,6 @@ def _check_context(context: Any) -> str | None:
     return text
 
 
-def _check_guardrails(guardrails: Any, name: str) -> tuple[Callable[..., Any], ...]:
-    if isinstance(guardrails, (str, bytes, dict)) or callable(guardrails):
-        raise TypeError(f"{name} must be a list of callables")
-    try:
-        items = tuple(guardrails)
-    except TypeError:
-        raise TypeError(f"{name} must be a list of callables, got {type(guardrails).__name__}") from None
-    for item in items:
-        if not callable(item):
-            raise TypeError(f"each of {name} must be callable, got {type(item).__name__}")
-    return items
-
-
-def _guardrail_name(guardrail: Any) -> str:
-    target = guardrail
-    while isinstance(target, functools.partial):
-        target = target.func
-    name = getattr(target, "__name__", None)
-    return name if isinstance(name, str) and name else type(target).__name__
-
-
 def _check_prompt(prompt: Any) -> str:
     if isinstance(prompt, str):
         return prompt
@@ -306,6 +296,7 @@ class Agent:
         max_steps: int = 10,
         input_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
         output_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
+        history: HistoryPolicy | None = None,
     ) -> None:
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -321,8 +312,9 @@ class Agent:
         self.instructions = instructions or ""
         self.model = _resolve_model(model)
         self.max_steps = max_steps
-        self.input_guardrails = _check_guardrails(input_guardrails, "input_guardrails")
-        self.output_guardrails = _check_guardrails(output_guardrails, "output_guardrails")
+        self.history = check_policy(history)
+        self.input_guardrails = check_guardrails(input_guardrails, "input_guardrails")
+        self.output_guardrails = check_guardrails(output_guardrails, "output_guardrails")
         self.tools: tuple[Tool, ...] = tuple(as_tool(t) for t in tools)
         self._tools: dict[str, Tool] = {}
         for tool in self.tools:
@@ -349,6 +341,9 @@ class Agent:
         run_id: str | None = None,
         metadata: dict | None = None,
         context: dict | None = None,
+        at: str | _Root | None = None,
+        history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> RunResult:
         """Run one user prompt to a final reply (see the module docstring).
 
@@ -357,7 +352,15 @@ class Agent:
         ``context`` is a JSON object shown to the model beside this prompt and
         given to tools with a ``context`` parameter, never stored (see
         "Context" in the module docstring). ``run_id`` names the run (a fresh
-        one is minted otherwise). Raises a :class:`~sessionkit.RunFailed` kind
+        one is minted otherwise). ``at`` is a message id of the session to run
+        from instead of its latest leaf: the model sees the path to that
+        message (compaction applied) and the new turn becomes a branch under
+        it (:data:`ROOT`: a new root, no history); ``run.start`` records it as
+        ``at`` (docs/prototyping.md).
+        ``history`` overrides the agent's :class:`~sessionkit.HistoryPolicy`
+        for this run. ``labels`` (a JSON object, e.g. a variant's name) is
+        recorded on ``run.start`` and in the user message's ``metadata.labels``.
+        Raises a :class:`~sessionkit.RunFailed` kind
         when the run fails; nothing is appended then, and the run and its
         events stay recorded.
         """
@@ -371,6 +374,9 @@ class Agent:
             context=context,
             regenerate_of=None,
             listener=None,
+            at=at,
+            history=history,
+            labels=labels,
         )
 
     def run_sync(
@@ -383,6 +389,9 @@ class Agent:
         run_id: str | None = None,
         metadata: dict | None = None,
         context: dict | None = None,
+        at: str | _Root | None = None,
+        history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> RunResult:
         """:meth:`run` from sync code; works inside a running event loop (a notebook cell)."""
         return run_coroutine_sync(
@@ -394,6 +403,9 @@ class Agent:
                 run_id=run_id,
                 metadata=metadata,
                 context=context,
+                at=at,
+                history=history,
+                labels=labels,
             )
         )
 
@@ -407,6 +419,9 @@ class Agent:
         run_id: str | None = None,
         metadata: dict | None = None,
         context: dict | None = None,
+        at: str | _Root | None = None,
+        history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> AsyncIterator[dict]:
         """Run like :meth:`run`, yielding each event as it is recorded.
 
@@ -426,6 +441,9 @@ class Agent:
                 context=context,
                 regenerate_of=None,
                 listener=queue.put_nowait,
+                at=at,
+                history=history,
+                labels=labels,
             )
         )
         async for event in _drain(queue, task):
@@ -440,6 +458,7 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         context: dict | None = None,
+        history: HistoryPolicy | None = None,
     ) -> RunResult:
         """Add a new reply to a user message, as a sibling branch of the old reply.
 
@@ -461,6 +480,7 @@ class Agent:
             context=context,
             regenerate_of=message_id,
             listener=None,
+            history=history,
         )
 
     def regenerate_sync(
@@ -472,11 +492,18 @@ class Agent:
         timeout: float | None = None,
         run_id: str | None = None,
         context: dict | None = None,
+        history: HistoryPolicy | None = None,
     ) -> RunResult:
         """:meth:`regenerate` from sync code (works inside a running event loop too)."""
         return run_coroutine_sync(
             lambda: self.regenerate(
-                session, message_id, controller=controller, timeout=timeout, run_id=run_id, context=context
+                session,
+                message_id,
+                controller=controller,
+                timeout=timeout,
+                run_id=run_id,
+                context=context,
+                history=history,
             )
         )
 
@@ -518,8 +545,16 @@ class Agent:
         context: dict | None,
         regenerate_of: str | None,
         listener: Callable[[dict], Any] | None,
+        at: str | _Root | None = None,
+        history: HistoryPolicy | None = None,
+        labels: dict | None = None,
     ) -> RunResult:
         timeout = _check_timeout(timeout)
+        policy = check_policy(history) or self.history
+        if labels is not None and not isinstance(labels, dict):
+            raise TypeError(f"labels must be a dict or None, got {type(labels).__name__}")
+        if at is not None and at is not ROOT and not isinstance(at, str):
+            raise TypeError(f"at must be a message id (str), ROOT or None, got {type(at).__name__}")
         context_json = _check_context(context)
         if controller is not None and not isinstance(controller, RunController):
             raise TypeError(f"controller must be a RunController, got {type(controller).__name__}")
@@ -536,17 +571,22 @@ class Agent:
         if regenerate_of is None:
             input_text = _check_prompt(prompt)
             # Store reads run on a thread: the loop keeps serving while a long history loads.
-            parent_id = await asyncio.to_thread(target.leaf_id)
-            history = await asyncio.to_thread(target.history, parent_id)
+            if at is None:
+                parent_id = await asyncio.to_thread(target.leaf_id)
+            else:  # a run from an earlier node: its new turn is a branch under that node
+                _require_tree(session, "run(at=...)")
+                parent_id = None if at is ROOT else cast(str, at)
+            # an id not in this session raises MessageNotFound here, before anything is recorded
+            path = await asyncio.to_thread(target.history, parent_id)
         else:
             _require_tree(session, "regenerate")
-            parent_id, history, input_text = self._regeneration_point(session, regenerate_of)
+            parent_id, path, input_text = self._regeneration_point(session, regenerate_of)
 
         state = RunState(
             run_id=run_id,
             model_name=getattr(self.model, "name", None),
             system=self.instructions,
-            history=history,
+            history=path,
             max_steps=self.max_steps,
             context_json=context_json,
         )
@@ -556,12 +596,17 @@ class Agent:
                 metadata=metadata,  # _check_prompt passed it
                 with_run_context=True,
             )
+            if labels:
+                first["metadata"]["labels"] = copy.deepcopy(labels)
             validate(first)  # a bad prompt or metadata fails now, not after the model calls
             dumps(first)
             run_input = [first]
         else:
             state.show_context_with_last_user()
-            run_input = history[-1:]
+            run_input = path[-1:]
+            path = path[:-1]
+        if policy is not None:
+            state.show_only(await asyncio.to_thread(policy.apply, path, run_input))
 
         emitter = EventEmitter(target.run_log, target.session_id, run_id)
         if listener is not None:
@@ -587,7 +632,7 @@ class Agent:
         try:
             target.run_log.begin_run(target.session_id, run_id, input_text)
             try:
-                emitter.emit("run.start", input=input_text)
+                emitter.emit("run.start", input=input_text, at=parent_id, **({"labels": labels} if labels else {}))
                 inner = asyncio.ensure_future(self._turns(state, emitter, controller, run_input))
                 if controller is not None and controller._was_interrupted():
                     inner.cancel()
@@ -710,7 +755,7 @@ class Agent:
 
         The guardrails run here, inside the run's timeout and interrupt.
         """
-        await self._guard("input", self.input_guardrails, run_input, state.run_id)
+        await run_guardrails("input", self.input_guardrails, run_input, state.run_id)
         opening: dict = {}
         while True:
             chat = state.next_call()
@@ -728,64 +773,13 @@ class Agent:
             item = controller._pop() if controller is not None else None
             if item is not None:
                 joined = state.add_user(item["text"], metadata=item.get("metadata"))
-                await self._guard("input", self.input_guardrails, [joined], state.run_id)
+                await run_guardrails("input", self.input_guardrails, [joined], state.run_id)
                 opening = {"input": item["text"], "mode": item["mode"]}
                 continue
             if not reply.tool_calls:
                 break
             opening = {}
-        await self._guard("output", self.output_guardrails, state.new_messages, state.run_id)
-
-    async def _guard(
-        self, stage: str, guardrails: tuple[Callable[..., Any], ...], messages: list[dict], run_id: str
-    ) -> None:
-        """Pass ``messages`` through ``guardrails`` in order; raise GuardrailTripped at the first block."""
-        for guardrail in guardrails:
-            name = _guardrail_name(guardrail)
-            view = copy.deepcopy(messages)
-            try:
-                if _is_async(guardrail):
-                    verdict = await guardrail(view)
-                else:
-                    verdict = await _in_thread(functools.partial(guardrail, view))
-                    if inspect.isawaitable(verdict):  # a sync wrapper that returned a coroutine
-                        verdict = await verdict
-            except GuardrailTripped as exc:  # raised on purpose: keep its reason
-                exc.run_id = exc.run_id or run_id
-                exc.guardrail = exc.guardrail or name
-                exc.stage = exc.stage or stage
-                exc.reason = exc.reason or str(exc)
-                raise
-            except Exception as exc:
-                reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                raise GuardrailTripped(
-                    f"{stage} guardrail {name!r} raised {reason}",
-                    run_id=run_id,
-                    reason=reason,
-                    guardrail=name,
-                    stage=stage,
-                ) from exc
-            if verdict is None:
-                continue
-            if not isinstance(verdict, str):
-                reason = (
-                    f"returned a {type(verdict).__name__}; a guardrail returns None to allow or a reason (str) to block"
-                )
-                raise GuardrailTripped(
-                    f"{stage} guardrail {name!r} {reason}",
-                    run_id=run_id,
-                    reason=reason,
-                    guardrail=name,
-                    stage=stage,
-                )
-            reason = verdict or "blocked"
-            raise GuardrailTripped(
-                f"{stage} guardrail {name!r} blocked the run: {reason}",
-                run_id=run_id,
-                reason=reason,
-                guardrail=name,
-                stage=stage,
-            )
+        await run_guardrails("output", self.output_guardrails, state.new_messages, state.run_id)
 
     async def _call_model(self, chat: list[dict], emitter: EventEmitter | None, *, tools: bool = True) -> ModelReply:
         """One model call: deltas become events; provider failures become ModelError."""

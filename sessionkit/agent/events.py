@@ -9,7 +9,8 @@ Every event is a dict::
 runs, so a client can resume a live feed after any event. Kinds and fields:
 
 ==============  =============================================================
-``run.start``   ``input``: the prompt's text
+``run.start``   ``input``: the prompt's text; ``at``: the message the new turn
+                hangs under (``None`` in an empty session)
 ``turn.start``  ``turn`` (1, 2, ...); a turn opened by a queued message also
                 has ``input`` and ``mode`` (``"steer"`` or ``"followUp"``)
 ``delta.text``  ``text``: the new characters of the reply

@@ -80,6 +80,7 @@ __all__ = [
     "messages_df",
     "runs_df",
     "events_df",
+    "rows_df",
     "sql",
     "arrow_table",
     "D1_COLUMNS",
@@ -133,6 +134,12 @@ def messages_df(store, session_ids=None):
     if ids is None:
         return _df(store.sql_arrow(f"SELECT {_D1_SELECT} FROM messages ORDER BY seq"))
     return _df(store.sql_arrow(f"SELECT {_D1_SELECT} FROM messages ORDER BY seq", session_ids=ids))
+
+
+def rows_df(rows: list[dict], columns: list[str]):
+    """A DataFrame of plain rows (dicts) with these columns, in this order (the tables of
+    :mod:`sessionkit.prototyping`: comparisons and replays)."""
+    return _pandas().DataFrame([{c: row.get(c) for c in columns} for row in rows], columns=list(columns))
 
 
 def to_pandas(session):

@@ -16,8 +16,9 @@ or the ``authenticate`` function's approval; a refused request gets ``401
 ====================================  ==================================================
 ``GET /sessions``                     the caller's sessions, newest activity first
 ``POST /sessions``                    ``{sessionId}`` -> ``201`` (created) / ``200`` (existed)
-``POST /sessions/{id}/messages``      ``{text, author?, mode?, context?}`` -> ``202 {runId, queued}``
+``POST /sessions/{id}/messages``      ``{text, author?, mode?, context?, at?}`` -> ``202 {runId, queued}``
 ``GET /sessions/{id}``                runs, active run, queue length, messages sent
+``GET /sessions/{id}/conversation``   a path's messages, paged (``leaf``, ``compacted``, ``limit``, ``cursor``)
 ``GET /sessions/{id}/events``         Server-Sent Events (id = seq), across runs
 ``GET /sessions/{id}/ws``             WebSocket: the same frames; send a message body
 ``DELETE /sessions/{id}``             ``202``: cancels the active run, drops the queue

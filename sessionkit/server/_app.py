@@ -34,7 +34,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ..errors import UsageError
 from ..store import Store
 from . import _records as R
-from ._bodies import check_session_id, invalid, parse_json, parse_message, resume_after
+from ._bodies import check_session_id, invalid, parse_conversation_query, parse_json, parse_message, resume_after
 from ._coordinate import coordinator_for
 from ._errors import Rejected, error_response, json_response, store_failure
 from ._events import CLOSED, Subscriber, dumps_event
@@ -354,8 +354,13 @@ class SessionServer:
         if body is _EMPTY:
             raise invalid("the body must be a JSON object with 'text'")
         msg = parse_message(body)
-        answer = await self.scheduler.submit(live, msg.text, msg.mode, msg.author, msg.context)
+        answer = await self.scheduler.submit(live, msg.text, msg.mode, msg.author, msg.context, msg.at)
         return _json(202, answer)
+
+    async def op_getConversation(self, request: Request, principal: str, sessionId: str) -> Response:
+        live = await self._live(principal, sessionId)
+        query = parse_conversation_query(request.query_params)
+        return _json(200, await self.sessions.conversation(live, query))
 
     async def op_streamEvents(self, request: Request, principal: str, sessionId: str):
         live = await self._live(principal, sessionId)
@@ -428,7 +433,7 @@ class SessionServer:
             return {"error": "body_too_large"}
         try:
             msg = parse_message(parse_json(data, what="frame"))
-            return await self.scheduler.submit(live, msg.text, msg.mode, msg.author, msg.context)
+            return await self.scheduler.submit(live, msg.text, msg.mode, msg.author, msg.context, msg.at)
         except Rejected as exc:
             return exc.body()
         except Exception as exc:

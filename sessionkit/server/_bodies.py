@@ -13,6 +13,8 @@ that is JSON but cannot be handled is refused with ``400 {"error": "invalid_body
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from dataclasses import dataclass
@@ -21,7 +23,21 @@ from typing import Any
 from ._errors import Rejected
 from ._state import FOLLOW_UP, MODES
 
-__all__ = ["MAX_DEPTH", "Message", "check_session_id", "parse_json", "parse_message", "resume_after"]
+__all__ = [
+    "MAX_DEPTH",
+    "ConversationQuery",
+    "Message",
+    "check_session_id",
+    "conversation_cursor",
+    "parse_conversation_query",
+    "parse_json",
+    "parse_message",
+    "resume_after",
+]
+
+#: ``GET /sessions/{id}/conversation``: messages per page by default, and at most.
+PAGE_DEFAULT = 100
+PAGE_MAX = 1000
 
 #: How deeply a body may nest arrays and objects.
 MAX_DEPTH = 64
@@ -100,12 +116,13 @@ def parse_json(raw: bytes | bytearray | str, *, what: str = "body") -> Any:
 
 @dataclass(frozen=True)
 class Message:
-    """A message body: ``{text, mode?, author?, context?}``."""
+    """A message body: ``{text, mode?, author?, context?, at?}``."""
 
     text: str
     mode: str
     author: str | None
     context: dict | None
+    at: str | None = None  # the message of the conversation to run from (its turn branches there)
 
 
 def parse_message(body: Any) -> Message:
@@ -125,7 +142,74 @@ def parse_message(body: Any) -> Message:
     context = body.get("context")
     if context is not None and not isinstance(context, dict):
         raise invalid("'context' must be a JSON object")
-    return Message(text, mode, author, context)
+    at = body.get("at")
+    if at is not None and (not isinstance(at, str) or not at):
+        raise invalid("'at' must be a message id (a non-empty string)")
+    return Message(text, mode, author, context, at)
+
+
+@dataclass(frozen=True)
+class ConversationQuery:
+    """``GET /sessions/{id}/conversation``: which path (``leaf``; None: the latest), whether
+    compactions apply, and the page (``offset`` from the cursor, ``limit``)."""
+
+    leaf: str | None
+    compacted: bool
+    limit: int
+    offset: int
+
+
+def _bad_query(detail: str) -> Rejected:
+    return Rejected(400, "invalid_query", detail=detail)
+
+
+def conversation_cursor(leaf: str, compacted: bool, offset: int) -> str:
+    """The opaque cursor of the next page: the path it pages (its leaf, compacted or not) and where."""
+    raw = json.dumps([leaf, compacted, offset], ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+
+def _read_cursor(cursor: str) -> tuple[str, bool, int]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        leaf, compacted, offset = json.loads(raw.decode("ascii"))
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+        raise _bad_query("'cursor' is not a cursor this server gave") from None
+    if not (isinstance(leaf, str) and leaf and isinstance(compacted, bool)):
+        raise _bad_query("'cursor' is not a cursor this server gave")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise _bad_query("'cursor' is not a cursor this server gave")
+    return leaf, compacted, offset
+
+
+def parse_conversation_query(query: Any) -> ConversationQuery:
+    """``?leaf=&compacted=true|false&limit=&cursor=``; 400 ``invalid_query`` naming the bad one.
+
+    A cursor pins the path of the first page (its leaf, compacted or not), so the pages of
+    one listing stay on one path while the conversation grows; ``leaf`` or ``compacted``
+    given beside it must agree with it.
+    """
+    leaf = query.get("leaf") or None
+    compacted_text = query.get("compacted")
+    if compacted_text not in (None, "", "true", "false"):
+        raise _bad_query("'compacted' must be 'true' or 'false'")
+    compacted = compacted_text != "false"
+    limit_text = query.get("limit")
+    limit = PAGE_DEFAULT
+    if limit_text not in (None, ""):
+        if not _DIGITS.match(limit_text) or not 1 <= int(limit_text) <= PAGE_MAX:
+            raise _bad_query(f"'limit' must be a whole number from 1 to {PAGE_MAX}")
+        limit = int(limit_text)
+    offset = 0
+    cursor = query.get("cursor")
+    if cursor:
+        pinned_leaf, pinned_compacted, offset = _read_cursor(cursor)
+        if leaf is not None and leaf != pinned_leaf:
+            raise _bad_query("'leaf' differs from the path the cursor pages")
+        if compacted_text in ("true", "false") and compacted != pinned_compacted:
+            raise _bad_query("'compacted' differs from the cursor's")
+        leaf, compacted = pinned_leaf, pinned_compacted
+    return ConversationQuery(leaf, compacted, limit, offset)
 
 
 def check_session_id(session_id: Any) -> str:

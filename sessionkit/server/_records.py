@@ -10,8 +10,9 @@ kind                   n     value
 ``server.session``     0     ``{createdAt}``: the session exists (its presence is the test)
 ``server.digest``      0     ``{digest, lastSeq}``: the conversation's digest, changed in
                              the same transaction as the conversation
-``server.message``     1..   ``{run, text, mode, queued, at, author?, pending?, context?}``:
-                             what callers sent, and the run it belongs to; a message
+``server.message``     1..   ``{run, text, mode, queued, at, author?, node?, pending?, context?}``:
+                             what callers sent, and the run it belongs to (``node``: the
+                             message of the conversation it runs from); a message
                              accepted by a worker that does not drive the session is
                              ``pending`` (with its ``context``, if any) until the driving
                              worker takes it, which keeps both in memory only
@@ -54,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import messages as _msg
+from ._state import FOLLOW_UP, MODES
 
 __all__ = [
     "BUSY",
@@ -75,6 +77,8 @@ __all__ = [
     "read_snapshot",
     "slot",
     "stored_key",
+    "item_fields",
+    "record_node",
 ]
 
 SESSION = "server.session"
@@ -437,11 +441,14 @@ def message_value(
     queued: bool,
     pending: bool = False,
     context: dict | None = None,
+    node: str | None = None,
 ) -> dict:
     """A message's record; only a ``pending`` one carries its context (to the driving worker)."""
     value: dict = {"run": run, "text": text, "mode": mode, "queued": queued, "at": now()}
     if author is not None:
         value["author"] = author
+    if node is not None:
+        value["node"] = node
     if pending:
         value["pending"] = True
         if context is not None:
@@ -453,6 +460,18 @@ def pending_context(value: dict) -> dict | None:
     """The context a pending message's record carries (None when it has none)."""
     context = value.get("context") if value.get("pending") else None
     return context if isinstance(context, dict) else None
+
+
+def record_node(value: dict) -> str | None:
+    """The message a recorded message runs from (None: the latest leaf)."""
+    node = value.get("node")
+    return node if isinstance(node, str) and node else None
+
+
+def item_fields(value: dict) -> tuple:
+    """``(text, mode, author, context, node)`` of a message's record, as an ``Item`` takes them."""
+    mode = value.get("mode") if value.get("mode") in MODES else FOLLOW_UP
+    return str(value.get("text", "")), mode, value.get("author"), pending_context(value), record_node(value)
 
 
 def taken(value: dict) -> dict:

@@ -106,7 +106,7 @@ ROUTES: tuple[Route, ...] = (
             ),
             "400": S.E400_BODY,
             "401": S.E401,
-            "404": S.E404,
+            "404": S.E404_MESSAGE,
             "408": S.E408,
             "409": S.error(
                 "conversation_unrecoverable",
@@ -118,6 +118,24 @@ ROUTES: tuple[Route, ...] = (
         },
         body=S.MESSAGE_BODY,
         body_required=True,
+    ),
+    Route(
+        "GET",
+        "/sessions/{sessionId}/conversation",
+        "getConversation",
+        "The conversation: the latest path or a leaf's, compactions applied or not, a page at a time",
+        {
+            "200": S.ok(S.CONVERSATION, "A page of the path, oldest first"),
+            "400": S.E400_QUERY,
+            "401": S.E401,
+            "404": S.E404_MESSAGE,
+            "413": S.E413,
+        },
+        description=(
+            "The user's messages and the agent's replies as stored, root first. Follow `nextCursor` for "
+            "the next page: it stays on the first page's path even when new runs move the latest leaf."
+        ),
+        parameters=S.CONVERSATION_PARAMS,
     ),
     Route(
         "GET",

@@ -64,6 +64,14 @@ def _history(store: Any, key: str) -> tuple[dict | None, list[dict]]:
     return leaf, session.get_history(leaf_id=leaf["id"])
 
 
+def _lacks_message(store: Any, key: str, message_id: str) -> bool:
+    """Whether the session has no message ``message_id`` (a message body's ``at``)."""
+    try:
+        return store.session(key).get(message_id) is None
+    except ValueError:  # an id no engine can hold (a NUL, a lone surrogate) names no message
+        return True
+
+
 def _check(store: Any, key: str, with_status: bool) -> tuple[R.Snapshot, R.Verdict, tuple, int]:
     """Before a session's runs start from idle: its records, whether the conversation is the
     server's, what the first run reads, and the last event's seq."""
@@ -173,6 +181,9 @@ class RunSession:
         value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "saved"}
         last_seq = live.next_seq - 1 if live.next_seq is not None else None
         messages = list(messages)
+        # Chained onto the digest only when the run continues the path the digest describes;
+        # a run from another message (``at``) makes a new latest path: its digest is read whole.
+        continues = parent_id is None or (self._leaf is not None and parent_id == self._leaf["id"])
 
         def job():
             session = store.session(key)
@@ -182,7 +193,7 @@ class RunSession:
             previous = None
             for _, record in store.records(key, R.DIGEST):
                 previous = record.get("digest") if isinstance(record, dict) else None
-            if previous is not None:
+            if previous is not None and continues:
                 digest = R.chain_digest(previous, [stored[i] for i in ids if i in stored])
             else:  # no digest yet: the whole path
                 digest = R.conversation_digest(session.get_history(compacted=False))
@@ -260,8 +271,10 @@ class Scheduler:
 
         return job
 
-    def _new_item(self, live: Live, text: str, mode: str, author: str | None, context: dict | None) -> Item:
-        item = Item(live.next_msg, text, mode, author, context)
+    def _new_item(
+        self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node: str | None = None
+    ) -> Item:
+        item = Item(live.next_msg, text, mode, author, context, node)
         live.next_msg += 1
         return item
 
@@ -289,17 +302,24 @@ class Scheduler:
 
     # ------------------------------------------------------------------ messages
 
-    async def submit(self, live: Live, text: str, mode: str, author: str | None, context: dict | None) -> dict:
-        """Accept a caller's message (docs/server.md): start a run, join the active one, or wait for the next."""
+    async def submit(
+        self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node: str | None = None
+    ) -> dict:
+        """Accept a caller's message (docs/server.md): start a run, join the active one, or wait for the next.
+
+        A message with a ``node`` (the body's ``at``) runs from that message of the conversation:
+        404 ``message_not_found`` when the session has no such message, nothing recorded."""
         self._open(live)
+        if node is not None and await self.io.read(_lacks_message, self.store, live.key, node):
+            raise Rejected(404, "message_not_found")
         if self.coord.shared:
-            return await self._submit_shared(live, text, mode, author, context)
+            return await self._submit_shared(live, text, mode, author, context, node)
         async with live.lock:
             self._open(live)
             if live.task is None:
-                answer, future, item = await self._start(live, text, mode, author, context)
+                answer, future, item = await self._start(live, text, mode, author, context, node=node)
             else:
-                answer, future, item = self._place(live, text, mode, author, context)
+                answer, future, item = self._place(live, text, mode, author, context, node)
         await self._committed(live, future, item)
         return answer
 
@@ -310,7 +330,7 @@ class Scheduler:
             self._unhand(live, live.active, item)
             raise
 
-    async def _start(self, live: Live, text, mode, author, context, checked: tuple | None = None):
+    async def _start(self, live: Live, text, mode, author, context, checked: tuple | None = None, node=None):
         """A message to an idle session: check the conversation, then open run ``n + 1``."""
         if not self.slots.free:
             raise Rejected(429, "too_busy")
@@ -330,9 +350,9 @@ class Scheduler:
             digest, key = verdict.digest, live.key
             self.io.submit(lambda: self.store.put_records(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": None})]))
         live.run_n += 1
-        item = self._new_item(live, text, mode, author, context)
+        item = self._new_item(live, text, mode, author, context, node)
         run = Run(live.run_n, [item], preload=preload)
-        value = R.message_value(run.n, text, mode, author, queued=False)
+        value = R.message_value(run.n, text, mode, author, queued=False, node=node)
         future = self.io.submit(self._accept_job(live, [(item.rec, value)], [run.n]))
         run.ready = future
         live.queue.append(run)
@@ -340,26 +360,26 @@ class Scheduler:
         self._launch(live, slot_taken=True)
         return {"runId": live.public_run(run.n), "queued": False}, future, item
 
-    def _place(self, live: Live, text, mode, author, context):
+    def _place(self, live: Live, text, mode, author, context, node=None):
         """A message to a busy session: the active run, the waiting run, or a new one after them."""
         if live.waiting >= self.max_queued:
             raise Rejected(429, "too_busy")
-        item = self._new_item(live, text, mode, author, context)
+        item = self._new_item(live, text, mode, author, context, node)
         new_runs = []
         run = live.active
-        if context is None and not live.queue and self._takes(run):
+        if not item.alone and not live.queue and self._takes(run):
             assert run is not None
             run.items.append(item)
             self._hand(live, run, item)
-        elif context is None and live.queue and self._room(live.queue[-1]):
+        elif not item.alone and live.queue and self._room(live.queue[-1]):
             run = live.queue[-1]
             run.items.append(item)
-        else:  # a run of its own: for its context, or the waiting run is full
+        else:  # a run of its own: for its context or node, or the waiting run is full
             live.run_n += 1
             run = Run(live.run_n, [item])
             live.queue.append(run)
             new_runs.append(run.n)
-        value = R.message_value(run.n, text, mode, author, queued=True)
+        value = R.message_value(run.n, text, mode, author, queued=True, node=node)
         future = self.io.submit(self._accept_job(live, [(item.rec, value)], new_runs))
         if new_runs:
             run.ready = future
@@ -453,6 +473,7 @@ class Scheduler:
                 run_id=live.run_id(run.n),
                 metadata=first.metadata,
                 context=next((it.context for it in run.items if it.context is not None), None),
+                at=first.node,
             )
         except RunFailed:
             pass  # recorded by the agent: status, error, run.end event
@@ -642,16 +663,7 @@ class Scheduler:
         for retry in recovery.retries:
             if retry.n in known:
                 continue
-            items = [
-                Item(
-                    n,
-                    v.get("text", ""),
-                    v.get("mode") if v.get("mode") in (STEER, FOLLOW_UP) else FOLLOW_UP,
-                    v.get("author"),
-                    R.pending_context(v),
-                )
-                for n, v in retry.messages
-            ]
+            items = [Item(n, *R.item_fields(v)) for n, v in retry.messages]
             live.queue.append(Run(retry.n, items, attempts=retry.attempts, recorded=retry.recorded))
         if recovery.retries:
             log.warning(
@@ -694,7 +706,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ several processes
 
-    async def _submit_shared(self, live: Live, text, mode, author, context) -> dict:
+    async def _submit_shared(self, live: Live, text, mode, author, context, node=None) -> dict:
         key = live.key
         async with live.lock:
             self._open(live)
@@ -708,7 +720,7 @@ class Scheduler:
                     live.run_n = max(live.run_n, snap.top_run())
                     if live.owned and live.task is not None:  # this process drives it
                         await self._absorb_locked(live, snap)
-                        answer, future, item = self._place(live, text, mode, author, context)
+                        answer, future, item = self._place(live, text, mode, author, context, node)
                         await self._committed(live, future, item)
                         return answer
                     if await self.coord.take_run(key):
@@ -717,11 +729,11 @@ class Scheduler:
                             checked = await self.take_over(live)
                             await self._absorb_locked(live)
                             if live.queue:
-                                answer, future, item = self._place(live, text, mode, author, context)
+                                answer, future, item = self._place(live, text, mode, author, context, node)
                                 self._launch(live, slot_taken=False)
                             else:
                                 answer, future, item = await self._start(
-                                    live, text, mode, author, context, checked=checked
+                                    live, text, mode, author, context, checked=checked, node=node
                                 )
                         except BaseException:
                             if live.task is None:
@@ -731,13 +743,13 @@ class Scheduler:
                         self.write_status(live)
                         await self._committed(live, future, item)
                         return answer
-                    answer = await self._place_remote(live, snap, text, mode, author, context)
+                    answer = await self._place_remote(live, snap, text, mode, author, context, node)
             except Busy:
                 raise Rejected(429, "too_busy") from None
         await self.coord.tell(key, "message")
         return answer
 
-    async def _place_remote(self, live: Live, snap: R.Snapshot, text, mode, author, context) -> dict:
+    async def _place_remote(self, live: Live, snap: R.Snapshot, text, mode, author, context, node=None) -> dict:
         """A message while another process drives the session: recorded ``pending``, its driver told."""
         status = snap.status or {}
         pending = sum(1 for _, v in snap.messages if v.get("pending"))
@@ -745,9 +757,10 @@ class Scheduler:
             raise Rejected(429, "too_busy")
         new_runs = []
         active, nxt = status.get("active"), status.get("next")
-        if context is None and isinstance(active, int) and status.get("accepting") and nxt is None:
+        alone = context is not None or node is not None
+        if not alone and isinstance(active, int) and status.get("accepting") and nxt is None:
             n = active
-        elif context is None and isinstance(nxt, int):
+        elif not alone and isinstance(nxt, int):
             n = nxt
         else:
             n = snap.top_run() + 1
@@ -755,7 +768,7 @@ class Scheduler:
             live.run_n = max(live.run_n, n)
         rec = max(live.next_msg, snap.next_message())
         live.next_msg = rec + 1
-        value = R.message_value(n, text, mode, author, queued=True, pending=True, context=context)
+        value = R.message_value(n, text, mode, author, queued=True, pending=True, context=context, node=node)
         await self.io.write(self._accept_job(live, [(rec, value)], new_runs))
         return {"runId": live.public_run(n), "queued": True}
 
@@ -791,12 +804,11 @@ class Scheduler:
             return
         updates, new_runs = [], []
         for rec, value in pending:
-            mode = FOLLOW_UP if value.get("mode") not in (STEER, FOLLOW_UP) else str(value["mode"])
-            item = Item(rec, str(value.get("text", "")), mode, value.get("author"), R.pending_context(value))
+            item = Item(rec, *R.item_fields(value))
             n = value.get("run")
             by_n = {r.n: r for r in live.queue}
             active = live.active
-            if item.context is None and active is not None and n == active.n and not live.queue and self._takes(active):
+            if not item.alone and active is not None and n == active.n and not live.queue and self._takes(active):
                 active.items.append(item)
                 self._hand(live, active, item)
             elif n in by_n:
@@ -808,7 +820,7 @@ class Scheduler:
                 # takeover would record it failed).
                 position = sum(1 for r in live.queue if r.n < n)
                 live.queue.insert(position, Run(n, [item]))
-            elif item.context is None and live.queue and self._room(live.queue[-1]):  # its run stopped taking
+            elif not item.alone and live.queue and self._room(live.queue[-1]):  # its run stopped taking
                 run = live.queue[-1]
                 run.items.append(item)
                 n = run.n

@@ -51,6 +51,73 @@ E503 = error(
     description="The server is stopping, or its store cannot be written now",
 )
 
+E404_MESSAGE = error(
+    "session_not_found",
+    "not_found",
+    "message_not_found",
+    description="The session was never created, was deleted, or belongs to another principal; or it has no "
+    "message with the id the request names",
+)
+E400_QUERY = error(
+    "session_id_invalid",
+    "invalid_query",
+    detail=True,
+    description="A malformed session id, or a query parameter out of range (`limit`), of the wrong form "
+    "(`compacted`), or a cursor this server did not give",
+)
+
+CONVERSATION_PARAMS = (
+    {
+        "name": "leaf",
+        "in": "query",
+        "required": False,
+        "description": "The message whose path to read (default: the latest leaf).",
+        "schema": {"type": "string"},
+    },
+    {
+        "name": "compacted",
+        "in": "query",
+        "required": False,
+        "description": "`true` (default): compaction summaries replace the ranges they cover, as the model "
+        "sees the path; `false`: every stored message.",
+        "schema": {"type": "string", "enum": ["true", "false"]},
+    },
+    {
+        "name": "limit",
+        "in": "query",
+        "required": False,
+        "description": "Messages per page, 1 to 1000 (default 100).",
+        "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+    },
+    {
+        "name": "cursor",
+        "in": "query",
+        "required": False,
+        "description": "`nextCursor` of the page before; it keeps the pages on that page's path.",
+        "schema": {"type": "string"},
+    },
+)
+
+CONVERSATION = {
+    "type": "object",
+    "required": ["sessionId", "leaf", "compacted", "total", "messages", "nextCursor"],
+    "properties": {
+        "sessionId": {"type": "string"},
+        "leaf": {"type": ["string", "null"], "description": "The path's leaf (null: an empty conversation)."},
+        "compacted": {"type": "boolean"},
+        "total": {"type": "integer", "minimum": 0, "description": "Messages on the path, as read."},
+        "messages": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "role", "parts"],
+                "description": "A stored message (docs/messages.md): the user's and the agent's replies.",
+            },
+        },
+        "nextCursor": {"type": ["string", "null"], "description": "The next page's cursor; null on the last."},
+    },
+}
+
 SESSION_ID_PARAM = {
     "name": "sessionId",
     "in": "path",
@@ -115,6 +182,16 @@ MESSAGE_BODY = {
                 "next turn boundary."
             ),
         },
+        "at": {
+            "type": ["string", "null"],
+            "minLength": 1,
+            "description": (
+                "A message id of the conversation to run from instead of its latest message: the new turn "
+                "becomes a branch under it (a regeneration, or a what-if). Such a message opens a run of "
+                "its own (after the active one when the session is busy); an id the session does not have "
+                "is 404 `message_not_found`, nothing recorded."
+            ),
+        },
         "context": {
             "type": ["object", "null"],
             "description": (
@@ -169,6 +246,7 @@ SENT = {
         "queued": {"type": "boolean"},
         "at": {"type": "string"},
         "author": {"type": "string"},
+        "node": {"type": "string", "description": "The message it ran from (the body's `at`), when it named one."},
     },
 }
 

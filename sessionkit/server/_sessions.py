@@ -17,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import re
 from collections import OrderedDict
 from typing import Any
 
 from ..agent import RunController
-from ..errors import SessionNotFound
+from ..errors import MessageNotFound, SessionNotFound
 from . import _records as R
+from ._bodies import ConversationQuery, conversation_cursor
 from ._coordinate import Busy
 from ._errors import Rejected
 from ._events import EventHub, Subscriber
@@ -60,6 +62,37 @@ def _needs_recovery(snap: R.Snapshot) -> bool:
     return any(v.get("state") != "done" for v in snap.runs.values()) or any(
         r.status == "running" for r in snap.run_records
     )
+
+
+def _conversation_page(store: Any, key: str, public_id: str, query: ConversationQuery) -> dict:
+    """A page of one path of a session (``GET /sessions/{id}/conversation``), read off the loop."""
+    session = store.session(key)
+    try:  # the leaf's path, without content; MessageNotFound if not in the session
+        path = session.path(query.leaf)
+    except ValueError as exc:  # an id no engine can hold (a NUL, a lone surrogate) names no message
+        raise MessageNotFound(str(exc)) from None
+    page: list[dict] = []
+    total = 0
+    if path.leaf_id is not None:
+        stop = query.offset + query.limit
+        if query.compacted:
+            total = len(path.model_view())
+            # the store streams the path in bounded batches; reading stops after the page
+            page = list(itertools.islice(session.history(leaf_id=path.leaf_id), query.offset, stop))
+        else:
+            total = len(path)
+            ids = [node.id for node in path.nodes[query.offset : stop]]
+            found = session.get_many(ids)
+            page = [found[i] for i in ids if i in found]
+    end = query.offset + len(page)
+    return {
+        "sessionId": public_id,
+        "leaf": path.leaf_id,
+        "compacted": query.compacted,
+        "total": total,
+        "messages": page,
+        "nextCursor": conversation_cursor(path.leaf_id, query.compacted, end) if path.leaf_id and end < total else None,
+    }
 
 
 class Sessions:
@@ -383,6 +416,9 @@ class Sessions:
             }
             if value.get("author") is not None:
                 item["author"] = value["author"]
+            node = R.record_node(value)
+            if node is not None:
+                item["node"] = node
             messages.append(item)
         return {
             "sessionId": live.public_id,
@@ -391,6 +427,14 @@ class Sessions:
             "queued": queued or 0,
             "messages": messages,
         }
+
+    async def conversation(self, live: Live, query: ConversationQuery) -> dict:
+        """``GET /sessions/{id}/conversation``: a page of the latest path or a leaf's, compactions
+        applied or not; 404 ``message_not_found`` for a leaf the session does not have."""
+        try:
+            return await self.io.read(_conversation_page, self.store, live.key, live.public_id, query)
+        except MessageNotFound:
+            raise Rejected(404, "message_not_found") from None
 
     async def listing(self, principal: str) -> dict:
         """``GET /sessions``: the caller's sessions, newest activity first."""

@@ -25,13 +25,20 @@ MODES = (FOLLOW_UP, STEER)
 @dataclass(eq=False)
 class Item:
     """A message a caller sent: its record number, text, mode, author and context (in memory
-    only, but for the pending record that carries it to the driving worker)."""
+    only, but for the pending record that carries it to the driving worker), and the message
+    of the conversation it runs from (``node``, recorded)."""
 
     rec: int
     text: str
     mode: str = FOLLOW_UP
     author: str | None = None
     context: dict | None = None
+    node: str | None = None
+
+    @property
+    def alone(self) -> bool:
+        """Whether it opens a run of its own: a context, or a node to run from, is that run's alone."""
+        return self.context is not None or self.node is not None
 
     @property
     def metadata(self) -> dict | None:

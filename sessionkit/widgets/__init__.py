@@ -6,6 +6,7 @@
     tree = sk.widgets.BranchTree(session)          # the whole tree; click selects a path
     chat = sk.widgets.Transcript(session, follow=tree)   # that path as a chat
     live = sk.widgets.RunView(controller)          # a run as it streams
+    side = sk.widgets.CompareView()                # compare()'s variants side by side
 
 :mod:`sessionkit.widgets.viewer` holds the data and page of the store viewer
 (``sessionkit view``, docs/viewer.md), which runs these views' front end in a web page.
@@ -21,9 +22,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["BranchTree", "Transcript", "RunView", "StoreBrowser", "snapshot", "widgets_available"]
+__all__ = ["BranchTree", "Transcript", "RunView", "StoreBrowser", "CompareView", "snapshot", "widgets_available"]
 
-_WIDGETS = {"BranchTree", "Transcript", "RunView", "StoreBrowser"}
+_WIDGETS = {"BranchTree", "Transcript", "RunView", "StoreBrowser", "CompareView"}
 
 
 def widgets_available() -> bool:
@@ -50,7 +51,8 @@ def snapshot(obj: Any) -> str:
 def __getattr__(name: str) -> Any:
     if name in _WIDGETS:
         try:
-            module = importlib.import_module("sessionkit.widgets._views")
+            where = "_compare_view" if name == "CompareView" else "_views"
+            module = importlib.import_module(f"sessionkit.widgets.{where}")
         except ImportError as exc:
             if (exc.name or "").split(".")[0] not in ("anywidget", "ipywidgets", "traitlets", "comm", "psygnal"):
                 raise

@@ -380,7 +380,16 @@ def _clip(text: str, limit: int) -> str:
 
 
 def message_preview(message: dict, limit: int = _PREVIEW_CHARS) -> str:
-    """One line saying what a message holds: its text, else its tool calls or part types."""
+    """One line saying what a message holds: its text, else its tool calls or part types.
+
+    The opening message of a variant's run (``sessionkit.prototyping.compare``) starts
+    with the variant's name in brackets, so a tree shows which branch is which.
+    """
+    meta = message.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    variant = labels.get("variant") if isinstance(labels, dict) else None
+    if isinstance(variant, str) and variant:
+        return f"[{variant}] " + preview(message, limit)
     return preview(message, limit)
 
 

@@ -15,6 +15,7 @@ snapshots. Screenshots of each view go to the ``screenshots`` folder (see confte
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import nbhelpers
@@ -79,6 +80,23 @@ CELLS = [
         "'function_calling_simple.traj')\nsk.widgets.Transcript(swe, height=1600)",
     ),
     ("big", "big = sk.widgets.BranchTree(bs, height=400)\nbig"),
+    ("compare", "cview = sk.widgets.CompareView(height=320)\ncview"),
+    (
+        "compare_go",
+        "import json\nfrom sessionkit.prototyping import compare\nfrom sessionkit.testing import ScriptedModel\n"
+        "async def compare_go():\n"
+        "    while not (OUT / 'compare-go').exists():\n"
+        "        await asyncio.sleep(0.05)\n"
+        "    variants = dict(\n"
+        "        slow=sk.Agent('slow', '', h.SlowModel(h.run_script()[1:])),\n"
+        "        fast=sk.Agent('fast', '', ScriptedModel(['Short answer.'])),\n"
+        "        broken=sk.Agent('broken', '', ScriptedModel([dict(error=RuntimeError('provider down'))])),\n"
+        "    )\n"
+        "    c = await compare('Plan a sunny day', store.session('cmp'), variants=variants, on_event=cview.on_event)\n"
+        "    shown = dict((r['variant'], r['text'] or r['error']) for r in c.rows)\n"
+        "    (OUT / 'compare.txt').write_text(json.dumps(shown))\n"
+        "compare_task = asyncio.ensure_future(compare_go())",
+    ),
     ("repr", "s"),
     (
         "labels_sql",  # the labels view, read in the kernel once the test asks (file 'labels-go')
@@ -92,7 +110,9 @@ CELLS = [
     ("done", "(OUT / 'done.txt').write_text('ok')\nprint('all cells ran')"),
 ]
 CELL = {name: k for k, (name, _) in enumerate(CELLS)}
-LIVE_VIEWS = sum(1 for name, _ in CELLS if name not in ("setup", "go", "labels_sql", "done"))  # outputs with a snapshot
+LIVE_VIEWS = sum(
+    1 for name, _ in CELLS if name not in ("setup", "go", "labels_sql", "compare_go", "done")
+)  # with a snapshot
 
 
 def _write_notebook(path: Path, out: Path) -> None:
@@ -309,6 +329,43 @@ def test_run_view_streams_text_before_turn_end(nb, screenshots):
     assert view.locator(".sk-tool").count() == 1
     assert nbhelpers.run_script()[1]["text"] in view.inner_text()
     nb.shot(view, screenshots, "run-view")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_compare_view_fills_side_by_side_while_the_variants_stream(nb, screenshots):
+    page = nb.page
+    view = nb.view("compare", "compare")
+    view.scroll_into_view_if_needed()
+    page.evaluate(
+        """el => {
+            window.__compareUpdates = [];
+            const obs = new MutationObserver(() => {
+                const col = el.querySelector('.sk-compare-col[data-variant="slow"]');
+                if (!col) return;
+                const len = col.querySelector('.sk-compare-text').textContent.length;
+                const log = window.__compareUpdates;
+                if (!log.length || log[log.length - 1].len !== len) log.push({len, status: col.dataset.status});
+            });
+            obs.observe(el, {subtree: true, childList: true, characterData: true, attributes: true});
+        }""",
+        view.element_handle(),
+    )
+    (nb.out / "compare-go").write_text("1")
+    rows = json.loads(wait_file(nb.out / "compare.txt", HANG))
+    page.wait_for_function(
+        "el => el.querySelectorAll('.sk-compare-col[data-status=completed]').length === 2"
+        " && el.querySelectorAll('.sk-compare-col[data-status=failed]').length === 1",
+        arg=view.element_handle(),
+    )
+    growing = [u for u in page.evaluate("window.__compareUpdates") if u["status"] != "completed" and u["len"] > 0]
+    # the slow variant's words arrive with a pause after each: the column grows in several batches
+    assert len(growing) >= 3, growing
+    assert rows["slow"] == nbhelpers.run_script()[1]["text"] and rows["fast"] == "Short answer."
+    for variant in ("slow", "fast"):
+        column = view.locator(f'.sk-compare-col[data-variant="{variant}"]')
+        assert column.locator(".sk-compare-text").inner_text() == rows[variant]
+    assert "provider down" in view.locator('.sk-compare-col[data-variant="broken"] .sk-err').inner_text()
+    nb.shot(view, screenshots, "compare-view")
     assert not nb.new_errors(), nb.errors
 
 

@@ -5,7 +5,8 @@ headers and bodies against the document, negative data refused, positive data
 accepted...): 0 server errors and 0 mismatches with the document. One setting: a
 plain HTTP request to the WebSocket route, however well formed, is answered ``426
 Upgrade Required`` (what the document says; ``404`` for an unknown session, as on
-every route), so those are the answers the positive-data check expects there.
+every route), so those are the answers the positive-data check expects there; and a
+generated conversation cursor, which no server gave, is refused with ``400``.
 Bounded (a fixed number of examples per operation, no example database) and on
 loopback only. With the token, the event stream is fuzzed before any session exists
 (unknown sessions, invalid resume points: answers that end); an open stream never
@@ -30,7 +31,13 @@ CONFIG = {
         {
             "include-operation-id": "websocket",
             "checks": {"positive_data_acceptance": {"expected-statuses": ["426", "404"]}},
-        }
+        },
+        {
+            # A cursor is opaque: only one the server gave is valid, so a generated one is
+            # refused (400 invalid_query), as a leaf the session does not have is (404).
+            "include-operation-id": "getConversation",
+            "checks": {"positive_data_acceptance": {"expected-statuses": ["200", "400", "404"]}},
+        },
     ]
 }
 

@@ -371,6 +371,7 @@ def test_openapi_document_describes_every_route_without_a_token(serve, store):
         "/sessions",
         "/sessions/{sessionId}",
         "/sessions/{sessionId}/messages",
+        "/sessions/{sessionId}/conversation",
         "/sessions/{sessionId}/events",
         "/sessions/{sessionId}/ws",
     }

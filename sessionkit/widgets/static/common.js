@@ -193,6 +193,8 @@ function skLocalModel(state, mod, answer) {
     },
   };
   return model;
+}
+
 /** A label's badge text: its tag, its rating, ⑂ for a label on the branch ending at the message. */
 function skLabelText(label) {
   const rating = label.rating === null || label.rating === undefined ? "" : ` ★${label.rating}`;
