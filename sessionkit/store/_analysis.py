@@ -72,6 +72,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import StoreClosed, missing
+from ._tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, needs_columns, tree_view_sql
 
 __all__ = [
     "VIEWS",
@@ -86,7 +87,7 @@ __all__ = [
 ]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
-VIEWS = ("messages", "sessions", "compactions", "runs", "events")
+VIEWS = ("messages", "sessions", "compactions", "runs", "events", *TREE_VIEWS)
 
 #: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
 #: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
@@ -162,6 +163,7 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ts", "time"),
         ("data", "text"),
     ),
+    **TREE_VIEW_COLUMNS,
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
@@ -183,6 +185,7 @@ SOURCE_COLUMNS = {
         "bytes",
         "created_at",
         "metadata",
+        "content",
     ),
     "compactions": (
         "seq",
@@ -212,6 +215,7 @@ _TYPES = {
         "VARCHAR",
         "BIGINT",
         "BIGINT",
+        "VARCHAR",
         "VARCHAR",
         "VARCHAR",
     ),
@@ -395,7 +399,8 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
            CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,
            TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts, data
     FROM {t["events"]}"""
-    return {"messages": messages, "sessions": sessions, "compactions": compactions, "runs": runs, "events": events}
+    views = {"messages": messages, "sessions": sessions, "compactions": compactions, "runs": runs, "events": events}
+    return {**views, **tree_view_sql(t)}
 
 
 #: The ORDER BY that gives each view's rows in the order ``to_arrow`` returns them.
@@ -405,6 +410,7 @@ VIEW_ORDER = {
     "compactions": "session_id, created_at, id",
     "runs": "session_id, run_number",
     "events": "session_id, seq",
+    **TREE_VIEW_ORDER,
 }
 
 
@@ -1274,7 +1280,7 @@ def _read_ahead(reader, depth: int = 4):
 
 
 #: Wide message columns a cache reads only once a query names them.
-LAZY_COLUMNS = ("text", "metadata")
+LAZY_COLUMNS = ("text", "metadata", "content")
 
 #: The column of each table whose -1 marks _AdbcReader's typing row.
 _MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
@@ -1284,7 +1290,7 @@ _MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"
 CACHE_SUFFIX = "-analysis.duckdb"
 
 #: The layout of a cache file (its tables and state); a file of another layout is made again.
-CACHE_FORMAT = "2"
+CACHE_FORMAT = "3"
 
 _file_locks: dict[str, threading.RLock] = {}
 _file_locks_guard = threading.Lock()
@@ -1752,7 +1758,8 @@ class Cache:
             names = names_used(self.con, query)
             if files:  # (the views it names are read whole)
                 names = names | {"*"}
-        need = {c for c in LAZY_COLUMNS if c in names or "*" in names}
+        # (``content`` only for the views that parse it, never for a star)
+        need = {c for c in LAZY_COLUMNS if c != "content" and (c in names or "*" in names)} | needs_columns(names)
         if self.engine.in_write():
             return self._query_in_write(query, params, names, need, session_ids, run=run, files=files)
         self.refresh(need)
