@@ -79,7 +79,9 @@ _META_COST = (
     "CASE WHEN json_type(m.metadata, '$.usage.cost_usd') IN ('BIGINT', 'UBIGINT', 'DOUBLE')"
     " THEN CAST(json_extract(m.metadata, '$.usage.cost_usd') AS DOUBLE) END"
 )
-_META_RUN = "CASE WHEN json_type(m.metadata, '$.run_id') = 'VARCHAR' THEN json_extract_string(m.metadata, '$.run_id') END"
+_META_RUN = (
+    "CASE WHEN json_type(m.metadata, '$.run_id') = 'VARCHAR' THEN json_extract_string(m.metadata, '$.run_id') END"
+)
 
 # Every message with its parent's seq, its tool count and the facts read from its
 # metadata; the number of children of each parent; each leaf's path (recursive, up);
@@ -141,7 +143,8 @@ _TURNS = """,
     ),
     _tv_agg AS (
         SELECT useq, count(*)::BIGINT AS n, arg_max(id, depth) FILTER (WHERE role = 'assistant') AS reply_id,
-               sum(len(tools))::BIGINT AS tool_calls, flatten(list(tools ORDER BY depth)) AS tool_names,
+               sum(len(tools)) FILTER (WHERE role <> 'tool')::BIGINT AS tool_calls,
+               flatten(list(tools ORDER BY depth) FILTER (WHERE role <> 'tool')) AS tool_names,
                sum(tokens)::BIGINT AS tokens, sum(cost_usd)::DOUBLE AS cost_usd
         FROM _tv_stretch GROUP BY useq
     ),
