@@ -72,6 +72,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..errors import StoreClosed, missing
+from ._embeddings import EMBEDDINGS_COLUMNS, embeddings_view_sql
 from ._tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, needs_columns, tree_view_sql
 
 __all__ = [
@@ -87,7 +88,7 @@ __all__ = [
 ]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
-VIEWS = ("messages", "sessions", "compactions", "runs", "events", *TREE_VIEWS)
+VIEWS = ("messages", "sessions", "compactions", "runs", "events", *TREE_VIEWS, "embeddings")
 
 #: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
 #: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
@@ -164,6 +165,7 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("data", "text"),
     ),
     **TREE_VIEW_COLUMNS,
+    "embeddings": EMBEDDINGS_COLUMNS,
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
@@ -200,6 +202,7 @@ SOURCE_COLUMNS = {
     ),
     "runs": ("run_id", "session_id", "status", "input", "error", "started_at", "ended_at", "usage", "n"),
     "events": ("session_id", "seq", "run_id", "data"),
+    "embeddings": ("model", "seq", "session_id", "message_id", "dim", "vector"),
 }
 
 _TYPES = {
@@ -222,6 +225,8 @@ _TYPES = {
     "compactions": ("BIGINT", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "BIGINT"),
     "runs": ("VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "BIGINT"),
     "events": ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR"),
+    # (the vector's JSON text is cast to FLOAT[] once, as it is copied)
+    "embeddings": ("VARCHAR", "BIGINT", "VARCHAR", "VARCHAR", "BIGINT", "FLOAT[]"),
 }
 
 
@@ -339,6 +344,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
         "compactions": tables["compactions"],
         "runs": tables["runs"],
         "events": tables["events"],
+        "embeddings": tables["embeddings"],
     }
     tree_cte = _TREE.format(**t)
     cols = _MESSAGE_COLUMNS
@@ -400,7 +406,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
            TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts, data
     FROM {t["events"]}"""
     views = {"messages": messages, "sessions": sessions, "compactions": compactions, "runs": runs, "events": events}
-    return {**views, **tree_view_sql(t)}
+    return {**views, **tree_view_sql(t), "embeddings": embeddings_view_sql(t)}
 
 
 #: The ORDER BY that gives each view's rows in the order ``to_arrow`` returns them.
@@ -411,6 +417,7 @@ VIEW_ORDER = {
     "runs": "session_id, run_number",
     "events": "session_id, seq",
     **TREE_VIEW_ORDER,
+    "embeddings": "session_id, message_id, model",
 }
 
 
@@ -1124,7 +1131,7 @@ class _CopyReader(_EngineReader):
         as stored (PostgreSQL knows a text's size without reading it), doubled for the
         quotes CSV doubles, plus room for the other columns."""
         types = dict(zip(SOURCE_COLUMNS[name], _TYPES[name]))
-        wide = [c for c in cols if types[c] == "VARCHAR"]
+        wide = [c for c in cols if types[c] in ("VARCHAR", "FLOAT[]")]
         if not wide:
             return _BLOCK
         size = " + ".join(f"coalesce(octet_length({c}), 0)" for c in wide)
@@ -1283,7 +1290,7 @@ def _read_ahead(reader, depth: int = 4):
 LAZY_COLUMNS = ("text", "metadata", "content")
 
 #: The column of each table whose -1 marks _AdbcReader's typing row.
-_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"}
+_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq", "embeddings": "seq"}
 
 
 #: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
@@ -1684,7 +1691,7 @@ class Cache:
         self.last_n, self.log_count = row[0], row[1]
         self.reads += rd.load("messages", "WHERE seq > ?", (0,), paged=True)
         self.hi = self.con.execute("SELECT coalesce(max(seq), 0) FROM sessionkit_messages").fetchall()[0][0]
-        for name in ("compactions", "runs", "events"):
+        for name in ("compactions", "runs", "events", "embeddings"):
             rd.load(name)
         self.loaded = True
 
@@ -1692,12 +1699,13 @@ class Cache:
         eng = self.engine
         gone: set[str] = set()  # sessions whose messages are read again
         updated: set[int] = set()
-        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set()}
+        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set(), "embeddings": set()}
         low = None
         for _, sid, kind, seq in log:
             if kind == "delete":
                 gone.add(sid)
                 side["compactions"].add(sid)
+                side["embeddings"].add(sid)
                 if seq is not None:
                     low = seq if low is None else min(low, seq)
             elif kind == "update":
@@ -1824,4 +1832,5 @@ _PAGE = 20_000
 _ARROW = {
     "BIGINT": lambda pa: pa.int64(),
     "VARCHAR": lambda pa: pa.string(),
+    "FLOAT[]": lambda pa: pa.string(),
 }

@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 #: The schema version every engine writes (see :data:`MIGRATIONS`).
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: DuckDB: single appends written as one JSON row each, moved into the messages table in
 #: batches (see :mod:`sessionkit.store.duckdb`).
@@ -353,6 +353,33 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(7, "DuckDB: the append journal (sessionkit_journal)", {"duckdb": (DUCKDB_JOURNAL_TABLE,)}),
 )
+
+
+# ---------------------------------------------------------------------------
+# Schema version 8: message embeddings (store.embed / store.similar, docs/analysis.md).
+# One self-contained block: the table, its migration, registered below.
+
+#: One vector per (embedding model, message). ``seq``, ``session_id`` and ``message_id``
+#: name the message (all three: SQLite may give a deleted row's seq to a new one, so a row
+#: whose message is gone never attaches to another). The vector is stored as the JSON
+#: text of its float32 values (7 significant digits): text travels unchanged through
+#: every engine's analysis copy (SQLite via ADBC, PostgreSQL via COPY CSV, DuckDB) and
+#: DuckDB casts it to ``FLOAT[]`` directly, where a BLOB would need decoding per engine.
+EMBEDDINGS_TABLE = Table(
+    "embeddings",
+    (
+        Column("model", "text"),
+        Column("seq", "bigint"),
+        Column("session_id", "text"),
+        Column("message_id", "text"),
+        Column("dim", "int"),
+        Column("vector", "text"),
+    ),
+    key=("model", "seq"),
+    indexes=(Index("sessionkit_embeddings_session", "session_id", only=_SQLITE_PG),),
+)
+TABLES[EMBEDDINGS_TABLE.name] = EMBEDDINGS_TABLE
+MIGRATIONS += (Migration(8, "embeddings: one vector per model and message", {"*": (_create_table("embeddings"),)}),)
 
 
 # ---------------------------------------------------------------------------
