@@ -540,6 +540,19 @@ class AsyncStore:
         """Full-text search over text parts (docs/search.md), as :meth:`sessionkit.Store.search`."""
         return await self._call("search", query, session_id=session_id, limit=limit)
 
+    # -- embeddings -------------------------------------------------------------------------
+    async def embed(self, embedder, *, batch_size: int = 256, progress=None, options: dict | None = None) -> int:
+        """Store vectors for the messages new since the last call, as :meth:`sessionkit.Store.embed`
+        (the embedder runs on the store's worker thread)."""
+        return await self._call("embed", embedder, batch_size=batch_size, progress=progress, options=options)
+
+    async def similar(
+        self, query, *, k: int = 10, session_ids=None, embedder=None, model: str | None = None
+    ) -> list[SearchHit]:
+        """The messages most similar to ``query``, as :meth:`sessionkit.Store.similar`."""
+        ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
+        return await self._query("similar", query, k=k, session_ids=ids, embedder=embedder, model=model)
+
     # -- runs, events, records ------------------------------------------------------------------
     async def runs(self, session_id: str) -> list[RunRecord]:
         """Recorded agent runs of a session, oldest first."""

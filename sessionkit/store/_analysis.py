@@ -1710,6 +1710,7 @@ class Cache:
                     low = seq if low is None else min(low, seq)
             elif kind == "update":
                 updated.add(seq)
+                side["embeddings"].add(sid)
             elif kind in side:
                 side[kind].add(sid)
         hi = self.hi if low is None else min(self.hi, low - 1)

@@ -6,8 +6,9 @@ docs/widgets.md), served by upper layers.
 :mod:`sessionkit.widgets`. The store sits below both, so it reaches them only
 here, lazily (on first use: importing the store loads neither pandas, DuckDB nor
 ipywidgets). Embeddings reach litellm (``sessionkit.agent.models``) and the progress
-display of imports (``sessionkit.io.Progress``) the same way. This is the one module of ``sessionkit.store`` allowed to import
-from a layer above it (the layering test checks it).
+display of imports (``sessionkit.io.Progress``) the same way. This is the one module
+of ``sessionkit.store`` allowed to import from a layer above it (the layering test
+checks it).
 """
 
 from __future__ import annotations

@@ -580,11 +580,13 @@ STATEMENTS: dict[str, str] = {
         ") SELECT {node} FROM {messages} WHERE session_id = ? AND id IN (SELECT id FROM down) ORDER BY seq"
     ),
     "delete_messages": "DELETE FROM {messages} WHERE seq {in_seqs}",
+    "delete_embeddings_of": "DELETE FROM {embeddings} WHERE seq {in_seqs}",
     "delete_compactions_of": (
         "DELETE FROM {compactions} WHERE session_id = ? AND (from_id {in_ids} OR to_id {in_ids})"
     ),
     "session_seqs": "SELECT seq FROM {messages} WHERE session_id = ?",
     "clear_messages": "DELETE FROM {messages} WHERE session_id = ?",
+    "clear_embeddings": "DELETE FROM {embeddings} WHERE session_id = ?",
     "clear_compactions": "DELETE FROM {compactions} WHERE session_id = ?",
     "clear_runs": "DELETE FROM {runs} WHERE session_id = ?",
     "clear_events": "DELETE FROM {events} WHERE session_id = ?",
@@ -1322,6 +1324,7 @@ class SQLEngine(Engine):
             ),
         )
         self.log_change(sid, "update", node.seq)
+        self.execute(self.sql["delete_embeddings_of"], (self.listed([node.seq]),))  # its text changed
         self.update_extras(sid, node, prep, index)
         self.execute(self.sql["delete_chunks"], (self.listed([node.seq]),))
         self.put_chunks(node.seq, chunks)
@@ -1349,6 +1352,7 @@ class SQLEngine(Engine):
         for part in _split(seqs, 1000):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
             self.execute(self.sql["delete_messages"], (self.listed(part),))
+            self.execute(self.sql["delete_embeddings_of"], (self.listed(part),))
         for part in _split(ids, 1000):
             self.execute(self.sql["delete_compactions_of"], (sid, self.listed(part), self.listed(part)))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
@@ -1362,6 +1366,7 @@ class SQLEngine(Engine):
         for part in _split(seqs, 1000):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
         self.execute(self.sql["clear_messages"], (sid,))
+        self.execute(self.sql["clear_embeddings"], (sid,))
         self.execute(self.sql["clear_compactions"], (sid,))
         self.log_change(sid, "delete", min(seqs) if seqs else None)
 

@@ -22,6 +22,7 @@ duckdb = pytest.importorskip("duckdb")
 import sessionkit as sk  # noqa: E402
 from sessionkit.errors import SessionKitError  # noqa: E402
 from sessionkit.store import duckdb as engine_module  # noqa: E402
+from sessionkit.store._sql import SCHEMA_VERSION  # noqa: E402
 
 #: what the ``store`` fixture (tests/store/conftest.py) opens here: a DuckDB file
 STORE_KIND = "duckdb"
@@ -377,8 +378,8 @@ def test_a_version_6_file_gains_the_journal(tmp_path):
             eng.execute("DELETE FROM sessionkit_migrations WHERE version = 7")
             eng.execute("UPDATE sessionkit_meta SET value = '6' WHERE key = 'schema_version'")
     with sk.open_store(path) as st:
-        assert st.stats()["schema_version"] == 7
-        assert [r[0] for r in st._engine.ledger()][-1] == 7
+        assert st.stats()["schema_version"] == SCHEMA_VERSION
+        assert 7 in [r[0] for r in st._engine.ledger()]
         s = st.session("s")
         assert s.append(msg("b", "after")).inserted and journal_rows(st) == 1
         assert [m["id"] for m in s.get_history()] == ["a", "b"]
