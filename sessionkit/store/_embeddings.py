@@ -21,6 +21,7 @@ import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .. import parts as _parts
 from ..errors import MessageNotFound
 from . import _conveniences
 from .search import SearchHit
@@ -48,12 +49,6 @@ _COUNT = (
     " AND NOT EXISTS (SELECT 1 FROM {embeddings} e WHERE e.model = ? AND e.seq = m.seq"
     " AND e.session_id = m.session_id AND e.message_id = m.id)"
 )
-# rows whose message is gone (deleted, or its seq given to another message)
-_STALE = (
-    "SELECT e.seq, e.session_id FROM {embeddings} e WHERE e.model = ? AND NOT EXISTS"
-    " (SELECT 1 FROM {messages} m WHERE m.seq = e.seq AND m.session_id = e.session_id AND m.id = e.message_id)"
-)
-_DROP = "DELETE FROM {embeddings} WHERE model = ? AND seq {in_seqs}"
 _UPSERT = (
     "ON CONFLICT (model, seq) DO UPDATE SET session_id = excluded.session_id,"
     " message_id = excluded.message_id, dim = excluded.dim, vector = excluded.vector"
@@ -109,16 +104,9 @@ def embed(eng: Any, embedder: Any, *, batch_size: int, progress: Any, options: A
     call = _embedder(embedder, options)
     if progress is not None and progress is not False and progress is not True and not callable(progress):
         raise TypeError("progress must be None, True, False or a callable fn(done, total)")
+    # (no vector outlives its message: deletes and updates drop them, _sql.py)
     with eng.snapshot():
-        stale = eng.fetch(eng.compile(_STALE), (model,))
         total = eng.fetch(eng.compile(_COUNT), (model,))[0][0]
-    if stale:
-        with eng.write():
-            seqs = [r[0] for r in stale]
-            for start in range(0, len(seqs), 1000):
-                eng.execute(eng.compile(_DROP), (model, eng.listed(seqs[start : start + 1000])))
-            for sid in sorted({r[1] for r in stale}):
-                eng.log_change(sid, "embeddings")
     bar = _conveniences.progress(progress, total=total, desc="embed", unit="msg")
     done, last, dim = 0, 0, None
     try:
@@ -200,7 +188,7 @@ def similar(
         else:
             model = model_name(embedder)
     vector = _query_vector(store, query, model, embedder)
-    params: dict[str, Any] = {"q": vector, "model": model, "k": k}
+    params: dict[str, Any] = {"q": vector, "model": model, "k": k, "dim": len(vector)}
     where = ""
     if session_ids is not None:
         if isinstance(session_ids, str):
@@ -210,18 +198,28 @@ def similar(
     if isinstance(query, tuple):  # the message itself is not its own neighbour
         params["self_s"], params["self_m"] = query
         where += " AND NOT (e.session_id = $self_s AND e.message_id = $self_m)"
+    # ranked over the vectors alone; the k best messages are then read by id (a join with
+    # the messages view would read every message's row for k of them)
     rows = store.sql_arrow(
-        "SELECT e.session_id, e.message_id, m.role, m.text,"
-        " list_cosine_similarity(e.vector, $q::FLOAT[]) AS score"
-        " FROM embeddings e JOIN messages m ON m.session_id = e.session_id AND m.id = e.message_id"
-        f" WHERE e.model = $model AND e.dim = len($q::FLOAT[]){where}"
+        "SELECT e.session_id, e.message_id, list_cosine_similarity(e.vector, $q::FLOAT[]) AS score"
+        f" FROM embeddings e WHERE e.model = $model AND e.dim = $dim{where}"
         " ORDER BY score DESC NULLS LAST, e.session_id, e.message_id LIMIT $k",
         params,
     ).to_pylist()
-    return [
-        SearchHit(r["message_id"], r["session_id"], r["role"], r["text"], _snippet(r["text"]), float(r["score"] or 0.0))
-        for r in rows
-    ]
+    wanted: dict[str, list[str]] = {}
+    for r in rows:
+        wanted.setdefault(r["session_id"], []).append(r["message_id"])
+    found = {sid: store.session(sid).get_many(ids) for sid, ids in wanted.items()}
+    hits = []
+    for r in rows:
+        message = found[r["session_id"]].get(r["message_id"])
+        if message is None:  # deleted since the ranking
+            continue
+        text = _parts.text_of(message)
+        hits.append(
+            SearchHit(r["message_id"], r["session_id"], message["role"], text, _snippet(text), float(r["score"] or 0.0))
+        )
+    return hits
 
 
 def _snippet(text: str, width: int = 160) -> str:
@@ -230,8 +228,8 @@ def _snippet(text: str, width: int = 160) -> str:
 
 
 def embeddings_view_sql(tables: dict[str, str]) -> str:
-    """The ``embeddings`` view over ``tables`` (its rows whose message is still stored)."""
+    """The ``embeddings`` view over ``tables``. (A message's vector goes with it when it is
+    deleted or its text updated: the store's cascades, ``_sql.py``.)"""
     return f"""SELECT e.session_id, e.message_id, e.model, e.dim::BIGINT AS dim,
            CAST(e.vector AS FLOAT[]) AS vector
-    FROM {tables["embeddings"]} e
-    JOIN {tables["messages"]} m ON m.seq = e.seq AND m.session_id = e.session_id AND m.id = e.message_id"""
+    FROM {tables["embeddings"]} e"""
