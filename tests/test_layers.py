@@ -224,7 +224,8 @@ def test_the_layers_contract_catches_an_offender(tmp_path):
     (pkg / "widgets" / "display.py").write_text("")
     (pkg / "agent" / "models.py").write_text("")
     (pkg / "store" / "_conveniences.py").write_text(
-        "from ..analysis import x\nfrom ..widgets import display\nfrom ..agent import models\nfrom ..io import Progress\n"
+        "from ..analysis import x\nfrom ..widgets import display\n"
+        "from ..agent import models\nfrom ..io import Progress\n"
     )
     (pkg / "store" / "_core.py").write_text("from .. import messages\n")
     (pkg / "cli.py").write_text("from . import server\n")
