@@ -51,7 +51,7 @@ before each later one from the rows written since and the store's change log
 messages, so a query that names none of them (and no ``*``) skips it. Anything
 but a single SELECT raises ``ValueError``: a query never writes the store.
 
-A query is a sandbox: it reads the five views, its own CTEs and the table functions
+A query is a sandbox: it reads the views, its own CTEs and the table functions
 ``range``, ``generate_series`` and ``unnest``, and nothing else -- no file, no
 environment, no table of the store or of its cache, no ``duckdb_*()`` catalog
 function, no setting; what it reaches beyond raises ``ValueError`` naming it.

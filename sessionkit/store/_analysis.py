@@ -1,6 +1,7 @@
 """Analysis where the data is: the views of ``store.sql`` as DuckDB SQL over the store's tables.
 
-The five views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``;
+The views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``, the tree
+views of :mod:`._tree_views` and ``embeddings`` of :mod:`._embeddings`;
 their columns in :mod:`sessionkit.analysis`) are written once, in :func:`view_sql`, as
 DuckDB SQL over tables named like the store's own (``sessionkit_messages``...) that hold
 at least the analysis columns every engine stores with each message (``_sql.TABLES``).
@@ -44,7 +45,7 @@ Two ways to have those tables, decided by the engine:
 
 Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 ``ValueError`` before it reaches DuckDB. A query is a sandbox (:func:`check_query`): it
-reads the five views, its own CTEs, constants and a few table functions (``range``,
+reads the views, its own CTEs, constants and a few table functions (``range``,
 ``generate_series``, ``unnest``), nothing else: no file, no table of the store or the
 cache, no catalog function (``duckdb_tables()``...), no setting. DuckDB enforces the same
 on the cache's connection (no file system access, no extension loaded, its configuration
