@@ -155,8 +155,10 @@ def test_bad_input_raises_and_keeps_what_is_stored(store):
     assert len(store.similar("cat", embedder=words, k=2)) == 2
 
 
-def test_a_litellm_model_name_embeds_through_litellm(store):
+def test_a_litellm_model_name_embeds_through_litellm():
+    """(Once, on SQLite: the path through litellm is the same on every engine.)"""
     pytest.importorskip("litellm")
+    store = sk.open_store()
     _fill(store, "s", TEXTS[:2])
     # (litellm's mock answers one vector per call: one text per call)
     mock = {"mock_response": [0.5, 0.25, 0.125]}
