@@ -466,3 +466,20 @@ def test_tree_views_of_swe_agent_trajectories_and_agent_runs(store):
     assert all(r["latency_s"] is not None for r in mine)
     assert any(r["session_id"] != "agent" for r in ref.tool_calls)  # the trajectories' calls
     assert any(t["latency_s"] is not None for t in ref.turns)
+
+
+def test_queries_that_do_not_name_the_tree_views_pay_nothing_for_them(tmp_path):
+    """On a SQLite file (an analysis cache beside it): a query of ``messages`` defines no tree
+    view and copies no message JSON; the first query naming ``tool_calls`` copies it."""
+    with sk.open_store(str(tmp_path / "lazy.db")) as store:
+        s = store.session("s")
+        s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": "go"}]})
+        call = {"type": "tool-f", "toolCallId": "c", "state": "output-available", "input": {}, "output": "ok"}
+        s.append({"id": "a", "role": "assistant", "parts": [call]})
+        assert store.sql("SELECT count(*) AS n, max(text) AS t FROM messages")["n"][0] == 2
+        cache = store._engine._analysis
+        assert not cache.lazy["content"] and not cache.views["views"] & {"paths", "turns", "tool_calls"}
+        assert store.sql("SELECT count(*) AS n FROM turns")["n"][0] == 1
+        assert not cache.lazy["content"]  # turns reads no message JSON
+        assert store.sql("SELECT result FROM tool_calls")["result"].tolist() == ["ok"]
+        assert cache.lazy["content"]
