@@ -187,16 +187,28 @@ _TOOL_CALLS = """,
                OR json_extract_string(x.part, '$.type') = 'dynamic-tool')
           AND json_type(x.part, '$.toolCallId') = 'VARCHAR'
     ),
-    _tv_pair AS (
-        SELECT c.*, r.seq AS rseq, r.id AS rid, r.state AS rstate, r.output AS routput, r.error_text AS rerror,
-               row_number() OVER (PARTITION BY c.seq, c.idx ORDER BY r.seq, r.idx) AS rn
-        FROM _tv_tp c
-        LEFT JOIN _tv_tp r ON r.session_id = c.session_id AND r.call_id = c.call_id
+    _tv_calls AS MATERIALIZED (
+        SELECT * FROM _tv_tp WHERE role <> 'tool'
+    ),
+    _tv_later AS (
+        SELECT c.seq, c.idx, min(struct_pack(seq := r.seq, idx := r.idx)) AS first
+        FROM _tv_calls c
+        JOIN _tv_tp r ON r.session_id = c.session_id AND r.call_id = c.call_id AND r.seq > c.seq
              AND r.state IN ('output-available', 'output-error')
-             AND ((r.seq = c.seq AND r.idx = c.idx)
-                  OR (r.seq > c.seq AND EXISTS (SELECT 1 FROM _tv_below b JOIN _tv_path p ON p.leaf = b.leaf
-                                                WHERE b.seq = r.seq AND p.seq = c.seq)))
-        WHERE c.role <> 'tool'
+        JOIN _tv_below b ON b.seq = r.seq
+        JOIN _tv_path p ON p.leaf = b.leaf AND p.seq = c.seq
+        WHERE c.state IS DISTINCT FROM 'output-available' AND c.state IS DISTINCT FROM 'output-error'
+        GROUP BY c.seq, c.idx
+    ),
+    _tv_where AS (
+        SELECT c.*,
+               CASE WHEN c.state IN ('output-available', 'output-error') THEN c.seq ELSE l.first.seq END AS rseq,
+               CASE WHEN c.state IN ('output-available', 'output-error') THEN c.idx ELSE l.first.idx END AS ridx
+        FROM _tv_calls c LEFT JOIN _tv_later l ON l.seq = c.seq AND l.idx = c.idx
+    ),
+    _tv_pair AS (
+        SELECT c.*, r.id AS rid, r.state AS rstate, r.output AS routput, r.error_text AS rerror
+        FROM _tv_where c LEFT JOIN _tv_tp r ON r.seq = c.rseq AND r.idx = c.ridx
     ),
     _tv_tlat AS (
         SELECT run_id, call_id,
@@ -212,8 +224,7 @@ _TOOL_CALLS = """,
     FROM _tv_pair c
     LEFT JOIN _tv_tlat lat ON lat.run_id = c.run_id AND lat.call_id = c.call_id
     LEFT JOIN _tv_below b ON b.seq = c.rseq
-    LEFT JOIN _tv_on o ON o.leaf = b.leaf AND o.seq = c.rseq
-    WHERE c.rn = 1"""
+    LEFT JOIN _tv_on o ON o.leaf = b.leaf AND o.seq = c.rseq"""
 
 
 def tree_view_sql(tables: dict[str, str]) -> dict[str, str]:
