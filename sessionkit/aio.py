@@ -678,7 +678,7 @@ class AsyncStore:
         return await self._query("messages_df", session_ids)
 
     async def sql(self, query: str, params=None, *, files: bool = False):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events (a DataFrame).
+        """Run DuckDB SQL over the analysis views (docs/analysis.md) (a DataFrame).
 
         Cancelling the task that awaits it stops the query (see :meth:`sessionkit.Store.sql_arrow`)."""
         return await self._query("sql", query, params, files=files)
