@@ -589,6 +589,19 @@ class AsyncStore:
         """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
         return await self._call("import_labels", list(labels))
 
+    # -- embeddings -------------------------------------------------------------------------
+    async def embed(self, embedder, *, batch_size: int = 256, progress=None, options: dict | None = None) -> int:
+        """Store vectors for the messages new since the last call, as :meth:`sessionkit.Store.embed`
+        (the embedder runs on the store's worker thread)."""
+        return await self._call("embed", embedder, batch_size=batch_size, progress=progress, options=options)
+
+    async def similar(
+        self, query, *, k: int = 10, session_ids=None, embedder=None, model: str | None = None
+    ) -> list[SearchHit]:
+        """The messages most similar to ``query``, as :meth:`sessionkit.Store.similar`."""
+        ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
+        return await self._query("similar", query, k=k, session_ids=ids, embedder=embedder, model=model)
+
     # -- runs, events, records ------------------------------------------------------------------
     async def runs(self, session_id: str) -> list[RunRecord]:
         """Recorded agent runs of a session, oldest first."""
@@ -714,7 +727,7 @@ class AsyncStore:
         return await self._query("messages_df", session_ids)
 
     async def sql(self, query: str, params=None, *, files: bool = False):
-        """Run DuckDB SQL over the views messages, sessions, compactions, runs, events, labels (a DataFrame).
+        """Run DuckDB SQL over the analysis views (docs/analysis.md) (a DataFrame).
 
         Cancelling the task that awaits it stops the query (see :meth:`sessionkit.Store.sql_arrow`)."""
         return await self._query("sql", query, params, files=files)

@@ -222,7 +222,11 @@ def test_the_layers_contract_catches_an_offender(tmp_path):
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "widgets" / "display.py").write_text("")
-    (pkg / "store" / "_conveniences.py").write_text("from ..analysis import x\nfrom ..widgets import display\n")
+    (pkg / "agent" / "models.py").write_text("")
+    (pkg / "store" / "_conveniences.py").write_text(
+        "from ..analysis import x\nfrom ..widgets import display\n"
+        "from ..agent import models\nfrom ..io import Progress\n"
+    )
     (pkg / "store" / "_core.py").write_text("from .. import messages\n")
     (pkg / "cli.py").write_text("from . import server\n")
     config = tmp_path / "pyproject.toml"

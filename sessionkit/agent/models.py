@@ -439,6 +439,14 @@ def _litellm() -> Any:
     return _litellm_module
 
 
+def embed_texts(model: str, texts: list[str], **options: Any) -> list[list[float]]:
+    """One vector per text from litellm's embedding model ``model`` (``store.embed``);
+    ``options`` go to ``litellm.embedding`` (``api_base``, ``dimensions``...)."""
+    response = _litellm().embedding(model=model, input=list(texts), **options)
+    data = sorted(_get(response, "data") or [], key=lambda item: _get(item, "index", 0) or 0)
+    return [list(_get(item, "embedding") or []) for item in data]
+
+
 def _get(obj: Any, name: str, default: Any = None) -> Any:
     if obj is None:
         return default

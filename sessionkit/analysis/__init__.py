@@ -178,6 +178,7 @@ def _schema(pa, name: str, options: dict):
         "float": pa.float64(),
         "time": pa.timestamp("ms", tz="UTC"),
         "texts": pa.list_(pa.string()),
+        "floats": pa.list_(pa.float32()),
     }
     columns = [c for c in VIEW_COLUMNS[name] if c[0] not in _NOT_READ.get(name, ())]
     if name == "messages":

@@ -25,8 +25,10 @@ __all__ = ["D1_COLUMNS", "StoreData", "tool_names", "TABLES"]
 #: those of the ``messages`` view but its store-wide ``seq`` and ``metadata``.
 D1_COLUMNS = tuple(c for c, _ in VIEW_COLUMNS["messages"] if c not in ("seq", "metadata"))
 
-#: Views of ``store.sql`` and files of ``export_parquet``.
-TABLES = tuple(VIEW_COLUMNS)
+#: Views of ``store.sql`` read here too and files of ``export_parquet`` (the tree views,
+#: ``paths``, ``turns`` and ``tool_calls``, are derived from these in SQL only; vectors
+#: are not exported).
+TABLES = ("messages", "sessions", "compactions", "runs", "events", "labels")
 
 _BATCH = 500
 _PAGE = 20_000

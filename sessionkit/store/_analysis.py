@@ -1,6 +1,7 @@
 """Analysis where the data is: the views of ``store.sql`` as DuckDB SQL over the store's tables.
 
-The views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``, ``labels``;
+The views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``, ``labels``, the
+tree views of :mod:`._tree_views` and ``embeddings`` of :mod:`._embeddings`;
 their columns in :mod:`sessionkit.analysis`) are written once, in :func:`view_sql`, as
 DuckDB SQL over tables named like the store's own (``sessionkit_messages``...) that hold
 at least the analysis columns every engine stores with each message (``_schema.TABLES``).
@@ -35,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import missing
 from . import _schema
+from ._embeddings import EMBEDDINGS_COLUMNS, embeddings_view_sql
 from ._labels import LABEL_VIEW_COLUMNS, label_view_sql
+from ._tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, tree_view_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -57,7 +60,7 @@ __all__ = [
 ]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
-VIEWS = ("messages", "sessions", "compactions", "runs", "events", "labels")
+VIEWS = ("messages", "sessions", "compactions", "runs", "events", "labels", *TREE_VIEWS, "embeddings")
 
 #: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
 #: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
@@ -134,6 +137,8 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("data", "text"),
     ),
     "labels": LABEL_VIEW_COLUMNS,
+    **TREE_VIEW_COLUMNS,
+    "embeddings": EMBEDDINGS_COLUMNS,
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
@@ -260,6 +265,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
         "compactions": tables["compactions"],
         "runs": tables["runs"],
         "events": tables["events"],
+        "embeddings": tables["embeddings"],
     }
     tree_cte = _TREE.format(**t)
     cols = _MESSAGE_COLUMNS
@@ -327,6 +333,8 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
         "runs": runs,
         "events": events,
         "labels": label_view_sql(tables["labels"]),
+        **tree_view_sql(t),
+        "embeddings": embeddings_view_sql(t),
     }
 
 
@@ -338,6 +346,8 @@ VIEW_ORDER = {
     "runs": "session_id, run_number",
     "events": "session_id, seq",
     "labels": "seq",
+    **TREE_VIEW_ORDER,
+    "embeddings": "session_id, message_id, model",
 }
 
 

@@ -49,6 +49,7 @@ from ._analysis import (
 )
 from ._query import QueryRun, install, new_connection, rollback, run_query
 from ._sandbox import check_query, names_used
+from ._tree_views import needs_columns
 
 if TYPE_CHECKING:
     import duckdb
@@ -138,7 +139,7 @@ class _CopyReader(_EngineReader):
         as stored (PostgreSQL knows a text's size without reading it), doubled for the
         quotes CSV doubles, plus room for the other columns."""
         types = dict(zip(SOURCE_COLUMNS[name], SOURCE_TYPES[name]))
-        wide = [c for c in cols if types[c] == "VARCHAR"]
+        wide = [c for c in cols if types[c] in ("VARCHAR", "FLOAT[]")]
         if not wide:
             return _BLOCK
         size = " + ".join(f"coalesce(octet_length({c}), 0)" for c in wide)
@@ -295,10 +296,10 @@ def _read_ahead(reader: pyarrow.RecordBatchReader, depth: int = 4) -> Iterator[p
 
 
 #: Wide message columns a cache reads only once a query names them.
-LAZY_COLUMNS = ("text", "metadata")
+LAZY_COLUMNS = ("text", "metadata", "content")
 
 #: The column of each table whose -1 marks _AdbcReader's typing row.
-_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq", "labels": "seq"}
+_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq", "labels": "seq", "embeddings": "seq"}
 
 
 #: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
@@ -701,7 +702,7 @@ class Cache:
         self.last_n, self.log_count = row[0], row[1]
         self.reads += rd.load("messages", "WHERE seq > ?", (0,), paged=True)
         self.hi = self.con.execute("SELECT coalesce(max(seq), 0) FROM sessionkit_messages").fetchall()[0][0]
-        for name in ("compactions", "runs", "events", "labels"):
+        for name in ("compactions", "runs", "events", "labels", "embeddings"):
             rd.load(name)
         self.loaded = True
 
@@ -709,17 +710,25 @@ class Cache:
         eng = self.engine
         gone: set[str] = set()  # sessions whose messages are read again
         updated: set[int] = set()
-        side: dict[str, set[str]] = {"compactions": set(), "runs": set(), "events": set(), "labels": set()}
+        side: dict[str, set[str]] = {
+            "compactions": set(),
+            "runs": set(),
+            "events": set(),
+            "labels": set(),
+            "embeddings": set(),
+        }
         low = None
         for _, sid, kind, seq in log:
             if kind == "delete":
                 gone.add(sid)
                 side["compactions"].add(sid)
                 side["labels"].add(sid)
+                side["embeddings"].add(sid)
                 if seq is not None:
                     low = seq if low is None else min(low, seq)
             elif kind == "update":
                 updated.add(seq)
+                side["embeddings"].add(sid)
             elif kind in side:
                 side[kind].add(sid)
         hi = self.hi if low is None else min(self.hi, low - 1)
@@ -774,7 +783,8 @@ class Cache:
             names = names_used(self.con, query)
             if files:  # (the views it names are read whole)
                 names = names | {"*"}
-        need = {c for c in LAZY_COLUMNS if c in names or "*" in names}
+        # (``content`` only for the views that parse it, never for a star)
+        need = {c for c in LAZY_COLUMNS if c != "content" and (c in names or "*" in names)} | needs_columns(names)
         if self.engine.in_write():
             return self._query_in_write(query, params, names, need, session_ids, run=run, files=files)
         self.refresh(need)
@@ -839,5 +849,6 @@ _PAGE = 20_000
 _ARROW = {
     "BIGINT": lambda pa: pa.int64(),
     "VARCHAR": lambda pa: pa.string(),
+    "FLOAT[]": lambda pa: pa.string(),
     "DOUBLE": lambda pa: pa.float64(),
 }

@@ -5,8 +5,10 @@ docs/widgets.md), served by upper layers.
 :mod:`sessionkit.analysis`; a store or session shown in a notebook is drawn by
 :mod:`sessionkit.widgets`. The store sits below both, so it reaches them only
 here, lazily (on first use: importing the store loads neither pandas, DuckDB nor
-ipywidgets). This is the one module of ``sessionkit.store`` allowed to import
-from a layer above it (the layering test checks it).
+ipywidgets). Embeddings reach litellm (``sessionkit.agent.models``) and the progress
+display of imports (``sessionkit.io.Progress``) the same way. This is the one module
+of ``sessionkit.store`` allowed to import from a layer above it (the layering test
+checks it).
 """
 
 from __future__ import annotations
@@ -78,3 +80,15 @@ def display_session(session: Any) -> None:
     from ..widgets import display
 
     display.display_session(session)
+
+
+def litellm_embed(model: str, texts: list[str], options: Any = None) -> Any:
+    from ..agent.models import embed_texts
+
+    return embed_texts(model, texts, **(options or {}))
+
+
+def progress(progress: Any, *, total: int | None, desc: str, unit: str) -> Any:
+    from ..io import Progress
+
+    return Progress(progress, total=total, desc=desc, unit=unit)

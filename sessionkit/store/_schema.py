@@ -78,6 +78,8 @@ class Column:
     prepared: bool = False
     #: Read by the analysis views (a cache beside the store copies these; :data:`SOURCE_COLUMNS`).
     analysis: bool = True
+    #: Its DuckDB type in the analysis copy, when not the one ``type`` gives (a cast on copying).
+    analysis_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ TABLES: dict[str, Table] = {
                 Column("n_parts", "int", default="0", prepared=True),
                 Column("tool_names", "text", null=True, prepared=True),
                 Column("metadata", "text", null=True, prepared=True),
-                Column("content", "text", analysis=False),
+                # (read by the analysis copy only for the views that parse it: tool_calls, turns)
+                Column("content", "text"),
                 # DuckDB: the message's word count in its search index (NULL: not indexed).
                 Column("index_len", "int", null=True, only=("duckdb",), analysis=False),
             ),
@@ -257,6 +260,26 @@ TABLES: dict[str, Table] = {
                 Index("sessionkit_labels_tag", "tag", only=_SQLITE_PG),
             ),
         ),
+        # One vector per (embedding model, message) (store.embed / store.similar, docs/analysis.md).
+        # ``seq``, ``session_id`` and ``message_id`` name the message (all three: SQLite may give
+        # a deleted row's seq to a new one, so a row whose message is gone never attaches to
+        # another). The vector is stored as the JSON text of its float32 values (7 significant
+        # digits): text travels unchanged through every engine's analysis copy (SQLite via ADBC,
+        # PostgreSQL via COPY CSV, DuckDB) and DuckDB casts it to FLOAT[] directly, where a
+        # BLOB would need decoding per engine.
+        Table(
+            "embeddings",
+            (
+                Column("model", "text"),
+                Column("seq", "bigint"),
+                Column("session_id", "text"),
+                Column("message_id", "text"),
+                Column("dim", "int"),
+                Column("vector", "text", analysis_type="FLOAT[]"),
+            ),
+            key=("model", "seq"),
+            indexes=(Index("sessionkit_embeddings_session", "session_id", only=_SQLITE_PG),),
+        ),
         # The schema ledger: one row per migration applied to this store.
         Table(
             "migrations",
@@ -283,11 +306,11 @@ TEXT_AT = PREPARED_COLUMNS.index("text")
 #: exactly these), and their DuckDB types: from the declaration above.
 SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
     t: tuple(c.name for c in TABLES[t].columns if c.analysis)
-    for t in ("messages", "compactions", "runs", "events", "labels")
+    for t in ("messages", "compactions", "runs", "events", "labels", "embeddings")
 }
 _DUCKDB_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bigint": "BIGINT", "seq": "BIGINT", "real": "DOUBLE"}
 SOURCE_TYPES: dict[str, tuple[str, ...]] = {
-    t: tuple(_DUCKDB_TYPES[c.type] for c in TABLES[t].columns if c.analysis) for t in SOURCE_COLUMNS
+    t: tuple(c.analysis_type or _DUCKDB_TYPES[c.type] for c in TABLES[t].columns if c.analysis) for t in SOURCE_COLUMNS
 }
 
 #: The columns of a message row the shared insert writes, in order (the engine's own
@@ -444,6 +467,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         {"*": (_give_store_id,), "sqlite": (_make_index_again("compactions", "sessionkit_compactions_session"),)},
     ),
     Migration(9, "labels on messages and branches (sessionkit_labels)", {"*": (_create_table("labels"),)}),
+    Migration(10, "embeddings: one vector per model and message", {"*": (_create_table("embeddings"),)}),
 )
 
 #: The schema version every engine writes: the ledger's last step (the one place it is kept).

@@ -172,11 +172,13 @@ STATEMENTS: dict[str, str] = {
         ") SELECT {node} FROM {messages} WHERE session_id = ? AND id IN (SELECT id FROM down) ORDER BY seq"
     ),
     "delete_messages": "DELETE FROM {messages} WHERE seq {in_seqs}",
+    "delete_embeddings_of": "DELETE FROM {embeddings} WHERE seq {in_seqs}",
     "delete_compactions_of": (
         "DELETE FROM {compactions} WHERE session_id = ? AND (from_id {in_ids} OR to_id {in_ids})"
     ),
     "session_seqs": "SELECT seq FROM {messages} WHERE session_id = ?",
     "clear_messages": "DELETE FROM {messages} WHERE session_id = ?",
+    "clear_embeddings": "DELETE FROM {embeddings} WHERE session_id = ?",
     "clear_compactions": "DELETE FROM {compactions} WHERE session_id = ?",
     "clear_runs": "DELETE FROM {runs} WHERE session_id = ?",
     "clear_events": "DELETE FROM {events} WHERE session_id = ?",
@@ -923,6 +925,7 @@ class SQLEngine(LabelSQL, Engine):
             ),
         )
         self.log_change(sid, "update", node.seq)
+        self.execute(self.sql["delete_embeddings_of"], (self.listed([node.seq]),))  # its text changed
         self.update_extras(sid, node, prep, index)
         self.execute(self.sql["delete_chunks"], (self.listed([node.seq]),))
         self.put_chunks(node.seq, chunks)
@@ -950,6 +953,7 @@ class SQLEngine(LabelSQL, Engine):
         for part in _split(seqs, 1000):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
             self.execute(self.sql["delete_messages"], (self.listed(part),))
+            self.execute(self.sql["delete_embeddings_of"], (self.listed(part),))
         for part in _split(ids, 1000):
             self.execute(self.sql["delete_compactions_of"], (sid, self.listed(part), self.listed(part)))
             self.execute(self.sql["delete_labels_of"], (sid, self.listed(part)))
@@ -964,6 +968,7 @@ class SQLEngine(LabelSQL, Engine):
         for part in _split(seqs, 1000):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
         self.execute(self.sql["clear_messages"], (sid,))
+        self.execute(self.sql["clear_embeddings"], (sid,))
         self.execute(self.sql["clear_compactions"], (sid,))
         self.execute(self.sql["clear_labels"], (sid,))
         self.log_change(sid, "delete", min(seqs) if seqs else None)

@@ -297,6 +297,45 @@ class Store:
             hits.append(SearchHit(mid, sid, role, text, snippet(text, parsed), float(score)))
         return hits
 
+    # -- embeddings (docs/analysis.md#find-similar) ---------------------------------
+    def embed(self, embedder: Any, *, batch_size: int = 256, progress: Any = None, options: dict | None = None) -> int:
+        """Store one vector per message with text that has none of this model yet (so a
+        second call embeds only the messages added since); returns how many it embedded.
+
+        ``embedder`` is a callable ``list[str] -> list[list[float]]`` (its ``model``
+        attribute, or else its name, names its vectors) or a litellm embedding model
+        name (``options`` go to ``litellm.embedding``). Texts go to it ``batch_size`` at
+        a time, each batch stored in one transaction. ``progress`` as for imports
+        (``None``, ``True``, ``False`` or ``fn(done, total)``)."""
+        from . import _embeddings
+
+        batch_size = _count_arg(batch_size, "batch_size", 1)
+        return _embeddings.embed(self._check(), embedder, batch_size=batch_size, progress=progress, options=options)
+
+    def similar(
+        self,
+        query: Any,
+        *,
+        k: int = 10,
+        session_ids: Iterable[str] | None = None,
+        embedder: Any = None,
+        model: str | None = None,
+    ) -> list[SearchHit]:
+        """The ``k`` messages most similar to ``query`` by cosine similarity of their vectors,
+        best first, as :class:`SearchHit` (``score``: the similarity, at most 1).
+
+        ``query`` is a text (embedded with ``embedder``, the one given to :meth:`embed`) or
+        a stored message as ``(session_id, message_id)`` (its own vector; it is left out of
+        the hits). ``model`` picks the vectors when the store holds several models'.
+        ``session_ids`` limits the hits to those sessions."""
+        from . import _embeddings
+
+        self._check()
+        k = _count_arg(k, "k")
+        if k == 0:
+            return []
+        return _embeddings.similar(self, query, k=k, session_ids=session_ids, embedder=embedder, model=model)
+
     def _restore(self, seq: int, raw: str | None) -> dict | None:
         """A message from its stored JSON (payloads put back); None for a row deleted
         meanwhile, including one whose payload went with it before it was read."""

@@ -945,6 +945,7 @@ def test_every_view_gives_the_columns_and_types_of_view_columns(engine, new_stor
         "float": pa.types.is_floating,
         "time": pa.types.is_timestamp,
         "texts": lambda t: pa.types.is_list(t) and pa.types.is_string(t.value_type),
+        "floats": lambda t: pa.types.is_list(t) and pa.types.is_floating(t.value_type),
     }
     store = new_store(engine, memory=True)
     for _ in scenario(store):

@@ -22,6 +22,7 @@ EXPECTED = (
     "06-transcript-analysis",
     "07-serving",
     "08-transcripts-from-everywhere",
+    "09-reading-transcripts",
     "10-what-if",
 )
 
@@ -36,6 +37,7 @@ VIEWS = {
     "06-transcript-analysis": ({"tree": 1}, "update_reservation_flights"),
     "07-serving": ({"run": 1, "tree": 1}, "pack an umbrella for Porto only"),
     "08-transcripts-from-everywhere": ({"tree": 1, "transcript": 1}, "Conversation compacted"),
+    "09-reading-transcripts": ({"transcript": 1}, "update_reservation_flights"),
     "10-what-if": ({"tree": 1}, "[with-tools] Plan tomorrow, rain or not."),
 }
 

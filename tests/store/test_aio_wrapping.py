@@ -909,6 +909,24 @@ async def _import_labels(t: Twins):
     await t.same_rows(lambda st: st.labels(session_id="c"))
 
 
+def _letters(texts):
+    """A deterministic embedder: letter counts (a, e, i, o, u and the rest)."""
+    return [[float(t.count(c)) for c in "aeiou"] + [float(len(t))] for t in texts]
+
+
+@recipe("AsyncStore.embed", "AsyncStore.similar")
+async def _embed_similar(t: Twins):
+    seen = []
+    await t.write(lambda st: st.embed(_letters, batch_size=2, progress=lambda d, n: seen.append((d, n))))
+    await t.write(lambda st: st.embed(_letters))
+    await t.write(lambda st: st.embed(42))
+    await t.read(lambda st: st.similar("apple pie", embedder=_letters, k=3))
+    await t.read(lambda st: st.similar("apple", embedder=_letters, session_ids=iter(["t"])))
+    await t.read(lambda st: st.similar(("s", "nope")))
+    await t.read(lambda st: st.similar(7, embedder=_letters))
+    await t.same_rows(lambda st: st.sql("SELECT session_id, message_id, vector FROM embeddings ORDER BY ALL"))
+
+
 @recipe("AsyncStore.put_records")
 async def _put_records(t: Twins):
     await t.write(lambda st: st.put_records("w", "k", iter([(1, {"x": 1}), (2, None)])))

@@ -276,6 +276,7 @@ def test_an_old_file_is_upgraded_and_reads_back_the_same(tmp_path, version):
         ledger = after.pop("sessionkit_migrations")
         assert after.pop("sessionkit_changes") == []
         assert after.pop("sessionkit_labels") == []  # (version 9's table, empty)
+        assert after.pop("sessionkit_embeddings") == []  # (version 10's table, empty)
         assert after == {**stored, "sessionkit_records": stored.get("sessionkit_records", [])}
         # the ledger records the migration that created it (earlier ones ran before it existed)
         assert [row[0] for row in ledger] == list(range(5, sq.SCHEMA_VERSION + 1))
