@@ -648,5 +648,5 @@ class FileState:
             assert seqs[0] > top, f"Q1: reserved seq {seqs[0]} not above the stored {top}"
         # I1
         if self.index_on is not None:
-            flag = read("SELECT value FROM sessionkit_meta WHERE key = 'index_built'")
-            assert self.index_on == bool(flag and flag[0][0] == "1"), "I1: index_on differs from the stored flag"
+            built = read("SELECT value FROM sessionkit_meta WHERE key = 'index_built'")
+            assert self.index_on == bool(built and built[0][0] == "1"), "I1: index_on differs from the stored flag"
