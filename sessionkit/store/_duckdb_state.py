@@ -56,7 +56,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from ..errors import SessionKitError
-from ._sql import TABLES
+from ._sql import NODE_COLUMNS, TABLES
 from ._values import Node
 
 try:
@@ -557,26 +557,8 @@ class FileState:
         assert (self.pending == 0) == (not journal), f"J1: pending {self.pending} with {len(journal)} journal rows"
         assert self.table_rows + self.log_rows <= self.pending <= len(journal), "J1: pending is not the journal's rows"
         # J2
-        stored = read(
-            "SELECT seq, session_id, id, msg_key, parent_id, depth, bytes, tokens, path_bytes, path_tokens,"
-            " created_at, role, content, chunks FROM sessionkit_messages"
-        )
-        cols = (
-            "seq",
-            "session_id",
-            "id",
-            "msg_key",
-            "parent_id",
-            "depth",
-            "bytes",
-            "tokens",
-            "path_bytes",
-            "path_tokens",
-            "created_at",
-            "role",
-            "content",
-            "chunks",
-        )
+        cols = (*NODE_COLUMNS, "session_id", "msg_key", "content", "chunks")
+        stored = read(f"SELECT {', '.join(cols)} FROM sessionkit_messages")
         rows = [dict(zip(cols, r)) for r in stored]
         keys_in_db = {r["msg_key"] for r in rows}
         jkeys = [r["msg_key"] for r in journal]
@@ -600,26 +582,7 @@ class FileState:
             missing = set(by_sid) - self.sids
             assert not missing, f"S3: sessions {sorted(missing)} stored but not in the session set"
         # C1, C2
-        node_of = {
-            (r["session_id"], r["id"]): Node(
-                *(
-                    r[c]
-                    for c in (
-                        "seq",
-                        "id",
-                        "parent_id",
-                        "depth",
-                        "bytes",
-                        "tokens",
-                        "path_bytes",
-                        "path_tokens",
-                        "created_at",
-                        "role",
-                    )
-                )
-            )
-            for r in every
-        }
+        node_of = {(r["session_id"], r["id"]): Node(*(r[c] for c in NODE_COLUMNS)) for r in every}
         content = {(r["session_id"], r["id"]): r["content"] for r in every if not r["chunks"]}
         for sid, tail in self.tails.items():
             newest = max(by_sid.get(sid, []), key=lambda r: r["seq"], default=None)

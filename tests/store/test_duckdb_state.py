@@ -31,6 +31,15 @@ def check(store) -> FileState:
     return eng._shared
 
 
+def three_appends(store):
+    """Session ``s`` of ``store`` after three appends and a recent window (its path cached)."""
+    s = store.session("s")
+    for i in range(3):
+        s.append(msg(f"m{i}", f"text {i}"))
+    s.recent_history(0, min_messages=3)
+    return s
+
+
 def stored(store) -> int:
     return store._engine._direct("SELECT count(*) FROM sessionkit_messages")[0][0]
 
@@ -73,10 +82,7 @@ def test_the_invariant_holds_after_each_kind_of_write_and_a_merge_at_the_journal
 
 def test_the_invariant_holds_after_a_rollback(tmp_path):
     with sk.open_store(tmp_path / "r.duckdb") as store:
-        s = store.session("s")
-        for i in range(3):
-            s.append(msg(f"m{i}", f"text {i}"))
-        s.recent_history(0, min_messages=2)
+        s = three_appends(store)
         with pytest.raises(RuntimeError, match="undo"):
             with store.transaction():
                 s.append(msg("gone", "rolled back"))
@@ -119,10 +125,7 @@ def test_the_invariant_holds_after_a_process_was_killed_with_rows_in_the_journal
 def test_check_names_the_clause_that_does_not_hold(tmp_path):
     """The check can fail: each kind of drift it is there to catch is named."""
     with sk.open_store(tmp_path / "c.duckdb") as store:
-        s = store.session("s")
-        for i in range(3):
-            s.append(msg(f"m{i}", f"text {i}"))
-        s.recent_history(0, min_messages=3)
+        three_appends(store)
         state = check(store)
         drifts = [
             ("C1", lambda: state.tails.__setitem__("s", state.tails["s"]._replace(depth=99))),
