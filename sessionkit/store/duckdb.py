@@ -13,14 +13,8 @@ What DuckDB changes:
   a path is read as on the other engines, runs of consecutive rows at a time, in
   larger pages (each is a scan of the session's rows).
 * **Search.** DuckDB's ``fts`` extension needs a download and does not update
-  incrementally, so this engine keeps its own inverted index:
-  ``sessionkit_terms(term, seq, tf, pos)`` holds one row per stem per message
-  with the stem's token positions, and the message row's ``index_len`` column
-  its word count (NULL while it is not indexed; kept in the row so indexing an
-  append costs one extra statement, not two). The index is built on the first
-  search, kept current by every write afterwards, and ranked with BM25 in SQL.
-  A phrase matches when its stems sit at consecutive positions, checked in the
-  same SQL statement.
+  incrementally, so this engine keeps its own inverted index, ranked with BM25 in
+  SQL (see ``_duckdb_search``).
 * **Locking.** A DuckDB file admits one process. Opening a file another process
   holds raises :class:`~sessionkit.errors.StoreLocked` naming that process (its
   PID and program) at once (DuckDB does not wait for the lock). Within one
@@ -36,33 +30,38 @@ What DuckDB changes:
   cache) and fsyncs the folder holding the database after each commit, so a freshly
   created database, WAL or journal file is recorded in its directory too.
 * **Speed.** DuckDB spends about a millisecond planning and running any
-  statement, however small, so the engine keeps statements per operation low:
-  a plain append is one line of the journal (below; its parent comes from a cached
-  session tail, its seq from a block reserved from the sequence), an indexed one is
-  an INSERT and the index's rows inside a transaction, a chain (``append_many``) a
-  few statements whatever its length. Rows of many messages (imports, continuation rows,
-  payloads, events, records) are written a whole batch per statement, passing
-  column lists as parameters and unnesting them in SQL.
-* **The append journal.** DuckDB spends about a millisecond on any committed
-  statement, however small (ten times the SQLite engine's whole append), so a single
-  append outside a transaction is written as one JSON line of the journal file
-  beside the database, ``<file>.journal`` (its first line names the database it
-  belongs to; a store in memory keeps the lines in the ``sessionkit_journal``
-  table, as files of the previous version did). Every other statement first moves
-  the journal into the messages table in one transaction (``merge_journal``) and
-  then empties the file, as does an append that brings it to ``_JOURNAL_ROWS``
-  rows, closing the store (the empty file is removed), and the first statement
-  after a process was killed with rows in it (a line it left half written was never
-  acknowledged and is cut off; a journal of another database is renamed
-  ``.orphan`` and left alone); so every read sees every append. A recent
-  window is served from memory (below) and moves nothing. The duplicate-id check
-  that the UNIQUE index gives other writes comes from the session's ids held in
-  memory (true while this process holds the file), within ``_KEY_BUDGET`` ids;
-  a larger session's appends take the indexed path.
-* **Caches.** Because only this process writes the file, the newest rows of each
-  session's latest path (with their content) and whether the session has
-  compactions are kept in memory in step with every write (see ``_Paths``): a
-  recent window needs no statement. A rollback drops them all.
+  statement, however small, so the engine keeps statements per operation low.
+  One method, ``_way``, chooses how new rows are written, for single appends
+  (``append_simple``, ``insert_row``) and chains (``append_chain``) alike:
+
+  - *the journal*: outside a transaction, a plain append or a chain of new ids is
+    one JSON line of ``<file>.journal`` beside the database (a store in memory: rows
+    of the ``sessionkit_journal`` table), with no DuckDB statement; its parent comes
+    from the cached session tail, its seq from a block reserved from the sequence,
+    the duplicate-id check from the session's ids held in memory;
+  - *an indexed insert*: a single append to a session too large for an id set
+    (``_KEY_BUDGET``), one autocommitted INSERT whose UNIQUE key index tells a
+    stored id;
+  - *a transaction*: inside one (joined), or opened for a message whose text goes
+    into the search index: an INSERT that checks the key; a chain that cannot be a
+    journal line takes the batched insert (``insert_planned``), a few statements
+    whatever its length, as imports do.
+
+  Rows of many messages (imports, continuation rows, payloads, events, records)
+  are written a whole batch per statement, passing column lists as parameters and
+  unnesting them in SQL.
+* **The append journal and the caches** (``_duckdb_state``, whose invariant ties
+  the journal file, the caches and the database together). Only this process
+  writes the file, so each session's newest row, the newest rows of its latest path
+  (with their content: a recent window needs no statement), whether it has
+  compactions, its ids and the set of stored sessions are kept in memory in step
+  with every write; a rollback drops them all. Every statement but the journal's
+  own first moves the journal into the messages table in one transaction
+  (``merge_journal``) and then empties the file, as does an append that brings it
+  to ``_JOURNAL_ROWS`` rows, closing the store (the empty file is removed), and the
+  first statement after a process was killed with rows in it (a line it left half
+  written was never acknowledged and is cut off; a journal of another database is
+  renamed ``.orphan`` and left alone); so every read sees every append.
 * **Long reads.** A search runs on a connection of its own, outside the store's
   lock, so appends from other threads go on while it runs.
 """
