@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..errors import SessionKitError, StoreClosed
+from ..errors import SessionKitError, StoreClosed, missing
 from . import search as _search
 from ._duckdb_state import FileState
 from ._sql import LocalEngine
@@ -22,8 +22,6 @@ from ._sql import LocalEngine
 try:
     import duckdb
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    from ..errors import missing
-
     raise missing("duckdb", "duckdb", exc) from exc
 
 __all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
@@ -65,6 +63,7 @@ class SearchIndex(LocalEngine):
     _cursors: set  # connections of long reads running outside the lock (see search)
 
     def merge_journal(self) -> None:
+        """Move the append journal into the messages table (the engine's, in ``duckdb.py``)."""
         raise NotImplementedError
 
     def indexed_count(self) -> int:

@@ -612,15 +612,19 @@ class DuckDBEngine(SearchIndex):
             if way == "transaction":
                 with self.write():
                     node = self.w_insert(sid, prep, parent, created_at, self.index_built())
-            else:
-                try:
-                    node = self.w_insert(sid, prep, parent, created_at, self.index_built())
-                except BaseException:
-                    self._shared.forget()
-                    raise
-                if node is not None and self._full and self._file is not None:
-                    sync_folder(self._file)
-            return "exists" if node is None else "inserted"
+                return "exists" if node is None else "inserted"
+            # (a plain message: no continuation rows, no payloads, no index rows to write)
+            node = self.placed(prep, parent, created_at)
+            try:
+                seq = self._put_row(way, sid, prep, node, prep.stored_json, 0, self.index_built())
+            except BaseException:
+                self._shared.forget()
+                raise
+            finally:
+                self._memo = None
+            if seq is not None and self._full and self._file is not None:
+                sync_folder(self._file)
+            return "exists" if seq is None else "inserted"
 
     def append_chain(self, sid, preps, parent_id, stamps):
         """A chain of new plain messages outside a transaction as one journal line: a
@@ -678,6 +682,12 @@ class DuckDBEngine(SearchIndex):
             self._memo = None
 
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
+        # (reached inside a write transaction: append_simple writes the other ways itself)
+        return self._put_row("transaction", sid, prep, node, head, nchunks, index)
+
+    def _put_row(self, way, sid, prep, node, head, nchunks, index):
+        """Write one message row the ``way`` chosen (see ``_way``); its seq, or None when
+        its id is stored already."""
         key = _key(sid, node.id)
         length = self._body_of(prep)[0] if index else None
         # The seq comes from a block this process reserved from the sequence (see
@@ -685,7 +695,6 @@ class DuckDBEngine(SearchIndex):
         # statement about a fifth slower.
         seq = self._next_seq()
         values = (seq, key, *self.message_values(sid, node, head, nchunks, prep), length)
-        way = self._way(sid, [prep])
         if way == "journal":
             # A single append outside a transaction: one JSON row into the journal. The
             # id set in memory tells a stored id.
