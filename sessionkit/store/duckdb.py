@@ -513,8 +513,8 @@ class DuckDBEngine(SearchIndex):
 
     def walk_pages(self, sid, start, limit, content, first=None, largest=None):
         """As on every engine; the newest rows of a session's latest path come from the
-        cache of this process's own writes and reads (see ``_Paths``) when they are there,
-        and a read that starts at the newest row fills it."""
+        cache of this process's own writes and reads (``FileState.paths``) when they are
+        there, and a read that starts at the newest row fills it."""
         if not content or (limit is not None and limit <= 0):
             yield from super().walk_pages(sid, start, limit, content, first, largest)
             return
