@@ -31,8 +31,9 @@ What DuckDB changes:
   created database, WAL or journal file is recorded in its directory too.
 * **Speed.** DuckDB spends about a millisecond planning and running any
   statement, however small, so the engine keeps statements per operation low.
-  One method, ``_way``, chooses how new rows are written, for single appends
-  (``append_simple``, ``insert_row``) and chains (``append_chain``) alike:
+  One method, ``_way``, chooses how new rows are written, once per single append
+  (``append_simple``) or chain (``append_chain``); ``insert_row`` is the insert of
+  the transaction way:
 
   - *the journal*: outside a transaction, a plain append or a chain of new ids is
     one JSON line of ``<file>.journal`` beside the database (a store in memory: rows
@@ -557,7 +558,7 @@ class DuckDBEngine(SearchIndex):
     # -- writes: the one choice of how new rows are written --------------------------------
     def _way(self, sid: str, preps: list, chain: bool = False) -> str:
         """How new plain messages of ``sid`` are written: the one place the append paths
-        are chosen (``append_simple``, ``append_chain`` and ``insert_row`` ask it).
+        are chosen (``append_simple`` and ``append_chain`` ask it, once per call).
 
         - ``"journal"``: outside a transaction, one line of the journal file (a row of
           the journal table for a store in memory), no DuckDB statement; the session's id
