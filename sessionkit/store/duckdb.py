@@ -13,14 +13,8 @@ What DuckDB changes:
   a path is read as on the other engines, runs of consecutive rows at a time, in
   larger pages (each is a scan of the session's rows).
 * **Search.** DuckDB's ``fts`` extension needs a download and does not update
-  incrementally, so this engine keeps its own inverted index:
-  ``sessionkit_terms(term, seq, tf, pos)`` holds one row per stem per message
-  with the stem's token positions, and the message row's ``index_len`` column
-  its word count (NULL while it is not indexed; kept in the row so indexing an
-  append costs one extra statement, not two). The index is built on the first
-  search, kept current by every write afterwards, and ranked with BM25 in SQL.
-  A phrase matches when its stems sit at consecutive positions, checked in the
-  same SQL statement.
+  incrementally, so this engine keeps its own inverted index, ranked with BM25 in
+  SQL (see ``_duckdb_search``).
 * **Locking.** A DuckDB file admits one process. Opening a file another process
   holds raises :class:`~sessionkit.errors.StoreLocked` naming that process (its
   PID and program) at once (DuckDB does not wait for the lock). Within one
@@ -36,33 +30,39 @@ What DuckDB changes:
   cache) and fsyncs the folder holding the database after each commit, so a freshly
   created database, WAL or journal file is recorded in its directory too.
 * **Speed.** DuckDB spends about a millisecond planning and running any
-  statement, however small, so the engine keeps statements per operation low:
-  a plain append is one line of the journal (below; its parent comes from a cached
-  session tail, its seq from a block reserved from the sequence), an indexed one is
-  an INSERT and the index's rows inside a transaction, a chain (``append_many``) a
-  few statements whatever its length. Rows of many messages (imports, continuation rows,
-  payloads, events, records) are written a whole batch per statement, passing
-  column lists as parameters and unnesting them in SQL.
-* **The append journal.** DuckDB spends about a millisecond on any committed
-  statement, however small (ten times the SQLite engine's whole append), so a single
-  append outside a transaction is written as one JSON line of the journal file
-  beside the database, ``<file>.journal`` (its first line names the database it
-  belongs to; a store in memory keeps the lines in the ``sessionkit_journal``
-  table, as files of the previous version did). Every other statement first moves
-  the journal into the messages table in one transaction (``merge_journal``) and
-  then empties the file, as does an append that brings it to ``_JOURNAL_ROWS``
-  rows, closing the store (the empty file is removed), and the first statement
-  after a process was killed with rows in it (a line it left half written was never
-  acknowledged and is cut off; a journal of another database is renamed
-  ``.orphan`` and left alone); so every read sees every append. A recent
-  window is served from memory (below) and moves nothing. The duplicate-id check
-  that the UNIQUE index gives other writes comes from the session's ids held in
-  memory (true while this process holds the file), within ``_KEY_BUDGET`` ids;
-  a larger session's appends take the indexed path.
-* **Caches.** Because only this process writes the file, the newest rows of each
-  session's latest path (with their content) and whether the session has
-  compactions are kept in memory in step with every write (see ``_Paths``): a
-  recent window needs no statement. A rollback drops them all.
+  statement, however small, so the engine keeps statements per operation low.
+  One method, ``_way``, chooses how new rows are written, once per single append
+  (``append_simple``) or chain (``append_chain``); ``insert_row`` is the insert of
+  the transaction way:
+
+  - *the journal*: outside a transaction, a plain append or a chain of new ids is
+    one JSON line of ``<file>.journal`` beside the database (a store in memory: rows
+    of the ``sessionkit_journal`` table), with no DuckDB statement; its parent comes
+    from the cached session tail, its seq from a block reserved from the sequence,
+    the duplicate-id check from the session's ids held in memory;
+  - *an indexed insert*: a single append to a session too large for an id set
+    (``_KEY_BUDGET``), one autocommitted INSERT whose UNIQUE key index tells a
+    stored id;
+  - *a transaction*: inside one (joined), or opened for a message whose text goes
+    into the search index: an INSERT that checks the key; a chain that cannot be a
+    journal line takes the batched insert (``insert_planned``), a few statements
+    whatever its length, as imports do.
+
+  Rows of many messages (imports, continuation rows, payloads, events, records)
+  are written a whole batch per statement, passing column lists as parameters and
+  unnesting them in SQL.
+* **The append journal and the caches** (``_duckdb_state``, whose invariant ties
+  the journal file, the caches and the database together). Only this process
+  writes the file, so each session's newest row, the newest rows of its latest path
+  (with their content: a recent window needs no statement), whether it has
+  compactions, its ids and the set of stored sessions are kept in memory in step
+  with every write; a rollback drops them all. Every statement but the journal's
+  own first moves the journal into the messages table in one transaction
+  (``merge_journal``) and then empties the file, as does an append that brings it
+  to ``_JOURNAL_ROWS`` rows, closing the store (the empty file is removed), and the
+  first statement after a process was killed with rows in it (a line it left half
+  written was never acknowledged and is cut off; a journal of another database is
+  renamed ``.orphan`` and left alone); so every read sees every append.
 * **Long reads.** A search runs on a connection of its own, outside the store's
   lock, so appends from other threads go on while it runs.
 """
@@ -76,21 +76,16 @@ import re
 import threading
 import uuid
 import weakref
-from collections import OrderedDict, deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import _files
-from . import search as _search
-from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, MIGRATIONS, SCHEMA_VERSION, TABLES, LocalEngine
+from ._duckdb_search import _BULK_ROWS, _TERMS_TABLE, SearchIndex, _body
+from ._duckdb_state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
+from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, MIGRATIONS, SCHEMA_VERSION, TABLES
 from ._values import Capabilities, Node
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
 
 try:
     import duckdb
@@ -99,13 +94,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 __all__ = ["DuckDBEngine", "SCHEMA_VERSION"]
 
-#: BM25 parameters (the usual defaults, as in SQLite's FTS5).
-BM25_K1 = 1.2
-BM25_B = 0.75
-
-# Rows per statement in bulk writes: large enough to amortise DuckDB's per-statement
-# cost, small enough to keep the parameter lists' memory modest.
-_BULK_ROWS = 10_000
 # Tables whose rows are large (continuation rows, payloads): fewer per statement.
 _LARGE_ROWS = {"chunks": 64, "blobs": 64}
 
@@ -124,10 +112,6 @@ _SEQ_BLOCK = 4096
 # The schema version that added sessionkit_journal (its step of the ledger).
 _JOURNAL_VERSION = next(m.version for m in MIGRATIONS if DUCKDB_JOURNAL_TABLE in m.steps.get("duckdb", ()))
 
-# Journal rows that make an append move the journal into the messages table at once
-# (see DuckDBEngine.merge_journal); reads move it before they run.
-_JOURNAL_ROWS = 4096
-
 
 def _move_journal_sql(source: str) -> str:
     """The statement that copies journal rows (``source``: ``row`` and its order ``n``)
@@ -137,7 +121,7 @@ def _move_journal_sql(source: str) -> str:
     ``insert_row`` writes), parsed once per row in SQL: about five times faster than
     decoding the rows in Python and passing them back as column lists. A key twice in
     the journal keeps its first row, and a key already stored keeps the stored row
-    (neither happens while the id sets hold, see ``_session_keys``; a journal file moved
+    (neither happens while the id sets hold, see ``FileState.keys_of``; a journal file moved
     again after a failure to empty it meets its own rows).
     """
     cols = [c for c in TABLES["messages"].columns if "duckdb" in c.only]
@@ -149,36 +133,6 @@ def _move_journal_sql(source: str) -> str:
         "QUALIFY row_number() OVER (PARTITION BY v[2] ORDER BY n) = 1 ON CONFLICT DO NOTHING"
     )
 
-
-# Message ids held in memory for the journal's duplicate check, over all sessions
-# (see DuckDBEngine._session_keys); a session with more takes the indexed path.
-_KEY_BUDGET = 200_000
-# Session ids held in memory so that a new session's first append reads nothing.
-_SESSION_BUDGET = 100_000
-
-
-class _Everything:
-    """Contains every session (in place of a set too large to hold)."""
-
-    def __contains__(self, item: object) -> bool:
-        return True
-
-
-_EVERYTHING = _Everything()
-
-# Up to this many messages, and this many characters of their indexed text, index rows
-# are built in Python (see _put_terms); past it, a message's postings (a Python list per
-# stem, its positions in another) cost far more to build and hand over than to make in SQL.
-_FEW_DOCS = 16
-_FEW_CHARS = 64 * 1024
-
-
-_TERMS_TABLE = """CREATE TABLE IF NOT EXISTS sessionkit_terms (
-        term VARCHAR NOT NULL,
-        seq BIGINT NOT NULL,
-        tf INTEGER NOT NULL,
-        pos INTEGER[] NOT NULL
-    )"""
 
 # "... Conflicting lock is held in /usr/bin/python3 (PID 1234) by user alice ..."
 _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)(?: by user (?P<user>\S+))?")
@@ -198,211 +152,24 @@ _MOVE_JOURNAL_FILE = _move_journal_sql(
     "SELECT unnest(l) AS line, generate_subscripts(l, 1) AS i FROM (SELECT ?::VARCHAR[] AS l)))"
 )
 
-# The journal file beside a store file ``x.duckdb`` (see DuckDBEngine._log).
-_LOG_SUFFIX = ".journal"
-# Its first line: what it is and the database it belongs to (sessionkit_meta's journal_id).
-_LOG_HEADER = "sessionkit journal 1 "
-
-
-def _fsync(fd: int) -> None:
-    """Flush a file to stable storage: ``F_FULLFSYNC`` where the system has it (macOS,
-    whose plain fsync may leave the data in the drive's cache), else ``fsync``."""
-    full = getattr(fcntl, "F_FULLFSYNC", None) if fcntl is not None else None
-    if full is not None:
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, full)
-            return
-    os.fsync(fd)
-
 
 def _key(sid: str, mid: str) -> str:
     """The single-column key of a message: unambiguous thanks to the length prefix."""
     return f"{len(sid)}:{sid}{mid}"
 
 
-class _Paths:
-    """The newest rows of each session's latest path, with their stored JSON, newest first.
-
-    Each entry is a run of the path from the session's newest row (its latest leaf)
-    upwards: every row is the parent of the one before it. A read of the newest
-    messages (``recent_history``, ``get_history``) takes them from here and continues
-    in the database from the last one's parent. What is cached is what a read would
-    return: rows this process wrote, or read while holding the store's lock. Sessions
-    are kept in least-recently-used order within a byte budget.
-    """
-
-    #: Rows kept per session (a recent window of up to this many needs no statement).
-    ROWS = 256
-    #: Stored JSON longer than this is not kept (the path's cached run stops above it).
-    ROW_BYTES = 64 * 1024
-    #: Characters of stored JSON kept over all sessions.
-    BUDGET = 16 * 1024 * 1024
-
-    def __init__(self) -> None:
-        self.runs: OrderedDict[str, list[tuple[Node, str]]] = OrderedDict()
-        self.sizes: dict[str, int] = {}
-        self.total = 0
-
-    def get(self, sid: str) -> list[tuple[Node, str]] | None:
-        run = self.runs.get(sid)
-        if run is not None:
-            self.runs.move_to_end(sid)
-        return run
-
-    def drop(self, sid: str) -> None:
-        if self.runs.pop(sid, None) is not None:
-            self.total -= self.sizes.pop(sid)
-
-    def clear(self) -> None:
-        self.runs.clear()
-        self.sizes.clear()
-        self.total = 0
-
-    def put(self, sid: str, run: list[tuple[Node, str]]) -> None:
-        """Cache ``run`` (newest first) for ``sid``, cut at the first row too long to keep."""
-        self.drop(sid)
-        kept: list[tuple[Node, str]] = []
-        size = 0
-        for node, raw in run[: self.ROWS]:
-            if len(raw) > self.ROW_BYTES:
-                break
-            kept.append((node, raw))
-            size += len(raw)
-        if not kept:
-            return
-        self.runs[sid] = kept
-        self.sizes[sid] = size
-        self.total += size
-        self._fit()
-
-    def _fit(self) -> None:
-        """Drop the least recently used sessions until the cache is within its budget."""
-        while self.total > self.BUDGET and self.runs:
-            self.drop(next(iter(self.runs)))
-
-    def appended(self, sid: str, node: Node, raw: str) -> None:
-        """A row was written under ``node.parent_id`` and is the session's newest."""
-        run = self.runs.get(sid)
-        if (
-            run is not None
-            and node.parent_id is not None
-            and run[0][0].id == node.parent_id
-            and len(raw) <= self.ROW_BYTES
-        ):
-            # The usual append, under the newest row: O(1) instead of copying the run.
-            self.runs.move_to_end(sid)
-            run.insert(0, (node, raw))
-            size = len(raw)
-            if len(run) > self.ROWS:
-                size -= len(run.pop()[1])
-            self.sizes[sid] += size
-            self.total += size
-            self._fit()
-            return
-        if node.parent_id is not None and run is not None:
-            for i, (above, _) in enumerate(run):
-                if above.id == node.parent_id:
-                    self.put(sid, [(node, raw), *run[i:]])
-                    return
-        self.put(sid, [(node, raw)])
-
-
-class _Shared:
-    """State shared by every engine of one database file in this process."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        # Only this process can write the file (DuckDB's file lock) and every engine on
-        # it shares this object, so what is cached here stays true until we change it.
-        # None: not read yet.
-        self.index_on: bool | None = None
-        # Each session's newest message (its latest leaf), so an append needs no lookup
-        # to find its parent: DuckDB spends about a millisecond on any statement.
-        # Dropped for a session on update/delete/clear, and for all on a rollback.
-        self.tails: dict[str, Node] = {}
-        # The newest rows of each session's latest path (see _Paths), and whether a
-        # session has compactions: a recent window then needs no statement at all.
-        self.paths = _Paths()
-        self.compacted: dict[str, bool] = {}
-        self.users = 0  # open engines on this file in this process
-        # The thread inside a write transaction on this file, if any (its reads must
-        # see its own uncommitted writes: they run on its connection).
-        self.writer: int | None = None
-        # Write sequence numbers reserved for single appends (see DuckDBEngine._next_seq).
-        self.seqs: deque[int] = deque()
-        # Rows in sessionkit_journal (committed appends not yet in the messages table),
-        # and whether they are being moved now (see DuckDBEngine.merge_journal).
-        self.pending = 0
-        self.merging = False
-        # Of those, rows in the table (left by an earlier version, or in memory) and rows in
-        # the journal file beside the database (see DuckDBEngine._log): its descriptor
-        # (open while an engine is), name, bytes written (its header included) and header.
-        self.table_rows = 0
-        self.log_rows = 0
-        self.log_fd: int | None = None
-        self.log_path: str | None = None
-        self.log_size = 0
-        self.log_head = 0
-        # The sessions those rows belong to; None: not known (rows an earlier process left).
-        self.journal_sids: set[str] | None = set()
-        # The message ids of sessions appended through the journal, least recently used
-        # first, and how many ids they hold (see DuckDBEngine._session_keys).
-        self.keys: OrderedDict[str, set[str]] = OrderedDict()
-        self.key_total = 0
-        # Every session with a stored message, so a new session's first append reads
-        # nothing; it may name sessions since emptied (their ids are read then). None:
-        # not read yet; _EVERYTHING: more than _SESSION_BUDGET (each first append reads).
-        self.sids: set[str] | _Everything | None = None
-
-    def forget(self) -> None:
-        """After a rollback: cached state may describe rows that were never committed."""
-        self.index_on = None
-        self.tails.clear()
-        self.paths.clear()
-        self.compacted.clear()
-        self.seqs.clear()
-        self.keys.clear()
-        self.key_total = 0
-        self.sids = None
-
-    def forget_session(self, sid: str) -> None:
-        self.tails.pop(sid, None)
-        self.paths.drop(sid)
-        self.compacted.pop(sid, None)
-        self.drop_keys(sid)
-
-    def drop_keys(self, sid: str) -> None:
-        keys = self.keys.pop(sid, None)
-        if keys is not None:
-            self.key_total -= len(keys)
-
-    def add_key(self, sid: str, mid: str) -> None:
-        """A message ``mid`` was stored in ``sid``: its id set, if held, includes it."""
-        keys = self.keys.get(sid)
-        if keys is not None:
-            keys.add(mid)
-            self.key_total += 1
-        self.stored_in(sid)
-
-    def stored_in(self, sid: str) -> None:
-        """``sid`` has a stored message: the session set, if held, includes it."""
-        if isinstance(self.sids, set):
-            self.sids.add(sid)
-            if len(self.sids) > _SESSION_BUDGET:
-                self.sids = _EVERYTHING  # too many to hold: each first append reads its ids
-
-
-_SHARED: weakref.WeakValueDictionary[str, _Shared] = weakref.WeakValueDictionary()
+# The state of each file open in this process, shared by every engine on it.
+_SHARED: weakref.WeakValueDictionary[str, FileState] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
-def _shared_for(path: str | None) -> _Shared:
+def _shared_for(path: str | None, where: str) -> FileState:
     if path is None:
-        return _Shared()
+        return FileState(where)
     with _SHARED_LOCK:
         shared = _SHARED.get(path)
         if shared is None:
-            shared = _SHARED[path] = _Shared()
+            shared = _SHARED[path] = FileState(where)
         return shared
 
 
@@ -425,13 +192,7 @@ def _describe_holder(text: str) -> str:
     return who + ")"
 
 
-def _body(text: str) -> tuple[int, str]:
-    """Word count and indexed form (stems joined by single spaces) of a message's text."""
-    body = _search.index_text(text)
-    return (body.count(" ") + 1 if body else 0), body
-
-
-class DuckDBEngine(LocalEngine):
+class DuckDBEngine(SearchIndex):
     """Storage primitives on DuckDB. Open through ``open_store("x.duckdb")``.
 
     Options: ``durability`` (``"normal"`` or ``"full"``, see the module notes),
@@ -469,7 +230,7 @@ class DuckDBEngine(LocalEngine):
         self._views: dict = {}  # which analysis views the analysis connection has
         self._cursors: set = set()  # connections of long reads running outside the lock (see search)
         # The name this process opens the file by (see _files): one file reached through
-        # two names (a hard link, a bind mount) is one database, one _Shared, one journal.
+        # two names (a hard link, a bind mount) is one database, one FileState, one journal.
         self._held: _files.Claim | None = None
         self._file: str | None = None
         if self.path is None:
@@ -479,7 +240,7 @@ class DuckDBEngine(LocalEngine):
             with _files.claim(self.path) as held:
                 self._db = self._connect(held.name)
             self._held, self._file = held, held.name
-        self._shared = _shared_for(self._file)
+        self._shared = _shared_for(self._file, self.path or ":memory:")
         self._lock = self._shared.lock
         with self._lock:
             first = self._shared.users == 0
@@ -507,13 +268,12 @@ class DuckDBEngine(LocalEngine):
                 # Appends a killed process left in the journal: the next statement moves
                 # them (before a migration, which then never meets an older row layout).
                 with self._lock:
-                    shared = self._shared
-                    shared.table_rows = 0
-                    if version is not None and version >= _JOURNAL_VERSION:
-                        shared.table_rows = self._direct("SELECT count(*) FROM sessionkit_journal")[0][0]
-                    shared.log_rows = self._recover_log(version)
-                    shared.pending = shared.table_rows + shared.log_rows
-                    shared.journal_sids = set() if not shared.pending else None
+                    journal = version is not None and version >= _JOURNAL_VERSION
+                    self._shared.opened(
+                        self._direct("SELECT count(*) FROM sessionkit_journal")[0][0] if journal else 0,
+                        self._file,
+                        lambda header: journal and header == _LOG_HEADER + self._journal_id(),
+                    )
             if version != SCHEMA_VERSION:
                 with self.write():
                     self.create_or_migrate()
@@ -614,7 +374,7 @@ class DuckDBEngine(LocalEngine):
                 self._closed = True
                 self._shared.users -= 1
                 if not self._shared.users:
-                    self._close_log()
+                    self._shared.close_file()
                 for cursor in list(self._cursors):  # a search running meanwhile stops with an error
                     with contextlib.suppress(duckdb.Error):
                         cursor.interrupt()
@@ -689,24 +449,12 @@ class DuckDBEngine(LocalEngine):
     def committed(self) -> None:
         self._shared.writer = None
         if self._full and self._file is not None:
-            self._sync_folder(self._file)
+            sync_folder(self._file)
 
     def snapshot(self):
         # One process holds the file and every engine on it shares this lock: holding it
         # keeps every other writer out while a read takes several statements.
         return self._lock
-
-    def _sync_folder(self, path: str) -> None:
-        try:
-            fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        except OSError:  # some platforms cannot open a folder; the WAL itself is synced
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
     def listed(self, values):
         return list(values)
@@ -766,8 +514,8 @@ class DuckDBEngine(LocalEngine):
 
     def walk_pages(self, sid, start, limit, content, first=None, largest=None):
         """As on every engine; the newest rows of a session's latest path come from the
-        cache of this process's own writes and reads (see ``_Paths``) when they are there,
-        and a read that starts at the newest row fills it."""
+        cache of this process's own writes and reads (``FileState.paths``) when they are
+        there, and a read that starts at the newest row fills it."""
         if not content or (limit is not None and limit <= 0):
             yield from super().walk_pages(sid, start, limit, content, first, largest)
             return
@@ -807,172 +555,120 @@ class DuckDBEngine(LocalEngine):
                     size += os.path.getsize(name)
         return size
 
-    def indexed_count(self) -> int:
-        return self.fetch_one("SELECT count(index_len) FROM sessionkit_messages")[0]
+    # -- writes: the one choice of how new rows are written --------------------------------
+    def _way(self, sid: str, preps: list, chain: bool = False) -> str:
+        """How new plain messages of ``sid`` are written: the one place the append paths
+        are chosen (``append_simple`` and ``append_chain`` ask it, once per call).
 
-    def index_built(self):
-        with self._lock:
-            if self._shared.index_on is None:
-                self._shared.index_on = self.meta("index_built") == "1"
-            return self._shared.index_on
-
-    def w_index_on(self):
-        return self.index_built()
-
-    def search(self, fts_query, terms, sid, limit):
-        """BM25 over the inverted index; ``terms`` is the parsed query (search.Query).
-
-        Every stem must occur in a hit; each phrase must occur as consecutive stems.
-        Scores use the store-wide document count and average length, like FTS5.
-
-        A phrase is checked by joining its words' offsets in the phrase with their
-        positions in each document that holds every stem: a position minus its word's
-        offset is where the phrase would start, and a start that every word of the
-        phrase gives is a match. That costs the phrase's words' occurrences in those
-        documents, linear in the phrase's length.
-
-        The query runs on a connection of its own, outside the store's lock: it reads
-        one committed snapshot, and writers in other threads go on meanwhile. Inside
-        this thread's own write transaction it runs on that transaction's connection,
-        so it sees the transaction's writes.
+        - ``"journal"``: outside a transaction, one line of the journal file (a row of
+          the journal table for a store in memory), no DuckDB statement; the session's id
+          set in memory tells a stored id (see :mod:`._duckdb_state`).
+        - ``"indexed"``: a single message of a session too large for an id set, outside
+          a transaction: an autocommitted INSERT whose UNIQUE key index tells a stored id.
+        - ``"transaction"``: inside a write transaction (joined, or opened for a message
+          whose text goes into the search index): an INSERT that checks the key; a chain
+          that cannot be one journal line takes the batched insert (``insert_planned``).
+        - ``"general"``: payloads or continuation rows: the shared engine's path.
         """
-        query = terms
-        stems: list[str] = list(dict.fromkeys([*query.terms, *(w for p in query.phrases for w in p)]))
-        if not stems or limit <= 0:
-            return []
-        params: list = [stems]
-        where_sid = ""
-        if sid is not None:
-            where_sid = "WHERE m.session_id = ?"
-            params.append(sid)
-        params.append(len(stems))
-        phrase_ctes = ""
-        phrase_cond = ""
-        if query.phrases:
-            numbers, words, offsets, lengths = [], [], [], []
-            for n, phrase in enumerate(query.phrases):
-                for off, word in enumerate(phrase):
-                    numbers.append(n)
-                    words.append(word)
-                    offsets.append(off)
-                    lengths.append(len(phrase))
-            params += [numbers, words, offsets, lengths, len(query.phrases)]
-            phrase_ctes = """, words AS (
-                SELECT unnest(?::INTEGER[]) AS phrase, unnest(?::VARCHAR[]) AS term,
-                       unnest(?::INTEGER[]) AS off, unnest(?::INTEGER[]) AS plen
-            ), starts AS (
-                SELECT w.phrase, w.plen, h.seq, unnest(h.pos) - w.off AS start
-                FROM words w JOIN hits h ON h.term = w.term
-                WHERE h.seq IN (SELECT seq FROM matching)
-            ), phrased AS (
-                SELECT seq FROM (
-                    SELECT DISTINCT phrase, seq FROM starts GROUP BY phrase, seq, start, plen HAVING count(*) = plen
-                ) GROUP BY seq HAVING count(*) = ?
-            )"""
-            phrase_cond = "WHERE seq IN (SELECT seq FROM phrased)"
-        params += [int(self.search_candidates), int(limit)]
-        sql = f"""
-            WITH hits AS (
-                SELECT term, seq, tf, pos FROM sessionkit_terms
-                WHERE term IN (SELECT unnest(?::VARCHAR[]))
-            ), df AS (
-                SELECT term, count(*)::DOUBLE AS n FROM hits GROUP BY term
-            ), corpus AS (
-                SELECT count(index_len)::DOUBLE AS n, greatest(coalesce(avg(index_len), 0), 1)::DOUBLE AS avgdl
-                FROM sessionkit_messages
-            ), per_doc AS (
-                SELECT h.seq, count(*) AS matched,
-                       sum(ln(1 + (c.n - df.n + 0.5) / (df.n + 0.5))
-                           * h.tf * ({BM25_K1} + 1)
-                           / (h.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.index_len / c.avgdl))) AS score
-                FROM hits h
-                JOIN df ON df.term = h.term
-                JOIN sessionkit_messages m ON m.seq = h.seq
-                CROSS JOIN corpus c
-                {where_sid}
-                GROUP BY h.seq
-            ), matching AS (
-                SELECT seq, score FROM per_doc WHERE matched = ?
-            ){phrase_ctes}, cand AS (  -- rank only the newest search_candidates matches, like the SQLite engine
-                SELECT seq, score FROM matching {phrase_cond}
-                ORDER BY seq DESC LIMIT ?
-            )
-            SELECT m.seq, m.session_id, m.id, m.role, cand.score
-            FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
-            ORDER BY cand.score DESC, m.seq DESC
-            LIMIT ?"""
-        return [tuple(r) for r in self._read_apart(sql, params)]
+        if any(p.blobs or len(p.stored_json) > self._chunk for p in preps):
+            return "general"
+        if self._depth or self._shared.writer is not None:
+            return "transaction"
+        ids = [p.id for p in preps]
+        if chain:
+            if self._file is None or self.index_built() or len(set(ids)) != len(ids):
+                return "transaction"
+        elif self.index_built() and self._body_of(preps[0])[0]:
+            return "transaction"
+        keys = self._keys(sid)
+        if keys is None:
+            return "transaction" if chain else "indexed"
+        return "journal" if not chain or keys.isdisjoint(ids) else "transaction"
 
-    def _read_apart(self, sql: str, params: list) -> list:
-        """Rows of one long read on a connection of its own, without the store's lock
-        (inside this thread's write transaction: on its connection, under the lock)."""
+    def _keys(self, sid: str) -> set[str] | None:
+        """The ids stored in ``sid`` while held in memory (None: too many to hold)."""
+        return self._shared.keys_of(sid, self._direct, self.merge_journal)
+
+    def _parent(self, sid: str, parent_id) -> tuple[Node | None, bool]:
+        """The parent of an append outside a transaction (``parent_id``: an id, None or
+        LATEST) and whether it was found. A new session's first message needs no read."""
+        if parent_id is None:
+            return None, True
+        if isinstance(parent_id, str):
+            parent = self.node(sid, parent_id)
+            return parent, parent is not None
+        if sid not in self._shared.tails and self._shared.writer is None and self._keys(sid) == set():
+            return None, True  # known without reading (or moving) anything else
+        return self.latest(sid), True
+
+    def append_simple(self, sid, prep, parent_id, created_at):
+        """One plain append, in as few statements as DuckDB allows (see ``_way``)."""
+        with self._lock:
+            way = self._way(sid, [prep])
+            if way == "general":
+                return NotImplemented
+            parent, found = self._parent(sid, parent_id)
+            if not found:
+                return "exists" if self.node(sid, prep.id) is not None else "no-parent"
+            if way == "transaction":
+                with self.write():
+                    node = self.w_insert(sid, prep, parent, created_at, self.index_built())
+                return "exists" if node is None else "inserted"
+            # (a plain message: no continuation rows, no payloads, no index rows to write)
+            node = self.placed(prep, parent, created_at)
+            try:
+                seq = self._put_row(way, sid, prep, node, prep.stored_json, 0, self.index_built())
+            except BaseException:
+                self._shared.forget()
+                raise
+            finally:
+                self._memo = None
+            if seq is not None and self._full and self._file is not None:
+                sync_folder(self._file)
+            return "exists" if seq is None else "inserted"
+
+    def append_chain(self, sid, preps, parent_id, stamps):
+        """A chain of new plain messages outside a transaction as one journal line: a
+        line is written whole or (a process killed inside the write) cut off whole, so
+        the chain is stored entirely or not at all, with no DuckDB statement. Any other
+        chain (see ``_way``), or a parent not found, takes the batched insert."""
         with self._lock:
             if self._closed:
                 raise StoreClosed("the store is closed")
-            if self._shared.writer == threading.get_ident():
-                return self.fetch(sql, params)
-            self.merge_journal()
-            with self.guard():
-                cursor = self._db.cursor()
-            self._cursors.add(cursor)
-        try:
-            with self.guard():
-                return cursor.execute(sql, params).fetchall()
-        except SessionKitError as exc:
-            if self._closed:  # interrupted by close()
-                raise StoreClosed("the store was closed during the search") from exc
-            raise
-        finally:
-            with self._lock:
-                self._cursors.discard(cursor)
-            with contextlib.suppress(duckdb.Error):
-                cursor.close()
+            if self._way(sid, preps, chain=True) != "journal":
+                return NotImplemented
+            parent, found = self._parent(sid, parent_id)
+            if not found:
+                return NotImplemented
+            rows, nodes = [], []
+            for prep, stamp in zip(preps, stamps):
+                node = self.placed(prep, parent, stamp)._replace(seq=self._next_seq())
+                rows.append(
+                    (node.seq, _key(sid, node.id), *self.message_values(sid, node, prep.stored_json, 0, prep), None)
+                )
+                nodes.append(node)
+                parent = node
+            self._journal(sid, rows)
+            for prep, node in zip(preps, nodes):
+                self._shared.appended(sid, node, prep.stored_json)
+            self._shared.after_chain(sid)
+            if self._shared.full_now():
+                self.merge_journal()
+            return True
 
-    # -- writes -------------------------------------------------------------------
-    def append_simple(self, sid, prep, parent_id, created_at):
-        """One plain append, in as few statements as DuckDB allows.
-
-        The parent comes from the cached session tail (``LATEST``) or one key lookup;
-        without a search index the insert is a single autocommitted statement that
-        also checks the key. Messages with payloads or continuation rows take the
-        general path.
-        """
-        if prep.blobs or len(prep.stored_json) > self._chunk:
-            return NotImplemented
-        with self._lock:
-            if parent_id is None:
-                parent = None
-            elif isinstance(parent_id, str):
-                parent = self.node(sid, parent_id)
-                if parent is None:
-                    return "exists" if self.node(sid, prep.id) is not None else "no-parent"
-            elif sid not in self._shared.tails and self._shared.writer is None and self._session_keys(sid) == set():
-                parent = None  # a session's first message: known without reading (or moving) anything else
-            else:
-                parent = self.latest(sid)
-            if self.index_built() and self._body_of(prep)[0]:
-                with self.write():
-                    node = self.w_insert(sid, prep, parent, created_at, True)
-            else:
-                try:
-                    node = self.w_insert(sid, prep, parent, created_at, self.index_built())
-                except BaseException:
-                    self._shared.forget()
-                    raise
-                if node is not None and self._full and self._file is not None:
-                    self._sync_folder(self._file)
-            return "exists" if node is None else "inserted"
-
-    def _body_of(self, prep) -> tuple[int, str]:
-        """``_body`` of a message being written, computed once per write: an append asks
-        for it up to three times (whether to index, the row's word count, the postings),
-        and stemming a message of megabytes takes seconds. Callers hold the store's lock."""
-        memo = self._memo
-        if memo is not None and memo[0] is prep:
-            return memo[1]
-        body = _body(prep.text)
-        self._memo = (prep, body)
-        return body
+    def _journal(self, sid: str, rows: list[tuple]) -> None:
+        """Write ``rows`` (messages rows of one append or one chain) to the journal: one
+        line of the file (see ``FileState.write_line``), or rows of the journal table for
+        a store in memory."""
+        shared = self._shared
+        if self._file is None:
+            for values in rows:
+                self._direct("INSERT INTO sessionkit_journal VALUES (?)", (json.dumps(values, ensure_ascii=False),))
+                shared.journaled(sid, 1, table=True)
+            return
+        with self.guard():  # a lone surrogate: InvalidMessage, as a statement would say
+            shared.write_line(json.dumps(rows, ensure_ascii=False), self._full, self._journal_id)
+        shared.journaled(sid, len(rows))
 
     def w_insert(self, sid, prep, parent, created_at, index):
         try:
@@ -986,13 +682,13 @@ class DuckDBEngine(LocalEngine):
         finally:
             self._memo = None
 
-    def update_extras(self, sid, node, prep, index):
-        self.execute(
-            "UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
-            (self._body_of(prep)[0] if index else None, node.seq),
-        )
-
     def insert_row(self, sid, prep, node, parent, head, nchunks, index):
+        # (reached inside a write transaction: append_simple writes the other ways itself)
+        return self._put_row("transaction", sid, prep, node, head, nchunks, index)
+
+    def _put_row(self, way, sid, prep, node, head, nchunks, index):
+        """Write one message row the ``way`` chosen (see ``_way``); its seq, or None when
+        its id is stored already."""
         key = _key(sid, node.id)
         length = self._body_of(prep)[0] if index else None
         # The seq comes from a block this process reserved from the sequence (see
@@ -1000,23 +696,13 @@ class DuckDBEngine(LocalEngine):
         # statement about a fifth slower.
         seq = self._next_seq()
         values = (seq, key, *self.message_values(sid, node, head, nchunks, prep), length)
-        keys = None if self._depth or self._shared.writer is not None else self._session_keys(sid)
-        if keys is not None:
-            # A single append outside a transaction: one JSON row into the journal, a
-            # table of one column without keys, which DuckDB commits as fast as a bare
-            # row (a row of the messages table's twenty columns under two indexes costs
-            # about twice as much). The id set in memory tells a stored id.
-            if node.id in keys:
+        if way == "journal":
+            # A single append outside a transaction: one JSON row into the journal. The
+            # id set in memory tells a stored id.
+            if node.id in cast("set[str]", self._keys(sid)):
                 return None
-            if self._file is not None:
-                self._log(json.dumps([values], ensure_ascii=False))
-            else:
-                self._direct("INSERT INTO sessionkit_journal VALUES (?)", (json.dumps(values, ensure_ascii=False),))
-                self._shared.table_rows += 1
-            self._shared.pending += 1
-            if self._shared.journal_sids is not None:
-                self._shared.journal_sids.add(sid)
-        elif not self._depth:
+            self._journal(sid, [values])
+        elif way == "indexed":
             # Its own transaction: a plain insert, and the UNIQUE index on the key tells
             # a stored id (the failed statement leaves nothing behind). About a fifth
             # faster than checking the key in the statement.
@@ -1042,104 +728,10 @@ class DuckDBEngine(LocalEngine):
             )
             if not row or not row[0]:
                 return None
-        self._shared.add_key(sid, node.id)  # (a rollback drops every set)
-        tail = self._shared.tails[sid] = node._replace(seq=seq)
-        self._shared.paths.appended(sid, tail, prep.stored_json)
-        if self._shared.pending >= _JOURNAL_ROWS:
+        self._shared.appended(sid, node._replace(seq=seq), prep.stored_json)  # (a rollback drops it all)
+        if self._shared.full_now():
             self.merge_journal()
         return seq
-
-    def append_chain(self, sid, preps, parent_id, stamps):
-        """A chain of new plain messages outside a transaction as one journal line: a
-        line is written whole or (a process killed inside the write) cut off whole, so
-        the chain is stored entirely or not at all, with no DuckDB statement (see
-        ``_log``). Anything else takes the general path: an id already stored or twice
-        in the chain, a parent not found, payloads or continuation rows, a search index
-        to keep (a transaction), a store in memory, a session too large for its id set.
-        """
-        if self._file is None or any(p.blobs or len(p.stored_json) > self._chunk for p in preps):
-            return NotImplemented
-        with self._lock:
-            if self._closed:
-                raise StoreClosed("the store is closed")
-            shared = self._shared
-            if shared.writer is not None or self._depth or self.index_built():
-                return NotImplemented
-            ids = [p.id for p in preps]
-            keys = self._session_keys(sid)
-            if keys is None or len(set(ids)) != len(ids) or not keys.isdisjoint(ids):
-                return NotImplemented
-            if parent_id is None:
-                parent = None
-            elif isinstance(parent_id, str):
-                parent = self.node(sid, parent_id)
-                if parent is None:
-                    return NotImplemented
-            elif not keys and sid not in shared.tails:
-                parent = None  # a new session: known without reading anything
-            else:
-                parent = self.latest(sid)
-            rows, nodes = [], []
-            for prep, stamp in zip(preps, stamps):
-                node = self.placed(prep, parent, stamp)._replace(seq=self._next_seq())
-                rows.append(
-                    (node.seq, _key(sid, node.id), *self.message_values(sid, node, prep.stored_json, 0, prep), None)
-                )
-                nodes.append(node)
-                parent = node
-            self._log(json.dumps(rows, ensure_ascii=False))
-            shared.pending += len(rows)
-            if shared.journal_sids is not None:
-                shared.journal_sids.add(sid)
-            for prep, node in zip(preps, nodes):
-                shared.add_key(sid, node.id)
-                shared.tails[sid] = node
-                shared.paths.appended(sid, node, prep.stored_json)
-            if len(keys) > _KEY_BUDGET // 2:
-                shared.drop_keys(sid)  # too large to hold: its next append reads (see _session_keys)
-            if shared.pending >= _JOURNAL_ROWS:
-                self.merge_journal()
-            return True
-
-    def _session_keys(self, sid: str) -> set[str] | None:
-        """The ids stored in ``sid``, kept in memory while appends go through the journal
-        (only this process writes the file, so the set stays true); None for a session
-        too large to hold, whose appends take the indexed path."""
-        shared = self._shared
-        keys = shared.keys.get(sid)
-        if keys is not None:
-            shared.keys.move_to_end(sid)
-            return keys
-        if shared.pending and (shared.journal_sids is None or sid in shared.journal_sids):
-            self.merge_journal()  # the session's set was dropped while rows of it wait there
-        if sid not in self._stored_sessions():
-            ids = []  # a new session: nothing to read
-        else:
-            # Without moving the journal otherwise: one read (about a millisecond, a scan
-            # even at a million rows), not a read and a commit.
-            ids = self._direct("SELECT id FROM sessionkit_messages WHERE session_id = ?", (sid,))
-        if len(ids) > _KEY_BUDGET // 2:
-            return None
-        keys = shared.keys[sid] = {r[0] for r in ids}
-        shared.key_total += len(keys)
-        while shared.key_total > _KEY_BUDGET and len(shared.keys) > 1:
-            shared.drop_keys(next(iter(shared.keys)))
-        return keys
-
-    def _stored_sessions(self) -> set[str] | _Everything:
-        """The sessions that may have stored messages (read once; see ``_Shared.sids``);
-        a container of everything when there are too many to hold."""
-        shared = self._shared
-        if shared.sids is None:
-            if shared.pending and shared.journal_sids is None:
-                # Rows a killed process left, whose sessions are unknown, that the caller's
-                # move could not take now: read the set another time.
-                return _EVERYTHING
-            rows = self._direct("SELECT DISTINCT session_id FROM sessionkit_messages")
-            shared.sids = (
-                {r[0] for r in rows} | (shared.journal_sids or set()) if len(rows) <= _SESSION_BUDGET else _EVERYTHING
-            )
-        return shared.sids
 
     def merge_journal(self) -> None:
         """Move the journal's rows into the messages table, in one transaction.
@@ -1159,49 +751,10 @@ class DuckDBEngine(LocalEngine):
                         self.execute(_MOVE_JOURNAL)
                         self.execute("DELETE FROM sessionkit_journal")
                     if shared.log_rows:
-                        self.execute(_MOVE_JOURNAL_FILE, [self._log_lines()])
-                shared.table_rows = 0
-                if shared.log_rows:
-                    # Emptied only once its rows are committed; should this fail, the rows
-                    # stay and the next statement moves them again (a stored key keeps its row).
-                    self._empty_log()
-                shared.pending = 0
-                shared.journal_sids = set()
+                        self.execute(_MOVE_JOURNAL_FILE, [shared.lines()])
+                shared.merged(self._full)
             finally:
                 shared.merging = False
-
-    # -- the journal file ---------------------------------------------------------------
-    def _log(self, line: str) -> None:
-        """Append one journal line (the JSON array of the messages rows of one append or
-        one chain) to the journal file.
-
-        Why a file of our own rather than a row of a DuckDB table: DuckDB spends about a
-        millisecond on any committed statement (0.6 ms with its fsync turned off, on the
-        machine of ``benchmarks/duckdb_cliffs_bench.py``), ten times what the SQLite
-        engine spends on a whole append. A line written to a file with one ``write`` is
-        in the operating system's hands when the append returns, so a killed process
-        loses none (as with SQLite's WAL at ``synchronous=NORMAL``); with
-        ``durability="full"`` each line is also fsynced before the append returns. Rows
-        are moved into the messages table as the table's rows were (``merge_journal``).
-        """
-        shared = self._shared
-        with self.guard():  # a lone surrogate: InvalidMessage, as a statement would say
-            data = (line + "\n").encode("utf-8")
-        fd = shared.log_fd if shared.log_fd is not None else self._open_log()
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if self._full:
-                _fsync(fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):  # no half line may stay before the next one
-                os.ftruncate(fd, shared.log_size)
-            raise SessionKitError(
-                f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: {exc}"
-            ) from exc
-        shared.log_size += len(data)
-        shared.log_rows += 1
 
     def _journal_id(self) -> str:
         """This database's journal id (``sessionkit_meta``), made on first use."""
@@ -1211,126 +764,6 @@ class DuckDBEngine(LocalEngine):
         new = uuid.uuid4().hex
         self._direct("INSERT INTO sessionkit_meta (key, value) VALUES ('journal_id', ?)", (new,))
         return new
-
-    def _open_log(self) -> int:
-        shared = self._shared
-        assert shared.log_path is not None
-        header = (_LOG_HEADER + self._journal_id() + "\n").encode()
-        try:
-            fd = os.open(shared.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
-        except OSError as exc:
-            raise SessionKitError(
-                f"DuckDB store {self.path}: cannot open its journal {shared.log_path}: {exc}"
-            ) from exc
-        try:
-            os.ftruncate(fd, 0)  # (nothing in it is pending: _recover_log set aside or moved it)
-            os.write(fd, header)
-            if self._full:
-                _fsync(fd)
-                self._sync_folder(shared.log_path)
-        except OSError as exc:
-            os.close(fd)
-            raise SessionKitError(
-                f"DuckDB store {self.path}: cannot write its journal {shared.log_path}: {exc}"
-            ) from exc
-        shared.log_fd, shared.log_size, shared.log_head = fd, len(header), len(header)
-        return fd
-
-    def _log_lines(self) -> list[str]:
-        """The rows in the journal file, oldest first."""
-        shared = self._shared
-        assert shared.log_fd is not None
-        try:
-            # (lseek and read rather than pread, which Windows lacks; appends go to the end
-            # whatever the offset, and the store's lock keeps them out meanwhile)
-            os.lseek(shared.log_fd, shared.log_head, os.SEEK_SET)
-            parts, left = [], shared.log_size - shared.log_head
-            while left > 0:
-                part = os.read(shared.log_fd, left)
-                if not part:
-                    break
-                parts.append(part)
-                left -= len(part)
-            data = b"".join(parts)
-        except OSError as exc:
-            raise SessionKitError(
-                f"DuckDB store {self.path}: cannot read its journal {shared.log_path}: {exc}"
-            ) from exc
-        lines = data.decode("utf-8").split("\n")
-        lines.pop()  # after the last newline: nothing
-        return lines
-
-    def _empty_log(self) -> None:
-        shared = self._shared
-        assert shared.log_fd is not None
-        try:
-            os.ftruncate(shared.log_fd, shared.log_head)
-            if self._full:
-                _fsync(shared.log_fd)
-        except OSError as exc:
-            raise SessionKitError(
-                f"DuckDB store {self.path}: cannot empty its journal {shared.log_path}: {exc}"
-            ) from exc
-        shared.log_size = shared.log_head
-        shared.log_rows = 0
-
-    def _recover_log(self, version: int | None) -> int:
-        """On the first opening in this process: the rows a killed process left in the
-        journal file (they are moved by the next statement); 0 when there is none.
-
-        A line without its newline was being written when the process died (its append
-        never returned) and is cut off. A journal file that belongs to another database
-        (a store file replaced, or removed and made again, beside it) is renamed to
-        ``<file>.journal.orphan`` and left alone.
-        """
-        shared = self._shared
-        self._close_log()
-        shared.log_path = None
-        if self._file is None:
-            return 0
-        path = shared.log_path = self._file + _LOG_SUFFIX
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
-            return 0
-        except OSError as exc:
-            raise SessionKitError(f"DuckDB store {self.path}: cannot read its journal {path}: {exc}") from exc
-        end = data.find(b"\n")
-        header = data[: end + 1] if end >= 0 else b""
-        cut = data.rfind(b"\n") + 1
-        rows = data.count(b"\n", 0, cut) - 1 if header else 0
-        mine = (
-            bool(header)
-            and version is not None
-            and version >= _JOURNAL_VERSION
-            and header.decode("utf-8", "replace").strip() == _LOG_HEADER + self._journal_id()
-        )
-        if rows > 0 and not mine:
-            os.replace(path, path + ".orphan")
-            return 0
-        if rows <= 0:
-            return 0
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
-            os.ftruncate(fd, cut)  # a half-written last line goes
-        except OSError as exc:
-            raise SessionKitError(f"DuckDB store {self.path}: cannot open its journal {path}: {exc}") from exc
-        shared.log_fd, shared.log_size, shared.log_head = fd, cut, len(header)
-        return rows
-
-    def _close_log(self) -> None:
-        """The last engine on the file closed: let go of the journal file, and remove it
-        when it holds no row."""
-        shared = self._shared
-        fd, shared.log_fd = shared.log_fd, None
-        if fd is None:
-            return
-        with contextlib.suppress(OSError):
-            os.close(fd)
-        if not shared.log_rows and shared.log_path is not None:
-            with contextlib.suppress(OSError):
-                os.remove(shared.log_path)
 
     def _next_seq(self) -> int:
         """The next write sequence number for a single append.
@@ -1374,10 +807,7 @@ class DuckDBEngine(LocalEngine):
         for (prep, _, _), node in zip(plan, nodes):
             if prep.blobs:
                 self.put_blobs(node.seq, prep.blobs)
-        self._shared.tails[sid] = nodes[-1]
-        self._shared.paths.drop(sid)
-        self._shared.drop_keys(sid)
-        self._shared.stored_in(sid)
+        self._shared.imported(sid, nodes[-1])
         return nodes
 
     def update_analysis_columns(self, values):
@@ -1402,97 +832,3 @@ class DuckDBEngine(LocalEngine):
     def w_add_compaction(self, sid, comp):
         super().w_add_compaction(sid, comp)
         self._shared.compacted[sid] = True
-
-    # -- the search index ------------------------------------------------------------------
-    def index_new(self, sid, seq, prep, nchunks, index):
-        if index:
-            body = self._body_of(prep)[1]
-            if body:
-                self._put_terms([seq], [body])
-
-    def index_changed(self, sid, seq, prep, nchunks, index):
-        if index:
-            self.unindex([seq])
-            self.index_new(sid, seq, prep, nchunks, index)
-
-    def unindex(self, seqs):
-        for start in range(0, len(seqs), _BULK_ROWS):
-            self.execute(
-                "DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))",
-                (list(seqs[start : start + _BULK_ROWS]),),
-            )
-
-    def unindex_session(self, sid, seqs):
-        self.execute(
-            "DELETE FROM sessionkit_terms WHERE seq IN (SELECT seq FROM sessionkit_messages WHERE session_id = ?)",
-            (sid,),
-        )
-
-    def _put_terms(self, seqs: list[int], bodies: list[str], table: str = "sessionkit_terms") -> None:
-        """Index ``bodies`` (stems joined by spaces) of the messages ``seqs``."""
-        if len(seqs) <= _FEW_DOCS and sum(map(len, bodies)) <= _FEW_CHARS:
-            # A few messages: postings built here make a simpler statement, which DuckDB
-            # plans about twice as fast as the grouping one below.
-            terms: list[str] = []
-            doc_seqs: list[int] = []
-            tfs: list[int] = []
-            positions: list[list[int]] = []
-            for seq, body in zip(seqs, bodies):
-                where: dict[str, list[int]] = {}
-                for i, word in enumerate(body.split()):
-                    where.setdefault(word, []).append(i)
-                terms += where
-                doc_seqs += [seq] * len(where)
-                tfs += [len(p) for p in where.values()]
-                positions += where.values()
-            if terms:
-                self.execute(
-                    f"""INSERT INTO "{table}" SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]),
-                        unnest(?::INTEGER[]), unnest(?::INTEGER[][])""",
-                    [terms, doc_seqs, tfs, positions],
-                )
-            return
-        # Many messages: one string per message, split and grouped in SQL, is far
-        # cheaper than handing DuckDB a Python list per stem.
-        for start in range(0, len(seqs), _BULK_ROWS):
-            self.execute(
-                f"""INSERT INTO "{table}"
-                    SELECT term, seq, count(*), list(pos ORDER BY pos) FROM (
-                        SELECT seq, unnest(words) AS term, unnest(range(len(words)))::INTEGER AS pos
-                        FROM (SELECT unnest(?::BIGINT[]) AS seq, string_split(unnest(?::VARCHAR[]), ' ') AS words)
-                        WHERE words <> ['']
-                    ) GROUP BY term, seq""",
-                [seqs[start : start + _BULK_ROWS], bodies[start : start + _BULK_ROWS]],
-            )
-
-    def mark_index_built(self) -> None:
-        self._shared.index_on = True
-
-    def begin_index_build(self) -> None:
-        # Postings go to a staging table batch by batch, then into the index sorted by
-        # term: DuckDB's per-block min/max statistics then let a search skip almost
-        # every block that holds none of its stems.
-        self.execute("DELETE FROM sessionkit_terms")
-        self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_terms_staging AS SELECT * FROM sessionkit_terms LIMIT 0")
-        self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_lengths_staging (seq BIGINT, len INTEGER)")
-
-    def index_batch(self, rows):
-        seqs, bodies, lengths = [], [], []
-        for seq, _, text in rows:
-            length, body = _body(text)
-            seqs.append(seq)
-            bodies.append(body)
-            lengths.append(length)
-        self._put_terms(seqs, bodies, "sessionkit_terms_staging")
-        self.execute(
-            "INSERT INTO sessionkit_lengths_staging SELECT unnest(?::BIGINT[]), unnest(?::INTEGER[])", [seqs, lengths]
-        )
-
-    def finish_index_build(self) -> None:
-        self.execute("INSERT INTO sessionkit_terms SELECT * FROM sessionkit_terms_staging ORDER BY term, seq")
-        self.execute(
-            """UPDATE sessionkit_messages SET index_len = l.len FROM sessionkit_lengths_staging AS l
-               WHERE sessionkit_messages.seq = l.seq"""
-        )
-        self.execute("DROP TABLE sessionkit_terms_staging")
-        self.execute("DROP TABLE sessionkit_lengths_staging")

@@ -21,6 +21,7 @@ duckdb = pytest.importorskip("duckdb")
 
 import sessionkit as sk  # noqa: E402
 from sessionkit.errors import SessionKitError  # noqa: E402
+from sessionkit.store import _duckdb_state as state_module  # noqa: E402
 from sessionkit.store import duckdb as engine_module  # noqa: E402
 from sessionkit.store._sql import SCHEMA_VERSION  # noqa: E402
 
@@ -197,7 +198,7 @@ def test_ids_removed_by_deletes_and_clears_can_be_appended_again(store):
 
 
 def test_an_id_set_read_again_includes_the_journal(store, monkeypatch):
-    monkeypatch.setattr(engine_module, "_KEY_BUDGET", 4)
+    monkeypatch.setattr(state_module, "_KEY_BUDGET", 4)
     s, t, u = (store.session(x) for x in "stu")
     for session, ids in ((s, "ab"), (t, "xyz"), (u, "w")):  # u's set pushes s's out
         for mid in ids:
@@ -209,7 +210,7 @@ def test_an_id_set_read_again_includes_the_journal(store, monkeypatch):
 
 
 def test_a_long_journal_is_moved_by_the_append_that_fills_it(store, monkeypatch):
-    monkeypatch.setattr(engine_module, "_JOURNAL_ROWS", 10)
+    monkeypatch.setattr(state_module, "_JOURNAL_ROWS", 10)
     s = store.session("s")
     for i in range(25):
         s.append(msg(f"m{i}", "x"))
@@ -224,7 +225,7 @@ def test_a_new_session_reads_nothing_yet_a_stored_id_is_told_in_every_session(tm
     # before its first append. Every way a session gets messages keeps the set true: single
     # appends, chains, imports, an earlier opening, and a killed process's journal.
     if many:
-        monkeypatch.setattr(engine_module, "_SESSION_BUDGET", 1)  # held as "every session"
+        monkeypatch.setattr(state_module, "_SESSION_BUDGET", 1)  # held as "every session"
     path = tmp_path / "s.duckdb"
     with sk.open_store(path) as st:
         st.session("earlier").append(msg("e1", "stored by an earlier opening"))
@@ -274,7 +275,7 @@ def test_a_new_session_reads_nothing_yet_a_stored_id_is_told_in_every_session(tm
 
 
 def test_the_session_set_is_let_go_when_it_grows_past_its_budget(store, monkeypatch):
-    monkeypatch.setattr(engine_module, "_SESSION_BUDGET", 3)
+    monkeypatch.setattr(state_module, "_SESSION_BUDGET", 3)
     reads = []
     real = store._engine._direct
 
@@ -287,14 +288,14 @@ def test_the_session_set_is_let_go_when_it_grows_past_its_budget(store, monkeypa
     for i in range(6):
         assert store.session(f"s{i}").append(msg(f"m{i}", "x")).inserted
     assert reads == ["s4", "s5"]  # held until a fourth session joined it, then each first append reads
-    monkeypatch.setattr(engine_module, "_KEY_BUDGET", 0)  # the id sets go too: reads tell the ids
+    monkeypatch.setattr(state_module, "_KEY_BUDGET", 0)  # the id sets go too: reads tell the ids
     for i in range(6):
         assert store.session(f"s{i}").append(msg(f"m{i}", "again")).inserted is False
     assert sum(len(store.session(f"s{i}")) for i in range(6)) == 6
 
 
 def test_a_session_too_large_for_the_id_set_takes_the_indexed_path(store, monkeypatch):
-    monkeypatch.setattr(engine_module, "_KEY_BUDGET", 8)
+    monkeypatch.setattr(state_module, "_KEY_BUDGET", 8)
     big, small = store.session("big"), store.session("small")
     big.append_many([msg(f"m{i}", "x") for i in range(6)])  # over half the budget
     assert big.append(msg("m6", "x")).inserted

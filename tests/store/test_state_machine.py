@@ -994,6 +994,14 @@ class StoreMachine(RuleBasedStateMachine):
         )
 
     @invariant()
+    def the_duckdb_file_state_holds_its_invariant(self):
+        """DuckDB: what the engine keeps in memory (tails, path runs, id sets, the journal's
+        counts) agrees with the database and the journal file (see ``_duckdb_state``)."""
+        if self.ENGINE.startswith("duckdb"):
+            engine = self.store._engine
+            engine._shared.check(engine._direct)
+
+    @invariant()
     def reads_agree_with_the_model(self):
         """After each step: what it wrote reads back, and every session it touched shows the
         model's latest path (raw and compacted), a recent window and its compactions; other

@@ -1,0 +1,299 @@
+"""The DuckDB engine's search index: its own inverted index, ranked with BM25 in SQL.
+
+DuckDB's ``fts`` extension needs a download and does not update incrementally, so
+``sessionkit_terms(term, seq, tf, pos)`` holds one row per stem per message with the
+stem's token positions, and the message row's ``index_len`` column its word count (NULL
+while it is not indexed). The index is built on the first search and kept current by
+every write afterwards; a phrase matches when its stems sit at consecutive positions,
+checked in the same SQL statement. A search runs on a connection of its own, outside the
+store's lock. :class:`SearchIndex` holds these methods of ``duckdb.DuckDBEngine``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from ..errors import SessionKitError, StoreClosed, missing
+from . import search as _search
+from ._duckdb_state import FileState
+from ._sql import LocalEngine
+
+try:
+    import duckdb
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise missing("duckdb", "duckdb", exc) from exc
+
+__all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
+
+#: BM25 parameters (the usual defaults, as in SQLite's FTS5).
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+# Rows per statement in bulk writes: large enough to amortise DuckDB's per-statement
+# cost, small enough to keep the parameter lists' memory modest.
+_BULK_ROWS = 10_000
+
+# Up to this many messages, and this many characters of their indexed text, index rows
+# are built in Python (see _put_terms); past it, a message's postings (a Python list per
+# stem, its positions in another) cost far more to build and hand over than to make in SQL.
+_FEW_DOCS = 16
+_FEW_CHARS = 64 * 1024
+
+
+_TERMS_TABLE = """CREATE TABLE IF NOT EXISTS sessionkit_terms (
+        term VARCHAR NOT NULL,
+        seq BIGINT NOT NULL,
+        tf INTEGER NOT NULL,
+        pos INTEGER[] NOT NULL
+    )"""
+
+
+def _body(text: str) -> tuple[int, str]:
+    """Word count and indexed form (stems joined by single spaces) of a message's text."""
+    body = _search.index_text(text)
+    return (body.count(" ") + 1 if body else 0), body
+
+
+class SearchIndex(LocalEngine):
+    """The search index's part of the DuckDB engine (the engine's own attributes below)."""
+
+    _shared: FileState
+    _memo: tuple | None  # see _body_of
+    _cursors: set  # connections of long reads running outside the lock (see search)
+
+    def merge_journal(self) -> None:
+        """Move the append journal into the messages table (the engine's, in ``duckdb.py``)."""
+        raise NotImplementedError
+
+    def indexed_count(self) -> int:
+        return self.fetch_one("SELECT count(index_len) FROM sessionkit_messages")[0]
+
+    def index_built(self):
+        with self._lock:
+            if self._shared.index_on is None:
+                self._shared.index_on = self.meta("index_built") == "1"
+            return self._shared.index_on
+
+    def w_index_on(self):
+        return self.index_built()
+
+    def search(self, fts_query, terms, sid, limit):
+        """BM25 over the inverted index; ``terms`` is the parsed query (search.Query).
+
+        Every stem must occur in a hit; each phrase must occur as consecutive stems.
+        Scores use the store-wide document count and average length, like FTS5.
+
+        A phrase is checked by joining its words' offsets in the phrase with their
+        positions in each document that holds every stem: a position minus its word's
+        offset is where the phrase would start, and a start that every word of the
+        phrase gives is a match. That costs the phrase's words' occurrences in those
+        documents, linear in the phrase's length.
+
+        The query runs on a connection of its own, outside the store's lock: it reads
+        one committed snapshot, and writers in other threads go on meanwhile. Inside
+        this thread's own write transaction it runs on that transaction's connection,
+        so it sees the transaction's writes.
+        """
+        query = terms
+        stems: list[str] = list(dict.fromkeys([*query.terms, *(w for p in query.phrases for w in p)]))
+        if not stems or limit <= 0:
+            return []
+        params: list = [stems]
+        where_sid = ""
+        if sid is not None:
+            where_sid = "WHERE m.session_id = ?"
+            params.append(sid)
+        params.append(len(stems))
+        phrase_ctes = ""
+        phrase_cond = ""
+        if query.phrases:
+            numbers, words, offsets, lengths = [], [], [], []
+            for n, phrase in enumerate(query.phrases):
+                for off, word in enumerate(phrase):
+                    numbers.append(n)
+                    words.append(word)
+                    offsets.append(off)
+                    lengths.append(len(phrase))
+            params += [numbers, words, offsets, lengths, len(query.phrases)]
+            phrase_ctes = """, words AS (
+                SELECT unnest(?::INTEGER[]) AS phrase, unnest(?::VARCHAR[]) AS term,
+                       unnest(?::INTEGER[]) AS off, unnest(?::INTEGER[]) AS plen
+            ), starts AS (
+                SELECT w.phrase, w.plen, h.seq, unnest(h.pos) - w.off AS start
+                FROM words w JOIN hits h ON h.term = w.term
+                WHERE h.seq IN (SELECT seq FROM matching)
+            ), phrased AS (
+                SELECT seq FROM (
+                    SELECT DISTINCT phrase, seq FROM starts GROUP BY phrase, seq, start, plen HAVING count(*) = plen
+                ) GROUP BY seq HAVING count(*) = ?
+            )"""
+            phrase_cond = "WHERE seq IN (SELECT seq FROM phrased)"
+        params += [int(self.search_candidates), int(limit)]
+        sql = f"""
+            WITH hits AS (
+                SELECT term, seq, tf, pos FROM sessionkit_terms
+                WHERE term IN (SELECT unnest(?::VARCHAR[]))
+            ), df AS (
+                SELECT term, count(*)::DOUBLE AS n FROM hits GROUP BY term
+            ), corpus AS (
+                SELECT count(index_len)::DOUBLE AS n, greatest(coalesce(avg(index_len), 0), 1)::DOUBLE AS avgdl
+                FROM sessionkit_messages
+            ), per_doc AS (
+                SELECT h.seq, count(*) AS matched,
+                       sum(ln(1 + (c.n - df.n + 0.5) / (df.n + 0.5))
+                           * h.tf * ({BM25_K1} + 1)
+                           / (h.tf + {BM25_K1} * (1 - {BM25_B} + {BM25_B} * m.index_len / c.avgdl))) AS score
+                FROM hits h
+                JOIN df ON df.term = h.term
+                JOIN sessionkit_messages m ON m.seq = h.seq
+                CROSS JOIN corpus c
+                {where_sid}
+                GROUP BY h.seq
+            ), matching AS (
+                SELECT seq, score FROM per_doc WHERE matched = ?
+            ){phrase_ctes}, cand AS (  -- rank only the newest search_candidates matches, like the SQLite engine
+                SELECT seq, score FROM matching {phrase_cond}
+                ORDER BY seq DESC LIMIT ?
+            )
+            SELECT m.seq, m.session_id, m.id, m.role, cand.score
+            FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
+            ORDER BY cand.score DESC, m.seq DESC
+            LIMIT ?"""
+        return [tuple(r) for r in self._read_apart(sql, params)]
+
+    def _read_apart(self, sql: str, params: list) -> list:
+        """Rows of one long read on a connection of its own, without the store's lock
+        (inside this thread's write transaction: on its connection, under the lock)."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            if self._shared.writer == threading.get_ident():
+                return self.fetch(sql, params)
+            self.merge_journal()
+            with self.guard():
+                cursor = self._db.cursor()
+            self._cursors.add(cursor)
+        try:
+            with self.guard():
+                return cursor.execute(sql, params).fetchall()
+        except SessionKitError as exc:
+            if self._closed:  # interrupted by close()
+                raise StoreClosed("the store was closed during the search") from exc
+            raise
+        finally:
+            with self._lock:
+                self._cursors.discard(cursor)
+            with contextlib.suppress(duckdb.Error):
+                cursor.close()
+
+    def _body_of(self, prep) -> tuple[int, str]:
+        """``_body`` of a message being written, computed once per write: an append asks
+        for it up to three times (whether to index, the row's word count, the postings),
+        and stemming a message of megabytes takes seconds. Callers hold the store's lock."""
+        memo = self._memo
+        if memo is not None and memo[0] is prep:
+            return memo[1]
+        body = _body(prep.text)
+        self._memo = (prep, body)
+        return body
+
+    def update_extras(self, sid, node, prep, index):
+        self.execute(
+            "UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
+            (self._body_of(prep)[0] if index else None, node.seq),
+        )
+
+    # -- the search index ------------------------------------------------------------------
+    def index_new(self, sid, seq, prep, nchunks, index):
+        if index:
+            body = self._body_of(prep)[1]
+            if body:
+                self._put_terms([seq], [body])
+
+    def index_changed(self, sid, seq, prep, nchunks, index):
+        if index:
+            self.unindex([seq])
+            self.index_new(sid, seq, prep, nchunks, index)
+
+    def unindex(self, seqs):
+        for start in range(0, len(seqs), _BULK_ROWS):
+            self.execute(
+                "DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))",
+                (list(seqs[start : start + _BULK_ROWS]),),
+            )
+
+    def unindex_session(self, sid, seqs):
+        self.execute(
+            "DELETE FROM sessionkit_terms WHERE seq IN (SELECT seq FROM sessionkit_messages WHERE session_id = ?)",
+            (sid,),
+        )
+
+    def _put_terms(self, seqs: list[int], bodies: list[str], table: str = "sessionkit_terms") -> None:
+        """Index ``bodies`` (stems joined by spaces) of the messages ``seqs``."""
+        if len(seqs) <= _FEW_DOCS and sum(map(len, bodies)) <= _FEW_CHARS:
+            # A few messages: postings built here make a simpler statement, which DuckDB
+            # plans about twice as fast as the grouping one below.
+            terms: list[str] = []
+            doc_seqs: list[int] = []
+            tfs: list[int] = []
+            positions: list[list[int]] = []
+            for seq, body in zip(seqs, bodies):
+                where: dict[str, list[int]] = {}
+                for i, word in enumerate(body.split()):
+                    where.setdefault(word, []).append(i)
+                terms += where
+                doc_seqs += [seq] * len(where)
+                tfs += [len(p) for p in where.values()]
+                positions += where.values()
+            if terms:
+                self.execute(
+                    f"""INSERT INTO "{table}" SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]),
+                        unnest(?::INTEGER[]), unnest(?::INTEGER[][])""",
+                    [terms, doc_seqs, tfs, positions],
+                )
+            return
+        # Many messages: one string per message, split and grouped in SQL, is far
+        # cheaper than handing DuckDB a Python list per stem.
+        for start in range(0, len(seqs), _BULK_ROWS):
+            self.execute(
+                f"""INSERT INTO "{table}"
+                    SELECT term, seq, count(*), list(pos ORDER BY pos) FROM (
+                        SELECT seq, unnest(words) AS term, unnest(range(len(words)))::INTEGER AS pos
+                        FROM (SELECT unnest(?::BIGINT[]) AS seq, string_split(unnest(?::VARCHAR[]), ' ') AS words)
+                        WHERE words <> ['']
+                    ) GROUP BY term, seq""",
+                [seqs[start : start + _BULK_ROWS], bodies[start : start + _BULK_ROWS]],
+            )
+
+    def mark_index_built(self) -> None:
+        self._shared.index_on = True
+
+    def begin_index_build(self) -> None:
+        # Postings go to a staging table batch by batch, then into the index sorted by
+        # term: DuckDB's per-block min/max statistics then let a search skip almost
+        # every block that holds none of its stems.
+        self.execute("DELETE FROM sessionkit_terms")
+        self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_terms_staging AS SELECT * FROM sessionkit_terms LIMIT 0")
+        self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_lengths_staging (seq BIGINT, len INTEGER)")
+
+    def index_batch(self, rows):
+        seqs, bodies, lengths = [], [], []
+        for seq, _, text in rows:
+            length, body = _body(text)
+            seqs.append(seq)
+            bodies.append(body)
+            lengths.append(length)
+        self._put_terms(seqs, bodies, "sessionkit_terms_staging")
+        self.execute(
+            "INSERT INTO sessionkit_lengths_staging SELECT unnest(?::BIGINT[]), unnest(?::INTEGER[])", [seqs, lengths]
+        )
+
+    def finish_index_build(self) -> None:
+        self.execute("INSERT INTO sessionkit_terms SELECT * FROM sessionkit_terms_staging ORDER BY term, seq")
+        self.execute(
+            """UPDATE sessionkit_messages SET index_len = l.len FROM sessionkit_lengths_staging AS l
+               WHERE sessionkit_messages.seq = l.seq"""
+        )
+        self.execute("DROP TABLE sessionkit_terms_staging")
+        self.execute("DROP TABLE sessionkit_lengths_staging")
