@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from .. import messages as _msg
 from ..errors import SessionKitError, StoreClosed, missing
 from . import search as _search
 from ._duckdb_state import FileState
 from ._sql import LocalEngine
+from ._values import Node
 
 try:
     import duckdb
@@ -69,16 +71,18 @@ class SearchIndex(LocalEngine):
     def indexed_count(self) -> int:
         return self.fetch_one("SELECT count(index_len) FROM sessionkit_messages")[0]
 
-    def index_built(self):
+    def index_built(self) -> bool:
         with self._lock:
             if self._shared.index_on is None:
                 self._shared.index_on = self.meta("index_built") == "1"
             return self._shared.index_on
 
-    def w_index_on(self):
+    def w_index_on(self) -> bool:
         return self.index_built()
 
-    def search(self, fts_query, terms, sid, limit):
+    def search(
+        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
+    ) -> list[tuple[int, str, str, str, float]]:
         """BM25 over the inverted index; ``terms`` is the parsed query (search.Query).
 
         Every stem must occur in a hit; each phrase must occur as consecutive stems.
@@ -187,7 +191,7 @@ class SearchIndex(LocalEngine):
             with contextlib.suppress(duckdb.Error):
                 cursor.close()
 
-    def _body_of(self, prep) -> tuple[int, str]:
+    def _body_of(self, prep: _msg.Prepared) -> tuple[int, str]:
         """``_body`` of a message being written, computed once per write: an append asks
         for it up to three times (whether to index, the row's word count, the postings),
         and stemming a message of megabytes takes seconds. Callers hold the store's lock."""
@@ -198,32 +202,32 @@ class SearchIndex(LocalEngine):
         self._memo = (prep, body)
         return body
 
-    def update_extras(self, sid, node, prep, index):
+    def update_extras(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         self.execute(
             "UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
             (self._body_of(prep)[0] if index else None, node.seq),
         )
 
     # -- the search index ------------------------------------------------------------------
-    def index_new(self, sid, seq, prep, nchunks, index):
+    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         if index:
             body = self._body_of(prep)[1]
             if body:
                 self._put_terms([seq], [body])
 
-    def index_changed(self, sid, seq, prep, nchunks, index):
+    def index_changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         if index:
             self.unindex([seq])
             self.index_new(sid, seq, prep, nchunks, index)
 
-    def unindex(self, seqs):
+    def unindex(self, seqs: list[int]) -> None:
         for start in range(0, len(seqs), _BULK_ROWS):
             self.execute(
                 "DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))",
                 (list(seqs[start : start + _BULK_ROWS]),),
             )
 
-    def unindex_session(self, sid, seqs):
+    def unindex_session(self, sid: str, seqs: list[int]) -> None:
         self.execute(
             "DELETE FROM sessionkit_terms WHERE seq IN (SELECT seq FROM sessionkit_messages WHERE session_id = ?)",
             (sid,),
@@ -277,7 +281,7 @@ class SearchIndex(LocalEngine):
         self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_terms_staging AS SELECT * FROM sessionkit_terms LIMIT 0")
         self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_lengths_staging (seq BIGINT, len INTEGER)")
 
-    def index_batch(self, rows):
+    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
         seqs, bodies, lengths = [], [], []
         for seq, _, text in rows:
             length, body = _body(text)

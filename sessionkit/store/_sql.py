@@ -372,7 +372,7 @@ class SQLEngine(LabelSQL, Engine):
         with self.guard(), self.connection() as conn:
             conn.executemany(sql, rows)
 
-    def insert_rows(self, table: str, rows: list[Sequence], conflict: str = "") -> None:
+    def insert_rows(self, table: str, rows: Sequence[Sequence], conflict: str = "") -> None:
         """Insert whole rows (every column of ``table``, in :data:`TABLES` order), with
         an optional ``ON CONFLICT`` clause."""
         if not rows:
@@ -384,7 +384,7 @@ class SQLEngine(LabelSQL, Engine):
             sql = self._inserts[key] = self.compile(
                 f"INSERT INTO {{{table}}} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) {conflict}"
             )
-        self.execute_many(sql, rows)
+        self.execute_many(sql, rows if isinstance(rows, list) else list(rows))
 
     # -- schema and the ledger ----------------------------------------------------
     def create_table(self, table: Table) -> None:

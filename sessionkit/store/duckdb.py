@@ -76,16 +76,17 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
+from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import _files
 from ._duckdb_search import _BULK_ROWS, _TERMS_TABLE, SearchIndex, _body
 from ._duckdb_state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
-from ._sql import DIALECTS, DUCKDB_JOURNAL_TABLE, MIGRATIONS, SCHEMA_VERSION, TABLES
-from ._values import Capabilities, Node
+from ._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
+from ._values import Capabilities, Compaction, Node, _Latest
 
 try:
     import duckdb
@@ -97,9 +98,13 @@ __all__ = ["DuckDBEngine", "SCHEMA_VERSION"]
 # Tables whose rows are large (continuation rows, payloads): fewer per statement.
 _LARGE_ROWS = {"chunks": 64, "blobs": 64}
 
-_INSERT_MESSAGE = """INSERT INTO sessionkit_messages
-    (seq, msg_key, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens,
-     chunks, text, n_parts, tool_names, metadata, content, index_len)"""
+# A message row as this engine writes it (a single insert, a journal line, the batched
+# insert): its seq and key, the shared columns (_schema.INSERT_COLUMNS, from the table's
+# declaration) and the search index's word count, in the table's column order.
+_MESSAGE_ROW = ("seq", "msg_key", *INSERT_COLUMNS, "index_len")
+if _MESSAGE_ROW != TABLES["messages"].column_names("duckdb"):
+    raise AssertionError(f"DuckDB's message row {_MESSAGE_ROW} is not the declared table's column order")
+_INSERT_MESSAGE = f"INSERT INTO sessionkit_messages ({', '.join(_MESSAGE_ROW)})"
 
 # Rows of a whole-path read (get_history) taken in one statement at most.
 _WHOLE_PATH = 1 << 20
@@ -222,7 +227,9 @@ class DuckDBEngine(SearchIndex):
         "walk_up_key": "SELECT {node} FROM {messages} WHERE msg_key = ?",
     }
 
-    def __init__(self, location: str, *, threads: int | None = None, memory_limit: str | None = None, **options):
+    def __init__(
+        self, location: str, *, threads: int | None = None, memory_limit: str | None = None, **options: Any
+    ) -> None:
         super().__init__(**options)
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
@@ -292,7 +299,7 @@ class DuckDBEngine(SearchIndex):
         if path.exists():
             self._check_header(path)
 
-    def _connect(self, name: str):
+    def _connect(self, name: str) -> duckdb.DuckDBPyConnection:
         if self.path is None:
             with self.guard():
                 return duckdb.connect(":memory:")
@@ -326,7 +333,7 @@ class DuckDBEngine(SearchIndex):
             kind = "a SQLite database" if head.startswith(b"SQLite format 3") else "not a DuckDB database"
             raise ValueError(f"{path} is {kind}: open it with a .db/.sqlite path, or pick another file")
 
-    def translate(self, exc):
+    def translate(self, exc: BaseException) -> BaseException:
         text = str(exc)
         where = self.path or ":memory:"
         if "Conflicting lock" in text or "Could not set lock" in text:
@@ -386,7 +393,9 @@ class DuckDBEngine(SearchIndex):
         _files.release(self._held)  # outside the lock: _files' own lock is taken before it on opening
 
     # -- analysis: queries on this database's own tables --------------------------------
-    def analysis_query(self, query, params=None, session_ids=None, files=False):
+    def analysis_query(
+        self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
+    ) -> Any:
         """A read-only query over views defined on this store's own tables (see
         ``_analysis``): on a second connection to the database, in a transaction of its
         own (one snapshot; the store's writers go on) that is rolled back. That connection
@@ -427,7 +436,7 @@ class DuckDBEngine(SearchIndex):
 
     # -- connection model --------------------------------------------------------------
     @contextlib.contextmanager
-    def connection(self):
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with super().connection() as db:
             if self._shared.pending:
                 self.merge_journal()
@@ -451,15 +460,15 @@ class DuckDBEngine(SearchIndex):
         if self._full and self._file is not None:
             sync_folder(self._file)
 
-    def snapshot(self):
+    def snapshot(self) -> contextlib.AbstractContextManager:
         # One process holds the file and every engine on it shares this lock: holding it
         # keeps every other writer out while a read takes several statements.
         return self._lock
 
-    def listed(self, values):
+    def listed(self, values: Iterable) -> Any:
         return list(values)
 
-    def insert_rows(self, table, rows, conflict=""):
+    def insert_rows(self, table: str, rows: Sequence[Sequence], conflict: str = "") -> None:
         """Whole rows, a batch per statement: one list parameter per column, unnested."""
         if not rows:
             return
@@ -475,17 +484,17 @@ class DuckDBEngine(SearchIndex):
             self.execute(sql, [list(column) for column in zip(*part)])
 
     # -- reads ------------------------------------------------------------------
-    def node(self, sid, mid):
+    def node(self, sid: str, mid: str) -> Node | None:
         row = self.fetch_one(self.sql["node"], (_key(sid, mid),))
         return None if row is None else Node(*row)
 
-    def nodes_by_id(self, sid, mids):
+    def nodes_by_id(self, sid: str, mids: Iterable[str]) -> list[Node]:
         mids = list(mids)
         if not mids:
             return []
         return [Node(*r) for r in self.fetch(self.sql["nodes_by_id"], ([_key(sid, m) for m in mids],))]
 
-    def latest(self, sid):
+    def latest(self, sid: str) -> Node | None:
         with self._lock:
             tail = self._shared.tails.get(sid)
             if tail is not None:
@@ -496,14 +505,14 @@ class DuckDBEngine(SearchIndex):
             node = self._shared.tails[sid] = Node(*row)
             return node
 
-    def has_compactions(self, sid):
+    def has_compactions(self, sid: str) -> bool:
         with self._lock:
             known = self._shared.compacted.get(sid)
             if known is None:
                 known = self._shared.compacted[sid] = super().has_compactions(sid)
             return known
 
-    def walk(self, sid, start, limit, content):
+    def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
         # The caller keeps every row: read the path in as few statements as it has runs
         # (each page is a scan of the session's rows, with no (session_id, seq) index).
         out = []
@@ -512,7 +521,15 @@ class DuckDBEngine(SearchIndex):
             out += rows
         return out
 
-    def walk_pages(self, sid, start, limit, content, first=None, largest=None):
+    def walk_pages(
+        self,
+        sid: str,
+        start: Node | None,
+        limit: int | None,
+        content: bool,
+        first: int | None = None,
+        largest: int | None = None,
+    ) -> Iterator[list[tuple[Node, str | None]]]:
         """As on every engine; the newest rows of a session's latest path come from the
         cache of this process's own writes and reads (``FileState.paths``) when they are
         there, and a read that starts at the newest row fills it."""
@@ -532,7 +549,9 @@ class DuckDBEngine(SearchIndex):
                 newest = start is None
                 if not newest:
                     latest = self.latest(sid)
-                    newest = latest is not None and (latest.seq, latest.id) == (start.seq, start.id)
+                    newest = (
+                        latest is not None and start is not None and (latest.seq, latest.id) == (start.seq, start.id)
+                    )
                 if newest:  # (read with content: every row has its JSON)
                     self._shared.paths.put(sid, cast("list[tuple[Node, str]]", rows))
         yield rows
@@ -589,7 +608,7 @@ class DuckDBEngine(SearchIndex):
         """The ids stored in ``sid`` while held in memory (None: too many to hold)."""
         return self._shared.keys_of(sid, self._direct, self.merge_journal)
 
-    def _parent(self, sid: str, parent_id) -> tuple[Node | None, bool]:
+    def _parent(self, sid: str, parent_id: str | _Latest | None) -> tuple[Node | None, bool]:
         """The parent of an append outside a transaction (``parent_id``: an id, None or
         LATEST) and whether it was found. A new session's first message needs no read."""
         if parent_id is None:
@@ -601,7 +620,7 @@ class DuckDBEngine(SearchIndex):
             return None, True  # known without reading (or moving) anything else
         return self.latest(sid), True
 
-    def append_simple(self, sid, prep, parent_id, created_at):
+    def append_simple(self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
         """One plain append, in as few statements as DuckDB allows (see ``_way``)."""
         with self._lock:
             way = self._way(sid, [prep])
@@ -627,7 +646,9 @@ class DuckDBEngine(SearchIndex):
                 sync_folder(self._file)
             return "exists" if seq is None else "inserted"
 
-    def append_chain(self, sid, preps, parent_id, stamps):
+    def append_chain(
+        self, sid: str, preps: list[_msg.Prepared], parent_id: str | _Latest | None, stamps: list[str]
+    ) -> bool:
         """A chain of new plain messages outside a transaction as one journal line: a
         line is written whole or (a process killed inside the write) cut off whole, so
         the chain is stored entirely or not at all, with no DuckDB statement. Any other
@@ -670,23 +691,27 @@ class DuckDBEngine(SearchIndex):
             shared.write_line(json.dumps(rows, ensure_ascii=False), self._full, self._journal_id)
         shared.journaled(sid, len(rows))
 
-    def w_insert(self, sid, prep, parent, created_at, index):
+    def w_insert(self, sid: str, prep: _msg.Prepared, parent: Node | None, created_at: str, index: bool) -> Node | None:
         try:
             return super().w_insert(sid, prep, parent, created_at, index)
         finally:
             self._memo = None  # (the text may be large: not kept past its write)
 
-    def w_update(self, sid, node, prep, index):
+    def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         try:
             return super().w_update(sid, node, prep, index)
         finally:
             self._memo = None
 
-    def insert_row(self, sid, prep, node, parent, head, nchunks, index):
+    def insert_row(
+        self, sid: str, prep: _msg.Prepared, node: Node, parent: Node | None, head: str, nchunks: int, index: bool
+    ) -> int | None:
         # (reached inside a write transaction: append_simple writes the other ways itself)
         return self._put_row("transaction", sid, prep, node, head, nchunks, index)
 
-    def _put_row(self, way, sid, prep, node, head, nchunks, index):
+    def _put_row(
+        self, way: str, sid: str, prep: _msg.Prepared, node: Node, head: str, nchunks: int, index: bool
+    ) -> int | None:
         """Write one message row the ``way`` chosen (see ``_way``); its seq, or None when
         its id is stored already."""
         key = _key(sid, node.id)
@@ -783,7 +808,7 @@ class DuckDBEngine(SearchIndex):
                 )
             return block.popleft()
 
-    def insert_planned(self, sid, plan, index):
+    def insert_planned(self, sid: str, plan: list[tuple[_msg.Prepared, Node, Node | None]], index: bool) -> list[Node]:
         """A whole batch of planned rows in a few statements (bulk imports)."""
         self._shared.seqs.clear()  # numbers reserved before these would sort below them
         seqs = sorted(r[0] for r in self.fetch("SELECT nextval('sessionkit_seq') FROM range(?)", (len(plan),)))
@@ -810,7 +835,7 @@ class DuckDBEngine(SearchIndex):
         self._shared.imported(sid, nodes[-1])
         return nodes
 
-    def update_analysis_columns(self, values):
+    def update_analysis_columns(self, values: list) -> None:
         for start in range(0, len(values), _BULK_ROWS):
             part = values[start : start + _BULK_ROWS]
             self.execute(
@@ -823,12 +848,12 @@ class DuckDBEngine(SearchIndex):
                 [list(c) for c in zip(*part)],
             )
 
-    def forget(self, sid):
+    def forget(self, sid: str) -> None:
         self._shared.forget_session(sid)
 
-    def lock_session(self, sid):
+    def lock_session(self, sid: str) -> None:
         self._shared.forget_session(sid)  # an update or delete changes what the tail holds
 
-    def w_add_compaction(self, sid, comp):
+    def w_add_compaction(self, sid: str, comp: Compaction) -> None:
         super().w_add_compaction(sid, comp)
         self._shared.compacted[sid] = True
