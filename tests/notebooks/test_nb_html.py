@@ -41,5 +41,5 @@ def test_notebook_converts_to_html_with_static_views(exporter, stem):
     assert "Error displaying widget" not in html
     assert "snapshot failed" not in html
     # the figures are embedded images
-    if stem in ("04-agent-runs", "05-compaction", "06-transcript-analysis"):
+    if stem in ("04-agent-runs", "05-compaction", "06-transcript-analysis", "09-reading-transcripts"):
         assert html.count("data:image/png;base64,") >= 1, f"{stem}: no figure in the HTML"
