@@ -299,6 +299,25 @@ def test_bundle_opens_from_file_and_shows_the_table_a_session_and_search(browser
     w.close()
 
 
+def test_a_bundle_of_the_demo_store_opens_offline_from_file(browser, tmp_path):
+    """What `sessionkit view demo.db --bundle DIR` writes for `make demo`'s store: every
+    session in the table, each one's transcript, nothing fetched."""
+    from sessionkit._demo import DEMO_SESSIONS, build_demo_store
+
+    with build_demo_store(str(tmp_path / "demo.db")) as store:
+        folder = write_bundle(store, tmp_path / "demo-bundle")
+        first = {sid: store.session(sid).get_history()[0] for sid in DEMO_SESSIONS}
+    w = Watched(browser, offline=True)
+    page = w.page
+    page.goto((folder / "index.html").as_uri())
+    assert sorted(_table(page)) == sorted(DEMO_SESSIONS)
+    for sid, message in first.items():
+        page.goto((folder / "index.html").as_uri() + f"#/s/{sid}")
+        page.wait_for_selector(f".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='{message['id']}']")
+    assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
+    w.close()
+
+
 def test_token_guards_the_api_and_write_is_off_unless_asked(store_path, tmp_path):
     import urllib.error
     import urllib.request
