@@ -38,6 +38,11 @@ stops one running (it raises ``StoreClosed``): the worker is free for the next c
 needs them (a sync library, a notebook display); their calls block, so use them
 off the loop or for cheap attributes.
 
+(This module is longer than the others on purpose: it is the whole public API of the
+store and the session once more, one short coroutine twin per method, each documented
+where a user reads it; the machinery behind them, the worker thread and its queue, is
+the first two hundred lines.)
+
 An :class:`AsyncSession` can be given to ``agent.run(..., session=s)`` directly: the
 run reads and writes the store behind it (its runs and events recorded there), its
 store reads on a thread. An :class:`AsyncStore` is also a
