@@ -71,7 +71,8 @@ def _postgres(url: str, options: dict[str, Any]) -> bool:
         import psycopg
     except ImportError:
         return True  # opening names the missing extra
-    from .postgres import PostgresEngine, _parse_url
+    from ._pg_text import _parse_url
+    from .postgres import PostgresEngine
 
     quote = PostgresEngine.quote
     conninfo, schema = _parse_url(url)

@@ -56,6 +56,8 @@ compactions, runs and events, internal records). What PostgreSQL changes:
 
 Options: ``schema``, ``pool_size`` (connections per store, default 8),
 ``connect_timeout`` (seconds, default 10), ``chunk_chars`` (continuation row size).
+
+The URL and search-literal helpers live in ``_pg_text``, the listener thread in ``_pg_listen``.
 """
 
 from __future__ import annotations
@@ -66,8 +68,6 @@ import itertools
 import json
 import logging
 import threading
-import time
-import urllib.parse
 import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
@@ -75,6 +75,8 @@ from typing import Any
 from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import search as _search
+from ._pg_listen import _Listener
+from ._pg_text import _parse_url, _shown_url, _split_utf8, _tsquery, _tsvector
 from ._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ._sql import SQLEngine
 from ._values import Capabilities, ChangeEvent, Node, _Latest
@@ -95,13 +97,6 @@ _NOTE_BYTES = 7800
 _NOTE_MESSAGE_CHARS = 64 * 1024
 #: A listener that has not renewed its row for this long no longer makes writers notify.
 _LISTENER_TTL = "5 minutes"
-_HEARTBEAT_SECONDS = 60.0
-
-# tsvector limits (PostgreSQL's MAXSTRLEN, MAXSTRPOS, MAXENTRYPOS, MAXNUMPOS)
-_MAX_LEXEME_BYTES = 2000
-_MAX_LEXEMES_BYTES = (1 << 20) - 1  # MAXSTRPOS
-_MAX_POSITION = 16383
-_MAX_POSITIONS = 256
 
 
 _LISTENING = f"EXISTS (SELECT 1 FROM {{listeners}} WHERE seen_at > now() - interval '{_LISTENER_TTL}')"
@@ -246,103 +241,6 @@ _APPEND_CALL = (
 
 # ---------------------------------------------------------------------------
 # helpers
-
-
-def _query_pairs(query: str) -> list[tuple[str, str]]:
-    """``key=value`` pairs of a URL query, kept percent-encoded exactly as written (libpq decodes them)."""
-    pairs = []
-    for item in query.split("&"):
-        if item:
-            key, _, value = item.partition("=")
-            pairs.append((key, value))
-    return pairs
-
-
-def _parse_url(url: str) -> tuple[str, str | None]:
-    """``(conninfo, schema)``: the URL libpq gets (without ``schema=``) and that parameter."""
-    parts = urllib.parse.urlsplit(url)
-    schema = None
-    rest = []
-    for key, value in _query_pairs(parts.query):
-        if urllib.parse.unquote(key) == "schema":
-            schema = urllib.parse.unquote(value)
-        else:
-            rest.append(key + "=" + value)
-    conninfo = urllib.parse.urlunsplit(("postgresql", parts.netloc, parts.path, "&".join(rest), ""))
-    return conninfo, schema
-
-
-def _shown_url(conninfo: str, schema: str | None) -> str:
-    """The store's URL as shown and reopened: no password, the schema when one was chosen."""
-    parts = urllib.parse.urlsplit(conninfo)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, hosts = netloc.rsplit("@", 1)
-        netloc = userinfo.split(":", 1)[0] + "@" + hosts
-    query = [k + "=" + v for k, v in _query_pairs(parts.query) if urllib.parse.unquote(k) != "password"]
-    if schema is not None:
-        query.append("schema=" + urllib.parse.quote(schema, safe=""))
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), ""))
-
-
-def _lexeme(stem: str) -> str:
-    """A stem as a tsvector lexeme: stems too long for PostgreSQL become a digest (same for queries)."""
-    if len(stem) * 4 > _MAX_LEXEME_BYTES and len(stem.encode("utf-8")) > _MAX_LEXEME_BYTES:
-        return "#" + hashlib.sha256(stem.encode("utf-8")).hexdigest()  # '#' never occurs in a stem
-    return stem
-
-
-def _quote_lexeme(lexeme: str) -> str:
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def _tsvector(text: str) -> str:
-    """The ``tsvector`` literal of a text: its stems with their positions (no parser involved)."""
-    positions: dict[str, list[int]] = {}
-    for i, stem in enumerate(_search.index_text(text).split(), 1):
-        pos = i if i < _MAX_POSITION else _MAX_POSITION
-        lex = _lexeme(stem)
-        seen = positions.get(lex)
-        if seen is None:
-            positions[lex] = [pos]
-        elif len(seen) < _MAX_POSITIONS and seen[-1] != pos:
-            seen.append(pos)
-    out = []
-    budget = _MAX_LEXEMES_BYTES
-    for lex, at in positions.items():
-        size = len(lex) if lex.isascii() else len(lex.encode("utf-8"))
-        # What PostgreSQL counts against its limit: the lexeme padded to an even length,
-        # and its positions (two bytes each, plus a two-byte count).
-        cost = size + (size & 1) + 2 + 2 * len(at)
-        if cost > budget:
-            break  # the words that fit are indexed; the message is stored whole either way
-        budget -= cost
-        out.append(_quote_lexeme(lex) + ":" + ",".join(map(str, at)))
-    return " ".join(out)
-
-
-def _tsquery(query: _search.Query) -> str:
-    """A ``tsquery`` literal built from the parsed stems only: every term, every phrase."""
-    items = [_quote_lexeme(_lexeme(t)) for t in query.terms]
-    for phrase in query.phrases:
-        items.append("(" + " <-> ".join(_quote_lexeme(_lexeme(w)) for w in phrase) + ")")
-    return " & ".join(items)
-
-
-def _split_utf8(text: str, limit: int) -> list[str]:
-    """Cut ``text`` into pieces of at most ``limit`` UTF-8 bytes, never inside a character."""
-    if len(text) * 4 <= limit or len(text.encode("utf-8")) <= limit:
-        return [text]
-    out = []
-    i = 0
-    while i < len(text):
-        piece = text[i : i + limit]
-        raw = piece.encode("utf-8")
-        if len(raw) > limit:
-            piece = raw[:limit].decode("utf-8", "ignore")
-        out.append(piece)
-        i += len(piece)
-    return out
 
 
 def _quiet_rollback(conn: psycopg.Connection) -> None:
@@ -991,83 +889,3 @@ class PostgresEngine(SQLEngine):
             except (SessionKitError, LookupError, KeyError, TypeError):
                 message = None
         return ChangeEvent(kind, sid, ids, message)
-
-
-class _Listener(threading.Thread):
-    """LISTENs on the store's channel and hands other processes' events to a callback."""
-
-    def __init__(self, engine: PostgresEngine, callback: Callable[[ChangeEvent], Any]) -> None:
-        super().__init__(name=f"sessionkit-listener-{engine._origin[:8]}", daemon=True)
-        self.engine = engine
-        self.callback = callback
-        self.ready = threading.Event()
-        self._halt = threading.Event()
-        self._partial: dict[tuple[str, str], list[str]] = {}
-
-    def stop(self) -> None:
-        self._halt.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(timeout=5)
-
-    def run(self) -> None:
-        eng = self.engine
-        delay = 0.2
-        while not self._halt.is_set():
-            try:
-                with psycopg.connect(
-                    eng._conninfo, autocommit=True, connect_timeout=max(1, int(eng._connect_timeout))
-                ) as conn:
-                    conn.execute("LISTEN " + eng.quote(eng._channel))
-                    conn.execute(eng._extra["listener_register"], (eng._origin,))
-                    conn.execute(eng._extra["listener_expire"])
-                    self._partial.clear()
-                    self.ready.set()
-                    delay = 0.2
-                    beat = time.monotonic()
-                    while not self._halt.is_set():
-                        for note in conn.notifies(timeout=0.2):
-                            self._handle(note.payload)
-                        if time.monotonic() - beat > _HEARTBEAT_SECONDS:
-                            conn.execute(eng._extra["listener_register"], (eng._origin,))
-                            beat = time.monotonic()
-                    conn.execute(eng._extra["listener_drop"], (eng._origin,))
-            except psycopg.Error as exc:
-                if self._halt.is_set():
-                    return
-                log.warning("sessionkit: change feed of %s lost its connection (%s); reconnecting", eng.path, exc)
-                self._halt.wait(delay)
-                delay = min(delay * 2, 10.0)
-
-    def _handle(self, payload: str) -> None:
-        try:
-            origin, key, index, count, piece = payload.split("|", 4)
-            if origin == self.engine._origin:
-                return  # this store's own write: already reported in this process
-            pieces = int(count)
-            if pieces == 1:
-                doc = piece
-            else:
-                parts = self._partial.setdefault((origin, key), [])
-                if int(index) != len(parts):  # a piece went missing: drop the event
-                    self._partial.pop((origin, key), None)
-                    return
-                parts.append(piece)
-                if len(parts) < pieces:
-                    return
-                doc = "".join(self._partial.pop((origin, key)))
-            data = json.loads(doc)
-            if data.get("t") == "signal":
-                for handler in list(self.engine._signal_handlers):
-                    try:
-                        handler(data["s"], data["k"], data.get("d"))
-                    except Exception:
-                        log.exception("sessionkit: signal handler raised")
-                return
-            event = self.engine._event_from(data)
-        except (ValueError, KeyError, TypeError):
-            log.debug("sessionkit: ignored a notification that is not a sessionkit event: %.80r", payload)
-            return
-        try:
-            self.callback(event)
-        except Exception:  # a subscriber never stops the feed
-            log.exception("sessionkit: change subscriber raised")

@@ -414,7 +414,7 @@ def test_path_hides_password_and_reopens_the_same_schema(pg_store_url):
     assert "schema=" in path
     with sk.open_store(path) as again:
         assert again.session("s").get("a") is not None
-    from sessionkit.store.postgres import _parse_url, _shown_url
+    from sessionkit.store._pg_text import _parse_url, _shown_url
 
     conninfo, schema = _parse_url("postgres://u:secret@h:5/db?sslmode=disable&schema=x&password=p2")
     assert schema == "x" and "secret" in conninfo and "schema" not in conninfo
