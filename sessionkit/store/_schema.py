@@ -470,7 +470,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(9, "labels on messages and branches (sessionkit_labels)", {"*": (_create_table("labels"),)}),
     Migration(10, "embeddings: one vector per model and message", {"*": (_create_table("embeddings"),)}),
-    Migration(11, "runs: what a run was (meta: where it started, its variant)", {"*": (_add_columns("runs", ("meta",)),)}),
+    Migration(
+        11, "runs: what a run was (meta: where it started, its variant)", {"*": (_add_columns("runs", ("meta",)),)}
+    ),
 )
 
 #: The schema version every engine writes: the ledger's last step (the one place it is kept).
