@@ -1060,7 +1060,7 @@ class SQLEngine(LabelSQL, Engine):
     def table_columns(self, table: str) -> set[str]:
         """The columns the stored table ``table`` (a name of ``TABLES``) has (a migration's probe)."""
         with self.guard(), self.connection() as conn:
-            cur = conn.execute(self.compile("SELECT * FROM {%s} LIMIT 0" % table))
+            cur = conn.execute(self.compile("SELECT * FROM {" + table + "} LIMIT 0"))
             return {d[0] for d in cur.description}
 
     def log_change(self, sid: str, kind: str, seq: int | None = None) -> None:
