@@ -224,7 +224,7 @@ _FIELD = re.compile(r"\{(\w+)\}")
 def _run_record(row: tuple, meta: str | None) -> RunRecord:
     """A run record from ``run_id, session_id, status, error, started_at, ended_at, usage, input`` and its meta."""
     usage = json.loads(row[6]) if row[6] else None
-    return RunRecord(*row[:6], usage, row[7], json.loads(meta) if meta else None)
+    return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], usage, row[7], json.loads(meta) if meta else None)
 
 
 class _Statements(dict):

@@ -43,7 +43,11 @@ class TestRunsEventsRecords:
         first, second = store.runs("s")
         assert (first.meta, second.meta) == (meta, None)
         assert [(sid, r.meta) for page in store.scan("runs") for sid, r in page] == [("s", meta), ("s", None)]
-        bad = [({"x": {1, 2}}, TypeError), ({"x": float("nan")}, TypeError), ("{}", TypeError)]
+        bad: list[tuple[object, type[Exception]]] = [
+            ({"x": {1, 2}}, TypeError),
+            ({"x": float("nan")}, TypeError),
+            ("{}", TypeError),
+        ]
         bad.append(({"x": "\ud800"}, ValueError))  # a lone surrogate
         for value, kind in bad:
             with pytest.raises(kind, match="meta"):
