@@ -616,9 +616,9 @@ class AsyncStore:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         return await self._call("events", session_id, after_seq)
 
-    async def begin_run(self, session_id: str, run_id: str, input: str | None) -> None:
+    async def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict | None = None) -> None:
         """Record that a run started (see :meth:`sessionkit.Store.begin_run`)."""
-        return await self._call("begin_run", session_id, run_id, input)
+        return await self._call("begin_run", session_id, run_id, input, meta=meta)
 
     async def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
         """Record how a run ended (see :meth:`sessionkit.Store.end_run`)."""

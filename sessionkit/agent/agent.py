@@ -359,7 +359,8 @@ class Agent:
         ``at`` (docs/prototyping.md).
         ``history`` overrides the agent's :class:`~sessionkit.HistoryPolicy`
         for this run. ``labels`` (a JSON object, e.g. a variant's name) is
-        recorded on ``run.start`` and in the user message's ``metadata.labels``.
+        recorded on ``run.start``, in the user message's ``metadata.labels`` and,
+        beside ``at``, in the run record's ``meta`` (``store.runs()``).
         Raises a :class:`~sessionkit.RunFailed` kind
         when the run fails; nothing is appended then, and the run and its
         events stay recorded.
@@ -630,7 +631,10 @@ class Agent:
         if controller is not None:
             controller._attach(run_id, cancel)
         try:
-            target.run_log.begin_run(target.session_id, run_id, input_text)
+            # The run record says what the run was: where its turn hangs, and its labels
+            # (a variant's name and settings, a replay's source...), ``at`` always meaning that.
+            meta = {"at": parent_id, **{k: v for k, v in (labels or {}).items() if k != "at"}}
+            target.run_log.begin_run(target.session_id, run_id, input_text, meta=meta)
             try:
                 emitter.emit("run.start", input=input_text, at=parent_id, **({"labels": labels} if labels else {}))
                 inner = asyncio.ensure_future(self._turns(state, emitter, controller, run_input))

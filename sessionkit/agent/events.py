@@ -32,12 +32,13 @@ Events of a run on a sessionkit store session are stored in that store
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from ..messages import now_iso
+from ..messages import dumps_valid, now_iso
 from ..store import RunRecord  # one record type for every run log
 
 __all__ = ["EVENT_KINDS", "EventEmitter", "MemoryRunLog", "RunLog", "RunRecord"]
@@ -61,13 +62,14 @@ EVENT_KINDS = (
 class RunLog(Protocol):
     """Where runs and their events are recorded: a sessionkit ``Store``, or :class:`MemoryRunLog`.
 
-    ``begin_run`` records a run as ``"running"``, ``append_events`` stores events
+    ``begin_run`` records a run as ``"running"`` with its ``meta`` (what the run
+    was: where it started, its labels), ``append_events`` stores events
     (numbering ``seq`` per session from 0, across runs) and returns them as
     stored, ``end_run`` records how the run ended; ``runs`` and ``events`` read
     them back.
     """
 
-    def begin_run(self, session_id: str, run_id: str, input: str) -> None: ...
+    def begin_run(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None: ...
 
     def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]: ...
 
@@ -89,8 +91,16 @@ class MemoryRunLog:
         self._runs: dict[str, dict] = {}
         self._events: dict[str, list[dict]] = {}
 
-    def begin_run(self, session_id: str, run_id: str, input: str) -> None:
-        """Record a run as started (``"running"``); a run id already recorded -> ValueError."""
+    def begin_run(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
+        """Record a run as started (``"running"``) with its ``meta`` (a JSON object, as
+        :meth:`sessionkit.Store.begin_run`); a run id already recorded -> ValueError."""
+        if meta is not None:
+            if not isinstance(meta, dict):
+                raise TypeError(f"meta must be a dict (a JSON object) or None, got {type(meta).__name__}")
+            try:  # a JSON-safe copy, as a store keeps it
+                meta = json.loads(dumps_valid(meta, "meta"))
+            except TypeError as exc:
+                raise TypeError(f"meta of run {run_id!r}: {exc}") from None
         with self._lock:
             if run_id in self._runs:
                 raise ValueError(f"run id {run_id!r} is already recorded")
@@ -103,6 +113,7 @@ class MemoryRunLog:
                 "ended_at": None,
                 "usage": None,
                 "input": input,
+                "meta": meta,
             }
 
     def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:

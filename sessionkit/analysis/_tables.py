@@ -324,11 +324,15 @@ class StoreData:
             "cost_usd",
             "model",
             "usage",
+            "started_at_message",
+            "variant",
+            "meta",
         )
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
             for r in self.run_list(sid):
                 usage = r.usage if isinstance(r.usage, dict) else {}
+                meta = r.meta if isinstance(r.meta, dict) else {}
                 values = (
                     r.session_id,
                     r.run_id,
@@ -344,6 +348,9 @@ class StoreData:
                     _float(usage.get("cost_usd")),
                     usage.get("model") if isinstance(usage.get("model"), str) else None,
                     None if r.usage is None else _msg.dumps(r.usage),
+                    meta.get("at") if isinstance(meta.get("at"), str) else None,
+                    meta.get("variant") if isinstance(meta.get("variant"), str) else None,
+                    None if r.meta is None else _msg.dumps(r.meta),
                 )
                 for name, value in zip(names, values):
                     cols[name].append(value)

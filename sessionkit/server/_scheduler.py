@@ -101,7 +101,7 @@ class RunLog:
         self._live = live
         self._run = run
 
-    def begin_run(self, session_id: str, run_id: str, input: str) -> None:
+    def begin_run(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
         s, live, run = self._s, self._live, self._run
         run.attempts += 1
         value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running"}
@@ -112,7 +112,7 @@ class RunLog:
             if recorded:
                 store.reopen_run(run_id)
             else:
-                store.begin_run(key, run_id, input)
+                store.begin_run(key, run_id, input, meta=meta)
             store.put_records(key, R.RUN, [(n, value)])
 
         s.io.submit(job, after=lambda _: None)

@@ -127,6 +127,9 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("model", "text"),
         ("usage", "text"),
         ("run_number", "int"),
+        ("started_at_message", "text"),
+        ("variant", "text"),
+        ("meta", "text"),
     ),
     "events": (
         ("session_id", "text"),
@@ -320,7 +323,12 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
            CASE WHEN json_type(usage, '$.cost_usd') IN ('BIGINT', 'UBIGINT', 'DOUBLE')
                 THEN CAST(json_extract(usage, '$.cost_usd') AS DOUBLE) END AS cost_usd,
            CASE WHEN json_type(usage, '$.model') = 'VARCHAR' THEN json_extract_string(usage, '$.model') END AS model,
-           usage, n::BIGINT AS run_number
+           usage, n::BIGINT AS run_number,
+           CASE WHEN json_type(meta, '$.at') = 'VARCHAR' THEN json_extract_string(meta, '$.at') END
+               AS started_at_message,
+           CASE WHEN json_type(meta, '$.variant') = 'VARCHAR' THEN json_extract_string(meta, '$.variant') END
+               AS variant,
+           meta
     FROM {t["runs"]}"""
     events = f"""SELECT session_id, seq::BIGINT AS seq, run_id,
            CASE WHEN json_type(data, '$.kind') = 'VARCHAR' THEN json_extract_string(data, '$.kind') END AS kind,

@@ -306,7 +306,7 @@ _MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq"
 CACHE_SUFFIX = "-analysis.duckdb"
 
 #: The layout of a cache file (its tables and state); a file of another layout is made again.
-CACHE_FORMAT = "3"
+CACHE_FORMAT = "4"
 
 _file_locks: dict[str, threading.RLock] = {}
 _file_locks_guard = threading.Lock()

@@ -161,7 +161,9 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def w_build_index(self) -> None: ...
     @abc.abstractmethod
-    def w_run_begin(self, sid: str, run_id: str, input: str | None, started_at: str) -> None: ...
+    def w_run_begin(
+        self, sid: str, run_id: str, input: str | None, started_at: str, meta: str | None = None
+    ) -> None: ...
     @abc.abstractmethod
     def w_run_end(
         self, run_id: str, status: str, error: str | None, usage: dict | None, ended_at: str | None

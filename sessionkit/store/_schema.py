@@ -196,6 +196,8 @@ TABLES: dict[str, Table] = {
                 Column("ended_at", "text", null=True),
                 Column("usage", "text", null=True),
                 Column("n", "int"),
+                # What the run was (a JSON object: where it started, its variant and settings...).
+                Column("meta", "text", null=True),
             ),
             key=("run_id",),
             indexes=(Index("sessionkit_runs_session", "session_id, n", only=_SQLITE_PG),),
@@ -364,7 +366,7 @@ def _add_columns(table: str, names: tuple[str, ...]) -> Callable[[SQLEngine], No
 
     def step(engine: SQLEngine) -> None:
         declared = {c.name: c for c in TABLES[table].columns}
-        have = engine.message_columns() if table == "messages" else set()
+        have = engine.table_columns(table)
         todo = [declared[n] for n in names if n not in have and engine.dialect.name in declared[n].only]
         # DuckDB adds no NOT NULL column to a table an index depends on: its indexes go
         # for the while and are made again after
@@ -468,6 +470,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(9, "labels on messages and branches (sessionkit_labels)", {"*": (_create_table("labels"),)}),
     Migration(10, "embeddings: one vector per model and message", {"*": (_create_table("embeddings"),)}),
+    Migration(
+        11, "runs: what a run was (meta: where it started, its variant)", {"*": (_add_columns("runs", ("meta",)),)}
+    ),
 )
 
 #: The schema version every engine writes: the ledger's last step (the one place it is kept).

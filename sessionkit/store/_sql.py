@@ -75,6 +75,13 @@ __all__ = [
     "DUCKDB_JOURNAL_TABLE",
 ]
 
+
+def _run_record(row: tuple, meta: str | None) -> RunRecord:
+    """A run record from ``run_id, session_id, status, error, started_at, ended_at, usage, input`` and its meta."""
+    usage = json.loads(row[6]) if row[6] else None
+    return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], usage, row[7], json.loads(meta) if meta else None)
+
+
 # ---------------------------------------------------------------------------
 # The engine base
 
@@ -290,10 +297,7 @@ class SQLEngine(SQLBase):
         return 0
 
     def runs(self, sid: str) -> list[RunRecord]:
-        return [
-            RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7])
-            for r in self.fetch(self.sql["runs"], (sid,))
-        ]
+        return [_run_record(r[:8], r[8]) for r in self.fetch(self.sql["runs"], (sid,))]
 
     def events(self, sid: str, after_seq: int | None) -> list[dict]:
         rows = self.fetch(self.sql["events"], (sid, -1 if after_seq is None else int(after_seq)))
@@ -329,10 +333,7 @@ class SQLEngine(SQLBase):
             yield from super().scan_runs(session_ids, batch_size)
             return
         for page in self._keyset("scan_runs", batch_size, key=lambda r: (r[1], r[8])):
-            yield [
-                (r[1], RunRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]) if r[6] else None, r[7]))
-                for r in page
-            ]
+            yield [(r[1], _run_record(r[:8], r[9])) for r in page]
 
     def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
         if session_ids is not None:
@@ -648,9 +649,9 @@ class SQLEngine(SQLBase):
             cache.close()
 
     # -- writes: runs, events, records ----------------------------------------------
-    def w_run_begin(self, sid: str, run_id: str, input: str | None, started_at: str) -> None:
+    def w_run_begin(self, sid: str, run_id: str, input: str | None, started_at: str, meta: str | None = None) -> None:
         self.lock_events(sid)
-        self.execute(self.sql["run_begin"], (run_id, sid, input, started_at, sid))
+        self.execute(self.sql["run_begin"], (run_id, sid, input, started_at, meta, sid))
         self.log_change(sid, "runs")
 
     def w_run_end(self, run_id: str, status: str, error: str | None, usage: dict | None, ended_at: str | None) -> None:
@@ -672,10 +673,10 @@ class SQLEngine(SQLBase):
             self.log_change(sid, "events", start)
         return events
 
-    def message_columns(self) -> set[str]:
-        """The columns the stored messages table has (a migration's probe)."""
+    def table_columns(self, table: str) -> set[str]:
+        """The columns the stored table ``table`` (a name of ``TABLES``) has (a migration's probe)."""
         with self.guard(), self.connection() as conn:
-            cur = conn.execute(self.compile("SELECT * FROM {messages} LIMIT 0"))
+            cur = conn.execute(self.compile("SELECT * FROM {" + table + "} LIMIT 0"))
             return {d[0] for d in cur.description}
 
     def log_change(self, sid: str, kind: str, seq: int | None = None) -> None:

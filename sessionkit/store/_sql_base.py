@@ -79,7 +79,7 @@ STATEMENTS: dict[str, str] = {
         " (SELECT count(*) FROM {events})"
     ),
     "runs": (
-        "SELECT run_id, session_id, status, error, started_at, ended_at, usage, input"
+        "SELECT run_id, session_id, status, error, started_at, ended_at, usage, input, meta"
         " FROM {runs} WHERE session_id = ? ORDER BY n"
     ),
     "events": "SELECT data FROM {events} WHERE session_id = ? AND seq > ? ORDER BY seq",
@@ -144,8 +144,8 @@ STATEMENTS: dict[str, str] = {
         " tokens_before, tokens_after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     ),
     "run_begin": (
-        "INSERT INTO {runs} (run_id, session_id, status, input, started_at, n)"
-        " SELECT ?, ?, 'running', ?, ?, coalesce(max(n), 0) + 1 FROM {runs} WHERE session_id = ?"
+        "INSERT INTO {runs} (run_id, session_id, status, input, started_at, meta, n)"
+        " SELECT ?, ?, 'running', ?, ?, ?, coalesce(max(n), 0) + 1 FROM {runs} WHERE session_id = ?"
     ),
     "run_end": "UPDATE {runs} SET status = ?, error = ?, usage = ?, ended_at = ? WHERE run_id = ?",
     "events_next": "SELECT coalesce(max(seq), -1) + 1 FROM {events} WHERE session_id = ?",
@@ -163,7 +163,7 @@ STATEMENTS: dict[str, str] = {
         " tokens_after FROM {compactions} WHERE seq > ? ORDER BY seq LIMIT ?"
     ),
     "scan_runs": (
-        "SELECT run_id, session_id, status, error, started_at, ended_at, usage, input, n FROM {runs}"
+        "SELECT run_id, session_id, status, error, started_at, ended_at, usage, input, n, meta FROM {runs}"
         " WHERE session_id > ? OR (session_id = ? AND n > ?) ORDER BY session_id, n LIMIT ?"
     ),
     "scan_events": (

@@ -423,19 +423,31 @@ class Store:
             after_seq = max(int(after_seq), -1)  # seqs start at 0
         return eng.events(session_id, after_seq)
 
-    def begin_run(self, session_id: str, run_id: str, input: str | None) -> None:
+    def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict | None = None) -> None:
         """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
 
         The agent calls this before a run's first event; :meth:`runs` lists the run
-        from then on. Run ids are unique in a store.
+        from then on. Run ids are unique in a store. ``meta`` is what the run was, a
+        JSON object kept as :attr:`RunRecord.meta` (the agent records ``at``, where
+        the run started, and a variant's or a replay's labels: docs/agents.md); not
+        a dict -> ``TypeError``, not JSON-encodable -> ``TypeError`` naming ``meta``.
         """
         eng = self._check()
         session_id = _str_arg(session_id, "session_id")
         run_id = _str_arg(run_id, "run_id")
         if input is not None:
             input = _str_arg(input, "input")
+        stored_meta = None
+        if meta is not None:
+            if not isinstance(meta, dict):
+                raise TypeError(f"meta must be a dict (a JSON object) or None, got {type(meta).__name__}")
+            try:
+                stored_meta = _json_arg(meta, "meta")
+            except TypeError as exc:
+                why = str(exc).removeprefix("message is not JSON-encodable: ")
+                raise TypeError(f"meta of run {run_id!r} is not JSON-encodable: {why}") from None
         with eng.write():
-            eng.w_run_begin(session_id, run_id, input, _msg.now_iso())
+            eng.w_run_begin(session_id, run_id, input, _msg.now_iso(), stored_meta)
 
     def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
         """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,

@@ -126,6 +126,9 @@ class RunRecord:
     ended_at: str | None
     usage: dict | None
     input: str | None = None
+    #: What the run was, as :meth:`Store.begin_run` recorded it (a JSON object; docs/agents.md):
+    #: ``at``, the message its turn hangs under, and for a variant or a replay its labels.
+    meta: dict | None = None
 
 
 @dataclass(frozen=True)

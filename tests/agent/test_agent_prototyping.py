@@ -53,6 +53,11 @@ def test_a_run_from_an_earlier_node_branches_there_and_records_where(store):
     starts = [e for e in store.events("t") if e["kind"] == "run.start"]
     assert [e["at"] for e in starts] == [None, ids[1], ids[3], ids[1]]
     assert store.runs("t")[-1].status == "completed"
+    # the run record says where each run started, as its run.start event does
+    assert [r.meta for r in store.runs("t")] == [{"at": e["at"]} for e in starts]
+    by_sql = store.sql("SELECT run_id, started_at_message FROM runs WHERE session_id = 't' ORDER BY run_number")
+    assert by_sql["run_id"].tolist() == [e["run_id"] for e in starts]
+    assert by_sql["started_at_message"].tolist()[1:] == [ids[1], ids[3], ids[1]]
 
 
 def test_run_from_an_unknown_node_or_another_sessions_node_writes_nothing(store):
@@ -112,7 +117,12 @@ def test_a_run_from_a_node_sees_the_compacted_path(mem_store):
 
 def test_run_from_a_node_needs_a_tree_session(tmp_path):
     session = sk.create_session("line", store=sk.FileSessionStore(tmp_path))
-    Agent("a", "", ScriptedModel(["x"])).run_sync("hi", session=session)
+    first = Agent("a", "", ScriptedModel(["x"])).run_sync("hi", session=session, labels={"variant": "v"})
+    # its run log (in memory) keeps what the run was too, and refuses what JSON cannot hold
+    assert session.runs()[0].meta == {"at": None, "variant": "v"}
+    with pytest.raises(TypeError, match="meta"):
+        session.run_log.begin_run("line", "other", "x", meta={"bad": {1}})
+    assert [r.run_id for r in session.runs()] == [first.run_id]
     with pytest.raises(UsageError, match="at="):
         Agent("a", "", ScriptedModel(["y"])).run_sync("again", session=session, at=session.snapshot()[0]["id"])
     assert len(session.snapshot()) == 2

@@ -117,6 +117,8 @@ def scenario(store, other=None):
         "a.1", status="completed", usage={"in": 10, "out": 4.9, "cost_usd": 0.5, "model": "m", "cache_read": True}
     )
     w.begin_run("solo", "solo.1", None)  # a session with a run and nothing else
+    w.begin_run("a", "a.2", "what if", meta={"at": "a2", "variant": "terse", "settings": {"temperature": 0}})
+    w.begin_run("a", "a.3", "again", meta={"at": None, "variant": 3, "note": 'é \\ "q"'})  # no id, no name
     w.append_events(
         "a",
         [
@@ -267,7 +269,15 @@ def test_runs_df_events_df_and_to_arrow(engine, new_store):
     for _ in scenario(store):
         pass
     runs = store.runs_df()
-    assert list(runs["run_id"]) == ["a.1", "solo.1"]
+    assert list(runs["run_id"]) == ["a.1", "a.2", "a.3", "solo.1"]
+    # where a run started and its variant, read out of its meta (a.3's are no id and no name)
+    picked = (
+        runs[["started_at_message", "variant"]]
+        .astype(object)
+        .where(runs[["started_at_message", "variant"]].notna(), None)
+    )
+    assert picked.values.tolist() == [[None, None], ["a2", "terse"], [None, None], [None, None]]
+    assert json.loads(runs["meta"].tolist()[1])["settings"] == {"temperature": 0}
     assert runs["tokens_out"].tolist()[0] == 4 and runs["cost_usd"].tolist()[0] == 0.5
     assert runs["cache_read"].isna().tolist()[0]  # a bool is not a count
     events = store.events_df(session_ids=["a"])

@@ -113,6 +113,16 @@ def test_variants_run_from_one_node_as_sibling_branches_with_a_bound_and_errors_
     assert sorted(e["labels"]["variant"] for e in starts) == ["a", "b", "broken", "tools"]
     assert {e["at"] for e in starts} == {a1}
     assert [r.status for r in store.runs("c")].count("failed") == 1
+    # each variant's run record carries where it started, its name and its settings (the failed one too)
+    records = {r.run_id: r.meta for r in store.runs("c")[1:]}
+    assert records == {e["run_id"]: {"at": a1, **e["labels"]} for e in starts}
+    by_name = {meta["variant"]: meta["settings"] for meta in records.values()}
+    assert by_name["b"] == labels["b"] and by_name["broken"]["model"] == "broken"
+    view = store.sql_arrow("SELECT run_id, started_at_message, variant FROM runs WHERE session_id = 'c'").to_pylist()
+    assert {r["run_id"]: (r["started_at_message"], r["variant"]) for r in view} == {
+        store.runs("c")[0].run_id: (None, None),  # the first turn, of an empty session, no variant
+        **{run_id: (a1, meta["variant"]) for run_id, meta in records.items()},
+    }
 
     frame = comparison.to_pandas()
     assert list(frame.columns) == COMPARISON_COLUMNS and list(frame["variant"]) == ["a", "b", "tools", "broken"]

@@ -76,6 +76,13 @@ def test_a_replay_is_a_branch_beside_the_original_with_a_per_turn_comparison(new
     replayed = session.get_history(leaf_id=result.leaves["src"])
     assert [m["id"] for m in replayed if m["role"] == "user"] == ["b:u0", "b:u1", "b:u2"]
     assert replayed[0]["metadata"]["labels"] == {"replay": "b", "source": "src", "leaf": "a2", "turn": 1, "of": "u0"}
+    # each turn's run record names the replay, its source and where the turn hung
+    by_run = {r.run_id: r.meta for r in store.runs("src") if r.meta and "replay" in r.meta}
+    users = [m for m in replayed if m["role"] == "user"]
+    parents = [replayed[i - 1]["id"] if i else None for i, m in enumerate(replayed) if m["role"] == "user"]
+    assert [by_run[m["metadata"]["run_id"]] for m in users] == [
+        {"at": at, **m["metadata"]["labels"]} for m, at in zip(users, parents)
+    ]
     frame = result.to_pandas()
     assert list(frame.columns) == REPLAY_COLUMNS and list(frame["text_changed"]) == [True, False, True]
 

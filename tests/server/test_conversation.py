@@ -61,6 +61,7 @@ def test_a_message_at_an_earlier_message_branches_there_and_later_runs_continue_
     assert len(store.runs("w")) == 4 and model.remaining == 2
     starts = [e["at"] for e in store.events("w") if e["kind"] == "run.start"]
     assert starts[2] == answer_one
+    assert [r.meta for r in store.runs("w")] == [{"at": at} for at in starts]  # the run records say it too
 
 
 def test_a_message_at_a_node_to_a_busy_session_waits_for_a_run_of_its_own(serve, store):

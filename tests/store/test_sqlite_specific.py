@@ -122,6 +122,8 @@ V2_FTS_TRIGGERS = [
        END""",
 ]
 
+V2_RUN_COLUMNS = "run_id, session_id, status, input, error, started_at, ended_at, usage, n"
+
 V2_MESSAGE_COLUMNS = (
     "seq, session_id, id, parent_id, depth, role, created_at, bytes, tokens, path_bytes, path_tokens, chunks, content"
 )
@@ -249,7 +251,8 @@ def write_old_file(source: str, target: str, version: int) -> None:
         "sessionkit_events",
     ] + (["sessionkit_records"] if version >= 2 else [])
     for table in tables:
-        con.execute(f"INSERT INTO {table} SELECT * FROM src.{table}")
+        columns = V2_RUN_COLUMNS if table == "sessionkit_runs" else "*"  # (runs gained meta later)
+        con.execute(f"INSERT INTO {table} SELECT {columns} FROM src.{table}")
     con.execute("INSERT INTO sessionkit_fts(rowid, body) SELECT rowid, body FROM src.sessionkit_fts")
     for stmt in V2_FTS_TRIGGERS:
         con.execute(stmt)
@@ -277,6 +280,8 @@ def test_an_old_file_is_upgraded_and_reads_back_the_same(tmp_path, version):
         assert after.pop("sessionkit_changes") == []
         assert after.pop("sessionkit_labels") == []  # (version 9's table, empty)
         assert after.pop("sessionkit_embeddings") == []  # (version 10's table, empty)
+        assert all(row[9] is None for row in after["sessionkit_runs"])  # (version 11's runs.meta, added last)
+        after["sessionkit_runs"] = [row[:9] for row in after["sessionkit_runs"]]
         assert after == {**stored, "sessionkit_records": stored.get("sessionkit_records", [])}
         # the ledger records the migration that created it (earlier ones ran before it existed)
         assert [row[0] for row in ledger] == list(range(5, sq.SCHEMA_VERSION + 1))

@@ -35,6 +35,26 @@ class TestRunsEventsRecords:
         with pytest.raises(TypeError):
             store.begin_run("s", 3, "x")
 
+    def test_a_run_keeps_what_it_was(self, store):
+        meta = {"at": "m1", "variant": "terse", "settings": {"temperature": 0.5, "tools": ["a", "b"]}, "é": None}
+        store.begin_run("s", "s.1", "x", meta=meta)
+        store.begin_run("s", "s.2", "y")
+        store.end_run("s.1", status="completed", usage={"in": 1})
+        first, second = store.runs("s")
+        assert (first.meta, second.meta) == (meta, None)
+        assert [(sid, r.meta) for page in store.scan("runs") for sid, r in page] == [("s", meta), ("s", None)]
+        bad: list[tuple[object, type[Exception]]] = [
+            ({"x": {1, 2}}, TypeError),
+            ({"x": float("nan")}, TypeError),
+            ("{}", TypeError),
+        ]
+        bad.append(({"x": "\ud800"}, ValueError))  # a lone surrogate
+        for value, kind in bad:
+            with pytest.raises(kind, match="meta"):
+                store.begin_run("s", "s.3", "z", meta=value)
+        assert [r.run_id for r in store.runs("s")] == ["s.1", "s.2"]  # nothing of a failed call
+        assert store.runs("s")[0].meta == meta
+
     def test_events_are_numbered_per_session_across_runs(self, store):
         out = store.append_events(
             "s",
