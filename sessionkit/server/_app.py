@@ -40,7 +40,6 @@ from ._errors import Rejected, error_response, json_response, store_failure
 from ._events import CLOSED, Subscriber, dumps_event
 from ._openapi import openapi_document
 from ._routes import Route, match, resolve
-from ._scheduler import Scheduler
 from ._sessions import Sessions
 from ._storeio import StoreIO
 
@@ -181,8 +180,8 @@ class SessionServer:
         self.coord = coordinator_for(store)  # on a file: takes the lease, or fails naming its holder
         self.lease = self.coord.lease
         self.io = StoreIO(store)
-        self.scheduler = Scheduler(
-            agent, store, self.io, self.coord, max_concurrent_runs=max_concurrent_runs, max_queued=max_queued
+        self.scheduler = self.coord.scheduler(
+            agent, store, self.io, max_concurrent_runs=max_concurrent_runs, max_queued=max_queued
         )
         self.sessions = Sessions(agent, store, self.io, self.coord, self.scheduler, events_window=self.events_window)
         self.keepalive = KEEPALIVE_SECONDS

@@ -14,8 +14,12 @@ do (``store.capabilities.coordination``):
   runs (its *owner*) from the start of a run until it goes idle. Processes tell
   each other about a session through the store's signals.
 
-The scheduler and the session registry ask the coordinator, never the store's
-engine, so they have no "which kind of store" branches of their own.
+What differs on a shared store is the coordinator's: it makes the scheduler
+(``_scheduler.Scheduler`` for one process, ``_shared.SharedScheduler`` for several) and
+answers the session registry's questions (is another process driving this session, are
+sessions taken over as they load, what serializes creations, which sessions are busy
+elsewhere, may the sweep compact the busy records). The scheduler and the registry have
+no "which kind of store" branches of their own.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._lease import Lease
+from ._state import Busy
 
 log = logging.getLogger("sessionkit.server")
 
@@ -36,14 +41,9 @@ __all__ = ["Busy", "LocalCoordinator", "SharedCoordinator", "coordinator_for"]
 ACCEPT_WAIT = 30.0
 
 
-class Busy(Exception):
-    """Another process held the session for longer than :data:`ACCEPT_WAIT`."""
-
-
 class LocalCoordinator:
     """One process serves the store: every session is this process's."""
 
-    shared = False
     #: Sessions a stopped server left busy are looked for once, at start.
     sweep_every: float | None = None
 
@@ -77,11 +77,37 @@ class LocalCoordinator:
     async def tell(self, key: str, kind: str, data: Any = None) -> None:
         return None
 
+    def scheduler(self, agent: Any, store: Any, io: Any, **limits: int) -> Any:
+        """The scheduler for one process serving the store (``_scheduler.Scheduler``)."""
+        from ._scheduler import Scheduler  # (made here, imported when asked: it imports this module's types)
+
+        return Scheduler(agent, store, io, self, **limits)
+
+    def remote(self, live: Any) -> bool:
+        """Whether another process may be driving the session: never, here."""
+        return False
+
+    def resumes_at_load(self) -> bool:
+        """A session a stopped server left busy is taken over as soon as it is loaded: no
+        other process can be driving it."""
+        return True
+
+    def creations(self, lock: asyncio.Lock) -> contextlib.AbstractAsyncContextManager:
+        """What serializes the creation of sessions: this process's own ``lock``."""
+        return lock
+
+    def busy_elsewhere(self, store: Any, busy_key: str, busy_kind: str) -> set[str]:
+        """Sessions other processes drive (read inside a store read): none."""
+        return set()
+
+    def owns_busy_records(self) -> bool:
+        """Whether this process alone writes the busy records (so the sweep may compact them)."""
+        return True
+
 
 class SharedCoordinator:
     """Several processes serve one store (PostgreSQL); see the module docstring."""
 
-    shared = True
     #: Every so often each process looks for busy sessions whose owner died.
     sweep_every: float | None = 3.0
 
@@ -138,6 +164,37 @@ class SharedCoordinator:
 
     async def run_taken(self, key: str) -> bool:
         return bool(await self.io.read(self.store.hold_taken, self._name("run", key)))
+
+    def scheduler(self, agent: Any, store: Any, io: Any, **limits: int) -> Any:
+        """The scheduler for a store several processes serve (``_shared.SharedScheduler``)."""
+        from ._shared import SharedScheduler  # (made here, imported when asked: it imports this module's types)
+
+        return SharedScheduler(agent, store, io, self, **limits)
+
+    def remote(self, live: Any) -> bool:
+        """Whether another process may be driving the session: when this one does not."""
+        return not live.owned
+
+    def resumes_at_load(self) -> bool:
+        """Sessions left busy are taken over by the sweep, once no process holds their ``run``."""
+        return False
+
+    def creations(self, lock: asyncio.Lock) -> contextlib.AbstractAsyncContextManager:
+        """What serializes the creation of sessions: the session's ``accept`` hold, across
+        processes (this process's ``lock`` adds nothing)."""
+        return contextlib.nullcontext()
+
+    def busy_elsewhere(self, store: Any, busy_key: str, busy_kind: str) -> set[str]:
+        """The sessions the store's busy records name (read inside a store read)."""
+        return {
+            v["key"]
+            for _, v in store.records(busy_key, busy_kind)
+            if isinstance(v, dict) and isinstance(v.get("key"), str)
+        }
+
+    def owns_busy_records(self) -> bool:
+        """Every process writes busy records: none compacts them."""
+        return False
 
     async def tell(self, key: str, kind: str, data: Any = None) -> None:
         try:

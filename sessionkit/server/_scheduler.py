@@ -41,9 +41,8 @@ from typing import Any
 
 from ..errors import RunFailed
 from . import _records as R
-from ._coordinate import Busy
 from ._errors import Rejected
-from ._state import FOLLOW_UP, STEER, Item, Live, Run, Slots
+from ._state import FOLLOW_UP, STEER, Busy, Item, Live, Run, Slots
 
 log = logging.getLogger("sessionkit.server")
 
@@ -205,7 +204,11 @@ class RunSession:
 
 
 class Scheduler:
-    """Accepts messages into runs and drives each busy session's runs (see the module docstring)."""
+    """Accepts messages into runs and drives each busy session's runs (see the module docstring),
+    for a store one process serves; ``_shared.SharedScheduler`` is the one for a shared store."""
+
+    #: Whether taking a session over reads the status record another process's driver left.
+    READS_STATUS = False
 
     def __init__(
         self, agent: Any, store: Any, io: Any, coord: Any, *, max_concurrent_runs: int, max_queued: int
@@ -312,8 +315,10 @@ class Scheduler:
         self._open(live)
         if node is not None and await self.io.read(_lacks_message, self.store, live.key, node):
             raise Rejected(404, "message_not_found")
-        if self.coord.shared:
-            return await self._submit_shared(live, text, mode, author, context, node)
+        return await self._accept(live, text, mode, author, context, node)
+
+    async def _accept(self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node) -> dict:
+        """Decide about a message on this process's loop (one process serves the store)."""
         async with live.lock:
             self._open(live)
             if live.task is None:
@@ -544,8 +549,7 @@ class Scheduler:
 
     async def _carry_locked(self, live: Live, items: list[Item]) -> None:
         async with self.coord.hold("accept", live.key):
-            if self.coord.shared:
-                await self._absorb_locked(live)
+            await self._catch_up(live)
             new_runs = []
             if live.queue:
                 target = live.queue[0]
@@ -569,46 +573,11 @@ class Scheduler:
 
     async def _idle(self, live: Live) -> bool:
         """The queue is empty: go idle (True), unless messages came meanwhile (False)."""
-        if not self.coord.shared:
-            key = live.key
-            live.task = None if live.task is asyncio.current_task() else live.task
-            live.owned = False
-            self.io.submit(lambda: self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
-            return True
-        try:
-            # a DELETE holds ``accept`` while it waits for this task to stop: give way to it
-            async with self.coord.hold("accept", live.key, give_up=lambda: live.stopping or self.closing):
-                await self._absorb_locked(live)
-                if live.queue:
-                    return False
-                key = live.key
-                status = self._status_value(live)
-
-                def job() -> None:
-                    self.store.put_records(key, R.STATUS, [(0, status)])
-                    self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)])
-
-                await self.io.write(job)
-                live.status = status
-                live.owned = False
-                if live.task is asyncio.current_task():
-                    live.task = None
-                await self.coord.release_run(live.key)
-                return True
-        except Busy:
-            # Stopping, or other processes held the session too long: give it up busy; the
-            # sweep of some process takes it over and finds what was queued meanwhile.
-            if not (live.stopping or self.closing):
-                log.warning(
-                    "sessionkit server: session %r: could not look for queued messages before going idle",
-                    live.public_id,
-                )
-            await self.io.flush()
-            live.owned = False
-            if live.task is asyncio.current_task():
-                live.task = None
-            await self.coord.release_run(live.key)
-            return True
+        key = live.key
+        live.task = None if live.task is asyncio.current_task() else live.task
+        live.owned = False
+        self.io.submit(lambda: self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
+        return True
 
     # ------------------------------------------------------------------ events of runs
 
@@ -646,7 +615,7 @@ class Scheduler:
         Called with ``live.lock`` held (and, on a shared store, ``accept`` and ``run``
         held). Returns the verdict on the conversation and what a run would read.
         """
-        snap, verdict, preload, last_seq = await self.io.read(_check, self.store, live.key, self.coord.shared)
+        snap, verdict, preload, last_seq = await self.io.read(_check, self.store, live.key, self.READS_STATUS)
         if not snap.exists:
             raise Rejected(404, "session_not_found")
         live.next_seq = last_seq + 1
@@ -679,192 +648,24 @@ class Scheduler:
         async with live.lock:
             if live.task is not None or live.deleted:
                 return
-            if not self.coord.shared:
-                await self.take_over(live)
-                if live.queue:
-                    live.owned = True
-                    self._launch(live, slot_taken=False)
-                else:
-                    key = live.key
-                    self.io.submit(lambda: self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
-                return
-            try:
-                async with self.coord.hold("accept", live.key):
-                    if not await self.coord.take_run(live.key):
-                        return
-                    live.owned = True
-                    try:
-                        await self.take_over(live)
-                        await self._absorb_locked(live)
-                    except BaseException:
-                        live.owned = False
-                        await self.coord.release_run(live.key)
-                        raise
-                    self._launch(live, slot_taken=False)  # goes idle at once if nothing is queued
-            except Busy:
-                return
+            await self.take_over(live)
+            if live.queue:
+                live.owned = True
+                self._launch(live, slot_taken=False)
+            else:
+                key = live.key
+                self.io.submit(lambda: self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
 
-    # ------------------------------------------------------------------ several processes
+    # ------------------------------------------------------------------ other processes (none here)
 
-    async def _submit_shared(self, live: Live, text, mode, author, context, node=None) -> dict:
-        key = live.key
-        async with live.lock:
-            self._open(live)
-            try:
-                async with self.coord.hold("accept", key):
-                    snap = await self.io.read(R.read_snapshot, self.store, key, status=True, runs=True)
-                    if not snap.exists:
-                        live.deleted = True
-                        raise Rejected(404, "session_not_found")
-                    live.next_msg = max(live.next_msg, snap.next_message())
-                    live.run_n = max(live.run_n, snap.top_run())
-                    if live.owned and live.task is not None:  # this process drives it
-                        await self._absorb_locked(live, snap)
-                        answer, future, item = self._place(live, text, mode, author, context, node)
-                        await self._committed(live, future, item)
-                        return answer
-                    if await self.coord.take_run(key):
-                        live.owned = True
-                        try:
-                            checked = await self.take_over(live)
-                            await self._absorb_locked(live)
-                            if live.queue:
-                                answer, future, item = self._place(live, text, mode, author, context, node)
-                                self._launch(live, slot_taken=False)
-                            else:
-                                answer, future, item = await self._start(
-                                    live, text, mode, author, context, checked=checked, node=node
-                                )
-                        except BaseException:
-                            if live.task is None:
-                                live.owned = False
-                                await self.coord.release_run(key)
-                            raise
-                        self.write_status(live)
-                        await self._committed(live, future, item)
-                        return answer
-                    answer = await self._place_remote(live, snap, text, mode, author, context, node)
-            except Busy:
-                raise Rejected(429, "too_busy") from None
-        await self.coord.tell(key, "message")
-        return answer
-
-    async def _place_remote(self, live: Live, snap: R.Snapshot, text, mode, author, context, node=None) -> dict:
-        """A message while another process drives the session: recorded ``pending``, its driver told."""
-        status = snap.status or {}
-        pending = sum(1 for _, v in snap.messages if v.get("pending"))
-        if pending + int(status.get("queued") or 0) >= self.max_queued:
-            raise Rejected(429, "too_busy")
-        new_runs = []
-        active, nxt = status.get("active"), status.get("next")
-        alone = context is not None or node is not None
-        if not alone and isinstance(active, int) and status.get("accepting") and nxt is None:
-            n = active
-        elif not alone and isinstance(nxt, int):
-            n = nxt
-        else:
-            n = snap.top_run() + 1
-            new_runs.append(n)
-            live.run_n = max(live.run_n, n)
-        rec = max(live.next_msg, snap.next_message())
-        live.next_msg = rec + 1
-        value = R.message_value(n, text, mode, author, queued=True, pending=True, context=context, node=node)
-        await self.io.write(self._accept_job(live, [(rec, value)], new_runs))
-        return {"runId": live.public_run(n), "queued": True}
+    async def _catch_up(self, live: Live) -> None:
+        """Take what other processes accepted for the session (``accept`` held): nothing here."""
 
     async def absorb(self, live: Live) -> None:
-        """Take what other processes accepted for this session (on their signal)."""
-        if live.absorbing:
-            live.absorb_again = True
-            return
-        live.absorbing = True
-        try:
-            while True:
-                live.absorb_again = False
-                if not live.owned or live.task is None or live.stopping or self.closing:
-                    return
-                try:
-                    async with self.coord.hold("accept", live.key):
-                        await self._absorb_locked(live)
-                except Busy:
-                    pass  # taken at the next look (a turn boundary, or before going idle)
-                if not live.absorb_again:
-                    return
-        finally:
-            live.absorbing = False
-
-    async def _absorb_locked(self, live: Live, snap: R.Snapshot | None = None) -> None:
-        """Place the ``pending`` messages (``accept`` held): the active run, a waiting one, or the next."""
-        if snap is None:
-            snap = await self.io.read(R.read_snapshot, self.store, live.key, status=False, runs=True)
-        pending = [(n, v) for n, v in snap.messages if v.get("pending")]
-        live.next_msg = max(live.next_msg, snap.next_message())
-        live.run_n = max(live.run_n, snap.top_run())
-        if not pending or live.stopping or self.closing:
-            return
-        updates, new_runs = [], []
-        for rec, value in pending:
-            item = Item(rec, *R.item_fields(value))
-            n = value.get("run")
-            by_n = {r.n: r for r in live.queue}
-            active = live.active
-            if not item.alone and active is not None and n == active.n and not live.queue and self._takes(active):
-                active.items.append(item)
-                self._hand(live, active, item)
-            elif n in by_n:
-                by_n[n].items.append(item)
-            elif isinstance(n, int) and n > live.last_started:
-                # A run another process opened for it (recorded "queued", its number told to the
-                # caller): it keeps its message, in number order, even behind a run this look
-                # opened for an earlier message (moved, it would be left with none, and the next
-                # takeover would record it failed).
-                position = sum(1 for r in live.queue if r.n < n)
-                live.queue.insert(position, Run(n, [item]))
-            elif not item.alone and live.queue and self._room(live.queue[-1]):  # its run stopped taking
-                run = live.queue[-1]
-                run.items.append(item)
-                n = run.n
-            else:
-                live.run_n += 1
-                n = live.run_n
-                live.queue.append(Run(n, [item]))
-                new_runs.append(n)
-            updates.append((rec, dict(R.taken(value), run=n)))
-        store, key = self.store, live.key
-        runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
-
-        def job() -> None:
-            store.put_records(key, R.MESSAGE, updates)
-            if runs:
-                store.put_records(key, R.RUN, runs)
-
-        await self.io.write(job)
-        self.write_status(live)
-
-    def _status_value(self, live: Live) -> dict:
-        run = live.active
-        nxt = live.queue[-1].n if live.queue and self._room(live.queue[-1]) else None
-        return {
-            "runN": live.run_n,
-            "active": run.n if run is not None else None,
-            "accepting": bool(run is not None and run.accepting),
-            "next": nxt,
-            "queued": live.waiting,
-            "input": run.input if run is not None else None,
-            "startedAt": run.started_at if run is not None else None,
-            "owner": OWNER,
-        }
+        """Another process's signal about the session: none reaches a store one process serves."""
 
     def write_status(self, live: Live) -> None:
-        """The driver's view of the session, for the other processes (written when it changes)."""
-        if not self.coord.shared or not live.owned or live.deleted:
-            return
-        value = self._status_value(live)
-        if value == live.status:
-            return
-        live.status = value
-        store, key = self.store, live.key
-        self.io.submit(lambda: store.put_records(key, R.STATUS, [(0, value)]), after=lambda _: None)
+        """The driver's view of the session for other processes: there are none here."""
 
     # ------------------------------------------------------------------ stopping
 

@@ -27,11 +27,10 @@ from ..agent import RunController
 from ..errors import MessageNotFound, SessionNotFound
 from . import _records as R
 from ._bodies import ConversationQuery, conversation_cursor
-from ._coordinate import Busy
 from ._errors import Rejected
 from ._events import EventHub, Subscriber
 from ._scheduler import Scheduler
-from ._state import Live
+from ._state import Busy, Live
 
 log = logging.getLogger("sessionkit.server")
 
@@ -183,7 +182,7 @@ class Sessions:
         live.controller.on_event(functools.partial(self.scheduler.on_event, live))
         self.trim()  # before adding: the caller is about to use this one
         self.states[key] = live
-        if not self.coord.shared and _needs_recovery(snap):
+        if self.coord.resumes_at_load() and _needs_recovery(snap):
             await self.scheduler.resume(live)  # what a stopped server left: closed, started again
         return live
 
@@ -215,7 +214,7 @@ class Sessions:
         if live is not None and live.deleted:
             async with live.lock:  # a DELETE is finishing: create afresh after it
                 pass
-        lock = self._create_lock if not self.coord.shared else contextlib.nullcontext()
+        lock = self.coord.creations(self._create_lock)
         try:
             async with lock, self.coord.hold("accept", key):
                 return await self._create_locked(principal, public_id, key)
@@ -281,7 +280,7 @@ class Sessions:
         live.deleted = True
         await self.scheduler.stop(live)
         held = False
-        if self.coord.shared and not live.owned:
+        if self.coord.remote(live):
             held = await self._take_run_for_delete(live)
         top = max(snap.top_run(), live.run_n)
         index, index_slot = live.index, R.slot(live.public_id)
@@ -326,7 +325,7 @@ class Sessions:
 
     async def describe(self, live: Live) -> dict:
         """``GET /sessions/{id}``: runs, active run, queue length, messages callers sent."""
-        remote = self.coord.shared and not live.owned
+        remote = self.coord.remote(live)
         snap = await self.io.read(R.read_snapshot, self.store, live.key, status=remote)
         if not snap.exists:
             if live.task is None:
@@ -440,18 +439,11 @@ class Sessions:
         """``GET /sessions``: the caller's sessions, newest activity first."""
         index = R.index_key(principal)
         store = self.store
-        shared = self.coord.shared
+        coord = self.coord
 
         def read():
             entries = [v for _, v in store.records(index, R.INDEX) if isinstance(v, dict)]
-            busy = set()
-            if shared:
-                busy = {
-                    v["key"]
-                    for _, v in store.records(R.BUSY_KEY, R.BUSY)
-                    if isinstance(v, dict) and isinstance(v.get("key"), str)
-                }
-            return entries, busy
+            return entries, coord.busy_elsewhere(store, R.BUSY_KEY, R.BUSY)
 
         entries, busy = await self.io.read(read)
         out = []
@@ -537,7 +529,7 @@ class Sessions:
                 self.drop(live)
             raise Rejected(404, "session_not_found")
         hub.load(live.public_event(e) for e in events)
-        if self.coord.shared and not live.owned:
+        if self.coord.remote(live):
             self.spawn(self._pull(live), "sessionkit events pull")  # what came while reading
         return hub
 
@@ -639,7 +631,7 @@ class Sessions:
 
     async def sweep(self) -> int:
         """Start again the runs of busy sessions nobody drives (a stopped server's); returns how many."""
-        if not self.coord.shared:
+        if self.coord.owns_busy_records():
             await self.io.write(self._compact_busy)
         entries = await self.io.read(self.store.records, R.BUSY_KEY, R.BUSY)
         resumed = 0

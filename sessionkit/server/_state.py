@@ -15,7 +15,12 @@ from typing import Any
 from ..agent import RunController
 from ._events import EventHub
 
-__all__ = ["FOLLOW_UP", "Item", "Live", "MODES", "Run", "STEER", "Slots"]
+
+class Busy(Exception):
+    """Another process held the session for longer than ``_coordinate.ACCEPT_WAIT``."""
+
+
+__all__ = ["Busy", "FOLLOW_UP", "Item", "Live", "MODES", "Run", "STEER", "Slots"]
 
 STEER = "steer"
 FOLLOW_UP = "followUp"
