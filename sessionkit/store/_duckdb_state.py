@@ -56,7 +56,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from ..errors import SessionKitError
-from ._sql import NODE_COLUMNS, TABLES
+from ._schema import NODE_COLUMNS, TABLES
 from ._values import Node
 
 try:

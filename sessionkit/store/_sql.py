@@ -34,46 +34,14 @@ from typing import Any, cast
 from .. import messages as _msg
 from ..errors import MessageNotFound, StoreClosed, StoreCorrupt
 from ._schema import (
-    DIALECTS,
-    DUCKDB_JOURNAL_TABLE,
-    INSERT_COLUMNS,
-    MIGRATIONS,
-    NODE_COLUMNS,
-    PREPARED_COLUMNS,
     SCHEMA_VERSION,
-    SOURCE_COLUMNS,
-    SOURCE_TYPES,
-    TABLES,
     TEXT_AT,
-    Column,
-    Dialect,
-    Index,
-    Migration,
-    Table,
     prepared_getter,
 )
 from ._sql_base import SQLBase
 from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo, _Latest
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "Column",
-    "Index",
-    "Table",
-    "TABLES",
-    "Migration",
-    "MIGRATIONS",
-    "Dialect",
-    "DIALECTS",
-    "SQLEngine",
-    "LocalEngine",
-    "NODE_COLUMNS",
-    "PREPARED_COLUMNS",
-    "INSERT_COLUMNS",
-    "SOURCE_COLUMNS",
-    "SOURCE_TYPES",
-    "DUCKDB_JOURNAL_TABLE",
-]
+__all__ = ["SQLEngine", "LocalEngine"]
 
 
 def _run_record(row: tuple, meta: str | None) -> RunRecord:

@@ -160,7 +160,7 @@ _PG_SQL = {
 # Returns the new seq; NULL when nothing was written (the id exists, or the named
 # parent does not); -1 when the search index was built meanwhile (call again with
 # the index entry).
-# The prepared columns (_sql.PREPARED_COLUMNS) as the append function's last parameters,
+# The prepared columns (_schema.PREPARED_COLUMNS) as the append function's last parameters,
 # with their types from the table's declaration.
 _PREPARED_TYPES = [(c.name, DIALECTS["postgresql"].types[c.type]) for c in TABLES["messages"].columns if c.prepared]
 _P_PARAMS = ", ".join(f"p_{name} {kind}" for name, kind in _PREPARED_TYPES)

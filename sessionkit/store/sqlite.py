@@ -156,7 +156,7 @@ def _insert(values: dict[str, str], source: str = "") -> str:
 
 
 # The fast appends' statements; parameters ?1 session, ?2 id, ?3 role, ?4 created_at,
-# ?5 bytes, ?6 tokens, ?7 JSON, then the prepared columns (_sql.PREPARED_COLUMNS, in their
+# ?5 bytes, ?6 tokens, ?7 JSON, then the prepared columns (_schema.PREPARED_COLUMNS, in their
 # order), then each statement's own, numbered from _OWN (their names below).
 _PLAIN = {
     "session_id": "?1",
@@ -222,7 +222,7 @@ _APPEND_UNDER = _insert(
     },
     f"FROM sessionkit_messages AS p WHERE p.session_id = ?1 AND p.id = {_PARENT_ID}",
 )
-# The general insert: _sql.INSERT_COLUMNS in their order, then the parent's seq (NULL for
+# The general insert: _schema.INSERT_COLUMNS in their order, then the parent's seq (NULL for
 # a root): a row follows its parent (branch 0) when the parent is the session's latest row.
 _PARENT_SEQ = f"?{len(INSERT_COLUMNS) + 1}"
 _INSERT_ROW = _insert(

@@ -15,7 +15,7 @@ from helpers import message, text_part
 import sessionkit as sk
 from sessionkit import messages as _msg
 from sessionkit.parts import tool_names
-from sessionkit.store._sql import SCHEMA_VERSION
+from sessionkit.store._schema import SCHEMA_VERSION
 
 COLUMNS = "session_id, id, role, depth, tokens, bytes, created_at, text, n_parts, tool_names, metadata"
 

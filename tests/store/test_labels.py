@@ -11,7 +11,7 @@ import pytest
 from helpers import wait_until
 
 import sessionkit as sk
-from sessionkit.store._sql import MIGRATIONS, SCHEMA_VERSION
+from sessionkit.store._schema import MIGRATIONS, SCHEMA_VERSION
 
 
 def _msg(mid: str, text: str, parent_role: str = "user") -> dict:

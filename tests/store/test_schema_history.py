@@ -24,17 +24,17 @@ import pytest
 from helpers import msg
 
 import sessionkit as sk
-from sessionkit.store import _sql, _sql_base, duckdb, postgres, sqlite
+from sessionkit.store import _schema, _sql, _sql_base, duckdb, postgres, sqlite
 
 from .test_duckdb_specific import V1_SCHEMA as DUCKDB_V1
 from .test_sqlite_specific import V2_FTS_TRIGGERS, V2_RECORDS, V2_SCHEMA
 
-CURRENT = _sql.SCHEMA_VERSION
+CURRENT = _schema.SCHEMA_VERSION
 
 
 def test_the_version_is_the_ledgers_last_step():
-    assert CURRENT == _sql.MIGRATIONS[-1].version
-    assert [m.version for m in _sql.MIGRATIONS] == list(range(2, CURRENT + 1))
+    assert CURRENT == _schema.MIGRATIONS[-1].version
+    assert [m.version for m in _schema.MIGRATIONS] == list(range(2, CURRENT + 1))
     assert sqlite.SCHEMA_VERSION == duckdb.SCHEMA_VERSION == postgres.SCHEMA_VERSION == CURRENT
 
 
@@ -42,7 +42,7 @@ def test_the_version_is_the_ledgers_last_step():
 def ledger_cut_at(version: int):
     """The code as it was at ``version``: the ledger up to it, and that version written."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_sql_base, "MIGRATIONS", tuple(m for m in _sql.MIGRATIONS if m.version <= version))
+        mp.setattr(_sql_base, "MIGRATIONS", tuple(m for m in _schema.MIGRATIONS if m.version <= version))
         for module in (_sql, _sql_base, sqlite, duckdb, postgres):
             mp.setattr(module, "SCHEMA_VERSION", version)
         yield
