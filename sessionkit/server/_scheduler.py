@@ -561,15 +561,19 @@ class Scheduler:
                 new_runs.append(target.n)
             recs = dict(await self.io.read(self.store.records, live.key, R.MESSAGE))
             updates = [(it.rec, dict(recs.get(it.rec) or {}, run=target.n)) for it in items if it.rec in recs]
-            store, key = self.store, live.key
-            runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
+            await self._record_placed(live, updates, new_runs)
 
-            def job() -> None:
-                store.put_records(key, R.MESSAGE, updates)
-                if runs:
-                    store.put_records(key, R.RUN, runs)
+    async def _record_placed(self, live: Live, updates: list[tuple[int, dict]], new_runs: list[int]) -> None:
+        """Store where messages went (their records, ``updates``) and the runs opened for them."""
+        store, key = self.store, live.key
+        runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
 
-            await self.io.write(job)
+        def job() -> None:
+            store.put_records(key, R.MESSAGE, updates)
+            if runs:
+                store.put_records(key, R.RUN, runs)
+
+        await self.io.write(job)
 
     async def _idle(self, live: Live) -> bool:
         """The queue is empty: go idle (True), unless messages came meanwhile (False)."""

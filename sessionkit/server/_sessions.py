@@ -30,7 +30,7 @@ from ._bodies import ConversationQuery, conversation_cursor
 from ._errors import Rejected
 from ._events import EventHub, Subscriber
 from ._scheduler import Scheduler
-from ._state import Busy, Live
+from ._state import Busy, Live, coalesced
 
 log = logging.getLogger("sessionkit.server")
 
@@ -557,28 +557,23 @@ class Sessions:
 
     async def _pull(self, live: Live) -> None:
         """Read into the window the events another process stored (shared stores)."""
-        if live.pulling:
-            live.pull_again = True
-            return
-        live.pulling = True
+
+        async def one_pass() -> bool:
+            hub = live.hub
+            if hub is None:
+                return False
+            await hub.ready.wait()
+            after = hub.last_seq if hub.last_seq >= 0 else None
+            events = await self.io.read(self.store.events, live.key, after)
+            if live.hub is hub:
+                for event in events:
+                    hub.publish(live.public_event(event))
+            return True
+
         try:
-            while True:
-                live.pull_again = False
-                hub = live.hub
-                if hub is None:
-                    return
-                await hub.ready.wait()
-                after = hub.last_seq if hub.last_seq >= 0 else None
-                events = await self.io.read(self.store.events, live.key, after)
-                if live.hub is hub:
-                    for event in events:
-                        hub.publish(live.public_event(event))
-                if not live.pull_again:
-                    return
+            await coalesced(live, "pulling", "pull_again", one_pass)
         except Exception:
             log.exception("sessionkit server: could not read the events of session %r", live.public_id)
-        finally:
-            live.pulling = False
 
     # ------------------------------------------------------------------ other processes
 

@@ -16,7 +16,7 @@ import logging
 from . import _records as R
 from ._errors import Rejected
 from ._scheduler import OWNER, Scheduler
-from ._state import Busy, Item, Live, Run
+from ._state import Busy, Item, Live, Run, coalesced
 
 log = logging.getLogger("sessionkit.server")
 
@@ -162,24 +162,18 @@ class SharedScheduler(Scheduler):
 
     async def absorb(self, live: Live) -> None:
         """Take what other processes accepted for this session (on their signal)."""
-        if live.absorbing:
-            live.absorb_again = True
-            return
-        live.absorbing = True
-        try:
-            while True:
-                live.absorb_again = False
-                if not live.owned or live.task is None or live.stopping or self.closing:
-                    return
-                try:
-                    async with self.coord.hold("accept", live.key):
-                        await self._absorb_locked(live)
-                except Busy:
-                    pass  # taken at the next look (a turn boundary, or before going idle)
-                if not live.absorb_again:
-                    return
-        finally:
-            live.absorbing = False
+
+        async def one_pass() -> bool:
+            if not live.owned or live.task is None or live.stopping or self.closing:
+                return False
+            try:
+                async with self.coord.hold("accept", live.key):
+                    await self._absorb_locked(live)
+            except Busy:
+                pass  # taken at the next look (a turn boundary, or before going idle)
+            return True
+
+        await coalesced(live, "absorbing", "absorb_again", one_pass)
 
     async def _absorb_locked(self, live: Live, snap: R.Snapshot | None = None) -> None:
         """Place the ``pending`` messages (``accept`` held): the active run, a waiting one, or the next."""
@@ -218,15 +212,7 @@ class SharedScheduler(Scheduler):
                 live.queue.append(Run(n, [item]))
                 new_runs.append(n)
             updates.append((rec, dict(R.taken(value), run=n)))
-        store, key = self.store, live.key
-        runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
-
-        def job() -> None:
-            store.put_records(key, R.MESSAGE, updates)
-            if runs:
-                store.put_records(key, R.RUN, runs)
-
-        await self.io.write(job)
+        await self._record_placed(live, updates, new_runs)
         self.write_status(live)
 
     def _status_value(self, live: Live) -> dict:

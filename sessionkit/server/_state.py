@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +17,28 @@ from ..agent import RunController
 from ._events import EventHub
 
 
+async def coalesced(live: Any, busy: str, again: str, one_pass: Callable[[], Awaitable[bool]]) -> None:
+    """Run ``one_pass()`` now, and once more for every burst of calls made while it ran (a
+    call meanwhile only asks for another pass, through the flags ``busy`` and ``again`` of
+    ``live``); ``one_pass`` returns False when there is nothing to do (no pass follows)."""
+    if getattr(live, busy):
+        setattr(live, again, True)
+        return
+    setattr(live, busy, True)
+    try:
+        while True:
+            setattr(live, again, False)
+            if not await one_pass() or not getattr(live, again):
+                return
+    finally:
+        setattr(live, busy, False)
+
+
 class Busy(Exception):
     """Another process held the session for longer than ``_coordinate.ACCEPT_WAIT``."""
 
 
-__all__ = ["Busy", "FOLLOW_UP", "Item", "Live", "MODES", "Run", "STEER", "Slots"]
+__all__ = ["coalesced", "Busy", "FOLLOW_UP", "Item", "Live", "MODES", "Run", "STEER", "Slots"]
 
 STEER = "steer"
 FOLLOW_UP = "followUp"
