@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._args import _MANY_IDS
 from ._overlay import _chunks
-from ._values import Capabilities, ChangeEvent, Compaction, Node, RunRecord, SessionInfo, _Latest
+from ._values import Appended, Capabilities, ChangeEvent, Compaction, Node, RunRecord, SessionInfo, _Latest
 
 if TYPE_CHECKING:
     from ..messages import Prepared
@@ -112,22 +112,24 @@ class Engine(abc.ABC):
         """Whether writes in this transaction must maintain the search index themselves."""
         return self.index_built()
 
-    def append_simple(self, sid: str, prep: Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
+    def append_simple(self, sid: str, prep: Prepared, parent_id: str | _Latest | None, created_at: str) -> Appended:
         """Optional fast path for one plain append (no payloads) in a single statement.
 
-        Returns ``"inserted"``, ``"exists"`` or ``"no-parent"``; ``NotImplemented``
-        when the engine has no fast path or the message needs the general one.
-        ``parent_id`` is a str, None or LATEST.
+        ``Appended.INSERTED``, ``EXISTS`` or ``NO_PARENT``; ``UNSUPPORTED`` when the engine
+        has no fast path or the message needs the general one. ``parent_id`` is a str, None
+        or LATEST.
         """
-        return NotImplemented
+        return Appended.UNSUPPORTED
 
-    def append_chain(self, sid: str, preps: list[Prepared], parent_id: str | _Latest | None, stamps: list[str]) -> bool:
+    def append_chain(
+        self, sid: str, preps: list[Prepared], parent_id: str | _Latest | None, stamps: list[str]
+    ) -> Appended:
         """Optional fast path for a chain of new plain messages (``append_many`` outside a
         transaction): each under the one before, the first under ``parent_id`` (a str,
-        None or LATEST), all stored or none. Returns True when it stored them all;
-        ``NotImplemented`` when the engine has no fast path or the chain needs the
-        general one (an id already stored, payloads, an unknown parent...)."""
-        return NotImplemented
+        None or LATEST), all stored or none. ``Appended.INSERTED`` when it stored them all;
+        ``UNSUPPORTED`` when the engine has no fast path or the chain needs the general one
+        (an id already stored, payloads, an unknown parent...)."""
+        return Appended.UNSUPPORTED
 
     @abc.abstractmethod
     def w_insert(self, sid: str, prep: Prepared, parent: Node | None, created_at: str, index: bool) -> Node | None:

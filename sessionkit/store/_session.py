@@ -19,6 +19,7 @@ from ._engine import Engine
 from ._overlay import _choose_ranges, _chunks, _model_tokens, _overlay, _PathAbove, _tree_node, _unwrap
 from ._values import (
     LATEST,
+    Appended,
     AppendResult,
     ChangeEvent,
     Compaction,
@@ -81,18 +82,18 @@ class Session:
         prep = self._prepare(message, strip, None)
         store = self._store
         if store._in_transaction():  # the one-statement fast path commits on its own: not here
-            status: object = NotImplemented
+            status = Appended.UNSUPPORTED
         else:
             status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
         stored = None
-        if status == "exists":  # read outside the fast path's statement: it may be gone again
+        if status is Appended.EXISTS:  # read outside the fast path's statement: it may be gone again
             node = self._eng().node(self.session_id, prep.message["id"])
             stored = None if node is None else self._read(node.seq)
-        if status == "inserted":
+        if status is Appended.INSERTED:
             result = AppendResult._stored(prep)
         elif stored is not None:
             result = AppendResult(False, stored)
-        elif status == "no-parent":
+        elif status is Appended.NO_PARENT:
             raise MessageNotFound(f"parent message {parent_id!r} is not in session {self.session_id!r}")
         else:
             result = self._write_prepared([prep], parent_id, created_at=None)[0]
@@ -210,7 +211,7 @@ class Session:
         eng = self._eng()
         if len(preps) > 1 and not self._store._in_transaction():
             stamps = [created_at or _created_from(prep) for prep in preps]
-            if eng.append_chain(self.session_id, preps, parent_id, stamps) is True:
+            if eng.append_chain(self.session_id, preps, parent_id, stamps) is Appended.INSERTED:
                 return [AppendResult._stored(prep) for prep in preps]
         if len(preps) > 1 and eng.capabilities.bulk_insert:
             return self._write_batch(eng, preps, parent_id, created_at=created_at)

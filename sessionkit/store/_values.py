@@ -3,6 +3,7 @@ runs, the tree read model and its views of a path), and the engines' row tuple `
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -329,6 +330,19 @@ class PathView:
 
 #: What :meth:`Store.scan` reads: rows of ``(session_id, ...)`` per kind.
 SCAN_KINDS = ("nodes", "messages", "compactions", "runs", "events")
+
+
+class Appended(enum.Enum):
+    """What an engine's fast append did (``Engine.append_simple``, ``Engine.append_chain``)."""
+
+    #: Stored (a chain: every message of it).
+    INSERTED = "inserted"
+    #: A message with that id is stored already: nothing was written.
+    EXISTS = "exists"
+    #: The parent named is not in the session: nothing was written.
+    NO_PARENT = "no-parent"
+    #: No fast path for this write here: the general one writes it.
+    UNSUPPORTED = "unsupported"
 
 
 @dataclass(frozen=True)

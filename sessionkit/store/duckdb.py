@@ -86,7 +86,7 @@ from . import _files
 from ._duckdb_search import _BULK_ROWS, _TERMS_TABLE, SearchIndex, _body
 from ._duckdb_state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
 from ._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
-from ._values import Capabilities, Compaction, Node, _Latest
+from ._values import Appended, Capabilities, Compaction, Node, _Latest
 
 try:
     import duckdb
@@ -620,19 +620,21 @@ class DuckDBEngine(SearchIndex):
             return None, True  # known without reading (or moving) anything else
         return self.latest(sid), True
 
-    def append_simple(self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
+    def append_simple(
+        self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str
+    ) -> Appended:
         """One plain append, in as few statements as DuckDB allows (see ``_way``)."""
         with self._lock:
             way = self._way(sid, [prep])
             if way == "general":
-                return NotImplemented
+                return Appended.UNSUPPORTED
             parent, found = self._parent(sid, parent_id)
             if not found:
-                return "exists" if self.node(sid, prep.id) is not None else "no-parent"
+                return Appended.EXISTS if self.node(sid, prep.id) is not None else Appended.NO_PARENT
             if way == "transaction":
                 with self.write():
                     node = self.w_insert(sid, prep, parent, created_at, self.index_built())
-                return "exists" if node is None else "inserted"
+                return Appended.EXISTS if node is None else Appended.INSERTED
             # (a plain message: no continuation rows, no payloads, no index rows to write)
             node = self.placed(prep, parent, created_at)
             try:
@@ -644,11 +646,11 @@ class DuckDBEngine(SearchIndex):
                 self._memo = None
             if seq is not None and self._full and self._file is not None:
                 sync_folder(self._file)
-            return "exists" if seq is None else "inserted"
+            return Appended.EXISTS if seq is None else Appended.INSERTED
 
     def append_chain(
         self, sid: str, preps: list[_msg.Prepared], parent_id: str | _Latest | None, stamps: list[str]
-    ) -> bool:
+    ) -> Appended:
         """A chain of new plain messages outside a transaction as one journal line: a
         line is written whole or (a process killed inside the write) cut off whole, so
         the chain is stored entirely or not at all, with no DuckDB statement. Any other
@@ -657,10 +659,10 @@ class DuckDBEngine(SearchIndex):
             if self._closed:
                 raise StoreClosed("the store is closed")
             if self._way(sid, preps, chain=True) != "journal":
-                return NotImplemented
+                return Appended.UNSUPPORTED
             parent, found = self._parent(sid, parent_id)
             if not found:
-                return NotImplemented
+                return Appended.UNSUPPORTED
             rows, nodes = [], []
             for prep, stamp in zip(preps, stamps):
                 node = self.placed(prep, parent, stamp)._replace(seq=self._next_seq())
@@ -675,7 +677,7 @@ class DuckDBEngine(SearchIndex):
             self._shared.after_chain(sid)
             if self._shared.full_now():
                 self.merge_journal()
-            return True
+            return Appended.INSERTED
 
     def _journal(self, sid: str, rows: list[tuple]) -> None:
         """Write ``rows`` (messages rows of one append or one chain) to the journal: one

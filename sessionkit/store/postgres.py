@@ -79,7 +79,7 @@ from ._pg_listen import _Listener
 from ._pg_text import _parse_url, _shown_url, _split_utf8, _tsquery, _tsvector
 from ._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ._sql import SQLEngine
-from ._values import Capabilities, ChangeEvent, Node, _Latest
+from ._values import Appended, Capabilities, ChangeEvent, Node, _Latest
 
 try:
     import psycopg
@@ -669,9 +669,11 @@ class PostgresEngine(SQLEngine):
         self._tx().index_checked = True
         self._index_on = True  # monotonic: once built, the index is never dropped
 
-    def append_simple(self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
+    def append_simple(
+        self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str
+    ) -> Appended:
         if prep.blobs or len(prep.stored_json) > self._chunk or self._cur_tx() is not None:
-            return NotImplemented
+            return Appended.UNSUPPORTED
         kind = "root" if parent_id is None else ("parent" if isinstance(parent_id, str) else "latest")
         params = {
             "sid": sid,
@@ -700,10 +702,10 @@ class PostgresEngine(SQLEngine):
             self._index_on = True  # another process built the search index meanwhile
         if seq is not None and seq > 0:
             self._tls.published = (sid, prep.id)
-            return "inserted"
+            return Appended.INSERTED
         if self.node(sid, prep.id) is not None:
-            return "exists"
-        return "no-parent" if kind == "parent" else NotImplemented
+            return Appended.EXISTS
+        return Appended.NO_PARENT if kind == "parent" else Appended.UNSUPPORTED
 
     def w_append_events(self, sid: str, events: list[dict]) -> list[dict]:
         out = super().w_append_events(sid, events)

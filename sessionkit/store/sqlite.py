@@ -43,7 +43,7 @@ from . import _files
 from . import search as _search
 from ._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ._sql import LocalEngine
-from ._values import Capabilities, Node, _Latest
+from ._values import Appended, Capabilities, Node, _Latest
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 
@@ -618,9 +618,11 @@ class SQLiteEngine(LocalEngine):
     def listed(self, values: Iterable) -> str:
         return json.dumps(list(values))
 
-    def append_simple(self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str) -> str:
+    def append_simple(
+        self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str
+    ) -> Appended:
         if prep.blobs or len(prep.stored_json) > self._chunk:
-            return NotImplemented
+            return Appended.UNSUPPORTED
         # One statement (its own transaction): the parent's place is read and the row
         # written atomically, so this needs no BEGIN/COMMIT round trips.
         params = (
@@ -644,10 +646,10 @@ class SQLiteEngine(LocalEngine):
             if inserted:
                 if parent_id is None or isinstance(parent_id, str):
                     self._tails.pop(sid, None)
-                return "inserted"
+                return Appended.INSERTED
         if self.node(sid, prep.id) is not None:
-            return "exists"
-        return "no-parent"
+            return Appended.EXISTS
+        return Appended.NO_PARENT
 
     def _append_latest(self, sid: str, prep: _msg.Prepared, params: tuple) -> bool:
         """append_simple under the session's latest row; keeps ``_tails``."""

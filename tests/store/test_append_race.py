@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from helpers import msg
 
+from sessionkit.store._values import Appended
+
 #: every engine (the ``store`` fixture of tests/store/conftest.py opens one per test)
 pytestmark = pytest.mark.parametrize("store", ["sqlite", "duckdb", "postgresql"], indirect=True)
 
@@ -20,7 +22,7 @@ def test_append_of_a_message_deleted_after_the_fast_path_saw_it_stores_it_again(
 
     def deleted_meanwhile(*args, **kwargs):
         status = fast(*args, **kwargs)
-        if status == "exists":
+        if status is Appended.EXISTS:
             store.session("s").delete("a")  # another writer, between the two statements
         return status
 
