@@ -11,6 +11,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+#: The columns of a messages DataFrame, in order (docs/analysis.md), as the tests expect them.
+D1 = [
+    "session_id",
+    "id",
+    "parent_id",
+    "depth",
+    "role",
+    "text",
+    "n_parts",
+    "tool_names",
+    "tokens",
+    "bytes",
+    "created_at",
+    "n_children",
+    "on_latest_path",
+    "compacted_by",
+]
+
 
 def msg(mid: str, text: str = "", role: str = "user", **extra: Any) -> dict:
     """A one-text-part message; the text defaults to ``"text of <id>"``."""

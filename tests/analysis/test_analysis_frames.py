@@ -7,27 +7,10 @@ import sys
 
 import pandas as pd
 import pytest
-from helpers import message, text_part
+from helpers import D1, message, text_part
 
 import sessionkit as sk
 from sessionkit import messages as _msg
-
-D1 = [
-    "session_id",
-    "id",
-    "parent_id",
-    "depth",
-    "role",
-    "text",
-    "n_parts",
-    "tool_names",
-    "tokens",
-    "bytes",
-    "created_at",
-    "n_children",
-    "on_latest_path",
-    "compacted_by",
-]
 
 
 def _build(store):

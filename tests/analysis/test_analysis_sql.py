@@ -9,6 +9,7 @@ import re
 from collections import Counter
 
 import pytest
+from helpers import D1
 
 import sessionkit as sk
 
@@ -212,22 +213,7 @@ def test_runs_events_and_compactions_views(store):
 def test_empty_store_views_have_their_columns(store):
     df = store.sql("SELECT * FROM messages")
     assert len(df) == 0
-    assert list(df.columns)[:14] == [
-        "session_id",
-        "id",
-        "parent_id",
-        "depth",
-        "role",
-        "text",
-        "n_parts",
-        "tool_names",
-        "tokens",
-        "bytes",
-        "created_at",
-        "n_children",
-        "on_latest_path",
-        "compacted_by",
-    ]
+    assert list(df.columns)[:14] == D1
     for view in ("sessions", "compactions", "runs", "events"):
         assert len(store.sql(f"SELECT * FROM {view}")) == 0
 

@@ -6,6 +6,7 @@ import importlib.util
 import json
 
 import pytest
+from helpers import D1
 
 import sessionkit as sk
 
@@ -18,24 +19,6 @@ def pq():
     import pyarrow.parquet
 
     return pyarrow.parquet
-
-
-D1 = [
-    "session_id",
-    "id",
-    "parent_id",
-    "depth",
-    "role",
-    "text",
-    "n_parts",
-    "tool_names",
-    "tokens",
-    "bytes",
-    "created_at",
-    "n_children",
-    "on_latest_path",
-    "compacted_by",
-]
 
 
 def test_export_parquet_of_the_real_data(loaded, tmp_path, pq):
