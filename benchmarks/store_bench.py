@@ -237,7 +237,7 @@ def bench_appends(tmp: Path, table: Table, n: int) -> None:
         for m in (message(3, i) for i in range(n // 2)):
             s.append(m)
         s.search("warmup")
-        assert store._engine._window()[0] is not None
+        assert store._engine.index.window()[0] is not None
         t = time.perf_counter()
         for m in msgs:
             s.append(m)

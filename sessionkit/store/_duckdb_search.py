@@ -6,27 +6,29 @@ stem's token positions, and the message row's ``index_len`` column its word coun
 while it is not indexed). The index is built on the first search and kept current by
 every write afterwards; a phrase matches when its stems sit at consecutive positions,
 checked in the same SQL statement. A search runs on a connection of its own, outside the
-store's lock. :class:`SearchIndex` holds these methods of ``duckdb.DuckDBEngine``.
+store's lock. :class:`TermsIndex` is ``DuckDBEngine.index``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from typing import TYPE_CHECKING
 
 from .. import messages as _msg
 from ..errors import SessionKitError, StoreClosed, missing
 from . import search as _search
-from ._duckdb_state import FileState
-from ._sql import LocalEngine
-from ._values import Node
+from ._index import Hit, SearchIndex
 
 try:
     import duckdb
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise missing("duckdb", "duckdb", exc) from exc
 
-__all__ = ["BM25_B", "BM25_K1", "SearchIndex"]
+if TYPE_CHECKING:
+    from .duckdb import DuckDBEngine
+
+__all__ = ["BM25_B", "BM25_K1", "TermsIndex"]
 
 #: BM25 parameters (the usual defaults, as in SQLite's FTS5).
 BM25_K1 = 1.2
@@ -37,7 +39,7 @@ BM25_B = 0.75
 _BULK_ROWS = 10_000
 
 # Up to this many messages, and this many characters of their indexed text, index rows
-# are built in Python (see _put_terms); past it, a message's postings (a Python list per
+# are built in Python (see put_terms); past it, a message's postings (a Python list per
 # stem, its positions in another) cost far more to build and hand over than to make in SQL.
 _FEW_DOCS = 16
 _FEW_CHARS = 64 * 1024
@@ -57,32 +59,32 @@ def _body(text: str) -> tuple[int, str]:
     return (body.count(" ") + 1 if body else 0), body
 
 
-class SearchIndex(LocalEngine):
-    """The search index's part of the DuckDB engine (the engine's own attributes below)."""
+class TermsIndex(SearchIndex):
+    """The inverted index of ``sessionkit_terms`` (see the module notes)."""
 
-    _shared: FileState
-    _memo: tuple | None  # see _body_of
-    _cursors: set  # connections of long reads running outside the lock (see search)
+    engine: DuckDBEngine
 
-    def merge_journal(self) -> None:
-        """Move the append journal into the messages table (the engine's, in ``duckdb.py``)."""
-        raise NotImplementedError
+    def __init__(self, engine: DuckDBEngine):
+        super().__init__(engine)
+        #: ``(prepared message, _body of it)`` of the message being written (see body_of).
+        self.memo: tuple | None = None
 
-    def indexed_count(self) -> int:
-        return self.fetch_one("SELECT count(index_len) FROM sessionkit_messages")[0]
+    def forget_body(self) -> None:
+        """Drop the memo once its write is over (the text may be large)."""
+        self.memo = None
 
-    def index_built(self) -> bool:
-        with self._lock:
-            if self._shared.index_on is None:
-                self._shared.index_on = self.meta("index_built") == "1"
-            return self._shared.index_on
+    def count(self) -> int:
+        return self.engine.fetch_one("SELECT count(index_len) FROM sessionkit_messages")[0]
 
-    def w_index_on(self) -> bool:
-        return self.index_built()
+    def built(self) -> bool:
+        """The flag is the file's (held by its FileState, shared by the stores open on it)."""
+        eng = self.engine
+        with eng._lock:
+            if eng._shared.index_on is None:
+                eng._shared.index_on = eng.meta("index_built") == "1"
+            return eng._shared.index_on
 
-    def search(
-        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
-    ) -> list[tuple[int, str, str, str, float]]:
+    def search(self, fts_query: str, terms: _search.Query, sid: str | None, limit: int) -> list[Hit]:
         """BM25 over the inverted index; ``terms`` is the parsed query (search.Query).
 
         Every stem must occur in a hit; each phrase must occur as consecutive stems.
@@ -133,7 +135,7 @@ class SearchIndex(LocalEngine):
                 ) GROUP BY seq HAVING count(*) = ?
             )"""
             phrase_cond = "WHERE seq IN (SELECT seq FROM phrased)"
-        params += [int(self.search_candidates), int(limit)]
+        params += [int(self.engine.search_candidates), int(limit)]
         sql = f"""
             WITH hits AS (
                 SELECT term, seq, tf, pos FROM sessionkit_terms
@@ -169,71 +171,65 @@ class SearchIndex(LocalEngine):
     def _read_apart(self, sql: str, params: list) -> list:
         """Rows of one long read on a connection of its own, without the store's lock
         (inside this thread's write transaction: on its connection, under the lock)."""
-        with self._lock:
-            if self._closed:
+        with self.engine._lock:
+            if self.engine._closed:
                 raise StoreClosed("the store is closed")
-            if self._shared.writer == threading.get_ident():
-                return self.fetch(sql, params)
-            self.merge_journal()
-            with self.guard():
-                cursor = self._db.cursor()
-            self._cursors.add(cursor)
+            if self.engine._shared.writer == threading.get_ident():
+                return self.engine.fetch(sql, params)
+            self.engine.merge_journal()
+            with self.engine.guard():
+                cursor = self.engine._db.cursor()
+            self.engine._cursors.add(cursor)
         try:
-            with self.guard():
+            with self.engine.guard():
                 return cursor.execute(sql, params).fetchall()
         except SessionKitError as exc:
-            if self._closed:  # interrupted by close()
+            if self.engine._closed:  # interrupted by close()
                 raise StoreClosed("the store was closed during the search") from exc
             raise
         finally:
-            with self._lock:
-                self._cursors.discard(cursor)
+            with self.engine._lock:
+                self.engine._cursors.discard(cursor)
             with contextlib.suppress(duckdb.Error):
                 cursor.close()
 
-    def _body_of(self, prep: _msg.Prepared) -> tuple[int, str]:
+    def body_of(self, prep: _msg.Prepared) -> tuple[int, str]:
         """``_body`` of a message being written, computed once per write: an append asks
         for it up to three times (whether to index, the row's word count, the postings),
         and stemming a message of megabytes takes seconds. Callers hold the store's lock."""
-        memo = self._memo
+        memo = self.memo
         if memo is not None and memo[0] is prep:
             return memo[1]
         body = _body(prep.text)
-        self._memo = (prep, body)
+        self.memo = (prep, body)
         return body
 
-    def update_extras(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
-        self.execute(
-            "UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
-            (self._body_of(prep)[0] if index else None, node.seq),
-        )
-
     # -- the search index ------------------------------------------------------------------
-    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
+    def added(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         if index:
-            body = self._body_of(prep)[1]
+            body = self.body_of(prep)[1]
             if body:
-                self._put_terms([seq], [body])
+                self.put_terms([seq], [body])
 
-    def index_changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
+    def changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
         if index:
-            self.unindex([seq])
-            self.index_new(sid, seq, prep, nchunks, index)
+            self.removed([seq])
+            self.added(sid, seq, prep, nchunks, index)
 
-    def unindex(self, seqs: list[int]) -> None:
+    def removed(self, seqs: list[int]) -> None:
         for start in range(0, len(seqs), _BULK_ROWS):
-            self.execute(
+            self.engine.execute(
                 "DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))",
                 (list(seqs[start : start + _BULK_ROWS]),),
             )
 
-    def unindex_session(self, sid: str, seqs: list[int]) -> None:
-        self.execute(
+    def session_removed(self, sid: str, seqs: list[int]) -> None:
+        self.engine.execute(
             "DELETE FROM sessionkit_terms WHERE seq IN (SELECT seq FROM sessionkit_messages WHERE session_id = ?)",
             (sid,),
         )
 
-    def _put_terms(self, seqs: list[int], bodies: list[str], table: str = "sessionkit_terms") -> None:
+    def put_terms(self, seqs: list[int], bodies: list[str], table: str = "sessionkit_terms") -> None:
         """Index ``bodies`` (stems joined by spaces) of the messages ``seqs``."""
         if len(seqs) <= _FEW_DOCS and sum(map(len, bodies)) <= _FEW_CHARS:
             # A few messages: postings built here make a simpler statement, which DuckDB
@@ -251,7 +247,7 @@ class SearchIndex(LocalEngine):
                 tfs += [len(p) for p in where.values()]
                 positions += where.values()
             if terms:
-                self.execute(
+                self.engine.execute(
                     f"""INSERT INTO "{table}" SELECT unnest(?::VARCHAR[]), unnest(?::BIGINT[]),
                         unnest(?::INTEGER[]), unnest(?::INTEGER[][])""",
                     [terms, doc_seqs, tfs, positions],
@@ -260,7 +256,7 @@ class SearchIndex(LocalEngine):
         # Many messages: one string per message, split and grouped in SQL, is far
         # cheaper than handing DuckDB a Python list per stem.
         for start in range(0, len(seqs), _BULK_ROWS):
-            self.execute(
+            self.engine.execute(
                 f"""INSERT INTO "{table}"
                     SELECT term, seq, count(*), list(pos ORDER BY pos) FROM (
                         SELECT seq, unnest(words) AS term, unnest(range(len(words)))::INTEGER AS pos
@@ -270,34 +266,36 @@ class SearchIndex(LocalEngine):
                 [seqs[start : start + _BULK_ROWS], bodies[start : start + _BULK_ROWS]],
             )
 
-    def mark_index_built(self) -> None:
-        self._shared.index_on = True
+    def mark_built(self) -> None:
+        self.engine._shared.index_on = True
 
-    def begin_index_build(self) -> None:
+    def begin_build(self) -> None:
         # Postings go to a staging table batch by batch, then into the index sorted by
         # term: DuckDB's per-block min/max statistics then let a search skip almost
         # every block that holds none of its stems.
-        self.execute("DELETE FROM sessionkit_terms")
-        self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_terms_staging AS SELECT * FROM sessionkit_terms LIMIT 0")
-        self.execute("CREATE OR REPLACE TEMP TABLE sessionkit_lengths_staging (seq BIGINT, len INTEGER)")
+        self.engine.execute("DELETE FROM sessionkit_terms")
+        self.engine.execute(
+            "CREATE OR REPLACE TEMP TABLE sessionkit_terms_staging AS SELECT * FROM sessionkit_terms LIMIT 0"
+        )
+        self.engine.execute("CREATE OR REPLACE TEMP TABLE sessionkit_lengths_staging (seq BIGINT, len INTEGER)")
 
-    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
+    def put_batch(self, rows: list[tuple[int, str, str]]) -> None:
         seqs, bodies, lengths = [], [], []
         for seq, _, text in rows:
             length, body = _body(text)
             seqs.append(seq)
             bodies.append(body)
             lengths.append(length)
-        self._put_terms(seqs, bodies, "sessionkit_terms_staging")
-        self.execute(
+        self.put_terms(seqs, bodies, "sessionkit_terms_staging")
+        self.engine.execute(
             "INSERT INTO sessionkit_lengths_staging SELECT unnest(?::BIGINT[]), unnest(?::INTEGER[])", [seqs, lengths]
         )
 
-    def finish_index_build(self) -> None:
-        self.execute("INSERT INTO sessionkit_terms SELECT * FROM sessionkit_terms_staging ORDER BY term, seq")
-        self.execute(
+    def finish_build(self) -> None:
+        self.engine.execute("INSERT INTO sessionkit_terms SELECT * FROM sessionkit_terms_staging ORDER BY term, seq")
+        self.engine.execute(
             """UPDATE sessionkit_messages SET index_len = l.len FROM sessionkit_lengths_staging AS l
                WHERE sessionkit_messages.seq = l.seq"""
         )
-        self.execute("DROP TABLE sessionkit_terms_staging")
-        self.execute("DROP TABLE sessionkit_lengths_staging")
+        self.engine.execute("DROP TABLE sessionkit_terms_staging")
+        self.engine.execute("DROP TABLE sessionkit_lengths_staging")

@@ -15,7 +15,7 @@ from ._values import Appended, Capabilities, ChangeEvent, Compaction, Node, RunR
 
 if TYPE_CHECKING:
     from ..messages import Prepared
-    from .search import Query
+    from ._index import SearchIndex
 
 
 class Engine(abc.ABC):
@@ -35,6 +35,9 @@ class Engine(abc.ABC):
     capabilities: Capabilities = Capabilities()
     #: A search ranks at most this many of the newest matching messages (bounded cost).
     search_candidates: int = 2_000
+    #: The full-text index of message text: it answers searches, is built on the first
+    #: one and kept current by the writes (see :class:`~sessionkit.store._index.SearchIndex`).
+    index: SearchIndex
 
     # lifecycle -----------------------------------------------------------
     @abc.abstractmethod
@@ -61,7 +64,7 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def walk_pages(
-        self, sid: str, start: Node | None, limit: int | None, content: bool, first: int | None = None
+        self, sid: str, start: Node | None, limit: int | None, content: bool, *, first: int | None = None
     ) -> Iterator[list[tuple[Node, str | None]]]:
         """The path from ``start`` (None: the session's latest row) towards the root, in
         pages of ``(node, stored JSON or None)``, leaf first."""
@@ -95,23 +98,11 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> dict: ...
     @abc.abstractmethod
-    def index_built(self) -> bool: ...
-    @abc.abstractmethod
-    def search(
-        self, fts_query: str, terms: Query, sid: str | None, limit: int
-    ) -> list[tuple[int, str, str, str, float]]:
-        """``(seq, session_id, id, role, score)`` best first."""
-
-    @abc.abstractmethod
     def runs(self, sid: str) -> list[RunRecord]: ...
     @abc.abstractmethod
     def events(self, sid: str, after_seq: int | None) -> list[dict]: ...
 
     # writes (inside write()) -------------------------------------------------
-    def w_index_on(self) -> bool:
-        """Whether writes in this transaction must maintain the search index themselves."""
-        return self.index_built()
-
     def append_simple(self, sid: str, prep: Prepared, parent_id: str | _Latest | None, created_at: str) -> Appended:
         """Optional fast path for one plain append (no payloads) in a single statement.
 
@@ -160,8 +151,6 @@ class Engine(abc.ABC):
     def w_delete_session(self, sid: str) -> None: ...
     @abc.abstractmethod
     def w_add_compaction(self, sid: str, comp: Compaction) -> None: ...
-    @abc.abstractmethod
-    def w_build_index(self) -> None: ...
     @abc.abstractmethod
     def w_run_begin(
         self, sid: str, run_id: str, input: str | None, started_at: str, meta: str | None = None

@@ -176,7 +176,7 @@ class Session:
             preps.append((self._prepare(message, (), iso), _parent_arg(parent_id), iso))
         out = []
         with eng.write():
-            index = eng.w_index_on()
+            index = eng.index.maintained()
             rows = [(prep, parent_id, iso or _created_from(prep)) for prep, parent_id, iso in preps]
             results = eng.w_insert_many(self.session_id, rows, index)
             old = [seq for inserted, seq in results if not inserted]
@@ -217,7 +217,7 @@ class Session:
             return self._write_batch(eng, preps, parent_id, created_at=created_at)
         out: list[AppendResult] = []
         with eng.write():
-            index = eng.w_index_on()
+            index = eng.index.maintained()
             parent = parent_id
             for prep in preps:
                 res = self._insert_one(eng, prep, parent, created_at, index)
@@ -236,7 +236,7 @@ class Session:
             items.append((prep, parent, created_at or _created_from(prep)))
             parent = prep.id
         with eng.write():
-            results = eng.w_insert_many(self.session_id, items, eng.w_index_on())
+            results = eng.w_insert_many(self.session_id, items, eng.index.maintained())
             old = [seq for inserted, seq in results if not inserted]
             stored: dict[int, dict] = {}
             for chunk in _chunks(old, _BATCH):
@@ -286,7 +286,7 @@ class Session:
                 stored = cast(dict, self._read(node.seq))  # in this write transaction: it is there
                 message = dict(message, createdAt=stored.get("createdAt", node.created_at))
             prep = self._prepare(message, (), node.created_at)
-            eng.w_update(self.session_id, node, prep, eng.w_index_on())
+            eng.w_update(self.session_id, node, prep, eng.index.maintained())
         stored = prep.message
         self._store._emit(ChangeEvent("update", self.session_id, (stored["id"],), stored))
         return stored

@@ -60,8 +60,8 @@ class SQLEngine(SQLBase):
     Subclasses set :attr:`dialect` and :attr:`driver_errors` and implement the
     connection model (:meth:`connection`, :meth:`write`, :meth:`snapshot`), the
     driver's error mapping (:meth:`translate`), the catalog probe
-    (:meth:`table_exists`), the search index hooks and, where they have one, a fast
-    append (:meth:`append_simple`).
+    (:meth:`table_exists`), its search index (:attr:`INDEX`, a :class:`SearchIndex`)
+    and, where they have one, a fast append (:meth:`append_simple`).
     """
 
     #: Rows a path read takes in one statement at most.
@@ -111,6 +111,7 @@ class SQLEngine(SQLBase):
         start: Node | None,
         limit: int | None,
         content: bool,
+        *,
         first: int | None = None,
         largest: int | None = None,
     ) -> Iterator[list[tuple[Node, str | None]]]:
@@ -252,14 +253,11 @@ class SQLEngine(SQLBase):
             "compactions": compactions,
             "blobs": blobs,
             "blob_bytes": int(blob_bytes),
-            "indexed_messages": self.indexed_count(),
+            "indexed_messages": self.index.count(),
             "runs": runs,
             "events": events,
             "bytes": self.size_bytes(),
         }
-
-    def indexed_count(self) -> int:
-        raise NotImplementedError
 
     def size_bytes(self) -> int:
         return 0
@@ -394,7 +392,7 @@ class SQLEngine(SQLBase):
         self.put_chunks(seq, chunks)
         if prep.blobs:
             self.put_blobs(seq, prep.blobs)
-        self.index_new(sid, seq, prep, len(chunks), index)
+        self.index.added(sid, seq, prep, len(chunks), index)
         return node
 
     def insert_row(
@@ -520,7 +518,7 @@ class SQLEngine(SQLBase):
             below = [n.seq for n in self.w_descendants(sid, [node.id]) if n.seq != node.seq]
             for part in _split(below, 1000):
                 self.execute(self.sql["shift_paths"], (d_bytes, d_tokens, self.listed(part)))
-        self.index_changed(sid, node.seq, prep, len(chunks), index)
+        self.index.changed(sid, node.seq, prep, len(chunks), index)
 
     def w_descendants(self, sid: str, mids: Iterable[str]) -> list[Node]:
         self.before_read(sid)
@@ -533,7 +531,7 @@ class SQLEngine(SQLBase):
         seqs = [n.seq for n in nodes]
         ids = [n.id for n in nodes]
         self.gc_blobs(seqs)
-        self.unindex(seqs)
+        self.index.removed(seqs)
         for part in _split(seqs, 1000):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
             self.execute(self.sql["delete_messages"], (self.listed(part),))
@@ -548,7 +546,7 @@ class SQLEngine(SQLBase):
         self.forget(sid)
         seqs = [r[0] for r in self.fetch(self.sql["session_seqs"], (sid,))]
         self.gc_blobs(seqs)
-        self.unindex_session(sid, seqs)
+        self.index.session_removed(sid, seqs)
         for part in _split(seqs, 1000):
             self.execute(self.sql["delete_chunks"], (self.listed(part),))
         self.execute(self.sql["clear_messages"], (sid,))
@@ -664,65 +662,8 @@ class SQLEngine(SQLBase):
             "ON CONFLICT (session_id, kind, n) DO UPDATE SET data = excluded.data",
         )
 
-    # -- the search index: shared build loop, engine hooks -----------------------------
-    def w_build_index(self) -> None:
-        self.lock_index_build()
-        if self.meta("index_built") == "1":  # built meanwhile (another process, another store)
-            self.mark_index_built()
-            return
-        self.begin_index_build()
-        last = 0
-        while True:
-            rows = self.fetch(self.sql["index_source"], (last, 2000))
-            if not rows:
-                break
-            last = rows[-1][0]
-            long = [seq for seq, _, chunks, _ in rows if chunks]
-            full = dict(zip(long, self.contents(long))) if long else {}
-            batch = [
-                (seq, sid, _msg.message_text(json.loads(full.get(seq) or content))) for seq, sid, _, content in rows
-            ]
-            self.index_batch(batch)
-        self.finish_index_build()
-        self.execute(self.sql["meta_put"], ("index_built", "1"))
-        self.mark_index_built()
-
-    def index_built(self) -> bool:
-        """Whether the search index exists (once built, it is never dropped: cached)."""
-        if not self._index_on:
-            self._index_on = self.meta("index_built") == "1"
-        return self._index_on
-
-    def mark_index_built(self) -> None:
-        self._index_on = True
-
-    def lock_index_build(self) -> None:
-        """Keep other writers out while the index is built (engines with several writers)."""
-
-    def begin_index_build(self) -> None:
-        """Prepare an empty index before its first batch."""
-
-    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
-        """Index ``(seq, session_id, text)`` rows (the index build)."""
-        raise NotImplementedError
-
-    def finish_index_build(self) -> None:
-        """After the last batch (e.g. install the index's triggers)."""
-
-    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
-        """Index a row just inserted (when ``index``)."""
-
-    def index_changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
-        """Re-index a row just updated (when ``index``)."""
-
     def update_extras(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         """Engine columns to change with an update (beyond the shared ones)."""
-
-    def unindex(self, seqs: list[int]) -> None:
-        """Drop the index entries of rows about to be deleted."""
-
-    def unindex_session(self, sid: str, seqs: list[int]) -> None:
-        self.unindex(seqs)
 
     # -- locking and caches (engines with several writers or caches) ------------------
     def before_read(self, sid: str) -> None:

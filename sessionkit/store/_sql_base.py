@@ -16,6 +16,7 @@ from typing import Any
 from .. import messages as _msg
 from ..errors import InvalidMessage, SchemaVersionError, SessionKitError, StoreCorrupt
 from ._engine import Engine
+from ._index import SearchIndex
 from ._labels import LabelSQL
 from ._schema import (
     DEFAULT_CHUNK_CHARS,
@@ -196,6 +197,8 @@ class SQLBase(LabelSQL, Engine):
     STATEMENTS: dict[str, str] = {}
     #: Statements the engine's schema adds after the shared tables (search index, functions).
     EXTRA_SCHEMA: tuple[str, ...] = ()
+    #: The engine's search index (made with the engine, as :attr:`index`).
+    INDEX: type[SearchIndex] = SearchIndex
 
     def __init__(self, *, durability: str = "normal", chunk_chars: int | None = None, table_prefix: str = ""):
         if durability not in ("normal", "full"):
@@ -207,7 +210,7 @@ class SQLBase(LabelSQL, Engine):
         self._chunk = chunk
         self._fields = {name: table_prefix + self.quote("sessionkit_" + name) for name in TABLES}
         self.sql = self.compile_all()
-        self._index_on = False
+        self.index: SearchIndex = self.INDEX(self)
         self._inserts: dict[tuple[str, str], str] = {}
         self._analysis: Any = None
         self._analysis_setup = threading.Lock()

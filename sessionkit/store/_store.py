@@ -277,13 +277,13 @@ class Store:
         parsed = parse_query(query)
         if parsed.empty or limit == 0 or allowed == set():
             return []
-        if not eng.index_built():
+        if not eng.index.built():
             with eng.write():
-                eng.w_build_index()
+                eng.index.build()
         if allowed is None:
-            rows = eng.search(parsed.fts5(), parsed, session_id, limit)
+            rows = eng.index.search(parsed.fts5(), parsed, session_id, limit)
         else:
-            rows = eng.search(parsed.fts5(), parsed, session_id, max(limit, eng.search_candidates))
+            rows = eng.index.search(parsed.fts5(), parsed, session_id, max(limit, eng.search_candidates))
             rows = [r for r in rows if (r[1], r[2]) in allowed][:limit]
         if not rows:
             return []

@@ -83,9 +83,10 @@ from typing import Any, cast
 from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from . import _files
-from ._duckdb_search import _BULK_ROWS, _TERMS_TABLE, SearchIndex, _body
+from ._duckdb_search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
 from ._duckdb_state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
 from ._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
+from ._sql import LocalEngine
 from ._values import Appended, Capabilities, Compaction, Node, _Latest
 
 try:
@@ -197,7 +198,7 @@ def _describe_holder(text: str) -> str:
     return who + ")"
 
 
-class DuckDBEngine(SearchIndex):
+class DuckDBEngine(LocalEngine):
     """Storage primitives on DuckDB. Open through ``open_store("x.duckdb")``.
 
     Options: ``durability`` (``"normal"`` or ``"full"``, see the module notes),
@@ -215,6 +216,8 @@ class DuckDBEngine(SearchIndex):
     PAGE = 4096
     CHANGE_LOG = False  # analysis queries read this store's own tables (see analysis_query)
     EXTRA_SCHEMA = (_TERMS_TABLE, DUCKDB_JOURNAL_TABLE)
+    INDEX = TermsIndex
+    index: TermsIndex
     BEGIN = "BEGIN TRANSACTION"
     STATEMENTS = {
         "node": "SELECT {node} FROM {messages} WHERE msg_key = ?",
@@ -233,9 +236,8 @@ class DuckDBEngine(SearchIndex):
         super().__init__(**options)
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
-        self._memo: tuple | None = None  # see _body_of
         self._views: dict = {}  # which analysis views the analysis connection has
-        self._cursors: set = set()  # connections of long reads running outside the lock (see search)
+        self._cursors: set = set()  # connections of long reads running outside the lock (see TermsIndex.search)
         # The name this process opens the file by (see _files): one file reached through
         # two names (a hard link, a bind mount) is one database, one FileState, one journal.
         self._held: _files.Claim | None = None
@@ -522,19 +524,14 @@ class DuckDBEngine(SearchIndex):
         return out
 
     def walk_pages(
-        self,
-        sid: str,
-        start: Node | None,
-        limit: int | None,
-        content: bool,
-        first: int | None = None,
-        largest: int | None = None,
+        self, sid: str, start: Node | None, limit: int | None, content: bool, **sizes: int | None
     ) -> Iterator[list[tuple[Node, str | None]]]:
-        """As on every engine; the newest rows of a session's latest path come from the
-        cache of this process's own writes and reads (``FileState.paths``) when they are
-        there, and a read that starts at the newest row fills it."""
+        """As on every engine (``sizes``: its ``first`` and ``largest``); the newest rows
+        of a session's latest path come from the cache of this process's own writes and
+        reads (``FileState.paths``) when they are there, and a read that starts at the
+        newest row fills it."""
         if not content or (limit is not None and limit <= 0):
-            yield from super().walk_pages(sid, start, limit, content, first, largest)
+            yield from super().walk_pages(sid, start, limit, content, **sizes)
             return
         rest = None
         with self._lock:
@@ -542,7 +539,7 @@ class DuckDBEngine(SearchIndex):
             if run is not None and (start is None or (start.seq, start.id) == (run[0][0].seq, run[0][0].id)):
                 rows: list[tuple[Node, str | None]] = list(run if limit is None else run[:limit])
             else:
-                rest = super().walk_pages(sid, start, limit, content, first, largest)
+                rest = super().walk_pages(sid, start, limit, content, **sizes)
                 rows = next(rest, [])
                 if not rows:
                     return
@@ -564,7 +561,7 @@ class DuckDBEngine(SearchIndex):
             return
         parent = self.node(sid, last.parent_id)
         if parent is not None:  # else deleted meanwhile: the path ends here
-            yield from super().walk_pages(sid, parent, remaining, content, first, largest)
+            yield from super().walk_pages(sid, parent, remaining, content, **sizes)
 
     def size_bytes(self) -> int:
         size = 0
@@ -595,9 +592,9 @@ class DuckDBEngine(SearchIndex):
             return "transaction"
         ids = [p.id for p in preps]
         if chain:
-            if self._file is None or self.index_built() or len(set(ids)) != len(ids):
+            if self._file is None or self.index.built() or len(set(ids)) != len(ids):
                 return "transaction"
-        elif self.index_built() and self._body_of(preps[0])[0]:
+        elif self.index.built() and self.index.body_of(preps[0])[0]:
             return "transaction"
         keys = self._keys(sid)
         if keys is None:
@@ -633,17 +630,17 @@ class DuckDBEngine(SearchIndex):
                 return Appended.EXISTS if self.node(sid, prep.id) is not None else Appended.NO_PARENT
             if way == "transaction":
                 with self.write():
-                    node = self.w_insert(sid, prep, parent, created_at, self.index_built())
+                    node = self.w_insert(sid, prep, parent, created_at, self.index.built())
                 return Appended.EXISTS if node is None else Appended.INSERTED
             # (a plain message: no continuation rows, no payloads, no index rows to write)
             node = self.placed(prep, parent, created_at)
             try:
-                seq = self._put_row(way, sid, prep, node, prep.stored_json, 0, self.index_built())
+                seq = self._put_row(way, sid, prep, node, prep.stored_json, 0, self.index.built())
             except BaseException:
                 self._shared.forget()
                 raise
             finally:
-                self._memo = None
+                self.index.forget_body()
             if seq is not None and self._full and self._file is not None:
                 sync_folder(self._file)
             return Appended.EXISTS if seq is None else Appended.INSERTED
@@ -697,13 +694,19 @@ class DuckDBEngine(SearchIndex):
         try:
             return super().w_insert(sid, prep, parent, created_at, index)
         finally:
-            self._memo = None  # (the text may be large: not kept past its write)
+            self.index.forget_body()  # (the text may be large: not kept past its write)
 
     def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         try:
             return super().w_update(sid, node, prep, index)
         finally:
-            self._memo = None
+            self.index.forget_body()
+
+    def update_extras(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
+        self.execute(
+            "UPDATE sessionkit_messages SET index_len = ? WHERE seq = ?",
+            (self.index.body_of(prep)[0] if index else None, node.seq),
+        )
 
     def insert_row(
         self, sid: str, prep: _msg.Prepared, node: Node, parent: Node | None, head: str, nchunks: int, index: bool
@@ -717,7 +720,7 @@ class DuckDBEngine(SearchIndex):
         """Write one message row the ``way`` chosen (see ``_way``); its seq, or None when
         its id is stored already."""
         key = _key(sid, node.id)
-        length = self._body_of(prep)[0] if index else None
+        length = self.index.body_of(prep)[0] if index else None
         # The seq comes from a block this process reserved from the sequence (see
         # _next_seq): a RETURNING clause and the column's nextval() default made the
         # statement about a fifth slower.
@@ -829,7 +832,7 @@ class DuckDBEngine(SearchIndex):
                 (node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks), prep), length)
             )
         self.insert_rows("messages", rows)
-        self._put_terms(t_seqs, t_bodies)
+        self.index.put_terms(t_seqs, t_bodies)
         self.insert_rows("chunks", chunk_rows)
         for (prep, _, _), node in zip(plan, nodes):
             if prep.blobs:

@@ -26,15 +26,11 @@ compactions, runs and events, internal records). What PostgreSQL changes:
 * **Search.** The stems come from :mod:`sessionkit.store.search`, exactly as on
   SQLite, and reach PostgreSQL as ``tsvector``/``tsquery`` literals (lexemes and
   positions, no text search parser or dictionary involved), so stemming and word
-  splitting are identical on every engine and no user text ever reaches
-  ``to_tsquery``. The index table has a GIN index; hits are ranked with
-  ``ts_rank_cd`` (normalized by document length) among the newest
-  ``search_candidates`` matches. It is built on the first search and kept current
-  by every write afterwards, by any process: each write transaction checks the
-  flag under a shared advisory lock that the builder takes exclusively.
-  PostgreSQL limits apply to extremely long messages: positions stop at 16,383
-  (a phrase further in is not found), at most 256 positions are kept per word,
-  and at most about 1 MB of distinct words is indexed per message.
+  splitting are identical on every engine. A GIN-indexed table, kept current by every
+  write of any process once built (``_pg_search``). PostgreSQL limits apply to
+  extremely long messages: positions stop at 16,383 (a phrase further in is not
+  found), at most 256 positions are kept per word, and at most about 1 MB of
+  distinct words is indexed per message.
 * **Change feed.** Every write also sends a ``NOTIFY`` (inside the append's own
   transaction on the fast path, after the commit otherwise), only while some
   process listens; ``store.subscribe`` starts a listener thread that reports the
@@ -57,7 +53,8 @@ compactions, runs and events, internal records). What PostgreSQL changes:
 Options: ``schema``, ``pool_size`` (connections per store, default 8),
 ``connect_timeout`` (seconds, default 10), ``chunk_chars`` (continuation row size).
 
-The URL and search-literal helpers live in ``_pg_text``, the listener thread in ``_pg_listen``.
+The URL and search-literal helpers live in ``_pg_text``, the search index in ``_pg_search``, the
+listener thread in ``_pg_listen``.
 """
 
 from __future__ import annotations
@@ -74,9 +71,9 @@ from typing import Any
 
 from .. import messages as _msg
 from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
-from . import search as _search
 from ._pg_listen import _Listener
-from ._pg_text import _parse_url, _shown_url, _split_utf8, _tsquery, _tsvector
+from ._pg_search import TsvectorIndex
+from ._pg_text import _parse_url, _shown_url, _split_utf8, _tsvector
 from ._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ._sql import SQLEngine
 from ._values import Appended, Capabilities, ChangeEvent, Node, _Latest
@@ -117,15 +114,6 @@ _EXTRA_SCHEMA = (
     )""",
 )
 
-_SEARCH = (
-    "SELECT c.seq, m.session_id, m.id, m.role, c.score FROM ("
-    "  SELECT s.seq, ts_rank_cd(s.body, %(q)s::tsquery, 1)::float8 AS score FROM ("
-    "    SELECT seq, body FROM {search} WHERE body @@ %(q)s::tsquery /*session*/"
-    "    ORDER BY seq DESC LIMIT %(cand)s) AS s"
-    ") AS c JOIN {messages} m ON m.seq = c.seq"
-    " ORDER BY c.score DESC, c.seq DESC LIMIT %(limit)s"
-)
-
 # PostgreSQL's own statements (psycopg placeholders).
 _PG_SQL = {
     "size": (
@@ -133,15 +121,6 @@ _PG_SQL = {
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE n.nspname = %s AND c.relkind = 'r' AND starts_with(c.relname, 'sessionkit_')"
     ),
-    "indexed": "SELECT count(*) FROM {search}",
-    "index_row": (
-        "INSERT INTO {search} (seq, session_id, body) VALUES (%s, %s, %s::tsvector)"
-        " ON CONFLICT (seq) DO UPDATE SET body = EXCLUDED.body"
-    ),
-    "unindex": "DELETE FROM {search} WHERE seq = ANY(%s::bigint[])",
-    "clear_search": "DELETE FROM {search} WHERE session_id = %s",
-    "index_reset": "DELETE FROM {search}",
-    "index_copy": "COPY {search} (seq, session_id, body) FROM STDIN",
     "notify": (
         "SELECT count(*) FROM (SELECT pg_notify(%(ch)s, x) FROM unnest(%(notes)s::text[]) AS u(x)"
         " WHERE " + _LISTENING + ") AS n"
@@ -275,6 +254,8 @@ class PostgresEngine(SQLEngine):
     driver_errors = (psycopg.Error,)
     capabilities = Capabilities(bulk_insert=False, coordination=True, shared_feed=True)
     EXTRA_SCHEMA = _EXTRA_SCHEMA
+    INDEX = TsvectorIndex
+    index: TsvectorIndex
 
     def __init__(
         self,
@@ -350,10 +331,7 @@ class PostgresEngine(SQLEngine):
         self._extra = {key: text.format(**fields) for key, text in _PG_SQL.items()}
         self._append_function = _APPEND_FUNCTION.format(**fields)
         self._append_call = _APPEND_CALL.format(**fields)
-        self._search_sql = {
-            False: _SEARCH.replace("/*session*/", "").format(**fields),
-            True: _SEARCH.replace("/*session*/", "AND session_id = %(sid)s").format(**fields),
-        }
+        self.index.compile(fields)
         name = "sessionkit:" + schema
         if len(name.encode("utf-8")) > 63:
             name = "sessionkit:" + hashlib.blake2b(schema.encode("utf-8"), digest_size=16).hexdigest()
@@ -578,7 +556,7 @@ class PostgresEngine(SQLEngine):
             return
         key = self._key("session", sid)
         with self.guard():
-            if self._index_on or tx.index_shared:
+            if self.index.known or tx.index_shared:
                 tx.conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (key,))
             else:
                 tx.conn.execute(
@@ -603,71 +581,12 @@ class PostgresEngine(SQLEngine):
     def size_bytes(self) -> int:
         return int(self.fetch_one(self._extra["size"], (self.schema,))[0])
 
-    def indexed_count(self) -> int:
-        return self.fetch_one(self._extra["indexed"])[0] if self.index_built() else 0
-
-    def search(
-        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
-    ) -> list[tuple[int, str, str, str, float]]:
-        # Rank only the newest `search_candidates` matches, so a query matching most of a
-        # huge store costs about the same as one matching that many (see Store.search).
-        query = _tsquery(terms)
-        if not query:
-            return []
-        params = {"q": query, "cand": self.search_candidates, "limit": limit, "sid": sid}
-        rows = self.fetch(self._search_sql[sid is not None], params)
-        return [(r[0], r[1], r[2], r[3], float(r[4])) for r in rows]
-
     # -- writes -------------------------------------------------------------------
-    def w_index_on(self) -> bool:
-        if self._index_on:
-            return True
-        tx = self._tx()
-        if tx.index_checked is not None:
-            return tx.index_checked
-        if not tx.index_shared:
-            self.execute("SELECT pg_advisory_xact_lock_shared(%s::bigint)", (self._k_index,))
-            tx.index_shared = True
-        on = self.meta("index_built") == "1"
-        if on:
-            self._index_on = True
-        tx.index_checked = on
-        return on
-
     def insert_row(
         self, sid: str, prep: _msg.Prepared, node: Node, parent: Node | None, head: str, nchunks: int, index: bool
     ) -> int | None:
         self.lock_session(sid)
         return super().insert_row(sid, prep, node, parent, head, nchunks, index)
-
-    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
-        if index or self.w_index_on():
-            self.execute(self._extra["index_row"], (seq, sid, _tsvector(prep.text)))
-
-    index_changed = index_new
-
-    def unindex(self, seqs: list[int]) -> None:
-        self.execute(self._extra["unindex"], (list(seqs),))
-
-    def unindex_session(self, sid: str, seqs: list[int]) -> None:
-        self.execute(self._extra["clear_search"], (sid,))
-
-    def lock_index_build(self) -> None:
-        # Exclusive: waits for every write transaction that read the flag as "not built".
-        self.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (self._k_index,))
-
-    def begin_index_build(self) -> None:
-        self.execute(self._extra["index_reset"])
-
-    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
-        conn = self._tx().conn
-        with self.guard(), conn.cursor() as cur, cur.copy(self._extra["index_copy"]) as copy:
-            for seq, sid, text in rows:
-                copy.write_row((seq, sid, _tsvector(text)))
-
-    def mark_index_built(self) -> None:
-        self._tx().index_checked = True
-        self._index_on = True  # monotonic: once built, the index is never dropped
 
     def append_simple(
         self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str
@@ -694,12 +613,12 @@ class PostgresEngine(SQLEngine):
         }
         seq = None
         for _ in range(2):
-            if self._index_on:
+            if self.index.known:
                 params["index"] = _tsvector(prep.text)
             seq = self.fetch_one(self._append_call, params)[0]  # one statement: its own transaction
             if seq != -1:
                 break
-            self._index_on = True  # another process built the search index meanwhile
+            self.index.known = True  # another process built the search index meanwhile
         if seq is not None and seq > 0:
             self._tls.published = (sid, prep.id)
             return Appended.INSERTED

@@ -19,12 +19,8 @@ What SQLite changes from the shared engine (:mod:`sessionkit.store._sql`):
 * **Fast append.** A plain append is one statement; under the latest leaf it inserts
   with ``VALUES`` and checks, in the same statement, that the session's latest row is
   still the one this connection last wrote there (see _APPEND_AFTER).
-* **Search.** FTS5, built on the first search and kept by triggers after. A store
-  larger than ``search_window`` messages (131,072 by default; an ``open_store``
-  option) by a quarter also keeps a second FTS5 index of its newest messages, the
-  search window, brought up to date by each search: a search whose candidates all lie
-  there is ranked with the window's word statistics, so its cost stays bounded however
-  large the store grows (see _RECENT_TABLE).
+* **Search.** FTS5, built on the first search and kept by triggers after, with a
+  second index of the newest messages on a large store (``_sqlite_search``).
 """
 
 from __future__ import annotations
@@ -40,82 +36,15 @@ from typing import Any
 from .. import messages as _msg
 from ..errors import SessionKitError, StoreCorrupt, StoreLocked
 from . import _files
-from . import search as _search
 from ._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ._sql import LocalEngine
+from ._sqlite_search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json
 from ._values import Appended, Capabilities, Node, _Latest
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 
 # SQLite's primary result codes (https://sqlite.org/rescode.html) that translate() maps.
 _SQLITE_ERROR, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_NOTADB = 1, 5, 6, 11, 26
-
-#: Messages in the search window (see _RECENT_TABLE): a store larger than this by a
-#: quarter keeps a second full-text index of its newest messages.
-DEFAULT_SEARCH_WINDOW = 1 << 17
-
-_MAX_SEQ = (1 << 63) - 1
-
-
-_FTS_TABLE = """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts USING fts5(
-        body, tokenize = 'unicode61 remove_diacritics 0'
-    )"""
-
-_FTS_TRIGGERS = [
-    """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_insert AFTER INSERT ON sessionkit_messages
-       WHEN new.chunks = 0 BEGIN
-         INSERT INTO sessionkit_fts(rowid, body) VALUES (new.seq, sessionkit_index_text(new.content));
-       END""",
-    """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_delete AFTER DELETE ON sessionkit_messages BEGIN
-         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
-       END""",
-    """CREATE TRIGGER IF NOT EXISTS sessionkit_fts_update AFTER UPDATE OF content ON sessionkit_messages BEGIN
-         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
-         INSERT INTO sessionkit_fts(rowid, body)
-           SELECT new.seq, sessionkit_index_text(new.content) WHERE new.chunks = 0;
-       END""",
-]
-
-# The search window. FTS5's bm25() counts, for each query word, every indexed row that
-# holds it, so ranking a common word costs time in proportion to the whole store even
-# when only the newest matches are ranked. Once a store outgrows `search_window` by a
-# quarter, a second FTS5 table holds exactly the main index's rows with seq in
-# [recent_lo, recent_hi] (kept in sessionkit_meta). Each search first brings the window
-# up to the newest row, dropping what falls behind its `search_window` messages, in one
-# write transaction (SQLiteEngine._sync_window), so appends never pay for it; a search
-# whose candidates all lie in the window is ranked there and its word counts stay
-# bounded however large the store grows. The triggers below replace _FTS_TRIGGERS then:
-# they keep rows inside the window's range in step (deletes, updates, and inserts that
-# reuse a number inside it after the newest rows were deleted), copying the main
-# table's row so the text is stemmed once. FTS5 rather than a hand-written index because
-# it is SQLite's own and transactional with the rows it indexes.
-_RECENT_TABLE = """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts_recent USING fts5(
-        body, tokenize = 'unicode61 remove_diacritics 0'
-    )"""
-_IN_WINDOW = """{seq} BETWEEN (SELECT CAST(value AS INTEGER) FROM sessionkit_meta WHERE key = 'recent_lo')
-               AND (SELECT CAST(value AS INTEGER) FROM sessionkit_meta WHERE key = 'recent_hi')"""
-_FTS_NAMES = ("sessionkit_fts_insert", "sessionkit_fts_delete", "sessionkit_fts_update")
-_COPY_TO_RECENT = f"""INSERT INTO sessionkit_fts_recent(rowid, body)
-           SELECT rowid, body FROM sessionkit_fts WHERE rowid = {{seq}} AND {_IN_WINDOW}"""
-_DROP_FROM_RECENT = f"DELETE FROM sessionkit_fts_recent WHERE rowid = {{seq}} AND {_IN_WINDOW}"
-_FTS_TRIGGERS_WINDOWED = [
-    f"""CREATE TRIGGER IF NOT EXISTS sessionkit_fts_insert AFTER INSERT ON sessionkit_messages
-       WHEN new.chunks = 0 BEGIN
-         INSERT INTO sessionkit_fts(rowid, body) VALUES (new.seq, sessionkit_index_text(new.content));
-         {_COPY_TO_RECENT.format(seq="new.seq")};
-       END""",
-    f"""CREATE TRIGGER IF NOT EXISTS sessionkit_fts_delete AFTER DELETE ON sessionkit_messages BEGIN
-         {_DROP_FROM_RECENT.format(seq="old.seq")};
-         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
-       END""",
-    f"""CREATE TRIGGER IF NOT EXISTS sessionkit_fts_update AFTER UPDATE OF content ON sessionkit_messages BEGIN
-         {_DROP_FROM_RECENT.format(seq="old.seq")};
-         DELETE FROM sessionkit_fts WHERE rowid = old.seq;
-         INSERT INTO sessionkit_fts(rowid, body)
-           SELECT new.seq, sessionkit_index_text(new.content) WHERE new.chunks = 0;
-         {_COPY_TO_RECENT.format(seq="new.seq")};
-       END""",
-]
 
 #: The children of a message, oldest first: those in the children index, and the next
 #: row of the session when that one follows it (branch = 0).
@@ -234,11 +163,6 @@ _INSERT_ROW = _insert(
 )
 
 
-def _index_json(content: str) -> str:
-    """The indexed form of a stored message: stemmed words of its text parts."""
-    return _search.index_text(_msg.message_text(json.loads(content)))
-
-
 def _upgrade_to_3(engine: SQLiteEngine) -> None:
     """Version 3: the ``branch`` column and the partial children index (see _schema.TABLES).
 
@@ -271,7 +195,7 @@ def _upgrade_to_3(engine: SQLiteEngine) -> None:
         if "sqlite" in index.only:
             db.execute(engine.index_sql(index, messages))
     if built is not None and built[0] == "1":
-        for stmt in _FTS_TRIGGERS:
+        for stmt in FTS_TRIGGERS:
             db.execute(stmt)
 
 
@@ -281,7 +205,8 @@ class SQLiteEngine(LocalEngine):
     driver_errors = (sqlite3.Error,)
     capabilities = Capabilities()  # an import writes a statement per message
     STATEMENTS = {"children": _CHILDREN, "descendants": _DESCENDANTS, "insert": _INSERT_ROW}
-    EXTRA_SCHEMA = (_FTS_TABLE,)
+    EXTRA_SCHEMA = (FTS_TABLE,)
+    INDEX = FTS5Index
     BEGIN = "BEGIN IMMEDIATE"  # the write lock now: waits busy_timeout for other processes
 
     def __init__(
@@ -303,7 +228,7 @@ class SQLiteEngine(LocalEngine):
         ):
             raise ValueError(f"busy_timeout must be a number of seconds from 0 to 86400, got {busy_timeout!r}")
         super().__init__(**options)
-        #: How many of the newest messages the search window holds at least (_RECENT_TABLE).
+        #: How many of the newest messages the search window holds at least (see _sqlite_search).
         self.search_window = search_window
         self.busy_timeout = float(busy_timeout)
         self.path = None if path == ":memory:" else str(Path(path).resolve())
@@ -333,7 +258,7 @@ class SQLiteEngine(LocalEngine):
             raise ValueError(f"cannot open SQLite store {path!r}: {exc}") from exc
         # Search indexing runs inside SQLite triggers (so every writing process keeps the
         # index current without asking whether it exists); they call this function.
-        self._db.create_function("sessionkit_index_text", 1, _index_json, deterministic=True)
+        self._db.create_function("sessionkit_index_text", 1, index_json, deterministic=True)
         self._autocheckpoint = int(wal_autocheckpoint)
         try:
             self._setup(self.durability)
@@ -435,173 +360,6 @@ class SQLiteEngine(LocalEngine):
         with contextlib.suppress(OSError):
             size += os.path.getsize(str(self._file) + "-wal")
         return size
-
-    def indexed_count(self) -> int:
-        return self.fetch_one("SELECT count(*) FROM sessionkit_fts")[0] if self.index_built() else 0
-
-    def search(
-        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
-    ) -> list[tuple[int, str, str, str, float]]:
-        # Rank only the newest `search_candidates` matches: FTS5 walks matches in rowid
-        # order and stops there (see Store.search). When all of them lie in the search
-        # window, they are ranked there, so bm25()'s word counts cover the window, not
-        # the store (see _RECENT_TABLE).
-        cand = self.search_candidates
-        lo, hi = self._sync_window()
-        with self._lock:
-            first, last = 0, _MAX_SEQ
-            if sid is not None:
-                # (one subquery for each end: SQLite seeks one end of an index for a lone
-                # min() or max(), but scans the whole session for both in one SELECT)
-                first, last, low, high = self.fetch_one(
-                    "SELECT (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
-                    " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),"
-                    " (SELECT min(session_id) FROM sessionkit_messages),"
-                    " (SELECT max(session_id) FROM sessionkit_messages)",
-                    (sid,),
-                )
-                if first is None:
-                    return []
-                if low == high:
-                    # The store holds this session alone: every match is the session's,
-                    # and checking each one in the session index would only cost time.
-                    sid = None
-            # Rows above hi were written after this search began (it synced the window).
-            if lo is not None and hi is not None and lo <= last and first <= hi:
-                rows, n = self._rank(
-                    "sessionkit_fts_recent", fts_query, sid, max(first, lo), min(last, hi), cand, limit
-                )
-                if first >= lo or n >= cand:
-                    return rows
-            return self._rank("sessionkit_fts", fts_query, sid, first, last, cand, limit)[0]
-
-    def _rank(
-        self, table: str, fts_query: str, sid: str | None, first: int, last: int, cand: int, limit: int
-    ) -> tuple[list[tuple[int, str, str, str, float]], int]:
-        """``(rows, n)``: the best ``limit`` of the newest ``cand`` matches in ``table``
-        with seq in [first, last], as ``(seq, session_id, id, role, score)``, and how
-        many matches were ranked (0 when there is no hit)."""
-        # A session's matches: the full-text index walks its matches newest first and
-        # each is checked in the compact (session_id, seq) index, not in the table, whose
-        # rows hold the content.
-        where, params = "", [fts_query, first, last]
-        if sid is not None:
-            where = (
-                f"AND EXISTS (SELECT 1 FROM sessionkit_messages s INDEXED BY sessionkit_messages_order"
-                f" WHERE s.session_id = ? AND s.seq = {table}.rowid)"
-            )
-            params.append(sid)
-        params += [cand, limit]
-        # The candidates are ranked and counted in one pass (the window function), and
-        # only the best `limit` are joined to their messages.
-        rows = self.fetch(
-            f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n FROM (
-                    SELECT seq, score, count(*) OVER () AS n FROM (
-                        SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table}
-                        WHERE {table} MATCH ? AND {table}.rowid BETWEEN ? AND ? {where}
-                        ORDER BY {table}.rowid DESC LIMIT ?
-                    ) ORDER BY score DESC, seq DESC LIMIT ?
-                ) AS t JOIN sessionkit_messages m ON m.seq = t.seq
-                ORDER BY t.score DESC, t.seq DESC""",
-            params,
-        )
-        return [r[:5] for r in rows], (rows[0][5] if rows else 0)
-
-    # -- the search window --------------------------------------------------------------
-    def _sync_window(self) -> tuple[int | None, int | None]:
-        """Bring the search window up to the newest row (see _RECENT_TABLE): create it
-        once the store outgrows it, copy the rows added since, drop those that fell
-        behind. A read when there is nothing to do; otherwise one write transaction.
-        Returns the window's range as _window does."""
-        if not self.index_built():
-            return None, None
-        with self._lock:
-            top, lo, hi = self._window_work()
-            if top is None:
-                return lo, hi
-            with self.write():
-                top, lo, hi = self._window_work()  # another process may have done it meanwhile
-                if top is None:
-                    return lo, hi
-                new_lo = top - self.search_window + 1
-                if lo is None:
-                    self.execute(_RECENT_TABLE)
-                    self._install_triggers(_FTS_TRIGGERS_WINDOWED)
-                elif hi < new_lo:  # type: ignore[operator]  # hi is set with lo; nothing in it would stay: start afresh
-                    self.execute("DROP TABLE sessionkit_fts_recent")
-                    self.execute(_RECENT_TABLE)
-                    lo = None
-                if lo is None:
-                    lo, hi = new_lo, new_lo - 1
-                self.execute(
-                    "INSERT INTO sessionkit_fts_recent(rowid, body) "
-                    "SELECT rowid, body FROM sessionkit_fts WHERE rowid > ? AND rowid <= ?",
-                    (hi, top),
-                )
-                if new_lo > lo:
-                    self.execute("DELETE FROM sessionkit_fts_recent WHERE rowid < ?", (new_lo,))
-                    lo = new_lo
-                self.execute(self.sql["meta_put"], ("recent_lo", str(lo)))
-                self.execute(self.sql["meta_put"], ("recent_hi", str(top)))
-                return lo, top
-
-    def _window_work(self) -> tuple[int | None, int | None, int | None]:
-        """``(top, lo, hi)``: the newest seq and the window's range, with ``top`` None
-        unless the window must be created or has rows to catch up on."""
-        top = self.fetch_one("SELECT max(seq) FROM sessionkit_messages")[0]
-        lo, hi = self._window()
-        w = self.search_window
-        due = top is not None and (top >= w + w // 4 if lo is None else top > hi)
-        return (top if due else None), lo, hi
-
-    def _window(self) -> tuple[int | None, int | None]:
-        """``(recent_lo, recent_hi)``: the seq range the window holds, or Nones."""
-        rows = dict(self.fetch("SELECT key, value FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')"))
-        if "recent_lo" not in rows:
-            return None, None
-        return int(rows["recent_lo"]), int(rows["recent_hi"])
-
-    def _install_triggers(self, triggers: Iterable[str]) -> None:
-        for name in _FTS_NAMES:
-            self.execute(f"DROP TRIGGER IF EXISTS {name}")
-        for stmt in triggers:
-            self.execute(stmt)
-
-    # -- the search index (triggers keep it; see _FTS_TRIGGERS) ------------------------
-    def w_index_on(self) -> bool:
-        return False  # triggers keep the index
-
-    def _flag_in_tx(self) -> bool:
-        return self.meta("index_built") == "1"
-
-    def begin_index_build(self) -> None:
-        self.execute("DELETE FROM sessionkit_fts")
-        self.execute("DROP TABLE IF EXISTS sessionkit_fts_recent")
-        self.execute("DELETE FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')")
-
-    def index_batch(self, rows: list[tuple[int, str, str]]) -> None:
-        self.execute_many(
-            "INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
-            [(seq, _search.index_text(text)) for seq, _, text in rows],
-        )
-
-    def finish_index_build(self) -> None:
-        self._install_triggers(_FTS_TRIGGERS)  # (a window's triggers, if any, went with its table)
-
-    def _index_long(self, seq: int, prep: _msg.Prepared) -> None:
-        """The trigger skips rows whose JSON continues elsewhere: index them here."""
-        self.execute("INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)", (seq, _search.index_text(prep.text)))
-        if self._window()[0] is not None:
-            self.execute(_COPY_TO_RECENT.format(seq="?1"), (seq,))
-
-    def index_new(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
-        if nchunks and self._flag_in_tx():
-            self._index_long(seq, prep)
-
-    def index_changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
-        if nchunks and self._flag_in_tx():  # the trigger dropped the old text
-            self.execute("DELETE FROM sessionkit_fts WHERE rowid = ?", (seq,))
-            self._index_long(seq, prep)
 
     # -- writes -------------------------------------------------------------------
     def insert_row(

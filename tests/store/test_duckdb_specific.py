@@ -281,7 +281,7 @@ def _bulk(store, sid, items):
         return eng.w_insert_many(
             sid,
             [(p, parent, _msg.normalize_created(p.message.get("createdAt"))) for p, parent, _ in preps],
-            eng.index_built(),
+            eng.index.built(),
         )
 
 
@@ -569,7 +569,7 @@ def test_appends_go_on_while_a_long_phrase_search_runs(tmp_path):
     assert [h.id for h in st.search(phrase)] == ["long"]  # builds the index first
     state = {"search": 0}  # odd while the engine's search statement runs; +2 per call
     eng = st._engine
-    engine_search = eng.search
+    engine_search = eng.index.search
 
     def observed(*args):
         state["search"] += 1
@@ -578,7 +578,7 @@ def test_appends_go_on_while_a_long_phrase_search_runs(tmp_path):
         finally:
             state["search"] += 1
 
-    eng.search = observed
+    eng.index.search = observed
     done = threading.Event()
     contained: list[int] = []  # the search call each fully overlapped append fell within
     errors: list[BaseException] = []

@@ -19,6 +19,7 @@ import pytest
 from helpers import msg
 
 import sessionkit as sk
+from sessionkit.store import _sqlite_search as fts
 from sessionkit.store import sqlite as sq
 from sessionkit.store.search import parse_query
 
@@ -31,7 +32,7 @@ def sentence(rng: random.Random, n: int = 6) -> str:
 
 
 def window_lo(store) -> int | None:
-    return store._engine._window()[0]
+    return store._engine.index.window()[0]
 
 
 def top_seq(store) -> int:
@@ -45,7 +46,7 @@ def assert_window_exact(store, *, synced: bool = True) -> int:
     if synced:
         store.search("kiwi")
     db = store._engine._db
-    lo, hi = store._engine._window()
+    lo, hi = store._engine.index.window()
     assert lo is not None, "the store has no search window"
     inside = db.execute("SELECT rowid, body FROM sessionkit_fts_recent ORDER BY rowid").fetchall()
     expected = db.execute(
@@ -65,7 +66,7 @@ def assert_window_exact(store, *, synced: bool = True) -> int:
             content += "".join(
                 r[0] for r in db.execute("SELECT data FROM sessionkit_chunks WHERE seq = ? ORDER BY n", (seq,))
             )
-        texts[seq] = sq._index_json(content)
+        texts[seq] = fts.index_json(content)
     assert dict(db.execute("SELECT rowid, body FROM sessionkit_fts")) == texts
     return lo
 
@@ -124,7 +125,7 @@ def test_the_window_is_created_trimmed_and_kept_exact_through_every_write(tmp_pa
         assert window_lo(st) is None  # appends leave the window to the next search
         first = assert_window_exact(st)  # past 1.25 x 40: that search creates it
         grow(st, "b", 200, rng)
-        lo, hi = st._engine._window()
+        lo, hi = st._engine.index.window()
         assert (lo, hi) == (first, first + 39)  # behind until a search
         assert check(st) == top_seq(st) - 39
         a, b = st.session("a"), st.session("b")
@@ -148,7 +149,7 @@ def test_the_window_is_created_trimmed_and_kept_exact_through_every_write(tmp_pa
         check(st)
         # numbers of deleted rows come back, inside the window's range: the insert
         # trigger puts them in it
-        hi = st._engine._window()[1]
+        hi = st._engine.index.window()[1]
         b.append(msg("again", "kiwi again"))
         b.append(msg("long again", "kiwi " + "plum " * 60))
         assert top_seq(st) <= hi
@@ -167,7 +168,7 @@ def test_the_window_is_created_trimmed_and_kept_exact_through_every_write(tmp_pa
         grow(st, "c", 100, rng)  # rows come back after everything was deleted
         check(st)
         grow(st, "c", 300, rng, start=100)  # far past the window: it starts afresh
-        assert st._engine._window()[1] < top_seq(st) - 40
+        assert st._engine.index.window()[1] < top_seq(st) - 40
         check(st)
         assert st.stats()["indexed_messages"] == st.stats()["messages"]
 

@@ -981,7 +981,7 @@ class StoreMachine(RuleBasedStateMachine):
         """SQLite with a search window: the window's rows are the main index's rows in its range."""
         if self.ENGINE != "sqlite-window" or not (self.written or self.counts_changed):
             return
-        lo, hi = self.store._engine._window()
+        lo, hi = self.store._engine.index.window()
         if lo is None:
             return
         db = self.store._engine._db
