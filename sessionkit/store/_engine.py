@@ -16,6 +16,7 @@ from ._values import Appended, Capabilities, ChangeEvent, Compaction, Node, RunR
 if TYPE_CHECKING:
     from ..messages import Prepared
     from ._index import SearchIndex
+    from ._labels import LabelFilter
 
 
 class Engine(abc.ABC):
@@ -197,17 +198,7 @@ class Engine(abc.ABC):
         """Delete a label (of ``session_id`` when given); ``(session_id, message_id)`` or None."""
 
     @abc.abstractmethod
-    def labels(
-        self,
-        *,
-        session_id: str | None,
-        message_ids: list[str] | None,
-        tags: list[str] | None,
-        author: str | None,
-        min_rating: float | None,
-        max_rating: float | None,
-        target: str | None,
-    ) -> list:
+    def labels(self, filters: LabelFilter) -> list:
         """The labels matching every filter that is not None (``_labels.query``), in the order they were added."""
 
     # reading many ----------------------------------------------------------------

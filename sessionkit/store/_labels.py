@@ -18,7 +18,7 @@ import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .. import messages as _msg
 from ..errors import InvalidLabel, MessageNotFound
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ._session import Session
     from ._store import Store
 
-__all__ = ["Label", "LABEL_TARGETS", "MAX_TAG_CHARS", "LabelSQL"]
+__all__ = ["Label", "LABEL_TARGETS", "MAX_TAG_CHARS", "LabelFilter", "LabelSQL"]
 
 #: What a label is on: the message itself, or the branch from a root down to it.
 LABEL_TARGETS = ("message", "branch")
@@ -166,6 +166,18 @@ def _tags(tag: Any) -> list[str] | None:
     return [check_tag(t) for t in tag]
 
 
+class LabelFilter(NamedTuple):
+    """The checked filters of a label listing; None leaves a filter out."""
+
+    session_id: str | None
+    message_ids: list[str] | None
+    tags: list[str] | None
+    author: str | None
+    min_rating: float | None
+    max_rating: float | None
+    target: str | None
+
+
 def query(
     *,
     session_id: Any = None,
@@ -175,21 +187,21 @@ def query(
     min_rating: Any = None,
     max_rating: Any = None,
     target: Any = None,
-) -> dict[str, Any]:
+) -> LabelFilter:
     """The checked filters of a label listing (see :meth:`LabelSQL.labels`)."""
     ids = None
     if message_id is not None:
         ids = [message_id] if isinstance(message_id, str) else list(message_id)
         ids = [str(_text_field(m, "message_id", limit=1 << 20)) for m in ids]
-    return {
-        "session_id": None if session_id is None else _text_field(session_id, "session_id", limit=1 << 20),
-        "message_ids": ids,
-        "tags": _tags(tag),
-        "author": _text_field(author, "author", limit=MAX_AUTHOR_CHARS, optional=True),
-        "min_rating": check_rating(min_rating, "min_rating"),
-        "max_rating": check_rating(max_rating, "max_rating"),
-        "target": None if target is None else check_target(target),
-    }
+    return LabelFilter(
+        session_id=None if session_id is None else _text_field(session_id, "session_id", limit=1 << 20),
+        message_ids=ids,
+        tags=_tags(tag),
+        author=_text_field(author, "author", limit=MAX_AUTHOR_CHARS, optional=True),
+        min_rating=check_rating(min_rating, "min_rating"),
+        max_rating=check_rating(max_rating, "max_rating"),
+        target=None if target is None else check_target(target),
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -238,7 +250,7 @@ def remove(store: Store, label_id: Any, session_id: str | None = None) -> bool:
 
 
 def listing(store: Store, **filters: Any) -> list[Label]:
-    return store._check().labels(**query(**filters))
+    return store._check().labels(query(**filters))
 
 
 # ---------------------------------------------------------------------------
@@ -304,18 +316,9 @@ class LabelSQL:
         self.log_change(row[0], "labels")
         return row[0], row[1]
 
-    def labels(
-        self: _Rows,
-        *,
-        session_id: str | None,
-        message_ids: list[str] | None,
-        tags: list[str] | None,
-        author: str | None,
-        min_rating: float | None,
-        max_rating: float | None,
-        target: str | None,
-    ) -> list[Label]:
+    def labels(self: _Rows, filters: LabelFilter) -> list[Label]:
         """The labels matching every filter given, in the order they were added."""
+        session_id, message_ids, tags, author, min_rating, max_rating, target = filters
         if message_ids == [] or tags == []:
             return []
         where: list[str] = []
@@ -347,7 +350,7 @@ def labelled_messages(store: Store, tag: Any, session_id: str | None) -> set[tup
     or several), or lying on a branch labelled so (from the labelled message up to its root)."""
     eng = store._check()
     out: set[tuple[str, str]] = set()
-    for label in eng.labels(**query(session_id=session_id, tag=tag)):
+    for label in eng.labels(query(session_id=session_id, tag=tag)):
         if label.target == "message":
             out.add((label.session_id, label.message_id))
             continue
