@@ -162,6 +162,25 @@ def test_gzip_cut_short_or_damaged(kind, store, tmp_path):
         import_file(kind, store, wrong)
 
 
+@pytest.mark.parametrize("kind", IMPORTERS)
+def test_a_damaged_gzip_file_stores_nothing(kind, store, tmp_path):
+    # gzip checks its data only at the end (the CRC in the trailer): every record before
+    # it reads back whole, but may be wrong, so none of them is stored
+    lines = _lines(kind)
+    data = bytearray(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
+    data[-8] ^= 0xFF
+    wrong = tmp_path / f"{kind}-crc.jsonl.gz"
+    wrong.write_bytes(bytes(data))
+    with pytest.raises(sk.io.MalformedInput, match="gzip data is damaged") as info:
+        import_file(kind, store, wrong)
+    assert info.value.imported == 0 == _stored(store, kind)
+    assert info.value.where.startswith("line ")
+    assert "nothing was stored" in str(info.value)
+    _write(wrong, lines, gz=True)  # the file mended: the import completes
+    import_file(kind, store, wrong)
+    assert _stored(store, kind) > 0
+
+
 def test_gzip_errors_are_the_ones_reading_raises():
     """The cases above raise these from the gzip module: the importers must not let them out."""
     data = gzip.compress(b"x" * 100)
