@@ -29,54 +29,18 @@ import sessionkit as sk
 def _sdk() -> SimpleNamespace:
     """The SDK and what the tests build from it, imported on first use (importing it takes seconds)."""
     from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
-    from agents.items import ModelResponse
     from agents.memory import Session
-    from agents.models.interface import Model
-    from agents.usage import Usage
-    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+    from agents.testing import ScriptedModel, assistant_message, function_call
 
     from sessionkit.integrations.openai_agents import SessionkitSession
 
     set_tracing_disabled(True)
 
-    class Scripted(Model):
-        """A model answering each request with the next of its scripted outputs; it keeps the
-        input of every request."""
-
-        def __init__(self, outputs):
-            self.outputs = list(outputs)
-            self.inputs: list = []
-
-        async def get_response(self, system_instructions, input, *args, **kwargs):
-            self.inputs.append(copy.deepcopy(input))
-            return ModelResponse(
-                output=self.outputs.pop(0),
-                usage=Usage(requests=1, input_tokens=10, output_tokens=2, total_tokens=12),
-                response_id=None,
-            )
-
-        async def stream_response(self, *args, **kwargs):  # the tests run Runner.run only
-            raise NotImplementedError("this scripted model answers Runner.run, not Runner.run_streamed")
-            yield
-
     def say(n, text):
-        return ResponseOutputMessage(
-            id=f"msg_{n}",
-            type="message",
-            role="assistant",
-            status="completed",
-            content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
-        )
+        return [assistant_message(text, item_id=f"msg_{n}")]
 
     def call(n, city):
-        return ResponseFunctionToolCall(
-            id=f"fc_{n}",
-            type="function_call",
-            call_id=f"call_{n}",
-            name="weather",
-            arguments=json.dumps({"city": city}),
-            status="completed",
-        )
+        return [function_call("weather", {"city": city}, call_id=f"call_{n}")]
 
     def agent(model):
         return Agent(name="helper", instructions="be brief", model=model, tools=[function_tool(weather)])
@@ -86,7 +50,7 @@ def _sdk() -> SimpleNamespace:
         SQLiteSession=SQLiteSession,
         Session=Session,
         SessionkitSession=SessionkitSession,
-        Scripted=Scripted,
+        ScriptedModel=ScriptedModel,
         say=say,
         call=call,
         agent=agent,
@@ -387,12 +351,12 @@ def test_runner_continues_the_conversation_and_pop_item_leaves_a_branch(new_stor
     sdk = _sdk()
     store = new_store("sqlite")
     session = sdk.SessionkitSession("conv", store)
-    model = sdk.Scripted(
+    model = sdk.ScriptedModel(
         [
-            [sdk.call(1, "Oslo")],
-            [sdk.say(2, "Sunny in Oslo.")],
-            [sdk.say(3, "Rome is sunny too.")],
-            [sdk.say(4, "Paris is sunny as well.")],
+            sdk.call(1, "Oslo"),
+            sdk.say(2, "Sunny in Oslo."),
+            sdk.say(3, "Rome is sunny too."),
+            sdk.say(4, "Paris is sunny as well."),
         ]
     )
     agent = sdk.agent(model)
@@ -416,19 +380,46 @@ def test_runner_continues_the_conversation_and_pop_item_leaves_a_branch(new_stor
     assert kinds == ["message", "function_call", "function_call_output", "message"]
     assert after_first[2]["output"] == "sunny in Oslo"  # the tool ran in the SDK
     # the second run's request: the whole first turn, then the new question
-    request = model.inputs[2]
+    request = model.calls[2].input
     assert len(request) == len(after_first) + 1
     assert [i.get("call_id") for i in request[:-1]] == [i.get("call_id") for i in after_first]
     assert request[0]["content"] == "Weather in Oslo?" and request[-1]["content"] == "And Rome?"
     assert after_second[: len(after_first)] == after_first and len(after_second) == len(after_first) + 2
     assert popped == after_second[len(after_first) :][::-1]
     # the third run saw the first turn only, and its question is a sibling of "And Rome?"
-    assert [i.get("content") for i in model.inputs[3] if i.get("role") == "user"] == ["Weather in Oslo?", "And Paris?"]
+    assert [i.get("content") for i in model.calls[3].input if i.get("role") == "user"] == [
+        "Weather in Oslo?",
+        "And Paris?",
+    ]
     assert final[: len(after_first)] == after_first
     chat = store.session("conv")
     end_of_first = chat.get_history()[len(after_first) - 1]["id"]
     assert [m["parts"][0]["text"] for m in chat.branches(end_of_first)] == ["And Rome?", "And Paris?"]
     assert len(chat) == len(after_second) + 2
+
+
+def test_a_streamed_run_saves_its_turn(new_store):
+    """Runner.run_streamed on the same session: the turn is saved as the stream ends, and the
+    next run's request holds it."""
+    sdk = _sdk()
+    store = new_store("sqlite")
+    session = sdk.SessionkitSession("streamed", store)
+    model = sdk.ScriptedModel([sdk.call(1, "Oslo"), sdk.say(2, "Sunny in Oslo."), sdk.say(3, "Still sunny.")])
+    agent = sdk.agent(model)
+
+    async def go():
+        streamed = sdk.Runner.run_streamed(agent, "Weather in Oslo?", session=session)
+        events = [event async for event in streamed.stream_events()]
+        after = await session.get_items()
+        await sdk.Runner.run(agent, "And now?", session=session)
+        return streamed.final_output, events, after
+
+    final, events, after = asyncio.run(go())
+    assert final == "Sunny in Oslo." and events
+    assert [i.get("type", "message") for i in after] == ["message", "function_call", "function_call_output", "message"]
+    assert [m.streamed for m in model.calls] == [True, True, False]
+    assert model.calls[2].input[: len(after)] == after
+    assert len(store.session("streamed")) == len(after) + 2
 
 
 def test_the_position_lasts_across_processes(tmp_path):
@@ -646,3 +637,34 @@ def test_without_the_sdk_the_import_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("True ")
     assert "pip install 'sessionkit[openai-agents]'" in out.stdout
+
+
+# -- the guide ------------------------------------------------------------------------------
+
+
+def test_the_guide_runs_as_written(tmp_path, monkeypatch):
+    """docs/integrations/openai-agents.md's examples, in order: an expression whose comment
+    starts with a Python literal must give it."""
+    import ast
+    import re
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)  # the example writes agents.db
+    page = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "openai-agents.md"
+    namespace: dict = {}
+    compared = 0
+    for block in re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL):
+        lines = block.splitlines()
+        for statement in ast.parse(block).body:
+            comment = lines[statement.end_lineno - 1].partition("  #")[2].strip()
+            try:
+                expected = ast.literal_eval(comment) if isinstance(statement, ast.Expr) else None
+            except (ValueError, SyntaxError):
+                expected = None
+            if expected is None:
+                exec(compile(ast.Module([statement], []), page.name, "exec"), namespace)
+            else:
+                assert eval(compile(ast.Expression(statement.value), page.name, "eval"), namespace) == expected
+                compared += 1
+    namespace["store"].close()
+    assert compared == 5
