@@ -1,5 +1,6 @@
 """sessionkit as the session store of the OpenAI Agents SDK (docs/integrations/openai-agents.md).
 
+>>> import sessionkit as sk
 >>> from agents import Agent, Runner
 >>> from sessionkit.integrations.openai_agents import SessionkitSession
 >>> session = SessionkitSession("support-42", sk.open_store("chats.db"))

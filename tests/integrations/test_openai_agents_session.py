@@ -484,6 +484,42 @@ def test_messages_written_by_other_means_reach_the_sdk_as_text(new_store):
     assert chat.get_history()[-2]["id"] == "a2"
 
 
+def test_a_deleted_current_leaf_falls_back_to_the_latest_leaf(new_store):
+    sdk = _sdk()
+    store = new_store("sqlite")
+    s = sdk.SessionkitSession("del", store)
+    a, b, c = ({"role": "user", "content": t} for t in "abc")
+
+    async def go():
+        await s.add_items([a, b])
+        await s.pop_item()  # the current leaf is a's message
+        chat = store.session("del")
+        chat.delete(chat.roots()[0]["id"], subtree=True)
+        chat.append({"id": "x", "role": "user", "parts": [{"type": "text", "text": "x"}]})
+        read = await s.get_items()
+        await s.add_items([c])
+        return read, await s.get_items()
+
+    assert asyncio.run(go()) == ([{"role": "user", "content": "x"}], [{"role": "user", "content": "x"}, c])
+
+
+def test_a_cancelled_write_is_finished_before_the_cancellation(new_store):
+    sdk = _sdk()
+    store = new_store("sqlite")
+    s = sdk.SessionkitSession("cancel", store)
+    items = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+
+    async def go():
+        task = asyncio.create_task(s.add_items(items))
+        await asyncio.sleep(0)  # the call has begun: its write is on its thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await s.get_items()
+
+    assert asyncio.run(go()) == items
+
+
 def test_concurrent_writers_extend_one_chain(engine, new_store):
     """add_items from many tasks at once (threads, and on PostgreSQL connections,
     of their own): each add_items one unbroken run of one chain."""
