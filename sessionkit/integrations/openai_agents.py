@@ -52,12 +52,12 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise missing("openai-agents", "openai-agents (the OpenAI Agents SDK)", exc) from exc
 
-__all__ = ["SessionkitSession", "item_of", "message_of"]
+__all__ = ["SessionkitSession"]
 
 _T = TypeVar("_T")
 
 #: The record kind that holds the session's current leaf (``{"leaf": id or None}``).
-RECORD_KIND = "openai_agents.session"
+_RECORD_KIND = "openai_agents.session"
 
 #: The roles an SDK message item may have; a message of another role written by other
 #: means reaches the SDK as an assistant message.
@@ -79,11 +79,11 @@ def _position(store: Store, session_id: str, leaf: Any = _UNSET) -> Any:
     ``_LATEST`` (nothing recorded). The one place that uses the store's per-session records.
     """
     if leaf is _UNSET:
-        for n, value in store.records(session_id, RECORD_KIND):
+        for n, value in store.records(session_id, _RECORD_KIND):
             if n == 0 and isinstance(value, dict) and "leaf" in value:
                 return value["leaf"]
         return _LATEST
-    store.put_records(session_id, RECORD_KIND, [(0, {"leaf": leaf})])
+    store.put_records(session_id, _RECORD_KIND, [(0, {"leaf": leaf})])
     return leaf
 
 
@@ -93,7 +93,7 @@ def _new_id() -> str:
     return "oa_" + format(time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF, "012x") + os.urandom(6).hex()
 
 
-def message_of(item: dict, names: dict[str, str] | None = None) -> dict:
+def _message_of(item: dict, names: dict[str, str] | None = None) -> dict:
     """One SDK item as the sessionkit message :class:`SessionkitSession` stores (without ``id``).
 
     The parts are those of :func:`sessionkit.io.openai_agents.item_to_message`; an item it
@@ -126,7 +126,7 @@ def message_of(item: dict, names: dict[str, str] | None = None) -> dict:
     return message
 
 
-def item_of(message: dict) -> dict:
+def _item_of(message: dict) -> dict:
     """The SDK item a stored message stands for.
 
     A message :class:`SessionkitSession` wrote gives back its item as it was added; a
@@ -270,9 +270,9 @@ class SessionkitSession:
                 return []
             try:
                 if limit is None or limit < 0:
-                    return [item_of(m) for m in chat.get_history(leaf_id=leaf, compacted=False)]
+                    return [_item_of(m) for m in chat.get_history(leaf_id=leaf, compacted=False)]
                 newest = itertools.islice(chat.history(leaf_id=leaf, newest_first=True, compacted=False), limit)
-                items = [item_of(m) for m in newest]
+                items = [_item_of(m) for m in newest]
             except MessageNotFound:
                 continue
             items.reverse()
@@ -298,7 +298,7 @@ class SessionkitSession:
         store = self._sync()
         chat = store.session(self.session_id)
         names: dict[str, str] = {}
-        messages = [{"id": _new_id(), **message_of(item, names)} for item in items]
+        messages = [{"id": _new_id(), **_message_of(item, names)} for item in items]
         with store.transaction():
             leaf = self._leaf(store, chat, writing=True)
             self._name_outputs(chat, leaf, messages, names)
@@ -356,7 +356,7 @@ class SessionkitSession:
                 return None
             top = list(itertools.islice(chat.history(leaf_id=leaf, newest_first=True, compacted=False), 2))
             _position(store, self.session_id, top[1]["id"] if len(top) > 1 else None)
-            return item_of(top[0])
+            return _item_of(top[0])
 
     async def clear_session(self) -> None:
         """Remove every item: the session's messages (every branch), compactions and labels go,

@@ -211,7 +211,21 @@ def _items_of_every_type(t: str, n: int) -> dict:
 
 KINDS = sorted(_items_of_every_type("x", 0))
 _text = st.text(max_size=20)
-item = st.builds(lambda kind, t, n: _items_of_every_type(t, n)[kind], st.sampled_from(KINDS), _text, st.integers(0, 99))
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | _text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=8,
+)
+#: Any JSON object with the keys items have: what the SDK keeps, it gives back, mapped or not.
+_free_item = st.dictionaries(
+    st.sampled_from(["type", "role", "content", "call_id", "id", "arguments", "summary", "output", "name", "action"]),
+    _json | st.sampled_from(["message", "function_call", "function_call_output", "reasoning", "user"]),
+    max_size=5,
+)
+item = (
+    st.builds(lambda kind, t, n: _items_of_every_type(t, n)[kind], st.sampled_from(KINDS), _text, st.integers(0, 99))
+    | _free_item
+)
 step = st.one_of(
     st.tuples(st.just("add"), st.lists(item, max_size=4)),
     st.tuples(st.just("get"), st.one_of(st.none(), st.integers(-2, 6))),
