@@ -242,7 +242,7 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """The checkpoint ``config`` names (``checkpoint_id``), or its thread's newest in its namespace; None if none."""
+        """The checkpoint ``config`` names (``checkpoint_id``), else its thread's newest in its namespace; or None."""
         thread, ns, checkpoint_id = self._address(config)
         self._open()
         if checkpoint_id is None:

@@ -14,20 +14,16 @@ from pathlib import Path
 from typing import TypedDict
 
 import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import BASE_CAPABILITIES
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
 import sessionkit as sk
-
-pytest.importorskip("langgraph.checkpoint.conformance")
-
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
-from langgraph.checkpoint.conformance.capabilities import BASE_CAPABILITIES  # noqa: E402
-from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
-from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
-
-from sessionkit.integrations.langgraph import REGISTRY_SESSION, SessionkitSaver  # noqa: E402
+from sessionkit.integrations.langgraph import REGISTRY_SESSION, SessionkitSaver
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -320,7 +316,8 @@ def _python(code: str) -> subprocess.CompletedProcess:
 
 def test_import_sessionkit_loads_no_langgraph_and_a_missing_one_names_the_extra():
     proc = _python(
-        "import sys, sessionkit, sessionkit.integrations; print(sorted(m for m in sys.modules if m.startswith(('langgraph', 'langchain'))))"
+        "import sys, sessionkit, sessionkit.integrations\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('langgraph', 'langchain'))))\n"
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
