@@ -383,6 +383,34 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
             except LookupError:  # SessionNotFound: nothing of it is stored
                 pass
 
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread, all namespaces, to another thread id, and mirror
+        the copied checkpoints' messages into the target's conversation (the same tree as the source's).
+        What the target already holds is kept (a checkpoint of the same id is replaced). A source that
+        is not there copies nothing."""
+        source = self._thread(source_thread_id, "source_thread_id")
+        target = self._thread(target_thread_id, "target_thread_id")
+        if source == target:
+            raise UsageError(f"copy_thread copies a thread to another id; both are {source!r}")
+        self._open()
+        with self._lock, self.store.transaction():
+            entries = self._entries(source)[::-1]  # oldest first: the mirror grows as the source did
+            if not entries:
+                return
+            self._records.write(REGISTRY_SESSION, _THREADS, [(_number(target), target)])
+            self._records.write(target, _INDEX, [(_number(e["ns"], e["id"]), e) for e in entries])
+            for entry in entries:
+                for what in ("checkpoint", "writes"):
+                    kind = _kind(what, entry["ns"], entry["id"])
+                    rows = self._records.read(source, kind)
+                    if rows:
+                        self._records.write(target, kind, rows)
+                        if what == "checkpoint" and entry["ns"] == "" and self.messages_channel is not None:
+                            checkpoint = self.serde.loads_typed(_unpack(rows[0][1]["checkpoint"]))
+                            values = checkpoint.get("channel_values") or {}
+                            if self.messages_channel in values:
+                                self._mirror(target, entry["id"], values[self.messages_channel])
+
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """The next channel version: the counter, zero-padded so that versions sort as strings, and a
         random fraction so that two forks of one checkpoint do not give the same version (the
@@ -469,3 +497,6 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
