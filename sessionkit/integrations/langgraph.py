@@ -36,6 +36,7 @@ import hashlib
 import json
 import random
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -117,10 +118,9 @@ class _Mirror:
     ``metadata["langgraph"]``) and kept up to date by the appends.
     """
 
-    def __init__(self, session: Any):
+    def __init__(self, session: Any, nodes: Sequence[Any]):
         self.places: dict[tuple[str | None, str], list[tuple[str, str | None]]] = {}
         self.ids: set[str] = set()
-        nodes = session.tree().nodes
         contents = session.get_many([n.id for n in nodes]) if nodes else {}
         for node in nodes:
             meta = (contents.get(node.id, {}).get("metadata") or {}).get("langgraph") or {}
@@ -188,7 +188,7 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
             raise UsageError(
                 f"a LangGraph checkpoint needs {where}: pass config={{'configurable': {{'thread_id': ...}}}}"
             )
-        if isinstance(thread_id, bool) or not isinstance(thread_id, (str, int)):
+        if isinstance(thread_id, bool) or not isinstance(thread_id, (str, int, uuid.UUID)):
             raise UsageError(f"{where} must be a string, got {type(thread_id).__name__}")
         thread = str(thread_id)
         if not thread:
@@ -258,8 +258,8 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
-    ) -> list[tuple[str, dict, dict]]:
-        """What ``list`` yields, as ``(thread, entry, metadata)``, newest checkpoint id first."""
+    ) -> list[tuple[str, dict]]:
+        """What ``list`` yields, as ``(thread, entry)``, newest checkpoint id first."""
         if filter is not None and not isinstance(filter, dict):
             raise UsageError(f"filter must be a dict of metadata values, got {type(filter).__name__}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
@@ -275,7 +275,7 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
             checkpoint_id = get_checkpoint_id(config)
         bound = None if before is None else get_checkpoint_id(before)
         self._open()
-        found: list[tuple[str, dict, dict]] = []
+        found: list[tuple[str, dict]] = []
         for thread in self._threads() if threads is None else threads:
             for entry in self._entries(thread):
                 if ns is not None and entry["ns"] != ns:
@@ -284,10 +284,12 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
                     continue
                 if bound and not entry["id"] < bound:
                     continue
-                metadata = self.serde.loads_typed(_unpack(entry["metadata"]))
-                if filter and not all(k in metadata and metadata[k] == v for k, v in filter.items()):
-                    continue
-                found.append((thread, entry, metadata))
+                if filter:
+                    metadata = self.serde.loads_typed(_unpack(entry["metadata"]))
+                    # a key the metadata lacks matches None, as a JSON path that finds nothing does in SQL
+                    if not all(metadata.get(k) == v for k, v in filter.items()):
+                        continue
+                found.append((thread, entry))
         found.sort(key=lambda item: item[1]["id"], reverse=True)
         return found if limit is None else found[: max(limit, 0)]
 
@@ -302,7 +304,7 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
         """Checkpoints newest first: of ``config``'s thread (and namespace, when it names one), or of
         every thread when ``config`` is None; ``filter`` keeps those whose metadata holds each
         key with that value, ``before`` those older than its checkpoint id, ``limit`` the first n."""
-        for thread, entry, _ in self._select(config, filter, before, limit):
+        for thread, entry in self._select(config, filter, before, limit):
             found = self._tuple(thread, entry)
             if found is not None:
                 yield found
@@ -429,9 +431,12 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
         if not isinstance(messages, (list, tuple)):
             return  # not a message list (a channel of another shape, or a delta): nothing to mirror
         session = self.store.session(thread)
+        # the tree's ids (one query, no content) tell whether the session is as this process left
+        # it; when not (messages deleted or added elsewhere), the mirror is read again
+        nodes = session.tree().nodes
         mirror = self._mirrors.get(thread)
-        if mirror is None:
-            mirror = self._mirrors[thread] = _Mirror(session)
+        if mirror is None or mirror.ids != {n.id for n in nodes}:
+            mirror = self._mirrors[thread] = _Mirror(session, nodes)
         parent: str | None = None
         for position, message in enumerate(messages):
             if not isinstance(message, BaseMessage):
@@ -472,7 +477,7 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         selected = await asyncio.to_thread(self._select, config, filter, before, limit)
-        for thread, entry, _ in selected:
+        for thread, entry in selected:
             found = await asyncio.to_thread(self._tuple, thread, entry)
             if found is not None:
                 yield found

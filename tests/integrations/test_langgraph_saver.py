@@ -245,6 +245,20 @@ def test_delete_thread_removes_checkpoints_and_the_conversation(new_store):
     assert list(saver.list(None)) == [] and store.list_sessions() == []
 
 
+def test_messages_deleted_elsewhere_are_mirrored_again(new_store):
+    store = new_store("sqlite")
+    graph = _graph(SessionkitSaver(store), [AIMessage("one"), AIMessage("two")])
+    config = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [HumanMessage("hi", id="h1")]}, config)
+    session = store.session("t")
+    answer = session.latest_leaf()["id"]
+    session.delete(answer)  # by hand, behind the saver's back
+    graph.invoke({"messages": [HumanMessage("again", id="h2")]}, config)
+    ids = [m["id"] for m in session.get_history()]
+    assert ids == [m.id for m in graph.get_state(config).values["messages"]]
+    assert ids[1] == answer and len(ids) == 4
+
+
 def test_copy_thread_copies_the_checkpoints_and_the_tree(new_store):
     store = new_store("sqlite")
     saver = SessionkitSaver(store)
