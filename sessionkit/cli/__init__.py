@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
         "database; claude-code: a coding-agent session log (a .jsonl file or a project folder); "
         "swe-agent: SWE-agent trajectories (a .traj file or a folder); inspect: an inspect-ai "
-        "eval log (.eval or .json). "
+        "eval log (.eval or .json); otel: OpenTelemetry traces (OTLP JSON, JSON lines or protobuf). "
         "Left out: told from the file",
     )
     p.add_argument(

@@ -174,6 +174,7 @@ _IMPORTERS = {
     "claude-code": "import_claude_code",
     "swe-agent": "import_swe_agent",
     "inspect": "import_inspect",
+    "otel": "import_otel",
 }
 
 
