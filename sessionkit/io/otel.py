@@ -35,7 +35,6 @@ nothing.
 from __future__ import annotations
 
 import base64
-import gzip
 import hashlib
 import json
 import zlib
@@ -57,6 +56,7 @@ __all__ = [
     "WriteSummary",
     "parse_request",
     "encode_response",
+    "encode_status",
     "import_otel",
     "is_otlp_protobuf",
 ]
@@ -150,19 +150,22 @@ def _json_ids(value: Any, source: str) -> Any:
     return out
 
 
-def _decode_body(data: bytes, encoding: str | None, source: str) -> bytes:
+def _decode_body(data: bytes, encoding: str | None, source: str, limit: int | None = None) -> bytes:
+    """The body decompressed (``limit``: at most that many bytes, else :class:`MalformedInput`)."""
     if not encoding or encoding == "identity":
         return data
-    if encoding in ("gzip", "x-gzip"):
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        # gzip: a gzip header (wbits 16+); deflate: a zlib stream (wbits 15)
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding != "deflate" else zlib.MAX_WBITS)
         try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise MalformedInput(source, None, f"the gzip body is damaged or cut short ({exc})") from None
-    if encoding == "deflate":
-        try:
-            return zlib.decompress(data)
+            out = inflate.decompress(data, limit + 1) if limit is not None else inflate.decompress(data)
         except zlib.error as exc:
-            raise MalformedInput(source, None, f"the deflate body is damaged ({exc})") from None
+            raise MalformedInput(source, None, f"the {encoding} body is damaged ({exc})") from None
+        if limit is not None and len(out) > limit:
+            raise MalformedInput(source, None, f"the body is larger than {limit} bytes once decompressed")
+        if not inflate.eof:
+            raise MalformedInput(source, None, f"the {encoding} body is cut short")
+        return out
     raise MalformedInput(source, None, f"unsupported Content-Encoding {encoding!r} (gzip, deflate or none)")
 
 
@@ -191,16 +194,21 @@ def _request_from_protobuf(data: bytes, source: str) -> Any:
 
 
 def parse_request(
-    data: bytes, *, content_type: str = "application/x-protobuf", encoding: str | None = None, source: str = "OTLP"
+    data: bytes,
+    *,
+    content_type: str = "application/x-protobuf",
+    encoding: str | None = None,
+    source: str = "OTLP",
+    max_size: int | None = None,
 ) -> tuple[list[Span], list[str]]:
     """Decode one OTLP/HTTP trace payload: ``(spans, problems)``.
 
     ``content_type`` is ``application/x-protobuf`` or ``application/json``; ``encoding``
-    a ``Content-Encoding`` (``gzip``, ``deflate``). A payload that is not OTLP trace data
-    raises :class:`MalformedInput`; a span that cannot be kept (ids of the wrong length)
-    is left out and named in ``problems`` (OTLP's partial success).
+    a ``Content-Encoding`` (``gzip``, ``deflate``; ``max_size`` bounds the decompressed
+    bytes). A payload that is not OTLP trace data raises :class:`MalformedInput`; a span
+    that cannot be kept (ids of the wrong length) is left out and named in ``problems`` (OTLP's partial success).
     """
-    data = _decode_body(data, encoding, source)
+    data = _decode_body(data, encoding, source, max_size)
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "application/json":
         try:
@@ -271,6 +279,22 @@ def encode_response(rejected: int, message: str, *, json_body: bool) -> bytes:
     if json_body:
         return json.dumps(json_format.MessageToDict(response)).encode("utf-8")
     return response.SerializeToString()
+
+
+def encode_status(message: str, *, json_body: bool) -> bytes:
+    """A ``google.rpc.Status`` (code 3, INVALID_ARGUMENT) saying why a payload was refused:
+    the body OTLP/HTTP gives a 4xx answer."""
+    _, json_format = _proto()
+    try:
+        from google.rpc import status_pb2
+    except ImportError as exc:
+        raise ImportError(
+            "answering OTLP needs googleapis-common-protos; install it with: pip install 'sessionkit[otel]'"
+        ) from exc
+    status = status_pb2.Status(code=3, message=message)
+    if json_body:
+        return json.dumps(json_format.MessageToDict(status)).encode("utf-8")
+    return status.SerializeToString()
 
 
 def is_otlp_protobuf(path: Path) -> bool:
@@ -942,6 +966,7 @@ def import_otel(store: Any, path: Any, *, session_prefix: str = "", progress: An
         watching_roots(store, source) as watch,
         Progress(progress, total=len(spans), desc=f"importing {path.name}", unit="spans") as bar,
     ):
-        summary = writer.write(spans, complete=True, watch=watch)
+        with store.transaction():  # the file is stored whole or not at all
+            summary = writer.write(spans, complete=True, watch=watch)
         bar.update(len(spans))
     return [store.session(sid) for sid in summary.sessions if len(store.session(sid)) or store.runs(sid)]
