@@ -437,7 +437,8 @@ def _chat_message(role: str, body: dict) -> dict:
     for call in calls if isinstance(calls, list) else []:
         if not isinstance(call, dict):
             continue
-        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+        function = call.get("function")
+        fn: dict = function if isinstance(function, dict) else call
         args = fn.get("arguments")
         parts.append(
             {
