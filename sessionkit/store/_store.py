@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("sessionkit")
 
 
+def _time_arg(value: Any, name: str) -> str:
+    """A run's time as stored (ISO 8601 UTC, milliseconds); not a time -> the error naming ``name``."""
+    try:
+        return _msg.to_iso(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {str(exc).removeprefix('created_at: ')}") from None
+
+
 class Store:
     """A conversation store. Open one with :func:`sessionkit.open_store`.
 
@@ -457,7 +465,7 @@ class Store:
             except TypeError as exc:
                 why = str(exc).removeprefix("message is not JSON-encodable: ")
                 raise TypeError(f"meta of run {run_id!r} is not JSON-encodable: {why}") from None
-        began = _msg.now_iso() if started_at is None else _msg.to_iso(started_at)
+        began = _msg.now_iso() if started_at is None else _time_arg(started_at, "started_at")
         with eng.write():
             eng.w_run_begin(session_id, run_id, input, began, stored_meta)
 
@@ -480,7 +488,7 @@ class Store:
             error = _str_arg(error, "error")
         if usage is not None:
             _json_arg(usage, "usage")
-        ended = _msg.now_iso() if ended_at is None else _msg.to_iso(ended_at)
+        ended = _msg.now_iso() if ended_at is None else _time_arg(ended_at, "ended_at")
         with eng.write():
             eng.w_run_end(run_id, status, error, usage, ended)
 
