@@ -525,7 +525,10 @@ def _oi_messages(attrs: dict[str, Any], prefix: str) -> list[dict]:
 
 def _conversation(span: Span) -> tuple[list[dict], list[dict]]:
     """A model call's ``(input messages, output messages)`` in GenAI's shape."""
-    a = span.attributes
+    a = dict(span.attributes)
+    for name, _, attrs in span.events:  # the messages may come as an event's attributes instead
+        if name == "gen_ai.client.inference.operation.details":
+            a = {**attrs, **a}
     inputs: list[dict] = []
     system = _loads(a.get("gen_ai.system_instructions"))
     if isinstance(system, list) and system:

@@ -371,6 +371,22 @@ def test_messages_as_span_events(new_store):
     assert history[2]["metadata"]["otel"]["finish_reason"] == "stop"
 
 
+def test_messages_as_attributes_of_an_operation_details_event(new_store):
+    exporter = InMemorySpanExporter()
+    tracer = _provider(SimpleSpanProcessor(exporter)).get_tracer("t")
+    with tracer.start_as_current_span("chat", attributes={"gen_ai.operation.name": "chat", "session.id": "d"}) as span:
+        span.add_event(
+            "gen_ai.client.inference.operation.details",
+            {"gen_ai.input.messages": json.dumps([USER]), "gen_ai.output.messages": json.dumps([FINAL])},
+        )
+    store = new_store("sqlite")
+    TraceReceiver(store).export(otlp_protobuf(exporter.get_finished_spans()), content_type="application/x-protobuf")
+    assert [m["parts"][0]["text"] for m in store.session("d").get_history()] == [
+        "Weather in Oslo?",
+        "Sunny in Oslo, 21 C.",
+    ]
+
+
 @pytest.mark.parametrize(
     ("body", "content_type", "encoding", "status", "reason"),
     [
