@@ -557,12 +557,13 @@ def _usage(span: Span) -> dict[str, Any]:
     cache_write = _int(
         a.get("gen_ai.usage.cache_creation.input_tokens", a.get("llm.token_count.prompt_details.cache_write"))
     )
+    cost = a.get("llm.cost.total")
     return {
         "in": tokens_in or 0,
         "out": tokens_out or 0,
         "cache_read": cache_read or 0,
         "cache_write": cache_write or 0,
-        "cost_usd": None,
+        "cost_usd": float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
         "model": _model(span),
     }
 
@@ -867,12 +868,16 @@ def _span_events(span: Span, run_id: str, root: bool) -> list[dict]:
 
 
 def _sum_usage(events: list[dict]) -> dict[str, Any]:
+    """The run's usage: the model calls' summed; its cost only when every call's is known."""
     total: dict[str, Any] = {"in": 0, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": None}
+    costs = [e.get("cost_usd") for e in events]
     for e in events:
         for k in ("in", "out", "cache_read", "cache_write"):
             total[k] += _int(e.get(k)) or 0
         if total["model"] is None and isinstance(e.get("model"), str):
             total["model"] = e["model"]
+    if costs and all(isinstance(c, (int, float)) for c in costs):
+        total["cost_usd"] = sum(costs)
     return total
 
 

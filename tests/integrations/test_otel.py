@@ -16,6 +16,13 @@ import httpx
 import pytest
 from google.protobuf import json_format
 from helpers import free_port, wait_until
+from openinference.semconv.trace import (
+    MessageAttributes,
+    MessageContentAttributes,
+    OpenInferenceSpanKindValues,
+    SpanAttributes,
+    ToolCallAttributes,
+)
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -276,54 +283,72 @@ def test_a_failed_root_span_records_a_failed_run(new_store):
     assert [e["kind"] for e in store.events("s-failed")] == ["run.start", "otel.span", "run.end"]
 
 
+def _oi_message(prefix: str, i: int, role: str, *, text=None, contents=None, calls=(), answers=None) -> dict:
+    """One OpenInference message, flattened under ``prefix.i`` with the convention's own names."""
+    base = f"{prefix}.{i}."
+    out = {base + MessageAttributes.MESSAGE_ROLE: role}
+    if text is not None:
+        out[base + MessageAttributes.MESSAGE_CONTENT] = text
+    for j, item in enumerate(contents or ()):
+        head = f"{base}{MessageAttributes.MESSAGE_CONTENTS}.{j}."
+        out[head + MessageContentAttributes.MESSAGE_CONTENT_TYPE] = "text"
+        out[head + MessageContentAttributes.MESSAGE_CONTENT_TEXT] = item
+    for j, (call_id, name, arguments) in enumerate(calls):
+        head = f"{base}{MessageAttributes.MESSAGE_TOOL_CALLS}.{j}."
+        out[head + ToolCallAttributes.TOOL_CALL_ID] = call_id
+        out[head + ToolCallAttributes.TOOL_CALL_FUNCTION_NAME] = name
+        out[head + ToolCallAttributes.TOOL_CALL_FUNCTION_ARGUMENTS_JSON] = arguments
+    if answers is not None:
+        out[base + MessageAttributes.MESSAGE_TOOL_CALL_ID] = answers
+    return out
+
+
 def test_openinference_spans(new_store):
-    """OpenInference's flattened attributes: LLM and TOOL spans, session.id, token counts."""
+    """OpenInference's flattened attributes (named by openinference-semantic-conventions): LLM and
+    TOOL spans, session.id, token counts and costs."""
     exporter = InMemorySpanExporter()
     tracer = _provider(SimpleSpanProcessor(exporter)).get_tracer("openinference")
-    common = {"session.id": "oi-1"}
+    common = {SpanAttributes.SESSION_ID: "oi-1"}
+    inp, outp = SpanAttributes.LLM_INPUT_MESSAGES, SpanAttributes.LLM_OUTPUT_MESSAGES
+    call = [("call_9", "get_weather", '{"city": "Oslo"}')]
+    llm = {
+        **common,
+        SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.LLM.value,
+        SpanAttributes.LLM_MODEL_NAME: "gpt-4o-mini",
+    }
     first = {
-        "openinference.span.kind": "LLM",
-        "llm.model_name": "gpt-4o-mini",
-        "llm.input_messages.0.message.role": "user",
-        "llm.input_messages.0.message.content": "Weather in Oslo?",
-        "llm.output_messages.0.message.role": "assistant",
-        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call_9",
-        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "get_weather",
-        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": '{"city": "Oslo"}',
-        "llm.token_count.prompt": 11,
-        "llm.token_count.completion": 4,
+        **llm,
+        **_oi_message(inp, 0, "user", text="Weather in Oslo?"),
+        **_oi_message(outp, 0, "assistant", calls=call),
+        SpanAttributes.LLM_TOKEN_COUNT_PROMPT: 11,
+        SpanAttributes.LLM_TOKEN_COUNT_COMPLETION: 4,
+        SpanAttributes.LLM_COST_TOTAL: 0.002,
     }
     second = {
-        "openinference.span.kind": "LLM",
-        "llm.model_name": "gpt-4o-mini",
-        "llm.input_messages.0.message.role": "user",
-        "llm.input_messages.0.message.content": "Weather in Oslo?",
-        "llm.input_messages.1.message.role": "assistant",
-        "llm.input_messages.1.message.tool_calls.0.tool_call.id": "call_9",
-        "llm.input_messages.1.message.tool_calls.0.tool_call.function.name": "get_weather",
-        "llm.input_messages.1.message.tool_calls.0.tool_call.function.arguments": '{"city": "Oslo"}',
-        "llm.input_messages.2.message.role": "tool",
-        "llm.input_messages.2.message.tool_call_id": "call_9",
-        "llm.input_messages.2.message.content": "sunny",
-        "llm.output_messages.0.message.role": "assistant",
-        "llm.output_messages.0.message.contents.0.message_content.type": "text",
-        "llm.output_messages.0.message.contents.0.message_content.text": "Sunny.",
-        "llm.token_count.prompt": 25,
-        "llm.token_count.completion": 2,
+        **llm,
+        **_oi_message(inp, 0, "user", text="Weather in Oslo?"),
+        **_oi_message(inp, 1, "assistant", calls=call),
+        **_oi_message(inp, 2, "tool", text="sunny", answers="call_9"),
+        **_oi_message(outp, 0, "assistant", contents=["Sunny."]),
+        SpanAttributes.LLM_TOKEN_COUNT_PROMPT: 25,
+        SpanAttributes.LLM_TOKEN_COUNT_COMPLETION: 2,
+        SpanAttributes.LLM_COST_TOTAL: 0.003,
     }
-    with tracer.start_as_current_span("agent", attributes={**common, "openinference.span.kind": "AGENT"}):
-        with tracer.start_as_current_span("ChatCompletion", attributes={**common, **first}):
+    tool_attrs = {
+        **common,
+        SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
+        SpanAttributes.TOOL_NAME: "get_weather",
+        ToolCallAttributes.TOOL_CALL_ID: "call_9",
+        SpanAttributes.INPUT_VALUE: '{"city": "Oslo"}',
+        SpanAttributes.OUTPUT_VALUE: "sunny",
+    }
+    agent = {**common, SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value}
+    with tracer.start_as_current_span("agent", attributes=agent):
+        with tracer.start_as_current_span("ChatCompletion", attributes=first):
             pass
-        tool_attrs = {
-            "openinference.span.kind": "TOOL",
-            "tool.name": "get_weather",
-            "tool_call.id": "call_9",
-            "input.value": '{"city": "Oslo"}',
-            "output.value": "sunny",
-        }
-        with tracer.start_as_current_span("get_weather", attributes={**common, **tool_attrs}):
+        with tracer.start_as_current_span("get_weather", attributes=tool_attrs):
             pass
-        with tracer.start_as_current_span("ChatCompletion", attributes={**common, **second}):
+        with tracer.start_as_current_span("ChatCompletion", attributes=second):
             pass
     spans = exporter.get_finished_spans()
     store = new_store("sqlite")
@@ -339,7 +364,10 @@ def test_openinference_spans(new_store):
     }
     assert history[2]["parts"][0]["output"] == "sunny"
     assert history[3]["parts"] == [{"type": "text", "text": "Sunny."}]
-    assert store.runs("oi-1")[0].usage["in"] == 36
+    (run,) = store.runs("oi-1")
+    assert run.usage["in"] == 36 and run.usage["cost_usd"] == pytest.approx(0.005)
+    (turn,) = store.sql("SELECT cost_usd FROM turns").to_dict("records")
+    assert turn["cost_usd"] == pytest.approx(0.005)
     tool = _by(spans, "get_weather")[0]
     (tc,) = store.sql("SELECT tool_name, result, latency_s FROM tool_calls").to_dict("records")
     assert tc["tool_name"] == "get_weather" and tc["result"] == "sunny"
