@@ -131,12 +131,12 @@ def _attrs(kvs: Iterable[Any]) -> dict[str, Any]:
     return {kv.key: _any_value(kv.value) for kv in kvs}
 
 
-def _json_ids(value: Any, source: str) -> Any:
+def _json_ids(value: Any) -> Any:
     """OTLP/JSON writes trace and span ids as hex; protobuf's JSON mapping reads bytes as
     base64. Hex ids (32 characters for a trace, 16 for a span) are turned into base64 so
     that ``json_format`` reads them; base64 ids (24 and 12 characters) are kept."""
     if isinstance(value, list):
-        return [_json_ids(v, source) for v in value]
+        return [_json_ids(v) for v in value]
     if not isinstance(value, dict):
         return value
     out = {}
@@ -146,7 +146,7 @@ def _json_ids(value: Any, source: str) -> Any:
                 v = base64.b64encode(bytes.fromhex(v)).decode("ascii")
             out[key] = v
         else:
-            out[key] = _json_ids(v, source)
+            out[key] = _json_ids(v)
     return out
 
 
@@ -175,7 +175,7 @@ def _request_from_json(doc: Any, source: str, where: str | None) -> Any:
         raise MalformedInput(source, where, "not OTLP trace data (no resourceSpans)")
     request = service.ExportTraceServiceRequest()
     try:
-        json_format.ParseDict(_json_ids(doc, source), request, ignore_unknown_fields=True)
+        json_format.ParseDict(_json_ids(doc), request, ignore_unknown_fields=True)
     except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
         raise MalformedInput(source, where, f"not OTLP trace data ({' '.join(str(exc).split())})") from None
     return request
@@ -421,7 +421,7 @@ def _chat_message(role: str, body: dict) -> dict:
     parts: list[dict] = []
     content = body.get("content")
     call_id = body.get("id") if role == "tool" else None
-    if role == "tool" or (body.get("tool_call_id") and role != "assistant"):
+    if role == "tool":
         call_id = body.get("tool_call_id") or call_id
         parts.append({"type": "tool_call_response", "id": call_id, "response": _loads(content)})
         return {"role": "tool", "parts": parts}
