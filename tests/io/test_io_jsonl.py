@@ -18,7 +18,7 @@ def _lines(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
-    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == 2
+    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == sk.io.jsonl.FORMAT_VERSION == 3
     return rows[1:]
 
 
@@ -94,7 +94,7 @@ def test_compactions_and_payloads_survive(engine, make_store, tmp_path):
     s = _build_compacted(src)
     path = tmp_path / "c.jsonl"
     counts = sk.io.export_jsonl(s, path)
-    assert counts == {"sessions": 1, "messages": 7, "compactions": 2, "labels": 0}
+    assert counts == {"sessions": 1, "messages": 7, "compactions": 2, "labels": 0, "runs": 0, "events": 0, "embeddings": 0}
     targets = ["sqlite", "duckdb"]
     for target in targets:  # also across engines
         dst = make_store(target)
