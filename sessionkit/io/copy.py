@@ -119,6 +119,10 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
                 if sid not in copied:
                     _copy_session(src, dst, sid, counts, bar)
                     copied.add(sid)
+        # labels last, in the order they were added across sessions (their messages are all copied)
+        labels = src.labels()
+        for start in range(0, len(labels), _BATCH):
+            counts["labels"] += dst.import_labels(labels[start : start + _BATCH])
     return counts
 
 
@@ -133,9 +137,6 @@ def _copy_session(src: Store, dst: Store, sid: str, counts: dict, bar: Progress)
         bar.update(len(batch))
     for batch in src.scan("compactions", session_ids=[sid], batch_size=_BATCH):
         counts["compactions"] += sum(target.import_compaction(comp) for _, comp in batch)
-    labels = src.labels(session_id=sid)
-    if labels:
-        counts["labels"] += dst.import_labels(labels)
     runs = src.runs(sid)
     if runs:
         n = dst.import_runs(runs)

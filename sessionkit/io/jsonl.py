@@ -121,12 +121,15 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
                 out.write(_msg.dumps(line))
                 out.write("\n")
                 n_comps += 1
-        for sid in data.session_ids:
-            for label in store.labels(session_id=sid):
-                fields = {k: v for k, v in label.to_dict().items() if k != "session_id"}
-                out.write(_msg.dumps({"type": "label", "session_id": sid, "label": fields}))
-                out.write("\n")
-                n_labels += 1
+        scope = None if sids is None else set(sids)
+        for label in store.labels():  # in the order they were added, across sessions
+            sid = label.session_id
+            if scope is not None and sid not in scope:
+                continue
+            fields = {k: v for k, v in label.to_dict().items() if k != "session_id"}
+            out.write(_msg.dumps({"type": "label", "session_id": sid, "label": fields}))
+            out.write("\n")
+            n_labels += 1
         side = {"runs": 0, "events": 0, "embeddings": 0}
         for kind in side:
             for batch in store.scan(kind, session_ids=sids, batch_size=1000):

@@ -42,6 +42,7 @@ PARQUET_FILES = (
 
 #: The views read through ``store.sql`` (the others through the Python API), with their row order.
 _SQL_VIEWS = {
+    "labels": "seq",
     "paths": "session_id, leaf_id",
     "turns": "session_id, user_id, reply_id",
     "tool_calls": "session_id, call_message_id, tool_call_id",

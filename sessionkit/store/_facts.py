@@ -38,12 +38,20 @@ def _time(value: Any, name: str, *, optional: bool = False) -> str | None:
         raise type(exc)(f"{name}: {exc}") from None
 
 
+def _json(value: Any, name: str) -> str:
+    try:
+        return _json_arg(value, name)
+    except TypeError as exc:
+        why = str(exc).removeprefix("message is not JSON-encodable: ")
+        raise TypeError(f"{name} is not JSON-encodable: {why}") from None
+
+
 def _json_object(value: Any, name: str) -> dict | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise TypeError(f"{name} must be a dict (a JSON object) or None, got {type(value).__name__}")
-    _json_arg(value, name)
+    _json(value, name)
     return value
 
 
@@ -90,7 +98,7 @@ def _checked_event(ev: Any) -> dict:
     run_id = ev.get("run_id")
     if run_id is not None:
         _str_arg(run_id, f"event {seq} of session {sid!r}: run_id")
-    _json_arg(ev, f"event {seq} of session {sid!r}")
+    _json(ev, f"event {seq} of session {sid!r}")
     return dict(ev)
 
 
