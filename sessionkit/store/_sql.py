@@ -717,9 +717,9 @@ class SQLEngine(SQLBase):
 
     def w_import_embeddings(self, rows: list[tuple[str, str, str, int, str]]) -> int:
         by_session: dict[str, list[tuple[str, str, str, int, str]]] = {}
-        for row in rows:
-            by_session.setdefault(row[0], []).append(row)
-        out = []
+        for given in rows:
+            by_session.setdefault(given[0], []).append(given)
+        out: list[tuple[str, int, str, str, int, str]] = []  # rows of the table: model, seq, sid, mid, dim, vector
         for sid, items in by_session.items():
             self.lock_session(sid)
             seqs = {n.id: n.seq for n in self.nodes_by_id(sid, list({r[1] for r in items}))}
@@ -727,7 +727,7 @@ class SQLEngine(SQLBase):
                 if mid not in seqs:
                     raise MessageNotFound(f"a {model!r} vector names message {mid!r}, which is not in session {sid!r}")
                 out.append((model, seqs[mid], sid, mid, dim, vector))
-        held = set()
+        held: set[tuple[str, int]] = set()
         for part in _split(sorted({r[1] for r in out}), 1000):
             held.update((m, seq) for m, seq in self.fetch(self._fact_sql("vectors_at"), (self.listed(part),)))
         fresh = []

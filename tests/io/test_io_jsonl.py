@@ -202,7 +202,8 @@ def test_session_export_holds_only_that_session(store, tmp_path):
         ),
         (
             [
-                '{"type": "embedding", "session_id": "s", "embedding": {"message_id": "zz", "model": "m", "vector": [1]}}'
+                '{"type": "embedding", "session_id": "s", "embedding": '
+                '{"message_id": "zz", "model": "m", "vector": [1]}}'
             ],
             "line 1",
             "'zz', which is not in session 's'",
