@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import StoreCorrupt, UsageError
 from ..store import Store, open_store
 from ._progress import Progress, check_progress
 
@@ -69,7 +69,9 @@ def copy_store(src: Any, dst: Any, *, merge: bool = False, progress: Any = None)
     kept and what it lacks is added (messages by session and id, compactions, labels and
     runs by id, events by seq, vectors by message and model), so an interrupted copy
     completes when run again with ``merge=True``. Copying a store into itself is a
-    ``UsageError``. ``progress`` as for the importers (messages copied).
+    ``UsageError``. ``progress`` as for the importers (messages copied). A source whose
+    file is damaged raises :class:`~sessionkit.StoreCorrupt` at the first session it cannot
+    read, naming it; the sessions copied before it stay in ``dst``.
 
     Returns the counts added: ``{"sessions", "messages", "compactions", "labels", "runs",
     "events", "embeddings"}``.
@@ -106,7 +108,7 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
         progress, total=sum(i.message_count for i in infos), desc="copying", unit="messages", auto_min=1000
     ) as bar:
         for info in infos:
-            _copy_session(src, dst, info.id, counts, bar)
+            _copy_damaged_named(src, dst, info.id, counts, bar, len(copied))
             copied.add(info.id)
         # sessions holding only runs or events (no message): found by reading those once more
         for kind in ("runs", "events"):
@@ -117,13 +119,24 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
                         rest.append(sid)
             for sid in rest:
                 if sid not in copied:
-                    _copy_session(src, dst, sid, counts, bar)
+                    _copy_damaged_named(src, dst, sid, counts, bar, len(copied))
                     copied.add(sid)
         # labels last, in the order they were added across sessions (their messages are all copied)
         labels = src.labels()
         for start in range(0, len(labels), _BATCH):
             counts["labels"] += dst.import_labels(labels[start : start + _BATCH])
     return counts
+
+
+def _copy_damaged_named(src: Store, dst: Store, sid: str, counts: dict, bar: Progress, before: int) -> None:
+    """:func:`_copy_session`; a damaged source names the session it could not read, and how far the copy got."""
+    try:
+        _copy_session(src, dst, sid, counts, bar)
+    except StoreCorrupt as exc:
+        raise StoreCorrupt(
+            f"{exc} (while copying session {sid!r}: the {before} sessions before it are copied, "
+            "and what of it could be read)"
+        ) from exc
 
 
 def _copy_session(src: Store, dst: Store, sid: str, counts: dict, bar: Progress) -> None:

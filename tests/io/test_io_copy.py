@@ -112,3 +112,24 @@ def test_the_command_copies_into_postgresql_by_url(tmp_path, new_store):
     done = _run("copy", str(src), url)
     assert done.returncode == 0, done.stderr
     assert [(i.id, i.message_count) for i in target.list_sessions()] == [("a", 2)]
+
+
+def test_a_damaged_source_is_copied_up_to_the_session_it_cannot_read(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "damaged.db")
+    with sk.open_store(path) as store:
+        _fill(store, "a", 2)
+        store.session("b").append(msg("b1", "y" * 3_000_000))  # its text goes to continuation rows
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'sessionkit_chunks'").fetchone()[0]
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    con.close()
+    with open(path, "r+b") as fh:  # the continuation rows' b-tree can no longer be read
+        fh.seek((root - 1) * page)
+        fh.write(b"\xff" * page)
+    with pytest.raises(sk.StoreCorrupt, match="while copying session 'b': the 1 sessions before it are copied"):
+        sk.io.copy_store(path, tmp_path / "rescued.db")
+    with sk.open_store(tmp_path / "rescued.db") as rescued:
+        assert [(i.id, i.message_count) for i in rescued.list_sessions()] == [("a", 2)]
