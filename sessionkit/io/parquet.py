@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import messages as _msg
-from ..errors import InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge, missing
+from ..errors import InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge, UsageError, missing
 from ..store import Compaction, Store
 from ._common import SessionList, sessions_result
 from ._progress import Progress, check_progress
@@ -293,6 +293,8 @@ def import_parquet(store, folder: Any, *, progress: Any = None) -> list | Sessio
     folder = as_path(folder)
     if not folder.exists():
         raise PathMissing(f"{str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise UsageError(f"{str(folder)!r} is a file: a Parquet export is a folder (of messages.parquet...)")
     if not is_parquet_export(folder):
         raise PathMissing(f"{str(folder)!r} is not a folder holding a Parquet export (messages.parquet)")
     pq = _pyarrow_parquet()

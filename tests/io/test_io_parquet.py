@@ -92,6 +92,9 @@ def test_import_parquet_refuses_what_is_no_export_and_names_the_row_at_fault(sto
 
     with pytest.raises(sk.UsageError, match="does not exist"):
         sk.io.import_parquet(store, tmp_path / "missing")
+    (tmp_path / "file.parquet").write_bytes(b"PAR1")
+    with pytest.raises(sk.UsageError, match="is a file: a Parquet export is a folder"):
+        sk.io.import_parquet(store, tmp_path / "file.parquet")
     (tmp_path / "empty").mkdir()
     with pytest.raises(sk.UsageError, match="not a folder holding a Parquet export"):
         sk.io.import_parquet(store, tmp_path / "empty")
