@@ -594,6 +594,19 @@ class AsyncStore:
         """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
         return await self._call("import_labels", list(labels))
 
+    # -- facts as they are: imports, exports and copies -------------------------------------
+    async def import_runs(self, runs: Iterable[RunRecord | dict]) -> int:
+        """Store run records with their ids, times and meta kept (see :meth:`sessionkit.Store.import_runs`)."""
+        return await self._call("import_runs", list(runs))
+
+    async def import_events(self, events: Iterable[dict]) -> int:
+        """Store run events with their seqs kept (see :meth:`sessionkit.Store.import_events`)."""
+        return await self._call("import_events", list(events))
+
+    async def import_embeddings(self, vectors: Iterable[dict]) -> int:
+        """Store message vectors as they are (see :meth:`sessionkit.Store.import_embeddings`)."""
+        return await self._call("import_embeddings", list(vectors))
+
     # -- embeddings -------------------------------------------------------------------------
     async def embed(self, embedder, *, batch_size: int = 256, progress=None, options: dict | None = None) -> int:
         """Store vectors for the messages new since the last call, as :meth:`sessionkit.Store.embed`

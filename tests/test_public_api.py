@@ -200,6 +200,8 @@ SUBPACKAGES = {
         "chat_to_messages",
         "export_jsonl",
         "export_parquet",
+        "import_parquet",
+        "copy_store",
         "import_hh",
         "import_jsonl",
         "import_oasst",

@@ -175,6 +175,7 @@ _IMPORTERS = {
     "swe-agent": "import_swe_agent",
     "inspect": "import_inspect",
     "otel": "import_otel",
+    "parquet": "import_parquet",
 }
 
 
@@ -182,6 +183,7 @@ _IMPORTERS = {
 _NO_PREFIX = {
     "openai": "the file goes into one session, named with --session",
     "jsonl": "a sessionkit export keeps the session ids it was written with",
+    "parquet": "a sessionkit export keeps the session ids it was written with",
 }
 
 
@@ -211,7 +213,7 @@ def _merge_warnings(category: type[Warning]) -> Iterator[None]:
 
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
-    folders = (None, "claude-code", "swe-agent")  # the formats whose FILE may be a folder
+    folders = (None, "claude-code", "swe-agent", "parquet")  # the formats whose FILE may be a folder
     io = _optional_module("sessionkit.io", "import")
     # Before any store is opened (or created): a missing path, or a folder where a file goes,
     # is a usage error saying which (in the words of the importers' sessionkit.UsageError).
@@ -282,6 +284,35 @@ def cmd_export(args, out: TextIO) -> int:
             stats = store.stats()
             what = f"{_count(stats['sessions'], 'session')} ({_count(stats['messages'], 'message')})"
     print(f"exported {what} to {args.path} ({args.format})", file=out)
+    return 0
+
+
+def cmd_copy(args, out: TextIO) -> int:
+    """Copy everything of one store into another (any engines), refusing a destination holding sessions."""
+    io = _optional_module("sessionkit.io", "copy")
+    local = _local_path(args.dst)
+    existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
+    with _existing_store(args.src) as src:
+        # An existing file must already be a sessionkit store (as for import).
+        with _existing_store(args.dst) if existing else sk.open_store(args.dst) as dst:
+            counts = _function(io, "copy_store", "copy")(src, dst, merge=args.merge)
+            held = dst.stats()
+    added = ", ".join(
+        _count(counts[k], noun)
+        for k, noun in (
+            ("messages", "message"),
+            ("compactions", "compaction"),
+            ("labels", "label"),
+            ("runs", "run"),
+            ("events", "run event"),
+            ("embeddings", "vector"),
+        )
+    )
+    print(
+        f"copied {_count(counts['sessions'], 'session')} from {args.src} into {args.dst}: {added} "
+        f"(the store holds {_count(held['messages'], 'message')} in {_count(held['sessions'], 'session')})",
+        file=out,
+    )
     return 0
 
 

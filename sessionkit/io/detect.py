@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import MalformedInput
 from ._frameworks import open_sqlite, table_names
 from ._reading import PathMissing, as_path, check_file
+from .parquet import is_parquet_export
 
 __all__ = ["detect_format", "FORMATS"]
 
@@ -37,6 +38,7 @@ FORMATS = {
     "swe-agent": "import_swe_agent",
     "inspect": "import_inspect",
     "otel": "import_otel",
+    "parquet": "import_parquet",
 }
 
 _PEEK = 1 << 16
@@ -117,11 +119,15 @@ def detect_format(path: Any) -> str:
     """
     path = as_path(path)
     if path.is_dir():
+        if is_parquet_export(path):
+            return "parquet"
         if any(path.rglob("*.jsonl")):
             return "claude-code"
         if any(path.rglob("*.traj")):
             return "swe-agent"
-        raise PathMissing(f"{str(path)!r} is a folder without .jsonl session logs or .traj trajectories")
+        raise PathMissing(
+            f"{str(path)!r} is a folder without .jsonl session logs, .traj trajectories or a Parquet export"
+        )
     check_file(path)
     with open(path, "rb") as fh:
         magic = fh.read(64)

@@ -414,6 +414,51 @@ class Store:
         label's message must be stored. Returns how many were added."""
         return _labels.import_labels(self, labels)
 
+    # -- facts as they are: imports, exports and copies (docs/importing.md) -----------
+    def import_runs(self, runs: Iterable[RunRecord | dict]) -> int:
+        """Store run records as they are, in one transaction; returns how many were added.
+
+        Each run is a :class:`RunRecord` (as :meth:`runs` gives them) or a dict of its
+        fields (``run_id``, ``session_id``, ``status``, ``started_at``; ``ended_at``,
+        ``error``, ``input``, ``usage``, ``meta`` optional): its id, status, times,
+        input, error, usage and meta are kept, and it is numbered after the runs its
+        session holds (so runs imported in order keep their order). A run whose id is
+        stored already is skipped, so importing twice adds nothing; one stored under
+        another session -> ``ValueError``. Every run is checked before anything is
+        written: a field of the wrong type -> ``TypeError``, a time that is not ISO 8601,
+        an unknown field -> ``ValueError``, each naming the run."""
+        from . import _facts
+
+        return _facts.import_runs(self, runs)
+
+    def import_events(self, events: Iterable[dict]) -> int:
+        """Store run events as they are, in one transaction; returns how many were added.
+
+        Each event is a JSON object as :meth:`events` gives them: its ``session_id`` and
+        ``seq`` (an int from 0) say where it goes, the rest (``kind``, ``ts``,
+        ``run_id``...) is kept unchanged. An event whose session holds the same event at
+        that seq is skipped, so importing twice adds nothing; a seq holding another event
+        -> ``ValueError``. Every event is checked before anything is written (not a dict,
+        no session id or seq, not JSON -> ``TypeError``/``ValueError`` naming it)."""
+        from . import _facts
+
+        return _facts.import_events(self, events)
+
+    def import_embeddings(self, vectors: Iterable[dict]) -> int:
+        """Store message vectors as they are (see :meth:`embed`), in one transaction;
+        returns how many were added.
+
+        Each is a dict ``{"session_id", "message_id", "model", "vector"}`` (a row of the
+        ``embeddings`` view, or of ``store.scan("embeddings")`` with its session id);
+        the vector is kept as :meth:`embed` keeps one (float32 values). A message that
+        holds a vector of that model already is skipped, so importing twice adds nothing.
+        The message must be stored (else :class:`MessageNotFound`); a vector that is
+        empty, holds a NaN, or differs in length from another of its model in the call
+        -> ``ValueError``, checked before anything is written."""
+        from . import _facts
+
+        return _facts.import_embeddings(self, vectors)
+
     # -- runs and events (docs/agents.md) -------------------------------------------
     def runs(self, session_id: str) -> list[RunRecord]:
         """Recorded agent runs of a session, oldest first."""
@@ -626,10 +671,12 @@ class Store:
         - ``"messages"``: ``(session_id, TreeNode, message)``, payloads restored;
         - ``"compactions"``: ``(session_id, Compaction)``;
         - ``"runs"``: ``(session_id, RunRecord)``;
-        - ``"events"``: ``(session_id, event)``.
+        - ``"events"``: ``(session_id, event)``;
+        - ``"embeddings"``: ``(session_id, {"message_id", "model", "vector"})``, the
+          vectors :meth:`embed` stored (each session's in message write order).
 
         Nodes, messages and compactions come in store-wide write order (the order
-        an export replays them in); runs and events session by session, each
+        an export replays them in); runs, events and vectors session by session, each
         session's in its order (runs as they began, events by ``seq``).
         ``session_ids=None`` covers every session, including those holding only
         runs, events or compactions. Content is read one batch at a time, so the
@@ -667,6 +714,8 @@ class Store:
             yield from eng.scan_runs(ids, batch_size)
         elif kind == "events":
             yield from eng.scan_events(ids, batch_size)
+        elif kind == "embeddings":
+            yield from eng.scan_embeddings(ids, batch_size)
         else:
             for batch in eng.scan_nodes(ids, batch_size):
                 self._check()
