@@ -59,6 +59,7 @@ PINNED = {
     "widgets",
     "server",
     "prototyping",
+    "capture",
 }
 
 
