@@ -136,6 +136,9 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
             raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         self.store = store
         self.session = session
+        # litellm keeps one callback per class and public str/int/bool attributes: an id of its
+        # own lets several captures (nested, or of other sessions) report at once
+        self.capture_id = uuid.uuid4().hex
         self.timeout = float(timeout)
         self.run_ids: list[str] = []
         self.errors: list[BaseException] = []
@@ -268,7 +271,7 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
         chat = [_plain(m) for m in kwargs.get("messages") or ()]
         inputs = _chain(chat, None)
         at = inputs[-1]["id"] if inputs else None
-        run_id = f"litellm-{call_id}"
+        run_id = f"litellm-{uuid.uuid4().hex}"  # a run id is never reused in a store, whoever records the call
         usage = response_usage(response, model=model) if error is None else None
         choices = list(getattr(response, "choices", None) or ()) if error is None else []
         replies: list[tuple[dict, Any]] = []
@@ -283,7 +286,7 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
         if inputs and inputs[-1]["role"] == "user":
             inputs[-1]["metadata"] = {**inputs[-1].get("metadata", {}), "run_id": run_id}
         status = "completed" if error is None else "failed"
-        meta = {"at": at, "source": "litellm", "model": model, "latency_s": _seconds(start, end)}
+        meta = {"at": at, "source": "litellm", "call_id": call_id, "model": model, "latency_s": _seconds(start, end)}
         events = self._events(run_id, prompt, at, replies, usage, error, start, end)
         session = self.session
         with self.store.transaction():

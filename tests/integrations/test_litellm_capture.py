@@ -11,8 +11,8 @@ import pytest
 
 import sessionkit as sk
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-litellm = pytest.importorskip("litellm")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm's bundled prices: nothing fetched
+import litellm  # (after the setting above)
 
 MODEL = "gpt-4o-mini"
 SYSTEM = {"role": "system", "content": "Answer in one line."}
@@ -130,7 +130,7 @@ def test_calls_sharing_a_prefix_build_one_path_and_a_branch(new_store, engine, p
     probe.wait_for(3)
     reported = {c["call_id"]: c for c in probe.calls}
     for run in runs:
-        seen = reported[run.run_id.removeprefix("litellm-")]
+        seen = reported[run.meta["call_id"]]
         assert (run.usage["in"], run.usage["out"], run.usage["cost_usd"]) == (seen["in"], seen["out"], seen["cost"])
         assert run.usage["model"] == MODEL and run.meta["latency_s"] > 0
     assert (runs[0].usage["in"], runs[0].usage["out"]) == (first.usage.prompt_tokens, first.usage.completion_tokens)
@@ -227,6 +227,17 @@ def test_async_block_waits_for_its_calls(new_store):
     assert len(store.runs("async")) == 4 and len(store.session("async")) == 8
 
 
+def test_nested_captures_record_into_each_session(new_store):
+    store = new_store("sqlite")
+    with sk.capture(store, session="outer") as outer:
+        with sk.capture(store, session="inner") as inner:
+            ask([user("both")], "yes")
+        ask([user("outer only")], "yes")
+    assert (len(store.runs("inner")), len(store.runs("outer"))) == (1, 2)
+    assert inner.errors == outer.errors == []
+    assert store.runs("inner")[0].meta["call_id"] == store.runs("outer")[0].meta["call_id"]
+
+
 def test_tool_calls_and_their_results(new_store):
     store = new_store("sqlite")
     call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
@@ -283,3 +294,23 @@ def test_bad_arguments(new_store):
     with cap, pytest.raises(sk.UsageError, match="active already"):
         cap.__enter__()
     assert all(c is not cap for c in litellm.callbacks)
+
+
+def test_the_views_read_captured_calls(new_store):
+    store = new_store("sqlite")
+    with sk.capture(store):
+        first = ask([user("hi")], "hello")
+    (run,) = store.runs("litellm")
+    turns = store.sql("SELECT run_id, cost_usd, latency_s, reply_id FROM turns").to_dict("records")
+    assert len(turns) == 1 and turns[0]["run_id"] == run.run_id
+    assert turns[0]["cost_usd"] == pytest.approx(first._hidden_params["response_cost"])
+    assert turns[0]["latency_s"] == pytest.approx(run.meta["latency_s"], abs=0.002)  # events keep milliseconds
+    assert turns[0]["reply_id"] == store.session("litellm").get_history()[-1]["id"]
+    runs = store.sql("SELECT tokens_in, tokens_out, started_at_message FROM runs").to_dict("records")
+    assert runs == [
+        {
+            "tokens_in": first.usage.prompt_tokens,
+            "tokens_out": first.usage.completion_tokens,
+            "started_at_message": run.meta["at"],
+        }
+    ]
