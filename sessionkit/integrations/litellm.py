@@ -81,10 +81,16 @@ def _chain(chat: list[dict], parent: str | None) -> list[dict]:
     return converted
 
 
-def _iso(moment: Any) -> str | None:
+def _aware(moment: Any) -> datetime | None:
+    """litellm's start or end time (a naive local time) as an aware datetime; None when it gave none."""
     if isinstance(moment, datetime):
-        return to_iso(moment.astimezone() if moment.tzinfo is None else moment)  # litellm's: naive local time
+        return moment.astimezone() if moment.tzinfo is None else moment
     return None
+
+
+def _iso(moment: Any) -> str | None:
+    aware = _aware(moment)
+    return None if aware is None else to_iso(aware)
 
 
 class _RunLog:
@@ -104,10 +110,12 @@ class _RunLog:
         status: str,
         error: str | None,
         usage: dict | None,
+        started_at: datetime | None,
+        ended_at: datetime | None,
     ) -> None:
-        self._store.begin_run(session_id, run_id, input, meta=meta)
+        self._store.begin_run(session_id, run_id, input, meta=meta, started_at=started_at)
         self._store.append_events(session_id, events)
-        self._store.end_run(run_id, status=status, error=error, usage=usage)
+        self._store.end_run(run_id, status=status, error=error, usage=usage, ended_at=ended_at)
 
 
 class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's CustomLogger, imported by agent.models
@@ -305,6 +313,8 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
                 status=status,
                 error=None if error is None else (str(error) or type(error).__name__),
                 usage=usage,
+                started_at=_aware(start),
+                ended_at=_aware(end),
             )
         self.run_ids.append(run_id)
 

@@ -301,6 +301,8 @@ def test_the_views_read_captured_calls(new_store):
     with sk.capture(store):
         first = ask([user("hi")], "hello")
     (run,) = store.runs("litellm")
+    start, end = (e["ts"] for e in store.events("litellm") if e["kind"] in ("run.start", "run.end"))
+    assert (run.started_at, run.ended_at) == (start, end)  # the call's own times, on the run and its events
     turns = store.sql("SELECT run_id, cost_usd, latency_s, reply_id FROM turns").to_dict("records")
     assert len(turns) == 1 and turns[0]["run_id"] == run.run_id
     assert turns[0]["cost_usd"] == pytest.approx(first._hidden_params["response_cost"])
