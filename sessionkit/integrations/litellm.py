@@ -46,6 +46,8 @@ __all__ = ["capture", "LiteLLMCapture", "DEFAULT_SESSION"]
 
 log = logging.getLogger("sessionkit.capture")
 
+_IN_ORDER = 5.0  # seconds a call's record waits for the calls that began before it
+
 #: The session a capture records into when no ``session=`` is given.
 DEFAULT_SESSION = "litellm"
 
@@ -155,6 +157,8 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
         self._active = True  # whether calls starting now are recorded
         self._registered = False  # whether the context manager put it in litellm.callbacks
         self._pending: dict[str, bool] = {}  # calls begun while active, not recorded yet -> async?
+        self._order: dict[str, int] = {}  # those calls -> their number, in the order they began
+        self._began = 0
         self._seen: set[str] = set()  # calls recorded (litellm may report one twice)
 
     def __repr__(self) -> str:
@@ -198,6 +202,8 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
             lost = [c for c, is_async in self._pending.items() if not (is_async and in_loop)]
             for call_id in lost:
                 del self._pending[call_id]
+                self._order.pop(call_id, None)
+            self._cond.notify_all()
         if lost:
             log.warning(
                 "sessionkit capture: %d litellm call(s) made while recording were not reported by litellm "
@@ -237,8 +243,10 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
         if not isinstance(call_id, str):
             return
         with self._cond:
-            if self._active and call_id not in self._seen:
+            if self._active and call_id not in self._seen and call_id not in self._pending:
                 self._pending[call_id] = bool((kwargs.get("litellm_params") or {}).get("acompletion"))
+                self._order[call_id] = self._began
+                self._began += 1
 
     def log_success_event(self, kwargs: dict, response_obj: Any, start_time: Any, end_time: Any) -> None:
         self._report(kwargs, response_obj, start_time, end_time, None)
@@ -261,6 +269,16 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
             if call_id in self._seen or (call_id not in self._pending and not self._active):
                 return
             self._seen.add(call_id)
+            # litellm reports calls from a pool of threads, in any order; replies are recorded in
+            # the order their calls began (so the latest leaf is the latest call's reply), a call
+            # waiting at most _IN_ORDER seconds for the reports of those that began before it. A
+            # failure (reported in the caller's thread, before it sees the error) does not wait.
+            mine = self._order.get(call_id)
+            if mine is not None and error is None:
+                number = mine
+                self._cond.wait_for(
+                    lambda: not any(n < number for c, n in self._order.items() if c in self._pending), _IN_ORDER
+                )
         try:
             self._record(call_id, kwargs, response, start, end, error)
         except Exception as exc:  # never disturb the caller's litellm call; say what was not recorded
@@ -269,6 +287,7 @@ class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's Custom
         finally:
             with self._cond:
                 self._pending.pop(call_id, None)
+                self._order.pop(call_id, None)
                 self._cond.notify_all()
             self._leave_if_done()
 

@@ -316,3 +316,25 @@ def test_the_views_read_captured_calls(new_store):
             "started_at_message": run.meta["at"],
         }
     ]
+
+
+def test_replies_are_recorded_in_the_order_their_calls_began(new_store):
+    from datetime import datetime
+
+    store = new_store("sqlite")
+    first, second = ask([user("first")], "one"), ask([user("second")], "two")  # no capture yet: not recorded
+    recorder = sk.capture(store)  # reported to as litellm reports: the later call first, from another thread
+
+    def kwargs(call_id, text):
+        return {"litellm_call_id": call_id, "model": MODEL, "messages": [user(text)], "litellm_params": {}}
+
+    recorder.log_pre_api_call(MODEL, [user("first")], kwargs("call-a", "first"))
+    recorder.log_pre_api_call(MODEL, [user("second")], kwargs("call-b", "second"))
+    now = datetime.now()
+    later = threading.Thread(target=recorder.log_success_event, args=(kwargs("call-b", "second"), second, now, now))
+    later.start()
+    assert store.runs("litellm") == []  # the second call's reply waits for the first call's
+    recorder.log_success_event(kwargs("call-a", "first"), first, now, now)
+    later.join()
+    assert [r.meta["call_id"] for r in store.runs("litellm")] == ["call-a", "call-b"]
+    assert store.session("litellm").latest_leaf()["parts"][0]["text"] == "two"
