@@ -126,6 +126,7 @@ def _load_agent(folder):
         sys.modules.pop("agent_script", None)
 
 
+@pytest.mark.slow  # a second interpreter importing ADK: about 20 s on a busy machine
 def test_runner_session_resumes_in_a_new_process(tmp_path):
     adk = _adk()
     agent = _load_agent(tmp_path)
