@@ -59,6 +59,7 @@ PINNED = {
     "widgets",
     "server",
     "prototyping",
+    "capture",
 }
 
 
@@ -107,7 +108,7 @@ def test_error_tree():
     )
 
 
-HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy"]
+HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy", "google.adk"]
 
 
 def test_lite_llm_model_resolves_lazily_without_importing_litellm():
