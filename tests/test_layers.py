@@ -45,7 +45,7 @@ def _is_private(name: str) -> bool:
 def store_private_names(store_dir: Path) -> set[str]:
     """Every ``_name`` the store package defines: functions, classes, attributes it sets, globals."""
     names: set[str] = set()
-    for path in store_dir.glob("*.py"):
+    for path in store_dir.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _is_private(node.name):
                 names.add(node.name)
@@ -203,11 +203,14 @@ def test_the_lazy_conveniences_are_the_only_exception():
     assert {rule.split(" -> ")[0].strip() for rule in ignored} == {CONVENIENCES}
     # and that module is the only one of the store that names an upper layer
     upper = ("analysis", "widgets", "server", "cli", "agent", "io")
-    for path in STORE.glob("*.py"):
-        module = "sessionkit.store." + path.stem
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 2 and (node.module or "").split(".")[0] in upper:
-                assert module == CONVENIENCES, f"{module} imports sessionkit.{node.module}"
+    seen = set()
+    for path in STORE.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        seen.add(module)
+        for _, name in _imported(path, path.read_text(encoding="utf-8")):
+            if name[1] in upper:
+                assert module == CONVENIENCES, f"{module} imports {'.'.join(name)}"
+    assert {CONVENIENCES, "sessionkit.store.sql.cache", "sessionkit.store.engines.sqlite.engine"} <= seen
 
 
 def test_the_layers_contract_catches_an_offender(tmp_path):

@@ -11,7 +11,6 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from ._analysis import VIEW_COLUMNS
 from ._labels import Label
 from ._session import Session
 from ._store import Store
@@ -35,6 +34,7 @@ from ._values import (
 )
 from .compaction import create_compact_function
 from .search import SearchHit
+from .sql.views import VIEW_COLUMNS
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -160,15 +160,15 @@ def open_store(
         reserved_metadata_keys = [reserved_metadata_keys]
     eng: Engine
     if engine == "sqlite":
-        from .sqlite import SQLiteEngine
+        from .engines.sqlite.engine import SQLiteEngine
 
         eng = SQLiteEngine(location, durability=durability, **engine_options)
     elif engine == "duckdb":
-        from .duckdb import DuckDBEngine
+        from .engines.duckdb.engine import DuckDBEngine
 
         eng = DuckDBEngine(location, durability=durability, **engine_options)
     else:
-        from .postgres import PostgresEngine
+        from .engines.postgresql.engine import PostgresEngine
 
         eng = PostgresEngine(location, durability=durability, **engine_options)
     return Store(eng, max_message_bytes=max_message_bytes, reserved_metadata_keys=reserved_metadata_keys)

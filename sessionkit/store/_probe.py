@@ -71,8 +71,8 @@ def _postgres(url: str, options: dict[str, Any]) -> bool:
         import psycopg
     except ImportError:
         return True  # opening names the missing extra
-    from ._pg_text import _parse_url
-    from .postgres import PostgresEngine
+    from .engines.postgresql.engine import PostgresEngine
+    from .engines.postgresql.text import _parse_url
 
     quote = PostgresEngine.quote
     conninfo, schema = _parse_url(url)

@@ -591,7 +591,7 @@ class SQLEngine(SQLBase):
 
         The shared engine keeps an in-memory cache of the analysis columns beside the
         store, refreshed from the change log before each query (``_cache.Cache``)."""
-        from . import _cache
+        from .sql import cache as _cache
 
         with self._analysis_runs.run() as run:  # (StoreClosed once the store closes)
             cache = self._analysis

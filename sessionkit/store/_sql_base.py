@@ -214,7 +214,7 @@ class SQLBase(LabelSQL, Engine):
         self._inserts: dict[tuple[str, str], str] = {}
         self._analysis: Any = None
         self._analysis_setup = threading.Lock()
-        from ._query import Runs  # (no DuckDB import: that comes with the first query)
+        from .sql.query import Runs  # (no DuckDB import: that comes with the first query)
 
         self._analysis_runs = Runs()
 

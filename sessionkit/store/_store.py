@@ -732,7 +732,7 @@ class Store:
     def to_arrow(self, view: str) -> pa.Table:
         """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)
         as a ``pyarrow.Table``, in its natural order (messages in write order)."""
-        from ._analysis import VIEW_ORDER
+        from .sql.views import VIEW_ORDER
 
         if view not in VIEW_ORDER:
             raise ValueError(f"unknown view {view!r}; views are {', '.join(VIEW_ORDER)}")

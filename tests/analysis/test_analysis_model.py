@@ -249,7 +249,7 @@ class Walk:
 @pytest.mark.parametrize("kind", KINDS)
 def test_random_writes_keep_every_view_equal_to_the_reference(new_store, monkeypatch, kind, seed, steps):
     if kind == "sqlite-file-store-connection":  # the cache reads through the store's connection, not ADBC
-        from sessionkit.store import _cache
+        from sessionkit.store.sql import cache as _cache
 
         monkeypatch.setattr(_cache, "_adbc_sqlite", lambda: None)
         kind = "sqlite-file"

@@ -27,7 +27,7 @@ def _texts(store) -> list[str]:
 def _use_reader(monkeypatch, reader: str) -> None:
     """A SQLite file's cache reads through the ADBC driver when it is installed, else
     through the store's own connection."""
-    from sessionkit.store import _cache
+    from sessionkit.store.sql import cache as _cache
 
     if reader == "adbc":
         pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")

@@ -19,9 +19,9 @@ duckdb = pytest.importorskip("duckdb")
 
 import sessionkit as sk  # noqa: E402
 from sessionkit.store import LATEST  # noqa: E402
-from sessionkit.store import _duckdb_state as state_module  # noqa: E402
-from sessionkit.store._duckdb_state import FileState  # noqa: E402
 from sessionkit.store._values import Node  # noqa: E402
+from sessionkit.store.engines.duckdb import state as state_module  # noqa: E402
+from sessionkit.store.engines.duckdb.state import FileState  # noqa: E402
 
 
 def check(store) -> FileState:

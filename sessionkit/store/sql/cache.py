@@ -37,7 +37,10 @@ from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ._analysis import (
+from .query import QueryRun, install, new_connection, rollback, run_query
+from .sandbox import check_query, names_used
+from .tree_views import needs_columns
+from .views import (
     SOURCE_COLUMNS,
     SOURCE_TYPES,
     TREE_COLUMNS,
@@ -47,17 +50,14 @@ from ._analysis import (
     pyarrow_csv_module,
     pyarrow_module,
 )
-from ._query import QueryRun, install, new_connection, rollback, run_query
-from ._sandbox import check_query, names_used
-from ._tree_views import needs_columns
 
 if TYPE_CHECKING:
     import duckdb
     import pyarrow
     from adbc_driver_manager.dbapi import Cursor
 
-    from ._sql import SQLEngine
-    from .postgres import PostgresEngine
+    from .._sql import SQLEngine
+    from ..engines.postgresql.engine import PostgresEngine
 
 __all__ = ["Cache", "CACHE_SUFFIX", "CACHE_FORMAT", "LAZY_COLUMNS"]
 

@@ -34,11 +34,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..errors import missing
-from . import _schema
-from ._embeddings import EMBEDDINGS_COLUMNS, embeddings_view_sql
-from ._labels import LABEL_VIEW_COLUMNS, label_view_sql
-from ._tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, tree_view_sql
+from ...errors import missing
+from .. import _schema
+from .._embeddings import EMBEDDINGS_COLUMNS, embeddings_view_sql
+from .._labels import LABEL_VIEW_COLUMNS, label_view_sql
+from .tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, tree_view_sql
 
 if TYPE_CHECKING:
     import duckdb

@@ -69,14 +69,14 @@ import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
-from .. import messages as _msg
-from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
-from ._pg_listen import _Listener
-from ._pg_search import TsvectorIndex
-from ._pg_text import _parse_url, _shown_url, _split_utf8, _tsvector
-from ._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
-from ._sql import SQLEngine
-from ._values import Appended, Capabilities, ChangeEvent, Node, _Latest
+from .... import messages as _msg
+from ....errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
+from ..._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
+from ..._sql import SQLEngine
+from ..._values import Appended, Capabilities, ChangeEvent, Node, _Latest
+from .listen import _Listener
+from .search import TsvectorIndex
+from .text import _parse_url, _shown_url, _split_utf8, _tsvector
 
 try:
     import psycopg

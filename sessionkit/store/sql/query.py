@@ -13,9 +13,9 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StoreClosed
-from ._analysis import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
-from ._sandbox import check_query, names_used
+from ...errors import StoreClosed
+from .sandbox import check_query, names_used
+from .views import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
 
 if TYPE_CHECKING:
     import duckdb

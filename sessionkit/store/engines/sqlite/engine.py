@@ -33,13 +33,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import messages as _msg
-from ..errors import SessionKitError, StoreCorrupt, StoreLocked
-from . import _files
-from ._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
-from ._sql import LocalEngine
-from ._sqlite_search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json
-from ._values import Appended, Capabilities, Node, _Latest
+from .... import messages as _msg
+from ....errors import SessionKitError, StoreCorrupt, StoreLocked
+from ... import _files
+from ..._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
+from ..._sql import LocalEngine
+from ..._values import Appended, Capabilities, Node, _Latest
+from .search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 

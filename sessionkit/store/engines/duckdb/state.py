@@ -55,9 +55,9 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from ..errors import SessionKitError
-from ._schema import NODE_COLUMNS, TABLES
-from ._values import Node
+from ....errors import SessionKitError
+from ..._schema import NODE_COLUMNS, TABLES
+from ..._values import Node
 
 try:
     import fcntl

@@ -80,14 +80,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from .. import messages as _msg
-from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
-from . import _files
-from ._duckdb_search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
-from ._duckdb_state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
-from ._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
-from ._sql import LocalEngine
-from ._values import Appended, Capabilities, Compaction, Node, _Latest
+from .... import messages as _msg
+from ....errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
+from ... import _files
+from ..._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
+from ..._sql import LocalEngine
+from ..._values import Appended, Capabilities, Compaction, Node, _Latest
+from .search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
+from .state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
 
 try:
     import duckdb
@@ -404,7 +404,8 @@ class DuckDBEngine(LocalEngine):
         shares the store's database, whose configuration cannot be locked down: the
         query's parse tree keeps it to the views (``_sandbox.check_query``), and
         ``files=True`` runs it on a connection of its own."""
-        from . import _analysis, _query
+        from ...sql import query as _query
+        from ...sql import views as _analysis
 
         tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
         if self.in_write():

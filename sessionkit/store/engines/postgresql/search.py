@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import messages as _msg
-from . import search as _search
-from ._index import Hit, SearchIndex
-from ._pg_text import _tsquery, _tsvector
+from .... import messages as _msg
+from ... import search as _search
+from ..._index import Hit, SearchIndex
+from .text import _tsquery, _tsvector
 
 if TYPE_CHECKING:
-    from .postgres import PostgresEngine
+    from .engine import PostgresEngine
 
 __all__ = ["TsvectorIndex"]
 

@@ -15,10 +15,10 @@ import contextlib
 import threading
 from typing import TYPE_CHECKING
 
-from .. import messages as _msg
-from ..errors import SessionKitError, StoreClosed, missing
-from . import search as _search
-from ._index import Hit, SearchIndex
+from .... import messages as _msg
+from ....errors import SessionKitError, StoreClosed, missing
+from ... import search as _search
+from ..._index import Hit, SearchIndex
 
 try:
     import duckdb
@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise missing("duckdb", "duckdb", exc) from exc
 
 if TYPE_CHECKING:
-    from .duckdb import DuckDBEngine
+    from .engine import DuckDBEngine
 
 __all__ = ["BM25_B", "BM25_K1", "TermsIndex"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ._analysis import TREE_COLUMNS, VIEWS, duckdb_module
+from .views import TREE_COLUMNS, VIEWS, duckdb_module
 
 if TYPE_CHECKING:
     import duckdb
