@@ -29,7 +29,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import messages as _msg
 from ..errors import MessageNotFound, StoreClosed, StoreCorrupt
@@ -40,6 +40,9 @@ from ._schema import (
 )
 from ._sql_base import SQLBase
 from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo, _Latest
+
+if TYPE_CHECKING:
+    from .sql.cache import AnalysisSource
 
 __all__ = ["SQLEngine", "LocalEngine"]
 
@@ -581,16 +584,21 @@ class SQLEngine(SQLBase):
         self.log_change(sid, "compactions")
 
     # -- analysis (store.sql): DuckDB SQL over a cache of the analysis columns ----------
-    #: Whether rows become visible in write-sequence order (one writer at a time).
-    ORDERED_COMMITS = True
+    def analysis_source(self) -> AnalysisSource:
+        """Where the analysis cache reads this store's rows from (see ``sql/cache.py``): an
+        engine whose rows travel another way, or whose cache is a file, supplies its own."""
+        from .sql.cache import AnalysisSource
+
+        return AnalysisSource(self)
 
     def analysis_query(
         self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
     ) -> Any:
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
-        The shared engine keeps an in-memory cache of the analysis columns beside the
-        store, refreshed from the change log before each query (``_cache.Cache``)."""
+        The shared engine keeps a cache of the analysis columns beside the store, filled
+        from the engine's :meth:`analysis_source` and refreshed from the change log before
+        each query (``sql.cache.Cache``)."""
         from .sql import cache as _cache
 
         with self._analysis_runs.run() as run:  # (StoreClosed once the store closes)
@@ -600,7 +608,7 @@ class SQLEngine(SQLBase):
                     run.raise_if_stopped()
                     cache = self._analysis
                     if cache is None:
-                        cache = self._analysis = _cache.Cache(self, ordered=self.ORDERED_COMMITS)
+                        cache = self._analysis = _cache.Cache(self.analysis_source())
             return cache.query(query, params, session_ids, run=run, files=files)
 
     def interrupt_analysis(self) -> None:

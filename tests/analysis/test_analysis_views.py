@@ -319,12 +319,13 @@ def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
 def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reader):
     """A SQLite file's cache reads through the ADBC driver when it is installed, else through
     the store's own connection (pages of Python rows): both give the reference's views."""
+    from sessionkit.store.engines.sqlite import analysis as sqlite_source
     from sessionkit.store.sql import cache as _cache
 
     if reader == "adbc":
         pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")
     else:
-        monkeypatch.setattr(_cache, "_adbc_sqlite", lambda: None)
+        monkeypatch.setattr(sqlite_source, "_adbc_sqlite", lambda: None)
         monkeypatch.setattr(_cache, "_PAGE", 3)  # several pages
     store = new_store("sqlite-file")
     for step in scenario(store):
@@ -382,7 +383,7 @@ def test_the_read_ahead_gives_every_batch_in_order_and_an_error_of_the_driver():
     ends the DuckDB statement with that error; a consumer that stops early stops the thread."""
     import duckdb
 
-    from sessionkit.store.sql.cache import _read_ahead
+    from sessionkit.store.engines.sqlite.analysis import _read_ahead
 
     con = duckdb.connect()
     with _read_ahead(_batches(50)) as reader:

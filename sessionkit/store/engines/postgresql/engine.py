@@ -67,7 +67,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .... import messages as _msg
 from ....errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
@@ -77,6 +77,9 @@ from ..._values import Appended, Capabilities, ChangeEvent, Node, _Latest
 from .listen import _Listener
 from .search import TsvectorIndex
 from .text import _parse_url, _shown_url, _split_utf8, _tsvector
+
+if TYPE_CHECKING:
+    from .analysis import PostgresSource
 
 try:
     import psycopg
@@ -528,6 +531,12 @@ class PostgresEngine(SQLEngine):
         :meth:`snapshot`."""
         return str(self.fetch_one("SELECT pg_current_snapshot()::text")[0])
 
+    def analysis_source(self) -> PostgresSource:
+        """The analysis cache reads this store through COPY, in memory (see ``analysis.py``)."""
+        from .analysis import PostgresSource
+
+        return PostgresSource(self)
+
     def copy_csv(self, sql: str) -> Generator[bytes, None, None]:
         """The rows of ``sql`` (a SELECT without parameters: COPY binds none) as CSV text,
         in chunks of bytes, through ``COPY (...) TO STDOUT``: one statement whose rows
@@ -636,9 +645,6 @@ class PostgresEngine(SQLEngine):
         return out
 
     # -- what several server processes on one store share ----------------------------
-    #: Concurrent transactions commit in any order: a row may appear below a seq already seen.
-    ORDERED_COMMITS = False
-
     #: Several processes may serve this store at once (the HTTP server coordinates them).
     shared = True
 

@@ -31,7 +31,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .... import messages as _msg
 from ....errors import SessionKitError, StoreCorrupt, StoreLocked
@@ -39,6 +39,9 @@ from ... import _files
 from ..._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
 from ..._sql import LocalEngine
 from ..._values import Appended, Capabilities, Node, _Latest
+
+if TYPE_CHECKING:
+    from .analysis import SQLiteSource
 from .search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
@@ -325,6 +328,13 @@ class SQLiteEngine(LocalEngine):
         ):
             return StoreCorrupt(f"store {where} is damaged: {text}")
         return SessionKitError(f"SQLite store {where}: {text}")
+
+    def analysis_source(self) -> SQLiteSource:
+        """The analysis cache of a file is a file beside it, read through the ADBC driver
+        where it is installed (see ``analysis.py``)."""
+        from .analysis import SQLiteSource
+
+        return SQLiteSource(self)
 
     def close(self) -> None:
         self.close_analysis()
