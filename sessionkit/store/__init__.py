@@ -95,7 +95,7 @@ def _resolve(target: Any) -> tuple[str, str]:
     )
 
 
-def _require_existing(target: Any, options: dict) -> None:
+def _require_existing(target: Any, options: dict[str, Any]) -> None:
     """ValueError unless ``target`` already holds a sessionkit store (``create=False``).
 
     Path checks come first, so a missing file is reported as such whatever its name. Then

@@ -16,7 +16,7 @@ import operator
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
 from ._labels import LABEL_COLUMNS
@@ -348,7 +348,7 @@ class Migration:
     note: str
     steps: dict[str, tuple[str | Callable[[SQLEngine], None], ...]] = field(default_factory=dict)
 
-    def steps_for(self, dialect: str) -> tuple:
+    def steps_for(self, dialect: str) -> tuple[Any, ...]:
         return self.steps.get("*", ()) + self.steps.get(dialect, ())
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["SQLEngine", "LocalEngine"]
 
 
-def _run_record(row: tuple, meta: str | None) -> RunRecord:
+def _run_record(row: tuple[Any, ...], meta: str | None) -> RunRecord:
     """A run record from ``run_id, session_id, status, error, started_at, ended_at, usage, input`` and its meta."""
     usage = json.loads(row[6]) if row[6] else None
     return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], usage, row[7], json.loads(meta) if meta else None)
@@ -171,7 +171,7 @@ class SQLEngine(SQLBase):
         # a _Pending that _join_chunks replaces with the joined text
         return row[11] if not row[10] else _Pending(row[0], row[11])
 
-    def _join_chunks(self, out: list) -> None:
+    def _join_chunks(self, out: list[Any]) -> None:
         pending = [i for i, (_, c) in enumerate(out) if isinstance(c, _Pending)]
         if not pending:
             return
@@ -246,7 +246,7 @@ class SQLEngine(SQLBase):
     def has_compactions(self, sid: str) -> bool:
         return self.fetch_one(self.sql["has_compactions"], (sid,)) is not None
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         sessions, messages, compactions, blobs, blob_bytes, runs, events = self.fetch_one(self.sql["counts"])
         return {
             "engine": self.kind,
@@ -268,7 +268,7 @@ class SQLEngine(SQLBase):
     def runs(self, sid: str) -> list[RunRecord]:
         return [_run_record(r[:8], r[8]) for r in self.fetch(self.sql["runs"], (sid,))]
 
-    def events(self, sid: str, after_seq: int | None) -> list[dict]:
+    def events(self, sid: str, after_seq: int | None) -> list[dict[str, Any]]:
         rows = self.fetch(self.sql["events"], (sid, -1 if after_seq is None else int(after_seq)))
         return [json.loads(r[0]) for r in rows]
 
@@ -304,14 +304,14 @@ class SQLEngine(SQLBase):
         for page in self._keyset("scan_runs", batch_size, key=lambda r: (r[1], r[8])):
             yield [(r[1], _run_record(r[:8], r[9])) for r in page]
 
-    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         if session_ids is not None:
             yield from super().scan_events(session_ids, batch_size)
             return
         for page in self._keyset("scan_events", batch_size, key=lambda r: (r[0], r[1])):
             yield [(r[0], json.loads(r[2])) for r in page]
 
-    def _pages_by_seq(self, name: str, batch_size: int) -> Iterator[list]:
+    def _pages_by_seq(self, name: str, batch_size: int) -> Iterator[list[Any]]:
         """Pages of a statement ordered by ``seq`` (its rows' second column), each after the last."""
         last = 0
         while True:
@@ -321,7 +321,7 @@ class SQLEngine(SQLBase):
             last = rows[-1][1]
             yield rows
 
-    def _keyset(self, name: str, batch_size: int, key: Callable[[Any], tuple[str, int]]) -> Iterator[list]:
+    def _keyset(self, name: str, batch_size: int, key: Callable[[Any], tuple[str, int]]) -> Iterator[list[Any]]:
         """Pages of a statement ordered by ``(session_id, number)``, each after the last."""
         sid, n = "", -(1 << 62)
         while True:
@@ -355,7 +355,7 @@ class SQLEngine(SQLBase):
             prep.role,
         )
 
-    def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep: _msg.Prepared) -> tuple:
+    def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep: _msg.Prepared) -> tuple[Any, ...]:
         """The values of :data:`INSERT_COLUMNS` (``STATEMENTS["insert"]``)."""
         return (
             sid,
@@ -373,7 +373,7 @@ class SQLEngine(SQLBase):
             head,
         )
 
-    def prepared_values(self, prep: _msg.Prepared) -> tuple:
+    def prepared_values(self, prep: _msg.Prepared) -> tuple[Any, ...]:
         """The values of :data:`PREPARED_COLUMNS` for ``prep`` (``text`` as :meth:`stored_text` gives it)."""
         values = prepared_getter(prep)
         text = values[TEXT_AT]
@@ -420,7 +420,7 @@ class SQLEngine(SQLBase):
         known = {n.id: n for n in self.nodes_by_id(sid, sorted(wanted))}
         latest: Node | None = None
         latest_read = False
-        plan: list[tuple] = []  # (prep, node, parent) of the rows to insert, in order
+        plan: list[tuple[Any, ...]] = []  # (prep, node, parent) of the rows to insert, in order
         result: list[tuple[bool, str]] = []
         for prep, parent_id, created_at in items:
             mid = prep.id
@@ -628,7 +628,9 @@ class SQLEngine(SQLBase):
         self.execute(self.sql["run_begin"], (run_id, sid, input, started_at, meta, sid))
         self.log_change(sid, "runs")
 
-    def w_run_end(self, run_id: str, status: str, error: str | None, usage: dict | None, ended_at: str | None) -> None:
+    def w_run_end(
+        self, run_id: str, status: str, error: str | None, usage: dict[str, Any] | None, ended_at: str | None
+    ) -> None:
         self.execute(
             self.sql["run_end"], (status, error, None if usage is None else _msg.dumps(usage), ended_at, run_id)
         )
@@ -637,7 +639,7 @@ class SQLEngine(SQLBase):
             if row is not None:
                 self.log_change(row[0], "runs")
 
-    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]:
+    def w_append_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.lock_events(sid)
         start = self.fetch_one(self.sql["events_next"], (sid,))[0]
         for i, ev in enumerate(events):
@@ -658,7 +660,7 @@ class SQLEngine(SQLBase):
         if self.CHANGE_LOG:
             self.execute(self.sql["log_change"], (sid, kind, seq))
 
-    def update_analysis_columns(self, values: list) -> None:
+    def update_analysis_columns(self, values: list[Any]) -> None:
         """``(text, n_parts, tool_names, metadata, seq)`` rows (the version 6 migration)."""
         self.execute_many(self.sql["fill_analysis"], [(self.stored_text(v[0]), *v[1:]) for v in values])
 
@@ -775,6 +777,6 @@ class _Any:
 _ANY = _Any()
 
 
-def _split(items: list, size: int) -> Iterator[list]:
+def _split(items: list[Any], size: int) -> Iterator[list[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]

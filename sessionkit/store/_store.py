@@ -102,7 +102,9 @@ class Store:
         state = "closed" if self._closed else "open"
         return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
 
-    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict | tuple[dict, dict]:
+    def _repr_mimebundle_(
+        self, include: object = None, exclude: object = None
+    ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
         """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
         return _conveniences.store_bundle(self)
 
@@ -154,7 +156,7 @@ class Store:
             eng.w_delete_session(session_id)
         self._emit(ChangeEvent("clear", session_id, ()))
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counts and sizes: ``sessions``, ``messages``, ``compactions``, ``blobs``, ``blob_bytes``,
         ``indexed_messages``, ``bytes``, ``runs``, ``events``, and ``schema_version`` (the
         version of the store's tables: opening a store upgrades older tables to it)."""
@@ -298,7 +300,9 @@ class Store:
         return hits
 
     # -- embeddings (docs/analysis.md#find-similar) ---------------------------------
-    def embed(self, embedder: Any, *, batch_size: int = 256, progress: Any = None, options: dict | None = None) -> int:
+    def embed(
+        self, embedder: Any, *, batch_size: int = 256, progress: Any = None, options: dict[str, Any] | None = None
+    ) -> int:
         """Store one vector per message with text that has none of this model yet (so a
         second call embeds only the messages added since); returns how many it embedded.
 
@@ -336,7 +340,7 @@ class Store:
             return []
         return _embeddings.similar(self, query, k=k, session_ids=session_ids, embedder=embedder, model=model)
 
-    def _restore(self, seq: int, raw: str | None) -> dict | None:
+    def _restore(self, seq: int, raw: str | None) -> dict[str, Any] | None:
         """A message from its stored JSON (payloads put back); None for a row deleted
         meanwhile, including one whose payload went with it before it was read."""
         if raw is None:
@@ -399,7 +403,7 @@ class Store:
             target=target,
         )
 
-    def import_labels(self, labels: Iterable[_labels.Label | dict]) -> int:
+    def import_labels(self, labels: Iterable[_labels.Label | dict[str, Any]]) -> int:
         """Store labels as they are (their ids and times kept), in one transaction: a label
         whose id is stored already is skipped, so importing twice adds nothing. Each
         label's message must be stored. Returns how many were added."""
@@ -411,7 +415,7 @@ class Store:
         eng = self._check()
         return eng.runs(_str_arg(session_id, "session_id"))
 
-    def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
+    def events(self, session_id: str, after_seq: int | None = None) -> list[dict[str, Any]]:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         eng = self._check()
         session_id = _str_arg(session_id, "session_id")
@@ -423,7 +427,7 @@ class Store:
             after_seq = max(int(after_seq), -1)  # seqs start at 0
         return eng.events(session_id, after_seq)
 
-    def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict | None = None) -> None:
+    def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict[str, Any] | None = None) -> None:
         """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
 
         The agent calls this before a run's first event; :meth:`runs` lists the run
@@ -449,7 +453,9 @@ class Store:
         with eng.write():
             eng.w_run_begin(session_id, run_id, input, _msg.now_iso(), stored_meta)
 
-    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+    def end_run(
+        self, run_id: str, *, status: str, error: str | None = None, usage: dict[str, Any] | None = None
+    ) -> None:
         """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
         ``"interrupted"``), the error text of a failure and the run's summed ``usage``."""
         eng = self._check()
@@ -475,7 +481,7 @@ class Store:
         with eng.write():
             eng.w_run_end(run_id, "running", None, None, None)
 
-    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+    def append_events(self, session_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Store run events of a session (docs/agents.md) in one transaction; returns them as stored.
 
         Each event is a JSON object; the store sets ``session_id`` and the next ``seq``
@@ -587,7 +593,7 @@ class Store:
     # -- reading everything ------------------------------------------------------------
     def scan(
         self, kind: str, *, session_ids: Iterable[str] | None = None, batch_size: int = 20_000
-    ) -> Iterator[list[tuple]]:
+    ) -> Iterator[list[tuple[Any, ...]]]:
         """Read every row of ``kind`` in the store (or of ``session_ids``), in batches.
 
         Yields lists of at most ``batch_size`` rows, each starting with its session id:
@@ -630,7 +636,9 @@ class Store:
             return ids
         return None  # every session: the engine lists them all (scan_session_ids)
 
-    def _scan_chunks(self, eng: Engine, kind: str, ids: list[str] | None, batch_size: int) -> Iterator[list[tuple]]:
+    def _scan_chunks(
+        self, eng: Engine, kind: str, ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
         if kind == "compactions":
             yield from eng.scan_compactions(ids, batch_size)
         elif kind == "runs":

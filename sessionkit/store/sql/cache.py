@@ -204,7 +204,7 @@ class Cache:
         self.store_schema = ""
         self.hi_key = ""
         self.log_key = ""
-        self.views: dict = {}
+        self.views: dict[str, Any] = {}
         self.reads = 0  # message rows read from the store (what refreshes cost)
         self.checked = False  # a file's state was checked against the store by this object
         #: What the store's snapshot saw at the last refresh (see ``_refresh``), or None.
@@ -505,7 +505,7 @@ class Cache:
             rd.load(name)
         self.loaded = True
 
-    def _apply(self, rd: Reader, log: list, top: int) -> None:
+    def _apply(self, rd: Reader, log: list[Any], top: int) -> None:
         eng = self.engine
         gone: set[str] = set()  # sessions whose messages are read again
         updated: set[int] = set()

@@ -159,7 +159,7 @@ def _with_files(
     tables: dict[str, str],
     query: str,
     params: Any,
-    state: dict,
+    state: dict[str, Any],
     names: set[str],
     wanted: set[str],
     session_ids: list[str] | None,
@@ -315,7 +315,7 @@ def _until_done(runs: list[QueryRun]) -> None:
 def install(
     con: duckdb.DuckDBPyConnection,
     tables: dict[str, str],
-    state: dict,
+    state: dict[str, Any],
     tree: bool,
     wanted: set[str],
     session_ids: list[str] | None,

@@ -174,7 +174,7 @@ def _lower(value: Any) -> str:
     return value.lower() if isinstance(value, str) else ""
 
 
-def _sandbox_walk(node: Any, scope: frozenset, refused: list[str], files: bool) -> None:
+def _sandbox_walk(node: Any, scope: frozenset[str], refused: list[str], files: bool) -> None:
     """Checks every table reference and function of a parse tree (``scope``: the CTE names
     visible where ``node`` is); the first refusal is appended to ``refused``."""
     if refused:

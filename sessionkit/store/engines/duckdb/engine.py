@@ -236,8 +236,8 @@ class DuckDBEngine(LocalEngine):
         super().__init__(**options)
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
-        self._views: dict = {}  # which analysis views the analysis connection has
-        self._cursors: set = set()  # connections of long reads running outside the lock (see TermsIndex.search)
+        self._views: dict[str, Any] = {}  # which analysis views the analysis connection has
+        self._cursors: set[Any] = set()  # connections of long reads running outside the lock (see TermsIndex.search)
         # The name this process opens the file by (see _files): one file reached through
         # two names (a hard link, a bind mount) is one database, one FileState, one journal.
         self._held: _files.Claim | None = None
@@ -445,7 +445,7 @@ class DuckDBEngine(LocalEngine):
                 self.merge_journal()
             yield db
 
-    def _direct(self, sql: str, params: Sequence = ()) -> list:
+    def _direct(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Rows of a statement that needs no journal row moved first (the journal's own
         writes, the sequence)."""
         with self.guard(), super().connection() as db:
@@ -463,15 +463,15 @@ class DuckDBEngine(LocalEngine):
         if self._full and self._file is not None:
             sync_folder(self._file)
 
-    def snapshot(self) -> contextlib.AbstractContextManager:
+    def snapshot(self) -> contextlib.AbstractContextManager[Any]:
         # One process holds the file and every engine on it shares this lock: holding it
         # keeps every other writer out while a read takes several statements.
         return self._lock
 
-    def listed(self, values: Iterable) -> Any:
+    def listed(self, values: Iterable[Any]) -> Any:
         return list(values)
 
-    def insert_rows(self, table: str, rows: Sequence[Sequence], conflict: str = "") -> None:
+    def insert_rows(self, table: str, rows: Sequence[Sequence[Any]], conflict: str = "") -> None:
         """Whole rows, a batch per statement: one list parameter per column, unnested."""
         if not rows:
             return
@@ -573,7 +573,7 @@ class DuckDBEngine(LocalEngine):
         return size
 
     # -- writes: the one choice of how new rows are written --------------------------------
-    def _way(self, sid: str, preps: list, chain: bool = False) -> str:
+    def _way(self, sid: str, preps: list[Any], chain: bool = False) -> str:
         """How new plain messages of ``sid`` are written: the one place the append paths
         are chosen (``append_simple`` and ``append_chain`` ask it, once per call).
 
@@ -677,7 +677,7 @@ class DuckDBEngine(LocalEngine):
                 self.merge_journal()
             return Appended.INSERTED
 
-    def _journal(self, sid: str, rows: list[tuple]) -> None:
+    def _journal(self, sid: str, rows: list[tuple[Any, ...]]) -> None:
         """Write ``rows`` (messages rows of one append or one chain) to the journal: one
         line of the file (see ``FileState.write_line``), or rows of the journal table for
         a store in memory."""
@@ -841,7 +841,7 @@ class DuckDBEngine(LocalEngine):
         self._shared.imported(sid, nodes[-1])
         return nodes
 
-    def update_analysis_columns(self, values: list) -> None:
+    def update_analysis_columns(self, values: list[Any]) -> None:
         for start in range(0, len(values), _BULK_ROWS):
             part = values[start : start + _BULK_ROWS]
             self.execute(

@@ -293,7 +293,7 @@ class PostgresEngine(SQLEngine):
         self._closed = False
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
-        self._signal_handlers: list = []
+        self._signal_handlers: list[Any] = []
         self._holds: set[str] = set()
         self._holds_conn: psycopg.Connection | None = None
         self._holds_lock = threading.Lock()
@@ -581,7 +581,7 @@ class PostgresEngine(SQLEngine):
             self.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (self._key("events", sid),))
             tx.events_locked.add(sid)
 
-    def execute_many(self, sql: str, rows: list[Sequence]) -> None:
+    def execute_many(self, sql: str, rows: list[Sequence[Any]]) -> None:
         if rows:
             with self.guard(), self.connection() as conn, conn.cursor() as cur:
                 cur.executemany(sql, rows)
@@ -635,7 +635,7 @@ class PostgresEngine(SQLEngine):
             return Appended.EXISTS
         return Appended.NO_PARENT if kind == "parent" else Appended.UNSUPPORTED
 
-    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]:
+    def w_append_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = super().w_append_events(sid, events)
         if out:  # other processes' servers stream this session's events too (delivered at commit)
             self.execute(
@@ -745,7 +745,7 @@ class PostgresEngine(SQLEngine):
 
     @staticmethod
     def _event_doc(event: ChangeEvent) -> str:
-        doc: dict = {"t": event.type, "s": event.session_id, "i": list(event.message_ids)}
+        doc: dict[str, Any] = {"t": event.type, "s": event.session_id, "i": list(event.message_ids)}
         message = event.message
         body = "null" if message is None else _msg.dumps(message)
         if len(body) > _NOTE_MESSAGE_CHARS:
@@ -801,7 +801,7 @@ class PostgresEngine(SQLEngine):
         if not listener.ready.wait(self._connect_timeout):
             log.warning("sessionkit: the change feed of %s is not connected yet; still trying", self.path)
 
-    def _event_from(self, data: dict) -> ChangeEvent:
+    def _event_from(self, data: dict[str, Any]) -> ChangeEvent:
         kind, sid, ids, message = data["t"], data["s"], tuple(data["i"]), data.get("m")
         if data.get("f"):
             try:

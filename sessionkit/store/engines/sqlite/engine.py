@@ -238,7 +238,7 @@ class SQLiteEngine(LocalEngine):
         # session -> (seq, id, depth, path_bytes, path_tokens) of the last row append_simple
         # wrote there: the next append under the latest row checks it in its statement
         # (_APPEND_AFTER), so a stale entry costs a retry, never a wrong parent.
-        self._tails: dict[str, tuple] = {}
+        self._tails: dict[str, tuple[Any, ...]] = {}
         if self.path is not None:
             parent = Path(self.path).parent
             if not parent.is_dir():
@@ -383,7 +383,7 @@ class SQLiteEngine(LocalEngine):
     def w_descendants(self, sid: str, mids: Iterable[str]) -> list[Node]:
         return [Node(*r) for r in self.fetch(self.sql["descendants"], (json.dumps(list(mids)), sid))]
 
-    def listed(self, values: Iterable) -> str:
+    def listed(self, values: Iterable[Any]) -> str:
         return json.dumps(list(values))
 
     def append_simple(
@@ -419,7 +419,7 @@ class SQLiteEngine(LocalEngine):
             return Appended.EXISTS
         return Appended.NO_PARENT
 
-    def _append_latest(self, sid: str, prep: _msg.Prepared, params: tuple) -> bool:
+    def _append_latest(self, sid: str, prep: _msg.Prepared, params: tuple[Any, ...]) -> bool:
         """append_simple under the session's latest row; keeps ``_tails``."""
         db = self._db
         tail = self._tails.get(sid)
