@@ -18,6 +18,8 @@ from helpers import msg, wait_until
 
 import sessionkit as sk
 
+pytestmark = pytest.mark.postgres  # every test here needs the PostgreSQL test server
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: The session of the marker writes below. PostgreSQL delivers notifications in commit order,
