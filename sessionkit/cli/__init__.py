@@ -33,7 +33,6 @@ from typing import Any, NoReturn
 import sessionkit as sk
 
 from ._commands import (
-    _IMPORTERS,
     cmd_export,
     cmd_import,
     cmd_info,
@@ -43,6 +42,7 @@ from ._commands import (
     cmd_serve,
     cmd_show,
     cmd_view,
+    import_format,
 )
 from ._common import EXIT_FAILED, EXIT_USAGE, PROG, CommandError, _UsageError
 from ._tour import cmd_demo
@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE", help="the file to import (or a folder of coding-agent session logs)")
     p.add_argument(
         "--format",
-        choices=sorted(_IMPORTERS),
+        type=import_format,
         help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
         "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "

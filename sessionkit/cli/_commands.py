@@ -162,19 +162,19 @@ def cmd_search(args, out: TextIO) -> int:
     return 0
 
 
-#: --format -> importer; sessionkit.io.FORMATS lists the same (and detects them when --format is left out)
-_IMPORTERS = {
-    "openai": "import_openai",
-    "oasst": "import_oasst",
-    "hh": "import_hh",
-    "jsonl": "import_jsonl",
-    "openai-agents": "import_openai_agents",
-    "langgraph": "import_langgraph",
-    "adk": "import_adk",
-    "claude-code": "import_claude_code",
-    "swe-agent": "import_swe_agent",
-    "inspect": "import_inspect",
-}
+def import_format(name: str) -> str:
+    """The value of ``import --format``: a name of ``sessionkit.io.FORMATS`` (format -> importer,
+    the one list, which also detects the format when --format is left out). Read when the
+    option is given, so that the other commands never load sessionkit.io; where this
+    installation has no sessionkit.io, the import command says so."""
+    try:
+        formats = importlib.import_module("sessionkit.io").FORMATS
+    except ImportError:
+        return name
+    if name not in formats:
+        choices = ", ".join(repr(f) for f in sorted(formats))
+        raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (choose from {choices})")
+    return name
 
 
 #: formats whose sessions take no prefix, and why
@@ -227,7 +227,7 @@ def cmd_import(args, out: TextIO) -> int:
         try:
             args.format = _function(io, "detect_format", "import")(args.file)
         except ValueError as exc:  # MalformedInput: no importer recognises the file
-            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(_IMPORTERS))})") from None
+            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(io.FORMATS))})") from None
     if args.session is not None and args.format != "openai":
         raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
     options = {}
@@ -235,7 +235,7 @@ def cmd_import(args, out: TextIO) -> int:
         if args.format in _NO_PREFIX:
             raise CommandError(f"--session-prefix does not apply to --format {args.format}: {_NO_PREFIX[args.format]}")
         options["session_prefix"] = args.session_prefix
-    fn = _function(io, _IMPORTERS[args.format], "import")
+    fn = _function(io, io.FORMATS[args.format], "import")
     local = _local_path(args.store)
     existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
     # An existing file must already be a sessionkit store (as for info and ls): importing into
