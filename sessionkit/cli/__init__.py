@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 import sessionkit as sk
 
+from .._formats import FORMATS
 from ._commands import (
     cmd_export,
     cmd_import,
@@ -42,7 +43,6 @@ from ._commands import (
     cmd_serve,
     cmd_show,
     cmd_view,
-    import_format,
 )
 from ._common import EXIT_FAILED, EXIT_USAGE, PROG, CommandError, _UsageError
 from ._tour import cmd_demo
@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE", help="the file to import (or a folder of coding-agent session logs)")
     p.add_argument(
         "--format",
-        type=import_format,
+        choices=sorted(FORMATS),
         help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
         "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "

@@ -14,6 +14,7 @@ from typing import TextIO
 
 import sessionkit as sk
 
+from .._formats import FORMATS
 from ._common import PROG, CommandError, _count, _json, _sid, _write_json_array
 from ._render import _info_report, _newest, _render_hits, _render_info, _render_ls, _render_path, _Tree
 
@@ -162,21 +163,6 @@ def cmd_search(args, out: TextIO) -> int:
     return 0
 
 
-def import_format(name: str) -> str:
-    """The value of ``import --format``: a name of ``sessionkit.io.FORMATS`` (format -> importer,
-    the one list, which also detects the format when --format is left out). Read when the
-    option is given, so that the other commands never load sessionkit.io; where this
-    installation has no sessionkit.io, the import command says so."""
-    try:
-        formats = importlib.import_module("sessionkit.io").FORMATS
-    except ImportError:
-        return name
-    if name not in formats:
-        choices = ", ".join(repr(f) for f in sorted(formats))
-        raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (choose from {choices})")
-    return name
-
-
 #: formats whose sessions take no prefix, and why
 _NO_PREFIX = {
     "openai": "the file goes into one session, named with --session",
@@ -227,7 +213,7 @@ def cmd_import(args, out: TextIO) -> int:
         try:
             args.format = _function(io, "detect_format", "import")(args.file)
         except ValueError as exc:  # MalformedInput: no importer recognises the file
-            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(io.FORMATS))})") from None
+            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(FORMATS))})") from None
     if args.session is not None and args.format != "openai":
         raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
     options = {}
@@ -235,7 +221,7 @@ def cmd_import(args, out: TextIO) -> int:
         if args.format in _NO_PREFIX:
             raise CommandError(f"--session-prefix does not apply to --format {args.format}: {_NO_PREFIX[args.format]}")
         options["session_prefix"] = args.session_prefix
-    fn = _function(io, io.FORMATS[args.format], "import")
+    fn = _function(io, FORMATS[args.format], "import")
     local = _local_path(args.store)
     existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
     # An existing file must already be a sessionkit store (as for info and ls): importing into
