@@ -1,5 +1,5 @@
-"""The engine contract: the storage primitives an engine (``sqlite.py``, ``duckdb.py``,
-``postgres.py``) supplies to :class:`~sessionkit.store.Store` and :class:`~sessionkit.store.Session`."""
+"""The engine contract: the storage primitives an engine (``engines/sqlite``, ``engines/duckdb``,
+``engines/postgresql``) supplies to :class:`~sessionkit.store.Store` and :class:`~sessionkit.store.Session`."""
 
 from __future__ import annotations
 

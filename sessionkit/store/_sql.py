@@ -4,7 +4,7 @@ Each fact lives here once: the tables and their columns (:data:`TABLES`), the on
 schema ledger every engine follows (:data:`MIGRATIONS`), row mapping, continuation
 rows of long messages, payload references and their collection, path totals,
 delete and clear cascades, compactions, runs, events and records. An engine
-(``sqlite.py``, ``duckdb.py``, ``postgres.py``) is a subclass that supplies what
+(``engines/sqlite``, ``engines/duckdb``, ``engines/postgresql``) is a subclass that supplies what
 truly differs: its connection and transaction model, locking, its search index,
 its fast append path and its driver's errors.
 

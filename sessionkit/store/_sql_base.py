@@ -414,7 +414,7 @@ class SQLBase(LabelSQL, Engine):
     def after_migrate(self) -> None:
         """Engine work after the tables were created or upgraded (e.g. stored functions)."""
 
-    def upgrade_to_3(self) -> None:  # SQLite only (see sqlite.py)
+    def upgrade_to_3(self) -> None:  # SQLite only (see engines/sqlite/engine.py)
         raise NotImplementedError
 
     def ledger(self) -> list[tuple[int, str, str]]:

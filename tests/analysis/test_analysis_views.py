@@ -3,7 +3,7 @@
 The reference is :class:`sessionkit.analysis._tables.StoreData`: every message read
 through the public API, decoded in Python, and the tree columns taken from the store's
 tree read model (:class:`sessionkit.store.Tree`). The views compute the same from the
-stored analysis columns in SQL (see ``sessionkit/store/_analysis.py``). Stores here hold
+stored analysis columns in SQL (see ``sessionkit/store/sql/views.py``). Stores here hold
 branches, several roots, compactions (nested, superseded, and one whose range is not a
 path), updates, deletes, clears, imports, runs and events; each is compared after
 every step, so an analysis cache refreshed from the change log is checked after each

@@ -14,7 +14,7 @@ What DuckDB changes:
   larger pages (each is a scan of the session's rows).
 * **Search.** DuckDB's ``fts`` extension needs a download and does not update
   incrementally, so this engine keeps its own inverted index, ranked with BM25 in
-  SQL (see ``_duckdb_search``).
+  SQL (see ``search.py``).
 * **Locking.** A DuckDB file admits one process. Opening a file another process
   holds raises :class:`~sessionkit.errors.StoreLocked` naming that process (its
   PID and program) at once (DuckDB does not wait for the lock). Within one
@@ -51,7 +51,7 @@ What DuckDB changes:
   Rows of many messages (imports, continuation rows, payloads, events, records)
   are written a whole batch per statement, passing column lists as parameters and
   unnesting them in SQL.
-* **The append journal and the caches** (``_duckdb_state``, whose invariant ties
+* **The append journal and the caches** (``state.py``, whose invariant ties
   the journal file, the caches and the database together). Only this process
   writes the file, so each session's newest row, the newest rows of its latest path
   (with their content: a recent window needs no statement), whether it has
@@ -402,7 +402,7 @@ class DuckDBEngine(LocalEngine):
         ``_analysis``): on a second connection to the database, in a transaction of its
         own (one snapshot; the store's writers go on) that is rolled back. That connection
         shares the store's database, whose configuration cannot be locked down: the
-        query's parse tree keeps it to the views (``_sandbox.check_query``), and
+        query's parse tree keeps it to the views (``sql.sandbox.check_query``), and
         ``files=True`` runs it on a connection of its own."""
         from ...sql import query as _query
         from ...sql import views as _analysis
@@ -579,7 +579,7 @@ class DuckDBEngine(LocalEngine):
 
         - ``"journal"``: outside a transaction, one line of the journal file (a row of
           the journal table for a store in memory), no DuckDB statement; the session's id
-          set in memory tells a stored id (see :mod:`._duckdb_state`).
+          set in memory tells a stored id (see :mod:`.state`).
         - ``"indexed"``: a single message of a session too large for an id set, outside
           a transaction: an autocommitted INSERT whose UNIQUE key index tells a stored id.
         - ``"transaction"``: inside a write transaction (joined, or opened for a message

@@ -6,7 +6,7 @@ in memory what would otherwise cost a statement each (DuckDB spends about a mill
 on any statement): each session's newest row, the newest rows of its latest path, the
 ids each session holds, the sessions with stored messages, a block of reserved write
 sequence numbers; and single appends go to a journal file beside the database instead
-of a committed statement each (see ``duckdb.py``'s notes).
+of a committed statement each (see ``engine.py``'s notes).
 
 Invariant. Write *D* for the committed rows of ``sessionkit_messages`` and *J* for the
 journal's rows: the complete lines of ``<file>.journal`` past its header (each line a

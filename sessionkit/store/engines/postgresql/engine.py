@@ -1,7 +1,7 @@
 """PostgreSQL engine: psycopg 3, a connection pool, LISTEN/NOTIFY.
 
 The engine for one store shared by many processes and machines. Tables and their
-meaning follow ``sqlite.py`` (``sessionkit_`` prefix, a schema-version row,
+meaning follow SQLite's engine (``sessionkit_`` prefix, a schema-version row,
 continuation rows, payloads by SHA-256 with references, cumulative path columns,
 compactions, runs and events, internal records). What PostgreSQL changes:
 
@@ -27,7 +27,7 @@ compactions, runs and events, internal records). What PostgreSQL changes:
   SQLite, and reach PostgreSQL as ``tsvector``/``tsquery`` literals (lexemes and
   positions, no text search parser or dictionary involved), so stemming and word
   splitting are identical on every engine. A GIN-indexed table, kept current by every
-  write of any process once built (``_pg_search``). PostgreSQL limits apply to
+  write of any process once built (``search.py``). PostgreSQL limits apply to
   extremely long messages: positions stop at 16,383 (a phrase further in is not
   found), at most 256 positions are kept per word, and at most about 1 MB of
   distinct words is indexed per message.
@@ -53,8 +53,8 @@ compactions, runs and events, internal records). What PostgreSQL changes:
 Options: ``schema``, ``pool_size`` (connections per store, default 8),
 ``connect_timeout`` (seconds, default 10), ``chunk_chars`` (continuation row size).
 
-The URL and search-literal helpers live in ``_pg_text``, the search index in ``_pg_search``, the
-listener thread in ``_pg_listen``.
+The URL and search-literal helpers live in ``text.py``, the search index in ``search.py``, the
+listener thread in ``listen.py``, the analysis cache's reads in ``analysis.py``.
 """
 
 from __future__ import annotations

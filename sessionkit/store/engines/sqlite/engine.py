@@ -20,7 +20,7 @@ What SQLite changes from the shared engine (:mod:`sessionkit.store._sql`):
   with ``VALUES`` and checks, in the same statement, that the session's latest row is
   still the one this connection last wrote there (see _APPEND_AFTER).
 * **Search.** FTS5, built on the first search and kept by triggers after, with a
-  second index of the newest messages on a large store (``_sqlite_search``).
+  second index of the newest messages on a large store (``search.py``).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ class SQLiteEngine(LocalEngine):
         ):
             raise ValueError(f"busy_timeout must be a number of seconds from 0 to 86400, got {busy_timeout!r}")
         super().__init__(**options)
-        #: How many of the newest messages the search window holds at least (see _sqlite_search).
+        #: How many of the newest messages the search window holds at least (see search.py).
         self.search_window = search_window
         self.busy_timeout = float(busy_timeout)
         self.path = None if path == ":memory:" else str(Path(path).resolve())
