@@ -20,4 +20,5 @@ FORMATS = {
     "claude-code": "import_claude_code",
     "swe-agent": "import_swe_agent",
     "inspect": "import_inspect",
+    "otel": "import_otel",
 }

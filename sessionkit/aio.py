@@ -619,16 +619,28 @@ class AsyncStore:
         return await self._call("events", session_id, after_seq)
 
     async def begin_run(
-        self, session_id: str, run_id: str, input: str | None, *, meta: dict[str, Any] | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        input: str | None,
+        *,
+        meta: dict[str, Any] | None = None,
+        started_at: Any = None,
     ) -> None:
         """Record that a run started (see :meth:`sessionkit.Store.begin_run`)."""
-        return await self._call("begin_run", session_id, run_id, input, meta=meta)
+        return await self._call("begin_run", session_id, run_id, input, meta=meta, started_at=started_at)
 
     async def end_run(
-        self, run_id: str, *, status: str, error: str | None = None, usage: dict[str, Any] | None = None
+        self,
+        run_id: str,
+        *,
+        status: str,
+        error: str | None = None,
+        usage: dict[str, Any] | None = None,
+        ended_at: Any = None,
     ) -> None:
         """Record how a run ended (see :meth:`sessionkit.Store.end_run`)."""
-        return await self._call("end_run", run_id, status=status, error=error, usage=usage)
+        return await self._call("end_run", run_id, status=status, error=error, usage=usage, ended_at=ended_at)
 
     async def reopen_run(self, run_id: str) -> None:
         """Record that a run runs again under its id (see :meth:`sessionkit.Store.reopen_run`)."""

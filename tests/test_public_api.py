@@ -210,6 +210,7 @@ SUBPACKAGES = {
         "import_claude_code",
         "import_swe_agent",
         "import_inspect",
+        "import_otel",
         "detect_format",
         "FORMATS",
     },
@@ -238,7 +239,16 @@ SUBPACKAGES = {
     },
     "sessionkit.prototyping": {"COMPARISON_COLUMNS", "REPLAY_COLUMNS", "Comparison", "Replay", "compare", "replay"},
     # serve: what `sessionkit serve` runs; serve_view: what `sessionkit view` runs
-    "sessionkit.server": {"SessionServer", "create_app", "serve", "create_view_app", "serve_view", "is_loopback"},
+    "sessionkit.server": {
+        "SessionServer",
+        "create_app",
+        "serve",
+        "create_view_app",
+        "serve_view",
+        "is_loopback",
+        "create_collect_app",
+        "serve_collect",
+    },
     "sessionkit.widgets.viewer": {
         "SORT_COLUMNS",
         "PAGE_SIZE",

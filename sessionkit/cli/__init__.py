@@ -34,6 +34,7 @@ import sessionkit as sk
 
 from .._formats import FORMATS
 from ._commands import (
+    cmd_collect,
     cmd_export,
     cmd_import,
     cmd_info,
@@ -201,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
         "database; claude-code: a coding-agent session log (a .jsonl file or a project folder); "
         "swe-agent: SWE-agent trajectories (a .traj file or a folder); inspect: an inspect-ai "
-        "eval log (.eval or .json). "
+        "eval log (.eval or .json); otel: OpenTelemetry traces (OTLP JSON, JSON lines or protobuf). "
         "Left out: told from the file",
     )
     p.add_argument(
@@ -304,6 +305,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"
     )
     p.set_defaults(func=cmd_view)
+
+    p = sub.add_parser(
+        "collect",
+        help="receive OpenTelemetry traces (OTLP/HTTP) into a store",
+        description="Receive OpenTelemetry traces at POST /v1/traces (OTLP/HTTP: protobuf or JSON, gzip too) "
+        "and write them into STORE (created if missing) as they arrive: one session per conversation, "
+        "one run per trace. Point an OTLP exporter at http://HOST:PORT/v1/traces. On 127.0.0.1 (the "
+        "default) no token is needed; any other --host needs one, from --token or SESSIONKIT_TOKEN "
+        "(16 characters or more). Stop with Ctrl-C.",
+    )
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
+    p.add_argument("--port", type=_port, default=4318, help="default: 4318, OTLP/HTTP's (0: any free port)")
+    p.add_argument("--token", metavar="TOKEN", help="bearer token senders must give (default: SESSIONKIT_TOKEN)")
+    p.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        help="another name the Host header may give (a proxy's; repeat for more)",
+    )
+    p.add_argument("--session-prefix", metavar="PREFIX", help="put PREFIX before every session id")
+    p.set_defaults(func=cmd_collect)
     return parser
 
 

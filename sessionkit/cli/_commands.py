@@ -409,6 +409,44 @@ def cmd_view(args, out: TextIO) -> int:
     return 0
 
 
+def cmd_collect(args, out: TextIO) -> int:
+    """Receive OpenTelemetry traces (OTLP/HTTP) into a store: 127.0.0.1 needs no token, any other host one."""
+    server = _optional_module("sessionkit.server", "collect")
+    token = _token(args.token or os.environ.get("SESSIONKIT_TOKEN", ""), "the token")
+    if not server.is_loopback(args.host) and not token:
+        raise CommandError(
+            f"--host {args.host} reaches other machines: set SESSIONKIT_TOKEN (or --token) to a bearer token "
+            "of 16 characters or more"
+        )
+    local = _local_path(args.store)
+    if local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0:
+        with _existing_store(args.store):  # another program's database fails here, before binding
+            pass
+    try:
+        import uvicorn  # noqa: F401
+
+        import sessionkit.io.otel as otel
+
+        otel.encode_status("", json_body=True)  # opentelemetry-proto and googleapis-common-protos are there
+    except ImportError as exc:
+        raise CommandError(f"{exc}; install them with: pip install 'sessionkit[otel]'") from exc
+
+    def ready(url: str) -> None:
+        print(f"sessionkit collecting OTLP traces into {args.store} at {url}", file=out)
+        out.flush()
+
+    server.serve_collect(
+        args.store,
+        host=args.host,
+        port=args.port,
+        token=token or None,
+        allowed_hosts=args.allow_host or (),
+        session_prefix=args.session_prefix or "",
+        on_ready=ready,
+    )
+    return 0
+
+
 def _bundle(store: sk.Store, args) -> Path:
     from sessionkit.widgets import viewer
 

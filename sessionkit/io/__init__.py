@@ -18,6 +18,7 @@ The agent frameworks' own stores and logs, one session per conversation under it
 >>> sk.io.import_claude_code(store, "/home/me/.claude/projects/-home-me-app")   # JSONL logs
 >>> sk.io.import_swe_agent(store, "trajectories/")       # .traj files
 >>> sk.io.import_inspect(store, "logs/run.eval")         # inspect-ai eval logs
+>>> sk.io.import_otel(store, "traces.jsonl")             # OpenTelemetry traces (OTLP JSON or protobuf)
 >>> sk.io.detect_format("checkpoints.db")
 'langgraph'
 
@@ -101,6 +102,7 @@ from .langgraph import import_langgraph
 from .oasst import import_oasst
 from .openai import chat_to_messages, import_openai
 from .openai_agents import import_openai_agents
+from .otel import import_otel
 from .parquet import export_parquet
 from .swe_agent import import_swe_agent
 
@@ -118,6 +120,7 @@ __all__ = [
     "import_claude_code",
     "import_swe_agent",
     "import_inspect",
+    "import_otel",
     "detect_format",
     "FORMATS",
     "MalformedInput",

@@ -6,7 +6,8 @@ a JSON-lines file of records linked by ``uuid``/``parentUuid`` is a coding-agent
 a ``.traj`` file (or a folder of them) a SWE-agent trajectory; an ``.eval`` archive (or a
 JSON document opening with ``"version"``) an inspect-ai eval log;
 other JSON and JSON lines are told by the keys of their first record (OpenAssistant trees, HH pairs,
-sessionkit exports, OpenAI chat messages).
+sessionkit exports, OpenAI chat messages, OTLP trace data); a binary file that parses whole as an OTLP
+protobuf ``ExportTraceServiceRequest`` is OpenTelemetry traces.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def _record_format(rec: Any) -> str | None:
         return "oasst"
     if "chosen" in rec and "rejected" in rec:
         return "hh"
+    if "resourceSpans" in rec or "resource_spans" in rec:  # OTLP trace data (JSON)
+        return "otel"
     if rec.get("type") in ("message", "compaction") and "session_id" in rec:
         return "jsonl"
     if rec.get("format") == "sessionkit":  # the header line of a sessionkit export
@@ -126,6 +129,13 @@ def detect_format(path: Any) -> str:
     if path.suffix == ".json" and _INSPECT_JSON.match(magic.decode("latin-1")):
         return "inspect"
     found = _record_format(_first_record(path))
+    if found is None and magic[:1] == b"\x0a":
+        from .otel import is_otlp_protobuf  # a serialized ExportTraceServiceRequest
+
+        try:
+            found = "otel" if is_otlp_protobuf(path) else None
+        except ImportError:  # opentelemetry-proto is not installed: not a format this install reads
+            found = None
     if found is None:
         raise MalformedInput(str(path), None, "cannot tell the format from the first record")
     return found

@@ -9,6 +9,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
@@ -32,6 +33,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger("sessionkit")
+
+
+def _time_arg(value: Any, name: str) -> str:
+    """A run's time as stored (ISO 8601 UTC, milliseconds); not a time -> the error naming ``name``."""
+    try:
+        return _msg.to_iso(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {str(exc).removeprefix('created_at: ')}") from None
 
 
 class Store:
@@ -427,7 +436,15 @@ class Store:
             after_seq = max(int(after_seq), -1)  # seqs start at 0
         return eng.events(session_id, after_seq)
 
-    def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict[str, Any] | None = None) -> None:
+    def begin_run(
+        self,
+        session_id: str,
+        run_id: str,
+        input: str | None,
+        *,
+        meta: dict[str, Any] | None = None,
+        started_at: datetime | int | float | str | None = None,
+    ) -> None:
         """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
 
         The agent calls this before a run's first event; :meth:`runs` lists the run
@@ -435,6 +452,8 @@ class Store:
         JSON object kept as :attr:`RunRecord.meta` (the agent records ``at``, where
         the run started, and a variant's or a replay's labels: docs/agents.md); not
         a dict -> ``TypeError``, not JSON-encodable -> ``TypeError`` naming ``meta``.
+        ``started_at`` (a datetime, epoch milliseconds or ISO 8601 time; default now)
+        records a run that started earlier, as an imported trace did.
         """
         eng = self._check()
         session_id = _str_arg(session_id, "session_id")
@@ -450,14 +469,22 @@ class Store:
             except TypeError as exc:
                 why = str(exc).removeprefix("message is not JSON-encodable: ")
                 raise TypeError(f"meta of run {run_id!r} is not JSON-encodable: {why}") from None
+        began = _msg.now_iso() if started_at is None else _time_arg(started_at, "started_at")
         with eng.write():
-            eng.w_run_begin(session_id, run_id, input, _msg.now_iso(), stored_meta)
+            eng.w_run_begin(session_id, run_id, input, began, stored_meta)
 
     def end_run(
-        self, run_id: str, *, status: str, error: str | None = None, usage: dict[str, Any] | None = None
+        self,
+        run_id: str,
+        *,
+        status: str,
+        error: str | None = None,
+        usage: dict[str, Any] | None = None,
+        ended_at: datetime | int | float | str | None = None,
     ) -> None:
         """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
-        ``"interrupted"``), the error text of a failure and the run's summed ``usage``."""
+        ``"interrupted"``), the error text of a failure and the run's summed ``usage``;
+        ``ended_at`` as ``started_at`` of :meth:`begin_run` (default now)."""
         eng = self._check()
         run_id = _str_arg(run_id, "run_id")
         status = _str_arg(status, "status")
@@ -465,8 +492,9 @@ class Store:
             error = _str_arg(error, "error")
         if usage is not None:
             _json_arg(usage, "usage")
+        ended = _msg.now_iso() if ended_at is None else _time_arg(ended_at, "ended_at")
         with eng.write():
-            eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
+            eng.w_run_end(run_id, status, error, usage, ended)
 
     def reopen_run(self, run_id: str) -> None:
         """Record that run ``run_id`` runs again: status ``"running"``, its error, usage and end cleared.
