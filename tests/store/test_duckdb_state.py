@@ -1,4 +1,4 @@
-"""The DuckDB engine's per-file state (``sessionkit.store._duckdb_state.FileState``): its
+"""The DuckDB engine's per-file state (``sessionkit.store.engines.duckdb.state.FileState``): its
 invariant, checked against the database and the journal file after each step of real
 stores (appends, chains, branches, imports, updates, deletes, a merge at the journal's
 size, a rollback, a process killed with rows in the journal), and its journal file and id
