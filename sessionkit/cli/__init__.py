@@ -33,8 +33,8 @@ from typing import Any, NoReturn
 
 import sessionkit as sk
 
+from .._formats import FORMATS
 from ._commands import (
-    _IMPORTERS,
     cmd_collect,
     cmd_copy,
     cmd_export,
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--format",
-        choices=sorted(_IMPORTERS),
+        choices=sorted(FORMATS),
         help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
         "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "

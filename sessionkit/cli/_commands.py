@@ -14,6 +14,7 @@ from typing import TextIO
 
 import sessionkit as sk
 
+from .._formats import FORMATS
 from ._common import PROG, CommandError, _count, _json, _sid, _write_json_array
 from ._render import _info_report, _newest, _render_hits, _render_info, _render_ls, _render_path, _Tree
 
@@ -162,23 +163,6 @@ def cmd_search(args, out: TextIO) -> int:
     return 0
 
 
-#: --format -> importer; sessionkit.io.FORMATS lists the same (and detects them when --format is left out)
-_IMPORTERS = {
-    "openai": "import_openai",
-    "oasst": "import_oasst",
-    "hh": "import_hh",
-    "jsonl": "import_jsonl",
-    "openai-agents": "import_openai_agents",
-    "langgraph": "import_langgraph",
-    "adk": "import_adk",
-    "claude-code": "import_claude_code",
-    "swe-agent": "import_swe_agent",
-    "inspect": "import_inspect",
-    "otel": "import_otel",
-    "parquet": "import_parquet",
-}
-
-
 #: formats whose sessions take no prefix, and why
 _NO_PREFIX = {
     "openai": "the file goes into one session, named with --session",
@@ -230,7 +214,7 @@ def cmd_import(args, out: TextIO) -> int:
         try:
             args.format = _function(io, "detect_format", "import")(args.file)
         except ValueError as exc:  # MalformedInput: no importer recognises the file
-            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(_IMPORTERS))})") from None
+            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(FORMATS))})") from None
     if args.session is not None and args.format != "openai":
         raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
     options = {}
@@ -238,7 +222,7 @@ def cmd_import(args, out: TextIO) -> int:
         if args.format in _NO_PREFIX:
             raise CommandError(f"--session-prefix does not apply to --format {args.format}: {_NO_PREFIX[args.format]}")
         options["session_prefix"] = args.session_prefix
-    fn = _function(io, _IMPORTERS[args.format], "import")
+    fn = _function(io, FORMATS[args.format], "import")
     local = _local_path(args.store)
     existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
     # An existing file must already be a sessionkit store (as for info and ls): importing into

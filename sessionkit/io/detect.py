@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .._formats import FORMATS  # format name -> the sessionkit.io function that imports it
 from ..errors import MalformedInput
 from ._frameworks import open_sqlite, table_names
 from ._reading import PathMissing, as_path, check_file
@@ -25,21 +26,6 @@ from .parquet import is_parquet_export
 
 __all__ = ["detect_format", "FORMATS"]
 
-#: format name -> the ``sessionkit.io`` function that imports it.
-FORMATS = {
-    "openai": "import_openai",
-    "oasst": "import_oasst",
-    "hh": "import_hh",
-    "jsonl": "import_jsonl",
-    "openai-agents": "import_openai_agents",
-    "langgraph": "import_langgraph",
-    "adk": "import_adk",
-    "claude-code": "import_claude_code",
-    "swe-agent": "import_swe_agent",
-    "inspect": "import_inspect",
-    "otel": "import_otel",
-    "parquet": "import_parquet",
-}
 
 _PEEK = 1 << 16
 #: how an inspect-ai log written as JSON starts

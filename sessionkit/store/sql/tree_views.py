@@ -1,7 +1,7 @@
 """The tree-aware views of ``store.sql``: ``paths``, ``turns`` and ``tool_calls``.
 
 Each is DuckDB SQL over the same source tables as the other views (``{messages}``,
-``{events}``: see :mod:`sessionkit.store._analysis`), computed from the stored tree
+``{events}``: see :mod:`sessionkit.store.sql.views`), computed from the stored tree
 in SQL, never by walking it in Python (their columns: docs/analysis.md):
 
 * every leaf's path is one recursive walk up the parent links (``_tv_path``: a row
