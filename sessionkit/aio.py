@@ -595,15 +595,15 @@ class AsyncStore:
         return await self._call("import_labels", list(labels))
 
     # -- facts as they are: imports, exports and copies -------------------------------------
-    async def import_runs(self, runs: Iterable[RunRecord | dict]) -> int:
+    async def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
         """Store run records with their ids, times and meta kept (see :meth:`sessionkit.Store.import_runs`)."""
         return await self._call("import_runs", list(runs))
 
-    async def import_events(self, events: Iterable[dict]) -> int:
+    async def import_events(self, events: Iterable[dict[str, Any]]) -> int:
         """Store run events with their seqs kept (see :meth:`sessionkit.Store.import_events`)."""
         return await self._call("import_events", list(events))
 
-    async def import_embeddings(self, vectors: Iterable[dict]) -> int:
+    async def import_embeddings(self, vectors: Iterable[dict[str, Any]]) -> int:
         """Store message vectors as they are (see :meth:`sessionkit.Store.import_embeddings`)."""
         return await self._call("import_embeddings", list(vectors))
 

@@ -268,7 +268,7 @@ class Engine(abc.ABC):
         last run); a run id stored in another session -> ``ValueError``. Returns those inserted."""
 
     @abc.abstractmethod
-    def w_import_events(self, sid: str, events: list[dict]) -> list[dict]:
+    def w_import_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Insert the events (each with its ``seq``) whose seq the session has no event at;
         a seq holding another event -> ``ValueError``. Returns those inserted."""
 
@@ -278,7 +278,9 @@ class Engine(abc.ABC):
         has no vector of that model yet (a missing message -> ``MessageNotFound``); how many."""
 
     @abc.abstractmethod
-    def scan_embeddings(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+    def scan_embeddings(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         """``(session_id, {"message_id", "model", "vector"})`` of every vector of ``session_ids``,
         session by session, each session's in message write order then by model."""
 

@@ -706,9 +706,9 @@ class SQLEngine(SQLBase):
             added.append(run)
         return added
 
-    def w_import_events(self, sid: str, events: list[dict]) -> list[dict]:
+    def w_import_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.lock_events(sid)
-        stored: dict[int, dict] = {}
+        stored: dict[int, dict[str, Any]] = {}
         for part in _split([ev["seq"] for ev in events], 1000):
             for seq, data in self.fetch(self._fact_sql("events_at"), (sid, self.listed(part))):
                 stored[seq] = json.loads(data)
@@ -750,10 +750,12 @@ class SQLEngine(SQLBase):
             self.log_change(sid, "embeddings")
         return len(fresh)
 
-    def scan_embeddings(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+    def scan_embeddings(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         if session_ids is None:
             session_ids = [r[0] for r in self.fetch(self._fact_sql("vector_sessions"))]
-        page: list[tuple[str, dict]] = []
+        page: list[tuple[str, dict[str, Any]]] = []
         for sid in session_ids:
             for mid, model, vector in self.fetch(self._fact_sql("vectors_of"), (sid,)):
                 page.append((sid, {"message_id": mid, "model": model, "vector": json.loads(vector)}))

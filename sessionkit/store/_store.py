@@ -419,7 +419,7 @@ class Store:
         return _labels.import_labels(self, labels)
 
     # -- facts as they are: imports, exports and copies (docs/importing.md) -----------
-    def import_runs(self, runs: Iterable[RunRecord | dict]) -> int:
+    def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
         """Store run records as they are, in one transaction; returns how many were added.
 
         Each run is a :class:`RunRecord` (as :meth:`runs` gives them) or a dict of its
@@ -435,7 +435,7 @@ class Store:
 
         return _facts.import_runs(self, runs)
 
-    def import_events(self, events: Iterable[dict]) -> int:
+    def import_events(self, events: Iterable[dict[str, Any]]) -> int:
         """Store run events as they are, in one transaction; returns how many were added.
 
         Each event is a JSON object as :meth:`events` gives them: its ``session_id`` and
@@ -448,7 +448,7 @@ class Store:
 
         return _facts.import_events(self, events)
 
-    def import_embeddings(self, vectors: Iterable[dict]) -> int:
+    def import_embeddings(self, vectors: Iterable[dict[str, Any]]) -> int:
         """Store message vectors as they are (see :meth:`embed`), in one transaction;
         returns how many were added.
 
