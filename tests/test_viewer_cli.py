@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,40 @@ def test_the_viewer_reads_every_engine(new_store, engine):
     assert [e["id"] for e in paths["full"]["entries"]] == ["u", "a0"]
     views = viewer.message_views(store, "e2", ["u", "zz"])
     assert list(views) == ["u"] and views["u"]["parts"][0]["text"] == "deploy number 2"
+
+
+def test_a_bundle_never_overwrites_a_folder_it_did_not_write(store_path, tmp_path):
+    """A folder with files of its own is refused, and nothing in it changes; a folder of an
+    earlier bundle is replaced with --force only, and only the files that bundle wrote go."""
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "thesis.txt").write_text("years of work")
+    (mine / "index.html").write_text("<p>my home page</p>")
+    for extra in ((), ("--force",)):
+        status, out, err = run(str(store_path), "--bundle", str(mine), *extra)
+        assert status == 1 and out == ""
+        assert err.startswith("sessionkit: error:") and "not a sessionkit bundle" in err, err
+        assert (mine / "data" / "thesis.txt").read_text() == "years of work"
+        assert (mine / "index.html").read_text() == "<p>my home page</p>"
+        assert sorted(p.name for p in mine.rglob("*")) == ["data", "index.html", "thesis.txt"]
+
+    site = tmp_path / "site"
+    site.mkdir()  # an empty folder is fine
+    status, _, err = run(str(store_path), "--bundle", str(site), "--session", "s01", "--session", "s02")
+    assert status == 0, err
+    written = {p.relative_to(site) for p in site.rglob("*")}
+    (site / "data" / "notes.txt").write_text("kept")  # the user's own file beside the bundle's
+    (site / "README").write_text("kept too")
+    status, out, err = run(str(store_path), "--bundle", str(site), "--session", "s03")
+    assert status == 1 and out == "" and "--force" in err, err
+    assert {p.relative_to(site) for p in site.rglob("*")} == written | {Path("data/notes.txt"), Path("README")}
+    status, _, err = run(str(store_path), "--bundle", str(site), "--session", "s03", "--force")
+    assert status == 0, err
+    assert (site / "data" / "notes.txt").read_text() == "kept" and (site / "README").read_text() == "kept too"
+    table = (site / "data" / "sessions.js").read_text()
+    rows = json.loads(table.split("=", 1)[1].rstrip().rstrip(";"))["rows"]
+    assert [r["session_id"] for r in rows] == ["s03"]
+    assert sorted(p.name for p in (site / "data").glob("s*.js")) == ["s0.js", "sessions.js"]  # s1.js is gone
+
+    with sk.open_store(store_path) as store, pytest.raises(sk.UsageError, match="not a sessionkit bundle"):
+        viewer.write_bundle(store, mine, force=True)

@@ -303,6 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --bundle: replace the earlier bundle in DIR (a folder holding anything else is always refused)",
+    )
     p.set_defaults(func=cmd_view)
     return parser
 

@@ -399,6 +399,8 @@ def cmd_view(args, out: TextIO) -> int:
             folder = _bundle(store, args)
         print(f"viewer written to {folder}; open {Path(folder).resolve() / 'index.html'} in a browser", file=out)
         return 0
+    if args.force:
+        raise CommandError("--force replaces an earlier --bundle; the served viewer writes no files")
     if args.session:
         raise CommandError("--session chooses the sessions of a --bundle; the served viewer shows every session")
     server = _optional_module("sessionkit.server", "view")
@@ -427,6 +429,6 @@ def _bundle(store: sk.Store, args) -> Path:
     from sessionkit.widgets import viewer
 
     try:
-        return viewer.write_bundle(store, args.bundle, session_ids=args.session)
-    except (sk.SessionNotFound, ValueError) as exc:
+        return viewer.write_bundle(store, args.bundle, session_ids=args.session, force=args.force)
+    except (sk.SessionNotFound, sk.UsageError, ValueError) as exc:
         raise CommandError(str(exc)) from exc
