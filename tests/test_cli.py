@@ -628,6 +628,10 @@ def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
         "0.0.0.0",
         "--port",
         "8123",
+        "--allow-host",
+        "agents.example.org",
+        "--allow-host",
+        ".corp.example",
         prefix=fake,
         env=env,
         cwd=tmp_path,
@@ -646,6 +650,7 @@ def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
             "timeout_request": 30.0,
             "timeout_graceful_shutdown": 10.0,
             "limit_concurrency": 1000,
+            "allowed_hosts": ["agents.example.org", ".corp.example"],
         },
     }
     assert token not in result.stderr

@@ -238,7 +238,7 @@ SUBPACKAGES = {
     },
     "sessionkit.prototyping": {"COMPARISON_COLUMNS", "REPLAY_COLUMNS", "Comparison", "Replay", "compare", "replay"},
     # serve: what `sessionkit serve` runs; serve_view: what `sessionkit view` runs
-    "sessionkit.server": {"SessionServer", "create_app", "serve", "create_view_app", "serve_view", "is_loopback"},
+    "sessionkit.server": {"SessionServer", "create_app", "serve", "create_view_app", "serve_view", "is_loopback", "HostGuard"},
     "sessionkit.widgets.viewer": {
         "SORT_COLUMNS",
         "PAGE_SIZE",

@@ -379,6 +379,7 @@ def cmd_serve(args, out: TextIO) -> int:
         timeout_request=args.timeout_request,
         timeout_graceful_shutdown=args.timeout_graceful_shutdown,
         limit_concurrency=args.limit_concurrency or None,
+        allowed_hosts=args.allow_host,
     )
     return 0
 
@@ -393,8 +394,10 @@ def _token(token: str, where: str) -> str:
 def cmd_view(args, out: TextIO) -> int:
     """The store viewer: served on 127.0.0.1 (a token elsewhere), or written as a static site with --bundle."""
     if args.bundle is not None:
-        if args.write or args.token:
-            raise CommandError("--bundle writes static files: --write and --token apply to the served viewer only")
+        if args.write or args.token or args.allow_host:
+            raise CommandError(
+                "--bundle writes static files: --write, --token and --allow-host apply to the served viewer only"
+            )
         with _existing_store(args.store) as store:
             folder = _bundle(store, args)
         print(f"viewer written to {folder}; open {Path(folder).resolve() / 'index.html'} in a browser", file=out)
@@ -421,7 +424,15 @@ def cmd_view(args, out: TextIO) -> int:
         print(f"sessionkit viewer of {args.store} at {url}" + ("" if args.write else " (read-only)"), file=out)
         out.flush()
 
-    server.serve_view(args.store, host=args.host, port=args.port, token=token or None, write=args.write, on_ready=ready)
+    server.serve_view(
+        args.store,
+        host=args.host,
+        port=args.port,
+        token=token or None,
+        write=args.write,
+        allowed_hosts=args.allow_host,
+        on_ready=ready,
+    )
     return 0
 
 

@@ -333,7 +333,9 @@ def _earlier_bundle(out: Path, force: bool) -> list[Path]:
             f"{out} is not empty and not a sessionkit bundle (no {MARKER} file): choose a new or empty folder"
         )
     if not force:
-        raise UsageError(f"{out} holds an earlier bundle: replace it with --force (force=True), or choose another folder")
+        raise UsageError(
+            f"{out} holds an earlier bundle: replace it with --force (force=True), or choose another folder"
+        )
     root = out.resolve()
     files = []
     for line in lines[1:]:

@@ -348,8 +348,47 @@ def test_token_guards_the_api_and_write_is_off_unless_asked(store_path, tmp_path
         assert status(base + "api/sessions", auth=token) == 200
         assert status(base + "api/session?id=chat-01", method="DELETE", auth=token) == 405
     with view_process(copy, "--write") as launched:
-        base = launched.match.group(1)
-        assert status(base + "api/session?id=nope", method="DELETE") == 404
-        assert status(base + "api/session?id=chat-01", method="DELETE") == 200
+        # --write without a token: a random one, printed in the URL only
+        url = launched.match.group(1)
+        base, _, query = url.partition("?token=")
+        assert len(query) >= 16 and query != token
+        assert status(base + "api/sessions") == 401
+        assert status(base + "api/session?id=chat-01", method="DELETE") == 401
+        assert status(base + "api/session?id=nope", method="DELETE", auth=query) == 404
+        assert status(base + "api/session?id=chat-01", method="DELETE", auth=query) == 200
     with sk.open_store(copy) as store:
         assert [info.id for info in store.list_sessions()] == ["chat-02"]
+
+
+def test_a_write_viewer_keeps_its_token_in_the_tab_and_deletes_from_the_page(browser, tmp_path):
+    copy = tmp_path / "write.db"
+    with sk.open_store(copy) as store:
+        for k in range(3):
+            _chat(store, k)
+    with view_process(copy, "--write") as launched:
+        url = launched.match.group(1)
+        base = url.split("?")[0]
+        w = Watched(browser)
+        page = w.page
+        page.goto(url)
+        assert sorted(_table(page)) == ["chat-00", "chat-01", "chat-02"]
+        # the token left the address bar; links and a reload keep working in this tab
+        assert "token" not in page.url
+        page.reload()
+        assert len(_table(page)) == 3
+        page.goto(base + "#/s/chat-01")
+        page.wait_for_selector(".skv-session[data-ready='1']")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator(".skv-delete").click()
+        page.wait_for_function("() => location.hash === '#/'")
+        wait_until(lambda: len(_table(page)) == 2, what="the table without chat-01")
+        # another tab without the token reads nothing and says why
+        other = browser.new_page()
+        other.goto(base)
+        other.wait_for_selector(".skv-error")
+        assert "token" in other.locator(".skv-error").inner_text()
+        other.close()
+        assert not w.errors and w.foreign(base) == [], (w.errors, w.foreign(base))
+        w.close()
+    with sk.open_store(copy) as store:
+        assert sorted(info.id for info in store.list_sessions()) == ["chat-00", "chat-02"]

@@ -6,14 +6,14 @@
 // here; the session page mounts the notebook views' own modules (BranchTree, Transcript,
 // RunView) with skLocalModel standing in for the kernel: one front end for both.
 //
-// Served, the data comes from /api (a token given in the page's URL, ?token=..., goes in
-// an Authorization header); in a bundle from script files setting globals. Every text
+// Served, the data comes from /api (a token given in the page's URL, ?token=..., is kept in
+// sessionStorage and goes in an Authorization header); in a bundle from script files setting globals. Every text
 // from the store becomes text nodes (skEl's text, textContent), never markup.
 
 (function () {
   const app = document.getElementById("sk-app");
   const CONFIG = JSON.parse(app.dataset.config || '{"mode": "served"}');
-  const TOKEN = new URLSearchParams(location.search).get("token");
+  const TOKEN = pageToken();
   const COLUMNS = [
     ["session_id", "session"],
     ["messages", "messages"],
@@ -26,6 +26,29 @@
   ];
   const PAGE = 50;
 
+  /**
+   * The token of a served viewer: from the URL the command printed (?token=...), kept in this
+   * tab's sessionStorage and taken out of the address bar, so the links copied from the page
+   * (#/s/...) never carry it and a reload or a link followed in this tab still has it.
+   */
+  function pageToken() {
+    const query = new URLSearchParams(location.search);
+    const given = query.get("token");
+    let store = null;
+    try {
+      store = window.sessionStorage;
+    } catch (err) {
+      store = null; // storage refused (a file:// page in some browsers): the URL keeps the token
+    }
+    if (given && store) {
+      store.setItem("sk-viewer-token", given);
+      query.delete("token");
+      const rest = query.toString();
+      history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
+    }
+    return given || (store && store.getItem("sk-viewer-token")) || null;
+  }
+
   // -- data: the same calls over /api or over the bundle's globals --------------------------
 
   function served() {
@@ -37,6 +60,8 @@
       }
       const response = await fetch(url, { method: method || "GET", headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} });
       const body = await response.json();
+      if (response.status === 401)
+        throw new Error("This viewer needs its token: open the URL that `sessionkit view` printed (it ends in ?token=...).");
       if (!response.ok) throw new Error(body.detail || body.error || response.statusText);
       return body;
     }
