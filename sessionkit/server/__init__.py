@@ -41,6 +41,9 @@ How it behaves:
   sent once it is stored). ``Last-Event-ID: n`` (or ``?lastEventId=n``, ASCII digits)
   resumes after ``n``, also on a restarted server; a resume older than the window
   first gets ``{"error": "events_gap", "requestedSeq": n + 1, "earliestSeq": ...}``.
+  A session deleted and created again numbers its events on after the deleted one's
+  (ids never repeat under one session id); a resume point of the deleted session
+  replays the new one from its start.
 * Crash safety: every message answered ``202`` is in the store before the answer,
   with the run it belongs to. A run saves its messages, the conversation's digest
   and its "saved" mark in one transaction; a run that takes many queued messages
