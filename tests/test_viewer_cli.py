@@ -184,3 +184,56 @@ def test_a_bundle_never_overwrites_a_folder_it_did_not_write(store_path, tmp_pat
 
     with sk.open_store(store_path) as store, pytest.raises(sk.UsageError, match="not a sessionkit bundle"):
         viewer.write_bundle(store, mine, force=True)
+
+
+def test_labels_reach_the_table_the_filter_the_session_and_the_bundle(new_store, engine, tmp_path):
+    """A session's labels: its tags in the table's labels column (found by the filter), by
+    message in the session's payload (the views' badges), and in a bundle's files."""
+    store = new_store(engine)
+    for sid in ("plain", "marked", "other"):
+        s = store.session(sid)
+        s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": f"question of {sid}"}]})
+        s.append({"id": "a", "role": "assistant", "parts": [{"type": "text", "text": "answer"}]}, parent_id="u")
+    marked = store.session("marked")
+    bad = marked.add_label("a", "hallucination", rating=1, note="made up", author="ana")
+    good = marked.add_label("u", "clear-question")
+    branch = marked.add_label("a", "resolved", target="branch", rating=5)
+    store.session("other").add_label("u", "clear-question")
+    wanted = {lab.message_id: [] for lab in store.labels(session_id="marked")}
+    for lab in store.labels(session_id="marked"):
+        wanted[lab.message_id].append(lab.id)
+
+    page = viewer.sessions_page(store, sort="session_id", desc=False)
+    assert page["labels"] is True
+    shown = {r["session_id"]: r["labels"] for r in page["rows"]}
+    assert shown == {"marked": "clear-question, hallucination, resolved", "other": "clear-question", "plain": None}
+    # the filter finds a tag; the sort by labels reads them too
+    found = viewer.sessions_page(store, filter="HALLUCINATION")
+    assert [r["session_id"] for r in found["rows"]] == ["marked"] and found["total"] == 1
+    assert viewer.sessions_page(store, filter="clear-q")["total"] == 2
+    by_labels = viewer.sessions_page(store, sort="labels", desc=False)["rows"]
+    assert [r["session_id"] for r in by_labels] == ["other", "marked", "plain"]
+
+    state = viewer.session_state(store, "marked")
+    assert {mid: [lab["id"] for lab in labs] for mid, labs in state["labels"].items()} == wanted
+    first = state["labels"]["a"][0]
+    assert first == {
+        "id": bad.id,
+        "tag": "hallucination",
+        "rating": 1.0,
+        "target": "message",
+        "note": "made up",
+        "author": "ana",
+    }
+    assert [lab["target"] for lab in state["labels"]["a"]] == ["message", "branch"]
+    assert state["labels"]["u"][0]["id"] == good.id and branch.id in wanted["a"]
+    assert viewer.session_state(store, "plain")["labels"] == {}
+
+    folder = viewer.write_bundle(store, tmp_path / "b")
+    table = json.loads((folder / "data" / "sessions.js").read_text().split("=", 1)[1].rstrip().rstrip(";"))
+    assert table["labels"] is True
+    assert {r["session_id"]: r["labels"] for r in table["rows"]} == shown
+    name = table["files"]["marked"]
+    text = (folder / name).read_text()
+    payload = json.loads(text[text.index(",") + 1 : text.rindex(")")])
+    assert payload["labels"] == state["labels"]

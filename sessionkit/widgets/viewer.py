@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
-from ._source import load_messages, message_view, path_entries, tree_data, tree_json
+from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
 
 __all__ = [
     "SORT_COLUMNS",
@@ -103,12 +103,12 @@ def _plain(value: Any) -> Any:
 
 
 def _has_labels(store: Any) -> bool:
-    """Whether the store has a ``labels`` view with ``session_id`` and ``label`` columns."""
+    """Whether the store has a ``labels`` view with ``session_id`` and ``tag`` columns."""
     try:
         names = set(store.sql_arrow("SELECT * FROM labels LIMIT 0").column_names)
     except Exception:  # no such view: this store (or this version) has no labels
         return False
-    return {"session_id", "label"} <= names
+    return {"session_id", "tag"} <= names
 
 
 _RUNS = (
@@ -132,8 +132,8 @@ def _source_sql(only: bool) -> str:
 
 def _labels_sql(only: bool) -> str:
     return (
-        "SELECT session_id, string_agg(DISTINCT CAST(label AS VARCHAR), ', ') AS labels FROM labels "
-        f"WHERE label IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
+        "SELECT session_id, string_agg(DISTINCT CAST(tag AS VARCHAR), ', ' ORDER BY CAST(tag AS VARCHAR)) "
+        f"AS labels FROM labels WHERE tag IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
     )
 
 
@@ -239,7 +239,9 @@ def _session(store: Any, session_id: str) -> Any:
 
 def session_state(store: Any, session_id: str) -> dict:
     """What the session page opens with: the BranchTree's tree (arrays, no text), the latest
-    leaf, and the session's runs (``run_id``, ``status``). ``SessionNotFound`` for no session."""
+    leaf, the session's runs (``run_id``, ``status``) and its labels by message id (as the
+    notebook views get them: ``id, tag, rating, target, note, author``; badges in the tree
+    and the transcript). ``SessionNotFound`` for no session."""
     session = _session(store, session_id)
     tree = tree_json(tree_data(session))
     return {
@@ -247,6 +249,7 @@ def session_state(store: Any, session_id: str) -> dict:
         "tree": tree,
         "latest": tree["ids"][tree["latest"]] if tree["n"] and tree["latest"] is not None else None,
         "runs": [{"run_id": r.run_id, "status": r.status} for r in store.runs(session_id)],
+        "labels": labels_json(session),
     }
 
 

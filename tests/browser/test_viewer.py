@@ -392,3 +392,78 @@ def test_a_write_viewer_keeps_its_token_in_the_tab_and_deletes_from_the_page(bro
         w.close()
     with sk.open_store(copy) as store:
         assert sorted(info.id for info in store.list_sessions()) == ["chat-00", "chat-02"]
+
+
+def _labelled_store(path: Path) -> dict[str, list[str]]:
+    """The demo "trip" session with labels on three messages, two chats (one labelled); returns
+    each session's tags as the store lists them."""
+    with sk.open_store(path) as store:
+        trip = nbhelpers.demo_session(store)
+        _chat(store, 0)
+        _chat(store, 1)
+        trip.add_label("a4", "hallucination", rating=1, note="no such place", author="ana")
+        trip.add_label("u3", "good-question")
+        trip.add_label("a5", "resolved", target="branch", rating=5)
+        store.session("chat-01").add_label("m0", "good-question")
+        return {
+            info.id: sorted({lab.tag for lab in store.labels(session_id=info.id)}) for info in store.list_sessions()
+        }
+
+
+def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]]) -> None:
+    page.goto(url)
+    _table(page)
+    for sid, want in tags.items():
+        shown = page.eval_on_selector_all(
+            f".skv-table tr[data-session='{sid}'] td.skv-labels .sk-label-badge", "els => els.map(e => e.dataset.tag)"
+        )
+        assert shown == want, sid
+    # filtering by a tag finds the sessions that carry it
+    page.locator(".skv-filter").fill("hallucination")
+    page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.total === '1'")
+    assert _table(page) == ["trip"]
+    page.locator(".skv-filter").fill("good-question")
+    page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.total === '2'")
+    assert sorted(_table(page)) == ["chat-01", "trip"]
+    page.locator(".skv-filter").fill("")
+    # the session: badges in the tree's rows and on the transcript's messages
+    page.goto(url.split("#")[0] + "#/s/trip/m/a4")
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-tree-view[data-layout='done']")
+    page.wait_for_selector(".sk-transcript-view .sk-msg[data-id='a4']:not(.sk-loading)")
+    for mid, want in trip_labels.items():
+        row = page.eval_on_selector_all(
+            f".sk-tree-view .sk-row[data-id='{mid}'] .sk-label-badge", "els => els.map(e => e.dataset.tag)"
+        )
+        assert row == want, mid
+    on_path = {"u3": trip_labels["u3"], "a4": trip_labels["a4"]}
+    for mid, want in on_path.items():
+        msg = page.eval_on_selector_all(
+            f".sk-transcript-view .sk-msg[data-id='{mid}'] .sk-label-badge", "els => els.map(e => e.dataset.tag)"
+        )
+        assert msg == want, mid
+    badge = page.locator(".sk-transcript-view .sk-msg[data-id='a4'] .sk-label-badge").first
+    assert badge.inner_text() == "hallucination ★1"
+    assert "no such place" in badge.get_attribute("title") and "by ana" in badge.get_attribute("title")
+    # read-only here: no "remove" on a badge, no "+ label"
+    assert page.locator(".skv-session .sk-label-x, .skv-session .sk-label-add").count() == 0
+
+
+def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(browser, tmp_path):
+    path = tmp_path / "labelled.db"
+    tags = _labelled_store(path)
+    assert tags == {"trip": ["good-question", "hallucination", "resolved"], "chat-00": [], "chat-01": ["good-question"]}
+    with sk.open_store(path) as store:
+        trip_labels: dict[str, list[str]] = {}
+        for lab in store.labels(session_id="trip"):
+            trip_labels.setdefault(lab.message_id, []).append(lab.tag)
+        folder = write_bundle(store, tmp_path / "bundle")
+    with view_process(path) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        _check_labels(w.page, url, tags, trip_labels)
+        assert not w.errors and w.foreign(url) == [], (w.errors, w.foreign(url))
+        w.close()
+    w = Watched(browser, offline=True)
+    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels)
+    assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
+    w.close()

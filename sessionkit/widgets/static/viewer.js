@@ -218,6 +218,12 @@
     if (key === "tokens") return skTokens(v);
     if (key === "cost") return row.runs ? skCost(v, row.unpriced, row.runs) : "—";
     if (key === "last_activity") return v ? String(v).replace("T", " ").slice(0, 19) : "—";
+    if (key === "labels" && v) {
+      // the session's tags, each a badge as in the session's views
+      const box = skEl("span", { class: "sk-labels" });
+      for (const tag of String(v).split(", ")) box.append(skEl("span", { class: "sk-label-badge", "data-tag": tag, text: tag }));
+      return box;
+    }
     if (v === null || v === undefined) return "—";
     return typeof v === "number" ? v.toLocaleString("en-US") : String(v);
   }
@@ -379,7 +385,8 @@
       return out;
     }
 
-    const treeState = { _tree: s.tree, selected_id: selected, compare_id: null, diff: {}, collapse: true, height: 520, _offline: { messages: views } };
+    const labels = s.labels || {}; // by message id: the badges of the tree and the transcript
+    const treeState = { _tree: s.tree, _labels: labels, selected_id: selected, compare_id: null, diff: {}, collapse: true, height: 520, _offline: { messages: views } };
     const tree = await mount("branch_tree", treeEl, treeState, async (msg) => {
       if (msg.type === "fetch") {
         const got = await fetchViews(msg.ids);
@@ -393,7 +400,7 @@
 
     let paths = selected ? await api.path(id, selected) : null;
     const empty = { leaf_id: null, entries: [], compactions: [], tokens_model: 0, tokens_full: 0 };
-    const chatState = { leaf_id: selected, mode: "model", following: true, height: 520, _path: paths ? paths.model : empty, _offline: { paths: paths || { model: empty, full: empty }, messages: views } };
+    const chatState = { _labels: labels, leaf_id: selected, mode: "model", following: true, height: 520, _path: paths ? paths.model : empty, _offline: { paths: paths || { model: empty, full: empty }, messages: views } };
     const chat = await mount("transcript", chatEl, chatState, async (msg) => {
       if (msg.type === "fetch") return { type: "messages", req: msg.req, items: await fetchViews(msg.ids) };
       return null;
