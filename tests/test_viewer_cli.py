@@ -20,6 +20,13 @@ from sessionkit.server import is_loopback
 from sessionkit.widgets import viewer
 
 
+def bundle_data(text: str):
+    """The value a bundle's data file gives its page (``... JSON.parse("<JSON text>") ...``)."""
+    start = text.index("JSON.parse(") + len("JSON.parse(")
+    literal, _ = json.JSONDecoder().raw_decode(text, start)  # the JS string literal is a JSON string
+    return json.loads(literal)
+
+
 def run(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -83,7 +90,7 @@ def test_bundle_options_are_checked(store_path, tmp_path):
     assert status == 0, err
     assert "index.html" in out
     table = (tmp_path / "b" / "data" / "sessions.js").read_text()
-    rows = json.loads(table.split("=", 1)[1].rstrip().rstrip(";"))["rows"]
+    rows = bundle_data(table)["rows"]
     assert sorted(r["session_id"] for r in rows) == ["s01", "s03"]
     assert len(list((tmp_path / "b" / "data").glob("s*.js"))) == 3  # sessions.js and one per session
 
@@ -178,7 +185,7 @@ def test_a_bundle_never_overwrites_a_folder_it_did_not_write(store_path, tmp_pat
     assert status == 0, err
     assert (site / "data" / "notes.txt").read_text() == "kept" and (site / "README").read_text() == "kept too"
     table = (site / "data" / "sessions.js").read_text()
-    rows = json.loads(table.split("=", 1)[1].rstrip().rstrip(";"))["rows"]
+    rows = bundle_data(table)["rows"]
     assert [r["session_id"] for r in rows] == ["s03"]
     assert sorted(p.name for p in (site / "data").glob("s*.js")) == ["s0.js", "sessions.js"]  # s1.js is gone
 
@@ -230,10 +237,10 @@ def test_labels_reach_the_table_the_filter_the_session_and_the_bundle(new_store,
     assert viewer.session_state(store, "plain")["labels"] == {}
 
     folder = viewer.write_bundle(store, tmp_path / "b")
-    table = json.loads((folder / "data" / "sessions.js").read_text().split("=", 1)[1].rstrip().rstrip(";"))
+    table = bundle_data((folder / "data" / "sessions.js").read_text())
     assert table["labels"] is True
     assert {r["session_id"]: r["labels"] for r in table["rows"]} == shown
     name = table["files"]["marked"]
     text = (folder / name).read_text()
-    payload = json.loads(text[text.index(",") + 1 : text.rindex(")")])
+    payload = bundle_data(text)
     assert payload["labels"] == state["labels"]

@@ -94,6 +94,14 @@ def _script_json(value: Any) -> str:
     return text
 
 
+def _script_data(value: Any) -> str:
+    """``value`` as a JavaScript expression for a bundle's data files: ``JSON.parse("...")``
+    and not an object literal, because in a literal a key ``"__proto__"`` (a session or
+    message id like any other) sets the object's prototype instead of storing a value."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"JSON.parse({_script_json(text)})"
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, (_dt.datetime, _dt.date)):
         return value.isoformat()
@@ -409,12 +417,12 @@ def write_bundle(
             "messages": views,
             "events": run_events(store, sid),
         }
-        (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_json(payload)});\n", encoding="utf-8")
+        (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
     (data / "sessions.js").write_text(
-        f"window.SK_BUNDLE = {_script_json({'rows': rows, 'files': files, 'labels': _has_labels(store)})};\n",
+        f"window.SK_BUNDLE = {_script_data({'rows': rows, 'files': files, 'labels': _has_labels(store)})};\n",
         encoding="utf-8",
     )
-    (data / "index.js").write_text(f"window.SK_BUNDLE_INDEX = {_script_json(index)};\n", encoding="utf-8")
+    (data / "index.js").write_text(f"window.SK_BUNDLE_INDEX = {_script_data(index)};\n", encoding="utf-8")
     for name in ASSETS:
         (out / name).write_text(asset(name), encoding="utf-8")
     (out / "modules.js").write_text(modules_script(), encoding="utf-8")

@@ -241,3 +241,48 @@ def test_offline_transcript_and_run_view_show_readable_folded_tool_output(page, 
         assert HOSTILE.replace("\x1b[31m", "") in pre.text_content()  # shown as text
         assert page.evaluate("() => window.__pwned") is None and page.locator(f"{view} img").count() == 0
     assert not page.errors, page.errors
+
+
+JS_NAMES = ["constructor", "toString", "__proto__", "hasOwnProperty"]
+
+
+def _js_named_session(store, sid: str = "__proto__") -> sk.Session:
+    """A line of messages whose ids are the names every JavaScript object has, and a branch;
+    labels on two of them (so the others must show none)."""
+    s = store.session(sid)
+    parent = None
+    for k, mid in enumerate(JS_NAMES):
+        s.append(nbhelpers.text(mid, "user" if k % 2 == 0 else "assistant", f"text of {mid}"), parent_id=parent)
+        parent = mid
+    s.append(nbhelpers.text("valueOf", "assistant", "text of valueOf"), parent_id="toString")
+    s.add_label("constructor", "first")
+    s.add_label("__proto__", "proto-tag", rating=2)
+    return s
+
+
+def test_ids_named_like_javascript_builtins_show_in_the_offline_pages(page, tmp_path):
+    store = sk.open_store()
+    s = _js_named_session(store)
+    sk.widgets.Transcript(s, "hasOwnProperty").to_html(tmp_path / "chat.html")
+    page.goto((tmp_path / "chat.html").as_uri())
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-transcript-view")
+    for mid in JS_NAMES:
+        msg = page.locator(f".sk-transcript-view .sk-msg[data-id='{mid}']:not(.sk-loading)")
+        msg.wait_for()
+        assert f"text of {mid}" in msg.inner_text()
+    tags = page.eval_on_selector_all(".sk-transcript-view .sk-label-badge", "els => els.map(e => e.dataset.tag)")
+    assert tags == ["first", "proto-tag"]
+
+    sk.widgets.BranchTree(s, collapse=False).to_html(tmp_path / "tree.html")
+    page.goto((tmp_path / "tree.html").as_uri())
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']")
+    rows = page.eval_on_selector_all(".sk-tree-view .sk-row[data-id]", "els => els.map(e => e.dataset.id)")
+    assert sorted(rows) == sorted([*JS_NAMES, "valueOf"])
+    tags = page.eval_on_selector_all(".sk-tree-view .sk-row .sk-label-badge", "els => els.map(e => e.dataset.tag)")
+    assert sorted(tags) == ["first", "proto-tag"]
+    for mid in ("__proto__", "toString"):  # the panel of each: its text and its labels
+        page.locator(f".sk-tree-view .sk-row[data-id='{mid}']").click()
+        page.wait_for_function(f"() => document.querySelector('.sk-tree-view').dataset.selected === '{mid}'")
+        page.locator(".sk-tree-panel").get_by_text(f"text of {mid}").wait_for()
+    assert page.locator(".sk-tree-panel .sk-label-badge").count() == 0  # toString has none
+    assert not page.errors, page.errors

@@ -467,3 +467,61 @@ def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(br
     _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels)
     assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
     w.close()
+
+
+JS_NAMES = ["constructor", "toString", "__proto__", "hasOwnProperty"]
+
+
+def _check_js_names(page, url: str) -> None:
+    page.goto(url)
+    assert sorted(_table(page)) == sorted(["__proto__", "constructor", "chat-00"])
+    for sid in ("__proto__", "constructor"):
+        page.locator(f".skv-table tr[data-session='{sid}'] a").click()
+        page.wait_for_selector(f".skv-session[data-session='{sid}'][data-ready='1'] .sk-tree-view[data-layout='done']")
+        for mid in JS_NAMES:
+            msg = page.locator(f".sk-transcript-view .sk-msg[data-id='{mid}']:not(.sk-loading)")
+            msg.wait_for()
+            assert f"{sid}: text of {mid}" in msg.inner_text()
+        rows = page.eval_on_selector_all(".sk-tree-view .sk-row[data-id]", "els => els.map(e => e.dataset.id)")
+        assert set(JS_NAMES) <= set(rows)
+        tags = page.eval_on_selector_all(".sk-transcript-view .sk-label-badge", "els => els.map(e => e.dataset.tag)")
+        assert tags == ["first", "proto-tag"]
+        # a deep link to the message named __proto__
+        page.goto(url.split("#")[0] + f"#/s/{sid}/m/__proto__")
+        page.wait_for_selector(f".skv-session[data-session='{sid}'][data-ready='1']")
+        assert page.locator(".sk-tree-view").get_attribute("data-selected") == "__proto__"
+        page.goto(url)
+        _table(page)
+    # a link with a malformed escape: a message saying so, the way home still there
+    page.goto(url.split("#")[0] + "#/s/%E0%A4%A")
+    page.wait_for_selector(".skv-bad-link")
+    assert "link" in page.locator(".skv-bad-link").inner_text().lower()
+    page.locator(".skv-home").click()
+    assert len(_table(page)) == 3
+
+
+def test_ids_named_like_javascript_builtins_open_served_and_bundled(browser, tmp_path):
+    path = tmp_path / "names.db"
+    with sk.open_store(path) as store:
+        for sid in ("__proto__", "constructor"):
+            s = store.session(sid)
+            s.append(nbhelpers.text("constructor", "user", f"{sid}: text of constructor"))
+            s.append(nbhelpers.text("toString", "assistant", f"{sid}: text of toString"), parent_id="constructor")
+            s.append(nbhelpers.text("valueOf", "user", f"{sid}: text of valueOf"), parent_id="toString")  # a branch
+            s.append(nbhelpers.text("__proto__", "user", f"{sid}: text of __proto__"), parent_id="toString")
+            last = nbhelpers.text("hasOwnProperty", "assistant", f"{sid}: text of hasOwnProperty")
+            s.append(last, parent_id="__proto__")
+            s.add_label("constructor", "first")
+            s.add_label("__proto__", "proto-tag", rating=2)
+        _chat(store, 0)
+        folder = write_bundle(store, tmp_path / "bundle")
+    with view_process(path) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        _check_js_names(w.page, url)
+        assert not w.errors and w.foreign(url) == [], (w.errors, w.foreign(url))
+        w.close()
+    w = Watched(browser, offline=True)
+    _check_js_names(w.page, (folder / "index.html").as_uri())
+    assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
+    w.close()

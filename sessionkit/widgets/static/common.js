@@ -4,7 +4,22 @@ const SK_ROLE_COLORS = { user: "#2563eb", assistant: "#15803d", system: "#64748b
 const SK_OTHER_COLOR = "#7c3aed";
 
 function skRoleColor(role) {
-  return SK_ROLE_COLORS[role] || SK_OTHER_COLOR;
+  return skOwn(SK_ROLE_COLORS, role) || SK_OTHER_COLOR;
+}
+
+/**
+ * obj[key] when obj has it as its own property, else undefined. Message, session and label
+ * ids are any strings, "constructor", "toString" and "__proto__" among them: looked up in a
+ * plain object with obj[key] they would find Object.prototype's members instead of nothing.
+ */
+function skOwn(obj, key) {
+  return obj !== null && obj !== undefined && Object.prototype.hasOwnProperty.call(obj, key) ? obj[key] : undefined;
+}
+
+/** An empty object for values by id: no prototype, so no id names an inherited member and
+ * setting "__proto__" stores a value like any other id. */
+function skDict() {
+  return Object.create(null);
 }
 
 /** Create an element: skEl("div", {class: "x", onclick: fn}, child, "text", ...). */
@@ -204,7 +219,7 @@ function skLabelText(label) {
 /** The badges of a message's labels (see _source.labels_json); a × on each when `onRemove` is given. */
 function skLabelBadges(labels, onRemove) {
   const box = skEl("span", { class: "sk-labels" });
-  for (const label of labels || []) {
+  for (const label of Array.isArray(labels) ? labels : []) {
     const about = [label.target === "branch" ? "on the branch ending here" : "", label.note, label.author ? "by " + label.author : ""];
     const badge = skEl("span", { class: "sk-label-badge" + (label.target === "branch" ? " sk-label-branch" : ""),
       "data-label-id": label.id, "data-tag": label.tag, title: about.filter(Boolean).join(" · ") || null, text: skLabelText(label) });

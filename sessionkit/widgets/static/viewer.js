@@ -88,7 +88,7 @@
         let resolve, reject;
         const promise = new Promise((ok, fail) => ((resolve = ok), (reject = fail)));
         loaded.set(id, { promise, resolve });
-        const file = data.files[id];
+        const file = skOwn(data.files, id);
         if (!file) reject(new Error(`no session ${JSON.stringify(id)} in this bundle`));
         else document.head.append(skEl("script", { src: file, onerror: () => reject(new Error("cannot read " + file)) }));
       }
@@ -140,8 +140,8 @@
       path: (id, leaf) => load(id).then((s) => (!leaf || (s.paths && s.paths.model.leaf_id === leaf) ? s.paths : treePath(s, leaf))),
       messages: (id, ids) =>
         load(id).then((s) => {
-          const out = {};
-          for (const x of ids) if (s.messages[x]) out[x] = s.messages[x];
+          const out = skDict();
+          for (const x of ids) if (skOwn(s.messages, x)) out[x] = s.messages[x];
           return out;
         }),
       events: (id) => load(id).then((s) => s.events || []),
@@ -179,8 +179,19 @@
     for (const fn of cleanup) fn();
     cleanup = [];
     const hash = location.hash.replace(/^#\/?/, "");
-    const parts = hash.split("/").map(decodeURIComponent);
+    let parts;
+    try {
+      parts = hash.split("/").map(decodeURIComponent);
+    } catch (err) {
+      parts = null; // a malformed escape (%E0%A4%A): a link cut short or mistyped
+    }
     app.textContent = "";
+    if (parts === null) {
+      app.dataset.route = "bad-link";
+      app.append(skEl("header", { class: "skv-header" }, skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }), searchBox("")),
+        skEl("div", { class: "sk-err skv-error skv-bad-link", role: "alert", text: "Bad link: its address is malformed (a %-escape that is cut short or invalid), so it names no session. Check the link, or go to the sessions." }));
+      return;
+    }
     app.dataset.route = parts[0] || "sessions";
     const header = skEl("header", { class: "skv-header" },
       skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }),
@@ -375,26 +386,29 @@
     }
     const known = new Set(s.tree.ids);
     const selected = messageId && known.has(messageId) ? messageId : s.latest;
-    const views = {}; // message views fetched so far, shared by the tree and the transcript
+    const views = skDict(); // message views fetched so far, shared by the tree and the transcript
 
     async function fetchViews(ids) {
       const want = ids.filter((x) => !views[x] && !String(x).startsWith("compaction:"));
-      if (want.length) Object.assign(views, await api.messages(id, want));
-      const out = {};
+      if (want.length) {
+        const got = await api.messages(id, want);
+        for (const x of Object.keys(got)) views[x] = got[x];
+      }
+      const out = skDict();
       for (const x of ids) if (views[x]) out[x] = views[x];
       return out;
     }
 
-    const labels = s.labels || {}; // by message id: the badges of the tree and the transcript
+    const labels = s.labels || skDict(); // by message id: the badges of the tree and the transcript
     const treeState = { _tree: s.tree, _labels: labels, selected_id: selected, compare_id: null, diff: {}, collapse: true, height: 520, _offline: { messages: views } };
     const tree = await mount("branch_tree", treeEl, treeState, async (msg) => {
       if (msg.type === "fetch") {
         const got = await fetchViews(msg.ids);
-        const items = {};
+        const items = skDict();
         for (const [k, v] of Object.entries(got)) items[k] = v.preview;
         return { type: "previews", req: msg.req, items };
       }
-      if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: (await fetchViews([msg.id]))[msg.id] || null };
+      if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: skOwn(await fetchViews([msg.id]), msg.id) || null };
       return null;
     });
 
