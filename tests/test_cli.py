@@ -381,7 +381,8 @@ def test_show_renders_tool_calls_and_files(store_path, cli):
         tool = chat.get("tool1")["parts"][0]
         file_part = chat.get("file1")["parts"][1]
     assert "tool get_status" in out and tool["toolCallId"] in out and tool["state"] in out
-    assert "input:  " + json.dumps(tool["input"]) in out
+    shown = sk.parts.input_text(tool["input"]).split("\n")  # each argument by name
+    assert ("    input:  " + shown[0] + "\n" if len(shown) == 1 else "    input:\n      " + shown[0] + "\n") in out
     indented = "\n".join("      " + line for line in json.dumps(tool["output"], indent=2).split("\n"))
     assert "    output:\n" + indented + "\n" in out  # a JSON value, indented
     assert f"file {file_part['mediaType']} {file_part['filename']}" in out

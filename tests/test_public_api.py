@@ -260,6 +260,7 @@ SUBPACKAGES = {
         "OVERLAY_PREFIX",
         "fold_lines",
         "output_text",
+        "input_text",
         "is_tool_part",
         "one_line",
         "overlay_info",

@@ -10,7 +10,7 @@ import pagechecks
 import pytest
 
 import sessionkit as sk
-from sessionkit.parts import FOLD_LINES, output_text
+from sessionkit.parts import FOLD_LINES, input_text, output_text
 from sessionkit.widgets._source import outline_rows, tree_data
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: starts chromium
@@ -285,4 +285,57 @@ def test_ids_named_like_javascript_builtins_show_in_the_offline_pages(page, tmp_
         page.wait_for_function(f"() => document.querySelector('.sk-tree-view').dataset.selected === '{mid}'")
         page.locator(".sk-tree-panel").get_by_text(f"text of {mid}").wait_for()
     assert page.locator(".sk-tree-panel .sk-label-badge").count() == 0  # toString has none
+    assert not page.errors, page.errors
+
+
+def test_offline_views_show_tool_inputs_as_arguments_with_real_line_breaks(page, tmp_path):
+    """A coding agent's file text and shell command: each argument by name, its text with real
+    line breaks and quotes, in the Transcript, the BranchTree's panel and the RunView."""
+    file_text = 'def greet(name):\n    """Say hello."""\n    return f"hello {name}"\n'
+    command = 'grep -n "def greet" src/*.py'
+
+    def write_file(path: str, file_text: str) -> str:
+        """Writes a file."""
+        return "written"
+
+    def bash(command: str) -> str:
+        """Runs a command."""
+        return "1:def greet(name):"
+
+    script = [
+        {
+            "text": "",
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "src/greet.py", "file_text": file_text}, "id": "c1"},
+                {"name": "bash", "arguments": {"command": command}, "id": "c2"},
+            ],
+        },
+        {"text": "Done."},
+    ]
+    store = sk.open_store()
+    agent = sk.Agent("coder", "Write code.", sk.testing.ScriptedModel(script), tools=[write_file, bash])
+    result = agent.run_sync("add greet", session=store.session("coder"))
+    expected = {
+        "write_file": input_text({"path": "src/greet.py", "file_text": file_text}),
+        "bash": input_text({"command": command}),
+    }
+    assert expected["write_file"].startswith("path: src/greet.py\nfile_text:\n  def greet(name):\n")
+    assert expected["bash"] == f"command: {command}"
+    session = store.session("coder")
+    tool_msg = next(m for m in session.get_history() if "write_file" in sk.parts.tool_names(m))
+    sk.widgets.Transcript(session, height=2000).to_html(tmp_path / "chat.html")
+    sk.widgets.RunView(result, height=2000).to_html(tmp_path / "run.html")
+    sk.widgets.BranchTree(session, selected_id=tool_msg["id"], collapse=False).to_html(tmp_path / "tree.html")
+    for name, view in (
+        ("chat.html", ".sk-transcript-view"),
+        ("run.html", ".sk-run-view"),
+        ("tree.html", ".sk-tree-panel"),
+    ):
+        page.goto((tmp_path / name).as_uri())
+        for tool, text in expected.items():
+            box = page.locator(f"{view} .sk-tool", has=page.locator("summary b", has_text=tool))
+            box.locator("pre").first.wait_for()
+            assert box.locator("pre").first.text_content() == text, (name, tool)
+        shown = page.locator(view).inner_text()
+        assert "\\n" not in shown and '\\"' not in shown, name
     assert not page.errors, page.errors

@@ -19,7 +19,7 @@ from helpers import wait_until
 from servers import launcher
 
 import sessionkit as sk
-from sessionkit.parts import output_text
+from sessionkit.parts import input_text, output_text
 from sessionkit.widgets.viewer import PAGE_SIZE, write_bundle
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a server process and chromium
@@ -523,5 +523,45 @@ def test_ids_named_like_javascript_builtins_open_served_and_bundled(browser, tmp
         w.close()
     w = Watched(browser, offline=True)
     _check_js_names(w.page, (folder / "index.html").as_uri())
+    assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
+    w.close()
+
+
+def _check_inputs(page, url: str) -> None:
+    """The SWE-agent trajectory's edit and an agent run's tool call: arguments by name, as text."""
+    traj = json.loads(SWE.read_text())
+    args = {
+        c["function"]["name"]: json.loads(c["function"]["arguments"])
+        for e in traj["history"]
+        for c in e.get("tool_calls") or ()
+    }
+    page.goto(url.split("#")[0] + "#/s/function_calling_simple")
+    for name in ("edit", "bash", "find_file"):
+        tool = page.locator(".sk-transcript-view .sk-tool", has=page.locator("summary b", has_text=name))
+        tool.locator("pre").first.wait_for()
+        assert tool.locator("pre").first.text_content() == input_text(args[name]), name
+    edit = page.locator(".sk-transcript-view .sk-tool", has=page.locator("summary b", has_text="edit"))
+    assert edit.locator("pre").first.inner_text().split("\n") == [
+        f"search: {args['edit']['search']}",
+        f"replace: {args['edit']['replace']}",
+    ]
+    assert '\\"' not in page.locator(".sk-transcript-view").inner_text()
+    page.goto(url.split("#")[0] + "#/s/run")
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-run-view[data-status='completed']")
+    for view in (".sk-run-view", ".sk-transcript-view"):
+        tool = page.locator(f"{view} .sk-tool", has=page.locator("summary b", has_text="listing"))
+        tool.locator("pre").first.wait_for()
+        assert tool.locator("pre").first.text_content() == "command: ls", view
+
+
+def test_tool_inputs_read_as_arguments_served_and_bundled(browser, served, store_path, tmp_path):
+    w = Watched(browser)
+    _check_inputs(w.page, served)
+    assert not w.errors and w.foreign(served) == [], (w.errors, w.foreign(served))
+    w.close()
+    with sk.open_store(store_path) as store:
+        folder = write_bundle(store, tmp_path / "bundle", session_ids=["run", "function_calling_simple"])
+    w = Watched(browser, offline=True)
+    _check_inputs(w.page, (folder / "index.html").as_uri())
     assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
     w.close()
