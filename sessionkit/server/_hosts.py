@@ -104,8 +104,8 @@ class HostGuard:
         """Whether the host name ``name`` (from :func:`host_name`) names this server."""
         if is_loopback_host(name) or self._listed(name):
             return True
-        server = scope.get("server")
-        return bool(server) and _same_address(name, server[0])
+        server = scope.get("server")  # (host, port) of the socket the request arrived on, or None
+        return server is not None and _same_address(name, server[0])
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):

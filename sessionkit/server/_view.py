@@ -2,10 +2,13 @@
 
 A small Starlette app: the page and its assets (:mod:`sessionkit.widgets.viewer`, the same
 front end as the notebook views) and a read-only JSON API over the store's public API.
-Bound to 127.0.0.1 it needs no token; bound elsewhere it needs one, checked as the
-agent server checks it (:class:`._app._Auth`, a bearer header compared in constant
-time). Store calls run on a worker thread, one at a time, never on the event loop.
-``write=True`` adds the one writing route, deleting a session.
+Every request passes :class:`._hosts.HostGuard` first (its ``Host`` must name this server;
+a change from another site's page is refused), as on the agent server. Bound to 127.0.0.1
+it needs no token to read; bound elsewhere it needs one, checked as the agent server checks
+it (:class:`._app._Auth`, a bearer header compared in constant time), and ``serve_view``
+with ``write=True`` makes a random one when none is given. Store calls run on a worker
+thread, one at a time, never on the event loop. ``write=True`` adds the one writing route,
+deleting a session.
 """
 
 from __future__ import annotations
