@@ -73,6 +73,7 @@ _LAZY = {
     "widgets": ("sessionkit.widgets", None),
     "server": ("sessionkit.server", None),
     "prototyping": ("sessionkit.prototyping", None),
+    "capture": ("sessionkit.integrations.litellm", "capture"),
 }
 
 __all__ = [

@@ -594,6 +594,19 @@ class AsyncStore:
         """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
         return await self._call("import_labels", list(labels))
 
+    # -- facts as they are: imports, exports and copies -------------------------------------
+    async def import_runs(self, runs: Iterable[RunRecord | dict]) -> int:
+        """Store run records with their ids, times and meta kept (see :meth:`sessionkit.Store.import_runs`)."""
+        return await self._call("import_runs", list(runs))
+
+    async def import_events(self, events: Iterable[dict]) -> int:
+        """Store run events with their seqs kept (see :meth:`sessionkit.Store.import_events`)."""
+        return await self._call("import_events", list(events))
+
+    async def import_embeddings(self, vectors: Iterable[dict]) -> int:
+        """Store message vectors as they are (see :meth:`sessionkit.Store.import_embeddings`)."""
+        return await self._call("import_embeddings", list(vectors))
+
     # -- embeddings -------------------------------------------------------------------------
     async def embed(self, embedder, *, batch_size: int = 256, progress=None, options: dict | None = None) -> int:
         """Store vectors for the messages new since the last call, as :meth:`sessionkit.Store.embed`
@@ -616,13 +629,17 @@ class AsyncStore:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         return await self._call("events", session_id, after_seq)
 
-    async def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict | None = None) -> None:
+    async def begin_run(
+        self, session_id: str, run_id: str, input: str | None, *, meta: dict | None = None, started_at: Any = None
+    ) -> None:
         """Record that a run started (see :meth:`sessionkit.Store.begin_run`)."""
-        return await self._call("begin_run", session_id, run_id, input, meta=meta)
+        return await self._call("begin_run", session_id, run_id, input, meta=meta, started_at=started_at)
 
-    async def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+    async def end_run(
+        self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None, ended_at: Any = None
+    ) -> None:
         """Record how a run ended (see :meth:`sessionkit.Store.end_run`)."""
-        return await self._call("end_run", run_id, status=status, error=error, usage=usage)
+        return await self._call("end_run", run_id, status=status, error=error, usage=usage, ended_at=ended_at)
 
     async def reopen_run(self, run_id: str) -> None:
         """Record that a run runs again under its id (see :meth:`sessionkit.Store.reopen_run`)."""

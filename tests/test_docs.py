@@ -261,3 +261,16 @@ def test_the_offline_agent_examples_run_as_written(tmp_path, monkeypatch):
     online = ("tools=[get_weather])\nstore =", "async for", "asyncio.create_task")
     compared = _run_examples(DOCS / "agents.md", namespace, skip=lambda block: any(s in block for s in online))
     assert compared >= 3
+
+
+@pytest.mark.slow
+def test_the_adk_integration_page_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes agents.db
+    assert _run_examples(DOCS / "integrations" / "adk.md", {}) >= 5
+
+
+@pytest.mark.slow
+def test_the_litellm_capture_page_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes capture.db
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    assert _run_examples(DOCS / "integrations" / "litellm-capture.md", {}) >= 8

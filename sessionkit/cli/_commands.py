@@ -174,6 +174,8 @@ _IMPORTERS = {
     "claude-code": "import_claude_code",
     "swe-agent": "import_swe_agent",
     "inspect": "import_inspect",
+    "otel": "import_otel",
+    "parquet": "import_parquet",
 }
 
 
@@ -181,6 +183,7 @@ _IMPORTERS = {
 _NO_PREFIX = {
     "openai": "the file goes into one session, named with --session",
     "jsonl": "a sessionkit export keeps the session ids it was written with",
+    "parquet": "a sessionkit export keeps the session ids it was written with",
 }
 
 
@@ -210,7 +213,7 @@ def _merge_warnings(category: type[Warning]) -> Iterator[None]:
 
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
-    folders = (None, "claude-code", "swe-agent")  # the formats whose FILE may be a folder
+    folders = (None, "claude-code", "swe-agent", "parquet")  # the formats whose FILE may be a folder
     io = _optional_module("sessionkit.io", "import")
     # Before any store is opened (or created): a missing path, or a folder where a file goes,
     # is a usage error saying which (in the words of the importers' sessionkit.UsageError).
@@ -281,6 +284,35 @@ def cmd_export(args, out: TextIO) -> int:
             stats = store.stats()
             what = f"{_count(stats['sessions'], 'session')} ({_count(stats['messages'], 'message')})"
     print(f"exported {what} to {args.path} ({args.format})", file=out)
+    return 0
+
+
+def cmd_copy(args, out: TextIO) -> int:
+    """Copy everything of one store into another (any engines), refusing a destination holding sessions."""
+    io = _optional_module("sessionkit.io", "copy")
+    local = _local_path(args.dst)
+    existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
+    with _existing_store(args.src) as src:
+        # An existing file must already be a sessionkit store (as for import).
+        with _existing_store(args.dst) if existing else sk.open_store(args.dst) as dst:
+            counts = _function(io, "copy_store", "copy")(src, dst, merge=args.merge)
+            held = dst.stats()
+    added = ", ".join(
+        _count(counts[k], noun)
+        for k, noun in (
+            ("messages", "message"),
+            ("compactions", "compaction"),
+            ("labels", "label"),
+            ("runs", "run"),
+            ("events", "run event"),
+            ("embeddings", "vector"),
+        )
+    )
+    print(
+        f"copied {_count(counts['sessions'], 'session')} from {args.src} into {args.dst}: {added} "
+        f"(the store holds {_count(held['messages'], 'message')} in {_count(held['sessions'], 'session')})",
+        file=out,
+    )
     return 0
 
 
@@ -431,6 +463,44 @@ def cmd_view(args, out: TextIO) -> int:
         token=token or None,
         write=args.write,
         allowed_hosts=args.allow_host,
+        on_ready=ready,
+    )
+    return 0
+
+
+def cmd_collect(args, out: TextIO) -> int:
+    """Receive OpenTelemetry traces (OTLP/HTTP) into a store: 127.0.0.1 needs no token, any other host one."""
+    server = _optional_module("sessionkit.server", "collect")
+    token = _token(args.token or os.environ.get("SESSIONKIT_TOKEN", ""), "the token")
+    if not server.is_loopback(args.host) and not token:
+        raise CommandError(
+            f"--host {args.host} reaches other machines: set SESSIONKIT_TOKEN (or --token) to a bearer token "
+            "of 16 characters or more"
+        )
+    local = _local_path(args.store)
+    if local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0:
+        with _existing_store(args.store):  # another program's database fails here, before binding
+            pass
+    try:
+        import uvicorn  # noqa: F401
+
+        import sessionkit.io.otel as otel
+
+        otel.encode_status("", json_body=True)  # opentelemetry-proto and googleapis-common-protos are there
+    except ImportError as exc:
+        raise CommandError(f"{exc}; install them with: pip install 'sessionkit[otel]'") from exc
+
+    def ready(url: str) -> None:
+        print(f"sessionkit collecting OTLP traces into {args.store} at {url}", file=out)
+        out.flush()
+
+    server.serve_collect(
+        args.store,
+        host=args.host,
+        port=args.port,
+        token=token or None,
+        allowed_hosts=args.allow_host or (),
+        session_prefix=args.session_prefix or "",
         on_ready=ready,
     )
     return 0

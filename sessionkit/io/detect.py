@@ -6,7 +6,8 @@ a JSON-lines file of records linked by ``uuid``/``parentUuid`` is a coding-agent
 a ``.traj`` file (or a folder of them) a SWE-agent trajectory; an ``.eval`` archive (or a
 JSON document opening with ``"version"``) an inspect-ai eval log;
 other JSON and JSON lines are told by the keys of their first record (OpenAssistant trees, HH pairs,
-sessionkit exports, OpenAI chat messages).
+sessionkit exports, OpenAI chat messages, OTLP trace data); a binary file that parses whole as an OTLP
+protobuf ``ExportTraceServiceRequest`` is OpenTelemetry traces.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from ..errors import MalformedInput
 from ._frameworks import open_sqlite, table_names
 from ._reading import PathMissing, as_path, check_file
+from .parquet import is_parquet_export
 
 __all__ = ["detect_format", "FORMATS"]
 
@@ -35,6 +37,8 @@ FORMATS = {
     "claude-code": "import_claude_code",
     "swe-agent": "import_swe_agent",
     "inspect": "import_inspect",
+    "otel": "import_otel",
+    "parquet": "import_parquet",
 }
 
 _PEEK = 1 << 16
@@ -95,6 +99,8 @@ def _record_format(rec: Any) -> str | None:
         return "oasst"
     if "chosen" in rec and "rejected" in rec:
         return "hh"
+    if "resourceSpans" in rec or "resource_spans" in rec:  # OTLP trace data (JSON)
+        return "otel"
     if rec.get("type") in ("message", "compaction") and "session_id" in rec:
         return "jsonl"
     if rec.get("format") == "sessionkit":  # the header line of a sessionkit export
@@ -113,11 +119,15 @@ def detect_format(path: Any) -> str:
     """
     path = as_path(path)
     if path.is_dir():
+        if is_parquet_export(path):
+            return "parquet"
         if any(path.rglob("*.jsonl")):
             return "claude-code"
         if any(path.rglob("*.traj")):
             return "swe-agent"
-        raise PathMissing(f"{str(path)!r} is a folder without .jsonl session logs or .traj trajectories")
+        raise PathMissing(
+            f"{str(path)!r} is a folder without .jsonl session logs, .traj trajectories or a Parquet export"
+        )
     check_file(path)
     with open(path, "rb") as fh:
         magic = fh.read(64)
@@ -138,6 +148,13 @@ def detect_format(path: Any) -> str:
     if path.suffix == ".json" and _INSPECT_JSON.match(magic.decode("latin-1")):
         return "inspect"
     found = _record_format(_first_record(path))
+    if found is None and magic[:1] == b"\x0a":
+        from .otel import is_otlp_protobuf  # a serialized ExportTraceServiceRequest
+
+        try:
+            found = "otel" if is_otlp_protobuf(path) else None
+        except ImportError:  # opentelemetry-proto is not installed: not a format this install reads
+            found = None
     if found is None:
         raise MalformedInput(str(path), None, "cannot tell the format from the first record")
     return found

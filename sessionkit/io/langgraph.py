@@ -42,7 +42,7 @@ from ._frameworks import SessionWriter, columns, iso_time, open_sqlite, rows, sc
 from ._progress import Progress, check_progress
 from ._reading import as_path
 
-__all__ = ["import_langgraph", "langchain_to_message"]
+__all__ = ["fingerprint", "import_langgraph", "langchain_to_message"]
 
 _HOLD = 5000
 _ROLES = {
@@ -190,7 +190,8 @@ def langchain_to_message(fields: dict, source: str = "<message>", where: str = "
     return message, None
 
 
-def _fingerprint(fields: dict) -> str:
+def fingerprint(fields: dict) -> str:
+    """A short hash of a message's fields (or any JSON value): equal content, equal fingerprint."""
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
@@ -217,7 +218,7 @@ class _Thread:
             if fields is None:
                 raise MalformedInput(self.source, here, "not a LangChain message")
             lc_id = fields.get("id")
-            print_ = _fingerprint(fields)
+            print_ = fingerprint(fields)
             if not isinstance(lc_id, str) or not lc_id:
                 lc_id = "lg-" + hashlib.sha256(f"{tail}\x00{print_}".encode()).hexdigest()[:24]
             known = self.nodes.get((tail, lc_id))

@@ -92,6 +92,7 @@ from __future__ import annotations
 
 try:
     from ._app import SessionServer, create_app
+    from ._collect import create_collect_app, serve_collect
     from ._hosts import HostGuard
     from ._view import create_view_app, is_loopback, serve_view
 except ImportError as exc:  # starlette is an optional extra
@@ -101,7 +102,17 @@ except ImportError as exc:  # starlette is an optional extra
 
     raise missing("server", "starlette", exc) from exc
 
-__all__ = ["create_app", "SessionServer", "serve", "create_view_app", "serve_view", "is_loopback", "HostGuard"]
+__all__ = [
+    "create_app",
+    "SessionServer",
+    "serve",
+    "create_view_app",
+    "serve_view",
+    "is_loopback",
+    "create_collect_app",
+    "serve_collect",
+    "HostGuard",
+]
 
 
 def serve(agent: str, store: str, *, token: str, **options):

@@ -259,6 +259,29 @@ class Engine(abc.ABC):
         ids = self.scan_session_ids() if session_ids is None else session_ids
         return _chunks(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
 
+    # facts as they are (Store.import_runs / import_events / import_embeddings) ------
+    # Each writes rows already checked by the store, keeping their ids, times and seqs;
+    # a row already stored is skipped, so importing twice adds nothing.
+    @abc.abstractmethod
+    def w_import_runs(self, runs: list[RunRecord]) -> list[RunRecord]:
+        """Insert the runs whose id is not stored yet (each numbered after its session's
+        last run); a run id stored in another session -> ``ValueError``. Returns those inserted."""
+
+    @abc.abstractmethod
+    def w_import_events(self, sid: str, events: list[dict]) -> list[dict]:
+        """Insert the events (each with its ``seq``) whose seq the session has no event at;
+        a seq holding another event -> ``ValueError``. Returns those inserted."""
+
+    @abc.abstractmethod
+    def w_import_embeddings(self, rows: list[tuple[str, str, str, int, str]]) -> int:
+        """``(session_id, message_id, model, dim, vector JSON)`` rows: insert those whose message
+        has no vector of that model yet (a missing message -> ``MessageNotFound``); how many."""
+
+    @abc.abstractmethod
+    def scan_embeddings(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+        """``(session_id, {"message_id", "model", "vector"})`` of every vector of ``session_ids``,
+        session by session, each session's in message write order then by model."""
+
     # several processes (capabilities.shared_feed / capabilities.coordination) ------
     def publish(self, event: ChangeEvent) -> None:
         """Tell listening processes about a committed write of this process (``shared_feed``)."""

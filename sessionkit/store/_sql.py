@@ -50,6 +50,19 @@ def _run_record(row: tuple, meta: str | None) -> RunRecord:
     return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], usage, row[7], json.loads(meta) if meta else None)
 
 
+#: The statements of the imports of facts as they are (``w_import_*``, ``scan_embeddings``).
+_FACT_STATEMENTS = {
+    "import_run": (
+        "INSERT INTO {runs} (run_id, session_id, status, input, error, started_at, ended_at, usage, meta, n)"
+        " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(max(n), 0) + 1 FROM {runs} WHERE session_id = ?"
+    ),
+    "events_at": "SELECT seq, data FROM {events} WHERE session_id = ? AND seq {in_seqs}",
+    "vectors_at": "SELECT model, seq FROM {embeddings} WHERE seq {in_seqs}",
+    "vector_sessions": "SELECT DISTINCT session_id FROM {embeddings} ORDER BY 1",
+    "vectors_of": "SELECT message_id, model, vector FROM {embeddings} WHERE session_id = ? ORDER BY seq, model",
+}
+
+
 # ---------------------------------------------------------------------------
 # The engine base
 
@@ -661,6 +674,91 @@ class SQLEngine(SQLBase):
             [(sid, kind, n, data) for n, data in latest.items()],
             "ON CONFLICT (session_id, kind, n) DO UPDATE SET data = excluded.data",
         )
+
+    # -- writes and reads of facts as they are (imports, exports, copies) ---------------
+    def w_import_runs(self, runs: list[RunRecord]) -> list[RunRecord]:
+        added = []
+        for run in runs:
+            row = self.fetch_one(self.sql["run_session"], (run.run_id,))
+            if row is not None:
+                if row[0] != run.session_id:
+                    raise ValueError(f"run {run.run_id!r} is stored in session {row[0]!r}, not {run.session_id!r}")
+                continue
+            self.lock_events(run.session_id)
+            usage = None if run.usage is None else _msg.dumps(run.usage)
+            meta = None if run.meta is None else _msg.dumps(run.meta)
+            self.execute(
+                self._fact_sql("import_run"),
+                (run.run_id, run.session_id, run.status, run.input, run.error, run.started_at)
+                + (run.ended_at, usage, meta, run.session_id),
+            )
+            self.log_change(run.session_id, "runs")
+            added.append(run)
+        return added
+
+    def w_import_events(self, sid: str, events: list[dict]) -> list[dict]:
+        self.lock_events(sid)
+        stored: dict[int, dict] = {}
+        for part in _split([ev["seq"] for ev in events], 1000):
+            for seq, data in self.fetch(self._fact_sql("events_at"), (sid, self.listed(part))):
+                stored[seq] = json.loads(data)
+        added = []
+        for ev in events:
+            held = stored.get(ev["seq"])
+            if held is None:
+                stored[ev["seq"]] = ev
+                added.append(ev)
+            elif held != ev:
+                raise ValueError(f"session {sid!r} holds another event at seq {ev['seq']}")
+        self.insert_rows("events", [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in added])
+        if added:
+            self.log_change(sid, "events", min(ev["seq"] for ev in added))
+        return added
+
+    def w_import_embeddings(self, rows: list[tuple[str, str, str, int, str]]) -> int:
+        by_session: dict[str, list[tuple[str, str, str, int, str]]] = {}
+        for given in rows:
+            by_session.setdefault(given[0], []).append(given)
+        out: list[tuple[str, int, str, str, int, str]] = []  # rows of the table: model, seq, sid, mid, dim, vector
+        for sid, items in by_session.items():
+            self.lock_session(sid)
+            seqs = {n.id: n.seq for n in self.nodes_by_id(sid, list({r[1] for r in items}))}
+            for _, mid, model, dim, vector in items:
+                if mid not in seqs:
+                    raise MessageNotFound(f"a {model!r} vector names message {mid!r}, which is not in session {sid!r}")
+                out.append((model, seqs[mid], sid, mid, dim, vector))
+        held: set[tuple[str, int]] = set()
+        for part in _split(sorted({r[1] for r in out}), 1000):
+            held.update((m, seq) for m, seq in self.fetch(self._fact_sql("vectors_at"), (self.listed(part),)))
+        fresh = []
+        for row in out:
+            if (row[0], row[1]) not in held:
+                held.add((row[0], row[1]))
+                fresh.append(row)
+        self.insert_rows("embeddings", fresh)
+        for sid in sorted({r[2] for r in fresh}):
+            self.log_change(sid, "embeddings")
+        return len(fresh)
+
+    def scan_embeddings(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+        if session_ids is None:
+            session_ids = [r[0] for r in self.fetch(self._fact_sql("vector_sessions"))]
+        page: list[tuple[str, dict]] = []
+        for sid in session_ids:
+            for mid, model, vector in self.fetch(self._fact_sql("vectors_of"), (sid,)):
+                page.append((sid, {"message_id": mid, "model": model, "vector": json.loads(vector)}))
+                if len(page) >= batch_size:
+                    yield page
+                    page = []
+        if page:
+            yield page
+
+    def _fact_sql(self, name: str) -> str:
+        key = ("facts", name)  # compiled once, kept beside the engine's compiled inserts
+        sql = self._inserts.get(key)
+        if sql is None:
+            sql = self._inserts[key] = self.compile(_FACT_STATEMENTS[name])
+        return sql
 
     def update_extras(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         """Engine columns to change with an update (beyond the shared ones)."""

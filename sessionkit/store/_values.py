@@ -329,7 +329,7 @@ class PathView:
 
 
 #: What :meth:`Store.scan` reads: rows of ``(session_id, ...)`` per kind.
-SCAN_KINDS = ("nodes", "messages", "compactions", "runs", "events")
+SCAN_KINDS = ("nodes", "messages", "compactions", "runs", "events", "embeddings")
 
 
 class Appended(enum.Enum):

@@ -22,8 +22,9 @@ import sessionkit as sk
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 #: format -> the importer's name (every format but inspect for what is in a file: its reader
-#: takes seconds to import, so inspect logs get a test of their own)
-FORMATS = {name: fn for name, fn in sk.io.FORMATS.items() if name != "inspect"}
+#: takes seconds to import, so inspect logs get a test of their own; nor parquet, a folder of
+#: Parquet files whose checks are in test_io_parquet.py)
+FORMATS = {name: fn for name, fn in sk.io.FORMATS.items() if name not in ("inspect", "parquet")}
 SQLITE = ("openai-agents", "langgraph", "adk")
 TEXT = [name for name in FORMATS if name not in SQLITE]
 FOLDERS = ("claude-code", "swe-agent")  # the formats whose path may be a folder
@@ -273,7 +274,10 @@ def test_a_folder_where_a_file_goes_is_a_usage_error_saying_so(name, mem_store, 
     folder = tmp_path / "logs"
     folder.mkdir()
     (folder / "notes.txt").write_text("nothing to import")
-    if name in FOLDERS:  # a folder is read, for its files of the format: it has none
+    if name == "parquet":  # a folder is read, for the files of an export: it has none
+        with pytest.raises(sk.UsageError, match=r"logs' is not a folder holding a Parquet export"):
+            _import(name, mem_store, folder)
+    elif name in FOLDERS:  # a folder is read, for its files of the format: it has none
         pattern = ".jsonl" if name == "claude-code" else ".traj"
         with pytest.raises(sk.UsageError, match=rf"logs' is a folder without \{pattern} files"):
             _import(name, mem_store, folder)
