@@ -173,7 +173,7 @@ def test_stalled_connections_are_dropped_by_sessionkit_serves_protocol(serve, st
         c.post("/sessions", json={"sessionId": "open"})
         with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
             s.sendall(
-                f"GET /sessions/open/events HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+                f"GET /sessions/open/events HTTP/1.1\r\nHost: [::1]\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
             )
             head = s.recv(65536)
             assert head.startswith(b"HTTP/1.1 200")
