@@ -182,7 +182,7 @@ def test_the_server_page_lists_every_route():
 
     agent = sk.Agent("docs", None, sk.testing.ScriptedModel([]))
     app = sk.server.create_app(agent, sk.open_store(), token="0123456789abcdef-docs")
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:  # a Host the server answers
         paths = client.get("/openapi.json").json()["paths"]
     page = (DOCS / "server.md").read_text(encoding="utf-8")
     methods = {"get", "post", "put", "patch", "delete"}

@@ -395,6 +395,7 @@ def cmd_serve(args, out: TextIO) -> int:
         timeout_request=args.timeout_request,
         timeout_graceful_shutdown=args.timeout_graceful_shutdown,
         limit_concurrency=args.limit_concurrency or None,
+        allowed_hosts=args.allow_host,
     )
     return 0
 
@@ -409,12 +410,16 @@ def _token(token: str, where: str) -> str:
 def cmd_view(args, out: TextIO) -> int:
     """The store viewer: served on 127.0.0.1 (a token elsewhere), or written as a static site with --bundle."""
     if args.bundle is not None:
-        if args.write or args.token:
-            raise CommandError("--bundle writes static files: --write and --token apply to the served viewer only")
+        if args.write or args.token or args.allow_host:
+            raise CommandError(
+                "--bundle writes static files: --write, --token and --allow-host apply to the served viewer only"
+            )
         with _existing_store(args.store) as store:
             folder = _bundle(store, args)
         print(f"viewer written to {folder}; open {Path(folder).resolve() / 'index.html'} in a browser", file=out)
         return 0
+    if args.force:
+        raise CommandError("--force replaces an earlier --bundle; the served viewer writes no files")
     if args.session:
         raise CommandError("--session chooses the sessions of a --bundle; the served viewer shows every session")
     server = _optional_module("sessionkit.server", "view")
@@ -435,7 +440,15 @@ def cmd_view(args, out: TextIO) -> int:
         print(f"sessionkit viewer of {args.store} at {url}" + ("" if args.write else " (read-only)"), file=out)
         out.flush()
 
-    server.serve_view(args.store, host=args.host, port=args.port, token=token or None, write=args.write, on_ready=ready)
+    server.serve_view(
+        args.store,
+        host=args.host,
+        port=args.port,
+        token=token or None,
+        write=args.write,
+        allowed_hosts=args.allow_host,
+        on_ready=ready,
+    )
     return 0
 
 
@@ -481,6 +494,6 @@ def _bundle(store: sk.Store, args) -> Path:
     from sessionkit.widgets import viewer
 
     try:
-        return viewer.write_bundle(store, args.bundle, session_ids=args.session)
-    except (sk.SessionNotFound, ValueError) as exc:
+        return viewer.write_bundle(store, args.bundle, session_ids=args.session, force=args.force)
+    except (sk.SessionNotFound, sk.UsageError, ValueError) as exc:
         raise CommandError(str(exc)) from exc

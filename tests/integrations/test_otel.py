@@ -603,7 +603,7 @@ def test_collect_refuses_bad_payloads_foreign_hosts_and_wrong_tokens(tmp_path):
             r = client.post(
                 collector.url, content=good, headers={**proto, "Host": f"attacker.example:{collector.port}"}
             )
-            assert r.status_code == 403 and r.json()["error"] == "forbidden_host"
+            assert r.status_code == 403 and r.json()["error"] == "host_not_allowed"
             with sk.open_store(target) as store:
                 assert _empty(store)
             r = client.post(
