@@ -62,6 +62,38 @@ if TYPE_CHECKING:
 __all__ = ["Cache", "CACHE_SUFFIX", "CACHE_FORMAT", "LAZY_COLUMNS"]
 
 
+#: A message's whole stored JSON, as the analysis copy holds it in ``content``: a message
+#: larger than a row holds continues in ``{chunks}`` rows (``chunks`` of them, in order of
+#: ``n``), joined here so that the views parsing it (``tool_calls``) see all of it. SQLite
+#: (3.40) has no ORDER BY inside an aggregate: the subquery reads the chunk rows through
+#: their primary key (seq, n), in order of ``n``.
+_WHOLE_CONTENT = {
+    "sqlite": (
+        "CASE WHEN chunks > 0 THEN content || coalesce((SELECT group_concat(c.data, '')"
+        " FROM (SELECT data FROM {chunks} k WHERE k.seq = {messages}.seq ORDER BY k.n) c), '')"
+        " ELSE content END AS content"
+    ),
+    "postgresql": (
+        "CASE WHEN chunks > 0 THEN content || coalesce((SELECT string_agg(k.data, '' ORDER BY k.n)"
+        " FROM {chunks} k WHERE k.seq = {messages}.seq), '') ELSE content END AS content"
+    ),
+}
+#: The bytes of that whole JSON (for the CSV block of a PostgreSQL copy).
+_WHOLE_CONTENT_BYTES = (
+    "coalesce(octet_length(content), 0) + coalesce((SELECT sum(octet_length(k.data))"
+    " FROM {chunks} k WHERE k.seq = {messages}.seq), 0)"
+)
+
+
+def _select_list(engine: SQLEngine, name: str, cols: tuple[str, ...]) -> str:
+    """The SELECT list reading ``cols`` of ``name`` (a template: compiled with the statement),
+    ``content`` whole (see :data:`_WHOLE_CONTENT`)."""
+    if name != "messages" or "content" not in cols:
+        return ", ".join(cols)
+    whole = _WHOLE_CONTENT[engine.dialect.name]
+    return ", ".join(whole if c == "content" else c for c in cols)
+
+
 class _EngineReader:
     """Reads for a refresh through the store's own connection (inside its snapshot)."""
 
@@ -85,7 +117,7 @@ class _EngineReader:
         """Copy ``cols`` (default: those the cache holds) of the rows of ``name`` matching
         ``where`` into the cache table (or ``target``); how many rows."""
         cols = cols or self.cache.columns(name)
-        listed = ", ".join(cols)
+        listed = _select_list(self.engine, name, cols)
         if not paged:
             rows = self.fetch(self.engine.compile(f"SELECT {listed} FROM {{{name}}} {where}"), params)
             self.cache.put(name, rows, cols, target)
@@ -127,7 +159,7 @@ class _CopyReader(_EngineReader):
         cols = cols or self.cache.columns(name)
         for value in params:  # COPY binds no parameters: whole numbers are written in
             where = where.replace("?", str(value), 1)
-        sql = self.engine.compile(f"SELECT {', '.join(cols)} FROM {{{name}}} {where}")
+        sql = self.engine.compile(f"SELECT {_select_list(self.engine, name, cols)} FROM {{{name}}} {where}")
         block = self._block_size(name, cols, where)
         # closed here even when DuckDB stops early: the COPY ends before the snapshot does
         with contextlib.closing(self.engine.copy_csv(sql)) as chunks:
@@ -142,7 +174,10 @@ class _CopyReader(_EngineReader):
         wide = [c for c in cols if types[c] in ("VARCHAR", "FLOAT[]")]
         if not wide:
             return _BLOCK
-        size = " + ".join(f"coalesce(octet_length({c}), 0)" for c in wide)
+        size = " + ".join(
+            _WHOLE_CONTENT_BYTES if name == "messages" and c == "content" else f"coalesce(octet_length({c}), 0)"
+            for c in wide
+        )
         row = self.fetch(self.engine.compile(f"SELECT coalesce(max({size}), 0) FROM {{{name}}} {where}"))
         widest = int(row[0][0] or 0) if row else 0
         return min(max(_BLOCK, 2 * widest + (1 << 20)), (1 << 31) - 1)

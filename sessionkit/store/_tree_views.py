@@ -167,7 +167,7 @@ _TOOL_CALLS = """,
     _tv_parts AS MATERIALIZED (
         SELECT seq, unnest(parts) AS part, unnest(range(len(parts))) AS idx
         FROM (SELECT seq, from_json(json_extract(content, '$.parts'), '["JSON"]') AS parts
-              FROM {messages} WHERE tool_names IS NOT NULL AND json_valid(content))
+              FROM ({whole}) WHERE json_valid(content))
     ),
     _tv_tp AS MATERIALIZED (
         SELECT m.seq, m.session_id, m.id, m.role, m.run_id, x.idx,
@@ -219,7 +219,9 @@ _TOOL_CALLS = """,
     SELECT c.session_id, c.id AS call_message_id, c.rid AS result_message_id, c.call_id AS tool_call_id,
            c.name AS tool_name, c.arguments,
            CASE WHEN c.rstate = 'output-error' THEN c.rerror ELSE c.routput END AS result,
-           CASE WHEN c.rstate IS NULL THEN NULL ELSE c.rstate = 'output-error' END AS is_error,
+           CASE WHEN c.rstate IS NULL THEN NULL
+                WHEN c.rstate = 'output-error' THEN true
+                ELSE coalesce(regexp_matches(c.routput, '^\s*(Error|ERROR|error)\s*:'), false) END AS is_error,
            lat.latency_s, c.run_id, o.next_user_id
     FROM _tv_pair c
     LEFT JOIN _tv_tlat lat ON lat.run_id = c.run_id AND lat.call_id = c.call_id
@@ -234,8 +236,21 @@ def tree_view_sql(tables: dict[str, str]) -> dict[str, str]:
     return {
         "paths": head + _PATHS,
         "turns": head + _TURNS,
-        "tool_calls": head + _TOOL_CALLS.format(messages=tables["messages"]),
+        "tool_calls": head + _TOOL_CALLS.format(whole=_whole_content(tables)),
     }
+
+
+def _whole_content(tables: dict[str, str]) -> str:
+    """The messages with tool parts, each with its whole stored JSON as ``content``. Over a
+    store's own tables (``tables`` has ``chunks``), a message larger than a row holds
+    continues in its chunk rows, joined here; an analysis copy holds ``content`` whole."""
+    if "chunks" not in tables:
+        return f"SELECT seq, content FROM {tables['messages']} WHERE tool_names IS NOT NULL"
+    return (
+        "SELECT m.seq, CASE WHEN m.chunks > 0 THEN m.content || coalesce((SELECT string_agg(k.data, '' ORDER BY k.n)"
+        f" FROM {tables['chunks']} k WHERE k.seq = m.seq), '') ELSE m.content END AS content"
+        f" FROM {tables['messages']} m WHERE m.tool_names IS NOT NULL"
+    )
 
 
 def needs_columns(names: set[str]) -> set[str]:
