@@ -221,7 +221,7 @@ _TOOL_CALLS = """,
            CASE WHEN c.rstate = 'output-error' THEN c.rerror ELSE c.routput END AS result,
            CASE WHEN c.rstate IS NULL THEN NULL
                 WHEN c.rstate = 'output-error' THEN true
-                ELSE coalesce(regexp_matches(c.routput, '^\s*(Error|ERROR|error)\s*:'), false) END AS is_error,
+                ELSE coalesce(regexp_matches(c.routput, '^\\s*(Error|ERROR|error)\\s*:'), false) END AS is_error,
            lat.latency_s, c.run_id, o.next_user_id
     FROM _tv_pair c
     LEFT JOIN _tv_tlat lat ON lat.run_id = c.run_id AND lat.call_id = c.call_id
