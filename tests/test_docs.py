@@ -62,7 +62,10 @@ def built_site(tmp_path_factory) -> tuple[Path, str]:
         text=True,
         timeout=600,
     )
-    return site, proc.stdout + proc.stderr if proc.returncode == 0 else f"exit {proc.returncode}\n" + proc.stdout + proc.stderr
+    return (
+        site,
+        proc.stdout + proc.stderr if proc.returncode == 0 else f"exit {proc.returncode}\n" + proc.stdout + proc.stderr,
+    )
 
 
 @pytest.mark.slow

@@ -494,7 +494,9 @@ def _big_call(i, size):
     return {
         "id": f"a{i}",
         "role": "assistant",
-        "parts": [{"type": "tool-bash", "toolCallId": f"c{i}", "state": "output-available", "input": {}, "output": output}],
+        "parts": [
+            {"type": "tool-bash", "toolCallId": f"c{i}", "state": "output-available", "input": {}, "output": output}
+        ],
     }
 
 
