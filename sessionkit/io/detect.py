@@ -140,7 +140,9 @@ def detect_format(path: Any) -> str:
     """The format name (a key of :data:`FORMATS`) of the file or folder at ``path``.
 
     A file no importer recognises, or a damaged SQLite database -> :class:`MalformedInput`
-    saying so (call the importer of its format then); a missing path, or a folder without
+    saying so (call the importer of its format then), and so is a folder holding both
+    session logs and trajectories (naming them) or ``.jsonl`` files without a session log;
+    a missing path, or a folder without
     session logs or trajectories -> :class:`sessionkit.UsageError` (also a ``FileNotFoundError``).
     """
     path = as_path(path)
