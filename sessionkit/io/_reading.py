@@ -198,7 +198,9 @@ def _raw_lines(fh, name: str, limit: int) -> Iterator[tuple[int, bytes]]:
             raise MalformedInput(name, f"line {lineno + 1}", _gzip_problem(exc)) from None
         if not data:
             if parts:
-                yield lineno + 1, b"".join(parts)
+                line = b"".join(parts)
+                parts = []
+                yield lineno + 1, line
             return
         pos = 0
         if parts:  # the current line goes on in this chunk
@@ -213,9 +215,11 @@ def _raw_lines(fh, name: str, limit: int) -> Iterator[tuple[int, bytes]]:
             if size > limit + 1:  # (the line break is not counted)
                 raise _too_long(name, lineno + 1, limit)
             parts.append(data[: end + 1])
+            line = b"".join(parts)
+            parts, size, pos = [], 0, end + 1  # (the pieces let go before the line is handed out)
             lineno += 1
-            yield lineno, b"".join(parts)
-            parts, size, pos = [], 0, end + 1
+            yield lineno, line
+            del line
         while True:
             found = _NON_BLANK.search(data, pos)
             if found is None:  # white space to the chunk's end: only its line breaks count
