@@ -536,3 +536,33 @@ def test_is_error_of_imported_results_reading_error(new_store):
     counts = store.sql("SELECT is_error, count(*) AS n FROM tool_calls GROUP BY ALL ORDER BY is_error")
     assert dict(zip(counts["is_error"], counts["n"])) == {False: len(outputs) - failed, True: failed}
     assert failed == 73
+
+
+def test_turns_reads_each_message_once_when_every_message_was_regenerated(new_store):
+    """turns reads no root-to-leaf path: in a conversation regenerated at every message (as
+    many leaves as messages, half of them as deep as the conversation) its walk up from the
+    leaves makes one row per message, not one per (leaf, message above it)."""
+    import duckdb
+
+    from sessionkit.store._tree_views import tree_view_sql
+
+    store = new_store("sqlite", memory=True)
+    s, parent = store.session("s"), None
+    for i in range(200):
+        role = "user" if i % 2 == 0 else "assistant"
+        s.append({"id": f"old{i}", "role": role, "parts": [{"type": "text", "text": "first try"}]}, parent_id=parent)
+        s.append({"id": f"new{i}", "role": role, "parts": [{"type": "text", "text": "again"}]}, parent_id=parent)
+        parent = f"new{i}"
+    rows = store.sql(
+        "SELECT seq, session_id, id, parent_id, depth, role, tokens, NULL::VARCHAR AS tool_names,"
+        " NULL::VARCHAR AS metadata FROM messages"
+    )
+    con = duckdb.connect()
+    con.register("msgs", rows)
+    con.execute("CREATE TABLE evs (session_id VARCHAR, seq BIGINT, run_id VARCHAR, data VARCHAR)")
+    turns = tree_view_sql({"messages": "msgs", "events": "evs"})["turns"]
+    ctes = turns[: turns.rindex("SELECT u.session_id")]
+    climbed = con.execute(ctes + " SELECT count(*) FROM _tv_climb").fetchone()[0]
+    assert climbed == len(rows) == 400
+    # and the view is the one the reference computes
+    assert store.sql("SELECT count(*) AS n, sum(message_count) AS m FROM turns").values.tolist() == [[200, 100]]
