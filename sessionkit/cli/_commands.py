@@ -195,6 +195,32 @@ def _merge_warnings(category: type[Warning]) -> Iterator[None]:
                     warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
+@contextlib.contextmanager
+def _removed_on_error(doomed: list[str]):
+    """When the block fails, remove the store files named in ``doomed`` by then (and the
+    journal files beside them): an import that created a store and stored nothing in it
+    leaves no store behind."""
+    try:
+        yield
+    except BaseException:
+        for path in doomed:
+            for name in (path, path + "-wal", path + "-shm", path + "-journal", path + ".wal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(name)
+        raise
+
+
+def _openai_session(args) -> str:
+    return args.session if args.session is not None else _session_from_file(args.file)
+
+
+def _import_into(args, fn, store) -> None:
+    if args.format == "openai":
+        fn(store.session(_openai_session(args)), args.file)
+    else:
+        fn(store, args.file, **args.import_options)
+
+
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
     folders = (None, "claude-code", "swe-agent", "parquet")  # the formats whose FILE may be a folder
@@ -222,21 +248,24 @@ def cmd_import(args, out: TextIO) -> int:
         if args.format in _NO_PREFIX:
             raise CommandError(f"--session-prefix does not apply to --format {args.format}: {_NO_PREFIX[args.format]}")
         options["session_prefix"] = args.session_prefix
+    args.import_options = options
     fn = _function(io, FORMATS[args.format], "import")
     local = _local_path(args.store)
     existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
     # An existing file must already be a sessionkit store (as for info and ls): importing into
     # another program's database would add sessionkit's tables to it.
+    created = local not in (None, ":memory:") and not os.path.exists(local)
     opened = _existing_store(args.store) if existing else sk.open_store(args.store)
-    with opened as store, _merge_warnings(io.SessionMergeWarning):
+    doomed: list[str] = []  # the new store's file, when the import fails having stored nothing
+    with _removed_on_error(doomed), opened as store, _merge_warnings(io.SessionMergeWarning):
         before = store.stats()
-        if args.format == "openai":
-            session_id = args.session if args.session is not None else _session_from_file(args.file)
-            fn(store.session(session_id), args.file)
-            where = f"session {_sid(session_id)} of {args.store}"
-        else:
-            fn(store, args.file, **options)
-            where = args.store
+        try:
+            _import_into(args, fn, store)
+        except BaseException:
+            if created and store.stats()["messages"] == 0:
+                doomed.append(str(local))
+            raise
+        where = args.store if args.format != "openai" else f"session {_sid(_openai_session(args))} of {args.store}"
         after = store.stats()
     added_m = after["messages"] - before["messages"]
     added_s = after["sessions"] - before["sessions"]

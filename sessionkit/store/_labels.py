@@ -91,6 +91,10 @@ def _text_field(value: Any, name: str, *, limit: int, optional: bool = False) ->
         _msg.check_text(value, f"the label's {name}")
     except ValueError as exc:
         raise InvalidLabel(str(exc)) from None
+    if "\x00" in value:
+        # PostgreSQL text cannot hold NUL: refused on every engine, so a label any store
+        # holds copies to any other
+        raise InvalidLabel(f"the label's {name} holds the NUL character (\\x00) at index {value.index(chr(0))}")
     if len(value) > limit:
         raise InvalidLabel(f"the label's {name} is {len(value)} characters long; at most {limit} are allowed")
     return value

@@ -56,7 +56,50 @@ if TYPE_CHECKING:
 
     from .._sql import SQLEngine
 
-__all__ = ["Cache", "AnalysisSource", "Reader", "CACHE_SUFFIX", "CACHE_FORMAT", "LAZY_COLUMNS", "ARROW_TYPES"]
+__all__ = [
+    "Cache",
+    "AnalysisSource",
+    "Reader",
+    "select_list",
+    "WHOLE_CONTENT",
+    "WHOLE_CONTENT_BYTES",
+    "CACHE_SUFFIX",
+    "CACHE_FORMAT",
+    "LAZY_COLUMNS",
+    "ARROW_TYPES",
+]
+
+
+#: A message's whole stored JSON, as the analysis copy holds it in ``content``: a message
+#: larger than a row holds continues in ``{chunks}`` rows (``chunks`` of them, in order of
+#: ``n``), joined here so that the views parsing it (``tool_calls``) see all of it. SQLite
+#: (3.40) has no ORDER BY inside an aggregate: the subquery reads the chunk rows through
+#: their primary key (seq, n), in order of ``n``.
+WHOLE_CONTENT = {
+    "sqlite": (
+        "CASE WHEN chunks > 0 THEN content || coalesce((SELECT group_concat(c.data, '')"
+        " FROM (SELECT data FROM {chunks} k WHERE k.seq = {messages}.seq ORDER BY k.n) c), '')"
+        " ELSE content END AS content"
+    ),
+    "postgresql": (
+        "CASE WHEN chunks > 0 THEN content || coalesce((SELECT string_agg(k.data, '' ORDER BY k.n)"
+        " FROM {chunks} k WHERE k.seq = {messages}.seq), '') ELSE content END AS content"
+    ),
+}
+#: The bytes of that whole JSON (for the CSV block of a PostgreSQL copy).
+WHOLE_CONTENT_BYTES = (
+    "coalesce(octet_length(content), 0) + coalesce((SELECT sum(octet_length(k.data))"
+    " FROM {chunks} k WHERE k.seq = {messages}.seq), 0)"
+)
+
+
+def select_list(engine: SQLEngine, name: str, cols: tuple[str, ...]) -> str:
+    """The SELECT list reading ``cols`` of ``name`` (a template: compiled with the statement),
+    ``content`` whole (see :data:`WHOLE_CONTENT`)."""
+    if name != "messages" or "content" not in cols:
+        return ", ".join(cols)
+    whole = WHOLE_CONTENT[engine.dialect.name]
+    return ", ".join(whole if c == "content" else c for c in cols)
 
 
 class Reader:
@@ -85,7 +128,7 @@ class Reader:
         """Copy ``cols`` (default: those the cache holds) of the rows of ``name`` matching
         ``where`` into the cache table (or ``target``); how many rows."""
         cols = cols or self.cache.columns(name)
-        listed = ", ".join(cols)
+        listed = select_list(self.engine, name, cols)
         if not paged:
             rows = self.fetch(self.engine.compile(f"SELECT {listed} FROM {{{name}}} {where}"), params)
             self.cache.put(name, rows, cols, target)

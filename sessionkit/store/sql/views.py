@@ -269,6 +269,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
         "runs": tables["runs"],
         "events": tables["events"],
         "embeddings": tables["embeddings"],
+        **({"chunks": tables["chunks"]} if "chunks" in tables else {}),
     }
     tree_cte = _TREE.format(**t)
     cols = _MESSAGE_COLUMNS
@@ -377,4 +378,7 @@ def _literal(text: str) -> str:
 def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
     """``tables`` restricted to some sessions (the views over them hold only those)."""
     listed = ", ".join(_literal(s) for s in session_ids) or "NULL"
-    return {name: f"(SELECT * FROM {table} WHERE session_id IN ({listed}))" for name, table in tables.items()}
+    return {  # (chunk rows have no session: read through their message's seq)
+        name: table if name == "chunks" else f"(SELECT * FROM {table} WHERE session_id IN ({listed}))"
+        for name, table in tables.items()
+    }

@@ -407,7 +407,7 @@ class DuckDBEngine(LocalEngine):
         from ...sql import query as _query
         from ...sql import views as _analysis
 
-        tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
+        tables = {name: self.quote("sessionkit_" + name) for name in (*_analysis.SOURCE_COLUMNS, "chunks")}
         if self.in_write():
             # From inside this thread's write transaction: on the transaction's connection,
             # so the query sees the transaction's writes, which then commit or roll back

@@ -14,7 +14,7 @@ import io
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...sql.cache import ARROW_TYPES, AnalysisSource, Cache, Reader
+from ...sql.cache import ARROW_TYPES, WHOLE_CONTENT_BYTES, AnalysisSource, Cache, Reader, select_list
 from ...sql.views import SOURCE_COLUMNS, SOURCE_TYPES, pyarrow_csv_module, pyarrow_module
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class _CopyReader(Reader):
         cols = cols or self.cache.columns(name)
         for value in params:  # COPY binds no parameters: whole numbers are written in
             where = where.replace("?", str(value), 1)
-        sql = self.engine.compile(f"SELECT {', '.join(cols)} FROM {{{name}}} {where}")
+        sql = self.engine.compile(f"SELECT {select_list(self.engine, name, cols)} FROM {{{name}}} {where}")
         block = self._block_size(name, cols, where)
         # closed here even when DuckDB stops early: the COPY ends before the snapshot does
         with contextlib.closing(self.engine.copy_csv(sql)) as chunks:
@@ -72,7 +72,10 @@ class _CopyReader(Reader):
         wide = [c for c in cols if types[c] in ("VARCHAR", "FLOAT[]")]
         if not wide:
             return _BLOCK
-        size = " + ".join(f"coalesce(octet_length({c}), 0)" for c in wide)
+        size = " + ".join(
+            WHOLE_CONTENT_BYTES if name == "messages" and c == "content" else f"coalesce(octet_length({c}), 0)"
+            for c in wide
+        )
         row = self.fetch(self.engine.compile(f"SELECT coalesce(max({size}), 0) FROM {{{name}}} {where}"))
         widest = int(row[0][0] or 0) if row else 0
         return min(max(_BLOCK, 2 * widest + (1 << 20)), (1 << 31) - 1)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ...sql.cache import CACHE_SUFFIX, AnalysisSource, Cache, Reader
+from ...sql.cache import CACHE_SUFFIX, AnalysisSource, Cache, Reader, select_list
 from ...sql.views import SOURCE_COLUMNS, SOURCE_TYPES, pyarrow_module
 
 if TYPE_CHECKING:
@@ -98,7 +98,9 @@ class _AdbcReader(Reader):
         first = {"BIGINT": "-1", "DOUBLE": "-1.0"}
         head = ", ".join(first.get(types[c], "''") + f" AS {c}" for c in cols)
         marker = _MARKER[name]
-        sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
+        sql = self.engine.compile(
+            f"SELECT {head} UNION ALL SELECT {select_list(self.engine, name, cols)} FROM {{{name}}} {where}"
+        )
         self.cur.execute(sql, params or None)
         with _read_ahead(self.cur.fetch_record_batch()) as reader:
             return self.cache.insert_arrow(target or self.cache.TABLES[name], cols, reader, f"WHERE {marker} <> -1")
