@@ -251,6 +251,7 @@ SUBPACKAGES = {
         "is_loopback",
         "create_collect_app",
         "serve_collect",
+        "HostGuard",
     },
     "sessionkit.widgets.viewer": {
         "SORT_COLUMNS",
@@ -273,6 +274,7 @@ SUBPACKAGES = {
         "OVERLAY_PREFIX",
         "fold_lines",
         "output_text",
+        "input_text",
         "is_tool_part",
         "one_line",
         "overlay_info",

@@ -33,8 +33,8 @@ from typing import Any, NoReturn
 
 import sessionkit as sk
 
+from .._formats import FORMATS
 from ._commands import (
-    _IMPORTERS,
     cmd_collect,
     cmd_copy,
     cmd_export,
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--format",
-        choices=sorted(_IMPORTERS),
+        choices=sorted(FORMATS),
         help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
         "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
@@ -270,6 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     p.add_argument("--port", type=_port, default=8000, help="default: 8000")
     p.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="answer requests whose Host is NAME too, e.g. a reverse proxy's public name (repeat for more; "
+        "'.example.org' allows its subdomains, '*' any name); by default only loopback names and the "
+        "server's own address are answered",
+    )
+    p.add_argument(
         "--workers",
         type=_positive_int,
         default=1,
@@ -313,19 +322,38 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a web page over STORE: the sessions as a table to sort, filter and page, "
         "full-text search, and each session's tree, transcript and runs. Read-only unless --write. "
         "On 127.0.0.1 (the default) no token is needed; any other --host needs one, from --token or "
-        "SESSIONKIT_TOKEN (16 characters or more). --bundle DIR writes the same viewer as static files "
+        "SESSIONKIT_TOKEN (16 characters or more); --write without a token makes a random one. "
+        "Only requests whose Host names this server are answered (see --allow-host). "
+        "--bundle DIR writes the same viewer as static files "
         "that open from file:// with no server.",
     )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=_port, default=8800, help="default: 8800 (0: any free port)")
     p.add_argument(
-        "--token", metavar="TOKEN", help="bearer token the page's requests must carry (default: SESSIONKIT_TOKEN)"
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="answer requests whose Host is NAME too, e.g. a reverse proxy's public name (repeat for more; "
+        "'.example.org' allows its subdomains, '*' any name); by default only loopback names and the "
+        "server's own address are answered",
+    )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="bearer token the page's requests must carry (default: SESSIONKIT_TOKEN; with --write and "
+        "neither, a random one, printed in the page's URL)",
     )
     p.add_argument("--write", action="store_true", help="allow changes from the page (deleting a session)")
     p.add_argument("--bundle", metavar="DIR", help="write the viewer as a static site in DIR instead of serving it")
     p.add_argument(
         "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --bundle: replace the earlier bundle in DIR (a folder holding anything else is always refused)",
     )
     p.set_defaults(func=cmd_view)
 

@@ -35,6 +35,7 @@ nothing.
 from __future__ import annotations
 
 import base64
+import codecs
 import hashlib
 import json
 import zlib
@@ -48,7 +49,7 @@ from ..errors import MalformedInput
 from ._common import watching_roots
 from ._frameworks import SessionWriter
 from ._progress import Progress, check_progress
-from ._reading import as_path, check_file
+from ._reading import EMPTY, TextStream, as_path, check_file, iter_jsonl, open_binary
 
 __all__ = [
     "Span",
@@ -911,43 +912,97 @@ def _record(
 # Files
 
 
-def _file_requests(path: Path) -> Iterator[tuple[str | None, Any]]:
-    """The ExportTraceServiceRequests of a file: one protobuf message, one JSON document, or JSON lines."""
-    source = str(path)
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = _decode_body(raw, "gzip", source)
-    text = None
+#: JSON white space: what may come before a JSON file's first ``{`` or ``[``
+_BLANK = b" \t\r\n"
+
+
+def _sniff(path: Path) -> tuple[bytes, bytes]:
+    """The file's first two bytes and its first byte after a UTF-8 byte order mark and white
+    space (gzip read through); ``b""`` for the latter when the file holds nothing but those."""
+    with open_binary(path) as fh:
+        chunk = fh.read(1 << 16)
+        head = chunk[:2]
+        if chunk.startswith(codecs.BOM_UTF8):
+            chunk = chunk[3:]
+        while chunk:
+            rest = chunk.lstrip(_BLANK)
+            if rest:
+                return head, rest[:1]
+            chunk = fh.read(1 << 16)
+    return head, b""
+
+
+def _read_all(path: Path) -> bytes:
+    with open_binary(path) as fh:
+        return fh.read()
+
+
+def _protobuf_with_spans(data: bytes, source: str) -> Any:
+    """The request ``data`` holds when it decodes as protobuf and has spans, else None."""
     try:
-        text = raw.decode("utf-8").lstrip("\ufeff")
-    except UnicodeDecodeError:
-        pass
-    if text is not None and text.lstrip()[:1] in ("{", "["):
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError:
-            doc = None
-        except RecursionError:
-            raise MalformedInput(source, None, "the JSON nests too deep") from None
-        if doc is not None:
-            for i, item in enumerate(doc if isinstance(doc, list) else [doc]):
-                yield (f"record {i}" if isinstance(doc, list) else None), _request_from_json(item, source, None)
+        request = _request_from_protobuf(data, source)
+    except MalformedInput:
+        return None
+    spans, _ = spans_of(request)
+    return request if spans else None
+
+
+def _json_requests(path: Path) -> Iterator[tuple[str | None, Any]]:
+    """The requests of a JSON file: one document, a JSON array of them, or JSON lines."""
+    source = str(path)
+    with open_binary(path) as fh:
+        ts = TextStream(fh, source)
+        if ts.peek() == "{":
+            doc, _ = ts.value()
+            if ts.peek() == "":
+                yield None, _request_from_json(doc, source, None)
+                return
+        else:  # a JSON array
+            ts.expect("[", "'['")
+            i = 0
+            while ts.peek() != "]":
+                if i:
+                    ts.expect(",", "',' or ']'")
+                value, line = ts.value()
+                where = f"record {i} (line {line})"
+                yield where, _request_from_json(value, source, where)
+                i += 1
+            ts.pos += 1
+            if ts.peek() != "":
+                column = ts.column_at(ts.pos)
+                raise MalformedInput(
+                    source, ts.where(), f"not valid JSON (more data after the array, at column {column})"
+                )
             return
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            where = f"line {n}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise MalformedInput(source, where, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-            except RecursionError:
-                raise MalformedInput(source, where, "the JSON nests too deep") from None
-            yield where, _request_from_json(rec, source, where)
+    # more than one value: JSON lines, as the Collector's file exporter writes, a request a line
+    for lineno, value, _ in iter_jsonl(path):
+        where = f"line {lineno}"
+        yield where, _request_from_json(value, source, where)
+
+
+def _file_requests(path: Path) -> Iterator[tuple[str | None, Any]]:
+    """The ExportTraceServiceRequests of a file: one protobuf message, or JSON (:func:`_json_requests`).
+
+    A file of nothing but white space is empty, whatever it might decode as. JSON is read by
+    the shared readers (:mod:`._reading`), which name the line of bytes that are not UTF-8
+    and of JSON that is not JSON; a file that does not start like JSON is protobuf.
+    """
+    source = str(path)
+    head, first = _sniff(path)
+    if not first:
+        raise MalformedInput(source, None, EMPTY)
+    if first not in (b"{", b"["):
+        yield None, _request_from_protobuf(_read_all(path), source)
         return
-    if not raw.strip():
-        raise MalformedInput(source, None, "the file is empty")
-    yield None, _request_from_protobuf(raw, source)
+    if head[:1] == b"\n" and head[1:2] in (b"\t", b"\n", b"\r", b" ", b"[", b"{"):
+        # A protobuf request starts with 0x0a (field 1, length-delimited) and its first
+        # resource's length: a length of 9, 10, 13, 32, 91 or 123 reads as JSON white space
+        # and a bracket. Such a file is protobuf when it decodes as a request holding spans.
+        request = _protobuf_with_spans(_read_all(path), source)
+        if request is not None:
+            yield None, request
+            return
+    yield from _json_requests(path)
 
 
 def import_otel(store: Any, path: Any, *, session_prefix: str = "", progress: Any = None) -> list:

@@ -10,6 +10,7 @@ one (``Authorization: Bearer <token>``, compared in constant time as the agent s
 does). Against DNS rebinding (a web page whose host name is made to point at
 127.0.0.1), the ``Host`` header must name the address served (on loopback: ``localhost``
 or a loopback address), as Jupyter checks it; ``allowed_hosts`` adds names (a proxy's).
+The check is :class:`._hosts.HostGuard`, the one every app sessionkit serves passes.
 """
 
 from __future__ import annotations
@@ -20,26 +21,20 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..integrations.otel import TraceReceiver
 from ._app import _Auth
+from ._hosts import HostGuard
 from ._view import is_loopback
 
 __all__ = ["create_collect_app", "serve_collect", "MAX_BODY"]
 
 #: the largest request body taken (bytes, as sent and once decompressed): 64 MiB
 MAX_BODY = 64 << 20
-
-
-def _host_name(header: str) -> str:
-    """The name of a ``Host`` header, without its port; brackets kept off an IPv6 address."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header[1:].split("]", 1)[0]
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 def _wildcard(host: str) -> bool:
@@ -67,23 +62,11 @@ def create_collect_app(
     """
     auth = _Auth(token, None) if token is not None else None
     receiver = TraceReceiver(store, session_prefix=session_prefix, max_size=max_body)
-    allowed = {h.lower().strip("[]") for h in allowed_hosts} | {host.lower().strip("[]")}
-    loopback = is_loopback(host)
-    any_host = _wildcard(host)
-
-    def host_ok(request: Request) -> bool:
-        header = request.headers.get("host")
-        if header is None or any_host:
-            return True
-        name = _host_name(header)
-        return name in allowed or (loopback and is_loopback(name))
+    # the address served and the names allowed; bound to a wildcard (0.0.0.0) senders name
+    # the machine as they know it, so any name is taken there (the token guards it)
+    allowed = [*allowed_hosts, host.strip("[]"), *(["*"] if _wildcard(host) else [])]
 
     async def traces(request: Request) -> Response:
-        if not host_ok(request):
-            return JSONResponse(
-                {"error": "forbidden_host", "detail": f"Host {request.headers.get('host')!r} is not this server"},
-                status_code=403,
-            )
         if auth is not None and await auth.principal(request) is None:
             return JSONResponse(
                 {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
@@ -106,7 +89,10 @@ def create_collect_app(
         )
         return Response(answer.body, status_code=answer.status, media_type=answer.content_type)
 
-    return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+    return Starlette(
+        routes=[Route("/v1/traces", traces, methods=["POST"])],
+        middleware=[Middleware(HostGuard, allowed_hosts=allowed)],
+    )
 
 
 def serve_collect(

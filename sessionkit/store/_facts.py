@@ -46,7 +46,7 @@ def _json(value: Any, name: str) -> str:
         raise TypeError(f"{name} is not JSON-encodable: {why}") from None
 
 
-def _json_object(value: Any, name: str) -> dict | None:
+def _json_object(value: Any, name: str) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -55,7 +55,7 @@ def _json_object(value: Any, name: str) -> dict | None:
     return value
 
 
-def checked_run(item: RunRecord | dict) -> RunRecord:
+def checked_run(item: RunRecord | dict[str, Any]) -> RunRecord:
     """A run record ready to store, from a :class:`RunRecord` or a dict of its fields."""
     if isinstance(item, RunRecord):
         fields = {name: getattr(item, name) for name in _RUN_FIELDS}
@@ -81,14 +81,14 @@ def checked_run(item: RunRecord | dict) -> RunRecord:
     )
 
 
-def import_runs(store: Store, runs: Iterable[RunRecord | dict]) -> int:
+def import_runs(store: Store, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
     items = [checked_run(r) for r in runs]
     eng = store._check()
     with store.transaction():
         return len(eng.w_import_runs(items))
 
 
-def _checked_event(ev: Any) -> dict:
+def _checked_event(ev: Any) -> dict[str, Any]:
     if not isinstance(ev, dict):
         raise TypeError(f"an event must be a dict, got {type(ev).__name__}")
     sid = _str_arg(ev.get("session_id"), "an event's session_id")
@@ -102,8 +102,8 @@ def _checked_event(ev: Any) -> dict:
     return dict(ev)
 
 
-def import_events(store: Store, events: Iterable[dict]) -> int:
-    by_session: dict[str, list[dict]] = {}
+def import_events(store: Store, events: Iterable[dict[str, Any]]) -> int:
+    by_session: dict[str, list[dict[str, Any]]] = {}
     for ev in events:
         ev = _checked_event(ev)
         by_session.setdefault(ev["session_id"], []).append(ev)
@@ -115,7 +115,7 @@ def import_events(store: Store, events: Iterable[dict]) -> int:
     return added
 
 
-def import_embeddings(store: Store, vectors: Iterable[dict]) -> int:
+def import_embeddings(store: Store, vectors: Iterable[dict[str, Any]]) -> int:
     rows = []
     dims: dict[str, int] = {}
     for item in vectors:

@@ -111,7 +111,9 @@ class Store:
         state = "closed" if self._closed else "open"
         return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
 
-    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict | tuple[dict, dict]:
+    def _repr_mimebundle_(
+        self, include: object = None, exclude: object = None
+    ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
         """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
         return _conveniences.store_bundle(self)
 
@@ -163,7 +165,7 @@ class Store:
             eng.w_delete_session(session_id)
         self._emit(ChangeEvent("clear", session_id, ()))
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counts and sizes: ``sessions``, ``messages``, ``compactions``, ``blobs``, ``blob_bytes``,
         ``indexed_messages``, ``bytes``, ``runs``, ``events``, and ``schema_version`` (the
         version of the store's tables: opening a store upgrades older tables to it)."""
@@ -307,7 +309,9 @@ class Store:
         return hits
 
     # -- embeddings (docs/analysis.md#find-similar) ---------------------------------
-    def embed(self, embedder: Any, *, batch_size: int = 256, progress: Any = None, options: dict | None = None) -> int:
+    def embed(
+        self, embedder: Any, *, batch_size: int = 256, progress: Any = None, options: dict[str, Any] | None = None
+    ) -> int:
         """Store one vector per message with text that has none of this model yet (so a
         second call embeds only the messages added since); returns how many it embedded.
 
@@ -345,7 +349,7 @@ class Store:
             return []
         return _embeddings.similar(self, query, k=k, session_ids=session_ids, embedder=embedder, model=model)
 
-    def _restore(self, seq: int, raw: str | None) -> dict | None:
+    def _restore(self, seq: int, raw: str | None) -> dict[str, Any] | None:
         """A message from its stored JSON (payloads put back); None for a row deleted
         meanwhile, including one whose payload went with it before it was read."""
         if raw is None:
@@ -408,14 +412,14 @@ class Store:
             target=target,
         )
 
-    def import_labels(self, labels: Iterable[_labels.Label | dict]) -> int:
+    def import_labels(self, labels: Iterable[_labels.Label | dict[str, Any]]) -> int:
         """Store labels as they are (their ids and times kept), in one transaction: a label
         whose id is stored already is skipped, so importing twice adds nothing. Each
         label's message must be stored. Returns how many were added."""
         return _labels.import_labels(self, labels)
 
     # -- facts as they are: imports, exports and copies (docs/importing.md) -----------
-    def import_runs(self, runs: Iterable[RunRecord | dict]) -> int:
+    def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
         """Store run records as they are, in one transaction; returns how many were added.
 
         Each run is a :class:`RunRecord` (as :meth:`runs` gives them) or a dict of its
@@ -431,7 +435,7 @@ class Store:
 
         return _facts.import_runs(self, runs)
 
-    def import_events(self, events: Iterable[dict]) -> int:
+    def import_events(self, events: Iterable[dict[str, Any]]) -> int:
         """Store run events as they are, in one transaction; returns how many were added.
 
         Each event is a JSON object as :meth:`events` gives them: its ``session_id`` and
@@ -444,7 +448,7 @@ class Store:
 
         return _facts.import_events(self, events)
 
-    def import_embeddings(self, vectors: Iterable[dict]) -> int:
+    def import_embeddings(self, vectors: Iterable[dict[str, Any]]) -> int:
         """Store message vectors as they are (see :meth:`embed`), in one transaction;
         returns how many were added.
 
@@ -465,7 +469,7 @@ class Store:
         eng = self._check()
         return eng.runs(_str_arg(session_id, "session_id"))
 
-    def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
+    def events(self, session_id: str, after_seq: int | None = None) -> list[dict[str, Any]]:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         eng = self._check()
         session_id = _str_arg(session_id, "session_id")
@@ -483,7 +487,7 @@ class Store:
         run_id: str,
         input: str | None,
         *,
-        meta: dict | None = None,
+        meta: dict[str, Any] | None = None,
         started_at: datetime | int | float | str | None = None,
     ) -> None:
         """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
@@ -520,7 +524,7 @@ class Store:
         *,
         status: str,
         error: str | None = None,
-        usage: dict | None = None,
+        usage: dict[str, Any] | None = None,
         ended_at: datetime | int | float | str | None = None,
     ) -> None:
         """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
@@ -550,7 +554,7 @@ class Store:
         with eng.write():
             eng.w_run_end(run_id, "running", None, None, None)
 
-    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+    def append_events(self, session_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Store run events of a session (docs/agents.md) in one transaction; returns them as stored.
 
         Each event is a JSON object; the store sets ``session_id`` and the next ``seq``
@@ -662,7 +666,7 @@ class Store:
     # -- reading everything ------------------------------------------------------------
     def scan(
         self, kind: str, *, session_ids: Iterable[str] | None = None, batch_size: int = 20_000
-    ) -> Iterator[list[tuple]]:
+    ) -> Iterator[list[tuple[Any, ...]]]:
         """Read every row of ``kind`` in the store (or of ``session_ids``), in batches.
 
         Yields lists of at most ``batch_size`` rows, each starting with its session id:
@@ -707,7 +711,9 @@ class Store:
             return ids
         return None  # every session: the engine lists them all (scan_session_ids)
 
-    def _scan_chunks(self, eng: Engine, kind: str, ids: list[str] | None, batch_size: int) -> Iterator[list[tuple]]:
+    def _scan_chunks(
+        self, eng: Engine, kind: str, ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
         if kind == "compactions":
             yield from eng.scan_compactions(ids, batch_size)
         elif kind == "runs":
@@ -811,7 +817,7 @@ class Store:
     def to_arrow(self, view: str) -> pa.Table:
         """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)
         as a ``pyarrow.Table``, in its natural order (messages in write order)."""
-        from ._analysis import VIEW_ORDER
+        from .sql.views import VIEW_ORDER
 
         if view not in VIEW_ORDER:
             raise ValueError(f"unknown view {view!r}; views are {', '.join(VIEW_ORDER)}")

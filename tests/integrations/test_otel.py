@@ -25,6 +25,7 @@ from openinference.semconv.trace import (
 )
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -232,6 +233,73 @@ def test_protobuf_and_json_lines_give_the_same_tree(new_store, tmp_path):
         check_conversation(store, spans)
         stores.append(store)
     assert shape(stores[0].session(CONV)) == shape(stores[1].session(CONV)) == shape(stores[2].session(CONV))
+
+
+def _request_starting(second: int) -> bytes:
+    """A protobuf request of one span whose bytes start with 0x0a and then ``second``: its
+    first resource's length, which then reads as JSON white space or a bracket."""
+    for pad in range(200):
+        request = ExportTraceServiceRequest()
+        span = request.resource_spans.add().scope_spans.add().spans.add()
+        span.trace_id, span.span_id = bytes(range(1, 17)), bytes(range(1, 9))
+        if pad:  # no name and no times: the least a span holds, 32 bytes with its resource's
+            span.name = "r" * pad
+            start = 1_751_364_000_000_000_000  # fixed64 of bytes below 0x80: the request is UTF-8 text
+            span.start_time_unix_nano, span.end_time_unix_nano = start, start + (1 << 24)
+        data = request.SerializeToString()
+        if data[1] == second:
+            return data
+    raise AssertionError(second)
+
+
+@pytest.mark.parametrize("second", b" [{")  # a length of 9, 10 or 13 holds no span
+def test_protobuf_whose_first_bytes_read_as_json_is_protobuf(second, new_store, tmp_path):
+    path = tmp_path / "trace.pb"
+    data = _request_starting(second)
+    data.decode("utf-8")  # it even reads as text
+    path.write_bytes(data)
+    assert sk.io.detect_format(path) == "otel"
+    store = new_store("sqlite")
+    (session,) = sk.io.import_otel(store, path)
+    (run,) = store.runs(session.session_id)
+    assert run.run_id == "otel-" + bytes(range(1, 17)).hex()
+    assert [e["kind"] for e in store.events(session.session_id)] == ["run.start", "otel.span", "run.end"]
+
+
+def test_json_lines_after_a_blank_line_and_an_array_of_requests_import(new_store, tmp_path):
+    spans = recorded()
+    lines = tmp_path / "traces.jsonl"
+    lines.write_text("\n\n" + "\n".join(json.dumps(otlp_json([s])) for s in spans) + "\n")
+    array = tmp_path / "traces.json"
+    array.write_text("\ufeff[\n" + ",\n".join(json.dumps(otlp_json([s])) for s in spans) + "\n]\n")
+    for path in (lines, array):
+        store = new_store("sqlite")
+        sk.io.import_otel(store, path)
+        check_conversation(store, spans)
+
+
+@pytest.mark.parametrize(
+    "name, data, where, problem",
+    [
+        ("cut.json", "[\n{one}\n{two}", "line 3", "not valid JSON"),
+        ("more.json", "[\n{one}\n]\n[]", "line 4", "more data after the array"),
+        ("comma.json", "[\n{one}\n{two}\n]", "line 3", "expecting ',' or ']'"),
+        ("nan.jsonl", '{one}\n{"resourceSpans": [], "x": NaN}\n', "line 2", "NaN is not a JSON value"),
+        ("bytes.jsonl.gz", "{one}\n\n{two}\n\udcff\n", "line 4", "not UTF-8 text"),
+        ("surrogate.json", '{"resourceSpans": [], "x": "\\ud800"}', "line 1", "not valid Unicode"),
+        ("record.json", '[{one}, {"spans": []}]', "record 1 (line 1)", "not OTLP trace data"),
+    ],
+)
+def test_a_bad_trace_file_names_the_line_and_stores_nothing(name, data, where, problem, new_store, tmp_path):
+    one, two = (json.dumps(otlp_json([s])) for s in recorded()[:2])
+    raw = data.replace("{one}", one).replace("{two}", two).encode("utf-8", "surrogateescape")
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+    store = new_store("sqlite")
+    with pytest.raises(sk.io.MalformedInput) as info:
+        sk.io.import_otel(store, path)
+    assert str(info.value).startswith(f"{path}, {where}: ") and problem in str(info.value), info.value
+    assert _empty(store)
 
 
 def test_spans_over_several_payloads_in_any_order_make_the_same_tree(new_store):
@@ -535,7 +603,7 @@ def test_collect_refuses_bad_payloads_foreign_hosts_and_wrong_tokens(tmp_path):
             r = client.post(
                 collector.url, content=good, headers={**proto, "Host": f"attacker.example:{collector.port}"}
             )
-            assert r.status_code == 403 and r.json()["error"] == "forbidden_host"
+            assert r.status_code == 403 and r.json()["error"] == "host_not_allowed"
             with sk.open_store(target) as store:
                 assert _empty(store)
             r = client.post(

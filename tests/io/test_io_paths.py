@@ -79,6 +79,29 @@ def _text_records(name: str) -> list[str]:
             }
             for uid, parent in (("u1", None), ("u2", "u1"))
         ]
+    elif name == "otel":  # OTLP JSON lines, as the Collector's file exporter writes: a request each
+        recs = [
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "traceId": f"{i:032x}",
+                                        "spanId": f"{i:016x}",
+                                        "name": "retrieve",
+                                        "startTimeUnixNano": "1751364000000000000",
+                                        "endTimeUnixNano": "1751364001000000000",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+            for i in (1, 2)
+        ]
     else:
         raise AssertionError(name)
     return [json.dumps(r) for r in recs]
@@ -374,8 +397,8 @@ def test_json_cut_short_names_the_file_and_line(name, tmp_path, mem_store):
 def _check_stored(name: str, store, exc: sk.io.MalformedInput) -> None:
     """What the store holds after a bad second record is what the importer promises."""
     stats = store.stats()
-    if name in ("openai", "swe-agent"):  # checked whole before anything is written
-        assert stats["messages"] == 0
+    if name in ("openai", "swe-agent", "otel"):  # checked whole before anything is written
+        assert stats["messages"] == stats["runs"] == stats["events"] == 0
     elif name in ("oasst", "hh"):  # one tree, or pair, per line: the first is stored
         assert exc.imported == 1 and stats["sessions"] == 1
     elif name == "jsonl":
