@@ -151,7 +151,7 @@ _JSON_BLANK = " \t\r\n"
 #: file can hold a line of gigabytes).
 MAX_LINE_BYTES = 256 << 20
 _LINE_LIMIT_ENV = "SESSIONKIT_MAX_LINE_BYTES"
-_CHUNK = 1 << 16
+_CHUNK = 1 << 14
 _NON_BLANK = re.compile(rb"[^ \t\r\n]")
 
 
@@ -184,7 +184,7 @@ def _raw_lines(fh, name: str, limit: int) -> Iterator[tuple[int, bytes]]:
     Hand-written rather than ``for line in fh``: that reads a line whole however long it is
     (a gzip file of a few hundred kilobytes can hold a line of gigabytes), and costs a
     Python step per line, which a file of millions of blank lines turns into minutes. Here
-    the file is read in chunks of 64 KiB (a constant share of memory, whatever the file), a
+    the file is read in chunks of 16 KiB (a constant share of memory, whatever the file), a
     line longer than ``limit`` is refused as soon as it passes the limit, and runs of blank
     lines are counted in C (``bytes.count``).
     """

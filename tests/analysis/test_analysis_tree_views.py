@@ -543,7 +543,8 @@ def test_turns_reads_each_message_once_when_every_message_was_regenerated(new_st
     many leaves as messages, half of them as deep as the conversation) its walk up from the
     leaves makes one row per message, not one per (leaf, message above it)."""
     import duckdb
-    from sessionkit.store._tree_views import tree_view_sql
+
+    from sessionkit.store.sql.tree_views import tree_view_sql
 
     store = new_store("sqlite", memory=True)
     s, parent = store.session("s"), None

@@ -43,21 +43,17 @@ def test_requirements_cover_the_all_extra_and_the_notebook_server():
     ]
     names = {_name(line) for line in lines}
     wanted = set(map(_name, project["dependencies"]))
-    seen: set[str] = set()
-
-    def visit(extra: str) -> None:  # an extra's requirements, sessionkit[...] inside it followed
-        if extra in seen:
-            return
-        seen.add(extra)
-        for req in project["optional-dependencies"][extra]:
-            if _name(req) == "sessionkit":
-                for inner in re.search(r"\[(.*)\]", req).group(1).split(","):
-                    visit(inner.strip())
-            else:
-                wanted.add(_name(req))
-
-    visit("all")
-    visit("notebook")  # what `sessionkit lab` installs: the tour notebooks' own needs
+    # `all`, and `notebook` (what `sessionkit lab` installs: the tour notebooks' own needs)
+    todo, seen = [*project["optional-dependencies"]["all"], *project["optional-dependencies"]["notebook"]], set()
+    while todo:  # an extra may name other extras (sessionkit[...]), themselves naming others
+        req = todo.pop()
+        if _name(req) == "sessionkit":
+            for extra in re.search(r"\[(.*)\]", req).group(1).split(","):
+                if extra.strip() not in seen:
+                    seen.add(extra.strip())
+                    todo += project["optional-dependencies"][extra.strip()]
+        else:
+            wanted.add(_name(req))
     assert wanted <= names, f"missing from binder/requirements.txt: {sorted(wanted - names)}"
     assert {"jupyterlab", "ipykernel", "opentelemetry-sdk"} <= names
     assert "sessionkit" not in names  # installed from the checkout by postBuild
