@@ -10,8 +10,9 @@ derives it from ``pyproject.toml`` so the two never drift::
     python binder/generate.py           # rewrite the files
     python binder/generate.py --check   # exit 1 if they are out of date (what the tests run)
 
-The notebook server's own packages come from a ``notebooks`` extra when pyproject.toml has
-one, else from :data:`NOTEBOOK_SERVER`.
+The notebook server's own packages, and what the tour notebooks use beyond the package
+(notebook 11's OpenTelemetry SDK and exporter), come from the ``notebook`` extra when
+pyproject.toml has one (the extra ``sessionkit lab`` installs), else from :data:`NOTEBOOK_SERVER`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ROOT = HERE.parent
 
 #: Extras of the package that the notebooks need (everything they touch).
 EXTRAS = ("all",)
-#: JupyterLab and a kernel, when pyproject.toml has no ``notebooks`` extra.
+#: JupyterLab and a kernel, when pyproject.toml has no ``notebook`` extra.
 NOTEBOOK_SERVER = ("jupyterlab>=4.1", "ipykernel>=6.29")
 
 HEADER = (
@@ -74,8 +75,8 @@ def requirements(pyproject: dict) -> list[str]:
     """The sorted, de-duplicated lines of requirements.txt."""
     project = pyproject["project"]
     reqs = expand(project, EXTRAS)
-    if "notebooks" in project.get("optional-dependencies", {}):
-        reqs += expand({**project, "dependencies": []}, ("notebooks",))
+    if "notebook" in project.get("optional-dependencies", {}):
+        reqs += expand({**project, "dependencies": []}, ("notebook",))
     else:
         reqs += list(NOTEBOOK_SERVER)
     by_name: dict[str, str] = {}
@@ -132,8 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text, encoding="utf-8")
             print(f"wrote binder/{name}")
     if stale:
-        print(f"out of date with pyproject.toml: {', '.join('binder/' + n for n in stale)}; "
-              "run: python binder/generate.py", file=sys.stderr)
+        print(
+            f"out of date with pyproject.toml: {', '.join('binder/' + n for n in stale)}; "
+            "run: python binder/generate.py",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -24,6 +24,7 @@ EXPECTED = (
     "08-transcripts-from-everywhere",
     "09-reading-transcripts",
     "10-what-if",
+    "11-bring-your-agent",
 )
 
 #: notebook -> (snapshot kind -> how many at least, a phrase that must appear in the page):
@@ -39,6 +40,7 @@ VIEWS = {
     "08-transcripts-from-everywhere": ({"tree": 1, "transcript": 1}, "Conversation compacted"),
     "09-reading-transcripts": ({"tree": 1, "transcript": 2}, "⑂ wrong-tool-args ★3"),
     "10-what-if": ({"tree": 1}, "[with-tools] Plan tomorrow, rain or not."),
+    "11-bring-your-agent": ({"tree": 5}, "Rome: sunny and 24 °C, warmer than Oslo by twelve degrees."),
 }
 
 

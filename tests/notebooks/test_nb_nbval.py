@@ -136,6 +136,7 @@ def test_sanitize_masks_what_changes_and_nothing_else(run_all):
         "createdAt 2026-11-30T03:51:13.846Z": "createdAt TIMESTAMP",
         "at 2025-03-03 09:00:00+00:00": "at TIMESTAMP",
         "['u1', 'msg_c61ebb7ff67c4f1cbda6bc6d']": "['u1', 'msg_ID']",
+        'data-id="oa_01a24dfd4cded0604445508f"': 'data-id="oa_ID"',  # an Agents SDK session's item
         "compaction:e93c798f73f04cbf": "compaction:ID",
         'data-compaction="e93c798f73f04cbf"': 'data-compaction="HEXID"',
         "oasst-be09f381-fa12-464b-82c5-3724eb3a2a81": "oasst-UUID",
