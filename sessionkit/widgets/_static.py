@@ -168,7 +168,7 @@ def _inline_styles(markup: str) -> str:
 
 
 def _labels_html(labels: list[dict] | None) -> str:
-    """A message's labels as badges (as the live views show them: ⑂ marks a branch label)."""
+    """A message's labels as badges (as the live views show them: ⎇ marks a branch label)."""
     out = []
     for label in labels or ():
         branch = label.get("target") == "branch"
@@ -176,7 +176,7 @@ def _labels_html(labels: list[dict] | None) -> str:
         about = " · ".join(x for x in (label.get("note"), label.get("author") and f"by {label['author']}") if x)
         out.append(
             f'<span class="sk-label-badge{" sk-label-branch" if branch else ""}" data-tag="{_e(label["tag"])}"'
-            f' title="{_e(about)}">{"⑂ " if branch else ""}{_e(label["tag"])}{rating}</span>'
+            f' title="{_e(about)}">{"⎇ " if branch else ""}{_e(label["tag"])}{rating}</span>'
         )
     return "".join(out)
 

@@ -38,7 +38,7 @@ VIEWS = {
     "06-transcript-analysis": ({"tree": 1}, "update_reservation_flights"),
     "07-serving": ({"run": 1, "tree": 1}, "pack an umbrella for Porto only"),
     "08-transcripts-from-everywhere": ({"tree": 1, "transcript": 1}, "Conversation compacted"),
-    "09-reading-transcripts": ({"tree": 1, "transcript": 2}, "⑂ wrong-tool-args ★3"),
+    "09-reading-transcripts": ({"tree": 1, "transcript": 2}, "⎇ wrong-tool-args ★3"),
     "10-what-if": ({"tree": 1}, "[with-tools] Plan tomorrow, rain or not."),
     "11-bring-your-agent": ({"tree": 5}, "Rome: sunny and 24 °C, warmer than Oslo by twelve degrees."),
 }

@@ -24,9 +24,9 @@ def test_badges_show_in_the_synced_state_and_both_snapshots(trip):
     }
     html = chat.snapshot_html()
     assert "&lt;odd &amp; tag&gt; ★2.5" in html and "<odd & tag>" not in html
-    assert "⑂ keeper" in html and 'title="says &quot;ok&quot; · by ana"' in html
+    assert "⎇ keeper" in html and 'title="says &quot;ok&quot; · by ana"' in html
     html = sk.widgets.BranchTree(trip, collapse=False, live=False).snapshot_html()
-    assert "&lt;odd &amp; tag&gt; ★2.5" in html and "⑂ keeper" in html
+    assert "&lt;odd &amp; tag&gt; ★2.5" in html and "⎇ keeper" in html
     offline = tree.to_html()
     assert '"_labels"' in offline and "keeper" in offline
 
@@ -62,3 +62,43 @@ def test_a_refused_label_answers_the_front_end_with_the_error_and_stores_nothing
     assert errors[0]["error"].startswith("InvalidLabel: ") and "empty" in errors[0]["error"]
     assert errors[1]["error"].startswith("MessageNotFound: ")
     assert trip.labels() == [] and tree._labels == {}
+
+
+def _dejavu_sans_coverage() -> set[int] | None:
+    """The code points DejaVu Sans (Debian's default sans-serif font) draws, from `fc-query`."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    font = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
+    if not font.exists() or shutil.which("fc-query") is None:
+        return None
+    ranges = subprocess.run(
+        ["fc-query", "--format=%{charset}", str(font)], check=True, capture_output=True, text=True
+    ).stdout.split()
+    covered: set[int] = set()
+    for item in ranges:
+        low, _, high = item.partition("-")
+        covered.update(range(int(low, 16), int(high or low, 16) + 1))
+    return covered
+
+
+# What DejaVu Sans draws among the non-ASCII characters the views use, checked once with
+# `fc-query` on DejaVuSans.ttf; used where the font is not installed.
+_DEJAVU_FALLBACK = {ord(c) for c in "–—…←→≥⋯─│┆┊└├═▍▤▲▼○●★✕°·×éïü⎇"}
+
+
+def test_static_files_and_snapshots_use_only_glyphs_the_default_fonts_draw(trip):
+    from pathlib import Path
+
+    trip.add_label("a5", "keeper", target="branch")
+    trip.add_label("a2", "odd", rating=2)
+    covered = _dejavu_sans_coverage() or _DEJAVU_FALLBACK | set(range(0x20, 0x7F))
+    static = Path(sk.widgets.__file__).parent / "static"
+    texts = {p.name: p.read_text(encoding="utf-8") for p in sorted(static.iterdir()) if p.is_file()}
+    texts["tree snapshot"] = sk.widgets.BranchTree(trip, collapse=False, live=False).snapshot_html()
+    texts["transcript snapshot"] = sk.widgets.Transcript(trip, mode="full", live=False).snapshot_html()
+    missing = {
+        name: sorted({c for c in text if ord(c) > 0x7F and ord(c) not in covered}) for name, text in texts.items()
+    }
+    assert len(texts) > 5 and {name: chars for name, chars in missing.items() if chars} == {}

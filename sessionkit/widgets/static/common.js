@@ -252,10 +252,10 @@ function skLocalModel(state, mod, answer) {
   return model;
 }
 
-/** A label's badge text: its tag, its rating, ⑂ for a label on the branch ending at the message. */
+/** A label's badge text: its tag, its rating, ⎇ for a label on the branch ending at the message. */
 function skLabelText(label) {
   const rating = label.rating === null || label.rating === undefined ? "" : ` ★${label.rating}`;
-  return (label.target === "branch" ? "⑂ " : "") + label.tag + rating;
+  return (label.target === "branch" ? "⎇ " : "") + label.tag + rating;
 }
 
 /** The badges of a message's labels (see _source.labels_json); a × on each when `onRemove` is given. */
