@@ -40,6 +40,7 @@ __all__ = [
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",
+    "QueryTimeout",
     "MissingDependency",
     "RunFailed",
     "ModelError",
@@ -138,6 +139,11 @@ def _rebuild(source, where, problem, imported, progress) -> MalformedInput:
 
 class UsageError(SessionKitError):
     """The call cannot be honoured in the current state (for example no compaction function)."""
+
+
+class QueryTimeout(UsageError, TimeoutError):
+    """An analysis query (``store.sql``, ``store.sql_arrow``) ran past its ``timeout`` and
+    was stopped; the store answers the next query as before."""
 
 
 class MissingDependency(SessionKitError, ImportError):

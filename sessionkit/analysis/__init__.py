@@ -204,16 +204,17 @@ def arrow_table(data: StoreData, name: str, **options):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def sql(store, query: str, params: Any = None, *, files: bool = False):
+def sql(store, query: str, params: Any = None, *, files: bool = False, timeout: float | None = None):
     """Run DuckDB SQL over the ``messages``, ``sessions``, ``compactions``, ``runs`` and
     ``events`` views of ``store`` and return a pandas DataFrame.
 
     ``params`` (a list or dict) binds ``?`` / ``$name`` placeholders. An SQL error,
     a statement other than one SELECT, or a query reaching beyond the views (a file,
     a table of the store, a catalog function...) raises ``ValueError`` naming it;
-    ``files=True`` lets the query read local files too (see the module notes).
+    ``files=True`` lets the query read local files too (see the module notes);
+    ``timeout`` (seconds) stops it with ``sessionkit.errors.QueryTimeout``.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")
     _pandas()
-    return _df(store.sql_arrow(query, params, files=files))
+    return _df(store.sql_arrow(query, params, files=files, timeout=timeout))

@@ -22,10 +22,10 @@ def messages_df(store: Any, session_ids: Any = None) -> Any:
     return build(store, session_ids)
 
 
-def sql(store: Any, query: str, params: Any = None, *, files: bool = False) -> Any:
+def sql(store: Any, query: str, params: Any = None, *, files: bool = False, timeout: float | None = None) -> Any:
     from ..analysis import sql as run
 
-    return run(store, query, params, files=files)
+    return run(store, query, params, files=files, timeout=timeout)
 
 
 def runs_df(store: Any) -> Any:

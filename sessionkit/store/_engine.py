@@ -165,10 +165,15 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def analysis_query(
-        self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
+        self,
+        query: str,
+        params: Any = None,
+        session_ids: list[str] | None = None,
+        files: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         """A read-only DuckDB query over the analysis views (of ``session_ids``), as a ``pyarrow.Table``
-        (``files``: it may read local files too)."""
+        (``files``: it may read local files too; ``timeout``: seconds, then ``QueryTimeout``)."""
 
     @abc.abstractmethod
     def interrupt_analysis(self) -> None:

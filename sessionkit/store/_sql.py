@@ -605,7 +605,12 @@ class SQLEngine(SQLBase):
         return AnalysisSource(self)
 
     def analysis_query(
-        self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
+        self,
+        query: str,
+        params: Any = None,
+        session_ids: list[str] | None = None,
+        files: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
@@ -614,7 +619,7 @@ class SQLEngine(SQLBase):
         each query (``sql.cache.Cache``)."""
         from .sql import cache as _cache
 
-        with self._analysis_runs.run() as run:  # (StoreClosed once the store closes)
+        with self._analysis_runs.run(timeout) as run:  # (StoreClosed once the store closes)
             cache = self._analysis
             if cache is None:
                 with self._analysis_setup:

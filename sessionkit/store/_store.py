@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -744,13 +745,19 @@ class Store:
         return _conveniences.messages_df(self, session_ids)
 
     def sql(
-        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None, *, files: bool = False
+        self,
+        query: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        *,
+        files: bool = False,
+        timeout: float | None = None,
     ) -> pd.DataFrame:
         """Run DuckDB SQL over the views messages, sessions, compactions, runs, events, labels (a DataFrame).
 
         The query reads those views and nothing else of the machine (see :meth:`sql_arrow`);
-        ``files=True`` lets it read local files too."""
-        return _conveniences.sql(self, query, params, files=files)
+        ``files=True`` lets it read local files too; ``timeout`` (seconds) stops it with
+        ``QueryTimeout``."""
+        return _conveniences.sql(self, query, params, files=files, timeout=timeout)
 
     def runs_df(self) -> pd.DataFrame:
         """The ``runs`` view as a pandas DataFrame (one row per run); see sessionkit.analysis."""
@@ -767,6 +774,7 @@ class Store:
         *,
         session_ids: Iterable[str] | None = None,
         files: bool = False,
+        timeout: float | None = None,
     ) -> pa.Table:
         """Run one read-only DuckDB SELECT over the analysis views; the result as a ``pyarrow.Table``.
 
@@ -793,19 +801,26 @@ class Store:
 
         A running query stops when the store is closed (it raises ``StoreClosed``, and
         ``close()`` returns once it has stopped), on Ctrl-C in the main thread and on
-        :meth:`interrupt_sql` (``KeyboardInterrupt``); the store answers the next query
-        as before."""
+        :meth:`interrupt_sql` (``KeyboardInterrupt``), and once ``timeout`` seconds (a
+        positive number; default None, no limit) have passed since the call
+        (``sessionkit.errors.QueryTimeout``, naming the timeout); the store answers the
+        next query as before."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if params is not None and not isinstance(params, (list, tuple, dict)):
             raise TypeError(f"params must be a list, tuple or dict, got {type(params).__name__}")
         if not isinstance(files, bool):
             raise TypeError(f"files must be a bool, got {type(files).__name__}")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+            if not math.isfinite(timeout) or timeout <= 0:
+                raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         _sql_text(query, "store.sql: the query")
         _sql_params(params, "params")
         eng = self._check()
         ids = self._scan_ids(eng, session_ids)
-        return eng.analysis_query(query, params, ids, files)
+        return eng.analysis_query(query, params, ids, files, None if timeout is None else float(timeout))
 
     def interrupt_sql(self) -> None:
         """Stop the analysis queries running now on this store in other threads (``sql``,

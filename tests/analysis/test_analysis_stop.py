@@ -168,3 +168,16 @@ def test_cancelling_an_aio_query_stops_it_and_the_store_answers(aio_target):
             assert store.closed and store.sync.closed
 
     asyncio.run(main())
+
+
+def test_a_query_past_its_timeout_stops_with_query_timeout_and_the_store_answers(store):
+    for call in (lambda: store.sql(RUNAWAY, timeout=0.2), lambda: store.sql_arrow(RUNAWAY, timeout=0.2)):
+        with pytest.raises(sk.QueryTimeout, match=r"timeout of 0\.2 s") as info:
+            call()
+        assert isinstance(info.value, sk.UsageError) and isinstance(info.value, TimeoutError)
+        _answers(store)
+    assert store.sql("SELECT count(*) AS n FROM messages", timeout=60)["n"][0] == 3  # a query within it: its answer
+    refused = ((0, ValueError), (-1.0, ValueError), (float("nan"), ValueError), ("1", TypeError), (True, TypeError))
+    for bad, error in refused:
+        with pytest.raises(error, match="timeout"):
+            store.sql_arrow("SELECT 1", timeout=bad)

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...errors import StoreClosed
+from ...errors import QueryTimeout, StoreClosed
 from .sandbox import CheckedQuery, check_query
 from .views import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
 
@@ -202,13 +202,15 @@ def _with_files(
 
 _INTERRUPTED = "interrupted"
 _CLOSED = "closed"
+_TIMEOUT = "timeout"
 
 
 class QueryRun:
     """One query of :class:`Runs`: the connection it runs on (None until its DuckDB work
     begins: nothing of a cache's refresh is ever interrupted) and why it was asked to stop."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout
         self.con: Any = None
         self.reason: str | None = None
         self.running = False  # DuckDB is executing the query (see Runs.executing)
@@ -249,6 +251,8 @@ class QueryRun:
             raise StoreClosed("the store was closed while the query ran") from cause
         if self.reason == _INTERRUPTED:
             raise KeyboardInterrupt("store.sql: the query was interrupted") from cause
+        if self.reason == _TIMEOUT:
+            raise QueryTimeout(f"store.sql: the query ran past its timeout of {self.timeout:g} s") from cause
 
 
 class Runs:
@@ -267,12 +271,15 @@ class Runs:
         self.closed = False
 
     @contextlib.contextmanager
-    def run(self) -> Iterator[QueryRun]:
-        run = QueryRun()
+    def run(self, timeout: float | None = None) -> Iterator[QueryRun]:
+        """One query's entry; ``timeout`` (seconds from now) stops it with ``QueryTimeout``."""
+        run = QueryRun(timeout)
         with self._lock:
             if self.closed:
                 raise StoreClosed("the store is closed")
             self._running.add(run)
+        if timeout is not None:
+            threading.Thread(target=_time_out, args=(run, timeout), name="sessionkit-sql-timeout", daemon=True).start()
         try:
             yield run
         finally:
@@ -304,6 +311,14 @@ class Runs:
         for run in runs:
             run.stop(_CLOSED)
         _until_done([run for run in runs if run.con is not None])
+
+
+def _time_out(run: QueryRun, timeout: float) -> None:
+    """Stop ``run`` once ``timeout`` seconds have passed (unless it ended before). A
+    thread of its own, waiting on the run's end: DuckDB has no statement timeout."""
+    if not run.done.wait(timeout):
+        run.stop(_TIMEOUT)
+        _until_done([run])
 
 
 def _until_done(runs: list[QueryRun]) -> None:

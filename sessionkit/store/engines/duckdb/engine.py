@@ -396,7 +396,12 @@ class DuckDBEngine(LocalEngine):
 
     # -- analysis: queries on this database's own tables --------------------------------
     def analysis_query(
-        self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
+        self,
+        query: str,
+        params: Any = None,
+        session_ids: list[str] | None = None,
+        files: bool = False,
+        timeout: float | None = None,
     ) -> Any:
         """A read-only query over views defined on this store's own tables (see
         ``_analysis``): on a second connection to the database, in a transaction of its
@@ -412,7 +417,7 @@ class DuckDBEngine(LocalEngine):
             # From inside this thread's write transaction: on the transaction's connection,
             # so the query sees the transaction's writes, which then commit or roll back
             # with it (the views are made in the transaction too).
-            with self._analysis_runs.run() as run, self._lock:
+            with self._analysis_runs.run(timeout) as run, self._lock:
                 return _query.run_query(
                     self._db,
                     tables,
@@ -424,7 +429,7 @@ class DuckDBEngine(LocalEngine):
                     files=files,
                     in_transaction=True,
                 )
-        with self._analysis_runs.run() as run, self._analysis_setup:  # (StoreClosed once the store closes)
+        with self._analysis_runs.run(timeout) as run, self._analysis_setup:  # (StoreClosed once the store closes)
             run.raise_if_stopped()
             self.merge_journal()
             con = self._analysis
