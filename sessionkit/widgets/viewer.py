@@ -50,7 +50,7 @@ _VIEW_MODULES = ("branch_tree", "transcript", "run_view")
 #: Rows of the sessions table per page, unless asked otherwise (at most 500).
 PAGE_SIZE = 50
 _MAX_PAGE = 500
-_MAX_HITS = 200
+_MAX_HITS = 1001  # (viewer.js shows up to 1000 and asks for one more, to know whether there are more)
 
 #: What the sessions table sorts by: the column name the page uses -> its SQL expression.
 SORT_COLUMNS = {

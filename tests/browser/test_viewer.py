@@ -189,7 +189,7 @@ def test_served_viewer_table_sort_filter_search_session_and_links(browser, serve
     assert page.locator(".skv-hit mark").first.inner_text().lower().startswith("train")
     page.screenshot(path=str(screenshots / "viewer-search.png"))
     target = hits[3]
-    page.locator(".skv-hit a").nth(3).click()
+    page.locator(".skv-hit").nth(3).locator("a").first.click()  # its heading (the snippet is a link too)
     page.wait_for_selector(".skv-session[data-ready='1']")
     assert page.locator(".skv-session").get_attribute("data-selected") == target.id
     assert page.locator(".sk-tree-view").get_attribute("data-selected") == target.id
@@ -565,3 +565,42 @@ def test_tool_inputs_read_as_arguments_served_and_bundled(browser, served, store
     _check_inputs(w.page, (folder / "index.html").as_uri())
     assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
     w.close()
+
+
+def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, tmp_path):
+    path = tmp_path / "hits.db"
+    with sk.open_store(path) as store:
+        for k in range(4):  # 120 messages that say "needle", 30 a session
+            store.session(f"hay-{k}").append_many(
+                [
+                    nbhelpers.text(f"m{j}", "user" if j % 2 == 0 else "assistant", f"needle number {j} in hay {k}")
+                    for j in range(30)
+                ]
+            )
+        total = len(store.search("needle", limit=1000))
+        best = [(h.session_id, h.id) for h in store.search("needle", limit=50)]
+    assert total == 120
+    with view_process(path) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        page = w.page
+        page.goto(url + "#/search/needle")
+        for shown in (50, 100, 120):
+            page.wait_for_selector(f".skv-results[data-hits='{shown}']")
+            count = page.locator(".skv-hit-count").inner_text()
+            more = shown < total
+            assert count.startswith(f"{shown}+ hits" if more else f"{shown} hits"), count
+            assert page.locator(".skv-hit").count() == shown
+            assert page.locator(".skv-more-hits").count() == (1 if more else 0)
+            if shown == 50:
+                hits = page.eval_on_selector_all(".skv-hit", "els => els.map(e => [e.dataset.session, e.dataset.id])")
+                assert [tuple(h) for h in hits] == best
+            if more:
+                page.locator(".skv-more-hits").click()
+        hit = page.locator(".skv-hit").nth(117)
+        sid, mid = hit.get_attribute("data-session"), hit.get_attribute("data-id")
+        hit.locator(".skv-snippet-link").click()
+        page.wait_for_selector(f".skv-session[data-session='{sid}']")
+        wait_until(lambda: page.evaluate("() => location.hash").endswith(f"/m/{mid}"), what="the hit's message")
+        assert w.foreign(url) == [] and not w.errors
+        w.close()

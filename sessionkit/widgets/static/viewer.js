@@ -67,7 +67,7 @@
     }
     return {
       sessions: (q) => get("api/sessions", q),
-      search: (text) => get("api/search", { q: text }),
+      search: (text, limit) => get("api/search", { q: text, limit }),
       session: (id) => get("api/session", { id }),
       path: (id, leaf) => get("api/path", { id, leaf }),
       messages: (id, ids) => get("api/messages", { id, ids }).then((r) => r.items),
@@ -120,7 +120,7 @@
         });
         return { rows: rows.slice(q.offset, q.offset + q.limit), total: rows.length, labels: data.labels };
       },
-      async search(text) {
+      async search(text, limit) {
         // Client-side: every word of the query (case-folded) in the text; ranked by occurrences.
         // Hand-written: a page opened from file:// loads no search library, and a bundle of
         // chosen sessions is small enough to scan.
@@ -134,7 +134,7 @@
           const at = Math.max(0, low.indexOf(words[0]) - 60);
           hits.push({ session_id: sid, id, role, score, snippet: (at ? "…" : "") + body.slice(at, at + 180) + (at + 180 < body.length ? "…" : "") });
         }
-        return hits.sort((a, b) => b.score - a.score).slice(0, 50);
+        return hits.sort((a, b) => b.score - a.score).slice(0, limit);
       },
       session: (id) => load(id),
       path: (id, leaf) => load(id).then((s) => (!leaf || (s.paths && s.paths.model.leaf_id === leaf) ? s.paths : treePath(s, leaf))),
@@ -326,29 +326,53 @@
     return out;
   }
 
+  // Hits come a page at a time: one more than shown is asked for, so that the count says
+  // "50+" only when there are more; "more hits" asks for the next page, up to the server's cap.
+  const HITS_PAGE = 50;
+  const MAX_HITS = 1000;
+
   async function searchPage(query) {
     const box = skEl("section", { class: "sk-view skv-results" });
     app.append(box);
     box.append(skEl("div", { class: "sk-toolbar" }, skEl("span", { class: "sk-meta", text: `searching for ${JSON.stringify(query)}…` })));
+    await showHits(box, query, HITS_PAGE);
+  }
+
+  async function showHits(box, query, wanted) {
     let hits;
     try {
-      hits = await api.search(query);
+      hits = await api.search(query, wanted + 1);
     } catch (err) {
       failed(box, err);
       return;
     }
+    const more = hits.length > wanted;
+    hits = hits.slice(0, wanted);
     box.textContent = "";
-    box.append(skEl("div", { class: "sk-toolbar" }, skEl("span", { class: "sk-meta", text: `${skPlural(hits.length, "hit")} for ${JSON.stringify(query)}` })));
+    const count = more ? `${hits.length}+ hits` : skPlural(hits.length, "hit");
+    box.append(skEl("div", { class: "sk-toolbar" }, skEl("span", { class: "sk-meta skv-hit-count", text: `${count} for ${JSON.stringify(query)}` })));
     const list = skEl("ol", { class: "skv-hits" });
     for (const h of hits) {
+      const href = sessionHref(h.session_id, h.id);
       list.append(skEl("li", { class: "skv-hit", "data-session": h.session_id, "data-id": h.id },
-        skEl("a", { href: sessionHref(h.session_id, h.id) },
+        skEl("a", { href },
           skEl("span", { class: "sk-role", style: { color: skRoleColor(h.role) }, text: h.role }),
           skEl("span", { class: "sk-meta", text: ` · ${h.session_id === "" ? '""' : h.session_id} · ${h.id}` })),
-        snippet(h.snippet)));
+        skEl("a", { class: "skv-snippet-link", href }, snippet(h.snippet))));
     }
     box.append(list);
+    if (more && wanted < MAX_HITS) {
+      const button = skEl("button", { class: "sk-btn skv-more-hits", type: "button", text: `${HITS_PAGE} more hits` });
+      button.addEventListener("click", () => {
+        button.disabled = true;
+        showHits(box, query, Math.min(wanted + HITS_PAGE, MAX_HITS));
+      });
+      box.append(skEl("div", { class: "sk-toolbar" }, button));
+    } else if (more) {
+      box.append(skEl("div", { class: "sk-toolbar" }, skEl("span", { class: "sk-meta", text: `the first ${MAX_HITS} hits are shown: add words to narrow the search` })));
+    }
     box.dataset.hits = String(hits.length);
+    box.dataset.more = String(more);
   }
 
   // -- one session -------------------------------------------------------------------------
