@@ -577,6 +577,8 @@ class AsyncStore:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[Label]:
         """The labels matching every filter given, as :meth:`sessionkit.Store.labels`."""
         return await self._call(
@@ -588,6 +590,8 @@ class AsyncStore:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     async def import_labels(self, labels: Iterable[Label | dict]) -> int:
@@ -1080,9 +1084,23 @@ class AsyncSession:
         note: str | None = None,
         author: str | None = None,
         target: str = "message",
+        source: str = "human",
+        scorer: str | None = None,
+        rationale: str | None = None,
     ) -> Label:
         """Put a label on a message or on the branch ending at it (see :meth:`sessionkit.Session.add_label`)."""
-        return await self._call("add_label", message_id, tag, rating=rating, note=note, author=author, target=target)
+        return await self._call(
+            "add_label",
+            message_id,
+            tag,
+            rating=rating,
+            note=note,
+            author=author,
+            target=target,
+            source=source,
+            scorer=scorer,
+            rationale=rationale,
+        )
 
     async def remove_label(self, label_id: str) -> bool:
         """Remove a label of this session by id; whether there was one."""
@@ -1097,6 +1115,8 @@ class AsyncSession:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[Label]:
         """This session's labels matching every filter given, as :meth:`sessionkit.Session.labels`."""
         return await self._call(
@@ -1107,6 +1127,8 @@ class AsyncSession:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     async def mirror(

@@ -8,7 +8,7 @@ One JSON object per line (a ``.gz`` path is written and read as gzip)::
     {"type": "compaction", "session_id": "s", "compaction": {"id", "from_id", "to_id", "summary",
      "created_at", "tokens_before", "tokens_after"}}
     {"type": "label", "session_id": "s", "label": {"id", "message_id", "tag", "target", "rating",
-     "note", "author", "created_at"}}
+     "note", "author", "created_at", "source", "scorer", "rationale", "fingerprint"}}
 
 Messages come in the store's write order (across sessions), each after its
 parent; compactions follow, oldest first, then labels in the order they were
@@ -16,7 +16,10 @@ added. Importing the file into a store recreates the same trees in the same
 order (so the latest leaf of each session is the same), with the same creation
 times, the same compactions (ids, times and token counts kept) and the same
 labels (ids and times kept). Importing it again adds nothing. Runs and run
-events are not part of the format. Version 2 of the format added label lines.
+events are not part of the format. Version 2 of the format added label lines;
+version 3 their provenance (``source``, ``scorer``, ``rationale``, ``fingerprint``:
+docs/judging.md). A label line of an older file, without them, is a person's label
+(``source`` ``"human"``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ._reading import as_path, count_lines, iter_jsonl, open_write
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _BATCH = 1000  # message lines per import_many call
 
 #: What a merge warning of this importer suggests (a sessionkit export keeps its session ids).

@@ -380,13 +380,16 @@ class Store:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[_labels.Label]:
         """The labels of the store matching every filter given, in the order they were added.
 
         ``tag``: one tag or several (any of them); ``min_rating`` / ``max_rating``: a
         rating in that range (labels without a rating are left out then); ``target``:
-        ``"message"`` or ``"branch"``. ``message_id`` needs ``session_id`` to mean one
-        message (ids are unique per session).
+        ``"message"`` or ``"branch"``; ``source``: ``"human"``, ``"code"`` or ``"llm"``;
+        ``scorer``: ``"name@version"`` (that version) or ``"name"`` (any version).
+        ``message_id`` needs ``session_id`` to mean one message (ids are unique per session).
         """
         return _labels.listing(
             self,
@@ -397,6 +400,8 @@ class Store:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     def import_labels(self, labels: Iterable[_labels.Label | dict]) -> int:
