@@ -45,6 +45,7 @@ from .store import (
     Label,
     RecentHistory,
     RunRecord,
+    Score,
     SearchHit,
     Session,
     SessionInfo,
@@ -73,6 +74,7 @@ _LAZY = {
     "widgets": ("sessionkit.widgets", None),
     "server": ("sessionkit.server", None),
     "prototyping": ("sessionkit.prototyping", None),
+    "scorers": ("sessionkit.scorers", None),
 }
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "Label",
     "RecentHistory",
     "RunRecord",
+    "Score",
     "SearchHit",
     "SessionInfo",
     "TreeNode",

@@ -598,6 +598,28 @@ class AsyncStore:
         """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
         return await self._call("import_labels", list(labels))
 
+    async def score(
+        self,
+        scorer: Any,
+        *,
+        sessions: str | Iterable[str] | None = None,
+        where: str | None = None,
+        level: str = "turn",
+        concurrency: int = 4,
+        progress: Any = True,
+    ) -> dict[str, int]:
+        """Run a scorer over the store's units and keep its labels, as :meth:`sessionkit.Store.score`
+        (on the store's worker thread; the scorer's own threads ask it)."""
+        return await self._call(
+            "score",
+            scorer,
+            sessions=_listed(sessions),
+            where=where,
+            level=level,
+            concurrency=concurrency,
+            progress=progress,
+        )
+
     # -- embeddings -------------------------------------------------------------------------
     async def embed(self, embedder, *, batch_size: int = 256, progress=None, options: dict | None = None) -> int:
         """Store vectors for the messages new since the last call, as :meth:`sessionkit.Store.embed`

@@ -22,6 +22,7 @@ PINNED = {
     "Label",
     "RecentHistory",
     "RunRecord",
+    "Score",
     "SearchHit",
     "SessionInfo",
     "TreeNode",
@@ -59,6 +60,7 @@ PINNED = {
     "widgets",
     "server",
     "prototyping",
+    "scorers",
 }
 
 

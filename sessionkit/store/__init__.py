@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._analysis import VIEW_COLUMNS
 from ._labels import Label
+from ._scoring import Score, Unit
 from ._session import Session
 from ._store import Store
 from ._values import (
@@ -50,6 +51,8 @@ __all__ = [
     "CompactionContext",
     "CompactionResult",
     "Label",
+    "Score",
+    "Unit",
     "RecentHistory",
     "RunRecord",
     "SessionInfo",
