@@ -75,6 +75,7 @@ _LAZY = {
     "server": ("sessionkit.server", None),
     "prototyping": ("sessionkit.prototyping", None),
     "scorers": ("sessionkit.scorers", None),
+    "analysis": ("sessionkit.analysis", None),
 }
 
 __all__ = [

@@ -61,6 +61,7 @@ PINNED = {
     "server",
     "prototyping",
     "scorers",
+    "analysis",
 }
 
 
@@ -148,6 +149,8 @@ def test_latest_sentinel():
 # decision about the contract, made here on purpose.
 SUBPACKAGES = {
     "sessionkit.store": {
+        "Score",
+        "Unit",
         "AppendResult",
         "Capabilities",
         "ChangeEvent",
@@ -216,6 +219,8 @@ SUBPACKAGES = {
         "FORMATS",
     },
     "sessionkit.analysis": {
+        "Agreement",
+        "agreement",
         "D1_COLUMNS",
         "TABLES",
         "StoreData",
@@ -257,6 +262,20 @@ SUBPACKAGES = {
         "write_bundle",
     },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
+    "sessionkit.scorers": {
+        "LEVELS",
+        "LLMJudge",
+        "REFUSAL_PHRASES",
+        "Score",
+        "Unit",
+        "empty_reply",
+        "llm_judge",
+        "refusal",
+        "refusal_keywords",
+        "regenerated",
+        "scorer",
+        "tool_error",
+    },
     "sessionkit.parts": {
         "FOLD_LINES",
         "OVERLAY_PREFIX",

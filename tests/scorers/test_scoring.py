@@ -239,10 +239,14 @@ def test_a_run_killed_midway_is_finished_by_the_next_without_asking_again(kind, 
     calls, done = tmp_path / "calls.txt", tmp_path / "done.txt"
     child = subprocess.Popen([sys.executable, "-c", CHILD, target, str(calls), str(done)], stderr=subprocess.PIPE)
     try:
-        wait_until(
-            lambda: done.exists() and done.read_text() and int(done.read_text()) >= 4 or child.poll() is not None,
-            what="four answers stored",
-        )
+
+        def stuck_midway():
+            if child.poll() is not None:
+                return True
+            answers = int(done.read_text() or 0) if done.exists() else 0
+            return answers >= 4 and calls.exists() and len(calls.read_text().splitlines()) >= 7
+
+        wait_until(stuck_midway, what="four answers stored and the scorer stuck on the seventh unit")
         assert child.poll() is None, child.stderr.read().decode() if child.stderr else ""
         child.send_signal(signal.SIGKILL)
         child.wait()

@@ -909,6 +909,21 @@ async def _import_labels(t: Twins):
     await t.same_rows(lambda st: st.labels(session_id="c"))
 
 
+@sk.scorers.scorer(name="apples")
+def _apples(unit):
+    """A code scorer: ``apples`` on a message that speaks of them."""
+    return sk.Score("apples", rating=len(unit.messages)) if "apple" in unit.text else None
+
+
+@recipe("AsyncStore.score")
+async def _score(t: Twins):
+    await t.write(lambda st: st.score(_apples, level="message", concurrency=1, progress=False))
+    await t.write(lambda st: st.score(_apples, level="message", sessions=iter(["t"]), progress=False))
+    await t.write(lambda st: st.score(_apples, level="path", where="depth > 2", concurrency=1, progress=False))
+    await t.write(lambda st: st.score(_apples, level="word"))
+    await t.same_rows(lambda st: st.labels(scorer="apples"))
+
+
 def _letters(texts):
     """A deterministic embedder: letter counts (a, e, i, o, u and the rest)."""
     return [[float(t.count(c)) for c in "aeiou"] + [float(len(t))] for t in texts]
