@@ -151,6 +151,8 @@ SUBPACKAGES = {
     "sessionkit.store": {
         "Score",
         "Unit",
+        "scorer",
+        "SCORE_LEVELS",
         "AppendResult",
         "Capabilities",
         "ChangeEvent",

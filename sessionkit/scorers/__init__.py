@@ -13,8 +13,8 @@ A scorer is any callable taking one :class:`Unit` and answering a tag, a
 
 from __future__ import annotations
 
-from ..store import Score, Unit
-from ..store._scoring import LEVELS, scorer
+from ..store import SCORE_LEVELS as LEVELS
+from ..store import Score, Unit, scorer
 from ._code import REFUSAL_PHRASES, empty_reply, refusal, refusal_keywords, regenerated, tool_error
 from ._judge import LLMJudge, llm_judge
 

@@ -10,8 +10,7 @@ import re
 from collections.abc import Iterable
 
 from .. import parts as _parts
-from ..store import Score, Unit
-from ..store._scoring import scorer
+from ..store import Score, Unit, scorer
 
 __all__ = ["tool_error", "empty_reply", "regenerated", "refusal", "refusal_keywords", "REFUSAL_PHRASES"]
 

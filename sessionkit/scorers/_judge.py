@@ -13,10 +13,8 @@ from typing import Any
 
 from .. import parts as _parts
 from ..agent.models import ChatModel, LiteLLMModel, ModelReply, add_usage, empty_usage
-from ..errors import ModelError
-from ..store import Score, Unit
-from ..store._labels import check_tag
-from ..store._scoring import _check_name, _check_version
+from ..errors import InvalidLabel, ModelError
+from ..store import Score, Unit, scorer
 
 __all__ = ["LLMJudge", "llm_judge"]
 
@@ -44,10 +42,19 @@ def _render(message: dict) -> str:
     return f"[{message.get('role')}] " + "\n".join(lines)
 
 
+def _tag(tag: Any) -> str:
+    """A tag a label takes (docs/labels.md): refused early, before any model is asked."""
+    if not isinstance(tag, str) or not tag.strip() or tag != tag.strip() or len(tag) > 100 or not tag.isprintable():
+        raise InvalidLabel(f"a tag is a str of 1 to 100 printable characters without surrounding spaces, got {tag!r}")
+    return tag
+
+
 class LLMJudge:
     """A scorer asking a model to judge each unit against a rubric (see :func:`llm_judge`)."""
 
-    source = "llm"
+    name: str
+    version: str
+    source: str
 
     def __init__(
         self,
@@ -64,9 +71,8 @@ class LLMJudge:
         if not isinstance(rubric, str) or not rubric.strip():
             raise ValueError("llm_judge needs a rubric: a non-empty str saying what to judge and how")
         self.rubric = rubric
-        self.name = _check_name(name)
-        self.version = _check_version(version)
-        self.tags = None if tags is None else [check_tag(t) for t in tags]
+        scorer(self, name=name, version=version, source="llm")  # checks and sets name, version, source
+        self.tags = None if tags is None else [_tag(t) for t in tags]
         if self.tags == []:
             raise ValueError("tags is None (the judge names a tag) or a list of one tag or more")
         if scale is not None:
@@ -140,7 +146,7 @@ class LLMJudge:
         if self.tags is not None and tag not in self.tags:
             raise ValueError(f"the tag {tag!r} is not one of {self.tags}")
         try:
-            tag = check_tag(tag)
+            tag = _tag(tag)
         except ValueError as exc:
             raise ValueError(f"the tag {tag!r} is not usable: {exc}") from None
         rating = data.get("rating")

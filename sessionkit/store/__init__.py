@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._analysis import VIEW_COLUMNS
 from ._labels import Label
-from ._scoring import Score, Unit
+from ._scoring import LEVELS as SCORE_LEVELS
+from ._scoring import Score, Unit, scorer
 from ._session import Session
 from ._store import Store
 from ._values import (
@@ -53,6 +54,8 @@ __all__ = [
     "Label",
     "Score",
     "Unit",
+    "scorer",
+    "SCORE_LEVELS",
     "RecentHistory",
     "RunRecord",
     "SessionInfo",

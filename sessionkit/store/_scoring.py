@@ -276,13 +276,13 @@ def score(
     bar = _conveniences.progress(progress, total=len(todo), desc=f"score {ident}", unit=level)
     try:
         if todo:
-            _run(store, fn, ident, source, todo, concurrency, bar, counts)
+            _ask_all(store, fn, ident, source, todo, concurrency, bar, counts)
     finally:
         bar.close()
     return counts
 
 
-def _call(fn: Any, unit: Unit, ident: str, source: str) -> tuple[Score | None, Label | None, str, str]:
+def _ask_one(fn: Any, unit: Unit, ident: str, source: str) -> tuple[Score | None, Label | None, str, str]:
     """Ask the scorer (on a worker thread): its answer, the label it makes (checked), the times."""
     started = _msg.now_iso()
     try:
@@ -309,7 +309,7 @@ def _call(fn: Any, unit: Unit, ident: str, source: str) -> tuple[Score | None, L
     return answer, label, started, _msg.now_iso()
 
 
-def _run(
+def _ask_all(
     store: Store,
     fn: Any,
     ident: str,
@@ -331,7 +331,7 @@ def _run(
                     item = next(pending, None)
                     if item is None:
                         break
-                    running[pool.submit(_call, fn, item[0], ident, source)] = item
+                    running[pool.submit(_ask_one, fn, item[0], ident, source)] = item
                 if not running:
                     break
                 finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)

@@ -53,7 +53,7 @@ def test_the_judge_labels_each_turn_and_its_calls_are_runs(new_store):
     )
     counts = store.score(judge, progress=False)
     assert counts["labelled"] == 2
-    labels = store.labels()
+    labels = sorted(store.labels(), key=lambda x: x.message_id)  # (asked at once: stored as they came)
     assert [(x.message_id, x.tag, x.rating, x.source, x.scorer) for x in labels] == [
         ("a1", "answers", 4.0, "llm", "answers@2"),
         ("a2", "answers", 4.0, "llm", "answers@2"),
