@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -261,22 +261,28 @@ def score(
         level_of = (label.fingerprint or "").partition(":")[0]
         if level_of == level:
             done.setdefault((label.session_id, label.message_id, label.target), []).append(label)
-    todo: list[tuple[Unit, list[Label]]] = []
-    skipped = 0
-    for row in _rows(store, level, where, ids):
-        unit = make_unit(store, level, row)
-        if unit is None:
-            continue
-        before = done.get((unit.session_id, unit.message_id, unit.target), [])
-        if any(x.fingerprint == unit.fingerprint for x in before):
-            skipped += 1
-            continue
-        todo.append((unit, before))
-    counts = {"units": len(todo) + skipped, "skipped": skipped, "scored": 0, "labelled": 0, "replaced": 0}
-    bar = _conveniences.progress(progress, total=len(todo), desc=f"score {ident}", unit=level)
+    rows = _rows(store, level, where, ids)
+    counts = {"units": 0, "skipped": 0, "scored": 0, "labelled": 0, "replaced": 0}
+    bar = _conveniences.progress(progress, total=len(rows), desc=f"score {ident}", unit=level)
+
+    def todo() -> Iterator[tuple[Unit, list[Label]]]:
+        """The units to ask about, read from the store as the scorer needs them (those
+        scored already, unchanged, are passed over and counted)."""
+        for row in rows:
+            unit = make_unit(store, level, row)
+            if unit is None:  # its messages went since the query
+                bar.update(1)
+                continue
+            counts["units"] += 1
+            before = done.get((unit.session_id, unit.message_id, unit.target), [])
+            if any(x.fingerprint == unit.fingerprint for x in before):
+                counts["skipped"] += 1
+                bar.update(1)
+                continue
+            yield unit, before
+
     try:
-        if todo:
-            _ask_all(store, fn, ident, source, todo, concurrency, bar, counts)
+        _ask_all(store, fn, ident, source, todo(), concurrency, bar, counts)
     finally:
         bar.close()
     return counts
@@ -314,14 +320,14 @@ def _ask_all(
     fn: Any,
     ident: str,
     source: str,
-    todo: list[tuple[Unit, list[Label]]],
+    todo: Iterator[tuple[Unit, list[Label]]],
     concurrency: int,
     bar: Any,
     counts: dict[str, int],
 ) -> None:
     """Ask the scorer about each unit, at most ``concurrency`` at a time, storing the
     answers that are ready after each wait (so a run cut short keeps them)."""
-    pending = iter(todo)
+    pending = todo
     running: dict[cf.Future, tuple[Unit, list[Label]]] = {}
     error: BaseException | None = None
     with cf.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sessionkit-score") as pool:
