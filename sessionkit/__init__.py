@@ -76,6 +76,7 @@ _LAZY = {
     "prototyping": ("sessionkit.prototyping", None),
     "scorers": ("sessionkit.scorers", None),
     "analysis": ("sessionkit.analysis", None),
+    "capture": ("sessionkit.integrations.litellm", "capture"),
 }
 
 __all__ = [

@@ -140,6 +140,8 @@ def store_notebook(dest: Path, target: str) -> Path:
             item.update(execution_count=None, outputs=[])
         return item
 
+    numbers = sorted(p.name[:2] for p in dest.glob("[0-9][0-9]-*.ipynb"))
+    beside = f" The tour notebooks ({numbers[0]} to {numbers[-1]}) are next to this one." if numbers else ""
     notebook = {
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -151,8 +153,7 @@ def store_notebook(dest: Path, target: str) -> Path:
             cell(
                 "markdown",
                 f"# Your store\n\n`sessionkit lab` opened this notebook on `{target}`. Run the cells: "
-                "the store shows its sessions, the latest session its tree. The tour notebooks "
-                "(01 to 07) are next to this one.",
+                "the store shows its sessions, the latest session its tree." + beside,
             ),
             cell("code", f"import sessionkit as sk\n\nstore = sk.open_store({target!r}, create=False)\nstore"),
             cell(

@@ -94,7 +94,7 @@ log = logging.getLogger("sessionkit")
 
 #: The transactions the current task (or thread, for sync code) is inside: a
 #: tuple of tokens, one per store. Tasks started inside a transaction inherit it.
-_IN_TX: contextvars.ContextVar[tuple] = contextvars.ContextVar("sessionkit_aio_transactions", default=())
+_IN_TX: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("sessionkit_aio_transactions", default=())
 
 #: Messages read per hop of ``history()``: small first (a caller taking the newest
 #: few reads little), growing to this many.
@@ -172,11 +172,11 @@ class _Token:
     __slots__ = ("ended", "sync_cm")
 
     def __init__(self) -> None:
-        self.ended: concurrent.futures.Future = concurrent.futures.Future()
+        self.ended: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.sync_cm: Any = None
 
 
-async def _until_done(future: concurrent.futures.Future) -> None:
+async def _until_done(future: concurrent.futures.Future[Any]) -> None:
     """Wait for a future of the worker thread without ever cancelling it.
 
     (``asyncio.wrap_future`` would cancel the worker's future when the waiting
@@ -236,7 +236,7 @@ class _LoopCallback:
         self.callback = callback
         self.loop = loop
         self.what = what
-        self._tasks: set[asyncio.Future] = set()  # strong references until they finish
+        self._tasks: set[asyncio.Future[Any]] = set()  # strong references until they finish
 
     def __repr__(self) -> str:
         return repr(self.callback)
@@ -257,7 +257,7 @@ class _LoopCallback:
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
-    def _finished(self, task: asyncio.Future) -> None:
+    def _finished(self, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
         if task.cancelled():
             return
@@ -282,7 +282,7 @@ class _CompactionFunction:
     def __repr__(self) -> str:
         return repr(self.fn)
 
-    def __call__(self, messages: list[dict], ctx: Any) -> Any:
+    def __call__(self, messages: list[dict[str, Any]], ctx: Any) -> Any:
         return run_maybe_async(self.fn(messages, dataclasses.replace(ctx, session=self.session)))
 
 
@@ -298,7 +298,7 @@ class AsyncStore:
     def __init__(self, opener: Callable[[], Store]) -> None:
         self._lock = threading.Lock()
         self._closed = False
-        self._closing: concurrent.futures.Future | None = None
+        self._closing: concurrent.futures.Future[Any] | None = None
         self._tx: _Token | None = None
         self._queries: set[_Query] = set()  # analysis calls running on the worker (see _query)
         # Handles while in use (an AsyncSession holds no settings: on_compaction and
@@ -308,14 +308,14 @@ class AsyncStore:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="sessionkit-aio", initializer=self._worker.mark
         )
-        self._opening: concurrent.futures.Future = self._executor.submit(opener)
+        self._opening: concurrent.futures.Future[Any] = self._executor.submit(opener)
         self._opening.add_done_callback(self._after_opening)
 
-    def _after_opening(self, opening: concurrent.futures.Future) -> None:
+    def _after_opening(self, opening: concurrent.futures.Future[Any]) -> None:
         if opening.exception() is not None:  # a store that never opened keeps no thread
             self._executor.shutdown(wait=False)
 
-    def _submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+    def _submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         """``fn(*args, **kwargs)`` queued on the worker; the opening's error or ``StoreClosed`` once it is gone."""
         try:
             return self._executor.submit(fn, *args, **kwargs)
@@ -464,7 +464,7 @@ class AsyncStore:
     async def _call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         return await self._run(self._invoke, name, args, kwargs)
 
-    def _invoke(self, name: str, args: tuple, kwargs: dict) -> Any:
+    def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return getattr(self._opened(), name)(*args, **kwargs)
 
     async def _stream(self, start: Callable[[], Iterator[Any]], first: int, most: int) -> AsyncIterator[Any]:
@@ -519,7 +519,7 @@ class AsyncStore:
         """Remove everything of a session; an unknown id -> ``SessionNotFound``."""
         return await self._call("delete_session", session_id)
 
-    async def stats(self) -> dict:
+    async def stats(self) -> dict[str, Any]:
         """Counts and sizes, as :meth:`sessionkit.Store.stats`."""
         return await self._call("stats")
 
@@ -594,7 +594,7 @@ class AsyncStore:
             scorer=scorer,
         )
 
-    async def import_labels(self, labels: Iterable[Label | dict]) -> int:
+    async def import_labels(self, labels: Iterable[Label | dict[str, Any]]) -> int:
         """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
         return await self._call("import_labels", list(labels))
 
@@ -620,8 +620,23 @@ class AsyncStore:
             progress=progress,
         )
 
+    # -- facts as they are: imports, exports and copies -------------------------------------
+    async def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
+        """Store run records with their ids, times and meta kept (see :meth:`sessionkit.Store.import_runs`)."""
+        return await self._call("import_runs", list(runs))
+
+    async def import_events(self, events: Iterable[dict[str, Any]]) -> int:
+        """Store run events with their seqs kept (see :meth:`sessionkit.Store.import_events`)."""
+        return await self._call("import_events", list(events))
+
+    async def import_embeddings(self, vectors: Iterable[dict[str, Any]]) -> int:
+        """Store message vectors as they are (see :meth:`sessionkit.Store.import_embeddings`)."""
+        return await self._call("import_embeddings", list(vectors))
+
     # -- embeddings -------------------------------------------------------------------------
-    async def embed(self, embedder, *, batch_size: int = 256, progress=None, options: dict | None = None) -> int:
+    async def embed(
+        self, embedder, *, batch_size: int = 256, progress=None, options: dict[str, Any] | None = None
+    ) -> int:
         """Store vectors for the messages new since the last call, as :meth:`sessionkit.Store.embed`
         (the embedder runs on the store's worker thread)."""
         return await self._call("embed", embedder, batch_size=batch_size, progress=progress, options=options)
@@ -638,23 +653,39 @@ class AsyncStore:
         """Recorded agent runs of a session, oldest first."""
         return await self._call("runs", session_id)
 
-    async def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
+    async def events(self, session_id: str, after_seq: int | None = None) -> list[dict[str, Any]]:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         return await self._call("events", session_id, after_seq)
 
-    async def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict | None = None) -> None:
+    async def begin_run(
+        self,
+        session_id: str,
+        run_id: str,
+        input: str | None,
+        *,
+        meta: dict[str, Any] | None = None,
+        started_at: Any = None,
+    ) -> None:
         """Record that a run started (see :meth:`sessionkit.Store.begin_run`)."""
-        return await self._call("begin_run", session_id, run_id, input, meta=meta)
+        return await self._call("begin_run", session_id, run_id, input, meta=meta, started_at=started_at)
 
-    async def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+    async def end_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        error: str | None = None,
+        usage: dict[str, Any] | None = None,
+        ended_at: Any = None,
+    ) -> None:
         """Record how a run ended (see :meth:`sessionkit.Store.end_run`)."""
-        return await self._call("end_run", run_id, status=status, error=error, usage=usage)
+        return await self._call("end_run", run_id, status=status, error=error, usage=usage, ended_at=ended_at)
 
     async def reopen_run(self, run_id: str) -> None:
         """Record that a run runs again under its id (see :meth:`sessionkit.Store.reopen_run`)."""
         return await self._call("reopen_run", run_id)
 
-    async def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+    async def append_events(self, session_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Store run events of a session in one transaction; returns them as stored."""
         return await self._call("append_events", session_id, list(events))
 
@@ -696,7 +727,7 @@ class AsyncStore:
     # -- reading everything ----------------------------------------------------------------------
     def scan(
         self, kind: str, *, session_ids: Iterable[str] | None = None, batch_size: int = 20_000
-    ) -> AsyncIterator[list[tuple]]:
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
         """Every row of ``kind`` in batches, as :meth:`sessionkit.Store.scan`: ``async for batch in store.scan(kind)``.
 
         Each batch is read on the worker thread when the loop asks for it. The
@@ -842,7 +873,7 @@ class AsyncStore:
     def _tx_close_sync(token: _Token, exc_type: Any, exc: Any, tb: Any) -> bool | None:
         return token.sync_cm.__exit__(exc_type, exc, tb)
 
-    def _tx_abandon(self, entering: concurrent.futures.Future, token: _Token) -> None:
+    def _tx_abandon(self, entering: concurrent.futures.Future[Any], token: _Token) -> None:
         """The entering task was cancelled: once the worker has entered, roll back there and end it."""
         if entering.cancelled() or entering.exception() is not None:
             self._tx_release(token)
@@ -867,11 +898,11 @@ class AsyncStore:
             token.ended.set_result(None)
 
     # -- the SessionStore protocol (docs/agents.md) ------------------------------------------------------------
-    async def load(self, session_id: str) -> list[dict]:
+    async def load(self, session_id: str) -> list[dict[str, Any]]:
         """``SessionStore.load``: the session's latest path, compaction applied (``get_history()``)."""
         return await self.session(session_id).get_history()
 
-    async def save(self, session_id: str, new_messages: list[dict]) -> None:
+    async def save(self, session_id: str, new_messages: list[dict[str, Any]]) -> None:
         """``SessionStore.save``: append the messages as a chain under the latest leaf (``append_many``)."""
         await self.session(session_id).append_many(new_messages)
 
@@ -882,7 +913,7 @@ class _Transaction:
     def __init__(self, store: AsyncStore) -> None:
         self._store = store
         self._token: _Token | None = None
-        self._reset: contextvars.Token | None = None
+        self._reset: contextvars.Token[Any] | None = None
 
     async def __aenter__(self) -> AsyncStore:
         token = await self._store._tx_enter()
@@ -933,16 +964,16 @@ class AsyncSession:
     async def _call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
         return await self._store._run(self._invoke, name, args, kwargs)
 
-    def _invoke(self, name: str, args: tuple, kwargs: dict) -> Any:
+    def _invoke(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return getattr(self._session(), name)(*args, **kwargs)
 
     # -- writing --------------------------------------------------------------------------
-    async def append(self, message: dict, *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
+    async def append(self, message: dict[str, Any], *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
         """Add a message (docs/message-tree.md); idempotent on ``message["id"]``."""
         return await self._call("append", message, parent_id=parent_id, source=source)
 
     async def append_many(
-        self, messages: Iterable[dict], *, parent_id: Any = LATEST, source: str = "server"
+        self, messages: Iterable[dict[str, Any]], *, parent_id: Any = LATEST, source: str = "server"
     ) -> list[AppendResult]:
         """Append a chain of messages in one transaction (docs/message-tree.md)."""
         if not isinstance(messages, dict):
@@ -950,18 +981,18 @@ class AsyncSession:
         return await self._call("append_many", messages, parent_id=parent_id, source=source)
 
     async def import_message(
-        self, message: dict, *, parent_id: str | None = None, created_at: Any = None
+        self, message: dict[str, Any], *, parent_id: str | None = None, created_at: Any = None
     ) -> AppendResult:
         """Store a message as is (docs/message-tree.md): no change event, never triggers compaction."""
         return await self._call("import_message", message, parent_id=parent_id, created_at=created_at)
 
-    async def import_many(self, items: Iterable[tuple[dict, Any, Any]]) -> list[AppendResult]:
+    async def import_many(self, items: Iterable[tuple[dict[str, Any], Any, Any]]) -> list[AppendResult]:
         """Import many ``(message, parent_id, created_at)`` items in one transaction."""
         if not isinstance(items, dict):
             items = list(items)
         return await self._call("import_many", items)
 
-    async def update(self, message: dict) -> dict:
+    async def update(self, message: dict[str, Any]) -> dict[str, Any]:
         """Replace the stored content of ``message["id"]`` (docs/message-tree.md)."""
         return await self._call("update", message)
 
@@ -976,19 +1007,19 @@ class AsyncSession:
         return await self._call("clear")
 
     # -- reading --------------------------------------------------------------------------
-    async def get(self, id: str) -> dict | None:
+    async def get(self, id: str) -> dict[str, Any] | None:
         """The message with this id, or None."""
         return await self._call("get", id)
 
-    async def latest_leaf(self) -> dict | None:
+    async def latest_leaf(self) -> dict[str, Any] | None:
         """The latest leaf (docs/message-tree.md), or None in an empty session."""
         return await self._call("latest_leaf")
 
-    async def branches(self, id: str) -> list[dict]:
+    async def branches(self, id: str) -> list[dict[str, Any]]:
         """Direct children of a message, oldest first."""
         return await self._call("branches", id)
 
-    async def roots(self) -> list[dict]:
+    async def roots(self) -> list[dict[str, Any]]:
         """Messages without a parent, oldest first."""
         return await self._call("roots")
 
@@ -996,7 +1027,7 @@ class AsyncSession:
         """The whole tree without message content, in write order."""
         return await self._call("nodes")
 
-    async def get_many(self, ids: Iterable[str]) -> dict[str, dict]:
+    async def get_many(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The stored messages of ``ids`` as ``{id: message}``; unknown ids are left out."""
         if not isinstance(ids, str):
             ids = list(ids)
@@ -1020,7 +1051,7 @@ class AsyncSession:
 
     def history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True
-    ) -> AsyncIterator[dict]:
+    ) -> AsyncIterator[dict[str, Any]]:
         """Stream the path from the root to the leaf (docs/message-tree.md): ``async for m in session.history()``.
 
         Messages are read on the worker thread a batch at a time (16 first, then
@@ -1034,11 +1065,11 @@ class AsyncSession:
             _MOST_BATCH,
         )
 
-    async def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]:
+    async def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict[str, Any]]:
         """The path from the root to the leaf as a list (docs/message-tree.md), read as one state of the store."""
         return await self._call("get_history", leaf_id=leaf_id, compacted=compacted)
 
-    async def snapshot(self) -> list[dict]:
+    async def snapshot(self) -> list[dict[str, Any]]:
         """A deep copy of the latest path, compaction applied."""
         return await self._call("snapshot")
 
@@ -1154,7 +1185,7 @@ class AsyncSession:
         )
 
     async def mirror(
-        self, target, *, transform: Callable | None = None, intercept: Callable | None = None
+        self, target, *, transform: Callable[..., Any] | None = None, intercept: Callable[..., Any] | None = None
     ) -> Callable[[], None]:
         """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (docs/message-tree.md); returns ``stop``.
 

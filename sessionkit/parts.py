@@ -27,6 +27,7 @@ from typing import Any
 __all__ = [
     "FOLD_LINES",
     "output_text",
+    "input_text",
     "fold_lines",
     "OVERLAY_PREFIX",
     "text_of",
@@ -74,6 +75,57 @@ def output_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, indent=2, default=str)
     except (TypeError, ValueError):
         return repr(value)
+
+
+#: A string argument of a tool's input this long or longer is shown under its name, not beside it.
+INLINE_CHARS = 60
+
+
+def _json_object(text: str) -> dict | None:
+    """``text`` read as a JSON object (a model's raw tool-call arguments), or None."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def input_text(value: Any) -> str:
+    """A tool's input as a person reads it (docs/widgets.md, "Tool output").
+
+    An object of arguments (or a JSON text of one) shows each argument on a line of its
+    own: a short one-line string, a number, ``true``/``false`` or ``null`` beside its name;
+    a longer or multi-line string under its name, indented, with real line breaks (as
+    :func:`output_text` shows a string), a list or an object as indented JSON under its
+    name. Any other input is shown as :func:`output_text` shows it.
+
+    >>> print(input_text({"command": "create", "file_text": "def f():\\n    return 1\\n"}))
+    command: create
+    file_text:
+      def f():
+          return 1
+    """
+    if isinstance(value, str):
+        parsed = _json_object(value)
+        if parsed is None:
+            return output_text(value)
+        value = parsed
+    if not isinstance(value, dict) or not value:
+        return output_text(value)
+    lines: list[str] = []
+    for name, arg in value.items():
+        if arg is None or isinstance(arg, (bool, int, float)):
+            lines.append(f"{name}: {json.dumps(arg)}")
+            continue
+        text = output_text(arg)
+        if isinstance(arg, str) and "\n" not in text and len(text) < INLINE_CHARS:
+            lines.append(f"{name}: {text}" if text else f'{name}: ""')
+            continue
+        lines.append(f"{name}:")
+        lines.extend(f"  {line}" if line else "" for line in text.rstrip("\n").split("\n"))
+    return "\n".join(lines)
 
 
 def fold_lines(text: str, limit: int = FOLD_LINES) -> tuple[str, int]:

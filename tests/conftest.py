@@ -179,7 +179,8 @@ def engine(request) -> str:
 # test needs, for ``make test-fast`` (no browser, no PostgreSQL, no killed process):
 #
 # - ``browser``: a real Chromium (and usually a Jupyter server);
-# - ``postgres``: the PostgreSQL test server;
+# - ``postgres``: the PostgreSQL test server (a test using its fixtures or a postgresql store
+#   variant or engine; a module whose every test needs it says so: ``pytestmark``);
 # - ``kill``: a process of its own that the test kills or stops (server, writer, kernel).
 
 _BROWSER_FIXTURES = {"lab", "notebook7", "browser", "chromium_path", "nb", "nb7"}
@@ -188,8 +189,6 @@ _PG_FIXTURES = {"pg_url", "pg_store_url"}
 
 def _uses_postgresql(item) -> bool:
     if _PG_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return True
-    if "postgres" in item.path.name:
         return True
     callspec = getattr(item, "callspec", None)
     return callspec is not None and any(

@@ -381,7 +381,8 @@ def test_show_renders_tool_calls_and_files(store_path, cli):
         tool = chat.get("tool1")["parts"][0]
         file_part = chat.get("file1")["parts"][1]
     assert "tool get_status" in out and tool["toolCallId"] in out and tool["state"] in out
-    assert "input:  " + json.dumps(tool["input"]) in out
+    shown = sk.parts.input_text(tool["input"]).split("\n")  # each argument by name
+    assert ("    input:  " + shown[0] + "\n" if len(shown) == 1 else "    input:\n      " + shown[0] + "\n") in out
     indented = "\n".join("      " + line for line in json.dumps(tool["output"], indent=2).split("\n"))
     assert "    output:\n" + indented + "\n" in out  # a JSON value, indented
     assert f"file {file_part['mediaType']} {file_part['filename']}" in out
@@ -628,6 +629,10 @@ def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
         "0.0.0.0",
         "--port",
         "8123",
+        "--allow-host",
+        "agents.example.org",
+        "--allow-host",
+        ".corp.example",
         prefix=fake,
         env=env,
         cwd=tmp_path,
@@ -646,6 +651,7 @@ def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
             "timeout_request": 30.0,
             "timeout_graceful_shutdown": 10.0,
             "limit_concurrency": 1000,
+            "allowed_hosts": ["agents.example.org", ".corp.example"],
         },
     }
     assert token not in result.stderr

@@ -10,10 +10,13 @@ import ast
 import importlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
@@ -36,21 +39,42 @@ def _text(*paths: Path) -> str:
     return "\n".join(p.read_text(encoding="utf-8") for p in paths)
 
 
-@pytest.mark.slow
-def test_site_builds_strict_and_offline(tmp_path):
-    site = tmp_path / "site"
+#: A notebook a reader added to notebooks/ (not in the nav): the site leaves it out.
+_SCRATCH = "99-my-scratch.ipynb"
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory) -> tuple[Path, str]:
+    """The site built once for this module's tests: ``(site folder, build output)``. Built from
+    a copy of mkdocs.yml and docs/ (the notebooks folder copied in, plus a notebook a reader
+    added, which is in no nav), so the repository's files are left as they are."""
+    work = tmp_path_factory.mktemp("docs-build")
+    shutil.copy(ROOT / "mkdocs.yml", work / "mkdocs.yml")
+    shutil.copytree(DOCS, work / "docs", symlinks=False)
+    shutil.copy(ROOT / "notebooks" / "01-quickstart.ipynb", work / "docs" / "notebooks" / _SCRATCH)
+    site = work / "site"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     proc = subprocess.run(
         [str(MKDOCS), "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
+        cwd=work,
         env=env,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output
+    return (
+        site,
+        proc.stdout + proc.stderr if proc.returncode == 0 else f"exit {proc.returncode}\n" + proc.stdout + proc.stderr,
+    )
+
+
+@pytest.mark.slow
+def test_site_builds_strict_and_offline(built_site):
+    site, output = built_site
+    assert not output.startswith("exit "), output
     assert "WARNING" not in output, output
+    assert not (site / "notebooks" / _SCRATCH.replace(".ipynb", ".html")).exists()  # not in the nav: left out
+    assert not (site / "search").exists()  # no search: its worker cannot start from file:// (mkdocs.yml)
     pages = {p.relative_to(site).as_posix() for p in site.rglob("*.html")}
     for guide in _guides():
         if guide.parent.name != "hooks":
@@ -76,6 +100,76 @@ def test_site_builds_strict_and_offline(tmp_path):
             if isinstance(getattr(mod, name), types.ModuleType):
                 continue  # a submodule (sessionkit.testing.conformance): named in the page's text
             assert any(i == f"{module}.{name}" or i.endswith(f".{name}") for i in ids), f"{module}.{name}"
+
+
+class _Links(HTMLParser):
+    """The links (``href``/``src``) and the ids of an HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        named = dict(attrs)
+        if named.get("id"):
+            self.ids.add(named["id"])
+        if tag == "a" and named.get("name"):
+            self.ids.add(named["name"])
+        self.links += [named[k] for k in ("href", "src") if named.get(k)]
+
+
+@pytest.mark.slow
+def test_every_link_of_the_built_site_resolves_from_file_urls(built_site):
+    """Every internal link and ``#anchor`` of every page points at a file of the site and an
+    id of that page, as a browser reading the site from ``file://`` resolves it (no link from
+    the site's root, which file:// would take as the disk's root)."""
+    site, output = built_site
+    assert not output.startswith("exit "), output
+    parsed: dict[Path, _Links] = {}
+
+    def page(path: Path) -> _Links:
+        if path not in parsed:
+            parsed[path] = _Links()
+            parsed[path].feed(path.read_text(encoding="utf-8"))
+        return parsed[path]
+
+    broken = []
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 30
+    for path in pages:
+        where = path.relative_to(site).as_posix()
+        for link in page(path).links:
+            parts = urlsplit(link)
+            if parts.scheme or link.startswith("//"):
+                continue  # a URL (the offline test above checks that nothing is loaded from one)
+            if parts.path.startswith("/"):
+                broken.append(f"{where}: {link} (from the site's root)")
+                continue
+            target = (path.parent / unquote(parts.path)).resolve() if parts.path else path
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{where}: {link} (no such file)")
+            elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in page(target).ids:
+                broken.append(f"{where}: {link} (no such anchor)")
+    assert not broken, "\n".join(broken)
+
+
+def _listed(section: str, pattern: str) -> set[str]:
+    """The files README.md links in the paragraph that starts with ``section``."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index(section)
+    end = text.find("\n\n", start)
+    return set(re.findall(pattern, text[start : end if end > 0 else None]))
+
+
+def test_readme_lists_every_notebook_and_every_guide():
+    # the Notebooks section names each by its number: "... 9 reading transcripts (...), 10 what if"
+    numbers = {int(p.name[:2]) for p in (ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")}
+    assert {int(n) for n in _listed("`notebooks/` teaches", r"(?<![\w.])(\d{1,2}) (?=[a-z])")} == numbers
+    guides = {p.name for p in DOCS.glob("*.md") if p.name != "index.md"}
+    assert _listed("Markdown files of", r"\(docs/([\w.-]+\.md)\)") == guides | {"index.md"}
 
 
 _REFERENCE = {
@@ -184,7 +278,7 @@ def test_the_server_page_lists_every_route():
 
     agent = sk.Agent("docs", None, sk.testing.ScriptedModel([]))
     app = sk.server.create_app(agent, sk.open_store(), token="0123456789abcdef-docs")
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:  # a Host the server answers
         paths = client.get("/openapi.json").json()["paths"]
     page = (DOCS / "server.md").read_text(encoding="utf-8")
     methods = {"get", "post", "put", "patch", "delete"}
@@ -263,3 +357,16 @@ def test_the_offline_agent_examples_run_as_written(tmp_path, monkeypatch):
     online = ("tools=[get_weather])\nstore =", "async for", "asyncio.create_task")
     compared = _run_examples(DOCS / "agents.md", namespace, skip=lambda block: any(s in block for s in online))
     assert compared >= 3
+
+
+@pytest.mark.slow
+def test_the_adk_integration_page_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes agents.db
+    assert _run_examples(DOCS / "integrations" / "adk.md", {}) >= 5
+
+
+@pytest.mark.slow
+def test_the_litellm_capture_page_runs_as_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes capture.db
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    assert _run_examples(DOCS / "integrations" / "litellm-capture.md", {}) >= 8

@@ -45,7 +45,7 @@ def _is_private(name: str) -> bool:
 def store_private_names(store_dir: Path) -> set[str]:
     """Every ``_name`` the store package defines: functions, classes, attributes it sets, globals."""
     names: set[str] = set()
-    for path in store_dir.glob("*.py"):
+    for path in store_dir.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _is_private(node.name):
                 names.add(node.name)
@@ -194,7 +194,7 @@ def test_imports_follow_the_layers_and_form_no_cycle():
     pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
     done = _lint(ROOT, ROOT / "pyproject.toml", str(ROOT))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 kept, 0 broken" in done.stdout
+    assert f"{len(_contracts())} kept, 0 broken" in done.stdout
 
 
 def test_the_lazy_conveniences_are_the_only_exception():
@@ -203,16 +203,19 @@ def test_the_lazy_conveniences_are_the_only_exception():
     assert {rule.split(" -> ")[0].strip() for rule in ignored} == {CONVENIENCES}
     # and that module is the only one of the store that names an upper layer
     upper = ("analysis", "widgets", "server", "cli", "agent", "io")
-    for path in STORE.glob("*.py"):
-        module = "sessionkit.store." + path.stem
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 2 and (node.module or "").split(".")[0] in upper:
-                assert module == CONVENIENCES, f"{module} imports sessionkit.{node.module}"
+    seen = set()
+    for path in STORE.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        seen.add(module)
+        for _, name in _imported(path, path.read_text(encoding="utf-8")):
+            if name[1] in upper:
+                assert module == CONVENIENCES, f"{module} imports {'.'.join(name)}"
+    assert {CONVENIENCES, "sessionkit.store.sql.cache", "sessionkit.store.engines.sqlite.engine"} <= seen
 
 
-def test_the_layers_contract_catches_an_offender(tmp_path):
-    """A copy of the contracts over a tiny package whose store imports the widgets fails."""
-    pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
+def _tiny_package(tmp_path: Path) -> Path:
+    """A tiny package shaped like sessionkit (its sub-packages, the store's wings) that keeps
+    every contract: ``tmp_path/src/sessionkit``."""
     pkg = tmp_path / "src" / "sessionkit"
     for name in ("cli", "_demo", "_lab", "errors", "messages", "parts", "aio"):
         (pkg / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
@@ -240,6 +243,23 @@ def test_the_layers_contract_catches_an_offender(tmp_path):
     )
     (pkg / "store" / "_core.py").write_text("from .. import messages\n")
     (pkg / "cli.py").write_text("from . import server\n")
+    for wing in ("engines", "engines/sqlite", "engines/duckdb", "engines/postgresql", "sql"):
+        (pkg / "store" / wing).mkdir(parents=True, exist_ok=True)
+        (pkg / "store" / wing / "__init__.py").write_text("")
+    (pkg / "store" / "sql" / "cache.py").write_text("from .. import _core\n")
+    for engine in ("sqlite", "duckdb", "postgresql"):
+        (pkg / "store" / "engines" / engine / "engine.py").write_text("from ... import _core\nfrom .. import search\n")
+        (pkg / "store" / "engines" / engine / "search.py").write_text("from ...sql import cache\n")
+    (pkg / "store" / "__init__.py").write_text(
+        "def open_store():\n    from .engines.sqlite import engine\n    from .engines.duckdb import engine\n"
+    )
+    return pkg
+
+
+def test_the_layers_contract_catches_an_offender(tmp_path):
+    """A copy of the contracts over a tiny package whose store imports the widgets fails."""
+    pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
+    pkg = _tiny_package(tmp_path)
     config = tmp_path / "pyproject.toml"
     config.write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"), encoding="utf-8")
     good = _lint(tmp_path, config, str(tmp_path / "src"))
@@ -250,3 +270,28 @@ def test_the_layers_contract_catches_an_offender(tmp_path):
     assert bad.returncode != 0
     assert "sessionkit.store._core -> sessionkit.widgets.display" in bad.stdout
     assert "sessionkit.server -> sessionkit.cli" in bad.stdout
+
+
+def test_the_wings_contracts_catch_an_offender(tmp_path):
+    """The store's wings: an engine imported by the core, by store.sql, by a layer above or
+    by another engine breaks a contract, each named with the import."""
+    pytest.importorskip("importlinter", reason="import-linter is in the dev extra")
+    pkg = _tiny_package(tmp_path)
+    config = tmp_path / "pyproject.toml"
+    config.write_text((ROOT / "pyproject.toml").read_text(encoding="utf-8"), encoding="utf-8")
+    good = _lint(tmp_path, config, str(tmp_path / "src"))
+    assert good.returncode == 0, good.stdout + good.stderr
+    (pkg / "store" / "sql" / "cache.py").write_text("from .. import _core\nfrom ..engines.postgresql import engine\n")
+    (pkg / "store" / "_core.py").write_text("from .. import messages\nfrom .engines.sqlite import search\n")
+    (pkg / "analysis" / "__init__.py").write_text("from ..store.engines.duckdb import engine\n")
+    (pkg / "store" / "engines" / "duckdb" / "search.py").write_text("from ..sqlite import search\n")
+    bad = _lint(tmp_path, config, str(tmp_path / "src"))
+    assert bad.returncode != 0
+    out = " ".join(bad.stdout.split())  # (import-linter wraps long lines)
+    for contract in ("engines-behind-open-store", "engines-apart", "core-and-sql-without-engines"):
+        name = next(c["name"] for c in _contracts() if c["id"] == contract)
+        assert f"{name} BROKEN" in out
+    assert "sessionkit.store.sql.cache -> sessionkit.store.engines.postgresql.engine" in out
+    assert "sessionkit.store._core -> sessionkit.store.engines.sqlite.search" in out
+    assert "sessionkit.analysis -> sessionkit.store.engines.duckdb.engine" in out
+    assert "sessionkit.store.engines.duckdb.search -> sessionkit.store.engines.sqlite.search" in out

@@ -62,6 +62,7 @@ PINNED = {
     "prototyping",
     "scorers",
     "analysis",
+    "capture",
 }
 
 
@@ -110,7 +111,7 @@ def test_error_tree():
     )
 
 
-HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy"]
+HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy", "google.adk"]
 
 
 def test_lite_llm_model_resolves_lazily_without_importing_litellm():
@@ -207,6 +208,8 @@ SUBPACKAGES = {
         "chat_to_messages",
         "export_jsonl",
         "export_parquet",
+        "import_parquet",
+        "copy_store",
         "import_hh",
         "import_jsonl",
         "import_oasst",
@@ -217,6 +220,7 @@ SUBPACKAGES = {
         "import_claude_code",
         "import_swe_agent",
         "import_inspect",
+        "import_otel",
         "detect_format",
         "FORMATS",
     },
@@ -247,7 +251,17 @@ SUBPACKAGES = {
     },
     "sessionkit.prototyping": {"COMPARISON_COLUMNS", "REPLAY_COLUMNS", "Comparison", "Replay", "compare", "replay"},
     # serve: what `sessionkit serve` runs; serve_view: what `sessionkit view` runs
-    "sessionkit.server": {"SessionServer", "create_app", "serve", "create_view_app", "serve_view", "is_loopback"},
+    "sessionkit.server": {
+        "SessionServer",
+        "create_app",
+        "serve",
+        "create_view_app",
+        "serve_view",
+        "is_loopback",
+        "create_collect_app",
+        "serve_collect",
+        "HostGuard",
+    },
     "sessionkit.widgets.viewer": {
         "SORT_COLUMNS",
         "PAGE_SIZE",
@@ -283,6 +297,7 @@ SUBPACKAGES = {
         "OVERLAY_PREFIX",
         "fold_lines",
         "output_text",
+        "input_text",
         "is_tool_part",
         "one_line",
         "overlay_info",

@@ -16,7 +16,7 @@ import pytest
 
 import sessionkit as sk
 from sessionkit.cli import main
-from sessionkit.parts import FOLD_LINES, fold_lines, output_text
+from sessionkit.parts import FOLD_LINES, fold_lines, input_text, output_text
 from sessionkit.widgets._source import message_view
 from sessionkit.widgets._static import transcript_html
 
@@ -132,3 +132,124 @@ def test_views_and_snapshots_carry_text_not_json_escapes(swe_store):
         long_html = transcript_html(store.session("long"))
         assert f"show all ({LONG_LINES - FOLD_LINES} more lines)" in long_html
         assert "\x1b" not in long_html
+
+
+#: What a coding agent sends its tools: a file's text, a shell command with quotes.
+FILE_TEXT = 'def greet(name):\n    """Say hello."""\n    return f"hello {name}"\n'
+COMMAND = "grep -n \"def greet\" src/*.py && echo 'done'"
+
+
+def coder_session(store) -> sk.Session:
+    s = store.session("coder")
+    s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "add greet"}]})
+    s.append(
+        {
+            "id": "a1",
+            "role": "assistant",
+            "parts": [
+                {
+                    "type": "tool-str_replace_editor",
+                    "toolCallId": "c1",
+                    "state": "output-available",
+                    "input": {"command": "create", "path": "/repo/src/greet.py", "file_text": FILE_TEXT},
+                    "output": "File created successfully at: /repo/src/greet.py",
+                },
+                {
+                    "type": "tool-bash",
+                    "toolCallId": "c2",
+                    "state": "output-available",
+                    "input": {"command": COMMAND, "timeout": 30, "background": False},
+                    "output": "1:def greet(name):\ndone",
+                },
+            ],
+        }
+    )
+    return s
+
+
+def test_input_text_shows_each_argument_with_real_line_breaks():
+    # short scalars inline; a text of several lines under its name, indented, with real breaks
+    shown = input_text({"command": "create", "path": "/repo/src/greet.py", "file_text": FILE_TEXT})
+    assert shown == (
+        "command: create\n"
+        "path: /repo/src/greet.py\n"
+        "file_text:\n"
+        '  def greet(name):\n      """Say hello."""\n      return f"hello {name}"'
+    )  # the text's own last line break is not shown
+    assert input_text({"command": COMMAND, "timeout": 30, "background": False, "env": None}) == (
+        f"command: {COMMAND}\ntimeout: 30\nbackground: false\nenv: null"
+    )
+    # a list or an object argument: indented JSON under its name; an empty string says so
+    assert input_text({"view_range": [1, 20], "q": ""}) == 'view_range:\n  [\n    1,\n    20\n  ]\nq: ""'
+    # a long one-line value goes under its name too; ANSI codes and CRLF are cleaned as in output
+    long = "x" * 100
+    assert input_text({"text": long}) == f"text:\n  {long}"
+    assert input_text({"log": "a\r\n\x1b[31mb\x1b[0m"}) == "log:\n  a\n  b"
+    # arguments kept as a JSON text (a model's raw tool call) read the same as the object
+    raw = json.dumps({"command": "create", "file_text": FILE_TEXT})
+    assert input_text(raw) == input_text({"command": "create", "file_text": FILE_TEXT})
+    # anything else as output_text shows it
+    assert input_text({}) == "{}"
+    assert input_text("ls -la\r\n") == "ls -la\n"
+    assert input_text([1, "a"]) == output_text([1, "a"])
+    assert input_text(None) == "null" and input_text("{not json") == "{not json"
+
+
+@pytest.fixture(scope="module")
+def coder_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("coder") / "coder.db"
+    with sk.open_store(path) as store:
+        coder_session(store)
+        (session,) = sk.io.import_swe_agent(store, DATA)
+        yield path, session.session_id
+
+
+def test_show_prints_tool_inputs_as_arguments_with_real_line_breaks(coder_store):
+    path, sid = coder_store
+    printed = show(str(path), "coder")
+    assert (
+        "    input:\n"
+        "      command: create\n"
+        "      path: /repo/src/greet.py\n"
+        "      file_text:\n"
+        "        def greet(name):\n"
+        '            """Say hello."""\n'
+        '            return f"hello {name}"\n'
+    ) in printed
+    assert f"      command: {COMMAND}\n      timeout: 30\n" in printed
+    assert "\\n" not in printed and '\\"' not in printed
+    # the SWE-agent trajectory's edit: both of its arguments, whole and unquoted
+    traj = show(str(path), sid)
+    assert "      search: def division(a: float, b: float) -> float\n" in traj
+    assert "      replace: def division(a: float, b: float) -> float:\n" in traj
+
+
+def test_views_and_snapshots_carry_tool_inputs_as_text(coder_store):
+    path, _ = coder_store
+    with sk.open_store(path) as store:
+        s = store.session("coder")
+        message = s.get_history()[-1]
+        tools = [p for p in message_view(message)["parts"] if p["type"] == "tool"]
+        raw = [p["input"] for p in message["parts"]]
+        assert [t["input"] for t in tools] == [input_text(r) for r in raw]
+        html = transcript_html(s)
+        assert "file_text:\n  def greet(name):\n      &quot;&quot;&quot;Say hello.&quot;&quot;&quot;" in html
+        assert "\\n" not in html and "\\&quot;" not in html
+
+
+def test_the_run_view_snapshot_shows_tool_inputs_as_text():
+    def write_file(path: str, file_text: str) -> str:
+        """Writes a file."""
+        return "written"
+
+    script = [
+        {"text": "", "tool_calls": [{"name": "write_file", "arguments": {"path": "a.py", "file_text": FILE_TEXT}}]},
+        {"text": "Done."},
+    ]
+    store = sk.open_store()
+    agent = sk.Agent("coder", "Write code.", sk.testing.ScriptedModel(script), tools=[write_file])
+    agent.run_sync("write it", session=store.session("run"))
+    view = sk.widgets.RunView(store.session("run"))
+    html = view.snapshot_html()
+    assert "path: a.py\nfile_text:\n  def greet(name):\n      &quot;&quot;&quot;Say hello." in html
+    assert "\\n" not in html

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,13 @@ import sessionkit as sk
 from sessionkit.cli import main
 from sessionkit.server import is_loopback
 from sessionkit.widgets import viewer
+
+
+def bundle_data(text: str):
+    """The value a bundle's data file gives its page (``... JSON.parse("<JSON text>") ...``)."""
+    start = text.index("JSON.parse(") + len("JSON.parse(")
+    literal, _ = json.JSONDecoder().raw_decode(text, start)  # the JS string literal is a JSON string
+    return json.loads(literal)
 
 
 def run(*argv: str) -> tuple[int, str, str]:
@@ -82,7 +90,7 @@ def test_bundle_options_are_checked(store_path, tmp_path):
     assert status == 0, err
     assert "index.html" in out
     table = (tmp_path / "b" / "data" / "sessions.js").read_text()
-    rows = json.loads(table.split("=", 1)[1].rstrip().rstrip(";"))["rows"]
+    rows = bundle_data(table)["rows"]
     assert sorted(r["session_id"] for r in rows) == ["s01", "s03"]
     assert len(list((tmp_path / "b" / "data").glob("s*.js"))) == 3  # sessions.js and one per session
 
@@ -146,3 +154,93 @@ def test_the_viewer_reads_every_engine(new_store, engine):
     assert [e["id"] for e in paths["full"]["entries"]] == ["u", "a0"]
     views = viewer.message_views(store, "e2", ["u", "zz"])
     assert list(views) == ["u"] and views["u"]["parts"][0]["text"] == "deploy number 2"
+
+
+def test_a_bundle_never_overwrites_a_folder_it_did_not_write(store_path, tmp_path):
+    """A folder with files of its own is refused, and nothing in it changes; a folder of an
+    earlier bundle is replaced with --force only, and only the files that bundle wrote go."""
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "thesis.txt").write_text("years of work")
+    (mine / "index.html").write_text("<p>my home page</p>")
+    for extra in ((), ("--force",)):
+        status, out, err = run(str(store_path), "--bundle", str(mine), *extra)
+        assert status == 1 and out == ""
+        assert err.startswith("sessionkit: error:") and "not a sessionkit bundle" in err, err
+        assert (mine / "data" / "thesis.txt").read_text() == "years of work"
+        assert (mine / "index.html").read_text() == "<p>my home page</p>"
+        assert sorted(p.name for p in mine.rglob("*")) == ["data", "index.html", "thesis.txt"]
+
+    site = tmp_path / "site"
+    site.mkdir()  # an empty folder is fine
+    status, _, err = run(str(store_path), "--bundle", str(site), "--session", "s01", "--session", "s02")
+    assert status == 0, err
+    written = {p.relative_to(site) for p in site.rglob("*")}
+    (site / "data" / "notes.txt").write_text("kept")  # the user's own file beside the bundle's
+    (site / "README").write_text("kept too")
+    status, out, err = run(str(store_path), "--bundle", str(site), "--session", "s03")
+    assert status == 1 and out == "" and "--force" in err, err
+    assert {p.relative_to(site) for p in site.rglob("*")} == written | {Path("data/notes.txt"), Path("README")}
+    status, _, err = run(str(store_path), "--bundle", str(site), "--session", "s03", "--force")
+    assert status == 0, err
+    assert (site / "data" / "notes.txt").read_text() == "kept" and (site / "README").read_text() == "kept too"
+    table = (site / "data" / "sessions.js").read_text()
+    rows = bundle_data(table)["rows"]
+    assert [r["session_id"] for r in rows] == ["s03"]
+    assert sorted(p.name for p in (site / "data").glob("s*.js")) == ["s0.js", "sessions.js"]  # s1.js is gone
+
+    with sk.open_store(store_path) as store, pytest.raises(sk.UsageError, match="not a sessionkit bundle"):
+        viewer.write_bundle(store, mine, force=True)
+
+
+def test_labels_reach_the_table_the_filter_the_session_and_the_bundle(new_store, engine, tmp_path):
+    """A session's labels: its tags in the table's labels column (found by the filter), by
+    message in the session's payload (the views' badges), and in a bundle's files."""
+    store = new_store(engine)
+    for sid in ("plain", "marked", "other"):
+        s = store.session(sid)
+        s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": f"question of {sid}"}]})
+        s.append({"id": "a", "role": "assistant", "parts": [{"type": "text", "text": "answer"}]}, parent_id="u")
+    marked = store.session("marked")
+    bad = marked.add_label("a", "hallucination", rating=1, note="made up", author="ana")
+    good = marked.add_label("u", "clear-question")
+    branch = marked.add_label("a", "resolved", target="branch", rating=5)
+    store.session("other").add_label("u", "clear-question")
+    wanted = {lab.message_id: [] for lab in store.labels(session_id="marked")}
+    for lab in store.labels(session_id="marked"):
+        wanted[lab.message_id].append(lab.id)
+
+    page = viewer.sessions_page(store, sort="session_id", desc=False)
+    assert page["labels"] is True
+    shown = {r["session_id"]: r["labels"] for r in page["rows"]}
+    assert shown == {"marked": "clear-question, hallucination, resolved", "other": "clear-question", "plain": None}
+    # the filter finds a tag; the sort by labels reads them too
+    found = viewer.sessions_page(store, filter="HALLUCINATION")
+    assert [r["session_id"] for r in found["rows"]] == ["marked"] and found["total"] == 1
+    assert viewer.sessions_page(store, filter="clear-q")["total"] == 2
+    by_labels = viewer.sessions_page(store, sort="labels", desc=False)["rows"]
+    assert [r["session_id"] for r in by_labels] == ["other", "marked", "plain"]
+
+    state = viewer.session_state(store, "marked")
+    assert {mid: [lab["id"] for lab in labs] for mid, labs in state["labels"].items()} == wanted
+    first = state["labels"]["a"][0]
+    assert first == {
+        "id": bad.id,
+        "tag": "hallucination",
+        "rating": 1.0,
+        "target": "message",
+        "note": "made up",
+        "author": "ana",
+    }
+    assert [lab["target"] for lab in state["labels"]["a"]] == ["message", "branch"]
+    assert state["labels"]["u"][0]["id"] == good.id and branch.id in wanted["a"]
+    assert viewer.session_state(store, "plain")["labels"] == {}
+
+    folder = viewer.write_bundle(store, tmp_path / "b")
+    table = bundle_data((folder / "data" / "sessions.js").read_text())
+    assert table["labels"] is True
+    assert {r["session_id"]: r["labels"] for r in table["rows"]} == shown
+    name = table["files"]["marked"]
+    text = (folder / name).read_text()
+    payload = bundle_data(text)
+    assert payload["labels"] == state["labels"]

@@ -46,12 +46,16 @@ __all__ = [
     "ReasoningDelta",
     "TextDelta",
     "ToolCall",
+    "add_callback",
     "add_usage",
+    "callback_base",
     "context_block",
     "empty_usage",
     "from_chat_messages",
     "make_usage",
     "model_priced",
+    "remove_callback",
+    "response_usage",
     "to_chat_messages",
     "with_context",
 ]
@@ -612,34 +616,96 @@ class LiteLLMModel:
         )
 
     def _usage(self, litellm: Any, response: Any) -> dict:
-        usage = _get(response, "usage")
-        details = _get(usage, "prompt_tokens_details")
-        cache_read = _get(usage, "cache_read_input_tokens") or _get(details, "cached_tokens") or 0
-        cache_write = _get(usage, "cache_creation_input_tokens") or 0
-        return make_usage(
-            model=_get(response, "model") or self.name,
-            input_tokens=_get(usage, "prompt_tokens"),
-            output_tokens=_get(usage, "completion_tokens"),
-            cache_read=cache_read,
-            cache_write=cache_write,
-            cost_usd=self._cost(litellm, response),
-        )
+        return response_usage(response, model=self.name)
 
-    def _cost(self, litellm: Any, response: Any) -> float | None:
-        """The call's cost from litellm's price map, or ``None`` when the model is unpriced."""
+
+# --------------------------------------------------------------------------- usage of a response
+
+
+def response_usage(response: Any, *, model: str | None = None) -> dict:
+    """One litellm response's usage dict (the keys of a ``usage`` event): its tokens, and its cost
+    from litellm's price map (``None`` when the model is unpriced). ``model`` names the model when
+    the response does not."""
+    litellm = _litellm()
+    usage = _get(response, "usage")
+    details = _get(usage, "prompt_tokens_details")
+    cache_read = _get(usage, "cache_read_input_tokens") or _get(details, "cached_tokens") or 0
+    cache_write = _get(usage, "cache_creation_input_tokens") or 0
+    return make_usage(
+        model=_get(response, "model") or model,
+        input_tokens=_get(usage, "prompt_tokens"),
+        output_tokens=_get(usage, "completion_tokens"),
+        cache_read=cache_read,
+        cache_write=cache_write,
+        cost_usd=_cost(litellm, response, model),
+    )
+
+
+def _cost(litellm: Any, response: Any, model: str | None) -> float | None:
+    """A response's cost: the one litellm computed for it (its hidden ``response_cost``), else
+    ``completion_cost`` from the price map; ``None`` when the model is unpriced."""
+    hidden = _get(response, "_hidden_params") or {}
+    known = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(known, (int, float)) and not isinstance(known, bool) and known > 0:
+        return float(known)
+    try:
+        cost = litellm.completion_cost(completion_response=response)
+    except Exception:  # litellm raises for models missing from its price map
+        return None
+    if cost is None:
+        return None
+    if cost == 0:
+        # litellm answers 0.0 for some models it cannot price; only trust a zero the
+        # price map actually says (free local models, for instance).
         try:
-            cost = litellm.completion_cost(completion_response=response)
-        except Exception:  # litellm raises for models missing from its price map
+            info = litellm.get_model_info(model=_get(response, "model") or model)
+        except Exception:
             return None
-        if cost is None:
+        if info.get("input_cost_per_token") is None and info.get("output_cost_per_token") is None:
             return None
-        if cost == 0:
-            # litellm answers 0.0 for some models it cannot price; only trust a zero the
-            # price map actually says (free local models, for instance).
-            try:
-                info = litellm.get_model_info(model=_get(response, "model") or self.name)
-            except Exception:
-                return None
-            if info.get("input_cost_per_token") is None and info.get("output_cost_per_token") is None:
-                return None
-        return float(cost)
+    return float(cost)
+
+
+# --------------------------------------------------------------------------- callbacks
+
+
+def callback_base() -> type:
+    """litellm's ``CustomLogger``: the class a litellm callback object derives from (the capture of
+    ``sessionkit.integrations.litellm`` does), so litellm is imported here as everywhere else."""
+    _litellm()
+    from litellm.integrations.custom_logger import CustomLogger
+
+    return CustomLogger
+
+
+def add_callback(callback: Any) -> None:
+    """Put ``callback`` in ``litellm.callbacks`` (once), so every litellm call from now on reports to it."""
+    litellm = _litellm()
+    with _litellm_lock:
+        if not any(c is callback for c in litellm.callbacks):
+            litellm.callbacks = [*litellm.callbacks, callback]
+
+
+def remove_callback(callback: Any) -> None:
+    """Take ``callback`` out of ``litellm.callbacks`` (and the lists litellm copied it into)."""
+    litellm = _litellm()
+    # litellm copies a callback of litellm.callbacks into its per-event lists on the next call,
+    # under this lock; it is taken out of all of them.
+    manager = getattr(litellm, "logging_callback_manager", None)
+    lists_lock = getattr(manager, "callback_lists_lock", None) or threading.Lock()
+    with _litellm_lock, lists_lock:
+        litellm.callbacks = [c for c in litellm.callbacks if c is not callback]
+        for name in _CALLBACK_LISTS:
+            kept = getattr(litellm, name, None)
+            if isinstance(kept, list):
+                kept[:] = [c for c in kept if c is not callback]
+
+
+_CALLBACK_LISTS = (
+    "input_callback",
+    "_async_input_callback",
+    "success_callback",
+    "failure_callback",
+    "_async_success_callback",
+    "_async_failure_callback",
+)

@@ -47,7 +47,7 @@ one snapshot of them; on SQLite and PostgreSQL they are defined over a DuckDB
 cache of those columns (for a SQLite file, a file beside it, ``x.db-analysis.duckdb``,
 kept between processes; in memory for PostgreSQL), filled by the first query and brought up to date
 before each later one from the rows written since and the store's change log
-(see ``sessionkit/store/_analysis.py``). The tree columns cost a pass over the
+(see ``sessionkit/store/sql/views.py``). The tree columns cost a pass over the
 messages, so a query that names none of them (and no ``*``) skips it. Anything
 but a single SELECT raises ``ValueError``: a query never writes the store.
 

@@ -10,6 +10,7 @@
     sessionkit search chats.db "deploy"       full-text search across sessions
     sessionkit demo                           build a demo store and print a guided tour
     sessionkit import / export                transcripts in and out (sessionkit.io)
+    sessionkit copy chats.db chats.duckdb     everything of a store into another (any engines)
     sessionkit serve                          the HTTP server (sessionkit.server)
     sessionkit view chats.db                  a web viewer over the whole store (--bundle DIR: static files)
     sessionkit lab [STORE]                    the tour notebooks (and STORE) in JupyterLab
@@ -32,8 +33,10 @@ from typing import Any, NoReturn
 
 import sessionkit as sk
 
+from .._formats import FORMATS
 from ._commands import (
-    _IMPORTERS,
+    cmd_collect,
+    cmd_copy,
     cmd_export,
     cmd_import,
     cmd_info,
@@ -192,16 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
         "importing the same file again adds nothing.",
     )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
-    p.add_argument("file", metavar="FILE", help="the file to import (or a folder of coding-agent session logs)")
+    p.add_argument(
+        "file",
+        metavar="FILE",
+        help="the file to import (or a folder of coding-agent session logs, or of a Parquet export)",
+    )
     p.add_argument(
         "--format",
-        choices=sorted(_IMPORTERS),
+        choices=sorted(FORMATS),
         help="openai: chat messages (JSON array or JSONL); oasst: OpenAssistant trees; "
         "hh: Anthropic HH pairs; jsonl: a sessionkit export; openai-agents: an OpenAI Agents SDK "
         "session database; langgraph: a LangGraph SqliteSaver database; adk: a Google ADK session "
         "database; claude-code: a coding-agent session log (a .jsonl file or a project folder); "
         "swe-agent: SWE-agent trajectories (a .traj file or a folder); inspect: an inspect-ai "
-        "eval log (.eval or .json). "
+        "eval log (.eval or .json); otel: OpenTelemetry traces (OTLP JSON, JSON lines or protobuf); "
+        "parquet: a folder written by 'sessionkit export --format parquet'. "
         "Left out: told from the file",
     )
     p.add_argument(
@@ -230,6 +238,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
+        "copy",
+        help="copy everything of a store into another (any engines)",
+        description="Copy every session of SRC into DST, between any engines (SQLite, DuckDB, PostgreSQL): "
+        "messages, compactions, labels, runs, run events and vectors, a session at a time. "
+        "DST is created when missing; one that already holds sessions is refused unless --merge.",
+    )
+    p.add_argument("src", metavar="SRC", help="the store to copy from (it must exist)")
+    p.add_argument("dst", metavar="DST", help="the store to copy into: " + _STORE_HELP)
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="copy into a store that holds sessions already: what it holds is kept, what it lacks is added",
+    )
+    p.set_defaults(func=cmd_copy)
+
+    p = sub.add_parser(
         "serve",
         help="serve an agent over HTTP",
         description="Serve an agent over HTTP (sessionkit.server). Clients authenticate with "
@@ -245,6 +269,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     p.add_argument("--port", type=_port, default=8000, help="default: 8000")
+    p.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="answer requests whose Host is NAME too, e.g. a reverse proxy's public name (repeat for more; "
+        "'.example.org' allows its subdomains, '*' any name); by default only loopback names and the "
+        "server's own address are answered",
+    )
     p.add_argument(
         "--workers",
         type=_positive_int,
@@ -289,21 +322,62 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a web page over STORE: the sessions as a table to sort, filter and page, "
         "full-text search, and each session's tree, transcript and runs. Read-only unless --write. "
         "On 127.0.0.1 (the default) no token is needed; any other --host needs one, from --token or "
-        "SESSIONKIT_TOKEN (16 characters or more). --bundle DIR writes the same viewer as static files "
+        "SESSIONKIT_TOKEN (16 characters or more); --write without a token makes a random one. "
+        "Only requests whose Host names this server are answered (see --allow-host). "
+        "--bundle DIR writes the same viewer as static files "
         "that open from file:// with no server.",
     )
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=_port, default=8800, help="default: 8800 (0: any free port)")
     p.add_argument(
-        "--token", metavar="TOKEN", help="bearer token the page's requests must carry (default: SESSIONKIT_TOKEN)"
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="answer requests whose Host is NAME too, e.g. a reverse proxy's public name (repeat for more; "
+        "'.example.org' allows its subdomains, '*' any name); by default only loopback names and the "
+        "server's own address are answered",
+    )
+    p.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="bearer token the page's requests must carry (default: SESSIONKIT_TOKEN; with --write and "
+        "neither, a random one, printed in the page's URL)",
     )
     p.add_argument("--write", action="store_true", help="allow changes from the page (deleting a session)")
     p.add_argument("--bundle", metavar="DIR", help="write the viewer as a static site in DIR instead of serving it")
     p.add_argument(
         "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --bundle: replace the earlier bundle in DIR (a folder holding anything else is always refused)",
+    )
     p.set_defaults(func=cmd_view)
+
+    p = sub.add_parser(
+        "collect",
+        help="receive OpenTelemetry traces (OTLP/HTTP) into a store",
+        description="Receive OpenTelemetry traces at POST /v1/traces (OTLP/HTTP: protobuf or JSON, gzip too) "
+        "and write them into STORE (created if missing) as they arrive: one session per conversation, "
+        "one run per trace. Point an OTLP exporter at http://HOST:PORT/v1/traces. On 127.0.0.1 (the "
+        "default) no token is needed; any other --host needs one, from --token or SESSIONKIT_TOKEN "
+        "(16 characters or more). Stop with Ctrl-C.",
+    )
+    p.add_argument("store", metavar="STORE", help=_STORE_HELP)
+    p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
+    p.add_argument("--port", type=_port, default=4318, help="default: 4318, OTLP/HTTP's (0: any free port)")
+    p.add_argument("--token", metavar="TOKEN", help="bearer token senders must give (default: SESSIONKIT_TOKEN)")
+    p.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        help="another name the Host header may give (a proxy's; repeat for more)",
+    )
+    p.add_argument("--session-prefix", metavar="PREFIX", help="put PREFIX before every session id")
+    p.set_defaults(func=cmd_collect)
     return parser
 
 

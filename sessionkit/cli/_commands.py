@@ -14,6 +14,7 @@ from typing import TextIO
 
 import sessionkit as sk
 
+from .._formats import FORMATS
 from ._common import PROG, CommandError, _count, _json, _sid, _write_json_array
 from ._render import _info_report, _newest, _render_hits, _render_info, _render_ls, _render_path, _Tree
 
@@ -162,25 +163,11 @@ def cmd_search(args, out: TextIO) -> int:
     return 0
 
 
-#: --format -> importer; sessionkit.io.FORMATS lists the same (and detects them when --format is left out)
-_IMPORTERS = {
-    "openai": "import_openai",
-    "oasst": "import_oasst",
-    "hh": "import_hh",
-    "jsonl": "import_jsonl",
-    "openai-agents": "import_openai_agents",
-    "langgraph": "import_langgraph",
-    "adk": "import_adk",
-    "claude-code": "import_claude_code",
-    "swe-agent": "import_swe_agent",
-    "inspect": "import_inspect",
-}
-
-
 #: formats whose sessions take no prefix, and why
 _NO_PREFIX = {
     "openai": "the file goes into one session, named with --session",
     "jsonl": "a sessionkit export keeps the session ids it was written with",
+    "parquet": "a sessionkit export keeps the session ids it was written with",
 }
 
 
@@ -208,9 +195,35 @@ def _merge_warnings(category: type[Warning]) -> Iterator[None]:
                     warnings.showwarning(w.message, w.category, w.filename, w.lineno)
 
 
+@contextlib.contextmanager
+def _removed_on_error(doomed: list[str]):
+    """When the block fails, remove the store files named in ``doomed`` by then (and the
+    journal files beside them): an import that created a store and stored nothing in it
+    leaves no store behind."""
+    try:
+        yield
+    except BaseException:
+        for path in doomed:
+            for name in (path, path + "-wal", path + "-shm", path + "-journal", path + ".wal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(name)
+        raise
+
+
+def _openai_session(args) -> str:
+    return args.session if args.session is not None else _session_from_file(args.file)
+
+
+def _import_into(args, fn, store) -> None:
+    if args.format == "openai":
+        fn(store.session(_openai_session(args)), args.file)
+    else:
+        fn(store, args.file, **args.import_options)
+
+
 def cmd_import(args, out: TextIO) -> int:
     """Import a transcript file (creates the store when it does not exist)."""
-    folders = (None, "claude-code", "swe-agent")  # the formats whose FILE may be a folder
+    folders = (None, "claude-code", "swe-agent", "parquet")  # the formats whose FILE may be a folder
     io = _optional_module("sessionkit.io", "import")
     # Before any store is opened (or created): a missing path, or a folder where a file goes,
     # is a usage error saying which (in the words of the importers' sessionkit.UsageError).
@@ -227,7 +240,7 @@ def cmd_import(args, out: TextIO) -> int:
         try:
             args.format = _function(io, "detect_format", "import")(args.file)
         except ValueError as exc:  # MalformedInput: no importer recognises the file
-            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(_IMPORTERS))})") from None
+            raise CommandError(f"{exc}; name it with --format (one of {', '.join(sorted(FORMATS))})") from None
     if args.session is not None and args.format != "openai":
         raise CommandError(f"--session applies to --format openai only; {args.format} files name their own sessions")
     options = {}
@@ -235,21 +248,24 @@ def cmd_import(args, out: TextIO) -> int:
         if args.format in _NO_PREFIX:
             raise CommandError(f"--session-prefix does not apply to --format {args.format}: {_NO_PREFIX[args.format]}")
         options["session_prefix"] = args.session_prefix
-    fn = _function(io, _IMPORTERS[args.format], "import")
+    args.import_options = options
+    fn = _function(io, FORMATS[args.format], "import")
     local = _local_path(args.store)
     existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
     # An existing file must already be a sessionkit store (as for info and ls): importing into
     # another program's database would add sessionkit's tables to it.
+    created = local not in (None, ":memory:") and not os.path.exists(local)
     opened = _existing_store(args.store) if existing else sk.open_store(args.store)
-    with opened as store, _merge_warnings(io.SessionMergeWarning):
+    doomed: list[str] = []  # the new store's file, when the import fails having stored nothing
+    with _removed_on_error(doomed), opened as store, _merge_warnings(io.SessionMergeWarning):
         before = store.stats()
-        if args.format == "openai":
-            session_id = args.session if args.session is not None else _session_from_file(args.file)
-            fn(store.session(session_id), args.file)
-            where = f"session {_sid(session_id)} of {args.store}"
-        else:
-            fn(store, args.file, **options)
-            where = args.store
+        try:
+            _import_into(args, fn, store)
+        except BaseException:
+            if created and store.stats()["messages"] == 0:
+                doomed.append(str(local))
+            raise
+        where = args.store if args.format != "openai" else f"session {_sid(_openai_session(args))} of {args.store}"
         after = store.stats()
     added_m = after["messages"] - before["messages"]
     added_s = after["sessions"] - before["sessions"]
@@ -281,6 +297,35 @@ def cmd_export(args, out: TextIO) -> int:
             stats = store.stats()
             what = f"{_count(stats['sessions'], 'session')} ({_count(stats['messages'], 'message')})"
     print(f"exported {what} to {args.path} ({args.format})", file=out)
+    return 0
+
+
+def cmd_copy(args, out: TextIO) -> int:
+    """Copy everything of one store into another (any engines), refusing a destination holding sessions."""
+    io = _optional_module("sessionkit.io", "copy")
+    local = _local_path(args.dst)
+    existing = local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0
+    with _existing_store(args.src) as src:
+        # An existing file must already be a sessionkit store (as for import).
+        with _existing_store(args.dst) if existing else sk.open_store(args.dst) as dst:
+            counts = _function(io, "copy_store", "copy")(src, dst, merge=args.merge)
+            held = dst.stats()
+    added = ", ".join(
+        _count(counts[k], noun)
+        for k, noun in (
+            ("messages", "message"),
+            ("compactions", "compaction"),
+            ("labels", "label"),
+            ("runs", "run"),
+            ("events", "run event"),
+            ("embeddings", "vector"),
+        )
+    )
+    print(
+        f"copied {_count(counts['sessions'], 'session')} from {args.src} into {args.dst}: {added} "
+        f"(the store holds {_count(held['messages'], 'message')} in {_count(held['sessions'], 'session')})",
+        file=out,
+    )
     return 0
 
 
@@ -379,6 +424,7 @@ def cmd_serve(args, out: TextIO) -> int:
         timeout_request=args.timeout_request,
         timeout_graceful_shutdown=args.timeout_graceful_shutdown,
         limit_concurrency=args.limit_concurrency or None,
+        allowed_hosts=args.allow_host,
     )
     return 0
 
@@ -393,12 +439,16 @@ def _token(token: str, where: str) -> str:
 def cmd_view(args, out: TextIO) -> int:
     """The store viewer: served on 127.0.0.1 (a token elsewhere), or written as a static site with --bundle."""
     if args.bundle is not None:
-        if args.write or args.token:
-            raise CommandError("--bundle writes static files: --write and --token apply to the served viewer only")
+        if args.write or args.token or args.allow_host:
+            raise CommandError(
+                "--bundle writes static files: --write, --token and --allow-host apply to the served viewer only"
+            )
         with _existing_store(args.store) as store:
             folder = _bundle(store, args)
         print(f"viewer written to {folder}; open {Path(folder).resolve() / 'index.html'} in a browser", file=out)
         return 0
+    if args.force:
+        raise CommandError("--force replaces an earlier --bundle; the served viewer writes no files")
     if args.session:
         raise CommandError("--session chooses the sessions of a --bundle; the served viewer shows every session")
     server = _optional_module("sessionkit.server", "view")
@@ -419,7 +469,53 @@ def cmd_view(args, out: TextIO) -> int:
         print(f"sessionkit viewer of {args.store} at {url}" + ("" if args.write else " (read-only)"), file=out)
         out.flush()
 
-    server.serve_view(args.store, host=args.host, port=args.port, token=token or None, write=args.write, on_ready=ready)
+    server.serve_view(
+        args.store,
+        host=args.host,
+        port=args.port,
+        token=token or None,
+        write=args.write,
+        allowed_hosts=args.allow_host,
+        on_ready=ready,
+    )
+    return 0
+
+
+def cmd_collect(args, out: TextIO) -> int:
+    """Receive OpenTelemetry traces (OTLP/HTTP) into a store: 127.0.0.1 needs no token, any other host one."""
+    server = _optional_module("sessionkit.server", "collect")
+    token = _token(args.token or os.environ.get("SESSIONKIT_TOKEN", ""), "the token")
+    if not server.is_loopback(args.host) and not token:
+        raise CommandError(
+            f"--host {args.host} reaches other machines: set SESSIONKIT_TOKEN (or --token) to a bearer token "
+            "of 16 characters or more"
+        )
+    local = _local_path(args.store)
+    if local not in (None, ":memory:") and os.path.isfile(local) and os.path.getsize(local) > 0:
+        with _existing_store(args.store):  # another program's database fails here, before binding
+            pass
+    try:
+        import uvicorn  # noqa: F401
+
+        import sessionkit.io.otel as otel
+
+        otel.encode_status("", json_body=True)  # opentelemetry-proto and googleapis-common-protos are there
+    except ImportError as exc:
+        raise CommandError(f"{exc}; install them with: pip install 'sessionkit[otel]'") from exc
+
+    def ready(url: str) -> None:
+        print(f"sessionkit collecting OTLP traces into {args.store} at {url}", file=out)
+        out.flush()
+
+    server.serve_collect(
+        args.store,
+        host=args.host,
+        port=args.port,
+        token=token or None,
+        allowed_hosts=args.allow_host or (),
+        session_prefix=args.session_prefix or "",
+        on_ready=ready,
+    )
     return 0
 
 
@@ -427,6 +523,6 @@ def _bundle(store: sk.Store, args) -> Path:
     from sessionkit.widgets import viewer
 
     try:
-        return viewer.write_bundle(store, args.bundle, session_ids=args.session)
-    except (sk.SessionNotFound, ValueError) as exc:
+        return viewer.write_bundle(store, args.bundle, session_ids=args.session, force=args.force)
+    except (sk.SessionNotFound, sk.UsageError, ValueError) as exc:
         raise CommandError(str(exc)) from exc

@@ -9,7 +9,7 @@ from typing import Any, TextIO
 
 import sessionkit as sk
 from sessionkit.messages import estimate_tokens
-from sessionkit.parts import fold_lines, output_text, overlay_info, text_of
+from sessionkit.parts import fold_lines, input_text, output_text, overlay_info, text_of
 
 from ._common import _MAX_INDENT, _clip, _count, _inline_size, _json, _preview, _print_table, _sid, _size, _when
 
@@ -91,15 +91,16 @@ def _render_ls(store: sk.Store, target: str, out: TextIO) -> None:
     _print_table(["SESSION", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)"], rows, out, right=(1,))
 
 
-def _render_output(value: Any, out: TextIO, *, all_output: bool) -> None:
-    """A tool's output as readable text (parts.output_text), folded past FOLD_LINES lines."""
-    text = output_text(value)
+def _render_output(value: Any, out: TextIO, *, all_output: bool, what: str = "output") -> None:
+    """A tool's output (or, with ``what="input"``, its input: parts.input_text) as readable
+    text (parts.output_text), folded past FOLD_LINES lines."""
+    text = input_text(value) if what == "input" else output_text(value)
     shown, hidden = (text, 0) if all_output else fold_lines(text)
     lines = shown.split("\n")
     if len(lines) == 1 and not hidden:
-        print(f"    output: {lines[0]}", file=out)
+        print(f"    {what}: {' ' if what == 'input' else ''}{lines[0]}", file=out)
         return
-    print("    output:", file=out)
+    print(f"    {what}:", file=out)
     for line in lines:
         print(f"      {line}", file=out)
     if hidden:
@@ -123,7 +124,7 @@ def _render_part(part: Any, out: TextIO, *, all_output: bool = False) -> None:
         bits = [b for b in (part.get("state"), part.get("toolCallId")) if b]
         print(f"  tool {name}" + (f"  ({', '.join(map(str, bits))})" if bits else ""), file=out)
         if "input" in part:
-            print(f"    input:  {_clip(_json(part['input']))}", file=out)
+            _render_output(part["input"], out, all_output=all_output, what="input")
         if "output" in part:
             _render_output(part["output"], out, all_output=all_output)
         if part.get("errorText"):

@@ -9,6 +9,8 @@ sessionkit JSONL, Parquet, and the stores and logs of agent frameworks.
 >>> sk.io.export_jsonl(store, "backup.jsonl.gz")
 >>> sk.io.import_jsonl(sk.open_store("copy.db"), "backup.jsonl.gz")
 >>> sk.io.export_parquet(store, "parquet/")
+>>> sk.io.import_parquet(sk.open_store("copy.db"), "parquet/")
+>>> sk.io.copy_store(store, sk.open_store("postgresql://localhost/chats"))   # any engine to any engine
 
 The agent frameworks' own stores and logs, one session per conversation under its own id:
 
@@ -18,6 +20,7 @@ The agent frameworks' own stores and logs, one session per conversation under it
 >>> sk.io.import_claude_code(store, "/home/me/.claude/projects/-home-me-app")   # JSONL logs
 >>> sk.io.import_swe_agent(store, "trajectories/")       # .traj files
 >>> sk.io.import_inspect(store, "logs/run.eval")         # inspect-ai eval logs
+>>> sk.io.import_otel(store, "traces.jsonl")             # OpenTelemetry traces (OTLP JSON or protobuf)
 >>> sk.io.detect_format("checkpoints.db")
 'langgraph'
 
@@ -93,6 +96,7 @@ from ._common import SessionMergeWarning
 from ._progress import Progress
 from .adk import import_adk
 from .claude_code import import_claude_code
+from .copy import copy_store
 from .detect import FORMATS, detect_format
 from .hh import import_hh
 from .inspect_logs import import_inspect
@@ -101,7 +105,8 @@ from .langgraph import import_langgraph
 from .oasst import import_oasst
 from .openai import chat_to_messages, import_openai
 from .openai_agents import import_openai_agents
-from .parquet import export_parquet
+from .otel import import_otel
+from .parquet import export_parquet, import_parquet
 from .swe_agent import import_swe_agent
 
 __all__ = [
@@ -111,6 +116,8 @@ __all__ = [
     "export_jsonl",
     "import_jsonl",
     "export_parquet",
+    "import_parquet",
+    "copy_store",
     "chat_to_messages",
     "import_openai_agents",
     "import_langgraph",
@@ -118,6 +125,7 @@ __all__ = [
     "import_claude_code",
     "import_swe_agent",
     "import_inspect",
+    "import_otel",
     "detect_format",
     "FORMATS",
     "MalformedInput",

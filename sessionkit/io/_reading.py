@@ -145,25 +145,116 @@ def _utf8_problem(raw: bytes, exc: UnicodeDecodeError) -> str:
 _JSON_BLANK = " \t\r\n"
 
 
+#: The longest line the line readers take, in bytes (256 MiB) unless the environment variable
+#: ``SESSIONKIT_MAX_LINE_BYTES`` says otherwise: a longer line is :class:`MalformedInput`
+#: naming it and the limit, rather than a read of the whole line into memory (a small gzip
+#: file can hold a line of gigabytes).
+MAX_LINE_BYTES = 256 << 20
+_LINE_LIMIT_ENV = "SESSIONKIT_MAX_LINE_BYTES"
+_CHUNK = 1 << 16
+_NON_BLANK = re.compile(rb"[^ \t\r\n]")
+
+
+def max_line_bytes() -> int:
+    """The line limit in force: ``SESSIONKIT_MAX_LINE_BYTES`` when set, else :data:`MAX_LINE_BYTES`."""
+    value = os.environ.get(_LINE_LIMIT_ENV)
+    if value is None or not value.strip():
+        return MAX_LINE_BYTES
+    try:
+        limit = int(value)
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        raise UsageError(f"{_LINE_LIMIT_ENV} must be a positive number of bytes, got {value!r}")
+    return limit
+
+
+def _too_long(name: str, lineno: int, limit: int) -> MalformedInput:
+    return MalformedInput(
+        name,
+        f"line {lineno}",
+        f"the line is longer than {limit:,} bytes, the longest line read"
+        f" (set {_LINE_LIMIT_ENV} to a larger number of bytes to read it)",
+    )
+
+
+def _raw_lines(fh, name: str, limit: int) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of every line of ``fh`` holding more than JSON white space.
+
+    Hand-written rather than ``for line in fh``: that reads a line whole however long it is
+    (a gzip file of a few hundred kilobytes can hold a line of gigabytes), and costs a
+    Python step per line, which a file of millions of blank lines turns into minutes. Here
+    the file is read in chunks of 64 KiB (a constant share of memory, whatever the file), a
+    line longer than ``limit`` is refused as soon as it passes the limit, and runs of blank
+    lines are counted in C (``bytes.count``).
+    """
+    lineno = 0  # the lines before the current one
+    parts: list[bytes] = []  # the start of a line holding more than white space, cut by a chunk's end
+    size = 0
+    while True:
+        try:
+            data = fh.read(_CHUNK)
+        except _GZIP_ERRORS as exc:
+            raise MalformedInput(name, f"line {lineno + 1}", _gzip_problem(exc)) from None
+        if not data:
+            if parts:
+                line = b"".join(parts)
+                parts = []
+                yield lineno + 1, line
+            return
+        pos = 0
+        if parts:  # the current line goes on in this chunk
+            end = data.find(b"\n")
+            if end < 0:
+                parts.append(data)
+                size += len(data)
+                if size > limit:
+                    raise _too_long(name, lineno + 1, limit)
+                continue
+            size += end + 1
+            if size > limit + 1:  # (the line break is not counted)
+                raise _too_long(name, lineno + 1, limit)
+            parts.append(data[: end + 1])
+            line = b"".join(parts)
+            parts, size, pos = [], 0, end + 1  # (the pieces let go before the line is handed out)
+            lineno += 1
+            yield lineno, line
+            del line
+        while True:
+            found = _NON_BLANK.search(data, pos)
+            if found is None:  # white space to the chunk's end: only its line breaks count
+                lineno += data.count(b"\n", pos)
+                break
+            at = found.start()
+            brk = data.rfind(b"\n", pos, at)
+            start = pos if brk < 0 else brk + 1
+            lineno += data.count(b"\n", pos, start)
+            end = data.find(b"\n", at)
+            if end < 0:  # the line goes on in the next chunk
+                size = len(data) - start
+                if size > limit:
+                    raise _too_long(name, lineno + 1, limit)
+                parts = [data[start:]]
+                break
+            if end - start > limit:
+                raise _too_long(name, lineno + 1, limit)
+            lineno += 1
+            yield lineno, data[start : end + 1]
+            pos = end + 1
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str, int]]:
     """``(line number, text, bytes)`` of every non-blank line, decoded from UTF-8.
 
-    Reads one line at a time. A UTF-8 byte order mark at the start is skipped; bytes
-    that are not UTF-8 and gzip data that is damaged or cut short raise
+    Reads a chunk at a time (:func:`_raw_lines`): a line longer than :func:`max_line_bytes`
+    raises :class:`MalformedInput` naming it. A UTF-8 byte order mark at the start is
+    skipped; bytes that are not UTF-8 and gzip data that is damaged or cut short raise
     :class:`MalformedInput` naming the line.
     """
     name = str(path)
+    limit = max_line_bytes()
     with open_binary(path) as fh:
-        lineno = 0
-        lines = iter(fh)
-        while True:
-            try:
-                raw = next(lines)
-            except StopIteration:
-                return
-            except _GZIP_ERRORS as exc:
-                raise MalformedInput(name, f"line {lineno + 1}", _gzip_problem(exc)) from None
-            lineno += 1
+        for lineno, raw in _raw_lines(fh, name, limit):
             if lineno == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[3:]
             try:
@@ -177,16 +268,8 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str, int]]:
 def count_lines(path: Path) -> int:
     """Non-blank lines of a (possibly gzipped) file: the total a progress bar shows."""
     name = str(path)
-    n = lineno = 0
     with open_binary(path) as fh:
-        try:
-            for raw in fh:
-                lineno += 1
-                if raw.strip():
-                    n += 1
-        except _GZIP_ERRORS as exc:
-            raise MalformedInput(name, f"line {lineno + 1}", _gzip_problem(exc)) from None
-    return n
+        return sum(1 for _ in _raw_lines(fh, name, max_line_bytes()))
 
 
 # ---------------------------------------------------------------------------

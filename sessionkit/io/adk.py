@@ -45,7 +45,7 @@ from ._frameworks import (
 from ._progress import Progress, check_progress
 from ._reading import as_path
 
-__all__ = ["import_adk", "adk_event_to_message"]
+__all__ = ["import_adk", "adk_event_to_message", "adk_event_as_message", "adk_response_part"]
 
 _EVENT_OWN = {"content", "id", "timestamp", "invocation_id", "author", "actions"}
 
@@ -120,6 +120,33 @@ def _output(response: Any) -> Any:
     return response
 
 
+def adk_response_part(response: dict) -> dict:
+    """A function response (``{"name", "id", "response"}`` as :func:`adk_event_to_message` lists them)
+    as the tool part it completes: ``tool-<name>`` with ``state: "output-available"`` and its output."""
+    return {
+        "type": f"tool-{response['name']}",
+        "toolCallId": response["id"],
+        "state": "output-available",
+        "output": _output(response["response"]),
+    }
+
+
+def adk_event_as_message(event: dict, source: str = "<event>", where: str = "event") -> dict:
+    """One ADK event as one message (without ``id``), its function responses included.
+
+    :func:`adk_event_to_message`'s mapping, with each function response as a
+    :func:`adk_response_part` after the event's own parts; a message of responses only has the
+    role ``tool``. The importer folds a response into its call's part instead when it holds the
+    call; a session service (``sessionkit.integrations.adk``) keeps every event as a message.
+    """
+    message, responses = adk_event_to_message(event, source, where)
+    answers = [adk_response_part(r) for r in responses]
+    message["parts"] += answers
+    if answers and len(answers) == len(message["parts"]):
+        message["role"] = "tool"
+    return message
+
+
 def adk_event_to_message(event: dict, source: str = "<event>", where: str = "event") -> tuple[dict, list[dict]]:
     """One ADK event (as ``Event.model_dump(mode="json")`` gives it) as a sessionkit message
     (without ``id``), and its function responses ``[{"name", "id", "response"}]``."""
@@ -165,11 +192,11 @@ class _Session:
         noted: set[int] = set()  # the call messages this event's actions are noted in
         for response in responses:
             call_id = response["id"]
-            result = {"state": "output-available", "output": _output(response["response"])}
             waiting = self.held.waiting(call_id)
             if waiting is None:
-                left.append({"type": f"tool-{response['name']}", "toolCallId": call_id, **result})
+                left.append(adk_response_part(response))
                 continue
+            result = {"state": "output-available", "output": _output(response["response"])}
             tool_event = {"id": event_id, **{k: v for k, v in meta.items() if k not in ("invocation_id",)}}
             if id(waiting) not in noted:
                 noted.add(id(waiting))

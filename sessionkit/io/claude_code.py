@@ -335,4 +335,10 @@ def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: 
                 logs[target].summaries += pending_summaries
         for log in logs.values():
             log.finish()
+    if not logs and as_path(path).is_dir():  # a folder of other JSON lines: no transcript at all
+        names = ", ".join(str(f.relative_to(as_path(path))) for f in files[:5])
+        more = f" and {len(files) - 5} more" if len(files) > 5 else ""
+        raise MalformedInput(
+            str(path), None, f"a folder with no Claude Code session records in its .jsonl files ({names}{more})"
+        )
     return [log.session for log in logs.values() if len(log.session)]

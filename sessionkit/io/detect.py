@@ -6,7 +6,8 @@ a JSON-lines file of records linked by ``uuid``/``parentUuid`` is a coding-agent
 a ``.traj`` file (or a folder of them) a SWE-agent trajectory; an ``.eval`` archive (or a
 JSON document opening with ``"version"``) an inspect-ai eval log;
 other JSON and JSON lines are told by the keys of their first record (OpenAssistant trees, HH pairs,
-sessionkit exports, OpenAI chat messages).
+sessionkit exports, OpenAI chat messages, OTLP trace data); a binary file that parses whole as an OTLP
+protobuf ``ExportTraceServiceRequest`` is OpenTelemetry traces.
 """
 
 from __future__ import annotations
@@ -17,25 +18,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .._formats import FORMATS  # format name -> the sessionkit.io function that imports it
 from ..errors import MalformedInput
 from ._frameworks import open_sqlite, table_names
 from ._reading import PathMissing, as_path, check_file
+from .parquet import is_parquet_export
 
 __all__ = ["detect_format", "FORMATS"]
 
-#: format name -> the ``sessionkit.io`` function that imports it.
-FORMATS = {
-    "openai": "import_openai",
-    "oasst": "import_oasst",
-    "hh": "import_hh",
-    "jsonl": "import_jsonl",
-    "openai-agents": "import_openai_agents",
-    "langgraph": "import_langgraph",
-    "adk": "import_adk",
-    "claude-code": "import_claude_code",
-    "swe-agent": "import_swe_agent",
-    "inspect": "import_inspect",
-}
 
 _PEEK = 1 << 16
 #: how an inspect-ai log written as JSON starts
@@ -95,6 +85,8 @@ def _record_format(rec: Any) -> str | None:
         return "oasst"
     if "chosen" in rec and "rejected" in rec:
         return "hh"
+    if "resourceSpans" in rec or "resource_spans" in rec:  # OTLP trace data (JSON)
+        return "otel"
     if rec.get("type") in ("message", "compaction") and "session_id" in rec:
         return "jsonl"
     if rec.get("format") == "sessionkit":  # the header line of a sessionkit export
@@ -104,20 +96,52 @@ def _record_format(rec: Any) -> str | None:
     return None
 
 
+def _names(path: Path, files: list[Path], most: int = 5) -> str:
+    shown = ", ".join(str(f.relative_to(path)) for f in files[:most])
+    return shown + (f" and {len(files) - most} more" if len(files) > most else "")
+
+
+def _folder_format(path: Path) -> str:
+    """A folder's format: coding-agent session logs (``.jsonl`` files whose first record is
+    one) or SWE-agent trajectories (``.traj``). A folder holding both is refused naming them
+    (one import reads one format: name it with ``--format`` / call its importer), and so is
+    a folder whose ``.jsonl`` files hold no session log."""
+    jsonl = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+    logs = [p for p in jsonl if _record_format(_first_record(p)) == "claude-code"]
+    trajs = sorted(p for p in path.rglob("*.traj") if p.is_file())
+    if logs and trajs:
+        raise MalformedInput(
+            str(path),
+            None,
+            f"a folder of two formats: Claude Code session logs ({_names(path, logs)}) and SWE-agent"
+            f" trajectories ({_names(path, trajs)}); one import reads one format: name it with"
+            " --format claude-code or --format swe-agent (import_claude_code / import_swe_agent)",
+        )
+    if logs:
+        return "claude-code"
+    if trajs:
+        return "swe-agent"
+    if jsonl:
+        raise MalformedInput(
+            str(path), None, f"a folder with no Claude Code session records in its .jsonl files ({_names(path, jsonl)})"
+        )
+    raise PathMissing(f"{str(path)!r} is a folder without .jsonl session logs, .traj trajectories or a Parquet export")
+
+
 def detect_format(path: Any) -> str:
     """The format name (a key of :data:`FORMATS`) of the file or folder at ``path``.
 
     A file no importer recognises, or a damaged SQLite database -> :class:`MalformedInput`
-    saying so (call the importer of its format then); a missing path, or a folder without
+    saying so (call the importer of its format then), and so is a folder holding both
+    session logs and trajectories (naming them) or ``.jsonl`` files without a session log;
+    a missing path, or a folder without
     session logs or trajectories -> :class:`sessionkit.UsageError` (also a ``FileNotFoundError``).
     """
     path = as_path(path)
     if path.is_dir():
-        if any(path.rglob("*.jsonl")):
-            return "claude-code"
-        if any(path.rglob("*.traj")):
-            return "swe-agent"
-        raise PathMissing(f"{str(path)!r} is a folder without .jsonl session logs or .traj trajectories")
+        if is_parquet_export(path):
+            return "parquet"
+        return _folder_format(path)
     check_file(path)
     with open(path, "rb") as fh:
         magic = fh.read(64)
@@ -138,6 +162,13 @@ def detect_format(path: Any) -> str:
     if path.suffix == ".json" and _INSPECT_JSON.match(magic.decode("latin-1")):
         return "inspect"
     found = _record_format(_first_record(path))
+    if found is None and magic[:1] == b"\x0a":
+        from .otel import is_otlp_protobuf  # a serialized ExportTraceServiceRequest
+
+        try:
+            found = "otel" if is_otlp_protobuf(path) else None
+        except ImportError:  # opentelemetry-proto is not installed: not a format this install reads
+            found = None
     if found is None:
         raise MalformedInput(str(path), None, "cannot tell the format from the first record")
     return found

@@ -1,25 +1,33 @@
-"""sessionkit's own JSON-lines format: whole trees, compactions, metadata and write order.
+"""sessionkit's own JSON-lines format: whole trees, compactions, labels, runs, run events
+and vectors, with their metadata and write order.
 
 One JSON object per line (a ``.gz`` path is written and read as gzip)::
 
-    {"format": "sessionkit", "version": 1, "exported_at": "2025-01-01T00:00:00.000Z"}
+    {"format": "sessionkit", "version": 3, "exported_at": "2025-01-01T00:00:00.000Z"}
     {"type": "message", "session_id": "s", "parent_id": null, "created_at": "...", "message": {...}}
     ...
     {"type": "compaction", "session_id": "s", "compaction": {"id", "from_id", "to_id", "summary",
      "created_at", "tokens_before", "tokens_after"}}
     {"type": "label", "session_id": "s", "label": {"id", "message_id", "tag", "target", "rating",
      "note", "author", "created_at", "source", "scorer", "rationale", "fingerprint"}}
+    {"type": "run", "session_id": "s", "run": {"run_id", "status", "input", "error", "started_at",
+     "ended_at", "usage", "meta"}}
+    {"type": "event", "session_id": "s", "event": {"seq", "kind", "run_id", "ts", ...}}
+    {"type": "embedding", "session_id": "s", "embedding": {"message_id", "model", "vector"}}
 
 Messages come in the store's write order (across sessions), each after its
 parent; compactions follow, oldest first, then labels in the order they were
-added. Importing the file into a store recreates the same trees in the same
-order (so the latest leaf of each session is the same), with the same creation
-times, the same compactions (ids, times and token counts kept) and the same
-labels (ids and times kept). Importing it again adds nothing. Runs and run
-events are not part of the format. Version 2 of the format added label lines;
-version 3 their provenance (``source``, ``scorer``, ``rationale``, ``fingerprint``:
-docs/judging.md). A label line of an older file, without them, is a person's label
-(``source`` ``"human"``).
+added, then each session's runs (as they began), its run events (by ``seq``) and
+its message vectors. Importing the file into a store recreates the same trees in
+the same order (so the latest leaf of each session is the same), with the same
+creation times, the same compactions (ids, times and token counts kept), the same
+labels (ids, times and provenance kept), the same runs (ids, status, times, input, error,
+usage and meta: costs, variants, replays), the same events (their seqs and
+payloads) and the same vectors (model names kept, so ``store.similar`` answers as
+before). Importing it again adds nothing. Version 2 of the format added label
+lines, version 3 run, event and embedding lines, version 4 the labels' provenance
+(``source``, ``scorer``, ``rationale``, ``fingerprint``: docs/judging.md); files of
+older versions import as before, their labels a person's (``source`` ``"human"``).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from ._reading import as_path, count_lines, iter_jsonl, open_write
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 _BATCH = 1000  # message lines per import_many call
 
 #: What a merge warning of this importer suggests (a sessionkit export keeps its session ids).
@@ -64,8 +72,8 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
     """Write a store (every session, or those in ``session_ids``) or one session to
     ``path`` in sessionkit JSONL.
 
-    Returns ``{"sessions", "messages", "compactions", "labels"}`` counts. ``progress`` as for
-    the importers (messages written).
+    Returns ``{"sessions", "messages", "compactions", "labels", "runs", "events",
+    "embeddings"}`` counts. ``progress`` as for the importers (messages written).
     """
     from ..analysis import StoreData
 
@@ -114,13 +122,36 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
                 out.write(_msg.dumps(line))
                 out.write("\n")
                 n_comps += 1
-        for sid in data.session_ids:
-            for label in store.labels(session_id=sid):
-                fields = {k: v for k, v in label.to_dict().items() if k != "session_id"}
-                out.write(_msg.dumps({"type": "label", "session_id": sid, "label": fields}))
-                out.write("\n")
-                n_labels += 1
-    return {"sessions": len(sessions), "messages": n_messages, "compactions": n_comps, "labels": n_labels}
+        scope = None if sids is None else set(sids)
+        for label in store.labels():  # in the order they were added, across sessions
+            sid = label.session_id
+            if scope is not None and sid not in scope:
+                continue
+            fields = {k: v for k, v in label.to_dict().items() if k != "session_id"}
+            out.write(_msg.dumps({"type": "label", "session_id": sid, "label": fields}))
+            out.write("\n")
+            n_labels += 1
+        side = {"runs": 0, "events": 0, "embeddings": 0}
+        for kind in side:
+            for batch in store.scan(kind, session_ids=sids, batch_size=1000):
+                for sid, row in batch:
+                    out.write(_msg.dumps(_side_line(kind, sid, row)))
+                    out.write("\n")
+                    sessions.add(sid)
+                    side[kind] += 1
+    counts = {"sessions": len(sessions), "messages": n_messages, "compactions": n_comps, "labels": n_labels}
+    return {**counts, **side}
+
+
+def _side_line(kind: str, sid: str, row: Any) -> dict:
+    """The line of a run (a RunRecord), an event or a vector of session ``sid``."""
+    if kind == "runs":
+        run = {f: getattr(row, f) for f in ("run_id", "status", "input", "error", "started_at", "ended_at")}
+        run.update(usage=row.usage, meta=row.meta)
+        return {"type": "run", "session_id": sid, "run": run}
+    if kind == "events":
+        return {"type": "event", "session_id": sid, "event": row}
+    return {"type": "embedding", "session_id": sid, "embedding": row}
 
 
 def _check_message_line(obj: dict, source: str, where: str) -> tuple[str, dict, Any, Any]:
@@ -249,6 +280,31 @@ def _write_label(store, label: dict, source: str, where: str) -> None:
         raise MalformedInput(source, where, f"invalid label: {exc}") from None
 
 
+#: A line type of version 3 -> (its object's key, the store's import method).
+_SIDE = {
+    "run": ("run", "import_runs"),
+    "event": ("event", "import_events"),
+    "embedding": ("embedding", "import_embeddings"),
+}
+
+
+def _check_side_line(kind: str, obj: dict, source: str, where: str) -> tuple[str, dict]:
+    key = _SIDE[kind][0]
+    sid, item = obj.get("session_id"), obj.get(key)
+    if not isinstance(sid, str) or not isinstance(item, dict):
+        raise MalformedInput(source, where, f"{kind} line needs 'session_id' and a {key!r} object")
+    return sid, dict(item, session_id=sid)
+
+
+def _write_side(store, kind: str, item: dict, source: str, where: str) -> None:
+    try:
+        getattr(store, _SIDE[kind][1])([item])
+    except MessageNotFound as exc:
+        raise MalformedInput(source, where, str(exc)) from None
+    except (ValueError, TypeError) as exc:
+        raise MalformedInput(source, where, f"invalid {kind}: {exc}") from None
+
+
 def _nothing() -> None:
     pass
 
@@ -259,8 +315,9 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
     The sessions come as a ``list``; past 10,000 of them as a
     :class:`~sessionkit.io.SessionList` (read like a list, ids packed), so memory stays bounded.
 
-    Idempotent: messages already stored (same session and id), compactions and
-    labels already present (same id) are skipped. The file is read a line at a time;
+    Idempotent: messages already stored (same session and id), compactions, labels
+    and runs already present (same id), events already at their seq and vectors a
+    message holds already (same model) are skipped. The file is read a line at a time;
     consecutive messages of one session are written in blocks of up to 1,000
     lines, about 20 blocks per transaction, in file order, so write order survives.
     Malformed lines raise :class:`MalformedInput` naming the line; every line before
@@ -335,9 +392,17 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
                     flush()
                     sid, label = _check_label_line(obj, source, where)
                     batches.write(where, partial(_write_label, store, label, source, where), nbytes=nbytes)
+                elif kind in _SIDE:
+                    flush()
+                    sid, item = _check_side_line(kind, obj, source, where)
+                    sessions.append_new(sid)
+                    batches.write(where, partial(_write_side, store, kind, item, source, where), nbytes=nbytes)
                 else:
                     raise MalformedInput(
-                        source, where, f"unknown line type {kind!r} (expected 'message', 'compaction' or 'label')"
+                        source,
+                        where,
+                        f"unknown line type {kind!r} (expected 'message', 'compaction', 'label', 'run', "
+                        "'event' or 'embedding')",
                     )
                 bar.update()
         except MalformedInput:

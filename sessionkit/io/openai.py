@@ -46,7 +46,7 @@ from ._common import Batches, RootWatch, located, watching_roots, write_items
 from ._progress import Progress, check_progress
 from ._reading import EMPTY, TextStream, as_path, iter_jsonl, open_binary, parse_json
 
-__all__ = ["import_openai", "chat_to_messages"]
+__all__ = ["import_openai", "chat_to_messages", "chat_message_id"]
 
 _BATCH = 500
 _KNOWN = {"role", "content", "tool_calls", "tool_call_id", "function_call", "reasoning_content"}
@@ -136,6 +136,13 @@ def _parse_arguments(raw: Any, where: str, source: str, call: str) -> Any:
 def canonical(value: Any) -> str:
     """Key-order independent JSON, for hashing."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def chat_message_id(parent_id: str | None, records: list) -> str:
+    """The id a chat message gets when converted under ``parent_id``: ``oai-`` and 24 hex digits of
+    the SHA-256 of the parent's id and the message's source ``records`` (the chat message and the
+    tool results folded into it), so the same message under the same parent has the same id."""
+    return _message_id(parent_id, records, "<chat>", "message")
 
 
 def _message_id(parent: str | None, source_message: Any, source: str, where: str) -> str:

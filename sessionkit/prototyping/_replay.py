@@ -107,13 +107,21 @@ def _facts(replies: Iterable[dict]) -> dict:
 
 
 def _turns(path: list[dict]) -> tuple[str | None, list[tuple[dict, list[dict]]]]:
-    """The parent of the first user message, and each user message with the replies that follow it."""
+    """Where the replay's first user message hangs, and each user message with the replies that follow it.
+
+    The replay hangs above the system messages right before the first user message (the
+    system prompt the original was recorded with): the replaying agent's own instructions
+    take their place, as they do in a ``target`` session.
+    """
     turns: list[tuple[dict, list[dict]]] = []
     first_parent: str | None = None
     for index, message in enumerate(path):
         if message.get("role") == "user":
             if not turns:
-                first_parent = path[index - 1]["id"] if index else None
+                above = index
+                while above and path[above - 1].get("role") == "system":
+                    above -= 1
+                first_parent = path[above - 1]["id"] if above else None
             turns.append((message, []))
         elif turns:
             turns[-1][1].append(message)
@@ -161,7 +169,9 @@ async def replay(
     earlier turns; the first hangs under the original's first
     user message's parent (a new root when there is none), so the replay sits beside
     the original. With ``target`` (a store session), every replay starts a root
-    conversation there instead.
+    conversation there instead. Either way the model sees ``agent``'s instructions, not
+    the system prompt the original was recorded with: in place, the replay hangs above
+    the system messages right before the first user message.
 
     Resumable: a replayed user message's id is ``<name>:<original id>`` (with the source
     session between them when ``target`` is given), so calling ``replay`` again with the

@@ -41,6 +41,9 @@ How it behaves:
   sent once it is stored). ``Last-Event-ID: n`` (or ``?lastEventId=n``, ASCII digits)
   resumes after ``n``, also on a restarted server; a resume older than the window
   first gets ``{"error": "events_gap", "requestedSeq": n + 1, "earliestSeq": ...}``.
+  A session deleted and created again numbers its events on after the deleted one's
+  (ids never repeat under one session id); a resume point of the deleted session
+  replays the new one from its start.
 * Crash safety: every message answered ``202`` is in the store before the answer,
   with the run it belongs to. A run saves its messages, the conversation's digest
   and its "saved" mark in one transaction; a run that takes many queued messages
@@ -79,7 +82,8 @@ How it is built: :mod:`._app` (HTTP, WebSocket, auth), :mod:`._routes` (the rout
 table behind dispatch and the OpenAPI document), :mod:`._bodies` (what clients
 send), :mod:`._sessions` (the sessions), :mod:`._scheduler` (runs),
 :mod:`._coordinate` (one process or several), :mod:`._records` (the store's
-records, recovery), :mod:`._storeio` (store calls off the event loop),
+records, recovery), :mod:`._storeio` (store calls off the event loop), :mod:`._hosts`
+(:class:`HostGuard`: the Host and Origin checks every app sessionkit serves passes first),
 :mod:`._serve` (uvicorn and its timeouts), :mod:`._view` (``sessionkit view``: the store
 viewer over HTTP, docs/viewer.md).
 """
@@ -88,6 +92,8 @@ from __future__ import annotations
 
 try:
     from ._app import SessionServer, create_app
+    from ._collect import create_collect_app, serve_collect
+    from ._hosts import HostGuard
     from ._view import create_view_app, is_loopback, serve_view
 except ImportError as exc:  # starlette is an optional extra
     if (exc.name or "").split(".")[0] not in ("starlette", "anyio"):
@@ -96,7 +102,17 @@ except ImportError as exc:  # starlette is an optional extra
 
     raise missing("server", "starlette", exc) from exc
 
-__all__ = ["create_app", "SessionServer", "serve", "create_view_app", "serve_view", "is_loopback"]
+__all__ = [
+    "create_app",
+    "SessionServer",
+    "serve",
+    "create_view_app",
+    "serve_view",
+    "is_loopback",
+    "create_collect_app",
+    "serve_collect",
+    "HostGuard",
+]
 
 
 def serve(agent: str, store: str, *, token: str, **options):
@@ -104,7 +120,7 @@ def serve(agent: str, store: str, *, token: str, **options):
 
     What ``sessionkit serve`` runs; ``options`` are ``host``, ``port``, ``workers``
     (above 1: a PostgreSQL store), ``timeout_keep_alive``, ``timeout_request``,
-    ``timeout_graceful_shutdown``, ``limit_concurrency`` and ``log_level`` (see
+    ``timeout_graceful_shutdown``, ``limit_concurrency``, ``allowed_hosts`` and ``log_level`` (see
     :func:`sessionkit.server._serve.serve`).
     """
     try:

@@ -22,11 +22,12 @@ import logging
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, unquote
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -38,6 +39,7 @@ from ._bodies import check_session_id, invalid, parse_conversation_query, parse_
 from ._coordinate import coordinator_for
 from ._errors import Rejected, error_response, json_response, store_failure
 from ._events import CLOSED, Subscriber, dumps_event
+from ._hosts import HostGuard
 from ._openapi import openapi_document
 from ._routes import Route, match, resolve
 from ._sessions import Sessions
@@ -539,8 +541,14 @@ def create_app(
     max_queued: int = 100,
     events_window: int = 1_000,
     body_timeout: float = 30.0,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """An ASGI app serving ``agent`` over the sessions of ``store`` (docs/server.md).
+
+    Requests pass :class:`~sessionkit.server.HostGuard` first: one whose ``Host`` names
+    neither a loopback name, the address it arrived on, nor a name in ``allowed_hosts``
+    (``"*"``: any) is ``403 host_not_allowed``, and a change sent by another site's page
+    (its ``Origin``) is ``403 origin_not_allowed``.
 
     Clients authenticate with ``Authorization: Bearer <token>`` (``token`` is at least
     16 characters) or through ``authenticate(request)`` (sync or async; gets the
@@ -573,7 +581,7 @@ def create_app(
         events_window=events_window,
         body_timeout=body_timeout,
     )
-    app = Starlette(lifespan=server.lifespan)
+    app = Starlette(lifespan=server.lifespan, middleware=[Middleware(HostGuard, allowed_hosts=list(allowed_hosts))])
     # Every request goes to the server's own dispatch, which reads the raw path: a
     # session id with an encoded "/" or a newline is still one path segment (400),
     # and every answer, even for an unknown path, is JSON and comes after the auth check.

@@ -169,15 +169,21 @@ def conversation_cursor(leaf: str, compacted: bool, offset: int) -> str:
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
+#: The largest offset a cursor may hold: no path is longer, and the page's end (offset +
+#: limit) stays an index Python slices to (at most ``sys.maxsize``).
+_MAX_OFFSET = 2**53
+
+
 def _read_cursor(cursor: str) -> tuple[str, bool, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         leaf, compacted, offset = json.loads(raw.decode("ascii"))
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
+        # RecursionError: JSON nested deeper than the parser goes (a forged cursor)
         raise _bad_query("'cursor' is not a cursor this server gave") from None
     if not (isinstance(leaf, str) and leaf and isinstance(compacted, bool)):
         raise _bad_query("'cursor' is not a cursor this server gave")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= _MAX_OFFSET:
         raise _bad_query("'cursor' is not a cursor this server gave")
     return leaf, compacted, offset
 

@@ -90,10 +90,13 @@ class Subscriber:
 class EventHub:
     """The retained window of a session's events (public form) and its subscribers."""
 
-    def __init__(self, window: int, *, after_seq: int = -1, loading: bool = False) -> None:
+    def __init__(self, window: int, *, first_seq: int = 0, loading: bool = False) -> None:
         self.window = window
         self.frames: deque[tuple[int, str]] = deque(maxlen=window)
-        self.last_seq = after_seq
+        #: the id of the session's first event: 0, or after a deleted session of the same id
+        #: where that one's ended (ids below it are an earlier session's)
+        self.first_seq = first_seq
+        self.last_seq = first_seq - 1
         self.subscribers: set[Subscriber] = set()
         self.loading = loading
         self.pending: list[dict] = []
@@ -131,12 +134,16 @@ class EventHub:
 
     def subscribe(self, sub: Subscriber, after: int | None) -> None:
         """Queue the replay for ``sub`` (the window, or what follows ``after``) and register it."""
+        if after is not None and after < self.first_seq - 1:
+            # an id of an earlier session of the same id (deleted, created again): all of this
+            # session is new to the reader
+            after = self.first_seq - 1
         if after is None:
             replay = list(self.frames)
         else:
             earliest = self.earliest_seq
-            # Older than the window: events were lost to this reader. Beyond the last event:
-            # the reader followed an earlier session of the same id (deleted, created again).
+            # Older than the window: events were lost to this reader. Beyond the last event: a
+            # resume point this session never gave (another server's, a forged one).
             if after + 1 < earliest or after > self.last_seq:
                 gap = {"error": "events_gap", "requestedSeq": after + 1, "earliestSeq": earliest}
                 sub.put(None, dumps_event(gap))

@@ -7,7 +7,9 @@ the store's public API only. Per session, under its *stored key* (below):
 =====================  ====  =========================================================
 kind                   n     value
 =====================  ====  =========================================================
-``server.session``     0     ``{createdAt}``: the session exists (its presence is the test)
+``server.session``     0     ``{createdAt, eventBase}``: the session exists (its presence is
+                             the test); ``eventBase`` is the id of its first event (0, or
+                             after a deleted session of the same id, where that one's ended)
 ``server.digest``      0     ``{digest, lastSeq}``: the conversation's digest, changed in
                              the same transaction as the conversation
 ``server.message``     1..   ``{run, text, mode, queued, at, author?, node?, pending?, context?}``:
@@ -21,8 +23,9 @@ kind                   n     value
                              are in the conversation) or ``done`` (its end is recorded)
 ``server.status``      0     shared stores only: the driving worker's view (active run,
                              whether it takes messages, the queue), for the other workers
-``server.tombstone``   0     ``{runN, deletedAt}``: left by ``DELETE``, so a session created
-                             again under the same id never reuses a run id
+``server.tombstone``   0     ``{runN, eventN, deletedAt}``: left by ``DELETE``, so a session
+                             created again under the same id never reuses a run id nor an
+                             event id (``eventN``: the id its first event gets)
 =====================  ====  =========================================================
 
 Two store-wide indexes live under reserved keys (a session id never starts with
@@ -198,6 +201,17 @@ class Snapshot:
     @property
     def exists(self) -> bool:
         return self.session is not None
+
+    @property
+    def event_base(self) -> int:
+        """The public id of the session's first event: its stored ``seq`` 0 (docs/server.md)."""
+        base = (self.session or {}).get("eventBase")
+        return base if isinstance(base, int) and base >= 0 else 0
+
+    def next_event_base(self) -> int:
+        """The ``eventN`` a session created now under this key starts at (its tombstone's)."""
+        n = (self.tombstone or {}).get("eventN")
+        return n if isinstance(n, int) and n >= 0 else 0
 
     def top_run(self) -> int:
         """The highest run number this key ever used (tombstone, messages, runs, status)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -36,6 +37,8 @@ DEFAULTS = {
 }
 
 _REQUEST_TIMEOUT_ENV = "SESSIONKIT_SERVE_TIMEOUT_REQUEST"
+#: The ``allowed_hosts`` of the worker processes (one per line).
+ALLOWED_HOSTS_ENV = "SESSIONKIT_SERVE_ALLOW_HOSTS"
 
 
 class TimedH11Protocol(H11Protocol):
@@ -112,13 +115,15 @@ def serve(
     timeout_request: float = DEFAULTS["timeout_request"],
     timeout_graceful_shutdown: float = DEFAULTS["timeout_graceful_shutdown"],
     limit_concurrency: int | None = DEFAULTS["limit_concurrency"],  # type: ignore[assignment]
+    allowed_hosts: Iterable[str] = (),
     log_level: str = "info",
 ) -> None:
     """Serve ``agent`` (``"module:attr"``) over ``store`` (a path or URL) until stopped.
 
     ``workers`` above 1 runs that many processes on one port; they share the store,
     which must be PostgreSQL (``ValueError`` otherwise). The store's tables are
-    created or upgraded before the first request.
+    created or upgraded before the first request. ``allowed_hosts``: the ``Host`` names
+    answered besides loopback names and the server's own address (``HostGuard``).
     """
     import uvicorn
 
@@ -150,9 +155,10 @@ def serve(
         os.environ["SESSIONKIT_SERVE_AGENT"] = agent
         os.environ["SESSIONKIT_SERVE_CWD"] = os.getcwd()
         os.environ["SESSIONKIT_TOKEN"] = token
+        os.environ[ALLOWED_HOSTS_ENV] = "\n".join(allowed_hosts)
         uvicorn.run("sessionkit.server._worker:app", factory=True, workers=workers, **options)  # type: ignore[arg-type]
         return
     loaded = load_agent(agent)
     with sk.open_store(store) as opened:
-        app = create_app(loaded, opened, token=token, body_timeout=timeout_request)
+        app = create_app(loaded, opened, token=token, body_timeout=timeout_request, allowed_hosts=allowed_hosts)
         uvicorn.run(app, **options)  # type: ignore[arg-type]

@@ -175,6 +175,7 @@ class Sessions:
             return live
         live = Live(key, public_id, index, RunController())
         live.created_at = (snap.session or {}).get("createdAt") or R.now()
+        live.event_base = snap.event_base
         tomb = snap.tombstone or {}
         live.first_run = (tomb["runN"] + 1) if isinstance(tomb.get("runN"), int) else 1
         live.run_n = snap.top_run()
@@ -238,6 +239,7 @@ class Sessions:
         if live is not None and live.task is None:  # deleted behind the server's back
             self.drop(live)
         now = R.now()
+        event_base = snap.next_event_base()
         first_run = snap.top_run() + 1
         index, index_slot = R.index_key(principal), R.slot(public_id)
         entry = {
@@ -250,7 +252,7 @@ class Sessions:
         }
 
         def job() -> None:
-            store.put_records(key, R.SESSION, [(0, {"createdAt": now})])
+            store.put_records(key, R.SESSION, [(0, {"createdAt": now, "eventBase": event_base})])
             store.put_records(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": None})])
             store.put_records(index, R.INDEX, [(index_slot, entry)])
 
@@ -284,9 +286,12 @@ class Sessions:
             held = await self._take_run_for_delete(live)
         top = max(snap.top_run(), live.run_n)
         index, index_slot = live.index, R.slot(live.public_id)
-        tombstone = {"runN": top, "deletedAt": R.now()}
+        tombstone = {"runN": top, "eventN": snap.event_base, "deletedAt": R.now()}
 
         def job() -> None:
+            # the next session of this id numbers its events after this one's last
+            last = R.last_event_seq(store, key, snap.last_seq)
+            tombstone["eventN"] = max(snap.event_base + last + 1, snap.next_event_base())
             try:
                 store.delete_session(key)
             except SessionNotFound:
@@ -499,7 +504,7 @@ class Sessions:
             if live.hub is hub:
                 return hub
             return await self._hub(live)
-        hub = live.hub = EventHub(self.events_window, loading=True)
+        hub = live.hub = EventHub(self.events_window, first_seq=live.event_base, loading=True)
         window = self.events_window
         hint = live.next_seq - 1 if live.next_seq is not None else None
         store, key = self.store, live.key
@@ -563,8 +568,8 @@ class Sessions:
             if hub is None:
                 return False
             await hub.ready.wait()
-            after = hub.last_seq if hub.last_seq >= 0 else None
-            events = await self.io.read(self.store.events, live.key, after)
+            after = hub.last_seq - live.event_base  # the store's numbering
+            events = await self.io.read(self.store.events, live.key, after if after >= 0 else None)
             if live.hub is hub:
                 for event in events:
                     hub.publish(live.public_event(event))

@@ -117,6 +117,7 @@ class Live:
     stopping: bool = False
     hub: EventHub | None = None
     next_seq: int | None = None  # the next event seq, known while this process drives it
+    event_base: int = 0  # readers' id of the stored seq 0 (see public_event)
     status: dict | None = None  # the last status record written (shared stores)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     absorbing: bool = False  # shared stores: looking for messages other processes accepted
@@ -140,8 +141,12 @@ class Live:
         return run_id
 
     def public_event(self, event: dict) -> dict:
+        """An event as readers get it: the public ids, and ``seq`` on from ``event_base`` (the
+        store numbers each session from 0; a session created again goes on after the deleted one)."""
         out = dict(event)
         out["session_id"] = self.public_id
+        if self.event_base and isinstance(out.get("seq"), int):
+            out["seq"] += self.event_base
         if "run_id" in out:
             out["run_id"] = self.public_run_id(out["run_id"])
         return out

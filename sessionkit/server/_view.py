@@ -2,21 +2,25 @@
 
 A small Starlette app: the page and its assets (:mod:`sessionkit.widgets.viewer`, the same
 front end as the notebook views) and a read-only JSON API over the store's public API.
-Bound to 127.0.0.1 it needs no token; bound elsewhere it needs one, checked as the
-agent server checks it (:class:`._app._Auth`, a bearer header compared in constant
-time). Store calls run on a worker thread, one at a time, never on the event loop.
-``write=True`` adds the one writing route, deleting a session.
+Every request passes :class:`._hosts.HostGuard` first (its ``Host`` must name this server;
+a change from another site's page is refused), as on the agent server. Bound to 127.0.0.1
+it needs no token to read; bound elsewhere it needs one, checked as the agent server checks
+it (:class:`._app._Auth`, a bearer header compared in constant time), and ``serve_view``
+with ``write=True`` makes a random one when none is given. Store calls run on a worker
+thread, one at a time, never on the event loop. ``write=True`` adds the one writing route,
+deleting a session.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
@@ -24,6 +28,7 @@ from starlette.routing import Route
 from ..errors import SessionKitError, SessionNotFound
 from ..widgets import viewer
 from ._app import _Auth
+from ._hosts import HostGuard, is_loopback_host
 
 __all__ = ["create_view_app", "is_loopback", "serve_view"]
 
@@ -38,12 +43,7 @@ _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=ut
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only reaches this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host.strip("[]").lower())
 
 
 def _int(request: Request, name: str, default: int) -> int:
@@ -57,11 +57,18 @@ def _int(request: Request, name: str, default: int) -> int:
 
 
 def create_view_app(
-    store: Any, *, token: str | None = None, write: bool = False, title: str | None = None
+    store: Any,
+    *,
+    token: str | None = None,
+    write: bool = False,
+    title: str | None = None,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The viewer app over an open ``store``. ``token``: every ``/api`` request must send
     ``Authorization: Bearer <token>`` (16 characters or more); the page and its assets hold
-    no data and need none. ``write``: allow ``DELETE /api/session?id=...``."""
+    no data and need none. ``write``: allow ``DELETE /api/session?id=...``. Every request
+    passes :class:`HostGuard` first: a ``Host`` naming another server than this one (but the
+    names in ``allowed_hosts``) and a change asked by another site's page are refused (403)."""
     auth = _Auth(token, None) if token is not None else None
     lock = threading.Lock()
     title = title or "sessionkit viewer"
@@ -162,7 +169,7 @@ def create_view_app(
     ]
     if write:
         routes.insert(4, Route("/api/session", api(delete), methods=["DELETE"]))
-    return Starlette(routes=routes)
+    return Starlette(routes=routes, middleware=[Middleware(HostGuard, allowed_hosts=list(allowed_hosts))])
 
 
 def serve_view(
@@ -172,11 +179,13 @@ def serve_view(
     port: int = 8800,
     token: str | None = None,
     write: bool = False,
+    allowed_hosts: Iterable[str] = (),
     on_ready: Callable[[str], Any] | None = None,
     log_level: str = "warning",
 ) -> None:
     """Serve the viewer over the store at ``target`` (which must exist) until stopped.
-    A ``host`` that is not loopback needs a ``token`` (``ValueError`` otherwise).
+    A ``host`` that is not loopback needs a ``token`` (``ValueError`` otherwise); with
+    ``write`` and no ``token`` a random one is made (the page's URL carries it).
     ``on_ready(url)`` is called with the page's URL (the token in it) once the socket listens."""
     import uvicorn
 
@@ -186,8 +195,14 @@ def serve_view(
 
     if not is_loopback(host) and not token:
         raise ValueError(f"--host {host} reaches other machines: give a token (SESSIONKIT_TOKEN or --token)")
+    if write and not token:
+        # a page that can delete needs more than the Host and Origin checks: any program on this
+        # machine could call it; the token is in the printed URL only
+        token = secrets.token_urlsafe(24)
     with sk.open_store(target, create=False) as store:
-        app = create_view_app(store, token=token, write=write, title=f"sessionkit viewer · {target}")
+        app = create_view_app(
+            store, token=token, write=write, title=f"sessionkit viewer · {target}", allowed_hosts=allowed_hosts
+        )
         config = uvicorn.Config(app, host=host, port=port, http=TimedH11Protocol, log_level=log_level)
         server = uvicorn.Server(config)
 

@@ -3,8 +3,9 @@
 uvicorn starts its worker processes afresh and has each import an app factory;
 :func:`sessionkit.server.serve` passes what the factory needs in the environment:
 ``SESSIONKIT_SERVE_STORE`` (the store URL), ``SESSIONKIT_SERVE_AGENT`` (``module:attr``,
-imported from ``SESSIONKIT_SERVE_CWD`` first), ``SESSIONKIT_TOKEN`` and
-``SESSIONKIT_SERVE_TIMEOUT_REQUEST``. Every worker opens its own connection pool on
+imported from ``SESSIONKIT_SERVE_CWD`` first), ``SESSIONKIT_TOKEN``,
+``SESSIONKIT_SERVE_TIMEOUT_REQUEST`` and ``SESSIONKIT_SERVE_ALLOW_HOSTS`` (one per line).
+Every worker opens its own connection pool on
 the one PostgreSQL store; the store keeps the workers in step (see
 :mod:`sessionkit.server._coordinate`).
 """
@@ -30,4 +31,5 @@ def app():
     agent = load_agent(os.environ["SESSIONKIT_SERVE_AGENT"])
     store = sk.open_store(os.environ["SESSIONKIT_SERVE_STORE"])
     timeout = float(os.environ.get("SESSIONKIT_SERVE_TIMEOUT_REQUEST") or 30.0)
-    return create_app(agent, store, token=os.environ["SESSIONKIT_TOKEN"], body_timeout=timeout)
+    hosts = [h for h in os.environ.get("SESSIONKIT_SERVE_ALLOW_HOSTS", "").splitlines() if h]
+    return create_app(agent, store, token=os.environ["SESSIONKIT_TOKEN"], body_timeout=timeout, allowed_hosts=hosts)

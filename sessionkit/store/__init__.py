@@ -11,7 +11,6 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from ._analysis import VIEW_COLUMNS
 from ._labels import Label
 from ._scoring import LEVELS as SCORE_LEVELS
 from ._scoring import Score, Unit, scorer
@@ -37,6 +36,7 @@ from ._values import (
 )
 from .compaction import create_compact_function
 from .search import SearchHit
+from .sql.views import VIEW_COLUMNS
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -101,13 +101,15 @@ def _resolve(target: Any) -> tuple[str, str]:
     )
 
 
-def _require_existing(target: Any, options: dict) -> None:
+def _require_existing(target: Any, options: dict[str, Any]) -> None:
     """ValueError unless ``target`` already holds a sessionkit store (``create=False``).
 
-    Path checks come first, so a missing file is reported as such whatever its name.
+    Path checks come first, so a missing file is reported as such whatever its name. Then
+    the engine's ``probe`` asks, without creating anything (opening a store creates its
+    tables): SQLite and DuckDB open the file read-only, PostgreSQL looks the meta table up
+    in the catalog. Where a probe cannot decide (not a database at all, no answer from the
+    server, a file another process holds), it answers True and opening names the problem.
     """
-    from ._probe import holds_store
-
     shown = os.fspath(target) if isinstance(target, PurePath) else target
     local = None  # the file a path target names (None: a server URL)
     if isinstance(shown, str):
@@ -127,7 +129,13 @@ def _require_existing(target: Any, options: dict) -> None:
         if not os.path.exists(local):
             raise ValueError(f"no store at {shown!r}: the file does not exist")
     engine, location = _resolve(target)
-    if not holds_store(engine, location, options):
+    if engine == "sqlite":
+        from .engines.sqlite.probe import holds_store
+    elif engine == "duckdb":
+        from .engines.duckdb.probe import holds_store
+    else:
+        from .engines.postgresql.probe import holds_store
+    if not holds_store(location, options):
         where = "schema" if engine == "postgresql" else "file"
         raise ValueError(f"{shown!r} is not a sessionkit store (the {where} has no sessionkit_ tables)")
 
@@ -166,15 +174,15 @@ def open_store(
         reserved_metadata_keys = [reserved_metadata_keys]
     eng: Engine
     if engine == "sqlite":
-        from .sqlite import SQLiteEngine
+        from .engines.sqlite.engine import SQLiteEngine
 
         eng = SQLiteEngine(location, durability=durability, **engine_options)
     elif engine == "duckdb":
-        from .duckdb import DuckDBEngine
+        from .engines.duckdb.engine import DuckDBEngine
 
         eng = DuckDBEngine(location, durability=durability, **engine_options)
     else:
-        from .postgres import PostgresEngine
+        from .engines.postgresql.engine import PostgresEngine
 
         eng = PostgresEngine(location, durability=durability, **engine_options)
     return Store(eng, max_message_bytes=max_message_bytes, reserved_metadata_keys=reserved_metadata_keys)

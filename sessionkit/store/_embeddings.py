@@ -80,11 +80,23 @@ def _embedder(embedder: Any, options: Any = None) -> Callable[[list[str]], Any]:
 
 
 def _vector_text(vector: Any, where: str) -> tuple[int, str]:
-    """``(dim, JSON text)`` of one vector, each value rounded to float32 (7 significant digits)."""
-    try:
-        values = [float(v) for v in vector]
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: a vector is a sequence of numbers ({exc})") from None
+    """``(dim, JSON text)`` of one vector, each value rounded to float32 (7 significant digits).
+
+    Refused (before anything is stored): what is not a sequence of numbers (a str, bytes or
+    a mapping would be read as its characters or keys, bools as 0 and 1), an empty vector,
+    a value that is NaN or infinite once rounded to float32, and a vector that is all zeros
+    once rounded: its cosine similarity is NaN, which would rank ahead of every real match.
+    """
+    if isinstance(vector, (str, bytes, bytearray, dict)) or not isinstance(vector, Iterable):
+        raise TypeError(f"{where}: a vector is a sequence of numbers, got {type(vector).__name__}")
+    values = []
+    for v in vector:
+        if isinstance(v, (str, bytes)) or type(v).__name__ in ("bool", "bool_"):
+            raise TypeError(f"{where}: a vector's values are numbers, got {type(v).__name__} {v!r}")
+        try:
+            values.append(float(v))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{where}: a vector is a sequence of numbers ({exc})") from None
     if not values:
         raise ValueError(f"{where}: the vector is empty")
     if not all(math.isfinite(v) for v in values):
@@ -92,8 +104,32 @@ def _vector_text(vector: Any, where: str) -> tuple[int, str]:
     try:
         packed = struct.unpack(f"{len(values)}f", struct.pack(f"{len(values)}f", *values))
     except OverflowError:
-        raise ValueError(f"{where}: a value does not fit in a float32") from None
+        packed = (math.inf,)
+    # (a value just past float32's largest rounds to infinity without an OverflowError:
+    # checked on the rounded values)
+    if not all(math.isfinite(v) for v in packed):
+        raise ValueError(f"{where}: a value does not fit in a float32 (largest {_FLOAT32_MAX:.7g})")
+    if not any(packed):
+        raise ValueError(f"{where}: the vector is a zero vector (once rounded to float32): it has no direction")
     return len(values), "[" + ",".join(format(v, ".7g") for v in packed) + "]"
+
+
+#: float32's largest finite value.
+_FLOAT32_MAX = struct.unpack("f", bytes.fromhex("ffff7f7f"))[0]
+
+
+def _stored_dim(eng: Any, model: str) -> int | None:
+    """The length of the vectors stored for ``model`` (None when it has none)."""
+    with eng.snapshot():
+        rows = eng.fetch(eng.compile("SELECT dim FROM {embeddings} WHERE model = ? LIMIT 1"), (model,))
+    return int(rows[0][0]) if rows else None
+
+
+def _dim_error(model: str, stored: int, n: int, what: str) -> ValueError:
+    return ValueError(
+        f"the store holds vectors of {stored} values for the model {model!r}; {what} has {n}:"
+        " a model's vectors keep one length (name the new vectors after another model)"
+    )
 
 
 def embed(eng: Any, embedder: Any, *, batch_size: int, progress: Any, options: Any = None) -> int:
@@ -108,7 +144,8 @@ def embed(eng: Any, embedder: Any, *, batch_size: int, progress: Any, options: A
     with eng.snapshot():
         total = eng.fetch(eng.compile(_COUNT), (model,))[0][0]
     bar = _conveniences.progress(progress, total=total, desc="embed", unit="msg")
-    done, last, dim = 0, 0, None
+    done, last = 0, 0
+    stored = dim = _stored_dim(eng, model)
     try:
         while True:
             with eng.snapshot():
@@ -126,6 +163,8 @@ def embed(eng: Any, embedder: Any, *, batch_size: int, progress: Any, options: A
                 n, text = _vector_text(vector, f"the vector of message {mid!r} of session {sid!r}")
                 if dim is None:
                     dim = n
+                elif n != dim and stored is not None:
+                    raise _dim_error(model, stored, n, f"the vector of message {mid!r} of session {sid!r}")
                 elif n != dim:
                     raise ValueError(f"the embedder returned vectors of {dim} and {n} values")
                 out.append((model, seq, sid, mid, n, text))
@@ -188,6 +227,10 @@ def similar(
         else:
             model = model_name(embedder)
     vector = _query_vector(store, query, model, embedder)
+    dims = store.sql_arrow("SELECT DISTINCT dim FROM embeddings WHERE model = $model", {"model": model})
+    dims = dims.column("dim").to_pylist()
+    if dims and len(vector) not in dims:
+        raise _dim_error(model, dims[0], len(vector), "the query's vector")
     params: dict[str, Any] = {"q": vector, "model": model, "k": k, "dim": len(vector)}
     where = ""
     if session_ids is not None:

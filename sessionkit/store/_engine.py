@@ -1,5 +1,5 @@
-"""The engine contract: the storage primitives an engine (``sqlite.py``, ``duckdb.py``,
-``postgres.py``) supplies to :class:`~sessionkit.store.Store` and :class:`~sessionkit.store.Session`."""
+"""The engine contract: the storage primitives an engine (``engines/sqlite``, ``engines/duckdb``,
+``engines/postgresql``) supplies to :class:`~sessionkit.store.Store` and :class:`~sessionkit.store.Session`."""
 
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ class Engine(abc.ABC):
     def close(self) -> None: ...
 
     @abc.abstractmethod
-    def write(self) -> contextlib.AbstractContextManager:
+    def write(self) -> contextlib.AbstractContextManager[Any]:
         """One write transaction (commit on success, rollback on error); nested ones join it."""
 
     @abc.abstractmethod
-    def snapshot(self) -> contextlib.AbstractContextManager:
+    def snapshot(self) -> contextlib.AbstractContextManager[Any]:
         """Reads inside see one state of the store."""
 
     # reads ---------------------------------------------------------------
@@ -97,11 +97,11 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def has_compactions(self, sid: str) -> bool: ...
     @abc.abstractmethod
-    def stats(self) -> dict: ...
+    def stats(self) -> dict[str, Any]: ...
     @abc.abstractmethod
     def runs(self, sid: str) -> list[RunRecord]: ...
     @abc.abstractmethod
-    def events(self, sid: str, after_seq: int | None) -> list[dict]: ...
+    def events(self, sid: str, after_seq: int | None) -> list[dict[str, Any]]: ...
 
     # writes (inside write()) -------------------------------------------------
     def append_simple(self, sid: str, prep: Prepared, parent_id: str | _Latest | None, created_at: str) -> Appended:
@@ -158,10 +158,10 @@ class Engine(abc.ABC):
     ) -> None: ...
     @abc.abstractmethod
     def w_run_end(
-        self, run_id: str, status: str, error: str | None, usage: dict | None, ended_at: str | None
+        self, run_id: str, status: str, error: str | None, usage: dict[str, Any] | None, ended_at: str | None
     ) -> None: ...
     @abc.abstractmethod
-    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]: ...
+    def w_append_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
 
     @abc.abstractmethod
     def analysis_query(
@@ -190,7 +190,7 @@ class Engine(abc.ABC):
     # ``Label`` rows of ``sessionkit_labels``; a message's labels go with it
     # (``w_delete``, ``w_clear``). SQLEngine has them from ``_labels.LabelSQL``.
     @abc.abstractmethod
-    def w_add_labels(self, labels: list) -> list:
+    def w_add_labels(self, labels: list[Any]) -> list[Any]:
         """Insert the labels whose id is not stored yet; returns those inserted."""
 
     @abc.abstractmethod
@@ -198,7 +198,7 @@ class Engine(abc.ABC):
         """Delete a label (of ``session_id`` when given); ``(session_id, message_id)`` or None."""
 
     @abc.abstractmethod
-    def labels(self, filters: LabelFilter) -> list:
+    def labels(self, filters: LabelFilter) -> list[Any]:
         """The labels matching every filter that is not None (``_labels.query``), in the order they were added."""
 
     # reading many ----------------------------------------------------------------
@@ -254,10 +254,35 @@ class Engine(abc.ABC):
         ids = self.scan_session_ids() if session_ids is None else session_ids
         return _chunks(((sid, r) for sid in ids for r in self.runs(sid)), batch_size)
 
-    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         """``(session_id, event)`` of every run event of ``session_ids``, session by session, by seq."""
         ids = self.scan_session_ids() if session_ids is None else session_ids
         return _chunks(((sid, e) for sid in ids for e in self.events(sid, None)), batch_size)
+
+    # facts as they are (Store.import_runs / import_events / import_embeddings) ------
+    # Each writes rows already checked by the store, keeping their ids, times and seqs;
+    # a row already stored is skipped, so importing twice adds nothing.
+    @abc.abstractmethod
+    def w_import_runs(self, runs: list[RunRecord]) -> list[RunRecord]:
+        """Insert the runs whose id is not stored yet (each numbered after its session's
+        last run); a run id stored in another session -> ``ValueError``. Returns those inserted."""
+
+    @abc.abstractmethod
+    def w_import_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Insert the events (each with its ``seq``) whose seq the session has no event at;
+        a seq holding another event -> ``ValueError``. Returns those inserted."""
+
+    @abc.abstractmethod
+    def w_import_embeddings(self, rows: list[tuple[str, str, str, int, str]]) -> int:
+        """``(session_id, message_id, model, dim, vector JSON)`` rows: insert those whose message
+        has no vector of that model yet (a missing message -> ``MessageNotFound``); how many."""
+
+    @abc.abstractmethod
+    def scan_embeddings(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        """``(session_id, {"message_id", "model", "vector"})`` of every vector of ``session_ids``,
+        session by session, each session's in message write order then by model."""
 
     # several processes (capabilities.shared_feed / capabilities.coordination) ------
     def publish(self, event: ChangeEvent) -> None:

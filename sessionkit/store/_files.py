@@ -19,11 +19,12 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from ..errors import StoreLocked
 
 # (st_dev, st_ino) -> [the name the file is open by in this process, store objects on it]
-_OPEN: dict[tuple[int, int], list] = {}
+_OPEN: dict[tuple[int, int], list[Any]] = {}
 _LOCK = threading.Lock()
 
 

@@ -7,10 +7,10 @@ write afterwards keeps it current through the hooks below, which the engine's wr
 call. Each engine keeps its index its own way:
 
 * SQLite: an FTS5 table kept by triggers, with a second one for the newest messages
-  (``_sqlite_search.FTS5Index``);
+  (``engines/sqlite/search.py``: ``FTS5Index``);
 * DuckDB: an inverted index of stems with their positions, ranked with BM25 in SQL
-  (``_duckdb_search.TermsIndex``);
-* PostgreSQL: a GIN-indexed ``tsvector`` per message (``_pg_search.TsvectorIndex``).
+  (``engines/duckdb/search.py``: ``TermsIndex``);
+* PostgreSQL: a GIN-indexed ``tsvector`` per message (``engines/postgresql/search.py``: ``TsvectorIndex``).
 
 Hits are ``(seq, session_id, id, role, score)`` rows, best first; the store restores
 their messages (see :meth:`sessionkit.store.Store.search`).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import parts as _parts
 from ._values import Compaction, Node, TreeNode
@@ -110,7 +110,7 @@ def _model_tokens(tokens: Sequence[int], ranges: Iterable[tuple[int, int, Compac
     return total
 
 
-def _overlay(comp: Compaction, count: int) -> dict:
+def _overlay(comp: Compaction, count: int) -> dict[str, Any]:
     """The message a compaction shows as on read (docs/compaction.md)."""
     return _parts.overlay_message(
         id=comp.id,

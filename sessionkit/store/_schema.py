@@ -16,7 +16,7 @@ import operator
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
 from ._labels import LABEL_COLUMNS
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: DuckDB: single appends written as one JSON row each, moved into the messages table in
-#: batches (see :mod:`sessionkit.store.duckdb`).
+#: batches (see :mod:`sessionkit.store.engines.duckdb.engine`).
 DUCKDB_JOURNAL_TABLE = "CREATE TABLE IF NOT EXISTS sessionkit_journal (row VARCHAR NOT NULL)"
 
 #: Stored JSON longer than this (characters) continues in ``sessionkit_chunks`` rows.
@@ -130,7 +130,7 @@ TABLES: dict[str, Table] = {
                 Column("path_tokens", "bigint", analysis=False),
                 Column("chunks", "int", default="0", analysis=False),
                 # SQLite: 0 when the row followed its session's latest row as it was written,
-                # so it needs no entry in the children index (see sqlite.py). Before content,
+                # so it needs no entry in the children index (see engines/sqlite/engine.py). Before content,
                 # so reading it never reads a long row's overflow pages.
                 Column("branch", "int", default="1", only=("sqlite",), analysis=False),
                 # The analysis columns (docs/analysis.md), written with the row so that no query decodes
@@ -356,7 +356,7 @@ class Migration:
     note: str
     steps: dict[str, tuple[str | Callable[[SQLEngine], None], ...]] = field(default_factory=dict)
 
-    def steps_for(self, dialect: str) -> tuple:
+    def steps_for(self, dialect: str) -> tuple[Any, ...]:
         return self.steps.get("*", ()) + self.steps.get(dialect, ())
 
 

@@ -49,13 +49,15 @@ class Session:
     def __init__(self, store: Store, session_id: str):
         self._store = store
         self.session_id = session_id
-        self._compact_fn: Callable | None = None
+        self._compact_fn: Callable[..., Any] | None = None
         self._compact_after: int | None = None
 
     def __repr__(self) -> str:
         return f"<sessionkit.Session {self.session_id!r} in {self._store!r}>"
 
-    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict | tuple[dict, dict]:
+    def _repr_mimebundle_(
+        self, include: object = None, exclude: object = None
+    ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
         """Notebook display: a BranchTree widget when ipywidgets is installed, else static HTML."""
         return _conveniences.session_bundle(self)
 
@@ -75,7 +77,7 @@ class Session:
         return self._store._check()
 
     # -- writing ------------------------------------------------------------------
-    def append(self, message: dict, *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
+    def append(self, message: dict[str, Any], *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
         """Add a message (docs/message-tree.md). Idempotent on ``message["id"]``: the first write wins."""
         strip = self._strip_for(source)
         parent_id = _parent_arg(parent_id)
@@ -103,7 +105,7 @@ class Session:
         return result
 
     def append_many(
-        self, messages: Iterable[dict], *, parent_id: Any = LATEST, source: str = "server"
+        self, messages: Iterable[dict[str, Any]], *, parent_id: Any = LATEST, source: str = "server"
     ) -> list[AppendResult]:
         """Append a chain of messages in one transaction (docs/message-tree.md).
 
@@ -140,7 +142,9 @@ class Session:
         for r in inserted:
             store._emit(ChangeEvent("append", self.session_id, (r.message["id"],), r.message))
 
-    def import_message(self, message: dict, *, parent_id: str | None = None, created_at: Any = None) -> AppendResult:
+    def import_message(
+        self, message: dict[str, Any], *, parent_id: str | None = None, created_at: Any = None
+    ) -> AppendResult:
         """Store a message as is (docs/message-tree.md): no change event, never triggers compaction.
 
         ``created_at`` (a datetime or epoch milliseconds) becomes the message's
@@ -151,7 +155,7 @@ class Session:
         prep = self._prepare(message, (), iso, set_created=iso)
         return self._write_prepared([prep], parent_id, created_at=iso)[0]
 
-    def import_many(self, items: Iterable[tuple[dict, Any, Any]]) -> list[AppendResult]:
+    def import_many(self, items: Iterable[tuple[dict[str, Any], Any, Any]]) -> list[AppendResult]:
         """Import many messages in one transaction: each item is ``(message, parent_id, created_at)``.
 
         Each item means what :meth:`import_message` does with those arguments (the
@@ -180,7 +184,7 @@ class Session:
             rows = [(prep, parent_id, iso or _created_from(prep)) for prep, parent_id, iso in preps]
             results = eng.w_insert_many(self.session_id, rows, index)
             old = [seq for inserted, seq in results if not inserted]
-            stored: dict[int, dict] = {}
+            stored: dict[int, dict[str, Any]] = {}
             for chunk in _chunks(old, _BATCH):
                 stored.update(zip(chunk, self._load(chunk)))
         for (prep, _, _), (inserted, seq) in zip(rows, results):
@@ -238,7 +242,7 @@ class Session:
         with eng.write():
             results = eng.w_insert_many(self.session_id, items, eng.index.maintained())
             old = [seq for inserted, seq in results if not inserted]
-            stored: dict[int, dict] = {}
+            stored: dict[int, dict[str, Any]] = {}
             for chunk in _chunks(old, _BATCH):
                 stored.update(zip(chunk, self._load(chunk)))
         return [
@@ -265,16 +269,16 @@ class Session:
             if parent is None:
                 existing = eng.node(sid, mid)
                 if existing is not None:  # read in this write transaction: it is there
-                    return AppendResult(False, cast(dict, self._read(existing.seq)))
+                    return AppendResult(False, cast("dict[str, Any]", self._read(existing.seq)))
                 raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
         stamp = created_at or _created_from(prep)
         node = eng.w_insert(sid, prep, parent, stamp, index)
         if node is None:  # (sid, mid) exists: found in this write transaction
             existing = cast(Node, eng.node(sid, mid))
-            return AppendResult(False, cast(dict, self._read(existing.seq)))
+            return AppendResult(False, cast("dict[str, Any]", self._read(existing.seq)))
         return AppendResult._stored(prep)  # prepare() made a private copy
 
-    def update(self, message: dict) -> dict:
+    def update(self, message: dict[str, Any]) -> dict[str, Any]:
         """Replace the stored content of ``message["id"]`` (its place in the tree stays)."""
         eng = self._eng()
         _msg.validate(message)
@@ -283,7 +287,7 @@ class Session:
             if node is None:
                 raise MessageNotFound(f"message {message['id']!r} is not in session {self.session_id!r}")
             if message.get("createdAt") is None:  # keep the stored creation time, as written
-                stored = cast(dict, self._read(node.seq))  # in this write transaction: it is there
+                stored = cast("dict[str, Any]", self._read(node.seq))  # in this write transaction: it is there
                 message = dict(message, createdAt=stored.get("createdAt", node.created_at))
             prep = self._prepare(message, (), node.created_at)
             eng.w_update(self.session_id, node, prep, eng.index.maintained())
@@ -327,11 +331,11 @@ class Session:
         self._store._emit(ChangeEvent("clear", self.session_id, ()))
 
     # -- reading ------------------------------------------------------------------
-    def _read(self, seq: int) -> dict | None:
+    def _read(self, seq: int) -> dict[str, Any] | None:
         """The stored message of a row; None when it was deleted meanwhile."""
         return self._restore(seq, self._eng().contents([seq])[0])
 
-    def _restore(self, seq: int, raw: str | None) -> dict | None:
+    def _restore(self, seq: int, raw: str | None) -> dict[str, Any] | None:
         return self._store._restore(seq, raw)
 
     def _leaf(self, leaf_id: str | None) -> Node | None:
@@ -344,21 +348,21 @@ class Session:
             raise MessageNotFound(f"message {leaf_id!r} is not in session {self.session_id!r}")
         return node
 
-    def get(self, id: str) -> dict | None:
+    def get(self, id: str) -> dict[str, Any] | None:
         """The message with this id, or None."""
         eng = self._eng()
         with eng.snapshot():
             node = eng.node(self.session_id, _str_arg(id, "id"))
             return None if node is None else self._read(node.seq)
 
-    def latest_leaf(self) -> dict | None:
+    def latest_leaf(self) -> dict[str, Any] | None:
         """The latest leaf (docs/message-tree.md), or None in an empty session."""
         eng = self._eng()
         with eng.snapshot():
             node = eng.latest(self.session_id)
             return None if node is None else self._read(node.seq)
 
-    def branches(self, id: str) -> list[dict]:
+    def branches(self, id: str) -> list[dict[str, Any]]:
         """Direct children of a message, oldest first."""
         eng = self._eng()
         id = _str_arg(id, "id")
@@ -368,7 +372,7 @@ class Session:
             kids = eng.children(self.session_id, id)
             return self._load([k.seq for k in kids])
 
-    def roots(self) -> list[dict]:
+    def roots(self) -> list[dict[str, Any]]:
         """Messages without a parent (each starts a tree of its own), oldest first."""
         eng = self._eng()
         with eng.snapshot():
@@ -385,7 +389,7 @@ class Session:
             for n in self._eng().nodes(self.session_id)
         ]
 
-    def get_many(self, ids: Iterable[str]) -> dict[str, dict]:
+    def get_many(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The stored messages of ``ids`` as ``{id: message}``, in the order asked; unknown ids are left out.
 
         One batched read (a few queries however many ids), for views that show a
@@ -399,7 +403,7 @@ class Session:
         eng = self._eng()
         found = {n.id: n.seq for n in eng.nodes_by_id(self.session_id, wanted)}
         order = [mid for mid in wanted if mid in found]
-        out: dict[str, dict] = {}
+        out: dict[str, dict[str, Any]] = {}
         for chunk in _chunks(order, _BATCH):
             out.update(zip(chunk, self._load([found[mid] for mid in chunk])))
         return out
@@ -440,7 +444,7 @@ class Session:
     def __len__(self) -> int:
         return self._eng().count(self.session_id)
 
-    def _load(self, seqs: list[int]) -> list[dict]:
+    def _load(self, seqs: list[int]) -> list[dict[str, Any]]:
         """The messages of these rows, in order; rows deleted meanwhile are left out."""
         out = []
         for seq, raw in zip(seqs, self._eng().contents(seqs)):
@@ -451,7 +455,7 @@ class Session:
 
     def history(
         self, *, leaf_id: str | None = None, newest_first: bool = False, compacted: bool = True
-    ) -> Iterator[dict]:
+    ) -> Iterator[dict[str, Any]]:
         """Yield the path from the root to the leaf (default: the latest leaf), streaming.
 
         Content is fetched in bounded batches; no transaction stays open between
@@ -468,7 +472,7 @@ class Session:
             return self._walk_up(leaf)
         return self._walk_skeleton(leaf, comps, newest_first)
 
-    def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]:
+    def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict[str, Any]]:
         """The path from the root to the leaf as a list (docs/message-tree.md), read as one state of the store.
 
         The path is read newest first in range scans of its runs, content included,
@@ -483,12 +487,12 @@ class Session:
             rows = eng.walk(self.session_id, leaf, leaf.depth + 1, True)
             rows.reverse()
             # Read in one snapshot: every row of the path is there (no None).
-            messages = cast("list[dict]", [self._restore(node.seq, raw) for node, raw in rows])
+            messages = cast("list[dict[str, Any]]", [self._restore(node.seq, raw) for node, raw in rows])
         if not comps:
             return messages
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
         ranges = _choose_ranges(comps, {node.id: i for i, (node, _) in enumerate(rows) if node.id in ends})
-        out: list = []
+        out: list[Any] = []
         pos = 0
         for start, end, comp in ranges:
             out += messages[pos:start]
@@ -497,11 +501,11 @@ class Session:
         out += messages[pos:]
         return out
 
-    def snapshot(self) -> list[dict]:
+    def snapshot(self) -> list[dict[str, Any]]:
         """A deep copy of the latest path, compaction applied."""
         return self.get_history()
 
-    def _walk_up(self, leaf: Node) -> Iterator[dict]:
+    def _walk_up(self, leaf: Node) -> Iterator[dict[str, Any]]:
         # Pages start small and grow: a caller taking the newest few reads little.
         for page in self._eng().walk_pages(self.session_id, leaf, None, True, first=16):
             for node, raw in page:
@@ -530,7 +534,9 @@ class Session:
         ranges = _choose_ranges(comps, {k: n - 1 - v for k, v in found.items()})
         return seqs, tokens, ranges
 
-    def _walk_skeleton(self, leaf: Node, comps: list[tuple[int, Compaction]], newest_first: bool) -> Iterator[dict]:
+    def _walk_skeleton(
+        self, leaf: Node, comps: list[tuple[int, Compaction]], newest_first: bool
+    ) -> Iterator[dict[str, Any]]:
         seqs, tokens, ranges = self._skeleton(leaf, comps)
         # Segments in path order: ("raw", start, end) or ("comp", compaction, start, end)
         segments: list[tuple[str, int, int, Any]] = []
@@ -600,7 +606,7 @@ class Session:
         if not chosen:
             return RecentHistory([], False, 0)
         chosen.reverse()
-        msgs: list[dict] = []
+        msgs: list[dict[str, Any]] = []
         for node, raw in chosen:
             message = self._restore(node.seq, raw)
             if message is None:  # deleted meanwhile: the window ends below it
@@ -642,7 +648,7 @@ class Session:
         entries.reverse()
         raw = [node.seq for node, comp, _ in entries if comp is None]
         contents = dict(zip(raw, self._eng().contents(raw)))
-        messages: list[dict] = []
+        messages: list[dict[str, Any]] = []
         for node, comp, count in entries:
             message = _overlay(comp, count) if comp is not None else self._restore(node.seq, contents.get(node.seq))
             if message is None:  # deleted meanwhile: the window ends below it
@@ -653,7 +659,7 @@ class Session:
         return RecentHistory(messages, truncated, leaf.path_bytes)
 
     # -- compaction -----------------------------------------------------------------
-    def on_compaction(self, fn: Callable) -> Session:
+    def on_compaction(self, fn: Callable[..., Any]) -> Session:
         """Register ``fn(messages, ctx) -> CompactionResult | None`` (docs/compaction.md)."""
         if not callable(fn):
             raise TypeError("on_compaction needs a callable")
@@ -855,7 +861,7 @@ class Session:
         self,
         target: Any,
         *,
-        transform: Callable[[dict], Any] | None = None,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
         intercept: Callable[[ChangeEvent], Any] | None = None,
     ) -> Callable[[], None]:
         """Keep ``target`` equal to ``[transform(m) for m in get_history()]`` (docs/message-tree.md)."""

@@ -4,7 +4,7 @@ Each fact lives here once: the tables and their columns (:data:`TABLES`), the on
 schema ledger every engine follows (:data:`MIGRATIONS`), row mapping, continuation
 rows of long messages, payload references and their collection, path totals,
 delete and clear cascades, compactions, runs, events and records. An engine
-(``sqlite.py``, ``duckdb.py``, ``postgres.py``) is a subclass that supplies what
+(``engines/sqlite``, ``engines/duckdb``, ``engines/postgresql``) is a subclass that supplies what
 truly differs: its connection and transaction model, locking, its search index,
 its fast append path and its driver's errors.
 
@@ -29,7 +29,7 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import messages as _msg
 from ..errors import MessageNotFound, StoreClosed, StoreCorrupt
@@ -41,13 +41,29 @@ from ._schema import (
 from ._sql_base import SQLBase
 from ._values import LATEST, Compaction, Node, RunRecord, SessionInfo, _Latest
 
+if TYPE_CHECKING:
+    from .sql.cache import AnalysisSource
+
 __all__ = ["SQLEngine", "LocalEngine"]
 
 
-def _run_record(row: tuple, meta: str | None) -> RunRecord:
+def _run_record(row: tuple[Any, ...], meta: str | None) -> RunRecord:
     """A run record from ``run_id, session_id, status, error, started_at, ended_at, usage, input`` and its meta."""
     usage = json.loads(row[6]) if row[6] else None
     return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], usage, row[7], json.loads(meta) if meta else None)
+
+
+#: The statements of the imports of facts as they are (``w_import_*``, ``scan_embeddings``).
+_FACT_STATEMENTS = {
+    "import_run": (
+        "INSERT INTO {runs} (run_id, session_id, status, input, error, started_at, ended_at, usage, meta, n)"
+        " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, coalesce(max(n), 0) + 1 FROM {runs} WHERE session_id = ?"
+    ),
+    "events_at": "SELECT seq, data FROM {events} WHERE session_id = ? AND seq {in_seqs}",
+    "vectors_at": "SELECT model, seq FROM {embeddings} WHERE seq {in_seqs}",
+    "vector_sessions": "SELECT DISTINCT session_id FROM {embeddings} ORDER BY 1",
+    "vectors_of": "SELECT message_id, model, vector FROM {embeddings} WHERE session_id = ? ORDER BY seq, model",
+}
 
 
 # ---------------------------------------------------------------------------
@@ -168,7 +184,7 @@ class SQLEngine(SQLBase):
         # a _Pending that _join_chunks replaces with the joined text
         return row[11] if not row[10] else _Pending(row[0], row[11])
 
-    def _join_chunks(self, out: list) -> None:
+    def _join_chunks(self, out: list[Any]) -> None:
         pending = [i for i, (_, c) in enumerate(out) if isinstance(c, _Pending)]
         if not pending:
             return
@@ -243,7 +259,7 @@ class SQLEngine(SQLBase):
     def has_compactions(self, sid: str) -> bool:
         return self.fetch_one(self.sql["has_compactions"], (sid,)) is not None
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         sessions, messages, compactions, blobs, blob_bytes, runs, events = self.fetch_one(self.sql["counts"])
         return {
             "engine": self.kind,
@@ -265,7 +281,7 @@ class SQLEngine(SQLBase):
     def runs(self, sid: str) -> list[RunRecord]:
         return [_run_record(r[:8], r[8]) for r in self.fetch(self.sql["runs"], (sid,))]
 
-    def events(self, sid: str, after_seq: int | None) -> list[dict]:
+    def events(self, sid: str, after_seq: int | None) -> list[dict[str, Any]]:
         rows = self.fetch(self.sql["events"], (sid, -1 if after_seq is None else int(after_seq)))
         return [json.loads(r[0]) for r in rows]
 
@@ -301,14 +317,14 @@ class SQLEngine(SQLBase):
         for page in self._keyset("scan_runs", batch_size, key=lambda r: (r[1], r[8])):
             yield [(r[1], _run_record(r[:8], r[9])) for r in page]
 
-    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict]]]:
+    def scan_events(self, session_ids: list[str] | None, batch_size: int) -> Iterator[list[tuple[str, dict[str, Any]]]]:
         if session_ids is not None:
             yield from super().scan_events(session_ids, batch_size)
             return
         for page in self._keyset("scan_events", batch_size, key=lambda r: (r[0], r[1])):
             yield [(r[0], json.loads(r[2])) for r in page]
 
-    def _pages_by_seq(self, name: str, batch_size: int) -> Iterator[list]:
+    def _pages_by_seq(self, name: str, batch_size: int) -> Iterator[list[Any]]:
         """Pages of a statement ordered by ``seq`` (its rows' second column), each after the last."""
         last = 0
         while True:
@@ -318,7 +334,7 @@ class SQLEngine(SQLBase):
             last = rows[-1][1]
             yield rows
 
-    def _keyset(self, name: str, batch_size: int, key: Callable[[Any], tuple[str, int]]) -> Iterator[list]:
+    def _keyset(self, name: str, batch_size: int, key: Callable[[Any], tuple[str, int]]) -> Iterator[list[Any]]:
         """Pages of a statement ordered by ``(session_id, number)``, each after the last."""
         sid, n = "", -(1 << 62)
         while True:
@@ -352,7 +368,7 @@ class SQLEngine(SQLBase):
             prep.role,
         )
 
-    def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep: _msg.Prepared) -> tuple:
+    def message_values(self, sid: str, node: Node, head: str, nchunks: int, prep: _msg.Prepared) -> tuple[Any, ...]:
         """The values of :data:`INSERT_COLUMNS` (``STATEMENTS["insert"]``)."""
         return (
             sid,
@@ -370,7 +386,7 @@ class SQLEngine(SQLBase):
             head,
         )
 
-    def prepared_values(self, prep: _msg.Prepared) -> tuple:
+    def prepared_values(self, prep: _msg.Prepared) -> tuple[Any, ...]:
         """The values of :data:`PREPARED_COLUMNS` for ``prep`` (``text`` as :meth:`stored_text` gives it)."""
         values = prepared_getter(prep)
         text = values[TEXT_AT]
@@ -417,7 +433,7 @@ class SQLEngine(SQLBase):
         known = {n.id: n for n in self.nodes_by_id(sid, sorted(wanted))}
         latest: Node | None = None
         latest_read = False
-        plan: list[tuple] = []  # (prep, node, parent) of the rows to insert, in order
+        plan: list[tuple[Any, ...]] = []  # (prep, node, parent) of the rows to insert, in order
         result: list[tuple[bool, str]] = []
         for prep, parent_id, created_at in items:
             mid = prep.id
@@ -581,17 +597,22 @@ class SQLEngine(SQLBase):
         self.log_change(sid, "compactions")
 
     # -- analysis (store.sql): DuckDB SQL over a cache of the analysis columns ----------
-    #: Whether rows become visible in write-sequence order (one writer at a time).
-    ORDERED_COMMITS = True
+    def analysis_source(self) -> AnalysisSource:
+        """Where the analysis cache reads this store's rows from (see ``sql/cache.py``): an
+        engine whose rows travel another way, or whose cache is a file, supplies its own."""
+        from .sql.cache import AnalysisSource
+
+        return AnalysisSource(self)
 
     def analysis_query(
         self, query: str, params: Any = None, session_ids: list[str] | None = None, files: bool = False
     ) -> Any:
         """Run a read-only DuckDB query over the analysis views; a ``pyarrow.Table``.
 
-        The shared engine keeps an in-memory cache of the analysis columns beside the
-        store, refreshed from the change log before each query (``_cache.Cache``)."""
-        from . import _cache
+        The shared engine keeps a cache of the analysis columns beside the store, filled
+        from the engine's :meth:`analysis_source` and refreshed from the change log before
+        each query (``sql.cache.Cache``)."""
+        from .sql import cache as _cache
 
         with self._analysis_runs.run() as run:  # (StoreClosed once the store closes)
             cache = self._analysis
@@ -600,7 +621,7 @@ class SQLEngine(SQLBase):
                     run.raise_if_stopped()
                     cache = self._analysis
                     if cache is None:
-                        cache = self._analysis = _cache.Cache(self, ordered=self.ORDERED_COMMITS)
+                        cache = self._analysis = _cache.Cache(self.analysis_source())
             return cache.query(query, params, session_ids, run=run, files=files)
 
     def interrupt_analysis(self) -> None:
@@ -620,7 +641,9 @@ class SQLEngine(SQLBase):
         self.execute(self.sql["run_begin"], (run_id, sid, input, started_at, meta, sid))
         self.log_change(sid, "runs")
 
-    def w_run_end(self, run_id: str, status: str, error: str | None, usage: dict | None, ended_at: str | None) -> None:
+    def w_run_end(
+        self, run_id: str, status: str, error: str | None, usage: dict[str, Any] | None, ended_at: str | None
+    ) -> None:
         self.execute(
             self.sql["run_end"], (status, error, None if usage is None else _msg.dumps(usage), ended_at, run_id)
         )
@@ -629,7 +652,7 @@ class SQLEngine(SQLBase):
             if row is not None:
                 self.log_change(row[0], "runs")
 
-    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]:
+    def w_append_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         self.lock_events(sid)
         start = self.fetch_one(self.sql["events_next"], (sid,))[0]
         for i, ev in enumerate(events):
@@ -650,7 +673,7 @@ class SQLEngine(SQLBase):
         if self.CHANGE_LOG:
             self.execute(self.sql["log_change"], (sid, kind, seq))
 
-    def update_analysis_columns(self, values: list) -> None:
+    def update_analysis_columns(self, values: list[Any]) -> None:
         """``(text, n_parts, tool_names, metadata, seq)`` rows (the version 6 migration)."""
         self.execute_many(self.sql["fill_analysis"], [(self.stored_text(v[0]), *v[1:]) for v in values])
 
@@ -661,6 +684,93 @@ class SQLEngine(SQLBase):
             [(sid, kind, n, data) for n, data in latest.items()],
             "ON CONFLICT (session_id, kind, n) DO UPDATE SET data = excluded.data",
         )
+
+    # -- writes and reads of facts as they are (imports, exports, copies) ---------------
+    def w_import_runs(self, runs: list[RunRecord]) -> list[RunRecord]:
+        added = []
+        for run in runs:
+            row = self.fetch_one(self.sql["run_session"], (run.run_id,))
+            if row is not None:
+                if row[0] != run.session_id:
+                    raise ValueError(f"run {run.run_id!r} is stored in session {row[0]!r}, not {run.session_id!r}")
+                continue
+            self.lock_events(run.session_id)
+            usage = None if run.usage is None else _msg.dumps(run.usage)
+            meta = None if run.meta is None else _msg.dumps(run.meta)
+            self.execute(
+                self._fact_sql("import_run"),
+                (run.run_id, run.session_id, run.status, run.input, run.error, run.started_at)
+                + (run.ended_at, usage, meta, run.session_id),
+            )
+            self.log_change(run.session_id, "runs")
+            added.append(run)
+        return added
+
+    def w_import_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        self.lock_events(sid)
+        stored: dict[int, dict[str, Any]] = {}
+        for part in _split([ev["seq"] for ev in events], 1000):
+            for seq, data in self.fetch(self._fact_sql("events_at"), (sid, self.listed(part))):
+                stored[seq] = json.loads(data)
+        added = []
+        for ev in events:
+            held = stored.get(ev["seq"])
+            if held is None:
+                stored[ev["seq"]] = ev
+                added.append(ev)
+            elif held != ev:
+                raise ValueError(f"session {sid!r} holds another event at seq {ev['seq']}")
+        self.insert_rows("events", [(sid, ev["seq"], ev.get("run_id"), _msg.dumps(ev)) for ev in added])
+        if added:
+            self.log_change(sid, "events", min(ev["seq"] for ev in added))
+        return added
+
+    def w_import_embeddings(self, rows: list[tuple[str, str, str, int, str]]) -> int:
+        by_session: dict[str, list[tuple[str, str, str, int, str]]] = {}
+        for given in rows:
+            by_session.setdefault(given[0], []).append(given)
+        out: list[tuple[str, int, str, str, int, str]] = []  # rows of the table: model, seq, sid, mid, dim, vector
+        for sid, items in by_session.items():
+            self.lock_session(sid)
+            seqs = {n.id: n.seq for n in self.nodes_by_id(sid, list({r[1] for r in items}))}
+            for _, mid, model, dim, vector in items:
+                if mid not in seqs:
+                    raise MessageNotFound(f"a {model!r} vector names message {mid!r}, which is not in session {sid!r}")
+                out.append((model, seqs[mid], sid, mid, dim, vector))
+        held: set[tuple[str, int]] = set()
+        for part in _split(sorted({r[1] for r in out}), 1000):
+            held.update((m, seq) for m, seq in self.fetch(self._fact_sql("vectors_at"), (self.listed(part),)))
+        fresh = []
+        for row in out:
+            if (row[0], row[1]) not in held:
+                held.add((row[0], row[1]))
+                fresh.append(row)
+        self.insert_rows("embeddings", fresh)
+        for sid in sorted({r[2] for r in fresh}):
+            self.log_change(sid, "embeddings")
+        return len(fresh)
+
+    def scan_embeddings(
+        self, session_ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+        if session_ids is None:
+            session_ids = [r[0] for r in self.fetch(self._fact_sql("vector_sessions"))]
+        page: list[tuple[str, dict[str, Any]]] = []
+        for sid in session_ids:
+            for mid, model, vector in self.fetch(self._fact_sql("vectors_of"), (sid,)):
+                page.append((sid, {"message_id": mid, "model": model, "vector": json.loads(vector)}))
+                if len(page) >= batch_size:
+                    yield page
+                    page = []
+        if page:
+            yield page
+
+    def _fact_sql(self, name: str) -> str:
+        key = ("facts", name)  # compiled once, kept beside the engine's compiled inserts
+        sql = self._inserts.get(key)
+        if sql is None:
+            sql = self._inserts[key] = self.compile(_FACT_STATEMENTS[name])
+        return sql
 
     def update_extras(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         """Engine columns to change with an update (beyond the shared ones)."""
@@ -767,6 +877,6 @@ class _Any:
 _ANY = _Any()
 
 
-def _split(items: list, size: int) -> Iterator[list]:
+def _split(items: list[Any], size: int) -> Iterator[list[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]

@@ -176,7 +176,7 @@ STATEMENTS: dict[str, str] = {
 _FIELD = re.compile(r"\{(\w+)\}")
 
 
-class _Statements(dict):
+class _Statements(dict[str, str]):
     """Compiled statements by name; a missing one is a bug, reported as such."""
 
     def __missing__(self, key: str) -> str:
@@ -214,7 +214,7 @@ class SQLBase(LabelSQL, Engine):
         self._inserts: dict[tuple[str, str], str] = {}
         self._analysis: Any = None
         self._analysis_setup = threading.Lock()
-        from ._query import Runs  # (no DuckDB import: that comes with the first query)
+        from .sql.query import Runs  # (no DuckDB import: that comes with the first query)
 
         self._analysis_runs = Runs()
 
@@ -252,7 +252,7 @@ class SQLBase(LabelSQL, Engine):
         """One statement written like :data:`STATEMENTS`, compiled for this engine."""
         return self.dialect.compile(template, self.template_fields())
 
-    def listed(self, values: Iterable) -> Any:
+    def listed(self, values: Iterable[Any]) -> Any:
         """The parameter for an ``{in_seqs}``/``{in_ids}`` fragment."""
         return list(values)
 
@@ -261,12 +261,12 @@ class SQLBase(LabelSQL, Engine):
         return self._fields[name]
 
     # -- connection model (engine) ------------------------------------------------
-    def connection(self) -> contextlib.AbstractContextManager:
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
         """The connection statements run on now: the write transaction's, when this
         thread is inside :meth:`write`, else one for this read."""
         raise NotImplementedError
 
-    def snapshot(self) -> contextlib.AbstractContextManager:
+    def snapshot(self) -> contextlib.AbstractContextManager[Any]:
         """Reads inside see one state of the store (several statements, one answer)."""
         return contextlib.nullcontext()
 
@@ -298,7 +298,7 @@ class SQLBase(LabelSQL, Engine):
         except UnicodeError as exc:  # a driver encoding a lone surrogate (validation names fields first)
             raise InvalidMessage(f"a value is not valid Unicode text (it holds a lone surrogate): {exc}") from exc
 
-    def fetch(self, sql: str, params: Params = ()) -> list:
+    def fetch(self, sql: str, params: Params = ()) -> list[Any]:
         with self.guard(), self.connection() as conn:
             return conn.execute(sql, params).fetchall()
 
@@ -310,13 +310,13 @@ class SQLBase(LabelSQL, Engine):
         with self.guard(), self.connection() as conn:
             conn.execute(sql, params)
 
-    def execute_many(self, sql: str, rows: list[Sequence]) -> None:
+    def execute_many(self, sql: str, rows: list[Sequence[Any]]) -> None:
         if not rows:
             return
         with self.guard(), self.connection() as conn:
             conn.executemany(sql, rows)
 
-    def insert_rows(self, table: str, rows: Sequence[Sequence], conflict: str = "") -> None:
+    def insert_rows(self, table: str, rows: Sequence[Sequence[Any]], conflict: str = "") -> None:
         """Insert whole rows (every column of ``table``, in :data:`TABLES` order), with
         an optional ``ON CONFLICT`` clause."""
         if not rows:
@@ -414,7 +414,7 @@ class SQLBase(LabelSQL, Engine):
     def after_migrate(self) -> None:
         """Engine work after the tables were created or upgraded (e.g. stored functions)."""
 
-    def upgrade_to_3(self) -> None:  # SQLite only (see sqlite.py)
+    def upgrade_to_3(self) -> None:  # SQLite only (see engines/sqlite/engine.py)
         raise NotImplementedError
 
     def ledger(self) -> list[tuple[int, str, str]]:

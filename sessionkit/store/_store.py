@@ -9,6 +9,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
@@ -32,6 +33,14 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger("sessionkit")
+
+
+def _time_arg(value: Any, name: str) -> str:
+    """A run's time as stored (ISO 8601 UTC, milliseconds); not a time -> the error naming ``name``."""
+    try:
+        return _msg.to_iso(value)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{name}: {str(exc).removeprefix('created_at: ')}") from None
 
 
 class Store:
@@ -102,7 +111,9 @@ class Store:
         state = "closed" if self._closed else "open"
         return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
 
-    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict | tuple[dict, dict]:
+    def _repr_mimebundle_(
+        self, include: object = None, exclude: object = None
+    ) -> dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]:
         """Notebook display: a session browser widget when ipywidgets is installed, else a table."""
         return _conveniences.store_bundle(self)
 
@@ -154,7 +165,7 @@ class Store:
             eng.w_delete_session(session_id)
         self._emit(ChangeEvent("clear", session_id, ()))
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """Counts and sizes: ``sessions``, ``messages``, ``compactions``, ``blobs``, ``blob_bytes``,
         ``indexed_messages``, ``bytes``, ``runs``, ``events``, and ``schema_version`` (the
         version of the store's tables: opening a store upgrades older tables to it)."""
@@ -298,7 +309,9 @@ class Store:
         return hits
 
     # -- embeddings (docs/analysis.md#find-similar) ---------------------------------
-    def embed(self, embedder: Any, *, batch_size: int = 256, progress: Any = None, options: dict | None = None) -> int:
+    def embed(
+        self, embedder: Any, *, batch_size: int = 256, progress: Any = None, options: dict[str, Any] | None = None
+    ) -> int:
         """Store one vector per message with text that has none of this model yet (so a
         second call embeds only the messages added since); returns how many it embedded.
 
@@ -336,7 +349,7 @@ class Store:
             return []
         return _embeddings.similar(self, query, k=k, session_ids=session_ids, embedder=embedder, model=model)
 
-    def _restore(self, seq: int, raw: str | None) -> dict | None:
+    def _restore(self, seq: int, raw: str | None) -> dict[str, Any] | None:
         """A message from its stored JSON (payloads put back); None for a row deleted
         meanwhile, including one whose payload went with it before it was read."""
         if raw is None:
@@ -438,11 +451,56 @@ class Store:
             self, scorer, sessions=sessions, where=where, level=level, concurrency=concurrency, progress=progress
         )
 
-    def import_labels(self, labels: Iterable[_labels.Label | dict]) -> int:
+    def import_labels(self, labels: Iterable[_labels.Label | dict[str, Any]]) -> int:
         """Store labels as they are (their ids and times kept), in one transaction: a label
         whose id is stored already is skipped, so importing twice adds nothing. Each
         label's message must be stored. Returns how many were added."""
         return _labels.import_labels(self, labels)
+
+    # -- facts as they are: imports, exports and copies (docs/importing.md) -----------
+    def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
+        """Store run records as they are, in one transaction; returns how many were added.
+
+        Each run is a :class:`RunRecord` (as :meth:`runs` gives them) or a dict of its
+        fields (``run_id``, ``session_id``, ``status``, ``started_at``; ``ended_at``,
+        ``error``, ``input``, ``usage``, ``meta`` optional): its id, status, times,
+        input, error, usage and meta are kept, and it is numbered after the runs its
+        session holds (so runs imported in order keep their order). A run whose id is
+        stored already is skipped, so importing twice adds nothing; one stored under
+        another session -> ``ValueError``. Every run is checked before anything is
+        written: a field of the wrong type -> ``TypeError``, a time that is not ISO 8601,
+        an unknown field -> ``ValueError``, each naming the run."""
+        from . import _facts
+
+        return _facts.import_runs(self, runs)
+
+    def import_events(self, events: Iterable[dict[str, Any]]) -> int:
+        """Store run events as they are, in one transaction; returns how many were added.
+
+        Each event is a JSON object as :meth:`events` gives them: its ``session_id`` and
+        ``seq`` (an int from 0) say where it goes, the rest (``kind``, ``ts``,
+        ``run_id``...) is kept unchanged. An event whose session holds the same event at
+        that seq is skipped, so importing twice adds nothing; a seq holding another event
+        -> ``ValueError``. Every event is checked before anything is written (not a dict,
+        no session id or seq, not JSON -> ``TypeError``/``ValueError`` naming it)."""
+        from . import _facts
+
+        return _facts.import_events(self, events)
+
+    def import_embeddings(self, vectors: Iterable[dict[str, Any]]) -> int:
+        """Store message vectors as they are (see :meth:`embed`), in one transaction;
+        returns how many were added.
+
+        Each is a dict ``{"session_id", "message_id", "model", "vector"}`` (a row of the
+        ``embeddings`` view, or of ``store.scan("embeddings")`` with its session id);
+        the vector is kept as :meth:`embed` keeps one (float32 values). A message that
+        holds a vector of that model already is skipped, so importing twice adds nothing.
+        The message must be stored (else :class:`MessageNotFound`); a vector that is
+        empty, holds a NaN, or differs in length from another of its model in the call
+        -> ``ValueError``, checked before anything is written."""
+        from . import _facts
+
+        return _facts.import_embeddings(self, vectors)
 
     # -- runs and events (docs/agents.md) -------------------------------------------
     def runs(self, session_id: str) -> list[RunRecord]:
@@ -450,7 +508,7 @@ class Store:
         eng = self._check()
         return eng.runs(_str_arg(session_id, "session_id"))
 
-    def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
+    def events(self, session_id: str, after_seq: int | None = None) -> list[dict[str, Any]]:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         eng = self._check()
         session_id = _str_arg(session_id, "session_id")
@@ -462,7 +520,15 @@ class Store:
             after_seq = max(int(after_seq), -1)  # seqs start at 0
         return eng.events(session_id, after_seq)
 
-    def begin_run(self, session_id: str, run_id: str, input: str | None, *, meta: dict | None = None) -> None:
+    def begin_run(
+        self,
+        session_id: str,
+        run_id: str,
+        input: str | None,
+        *,
+        meta: dict[str, Any] | None = None,
+        started_at: datetime | int | float | str | None = None,
+    ) -> None:
         """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
 
         The agent calls this before a run's first event; :meth:`runs` lists the run
@@ -470,6 +536,8 @@ class Store:
         JSON object kept as :attr:`RunRecord.meta` (the agent records ``at``, where
         the run started, and a variant's or a replay's labels: docs/agents.md); not
         a dict -> ``TypeError``, not JSON-encodable -> ``TypeError`` naming ``meta``.
+        ``started_at`` (a datetime, epoch milliseconds or ISO 8601 time; default now)
+        records a run that started earlier, as an imported trace did.
         """
         eng = self._check()
         session_id = _str_arg(session_id, "session_id")
@@ -485,12 +553,22 @@ class Store:
             except TypeError as exc:
                 why = str(exc).removeprefix("message is not JSON-encodable: ")
                 raise TypeError(f"meta of run {run_id!r} is not JSON-encodable: {why}") from None
+        began = _msg.now_iso() if started_at is None else _time_arg(started_at, "started_at")
         with eng.write():
-            eng.w_run_begin(session_id, run_id, input, _msg.now_iso(), stored_meta)
+            eng.w_run_begin(session_id, run_id, input, began, stored_meta)
 
-    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+    def end_run(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        error: str | None = None,
+        usage: dict[str, Any] | None = None,
+        ended_at: datetime | int | float | str | None = None,
+    ) -> None:
         """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
-        ``"interrupted"``), the error text of a failure and the run's summed ``usage``."""
+        ``"interrupted"``), the error text of a failure and the run's summed ``usage``;
+        ``ended_at`` as ``started_at`` of :meth:`begin_run` (default now)."""
         eng = self._check()
         run_id = _str_arg(run_id, "run_id")
         status = _str_arg(status, "status")
@@ -498,8 +576,9 @@ class Store:
             error = _str_arg(error, "error")
         if usage is not None:
             _json_arg(usage, "usage")
+        ended = _msg.now_iso() if ended_at is None else _time_arg(ended_at, "ended_at")
         with eng.write():
-            eng.w_run_end(run_id, status, error, usage, _msg.now_iso())
+            eng.w_run_end(run_id, status, error, usage, ended)
 
     def reopen_run(self, run_id: str) -> None:
         """Record that run ``run_id`` runs again: status ``"running"``, its error, usage and end cleared.
@@ -514,7 +593,7 @@ class Store:
         with eng.write():
             eng.w_run_end(run_id, "running", None, None, None)
 
-    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
+    def append_events(self, session_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         """Store run events of a session (docs/agents.md) in one transaction; returns them as stored.
 
         Each event is a JSON object; the store sets ``session_id`` and the next ``seq``
@@ -626,7 +705,7 @@ class Store:
     # -- reading everything ------------------------------------------------------------
     def scan(
         self, kind: str, *, session_ids: Iterable[str] | None = None, batch_size: int = 20_000
-    ) -> Iterator[list[tuple]]:
+    ) -> Iterator[list[tuple[Any, ...]]]:
         """Read every row of ``kind`` in the store (or of ``session_ids``), in batches.
 
         Yields lists of at most ``batch_size`` rows, each starting with its session id:
@@ -635,10 +714,12 @@ class Store:
         - ``"messages"``: ``(session_id, TreeNode, message)``, payloads restored;
         - ``"compactions"``: ``(session_id, Compaction)``;
         - ``"runs"``: ``(session_id, RunRecord)``;
-        - ``"events"``: ``(session_id, event)``.
+        - ``"events"``: ``(session_id, event)``;
+        - ``"embeddings"``: ``(session_id, {"message_id", "model", "vector"})``, the
+          vectors :meth:`embed` stored (each session's in message write order).
 
         Nodes, messages and compactions come in store-wide write order (the order
-        an export replays them in); runs and events session by session, each
+        an export replays them in); runs, events and vectors session by session, each
         session's in its order (runs as they began, events by ``seq``).
         ``session_ids=None`` covers every session, including those holding only
         runs, events or compactions. Content is read one batch at a time, so the
@@ -669,13 +750,17 @@ class Store:
             return ids
         return None  # every session: the engine lists them all (scan_session_ids)
 
-    def _scan_chunks(self, eng: Engine, kind: str, ids: list[str] | None, batch_size: int) -> Iterator[list[tuple]]:
+    def _scan_chunks(
+        self, eng: Engine, kind: str, ids: list[str] | None, batch_size: int
+    ) -> Iterator[list[tuple[Any, ...]]]:
         if kind == "compactions":
             yield from eng.scan_compactions(ids, batch_size)
         elif kind == "runs":
             yield from eng.scan_runs(ids, batch_size)
         elif kind == "events":
             yield from eng.scan_events(ids, batch_size)
+        elif kind == "embeddings":
+            yield from eng.scan_embeddings(ids, batch_size)
         else:
             for batch in eng.scan_nodes(ids, batch_size):
                 self._check()
@@ -771,7 +856,7 @@ class Store:
     def to_arrow(self, view: str) -> pa.Table:
         """One analysis view (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``)
         as a ``pyarrow.Table``, in its natural order (messages in write order)."""
-        from ._analysis import VIEW_ORDER
+        from .sql.views import VIEW_ORDER
 
         if view not in VIEW_ORDER:
             raise ValueError(f"unknown view {view!r}; views are {', '.join(VIEW_ORDER)}")

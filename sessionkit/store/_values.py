@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import (
     MessageNotFound,
@@ -42,7 +42,7 @@ class AppendResult:
     """What an append or import did: ``inserted`` is False when the id was already stored."""
 
     inserted: bool
-    message: dict
+    message: dict[str, Any]
 
     @classmethod
     def _stored(cls, prepared: Prepared) -> AppendResult:
@@ -53,7 +53,7 @@ class AppendResult:
         object.__setattr__(result, "_prepared", prepared)
         return result
 
-    def __getattr__(self, name: str) -> dict:  # only for attributes not set: ``message`` of a _stored result
+    def __getattr__(self, name: str) -> dict[str, Any]:  # only for attributes not set: ``message`` of a _stored result
         prepared = self.__dict__.get("_prepared")
         if name != "message" or prepared is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -77,7 +77,7 @@ class ChangeEvent:
     type: str  # append | update | delete | clear | compact | label
     session_id: str
     message_ids: tuple[str, ...]
-    message: dict | None = None
+    message: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class CompactionContext:
 
 @dataclass(frozen=True)
 class RecentHistory:
-    messages: list[dict]
+    messages: list[dict[str, Any]]
     truncated: bool
     total_content_bytes: int
 
@@ -125,11 +125,11 @@ class RunRecord:
     error: str | None
     started_at: str
     ended_at: str | None
-    usage: dict | None
+    usage: dict[str, Any] | None
     input: str | None = None
     #: What the run was, as :meth:`Store.begin_run` recorded it (a JSON object; docs/agents.md):
     #: ``at``, the message its turn hangs under, and for a variant or a replay its labels.
-    meta: dict | None = None
+    meta: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,8 @@ class Tree:
     nodes: tuple[TreeNode, ...]
     latest_id: str | None
     compactions: tuple[TreeCompaction, ...]
-    _tree_index: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _tree_children: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _tree_index: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _tree_children: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         index = self._tree_index
@@ -329,7 +329,7 @@ class PathView:
 
 
 #: What :meth:`Store.scan` reads: rows of ``(session_id, ...)`` per kind.
-SCAN_KINDS = ("nodes", "messages", "compactions", "runs", "events")
+SCAN_KINDS = ("nodes", "messages", "compactions", "runs", "events", "embeddings")
 
 
 class Appended(enum.Enum):

@@ -61,7 +61,7 @@ def run_maybe_async(value: Any) -> Any:
 _RESULT_STATES = frozenset({"output-available", "output-error", "output-denied"})
 
 
-def _tool_marks(message: dict) -> Iterator[tuple[str, bool | None]]:
+def _tool_marks(message: dict[str, Any]) -> Iterator[tuple[str, bool | None]]:
     """``(call id, is_result)`` for each tool call or result a message carries.
 
     Shapes met: tool parts (``toolCallId``, any part type) holding the call and,
@@ -91,7 +91,7 @@ def _tool_marks(message: dict) -> Iterator[tuple[str, bool | None]]:
         yield str(message["tool_call_id"]), True
 
 
-def _unsplittable(messages: list[dict]) -> list[bool]:
+def _unsplittable(messages: list[dict[str, Any]]) -> list[bool]:
     """``out[p]``: whether the boundary before ``messages[p]`` would part a tool call from its
     result (``p`` from 0 to ``len(messages)``; the two ends never do).
 
@@ -122,11 +122,11 @@ def _unsplittable(messages: list[dict]) -> list[bool]:
     return out
 
 
-def _is_overlay(message: dict) -> bool:
+def _is_overlay(message: dict[str, Any]) -> bool:
     return isinstance(message.get("metadata"), dict) and "compaction" in message["metadata"]
 
 
-def render_for_summary(messages: list[dict]) -> str:
+def render_for_summary(messages: list[dict[str, Any]]) -> str:
     """Plain-text rendering of messages for a summarisation prompt."""
     lines = []
     for m in messages:
@@ -158,7 +158,7 @@ def create_compact_function(
     keep_recent_tokens: int = 20_000,
     protect_head: int = 3,
     min_tail_messages: int = 2,
-) -> Callable[[list[dict], CompactionContext], CompactionResult | None]:
+) -> Callable[[list[dict[str, Any]], CompactionContext], CompactionResult | None]:
     """Build a compaction function for :meth:`Session.on_compaction` (docs/compaction.md).
 
     ``summarize(prompt) -> str`` may be sync or async. The first ``protect_head``
@@ -179,7 +179,7 @@ def create_compact_function(
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
 
-    def compact(messages: list[dict], ctx: CompactionContext) -> CompactionResult | None:
+    def compact(messages: list[dict[str, Any]], ctx: CompactionContext) -> CompactionResult | None:
         n = len(messages)
         start = min(protect_head, n)
         # An earlier summary after the head: extend it (same start -> it replaces the old one).

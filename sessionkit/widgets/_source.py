@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..parts import OVERLAY_PREFIX, output_text, preview, tool_parts
+from ..parts import OVERLAY_PREFIX, input_text, output_text, preview, tool_parts
 from ..store import Session, Tree
 
 __all__ = [
@@ -414,7 +414,7 @@ def message_view(message: dict, *, tokens: int | None = None) -> dict:
                 "name": kind[5:],
                 "id": p.get("toolCallId"),
                 "state": p.get("state"),
-                "input": _clip(output_text(p["input"]), _JSON_LIMIT) if "input" in p else None,
+                "input": _clip(input_text(p["input"]), _TEXT_LIMIT) if "input" in p else None,
                 "output": _clip(output_text(p["output"]), _TEXT_LIMIT) if "output" in p else None,
                 "error": p.get("errorText"),
             }

@@ -14,7 +14,7 @@ import html
 import re
 from typing import Any
 
-from ..parts import fold_lines, output_text
+from ..parts import fold_lines, input_text, output_text
 from . import _runlog
 from ._source import (
     TreeData,
@@ -459,7 +459,7 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
             for tool in t["tools"]:
                 status = "error" if tool.get("error") else ("done" if tool.get("done") else "running")
                 inner = f'<summary>tool <b>{_e(tool.get("name"))}</b> <span class="sk-badge">{status}</span></summary>'
-                inner += f"<div>input</div>{_output_html(tool.get('input'))}"
+                inner += f"<div>input</div>{_output_html(input_text(tool.get('input')))}"
                 if tool.get("done") and not tool.get("error"):
                     inner += f"<div>output</div>{_output_html(tool.get('output'))}"
                 if tool.get("error"):

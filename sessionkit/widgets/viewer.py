@@ -18,14 +18,13 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionNotFound
+from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
-from ._source import load_messages, message_view, path_entries, tree_data, tree_json
+from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
 
 __all__ = [
     "SORT_COLUMNS",
@@ -95,6 +94,14 @@ def _script_json(value: Any) -> str:
     return text
 
 
+def _script_data(value: Any) -> str:
+    """``value`` as a JavaScript expression for a bundle's data files: ``JSON.parse("...")``
+    and not an object literal, because in a literal a key ``"__proto__"`` (a session or
+    message id like any other) sets the object's prototype instead of storing a value."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return f"JSON.parse({_script_json(text)})"
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, (_dt.datetime, _dt.date)):
         return value.isoformat()
@@ -104,12 +111,12 @@ def _plain(value: Any) -> Any:
 
 
 def _has_labels(store: Any) -> bool:
-    """Whether the store has a ``labels`` view with ``session_id`` and ``label`` columns."""
+    """Whether the store has a ``labels`` view with ``session_id`` and ``tag`` columns."""
     try:
         names = set(store.sql_arrow("SELECT * FROM labels LIMIT 0").column_names)
     except Exception:  # no such view: this store (or this version) has no labels
         return False
-    return {"session_id", "label"} <= names
+    return {"session_id", "tag"} <= names
 
 
 _RUNS = (
@@ -133,8 +140,8 @@ def _source_sql(only: bool) -> str:
 
 def _labels_sql(only: bool) -> str:
     return (
-        "SELECT session_id, string_agg(DISTINCT CAST(label AS VARCHAR), ', ') AS labels FROM labels "
-        f"WHERE label IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
+        "SELECT session_id, string_agg(DISTINCT CAST(tag AS VARCHAR), ', ' ORDER BY CAST(tag AS VARCHAR)) "
+        f"AS labels FROM labels WHERE tag IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
     )
 
 
@@ -240,7 +247,9 @@ def _session(store: Any, session_id: str) -> Any:
 
 def session_state(store: Any, session_id: str) -> dict:
     """What the session page opens with: the BranchTree's tree (arrays, no text), the latest
-    leaf, and the session's runs (``run_id``, ``status``). ``SessionNotFound`` for no session."""
+    leaf, the session's runs (``run_id``, ``status``) and its labels by message id (as the
+    notebook views get them: ``id, tag, rating, target, note, author``; badges in the tree
+    and the transcript). ``SessionNotFound`` for no session."""
     session = _session(store, session_id)
     tree = tree_json(tree_data(session))
     return {
@@ -248,6 +257,7 @@ def session_state(store: Any, session_id: str) -> dict:
         "tree": tree,
         "latest": tree["ids"][tree["latest"]] if tree["n"] and tree["latest"] is not None else None,
         "runs": [{"run_id": r.run_id, "status": r.status} for r in store.runs(session_id)],
+        "labels": labels_json(session),
     }
 
 
@@ -312,17 +322,57 @@ def page_html(
     )
 
 
-def write_bundle(store: Any, folder: str | Path, *, session_ids: Iterable[str] | None = None) -> Path:
-    """Write the viewer as a static site in ``folder`` (created; its old files replaced):
-    ``index.html``, the assets, and the data as script files that set globals (a browser
+#: The file a bundle writes first in its folder: the files it wrote, one per line. It marks the
+#: folder as a bundle (one ``force=True`` may replace) and names the only files a replacement removes.
+MARKER = ".sessionkit-bundle"
+_MARKER_HEAD = "sessionkit viewer bundle: the files below were written by `sessionkit view --bundle`"
+
+
+def _earlier_bundle(out: Path, force: bool) -> list[Path]:
+    """The files of an earlier bundle in ``out`` to remove before writing (``[]`` for a new or
+    empty folder). ``UsageError`` for a folder holding anything else, or a bundle without ``force``."""
+    if not out.exists():
+        return []
+    if not out.is_dir():
+        raise UsageError(f"{out} exists and is not a folder")
+    if not any(out.iterdir()):
+        return []
+    marker = out / MARKER
+    lines = marker.read_text(encoding="utf-8").splitlines() if marker.is_file() else []
+    if not lines or lines[0] != _MARKER_HEAD:
+        raise UsageError(
+            f"{out} is not empty and not a sessionkit bundle (no {MARKER} file): choose a new or empty folder"
+        )
+    if not force:
+        raise UsageError(
+            f"{out} holds an earlier bundle: replace it with --force (force=True), or choose another folder"
+        )
+    root = out.resolve()
+    files = []
+    for line in lines[1:]:
+        path = (out / line).resolve()
+        # only plain files under the folder, as the marker names them: a line of another
+        # program's (or an edited marker) never removes anything outside it
+        if line and path.is_relative_to(root) and path.is_file() and not path.is_symlink():
+            files.append(path)
+    return files
+
+
+def write_bundle(
+    store: Any, folder: str | Path, *, session_ids: Iterable[str] | None = None, force: bool = False
+) -> Path:
+    """Write the viewer as a static site in ``folder``: a new or empty folder, or with
+    ``force=True`` the folder of an earlier bundle (its files replaced; files the bundle did
+    not write are kept). Any other folder with files in it is refused (``UsageError``), and
+    so is an earlier bundle without ``force``. The bundle writes ``.sessionkit-bundle``
+    (the files it wrote), ``index.html``, the assets, and the data as script files that set globals (a browser
     refuses ``fetch`` of JSON from file://): ``data/sessions.js`` (the table),
     ``data/index.js`` (the texts the page searches) and one ``data/s<N>.js`` per session
     (its tree, latest path, messages and run events). ``session_ids``: only those sessions
     (``SessionNotFound`` for one the store does not hold); default: every session.
     Opens from file:// with no server and no network. Returns the folder."""
     out = Path(folder)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} exists and is not a folder")
+    stale = _earlier_bundle(out, force)
     wanted = None if session_ids is None else list(dict.fromkeys(session_ids))
     rows = sessions_page(store, limit=_MAX_PAGE, offset=0)["rows"]
     total = sessions_page(store, limit=1)["total"]
@@ -337,10 +387,14 @@ def write_bundle(store: Any, folder: str | Path, *, session_ids: Iterable[str] |
             raise SessionNotFound(f"no session {missing[0]!r} in this store")
         keep = set(wanted)
         rows = [r for r in rows if r["session_id"] in keep]
+    for path in stale:
+        path.unlink()
     data = out / "data"
-    if data.exists():
-        shutil.rmtree(data)
-    data.mkdir(parents=True)
+    data.mkdir(parents=True, exist_ok=True)
+    written = [f"data/s{k}.js" for k in range(len(rows))] + ["data/sessions.js", "data/index.js"]
+    written += [*ASSETS, "modules.js", "index.html"]
+    # the marker first: a bundle cut short is still one --force may replace
+    (out / MARKER).write_text("\n".join([_MARKER_HEAD, *written]) + "\n", encoding="utf-8")
     files: dict[str, str] = {}
     index: list[list[str]] = []
     for k, row in enumerate(rows):
@@ -363,12 +417,12 @@ def write_bundle(store: Any, folder: str | Path, *, session_ids: Iterable[str] |
             "messages": views,
             "events": run_events(store, sid),
         }
-        (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_json(payload)});\n", encoding="utf-8")
+        (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
     (data / "sessions.js").write_text(
-        f"window.SK_BUNDLE = {_script_json({'rows': rows, 'files': files, 'labels': _has_labels(store)})};\n",
+        f"window.SK_BUNDLE = {_script_data({'rows': rows, 'files': files, 'labels': _has_labels(store)})};\n",
         encoding="utf-8",
     )
-    (data / "index.js").write_text(f"window.SK_BUNDLE_INDEX = {_script_json(index)};\n", encoding="utf-8")
+    (data / "index.js").write_text(f"window.SK_BUNDLE_INDEX = {_script_data(index)};\n", encoding="utf-8")
     for name in ASSETS:
         (out / name).write_text(asset(name), encoding="utf-8")
     (out / "modules.js").write_text(modules_script(), encoding="utf-8")

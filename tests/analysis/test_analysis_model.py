@@ -249,9 +249,9 @@ class Walk:
 @pytest.mark.parametrize("kind", KINDS)
 def test_random_writes_keep_every_view_equal_to_the_reference(new_store, monkeypatch, kind, seed, steps):
     if kind == "sqlite-file-store-connection":  # the cache reads through the store's connection, not ADBC
-        from sessionkit.store import _cache
+        from sessionkit.store.engines.sqlite import analysis as sqlite_source
 
-        monkeypatch.setattr(_cache, "_adbc_sqlite", lambda: None)
+        monkeypatch.setattr(sqlite_source, "_adbc_sqlite", lambda: None)
         kind = "sqlite-file"
     rng = random.Random(f"{kind}-{seed}")
     walk = Walk(new_store, kind, rng)

@@ -159,6 +159,58 @@ def test_bad_input_raises_and_keeps_what_is_stored(store):
     assert len(store.similar("cat", embedder=words, k=2)) == 2
 
 
+class Fixed:
+    """An embedder giving each text the vector of VECTORS (the query's for any other text)."""
+
+    def __init__(self, vectors, model="fixed", query=(1.0, 0.0)):
+        self.vectors, self.model, self.query = vectors, model, query
+
+    def __call__(self, texts):
+        return [self.vectors.get(t, self.query) for t in texts]
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        ([0.0, 0.0], ValueError, "zero vector"),
+        ([1e-46, 1e-46], ValueError, "zero vector"),  # zero once rounded to float32
+        ([3.4028236e38, 1.0], ValueError, "float32"),  # rounds to infinity in float32
+        ([1e39, 1.0], ValueError, "float32"),
+        ("1234", TypeError, "got str"),
+        (b"12", TypeError, "got bytes"),
+        ({"a": 1.0, "b": 2.0}, TypeError, "got dict"),
+        ([True, False], TypeError, "bool"),
+        (["1", "2"], TypeError, "str"),
+    ],
+    ids=["zero", "underflow", "rounds-to-inf", "overflow", "str", "bytes", "dict", "bools", "str-values"],
+)
+def test_a_vector_that_cannot_rank_is_refused_before_anything_is_stored(store, bad, error, match):
+    """Each of these used to be stored (a zero or infinite vector's score is NaN, which ranked
+    first; a str or a dict was read as its characters or keys)."""
+    _fill(store, "s", ["good match", "the bad one"])
+    with pytest.raises(error, match=match):
+        store.embed(Fixed({"good match": [0.99, 0.1], "the bad one": bad}))
+    assert store.sql("SELECT count(*) AS n FROM embeddings")["n"][0] == 0
+    fixed = Fixed({"good match": [0.99, 0.1], "the bad one": [0.0, 1.0]})
+    assert store.embed(fixed) == 2
+    assert [h.id for h in store.similar("query", embedder=fixed)] == ["s0", "s1"]
+    with pytest.raises(error, match=match):  # nor is it taken as a query
+        store.similar("query", embedder=Fixed({}, query=bad))
+
+
+def test_a_model_s_vectors_keep_one_length(store):
+    """A model whose vectors changed length would rank only those of the query's length."""
+    _fill(store, "s", ["one", "two"])
+    assert store.embed(Fixed({"one": [1.0, 0.0], "two": [0.0, 1.0]})) == 2
+    _fill(store, "t", ["three"])
+    with pytest.raises(ValueError, match=r"2 values for the model 'fixed'.* has 3"):
+        store.embed(Fixed({"three": [1.0, 0.0, 0.0]}))
+    assert store.sql("SELECT count(*) AS n FROM embeddings")["n"][0] == 2
+    with pytest.raises(ValueError, match=r"2 values for the model 'fixed'.* has 3"):
+        store.similar("query", embedder=Fixed({}, query=(1.0, 0.0, 0.0)))
+    assert store.embed(Fixed({}, model="another", query=(1.0, 0.0, 0.0))) == 3  # another model may
+
+
 def test_a_litellm_model_name_embeds_through_litellm():
     """(Once, on SQLite: the path through litellm is the same on every engine.)"""
     pytest.importorskip("litellm")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -186,6 +187,9 @@ class Reference:
                     r, rp = result
                     error = rp["state"] == "output-error"
                     text = rp.get("errorText") if error else rp.get("output")
+                    # a result reading "Error: ..." is an error too (docs/analysis.md)
+                    said = text if isinstance(text, str) else json.dumps(text)
+                    error = error or bool(re.match(r"\s*(Error|ERROR|error)\s*:", said or ""))
                     following = [n for n in way_down(r) if n.role == "user"]
                     row.update(
                         result_message_id=r.id,
@@ -483,3 +487,81 @@ def test_queries_that_do_not_name_the_tree_views_pay_nothing_for_them(tmp_path):
         assert not cache.lazy["content"]  # turns reads no message JSON
         assert store.sql("SELECT result FROM tool_calls")["result"].tolist() == ["ok"]
         assert cache.lazy["content"]
+
+
+def _big_call(i, size):
+    output = f"{i}:" + "x" * size
+    return {
+        "id": f"a{i}",
+        "role": "assistant",
+        "parts": [
+            {"type": "tool-bash", "toolCallId": f"c{i}", "state": "output-available", "input": {}, "output": output}
+        ],
+    }
+
+
+def test_tool_calls_holds_the_calls_of_messages_past_a_mebibyte(store):
+    """A message larger than a stored row holds (its JSON continues in chunk rows) keeps its
+    tool calls in the view: exactly the large tool outputs of coding agents. Read before and
+    after the view was first queried (an analysis copy then reads the new rows only)."""
+    s = store.session("s")
+    s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": "go"}]})
+    s.append(_big_call(0, 100))
+    s.append(_big_call(1, 3 << 20))
+    query = "SELECT tool_call_id, length(result) AS n FROM tool_calls ORDER BY tool_call_id"
+    assert store.sql(query).values.tolist() == [["c0", 102], ["c1", (3 << 20) + 2]]
+    s.append(_big_call(2, (1 << 20) + 7), parent_id="a1")
+    assert store.sql(query).values.tolist() == [["c0", 102], ["c1", (3 << 20) + 2], ["c2", (1 << 20) + 9]]
+    assert store.sql_arrow("SELECT count(*) AS n FROM tool_calls", session_ids=["s"]).column("n").to_pylist() == [3]
+
+
+def test_is_error_of_imported_results_reading_error(new_store):
+    """tau-bench's tools answer a failed call with a result text "Error: ..." (the chat format
+    has no error flag): those calls are errors in tool_calls, the others are not."""
+    import gzip
+
+    store = new_store("sqlite", memory=True)
+    with gzip.open(DATA / "gpt-4o-airline.json.gz", "rt", encoding="utf-8") as fh:
+        chats = json.load(fh)
+    for i, chat in enumerate(chats):
+        sk.io.import_openai(store.session(f"tau-{i}"), chat["traj"], progress=False)
+    outputs = [
+        p.get("output")
+        for c in chats
+        for m in c["traj"]
+        if m.get("role") == "tool"
+        for p in [{"output": m.get("content")}]
+    ]
+    failed = sum(1 for o in outputs if isinstance(o, str) and o.startswith("Error:"))
+    counts = store.sql("SELECT is_error, count(*) AS n FROM tool_calls GROUP BY ALL ORDER BY is_error")
+    assert dict(zip(counts["is_error"], counts["n"])) == {False: len(outputs) - failed, True: failed}
+    assert failed == 73
+
+
+def test_turns_reads_each_message_once_when_every_message_was_regenerated(new_store):
+    """turns reads no root-to-leaf path: in a conversation regenerated at every message (as
+    many leaves as messages, half of them as deep as the conversation) its walk up from the
+    leaves makes one row per message, not one per (leaf, message above it)."""
+    import duckdb
+    from sessionkit.store._tree_views import tree_view_sql
+
+    store = new_store("sqlite", memory=True)
+    s, parent = store.session("s"), None
+    for i in range(200):
+        role = "user" if i % 2 == 0 else "assistant"
+        s.append({"id": f"old{i}", "role": role, "parts": [{"type": "text", "text": "first try"}]}, parent_id=parent)
+        s.append({"id": f"new{i}", "role": role, "parts": [{"type": "text", "text": "again"}]}, parent_id=parent)
+        parent = f"new{i}"
+    rows = store.sql(
+        "SELECT seq, session_id, id, parent_id, depth, role, tokens, NULL::VARCHAR AS tool_names,"
+        " NULL::VARCHAR AS metadata FROM messages"
+    )
+    con = duckdb.connect()
+    con.register("msgs", rows)
+    con.execute("CREATE TABLE evs (session_id VARCHAR, seq BIGINT, run_id VARCHAR, data VARCHAR)")
+    turns = tree_view_sql({"messages": "msgs", "events": "evs"})["turns"]
+    ctes = turns[: turns.rindex("SELECT u.session_id")]
+    climbed = con.execute(ctes + " SELECT count(*) FROM _tv_climb").fetchone()[0]
+    assert climbed == len(rows) == 400
+    # and the view is the one the reference computes
+    assert store.sql("SELECT count(*) AS n, sum(message_count) AS m FROM turns").values.tolist() == [[200, 100]]

@@ -27,12 +27,12 @@ def _texts(store) -> list[str]:
 def _use_reader(monkeypatch, reader: str) -> None:
     """A SQLite file's cache reads through the ADBC driver when it is installed, else
     through the store's own connection."""
-    from sessionkit.store import _cache
+    from sessionkit.store.engines.sqlite import analysis as sqlite_source
 
     if reader == "adbc":
         pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")
     else:
-        monkeypatch.setattr(_cache, "_adbc_sqlite", lambda: None)
+        monkeypatch.setattr(sqlite_source, "_adbc_sqlite", lambda: None)
 
 
 def _build(path: Path, word: str) -> None:

@@ -3,7 +3,7 @@
 The reference is :class:`sessionkit.analysis._tables.StoreData`: every message read
 through the public API, decoded in Python, and the tree columns taken from the store's
 tree read model (:class:`sessionkit.store.Tree`). The views compute the same from the
-stored analysis columns in SQL (see ``sessionkit/store/_analysis.py``). Stores here hold
+stored analysis columns in SQL (see ``sessionkit/store/sql/views.py``). Stores here hold
 branches, several roots, compactions (nested, superseded, and one whose range is not a
 path), updates, deletes, clears, imports, runs and events; each is compared after
 every step, so an analysis cache refreshed from the change log is checked after each
@@ -319,12 +319,13 @@ def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
 def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reader):
     """A SQLite file's cache reads through the ADBC driver when it is installed, else through
     the store's own connection (pages of Python rows): both give the reference's views."""
-    from sessionkit.store import _cache
+    from sessionkit.store.engines.sqlite import analysis as sqlite_source
+    from sessionkit.store.sql import cache as _cache
 
     if reader == "adbc":
         pytest.importorskip("adbc_driver_sqlite", reason="the ADBC SQLite driver is in the analysis extra")
     else:
-        monkeypatch.setattr(_cache, "_adbc_sqlite", lambda: None)
+        monkeypatch.setattr(sqlite_source, "_adbc_sqlite", lambda: None)
         monkeypatch.setattr(_cache, "_PAGE", 3)  # several pages
     store = new_store("sqlite-file")
     for step in scenario(store):
@@ -382,7 +383,7 @@ def test_the_read_ahead_gives_every_batch_in_order_and_an_error_of_the_driver():
     ends the DuckDB statement with that error; a consumer that stops early stops the thread."""
     import duckdb
 
-    from sessionkit.store._cache import _read_ahead
+    from sessionkit.store.engines.sqlite.analysis import _read_ahead
 
     con = duckdb.connect()
     with _read_ahead(_batches(50)) as reader:
@@ -660,7 +661,7 @@ def test_postgresql_a_cache_load_that_fails_midway_leaves_the_store_and_cache_wo
     store = new_store("postgresql")
     s = store.session("big")
     s.import_many([(msg(f"m{i}", "words " * 50), f"m{i - 1}" if i else None, None) for i in range(3000)])
-    from sessionkit.store import _cache
+    from sessionkit.store.sql import cache as _cache
 
     real = _cache.Cache.insert_arrow
     failures = []

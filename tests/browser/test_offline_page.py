@@ -10,7 +10,7 @@ import pagechecks
 import pytest
 
 import sessionkit as sk
-from sessionkit.parts import FOLD_LINES, output_text
+from sessionkit.parts import FOLD_LINES, input_text, output_text
 from sessionkit.widgets._source import outline_rows, tree_data
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: starts chromium
@@ -261,4 +261,101 @@ def test_a_scorers_badge_is_marked_apart_from_a_persons(page, tmp_path):
     assert "llm scorer judge@1 · It answers." in judged.get_attribute("title")
     assert judged.evaluate("e => getComputedStyle(e).borderTopStyle") == "dashed"
     assert person.evaluate("e => getComputedStyle(e).borderTopStyle") != "dashed"
+
+
+JS_NAMES = ["constructor", "toString", "__proto__", "hasOwnProperty"]
+
+
+def _js_named_session(store, sid: str = "__proto__") -> sk.Session:
+    """A line of messages whose ids are the names every JavaScript object has, and a branch;
+    labels on two of them (so the others must show none)."""
+    s = store.session(sid)
+    parent = None
+    for k, mid in enumerate(JS_NAMES):
+        s.append(nbhelpers.text(mid, "user" if k % 2 == 0 else "assistant", f"text of {mid}"), parent_id=parent)
+        parent = mid
+    s.append(nbhelpers.text("valueOf", "assistant", "text of valueOf"), parent_id="toString")
+    s.add_label("constructor", "first")
+    s.add_label("__proto__", "proto-tag", rating=2)
+    return s
+
+
+def test_ids_named_like_javascript_builtins_show_in_the_offline_pages(page, tmp_path):
+    store = sk.open_store()
+    s = _js_named_session(store)
+    sk.widgets.Transcript(s, "hasOwnProperty").to_html(tmp_path / "chat.html")
+    page.goto((tmp_path / "chat.html").as_uri())
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-transcript-view")
+    for mid in JS_NAMES:
+        msg = page.locator(f".sk-transcript-view .sk-msg[data-id='{mid}']:not(.sk-loading)")
+        msg.wait_for()
+        assert f"text of {mid}" in msg.inner_text()
+    tags = page.eval_on_selector_all(".sk-transcript-view .sk-label-badge", "els => els.map(e => e.dataset.tag)")
+    assert tags == ["first", "proto-tag"]
+
+    sk.widgets.BranchTree(s, collapse=False).to_html(tmp_path / "tree.html")
+    page.goto((tmp_path / "tree.html").as_uri())
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-tree-view[data-layout='done']")
+    rows = page.eval_on_selector_all(".sk-tree-view .sk-row[data-id]", "els => els.map(e => e.dataset.id)")
+    assert sorted(rows) == sorted([*JS_NAMES, "valueOf"])
+    tags = page.eval_on_selector_all(".sk-tree-view .sk-row .sk-label-badge", "els => els.map(e => e.dataset.tag)")
+    assert sorted(tags) == ["first", "proto-tag"]
+    for mid in ("__proto__", "toString"):  # the panel of each: its text and its labels
+        page.locator(f".sk-tree-view .sk-row[data-id='{mid}']").click()
+        page.wait_for_function(f"() => document.querySelector('.sk-tree-view').dataset.selected === '{mid}'")
+        page.locator(".sk-tree-panel").get_by_text(f"text of {mid}").wait_for()
+    assert page.locator(".sk-tree-panel .sk-label-badge").count() == 0  # toString has none
+    assert not page.errors, page.errors
+
+
+def test_offline_views_show_tool_inputs_as_arguments_with_real_line_breaks(page, tmp_path):
+    """A coding agent's file text and shell command: each argument by name, its text with real
+    line breaks and quotes, in the Transcript, the BranchTree's panel and the RunView."""
+    file_text = 'def greet(name):\n    """Say hello."""\n    return f"hello {name}"\n'
+    command = 'grep -n "def greet" src/*.py'
+
+    def write_file(path: str, file_text: str) -> str:
+        """Writes a file."""
+        return "written"
+
+    def bash(command: str) -> str:
+        """Runs a command."""
+        return "1:def greet(name):"
+
+    script = [
+        {
+            "text": "",
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "src/greet.py", "file_text": file_text}, "id": "c1"},
+                {"name": "bash", "arguments": {"command": command}, "id": "c2"},
+            ],
+        },
+        {"text": "Done."},
+    ]
+    store = sk.open_store()
+    agent = sk.Agent("coder", "Write code.", sk.testing.ScriptedModel(script), tools=[write_file, bash])
+    result = agent.run_sync("add greet", session=store.session("coder"))
+    expected = {
+        "write_file": input_text({"path": "src/greet.py", "file_text": file_text}),
+        "bash": input_text({"command": command}),
+    }
+    assert expected["write_file"].startswith("path: src/greet.py\nfile_text:\n  def greet(name):\n")
+    assert expected["bash"] == f"command: {command}"
+    session = store.session("coder")
+    tool_msg = next(m for m in session.get_history() if "write_file" in sk.parts.tool_names(m))
+    sk.widgets.Transcript(session, height=2000).to_html(tmp_path / "chat.html")
+    sk.widgets.RunView(result, height=2000).to_html(tmp_path / "run.html")
+    sk.widgets.BranchTree(session, selected_id=tool_msg["id"], collapse=False).to_html(tmp_path / "tree.html")
+    for name, view in (
+        ("chat.html", ".sk-transcript-view"),
+        ("run.html", ".sk-run-view"),
+        ("tree.html", ".sk-tree-panel"),
+    ):
+        page.goto((tmp_path / name).as_uri())
+        for tool, text in expected.items():
+            box = page.locator(f"{view} .sk-tool", has=page.locator("summary b", has_text=tool))
+            box.locator("pre").first.wait_for()
+            assert box.locator("pre").first.text_content() == text, (name, tool)
+        shown = page.locator(view).inner_text()
+        assert "\\n" not in shown and '\\"' not in shown, name
     assert not page.errors, page.errors

@@ -19,7 +19,7 @@ from helpers import wait_until
 from servers import launcher
 
 import sessionkit as sk
-from sessionkit.parts import output_text
+from sessionkit.parts import input_text, output_text
 from sessionkit.widgets.viewer import PAGE_SIZE, write_bundle
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a server process and chromium
@@ -348,8 +348,220 @@ def test_token_guards_the_api_and_write_is_off_unless_asked(store_path, tmp_path
         assert status(base + "api/sessions", auth=token) == 200
         assert status(base + "api/session?id=chat-01", method="DELETE", auth=token) == 405
     with view_process(copy, "--write") as launched:
-        base = launched.match.group(1)
-        assert status(base + "api/session?id=nope", method="DELETE") == 404
-        assert status(base + "api/session?id=chat-01", method="DELETE") == 200
+        # --write without a token: a random one, printed in the URL only
+        url = launched.match.group(1)
+        base, _, query = url.partition("?token=")
+        assert len(query) >= 16 and query != token
+        assert status(base + "api/sessions") == 401
+        assert status(base + "api/session?id=chat-01", method="DELETE") == 401
+        assert status(base + "api/session?id=nope", method="DELETE", auth=query) == 404
+        assert status(base + "api/session?id=chat-01", method="DELETE", auth=query) == 200
     with sk.open_store(copy) as store:
         assert [info.id for info in store.list_sessions()] == ["chat-02"]
+
+
+def test_a_write_viewer_keeps_its_token_in_the_tab_and_deletes_from_the_page(browser, tmp_path):
+    copy = tmp_path / "write.db"
+    with sk.open_store(copy) as store:
+        for k in range(3):
+            _chat(store, k)
+    with view_process(copy, "--write") as launched:
+        url = launched.match.group(1)
+        base = url.split("?")[0]
+        w = Watched(browser)
+        page = w.page
+        page.goto(url)
+        assert sorted(_table(page)) == ["chat-00", "chat-01", "chat-02"]
+        # the token left the address bar; links and a reload keep working in this tab
+        assert "token" not in page.url
+        page.reload()
+        assert len(_table(page)) == 3
+        page.goto(base + "#/s/chat-01")
+        page.wait_for_selector(".skv-session[data-ready='1']")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator(".skv-delete").click()
+        page.wait_for_function("() => location.hash === '#/'")
+        wait_until(lambda: len(_table(page)) == 2, what="the table without chat-01")
+        # another tab without the token reads nothing and says why
+        other = browser.new_page()
+        other.goto(base)
+        other.wait_for_selector(".skv-error")
+        assert "token" in other.locator(".skv-error").inner_text()
+        other.close()
+        assert not w.errors and w.foreign(base) == [], (w.errors, w.foreign(base))
+        w.close()
+    with sk.open_store(copy) as store:
+        assert sorted(info.id for info in store.list_sessions()) == ["chat-00", "chat-02"]
+
+
+def _labelled_store(path: Path) -> dict[str, list[str]]:
+    """The demo "trip" session with labels on three messages, two chats (one labelled); returns
+    each session's tags as the store lists them."""
+    with sk.open_store(path) as store:
+        trip = nbhelpers.demo_session(store)
+        _chat(store, 0)
+        _chat(store, 1)
+        trip.add_label("a4", "hallucination", rating=1, note="no such place", author="ana")
+        trip.add_label("u3", "good-question")
+        trip.add_label("a5", "resolved", target="branch", rating=5)
+        store.session("chat-01").add_label("m0", "good-question")
+        return {
+            info.id: sorted({lab.tag for lab in store.labels(session_id=info.id)}) for info in store.list_sessions()
+        }
+
+
+def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]]) -> None:
+    page.goto(url)
+    _table(page)
+    for sid, want in tags.items():
+        shown = page.eval_on_selector_all(
+            f".skv-table tr[data-session='{sid}'] td.skv-labels .sk-label-badge", "els => els.map(e => e.dataset.tag)"
+        )
+        assert shown == want, sid
+    # filtering by a tag finds the sessions that carry it
+    page.locator(".skv-filter").fill("hallucination")
+    page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.total === '1'")
+    assert _table(page) == ["trip"]
+    page.locator(".skv-filter").fill("good-question")
+    page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.total === '2'")
+    assert sorted(_table(page)) == ["chat-01", "trip"]
+    page.locator(".skv-filter").fill("")
+    # the session: badges in the tree's rows and on the transcript's messages
+    page.goto(url.split("#")[0] + "#/s/trip/m/a4")
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-tree-view[data-layout='done']")
+    page.wait_for_selector(".sk-transcript-view .sk-msg[data-id='a4']:not(.sk-loading)")
+    for mid, want in trip_labels.items():
+        row = page.eval_on_selector_all(
+            f".sk-tree-view .sk-row[data-id='{mid}'] .sk-label-badge", "els => els.map(e => e.dataset.tag)"
+        )
+        assert row == want, mid
+    on_path = {"u3": trip_labels["u3"], "a4": trip_labels["a4"]}
+    for mid, want in on_path.items():
+        msg = page.eval_on_selector_all(
+            f".sk-transcript-view .sk-msg[data-id='{mid}'] .sk-label-badge", "els => els.map(e => e.dataset.tag)"
+        )
+        assert msg == want, mid
+    badge = page.locator(".sk-transcript-view .sk-msg[data-id='a4'] .sk-label-badge").first
+    assert badge.inner_text() == "hallucination ★1"
+    assert "no such place" in badge.get_attribute("title") and "by ana" in badge.get_attribute("title")
+    # read-only here: no "remove" on a badge, no "+ label"
+    assert page.locator(".skv-session .sk-label-x, .skv-session .sk-label-add").count() == 0
+
+
+def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(browser, tmp_path):
+    path = tmp_path / "labelled.db"
+    tags = _labelled_store(path)
+    assert tags == {"trip": ["good-question", "hallucination", "resolved"], "chat-00": [], "chat-01": ["good-question"]}
+    with sk.open_store(path) as store:
+        trip_labels: dict[str, list[str]] = {}
+        for lab in store.labels(session_id="trip"):
+            trip_labels.setdefault(lab.message_id, []).append(lab.tag)
+        folder = write_bundle(store, tmp_path / "bundle")
+    with view_process(path) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        _check_labels(w.page, url, tags, trip_labels)
+        assert not w.errors and w.foreign(url) == [], (w.errors, w.foreign(url))
+        w.close()
+    w = Watched(browser, offline=True)
+    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels)
+    assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
+    w.close()
+
+
+JS_NAMES = ["constructor", "toString", "__proto__", "hasOwnProperty"]
+
+
+def _check_js_names(page, url: str) -> None:
+    page.goto(url)
+    assert sorted(_table(page)) == sorted(["__proto__", "constructor", "chat-00"])
+    for sid in ("__proto__", "constructor"):
+        page.locator(f".skv-table tr[data-session='{sid}'] a").click()
+        page.wait_for_selector(f".skv-session[data-session='{sid}'][data-ready='1'] .sk-tree-view[data-layout='done']")
+        for mid in JS_NAMES:
+            msg = page.locator(f".sk-transcript-view .sk-msg[data-id='{mid}']:not(.sk-loading)")
+            msg.wait_for()
+            assert f"{sid}: text of {mid}" in msg.inner_text()
+        rows = page.eval_on_selector_all(".sk-tree-view .sk-row[data-id]", "els => els.map(e => e.dataset.id)")
+        assert set(JS_NAMES) <= set(rows)
+        tags = page.eval_on_selector_all(".sk-transcript-view .sk-label-badge", "els => els.map(e => e.dataset.tag)")
+        assert tags == ["first", "proto-tag"]
+        # a deep link to the message named __proto__
+        page.goto(url.split("#")[0] + f"#/s/{sid}/m/__proto__")
+        page.wait_for_selector(f".skv-session[data-session='{sid}'][data-ready='1']")
+        assert page.locator(".sk-tree-view").get_attribute("data-selected") == "__proto__"
+        page.goto(url)
+        _table(page)
+    # a link with a malformed escape: a message saying so, the way home still there
+    page.goto(url.split("#")[0] + "#/s/%E0%A4%A")
+    page.wait_for_selector(".skv-bad-link")
+    assert "link" in page.locator(".skv-bad-link").inner_text().lower()
+    page.locator(".skv-home").click()
+    assert len(_table(page)) == 3
+
+
+def test_ids_named_like_javascript_builtins_open_served_and_bundled(browser, tmp_path):
+    path = tmp_path / "names.db"
+    with sk.open_store(path) as store:
+        for sid in ("__proto__", "constructor"):
+            s = store.session(sid)
+            s.append(nbhelpers.text("constructor", "user", f"{sid}: text of constructor"))
+            s.append(nbhelpers.text("toString", "assistant", f"{sid}: text of toString"), parent_id="constructor")
+            s.append(nbhelpers.text("valueOf", "user", f"{sid}: text of valueOf"), parent_id="toString")  # a branch
+            s.append(nbhelpers.text("__proto__", "user", f"{sid}: text of __proto__"), parent_id="toString")
+            last = nbhelpers.text("hasOwnProperty", "assistant", f"{sid}: text of hasOwnProperty")
+            s.append(last, parent_id="__proto__")
+            s.add_label("constructor", "first")
+            s.add_label("__proto__", "proto-tag", rating=2)
+        _chat(store, 0)
+        folder = write_bundle(store, tmp_path / "bundle")
+    with view_process(path) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        _check_js_names(w.page, url)
+        assert not w.errors and w.foreign(url) == [], (w.errors, w.foreign(url))
+        w.close()
+    w = Watched(browser, offline=True)
+    _check_js_names(w.page, (folder / "index.html").as_uri())
+    assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
+    w.close()
+
+
+def _check_inputs(page, url: str) -> None:
+    """The SWE-agent trajectory's edit and an agent run's tool call: arguments by name, as text."""
+    traj = json.loads(SWE.read_text())
+    args = {
+        c["function"]["name"]: json.loads(c["function"]["arguments"])
+        for e in traj["history"]
+        for c in e.get("tool_calls") or ()
+    }
+    page.goto(url.split("#")[0] + "#/s/function_calling_simple")
+    for name in ("edit", "bash", "find_file"):
+        tool = page.locator(".sk-transcript-view .sk-tool", has=page.locator("summary b", has_text=name))
+        tool.locator("pre").first.wait_for()
+        assert tool.locator("pre").first.text_content() == input_text(args[name]), name
+    edit = page.locator(".sk-transcript-view .sk-tool", has=page.locator("summary b", has_text="edit"))
+    assert edit.locator("pre").first.inner_text().split("\n") == [
+        f"search: {args['edit']['search']}",
+        f"replace: {args['edit']['replace']}",
+    ]
+    assert '\\"' not in page.locator(".sk-transcript-view").inner_text()
+    page.goto(url.split("#")[0] + "#/s/run")
+    page.wait_for_selector(".skv-session[data-ready='1'] .sk-run-view[data-status='completed']")
+    for view in (".sk-run-view", ".sk-transcript-view"):
+        tool = page.locator(f"{view} .sk-tool", has=page.locator("summary b", has_text="listing"))
+        tool.locator("pre").first.wait_for()
+        assert tool.locator("pre").first.text_content() == "command: ls", view
+
+
+def test_tool_inputs_read_as_arguments_served_and_bundled(browser, served, store_path, tmp_path):
+    w = Watched(browser)
+    _check_inputs(w.page, served)
+    assert not w.errors and w.foreign(served) == [], (w.errors, w.foreign(served))
+    w.close()
+    with sk.open_store(store_path) as store:
+        folder = write_bundle(store, tmp_path / "bundle", session_ids=["run", "function_calling_simple"])
+    w = Watched(browser, offline=True)
+    _check_inputs(w.page, (folder / "index.html").as_uri())
+    assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
+    w.close()

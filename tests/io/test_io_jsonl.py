@@ -18,7 +18,7 @@ def _lines(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
-    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == sk.io.jsonl.FORMAT_VERSION == 3
+    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == sk.io.jsonl.FORMAT_VERSION == 4
     return rows[1:]
 
 
@@ -94,7 +94,15 @@ def test_compactions_and_payloads_survive(engine, make_store, tmp_path):
     s = _build_compacted(src)
     path = tmp_path / "c.jsonl"
     counts = sk.io.export_jsonl(s, path)
-    assert counts == {"sessions": 1, "messages": 7, "compactions": 2, "labels": 0}
+    assert counts == {
+        "sessions": 1,
+        "messages": 7,
+        "compactions": 2,
+        "labels": 0,
+        "runs": 0,
+        "events": 0,
+        "embeddings": 0,
+    }
     targets = ["sqlite", "duckdb"]
     for target in targets:  # also across engines
         dst = make_store(target)
@@ -177,6 +185,29 @@ def test_session_export_holds_only_that_session(store, tmp_path):
             "line 2",
             "invalid label",
         ),
+        (['{"type": "run", "session_id": "s"}'], "line 1", "run line needs 'session_id' and a 'run' object"),
+        (
+            ['{"type": "run", "session_id": "s", "run": {"run_id": "r", "status": "ok", "started_at": "soon"}}'],
+            "line 1",
+            "invalid run: run 'r': started_at",
+        ),
+        (['{"type": "event", "session_id": "s", "event": {"kind": "x"}}'], "line 1", "invalid event"),
+        (
+            [
+                '{"type": "event", "session_id": "s", "event": {"seq": 0, "kind": "x"}}',
+                '{"type": "event", "session_id": "s", "event": {"seq": 0, "kind": "y"}}',
+            ],
+            "line 2",
+            "holds another event at seq 0",
+        ),
+        (
+            [
+                '{"type": "embedding", "session_id": "s", "embedding": '
+                '{"message_id": "zz", "model": "m", "vector": [1]}}'
+            ],
+            "line 1",
+            "'zz', which is not in session 's'",
+        ),
     ],
 )
 def test_malformed_lines_are_named(store, tmp_path, lines, where, words):
@@ -239,3 +270,72 @@ def test_labels_of_a_version_2_file_are_a_persons(engine, make_store, tmp_path):
         "human",
         None,
     )
+
+
+def test_a_version_2_file_still_imports(store, tmp_path):
+    """Files written before runs, events and vectors were exported import as before."""
+    path = tmp_path / "v2.jsonl"
+    lines = [
+        {"format": "sessionkit", "version": 2, "exported_at": "2025-01-01T00:00:00.000Z"},
+        {
+            "type": "message",
+            "session_id": "s",
+            "parent_id": None,
+            "created_at": "2025-01-01T00:00:00.000Z",
+            "message": msg("m1", "hello"),
+        },
+        {
+            "type": "message",
+            "session_id": "s",
+            "parent_id": "m1",
+            "created_at": "2025-01-01T00:00:01.000Z",
+            "message": msg("m2", "hi", "assistant"),
+        },
+        {
+            "type": "label",
+            "session_id": "s",
+            "label": {"id": "l1", "message_id": "m2", "tag": "good", "created_at": "2025-01-01T00:00:02.000Z"},
+        },
+    ]
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    sessions = sk.io.import_jsonl(store, path)
+    assert [s.session_id for s in sessions] == ["s"]
+    assert [m["id"] for m in store.session("s").get_history()] == ["m1", "m2"]
+    assert [label.id for label in store.labels()] == ["l1"]
+    assert store.runs("s") == [] and store.events("s") == []
+
+
+def test_runs_events_and_vectors_survive_a_round_trip(engine, make_store, tmp_path):
+    src = make_store(engine)
+    s = src.session("s")
+    s.append_many([msg("u1", "a question"), msg("a1", "an answer", "assistant")])
+    src.import_runs(
+        [
+            {
+                "run_id": "r1",
+                "session_id": "s",
+                "status": "completed",
+                "input": "a question",
+                "started_at": "2025-01-01T00:00:00.000Z",
+                "ended_at": "2025-01-01T00:00:03.000Z",
+                "usage": {"in": 4, "out": 2, "cost_usd": 0.5},
+                "meta": {"variant": "terse", "at": "u1"},
+            }
+        ]
+    )
+    src.append_events("s", [{"kind": "run.start", "run_id": "r1"}, {"kind": "run.end", "run_id": "r1"}])
+    src.append_events("quiet", [{"kind": "note"}])
+    src.embed(lambda texts: [[float(len(t)), 1.0] for t in texts])
+    path = tmp_path / "all.jsonl"
+    counts = sk.io.export_jsonl(src, path)
+    assert (counts["runs"], counts["events"], counts["embeddings"], counts["sessions"]) == (1, 3, 2, 2)
+    kinds = [line["type"] for line in _lines(path)]
+    assert kinds == ["message", "message", "run", "event", "event", "event", "embedding", "embedding"]
+    dst = make_store(engine)
+    assert [x.session_id for x in sk.io.import_jsonl(dst, path)] == ["s", "quiet"]
+    sk.io.import_jsonl(dst, path)
+    assert dst.runs("s") == src.runs("s")
+    assert dst.events("s") == src.events("s") and dst.events("quiet") == src.events("quiet")
+    query = "SELECT session_id, message_id, model, vector FROM embeddings ORDER BY message_id"
+    assert dst.sql_arrow(query).to_pylist() == src.sql_arrow(query).to_pylist()
+    assert sk.io.export_jsonl(src.session("quiet"), tmp_path / "quiet.jsonl")["events"] == 1

@@ -24,7 +24,8 @@ def pq():
 def test_export_parquet_of_the_real_data(loaded, tmp_path, pq):
     store = loaded["store"]
     paths = sk.io.export_parquet(store, tmp_path / "out")
-    assert sorted(paths) == sorted(["messages", "sessions", "compactions", "runs", "events", "labels"])
+    views = ["messages", "sessions", "compactions", "runs", "events", "labels", "paths", "turns", "tool_calls"]
+    assert sorted(paths) == sorted([*views, "embeddings"])  # every view of store.sql
     messages = pq.read_table(paths["messages"])
     assert messages.column_names == D1 + ["seq", "metadata", "message"]
     assert messages.num_rows == store.stats()["messages"]
@@ -73,3 +74,83 @@ def test_exported_labels_carry_their_provenance(store, tmp_path, pq):
     rows = pq.read_table(sk.io.export_parquet(store, tmp_path / "out")["labels"]).to_pylist()
     got = [(r["id"], r["source"], r["scorer"], r["rationale"]) for r in rows]
     assert got == [(person.id, "human", None, None), (judge.id, "llm", "judge@2", "says hello")]
+
+
+def _small_export(store, folder):
+    s = store.session("s")
+    s.append_many([{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"m {i}"}]} for i in range(3)])
+    store.add_label("s", "m1", "good")
+    return sk.io.export_parquet(store, folder)
+
+
+def test_a_subset_export_imports_only_those_sessions(store, make_store, tmp_path, pq):
+    for sid in ("a", "b"):
+        store.session(sid).append({"id": f"{sid}1", "role": "user", "parts": [{"type": "text", "text": sid}]})
+        store.add_label(sid, f"{sid}1", "seen")
+        store.append_events(sid, [{"kind": "note"}])
+    sk.io.export_parquet(store, tmp_path / "b", session_ids=["b"])
+    assert {r["session_id"] for r in pq.read_table(tmp_path / "b" / "labels.parquet").to_pylist()} == {"b"}
+    dst = make_store("sqlite")
+    assert [s.session_id for s in sk.io.import_parquet(dst, tmp_path / "b")] == ["b"]
+    assert [i.id for i in dst.list_sessions()] == ["b"]
+    assert [label.message_id for label in dst.labels()] == ["b1"]
+    assert dst.events("b") == store.events("b") and dst.events("a") == []
+
+
+def test_import_parquet_refuses_what_is_no_export_and_names_the_row_at_fault(store, make_store, tmp_path, pq):
+    import pyarrow as pa
+
+    with pytest.raises(sk.UsageError, match="does not exist"):
+        sk.io.import_parquet(store, tmp_path / "missing")
+    (tmp_path / "file.parquet").write_bytes(b"PAR1")
+    with pytest.raises(sk.UsageError, match="is a file: a Parquet export is a folder"):
+        sk.io.import_parquet(store, tmp_path / "file.parquet")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(sk.UsageError, match="not a folder holding a Parquet export"):
+        sk.io.import_parquet(store, tmp_path / "empty")
+    folder = tmp_path / "pq"
+    _small_export(make_store("sqlite"), folder)
+
+    # a column missing: refused before anything is stored
+    table = pq.read_table(folder / "labels.parquet")
+    pq.write_table(table.drop_columns(["tag"]), folder / "labels.parquet")
+    with pytest.raises(sk.io.MalformedInput, match="labels.parquet: no column 'tag'"):
+        sk.io.import_parquet(store, folder)
+    assert store.stats()["messages"] == 0
+
+    # a file that is no Parquet
+    (folder / "labels.parquet").write_text("not parquet")
+    with pytest.raises(sk.io.MalformedInput, match="labels.parquet: not a Parquet file"):
+        sk.io.import_parquet(store, folder)
+
+    # a message whose JSON is broken: the rows of its batch are named, nothing of it stored
+    pq.write_table(table, folder / "labels.parquet")
+    messages = pq.read_table(folder / "messages.parquet").to_pylist()
+    messages[2]["message"] = "{broken"
+    pq.write_table(
+        pa.Table.from_pylist(messages, schema=pq.read_schema(folder / "messages.parquet")), folder / "messages.parquet"
+    )
+    with pytest.raises(sk.io.MalformedInput, match="messages.parquet, row 3: 'message' is not JSON"):
+        sk.io.import_parquet(store, folder)
+    assert store.stats()["messages"] == 0
+
+
+def test_import_parquet_is_detected_by_the_command(tmp_path, make_store):
+    import subprocess
+    import sys
+
+    folder = tmp_path / "pq"
+    src = make_store("sqlite", folder=tmp_path, name="src")
+    _small_export(src, folder)
+    target = tmp_path / "restored.duckdb"
+    done = subprocess.run(
+        [sys.executable, "-m", "sessionkit", "import", str(target), str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "(parquet)" in done.stdout and "3 new messages, 1 new session" in done.stdout
+    with sk.open_store(target) as restored:
+        assert restored.session("s").get_history() == src.session("s").get_history()
+        assert restored.labels() == src.labels()

@@ -22,8 +22,9 @@ import sessionkit as sk
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 #: format -> the importer's name (every format but inspect for what is in a file: its reader
-#: takes seconds to import, so inspect logs get a test of their own)
-FORMATS = {name: fn for name, fn in sk.io.FORMATS.items() if name != "inspect"}
+#: takes seconds to import, so inspect logs get a test of their own; nor parquet, a folder of
+#: Parquet files whose checks are in test_io_parquet.py)
+FORMATS = {name: fn for name, fn in sk.io.FORMATS.items() if name not in ("inspect", "parquet")}
 SQLITE = ("openai-agents", "langgraph", "adk")
 TEXT = [name for name in FORMATS if name not in SQLITE]
 FOLDERS = ("claude-code", "swe-agent")  # the formats whose path may be a folder
@@ -77,6 +78,29 @@ def _text_records(name: str) -> list[str]:
                 "message": {"role": "user", "content": [{"type": "text", "text": "hi"}]},
             }
             for uid, parent in (("u1", None), ("u2", "u1"))
+        ]
+    elif name == "otel":  # OTLP JSON lines, as the Collector's file exporter writes: a request each
+        recs = [
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "traceId": f"{i:032x}",
+                                        "spanId": f"{i:016x}",
+                                        "name": "retrieve",
+                                        "startTimeUnixNano": "1751364000000000000",
+                                        "endTimeUnixNano": "1751364001000000000",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+            for i in (1, 2)
         ]
     else:
         raise AssertionError(name)
@@ -273,7 +297,10 @@ def test_a_folder_where_a_file_goes_is_a_usage_error_saying_so(name, mem_store, 
     folder = tmp_path / "logs"
     folder.mkdir()
     (folder / "notes.txt").write_text("nothing to import")
-    if name in FOLDERS:  # a folder is read, for its files of the format: it has none
+    if name == "parquet":  # a folder is read, for the files of an export: it has none
+        with pytest.raises(sk.UsageError, match=r"logs' is not a folder holding a Parquet export"):
+            _import(name, mem_store, folder)
+    elif name in FOLDERS:  # a folder is read, for its files of the format: it has none
         pattern = ".jsonl" if name == "claude-code" else ".traj"
         with pytest.raises(sk.UsageError, match=rf"logs' is a folder without \{pattern} files"):
             _import(name, mem_store, folder)
@@ -370,8 +397,8 @@ def test_json_cut_short_names_the_file_and_line(name, tmp_path, mem_store):
 def _check_stored(name: str, store, exc: sk.io.MalformedInput) -> None:
     """What the store holds after a bad second record is what the importer promises."""
     stats = store.stats()
-    if name in ("openai", "swe-agent"):  # checked whole before anything is written
-        assert stats["messages"] == 0
+    if name in ("openai", "swe-agent", "otel"):  # checked whole before anything is written
+        assert stats["messages"] == stats["runs"] == stats["events"] == 0
     elif name in ("oasst", "hh"):  # one tree, or pair, per line: the first is stored
         assert exc.imported == 1 and stats["sessions"] == 1
     elif name == "jsonl":

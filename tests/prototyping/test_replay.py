@@ -197,5 +197,28 @@ def test_replay_reads_an_imported_conversation(new_store):
     result = asyncio.run(replay(sk.Agent("b", "", model), (source, second_answer), progress=False))
     assert [r["user_text"] for r in result.rows] == [sk.parts.text_of(path[i], "") for i in users[:2]]
     assert all(r["text_changed"] and r["status"] == "completed" for r in result.rows)
-    assert [m["id"] for m in source.branches(path[0]["id"])] == [path[1]["id"], "b:" + path[1]["id"]]
-    assert model.calls[0][0]["role"] == "system"  # the replay sees the imported system message
+    assert path[0]["role"] == "system"  # the replay is a root beside the recorded system prompt
+    assert sorted(m["id"] for m in source.roots()) == sorted([path[0]["id"], "b:" + path[1]["id"]])
+    assert [m["role"] for m in model.calls[0]] == ["user"]  # the new agent's (no) instructions, not the recorded
+
+
+def test_in_place_and_into_a_target_the_agent_s_instructions_replace_the_recorded_system_prompt(new_store):
+    """A replay "with another agent" sends that agent's instructions, not the system prompt the
+    original was recorded with, whether the replay is beside the original or in a target."""
+    store = new_store("sqlite", memory=True)
+    source = store.session("src")
+    source.append({"id": "sys", "role": "system", "parts": [{"type": "text", "text": "Old policy."}]})
+    source.append({"id": "sys2", "role": "system", "parts": [{"type": "text", "text": "Old extra rule."}]})
+    for k, question in enumerate(QUESTIONS[:2]):
+        source.append({"id": f"u{k}", "role": "user", "parts": [{"type": "text", "text": question}]})
+        source.append({"id": f"a{k}", "role": "assistant", "parts": [{"type": "text", "text": f"Answer {k}."}]})
+    sent = {}
+    for where, target in (("in place", None), ("target", store.session("out"))):
+        model = ScriptedModel([_echo, _echo])
+        agent = sk.Agent("b", "New policy.", model)
+        result = asyncio.run(replay(agent, source, target=target, progress=False))
+        assert [r["status"] for r in result.rows] == ["completed", "completed"]
+        sent[where] = [[(m["role"], m["content"]) for m in call if m["role"] == "system"] for call in model.calls]
+    assert sent["in place"] == sent["target"] == [[("system", "New policy.")]] * 2
+    # in place, the replay hangs where the recorded system prompt starts: a root beside it
+    assert sorted(m["id"] for m in source.roots()) == ["b:u0", "sys"]

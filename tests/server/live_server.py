@@ -139,7 +139,8 @@ class LiveServer:
     def stop(self) -> None:
         if self.thread.is_alive():
             # As on SIGINT/SIGTERM in `sessionkit serve`: end the event streams, then stop.
-            loop = getattr(self.app.state.sessionkit.sessions, "loop", None)
+            server = getattr(self.app.state, "sessionkit", None)  # None: another app (the viewer)
+            loop = getattr(server.sessions, "loop", None) if server is not None else None
             if loop is not None and not loop.is_closed():
                 try:
                     loop.call_soon_threadsafe(self.app.state.sessionkit.sessions.close_streams, "server_stopping")

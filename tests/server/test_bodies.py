@@ -120,7 +120,7 @@ def test_a_body_that_never_ends_gets_408(serve, store):
         # 9 of the 100 bytes announced, and no more: the server gives up on the body
         s.sendall(
             (
-                f"POST /sessions/s/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                f"POST /sessions/s/messages HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
             ).encode()
             + b'{"text": '
@@ -159,11 +159,11 @@ def test_stalled_connections_are_dropped_by_sessionkit_serves_protocol(serve, st
     timed_out: list[tuple[int, float]] = []
     live = serve(echo_agent(), store, uvicorn_config={"http": _watched_protocol(timed_out), "timeout_keep_alive": 1})
     # nothing at all, half a request line, headers that never end: closed by the timer, without an answer
-    for payload in (b"", b"GET /sessions HT", b"GET /sessions HTTP/1.1\r\nHost: x\r\nX-Slow: 1"):
+    for payload in (b"", b"GET /sessions HT", b"GET /sessions HTTP/1.1\r\nHost: localhost\r\nX-Slow: 1"):
         assert _dropped(live.port, payload, timed_out) == b"", payload
     # a complete request is answered, then the idle keep-alive connection is closed by the server
     with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
-        s.sendall(f"GET /sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
+        s.sendall(f"GET /sessions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
         answer = _read_to_close(s)
     assert answer.startswith(b"HTTP/1.1 200") and answer.count(b"HTTP/1.1") == 1
     # an event stream is not a stalled request: it stays open past the timeout. A connection
@@ -173,7 +173,7 @@ def test_stalled_connections_are_dropped_by_sessionkit_serves_protocol(serve, st
         c.post("/sessions", json={"sessionId": "open"})
         with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
             s.sendall(
-                f"GET /sessions/open/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+                f"GET /sessions/open/events HTTP/1.1\r\nHost: [::1]\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
             )
             head = s.recv(65536)
             assert head.startswith(b"HTTP/1.1 200")

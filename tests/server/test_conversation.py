@@ -190,3 +190,39 @@ def test_a_run_from_a_message_cut_short_by_a_stop_runs_again_from_that_message(s
     assert [m["content"] for m in model.calls[0]] == ["U1", "A1", "alt"]
     assert _texts(session.get_history()) == ["U1", "A1", "alt", "echo: alt"]
     assert [m["id"] for m in session.branches("a1")][0] == "u2"
+
+
+def test_a_forged_cursor_too_far_or_too_deep_is_a_bad_query_not_a_server_error(serve, new_store):
+    """A cursor is opaque but arrives from the client: an offset past any index Python can
+    slice to, or JSON nested past the parser's depth, is 400 ``invalid_query`` like any other
+    cursor this server did not give."""
+    import base64
+    import json
+    import sys
+
+    store = new_store("sqlite", name="forged")
+    live = serve(sk.Agent("echo", "", ScriptedModel([echo()])), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "f"})
+        c.post("/sessions/f/messages", json={"text": "q"})
+        wait_idle(c, "f")
+        leaf = c.get("/sessions/f/conversation").json()["leaf"]
+
+        def forged(raw: bytes) -> str:
+            return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+
+        cursors = [
+            forged(json.dumps([leaf, True, sys.maxsize + 1]).encode()),
+            forged(json.dumps([leaf, False, sys.maxsize + 1]).encode()),
+            forged(json.dumps([leaf, True, 10**400]).encode()),
+            forged(b"[" * 10_000 + b"]" * 10_000),
+        ]
+        for cursor in cursors:
+            answer = c.get("/sessions/f/conversation", params={"cursor": cursor})
+            assert (answer.status_code, answer.json()["error"]) == (400, "invalid_query"), cursor[:40]
+        # a real cursor still pages
+        c.post("/sessions/f/messages", json={"text": "q2"})
+        wait_idle(c, "f")
+        first = c.get("/sessions/f/conversation", params={"limit": "1"}).json()
+        second = c.get("/sessions/f/conversation", params={"cursor": first["nextCursor"], "limit": "1"}).json()
+        assert second["messages"][0]["id"] != first["messages"][0]["id"]

@@ -136,22 +136,51 @@ def test_a_resume_older_than_the_window_gets_the_gap_notice_then_the_window(serv
             assert [i for i, _ in frames[notice:]] == list(range(earliest, store.events("g")[-1]["seq"] + 1))
 
 
-def test_a_resume_point_beyond_the_last_event_is_a_gap_too(serve, store, sse):
-    """A reader that followed an earlier session of the same id (deleted, then created again)."""
+def test_a_session_created_again_never_repeats_an_event_id(serve, store, sse):
+    """After DELETE and creation again, the new session's event ids go on after the deleted
+    one's: a reader resuming with an id it got from the earlier session is sent the new
+    session from its start (not what follows that id), and ids name one event for good."""
     live = serve(echo_agent(), store)
+    lives: list[list[tuple[int, dict]]] = []
     with live.client() as c:
-        c.post("/sessions", json={"sessionId": "again"})
-        c.post("/sessions/again/messages", json={"text": "old life"})
-        wait_idle(c, "again")
-        old_last = store.events("again")[-1]["seq"]
-        c.delete("/sessions/again")
-        c.post("/sessions", json={"sessionId": "again"})
-        c.post("/sessions/again/messages", json={"text": "new"})
-        wait_idle(c, "again")
-        reader = sse(f"{live.url}/sessions/again/events", {**AUTH, "Last-Event-ID": str(old_last + 5)})
-        frames = reader.wait(lambda fs: any(d.get("kind") == "run.end" for _, d in fs))
-    assert frames[0] == (None, {"error": "events_gap", "requestedSeq": old_last + 6, "earliestSeq": 0})
-    assert [d for _, d in frames[1:]] == store.events("again")
+        for life in range(3):
+            c.post("/sessions", json={"sessionId": "again"})
+            reader = sse(f"{live.url}/sessions/again/events")
+            c.post("/sessions/again/messages", json={"text": f"life {life}"})
+            frames = reader.wait_runs_ended(1)
+            reader.close()
+            assert all(d["seq"] == i for i, d in frames)  # the frame's id is its event's seq
+            stored = store.events("again")
+            assert [d["kind"] for _, d in frames] == [e["kind"] for e in stored]
+            lives.append(frames)
+            if life < 2:
+                assert c.delete("/sessions/again").status_code == 202
+        ids = [[i for i, _ in frames] for frames in lives]
+        assert ids[0][0] == 0
+        for before, after in zip(ids, ids[1:], strict=False):
+            assert after == list(range(before[-1] + 1, before[-1] + 1 + len(after)))
+        new = lives[2]
+        # a stale Last-Event-ID from either deleted session: the whole new session, no notice
+        for stale in (ids[1][-1], ids[1][2], ids[0][-1]):
+            resumed = sse(f"{live.url}/sessions/again/events", {**AUTH, "Last-Event-ID": str(stale)})
+            assert resumed.wait(lambda fs: len(fs) >= len(new)) == new, stale
+        # a resume inside the new session's ids is the documented one
+        mid = sse(f"{live.url}/sessions/again/events", {**AUTH, "Last-Event-ID": str(ids[2][2])})
+        assert mid.wait(lambda fs: len(fs) >= len(new) - 3) == new[3:]
+        # beyond the last event: the gap notice, then the window
+        beyond = sse(f"{live.url}/sessions/again/events", {**AUTH, "Last-Event-ID": str(ids[2][-1] + 5)})
+        frames = beyond.wait(lambda fs: len(fs) >= len(new) + 1)
+        assert frames[0] == (None, {"error": "events_gap", "requestedSeq": ids[2][-1] + 6, "earliestSeq": ids[2][0]})
+        assert frames[1:] == new
+        # the WebSocket numbers its frames the same way, and resumes the same way
+        with connect(f"{live.ws_url}/sessions/again/ws?lastEventId={ids[1][-1]}", additional_headers=AUTH) as ws:
+            got = [json.loads(ws.recv(timeout=HANG)) for _ in new]
+        assert got == [d for _, d in new]
+    # a server started afresh over the same store numbers them as the first did
+    live.stop()
+    again = serve(echo_agent(), store)
+    resumed = sse(f"{again.url}/sessions/again/events", {**AUTH, "Last-Event-ID": str(ids[1][-1])})
+    assert resumed.wait(lambda fs: len(fs) >= len(new)) == new
 
 
 def test_a_malformed_last_event_id_is_400(serve, store):

@@ -41,7 +41,7 @@ def test_one_large_chunk_without_content_length_gets_413(serve, store):
     with socket.create_connection(("127.0.0.1", live.port), timeout=HANG) as s:
         body = json.dumps({"text": "z" * 5_000}).encode()
         head = (
-            f"POST /sessions/b/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            f"POST /sessions/b/messages HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {TOKEN}\r\n"
             f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
         s.sendall(head.encode() + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")

@@ -924,6 +924,25 @@ async def _score(t: Twins):
     await t.same_rows(lambda st: st.labels(scorer="apples"))
 
 
+@recipe("AsyncStore.import_runs", "AsyncStore.import_events", "AsyncStore.import_embeddings")
+async def _import_facts(t: Twins):
+    run = sk.RunRecord("imported-run", "c", "completed", None, T0, T0, {"in": 3}, "hi", {"variant": "v"})
+    await t.write(lambda st: st.import_runs(iter([run])))
+    await t.write(lambda st: st.import_runs([dataclasses.asdict(run)]))
+    await t.write(lambda st: st.import_runs([{"run_id": "r", "session_id": "c", "status": "x", "started_at": "no"}]))
+    await t.same_rows(lambda st: st.runs("c"))
+    events = [{"session_id": "c", "seq": 40, "kind": "start", "ts": T0}, {"session_id": "c", "seq": 41, "kind": "end"}]
+    await t.write(lambda st: st.import_events(iter(events)))
+    await t.write(lambda st: st.import_events(events))
+    await t.write(lambda st: st.import_events([{"session_id": "c", "seq": 40, "kind": "other"}]))
+    await t.same_rows(lambda st: st.events("c", after_seq=39))
+    vectors = [{"session_id": "c", "message_id": "c1", "model": "m", "vector": [0.5, 1.0]}]
+    await t.write(lambda st: st.import_embeddings(iter(vectors)))
+    await t.write(lambda st: st.import_embeddings(vectors))
+    await t.write(lambda st: st.import_embeddings([dict(vectors[0], message_id="missing")]))
+    await t.same_rows(lambda st: st.sql("SELECT session_id, message_id, model, vector FROM embeddings ORDER BY ALL"))
+
+
 def _letters(texts):
     """A deterministic embedder: letter counts (a, e, i, o, u and the rest)."""
     return [[float(t.count(c)) for c in "aeiou"] + [float(len(t))] for t in texts]

@@ -112,7 +112,7 @@ def test_a_message_of_megabytes_is_stored_whole(store, indexed):
 @pytest.mark.parametrize("size", [100, 2_000_000], ids=["small", "large"])
 def test_a_message_is_stemmed_once_when_appended_to_an_indexed_duckdb_store(new_store, monkeypatch, size):
     pytest.importorskip("duckdb")
-    from sessionkit.store import _duckdb_search as engine_module
+    from sessionkit.store.engines.duckdb import search as engine_module
 
     st = new_store("duckdb")
     s = st.session("s")

@@ -21,9 +21,9 @@ duckdb = pytest.importorskip("duckdb")
 
 import sessionkit as sk  # noqa: E402
 from sessionkit.errors import SessionKitError  # noqa: E402
-from sessionkit.store import _duckdb_state as state_module  # noqa: E402
-from sessionkit.store import duckdb as engine_module  # noqa: E402
 from sessionkit.store._schema import SCHEMA_VERSION  # noqa: E402
+from sessionkit.store.engines.duckdb import engine as engine_module  # noqa: E402
+from sessionkit.store.engines.duckdb import state as state_module  # noqa: E402
 
 #: what the ``store`` fixture (tests/store/conftest.py) opens here: a DuckDB file
 STORE_KIND = "duckdb"

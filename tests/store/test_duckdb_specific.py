@@ -20,7 +20,7 @@ pytest.importorskip("duckdb")
 import sessionkit as sk
 from sessionkit import messages as _msg
 from sessionkit.store import LATEST
-from sessionkit.store._duckdb_search import BM25_B, BM25_K1
+from sessionkit.store.engines.duckdb.search import BM25_B, BM25_K1
 from sessionkit.store.search import matches, parse_query
 
 #: what the ``store`` fixture (tests/store/conftest.py) opens here: a DuckDB file

@@ -1,4 +1,4 @@
-"""The DuckDB engine's per-file state (``sessionkit.store._duckdb_state.FileState``): its
+"""The DuckDB engine's per-file state (``sessionkit.store.engines.duckdb.state.FileState``): its
 invariant, checked against the database and the journal file after each step of real
 stores (appends, chains, branches, imports, updates, deletes, a merge at the journal's
 size, a rollback, a process killed with rows in the journal), and its journal file and id
@@ -19,9 +19,9 @@ duckdb = pytest.importorskip("duckdb")
 
 import sessionkit as sk  # noqa: E402
 from sessionkit.store import LATEST  # noqa: E402
-from sessionkit.store import _duckdb_state as state_module  # noqa: E402
-from sessionkit.store._duckdb_state import FileState  # noqa: E402
 from sessionkit.store._values import Node  # noqa: E402
+from sessionkit.store.engines.duckdb import state as state_module  # noqa: E402
+from sessionkit.store.engines.duckdb.state import FileState  # noqa: E402
 
 
 def check(store) -> FileState:

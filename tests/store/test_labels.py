@@ -175,3 +175,17 @@ def test_the_analysis_cache_drops_removed_labels_without_reading_messages_again(
         assert store._engine._analysis.reads == reads + 2  # (the deleted message's session, read again)
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("field", ["note", "author"])
+def test_a_nul_in_a_label_is_refused_alike_on_every_engine(engine, new_store, field):
+    """PostgreSQL text cannot hold NUL: every engine refuses it in a note or an author with
+    InvalidLabel naming the field (so a label that one engine holds copies to any other)."""
+    store = new_store(engine)
+    s = store.session("s")
+    s.append(_msg("m0", "hello"))
+    with pytest.raises(sk.InvalidLabel, match=rf"label's {field}.*NUL"):
+        s.add_label("m0", "good", **{field: "a\x00b"})
+    assert s.labels() == []
+    s.add_label("m0", "good", **{field: "a b"})  # the same label without the NUL is taken
+    assert [getattr(lab, field) for lab in s.labels()] == ["a b"]

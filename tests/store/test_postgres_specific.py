@@ -18,6 +18,8 @@ from helpers import msg, wait_until
 
 import sessionkit as sk
 
+pytestmark = pytest.mark.postgres  # every test here needs the PostgreSQL test server
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: The session of the marker writes below. PostgreSQL delivers notifications in commit order,
@@ -190,7 +192,7 @@ def _open_at_once(url: str, n: int) -> list:
 def test_concurrent_schema_creation_by_several_processes(pg_store_url):
     url = pg_store_url()  # a schema nobody created yet
     outcomes = _open_at_once(url, 4)
-    from sessionkit.store.postgres import SCHEMA_VERSION
+    from sessionkit.store.engines.postgresql.engine import SCHEMA_VERSION
 
     assert outcomes == [{"inserted": True, "schema_version": SCHEMA_VERSION}] * 4
     with sk.open_store(url) as store:
@@ -207,7 +209,7 @@ def test_concurrent_schema_creation_by_several_processes(pg_store_url):
 
 @pytest.mark.slow  # several processes
 def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_url):
-    from sessionkit.store import postgres
+    from sessionkit.store.engines.postgresql import engine as postgres
 
     url = pg_store_url()
     with sk.open_store(url) as store:
@@ -387,7 +389,7 @@ def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):
 
 
 def test_long_paths_are_read_in_pages(pg_store_url, monkeypatch):
-    from sessionkit.store import postgres
+    from sessionkit.store.engines.postgresql import engine as postgres
 
     monkeypatch.setattr(postgres.PostgresEngine, "PAGE", 7)
     with sk.open_store(pg_store_url(), chunk_chars=50) as store:
@@ -414,7 +416,7 @@ def test_path_hides_password_and_reopens_the_same_schema(pg_store_url):
     assert "schema=" in path
     with sk.open_store(path) as again:
         assert again.session("s").get("a") is not None
-    from sessionkit.store._pg_text import _parse_url, _shown_url
+    from sessionkit.store.engines.postgresql.text import _parse_url, _shown_url
 
     conninfo, schema = _parse_url("postgres://u:secret@h:5/db?sslmode=disable&schema=x&password=p2")
     assert schema == "x" and "secret" in conninfo and "schema" not in conninfo

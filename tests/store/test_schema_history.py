@@ -24,7 +24,10 @@ import pytest
 from helpers import msg
 
 import sessionkit as sk
-from sessionkit.store import _schema, _sql, _sql_base, duckdb, postgres, sqlite
+from sessionkit.store import _schema, _sql, _sql_base
+from sessionkit.store.engines.duckdb import engine as duckdb
+from sessionkit.store.engines.postgresql import engine as postgres
+from sessionkit.store.engines.sqlite import engine as sqlite
 
 from .test_duckdb_specific import V1_SCHEMA as DUCKDB_V1
 from .test_sqlite_specific import V2_FTS_TRIGGERS, V2_RECORDS, V2_SCHEMA

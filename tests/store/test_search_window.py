@@ -19,8 +19,8 @@ import pytest
 from helpers import msg
 
 import sessionkit as sk
-from sessionkit.store import _sqlite_search as fts
-from sessionkit.store import sqlite as sq
+from sessionkit.store.engines.sqlite import engine as sq
+from sessionkit.store.engines.sqlite import search as fts
 from sessionkit.store.search import parse_query
 
 WORDS = "alpha beta gamma delta refund error kiwi mango lemon plum".split()

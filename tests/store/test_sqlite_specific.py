@@ -10,7 +10,7 @@ import pytest
 from helpers import msg
 
 import sessionkit as sk
-from sessionkit.store import sqlite as sq
+from sessionkit.store.engines.sqlite import engine as sq
 
 
 def rows(store, sql, params=()):

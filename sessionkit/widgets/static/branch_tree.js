@@ -454,7 +454,7 @@ function render({ model, el }) {
       const preview = cache.previews.get(id);
       row.append(
         skEl("span", { class: "sk-row-role", style: { color: skRoleColor(role) }, text: role }),
-        skLabelBadges((model.get("_labels") || {})[id]),
+        skLabelBadges(skOwn(model.get("_labels"), id)),
         skEl("span", { class: "sk-row-text", text: preview === undefined ? "…" : preview }),
         skEl("span", { class: "sk-row-tok", text: (nk > 1 ? `${nk} branches · ` : "") + skTokens(tree.tokens[i]) + " tok" }),
       );
@@ -572,7 +572,7 @@ function render({ model, el }) {
     const labels = model.get("_labels") || {};
     for (const row of rowEls) {
       if (!row || !row.dataset.id) continue;
-      row.querySelector(".sk-labels").replaceWith(skLabelBadges(labels[row.dataset.id]));
+      row.querySelector(".sk-labels").replaceWith(skLabelBadges(skOwn(labels, row.dataset.id)));
     }
     renderPanel();
   }
@@ -652,7 +652,7 @@ function render({ model, el }) {
     panel.append(
       skEl("div", { class: "sk-panel-title" }, skEl("span", { class: "sk-dot", style: { background: skRoleColor(role) } }), `${role} · ${skTokens(tree.tokens[i])} tokens`),
       skEl("div", { class: "sk-meta", text: `${id} · path ${skPlural(depth, "message")}, ${skTokens(tok)} tokens · ${skPlural(layout ? layout.nKids(i) : 0, "child", "children")}` }),
-      skEl("div", { class: "sk-panel-labels" }, skLabelBadges((model.get("_labels") || {})[id], editable ? removeLabel : null)),
+      skEl("div", { class: "sk-panel-labels" }, skLabelBadges(skOwn(model.get("_labels"), id), editable ? removeLabel : null)),
     );
     if (editable) panel.append(labelForm);
     const detail = cache.details.get(id);
@@ -805,11 +805,11 @@ function render({ model, el }) {
 function offline(msg, state) {
   const messages = (state._offline && state._offline.messages) || {};
   if (msg.type === "fetch") {
-    const items = {};
-    for (const id of msg.ids) if (messages[id]) items[id] = messages[id].preview;
+    const items = skDict();
+    for (const id of msg.ids) if (skOwn(messages, id)) items[id] = messages[id].preview;
     return { type: "previews", req: msg.req, items };
   }
-  if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: messages[msg.id] || null };
+  if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: skOwn(messages, msg.id) || null };
   return null;
 }
 
@@ -831,12 +831,12 @@ function btDiff(tree, messages, aId, bId) {
   while (common < Math.min(pa.length, pb.length) && pa[common] === pb[common]) common++;
   const fork = common ? pa[common - 1] : -1;
   const side = (path) => {
-    const roles = {};
+    const roles = skDict();
     let tools = 0, cost = 0, priced = 0, unpriced = 0, withUsage = 0, tin = 0, tout = 0;
     for (const i of path) {
       const role = tree.roles[tree.role[i]];
       roles[role] = (roles[role] || 0) + 1;
-      const m = messages[tree.ids[i]] || {};
+      const m = skOwn(messages, tree.ids[i]) || {};
       tools += (m.parts || []).filter((p) => p.type === "tool").length;
       const usage = m.usage && typeof m.usage === "object" ? m.usage : null;
       if (usage) {
@@ -850,7 +850,7 @@ function btDiff(tree, messages, aId, bId) {
         priced++;
       } else if (role === "assistant" || usage) unpriced++;
     }
-    const first = path.length ? messages[tree.ids[path[0]]] : null;
+    const first = path.length ? skOwn(messages, tree.ids[path[0]]) : null;
     return {
       leaf_id: path.length ? tree.ids[path[path.length - 1]] : fork >= 0 ? tree.ids[fork] : null,
       messages: path.length,

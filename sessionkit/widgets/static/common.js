@@ -4,7 +4,22 @@ const SK_ROLE_COLORS = { user: "#2563eb", assistant: "#15803d", system: "#64748b
 const SK_OTHER_COLOR = "#7c3aed";
 
 function skRoleColor(role) {
-  return SK_ROLE_COLORS[role] || SK_OTHER_COLOR;
+  return skOwn(SK_ROLE_COLORS, role) || SK_OTHER_COLOR;
+}
+
+/**
+ * obj[key] when obj has it as its own property, else undefined. Message, session and label
+ * ids are any strings, "constructor", "toString" and "__proto__" among them: looked up in a
+ * plain object with obj[key] they would find Object.prototype's members instead of nothing.
+ */
+function skOwn(obj, key) {
+  return obj !== null && obj !== undefined && Object.prototype.hasOwnProperty.call(obj, key) ? obj[key] : undefined;
+}
+
+/** An empty object for values by id: no prototype, so no id names an inherited member and
+ * setting "__proto__" stores a value like any other id. */
+function skDict() {
+  return Object.create(null);
 }
 
 /** Create an element: skEl("div", {class: "x", onclick: fn}, child, "text", ...). */
@@ -78,6 +93,48 @@ function skOutputText(value) {
   return value.replace(SK_ANSI, "").replace(/\r\n?/g, "\n");
 }
 
+/** A string argument this long or longer is shown under its name (as sessionkit.parts.INLINE_CHARS). */
+const SK_INLINE_CHARS = 60;
+
+/**
+ * A tool's input as a person reads it (as sessionkit.parts.input_text): each argument of an
+ * object (or of a JSON text of one) on a line of its own, a short one-line string, a number,
+ * true/false or null beside its name, anything longer under it, indented, with real line
+ * breaks; any other input as skOutputText shows it. A text the kernel already made (the
+ * message views send input_text's result) reads back as itself.
+ */
+function skInputText(value) {
+  if (typeof value === "string") {
+    if (!value.trimStart().startsWith("{")) return skOutputText(value);
+    try {
+      value = JSON.parse(value); // a model's raw tool-call arguments: an object's JSON text
+    } catch (err) {
+      return skOutputText(value);
+    }
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value) || !Object.keys(value).length) return skOutputText(value);
+  const lines = [];
+  for (const [name, arg] of Object.entries(value)) {
+    if (arg === null || typeof arg === "boolean" || typeof arg === "number") {
+      lines.push(`${name}: ${JSON.stringify(arg)}`);
+      continue;
+    }
+    const text = skOutputText(arg);
+    if (typeof arg === "string" && !text.includes("\n") && text.length < SK_INLINE_CHARS) {
+      lines.push(text ? `${name}: ${text}` : `${name}: ""`);
+      continue;
+    }
+    lines.push(`${name}:`);
+    for (const line of text.replace(/\n+$/, "").split("\n")) lines.push(line ? "  " + line : "");
+  }
+  return lines.join("\n");
+}
+
+/** A tool's input in a view: skInputText's text, folded as skOutput folds output. */
+function skInput(value) {
+  return skOutput(skInputText(value));
+}
+
 /**
  * The one renderer of tool input and output in every web view: a <pre> of readable text
  * (skOutputText), folded past SK_FOLD_LINES lines with a "show all" button. Tool output is
@@ -113,7 +170,7 @@ function skParts(view) {
       const status = p.error ? "error" : p.state || "";
       const box = skEl("details", { class: "sk-tool", open: true },
         skEl("summary", {}, "tool ", skEl("b", { text: p.name }), " ", skEl("span", { class: "sk-badge" + (p.error ? " sk-bad" : ""), text: status })));
-      if (p.input !== null && p.input !== undefined) box.append(skEl("div", { class: "sk-label", text: "input" }), skOutput(p.input));
+      if (p.input !== null && p.input !== undefined) box.append(skEl("div", { class: "sk-label", text: "input" }), skInput(p.input));
       if (p.output !== null && p.output !== undefined) box.append(skEl("div", { class: "sk-label", text: "output" }), skOutput(p.output));
       if (p.error) box.append(skEl("div", { class: "sk-err", text: p.error }));
       frag.append(box);
@@ -205,7 +262,7 @@ function skLabelText(label) {
 /** The badges of a message's labels (see _source.labels_json); a × on each when `onRemove` is given. */
 function skLabelBadges(labels, onRemove) {
   const box = skEl("span", { class: "sk-labels" });
-  for (const label of labels || []) {
+  for (const label of Array.isArray(labels) ? labels : []) {
     const judged = label.source && label.source !== "human";
     const about = [label.target === "branch" ? "on the branch ending here" : "", label.note, label.author ? "by " + label.author : "",
       judged ? `${label.source} scorer ${label.scorer}` : "", label.rationale];

@@ -169,7 +169,7 @@ function render({ model, el }) {
             const status = tool.error ? "error" : tool.done ? "done" : "running…";
             const box = skEl("details", { class: "sk-tool", open: true, "data-tool": tool.id || "" },
               skEl("summary", {}, "tool ", skEl("b", { text: tool.name || "?" }), " ", skEl("span", { class: "sk-badge" + (tool.error ? " sk-bad" : ""), text: status })),
-              skEl("div", { class: "sk-label", text: "input" }), skOutput(tool.input));
+              skEl("div", { class: "sk-label", text: "input" }), skInput(tool.input));
             if (tool.done && !tool.error) box.append(skEl("div", { class: "sk-label", text: "output" }), skOutput(tool.output));
             if (tool.error) box.append(skEl("div", { class: "sk-err", text: tool.error }));
             t.tools.append(box);

@@ -27,7 +27,7 @@ function render({ model, el }) {
   const removeLabel = (label) => sendLabel({ type: "remove-label", label: label.id }, null);
 
   function labelBadges(id) {
-    return skLabelBadges((model.get("_labels") || {})[id], skEditable(model) ? removeLabel : null);
+    return skLabelBadges(skOwn(model.get("_labels"), id), skEditable(model) ? removeLabel : null);
   }
 
   // "+ label" under a message's head: a form adding a label to that message (or its branch)
@@ -200,8 +200,8 @@ function render({ model, el }) {
 function offline(msg, state) {
   const data = state._offline || {};
   if (msg.type === "fetch") {
-    const items = {};
-    for (const id of msg.ids) if (data.messages && data.messages[id]) items[id] = data.messages[id];
+    const items = skDict();
+    for (const id of msg.ids) if (skOwn(data.messages, id)) items[id] = data.messages[id];
     return { type: "messages", req: msg.req, items };
   }
   return null;

@@ -6,14 +6,14 @@
 // here; the session page mounts the notebook views' own modules (BranchTree, Transcript,
 // RunView) with skLocalModel standing in for the kernel: one front end for both.
 //
-// Served, the data comes from /api (a token given in the page's URL, ?token=..., goes in
-// an Authorization header); in a bundle from script files setting globals. Every text
+// Served, the data comes from /api (a token given in the page's URL, ?token=..., is kept in
+// sessionStorage and goes in an Authorization header); in a bundle from script files setting globals. Every text
 // from the store becomes text nodes (skEl's text, textContent), never markup.
 
 (function () {
   const app = document.getElementById("sk-app");
   const CONFIG = JSON.parse(app.dataset.config || '{"mode": "served"}');
-  const TOKEN = new URLSearchParams(location.search).get("token");
+  const TOKEN = pageToken();
   const COLUMNS = [
     ["session_id", "session"],
     ["messages", "messages"],
@@ -26,6 +26,29 @@
   ];
   const PAGE = 50;
 
+  /**
+   * The token of a served viewer: from the URL the command printed (?token=...), kept in this
+   * tab's sessionStorage and taken out of the address bar, so the links copied from the page
+   * (#/s/...) never carry it and a reload or a link followed in this tab still has it.
+   */
+  function pageToken() {
+    const query = new URLSearchParams(location.search);
+    const given = query.get("token");
+    let store = null;
+    try {
+      store = window.sessionStorage;
+    } catch (err) {
+      store = null; // storage refused (a file:// page in some browsers): the URL keeps the token
+    }
+    if (given && store) {
+      store.setItem("sk-viewer-token", given);
+      query.delete("token");
+      const rest = query.toString();
+      history.replaceState(null, "", location.pathname + (rest ? "?" + rest : "") + location.hash);
+    }
+    return given || (store && store.getItem("sk-viewer-token")) || null;
+  }
+
   // -- data: the same calls over /api or over the bundle's globals --------------------------
 
   function served() {
@@ -37,6 +60,8 @@
       }
       const response = await fetch(url, { method: method || "GET", headers: TOKEN ? { Authorization: "Bearer " + TOKEN } : {} });
       const body = await response.json();
+      if (response.status === 401)
+        throw new Error("This viewer needs its token: open the URL that `sessionkit view` printed (it ends in ?token=...).");
       if (!response.ok) throw new Error(body.detail || body.error || response.statusText);
       return body;
     }
@@ -63,7 +88,7 @@
         let resolve, reject;
         const promise = new Promise((ok, fail) => ((resolve = ok), (reject = fail)));
         loaded.set(id, { promise, resolve });
-        const file = data.files[id];
+        const file = skOwn(data.files, id);
         if (!file) reject(new Error(`no session ${JSON.stringify(id)} in this bundle`));
         else document.head.append(skEl("script", { src: file, onerror: () => reject(new Error("cannot read " + file)) }));
       }
@@ -115,8 +140,8 @@
       path: (id, leaf) => load(id).then((s) => (!leaf || (s.paths && s.paths.model.leaf_id === leaf) ? s.paths : treePath(s, leaf))),
       messages: (id, ids) =>
         load(id).then((s) => {
-          const out = {};
-          for (const x of ids) if (s.messages[x]) out[x] = s.messages[x];
+          const out = skDict();
+          for (const x of ids) if (skOwn(s.messages, x)) out[x] = s.messages[x];
           return out;
         }),
       events: (id) => load(id).then((s) => s.events || []),
@@ -154,8 +179,19 @@
     for (const fn of cleanup) fn();
     cleanup = [];
     const hash = location.hash.replace(/^#\/?/, "");
-    const parts = hash.split("/").map(decodeURIComponent);
+    let parts;
+    try {
+      parts = hash.split("/").map(decodeURIComponent);
+    } catch (err) {
+      parts = null; // a malformed escape (%E0%A4%A): a link cut short or mistyped
+    }
     app.textContent = "";
+    if (parts === null) {
+      app.dataset.route = "bad-link";
+      app.append(skEl("header", { class: "skv-header" }, skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }), searchBox("")),
+        skEl("div", { class: "sk-err skv-error skv-bad-link", role: "alert", text: "Bad link: its address is malformed (a %-escape that is cut short or invalid), so it names no session. Check the link, or go to the sessions." }));
+      return;
+    }
     app.dataset.route = parts[0] || "sessions";
     const header = skEl("header", { class: "skv-header" },
       skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }),
@@ -193,6 +229,12 @@
     if (key === "tokens") return skTokens(v);
     if (key === "cost") return row.runs ? skCost(v, row.unpriced, row.runs) : "—";
     if (key === "last_activity") return v ? String(v).replace("T", " ").slice(0, 19) : "—";
+    if (key === "labels" && v) {
+      // the session's tags, each a badge as in the session's views
+      const box = skEl("span", { class: "sk-labels" });
+      for (const tag of String(v).split(", ")) box.append(skEl("span", { class: "sk-label-badge", "data-tag": tag, text: tag }));
+      return box;
+    }
     if (v === null || v === undefined) return "—";
     return typeof v === "number" ? v.toLocaleString("en-US") : String(v);
   }
@@ -344,31 +386,35 @@
     }
     const known = new Set(s.tree.ids);
     const selected = messageId && known.has(messageId) ? messageId : s.latest;
-    const views = {}; // message views fetched so far, shared by the tree and the transcript
+    const views = skDict(); // message views fetched so far, shared by the tree and the transcript
 
     async function fetchViews(ids) {
       const want = ids.filter((x) => !views[x] && !String(x).startsWith("compaction:"));
-      if (want.length) Object.assign(views, await api.messages(id, want));
-      const out = {};
+      if (want.length) {
+        const got = await api.messages(id, want);
+        for (const x of Object.keys(got)) views[x] = got[x];
+      }
+      const out = skDict();
       for (const x of ids) if (views[x]) out[x] = views[x];
       return out;
     }
 
-    const treeState = { _tree: s.tree, selected_id: selected, compare_id: null, diff: {}, collapse: true, height: 520, _offline: { messages: views } };
+    const labels = s.labels || skDict(); // by message id: the badges of the tree and the transcript
+    const treeState = { _tree: s.tree, _labels: labels, selected_id: selected, compare_id: null, diff: {}, collapse: true, height: 520, _offline: { messages: views } };
     const tree = await mount("branch_tree", treeEl, treeState, async (msg) => {
       if (msg.type === "fetch") {
         const got = await fetchViews(msg.ids);
-        const items = {};
+        const items = skDict();
         for (const [k, v] of Object.entries(got)) items[k] = v.preview;
         return { type: "previews", req: msg.req, items };
       }
-      if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: (await fetchViews([msg.id]))[msg.id] || null };
+      if (msg.type === "detail") return { type: "detail", req: msg.req, id: msg.id, message: skOwn(await fetchViews([msg.id]), msg.id) || null };
       return null;
     });
 
     let paths = selected ? await api.path(id, selected) : null;
     const empty = { leaf_id: null, entries: [], compactions: [], tokens_model: 0, tokens_full: 0 };
-    const chatState = { leaf_id: selected, mode: "model", following: true, height: 520, _path: paths ? paths.model : empty, _offline: { paths: paths || { model: empty, full: empty }, messages: views } };
+    const chatState = { _labels: labels, leaf_id: selected, mode: "model", following: true, height: 520, _path: paths ? paths.model : empty, _offline: { paths: paths || { model: empty, full: empty }, messages: views } };
     const chat = await mount("transcript", chatEl, chatState, async (msg) => {
       if (msg.type === "fetch") return { type: "messages", req: msg.req, items: await fetchViews(msg.ids) };
       return null;

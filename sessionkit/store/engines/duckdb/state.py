@@ -6,7 +6,7 @@ in memory what would otherwise cost a statement each (DuckDB spends about a mill
 on any statement): each session's newest row, the newest rows of its latest path, the
 ids each session holds, the sessions with stored messages, a block of reserved write
 sequence numbers; and single appends go to a journal file beside the database instead
-of a committed statement each (see ``duckdb.py``'s notes).
+of a committed statement each (see ``engine.py``'s notes).
 
 Invariant. Write *D* for the committed rows of ``sessionkit_messages`` and *J* for the
 journal's rows: the complete lines of ``<file>.journal`` past its header (each line a
@@ -54,10 +54,11 @@ import os
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from typing import Any
 
-from ..errors import SessionKitError
-from ._schema import NODE_COLUMNS, TABLES
-from ._values import Node
+from ....errors import SessionKitError
+from ..._schema import NODE_COLUMNS, TABLES
+from ..._values import Node
 
 try:
     import fcntl
@@ -81,7 +82,7 @@ _LOG_SUFFIX = ".journal"
 _LOG_HEADER = "sessionkit journal 1 "
 
 #: A reader of rows that moves nothing first: ``read(sql, params) -> rows``.
-Read = Callable[..., list]
+Read = Callable[..., list[Any]]
 
 _MESSAGE_COLUMNS = [c.name for c in TABLES["messages"].columns if "duckdb" in c.only]
 
@@ -524,7 +525,7 @@ class FileState:
                 os.remove(self.log_path)
 
     # -- the invariant ----------------------------------------------------------------------
-    def journal_rows(self, read: Read) -> list[dict]:
+    def journal_rows(self, read: Read) -> list[dict[str, Any]]:
         """The journal's rows as dicts of the messages table's columns, oldest first (the
         table's, then the file's), read without moving them."""
         rows = [json.loads(r[0]) for r in read("SELECT row FROM sessionkit_journal ORDER BY rowid")]
@@ -569,7 +570,7 @@ class FileState:
         if self.journal_sids is not None:
             missing = {r["session_id"] for r in journal} - self.journal_sids
             assert not missing, f"S1: journal rows of sessions {sorted(missing)} not in journal_sids"
-        by_sid: dict[str, list[dict]] = {}
+        by_sid: dict[str, list[dict[str, Any]]] = {}
         for r in every:
             by_sid.setdefault(r["session_id"], []).append(r)
         # S2

@@ -13,12 +13,12 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .. import messages as _msg
-from . import search as _search
-from ._index import Hit, SearchIndex
+from .... import messages as _msg
+from ... import search as _search
+from ..._index import Hit, SearchIndex
 
 if TYPE_CHECKING:
-    from .sqlite import SQLiteEngine
+    from .engine import SQLiteEngine
 
 __all__ = ["DEFAULT_SEARCH_WINDOW", "FTS5Index", "FTS_TABLE", "FTS_TRIGGERS", "index_json"]
 

@@ -20,7 +20,7 @@ What SQLite changes from the shared engine (:mod:`sessionkit.store._sql`):
   with ``VALUES`` and checks, in the same statement, that the session's latest row is
   still the one this connection last wrote there (see _APPEND_AFTER).
 * **Search.** FTS5, built on the first search and kept by triggers after, with a
-  second index of the newest messages on a large store (``_sqlite_search``).
+  second index of the newest messages on a large store (``search.py``).
 """
 
 from __future__ import annotations
@@ -31,15 +31,18 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import messages as _msg
-from ..errors import SessionKitError, StoreCorrupt, StoreLocked
-from . import _files
-from ._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
-from ._sql import LocalEngine
-from ._sqlite_search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json
-from ._values import Appended, Capabilities, Node, _Latest
+from .... import messages as _msg
+from ....errors import SessionKitError, StoreCorrupt, StoreLocked
+from ... import _files
+from ..._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
+from ..._sql import LocalEngine
+from ..._values import Appended, Capabilities, Node, _Latest
+
+if TYPE_CHECKING:
+    from .analysis import SQLiteSource
+from .search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 
@@ -228,14 +231,14 @@ class SQLiteEngine(LocalEngine):
         ):
             raise ValueError(f"busy_timeout must be a number of seconds from 0 to 86400, got {busy_timeout!r}")
         super().__init__(**options)
-        #: How many of the newest messages the search window holds at least (see _sqlite_search).
+        #: How many of the newest messages the search window holds at least (see search.py).
         self.search_window = search_window
         self.busy_timeout = float(busy_timeout)
         self.path = None if path == ":memory:" else str(Path(path).resolve())
         # session -> (seq, id, depth, path_bytes, path_tokens) of the last row append_simple
         # wrote there: the next append under the latest row checks it in its statement
         # (_APPEND_AFTER), so a stale entry costs a retry, never a wrong parent.
-        self._tails: dict[str, tuple] = {}
+        self._tails: dict[str, tuple[Any, ...]] = {}
         if self.path is not None:
             parent = Path(self.path).parent
             if not parent.is_dir():
@@ -326,6 +329,13 @@ class SQLiteEngine(LocalEngine):
             return StoreCorrupt(f"store {where} is damaged: {text}")
         return SessionKitError(f"SQLite store {where}: {text}")
 
+    def analysis_source(self) -> SQLiteSource:
+        """The analysis cache of a file is a file beside it, read through the ADBC driver
+        where it is installed (see ``analysis.py``)."""
+        from .analysis import SQLiteSource
+
+        return SQLiteSource(self)
+
     def close(self) -> None:
         self.close_analysis()
         with self._lock:
@@ -373,7 +383,7 @@ class SQLiteEngine(LocalEngine):
     def w_descendants(self, sid: str, mids: Iterable[str]) -> list[Node]:
         return [Node(*r) for r in self.fetch(self.sql["descendants"], (json.dumps(list(mids)), sid))]
 
-    def listed(self, values: Iterable) -> str:
+    def listed(self, values: Iterable[Any]) -> str:
         return json.dumps(list(values))
 
     def append_simple(
@@ -409,7 +419,7 @@ class SQLiteEngine(LocalEngine):
             return Appended.EXISTS
         return Appended.NO_PARENT
 
-    def _append_latest(self, sid: str, prep: _msg.Prepared, params: tuple) -> bool:
+    def _append_latest(self, sid: str, prep: _msg.Prepared, params: tuple[Any, ...]) -> bool:
         """append_simple under the session's latest row; keeps ``_tails``."""
         db = self._db
         tail = self._tails.get(sid)

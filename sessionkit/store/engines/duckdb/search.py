@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from .. import messages as _msg
-from ..errors import SessionKitError, StoreClosed, missing
-from . import search as _search
-from ._index import Hit, SearchIndex
+from .... import messages as _msg
+from ....errors import SessionKitError, StoreClosed, missing
+from ... import search as _search
+from ..._index import Hit, SearchIndex
 
 try:
     import duckdb
@@ -26,7 +26,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise missing("duckdb", "duckdb", exc) from exc
 
 if TYPE_CHECKING:
-    from .duckdb import DuckDBEngine
+    from .engine import DuckDBEngine
 
 __all__ = ["BM25_B", "BM25_K1", "TermsIndex"]
 
@@ -67,7 +67,7 @@ class TermsIndex(SearchIndex):
     def __init__(self, engine: DuckDBEngine):
         super().__init__(engine)
         #: ``(prepared message, _body of it)`` of the message being written (see body_of).
-        self.memo: tuple | None = None
+        self.memo: tuple[Any, ...] | None = None
 
     def forget_body(self) -> None:
         """Drop the memo once its write is over (the text may be large)."""
@@ -105,7 +105,7 @@ class TermsIndex(SearchIndex):
         stems: list[str] = list(dict.fromkeys([*query.terms, *(w for p in query.phrases for w in p)]))
         if not stems or limit <= 0:
             return []
-        params: list = [stems]
+        params: list[Any] = [stems]
         where_sid = ""
         if sid is not None:
             where_sid = "WHERE m.session_id = ?"
@@ -168,7 +168,7 @@ class TermsIndex(SearchIndex):
             LIMIT ?"""
         return [tuple(r) for r in self._read_apart(sql, params)]
 
-    def _read_apart(self, sql: str, params: list) -> list:
+    def _read_apart(self, sql: str, params: list[Any]) -> list[Any]:
         """Rows of one long read on a connection of its own, without the store's lock
         (inside this thread's write transaction: on its connection, under the lock)."""
         with self.engine._lock:

@@ -1,7 +1,7 @@
 """The PostgreSQL engine's search index: a GIN-indexed ``tsvector`` per message.
 
 The stems come from :mod:`sessionkit.store.search`, exactly as on SQLite, and reach
-PostgreSQL as ``tsvector``/``tsquery`` literals (see ``_pg_text``), so no user text ever
+PostgreSQL as ``tsvector``/``tsquery`` literals (see ``text.py``), so no user text ever
 reaches ``to_tsquery``. Hits are ranked with ``ts_rank_cd`` (normalized by document
 length) among the newest ``search_candidates`` matches. The index is built on the first
 search and kept current by every write afterwards, by any process: each write
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import messages as _msg
-from . import search as _search
-from ._index import Hit, SearchIndex
-from ._pg_text import _tsquery, _tsvector
+from .... import messages as _msg
+from ... import search as _search
+from ..._index import Hit, SearchIndex
+from .text import _tsquery, _tsvector
 
 if TYPE_CHECKING:
-    from .postgres import PostgresEngine
+    from .engine import PostgresEngine
 
 __all__ = ["TsvectorIndex"]
 

@@ -13,19 +13,38 @@ snapshot) and nothing else of the store.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._analysis import TREE_COLUMNS, VIEWS, duckdb_module
+from .views import TREE_COLUMNS, VIEWS, duckdb_module
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["check_query", "sandbox_refusal", "names_used", "uses_tree_columns", "TABLE_FUNCTIONS", "FILE_FUNCTIONS"]
+__all__ = [
+    "check_query",
+    "CheckedQuery",
+    "sandbox_refusal",
+    "names_used",
+    "uses_tree_columns",
+    "TABLE_FUNCTIONS",
+    "FILE_FUNCTIONS",
+]
 
 
-def check_query(con: duckdb.DuckDBPyConnection, query: str, *, files: bool = False) -> None:
+@dataclass(frozen=True)
+class CheckedQuery:
+    """One SELECT that stays in the sandbox (what :func:`check_query` answers): its text and
+    the names it uses (:func:`names_used`), both from one parse of it."""
+
+    text: str
+    names: frozenset[str]
+
+
+def check_query(con: duckdb.DuckDBPyConnection, query: str, *, files: bool = False) -> CheckedQuery:
     """Refuse anything but one SELECT that stays in the sandbox (``ValueError`` naming what
-    was given or refused; see :func:`sandbox_refusal`)."""
+    was given or refused; see :func:`sandbox_refusal`); the query with the names it uses
+    (see :func:`names_used`), read from the same parse tree."""
     duckdb = duckdb_module()
     if not isinstance(query, str):
         raise TypeError(f"query must be a str, got {type(query).__name__}")
@@ -48,9 +67,23 @@ def check_query(con: duckdb.DuckDBPyConnection, query: str, *, files: bool = Fal
             f"store.sql runs read-only queries (a SELECT); this is a {name} statement, refused: "
             "the store is written through its API only"
         )
-    refused = sandbox_refusal(con, query, files=files)
+    tree = _parse_tree(con, query)
+    refused = _refusal(tree, files)
     if refused:
         raise ValueError(f"store.sql: {refused}")
+    assert isinstance(tree, dict)  # (a tree that is not one was refused above)
+    return CheckedQuery(query, frozenset(_names(tree)))
+
+
+def _parse_tree(con: duckdb.DuckDBPyConnection, query: str) -> dict[str, Any] | str:
+    """DuckDB's own parse tree of ``query`` (``json_serialize_sql``), or why there is none."""
+    try:
+        tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
+    except Exception as exc:  # (a SELECT the serializer cannot show cannot be checked)
+        return str(exc)
+    if not isinstance(tree, dict) or tree.get("error"):
+        return str(tree.get("error_message", "")) if isinstance(tree, dict) else ""
+    return tree
 
 
 #: Table functions a query may call (they read nothing but their arguments).
@@ -116,13 +149,13 @@ def sandbox_refusal(con: duckdb.DuckDBPyConnection, query: str, *, files: bool =
     settings function, no DESCRIBE/SHOW/SUMMARIZE, no qualified name. Hand-written
     because DuckDB has no per-connection permission on its catalog; the cache's
     connection is also locked down by DuckDB's own settings (:func:`new_connection`)."""
-    try:
-        tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
-    except Exception as exc:  # (a SELECT the serializer cannot show cannot be checked)
-        return f"this query cannot be checked, refused: {exc}"
-    if not isinstance(tree, dict) or tree.get("error"):
-        detail = tree.get("error_message", "") if isinstance(tree, dict) else ""
-        return f"this query cannot be checked, refused: {detail}"
+    return _refusal(_parse_tree(con, query), files)
+
+
+def _refusal(tree: dict[str, Any] | str, files: bool) -> str:
+    """:func:`sandbox_refusal` of a parse tree (or of the reason there is none)."""
+    if isinstance(tree, str):
+        return f"this query cannot be checked, refused: {tree}"
     refused: list[str] = []
     _sandbox_walk(tree, frozenset(), refused, files)
     return refused[0] if refused else ""
@@ -141,7 +174,7 @@ def _lower(value: Any) -> str:
     return value.lower() if isinstance(value, str) else ""
 
 
-def _sandbox_walk(node: Any, scope: frozenset, refused: list[str], files: bool) -> None:
+def _sandbox_walk(node: Any, scope: frozenset[str], refused: list[str], files: bool) -> None:
     """Checks every table reference and function of a parse tree (``scope``: the CTE names
     visible where ``node`` is); the first refusal is appended to ``refused``."""
     if refused:
@@ -240,12 +273,14 @@ def names_used(con: duckdb.DuckDBPyConnection, query: str) -> set[str]:
     is a table or view it reads (``"@*"``: any, for a query the parser cannot show). A call
     that advances a sequence (``nextval``, ``setval``) -> ``ValueError``: it would write
     the store."""
-    try:
-        tree = json.loads(con.execute("SELECT json_serialize_sql(?::VARCHAR)", [query]).fetchall()[0][0])
-    except Exception:  # when in doubt, everything
+    tree = _parse_tree(con, query)
+    if isinstance(tree, str):  # when in doubt, everything
         return {"*", "@*"}
-    if not isinstance(tree, dict) or tree.get("error"):
-        return {"*", "@*"}
+    return _names(tree)
+
+
+def _names(tree: dict[str, Any]) -> set[str]:
+    """:func:`names_used` of a parse tree."""
     found: set[str] = set()
     _walk(tree, found)
     if found & _WRITING_FUNCTIONS:

@@ -1,7 +1,7 @@
 """PostgreSQL engine: psycopg 3, a connection pool, LISTEN/NOTIFY.
 
 The engine for one store shared by many processes and machines. Tables and their
-meaning follow ``sqlite.py`` (``sessionkit_`` prefix, a schema-version row,
+meaning follow SQLite's engine (``sessionkit_`` prefix, a schema-version row,
 continuation rows, payloads by SHA-256 with references, cumulative path columns,
 compactions, runs and events, internal records). What PostgreSQL changes:
 
@@ -27,7 +27,7 @@ compactions, runs and events, internal records). What PostgreSQL changes:
   SQLite, and reach PostgreSQL as ``tsvector``/``tsquery`` literals (lexemes and
   positions, no text search parser or dictionary involved), so stemming and word
   splitting are identical on every engine. A GIN-indexed table, kept current by every
-  write of any process once built (``_pg_search``). PostgreSQL limits apply to
+  write of any process once built (``search.py``). PostgreSQL limits apply to
   extremely long messages: positions stop at 16,383 (a phrase further in is not
   found), at most 256 positions are kept per word, and at most about 1 MB of
   distinct words is indexed per message.
@@ -53,8 +53,8 @@ compactions, runs and events, internal records). What PostgreSQL changes:
 Options: ``schema``, ``pool_size`` (connections per store, default 8),
 ``connect_timeout`` (seconds, default 10), ``chunk_chars`` (continuation row size).
 
-The URL and search-literal helpers live in ``_pg_text``, the search index in ``_pg_search``, the
-listener thread in ``_pg_listen``.
+The URL and search-literal helpers live in ``text.py``, the search index in ``search.py``, the
+listener thread in ``listen.py``, the analysis cache's reads in ``analysis.py``.
 """
 
 from __future__ import annotations
@@ -67,16 +67,19 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import messages as _msg
-from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
-from ._pg_listen import _Listener
-from ._pg_search import TsvectorIndex
-from ._pg_text import _parse_url, _shown_url, _split_utf8, _tsvector
-from ._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
-from ._sql import SQLEngine
-from ._values import Appended, Capabilities, ChangeEvent, Node, _Latest
+from .... import messages as _msg
+from ....errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
+from ..._schema import DIALECTS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
+from ..._sql import SQLEngine
+from ..._values import Appended, Capabilities, ChangeEvent, Node, _Latest
+from .listen import _Listener
+from .search import TsvectorIndex
+from .text import _parse_url, _shown_url, _split_utf8, _tsvector
+
+if TYPE_CHECKING:
+    from .analysis import PostgresSource
 
 try:
     import psycopg
@@ -290,7 +293,7 @@ class PostgresEngine(SQLEngine):
         self._closed = False
         self._listener: _Listener | None = None
         self._listener_lock = threading.Lock()
-        self._signal_handlers: list = []
+        self._signal_handlers: list[Any] = []
         self._holds: set[str] = set()
         self._holds_conn: psycopg.Connection | None = None
         self._holds_lock = threading.Lock()
@@ -528,6 +531,12 @@ class PostgresEngine(SQLEngine):
         :meth:`snapshot`."""
         return str(self.fetch_one("SELECT pg_current_snapshot()::text")[0])
 
+    def analysis_source(self) -> PostgresSource:
+        """The analysis cache reads this store through COPY, in memory (see ``analysis.py``)."""
+        from .analysis import PostgresSource
+
+        return PostgresSource(self)
+
     def copy_csv(self, sql: str) -> Generator[bytes, None, None]:
         """The rows of ``sql`` (a SELECT without parameters: COPY binds none) as CSV text,
         in chunks of bytes, through ``COPY (...) TO STDOUT``: one statement whose rows
@@ -572,7 +581,7 @@ class PostgresEngine(SQLEngine):
             self.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (self._key("events", sid),))
             tx.events_locked.add(sid)
 
-    def execute_many(self, sql: str, rows: list[Sequence]) -> None:
+    def execute_many(self, sql: str, rows: list[Sequence[Any]]) -> None:
         if rows:
             with self.guard(), self.connection() as conn, conn.cursor() as cur:
                 cur.executemany(sql, rows)
@@ -626,7 +635,7 @@ class PostgresEngine(SQLEngine):
             return Appended.EXISTS
         return Appended.NO_PARENT if kind == "parent" else Appended.UNSUPPORTED
 
-    def w_append_events(self, sid: str, events: list[dict]) -> list[dict]:
+    def w_append_events(self, sid: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = super().w_append_events(sid, events)
         if out:  # other processes' servers stream this session's events too (delivered at commit)
             self.execute(
@@ -636,9 +645,6 @@ class PostgresEngine(SQLEngine):
         return out
 
     # -- what several server processes on one store share ----------------------------
-    #: Concurrent transactions commit in any order: a row may appear below a seq already seen.
-    ORDERED_COMMITS = False
-
     #: Several processes may serve this store at once (the HTTP server coordinates them).
     shared = True
 
@@ -739,7 +745,7 @@ class PostgresEngine(SQLEngine):
 
     @staticmethod
     def _event_doc(event: ChangeEvent) -> str:
-        doc: dict = {"t": event.type, "s": event.session_id, "i": list(event.message_ids)}
+        doc: dict[str, Any] = {"t": event.type, "s": event.session_id, "i": list(event.message_ids)}
         message = event.message
         body = "null" if message is None else _msg.dumps(message)
         if len(body) > _NOTE_MESSAGE_CHARS:
@@ -795,7 +801,7 @@ class PostgresEngine(SQLEngine):
         if not listener.ready.wait(self._connect_timeout):
             log.warning("sessionkit: the change feed of %s is not connected yet; still trying", self.path)
 
-    def _event_from(self, data: dict) -> ChangeEvent:
+    def _event_from(self, data: dict[str, Any]) -> ChangeEvent:
         kind, sid, ids, message = data["t"], data["s"], tuple(data["i"]), data.get("m")
         if data.get("f"):
             try:

@@ -1,11 +1,12 @@
 """The tree-aware views of ``store.sql``: ``paths``, ``turns`` and ``tool_calls``.
 
 Each is DuckDB SQL over the same source tables as the other views (``{messages}``,
-``{events}``: see :mod:`sessionkit.store._analysis`), computed from the stored tree
+``{events}``: see :mod:`sessionkit.store.sql.views`), computed from the stored tree
 in SQL, never by walking it in Python (their columns: docs/analysis.md):
 
 * every leaf's path is one recursive walk up the parent links (``_tv_path``: a row
-  per (leaf, message on its path), so the work is the sum of the leaves' depths);
+  per (leaf, message on its path), so the work is the sum of the leaves' depths), for
+  ``paths`` and ``tool_calls``; ``turns`` reads no path (see ``_TURNS``);
 * the *way down* from a message is the path from it to the newest leaf below it
   (the newest message of its subtree, by write order: a child is always written
   after its parent, so that message is a leaf); ``_tv_below`` names that leaf, and a
@@ -95,8 +96,17 @@ _BASE = f"""
         FROM {{messages}} m LEFT JOIN {{messages}} p ON p.session_id = m.session_id AND p.id = m.parent_id
     ),
     _tv_kids AS MATERIALIZED (
-        SELECT pseq, count(*)::BIGINT AS n FROM _tv_m WHERE pseq IS NOT NULL GROUP BY pseq
+        SELECT pseq, count(*)::BIGINT AS n, max(seq) AS newest FROM _tv_m WHERE pseq IS NOT NULL GROUP BY pseq
     ),
+    _tv_ev AS (
+        SELECT run_id, json_extract_string(data, '$.kind') AS kind,
+               json_extract_string(data, '$.tool_call_id') AS call_id,
+               TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts
+        FROM {{events}} WHERE run_id IS NOT NULL
+    )"""
+
+# Each leaf's path (the rows of every root-to-leaf path: paths and tool_calls read them).
+_PATH_CTES = """,
     _tv_up(leaf, seq, pseq) AS (
         SELECT m.seq, m.seq, m.pseq FROM _tv_m m WHERE NOT EXISTS (SELECT 1 FROM _tv_kids k WHERE k.pseq = m.seq)
         UNION ALL
@@ -112,12 +122,6 @@ _BASE = f"""
                    OVER (PARTITION BY p.leaf ORDER BY m.depth ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)
                    AS next_user_id
         FROM _tv_path p JOIN _tv_m m ON m.seq = p.seq
-    ),
-    _tv_ev AS (
-        SELECT run_id, json_extract_string(data, '$.kind') AS kind,
-               json_extract_string(data, '$.tool_call_id') AS call_id,
-               TRY_CAST(json_extract_string(data, '$.ts') AS TIMESTAMPTZ) AS ts
-        FROM {{events}} WHERE run_id IS NOT NULL
     )"""
 
 _PATHS = """
@@ -134,11 +138,34 @@ _PATHS = """
     LEFT JOIN _tv_kids k ON k.pseq = m.seq
     GROUP BY l.session_id, l.id, l.depth, l.seq, s.top"""
 
+# turns reads no path: work in proportion to the tree, not to the sum of its leaves' depths.
+# * _tv_climb walks up from every leaf and stops where a sibling is newer than the leaf (that
+#   sibling's subtree holds a newer message, so the leaf is not the newest below the parent);
+#   the newest leaf below a message is never stopped, so it is the largest leaf reaching it
+#   (_tv_down). A conversation regenerated at every message climbs once per message.
+# * _tv_ua walks down from the roots once: each message with the user message nearest above it.
+# * A turn's stretch: the messages below its user message, before the next user message, on
+#   the way down (the same newest leaf below them as below the user message).
 _TURNS = """,
+    _tv_climb(leaf, seq, pseq) AS (
+        SELECT m.seq, m.seq, m.pseq FROM _tv_m m WHERE NOT EXISTS (SELECT 1 FROM _tv_kids k WHERE k.pseq = m.seq)
+        UNION ALL
+        SELECT c.leaf, p.seq, p.pseq FROM _tv_climb c JOIN _tv_kids k ON k.pseq = c.pseq AND k.newest <= c.leaf
+        JOIN _tv_m p ON p.seq = c.pseq
+    ),
+    _tv_down AS MATERIALIZED (SELECT seq, max(leaf) AS leaf FROM _tv_climb GROUP BY seq),
+    _tv_ua(seq, role, ua) AS (
+        SELECT m.seq, m.role, NULL::BIGINT FROM _tv_m m WHERE m.pseq IS NULL
+        UNION ALL
+        SELECT c.seq, c.role, CASE WHEN a.role = 'user' THEN a.seq ELSE a.ua END
+        FROM _tv_ua a JOIN _tv_m c ON c.pseq = a.seq
+    ),
     _tv_stretch AS (
         SELECT u.seq AS useq, o.id, o.role, o.depth, o.tools, o.tokens, o.cost_usd
-        FROM _tv_m u JOIN _tv_below b ON b.seq = u.seq
-        JOIN _tv_on o ON o.leaf = b.leaf AND o.udepth = u.depth AND o.depth > u.depth
+        FROM _tv_m u JOIN _tv_down du ON du.seq = u.seq
+        JOIN _tv_ua a ON a.ua = u.seq AND a.role <> 'user'
+        JOIN _tv_down d ON d.seq = a.seq AND d.leaf = du.leaf
+        JOIN _tv_m o ON o.seq = a.seq
         WHERE u.role = 'user'
     ),
     _tv_agg AS (
@@ -167,7 +194,7 @@ _TOOL_CALLS = """,
     _tv_parts AS MATERIALIZED (
         SELECT seq, unnest(parts) AS part, unnest(range(len(parts))) AS idx
         FROM (SELECT seq, from_json(json_extract(content, '$.parts'), '["JSON"]') AS parts
-              FROM {messages} WHERE tool_names IS NOT NULL AND json_valid(content))
+              FROM ({whole}) WHERE json_valid(content))
     ),
     _tv_tp AS MATERIALIZED (
         SELECT m.seq, m.session_id, m.id, m.role, m.run_id, x.idx,
@@ -219,7 +246,9 @@ _TOOL_CALLS = """,
     SELECT c.session_id, c.id AS call_message_id, c.rid AS result_message_id, c.call_id AS tool_call_id,
            c.name AS tool_name, c.arguments,
            CASE WHEN c.rstate = 'output-error' THEN c.rerror ELSE c.routput END AS result,
-           CASE WHEN c.rstate IS NULL THEN NULL ELSE c.rstate = 'output-error' END AS is_error,
+           CASE WHEN c.rstate IS NULL THEN NULL
+                WHEN c.rstate = 'output-error' THEN true
+                ELSE coalesce(regexp_matches(c.routput, '^\\s*(Error|ERROR|error)\\s*:'), false) END AS is_error,
            lat.latency_s, c.run_id, o.next_user_id
     FROM _tv_pair c
     LEFT JOIN _tv_tlat lat ON lat.run_id = c.run_id AND lat.call_id = c.call_id
@@ -232,10 +261,23 @@ def tree_view_sql(tables: dict[str, str]) -> dict[str, str]:
     base = _BASE.format(messages=tables["messages"], events=tables["events"])
     head = f"WITH RECURSIVE {base}"
     return {
-        "paths": head + _PATHS,
+        "paths": head + _PATH_CTES + _PATHS,
         "turns": head + _TURNS,
-        "tool_calls": head + _TOOL_CALLS.format(messages=tables["messages"]),
+        "tool_calls": head + _PATH_CTES + _TOOL_CALLS.format(whole=_whole_content(tables)),
     }
+
+
+def _whole_content(tables: dict[str, str]) -> str:
+    """The messages with tool parts, each with its whole stored JSON as ``content``. Over a
+    store's own tables (``tables`` has ``chunks``), a message larger than a row holds
+    continues in its chunk rows, joined here; an analysis copy holds ``content`` whole."""
+    if "chunks" not in tables:
+        return f"SELECT seq, content FROM {tables['messages']} WHERE tool_names IS NOT NULL"
+    return (
+        "SELECT m.seq, CASE WHEN m.chunks > 0 THEN m.content || coalesce((SELECT string_agg(k.data, '' ORDER BY k.n)"
+        f" FROM {tables['chunks']} k WHERE k.seq = m.seq), '') ELSE m.content END AS content"
+        f" FROM {tables['messages']} m WHERE m.tool_names IS NOT NULL"
+    )
 
 
 def needs_columns(names: set[str]) -> set[str]:

@@ -1,7 +1,7 @@
 """Analysis where the data is: the views of ``store.sql`` as DuckDB SQL over the store's tables.
 
 The views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``, ``labels``, the
-tree views of :mod:`._tree_views` and ``embeddings`` of :mod:`._embeddings`;
+tree views of :mod:`.tree_views` and ``embeddings`` of :mod:`.._embeddings`;
 their columns in :mod:`sessionkit.analysis`) are written once, in :func:`view_sql`, as
 DuckDB SQL over tables named like the store's own (``sessionkit_messages``...) that hold
 at least the analysis columns every engine stores with each message (``_schema.TABLES``).
@@ -23,9 +23,9 @@ stored when the message was written, and the columns that depend on the tree
 
 Where those tables are is the engine's business: on a DuckDB store they are the store's own
 tables, read through a second connection (nothing copied); on SQLite and PostgreSQL they are
-the tables of :class:`~sessionkit.store._cache.Cache`, a DuckDB copy of the analysis columns
-brought up to date before each query. A query is checked by :mod:`._sandbox` and run (and
-stopped) by :mod:`._query`. DuckDB, pyarrow (and pandas, above) come from the ``analysis``
+the tables of :class:`~sessionkit.store.sql.cache.Cache`, a DuckDB copy of the analysis columns
+brought up to date before each query. A query is checked by :mod:`.sandbox` and run (and
+stopped) by :mod:`.query`. DuckDB, pyarrow (and pandas, above) come from the ``analysis``
 extra and are imported on first use.
 """
 
@@ -34,11 +34,11 @@ from __future__ import annotations
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..errors import missing
-from . import _schema
-from ._embeddings import EMBEDDINGS_COLUMNS, embeddings_view_sql
-from ._labels import LABEL_VIEW_COLUMNS, label_view_sql
-from ._tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, tree_view_sql
+from ...errors import missing
+from .. import _schema
+from .._embeddings import EMBEDDINGS_COLUMNS, embeddings_view_sql
+from .._labels import LABEL_VIEW_COLUMNS, label_view_sql
+from .tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, tree_view_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -269,6 +269,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
         "runs": tables["runs"],
         "events": tables["events"],
         "embeddings": tables["embeddings"],
+        **({"chunks": tables["chunks"]} if "chunks" in tables else {}),
     }
     tree_cte = _TREE.format(**t)
     cols = _MESSAGE_COLUMNS
@@ -377,4 +378,7 @@ def _literal(text: str) -> str:
 def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
     """``tables`` restricted to some sessions (the views over them hold only those)."""
     listed = ", ".join(_literal(s) for s in session_ids) or "NULL"
-    return {name: f"(SELECT * FROM {table} WHERE session_id IN ({listed}))" for name, table in tables.items()}
+    return {  # (chunk rows have no session: read through their message's seq)
+        name: table if name == "chunks" else f"(SELECT * FROM {table} WHERE session_id IN ({listed}))"
+        for name, table in tables.items()
+    }

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import missing
-from ._values import ChangeEvent
+from ....errors import missing
+from ..._values import ChangeEvent
 
 try:
     import psycopg
@@ -26,7 +26,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the installation
     raise missing("postgres", "psycopg (with psycopg-pool)", _exc) from _exc
 
 if TYPE_CHECKING:
-    from .postgres import PostgresEngine
+    from .engine import PostgresEngine
 
 log = logging.getLogger("sessionkit")
 

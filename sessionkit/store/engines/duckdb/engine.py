@@ -14,7 +14,7 @@ What DuckDB changes:
   larger pages (each is a scan of the session's rows).
 * **Search.** DuckDB's ``fts`` extension needs a download and does not update
   incrementally, so this engine keeps its own inverted index, ranked with BM25 in
-  SQL (see ``_duckdb_search``).
+  SQL (see ``search.py``).
 * **Locking.** A DuckDB file admits one process. Opening a file another process
   holds raises :class:`~sessionkit.errors.StoreLocked` naming that process (its
   PID and program) at once (DuckDB does not wait for the lock). Within one
@@ -51,7 +51,7 @@ What DuckDB changes:
   Rows of many messages (imports, continuation rows, payloads, events, records)
   are written a whole batch per statement, passing column lists as parameters and
   unnesting them in SQL.
-* **The append journal and the caches** (``_duckdb_state``, whose invariant ties
+* **The append journal and the caches** (``state.py``, whose invariant ties
   the journal file, the caches and the database together). Only this process
   writes the file, so each session's newest row, the newest rows of its latest path
   (with their content: a recent window needs no statement), whether it has
@@ -80,14 +80,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from .. import messages as _msg
-from ..errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
-from . import _files
-from ._duckdb_search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
-from ._duckdb_state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
-from ._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
-from ._sql import LocalEngine
-from ._values import Appended, Capabilities, Compaction, Node, _Latest
+from .... import messages as _msg
+from ....errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
+from ... import _files
+from ..._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
+from ..._sql import LocalEngine
+from ..._values import Appended, Capabilities, Compaction, Node, _Latest
+from .search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
+from .state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
 
 try:
     import duckdb
@@ -236,8 +236,8 @@ class DuckDBEngine(LocalEngine):
         super().__init__(**options)
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
-        self._views: dict = {}  # which analysis views the analysis connection has
-        self._cursors: set = set()  # connections of long reads running outside the lock (see TermsIndex.search)
+        self._views: dict[str, Any] = {}  # which analysis views the analysis connection has
+        self._cursors: set[Any] = set()  # connections of long reads running outside the lock (see TermsIndex.search)
         # The name this process opens the file by (see _files): one file reached through
         # two names (a hard link, a bind mount) is one database, one FileState, one journal.
         self._held: _files.Claim | None = None
@@ -402,11 +402,12 @@ class DuckDBEngine(LocalEngine):
         ``_analysis``): on a second connection to the database, in a transaction of its
         own (one snapshot; the store's writers go on) that is rolled back. That connection
         shares the store's database, whose configuration cannot be locked down: the
-        query's parse tree keeps it to the views (``_sandbox.check_query``), and
+        query's parse tree keeps it to the views (``sql.sandbox.check_query``), and
         ``files=True`` runs it on a connection of its own."""
-        from . import _analysis, _query
+        from ...sql import query as _query
+        from ...sql import views as _analysis
 
-        tables = {name: self.quote("sessionkit_" + name) for name in _analysis.SOURCE_COLUMNS}
+        tables = {name: self.quote("sessionkit_" + name) for name in (*_analysis.SOURCE_COLUMNS, "chunks")}
         if self.in_write():
             # From inside this thread's write transaction: on the transaction's connection,
             # so the query sees the transaction's writes, which then commit or roll back
@@ -444,7 +445,7 @@ class DuckDBEngine(LocalEngine):
                 self.merge_journal()
             yield db
 
-    def _direct(self, sql: str, params: Sequence = ()) -> list:
+    def _direct(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Rows of a statement that needs no journal row moved first (the journal's own
         writes, the sequence)."""
         with self.guard(), super().connection() as db:
@@ -462,15 +463,15 @@ class DuckDBEngine(LocalEngine):
         if self._full and self._file is not None:
             sync_folder(self._file)
 
-    def snapshot(self) -> contextlib.AbstractContextManager:
+    def snapshot(self) -> contextlib.AbstractContextManager[Any]:
         # One process holds the file and every engine on it shares this lock: holding it
         # keeps every other writer out while a read takes several statements.
         return self._lock
 
-    def listed(self, values: Iterable) -> Any:
+    def listed(self, values: Iterable[Any]) -> Any:
         return list(values)
 
-    def insert_rows(self, table: str, rows: Sequence[Sequence], conflict: str = "") -> None:
+    def insert_rows(self, table: str, rows: Sequence[Sequence[Any]], conflict: str = "") -> None:
         """Whole rows, a batch per statement: one list parameter per column, unnested."""
         if not rows:
             return
@@ -572,13 +573,13 @@ class DuckDBEngine(LocalEngine):
         return size
 
     # -- writes: the one choice of how new rows are written --------------------------------
-    def _way(self, sid: str, preps: list, chain: bool = False) -> str:
+    def _way(self, sid: str, preps: list[Any], chain: bool = False) -> str:
         """How new plain messages of ``sid`` are written: the one place the append paths
         are chosen (``append_simple`` and ``append_chain`` ask it, once per call).
 
         - ``"journal"``: outside a transaction, one line of the journal file (a row of
           the journal table for a store in memory), no DuckDB statement; the session's id
-          set in memory tells a stored id (see :mod:`._duckdb_state`).
+          set in memory tells a stored id (see :mod:`.state`).
         - ``"indexed"``: a single message of a session too large for an id set, outside
           a transaction: an autocommitted INSERT whose UNIQUE key index tells a stored id.
         - ``"transaction"``: inside a write transaction (joined, or opened for a message
@@ -676,7 +677,7 @@ class DuckDBEngine(LocalEngine):
                 self.merge_journal()
             return Appended.INSERTED
 
-    def _journal(self, sid: str, rows: list[tuple]) -> None:
+    def _journal(self, sid: str, rows: list[tuple[Any, ...]]) -> None:
         """Write ``rows`` (messages rows of one append or one chain) to the journal: one
         line of the file (see ``FileState.write_line``), or rows of the journal table for
         a store in memory."""
@@ -840,7 +841,7 @@ class DuckDBEngine(LocalEngine):
         self._shared.imported(sid, nodes[-1])
         return nodes
 
-    def update_analysis_columns(self, values: list) -> None:
+    def update_analysis_columns(self, values: list[Any]) -> None:
         for start in range(0, len(values), _BULK_ROWS):
             part = values[start : start + _BULK_ROWS]
             self.execute(

@@ -1,6 +1,8 @@
 """The cache beside a SQLite or PostgreSQL store: the views' tables in DuckDB.
 
-Two ways to have those tables, decided by the engine:
+Two ways to have those tables, decided by the engine (each supplies its own: a DuckDB
+engine runs the views on its own database, the others hand the cache an
+:class:`AnalysisSource`, ``engine.analysis_source()``, that reads their rows):
 
 * **DuckDB store**: the views are defined, as temporary views of a second connection
   to the same database, over the store's own tables. A query runs in a read
@@ -20,7 +22,8 @@ Two ways to have those tables, decided by the engine:
   (damaged, of another layout, another store's, a store restored from an older copy)
   is made again. Rows travel as Arrow batches, never as a Python object per value: from
   a SQLite file through the ADBC SQLite driver (read ahead by a thread while DuckDB
-  writes), from PostgreSQL as the CSV of one ``COPY ... TO STDOUT`` parsed by pyarrow.
+  writes), from PostgreSQL as the CSV of one ``COPY ... TO STDOUT`` parsed by pyarrow
+  (the engines' sources: ``engines/sqlite/analysis.py``, ``engines/postgresql/analysis.py``).
 
 Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 """
@@ -28,55 +31,95 @@ Only a single SELECT (or ``WITH ... SELECT``) is run; anything else raises
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
-import queue
 import threading
 from collections.abc import Iterable, Iterator
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ._analysis import (
+from .query import QueryRun, install, new_connection, rollback, run_query
+from .sandbox import CheckedQuery, check_query
+from .tree_views import needs_columns
+from .views import (
     SOURCE_COLUMNS,
     SOURCE_TYPES,
     TREE_COLUMNS,
     VIEWS,
     do,
     duckdb_module,
-    pyarrow_csv_module,
     pyarrow_module,
 )
-from ._query import QueryRun, install, new_connection, rollback, run_query
-from ._sandbox import check_query, names_used
-from ._tree_views import needs_columns
 
 if TYPE_CHECKING:
     import duckdb
     import pyarrow
-    from adbc_driver_manager.dbapi import Cursor
 
-    from ._sql import SQLEngine
-    from .postgres import PostgresEngine
+    from .._sql import SQLEngine
 
-__all__ = ["Cache", "CACHE_SUFFIX", "CACHE_FORMAT", "LAZY_COLUMNS"]
+__all__ = [
+    "Cache",
+    "AnalysisSource",
+    "Reader",
+    "select_list",
+    "WHOLE_CONTENT",
+    "WHOLE_CONTENT_BYTES",
+    "CACHE_SUFFIX",
+    "CACHE_FORMAT",
+    "LAZY_COLUMNS",
+    "ARROW_TYPES",
+]
 
 
-class _EngineReader:
-    """Reads for a refresh through the store's own connection (inside its snapshot)."""
+#: A message's whole stored JSON, as the analysis copy holds it in ``content``: a message
+#: larger than a row holds continues in ``{chunks}`` rows (``chunks`` of them, in order of
+#: ``n``), joined here so that the views parsing it (``tool_calls``) see all of it. SQLite
+#: (3.40) has no ORDER BY inside an aggregate: the subquery reads the chunk rows through
+#: their primary key (seq, n), in order of ``n``.
+WHOLE_CONTENT = {
+    "sqlite": (
+        "CASE WHEN chunks > 0 THEN content || coalesce((SELECT group_concat(c.data, '')"
+        " FROM (SELECT data FROM {chunks} k WHERE k.seq = {messages}.seq ORDER BY k.n) c), '')"
+        " ELSE content END AS content"
+    ),
+    "postgresql": (
+        "CASE WHEN chunks > 0 THEN content || coalesce((SELECT string_agg(k.data, '' ORDER BY k.n)"
+        " FROM {chunks} k WHERE k.seq = {messages}.seq), '') ELSE content END AS content"
+    ),
+}
+#: The bytes of that whole JSON (for the CSV block of a PostgreSQL copy).
+WHOLE_CONTENT_BYTES = (
+    "coalesce(octet_length(content), 0) + coalesce((SELECT sum(octet_length(k.data))"
+    " FROM {chunks} k WHERE k.seq = {messages}.seq), 0)"
+)
+
+
+def select_list(engine: SQLEngine, name: str, cols: tuple[str, ...]) -> str:
+    """The SELECT list reading ``cols`` of ``name`` (a template: compiled with the statement),
+    ``content`` whole (see :data:`WHOLE_CONTENT`)."""
+    if name != "messages" or "content" not in cols:
+        return ", ".join(cols)
+    whole = WHOLE_CONTENT[engine.dialect.name]
+    return ", ".join(whole if c == "content" else c for c in cols)
+
+
+class Reader:
+    """Reads for a refresh through the store's own connection (inside its snapshot).
+
+    An engine whose rows travel faster another way subclasses it (its ``load``), and its
+    :class:`AnalysisSource` hands the subclass to the cache."""
 
     def __init__(self, cache: Cache) -> None:
         self.cache = cache
         self.engine = cache.engine
 
-    def fetch(self, sql: str, params: tuple = ()) -> list:
+    def fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         return self.engine.fetch(sql, params)
 
     def load(
         self,
         name: str,
         where: str = "",
-        params: tuple = (),
+        params: tuple[Any, ...] = (),
         *,
         paged: bool = False,
         cols: tuple[str, ...] | None = None,
@@ -85,7 +128,7 @@ class _EngineReader:
         """Copy ``cols`` (default: those the cache holds) of the rows of ``name`` matching
         ``where`` into the cache table (or ``target``); how many rows."""
         cols = cols or self.cache.columns(name)
-        listed = ", ".join(cols)
+        listed = select_list(self.engine, name, cols)
         if not paged:
             rows = self.fetch(self.engine.compile(f"SELECT {listed} FROM {{{name}}} {where}"), params)
             self.cache.put(name, rows, cols, target)
@@ -103,204 +146,45 @@ class _EngineReader:
             last = rows[-1][0]
 
 
-class _CopyReader(_EngineReader):
-    """Reads for a refresh of a PostgreSQL store: a table's rows come as CSV from one
-    ``COPY ... TO STDOUT`` (``PostgresEngine.copy_csv``) in the refresh's snapshot, parsed
-    into Arrow batches by pyarrow's CSV reader (no Python object per value) and written
-    into the cache by DuckDB. Reads whose parameters are not whole numbers (lists of
-    sessions or rows) go through the store's rows as on any engine."""
+class AnalysisSource:
+    """Where a :class:`Cache` reads a store's rows from: what an engine supplies
+    (``engine.analysis_source()``), as it supplies its search index. This one reads
+    through the engine's own connection, in its snapshot, and keeps the cache in memory.
 
-    engine: PostgresEngine
+    ``cache_file``: the DuckDB file the cache is kept in beside the store (None: in memory).
+    ``ordered``: rows and log entries become visible in write-sequence order (one writer at
+    a time); where they may not, each refresh also compares counts (see :class:`Cache`).
+    ``direct``: a connection of the source's own that reads the store without the engine
+    (SQLite's ADBC driver), or None."""
 
-    def load(
-        self,
-        name: str,
-        where: str = "",
-        params: tuple = (),
-        *,
-        paged: bool = False,
-        cols: tuple[str, ...] | None = None,
-        target: str | None = None,
-    ) -> int:
-        if any(type(p) is not int for p in params) or where.count("?") != len(params):
-            return super().load(name, where, params, paged=paged, cols=cols, target=target)
-        cols = cols or self.cache.columns(name)
-        for value in params:  # COPY binds no parameters: whole numbers are written in
-            where = where.replace("?", str(value), 1)
-        sql = self.engine.compile(f"SELECT {', '.join(cols)} FROM {{{name}}} {where}")
-        block = self._block_size(name, cols, where)
-        # closed here even when DuckDB stops early: the COPY ends before the snapshot does
-        with contextlib.closing(self.engine.copy_csv(sql)) as chunks:
-            return self._load_csv(name, cols, target, chunks, block)
+    ordered = True
 
-    def _block_size(self, name: str, cols: tuple[str, ...], where: str) -> int:
-        """A CSV block of pyarrow's reader that holds the widest row read: a row may not
-        straddle two blocks, and a message's text can be any size. From the texts' sizes
-        as stored (PostgreSQL knows a text's size without reading it), doubled for the
-        quotes CSV doubles, plus room for the other columns."""
-        types = dict(zip(SOURCE_COLUMNS[name], SOURCE_TYPES[name]))
-        wide = [c for c in cols if types[c] in ("VARCHAR", "FLOAT[]")]
-        if not wide:
-            return _BLOCK
-        size = " + ".join(f"coalesce(octet_length({c}), 0)" for c in wide)
-        row = self.fetch(self.engine.compile(f"SELECT coalesce(max({size}), 0) FROM {{{name}}} {where}"))
-        widest = int(row[0][0] or 0) if row else 0
-        return min(max(_BLOCK, 2 * widest + (1 << 20)), (1 << 31) - 1)
+    def __init__(self, engine: SQLEngine, *, cache_file: str | None = None) -> None:
+        self.engine = engine
+        self.cache_file = cache_file
+        self.direct: Any = None
 
-    def _load_csv(
-        self, name: str, cols: tuple[str, ...], target: str | None, chunks: Iterator[bytes], block: int = 0
-    ) -> int:
-        first = next(chunks, b"")
-        if not first:
-            return 0
-        pa, csv = pyarrow_module(), pyarrow_csv_module()
-        types = dict(zip(SOURCE_COLUMNS[name], SOURCE_TYPES[name]))
-        reader = csv.open_csv(
-            _ChunkFile(first, chunks),
-            read_options=csv.ReadOptions(column_names=list(cols), block_size=block or _BLOCK),
-            # PostgreSQL's CSV: NULL is an empty field, an empty text is "" (kept), and
-            # quoted fields may hold line breaks
-            parse_options=csv.ParseOptions(newlines_in_values=True),
-            convert_options=csv.ConvertOptions(
-                column_types={c: _ARROW[types[c]](pa) for c in cols},
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-        return self.cache.insert_arrow(target or self.cache.TABLES[name], cols, reader)
+    @contextlib.contextmanager
+    def reading(self, cache: Cache, *, through_store: bool = False) -> Iterator[Reader]:
+        """A reader whose reads all see one state of the store, with the cache's lock held.
 
+        The store's snapshot is taken before the lock: a thread inside a write transaction
+        of a SQLite store holds the store's lock and then asks for the cache's, so a thread
+        holding the cache's lock must never wait for the store's. ``through_store``: read
+        through the store's own connection (inside a write transaction: its own writes)."""
+        with self.engine.snapshot(), cache.lock:
+            yield self.reader(cache)
 
-#: pyarrow's CSV block when every row is narrower than a quarter of it.
-_BLOCK = 4 << 20
+    def reader(self, cache: Cache) -> Reader:
+        """The reader of a refresh inside the engine's snapshot."""
+        return Reader(cache)
 
-
-class _ChunkFile(io.RawIOBase):
-    """A readable file over an iterator of byte chunks (what pyarrow's CSV reader reads).
-    COPY hands out a chunk per row: a read gathers chunks up to the size asked for."""
-
-    def __init__(self, first: bytes, rest: Iterator[bytes]) -> None:
-        super().__init__()
-        self._held = first
-        self._rest = rest
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        parts, have = [self._held], len(self._held)
-        while size < 0 or have < size:
-            chunk = next(self._rest, None)
-            if chunk is None:
-                break
-            parts.append(chunk)
-            have += len(chunk)
-        data = b"".join(parts)
-        if 0 <= size < len(data):
-            data, self._held = data[:size], data[size:]
-        else:
-            self._held = b""
-        return data
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]  # (io hands a bytearray or memoryview)
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
-class _AdbcReader(_EngineReader):
-    """Reads for a refresh of a SQLite file through the ADBC SQLite driver, when it is
-    installed: rows arrive as Arrow batches (no Python object per value), about four
-    times faster than ``sqlite3`` rows. One read transaction: one state of the file."""
-
-    def __init__(self, cache: Cache, cursor: Cursor) -> None:
-        super().__init__(cache)
-        self.cur = cursor
-
-    def fetch(self, sql: str, params: tuple = ()) -> list:
-        self.cur.execute(sql, params or None)
-        return [tuple(r) for r in self.cur.fetchall()]
-
-    def load(
-        self,
-        name: str,
-        where: str = "",
-        params: tuple = (),
-        *,
-        paged: bool = False,
-        cols: tuple[str, ...] | None = None,
-        target: str | None = None,
-    ) -> int:
-        cols = cols or self.cache.columns(name)
-        types = dict(zip(SOURCE_COLUMNS[name], SOURCE_TYPES[name]))
-        # The driver types each column from its first rows: a first row with a value of the
-        # right type in every column (and a marker -1 filtered out below) fixes them.
-        first = {"BIGINT": "-1", "DOUBLE": "-1.0"}
-        head = ", ".join(first.get(types[c], "''") + f" AS {c}" for c in cols)
-        marker = _MARKER[name]
-        sql = self.engine.compile(f"SELECT {head} UNION ALL SELECT {', '.join(cols)} FROM {{{name}}} {where}")
-        self.cur.execute(sql, params or None)
-        with _read_ahead(self.cur.fetch_record_batch()) as reader:
-            return self.cache.insert_arrow(target or self.cache.TABLES[name], cols, reader, f"WHERE {marker} <> -1")
-
-
-@contextlib.contextmanager
-def _read_ahead(reader: pyarrow.RecordBatchReader, depth: int = 4) -> Iterator[pyarrow.RecordBatchReader]:
-    """``reader`` (Arrow record batches from the SQLite driver) read by a thread of its
-    own, up to ``depth`` batches ahead: the driver steps SQLite (without the GIL) while
-    DuckDB writes the batches before, so a first load costs about the longer of the two
-    instead of their sum. An error of the driver reaches the reader's consumer; a
-    consumer that stops early stops the thread. (Arrow has no read-ahead reader of its
-    own for a stream, so this is written here.)"""
-    pa = pyarrow_module()
-    batches: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-    end = object()
-
-    def hand_over(item: Any) -> bool:
-        """Queue ``item`` unless the consumer stopped (then False)."""
-        while not stop.is_set():
-            try:
-                batches.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        item: Any = end
-        try:
-            for batch in reader:
-                if not hand_over(batch):
-                    return
-        except BaseException as exc:  # handed to the consumer, which raises it
-            item = exc
-        hand_over(item)
-
-    def consume() -> Iterator[pyarrow.RecordBatch]:
-        while True:
-            item = batches.get()
-            if item is end:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    thread = threading.Thread(target=produce, name="sessionkit-cache-read", daemon=True)
-    thread.start()
-    try:
-        yield pa.RecordBatchReader.from_batches(reader.schema, consume())
-    finally:
-        stop.set()
-        thread.join()
+    def close(self) -> None:
+        """Release what the source holds of its own (called as the cache closes)."""
 
 
 #: Wide message columns a cache reads only once a query names them.
 LAZY_COLUMNS = ("text", "metadata", "content")
-
-#: The column of each table whose -1 marks _AdbcReader's typing row.
-_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq", "labels": "seq", "embeddings": "seq"}
-
 
 #: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
 CACHE_SUFFIX = "-analysis.duckdb"
@@ -325,27 +209,18 @@ def _remove_file(path: str) -> None:
             os.remove(name)
 
 
-def _adbc_sqlite() -> ModuleType | None:
-    try:
-        import adbc_driver_sqlite.dbapi as adbc  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
-        return None
-    return adbc
-
-
 class Cache:
     """The analysis columns of a SQLite or PostgreSQL store in a DuckDB database (a file
     beside a SQLite file, else in memory), brought up to date before each query (see
     the module notes).
 
-    ``engine`` is the store's :class:`~sessionkit.store._sql.SQLEngine`; the cache reads it
-    through :meth:`SQLEngine.fetch` inside :meth:`SQLEngine.snapshot` (or, for a SQLite
-    file with the ADBC driver installed, in one read transaction of its own), so the
-    rows and the change log it reads describe one state of the store. ``ordered`` says
-    that rows and log entries become visible in write-sequence order (one writer at a
-    time, as on SQLite); where they may not (PostgreSQL: concurrent transactions commit
-    in any order), each refresh also compares the counts it holds with the store's and
-    reads everything again when a late commit slipped below what it had seen.
+    ``source`` is what the store's engine supplies (:class:`AnalysisSource`): the cache
+    reads through its readers, whose reads see one state of the store (the engine's
+    snapshot, or for a SQLite file with the ADBC driver installed one read transaction of
+    its own), so the rows and the change log it reads describe one state of the store.
+    Where the source's rows are not ``ordered`` (PostgreSQL: concurrent transactions
+    commit in any order), each refresh also compares the counts it holds with the
+    store's and reads everything again when a late commit slipped below what it had seen.
     """
 
     TABLES = {name: "sessionkit_" + name for name in SOURCE_COLUMNS}
@@ -353,9 +228,10 @@ class Cache:
     #: What a refresh keeps between queries (and, in a cache file, between processes).
     STATE = ("hi", "last_n", "log_count", "loaded", "lazy", "store_id", "store_schema", "hi_key", "log_key")
 
-    def __init__(self, engine: SQLEngine, *, ordered: bool) -> None:
-        self.engine = engine
-        self.ordered = ordered
+    def __init__(self, source: AnalysisSource) -> None:
+        self.source = source
+        self.engine = source.engine
+        self.ordered = source.ordered
         self.hi = 0  # the highest message seq held
         self.last_n = 0  # the last change log entry applied
         self.log_count = 0  # entries up to last_n (PostgreSQL: a late entry changes it)
@@ -371,22 +247,16 @@ class Cache:
         self.store_schema = ""
         self.hi_key = ""
         self.log_key = ""
-        self.views: dict = {}
+        self.views: dict[str, Any] = {}
         self.reads = 0  # message rows read from the store (what refreshes cost)
         self.checked = False  # a file's state was checked against the store by this object
         #: What the store's snapshot saw at the last refresh (see ``_refresh``), or None.
         self.seen: str | None = None
-        self._adbc: Any = None
-        #: The cache file beside a SQLite file store (None: in memory).
-        self.file: str | None = None
+        #: The cache file beside the store (None: in memory).
+        self.file: str | None = source.cache_file
         self.con: Any = None
         self.lock: Any = None
-        # The name the store's file is open by in this process (one file reached through
-        # two names, a hard link or a bind mount, is opened through one: see _files), so
-        # that its store objects share one cache file under one name.
-        name = getattr(engine, "_file", None) or engine.path
-        if engine.kind == "sqlite" and name:
-            self.file = name + CACHE_SUFFIX
+        if self.file is not None:
             self.lock = _file_lock(self.file)
             with self.lock:
                 self.con = self._open_file()
@@ -395,11 +265,6 @@ class Cache:
             self.lock = threading.RLock()
             self.con = new_connection()
             self._create_tables()
-        adbc = _adbc_sqlite() if engine.kind == "sqlite" and engine.path else None
-        if adbc is not None and name:  # (name is set whenever engine.path is)
-            with contextlib.suppress(Exception):  # the driver cannot open it: read through the store
-                uri = "file:" + name + "?mode=ro"
-                self._adbc = adbc.connect(uri, autocommit=True)
 
     def _create_tables(self) -> None:
         for name, cols in SOURCE_COLUMNS.items():
@@ -467,22 +332,22 @@ class Cache:
     def _save_state(self) -> None:
         do(self.con, "INSERT OR REPLACE INTO sessionkit_cache_meta VALUES ('state', ?)", [json.dumps(self._state())])
 
-    def _fingerprints(self, rd: _EngineReader) -> tuple[str, str]:
+    def _fingerprints(self, rd: Reader) -> tuple[str, str]:
         """What identifies the rows held: the row at ``hi`` and the log entry ``last_n``."""
         eng = self.engine
         row = rd.fetch(eng.compile("SELECT session_id, id FROM {messages} WHERE seq = ?"), (self.hi,))
         entry = rd.fetch(eng.compile("SELECT session_id, kind, seq FROM {changes} WHERE n = ?"), (self.last_n,))
         return (json.dumps(list(row[0])) if row else ""), (json.dumps(list(entry[0])) if entry else "")
 
-    def _store_id(self, rd: _EngineReader) -> str:
+    def _store_id(self, rd: Reader) -> str:
         row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'store_id'"))
         return str(row[0][0]) if row else ""
 
-    def _schema(self, rd: _EngineReader) -> str:
+    def _schema(self, rd: Reader) -> str:
         row = rd.fetch(self.engine.compile("SELECT value FROM {meta} WHERE key = 'schema_version'"))
         return str(row[0][0]) if row else ""
 
-    def _check_file(self, rd: _EngineReader) -> bool:
+    def _check_file(self, rd: Reader) -> bool:
         """Whether the state read from the file describes the store it is beside (same
         schema, its log entry and newest row still there): else it is read again."""
         if self._schema(rd) != self.store_schema:
@@ -497,48 +362,25 @@ class Cache:
             return bool(deletes[0][0])
         return True
 
-    def _count_matches(self, rd: _EngineReader) -> bool:
+    def _count_matches(self, rd: Reader) -> bool:
         held = self.con.execute("SELECT count(*) FROM sessionkit_messages").fetchall()[0][0]
         return rd.fetch(self.engine.compile("SELECT count(*) FROM {messages}"))[0][0] == held
+
+    @property
+    def _adbc(self) -> Any:
+        """The source's own connection to the store (None: reads go through the engine)."""
+        return self.source.direct
 
     def close(self) -> None:
         with self.lock:
             self.con.close()
-            if self._adbc is not None:
-                with contextlib.suppress(Exception):
-                    self._adbc.close()
-                self._adbc = None
+            self.source.close()
 
     # -- reading the store ----------------------------------------------------------
-    @contextlib.contextmanager
-    def _reading(self, through_store: bool = False) -> Iterator[_EngineReader]:
-        """A reader whose reads all see one state of the store, with the cache's lock held.
-
-        The store's snapshot is taken before the lock: a thread inside a write transaction
-        of a SQLite store holds the store's lock and then asks for the cache's, so a thread
-        holding the cache's lock must never wait for the store's. ``through_store``: read
-        through the store's own connection (inside a write transaction: its own writes)."""
-        if self._adbc is None or through_store:
-            with self.engine.snapshot(), self.lock:
-                yield _CopyReader(self) if hasattr(self.engine, "copy_csv") else _EngineReader(self)
-            return
-        with self.lock:
-            with self._adbc_reading() as rd:
-                yield rd
-
-    @contextlib.contextmanager
-    def _adbc_reading(self) -> Iterator[_AdbcReader]:
-        cur = self._adbc.cursor()
-        try:
-            cur.execute("BEGIN")  # a read transaction: one state of the file until COMMIT
-            try:
-                yield _AdbcReader(self, cur)
-            finally:
-                with contextlib.suppress(Exception):
-                    cur.execute("COMMIT")
-        finally:
-            with contextlib.suppress(Exception):
-                cur.close()
+    def _reading(self, through_store: bool = False) -> contextlib.AbstractContextManager[Reader]:
+        """A reader whose reads all see one state of the store, with the cache's lock held
+        (see :meth:`AnalysisSource.reading`)."""
+        return self.source.reading(self, through_store=through_store)
 
     def columns(self, name: str) -> tuple[str, ...]:
         """The columns of ``name`` the cache holds now (lazy ones once they were asked for)."""
@@ -546,13 +388,13 @@ class Cache:
             return SOURCE_COLUMNS[name]
         return tuple(c for c in SOURCE_COLUMNS[name] if self.lazy.get(c, True))
 
-    def put(self, name: str, rows: list, cols: tuple[str, ...], target: str | None = None) -> None:
+    def put(self, name: str, rows: list[Any], cols: tuple[str, ...], target: str | None = None) -> None:
         """Python rows of ``name`` (``cols``) into the cache table (or ``target``), through Arrow."""
         if not rows:
             return
         pa = pyarrow_module()
         types = dict(zip(SOURCE_COLUMNS[name], SOURCE_TYPES[name]))
-        arrays = [pa.array(list(values), type=_ARROW[types[c]](pa)) for values, c in zip(zip(*rows), cols)]
+        arrays = [pa.array(list(values), type=ARROW_TYPES[types[c]](pa)) for values, c in zip(zip(*rows), cols)]
         self.insert_arrow(target or self.TABLES[name], cols, pa.Table.from_arrays(arrays, names=list(cols)))
 
     def insert_arrow(
@@ -569,7 +411,7 @@ class Cache:
         finally:
             con.unregister("sessionkit_batch")
 
-    def _fill(self, rd: _EngineReader, column: str) -> None:
+    def _fill(self, rd: Reader, column: str) -> None:
         """Read a lazy column of every message held (same snapshot as the refresh)."""
         types = dict(zip(SOURCE_COLUMNS["messages"], SOURCE_TYPES["messages"]))
         do(self.con, f"CREATE OR REPLACE TEMP TABLE sessionkit_fill (seq BIGINT, {column} {types[column]})")
@@ -617,7 +459,7 @@ class Cache:
             self.con = new_connection()
             self._create_tables()
 
-    def _refresh_once(self, rd: _EngineReader, need: list[str], keep: bool = True) -> None:
+    def _refresh_once(self, rd: Reader, need: list[str], keep: bool = True) -> None:
         """One refresh through ``rd``, in a DuckDB transaction that commits (``keep``) or is
         left open for the caller to run a query in and roll back (``keep=False``: what is
         read may be rolled back in the store, so the cache must not keep it)."""
@@ -652,7 +494,7 @@ class Cache:
             raise
         self.checked = True
 
-    def _refresh(self, rd: _EngineReader) -> None:
+    def _refresh(self, rd: Reader) -> None:
         # Where the store can say what its snapshot sees (PostgreSQL), a refresh that sees
         # what the last one saw has nothing to read: no checks, no counts.
         state = self.engine.visible_state()
@@ -666,7 +508,7 @@ class Cache:
         self._refresh_rows(rd)
         self.seen = state
 
-    def _refresh_rows(self, rd: _EngineReader) -> None:
+    def _refresh_rows(self, rd: Reader) -> None:
         eng = self.engine
         if not self.loaded:
             self._load_all(rd)
@@ -696,7 +538,7 @@ class Cache:
             do(self.con, f"DELETE FROM {table}")
         self.loaded = False
 
-    def _load_all(self, rd: _EngineReader) -> None:
+    def _load_all(self, rd: Reader) -> None:
         eng = self.engine
         row = rd.fetch(eng.compile("SELECT coalesce(max(n), 0), count(*) FROM {changes}"))[0]
         self.last_n, self.log_count = row[0], row[1]
@@ -706,7 +548,7 @@ class Cache:
             rd.load(name)
         self.loaded = True
 
-    def _apply(self, rd: _EngineReader, log: list, top: int) -> None:
+    def _apply(self, rd: Reader, log: list[Any], top: int) -> None:
         eng = self.engine
         gone: set[str] = set()  # sessions whose messages are read again
         updated: set[int] = set()
@@ -779,21 +621,23 @@ class Cache:
         with self.lock:
             if run is not None:  # (stopped, or the store closed, while this waited for the cache)
                 run.raise_if_stopped()
-            check_query(self.con, query, files=files)
-            names = names_used(self.con, query)
+            checked = check_query(self.con, query, files=files)
+            names = set(checked.names)
             if files:  # (the views it names are read whole)
                 names = names | {"*"}
         # (``content`` only for the views that parse it, never for a star)
         need = {c for c in LAZY_COLUMNS if c != "content" and (c in names or "*" in names)} | needs_columns(names)
         if self.engine.in_write():
-            return self._query_in_write(query, params, names, need, session_ids, run=run, files=files)
+            return self._query_in_write(checked, params, names, need, session_ids, run=run, files=files)
         self.refresh(need)
         with self.lock:
-            return run_query(self.con, self.TABLES, query, params, self.views, names, session_ids, run=run, files=files)
+            return run_query(
+                self.con, self.TABLES, checked, params, self.views, names, session_ids, run=run, files=files
+            )
 
     def _query_in_write(
         self,
-        query: str,
+        query: CheckedQuery,
         params: Any,
         names: set[str],
         need: set[str],
@@ -846,7 +690,8 @@ _EMPTY: dict[str, Any] = {
 #: Message rows a refresh holds as Python rows at once (without ADBC).
 _PAGE = 20_000
 
-_ARROW = {
+#: The Arrow type of each DuckDB type of the analysis columns (strings for JSON vectors).
+ARROW_TYPES = {
     "BIGINT": lambda pa: pa.int64(),
     "VARCHAR": lambda pa: pa.string(),
     "FLOAT[]": lambda pa: pa.string(),

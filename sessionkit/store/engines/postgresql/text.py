@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import urllib.parse
 
-from . import search as _search
+from ... import search as _search
 
 # tsvector limits (PostgreSQL's MAXSTRLEN, MAXSTRPOS, MAXENTRYPOS, MAXNUMPOS)
 _MAX_LEXEME_BYTES = 2000

@@ -13,9 +13,9 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import StoreClosed
-from ._analysis import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
-from ._sandbox import check_query, names_used
+from ...errors import StoreClosed
+from .sandbox import CheckedQuery, check_query
+from .views import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -27,9 +27,9 @@ __all__ = ["run_query", "install", "rollback", "new_connection", "Runs", "QueryR
 def run_query(
     con: duckdb.DuckDBPyConnection,
     tables: dict[str, str],
-    query: str,
+    query: str | CheckedQuery,
     params: Any,
-    state: dict,
+    state: dict[str, Any],
     names: set[str] | None = None,
     session_ids: list[str] | None = None,
     *,
@@ -38,8 +38,9 @@ def run_query(
     in_transaction: bool = False,
 ) -> pa.Table:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
-    rolled back; returns a ``pyarrow.Table``. ``state`` remembers which views are installed
-    on ``con`` (only those a query names are made: defining the ones over the tree costs
+    rolled back; returns a ``pyarrow.Table``. ``query`` is checked here unless it was
+    already (a :class:`CheckedQuery`, parsed once). ``state`` remembers which views are
+    installed on ``con`` (only those a query names are made: defining the ones over the tree costs
     tens of milliseconds each); ``names`` are those the query uses, when already known;
     ``session_ids`` restricts the views to those sessions for this query (the tree
     columns are then computed for them only). ``run`` is the query's entry in the store's
@@ -50,9 +51,10 @@ def run_query(
     makes there goes with that transaction."""
     duckdb = duckdb_module()
     pyarrow_module()
-    check_query(con, query, files=files)
+    checked = query if isinstance(query, CheckedQuery) else check_query(con, query, files=files)
+    query = checked.text
     if names is None:
-        names = names_used(con, query)
+        names = set(checked.names)
     tree = "*" in names or bool(names & set(TREE_COLUMNS))
     wanted = set(VIEWS) if "@*" in names else {v for v in VIEWS if "@" + v in names}
     with contextlib.nullcontext(run) if run is not None else Runs().run() as run:
@@ -157,7 +159,7 @@ def _with_files(
     tables: dict[str, str],
     query: str,
     params: Any,
-    state: dict,
+    state: dict[str, Any],
     names: set[str],
     wanted: set[str],
     session_ids: list[str] | None,
@@ -313,7 +315,7 @@ def _until_done(runs: list[QueryRun]) -> None:
 def install(
     con: duckdb.DuckDBPyConnection,
     tables: dict[str, str],
-    state: dict,
+    state: dict[str, Any],
     tree: bool,
     wanted: set[str],
     session_ids: list[str] | None,

@@ -1,0 +1,2 @@
+"""The SQLite engine: its engine (``engine``) and its search index (``search``: FTS5 and the
+search window)."""
