@@ -58,7 +58,7 @@ class Score:
     tag: str
     rating: float | None = None
     rationale: str | None = None
-    usage: dict | None = field(default=None, compare=False, repr=False)
+    usage: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     prompt: str | None = field(default=None, compare=False, repr=False)
 
 
@@ -79,13 +79,13 @@ class Unit:
     session_id: str
     message_id: str
     target: str
-    messages: tuple[dict, ...]
-    history: tuple[dict, ...] = ()
-    row: dict = field(default_factory=dict, compare=False, hash=False)
+    messages: tuple[dict[str, Any], ...]
+    history: tuple[dict[str, Any], ...] = ()
+    row: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     fingerprint: str = ""
 
     @property
-    def reply(self) -> dict | None:
+    def reply(self) -> dict[str, Any] | None:
         """The last assistant message the unit spans (None when it has none)."""
         return next((m for m in reversed(self.messages) if m.get("role") == "assistant"), None)
 
@@ -95,7 +95,9 @@ class Unit:
         return "\n\n".join(f"{m.get('role')}: {_msg.message_text(m)}" for m in self.messages)
 
 
-def scorer(fn: Callable | None = None, *, name: str | None = None, version: Any = 1, source: str = "code") -> Callable:
+def scorer(
+    fn: Callable[..., Any] | None = None, *, name: str | None = None, version: Any = 1, source: str = "code"
+) -> Callable[..., Any]:
     """Give a scorer its name and version (``@sk.scorers.scorer(name="short", version=2)``).
 
     The name defaults to the function's; ``source`` is ``"code"`` (the default) or
@@ -104,7 +106,7 @@ def scorer(fn: Callable | None = None, *, name: str | None = None, version: Any 
     defaults.
     """
 
-    def mark(f: Callable) -> Callable:
+    def mark(f: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(f):
             raise TypeError(f"a scorer must be callable, got {type(f).__name__}")
         f.name = _check_name(name if name is not None else getattr(f, "__name__", None))  # type: ignore[attr-defined]
@@ -152,7 +154,7 @@ def scorer_id(fn: Any) -> tuple[str, str]:
 # Units
 
 
-def fingerprint(level: str, messages: Iterable[dict]) -> str:
+def fingerprint(level: str, messages: Iterable[dict[str, Any]]) -> str:
     """What a unit's content is, in 40 hex digits after its level (its messages, whole)."""
     digest = hashlib.sha256(level.encode())
     for message in messages:
@@ -160,7 +162,7 @@ def fingerprint(level: str, messages: Iterable[dict]) -> str:
     return f"{level}:{digest.hexdigest()[:40]}"
 
 
-def _rows(store: Store, level: str, where: str | None, sessions: list[str] | None) -> list[dict]:
+def _rows(store: Store, level: str, where: str | None, sessions: list[str] | None) -> list[dict[str, Any]]:
     view = LEVELS[level]
     cond = f" WHERE ({where})" if where else ""
     if view == "sessions":
@@ -170,7 +172,7 @@ def _rows(store: Store, level: str, where: str | None, sessions: list[str] | Non
     return store.sql_arrow(query, session_ids=sessions).to_pylist()
 
 
-def _anchor(level: str, row: dict) -> tuple[str, str, str]:
+def _anchor(level: str, row: dict[str, Any]) -> tuple[str, str, str]:
     """``(the message whose path the unit is read from, the labelled message, target)``."""
     if level == "message":
         return row["id"], row["id"], "message"
@@ -182,7 +184,7 @@ def _anchor(level: str, row: dict) -> tuple[str, str, str]:
     return row["latest_leaf"], row["latest_leaf"], "branch"
 
 
-def make_unit(store: Store, level: str, row: dict) -> Unit | None:
+def make_unit(store: Store, level: str, row: dict[str, Any]) -> Unit | None:
     """The unit of a view row, its messages read from the store (None when they are gone)."""
     leaf, labelled, target = _anchor(level, row)
     if leaf is None:
@@ -328,7 +330,7 @@ def _ask_all(
     """Ask the scorer about each unit, at most ``concurrency`` at a time, storing the
     answers that are ready after each wait (so a run cut short keeps them)."""
     pending = todo
-    running: dict[cf.Future, tuple[Unit, list[Label]]] = {}
+    running: dict[cf.Future[Any], tuple[Unit, list[Label]]] = {}
     error: BaseException | None = None
     with cf.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sessionkit-score") as pool:
         try:
@@ -359,7 +361,7 @@ def _ask_all(
         raise error
 
 
-def _store_answers(store: Store, ident: str, answers: list, counts: dict[str, int]) -> None:
+def _store_answers(store: Store, ident: str, answers: list[Any], counts: dict[str, int]) -> None:
     """One transaction: the units' old labels of this scorer out, the new ones in, the
     model calls as runs."""
     eng = store._check()
