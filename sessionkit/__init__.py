@@ -45,6 +45,7 @@ from .store import (
     Label,
     RecentHistory,
     RunRecord,
+    Score,
     SearchHit,
     Session,
     SessionInfo,
@@ -73,6 +74,8 @@ _LAZY = {
     "widgets": ("sessionkit.widgets", None),
     "server": ("sessionkit.server", None),
     "prototyping": ("sessionkit.prototyping", None),
+    "scorers": ("sessionkit.scorers", None),
+    "analysis": ("sessionkit.analysis", None),
     "capture": ("sessionkit.integrations.litellm", "capture"),
 }
 
@@ -90,6 +93,7 @@ __all__ = [
     "Label",
     "RecentHistory",
     "RunRecord",
+    "Score",
     "SearchHit",
     "SessionInfo",
     "TreeNode",

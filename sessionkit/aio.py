@@ -577,6 +577,8 @@ class AsyncStore:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[Label]:
         """The labels matching every filter given, as :meth:`sessionkit.Store.labels`."""
         return await self._call(
@@ -588,11 +590,35 @@ class AsyncStore:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     async def import_labels(self, labels: Iterable[Label | dict[str, Any]]) -> int:
         """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
         return await self._call("import_labels", list(labels))
+
+    async def score(
+        self,
+        scorer: Any,
+        *,
+        sessions: str | Iterable[str] | None = None,
+        where: str | None = None,
+        level: str = "turn",
+        concurrency: int = 4,
+        progress: Any = True,
+    ) -> dict[str, int]:
+        """Run a scorer over the store's units and keep its labels, as :meth:`sessionkit.Store.score`
+        (on the store's worker thread; the scorer's own threads ask it)."""
+        return await self._call(
+            "score",
+            scorer,
+            sessions=_listed(sessions),
+            where=where,
+            level=level,
+            concurrency=concurrency,
+            progress=progress,
+        )
 
     # -- facts as they are: imports, exports and copies -------------------------------------
     async def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
@@ -1111,9 +1137,23 @@ class AsyncSession:
         note: str | None = None,
         author: str | None = None,
         target: str = "message",
+        source: str = "human",
+        scorer: str | None = None,
+        rationale: str | None = None,
     ) -> Label:
         """Put a label on a message or on the branch ending at it (see :meth:`sessionkit.Session.add_label`)."""
-        return await self._call("add_label", message_id, tag, rating=rating, note=note, author=author, target=target)
+        return await self._call(
+            "add_label",
+            message_id,
+            tag,
+            rating=rating,
+            note=note,
+            author=author,
+            target=target,
+            source=source,
+            scorer=scorer,
+            rationale=rationale,
+        )
 
     async def remove_label(self, label_id: str) -> bool:
         """Remove a label of this session by id; whether there was one."""
@@ -1128,6 +1168,8 @@ class AsyncSession:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[Label]:
         """This session's labels matching every filter given, as :meth:`sessionkit.Session.labels`."""
         return await self._call(
@@ -1138,6 +1180,8 @@ class AsyncSession:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     async def mirror(

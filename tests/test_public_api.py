@@ -22,6 +22,7 @@ PINNED = {
     "Label",
     "RecentHistory",
     "RunRecord",
+    "Score",
     "SearchHit",
     "SessionInfo",
     "TreeNode",
@@ -59,6 +60,8 @@ PINNED = {
     "widgets",
     "server",
     "prototyping",
+    "scorers",
+    "analysis",
     "capture",
 }
 
@@ -147,6 +150,10 @@ def test_latest_sentinel():
 # decision about the contract, made here on purpose.
 SUBPACKAGES = {
     "sessionkit.store": {
+        "Score",
+        "Unit",
+        "scorer",
+        "SCORE_LEVELS",
         "AppendResult",
         "Capabilities",
         "ChangeEvent",
@@ -218,6 +225,8 @@ SUBPACKAGES = {
         "FORMATS",
     },
     "sessionkit.analysis": {
+        "Agreement",
+        "agreement",
         "D1_COLUMNS",
         "TABLES",
         "StoreData",
@@ -269,6 +278,20 @@ SUBPACKAGES = {
         "write_bundle",
     },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
+    "sessionkit.scorers": {
+        "LEVELS",
+        "LLMJudge",
+        "REFUSAL_PHRASES",
+        "Score",
+        "Unit",
+        "empty_reply",
+        "llm_judge",
+        "refusal",
+        "refusal_keywords",
+        "regenerated",
+        "scorer",
+        "tool_error",
+    },
     "sessionkit.parts": {
         "FOLD_LINES",
         "OVERLAY_PREFIX",

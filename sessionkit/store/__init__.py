@@ -12,6 +12,8 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ._labels import Label
+from ._scoring import LEVELS as SCORE_LEVELS
+from ._scoring import Score, Unit, scorer
 from ._session import Session
 from ._store import Store
 from ._values import (
@@ -50,6 +52,10 @@ __all__ = [
     "CompactionContext",
     "CompactionResult",
     "Label",
+    "Score",
+    "Unit",
+    "scorer",
+    "SCORE_LEVELS",
     "RecentHistory",
     "RunRecord",
     "SessionInfo",

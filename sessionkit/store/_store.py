@@ -393,13 +393,16 @@ class Store:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[_labels.Label]:
         """The labels of the store matching every filter given, in the order they were added.
 
         ``tag``: one tag or several (any of them); ``min_rating`` / ``max_rating``: a
         rating in that range (labels without a rating are left out then); ``target``:
-        ``"message"`` or ``"branch"``. ``message_id`` needs ``session_id`` to mean one
-        message (ids are unique per session).
+        ``"message"`` or ``"branch"``; ``source``: ``"human"``, ``"code"`` or ``"llm"``;
+        ``scorer``: ``"name@version"`` (that version) or ``"name"`` (any version).
+        ``message_id`` needs ``session_id`` to mean one message (ids are unique per session).
         """
         return _labels.listing(
             self,
@@ -410,6 +413,42 @@ class Store:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
+        )
+
+    def score(
+        self,
+        scorer: Any,
+        *,
+        sessions: str | Iterable[str] | None = None,
+        where: str | None = None,
+        level: str = "turn",
+        concurrency: int = 4,
+        progress: Any = True,
+    ) -> dict[str, int]:
+        """Run ``scorer`` over the messages, turns, paths or sessions of the store
+        (``level``: ``"message"``, ``"turn"``, ``"path"``, ``"session"``) and keep each
+        answer as a label with its provenance (docs/judging.md).
+
+        ``scorer`` is a callable taking one unit (``sk.scorers.Unit``) and answering a
+        tag, an ``sk.Score`` or None (no label); its ``name`` and ``version`` (the
+        ``sk.scorers.scorer`` decorator) name its labels ``"name@version"``.
+        ``sessions`` (an id or several) and ``where`` (a SQL condition over the
+        level's view: ``messages``, ``turns``, ``paths``, ``sessions``) pick the units.
+        A unit this scorer and version labelled already, unchanged since, is not asked
+        again; a changed one is, and its old label of the scorer replaced. Up to
+        ``concurrency`` units are asked at once (threads); the answers are stored as
+        they arrive. ``progress`` as for imports. Returns counts: ``units`` (picked),
+        ``skipped`` (scored already), ``scored`` (asked), ``labelled`` (labels made),
+        ``replaced`` (old labels of changed units removed). An error of the scorer
+        stops the run once the units being asked are done (their answers are kept) and
+        is raised, with a note naming the unit.
+        """
+        from . import _scoring
+
+        return _scoring.score(
+            self, scorer, sessions=sessions, where=where, level=level, concurrency=concurrency, progress=progress
         )
 
     def import_labels(self, labels: Iterable[_labels.Label | dict[str, Any]]) -> int:

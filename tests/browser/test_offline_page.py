@@ -243,6 +243,26 @@ def test_offline_transcript_and_run_view_show_readable_folded_tool_output(page, 
     assert not page.errors, page.errors
 
 
+def test_a_scorers_badge_is_marked_apart_from_a_persons(page, tmp_path):
+    store = sk.open_store()
+    s = store.session("judged")
+    s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Is it raining?"}]})
+    s.append({"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "Yes."}]})
+    s.add_label("a1", "terse", author="ana")
+    s.add_label("a1", "answers", rating=4, source="llm", scorer="judge@1", rationale="It answers.")
+    sk.widgets.Transcript(s).to_html(tmp_path / "judged.html")
+    page.goto((tmp_path / "judged.html").as_uri())
+    judged = page.locator(".sk-msg[data-id='a1'] .sk-label-badge[data-tag='answers']")
+    person = page.locator(".sk-msg[data-id='a1'] .sk-label-badge[data-tag='terse']")
+    judged.wait_for()
+    assert judged.inner_text().startswith("⚙ answers ★4") and person.inner_text().startswith("terse")
+    assert "sk-label-judged" in judged.get_attribute("class") and "sk-label-judged" not in person.get_attribute("class")
+    assert judged.get_attribute("data-source") == "llm" and person.get_attribute("data-source") == "human"
+    assert "llm scorer judge@1 · It answers." in judged.get_attribute("title")
+    assert judged.evaluate("e => getComputedStyle(e).borderTopStyle") == "dashed"
+    assert person.evaluate("e => getComputedStyle(e).borderTopStyle") != "dashed"
+
+
 JS_NAMES = ["constructor", "toString", "__proto__", "hasOwnProperty"]
 
 

@@ -909,6 +909,21 @@ async def _import_labels(t: Twins):
     await t.same_rows(lambda st: st.labels(session_id="c"))
 
 
+@sk.scorers.scorer(name="apples")
+def _apples(unit):
+    """A code scorer: ``apples`` on a message that speaks of them."""
+    return sk.Score("apples", rating=len(unit.messages)) if "apple" in unit.text else None
+
+
+@recipe("AsyncStore.score")
+async def _score(t: Twins):
+    await t.write(lambda st: st.score(_apples, level="message", concurrency=1, progress=False))
+    await t.write(lambda st: st.score(_apples, level="message", sessions=iter(["t"]), progress=False))
+    await t.write(lambda st: st.score(_apples, level="path", where="depth > 2", concurrency=1, progress=False))
+    await t.write(lambda st: st.score(_apples, level="word"))
+    await t.same_rows(lambda st: st.labels(scorer="apples"))
+
+
 @recipe("AsyncStore.import_runs", "AsyncStore.import_events", "AsyncStore.import_embeddings")
 async def _import_facts(t: Twins):
     run = sk.RunRecord("imported-run", "c", "completed", None, T0, T0, {"in": 3}, "hi", {"variant": "v"})
