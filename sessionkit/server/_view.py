@@ -134,6 +134,9 @@ def create_view_app(
     async def events(request: Request) -> Any:
         return {"events": await call(viewer.run_events, store, session_id(request))}
 
+    async def timeline(request: Request) -> Any:
+        return await call(viewer.session_timeline, store, session_id(request))
+
     async def delete(request: Request) -> Any:
         sid = session_id(request)
         await call(viewer.session_state, store, sid)  # SessionNotFound (404) before anything is changed
@@ -165,6 +168,7 @@ def create_view_app(
         Route("/api/path", api(path)),
         Route("/api/messages", api(messages)),
         Route("/api/events", api(events)),
+        Route("/api/timeline", api(timeline)),
         Route("/{name:str}", asset),
     ]
     if write:

@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
+from ._timeline import produced_messages, timeline
 
 __all__ = [
     "SORT_COLUMNS",
@@ -38,6 +39,7 @@ __all__ = [
     "path_state",
     "message_views",
     "run_events",
+    "session_timeline",
     "page_html",
     "write_bundle",
 ]
@@ -281,6 +283,26 @@ def run_events(store: Any, session_id: str) -> list[dict]:
     return store.events(session_id)
 
 
+def session_timeline(store: Any, session_id: str, events: list[dict] | None = None) -> dict:
+    """The timeline of the session's runs (:func:`sessionkit.widgets._timeline.timeline`): each
+    run's model and tool calls with their times, tokens, cost and errors, and the message each
+    produced (the run's messages read in write order: those whose metadata names a run)."""
+    if events is None:
+        events = store.events(session_id)
+    if not events:
+        return {"runs": []}
+    ids = [
+        r["id"]
+        for r in store.sql_arrow(
+            "SELECT id FROM messages WHERE session_id = $sid AND json_type(metadata, '$.run_id') = 'VARCHAR' "
+            "ORDER BY seq",
+            {"sid": session_id},
+        ).to_pylist()
+    ]
+    msgs = load_messages(store.session(session_id), ids)
+    return timeline(events, produced_messages(msgs[i] for i in ids if i in msgs))
+
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -417,6 +439,7 @@ def write_bundle(
             "messages": views,
             "events": run_events(store, sid),
         }
+        payload["timeline"] = session_timeline(store, sid, payload["events"])
         (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
     (data / "sessions.js").write_text(
         f"window.SK_BUNDLE = {_script_data({'rows': rows, 'files': files, 'labels': _has_labels(store)})};\n",
