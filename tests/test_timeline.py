@@ -196,3 +196,22 @@ def test_an_opentelemetry_trace(new_store, tmp_path):
     tl = check_against_sql(store, sid)
     kinds = [(c["kind"], c["name"], c["tokens_in"] if c["kind"] == "model" else None) for c in tl["runs"][0]["calls"]]
     assert kinds == [("model", "m", 12), ("tool", "weather", None)]
+
+
+def test_a_captured_litellm_call(new_store, monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm's bundled prices: nothing fetched
+    litellm = pytest.importorskip("litellm")
+    store = new_store("sqlite")
+    with sk.capture(store, session="cap") as cap:
+        litellm.completion(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "Where is Oslo?"}], mock_response="In Norway."
+        )
+        assert cap.wait(30)
+    assert cap.errors == []
+    tl = check_against_sql(store, "cap")
+    (run,) = tl["runs"]
+    (call,) = run["calls"]
+    usage = next(e for e in store.events("cap") if e["kind"] == "usage")
+    assert call["kind"] == "model" and call["tokens_out"] == usage["out"] and call["cost_usd"] == usage["cost_usd"]
+    reply = store.session("cap").get(call["message_id"])
+    assert reply["role"] == "assistant" and "In Norway." in json.dumps(reply["parts"])

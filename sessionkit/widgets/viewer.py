@@ -46,7 +46,7 @@ __all__ = [
 
 STATIC = Path(__file__).parent / "static"
 #: The files the page loads besides its data: every one is served (or copied) as is.
-ASSETS = ("common.js", "viewer.js", "sessionkit.css", "viewer.css")
+ASSETS = ("common.js", "timeline.js", "viewer.js", "sessionkit.css", "viewer.css")
 #: The views the session page mounts, by the name of their module in ``static/``.
 _VIEW_MODULES = ("branch_tree", "transcript", "run_view")
 #: Rows of the sessions table per page, unless asked otherwise (at most 500).
@@ -327,7 +327,7 @@ def page_html(
     if mode not in ("served", "bundle"):
         raise ValueError(f"mode must be 'served' or 'bundle', got {mode!r}")
     tags = [f'<script src="{html.escape(src, quote=True)}"></script>' for src in scripts]
-    tags += [f'<script src="{prefix}common.js"></script>', f'<script src="{prefix}viewer.js"></script>']
+    tags += [f'<script src="{prefix}{name}"></script>' for name in ("common.js", "timeline.js", "viewer.js")]
     # Scripts from the page's own files and the views' Blob modules only: no inline script,
     # so no markup could ever run one; nothing from another host.
     csp = (

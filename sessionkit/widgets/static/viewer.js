@@ -72,6 +72,7 @@
       path: (id, leaf) => get("api/path", { id, leaf }),
       messages: (id, ids) => get("api/messages", { id, ids }).then((r) => r.items),
       events: (id) => get("api/events", { id }).then((r) => r.events),
+      timeline: (id) => get("api/timeline", { id }),
       remove: (id) => get("api/session", { id }, "DELETE"),
     };
   }
@@ -145,6 +146,7 @@
           return out;
         }),
       events: (id) => load(id).then((s) => s.events || []),
+      timeline: (id) => load(id).then((s) => s.timeline || { runs: [] }),
     };
   }
 
@@ -444,9 +446,19 @@
 
     const events = await api.events(id);
     if (events.length) {
-      runsEl.append(skEl("h3", { class: "skv-sub", text: "Runs" }));
+      // the timeline beside the runs: a click on a bar selects the message it produced
+      const times = skEl("div", { class: "skv-timeline" }, skEl("h3", { class: "skv-sub", text: "Timeline" }));
+      const runList = skEl("div", { class: "skv-runlist" }, skEl("h3", { class: "skv-sub", text: "Runs" }));
       const host = skEl("div", {});
-      runsEl.append(host);
+      runList.append(host);
+      runsEl.append(times, runList);
+      try {
+        times.append(skTimeline(await api.timeline(id), (mid) => {
+          if (known.has(mid)) tree.model.set("selected_id", mid);
+        }));
+      } catch (err) {
+        times.append(skEl("div", { class: "sk-err skv-error", text: String(err && err.message ? err.message : err) }));
+      }
       await mount("run_view", host, { summary: {}, queue: { items: [] }, controls: false, height: 480 }, (msg) => (msg.type === "hello" ? { type: "reset", req: msg.req, events } : null));
     }
     box.dataset.ready = "1";
