@@ -215,3 +215,24 @@ def test_a_captured_litellm_call(new_store, monkeypatch):
     assert call["kind"] == "model" and call["tokens_out"] == usage["out"] and call["cost_usd"] == usage["cost_usd"]
     reply = store.session("cap").get(call["message_id"])
     assert reply["role"] == "assistant" and "In Norway." in json.dumps(reply["parts"])
+
+
+def test_a_run_view_draws_the_timeline_of_its_finished_runs(new_store):
+    pytest.importorskip("anywidget")
+    store = new_store("sqlite")
+    agent_session(store)
+    session = store.session("run")
+    whole = viewer.session_timeline(store, "run")
+    assert sk.widgets.RunView(session)._timeline == whole
+    one = sk.widgets.RunView(session, run_id=whole["runs"][1]["run_id"])
+    assert one._timeline == {"runs": [whole["runs"][1]]}
+    # events alone: the same bars, without the messages they produced
+    events = store.events("run")
+    bare = sk.widgets.RunView(events)._timeline
+    assert [[c["duration_s"] for c in r["calls"]] for r in bare["runs"]] == [
+        [c["duration_s"] for c in r["calls"]] for r in whole["runs"]
+    ]
+    assert {c["message_id"] for r in bare["runs"] for c in r["calls"]} == {None}
+    # a run still going has no bars yet: it is drawn below as it streams
+    unfinished = [e for e in events if not (e["kind"] == "run.end" and e["run_id"] == whole["runs"][1]["run_id"])]
+    assert [r["run_id"] for r in sk.widgets.RunView(unfinished)._timeline["runs"]] == [whole["runs"][0]["run_id"]]

@@ -21,7 +21,7 @@ import datetime as _dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["timeline", "produced_messages"]
+__all__ = ["timeline", "produced_messages", "session_timeline"]
 
 
 def _ts(value: Any) -> _dt.datetime | None:
@@ -233,3 +233,32 @@ def timeline(events: Iterable[Mapping[str, Any]], produced: Mapping[str, Any] | 
     epoch = _dt.datetime.min.replace(tzinfo=_dt.UTC)
     out.sort(key=lambda r: (r["_key"] is None, r.pop("_key") or epoch))
     return {"runs": out}
+
+
+def session_timeline(session: Any, events: Iterable[Mapping[str, Any]] | None = None) -> dict:
+    """:func:`timeline` of a session's runs with the message each call produced. ``session``: a
+    store's session (its run messages read by one ``store.sql_arrow`` query and one
+    ``get_many``), or any session with ``get_history()``; ``events``: default, the session's
+    stored events."""
+    store = getattr(session, "store", None)
+    if events is None:
+        events = store.events(session.session_id) if store is not None else session.events()
+    events = list(events)
+    if not events:
+        return {"runs": []}
+    if store is not None and callable(getattr(store, "sql_arrow", None)):
+        ids = [
+            r["id"]
+            for r in store.sql_arrow(
+                "SELECT id FROM messages WHERE session_id = $sid AND json_type(metadata, '$.run_id') = 'VARCHAR' "
+                "ORDER BY seq",
+                {"sid": session.session_id},
+            ).to_pylist()
+        ]
+        msgs = session.get_many(ids) if ids else {}
+        produced = produced_messages(msgs[i] for i in ids if i in msgs)
+    elif callable(getattr(session, "get_history", None)):
+        produced = produced_messages(session.get_history())
+    else:
+        produced = None
+    return timeline(events, produced)

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
-from ._timeline import produced_messages, timeline
+from ._timeline import session_timeline as _session_timeline
 
 __all__ = [
     "SORT_COLUMNS",
@@ -83,7 +83,17 @@ def modules_script() -> str:
     prepended, as the notebook gets it) as a string, imported from a Blob URL by the page.
     A string and not a file of its own because browsers refuse module files from file://."""
     common = (STATIC / "common.js").read_text(encoding="utf-8")
-    mods = {name: common + "\n" + (STATIC / f"{name}.js").read_text(encoding="utf-8") for name in _VIEW_MODULES}
+    helpers = {"run_view": ("timeline.js",)}  # files a view's module needs besides common.js
+    mods = {
+        name: "\n".join(
+            [
+                common,
+                *((STATIC / f).read_text(encoding="utf-8") for f in helpers.get(name, ())),
+                (STATIC / f"{name}.js").read_text(encoding="utf-8"),
+            ]
+        )
+        for name in _VIEW_MODULES
+    }
     return "window.SK_MODULES = " + _script_json(mods) + ";\n"
 
 
@@ -286,21 +296,9 @@ def run_events(store: Any, session_id: str) -> list[dict]:
 def session_timeline(store: Any, session_id: str, events: list[dict] | None = None) -> dict:
     """The timeline of the session's runs (:func:`sessionkit.widgets._timeline.timeline`): each
     run's model and tool calls with their times, tokens, cost and errors, and the message each
-    produced (the run's messages read in write order: those whose metadata names a run)."""
-    if events is None:
-        events = store.events(session_id)
-    if not events:
-        return {"runs": []}
-    ids = [
-        r["id"]
-        for r in store.sql_arrow(
-            "SELECT id FROM messages WHERE session_id = $sid AND json_type(metadata, '$.run_id') = 'VARCHAR' "
-            "ORDER BY seq",
-            {"sid": session_id},
-        ).to_pylist()
-    ]
-    msgs = load_messages(store.session(session_id), ids)
-    return timeline(events, produced_messages(msgs[i] for i in ids if i in msgs))
+    produced. ``SessionNotFound`` for no session."""
+    session = _session(store, session_id)
+    return _session_timeline(session, store.events(session_id) if events is None else events)
 
 
 _PAGE = """<!doctype html>
