@@ -62,8 +62,10 @@ def produced_messages(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     model: dict[str, list[str]] = {}
     tool: dict[tuple[str, str], str] = {}
     for m in messages:
-        meta = m.get("metadata") if isinstance(m.get("metadata"), Mapping) else {}
-        run = meta.get("run_id") if isinstance(meta, Mapping) else None
+        meta = m.get("metadata")
+        if not isinstance(meta, Mapping):
+            continue
+        run = meta.get("run_id")
         if not isinstance(run, str):
             continue
         if m.get("role") == "assistant" and isinstance(meta.get("usage"), Mapping):
@@ -94,7 +96,7 @@ def timeline(events: Iterable[Mapping[str, Any]], produced: Mapping[str, Any] | 
     each call produced; without it ``message_id`` is ``None``."""
     ordered = sorted(
         (e for e in events if isinstance(e, Mapping) and isinstance(e.get("run_id"), str)),
-        key=lambda e: e.get("seq") if isinstance(e.get("seq"), int) else 0,
+        key=lambda e: int(e["seq"]) if isinstance(e.get("seq"), int) else 0,
     )
     runs: dict[str, dict] = {}
     open_model: dict[str, list[dict]] = {}
@@ -185,10 +187,10 @@ def timeline(events: Iterable[Mapping[str, Any]], produced: Mapping[str, Any] | 
                 tools[key] = call
                 run["calls"].append(call)
         elif kind == "tool.result" and isinstance(e.get("tool_call_id"), str):
-            call = tools.get((run_id, e["tool_call_id"]))
-            if call is not None and call["_end"] is None:
-                call["_end"] = ts
-                call["error"] = _error_text(e.get("error"))
+            done = tools.get((run_id, e["tool_call_id"]))
+            if done is not None and done["_end"] is None:
+                done["_end"] = ts
+                done["error"] = _error_text(e.get("error"))
         elif kind == "run.end":
             run["_end"] = ts
             run["status"] = e.get("status") if isinstance(e.get("status"), str) else None
