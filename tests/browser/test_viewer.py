@@ -662,3 +662,46 @@ def test_the_timeline_shows_each_call_with_its_duration_and_opens_its_message(
         assert " in / " in tip and " out" in tip
         assert w.foreign(url) == [] and not w.errors, (w.foreign(url), w.errors)
         w.close()
+
+
+def test_a_column_from_sql_sorts_the_table_with_the_values_of_its_query(browser, store_path, tmp_path):
+    sql = (
+        "SELECT session_id, count(*) FILTER (WHERE role = 'user') * 100 + max(depth) AS score FROM messages GROUP BY 1"
+    )
+    with sk.open_store(store_path) as store:
+        want = {r["session_id"]: r["score"] for r in store.sql_arrow(sql).to_pylist()}
+        runs = {info.id: len(store.runs(info.id)) for info in store.list_sessions()}
+    columns = tmp_path / "columns.txt"
+    columns.write_text(f"# the table's extra columns\nscore={sql}\n")
+    with view_process(store_path, "--columns", str(columns)) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        page = w.page
+        page.goto(url)
+        _table(page)
+        assert page.locator("th[data-sort='score']").inner_text().startswith("score")
+        page.locator("th[data-sort='score'] button").click()
+        page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.sort === 'score desc'")
+        shown = page.eval_on_selector_all(
+            ".skv-table tbody tr",
+            "rows => rows.map(r => [r.dataset.session, r.querySelector(\"td[data-column='score']\").textContent])",
+        )
+        order = sorted(want, key=lambda s: (-want[s], s))[:PAGE_SIZE]
+        assert [s for s, _ in shown] == order
+        assert [v for _, v in shown] == [f"{want[s]:,}" for s in order]
+        # the built-in runs column: each session's number of runs
+        page.locator("th[data-sort='runs'] button").click()
+        page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.sort === 'runs desc'")
+        cells = page.eval_on_selector_all(
+            ".skv-table tbody tr",
+            "rows => rows.map(r => [r.dataset.session, r.querySelector('td.skv-runs').textContent])",
+        )
+        assert cells[0] == ["run", str(runs["run"])] and all(v == str(runs[s]) for s, v in cells)
+        # the filter matches a column's values too
+        top = str(want[order[0]])
+        page.locator(".skv-filter").fill(top)
+        expect = {s for s in want if top in s or top in str(want[s])}
+        page.wait_for_function(f"() => document.querySelector('.skv-sessions').dataset.total === '{len(expect)}'")
+        assert set(_table(page)) == expect
+        assert w.foreign(url) == [] and not w.errors, (w.foreign(url), w.errors)
+        w.close()
