@@ -21,6 +21,8 @@ import datetime as _dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..errors import MissingDependency
+
 __all__ = ["timeline", "produced_messages", "session_timeline"]
 
 
@@ -248,19 +250,22 @@ def session_timeline(session: Any, events: Iterable[Mapping[str, Any]] | None = 
     events = list(events)
     if not events:
         return {"runs": []}
+    produced = None
     if store is not None and callable(getattr(store, "sql_arrow", None)):
-        ids = [
-            r["id"]
-            for r in store.sql_arrow(
-                "SELECT id FROM messages WHERE session_id = $sid AND json_type(metadata, '$.run_id') = 'VARCHAR' "
-                "ORDER BY seq",
-                {"sid": session.session_id},
-            ).to_pylist()
-        ]
-        msgs = session.get_many(ids) if ids else {}
-        produced = produced_messages(msgs[i] for i in ids if i in msgs)
-    elif callable(getattr(session, "get_history", None)):
+        try:
+            ids = [
+                r["id"]
+                for r in store.sql_arrow(
+                    "SELECT id FROM messages WHERE session_id = $sid AND json_type(metadata, '$.run_id') = 'VARCHAR' "
+                    "ORDER BY seq",
+                    {"sid": session.session_id},
+                ).to_pylist()
+            ]
+        except MissingDependency:  # no analysis extra (duckdb): the latest path's messages below
+            pass
+        else:
+            msgs = session.get_many(ids) if ids else {}
+            produced = produced_messages(msgs[i] for i in ids if i in msgs)
+    if produced is None and callable(getattr(session, "get_history", None)):
         produced = produced_messages(session.get_history())
-    else:
-        produced = None
     return timeline(events, produced)

@@ -24,7 +24,7 @@ import anywidget
 import ipywidgets
 import traitlets
 
-from ..errors import MessageNotFound
+from ..errors import MessageNotFound, SessionKitError
 from . import _runlog, _static
 from ._labelled import LabelledView
 from ._source import (
@@ -769,7 +769,8 @@ class RunView(_View):
             session = getattr(self._controller, "session", None)
         try:
             data = session_timeline(session, events) if session is not None else timeline(events)
-        except Exception:  # a session that cannot be read: the bars without their messages
+        except (SessionKitError, ValueError, LookupError, OSError):
+            # a session that cannot be read now (a closed store): the bars without their messages
             data = timeline(events)
         return {"runs": [r for r in data["runs"] if r["status"] is not None]}
 
