@@ -11,6 +11,7 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
 from ._session import Session
 from ._store import Store
@@ -59,6 +60,9 @@ __all__ = [
     "PathView",
     "CompactionSpan",
     "Capabilities",
+    "StoreRunLog",
+    "SessionRecords",
+    "Coordination",
     "SCAN_KINDS",
     "VIEW_COLUMNS",
     "SearchHit",
