@@ -29,6 +29,8 @@ the caller unchanged). The exceptions, all plain and non-blocking:
   setters and chain;
 - ``session_id``, ``engine``, ``path``, ``closed``, ``capabilities`` and
   ``search_candidates`` are plain attributes.
+- ``store.run_log``, ``store.session_records`` and ``store.coordination`` are plain
+  attributes whose calls are awaited (``coordination`` is ``None`` where the engine has none).
 
 Cancelling the task that awaits an analysis call (``sql``, ``sql_arrow``, ``to_arrow``,
 ``messages_df``, ``runs_df``, ``events_df``) stops its DuckDB query, and ``close()``
