@@ -895,7 +895,7 @@ def _record(
     """The run's store calls, all here: its record (from the root span) and its events."""
     with store.transaction():
         if root is not None:
-            store.begin_run(
+            store.run_log.begin(
                 sid,
                 run_id,
                 _run_input(group),
@@ -903,10 +903,10 @@ def _record(
                 started_at=_ms(root.start_ns),
             )
         if events:
-            store.append_events(sid, events)
+            store.run_log.append_events(sid, events)
         if root is not None:
             error = (root.status_message or "error") if root.status == "error" else None
-            store.end_run(
+            store.run_log.end(
                 run_id,
                 status="failed" if error else "completed",
                 error=error,

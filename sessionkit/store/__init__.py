@@ -11,6 +11,7 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
 from ._scoring import LEVELS as SCORE_LEVELS
 from ._scoring import Score, Unit, scorer
@@ -65,6 +66,9 @@ __all__ = [
     "PathView",
     "CompactionSpan",
     "Capabilities",
+    "StoreRunLog",
+    "SessionRecords",
+    "Coordination",
     "SCAN_KINDS",
     "VIEW_COLUMNS",
     "SearchHit",

@@ -323,8 +323,8 @@ def test_runs_events_and_vectors_survive_a_round_trip(engine, make_store, tmp_pa
             }
         ]
     )
-    src.append_events("s", [{"kind": "run.start", "run_id": "r1"}, {"kind": "run.end", "run_id": "r1"}])
-    src.append_events("quiet", [{"kind": "note"}])
+    src.run_log.append_events("s", [{"kind": "run.start", "run_id": "r1"}, {"kind": "run.end", "run_id": "r1"}])
+    src.run_log.append_events("quiet", [{"kind": "note"}])
     src.embed(lambda texts: [[float(len(t)), 1.0] for t in texts])
     path = tmp_path / "all.jsonl"
     counts = sk.io.export_jsonl(src, path)

@@ -87,7 +87,7 @@ def test_a_subset_export_imports_only_those_sessions(store, make_store, tmp_path
     for sid in ("a", "b"):
         store.session(sid).append({"id": f"{sid}1", "role": "user", "parts": [{"type": "text", "text": sid}]})
         store.add_label(sid, f"{sid}1", "seen")
-        store.append_events(sid, [{"kind": "note"}])
+        store.run_log.append_events(sid, [{"kind": "note"}])
     sk.io.export_parquet(store, tmp_path / "b", session_ids=["b"])
     assert {r["session_id"] for r in pq.read_table(tmp_path / "b" / "labels.parquet").to_pylist()} == {"b"}
     dst = make_store("sqlite")
