@@ -3,7 +3,7 @@
 For each engine, N messages (1,000,000 by default: N/100 sessions of 100, the shared
 workload of ``benchmarks/peers/workload.py``, every tenth session with a branch of 5
 and a compaction) and one run per session are written through the public import API
-(``session.import_many``, ``import_compaction``, ``begin_run``/``end_run``). Then four
+(``session.import_many``, ``import_compaction``, ``store.run_log.begin``/``end``). Then four
 queries run through ``store.sql`` and, as the baseline, on raw DuckDB tables of the
 same columns (built in memory from the same messages):
 
@@ -99,8 +99,8 @@ def build(store, n: int) -> float:
             )
     with store.transaction():
         for k in range(n // PER_SESSION):
-            store.begin_run(f"s{k}", f"s{k}.1", "hello")
-            store.end_run(
+            store.run_log.begin(f"s{k}", f"s{k}.1", "hello")
+            store.run_log.end(
                 f"s{k}.1",
                 status="completed" if k % 7 else "failed",
                 usage={"in": 10, "out": 5, "cost_usd": 0.001, "model": "m"},

@@ -234,7 +234,7 @@ def check(store_path: str, clients: list[Client]) -> dict:
                 problems.append(
                     f"{c.sid}: the stream got {len(ids)} frames ({dup} duplicated) for {len(stored)} stored events"
                 )
-            records = store.records(c.sid, "server.message")
+            records = store.session_records.get(c.sid, "server.message")
             if [r["text"] for _, r in records] != c.sent:
                 problems.append(f"{c.sid}: the server lists {len(records)} messages of {len(c.sent)}")
             runs = store.runs(c.sid)

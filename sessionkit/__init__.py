@@ -46,6 +46,7 @@ from .store import (
     Label,
     RecentHistory,
     RunRecord,
+    Score,
     SearchHit,
     Session,
     SessionInfo,
@@ -74,6 +75,8 @@ _LAZY = {
     "widgets": ("sessionkit.widgets", None),
     "server": ("sessionkit.server", None),
     "prototyping": ("sessionkit.prototyping", None),
+    "scorers": ("sessionkit.scorers", None),
+    "analysis": ("sessionkit.analysis", None),
     "capture": ("sessionkit.integrations.litellm", "capture"),
 }
 
@@ -91,6 +94,7 @@ __all__ = [
     "Label",
     "RecentHistory",
     "RunRecord",
+    "Score",
     "SearchHit",
     "SessionInfo",
     "TreeNode",

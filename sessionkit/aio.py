@@ -29,6 +29,8 @@ the caller unchanged). The exceptions, all plain and non-blocking:
   setters and chain;
 - ``session_id``, ``engine``, ``path``, ``closed``, ``capabilities`` and
   ``search_candidates`` are plain attributes.
+- ``store.run_log``, ``store.session_records`` and ``store.coordination`` are plain
+  attributes whose calls are awaited (``coordination`` is ``None`` where the engine has none).
 
 Cancelling the task that awaits an analysis call (``sql``, ``sql_arrow``, ``to_arrow``,
 ``messages_df``, ``runs_df``, ``events_df``) stops its DuckDB query, and ``close()``
@@ -301,6 +303,9 @@ class AsyncStore:
         self._closing: concurrent.futures.Future[Any] | None = None
         self._tx: _Token | None = None
         self._queries: set[_Query] = set()  # analysis calls running on the worker (see _query)
+        self._run_log = AsyncRunLog(self)
+        self._session_records = AsyncSessionRecords(self)
+        self._coordination: AsyncCoordination | None = None
         # Handles while in use (an AsyncSession holds no settings: on_compaction and
         # compact_after set them on the sync session, which keeps them).
         self._sessions: weakref.WeakValueDictionary[str, AsyncSession] = weakref.WeakValueDictionary()
@@ -577,6 +582,8 @@ class AsyncStore:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[Label]:
         """The labels matching every filter given, as :meth:`sessionkit.Store.labels`."""
         return await self._call(
@@ -588,11 +595,35 @@ class AsyncStore:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     async def import_labels(self, labels: Iterable[Label | dict[str, Any]]) -> int:
         """Store labels with their ids and times kept (see :meth:`sessionkit.Store.import_labels`)."""
         return await self._call("import_labels", list(labels))
+
+    async def score(
+        self,
+        scorer: Any,
+        *,
+        sessions: str | Iterable[str] | None = None,
+        where: str | None = None,
+        level: str = "turn",
+        concurrency: int = 4,
+        progress: Any = True,
+    ) -> dict[str, int]:
+        """Run a scorer over the store's units and keep its labels, as :meth:`sessionkit.Store.score`
+        (on the store's worker thread; the scorer's own threads ask it)."""
+        return await self._call(
+            "score",
+            scorer,
+            sessions=_listed(sessions),
+            where=where,
+            level=level,
+            concurrency=concurrency,
+            progress=progress,
+        )
 
     # -- facts as they are: imports, exports and copies -------------------------------------
     async def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
@@ -631,72 +662,29 @@ class AsyncStore:
         """Stored run events of a session in ``seq`` order, after ``after_seq`` when given."""
         return await self._call("events", session_id, after_seq)
 
-    async def begin_run(
-        self,
-        session_id: str,
-        run_id: str,
-        input: str | None,
-        *,
-        meta: dict[str, Any] | None = None,
-        started_at: Any = None,
-    ) -> None:
-        """Record that a run started (see :meth:`sessionkit.Store.begin_run`)."""
-        return await self._call("begin_run", session_id, run_id, input, meta=meta, started_at=started_at)
+    @property
+    def run_log(self) -> AsyncRunLog:
+        """Where the store records agent runs, awaited (see :class:`sessionkit.store.StoreRunLog`)."""
+        return self._run_log
 
-    async def end_run(
-        self,
-        run_id: str,
-        *,
-        status: str,
-        error: str | None = None,
-        usage: dict[str, Any] | None = None,
-        ended_at: Any = None,
-    ) -> None:
-        """Record how a run ended (see :meth:`sessionkit.Store.end_run`)."""
-        return await self._call("end_run", run_id, status=status, error=error, usage=usage, ended_at=ended_at)
+    @property
+    def session_records(self) -> AsyncSessionRecords:
+        """The records beside a session, awaited (see :class:`sessionkit.store.SessionRecords`)."""
+        return self._session_records
 
-    async def reopen_run(self, run_id: str) -> None:
-        """Record that a run runs again under its id (see :meth:`sessionkit.Store.reopen_run`)."""
-        return await self._call("reopen_run", run_id)
+    @property
+    def coordination(self) -> AsyncCoordination | None:
+        """Holds and signals between processes, awaited; ``None`` where the engine has none
+        (see :class:`sessionkit.store.Coordination`)."""
+        if self.sync.coordination is None:
+            return None
+        if self._coordination is None:
+            self._coordination = AsyncCoordination(self)
+        return self._coordination
 
-    async def append_events(self, session_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Store run events of a session in one transaction; returns them as stored."""
-        return await self._call("append_events", session_id, list(events))
-
-    async def records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
-        """``(n, value)`` of a session's records of ``kind`` (see :meth:`sessionkit.Store.records`)."""
-        return await self._call("records", session_id, kind)
-
-    async def put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
-        """Insert or replace records ``(n, value)`` of ``kind`` in one transaction."""
-        return await self._call("put_records", session_id, kind, list(items))
-
-    # -- several processes on one store ------------------------------------------------------------
-    async def try_hold(self, name: str) -> bool:
-        """Take the store-wide hold ``name`` (see :meth:`sessionkit.Store.try_hold`)."""
-        return await self._call("try_hold", name)
-
-    async def hold_taken(self, name: str) -> bool:
-        """Whether any process holds ``name`` now."""
-        return await self._call("hold_taken", name)
-
-    async def release_hold(self, name: str) -> None:
-        """Give back the hold ``name``."""
-        return await self._call("release_hold", name)
-
-    async def signal(self, session_id: str, kind: str, data: Any = None) -> None:
-        """Tell the other processes on this store ``(session_id, kind, data)``."""
-        return await self._call("signal", session_id, kind, data)
-
-    async def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
-        """Call ``handler(session_id, kind, data)`` for other processes' signals.
-
-        ``handler`` may be sync or async, as the callback of :meth:`subscribe`.
-        """
-        if not callable(handler):
-            raise TypeError("handler must be callable")
-        loop = asyncio.get_running_loop()
-        return await self._call("on_signal", _LoopCallback(handler, loop, "signal handler"))
+    async def _call_on(self, part: str, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """``store.<part>.<name>(*args, **kwargs)`` of the sync store, on the worker."""
+        return await self._run(lambda: getattr(getattr(self._opened(), part), name)(*args, **kwargs))
 
     # -- reading everything ----------------------------------------------------------------------
     def scan(
@@ -908,6 +896,105 @@ class _Transaction:
         return await self._store._tx_exit(token, exc_type, exc, tb)
 
 
+class AsyncRunLog:
+    """``store.run_log`` of an :class:`AsyncStore`: :class:`sessionkit.store.StoreRunLog`'s calls, awaited."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+
+    async def begin(
+        self,
+        session_id: str,
+        run_id: str,
+        input: str | None,
+        *,
+        meta: dict[str, Any] | None = None,
+        started_at: Any = None,
+    ) -> None:
+        """Record that a run started (see :meth:`sessionkit.store.StoreRunLog.begin`)."""
+        return await self._store._call_on(
+            "run_log", "begin", session_id, run_id, input, meta=meta, started_at=started_at
+        )
+
+    async def end(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        error: str | None = None,
+        usage: dict[str, Any] | None = None,
+        ended_at: Any = None,
+    ) -> None:
+        """Record how a run ended (see :meth:`sessionkit.store.StoreRunLog.end`)."""
+        return await self._store._call_on(
+            "run_log", "end", run_id, status=status, error=error, usage=usage, ended_at=ended_at
+        )
+
+    async def reopen(self, run_id: str) -> None:
+        """Record that a run runs again under its id (see :meth:`sessionkit.store.StoreRunLog.reopen`)."""
+        return await self._store._call_on("run_log", "reopen", run_id)
+
+    async def append_events(self, session_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Store run events of a session in one transaction; returns them as stored."""
+        return await self._store._call_on("run_log", "append_events", session_id, list(events))
+
+    async def runs(self, session_id: str) -> list[RunRecord]:
+        """Recorded agent runs of a session, oldest first (``await store.runs()``)."""
+        return await self._store.runs(session_id)
+
+    async def events(self, session_id: str, after_seq: int | None = None) -> list[dict[str, Any]]:
+        """Stored run events of a session in ``seq`` order (``await store.events()``)."""
+        return await self._store.events(session_id, after_seq)
+
+
+class AsyncSessionRecords:
+    """``store.session_records`` of an :class:`AsyncStore`: :class:`~sessionkit.store.SessionRecords`, awaited."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+
+    async def get(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
+        """``(n, value)`` of a session's records of ``kind`` (see :meth:`sessionkit.store.SessionRecords.get`)."""
+        return await self._store._call_on("session_records", "get", session_id, kind)
+
+    async def put(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
+        """Insert or replace records ``(n, value)`` of ``kind`` in one transaction."""
+        return await self._store._call_on("session_records", "put", session_id, kind, list(items))
+
+
+class AsyncCoordination:
+    """``store.coordination`` of an :class:`AsyncStore`: :class:`sessionkit.store.Coordination`'s calls, awaited."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+
+    async def try_hold(self, name: str) -> bool:
+        """Take the store-wide hold ``name`` (see :meth:`sessionkit.store.Coordination.try_hold`)."""
+        return await self._store._call_on("coordination", "try_hold", name)
+
+    async def hold_taken(self, name: str) -> bool:
+        """Whether any process holds ``name`` now."""
+        return await self._store._call_on("coordination", "hold_taken", name)
+
+    async def release_hold(self, name: str) -> None:
+        """Give back the hold ``name``."""
+        return await self._store._call_on("coordination", "release_hold", name)
+
+    async def signal(self, session_id: str, kind: str, data: Any = None) -> None:
+        """Tell the other processes on this store ``(session_id, kind, data)``."""
+        return await self._store._call_on("coordination", "signal", session_id, kind, data)
+
+    async def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
+        """Call ``handler(session_id, kind, data)`` for other processes' signals.
+
+        ``handler`` may be sync or async, as the callback of :meth:`AsyncStore.subscribe`.
+        """
+        if not callable(handler):
+            raise TypeError("handler must be callable")
+        loop = asyncio.get_running_loop()
+        return await self._store._call_on("coordination", "on_signal", _LoopCallback(handler, loop, "signal handler"))
+
+
 class AsyncSession:
     """One conversation tree of an :class:`AsyncStore`. Get it with ``store.session(id)``.
 
@@ -1111,9 +1198,23 @@ class AsyncSession:
         note: str | None = None,
         author: str | None = None,
         target: str = "message",
+        source: str = "human",
+        scorer: str | None = None,
+        rationale: str | None = None,
     ) -> Label:
         """Put a label on a message or on the branch ending at it (see :meth:`sessionkit.Session.add_label`)."""
-        return await self._call("add_label", message_id, tag, rating=rating, note=note, author=author, target=target)
+        return await self._call(
+            "add_label",
+            message_id,
+            tag,
+            rating=rating,
+            note=note,
+            author=author,
+            target=target,
+            source=source,
+            scorer=scorer,
+            rationale=rationale,
+        )
 
     async def remove_label(self, label_id: str) -> bool:
         """Remove a label of this session by id; whether there was one."""
@@ -1128,6 +1229,8 @@ class AsyncSession:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[Label]:
         """This session's labels matching every filter given, as :meth:`sessionkit.Session.labels`."""
         return await self._call(
@@ -1138,6 +1241,8 @@ class AsyncSession:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     async def mirror(

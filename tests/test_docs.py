@@ -184,6 +184,7 @@ _REFERENCE = {
     "sessionkit.errors": "errors.html",
     "sessionkit.testing": "testing.html",
     "sessionkit.prototyping": "prototyping.html",
+    "sessionkit.scorers": "scorers.html",
 }
 
 
@@ -222,6 +223,7 @@ def test_every_public_module_has_a_reference_page():
         "sessionkit.errors",
         "sessionkit.testing",
         "sessionkit.prototyping",
+        "sessionkit.scorers",
     ):
         assert re.search(rf"^::: {re.escape(module)}$", pages, re.MULTILINE), module
 

@@ -220,7 +220,18 @@ def _tiny_package(tmp_path: Path) -> Path:
     for name in ("cli", "_demo", "_lab", "errors", "messages", "parts", "aio"):
         (pkg / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
         (pkg / f"{name}.py").write_text("")
-    for sub in ("server", "widgets", "prototyping", "integrations", "agent", "analysis", "io", "store", "testing"):
+    for sub in (
+        "server",
+        "widgets",
+        "prototyping",
+        "integrations",
+        "scorers",
+        "agent",
+        "analysis",
+        "io",
+        "store",
+        "testing",
+    ):
         (pkg / sub).mkdir(parents=True, exist_ok=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")

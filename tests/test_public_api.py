@@ -22,6 +22,7 @@ PINNED = {
     "Label",
     "RecentHistory",
     "RunRecord",
+    "Score",
     "SearchHit",
     "SessionInfo",
     "TreeNode",
@@ -60,6 +61,8 @@ PINNED = {
     "widgets",
     "server",
     "prototyping",
+    "scorers",
+    "analysis",
     "capture",
 }
 
@@ -149,6 +152,10 @@ def test_latest_sentinel():
 # decision about the contract, made here on purpose.
 SUBPACKAGES = {
     "sessionkit.store": {
+        "Score",
+        "Unit",
+        "scorer",
+        "SCORE_LEVELS",
         "AppendResult",
         "Capabilities",
         "ChangeEvent",
@@ -156,6 +163,7 @@ SUBPACKAGES = {
         "CompactionContext",
         "CompactionResult",
         "CompactionSpan",
+        "Coordination",
         "LATEST",
         "Label",
         "PathView",
@@ -165,7 +173,9 @@ SUBPACKAGES = {
         "SearchHit",
         "Session",
         "SessionInfo",
+        "SessionRecords",
         "Store",
+        "StoreRunLog",
         "Tree",
         "TreeCompaction",
         "TreeNode",
@@ -220,6 +230,8 @@ SUBPACKAGES = {
         "FORMATS",
     },
     "sessionkit.analysis": {
+        "Agreement",
+        "agreement",
         "D1_COLUMNS",
         "TABLES",
         "StoreData",
@@ -271,6 +283,20 @@ SUBPACKAGES = {
         "write_bundle",
     },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
+    "sessionkit.scorers": {
+        "LEVELS",
+        "LLMJudge",
+        "REFUSAL_PHRASES",
+        "Score",
+        "Unit",
+        "empty_reply",
+        "llm_judge",
+        "refusal",
+        "refusal_keywords",
+        "regenerated",
+        "scorer",
+        "tool_error",
+    },
     "sessionkit.parts": {
         "FOLD_LINES",
         "OVERLAY_PREFIX",

@@ -244,3 +244,72 @@ def test_labels_reach_the_table_the_filter_the_session_and_the_bundle(new_store,
     text = (folder / name).read_text()
     payload = bundle_data(text)
     assert payload["labels"] == state["labels"]
+
+
+@pytest.mark.parametrize(
+    ("column", "problem"),
+    [
+        ("n=DELETE FROM messages", "this is a DELETE statement, refused"),
+        ("n=SELECT * FROM read_csv('/etc/passwd')", "the table function read_csv() is refused"),
+        ("n=SELECT session_id FROM messages", "must return session_id and one value, got the columns session_id"),
+        ("n=SELECT id, depth FROM messages", "must return session_id and one value"),
+        ("n=SELECT session_id, nope FROM messages", 'column "nope" not found'),
+        ("n=", "has no SQL"),
+        ("no equals sign", "NAME=SQL"),
+        ("9lives=SELECT session_id, 1 FROM sessions", "column name '9lives'"),
+        ("tokens=SELECT session_id, 1 FROM sessions", "already has a column of that name"),
+    ],
+)
+def test_a_bad_column_is_refused_before_the_viewer_starts(store_path, tmp_path, column, problem):
+    status, out, err = run(str(store_path), "--port", "0", "--column", column)
+    assert status != 0 and out == "", (out, err)
+    assert err.startswith("sessionkit: error:") and problem in err, err
+    status, out, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--column", column)
+    assert status != 0 and problem in err and not (tmp_path / "b").exists(), err
+
+
+def test_a_columns_file_names_the_line_of_a_bad_column(store_path, tmp_path):
+    good = tmp_path / "good.txt"
+    good.write_text(
+        "# columns of the sessions table\n\nusers=SELECT session_id, count(*) AS n \\\n"
+        "  FROM messages WHERE role = 'user' GROUP BY 1\n"
+    )
+    bad = tmp_path / "bad.txt"
+    bad.write_text("users=SELECT session_id, count(*) FROM messages GROUP BY 1\n# fine so far\nbroken=DROP TABLE x\n")
+    status, out, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--columns", str(good))
+    assert status == 0, err
+    data = bundle_data((tmp_path / "b" / "data" / "sessions.js").read_text())
+    with sk.open_store(store_path) as store:
+        want = {
+            r["session_id"]: r["n"]
+            for r in store.sql_arrow(
+                "SELECT session_id, count(*) AS n FROM messages WHERE role = 'user' GROUP BY 1"
+            ).to_pylist()
+        }
+    assert {r["session_id"]: r["users"] for r in data["rows"]} == want
+    assert data["columns"] == [{"name": "users", "label": "users"}]
+    status, _, err = run(str(store_path), "--port", "0", "--columns", str(bad))
+    assert status != 0 and "bad.txt" in err and "DROP" in err, err
+    status, _, err = run(str(store_path), "--port", "0", "--columns", str(tmp_path / "missing.txt"))
+    assert status != 0 and "missing.txt" in err
+
+
+def test_extra_columns_sort_filter_and_page_in_sql(store_path):
+    sql = "SELECT session_id, max(depth) * 10 + length(session_id) AS score FROM messages GROUP BY 1"
+    with sk.open_store(store_path) as store:
+        cols = viewer.check_columns(store, [("score", sql)])
+        want = {r["session_id"]: r["score"] for r in store.sql_arrow(sql).to_pylist()}
+        order = sorted(want, key=lambda s: (-want[s], s))
+        page = viewer.sessions_page(store, sort="score", desc=True, limit=5, columns=cols)
+        assert [(r["session_id"], r["score"]) for r in page["rows"]] == [(s, want[s]) for s in order[:5]]
+        assert page["columns"][0] == {"name": "score", "label": "score"}
+        later = viewer.sessions_page(store, sort="score", desc=True, limit=5, offset=5, columns=cols)
+        assert [r["session_id"] for r in later["rows"]] == order[5:10]
+        # sorted by another column, a page reads the values of its own sessions
+        plain = viewer.sessions_page(store, sort="session_id", desc=False, limit=4, columns=cols)
+        assert [r["score"] for r in plain["rows"]] == [want[r["session_id"]] for r in plain["rows"]]
+        value = str(want[order[0]])
+        hits = viewer.sessions_page(store, filter=value, limit=500, columns=cols)["rows"]
+        assert {r["session_id"] for r in hits} == {s for s in want if value in s or value in str(want[s])}
+        with pytest.raises(ValueError, match="cannot sort by 'nope'"):
+            viewer.sessions_page(store, sort="nope", columns=cols)

@@ -195,7 +195,7 @@ class _RunTarget:
         # A store session records its runs in its store; another session says where (run_log).
         run_log = getattr(session, "run_log", None)
         if run_log is None:
-            run_log = getattr(session, "store", None)
+            run_log = getattr(getattr(session, "store", None), "run_log", None)
         if not isinstance(run_log, RunLog):
             raise TypeError(f"cannot find where session {self.session_id!r} records its runs")
         self.run_log = run_log
@@ -634,7 +634,7 @@ class Agent:
             # The run record says what the run was: where its turn hangs, and its labels
             # (a variant's name and settings, a replay's source...), ``at`` always meaning that.
             meta = {"at": parent_id, **{k: v for k, v in (labels or {}).items() if k != "at"}}
-            target.run_log.begin_run(target.session_id, run_id, input_text, meta=meta)
+            target.run_log.begin(target.session_id, run_id, input_text, meta=meta)
             try:
                 emitter.emit("run.start", input=input_text, at=parent_id, **({"labels": labels} if labels else {}))
                 inner = asyncio.ensure_future(self._turns(state, emitter, controller, run_input))
@@ -722,7 +722,7 @@ class Agent:
             error_type = None if error is None else "CancelledError"
             text = error
         try:
-            target.run_log.end_run(emitter.run_id, status=status, error=text, usage=usage)
+            target.run_log.end(emitter.run_id, status=status, error=text, usage=usage)
         except Exception:
             if status == "completed":
                 raise

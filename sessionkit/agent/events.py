@@ -60,20 +60,20 @@ EVENT_KINDS = (
 
 @runtime_checkable
 class RunLog(Protocol):
-    """Where runs and their events are recorded: a sessionkit ``Store``, or :class:`MemoryRunLog`.
+    """Where runs and their events are recorded: a sessionkit store's ``store.run_log``, or :class:`MemoryRunLog`.
 
-    ``begin_run`` records a run as ``"running"`` with its ``meta`` (what the run
+    ``begin`` records a run as ``"running"`` with its ``meta`` (what the run
     was: where it started, its labels), ``append_events`` stores events
     (numbering ``seq`` per session from 0, across runs) and returns them as
-    stored, ``end_run`` records how the run ended; ``runs`` and ``events`` read
+    stored, ``end`` records how the run ended; ``runs`` and ``events`` read
     them back.
     """
 
-    def begin_run(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None: ...
+    def begin(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None: ...
 
     def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]: ...
 
-    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None: ...
+    def end(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None: ...
 
     def runs(self, session_id: str) -> list: ...
 
@@ -91,9 +91,9 @@ class MemoryRunLog:
         self._runs: dict[str, dict] = {}
         self._events: dict[str, list[dict]] = {}
 
-    def begin_run(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
+    def begin(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
         """Record a run as started (``"running"``) with its ``meta`` (a JSON object, as
-        :meth:`sessionkit.Store.begin_run`); a run id already recorded -> ValueError."""
+        :meth:`sessionkit.store.StoreRunLog.begin`); a run id already recorded -> ValueError."""
         if meta is not None:
             if not isinstance(meta, dict):
                 raise TypeError(f"meta must be a dict (a JSON object) or None, got {type(meta).__name__}")
@@ -129,7 +129,7 @@ class MemoryRunLog:
                 out.append(copy.deepcopy(full))
         return out
 
-    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+    def end(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
         """Record how a run ended; an unknown run id -> LookupError."""
         with self._lock:
             run = self._runs.get(run_id)

@@ -73,9 +73,12 @@ from typing import Any
 
 from ..errors import missing
 from ..store import VIEW_COLUMNS
+from ._agreement import Agreement, agreement
 from ._tables import D1_COLUMNS, TABLES, StoreData
 
 __all__ = [
+    "agreement",
+    "Agreement",
     "to_pandas",
     "messages_df",
     "runs_df",

@@ -368,7 +368,8 @@ class StoreData:
 
     def labels(self) -> dict[str, list]:
         """The ``labels`` view's columns (but ``seq``) from :meth:`Store.labels`, session by session."""
-        names = ("session_id", "id", "message_id", "target", "tag", "rating", "note", "author", "created_at")
+        names: tuple[str, ...] = ("session_id", "id", "message_id", "target", "tag", "rating", "note", "author")
+        names += ("created_at", "source", "scorer", "rationale")
         cols: dict[str, list] = {n: [] for n in names}
         for sid in self.session_ids:
             for label in self.store.labels(session_id=sid):

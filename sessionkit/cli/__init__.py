@@ -346,6 +346,20 @@ def build_parser() -> argparse.ArgumentParser:
         "neither, a random one, printed in the page's URL)",
     )
     p.add_argument("--write", action="store_true", help="allow changes from the page (deleting a session)")
+    p.add_argument(
+        "--column",
+        metavar="NAME=SQL",
+        action="append",
+        help="add a sortable, filterable column to the sessions table: a store.sql query over the views "
+        "returning session_id and one value, e.g. 'errors=SELECT session_id, count(*) FROM tool_calls "
+        "WHERE is_error GROUP BY 1' (repeat for more; a bad query is refused before the viewer starts)",
+    )
+    p.add_argument(
+        "--columns",
+        metavar="FILE",
+        action="append",
+        help="add the columns of FILE: NAME=SQL lines (# comments; a line ending in \\ goes on at the next)",
+    )
     p.add_argument("--bundle", metavar="DIR", help="write the viewer as a static site in DIR instead of serving it")
     p.add_argument(
         "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"

@@ -458,8 +458,9 @@ def cmd_view(args, out: TextIO) -> int:
             f"--host {args.host} reaches other machines: set SESSIONKIT_TOKEN (or --token) to a bearer token "
             "of 16 characters or more"
         )
-    with _existing_store(args.store):  # a missing file or another program's database fails here, before binding
-        pass
+    # a missing file, another program's database or a bad --column fails here, before binding
+    with _existing_store(args.store) as store:
+        columns = _view_columns(args, store)
     try:
         import uvicorn  # noqa: F401
     except ImportError as exc:
@@ -476,6 +477,7 @@ def cmd_view(args, out: TextIO) -> int:
         token=token or None,
         write=args.write,
         allowed_hosts=args.allow_host,
+        columns=columns,
         on_ready=ready,
     )
     return 0
@@ -519,10 +521,37 @@ def cmd_collect(args, out: TextIO) -> int:
     return 0
 
 
+def _view_columns(args, store: sk.Store | None = None) -> list[tuple[str, str]]:
+    """``--columns FILE``'s columns, then each ``--column NAME=SQL`` (``UsageError`` for a bad one);
+    with ``store``, each checked against it (a file's column named by its line)."""
+    from sessionkit.widgets import viewer
+
+    specs: list[tuple[str, str]] = []
+    where: dict[str, str] = {}
+    for path in args.columns or ():
+        for name, sql, line in viewer.read_column_lines(path):
+            specs.append((name, sql))
+            where[name] = f"{path}, line {line}: "
+    specs += [viewer.parse_column(spec) for spec in args.column or ()]
+    if store is not None:
+        seen: set[str] = set()
+        for name, sql in specs:
+            if name in seen:
+                raise CommandError(f"{where.get(name, '')}column {name!r} is given twice")
+            seen.add(name)
+            try:
+                viewer.check_columns(store, [(name, sql)], builtin=False)
+            except sk.UsageError as exc:
+                raise CommandError(where.get(name, "") + str(exc)) from exc
+    return specs
+
+
 def _bundle(store: sk.Store, args) -> Path:
     from sessionkit.widgets import viewer
 
     try:
-        return viewer.write_bundle(store, args.bundle, session_ids=args.session, force=args.force)
+        return viewer.write_bundle(
+            store, args.bundle, session_ids=args.session, force=args.force, columns=_view_columns(args, store)
+        )
     except (sk.SessionNotFound, sk.UsageError, ValueError) as exc:
         raise CommandError(str(exc)) from exc

@@ -161,10 +161,10 @@ class _Records:
         self._store = store
 
     def read(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
-        return self._store.records(session_id, kind)
+        return self._store.session_records.get(session_id, kind)
 
     def write(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
-        self._store.put_records(session_id, kind, items)
+        self._store.session_records.put(session_id, kind, items)
 
 
 class SessionkitSessionService(BaseSessionService):

@@ -8,7 +8,7 @@ session named by the thread id: every LangChain message becomes a sessionkit mes
 (the importer's mapping, :func:`sessionkit.io.langgraph.langchain_to_message`) under
 the message before it, so resuming from an older checkpoint grows a branch.
 
-Where things are kept (the records beside a session, :meth:`Store.records`):
+Where things are kept (the records beside a session, ``store.session_records``):
 
 - session ``<thread id>``, kind ``langgraph.checkpoints``: one small entry per
   checkpoint of the thread, every namespace (id, namespace, parent, metadata);
@@ -74,16 +74,16 @@ _INDEX = "langgraph.checkpoints"
 
 
 class _Records:
-    """The one place that names the store's per-session records (``records``/``put_records``)."""
+    """The one place that names the store's per-session records (``store.session_records``)."""
 
     def __init__(self, store: Any):
         self.store = store
 
     def read(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
-        return self.store.records(session_id, kind)
+        return self.store.session_records.get(session_id, kind)
 
     def write(self, session_id: str, kind: str, items: list[tuple[int, Any]]) -> None:
-        self.store.put_records(session_id, kind, items)
+        self.store.session_records.put(session_id, kind, items)
 
 
 def _number(*key: Any) -> int:
@@ -167,7 +167,7 @@ class SessionkitSaver(BaseCheckpointSaver[str]):
         messages_channel: str | None = "messages",
     ) -> None:
         super().__init__(serde=serde)
-        if not callable(getattr(store, "records", None)) or not callable(getattr(store, "session", None)):
+        if getattr(store, "session_records", None) is None or not callable(getattr(store, "session", None)):
             raise TypeError(f"SessionkitSaver takes a sessionkit Store (sk.open_store), got {type(store).__name__}")
         if messages_channel is not None and (not isinstance(messages_channel, str) or not messages_channel):
             raise TypeError("messages_channel must be a non-empty string or None")

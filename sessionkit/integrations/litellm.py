@@ -115,9 +115,9 @@ class _RunLog:
         started_at: datetime | None,
         ended_at: datetime | None,
     ) -> None:
-        self._store.begin_run(session_id, run_id, input, meta=meta, started_at=started_at)
-        self._store.append_events(session_id, events)
-        self._store.end_run(run_id, status=status, error=error, usage=usage, ended_at=ended_at)
+        self._store.run_log.begin(session_id, run_id, input, meta=meta, started_at=started_at)
+        self._store.run_log.append_events(session_id, events)
+        self._store.run_log.end(run_id, status=status, error=error, usage=usage, ended_at=ended_at)
 
 
 class LiteLLMCapture(callback_base()):  # type: ignore[misc]  # litellm's CustomLogger, imported by agent.models

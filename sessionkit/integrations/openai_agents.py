@@ -79,11 +79,11 @@ def _position(store: Store, session_id: str, leaf: Any = _UNSET) -> Any:
     ``_LATEST`` (nothing recorded). The one place that uses the store's per-session records.
     """
     if leaf is _UNSET:
-        for n, value in store.records(session_id, _RECORD_KIND):
+        for n, value in store.session_records.get(session_id, _RECORD_KIND):
             if n == 0 and isinstance(value, dict) and "leaf" in value:
                 return value["leaf"]
         return _LATEST
-    store.put_records(session_id, _RECORD_KIND, [(0, {"leaf": leaf})])
+    store.session_records.put(session_id, _RECORD_KIND, [(0, {"leaf": leaf})])
     return leaf
 
 

@@ -21,7 +21,7 @@ file or in ``<session>/subagents/agent-*.jsonl``) become their own roots in the 
   the summary record after the boundary (``isCompactSummary``), with ``preTokens`` as
   ``tokens_before``: reading the session shows the summary in place of what it replaced.
 * ``summary`` records (titles of the conversation) become records of kind
-  ``claude_code.summary`` of the session (``store.records(session_id, kind)``).
+  ``claude_code.summary`` of the session (``store.session_records.get(session_id, kind)``).
 * ``metadata["claude_code"]`` keeps the record's other fields (``cwd``, ``gitBranch``,
   ``version``, ``requestId``, ``isSidechain`` when true, ``agentId``...) and the API
   message's ``model``, ``id``, ``stop_reason`` and ``usage``.
@@ -256,11 +256,11 @@ class _Log:
         if self.summaries:
             known = {
                 json.dumps(v, sort_keys=True)
-                for _, v in self.store.records(self.session.session_id, "claude_code.summary")
+                for _, v in self.store.session_records.get(self.session.session_id, "claude_code.summary")
             }
             new = [s for s in self.summaries if json.dumps(s, sort_keys=True) not in known]
             start = len(known)
-            self.store.put_records(
+            self.store.session_records.put(
                 self.session.session_id, "claude_code.summary", [(start + i, s) for i, s in enumerate(new)]
             )
 

@@ -170,7 +170,7 @@ def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any 
                 "epoch": sample.get("epoch"),
                 **{k: sample[k] for k in ("target", "scores", "model_usage", "error") if k in sample},
             }
-            store.put_records(session.session_id, "inspect.sample", [(0, facts)])
+            store.session_records.put(session.session_id, "inspect.sample", [(0, facts)])
             if len(session):
                 sessions.append(session)
             bar.update()

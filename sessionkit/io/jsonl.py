@@ -9,7 +9,7 @@ One JSON object per line (a ``.gz`` path is written and read as gzip)::
     {"type": "compaction", "session_id": "s", "compaction": {"id", "from_id", "to_id", "summary",
      "created_at", "tokens_before", "tokens_after"}}
     {"type": "label", "session_id": "s", "label": {"id", "message_id", "tag", "target", "rating",
-     "note", "author", "created_at"}}
+     "note", "author", "created_at", "source", "scorer", "rationale", "fingerprint"}}
     {"type": "run", "session_id": "s", "run": {"run_id", "status", "input", "error", "started_at",
      "ended_at", "usage", "meta"}}
     {"type": "event", "session_id": "s", "event": {"seq", "kind", "run_id", "ts", ...}}
@@ -21,12 +21,13 @@ added, then each session's runs (as they began), its run events (by ``seq``) and
 its message vectors. Importing the file into a store recreates the same trees in
 the same order (so the latest leaf of each session is the same), with the same
 creation times, the same compactions (ids, times and token counts kept), the same
-labels (ids and times kept), the same runs (ids, status, times, input, error,
+labels (ids, times and provenance kept), the same runs (ids, status, times, input, error,
 usage and meta: costs, variants, replays), the same events (their seqs and
 payloads) and the same vectors (model names kept, so ``store.similar`` answers as
 before). Importing it again adds nothing. Version 2 of the format added label
-lines, version 3 run, event and embedding lines; files of older versions import
-as before.
+lines, version 3 run, event and embedding lines, version 4 the labels' provenance
+(``source``, ``scorer``, ``rationale``, ``fingerprint``: docs/judging.md); files of
+older versions import as before, their labels a person's (``source`` ``"human"``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from ._reading import as_path, count_lines, iter_jsonl, open_write
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 _BATCH = 1000  # message lines per import_many call
 
 #: What a merge warning of this importer suggests (a sessionkit export keeps its session ids).

@@ -308,7 +308,7 @@ def _turn_usage(store, conn: sqlite3.Connection, session, sid: str, source: str)
                 entry[key] = load_json(raw, source, f"turn_usage of session {sid!r}", key)
         usage.append(entry)
     if usage:
-        store.put_records(session.session_id, "openai_agents.turn_usage", list(enumerate(usage)))
+        store.session_records.put(session.session_id, "openai_agents.turn_usage", list(enumerate(usage)))
 
 
 def _check_tables(conn: sqlite3.Connection, source: str, messages_table: str) -> bool:

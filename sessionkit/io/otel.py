@@ -798,16 +798,23 @@ def _tool_name(span: Span) -> str | None:
     return None
 
 
-def _first_user_text(group: list[Span]) -> str | None:
+def _user_text(entry: dict) -> str | None:
+    texts = [_text(p.get("content", "")) for p in entry["parts"] if p.get("type") == "text"]
+    return "\n\n".join(texts) if texts else None
+
+
+def _run_input(group: list[Span]) -> str | None:
+    """The question the trace answered: the last user message its first model call sent (a later
+    turn of a conversation sends the earlier ones again); from the next call when it sent none."""
     for span in group:
         if _operation(span) != "model":
             continue
         given, _ = _conversation(span)
-        for entry in given:
+        for entry in reversed(given):
             if entry["role"] == "user":
-                texts = [_text(p.get("content", "")) for p in entry["parts"] if p.get("type") == "text"]
-                if texts:
-                    return "\n\n".join(texts)
+                text = _user_text(entry)
+                if text is not None:
+                    return text
     return None
 
 
@@ -888,18 +895,18 @@ def _record(
     """The run's store calls, all here: its record (from the root span) and its events."""
     with store.transaction():
         if root is not None:
-            store.begin_run(
+            store.run_log.begin(
                 sid,
                 run_id,
-                _first_user_text(group),
+                _run_input(group),
                 meta={"otel": {"trace_id": root.trace_id, "span_id": root.span_id, "name": root.name}},
                 started_at=_ms(root.start_ns),
             )
         if events:
-            store.append_events(sid, events)
+            store.run_log.append_events(sid, events)
         if root is not None:
             error = (root.status_message or "error") if root.status == "error" else None
-            store.end_run(
+            store.run_log.end(
                 run_id,
                 status="failed" if error else "completed",
                 error=error,

@@ -11,7 +11,7 @@ steps: action, observation, state) and ``info`` (``exit_status``, ``submission``
   answering each (SWE-agent names it in ``tool_call_ids``) gives the part its ``output``.
   A message's SWE-agent fields are kept in ``metadata["swe_agent"]``.
 * ``info`` (the model's usage in ``model_stats`` included) is kept as the session's
-  record of kind ``swe_agent.info`` (``store.records(session_id, "swe_agent.info")``) and
+  record of kind ``swe_agent.info`` (``store.session_records.get(session_id, "swe_agent.info")``) and
   in the last message's ``metadata["swe_agent"]["info"]``.
 * The session id is the file name without ``.traj`` (SWE-agent names the file after
   the task instance). Message ids hash the content, so importing again adds nothing.
@@ -143,7 +143,7 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
                 writer.add(message, parent, None, kept_labels[k] if k < len(kept_labels) else "history")
             writer.flush()
             if info is not None:
-                store.put_records(session.session_id, "swe_agent.info", [(0, info)])
+                store.session_records.put(session.session_id, "swe_agent.info", [(0, info)])
             if len(session):
                 sessions.append(session)
             bar.update()

@@ -176,7 +176,7 @@ class SessionServer:
         self.agent = agent
         self.store = store
         try:
-            store.records("", R.SESSION)
+            store.session_records.get("", R.SESSION)
         except UsageError as exc:
             raise UsageError(f"the {store.engine} engine cannot hold the server's tables yet: {exc}") from exc
         self.coord = coordinator_for(store)  # on a file: takes the lease, or fails naming its holder

@@ -1,7 +1,7 @@
 """Who may drive a session's runs: one server on a file, or several on a shared store.
 
 A coordinator is chosen once, when the server is created, from what the store can
-do (``store.capabilities.coordination``):
+do (``store.coordination``, ``None`` on an engine one process serves):
 
 * :class:`LocalCoordinator`: a SQLite or DuckDB file (or a store in memory) is
   served by one process. On a file it holds the server lease (:mod:`._lease`); this
@@ -28,10 +28,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._lease import Lease
 from ._state import Busy
+
+if TYPE_CHECKING:
+    from ..store import Coordination
 
 log = logging.getLogger("sessionkit.server")
 
@@ -111,8 +114,9 @@ class SharedCoordinator:
     #: Every so often each process looks for busy sessions whose owner died.
     sweep_every: float | None = 3.0
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, coordination: Coordination) -> None:
         self.store = store
+        self.coordination = coordination
         self.io: Any = None
         self.lease = None
         self._listening = False
@@ -120,7 +124,7 @@ class SharedCoordinator:
     def start(self, io: Any, on_signal: Callable[[str, str, Any], None]) -> None:
         self.io = io
         if not self._listening:
-            self.store.on_signal(on_signal)
+            self.coordination.on_signal(on_signal)
             self._listening = True
 
     def close(self) -> None:
@@ -140,7 +144,7 @@ class SharedCoordinator:
         delay = 0.002
         # Another process (or a request of this one) decides about this session: wait for it
         # (a hold is a PostgreSQL advisory lock taken without waiting, so this backs off and retries).
-        while not await self.io.read(self.store.try_hold, name):
+        while not await self.io.read(self.coordination.try_hold, name):
             if loop.time() > deadline or (give_up is not None and give_up()):
                 raise Busy(key)
             await asyncio.sleep(delay)
@@ -152,18 +156,18 @@ class SharedCoordinator:
 
     async def _release(self, name: str) -> None:
         try:
-            await self.io.read(self.store.release_hold, name)
+            await self.io.read(self.coordination.release_hold, name)
         except Exception:
             log.exception("sessionkit server: could not give back the store hold %r", name)
 
     async def take_run(self, key: str) -> bool:
-        return bool(await self.io.read(self.store.try_hold, self._name("run", key)))
+        return bool(await self.io.read(self.coordination.try_hold, self._name("run", key)))
 
     async def release_run(self, key: str) -> None:
         await self._release(self._name("run", key))
 
     async def run_taken(self, key: str) -> bool:
-        return bool(await self.io.read(self.store.hold_taken, self._name("run", key)))
+        return bool(await self.io.read(self.coordination.hold_taken, self._name("run", key)))
 
     def scheduler(self, agent: Any, store: Any, io: Any, **limits: int) -> Any:
         """The scheduler for a store several processes serve (``_shared.SharedScheduler``)."""
@@ -188,7 +192,7 @@ class SharedCoordinator:
         """The sessions the store's busy records name (read inside a store read)."""
         return {
             v["key"]
-            for _, v in store.records(busy_key, busy_kind)
+            for _, v in store.session_records.get(busy_key, busy_kind)
             if isinstance(v, dict) and isinstance(v.get("key"), str)
         }
 
@@ -198,13 +202,14 @@ class SharedCoordinator:
 
     async def tell(self, key: str, kind: str, data: Any = None) -> None:
         try:
-            await self.io.read(self.store.signal, key, kind, data)
+            await self.io.read(self.coordination.signal, key, kind, data)
         except Exception:
             log.exception("sessionkit server: could not signal %s about %r to the other processes", kind, key)
 
 
 def coordinator_for(store: Any) -> LocalCoordinator | SharedCoordinator:
     """The coordinator the store calls for, chosen once."""
-    if store.capabilities.coordination:
-        return SharedCoordinator(store)
+    coordination = store.coordination
+    if coordination is not None:
+        return SharedCoordinator(store, coordination)
     return LocalCoordinator(store)

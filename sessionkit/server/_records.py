@@ -1,7 +1,7 @@
 """The server's durable records: what it keeps in the store, under which keys, and why.
 
 Everything the server must find again after a restart lives in the store, as
-records beside each session (:meth:`~sessionkit.Store.records`), written through
+records beside each session (``store.session_records``), written through
 the store's public API only. Per session, under its *stored key* (below):
 
 =====================  ====  =========================================================
@@ -249,20 +249,20 @@ def _first(rows) -> Any:
 def read_snapshot(store, key: str, *, status: bool = False, runs: bool = True) -> Snapshot:
     """Read a session's records (a blocking call: run it off the event loop)."""
     snap = Snapshot(key)
-    snap.session = _first(store.records(key, SESSION))
-    snap.tombstone = _first(store.records(key, TOMBSTONE))
+    snap.session = _first(store.session_records.get(key, SESSION))
+    snap.tombstone = _first(store.session_records.get(key, TOMBSTONE))
     if snap.session is None:
         return snap
-    digest = _first(store.records(key, DIGEST))
+    digest = _first(store.session_records.get(key, DIGEST))
     if isinstance(digest, dict):
         snap.digest = digest.get("digest")
         snap.last_seq = digest.get("lastSeq") if isinstance(digest.get("lastSeq"), int) else None
-    snap.messages = [(n, v) for n, v in store.records(key, MESSAGE) if isinstance(v, dict)]
+    snap.messages = [(n, v) for n, v in store.session_records.get(key, MESSAGE) if isinstance(v, dict)]
     if runs:
-        snap.runs = {n: v for n, v in store.records(key, RUN) if isinstance(v, dict)}
+        snap.runs = {n: v for n, v in store.session_records.get(key, RUN) if isinstance(v, dict)}
         snap.run_records = store.runs(key)
     if status:
-        value = _first(store.records(key, STATUS))
+        value = _first(store.session_records.get(key, STATUS))
         snap.status = value if isinstance(value, dict) else None
     return snap
 
@@ -366,7 +366,7 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
     events: list[dict] = []
 
     def end(run_id: str, status: str, error: str | None, error_type: str | None = None) -> None:
-        store.end_run(run_id, status=status, error=error)
+        store.run_log.end(run_id, status=status, error=error)
         events.append(
             {
                 "run_id": run_id,
@@ -410,7 +410,7 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
                     message_updates.append((rec_n, taken(rec)))
             continue
         if record is None:
-            store.begin_run(key, run_id, messages[0][1].get("text") if messages else None)
+            store.run_log.begin(key, run_id, messages[0][1].get("text") if messages else None)
         end(run_id, "failed", reason, "ServerStopped")
         run_updates.append((n, dict(value, state="done", error=reason)))
         out.failed.append(n)
@@ -428,13 +428,13 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
             run_updates.append((unrecorded_n, {"attempts": 1, "agentId": agent_id, "state": "done"}))
 
     if verdict.digest is not None:
-        store.put_records(key, DIGEST, [(0, {"digest": verdict.digest, "lastSeq": snap.last_seq})])
+        store.session_records.put(key, DIGEST, [(0, {"digest": verdict.digest, "lastSeq": snap.last_seq})])
     if run_updates:
-        store.put_records(key, RUN, run_updates)
+        store.session_records.put(key, RUN, run_updates)
     if message_updates:
-        store.put_records(key, MESSAGE, message_updates)
+        store.session_records.put(key, MESSAGE, message_updates)
     if events:
-        out.events = store.append_events(key, events)
+        out.events = store.run_log.append_events(key, events)
     return out
 
 

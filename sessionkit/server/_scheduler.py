@@ -87,7 +87,7 @@ def _check(store: Any, key: str, with_status: bool) -> tuple[R.Snapshot, R.Verdi
     return snap, verdict, preload, R.last_event_seq(store, key, snap.last_seq)
 
 
-class RunLog:
+class ServedRunLog:
     """Where the agent records a run of a served session: the store, through the ordered writer.
 
     The agent calls these on the event loop; each call queues its write and returns
@@ -100,7 +100,7 @@ class RunLog:
         self._live = live
         self._run = run
 
-    def begin_run(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
+    def begin(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
         s, live, run = self._s, self._live, self._run
         run.attempts += 1
         value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running"}
@@ -109,10 +109,10 @@ class RunLog:
 
         def job() -> None:
             if recorded:
-                store.reopen_run(run_id)
+                store.run_log.reopen(run_id)
             else:
-                store.begin_run(key, run_id, input, meta=meta)
-            store.put_records(key, R.RUN, [(n, value)])
+                store.run_log.begin(key, run_id, input, meta=meta)
+            store.session_records.put(key, R.RUN, [(n, value)])
 
         s.io.submit(job, after=lambda _: None)
 
@@ -125,10 +125,12 @@ class RunLog:
             if live.next_seq is not None:
                 live.next_seq += 1
         rows = copy.deepcopy(out)
-        s.io.submit(lambda: s.store.append_events(live.key, rows), after=lambda stored: s.stored_events(live, stored))
+        s.io.submit(
+            lambda: s.store.run_log.append_events(live.key, rows), after=lambda stored: s.stored_events(live, stored)
+        )
         return out
 
-    def end_run(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
+    def end(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
         s, live, run = self._s, self._live, self._run
         again = status == "interrupted" and run.retry_later
         value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running" if again else "done"}
@@ -137,8 +139,8 @@ class RunLog:
         store, key, n = s.store, live.key, run.n
 
         def job() -> None:
-            store.end_run(run_id, status=status, error=error, usage=usage)
-            store.put_records(key, R.RUN, [(n, value)])
+            store.run_log.end(run_id, status=status, error=error, usage=usage)
+            store.session_records.put(key, R.RUN, [(n, value)])
 
         s.io.submit(job, after=lambda _: None)
 
@@ -163,7 +165,7 @@ class RunSession:
         self._run = run
         self._leaf, self._history = preload
         self.session_id = live.key
-        self.run_log = RunLog(scheduler, live, run)
+        self.run_log = ServedRunLog(scheduler, live, run)
 
     def latest_leaf(self) -> dict | None:
         return copy.deepcopy(self._leaf)
@@ -190,14 +192,14 @@ class RunSession:
             ids = [r.message["id"] for r in results]
             stored = session.get_many(ids)
             previous = None
-            for _, record in store.records(key, R.DIGEST):
+            for _, record in store.session_records.get(key, R.DIGEST):
                 previous = record.get("digest") if isinstance(record, dict) else None
             if previous is not None and continues:
                 digest = R.chain_digest(previous, [stored[i] for i in ids if i in stored])
             else:  # no digest yet: the whole path
                 digest = R.conversation_digest(session.get_history(compacted=False))
-            store.put_records(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": last_seq})])
-            store.put_records(key, R.RUN, [(n, value)])
+            store.session_records.put(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": last_seq})])
+            store.session_records.put(key, R.RUN, [(n, value)])
             return results
 
         return s.io.submit(job).result()
@@ -266,11 +268,11 @@ class Scheduler:
         index_key, index_slot = live.index, R.slot(live.public_id)
 
         def job() -> None:
-            store.put_records(key, R.MESSAGE, items)
+            store.session_records.put(key, R.MESSAGE, items)
             if runs:
-                store.put_records(key, R.RUN, runs)
-            store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), {"key": key, "index": index_key})])
-            store.put_records(index_key, R.INDEX, [(index_slot, entry)])
+                store.session_records.put(key, R.RUN, runs)
+            store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), {"key": key, "index": index_key})])
+            store.session_records.put(index_key, R.INDEX, [(index_slot, entry)])
 
         return job
 
@@ -353,7 +355,9 @@ class Scheduler:
             raise Rejected(429, "too_busy")
         if verdict.digest is not None:  # the digest in its current form
             digest, key = verdict.digest, live.key
-            self.io.submit(lambda: self.store.put_records(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": None})]))
+            self.io.submit(
+                lambda: self.store.session_records.put(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": None})])
+            )
         live.run_n += 1
         item = self._new_item(live, text, mode, author, context, node)
         run = Run(live.run_n, [item], preload=preload)
@@ -502,12 +506,12 @@ class Scheduler:
 
         def job() -> list[dict]:
             if recorded:
-                store.reopen_run(run_id)
+                store.run_log.reopen(run_id)
             else:
-                store.begin_run(key, run_id, run.input)
-            store.end_run(run_id, status="failed", error=error)
-            store.put_records(key, R.RUN, [(n, value)])
-            return store.append_events(
+                store.run_log.begin(key, run_id, run.input)
+            store.run_log.end(run_id, status="failed", error=error)
+            store.session_records.put(key, R.RUN, [(n, value)])
+            return store.run_log.append_events(
                 key,
                 [
                     {
@@ -559,7 +563,7 @@ class Scheduler:
                 target = Run(live.run_n, items)
                 live.queue.append(target)
                 new_runs.append(target.n)
-            recs = dict(await self.io.read(self.store.records, live.key, R.MESSAGE))
+            recs = dict(await self.io.read(self.store.session_records.get, live.key, R.MESSAGE))
             updates = [(it.rec, dict(recs.get(it.rec) or {}, run=target.n)) for it in items if it.rec in recs]
             await self._record_placed(live, updates, new_runs)
 
@@ -569,9 +573,9 @@ class Scheduler:
         runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
 
         def job() -> None:
-            store.put_records(key, R.MESSAGE, updates)
+            store.session_records.put(key, R.MESSAGE, updates)
             if runs:
-                store.put_records(key, R.RUN, runs)
+                store.session_records.put(key, R.RUN, runs)
 
         await self.io.write(job)
 
@@ -580,7 +584,7 @@ class Scheduler:
         key = live.key
         live.task = None if live.task is asyncio.current_task() else live.task
         live.owned = False
-        self.io.submit(lambda: self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
+        self.io.submit(lambda: self.store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
         return True
 
     # ------------------------------------------------------------------ events of runs
@@ -658,7 +662,7 @@ class Scheduler:
                 self._launch(live, slot_taken=False)
             else:
                 key = live.key
-                self.io.submit(lambda: self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
+                self.io.submit(lambda: self.store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)]))
 
     # ------------------------------------------------------------------ other processes (none here)
 

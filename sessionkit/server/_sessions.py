@@ -252,9 +252,9 @@ class Sessions:
         }
 
         def job() -> None:
-            store.put_records(key, R.SESSION, [(0, {"createdAt": now, "eventBase": event_base})])
-            store.put_records(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": None})])
-            store.put_records(index, R.INDEX, [(index_slot, entry)])
+            store.session_records.put(key, R.SESSION, [(0, {"createdAt": now, "eventBase": event_base})])
+            store.session_records.put(key, R.DIGEST, [(0, {"digest": digest, "lastSeq": None})])
+            store.session_records.put(index, R.INDEX, [(index_slot, entry)])
 
         await self.io.write(job)
         return True
@@ -296,9 +296,9 @@ class Sessions:
                 store.delete_session(key)
             except SessionNotFound:
                 pass
-            store.put_records(key, R.TOMBSTONE, [(0, tombstone)])
-            store.put_records(index, R.INDEX, [(index_slot, None)])
-            store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)])
+            store.session_records.put(key, R.TOMBSTONE, [(0, tombstone)])
+            store.session_records.put(index, R.INDEX, [(index_slot, None)])
+            store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)])
 
         try:
             await self.io.write(job)
@@ -447,7 +447,7 @@ class Sessions:
         coord = self.coord
 
         def read():
-            entries = [v for _, v in store.records(index, R.INDEX) if isinstance(v, dict)]
+            entries = [v for _, v in store.session_records.get(index, R.INDEX) if isinstance(v, dict)]
             return entries, coord.busy_elsewhere(store, R.BUSY_KEY, R.BUSY)
 
         entries, busy = await self.io.read(read)
@@ -633,7 +633,7 @@ class Sessions:
         """Start again the runs of busy sessions nobody drives (a stopped server's); returns how many."""
         if self.coord.owns_busy_records():
             await self.io.write(self._compact_busy)
-        entries = await self.io.read(self.store.records, R.BUSY_KEY, R.BUSY)
+        entries = await self.io.read(self.store.session_records.get, R.BUSY_KEY, R.BUSY)
         resumed = 0
         for n, value in entries:
             if self.scheduler.closing:
@@ -649,7 +649,7 @@ class Sessions:
             try:
                 live = await self.load_key(key, value.get("index"))
                 if live is None:  # gone: forget it
-                    await self.io.write(lambda n=n: self.store.put_records(R.BUSY_KEY, R.BUSY, [(n, None)]))
+                    await self.io.write(lambda n=n: self.store.session_records.put(R.BUSY_KEY, R.BUSY, [(n, None)]))
                     continue
                 await self.scheduler.resume(live)
                 resumed += 1
@@ -662,13 +662,13 @@ class Sessions:
     def _compact_busy(self) -> None:
         """Drop the busy index's idle entries when they are many (one process: nobody writes meanwhile)."""
         store = self.store
-        rows = store.records(R.BUSY_KEY, R.BUSY)
+        rows = store.session_records.get(R.BUSY_KEY, R.BUSY)
         keep = [(n, v) for n, v in rows if v is not None]
         if len(rows) - len(keep) < 1000:
             return
         store.delete_session(R.BUSY_KEY)
         if keep:
-            store.put_records(R.BUSY_KEY, R.BUSY, keep)
+            store.session_records.put(R.BUSY_KEY, R.BUSY, keep)
 
 
 def _index_for_key(key: str) -> str | None:

@@ -46,8 +46,8 @@ class SharedScheduler(Scheduler):
                 status = self._status_value(live)
 
                 def job() -> None:
-                    self.store.put_records(key, R.STATUS, [(0, status)])
-                    self.store.put_records(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)])
+                    self.store.session_records.put(key, R.STATUS, [(0, status)])
+                    self.store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), None)])
 
                 await self.io.write(job)
                 live.status = status
@@ -238,4 +238,4 @@ class SharedScheduler(Scheduler):
             return
         live.status = value
         store, key = self.store, live.key
-        self.io.submit(lambda: store.put_records(key, R.STATUS, [(0, value)]), after=lambda _: None)
+        self.io.submit(lambda: store.session_records.put(key, R.STATUS, [(0, value)]), after=lambda _: None)

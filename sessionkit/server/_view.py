@@ -63,12 +63,16 @@ def create_view_app(
     write: bool = False,
     title: str | None = None,
     allowed_hosts: Iterable[str] = (),
+    columns: Iterable[tuple[str, str]] = (),
 ) -> Starlette:
     """The viewer app over an open ``store``. ``token``: every ``/api`` request must send
     ``Authorization: Bearer <token>`` (16 characters or more); the page and its assets hold
     no data and need none. ``write``: allow ``DELETE /api/session?id=...``. Every request
     passes :class:`HostGuard` first: a ``Host`` naming another server than this one (but the
-    names in ``allowed_hosts``) and a change asked by another site's page are refused (403)."""
+    names in ``allowed_hosts``) and a change asked by another site's page are refused (403).
+    ``columns``: the sessions table's extra ``(name, sql)`` columns, checked now
+    (:func:`sessionkit.widgets.viewer.check_columns`: ``UsageError`` for a bad one)."""
+    extra = viewer.check_columns(store, columns)
     auth = _Auth(token, None) if token is not None else None
     lock = threading.Lock()
     title = title or "sessionkit viewer"
@@ -114,6 +118,7 @@ def create_view_app(
             sort=request.query_params.get("sort") or "last_activity",
             desc=request.query_params.get("desc", "1") not in ("0", "false"),
             filter=request.query_params.get("filter") or "",
+            columns=extra,
         )
 
     async def search(request: Request) -> Any:
@@ -133,6 +138,9 @@ def create_view_app(
 
     async def events(request: Request) -> Any:
         return {"events": await call(viewer.run_events, store, session_id(request))}
+
+    async def timeline(request: Request) -> Any:
+        return await call(viewer.session_timeline, store, session_id(request))
 
     async def delete(request: Request) -> Any:
         sid = session_id(request)
@@ -165,6 +173,7 @@ def create_view_app(
         Route("/api/path", api(path)),
         Route("/api/messages", api(messages)),
         Route("/api/events", api(events)),
+        Route("/api/timeline", api(timeline)),
         Route("/{name:str}", asset),
     ]
     if write:
@@ -180,12 +189,14 @@ def serve_view(
     token: str | None = None,
     write: bool = False,
     allowed_hosts: Iterable[str] = (),
+    columns: Iterable[tuple[str, str]] = (),
     on_ready: Callable[[str], Any] | None = None,
     log_level: str = "warning",
 ) -> None:
     """Serve the viewer over the store at ``target`` (which must exist) until stopped.
     A ``host`` that is not loopback needs a ``token`` (``ValueError`` otherwise); with
     ``write`` and no ``token`` a random one is made (the page's URL carries it).
+    ``columns``: extra ``(name, sql)`` columns of the sessions table (see :func:`create_view_app`).
     ``on_ready(url)`` is called with the page's URL (the token in it) once the socket listens."""
     import uvicorn
 
@@ -201,7 +212,12 @@ def serve_view(
         token = secrets.token_urlsafe(24)
     with sk.open_store(target, create=False) as store:
         app = create_view_app(
-            store, token=token, write=write, title=f"sessionkit viewer · {target}", allowed_hosts=allowed_hosts
+            store,
+            token=token,
+            write=write,
+            title=f"sessionkit viewer · {target}",
+            allowed_hosts=allowed_hosts,
+            columns=columns,
         )
         config = uvicorn.Config(app, host=host, port=port, http=TimedH11Protocol, log_level=log_level)
         server = uvicorn.Server(config)

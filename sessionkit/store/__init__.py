@@ -11,7 +11,10 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
+from ._scoring import LEVELS as SCORE_LEVELS
+from ._scoring import Score, Unit, scorer
 from ._session import Session
 from ._store import Store
 from ._values import (
@@ -50,6 +53,10 @@ __all__ = [
     "CompactionContext",
     "CompactionResult",
     "Label",
+    "Score",
+    "Unit",
+    "scorer",
+    "SCORE_LEVELS",
     "RecentHistory",
     "RunRecord",
     "SessionInfo",
@@ -59,6 +66,9 @@ __all__ = [
     "PathView",
     "CompactionSpan",
     "Capabilities",
+    "StoreRunLog",
+    "SessionRecords",
+    "Coordination",
     "SCAN_KINDS",
     "VIEW_COLUMNS",
     "SearchHit",

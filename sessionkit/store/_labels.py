@@ -2,9 +2,13 @@
 
 A label is a tag (a short string), an optional rating (a finite number) and note (text),
 its author and the time it was made, on one message of a session (``target="message"``)
-or on the branch from a root down to that message (``target="branch"``). Labels are rows
-of ``sessionkit_labels`` (schema version 9) and go with their message: deleting a
-message, clearing its session or deleting the session removes them.
+or on the branch from a root down to that message (``target="branch"``), and where it
+came from: a person (``source="human"``) or a scorer, code or a model judge
+(``"code"``, ``"llm"``), named with its version (``scorer="tool_error@1"``), with the
+scorer's rationale and the fingerprint of the unit it scored (``store.score``,
+docs/judging.md). Labels are rows of ``sessionkit_labels`` (schema version 9; the
+provenance columns since version 12) and go with their message: deleting a message,
+clearing its session or deleting the session removes them.
 
 This module holds the value type, the checks of every argument (a refused label raises
 :class:`~sessionkit.errors.InvalidLabel` before anything is written), the SQL of the
@@ -28,18 +32,36 @@ if TYPE_CHECKING:
     from ._session import Session
     from ._store import Store
 
-__all__ = ["Label", "LABEL_TARGETS", "MAX_TAG_CHARS", "LabelFilter", "LabelSQL"]
+__all__ = ["Label", "LABEL_TARGETS", "LABEL_SOURCES", "MAX_TAG_CHARS", "LabelFilter", "LabelSQL"]
 
 #: What a label is on: the message itself, or the branch from a root down to it.
 LABEL_TARGETS = ("message", "branch")
+
+#: Who made a label: a person, a scorer written as code, or a model asked to judge.
+LABEL_SOURCES = ("human", "code", "llm")
 
 #: The longest tag, author and note (characters).
 MAX_TAG_CHARS = 100
 MAX_AUTHOR_CHARS = 200
 MAX_NOTE_CHARS = 20_000
+MAX_SCORER_CHARS = 200
 
 #: The stored columns of a label, in :class:`Label` field order.
-LABEL_COLUMNS = ("id", "session_id", "message_id", "tag", "target", "rating", "note", "author", "created_at")
+LABEL_COLUMNS = (
+    "id",
+    "session_id",
+    "message_id",
+    "tag",
+    "target",
+    "rating",
+    "note",
+    "author",
+    "created_at",
+    "source",
+    "scorer",
+    "rationale",
+    "fingerprint",
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +77,15 @@ class Label:
     note: str | None = None
     author: str | None = None
     created_at: str = ""
+    #: ``"human"`` (a person), ``"code"`` or ``"llm"`` (a scorer: ``store.score``).
+    source: str = "human"
+    #: The scorer's name and version (``"tool_error@1"``); None for a person's label.
+    scorer: str | None = None
+    #: Why the scorer chose this tag (a judge's explanation); None when not given.
+    rationale: str | None = None
+    #: The content fingerprint of the unit a scorer labelled (what ``store.score``
+    #: compares to tell a changed unit); None for a person's label.
+    fingerprint: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The label as a plain JSON object (its fields by name)."""
@@ -135,12 +166,41 @@ def check_target(target: Any) -> str:
     return str(target)
 
 
+def check_source(source: Any) -> str:
+    if source not in LABEL_SOURCES:
+        raise InvalidLabel(f"a label's source is 'human', 'code' or 'llm', got {source!r}")
+    return str(source)
+
+
+def check_scorer(scorer: Any) -> str | None:
+    """A scorer's name and version (``"name@version"``), or None."""
+    if scorer is None:
+        return None
+    value = _text_field(scorer, "scorer", limit=MAX_SCORER_CHARS)
+    assert value is not None
+    if not value.strip() or value != value.strip() or not value.isprintable():
+        raise InvalidLabel(
+            f"the label's scorer {scorer!r} is blank, starts or ends with white space or holds a control character"
+        )
+    return value
+
+
+def _provenance(source: Any, scorer: Any) -> tuple[str, str | None]:
+    source, scorer = check_source(source), check_scorer(scorer)
+    if source == "human" and scorer is not None:
+        raise InvalidLabel(f"a person's label (source 'human') names no scorer, got scorer {scorer!r}")
+    if source != "human" and scorer is None:
+        raise InvalidLabel(f"a label with source {source!r} names its scorer (name@version)")
+    return source, scorer
+
+
 def checked(label: Label, *, keep_id: bool = False) -> Label:
     """``label`` with every field checked (and a new id unless ``keep_id``)."""
     ident = _text_field(label.id, "id", limit=MAX_AUTHOR_CHARS) if keep_id else uuid.uuid4().hex
     assert ident is not None
     if keep_id and not ident:
         raise InvalidLabel("the label's id must not be empty")
+    source, scorer = _provenance(label.source, label.scorer)
     created = label.created_at
     if keep_id and created:
         created = str(_text_field(created, "created_at", limit=64))
@@ -156,6 +216,10 @@ def checked(label: Label, *, keep_id: bool = False) -> Label:
         note=_text_field(label.note, "note", limit=MAX_NOTE_CHARS, optional=True),
         author=_text_field(label.author, "author", limit=MAX_AUTHOR_CHARS, optional=True),
         created_at=str(created or _msg.now_iso()),
+        source=source,
+        scorer=scorer,
+        rationale=_text_field(label.rationale, "rationale", limit=MAX_NOTE_CHARS, optional=True),
+        fingerprint=_text_field(label.fingerprint, "fingerprint", limit=MAX_SCORER_CHARS, optional=True),
     )
 
 
@@ -180,6 +244,9 @@ class LabelFilter(NamedTuple):
     min_rating: float | None
     max_rating: float | None
     target: str | None
+    source: str | None = None
+    #: ``"name@version"`` (that version) or ``"name"`` (every version of it).
+    scorer: str | None = None
 
 
 def query(
@@ -191,6 +258,8 @@ def query(
     min_rating: Any = None,
     max_rating: Any = None,
     target: Any = None,
+    source: Any = None,
+    scorer: Any = None,
 ) -> LabelFilter:
     """The checked filters of a label listing (see :meth:`LabelSQL.labels`)."""
     ids = None
@@ -205,6 +274,8 @@ def query(
         min_rating=check_rating(min_rating, "min_rating"),
         max_rating=check_rating(max_rating, "max_rating"),
         target=None if target is None else check_target(target),
+        source=None if source is None else check_source(source),
+        scorer=check_scorer(scorer),
     )
 
 
@@ -322,15 +393,21 @@ class LabelSQL:
 
     def labels(self: _Rows, filters: LabelFilter) -> list[Label]:
         """The labels matching every filter given, in the order they were added."""
-        session_id, message_ids, tags, author, min_rating, max_rating, target = filters
+        session_id, message_ids, tags, author, min_rating, max_rating, target, source, scorer = filters
         if message_ids == [] or tags == []:
             return []
         where: list[str] = []
         params: list[Any] = []
-        for column, value in (("session_id", session_id), ("author", author), ("target", target)):
+        for column, value in (("session_id", session_id), ("author", author), ("target", target), ("source", source)):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
+        if scorer is not None and "@" in scorer:
+            where.append("scorer = ?")
+            params.append(scorer)
+        elif scorer is not None:  # a name: every version of it (substr: a name may hold LIKE's wildcards)
+            where.append("substr(scorer, 1, ?) = ?")
+            params.extend((len(scorer) + 1, scorer + "@"))
         if message_ids is not None:
             where.append("message_id {in_ids}")
             params.append(self.listed(message_ids))
@@ -379,11 +456,15 @@ LABEL_VIEW_COLUMNS: tuple[tuple[str, str], ...] = (
     ("author", "text"),
     ("created_at", "time"),
     ("seq", "int"),
+    ("source", "text"),
+    ("scorer", "text"),
+    ("rationale", "text"),
 )
 
 
 def label_view_sql(table: str) -> str:
     """The ``labels`` view as DuckDB SQL over ``table`` (the store's labels table or its copy)."""
     return f"""SELECT session_id, id, message_id, target, tag, rating::DOUBLE AS rating, note, author,
-           TRY_CAST(created_at AS TIMESTAMPTZ) AS created_at, seq::BIGINT AS seq
+           TRY_CAST(created_at AS TIMESTAMPTZ) AS created_at, seq::BIGINT AS seq,
+           source, scorer, rationale
     FROM {table}"""

@@ -254,12 +254,20 @@ TABLES: dict[str, Table] = {
                 Column("note", "text", null=True),
                 Column("author", "text", null=True),
                 Column("created_at", "text"),
+                # Provenance (schema version 12, docs/judging.md): who made the label (human,
+                # code, llm), the scorer's name@version, its rationale, and the fingerprint
+                # of the unit it scored (store.score compares it to tell a changed unit).
+                Column("source", "text", default="'human'"),
+                Column("scorer", "text", null=True),
+                Column("rationale", "text", null=True),
+                Column("fingerprint", "text", null=True, analysis=False),
             ),
             key=("seq",),
             indexes=(
                 Index("sessionkit_labels_id", "id", unique=True, only=_SQLITE_PG),
                 Index("sessionkit_labels_message", "session_id, message_id", only=_SQLITE_PG),
                 Index("sessionkit_labels_tag", "tag", only=_SQLITE_PG),
+                Index("sessionkit_labels_scorer", "scorer", only=_SQLITE_PG),
             ),
         ),
         # One vector per (embedding model, message) (store.embed / store.similar, docs/analysis.md).
@@ -472,6 +480,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "embeddings: one vector per model and message", {"*": (_create_table("embeddings"),)}),
     Migration(
         11, "runs: what a run was (meta: where it started, its variant)", {"*": (_add_columns("runs", ("meta",)),)}
+    ),
+    Migration(
+        12,
+        "labels: where a label came from (source, scorer, rationale) and the fingerprint of the unit a scorer labelled",
+        {
+            "*": (_add_columns("labels", ("source", "scorer", "rationale", "fingerprint")),),
+            "sqlite": (_make_index_again("labels", "sessionkit_labels_scorer"),),
+            "postgresql": (_make_index_again("labels", "sessionkit_labels_scorer"),),
+        },
     ),
 )
 

@@ -798,12 +798,28 @@ class Session:
         note: str | None = None,
         author: str | None = None,
         target: str = "message",
+        source: str = "human",
+        scorer: str | None = None,
+        rationale: str | None = None,
     ) -> _labels.Label:
         """Put a label on a message (``target="message"``) or on the branch that ends at it
-        (``target="branch"``); returns it with its new id. ``InvalidLabel`` for a refused
-        tag, rating, note or author and ``MessageNotFound`` for an unknown message: nothing
+        (``target="branch"``); returns it with its new id. ``source`` says who made it
+        (``"human"``, or ``"code"`` / ``"llm"`` with the ``scorer``'s ``"name@version"``),
+        ``rationale`` why (docs/judging.md). ``InvalidLabel`` for a refused tag, rating,
+        note, author or provenance and ``MessageNotFound`` for an unknown message: nothing
         is stored then."""
-        return _labels.add(self, message_id, tag, rating=rating, note=note, author=author, target=target)
+        return _labels.add(
+            self,
+            message_id,
+            tag,
+            rating=rating,
+            note=note,
+            author=author,
+            target=target,
+            source=source,
+            scorer=scorer,
+            rationale=rationale,
+        )
 
     def remove_label(self, label_id: str) -> bool:
         """Remove a label of this session by id; whether there was one."""
@@ -818,6 +834,8 @@ class Session:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[_labels.Label]:
         """This session's labels (of ``message_id``, one id or several, when given) matching
         every filter given, in the order they were added (see :meth:`Store.labels`)."""
@@ -830,6 +848,8 @@ class Session:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
         )
 
     # -- search and feed ---------------------------------------------------------------

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
@@ -19,11 +17,11 @@ from ..errors import (
     SessionNotFound,
     StoreClosed,
     StoreCorrupt,
-    UsageError,
 )
 from . import _conveniences, _labels
-from ._args import _INT64, _SCAN_READ, _count_arg, _json_arg, _require_str, _sql_params, _sql_text, _str_arg
+from ._args import _INT64, _SCAN_READ, _count_arg, _require_str, _sql_params, _sql_text, _str_arg
 from ._engine import Engine
+from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._overlay import _chunks, _tree_node
 from ._session import Session
 from ._values import SCAN_KINDS, Capabilities, ChangeEvent, RunRecord, SessionInfo
@@ -34,14 +32,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger("sessionkit")
-
-
-def _time_arg(value: Any, name: str) -> str:
-    """A run's time as stored (ISO 8601 UTC, milliseconds); not a time -> the error naming ``name``."""
-    try:
-        return _msg.to_iso(value)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{name}: {str(exc).removeprefix('created_at: ')}") from None
 
 
 class Store:
@@ -71,12 +61,34 @@ class Store:
         self._tx_local = threading.local()
         self.max_message_bytes = max_message_bytes
         self.reserved_metadata_keys = tuple(reserved_metadata_keys)
+        self._run_log = StoreRunLog(self)
+        self._session_records = SessionRecords(self)
+        self._coordination = Coordination(self) if engine.capabilities.coordination else None
 
     # -- lifecycle ------------------------------------------------------------
     @property
     def engine(self) -> str:
         """The engine's name: ``"sqlite"``, ``"duckdb"`` or ``"postgresql"``."""
         return self._engine.kind
+
+    @property
+    def run_log(self) -> StoreRunLog:
+        """Where this store records agent runs and their events (see :class:`StoreRunLog`)."""
+        return self._run_log
+
+    @property
+    def session_records(self) -> SessionRecords:
+        """The small JSON values components keep beside a session (see :class:`SessionRecords`)."""
+        return self._session_records
+
+    @property
+    def coordination(self) -> Coordination | None:
+        """Holds and signals between processes sharing this store (see :class:`Coordination`).
+
+        ``None`` where the engine is served by one process (SQLite, DuckDB):
+        ``store.capabilities.coordination`` is False there.
+        """
+        return self._coordination
 
     @property
     def path(self) -> str | None:
@@ -394,13 +406,16 @@ class Store:
         min_rating: float | None = None,
         max_rating: float | None = None,
         target: str | None = None,
+        source: str | None = None,
+        scorer: str | None = None,
     ) -> list[_labels.Label]:
         """The labels of the store matching every filter given, in the order they were added.
 
         ``tag``: one tag or several (any of them); ``min_rating`` / ``max_rating``: a
         rating in that range (labels without a rating are left out then); ``target``:
-        ``"message"`` or ``"branch"``. ``message_id`` needs ``session_id`` to mean one
-        message (ids are unique per session).
+        ``"message"`` or ``"branch"``; ``source``: ``"human"``, ``"code"`` or ``"llm"``;
+        ``scorer``: ``"name@version"`` (that version) or ``"name"`` (any version).
+        ``message_id`` needs ``session_id`` to mean one message (ids are unique per session).
         """
         return _labels.listing(
             self,
@@ -411,6 +426,42 @@ class Store:
             min_rating=min_rating,
             max_rating=max_rating,
             target=target,
+            source=source,
+            scorer=scorer,
+        )
+
+    def score(
+        self,
+        scorer: Any,
+        *,
+        sessions: str | Iterable[str] | None = None,
+        where: str | None = None,
+        level: str = "turn",
+        concurrency: int = 4,
+        progress: Any = True,
+    ) -> dict[str, int]:
+        """Run ``scorer`` over the messages, turns, paths or sessions of the store
+        (``level``: ``"message"``, ``"turn"``, ``"path"``, ``"session"``) and keep each
+        answer as a label with its provenance (docs/judging.md).
+
+        ``scorer`` is a callable taking one unit (``sk.scorers.Unit``) and answering a
+        tag, an ``sk.Score`` or None (no label); its ``name`` and ``version`` (the
+        ``sk.scorers.scorer`` decorator) name its labels ``"name@version"``.
+        ``sessions`` (an id or several) and ``where`` (a SQL condition over the
+        level's view: ``messages``, ``turns``, ``paths``, ``sessions``) pick the units.
+        A unit this scorer and version labelled already, unchanged since, is not asked
+        again; a changed one is, and its old label of the scorer replaced. Up to
+        ``concurrency`` units are asked at once (threads); the answers are stored as
+        they arrive. ``progress`` as for imports. Returns counts: ``units`` (picked),
+        ``skipped`` (scored already), ``scored`` (asked), ``labelled`` (labels made),
+        ``replaced`` (old labels of changed units removed). An error of the scorer
+        stops the run once the units being asked are done (their answers are kept) and
+        is raised, with a note naming the unit.
+        """
+        from . import _scoring
+
+        return _scoring.score(
+            self, scorer, sessions=sessions, where=where, level=level, concurrency=concurrency, progress=progress
         )
 
     def import_labels(self, labels: Iterable[_labels.Label | dict[str, Any]]) -> int:
@@ -481,188 +532,6 @@ class Store:
                 return []  # no seq is that large
             after_seq = max(int(after_seq), -1)  # seqs start at 0
         return eng.events(session_id, after_seq)
-
-    def begin_run(
-        self,
-        session_id: str,
-        run_id: str,
-        input: str | None,
-        *,
-        meta: dict[str, Any] | None = None,
-        started_at: datetime | int | float | str | None = None,
-    ) -> None:
-        """Record that run ``run_id`` of a session started (status ``"running"``) with ``input``.
-
-        The agent calls this before a run's first event; :meth:`runs` lists the run
-        from then on. Run ids are unique in a store. ``meta`` is what the run was, a
-        JSON object kept as :attr:`RunRecord.meta` (the agent records ``at``, where
-        the run started, and a variant's or a replay's labels: docs/agents.md); not
-        a dict -> ``TypeError``, not JSON-encodable -> ``TypeError`` naming ``meta``.
-        ``started_at`` (a datetime, epoch milliseconds or ISO 8601 time; default now)
-        records a run that started earlier, as an imported trace did.
-        """
-        eng = self._check()
-        session_id = _str_arg(session_id, "session_id")
-        run_id = _str_arg(run_id, "run_id")
-        if input is not None:
-            input = _str_arg(input, "input")
-        stored_meta = None
-        if meta is not None:
-            if not isinstance(meta, dict):
-                raise TypeError(f"meta must be a dict (a JSON object) or None, got {type(meta).__name__}")
-            try:
-                stored_meta = _json_arg(meta, "meta")
-            except TypeError as exc:
-                why = str(exc).removeprefix("message is not JSON-encodable: ")
-                raise TypeError(f"meta of run {run_id!r} is not JSON-encodable: {why}") from None
-        began = _msg.now_iso() if started_at is None else _time_arg(started_at, "started_at")
-        with eng.write():
-            eng.w_run_begin(session_id, run_id, input, began, stored_meta)
-
-    def end_run(
-        self,
-        run_id: str,
-        *,
-        status: str,
-        error: str | None = None,
-        usage: dict[str, Any] | None = None,
-        ended_at: datetime | int | float | str | None = None,
-    ) -> None:
-        """Record how run ``run_id`` ended: ``status`` (``"completed"``, ``"failed"``,
-        ``"interrupted"``), the error text of a failure and the run's summed ``usage``;
-        ``ended_at`` as ``started_at`` of :meth:`begin_run` (default now)."""
-        eng = self._check()
-        run_id = _str_arg(run_id, "run_id")
-        status = _str_arg(status, "status")
-        if error is not None:
-            error = _str_arg(error, "error")
-        if usage is not None:
-            _json_arg(usage, "usage")
-        ended = _msg.now_iso() if ended_at is None else _time_arg(ended_at, "ended_at")
-        with eng.write():
-            eng.w_run_end(run_id, status, error, usage, ended)
-
-    def reopen_run(self, run_id: str) -> None:
-        """Record that run ``run_id`` runs again: status ``"running"``, its error, usage and end cleared.
-
-        For a run started again under its own id after the process driving it
-        stopped (the HTTP server retries the runs a crash cut short). Its start time
-        and its events stay; the new attempt's events follow them. An unknown run id
-        changes nothing.
-        """
-        eng = self._check()
-        run_id = _str_arg(run_id, "run_id")
-        with eng.write():
-            eng.w_run_end(run_id, "running", None, None, None)
-
-    def append_events(self, session_id: str, events: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Store run events of a session (docs/agents.md) in one transaction; returns them as stored.
-
-        Each event is a JSON object; the store sets ``session_id`` and the next ``seq``
-        of the session (from 0, across all its runs), and adds ``v`` (1) and ``ts``
-        (now) when missing. Events are kept until the session is deleted.
-        """
-        eng = self._check()
-        session_id = _str_arg(session_id, "session_id")
-        out = []
-        for ev in events:
-            if not isinstance(ev, dict):
-                raise TypeError(f"an event must be a dict, got {type(ev).__name__}")
-            ev = dict(ev)
-            ev.setdefault("v", 1)
-            ev.setdefault("ts", _msg.now_iso())
-            ev["session_id"] = session_id
-            _json_arg(ev, f"event {ev.get('kind')!r}")
-            out.append(ev)
-        with eng.write():
-            stored = eng.w_append_events(session_id, out)
-        return stored
-
-    # -- records --------------------------------------------------------------------
-    def records(self, session_id: str, kind: str) -> list[tuple[int, Any]]:
-        """``(n, value)`` of a session's records of ``kind``, by ``n``.
-
-        Records are small JSON values that a component built on the store keeps
-        beside a session, numbered ``n`` within their ``kind`` (the HTTP server keeps
-        its session table and the messages callers sent as ``server.*`` kinds). They
-        belong to the session: :meth:`delete_session` removes them with it.
-        """
-        _require_str("session_id", session_id)
-        _require_str("kind", kind)
-        return [(n, json.loads(data)) for n, data in self._check().records(session_id, kind)]
-
-    def put_records(self, session_id: str, kind: str, items: Iterable[tuple[int, Any]]) -> None:
-        """Insert or replace records ``(n, value)`` of ``kind`` in one transaction (see :meth:`records`)."""
-        _require_str("session_id", session_id)
-        _require_str("kind", kind)
-        rows = []
-        for n, value in items:
-            if not isinstance(n, int) or isinstance(n, bool):
-                raise TypeError(f"record numbers are ints, got {type(n).__name__}")
-            if not _INT64[0] <= n <= _INT64[1]:
-                raise ValueError(f"record number {n} does not fit in 64 bits")
-            rows.append((int(n), _json_arg(value, f"record {kind!r} {n}")))
-        eng = self._check()
-        with eng.write():
-            eng.w_put_records(session_id, kind, rows)
-
-    # -- several processes on one store (capabilities.coordination) ----------------
-    def _coordinated(self, what: str) -> Engine:
-        eng = self._check()
-        if not eng.capabilities.coordination:
-            raise UsageError(
-                f"{what} needs a store that several processes may serve at once (PostgreSQL); "
-                f"this {eng.kind} store is served by one process (store.capabilities.coordination is False)"
-            )
-        return eng
-
-    def try_hold(self, name: str) -> bool:
-        """Take the store-wide hold ``name`` unless some process (this one included) has it.
-
-        Holds coordinate processes that share one store (the HTTP server's workers):
-        True means this process now holds ``name`` until :meth:`release_hold` or
-        until it ends (a process that dies gives its holds back). Holds are not
-        re-entrant. Needs ``capabilities.coordination``, else ``UsageError``.
-        """
-        _require_str("name", name)
-        return self._coordinated("store.try_hold").try_hold(name)
-
-    def hold_taken(self, name: str) -> bool:
-        """Whether any process holds ``name`` now (nothing is taken); see :meth:`try_hold`."""
-        _require_str("name", name)
-        return self._coordinated("store.hold_taken").hold_taken(name)
-
-    def release_hold(self, name: str) -> None:
-        """Give back the hold ``name`` taken with :meth:`try_hold` (nothing when not held or closed)."""
-        _require_str("name", name)
-        if self._closed:
-            return
-        self._coordinated("store.release_hold").release_hold(name)
-
-    def signal(self, session_id: str, kind: str, data: Any = None) -> None:
-        """Tell the other processes on this store ``(session_id, kind, data)``; ``data`` is JSON.
-
-        Their :meth:`on_signal` handlers receive it; this process's do not. Best
-        effort: a signal that cannot be sent is logged. Nothing when closed.
-        """
-        _require_str("session_id", session_id)
-        _require_str("kind", kind)
-        if self._closed:
-            return
-        self._coordinated("store.signal").signal(session_id, kind, data)
-
-    def on_signal(self, handler: Callable[[str, str, Any], Any]) -> None:
-        """Call ``handler(session_id, kind, data)`` from a listener thread for other processes' signals.
-
-        Besides what :meth:`signal` sends, the store signals ``"events"`` (data: the
-        last ``seq``) whenever another process appends run events to a session.
-        Starts the change feed's listener too (see :meth:`subscribe`).
-        """
-        if not callable(handler):
-            raise TypeError("handler must be callable")
-        eng = self._coordinated("store.on_signal")
-        eng.on_signal(handler)
-        eng.start_listener(self._deliver)
 
     # -- reading everything ------------------------------------------------------------
     def scan(

@@ -127,7 +127,7 @@ class RunRecord:
     ended_at: str | None
     usage: dict[str, Any] | None
     input: str | None = None
-    #: What the run was, as :meth:`Store.begin_run` recorded it (a JSON object; docs/agents.md):
+    #: What the run was, as :meth:`StoreRunLog.begin` recorded it (a JSON object; docs/agents.md):
     #: ``at``, the message its turn hangs under, and for a variant or a replay its labels.
     meta: dict[str, Any] | None = None
 
@@ -352,8 +352,8 @@ class Capabilities:
     ``bulk_insert``: the engine inserts a batch of messages in a few statements
     (``Engine.w_insert_many``), used by :meth:`Session.import_many`.
     ``coordination``: several processes may serve one store at once; the store
-    offers cross-process holds and signals (:meth:`Store.try_hold`,
-    :meth:`Store.signal`...), which the HTTP server uses to share sessions.
+    offers cross-process holds and signals (``store.coordination``, else ``None``),
+    which the HTTP server uses to share sessions.
     ``shared_feed``: :meth:`Store.subscribe` also reports the writes of other
     processes and machines (``Engine.publish`` / ``Engine.start_listener``).
     """

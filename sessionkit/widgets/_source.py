@@ -103,7 +103,7 @@ def is_store_session(session: Any) -> bool:
 
 
 #: The fields of a label the views show (docs/labels.md).
-LABEL_FIELDS = ("id", "tag", "rating", "target", "note", "author")
+LABEL_FIELDS = ("id", "tag", "rating", "target", "note", "author", "source", "scorer", "rationale")
 
 
 def labels_json(session: Any) -> dict[str, list[dict]]:

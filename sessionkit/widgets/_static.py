@@ -146,6 +146,7 @@ _INLINE = {
     "sk-label-badge": "display:inline-block;padding:0 6px;margin-left:3px;border-radius:8px;"
     "background-color:#fef3c7;color:#92400e;font-size:11px",
     "sk-label-branch": "background-color:#ede9fe;color:#5b21b6",
+    "sk-label-judged": "border:1px dashed currentColor",
 }
 _CLASSED = re.compile(r'<(\w+) class="([^"]*)"( style="([^"]*)")?')
 _BARE_CELL = re.compile(r"<(td|th)>")
@@ -168,15 +169,20 @@ def _inline_styles(markup: str) -> str:
 
 
 def _labels_html(labels: list[dict] | None) -> str:
-    """A message's labels as badges (as the live views show them: ⎇ marks a branch label)."""
+    """A message's labels as badges (as the live views show them: ⎇ marks a branch label,
+    ⚙ a scorer's)."""
     out = []
     for label in labels or ():
         branch = label.get("target") == "branch"
+        judged = label.get("source", "human") != "human"
         rating = "" if label.get("rating") is None else f" ★{label['rating']:g}"
-        about = " · ".join(x for x in (label.get("note"), label.get("author") and f"by {label['author']}") if x)
+        scorer = judged and f"{label['source']} scorer {label.get('scorer')}"
+        parts = (label.get("note"), label.get("author") and f"by {label['author']}", scorer, label.get("rationale"))
+        about = " · ".join(x for x in parts if x)
+        classes = "sk-label-badge" + (" sk-label-branch" if branch else "") + (" sk-label-judged" if judged else "")
         out.append(
-            f'<span class="sk-label-badge{" sk-label-branch" if branch else ""}" data-tag="{_e(label["tag"])}"'
-            f' title="{_e(about)}">{"⎇ " if branch else ""}{_e(label["tag"])}{rating}</span>'
+            f'<span class="{classes}" data-tag="{_e(label["tag"])}"'
+            f' title="{_e(about)}">{"⚙ " if judged else ""}{"⎇ " if branch else ""}{_e(label["tag"])}{rating}</span>'
         )
     return "".join(out)
 

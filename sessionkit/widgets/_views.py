@@ -24,7 +24,7 @@ import anywidget
 import ipywidgets
 import traitlets
 
-from ..errors import MessageNotFound
+from ..errors import MessageNotFound, SessionKitError
 from . import _runlog, _static
 from ._labelled import LabelledView
 from ._source import (
@@ -40,6 +40,7 @@ from ._source import (
     tree_data,
     tree_json,
 )
+from ._timeline import session_timeline, timeline
 
 __all__ = ["BranchTree", "Transcript", "RunView", "StoreBrowser"]
 
@@ -49,8 +50,9 @@ STATIC = Path(__file__).parent / "static"
 _MAX_FETCH = 500
 
 
-def _module(name: str) -> str:
-    return (STATIC / "common.js").read_text(encoding="utf-8") + "\n" + (STATIC / name).read_text(encoding="utf-8")
+def _module(*names: str) -> str:
+    """``common.js`` and the files ``names`` (helpers first, the view's module last) as one ES module."""
+    return "\n".join((STATIC / name).read_text(encoding="utf-8") for name in ("common.js", *names))
 
 
 def _css() -> str:
@@ -607,7 +609,7 @@ class RunView(_View):
     >>> await agent.run("Plan my week", session=s, controller=controller)
     """
 
-    _esm = _module("run_view.js")
+    _esm = _module("timeline.js", "run_view.js")
 
     summary = traitlets.Dict().tag(sync=True)
     queue = traitlets.Dict().tag(sync=True)
@@ -633,6 +635,7 @@ class RunView(_View):
         self._timer: threading.Timer | None = None
         self._counter = 0
         self._controller: Any = None
+        self._session: Any = None  # where the timeline finds the messages the calls produced
         self._detach: list[Any] = []
         self.batches = 0  # batches sent to the front end (for tests and curiosity)
         self.summary = _runlog.summary(self._state)
@@ -643,8 +646,10 @@ class RunView(_View):
         elif isinstance(source, (list, tuple)):
             self.extend(source)
         elif hasattr(source, "run_id") and hasattr(source, "session") and source.session is not None:
+            self._session = source.session
             self.extend(_stored_events(source.session, source.run_id))
         elif hasattr(source, "session_id") and (is_store_session(source) or hasattr(source, "events")):
+            self._session = source
             self.extend(_stored_events(source, run_id))
         else:
             raise TypeError(
@@ -752,6 +757,22 @@ class RunView(_View):
             self.batches += 1
             self.send({"type": "events", "events": batch})
             self.summary = _runlog.summary(self._state)
+            ended = any(e.get("kind") == "run.end" for e in batch)
+            log = list(self._log) if ended else None
+        if log is not None:
+            self._timeline = self._finished_timeline(log)
+
+    def _finished_timeline(self, events: list[dict]) -> dict:
+        """The timeline of the runs that have ended (a running one is still being drawn below)."""
+        session = self._session
+        if session is None and self._controller is not None:
+            session = getattr(self._controller, "session", None)
+        try:
+            data = session_timeline(session, events) if session is not None else timeline(events)
+        except (SessionKitError, ValueError, LookupError, OSError):
+            # a session that cannot be read now (a closed store): the bars without their messages
+            data = timeline(events)
+        return {"runs": [r for r in data["runs"] if r["status"] is not None]}
 
     @property
     def state(self) -> dict:
@@ -811,6 +832,7 @@ class RunView(_View):
                 "queue": self.queue,
                 "controls": False,
                 "height": self.height,
+                "_timeline": self._timeline,
                 "_offline": {"events": self._log},
             }
 

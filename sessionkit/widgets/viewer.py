@@ -18,13 +18,15 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
+from ._timeline import session_timeline as _session_timeline
 
 __all__ = [
     "SORT_COLUMNS",
@@ -33,18 +35,22 @@ __all__ = [
     "asset",
     "modules_script",
     "sessions_page",
+    "parse_column",
+    "read_columns",
+    "check_columns",
     "search_hits",
     "session_state",
     "path_state",
     "message_views",
     "run_events",
+    "session_timeline",
     "page_html",
     "write_bundle",
 ]
 
 STATIC = Path(__file__).parent / "static"
 #: The files the page loads besides its data: every one is served (or copied) as is.
-ASSETS = ("common.js", "viewer.js", "sessionkit.css", "viewer.css")
+ASSETS = ("common.js", "timeline.js", "viewer.js", "sessionkit.css", "viewer.css")
 #: The views the session page mounts, by the name of their module in ``static/``.
 _VIEW_MODULES = ("branch_tree", "transcript", "run_view")
 #: Rows of the sessions table per page, unless asked otherwise (at most 500).
@@ -62,6 +68,7 @@ SORT_COLUMNS = {
     "last_activity": "last_activity",
     "source": "source",
     "labels": "labels",
+    "runs": "runs",
 }
 
 # The importers keep a message's original fields under a metadata key of their own
@@ -81,7 +88,17 @@ def modules_script() -> str:
     prepended, as the notebook gets it) as a string, imported from a Blob URL by the page.
     A string and not a file of its own because browsers refuse module files from file://."""
     common = (STATIC / "common.js").read_text(encoding="utf-8")
-    mods = {name: common + "\n" + (STATIC / f"{name}.js").read_text(encoding="utf-8") for name in _VIEW_MODULES}
+    helpers = {"run_view": ("timeline.js",)}  # files a view's module needs besides common.js
+    mods = {
+        name: "\n".join(
+            [
+                common,
+                *((STATIC / f).read_text(encoding="utf-8") for f in helpers.get(name, ())),
+                (STATIC / f"{name}.js").read_text(encoding="utf-8"),
+            ]
+        )
+        for name in _VIEW_MODULES
+    }
     return "window.SK_MODULES = " + _script_json(mods) + ";\n"
 
 
@@ -119,6 +136,136 @@ def _has_labels(store: Any) -> bool:
     return {"session_id", "tag"} <= names
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+#: Built-in columns from the labels (``rating``, ``tag_<tag>``): the tags counted, most used first.
+_MAX_TAG_COLUMNS = 8
+
+
+def parse_column(spec: str) -> tuple[str, str]:
+    """``"NAME=SQL"`` (what ``--column`` takes) as ``(name, sql)``; ``UsageError`` for anything else."""
+    if not isinstance(spec, str) or "=" not in spec:
+        raise UsageError(f"a column is NAME=SQL, got {spec!r}")
+    name, sql = spec.split("=", 1)
+    name, sql = name.strip(), sql.strip()
+    if not _NAME.fullmatch(name):
+        raise UsageError(f"column name {name!r}: use letters, digits and _ (up to 40, not starting with a digit)")
+    if not sql:
+        raise UsageError(f"column {name!r} has no SQL after '='")
+    return name, sql
+
+
+def read_columns(path: str | Path) -> list[tuple[str, str]]:
+    """The ``NAME=SQL`` lines of a file (``--columns FILE``); blank lines and ``#`` comments skipped.
+    A line ending in ``\\`` goes on at the next one. ``UsageError`` names the line of a bad one."""
+    return [(name, sql) for name, sql, _ in read_column_lines(path)]
+
+
+def read_column_lines(path: str | Path) -> list[tuple[str, str, int]]:
+    """:func:`read_columns` with the line each column starts at."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the columns file {file}: {exc}") from None
+    out: list[tuple[str, str, int]] = []
+    pending, first = "", 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if not pending:
+            first = number
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + "\n"
+            continue
+        try:
+            out.append((*parse_column(pending + line), first))
+        except UsageError as exc:
+            raise UsageError(f"{file}, line {first}: {exc}") from None
+        pending = ""
+    if pending:
+        raise UsageError(f"{file}, line {first}: the last line ends in \\ and nothing follows")
+    return out
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _strip_sql(sql: str) -> str:
+    return sql.strip().rstrip(";").strip()
+
+
+def _value_column(store: Any, name: str, sql: str) -> str:
+    """The name of the value column of a column's query, checked by running it with no rows."""
+    try:
+        names = store.sql_arrow(f"SELECT * FROM ({sql}\n) AS _c LIMIT 0").column_names
+    except ValueError as exc:
+        try:  # the query on its own: the sandbox's own words for what it refuses
+            store.sql_arrow(sql)
+        except ValueError as alone:
+            raise UsageError(f"column {name!r}: {alone}") from None
+        raise UsageError(f"column {name!r}: {exc} (a column's SQL is one SELECT)") from None
+    others = [c for c in names if c != "session_id"]
+    if "session_id" not in names or len(others) != 1:
+        raise UsageError(
+            f"column {name!r}: its query must return session_id and one value, "
+            f"got the columns {', '.join(names) or '(none)'}"
+        )
+    return others[0]
+
+
+def check_columns(store: Any, specs: Iterable[tuple[str, str]] = (), *, builtin: bool = True) -> list[dict]:
+    """The sessions table's extra columns: ``specs`` (``(name, sql)``, each a query over the
+    ``store.sql`` views returning ``session_id`` and one value), each checked against the
+    store now (``UsageError`` naming the column: the sandbox's message for a refused query,
+    a wrong shape, a name taken), then the built-in ones the table lacks (with a ``labels``
+    view: ``rating``, the mean rating, when a label has one, and ``tag_<tag>``, each tag's
+    label count, for the most used tags). Each column is ``{"name", "label", "sql", "value"}``."""
+    taken = set(SORT_COLUMNS) | {"unpriced", "total"}
+    out: list[dict] = []
+    for name, sql in specs:
+        name, sql = parse_column(f"{name}={sql}")
+        if name in taken:
+            raise UsageError(f"column {name!r}: the table already has a column of that name")
+        sql = _strip_sql(sql)
+        out.append({"name": name, "label": name, "sql": sql, "value": _value_column(store, name, sql)})
+        taken.add(name)
+    if builtin and _has_labels(store):
+        extra = []
+        if store.sql_arrow("SELECT count(rating) AS n FROM labels").to_pylist()[0]["n"]:
+            extra.append(
+                ("rating", "mean rating", "SELECT session_id, avg(rating) AS r FROM labels GROUP BY session_id")
+            )
+        tags = store.sql_arrow(
+            "SELECT CAST(tag AS VARCHAR) AS tag FROM labels WHERE tag IS NOT NULL GROUP BY 1 "
+            f"ORDER BY count(*) DESC, 1 LIMIT {_MAX_TAG_COLUMNS}"
+        ).to_pylist()
+        for row in tags:
+            tag = row["tag"]
+            key = "tag_" + re.sub(r"[^A-Za-z0-9_]", "_", tag)[:36]
+            literal = "'" + tag.replace("'", "''") + "'"
+            extra.append(
+                (
+                    key,
+                    "#" + tag,
+                    "SELECT session_id, count(*) AS n FROM labels "
+                    f"WHERE CAST(tag AS VARCHAR) = {literal} GROUP BY session_id",
+                )
+            )
+        for name, label, sql in extra:
+            if name not in taken:
+                out.append({"name": name, "label": label, "sql": sql, "value": _value_column(store, name, sql)})
+                taken.add(name)
+    return out
+
+
+def _column_sql(col: dict, only: bool) -> str:
+    return (
+        f"SELECT session_id, any_value({_ident(col['value'])}) AS v FROM ({col['sql']}\n) AS _c "
+        f"WHERE session_id IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
+    )
+
+
 _RUNS = (
     "r AS (SELECT session_id, sum(cost_usd) AS cost, count(*) - count(cost_usd) AS unpriced "
     "FROM runs GROUP BY session_id)"
@@ -145,26 +292,41 @@ def _labels_sql(only: bool) -> str:
     )
 
 
-def _full_sql(labels: bool) -> str:
-    """Every column for every session, filtered: for a filter or a sort by source or labels."""
+def _full_sql(labels: bool, columns: Sequence[dict] = ()) -> str:
+    """Every column for every session, filtered: for a filter or a sort by source, labels or an
+    extra column (whose values the filter matches too)."""
+    extra = "".join(f", c{k} AS ({_column_sql(col, False)})" for k, col in enumerate(columns))
+    picked = "".join(f", c{k}.v AS {_ident(col['name'])}" for k, col in enumerate(columns))
+    joins = "".join(f" LEFT JOIN c{k} USING (session_id)" for k in range(len(columns)))
+    matches = "".join(
+        f"OR coalesce(CAST({_ident(col['name'])} AS VARCHAR), '') ILIKE $like ESCAPE '\\' " for col in columns
+    )
     return (
         f"WITH {_RUNS}, src AS ({_source_sql(False)})"
         + (f", l AS ({_labels_sql(False)})" if labels else "")
+        + extra
         + f", t AS ({_BASE}, coalesce(replace(src.source, '_', '-'), CASE WHEN s.run_count > 0 THEN 'agent' END) "
         "AS source, "
         + ("l.labels" if labels else "CAST(NULL AS VARCHAR) AS labels")
+        + picked
         + " FROM sessions s LEFT JOIN r USING (session_id) LEFT JOIN src USING (session_id)"
         + (" LEFT JOIN l USING (session_id)" if labels else "")
+        + joins
         + ") SELECT *, count(*) OVER () AS total FROM t WHERE session_id ILIKE $like ESCAPE '\\' "
-        "OR coalesce(source, '') ILIKE $like ESCAPE '\\' OR coalesce(labels, '') ILIKE $like ESCAPE '\\' "
+        "OR coalesce(source, '') ILIKE $like ESCAPE '\\' OR coalesce(labels, '') ILIKE $like ESCAPE '\\' " + matches
     )
 
 
-def _decorate(store: Any, rows: list[dict], labels: bool) -> None:
-    """Fill in ``source`` and ``labels`` for one page of rows, reading those sessions only."""
+def _decorate(store: Any, rows: list[dict], labels: bool, columns: Sequence[dict] = ()) -> None:
+    """Fill in ``source``, ``labels`` and the extra columns for one page of rows, reading those
+    sessions only."""
     ids = [r["session_id"] for r in rows]
     if not ids:
         return
+    for col in columns:
+        values = {r["session_id"]: r["v"] for r in store.sql_arrow(_column_sql(col, True), {"ids": ids}).to_pylist()}
+        for row in rows:
+            row[col["name"]] = values.get(row["session_id"])
     sources = {r["session_id"]: r["source"] for r in store.sql_arrow(_source_sql(True), {"ids": ids}).to_pylist()}
     named = {}
     if labels:
@@ -183,29 +345,35 @@ def sessions_page(
     sort: str = "last_activity",
     desc: bool = True,
     filter: str = "",
+    columns: list[dict] | None = None,
 ) -> dict:
     """One page of the sessions table: ``{"rows", "total", "offset", "limit", "sort", "desc",
-    "labels"}``. Each row has ``session_id, messages, branches, tokens, cost, unpriced, runs,
-    last_activity, source, labels``; ``total`` counts the rows the filter keeps. ``filter``
-    keeps the sessions whose id, source or labels contain it (case-insensitive).
+    "labels", "columns"}``. Each row has ``session_id, messages, branches, tokens, cost,
+    unpriced, runs, last_activity, source, labels`` and a value per extra column (``columns``,
+    from :func:`check_columns`; ``"columns"`` lists their ``name`` and ``label``); ``total``
+    counts the rows the filter keeps. ``filter`` keeps the sessions whose id, source, labels
+    or an extra column's value contain it (case-insensitive).
 
     Without a filter, sorted by a column of the ``sessions`` view, the page is one top-N query
     over that view (as cheap as counting it) and source and labels are read for the page's
     sessions only; a filter or a sort by source or labels reads them for every session."""
-    if sort not in SORT_COLUMNS:
-        raise ValueError(f"cannot sort by {sort!r}; the columns are {', '.join(SORT_COLUMNS)}")
+    columns = list(columns or ())
+    named = {col["name"] for col in columns}
+    if sort not in SORT_COLUMNS and sort not in named:
+        raise ValueError(f"cannot sort by {sort!r}; the columns are {', '.join([*SORT_COLUMNS, *named])}")
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         raise ValueError(f"offset must be a whole number of 0 or more, got {offset!r}")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_PAGE:
         raise ValueError(f"limit must be between 1 and {_MAX_PAGE}, got {limit!r}")
     labels = _has_labels(store)
-    order = f"{SORT_COLUMNS[sort]} {'DESC' if desc else 'ASC'} NULLS LAST, session_id"
+    order = f"{SORT_COLUMNS.get(sort) or _ident(sort)} {'DESC' if desc else 'ASC'} NULLS LAST, session_id"
     page = f"ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}"
     filt = str(filter or "")
-    if filt or sort in ("source", "labels"):
+    full = bool(filt) or sort in ("source", "labels") or sort in named
+    if full:
         like = "%" + filt.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        query, params = _full_sql(labels) + page, {"like": like}
-        count = f"SELECT count(*) AS n FROM ({_full_sql(labels)})"
+        query, params = _full_sql(labels, columns) + page, {"like": like}
+        count = f"SELECT count(*) AS n FROM ({_full_sql(labels, columns)})"
     else:
         query = f"WITH {_RUNS} {_BASE}, count(*) OVER () AS total FROM sessions s LEFT JOIN r USING (session_id) {page}"
         params, count = None, "SELECT count(*) AS n FROM sessions"
@@ -216,8 +384,8 @@ def sessions_page(
         total = store.sql_arrow(count, params).to_pylist()[0]["n"]
     for row in rows:
         del row["total"]
-    if not (filt or sort in ("source", "labels")):
-        _decorate(store, rows, labels)
+    if not full:
+        _decorate(store, rows, labels, columns)
     return {
         "rows": [{k: _plain(v) for k, v in row.items()} for row in rows],
         "total": int(total),
@@ -226,6 +394,7 @@ def sessions_page(
         "sort": sort,
         "desc": desc,
         "labels": labels,
+        "columns": [{"name": col["name"], "label": col["label"]} for col in columns],
     }
 
 
@@ -281,6 +450,14 @@ def run_events(store: Any, session_id: str) -> list[dict]:
     return store.events(session_id)
 
 
+def session_timeline(store: Any, session_id: str, events: list[dict] | None = None) -> dict:
+    """The timeline of the session's runs (:func:`sessionkit.widgets._timeline.timeline`): each
+    run's model and tool calls with their times, tokens, cost and errors, and the message each
+    produced. ``SessionNotFound`` for no session."""
+    session = _session(store, session_id)
+    return _session_timeline(session, store.events(session_id) if events is None else events)
+
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -305,7 +482,7 @@ def page_html(
     if mode not in ("served", "bundle"):
         raise ValueError(f"mode must be 'served' or 'bundle', got {mode!r}")
     tags = [f'<script src="{html.escape(src, quote=True)}"></script>' for src in scripts]
-    tags += [f'<script src="{prefix}common.js"></script>', f'<script src="{prefix}viewer.js"></script>']
+    tags += [f'<script src="{prefix}{name}"></script>' for name in ("common.js", "timeline.js", "viewer.js")]
     # Scripts from the page's own files and the views' Blob modules only: no inline script,
     # so no markup could ever run one; nothing from another host.
     csp = (
@@ -359,7 +536,12 @@ def _earlier_bundle(out: Path, force: bool) -> list[Path]:
 
 
 def write_bundle(
-    store: Any, folder: str | Path, *, session_ids: Iterable[str] | None = None, force: bool = False
+    store: Any,
+    folder: str | Path,
+    *,
+    session_ids: Iterable[str] | None = None,
+    force: bool = False,
+    columns: Iterable[tuple[str, str]] = (),
 ) -> Path:
     """Write the viewer as a static site in ``folder``: a new or empty folder, or with
     ``force=True`` the folder of an earlier bundle (its files replaced; files the bundle did
@@ -370,15 +552,17 @@ def write_bundle(
     ``data/index.js`` (the texts the page searches) and one ``data/s<N>.js`` per session
     (its tree, latest path, messages and run events). ``session_ids``: only those sessions
     (``SessionNotFound`` for one the store does not hold); default: every session.
-    Opens from file:// with no server and no network. Returns the folder."""
+    ``columns``: the table's extra ``(name, sql)`` columns (:func:`check_columns`, checked
+    before anything is written). Opens from file:// with no server and no network. Returns the folder."""
     out = Path(folder)
     stale = _earlier_bundle(out, force)
+    extra = check_columns(store, columns)
     wanted = None if session_ids is None else list(dict.fromkeys(session_ids))
-    rows = sessions_page(store, limit=_MAX_PAGE, offset=0)["rows"]
+    rows = sessions_page(store, limit=_MAX_PAGE, offset=0, columns=extra)["rows"]
     total = sessions_page(store, limit=1)["total"]
     offset = _MAX_PAGE
     while offset < total:
-        rows += sessions_page(store, limit=_MAX_PAGE, offset=offset)["rows"]
+        rows += sessions_page(store, limit=_MAX_PAGE, offset=offset, columns=extra)["rows"]
         offset += _MAX_PAGE
     if wanted is not None:
         known = {r["session_id"] for r in rows}
@@ -417,9 +601,12 @@ def write_bundle(
             "messages": views,
             "events": run_events(store, sid),
         }
+        payload["timeline"] = session_timeline(store, sid, payload["events"])
         (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
+    shown = [{"name": col["name"], "label": col["label"]} for col in extra]
+    table = {"rows": rows, "files": files, "labels": _has_labels(store), "columns": shown}
     (data / "sessions.js").write_text(
-        f"window.SK_BUNDLE = {_script_data({'rows': rows, 'files': files, 'labels': _has_labels(store)})};\n",
+        f"window.SK_BUNDLE = {_script_data(table)};\n",
         encoding="utf-8",
     )
     (data / "index.js").write_text(f"window.SK_BUNDLE_INDEX = {_script_data(index)};\n", encoding="utf-8")

@@ -121,7 +121,7 @@ def test_run_from_a_node_needs_a_tree_session(tmp_path):
     # its run log (in memory) keeps what the run was too, and refuses what JSON cannot hold
     assert session.runs()[0].meta == {"at": None, "variant": "v"}
     with pytest.raises(TypeError, match="meta"):
-        session.run_log.begin_run("line", "other", "x", meta={"bad": {1}})
+        session.run_log.begin("line", "other", "x", meta={"bad": {1}})
     assert [r.run_id for r in session.runs()] == [first.run_id]
     with pytest.raises(UsageError, match="at="):
         Agent("a", "", ScriptedModel(["y"])).run_sync("again", session=session, at=session.snapshot()[0]["id"])

@@ -157,10 +157,12 @@ class Walk:
     def do_run(self):
         sid = self.rng.choice(["s0", "s1", "s2"])
         run_id = f"r{self.new_id()}"
-        self.store.begin_run(sid, run_id, "go")
-        self.store.append_events(sid, [{"run_id": run_id, "kind": "run.start"}, {"run_id": run_id, "kind": "x"}])
+        self.store.run_log.begin(sid, run_id, "go")
+        self.store.run_log.append_events(
+            sid, [{"run_id": run_id, "kind": "run.start"}, {"run_id": run_id, "kind": "x"}]
+        )
         if self.rng.random() < 0.7:
-            self.store.end_run(run_id, status="completed")
+            self.store.run_log.end(run_id, status="completed")
 
     def _writes(self):
         for _ in range(self.rng.randint(1, 3)):

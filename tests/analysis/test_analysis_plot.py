@@ -111,8 +111,8 @@ def test_tool_calls_on_real_trajectories(real):
 
 def test_cost_per_run(store):
     for i, cost in enumerate([0.01, None, 0.03]):
-        store.begin_run("s", f"s.{i + 1}", "hi")
-        store.end_run(
+        store.run_log.begin("s", f"s.{i + 1}", "hi")
+        store.run_log.end(
             f"s.{i + 1}",
             status="completed",
             error=None,
@@ -128,8 +128,8 @@ def test_cost_per_run(store):
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["completed"]
     assert _heights(sk.plot.cost_per_run(store.session("s"))) == h or math.isnan(h[1])
     assert len(sk.plot.cost_per_run(store.session("none")).patches) == 0
-    store.begin_run("s", "s.4", "hi")
-    store.end_run("s.4", status="failed", error="boom", usage=None)
+    store.run_log.begin("s", "s.4", "hi")
+    store.run_log.end("s.4", status="failed", error="boom", usage=None)
     ax = sk.plot.cost_per_run(store)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["completed", "failed or interrupted"]
     assert ax.lines[-1].get_color() == "#d62728"  # the failed run's marker is red

@@ -145,21 +145,21 @@ def test_runs_events_and_compactions_views(store):
         s.append({"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": "x " * 50}]})
     s.on_compaction(lambda msgs, ctx: sk.CompactionResult("m0", "m2", "short"))
     comp = s.compact()
-    store.begin_run("s", "s.1", "hello")
-    store.end_run(
+    store.run_log.begin("s", "s.1", "hello")
+    store.run_log.end(
         "s.1",
         status="completed",
         error=None,
         usage={"in": 10, "out": 5, "cache_read": 0, "cache_write": 0, "cost_usd": 0.002, "model": "m"},
     )
-    store.begin_run("runs-only", "r.1", "hi")  # a session with a run and no message
-    store.end_run(
+    store.run_log.begin("runs-only", "r.1", "hi")  # a session with a run and no message
+    store.run_log.end(
         "r.1",
         status="failed",
         error="boom",
         usage={"in": 3, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": None, "model": "x"},
     )
-    store.append_events(
+    store.run_log.append_events(
         "s",
         [
             {"run_id": "s.1", "kind": "run.start", "input": "hello"},

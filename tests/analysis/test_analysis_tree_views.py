@@ -285,7 +285,7 @@ class Writer:
         return [n.id for n in sorted(self.session.tree().nodes, key=lambda n: n.seq)]
 
     def event(self, kind, **fields):
-        self.store.append_events(self.sid, [{"run_id": self.run_id, "kind": kind, "ts": self.ts(), **fields}])
+        self.store.run_log.append_events(self.sid, [{"run_id": self.run_id, "kind": kind, "ts": self.ts(), **fields}])
 
     def apply(self, step):
         kind = step[0]
@@ -347,10 +347,10 @@ class Writer:
         elif kind == "run":
             if self.run_id is not None:
                 self.event("run.end", status="completed")
-                self.store.end_run(self.run_id, status="completed")
+                self.store.run_log.end(self.run_id, status="completed")
             self.n += 1
             self.run_id = f"{self.sid}-r{self.n}"
-            self.store.begin_run(self.sid, self.run_id, "go")
+            self.store.run_log.begin(self.sid, self.run_id, "go")
             self.event("run.start", input="go")
 
 

@@ -112,21 +112,21 @@ def scenario(store, other=None):
     yield "imports"
     ws.delete("b2")  # a compaction endpoint: c-branch goes with it
     yield "delete"
-    w.begin_run("a", "a.1", "hello")
-    w.end_run(
+    w.run_log.begin("a", "a.1", "hello")
+    w.run_log.end(
         "a.1", status="completed", usage={"in": 10, "out": 4.9, "cost_usd": 0.5, "model": "m", "cache_read": True}
     )
-    w.begin_run("solo", "solo.1", None)  # a session with a run and nothing else
-    w.begin_run("a", "a.2", "what if", meta={"at": "a2", "variant": "terse", "settings": {"temperature": 0}})
-    w.begin_run("a", "a.3", "again", meta={"at": None, "variant": 3, "note": 'é \\ "q"'})  # no id, no name
-    w.append_events(
+    w.run_log.begin("solo", "solo.1", None)  # a session with a run and nothing else
+    w.run_log.begin("a", "a.2", "what if", meta={"at": "a2", "variant": "terse", "settings": {"temperature": 0}})
+    w.run_log.begin("a", "a.3", "again", meta={"at": None, "variant": 3, "note": 'é \\ "q"'})  # no id, no name
+    w.run_log.append_events(
         "a",
         [
             {"run_id": "a.1", "kind": "run.start", "ts": "2024-05-01T00:00:01.000Z"},
             {"run_id": "a.1", "kind": "run.end", "ts": "2024-05-01T00:00:02.500Z"},
         ],
     )
-    w.append_events("ev", [{"kind": "note"}])
+    w.run_log.append_events("ev", [{"kind": "note"}])
     yield "runs and events"
     assert w.remove_label(w.labels(tag="bad")[0].id)
     w.add_label("z", "z1", "in z", rating=0)
@@ -438,10 +438,10 @@ def test_texts_that_csv_or_null_markers_could_bend_arrive_unchanged(engine, new_
         s.append(m, parent_id=parent)
         parent = m["id"]
     s.import_compaction(sk.Compaction('c, "1"', "m1", "m4", 'sum\nmary, "quoted"', "2024-01-01T00:00:00.000Z", 10, 2))
-    store.begin_run(sid, "r1", 'input, with "quotes"\nand a line')
-    store.end_run("r1", status="completed", usage={"model": "NULL", "cost_usd": 0.5})
-    store.begin_run(sid, "r2", "")  # an empty text, not a missing one
-    store.end_run("r2", status="failed", error="")
+    store.run_log.begin(sid, "r1", 'input, with "quotes"\nand a line')
+    store.run_log.end("r1", status="completed", usage={"model": "NULL", "cost_usd": 0.5})
+    store.run_log.begin(sid, "r2", "")  # an empty text, not a missing one
+    store.run_log.end("r2", status="failed", error="")
     runs = store.to_arrow("runs").sort_by("run_id").select(["run_id", "input", "error"]).to_pylist()
     assert runs == [
         {"run_id": "r1", "input": 'input, with "quotes"\nand a line', "error": None},
@@ -570,8 +570,8 @@ def later(store):
     yield "delete"
     store.session("k").import_many([(msg("k1", "imported later"), None, 1_650_000_000_000)])
     yield "import"
-    store.begin_run("k", "k.1", "go")
-    store.append_events("k", [{"run_id": "k.1", "kind": "run.start"}])
+    store.run_log.begin("k", "k.1", "go")
+    store.run_log.append_events("k", [{"run_id": "k.1", "kind": "run.start"}])
     yield "runs and events"
     store.session("later").append(msg("l9", "appended later"))
     store.delete_session("k")

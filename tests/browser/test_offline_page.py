@@ -243,6 +243,26 @@ def test_offline_transcript_and_run_view_show_readable_folded_tool_output(page, 
     assert not page.errors, page.errors
 
 
+def test_a_scorers_badge_is_marked_apart_from_a_persons(page, tmp_path):
+    store = sk.open_store()
+    s = store.session("judged")
+    s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "Is it raining?"}]})
+    s.append({"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "Yes."}]})
+    s.add_label("a1", "terse", author="ana")
+    s.add_label("a1", "answers", rating=4, source="llm", scorer="judge@1", rationale="It answers.")
+    sk.widgets.Transcript(s).to_html(tmp_path / "judged.html")
+    page.goto((tmp_path / "judged.html").as_uri())
+    judged = page.locator(".sk-msg[data-id='a1'] .sk-label-badge[data-tag='answers']")
+    person = page.locator(".sk-msg[data-id='a1'] .sk-label-badge[data-tag='terse']")
+    judged.wait_for()
+    assert judged.inner_text().startswith("⚙ answers ★4") and person.inner_text().startswith("terse")
+    assert "sk-label-judged" in judged.get_attribute("class") and "sk-label-judged" not in person.get_attribute("class")
+    assert judged.get_attribute("data-source") == "llm" and person.get_attribute("data-source") == "human"
+    assert "llm scorer judge@1 · It answers." in judged.get_attribute("title")
+    assert judged.evaluate("e => getComputedStyle(e).borderTopStyle") == "dashed"
+    assert person.evaluate("e => getComputedStyle(e).borderTopStyle") != "dashed"
+
+
 JS_NAMES = ["constructor", "toString", "__proto__", "hasOwnProperty"]
 
 
@@ -338,4 +358,33 @@ def test_offline_views_show_tool_inputs_as_arguments_with_real_line_breaks(page,
             assert box.locator("pre").first.text_content() == text, (name, tool)
         shown = page.locator(view).inner_text()
         assert "\\n" not in shown and '\\"' not in shown, name
+    assert not page.errors, page.errors
+
+
+def test_a_run_views_timeline_opens_each_calls_turn_offline(page, tmp_path):
+    store = sk.open_store()
+    agent = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel(nbhelpers.run_script()), tools=[nbhelpers.weather])
+    result = agent.run_sync("Plan a day", session=store.session("r"))
+    view = sk.widgets.RunView(result)
+    # what the events view of store.sql gives: each model call from its turn.start to its usage
+    rows = store.sql_arrow(
+        "SELECT epoch(u.ts - (SELECT max_by(s.ts, s.seq) FROM events s WHERE s.run_id = u.run_id"
+        " AND s.kind = 'turn.start' AND s.seq < u.seq)) AS d FROM events u WHERE u.kind = 'usage' ORDER BY u.seq"
+    ).to_pylist()
+    tools = store.sql_arrow("SELECT tool_call_id, latency_s FROM tool_calls ORDER BY tool_call_id").to_pylist()
+    view.to_html(tmp_path / "run.html")
+    page.goto((tmp_path / "run.html").as_uri())
+    page.wait_for_selector(".sk-run-view[data-status='completed'] .skr-timeline .sk-timeline-bar")
+    bars = page.eval_on_selector_all(
+        ".skr-timeline .sk-timeline-bar", "els => els.map(e => [e.dataset.kind, Number(e.dataset.duration)])"
+    )
+    assert [d for k, d in bars if k == "model"] == pytest.approx([r["d"] for r in rows], abs=1e-6)
+    assert sorted(d for k, d in bars if k == "tool") == pytest.approx(sorted(r["latency_s"] for r in tools), abs=1e-6)
+    # a click on the second model call's bar opens its turn and names its reply
+    replies = [
+        m["id"] for m in store.session("r").get_history() if m["role"] == "assistant" and m["metadata"].get("usage")
+    ]
+    page.locator(".skr-timeline .sk-timeline-bar[data-kind='model']").nth(1).click()
+    page.wait_for_selector(".skr-turn.skr-picked[data-turn='2']")
+    assert page.locator(".sk-run-view").get_attribute("data-selected") == replies[1]
     assert not page.errors, page.errors

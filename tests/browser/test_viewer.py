@@ -604,3 +604,143 @@ def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, 
         wait_until(lambda: page.evaluate("() => location.hash").endswith(f"/m/{mid}"), what="the hit's message")
         assert w.foreign(url) == [] and not w.errors
         w.close()
+
+
+# Every call of a session's runs, in the order the timeline draws them (each run in the order
+# runs started, its calls in the order they started), with its duration as the events view
+# gives it: a model call from its turn.start to its usage event, a tool call from its first
+# tool.call to its first tool.result (as the tool_calls view's latency_s).
+_CALLS_SQL = """
+WITH e AS (SELECT * FROM events WHERE session_id = $sid AND run_id IS NOT NULL),
+runs AS (SELECT run_id, min(ts) FILTER (WHERE kind = 'run.start') AS began FROM e GROUP BY run_id),
+m AS (
+    SELECT u.run_id, 'model' AS kind, u.ts AS stop,
+           (SELECT max(s.seq) FROM e s WHERE s.run_id = u.run_id AND s.kind = 'turn.start' AND s.seq < u.seq) AS sseq
+    FROM e u WHERE u.kind = 'usage'
+),
+calls AS (
+    SELECT m.run_id, m.kind, s.ts AS start, m.stop, s.seq FROM m JOIN e s ON s.seq = m.sseq
+    UNION ALL
+    SELECT run_id, 'tool', min(ts) FILTER (WHERE kind = 'tool.call'), min(ts) FILTER (WHERE kind = 'tool.result'),
+           min(seq) FILTER (WHERE kind = 'tool.call')
+    FROM e WHERE kind IN ('tool.call', 'tool.result')
+    GROUP BY run_id, json_extract_string(data, '$.tool_call_id')
+)
+SELECT c.kind, epoch(c.stop - c.start) AS duration_s
+FROM calls c JOIN runs r USING (run_id) ORDER BY r.began, c.start, c.seq
+"""
+
+
+def broken(path: str) -> str:
+    """Reads a file."""
+    raise OSError(f"no such file: {path}")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb", "postgresql"])
+def test_the_timeline_shows_each_call_with_its_duration_and_opens_its_message(
+    browser, kind, tmp_path, request, screenshots
+):
+    if kind == "postgresql":
+        from store.pg_cluster import new_store_url
+
+        request.getfixturevalue("pg_url")  # skips, or fails under CI=true, without a server
+        target = new_store_url()
+    else:
+        target = str(tmp_path / ("timeline.db" if kind == "sqlite" else "timeline.duckdb"))
+    script = [
+        {
+            "text": "Looking.",
+            "tool_calls": [
+                {"name": "listing", "arguments": {"command": "ls"}, "id": "c1"},
+                {"name": "broken", "arguments": {"path": "x"}, "id": "c2"},
+            ],
+        },
+        {"text": "Two files, one unreadable."},
+    ]
+    with sk.open_store(target) as store:
+        agent = sk.Agent("t", "Be brief.", sk.testing.ScriptedModel(script), tools=[listing, broken])
+        agent.run_sync("list the files", session=store.session("run"))
+        sk.Agent("t", "Be brief.", sk.testing.ScriptedModel([{"text": "Again."}])).run_sync(
+            "once more", session=store.session("run")
+        )
+        want = [(r["kind"], r["duration_s"]) for r in store.sql_arrow(_CALLS_SQL, {"sid": "run"}).to_pylist()]
+        failed = {e["tool_call_id"] for e in store.events("run") if e["kind"] == "tool.result" and e["error"]}
+        replies = [
+            m["id"]
+            for m in store.session("run").get_history()
+            if m["role"] == "assistant" and (m.get("metadata") or {}).get("usage")
+        ]
+    assert [k for k, _ in want] == ["model", "tool", "tool", "model", "model"] and failed == {"c2"}
+    with launcher(
+        [sys.executable, "-m", "sessionkit", "view", target, "--port", "0"],
+        cwd=tmp_path,
+        env=_env(),
+        pattern=r" at (http://127\.0\.0\.1:\d+/\S*)",
+        timeout=120,
+    ) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        page = w.page
+        page.goto(url + "#/s/run")
+        page.wait_for_selector(".skv-session[data-ready='1'] .skv-timeline .sk-timeline[data-runs='2']")
+        bars = page.eval_on_selector_all(
+            ".skv-timeline .sk-timeline-bar",
+            "els => els.map(e => [e.dataset.kind, Number(e.dataset.duration),"
+            " e.classList.contains('sk-timeline-error'), e.dataset.message])",
+        )
+        assert [b[0] for b in bars] == [k for k, _ in want]
+        assert [b[1] for b in bars] == pytest.approx([d for _, d in want], abs=1e-6)
+        assert [b[2] for b in bars] == [False, False, True, False, False]  # the tool that raised
+        # the model calls' bars name their replies, in order; a click opens the reply
+        assert [b[3] for b in bars if b[0] == "model"] == replies
+        page.locator(".skv-timeline").screenshot(path=str(screenshots / f"viewer-timeline-{kind}.png"))
+        page.locator(".skv-timeline .sk-timeline-bar[data-kind='model']").nth(1).click()
+        page.wait_for_selector(f".sk-transcript-view .sk-msg.skv-target[data-id='{replies[1]}']")
+        assert page.locator(".skv-session").get_attribute("data-selected") == replies[1]
+        tip = page.locator(".skv-timeline .sk-timeline-bar[data-kind='model']").first.get_attribute("title")
+        assert " in / " in tip and " out" in tip
+        assert w.foreign(url) == [] and not w.errors, (w.foreign(url), w.errors)
+        w.close()
+
+
+def test_a_column_from_sql_sorts_the_table_with_the_values_of_its_query(browser, store_path, tmp_path):
+    sql = (
+        "SELECT session_id, count(*) FILTER (WHERE role = 'user') * 100 + max(depth) AS score FROM messages GROUP BY 1"
+    )
+    with sk.open_store(store_path) as store:
+        want = {r["session_id"]: r["score"] for r in store.sql_arrow(sql).to_pylist()}
+        runs = {info.id: len(store.runs(info.id)) for info in store.list_sessions()}
+    columns = tmp_path / "columns.txt"
+    columns.write_text(f"# the table's extra columns\nscore={sql}\n")
+    with view_process(store_path, "--columns", str(columns)) as launched:
+        url = launched.match.group(1)
+        w = Watched(browser)
+        page = w.page
+        page.goto(url)
+        _table(page)
+        assert page.locator("th[data-sort='score']").inner_text().startswith("score")
+        page.locator("th[data-sort='score'] button").click()
+        page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.sort === 'score desc'")
+        shown = page.eval_on_selector_all(
+            ".skv-table tbody tr",
+            "rows => rows.map(r => [r.dataset.session, r.querySelector(\"td[data-column='score']\").textContent])",
+        )
+        order = sorted(want, key=lambda s: (-want[s], s))[:PAGE_SIZE]
+        assert [s for s, _ in shown] == order
+        assert [v for _, v in shown] == [f"{want[s]:,}" for s in order]
+        # the built-in runs column: each session's number of runs
+        page.locator("th[data-sort='runs'] button").click()
+        page.wait_for_function("() => document.querySelector('.skv-sessions').dataset.sort === 'runs desc'")
+        cells = page.eval_on_selector_all(
+            ".skv-table tbody tr",
+            "rows => rows.map(r => [r.dataset.session, r.querySelector('td.skv-runs').textContent])",
+        )
+        assert cells[0] == ["run", str(runs["run"])] and all(v == str(runs[s]) for s, v in cells)
+        # the filter matches a column's values too
+        top = str(want[order[0]])
+        page.locator(".skv-filter").fill(top)
+        expect = {s for s in want if top in s or top in str(want[s])}
+        page.wait_for_function(f"() => document.querySelector('.skv-sessions').dataset.total === '{len(expect)}'")
+        assert set(_table(page)) == expect
+        assert w.foreign(url) == [] and not w.errors, (w.foreign(url), w.errors)
+        w.close()

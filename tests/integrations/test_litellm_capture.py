@@ -127,6 +127,7 @@ def test_calls_sharing_a_prefix_build_one_path_and_a_branch(new_store, engine, p
 
     runs = store.runs("litellm")
     assert [r.status for r in runs] == ["completed"] * 3 and cap.run_ids == [r.run_id for r in runs]
+    assert [r.input for r in runs] == ["Where is Oslo?", "And Bergen?", "And Rome?"]  # each call's own question
     probe.wait_for(3)
     reported = {c["call_id"]: c for c in probe.calls}
     for run in runs:

@@ -217,6 +217,40 @@ def test_json_file_imports_the_agent_turn(new_store, engine, tmp_path):
     assert (store.stats()["messages"], len(store.events(CONV)), len(store.runs(CONV))) == before
 
 
+def follow_up(provider: TracerProvider, question: str) -> None:
+    """A later agent turn of the conversation: one model call sending the whole history and ``question``."""
+    asked = {"role": "user", "parts": [{"type": "text", "content": question}]}
+    with provider.get_tracer("weather-agent").start_as_current_span(
+        "chat gpt-4o",
+        attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.conversation.id": CONV,
+            "gen_ai.system_instructions": json.dumps([{"type": "text", "content": "You are terse."}]),
+            "gen_ai.input.messages": json.dumps([USER, CALL, RESULT, FINAL, asked]),
+            "gen_ai.output.messages": json.dumps([{**FINAL, "parts": [{"type": "text", "content": "Rain."}]}]),
+        },
+    ):
+        pass
+
+
+def test_each_trace_of_a_conversation_has_its_own_question_as_input(new_store, engine):
+    exporter = InMemorySpanExporter()
+    provider = _provider(SimpleSpanProcessor(exporter))
+    agent_turn(provider)
+    follow_up(provider, "And tomorrow?")
+    spans = list(exporter.get_finished_spans())
+    store = new_store(engine)
+    TraceReceiver(store).export(otlp_protobuf(spans), content_type="application/x-protobuf")
+    runs = sorted(store.runs(CONV), key=lambda r: r.started_at)
+    assert [r.input for r in runs] == ["Weather in Oslo?", "And tomorrow?"]
+    first = next(s for s in spans if s.name == "invoke_agent weather").context.trace_id
+    assert runs[0].run_id == f"otel-{first:032x}" and len({r.run_id for r in runs}) == 2
+    view = store.sql("SELECT run_id, input FROM runs").to_dict("records")
+    assert sorted((r["run_id"], r["input"]) for r in view) == sorted((r.run_id, r.input) for r in runs)
+    assert len(store.session(CONV)) == 7  # the second turn's history is the first turn's path
+
+
 def test_protobuf_and_json_lines_give_the_same_tree(new_store, tmp_path):
     spans = recorded()
     pb = tmp_path / "traces.pb"

@@ -241,11 +241,13 @@ def test_project_folder(store, project):
     assert [m["id"] for m in session.branches("a4")] == ["u2", "u2b"]
     assert session.latest_leaf()["id"] == "s2"  # the sub-agent's log is read after the session's
     assert [m["id"] for m in session.get_history(leaf_id="a5")] == ["u1", "a1", "a2", "a3", "h1", "a4", "u2b", "a5"]
-    assert store.records("sess", "claude_code.summary") == [(0, {"summary": "Fixing the build", "leafUuid": "a4"})]
+    assert store.session_records.get("sess", "claude_code.summary") == [
+        (0, {"summary": "Fixing the build", "leafUuid": "a4"})
+    ]
     before = len(session)
     sk.io.import_claude_code(store, project)
     assert len(session) == before
-    assert len(store.records("sess", "claude_code.summary")) == 1
+    assert len(store.session_records.get("sess", "claude_code.summary")) == 1
 
 
 def test_bad_lines_name_file_and_line(tmp_path):

@@ -27,7 +27,7 @@ def test_the_command_copies_refuses_a_full_destination_and_merges(tmp_path):
     with sk.open_store(src) as store:
         _fill(store, "a")
         _fill(store, "b", 2)
-        store.append_events("quiet", [{"kind": "note"}])
+        store.run_log.append_events("quiet", [{"kind": "note"}])
     done = _run("copy", str(src), str(dst))
     assert done.returncode == 0, done.stderr
     assert "copied 3 sessions" in done.stdout and "5 messages" in done.stdout and "1 run event" in done.stdout

@@ -93,7 +93,7 @@ def test_samples_message_by_message(store, eval_log):
         last = history[-1]["metadata"]["inspect"]
         assert last["scores"]["match"]["value"] == sample.scores["match"].value
         assert last["model_usage"]["mockllm/model"]["total_tokens"] == sample.model_usage["mockllm/model"].total_tokens
-        ((_, record),) = store.records(session.session_id, "inspect.sample")
+        ((_, record),) = store.session_records.get(session.session_id, "inspect.sample")
         assert (record["sample_id"], record["target"], record["task"]) == (sample.id, sample.target, log.eval.task)
     # one right answer, one wrong, as scored
     assert sorted(s.scores["match"].value for s in log.samples) == ["C", "I"]

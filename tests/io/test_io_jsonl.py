@@ -18,7 +18,7 @@ def _lines(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
-    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == sk.io.jsonl.FORMAT_VERSION == 3
+    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == sk.io.jsonl.FORMAT_VERSION == 4
     return rows[1:]
 
 
@@ -228,20 +228,48 @@ def test_labels_survive_a_round_trip_with_their_ids(engine, make_store, tmp_path
         s.add_label("a1", "good", rating=4.5, note="clear", author="ana"),
         other.add_label("o1", "off-topic"),
         s.add_label("alt-a", "better-branch", target="branch", rating=-1),
+        s.add_label("a1", "helpful", source="llm", scorer="judge@1", rationale="answers the question"),
     ]
     path = tmp_path / "labels.jsonl"
     counts = sk.io.export_jsonl(src, path)
-    assert counts["labels"] == 3
+    assert counts["labels"] == 4
     rows = [r for r in _lines(path) if r["type"] == "label"]
     assert sorted(r["label"]["id"] for r in rows) == sorted(x.id for x in made)
-    assert [r["label"]["id"] for r in rows if r["session_id"] == "compacted"] == [made[0].id, made[2].id]
+    assert [r["label"]["id"] for r in rows if r["session_id"] == "compacted"] == [made[0].id, made[2].id, made[3].id]
     for target in {"sqlite", engine}:
         dst = make_store(target)
         sk.io.import_jsonl(dst, path)
         assert sorted(dst.labels(), key=lambda x: x.id) == sorted(made, key=lambda x: x.id)
+        assert dst.labels(scorer="judge@1")[0].rationale == "answers the question"
         sk.io.import_jsonl(dst, path)  # idempotent, labels included
-        assert len(dst.labels()) == 3
-    assert sk.io.export_jsonl(s, tmp_path / "one.jsonl")["labels"] == 2  # a session's export: its labels
+        assert len(dst.labels()) == 4
+    assert sk.io.export_jsonl(s, tmp_path / "one.jsonl")["labels"] == 3  # a session's export: its labels
+
+
+def test_labels_of_a_version_2_file_are_a_persons(engine, make_store, tmp_path):
+    src = make_store(engine)
+    s = src.session("s")
+    s.append(msg("u1", "hello", "user"))
+    made = s.add_label("u1", "greeting", rating=2, author="ana")
+    path = tmp_path / "v2.jsonl"
+    sk.io.export_jsonl(src, path)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines[0]["version"] = 2  # as sessionkit wrote it before labels had a provenance
+    for row in lines:
+        if row.get("type") == "label":
+            for key in ("source", "scorer", "rationale", "fingerprint"):
+                del row["label"][key]
+    path.write_text("".join(json.dumps(row) + "\n" for row in lines))
+    dst = make_store(engine)
+    sk.io.import_jsonl(dst, path)
+    (label,) = dst.labels()
+    assert (label.id, label.tag, label.author, label.source, label.scorer) == (
+        made.id,
+        "greeting",
+        "ana",
+        "human",
+        None,
+    )
 
 
 def test_a_version_2_file_still_imports(store, tmp_path):
@@ -295,8 +323,8 @@ def test_runs_events_and_vectors_survive_a_round_trip(engine, make_store, tmp_pa
             }
         ]
     )
-    src.append_events("s", [{"kind": "run.start", "run_id": "r1"}, {"kind": "run.end", "run_id": "r1"}])
-    src.append_events("quiet", [{"kind": "note"}])
+    src.run_log.append_events("s", [{"kind": "run.start", "run_id": "r1"}, {"kind": "run.end", "run_id": "r1"}])
+    src.run_log.append_events("quiet", [{"kind": "note"}])
     src.embed(lambda texts: [[float(len(t)), 1.0] for t in texts])
     path = tmp_path / "all.jsonl"
     counts = sk.io.export_jsonl(src, path)

@@ -221,7 +221,7 @@ def test_branches_read_back_item_by_item(store, advanced_db):
     assert {p["output"] for p in parts} == {"sunny in Oslo", "sunny in Rome", "sunny in Paris"}
     assert all(m["role"] != "tool" for m in tree.values())
     # the usage of every turn, per branch, as the SDK reads it back
-    records = [r for _, r in store.records("conv-1", "openai_agents.turn_usage")]
+    records = [r for _, r in store.session_records.get("conv-1", "openai_agents.turn_usage")]
     for branch, turns in _USAGE.items():
         mine = [r for r in records if r["branch"] == branch]
         assert turns and mine

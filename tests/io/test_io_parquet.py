@@ -66,6 +66,16 @@ def test_export_parquet_with_compactions_and_a_subset(store, tmp_path, pq):
         sk.io.export_parquet(store, paths["messages"])
 
 
+def test_exported_labels_carry_their_provenance(store, tmp_path, pq):
+    s = store.session("s")
+    s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+    person = s.add_label("u1", "greeting", author="ana")
+    judge = s.add_label("u1", "polite", source="llm", scorer="judge@2", rationale="says hello")
+    rows = pq.read_table(sk.io.export_parquet(store, tmp_path / "out")["labels"]).to_pylist()
+    got = [(r["id"], r["source"], r["scorer"], r["rationale"]) for r in rows]
+    assert got == [(person.id, "human", None, None), (judge.id, "llm", "judge@2", "says hello")]
+
+
 def _small_export(store, folder):
     s = store.session("s")
     s.append_many([{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"m {i}"}]} for i in range(3)])
@@ -77,7 +87,7 @@ def test_a_subset_export_imports_only_those_sessions(store, make_store, tmp_path
     for sid in ("a", "b"):
         store.session(sid).append({"id": f"{sid}1", "role": "user", "parts": [{"type": "text", "text": sid}]})
         store.add_label(sid, f"{sid}1", "seen")
-        store.append_events(sid, [{"kind": "note"}])
+        store.run_log.append_events(sid, [{"kind": "note"}])
     sk.io.export_parquet(store, tmp_path / "b", session_ids=["b"])
     assert {r["session_id"] for r in pq.read_table(tmp_path / "b" / "labels.parquet").to_pylist()} == {"b"}
     dst = make_store("sqlite")

@@ -44,7 +44,7 @@ def test_history_entry_by_entry(store, name):
             (call_id,) = ast.literal_eval(ids) if isinstance(ids, str) else ids
             assert parts_by_call[call_id]["output"] == content_text(entry["content"])
     if "info" in doc:
-        (record,) = store.records(name, "swe_agent.info")
+        (record,) = store.session_records.get(name, "swe_agent.info")
         stats = doc["info"]["model_stats"]
         stats = ast.literal_eval(stats) if isinstance(stats, str) else stats
         assert record[1]["model_stats"] == stats

@@ -150,7 +150,7 @@ def build_every_fact_store(store: sk.Store) -> dict:
     asyncio.run(replay(sk.Agent("again", "Be brief.", ScriptedModel(["Five.", "Twenty."] * 3)), agent_session))
 
     # run events without any message
-    store.append_events("events-only", [{"kind": "note", "data": {"n": 1}}, {"kind": "note", "data": ODD_TEXT}])
+    store.run_log.append_events("events-only", [{"kind": "note", "data": {"n": 1}}, {"kind": "note", "data": ODD_TEXT}])
 
     store.embed(letters)
     return {

@@ -165,8 +165,8 @@ def test_a_run_from_a_message_cut_short_by_a_stop_runs_again_from_that_message(s
         parent_id=None,
     )
     digest = conversation_digest(session.get_history(compacted=False))
-    store.put_records("re", "server.session", [(0, {"createdAt": "2026-12-01T00:00:00.000Z"})])
-    store.put_records("re", "server.digest", [(0, {"digest": digest, "lastSeq": None})])
+    store.session_records.put("re", "server.session", [(0, {"createdAt": "2026-12-01T00:00:00.000Z"})])
+    store.session_records.put("re", "server.digest", [(0, {"digest": digest, "lastSeq": None})])
     value = {
         "run": 1,
         "text": "alt",
@@ -175,11 +175,11 @@ def test_a_run_from_a_message_cut_short_by_a_stop_runs_again_from_that_message(s
         "at": "2026-12-01T00:00:00.000Z",
         "node": "a1",
     }
-    store.put_records("re", "server.message", [(1, value)])
-    store.put_records("re", "server.run", [(1, {"attempts": 1, "agentId": "echo", "state": "running"})])
-    store.begin_run("re", "re.1", "alt")
-    store.append_events("re", [{"run_id": "re.1", "kind": "run.start", "input": "alt", "at": "a1"}])
-    store.put_records("~sessionkit/busy", "server.busy", [(7, {"key": "re"})])
+    store.session_records.put("re", "server.message", [(1, value)])
+    store.session_records.put("re", "server.run", [(1, {"attempts": 1, "agentId": "echo", "state": "running"})])
+    store.run_log.begin("re", "re.1", "alt")
+    store.run_log.append_events("re", [{"run_id": "re.1", "kind": "run.start", "input": "alt", "at": "a1"}])
+    store.session_records.put("~sessionkit/busy", "server.busy", [(7, {"key": "re"})])
 
     model = ScriptedModel([echo()] * 2)
     live = serve(sk.Agent("echo", "", model), store)

@@ -31,10 +31,10 @@ def _left_behind(
     session = store.session(sid)
     for message in conversation or []:
         session.append(message)
-    store.put_records(sid, "server.session", [(0, {"createdAt": "2026-12-01T00:00:00.000Z"})])
+    store.session_records.put(sid, "server.session", [(0, {"createdAt": "2026-12-01T00:00:00.000Z"})])
     path = session.get_history(compacted=False)
-    store.put_records(sid, "server.digest", [(0, {"digest": conversation_digest(path), "lastSeq": None})])
-    store.put_records(
+    store.session_records.put(sid, "server.digest", [(0, {"digest": conversation_digest(path), "lastSeq": None})])
+    store.session_records.put(
         sid,
         "server.message",
         [
@@ -42,20 +42,20 @@ def _left_behind(
             for i, (run, text) in enumerate(messages, 1)
         ],
     )
-    store.put_records(sid, "server.run", list(runs.items()))
+    store.session_records.put(sid, "server.run", list(runs.items()))
     for n, status in (recorded or {}).items():
-        store.begin_run(sid, f"{sid}.{n}", next(t for r, t in messages if r == n))
-        store.append_events(sid, [{"run_id": f"{sid}.{n}", "kind": "run.start"}])
+        store.run_log.begin(sid, f"{sid}.{n}", next(t for r, t in messages if r == n))
+        store.run_log.append_events(sid, [{"run_id": f"{sid}.{n}", "kind": "run.start"}])
         if status != "running":
-            store.end_run(f"{sid}.{n}", status=status)
-    store.put_records("~sessionkit/busy", "server.busy", [(abs(hash(sid)) % 1000, {"key": sid})])
+            store.run_log.end(f"{sid}.{n}", status=status)
+    store.session_records.put("~sessionkit/busy", "server.busy", [(abs(hash(sid)) % 1000, {"key": sid})])
 
 
 def _settled(store, sid: str) -> None:
     """Until no run of the session is running and every server.run is done (read from the store only)."""
 
     def settled() -> bool:
-        runs = dict(store.records(sid, "server.run"))
+        runs = dict(store.session_records.get(sid, "server.run"))
         return (
             bool(runs)
             and all(v.get("state") == "done" for v in runs.values())
@@ -224,7 +224,7 @@ def test_a_server_starting_on_a_store_with_many_idle_entries_compacts_the_busy_i
     # one process serves a SQLite or DuckDB file, so nobody writes the index meanwhile (on
     # PostgreSQL other processes may: the index is left as it is there)
     store = new_store(kind, name="server")
-    store.put_records("~sessionkit/busy", "server.busy", [(n, None) for n in range(1, 1_500)])
+    store.session_records.put("~sessionkit/busy", "server.busy", [(n, None) for n in range(1, 1_500)])
     _left_behind(
         store,
         "cut",
@@ -235,4 +235,4 @@ def test_a_server_starting_on_a_store_with_many_idle_entries_compacts_the_busy_i
     serve(echo_agent(n=5), store)
     _settled(store, "cut")
     assert _texts(store, "cut") == ["first", "echo: first"]
-    assert len(store.records("~sessionkit/busy", "server.busy")) < 10
+    assert len(store.session_records.get("~sessionkit/busy", "server.busy")) < 10

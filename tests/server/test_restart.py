@@ -157,8 +157,8 @@ def test_a_killed_server_leaves_no_lease_and_its_run_starts_again_on_restart(tmp
 def _killed_after_saving(store, run_id: str, writer_run_id: str) -> None:
     """A run begun on the session by another program writing to the store (no record of the
     server's for it), stopped after saving its messages, before recording its end."""
-    store.begin_run("chat", run_id, "two")
-    store.append_events("chat", [{"run_id": run_id, "kind": "run.start", "input": "two"}])
+    store.run_log.begin("chat", run_id, "two")
+    store.run_log.append_events("chat", [{"run_id": run_id, "kind": "run.start", "input": "two"}])
     store.session("chat").append_many(
         [
             {

@@ -311,9 +311,9 @@ def test_a_delete_does_not_wait_for_a_run_that_is_going_idle_behind_its_hold(ser
         c.post("/sessions/g/messages", json={"text": "start"})
         assert gate.entered.wait(HANG)
         accept = SharedCoordinator._name("accept", "g")
-        assert store.try_hold(accept)  # as a DELETE does, before it stops the session's task
+        assert store.coordination.try_hold(accept)  # as a DELETE does, before it stops the session's task
         refused: list[str] = []  # the server's attempts at the hold while the test has it
-        try_hold = store.try_hold
+        try_hold = store.coordination.try_hold
 
         def watched_try_hold(name: str) -> bool:
             got = try_hold(name)
@@ -321,7 +321,7 @@ def test_a_delete_does_not_wait_for_a_run_that_is_going_idle_behind_its_hold(ser
                 refused.append(name)
             return got
 
-        monkeypatch.setattr(store, "try_hold", watched_try_hold)
+        monkeypatch.setattr(store.coordination, "try_hold", watched_try_hold)
         try:
             gate.opened.set()
             wait_until(lambda: store.runs("g") and store.runs("g")[0].status == "completed", what="run g.1 to end")
@@ -338,7 +338,7 @@ def test_a_delete_does_not_wait_for_a_run_that_is_going_idle_behind_its_hold(ser
             assert not [r for r in caplog.records if "did not stop" in r.getMessage()], caplog.text
             assert session.task is None
         finally:
-            store.release_hold(accept)
+            store.coordination.release_hold(accept)
         assert c.delete("/sessions/g").status_code == 202
         assert c.get("/sessions/g").status_code == 404
 

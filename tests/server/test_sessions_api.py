@@ -94,7 +94,7 @@ def test_context_reaches_the_model_and_tools_and_is_never_stored_or_returned(ser
     for text in (described, listed, json.dumps(frames), json.dumps(history)):
         assert marker not in text
     for kind in ("server.message", "server.run", "server.session", "server.digest"):
-        assert marker not in json.dumps(store.records("ctx", kind))
+        assert marker not in json.dumps(store.session_records.get("ctx", kind))
     assert marker not in json.dumps(store.events("ctx"))
 
 
@@ -144,7 +144,7 @@ def test_principals_are_stored_under_a_hash_never_their_id(serve, store):
     assert [s.id for s in store.list_sessions()] == [f"{prefix}/chat"]
     everything = json.dumps(
         [
-            store.records(f"{prefix}/chat", k)
+            store.session_records.get(f"{prefix}/chat", k)
             for k in ("server.session", "server.message", "server.run", "server.digest")
         ]
     )
@@ -163,7 +163,7 @@ def test_a_session_stored_under_the_principal_itself_is_no_principals(tmp_path, 
     unhashed = f"{quote(principal, safe='')}/chat"
     with sk.open_store(path) as old:
         old.session(unhashed).append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "earlier"}]})
-        old.put_records(
+        old.session_records.put(
             unhashed,
             "server.session",
             [

@@ -10,7 +10,7 @@ from live_server import HANG, echo_agent, wait_idle
 
 import sessionkit as sk
 from sessionkit.server._routes import ROUTES
-from sessionkit.store import Session, Store
+from sessionkit.store import Session, SessionRecords, Store, StoreRunLog
 
 
 def test_every_route_of_the_table_is_in_the_document_and_dispatched(serve, store):
@@ -46,20 +46,12 @@ def test_no_store_call_runs_on_the_event_loop(serve, store, monkeypatch, sse):
 
         monkeypatch.setattr(cls, name, wrapper)
 
-    for name in (
-        "records",
-        "put_records",
-        "runs",
-        "events",
-        "begin_run",
-        "end_run",
-        "reopen_run",
-        "append_events",
-        "transaction",
-        "delete_session",
-        "list_sessions",
-    ):
+    for name in ("runs", "events", "transaction", "delete_session", "list_sessions"):
         watch(Store, name)
+    for name in ("begin", "end", "reopen", "append_events"):
+        watch(StoreRunLog, name)
+    for name in ("get", "put"):
+        watch(SessionRecords, name)
     for name in ("append", "append_many", "get_history", "history", "latest_leaf", "get_many", "compactions"):
         watch(Session, name)
     live = serve(echo_agent(), store)
@@ -98,17 +90,19 @@ def test_a_write_whose_caller_was_cancelled_is_committed_and_the_writer_goes_on(
         try:
             io.submit(hold_the_writer)  # the writer is inside this job until the next write is cancelled
             assert await asyncio.to_thread(busy.wait, HANG)
-            task = asyncio.ensure_future(io.write(lambda: store.put_records("s", "k", [(1, "cancelled")])))
+            task = asyncio.ensure_future(io.write(lambda: store.session_records.put("s", "k", [(1, "cancelled")])))
             await asyncio.sleep(0)  # one turn of the loop: the task submits its job, then awaits it
             assert not task.done()
             task.cancel()
             release.set()
-            return await asyncio.wait_for(io.write(lambda: store.put_records("s", "k", [(2, "after")]) or "ok"), HANG)
+            return await asyncio.wait_for(
+                io.write(lambda: store.session_records.put("s", "k", [(2, "after")]) or "ok"), HANG
+            )
         finally:
             release.set()
             with contextlib.suppress(TimeoutError):  # a writer that died never flushes
                 await asyncio.wait_for(io.close(), HANG)
 
     assert asyncio.run(main()) == "ok"
-    assert store.records("s", "k") == [(1, "cancelled"), (2, "after")]
+    assert store.session_records.get("s", "k") == [(1, "cancelled"), (2, "after")]
     store.close()

@@ -154,7 +154,7 @@ def _wait_absorbed(url: str, session_id: str) -> None:
 
     with sk.open_store(url) as store:
         wait_until(
-            lambda: not any(v.get("pending") for _, v in store.records(session_id, "server.message")),
+            lambda: not any(v.get("pending") for _, v in store.session_records.get(session_id, "server.message")),
             interval=0.02,
             what="the owner to take the message",
         )
@@ -182,7 +182,7 @@ def _wait_recorded_start(url: str, session_id: str, attempts: int) -> None:
                 store.runs(session_id)
                 and any(
                     v.get("attempts") == attempts and v.get("state") == "running"
-                    for v in dict(store.records(session_id, "server.run")).values()
+                    for v in dict(store.session_records.get(session_id, "server.run")).values()
                 )
             ),
             interval=0.02,
@@ -359,7 +359,7 @@ def test_a_run_another_worker_opened_keeps_its_message_when_the_owner_takes_seve
         shown = [json.dumps(call) for call in model_a.calls if "second" in json.dumps(call)]
         assert shown and marker in shown[0]  # the run "second" opened showed its context
         for kind in ("server.message", "server.run", "server.status"):
-            assert marker not in json.dumps(store_a.records("q", kind))  # and it is stored nowhere now
+            assert marker not in json.dumps(store_a.session_records.get("q", kind))  # and it is stored nowhere now
     finally:
         store_b.close()
 
@@ -454,7 +454,9 @@ def test_a_dead_worker_s_run_is_the_session_s_active_run_until_another_takes_it_
             assert cb.get("/sessions/chat").json()["active"] == "chat.1"  # a's own view, through the store
             a.kill()
             # PostgreSQL has let go of the dead worker's hold on the session: nobody drives it now
-            wait_until(lambda: not store_b.hold_taken("server.run\x00chat"), what="the dead worker's hold to go")
+            wait_until(
+                lambda: not store_b.coordination.hold_taken("server.run\x00chat"), what="the dead worker's hold to go"
+            )
             state = cb.get("/sessions/chat").json()
             assert [(r["runId"], r["status"]) for r in state["runs"]] == [("chat.1", "running")], state
             assert (state["active"], state["queued"]) == ("chat.1", 0), state
@@ -498,7 +500,7 @@ def test_serve_workers_shares_one_port_between_processes(cluster):
 
     with sk.open_store(cluster.url) as store:
         for sid in sessions:
-            owners.update(v["owner"] for _, v in store.records(sid, "server.status"))
+            owners.update(v["owner"] for _, v in store.session_records.get(sid, "server.status"))
     assert owners  # each owner is "host:pid" of a worker process
     assert {int(o.rsplit(":", 1)[1]) for o in owners} <= workers
 

@@ -106,7 +106,17 @@ NOT_COROUTINES = {
     "on_compaction",
     "compact_after",  # chainable setters
 }
-PROPERTIES = {"engine", "path", "closed", "capabilities", "search_candidates", "store"}
+PROPERTIES = {
+    "engine",
+    "path",
+    "closed",
+    "capabilities",
+    "search_candidates",
+    "store",
+    "run_log",
+    "session_records",
+    "coordination",
+}
 
 
 def _public(cls) -> list[str]:
@@ -392,7 +402,7 @@ def test_after_close_every_call_raises_StoreClosed(target):
             store.stats,
             store.list_sessions,
             lambda: store.subscribe(print),
-            lambda: store.begin_run("s", "r", None),
+            lambda: store.run_log.begin("s", "r", None),
         ):
             with pytest.raises(sk.StoreClosed):
                 await call()
@@ -458,9 +468,9 @@ def test_errors_are_the_sync_apis_types(target):
             with pytest.raises(ValueError):
                 async for _ in store.scan("tables"):
                     pass
-            await store.begin_run("s", "r1", None)
+            await store.run_log.begin("s", "r1", None)
             with pytest.raises(sk.SessionKitError):  # a run id is unique
-                await store.begin_run("s", "r1", None)
+                await store.run_log.begin("s", "r1", None)
             assert not (await s.append(msg("a", "again"))).inserted  # a duplicate id: the first write wins
             assert [m["id"] for m in await s.get_history()] == ["a"]  # nothing stored by the failures
 

@@ -279,11 +279,11 @@ def populate(st: sk.Store) -> None:
     s.append(msg("a2b", "a loaf of banana bread", "assistant", metadata={"model": "m"}))
     s.import_compaction(sk.Compaction("c0", "u1", "a1", "greetings", T0, 20, 4))
     st.session("t").append_many([msg(f"t{i}", f"note {i}: apples and pears") for i in range(6)])
-    st.begin_run("t", "r1", "hello")
-    st.append_events("t", [{"kind": "run.start", "run_id": "r1"}, {"kind": "run.end", "run_id": "r1"}])
-    st.end_run("r1", status="completed", usage={"input_tokens": 3, "output_tokens": 5})
-    st.append_events("s", [{"kind": "note", "text": "not a run's"}])
-    st.put_records("t", "notes", [(1, {"a": 1}), (2, ["b", 2])])
+    st.run_log.begin("t", "r1", "hello")
+    st.run_log.append_events("t", [{"kind": "run.start", "run_id": "r1"}, {"kind": "run.end", "run_id": "r1"}])
+    st.run_log.end("r1", status="completed", usage={"input_tokens": 3, "output_tokens": 5})
+    st.run_log.append_events("s", [{"kind": "note", "text": "not a run's"}])
+    st.session_records.put("t", "notes", [(1, {"a": 1}), (2, ["b", 2])])
     st.session("c").append(msg("c1"))
     st.session("gone").append(msg("g1"))
     st.session("s").add_label("a1", "seen", rating=1, author="ana")
@@ -301,7 +301,7 @@ def rows(st: sk.Store) -> dict:
     for kind in ("nodes", "messages"):  # rows: (session id, node, ...)
         out[kind] = [(row[0], with_seq(row[1], rank[row[1].seq]), *row[2:]) for row in out[kind]]
     out["sessions"] = st.list_sessions()
-    out["records"] = [st.records(sid, kind) for sid, kind in (("t", "notes"), ("w", "k"))]
+    out["records"] = [st.session_records.get(sid, kind) for sid, kind in (("t", "notes"), ("w", "k"))]
     out["labels"] = st.labels()
     return out
 
@@ -412,11 +412,11 @@ async def _events(t: Twins):
     await t.read(lambda st: st.events("t", after_seq="0"))
 
 
-@recipe("AsyncStore.records")
+@recipe("session_records.get")
 async def _records(t: Twins):
-    await t.read(lambda st: st.records("t", "notes"))
-    await t.read(lambda st: st.records("t", "nothing"))
-    await t.read(lambda st: st.records(1, "notes"))
+    await t.read(lambda st: st.session_records.get("t", "notes"))
+    await t.read(lambda st: st.session_records.get("t", "nothing"))
+    await t.read(lambda st: st.session_records.get(1, "notes"))
 
 
 @recipe("AsyncStore.scan")
@@ -484,17 +484,17 @@ async def _load(t: Twins):  # the SessionStore protocol: get_history() of the se
     await t.read2(lambda st: st.session("nobody").get_history(), lambda st: st.load("nobody"))
 
 
-@recipe("AsyncStore.try_hold", "AsyncStore.hold_taken", "AsyncStore.release_hold")
+@recipe("coordination.try_hold", "coordination.hold_taken", "coordination.release_hold")
 async def _holds(t: Twins):
-    """The same calls in turn, on the sync store then on the async one (UsageError but on PostgreSQL)."""
+    """The same calls in turn, on the sync store then on the async one (no coordination but on PostgreSQL)."""
     steps = [
-        lambda st: st.try_hold("h"),
-        lambda st: st.try_hold("h"),
-        lambda st: st.hold_taken("h"),
-        lambda st: st.release_hold("h"),
-        lambda st: st.hold_taken("h"),
-        lambda st: st.release_hold("h"),
-        lambda st: st.try_hold(7),
+        lambda st: st.coordination.try_hold("h"),
+        lambda st: st.coordination.try_hold("h"),
+        lambda st: st.coordination.hold_taken("h"),
+        lambda st: st.coordination.release_hold("h"),
+        lambda st: st.coordination.hold_taken("h"),
+        lambda st: st.coordination.release_hold("h"),
+        lambda st: st.coordination.try_hold(7),
     ]
     expected = [settle(lambda step=step: step(t.b.sync)) for step in steps]
     got = [await asettle(lambda step=step: step(t.b)) for step in steps]
@@ -503,12 +503,12 @@ async def _holds(t: Twins):
         assert [o.value for o in got[:5]] == [True, False, True, None, False]
 
 
-@recipe("AsyncStore.signal", "AsyncStore.on_signal")
+@recipe("coordination.signal", "coordination.on_signal")
 async def _signals(t: Twins):
-    await t.read(lambda st: st.on_signal(42))
+    await t.read(lambda st: st.coordination.on_signal(42))
     if not t.b.capabilities.coordination:
-        await t.read(lambda st: st.on_signal(print))
-        await t.read(lambda st: st.signal("t", "ping", {"n": 1}))
+        await t.read(lambda st: st.coordination.on_signal(print))
+        await t.read(lambda st: st.coordination.signal("t", "ping", {"n": 1}))
         return
     # Another opening of the same store stands for another process.
     other = sk.open_store(t.b_target)
@@ -522,21 +522,21 @@ async def _signals(t: Twins):
             arrived.set()
 
         same(
-            settle(lambda: t.b.sync.on_signal(lambda *signal: heard_sync.append(signal))),
-            await asettle(lambda: t.b.on_signal(handler)),
+            settle(lambda: t.b.sync.coordination.on_signal(lambda *signal: heard_sync.append(signal))),
+            await asettle(lambda: t.b.coordination.on_signal(handler)),
             "on_signal(handler)",
         )
-        other.signal("t", "ping", {"n": 1})
+        other.coordination.signal("t", "ping", {"n": 1})
         await asyncio.wait_for(arrived.wait(), 60)
         wait_until(lambda: heard_sync, what="the sync handler to hear the signal")
         same(heard_sync, heard_async, "signals heard")
         assert heard_async == [("t", "ping", {"n": 1})]
 
         heard_other: list = []
-        other.on_signal(lambda *signal: heard_other.append(signal))
+        other.coordination.on_signal(lambda *signal: heard_other.append(signal))
         same(
-            settle(lambda: t.b.sync.signal("t", "pong", [1, "x"])),
-            await asettle(lambda: t.b.signal("t", "pong", [1, "x"])),
+            settle(lambda: t.b.sync.coordination.signal("t", "pong", [1, "x"])),
+            await asettle(lambda: t.b.coordination.signal("t", "pong", [1, "x"])),
             "signal(...)",
         )
         wait_until(lambda: len(heard_other) == 2, what="the other store to hear both signals")
@@ -848,26 +848,41 @@ async def _delete_session(t: Twins):
     await t.write(lambda st: st.delete_session(None))
 
 
-@recipe("AsyncStore.begin_run", "AsyncStore.end_run", "AsyncStore.reopen_run")
+@recipe("run_log.begin", "run_log.end", "run_log.reopen")
 async def _run_records(t: Twins):
-    await t.write(lambda st: st.begin_run("w", "r2", "go"))
-    await t.write(lambda st: st.begin_run("w", "r2", "again"))  # a run id is unique
-    await t.write(lambda st: st.end_run("r2", status="failed", error="boom", usage={"total_tokens": 4}))
-    await t.write(lambda st: st.reopen_run("r2"))
-    await t.write(lambda st: st.reopen_run("unknown"))
-    await t.write(lambda st: st.end_run("r2", status="completed"))
-    await t.write(lambda st: st.end_run("r2", status="completed", usage={"x": object()}))
-    await t.write(lambda st: st.begin_run("w", "r3", None))
+    await t.write(lambda st: st.run_log.begin("w", "r2", "go"))
+    await t.write(lambda st: st.run_log.begin("w", "r2", "again"))  # a run id is unique
+    await t.write(lambda st: st.run_log.end("r2", status="failed", error="boom", usage={"total_tokens": 4}))
+    await t.write(lambda st: st.run_log.reopen("r2"))
+    await t.write(lambda st: st.run_log.reopen("unknown"))
+    await t.write(lambda st: st.run_log.end("r2", status="completed"))
+    await t.write(lambda st: st.run_log.end("r2", status="completed", usage={"x": object()}))
+    await t.write(lambda st: st.run_log.begin("w", "r3", None))
     await t.same_rows(lambda st: st.runs("w"))
 
 
-@recipe("AsyncStore.append_events")
+@recipe("AsyncStore.run_log", "AsyncStore.session_records", "AsyncStore.coordination")
+async def _store_parts(t: Twins):
+    for name in ("run_log", "session_records", "coordination"):
+        same(getattr(t.b.sync, name) is None, getattr(t.b, name) is None, name)
+        assert getattr(t.b, name) is getattr(t.b, name), name
+    same(t.b.sync.capabilities.coordination, t.b.coordination is not None, "coordination")
+
+
+@recipe("run_log.runs", "run_log.events")
+async def _run_log_reads(t: Twins):
+    await t.read(lambda st: st.run_log.runs("w"))
+    await t.read(lambda st: st.run_log.events("w"))
+    await t.read(lambda st: st.run_log.events("w", after_seq=0))
+
+
+@recipe("run_log.append_events")
 async def _append_events(t: Twins):
     await t.write(
-        lambda st: st.append_events("w", iter([{"kind": "a", "run_id": "r2"}, {"kind": "b", "ts": T0, "v": 2}]))
+        lambda st: st.run_log.append_events("w", iter([{"kind": "a", "run_id": "r2"}, {"kind": "b", "ts": T0, "v": 2}]))
     )
-    await t.write(lambda st: st.append_events("w", [{"kind": "c"}]))
-    await t.write(lambda st: st.append_events("w", [1]))
+    await t.write(lambda st: st.run_log.append_events("w", [{"kind": "c"}]))
+    await t.write(lambda st: st.run_log.append_events("w", [1]))
     await t.same_rows(lambda st: st.events("w"))
 
 
@@ -909,6 +924,21 @@ async def _import_labels(t: Twins):
     await t.same_rows(lambda st: st.labels(session_id="c"))
 
 
+@sk.scorers.scorer(name="apples")
+def _apples(unit):
+    """A code scorer: ``apples`` on a message that speaks of them."""
+    return sk.Score("apples", rating=len(unit.messages)) if "apple" in unit.text else None
+
+
+@recipe("AsyncStore.score")
+async def _score(t: Twins):
+    await t.write(lambda st: st.score(_apples, level="message", concurrency=1, progress=False))
+    await t.write(lambda st: st.score(_apples, level="message", sessions=iter(["t"]), progress=False))
+    await t.write(lambda st: st.score(_apples, level="path", where="depth > 2", concurrency=1, progress=False))
+    await t.write(lambda st: st.score(_apples, level="word"))
+    await t.same_rows(lambda st: st.labels(scorer="apples"))
+
+
 @recipe("AsyncStore.import_runs", "AsyncStore.import_events", "AsyncStore.import_embeddings")
 async def _import_facts(t: Twins):
     run = sk.RunRecord("imported-run", "c", "completed", None, T0, T0, {"in": 3}, "hi", {"variant": "v"})
@@ -946,12 +976,12 @@ async def _embed_similar(t: Twins):
     await t.same_rows(lambda st: st.sql("SELECT session_id, message_id, vector FROM embeddings ORDER BY ALL"))
 
 
-@recipe("AsyncStore.put_records")
+@recipe("session_records.put")
 async def _put_records(t: Twins):
-    await t.write(lambda st: st.put_records("w", "k", iter([(1, {"x": 1}), (2, None)])))
-    await t.write(lambda st: st.put_records("w", "k", [(1, "replaced")]))
-    await t.write(lambda st: st.put_records("w", "k", [(True, 1)]))
-    await t.same_rows(lambda st: st.records("w", "k"))
+    await t.write(lambda st: st.session_records.put("w", "k", iter([(1, {"x": 1}), (2, None)])))
+    await t.write(lambda st: st.session_records.put("w", "k", [(1, "replaced")]))
+    await t.write(lambda st: st.session_records.put("w", "k", [(True, 1)]))
+    await t.same_rows(lambda st: st.session_records.get("w", "k"))
 
 
 @recipe("AsyncStore.save")
@@ -1127,13 +1157,27 @@ def members(obj: Any) -> set[str]:
     return public | protocol
 
 
-def twin_objects(store: AsyncStore) -> dict[str, Any]:
-    """One object of each async twin class, under the label its recipe keys use."""
-    return {"AsyncStore": store, "AsyncSession": store.session("s"), "transaction": store.transaction()}
+def twin_objects(store: AsyncStore, *, every: bool = False) -> dict[str, Any]:
+    """One object of each async twin class, under the label its recipe keys use.
+
+    ``store.coordination`` is None on an engine without coordination: ``every`` still lists
+    its class's members (a detached object, never called), others leave it out."""
+    objects = {
+        "AsyncStore": store,
+        "AsyncSession": store.session("s"),
+        "transaction": store.transaction(),
+        "run_log": store.run_log,
+        "session_records": store.session_records,
+    }
+    if store.coordination is not None:
+        objects["coordination"] = store.coordination
+    elif every:
+        objects["coordination"] = object.__new__(sk.aio.AsyncCoordination)
+    return objects
 
 
-def member_keys(store: AsyncStore) -> set[str]:
-    return {f"{label}.{name}" for label, obj in twin_objects(store).items() for name in members(obj)}
+def member_keys(store: AsyncStore, *, every: bool = False) -> set[str]:
+    return {f"{label}.{name}" for label, obj in twin_objects(store, every=every).items() for name in members(obj)}
 
 
 def _recorded(fn: Callable, key: str, called: set[str]) -> Callable:
@@ -1209,7 +1253,7 @@ def test_every_async_member_has_a_recipe():
 
     async def keys():
         async with sk.aio.open_store(":memory:") as store:
-            return member_keys(store)
+            return member_keys(store, every=True)
 
     found = asyncio.run(keys())
     assert not found - RECIPES.keys(), f"members without a recipe: {sorted(found - RECIPES.keys())}"

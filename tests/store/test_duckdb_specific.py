@@ -414,15 +414,15 @@ def test_S5_killed_writer_loses_no_returned_append(tmp_path, durability):
 
 
 def test_internal_records_belong_to_their_session(store):
-    store.put_records("s", "queue", [(1, {"a": 1}), (2, "two")])
-    store.put_records("s", "queue", [(2, ["replaced"]), (3, None)])
-    store.put_records("t", "queue", [(1, "other session")])
-    assert store.records("s", "queue") == [(1, {"a": 1}), (2, ["replaced"]), (3, None)]
-    assert store.records("s", "other-kind") == []
+    store.session_records.put("s", "queue", [(1, {"a": 1}), (2, "two")])
+    store.session_records.put("s", "queue", [(2, ["replaced"]), (3, None)])
+    store.session_records.put("t", "queue", [(1, "other session")])
+    assert store.session_records.get("s", "queue") == [(1, {"a": 1}), (2, ["replaced"]), (3, None)]
+    assert store.session_records.get("s", "other-kind") == []
     assert store.session("s").store is store and store._engine.session_exists("s")
     store.delete_session("s")
-    assert store.records("s", "queue") == []
-    assert store.records("t", "queue") == [(1, "other session")]
+    assert store.session_records.get("s", "queue") == []
+    assert store.session_records.get("t", "queue") == [(1, "other session")]
 
 
 def test_a_walk_reads_nodes_and_content_in_one_statement(tmp_path):
@@ -489,7 +489,7 @@ def test_schema_1_file_is_upgraded_and_reindexed(tmp_path):
         s = st.session()
         s.append(msg("b", "new kiwi"))
         assert {h.id for h in s.search("kiwi")} == {"a", "b"}
-        st.put_records("", "k", [(1, "x")])
+        st.session_records.put("", "k", [(1, "x")])
         assert [m["id"] for m in s.get_history()] == ["a", "b"]
 
 

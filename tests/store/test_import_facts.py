@@ -19,7 +19,7 @@ def _run(**fields):
 
 def test_runs_are_stored_as_given_in_order_and_once(engine, new_store):
     store = new_store(engine)
-    store.begin_run("s", "live", "already here")
+    store.run_log.begin("s", "live", "already here")
     given = [
         sk.RunRecord("r1", "s", "completed", None, T0, T1, {"in": 3, "cost_usd": 0.25}, "hi", {"variant": "v"}),
         _run(run_id="r2", status="failed", error="boom", ended_at=None, input=None, meta={"replay": "x"}),
@@ -75,7 +75,7 @@ def test_events_keep_their_seqs_and_payloads(engine, new_store):
     assert store.import_events(events) == 0
     assert store.events("s") == events[:2]
     assert store.events("t") == events[2:]
-    stored = store.append_events("s", [{"kind": "after"}])  # live events go on after them
+    stored = store.run_log.append_events("s", [{"kind": "after"}])  # live events go on after them
     assert stored[0]["seq"] == 10
     with pytest.raises(ValueError, match="session 's' holds another event at seq 5"):
         store.import_events([{**events[0], "kind": "other"}])

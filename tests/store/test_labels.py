@@ -50,15 +50,15 @@ def test_a_store_from_before_labels_gains_the_labels_table_and_keeps_everything(
     for i in range(6):
         s.append(_msg(f"m{i}", f"message {i} about kiwis", ("user", "assistant")[i % 2]))
     s.append(_msg("side", "a branch about kiwis"), parent_id="m2")
-    store.begin_run("s", "s.1", "go")
-    store.append_events("s", [{"run_id": "s.1", "kind": "run.start"}])
-    store.put_records("s", "note", [(1, {"k": "v"})])
+    store.run_log.begin("s", "s.1", "go")
+    store.run_log.append_events("s", [{"run_id": "s.1", "kind": "run.start"}])
+    store.session_records.put("s", "note", [(1, {"k": "v"})])
     before = {
         "history": s.get_history(),
         "nodes": s.nodes(),
         "runs": store.runs("s"),
         "events": store.events("s"),
-        "records": store.records("s", "note"),
+        "records": store.session_records.get("s", "note"),
     }
     _downgrade_before_labels(store)
     target = store.path  # (a PostgreSQL store's URL names its schema)
@@ -73,7 +73,7 @@ def test_a_store_from_before_labels_gains_the_labels_table_and_keeps_everything(
             "nodes": s.nodes(),
             "runs": again.runs("s"),
             "events": again.events("s"),
-            "records": again.records("s", "note"),
+            "records": again.session_records.get("s", "note"),
         }
         assert after == before
         assert again.labels() == []

@@ -222,14 +222,14 @@ def test_an_older_schema_is_migrated_once_when_many_processes_open_it(pg_store_u
     assert outcomes == [{"inserted": True, "schema_version": postgres.SCHEMA_VERSION}] * 3
     with sk.open_store(url) as store:
         assert store.session("s").get("a")["id"] == "a"
-        store.put_records("s", "kind", [(1, {"x": 1}), (2, [2])])
-        store.put_records("s", "kind", [(1, {"x": "replaced"})])
-        assert store.records("s", "kind") == [(1, {"x": "replaced"}), (2, [2])]
-        assert store.records("s", "other") == []
-        store.put_records("only-records", "kind", [(0, "v")])
+        store.session_records.put("s", "kind", [(1, {"x": 1}), (2, [2])])
+        store.session_records.put("s", "kind", [(1, {"x": "replaced"})])
+        assert store.session_records.get("s", "kind") == [(1, {"x": "replaced"}), (2, [2])]
+        assert store.session_records.get("s", "other") == []
+        store.session_records.put("only-records", "kind", [(0, "v")])
         assert store._engine.session_exists("only-records")
         store.delete_session("only-records")
-        assert store.records("only-records", "kind") == []
+        assert store.session_records.get("only-records", "kind") == []
 
 
 # ---------------------------------------------------------------------------
@@ -378,7 +378,7 @@ def test_event_seq_is_unique_under_concurrent_writers(pg_store_url):
 
         def work(t):
             for i in range(20):
-                store.append_events("s", [{"kind": "x", "run_id": f"r{t}", "i": i}])
+                store.run_log.append_events("s", [{"kind": "x", "run_id": f"r{t}", "i": i}])
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
         for t in threads:
@@ -483,46 +483,52 @@ def test_holds_are_store_wide_and_given_back(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         assert a.capabilities == sk.store.Capabilities(bulk_insert=False, coordination=True, shared_feed=True)
-        assert a.try_hold("session.run\x00chat") is True
-        assert b.try_hold("session.run\x00chat") is False  # another process holds it
-        assert a.try_hold("session.run\x00chat") is False  # not re-entrant either
-        assert b.hold_taken("session.run\x00chat") is True and a.hold_taken("session.run\x00chat") is True
-        assert b.hold_taken("session.run\x00other") is False
-        assert b.try_hold("session.run\x00other") is True  # holds are per name
-        a.release_hold("session.run\x00chat")
-        assert b.hold_taken("session.run\x00chat") is False
-        assert b.try_hold("session.run\x00chat") is True
-        b.release_hold("session.run\x00never-taken")  # nothing to give back: no error
+        assert a.coordination.try_hold("session.run\x00chat") is True
+        assert b.coordination.try_hold("session.run\x00chat") is False  # another process holds it
+        assert a.coordination.try_hold("session.run\x00chat") is False  # not re-entrant either
+        assert (
+            b.coordination.hold_taken("session.run\x00chat") is True
+            and a.coordination.hold_taken("session.run\x00chat") is True
+        )
+        assert b.coordination.hold_taken("session.run\x00other") is False
+        assert b.coordination.try_hold("session.run\x00other") is True  # holds are per name
+        a.coordination.release_hold("session.run\x00chat")
+        assert b.coordination.hold_taken("session.run\x00chat") is False
+        assert b.coordination.try_hold("session.run\x00chat") is True
+        b.coordination.release_hold("session.run\x00never-taken")  # nothing to give back: no error
     with sk.open_store(url) as c:  # a closed store gives its holds back
-        assert c.hold_taken("session.run\x00chat") is False and c.try_hold("session.run\x00other") is True
+        assert (
+            c.coordination.hold_taken("session.run\x00chat") is False
+            and c.coordination.try_hold("session.run\x00other") is True
+        )
         c.close()
-        c.release_hold("session.run\x00other")  # after close: nothing
-        c.signal("s", "note")
+        c.coordination.release_hold("session.run\x00other")  # after close: nothing
+        c.coordination.signal("s", "note")
 
 
 def test_signals_reach_the_other_processes_only(pg_store_url):
     url = pg_store_url()
     with sk.open_store(url) as a, sk.open_store(url) as b:
         got_a, got_b = [], []
-        a.on_signal(lambda sid, kind, data: got_a.append((sid, kind, data)))
-        b.on_signal(lambda sid, kind, data: got_b.append((sid, kind, data)))
-        b.signal("chat", "message", {"n": 1, "text": "é"})
-        a.signal("chat", "stop")
+        a.coordination.on_signal(lambda sid, kind, data: got_a.append((sid, kind, data)))
+        b.coordination.on_signal(lambda sid, kind, data: got_b.append((sid, kind, data)))
+        b.coordination.signal("chat", "message", {"n": 1, "text": "é"})
+        a.coordination.signal("chat", "stop")
         wait_until(
             lambda: ("chat", "message", {"n": 1, "text": "é"}) in got_a and ("chat", "stop", None) in got_b,
             what="each store to get the other's signal",
         )
-        stored = b.append_events("chat", [{"kind": "k1"}, {"kind": "k2"}])
+        stored = b.run_log.append_events("chat", [{"kind": "k1"}, {"kind": "k2"}])
         wait_until(lambda: ("chat", "events", stored[-1]["seq"]) in got_a, what="the events signal")
         # a marker signal each way, sent after the others: once it arrived, an echo of a
         # store's own signals would have arrived before it
-        a.signal(MARKER, "end")
-        b.signal(MARKER, "end")
+        a.coordination.signal(MARKER, "end")
+        b.coordination.signal(MARKER, "end")
         wait_until(lambda: (MARKER, "end", None) in got_a and (MARKER, "end", None) in got_b, what="the marker signals")
         assert all(kind != "stop" for _, kind, _ in got_a)  # its own signal is not reported back
         assert all(kind not in ("message", "events") for _, kind, _ in got_b)
         with pytest.raises(TypeError):
-            a.on_signal("not callable")
+            a.coordination.on_signal("not callable")
 
 
 def test_a_transaction_reaches_other_processes_only_when_it_commits(pg_store_url):

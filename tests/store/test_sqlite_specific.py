@@ -170,13 +170,13 @@ def fill(store, *, records: bool) -> None:
     a.import_message(msg("a7", "imported under a6"), parent_id="a6", created_at=1_700_000_000_000)
     a.on_compaction(lambda messages, ctx: sk.CompactionResult("a1", "a4", "summary of the start"))
     assert a.compact(leaf_id="a5") is not None
-    store.begin_run("a", "run-1", "hello")
-    store.end_run("run-1", status="done", error=None, usage={"input_tokens": 3})
-    store.append_events("a", [{"kind": "run.start", "run_id": "run-1"}, {"kind": "run.end", "run_id": "run-1"}])
-    store.append_events("c", [{"kind": "note"}])  # a session with events only
+    store.run_log.begin("a", "run-1", "hello")
+    store.run_log.end("run-1", status="done", error=None, usage={"input_tokens": 3})
+    store.run_log.append_events("a", [{"kind": "run.start", "run_id": "run-1"}, {"kind": "run.end", "run_id": "run-1"}])
+    store.run_log.append_events("c", [{"kind": "note"}])  # a session with events only
     if records:
-        store.put_records("a", "sent", [(1, {"text": "hi"}), (2, ["x", 1])])
-        store.put_records("d", "table", [(0, "only records")])
+        store.session_records.put("a", "sent", [(1, {"text": "hi"}), (2, ["x", 1])])
+        store.session_records.put("d", "table", [(0, "only records")])
 
 
 def observe(store) -> dict:
@@ -209,7 +209,7 @@ def observe(store) -> dict:
             "search": [(h.id, round(h.score, 9)) for h in s.search("kiwi")],
             "runs": store.runs(sid),
             "events": store.events(sid),
-            "records": [store.records(sid, kind) for kind in ("sent", "table")],
+            "records": [store.session_records.get(sid, kind) for kind in ("sent", "table")],
         }
     return out
 

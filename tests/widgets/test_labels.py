@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from viewtools import front
 
 import sessionkit as sk
@@ -21,6 +23,9 @@ def test_badges_show_in_the_synced_state_and_both_snapshots(trip):
         "target": "message",
         "note": 'says "ok"',
         "author": "ana",
+        "source": "human",
+        "scorer": None,
+        "rationale": None,
     }
     html = chat.snapshot_html()
     assert "&lt;odd &amp; tag&gt; ★2.5" in html and "<odd & tag>" not in html
@@ -29,6 +34,15 @@ def test_badges_show_in_the_synced_state_and_both_snapshots(trip):
     assert "&lt;odd &amp; tag&gt; ★2.5" in html and "⎇ keeper" in html
     offline = tree.to_html()
     assert '"_labels"' in offline and "keeper" in offline
+
+
+def test_a_scorers_label_looks_different_from_a_persons(trip):
+    trip.add_label("a2", "fine", author="ana")
+    trip.add_label("a2", "tool-error", source="code", scorer="tool_error@1", rationale="the call failed")
+    html = sk.widgets.Transcript(trip, mode="full", live=False).snapshot_html()
+    classes = {tag: cls.split() for cls, tag in re.findall(r'<span class="([^"]*)"[^>]* data-tag="([^"]*)"', html)}
+    assert "sk-label-judged" in classes["tool-error"] and "sk-label-judged" not in classes["fine"]
+    assert "⚙ tool-error" in html and "code scorer tool_error@1 · the call failed" in html
 
 
 def test_a_label_added_in_one_view_reaches_the_store_and_every_other_view(trip, record, manual_timers):

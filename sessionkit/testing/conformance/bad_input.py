@@ -168,19 +168,19 @@ class TestBadInput:
     def test_M7_store_records_and_events_refuse_lone_surrogates(self, store):
         before = store.events("s")
         for call in (
-            lambda: store.append_events("s", [{"kind": "x", "text": LONE}]),
-            lambda: store.append_events("s", [{"kind": "x", LONE: 1}]),
-            lambda: store.put_records("s", "k", [(0, {"v": LONE})]),
-            lambda: store.put_records("s", "k" + LONE, [(0, 1)]),
-            lambda: store.begin_run("s", "r" + LONE, "hi"),
-            lambda: store.begin_run("s", "r", "hi" + LONE),
+            lambda: store.run_log.append_events("s", [{"kind": "x", "text": LONE}]),
+            lambda: store.run_log.append_events("s", [{"kind": "x", LONE: 1}]),
+            lambda: store.session_records.put("s", "k", [(0, {"v": LONE})]),
+            lambda: store.session_records.put("s", "k" + LONE, [(0, 1)]),
+            lambda: store.run_log.begin("s", "r" + LONE, "hi"),
+            lambda: store.run_log.begin("s", "r", "hi" + LONE),
         ):
             ok, err = attempt(call)
             assert not ok and isinstance(err, ValueError)
         with pytest.raises(ValueError):
-            store.put_records("s", "k", [(2**70, 1)])
+            store.session_records.put("s", "k", [(2**70, 1)])
         assert store.events("s") == before
-        assert store.records("s", "k") == []
+        assert store.session_records.get("s", "k") == []
         assert store.runs("s") == []
 
     # -- docs/messages.md: keys are data -------------------------------------------------------

@@ -59,6 +59,45 @@ class TestLabels:
         assert s.labels("a1", tag="bug") == [made[1]]
         assert store.labels(session_id="t", message_id="x") == [made[4]]
 
+    def test_a_label_says_where_it_came_from_and_is_filtered_by_it(self, store):
+        s = _tree(store)
+        person = s.add_label("a1", "bug", author="ana")
+        code = s.add_label("a1", "bug", source="code", scorer="tool_error@1", rationale="the call failed")
+        judge = s.add_label("u2", "good", target="branch", source="llm", scorer="judge@2", rationale="it helps")
+        older = s.add_label("a1", "bad", source="llm", scorer="judge@1")
+        other = s.add_label("u1", "x", source="llm", scorer="judge_x@1")  # judge_ is not judge@
+        assert (person.source, person.scorer, person.rationale) == ("human", None, None)
+        assert (code.source, code.scorer, code.rationale) == ("code", "tool_error@1", "the call failed")
+        assert store.labels() == [person, code, judge, older, other]
+        assert store.labels(source="human") == [person]
+        assert store.labels(source="llm") == [judge, older, other]
+        assert store.labels(scorer="judge@2") == [judge]
+        assert store.labels(scorer="judge") == [judge, older]
+        assert store.labels(scorer="judge_x") == [other]
+        assert store.labels(scorer="tool") == []
+        assert s.labels("a1", source="code", scorer="tool_error") == [code]
+        rows = store.sql("SELECT id, source, coalesce(scorer, '-'), coalesce(rationale, '-') FROM labels ORDER BY seq")
+        assert [tuple(r) for r in rows.itertuples(index=False)] == [
+            (x.id, x.source, x.scorer or "-", x.rationale or "-") for x in (person, code, judge, older, other)
+        ]
+
+    def test_refused_provenance_stores_nothing(self, store):
+        s = _tree(store)
+        refused: list[tuple[dict[str, Any], str]] = [
+            ({"source": "robot", "scorer": "x@1"}, "'human', 'code' or 'llm'"),
+            ({"source": "human", "scorer": "x@1"}, "names no scorer"),
+            ({"source": "llm"}, "names its scorer"),
+            ({"source": "code", "scorer": " x@1"}, "white space"),
+            ({"source": "code", "scorer": 5}, "scorer must be a str"),
+            ({"rationale": "r" * 20_001}, "rationale"),
+        ]
+        for fields, words in refused:
+            with pytest.raises(sk.InvalidLabel, match=words):
+                s.add_label("a1", "ok", **fields)
+        with pytest.raises(sk.InvalidLabel, match="'human', 'code' or 'llm'"):
+            store.labels(source="people")
+        assert store.labels() == []
+
     def test_remove_by_id_takes_one_label_and_answers_whether_it_was_there(self, store):
         s = _tree(store)
         keep = s.add_label("a1", "keep")
@@ -141,19 +180,26 @@ class TestLabels:
         made = [
             src.add_label("s", "a1", "bug", rating=1.5, note="n", author="ana"),
             src.add_label("s", "u2", "end", target="branch"),
+            src.add_label("s", "a1", "ok", source="llm", scorer="judge@1", rationale="fine"),
         ]
         dst = store_factory()
         _tree(dst)
-        assert dst.import_labels(made) == 2
+        assert dst.import_labels(made) == 3
         assert dst.import_labels([x.to_dict() for x in made]) == 0
         assert dst.labels() == made
+        assert dst.labels(scorer="judge@1")[0].rationale == "fine"
+        older = {
+            k: v for k, v in made[0].to_dict().items() if k not in ("source", "scorer", "rationale", "fingerprint")
+        }
+        assert dst.import_labels([dict(older, id="older")]) == 1  # a label written before provenance: a person's
+        assert dst.labels(session_id="s", message_id="a1", source="human")[-1].id == "older"
         with pytest.raises(sk.MessageNotFound):
             dst.import_labels([sk.Label("new", "s", "missing", "bug")])
         with pytest.raises(sk.InvalidLabel, match="no field 'colour'"):
             dst.import_labels([dict(made[0].to_dict(), id="other", colour="red")])
         with pytest.raises(sk.InvalidLabel, match="created_at"):
             dst.import_labels([dict(made[0].to_dict(), id="other", created_at="yesterday")])
-        assert dst.labels() == made
+        assert [x.id for x in dst.labels()] == [x.id for x in made] + ["older"]
 
     def test_labels_outlive_the_store_object(self, store, reopen):
         s = _tree(store)

@@ -318,10 +318,10 @@ class TestScan:
         a.append({"id": "file", "role": "user", "parts": [{"type": "file", "mediaType": "image/png", "data": b64}]})
         a.on_compaction(summary_fn("a0", "a1")).compact()
         b.on_compaction(summary_fn("b1", "b2")).compact()
-        store.begin_run("a", "a.1", "x")
-        store.begin_run("runs-only", "r.1", "y")
-        store.append_events("events-only", [{"kind": "k1"}, {"kind": "k2"}, {"kind": "k3"}])
-        store.append_events("a", [{"kind": "a-event"}])
+        store.run_log.begin("a", "a.1", "x")
+        store.run_log.begin("runs-only", "r.1", "y")
+        store.run_log.append_events("events-only", [{"kind": "k1"}, {"kind": "k2"}, {"kind": "k3"}])
+        store.run_log.append_events("a", [{"kind": "a-event"}])
         return a, b
 
     def test_nodes_and_messages_in_write_order_in_small_batches(self, store):

@@ -415,9 +415,9 @@ class TestTransactions:
             a.append_many([msg("a3"), msg("a4")])
             b.import_message(msg("b1"))
             b.update(msg("b1", "edited"))
-            store.begin_run("a", "run-1", "hi")
-            store.append_events("a", [{"run_id": "run-1", "kind": "run.start"}])
-            store.put_records("a", "k", [(1, "one")])
+            store.run_log.begin("a", "run-1", "hi")
+            store.run_log.append_events("a", [{"run_id": "run-1", "kind": "run.start"}])
+            store.session_records.put("a", "k", [(1, "one")])
             assert ids_of(a.get_history()) == ["a1", "a2", "a3", "a4"]  # reads see the transaction
             assert events == []
         assert [(e.type, e.message_ids) for e in events] == [
@@ -431,7 +431,7 @@ class TestTransactions:
         assert b.get("b1")["parts"][0]["text"] == "edited"
         assert [r.run_id for r in store.runs("a")] == ["run-1"]
         assert [e["kind"] for e in store.events("a")] == ["run.start"]
-        assert store.records("a", "k") == [(1, "one")]
+        assert store.session_records.get("a", "k") == [(1, "one")]
 
     def test_an_error_rolls_everything_back_and_drops_the_events(self, store):
         s = store.session("s")
@@ -447,11 +447,11 @@ class TestTransactions:
                 s.update(msg("m0", "edited"))
                 store.session("t").append_many([msg("t1"), msg("t2")])
                 s.on_compaction(summary_fn("m0", "x")).compact(leaf_id="x")
-                store.begin_run("s", "run-1", "hi")
-                store.put_records("s", "k", [(1, "one")])
+                store.run_log.begin("s", "run-1", "hi")
+                store.session_records.put("s", "k", [(1, "one")])
                 raise RuntimeError("changed my mind")
         assert snapshot_store(store) == before
-        assert events == [] and store.runs("s") == [] and store.records("s", "k") == []
+        assert events == [] and store.runs("s") == [] and store.session_records.get("s", "k") == []
         s.append(msg("after"))  # writes after a rollback report as usual
         assert [e.message_ids for e in events] == [("after",)]
 

@@ -252,19 +252,23 @@ function skLocalModel(state, mod, answer) {
   return model;
 }
 
-/** A label's badge text: its tag, its rating, ⎇ for a label on the branch ending at the message. */
+/** A label's badge text: its tag, its rating, ⎇ for a label on the branch ending at the message, ⚙ for a scorer's. */
 function skLabelText(label) {
   const rating = label.rating === null || label.rating === undefined ? "" : ` ★${label.rating}`;
-  return (label.target === "branch" ? "⎇ " : "") + label.tag + rating;
+  const judged = label.source && label.source !== "human" ? "⚙ " : "";
+  return judged + (label.target === "branch" ? "⎇ " : "") + label.tag + rating;
 }
 
 /** The badges of a message's labels (see _source.labels_json); a × on each when `onRemove` is given. */
 function skLabelBadges(labels, onRemove) {
   const box = skEl("span", { class: "sk-labels" });
   for (const label of Array.isArray(labels) ? labels : []) {
-    const about = [label.target === "branch" ? "on the branch ending here" : "", label.note, label.author ? "by " + label.author : ""];
-    const badge = skEl("span", { class: "sk-label-badge" + (label.target === "branch" ? " sk-label-branch" : ""),
-      "data-label-id": label.id, "data-tag": label.tag, title: about.filter(Boolean).join(" · ") || null, text: skLabelText(label) });
+    const judged = label.source && label.source !== "human";
+    const about = [label.target === "branch" ? "on the branch ending here" : "", label.note, label.author ? "by " + label.author : "",
+      judged ? `${label.source} scorer ${label.scorer}` : "", label.rationale];
+    const badge = skEl("span", { class: "sk-label-badge" + (label.target === "branch" ? " sk-label-branch" : "") + (judged ? " sk-label-judged" : ""),
+      "data-label-id": label.id, "data-tag": label.tag, "data-source": label.source || "human",
+      title: about.filter(Boolean).join(" · ") || null, text: skLabelText(label) });
     if (onRemove)
       badge.append(skEl("button", { class: "sk-label-x", type: "button", "aria-label": `remove label ${label.tag}`, text: "×",
         onclick: (event) => {

@@ -89,7 +89,9 @@ function render({ model, el }) {
   const head = skEl("div", { class: "sk-toolbar" });
   const body = skEl("div", { class: "sk-run-body" });
   const queueBox = skEl("div", { class: "sk-queue" });
-  root.append(head, body, queueBox);
+  // the finished runs' timeline (computed by the kernel: sessionkit.widgets._timeline), above them
+  const tlBox = skEl("details", { class: "skr-timeline", open: true });
+  root.append(head, tlBox, body, queueBox);
   el.append(root);
   let state = { runs: [], usage: rvUsage(), last_seq: -1 };
   let lastI = -1;
@@ -262,6 +264,36 @@ function render({ model, el }) {
     }
   }
 
+  /** A bar clicked: say which message it produced, and show its turn (or tool) in the view. */
+  function openCall(messageId, call) {
+    model.set("selected_id", messageId);
+    if (model.save_changes) model.save_changes();
+    const d = doms.get(call.run_id);
+    let target = null;
+    if (d && call.kind === "tool") target = [...d.node.querySelectorAll(".sk-tool[data-tool]")].find((n) => n.dataset.tool === call.tool_call_id) || null;
+    if (d && call.kind === "model") target = d.turnDoms[call.model_index] ? d.turnDoms[call.model_index].node : null;
+    for (const node of root.querySelectorAll(".skr-picked")) node.classList.remove("skr-picked");
+    if (target) {
+      target.classList.add("skr-picked");
+      target.scrollIntoView({ block: "nearest" });
+    }
+    root.dataset.selected = messageId;
+  }
+
+  function renderTimeline() {
+    const data = model.get("_timeline") || {};
+    const runs = data.runs || [];
+    tlBox.textContent = "";
+    tlBox.style.display = runs.length ? "" : "none";
+    if (!runs.length) return;
+    for (const run of runs) {
+      let k = 0;
+      for (const c of run.calls) if (c.kind === "model") c.model_index = k++;
+      for (const c of run.calls) c.run_id = run.run_id;
+    }
+    tlBox.append(skEl("summary", { class: "sk-meta", text: "timeline" }), skTimeline(data, openCall));
+  }
+
   const onQueue = () => renderQueue();
   const onHeight = () => {
     body.style.maxHeight = (model.get("height") || 480) + "px";
@@ -270,7 +302,9 @@ function render({ model, el }) {
   model.on("change:queue", onQueue);
   model.on("change:controls", onQueue);
   model.on("change:height", onHeight);
+  model.on("change:_timeline", renderTimeline);
   onHeight();
+  renderTimeline();
   sync();
   renderQueue();
   skHideSnapshot(model);
@@ -280,6 +314,7 @@ function render({ model, el }) {
     model.off("change:queue", onQueue);
     model.off("change:controls", onQueue);
     model.off("change:height", onHeight);
+    model.off("change:_timeline", renderTimeline);
   };
 }
 

@@ -18,6 +18,7 @@
     ["session_id", "session"],
     ["messages", "messages"],
     ["branches", "branches"],
+    ["runs", "runs"],
     ["tokens", "tokens"],
     ["cost", "cost"],
     ["last_activity", "last activity"],
@@ -72,6 +73,7 @@
       path: (id, leaf) => get("api/path", { id, leaf }),
       messages: (id, ids) => get("api/messages", { id, ids }).then((r) => r.items),
       events: (id) => get("api/events", { id }).then((r) => r.events),
+      timeline: (id) => get("api/timeline", { id }),
       remove: (id) => get("api/session", { id }, "DELETE"),
     };
   }
@@ -108,7 +110,9 @@
     return {
       async sessions(q) {
         const f = (q.filter || "").toLowerCase();
-        let rows = data.rows.filter((r) => !f || [r.session_id, r.source, r.labels].some((x) => String(x || "").toLowerCase().includes(f)));
+        const extra = (data.columns || []).map((c) => c.name);
+        const shown = (r) => [r.session_id, r.source, r.labels, ...extra.map((k) => r[k])];
+        let rows = data.rows.filter((r) => !f || shown(r).some((x) => (x === null || x === undefined ? "" : String(x)).toLowerCase().includes(f)));
         const key = q.sort;
         const dir = q.desc === "1" || q.desc === true ? -1 : 1;
         rows = rows.slice().sort((a, b) => {
@@ -118,7 +122,7 @@
           if (y === null || y === undefined) return -1;
           return (x < y ? -1 : 1) * dir;
         });
-        return { rows: rows.slice(q.offset, q.offset + q.limit), total: rows.length, labels: data.labels };
+        return { rows: rows.slice(q.offset, q.offset + q.limit), total: rows.length, labels: data.labels, columns: data.columns || [] };
       },
       async search(text, limit) {
         // Client-side: every word of the query (case-folded) in the text; ranked by occurrences.
@@ -145,6 +149,7 @@
           return out;
         }),
       events: (id) => load(id).then((s) => s.events || []),
+      timeline: (id) => load(id).then((s) => s.timeline || { runs: [] }),
     };
   }
 
@@ -236,12 +241,12 @@
       return box;
     }
     if (v === null || v === undefined) return "—";
-    return typeof v === "number" ? v.toLocaleString("en-US") : String(v);
+    return typeof v === "number" ? v.toLocaleString("en-US", { maximumFractionDigits: 3 }) : String(v);
   }
 
   function sessionsPage() {
     const box = skEl("section", { class: "sk-view skv-sessions" });
-    const filter = skEl("input", { class: "sk-input skv-filter", type: "search", placeholder: "filter by session, source or label", value: table.filter, "aria-label": "filter" });
+    const filter = skEl("input", { class: "sk-input skv-filter", type: "search", placeholder: "filter by session, source, label or column", value: table.filter, "aria-label": "filter" });
     const status = skEl("span", { class: "sk-meta skv-status" });
     const prev = skEl("button", { class: "sk-btn skv-prev", type: "button", text: "← previous" });
     const next = skEl("button", { class: "sk-btn skv-next", type: "button", text: "next →" });
@@ -262,7 +267,8 @@
         return;
       }
       if (mine !== asked) return;
-      const cols = COLUMNS.filter(([key]) => key !== "labels" || page.labels);
+      // the built-in columns, then the extra ones (--column, and those computed from the labels)
+      const cols = COLUMNS.filter(([key]) => key !== "labels" || page.labels).concat((page.columns || []).map((c) => [c.name, c.label, true]));
       grid.textContent = "";
       const head = skEl("tr", {});
       for (const [key, label] of cols) {
@@ -280,7 +286,7 @@
       const body = skEl("tbody", {});
       for (const row of page.rows) {
         const tr = skEl("tr", { "data-session": row.session_id });
-        for (const [key] of cols) tr.append(skEl("td", { class: "skv-" + key }, cell(key, row)));
+        for (const [key, , extra] of cols) tr.append(skEl("td", { class: extra ? "skv-extra" : "skv-" + key, "data-column": key }, cell(key, row)));
         body.append(tr);
       }
       grid.append(skEl("thead", {}, head), body);
@@ -468,9 +474,19 @@
 
     const events = await api.events(id);
     if (events.length) {
-      runsEl.append(skEl("h3", { class: "skv-sub", text: "Runs" }));
+      // the timeline beside the runs: a click on a bar selects the message it produced
+      const times = skEl("div", { class: "skv-timeline" }, skEl("h3", { class: "skv-sub", text: "Timeline" }));
+      const runList = skEl("div", { class: "skv-runlist" }, skEl("h3", { class: "skv-sub", text: "Runs" }));
       const host = skEl("div", {});
-      runsEl.append(host);
+      runList.append(host);
+      runsEl.append(times, runList);
+      try {
+        times.append(skTimeline(await api.timeline(id), (mid) => {
+          if (known.has(mid)) tree.model.set("selected_id", mid);
+        }));
+      } catch (err) {
+        times.append(skEl("div", { class: "sk-err skv-error", text: String(err && err.message ? err.message : err) }));
+      }
       await mount("run_view", host, { summary: {}, queue: { items: [] }, controls: false, height: 480 }, (msg) => (msg.type === "hello" ? { type: "reset", req: msg.req, events } : null));
     }
     box.dataset.ready = "1";
