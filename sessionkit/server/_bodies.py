@@ -17,8 +17,8 @@ import base64
 import binascii
 import json
 import re
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ._errors import Rejected
