@@ -172,7 +172,7 @@ def _bad_query(detail: str) -> Rejected:
 
 #: How long a cursor's list of anchors may grow (characters of its JSON): a cursor stays a
 #: short query parameter whatever the message ids are.
-_ANCHORS_MAX_CHARS = 1024
+_ANCHORS_MAX_CHARS = 2048
 
 
 def conversation_cursor(leaf: str, compacted: bool, offset: int, anchors: Iterable[tuple[int, str]] = ()) -> str:

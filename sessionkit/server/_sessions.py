@@ -64,7 +64,7 @@ def _needs_recovery(snap: R.Snapshot) -> bool:
 
 
 #: How many pages ahead a page read from the whole path leaves anchors for in its cursor.
-_ANCHORS_AHEAD = 32
+_ANCHORS_AHEAD = 128
 
 
 def _conversation_page(store: Any, key: str, public_id: str, query: ConversationQuery) -> dict:

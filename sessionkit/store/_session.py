@@ -458,7 +458,12 @@ class Session:
             leaf = self._leaf(leaf_id)
             if leaf is None or count == 0 or start > leaf.depth:
                 return []
-            nodes = [n for n, _ in eng.walk(self.session_id, leaf, leaf.depth - start + 1, False)]
+            span = leaf.depth - start + 1
+            if span <= count:  # the slice ends at the leaf: one walk, content included
+                rows = eng.walk(self.session_id, leaf, span, True)
+                rows.reverse()
+                return [m for m in (self._restore(n.seq, raw) for n, raw in rows) if m is not None]
+            nodes = [n for n, _ in eng.walk(self.session_id, leaf, span, False)]
             nodes.reverse()
             return self._load([n.seq for n in nodes[:count]])
 
