@@ -1106,6 +1106,10 @@ class AsyncSession:
         """Raw messages on the path to ``leaf_id`` (compaction ignored)."""
         return await self._call("path_length", leaf_id)
 
+    async def path_slice(self, start: int, count: int, *, leaf_id: str | None = None) -> list[dict[str, Any]]:
+        """The raw messages at depths ``start`` .. ``start + count - 1`` of the path to ``leaf_id``."""
+        return await self._call("path_slice", start, count, leaf_id=leaf_id)
+
     async def count(self) -> int:
         """All messages in the session: ``len(session)`` of the sync API."""
         return await self._store._run(lambda: len(self._session()))

@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,21 +152,45 @@ def parse_message(body: Any) -> Message:
 @dataclass(frozen=True)
 class ConversationQuery:
     """``GET /sessions/{id}/conversation``: which path (``leaf``; None: the latest), whether
-    compactions apply, and the page (``offset`` from the cursor, ``limit``)."""
+    compactions apply, and the page (``offset`` from the cursor, ``limit``).
+
+    ``anchors``: messages further down the path the cursor's page was read from, as
+    ``(depth, id)`` pairs by depth, so that a later page is read upwards from the first
+    anchor at or below its end instead of from the leaf (see ``conversation_cursor``).
+    """
 
     leaf: str | None
     compacted: bool
     limit: int
     offset: int
+    anchors: tuple[tuple[int, str], ...] = ()
 
 
 def _bad_query(detail: str) -> Rejected:
     return Rejected(400, "invalid_query", detail=detail)
 
 
-def conversation_cursor(leaf: str, compacted: bool, offset: int) -> str:
-    """The opaque cursor of the next page: the path it pages (its leaf, compacted or not) and where."""
-    raw = json.dumps([leaf, compacted, offset], ensure_ascii=True, separators=(",", ":")).encode("ascii")
+#: How long a cursor's list of anchors may grow (characters of its JSON): a cursor stays a
+#: short query parameter whatever the message ids are.
+_ANCHORS_MAX_CHARS = 2048
+
+
+def conversation_cursor(leaf: str, compacted: bool, offset: int, anchors: Iterable[tuple[int, str]] = ()) -> str:
+    """The opaque cursor of the next page: the path it pages (its leaf, compacted or not), where,
+    and anchors on the path below (as many as fit in :data:`_ANCHORS_MAX_CHARS`).
+
+    A cursor is base64 of ``[leaf, compacted, offset]`` or, with anchors,
+    ``[leaf, compacted, offset, [[depth, id], ...]]``; both are read back.
+    """
+    kept: list[list[Any]] = []
+    size = 2
+    for depth, mid in anchors:
+        size += len(json.dumps([depth, mid], ensure_ascii=True)) + 1
+        if size > _ANCHORS_MAX_CHARS:
+            break
+        kept.append([depth, mid])
+    value: list[Any] = [leaf, compacted, offset] + ([kept] if kept else [])
+    raw = json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
@@ -174,18 +199,36 @@ def conversation_cursor(leaf: str, compacted: bool, offset: int) -> str:
 _MAX_OFFSET = 2**53
 
 
-def _read_cursor(cursor: str) -> tuple[str, bool, int]:
+def _read_cursor(cursor: str) -> tuple[str, bool, int, tuple[tuple[int, str], ...]]:
+    forged = _bad_query("'cursor' is not a cursor this server gave")
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        leaf, compacted, offset = json.loads(raw.decode("ascii"))
+        value = json.loads(raw.decode("ascii"))
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, RecursionError):
         # RecursionError: JSON nested deeper than the parser goes (a forged cursor)
-        raise _bad_query("'cursor' is not a cursor this server gave") from None
+        raise forged from None
+    if not isinstance(value, list) or len(value) not in (3, 4):
+        raise forged
+    leaf, compacted, offset = value[:3]
     if not (isinstance(leaf, str) and leaf and isinstance(compacted, bool)):
-        raise _bad_query("'cursor' is not a cursor this server gave")
-    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= _MAX_OFFSET:
-        raise _bad_query("'cursor' is not a cursor this server gave")
-    return leaf, compacted, offset
+        raise forged
+    if not _whole(offset) or not 0 <= offset <= _MAX_OFFSET:
+        raise forged
+    anchors: list[tuple[int, str]] = []
+    if len(value) == 4:
+        if not isinstance(value[3], list):
+            raise forged
+        for item in value[3]:
+            if not (isinstance(item, list) and len(item) == 2 and _whole(item[0]) and isinstance(item[1], str)):
+                raise forged
+            if not offset <= item[0] <= _MAX_OFFSET or not item[1] or (anchors and item[0] <= anchors[-1][0]):
+                raise forged
+            anchors.append((item[0], item[1]))
+    return leaf, compacted, offset, tuple(anchors)
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def parse_conversation_query(query: Any) -> ConversationQuery:
@@ -207,15 +250,16 @@ def parse_conversation_query(query: Any) -> ConversationQuery:
             raise _bad_query(f"'limit' must be a whole number from 1 to {PAGE_MAX}")
         limit = int(limit_text)
     offset = 0
+    anchors: tuple[tuple[int, str], ...] = ()
     cursor = query.get("cursor")
     if cursor:
-        pinned_leaf, pinned_compacted, offset = _read_cursor(cursor)
+        pinned_leaf, pinned_compacted, offset, anchors = _read_cursor(cursor)
         if leaf is not None and leaf != pinned_leaf:
             raise _bad_query("'leaf' differs from the path the cursor pages")
         if compacted_text in ("true", "false") and compacted != pinned_compacted:
             raise _bad_query("'compacted' differs from the cursor's")
         leaf, compacted = pinned_leaf, pinned_compacted
-    return ConversationQuery(leaf, compacted, limit, offset)
+    return ConversationQuery(leaf, compacted, limit, offset, anchors)
 
 
 def check_session_id(session_id: Any) -> str:

@@ -63,35 +63,97 @@ def _needs_recovery(snap: R.Snapshot) -> bool:
     )
 
 
+#: How many pages ahead a page read from the whole path leaves anchors for in its cursor.
+_ANCHORS_AHEAD = 128
+
+
 def _conversation_page(store: Any, key: str, public_id: str, query: ConversationQuery) -> dict:
-    """A page of one path of a session (``GET /sessions/{id}/conversation``), read off the loop."""
+    """A page of one path of a session (``GET /sessions/{id}/conversation``), read off the loop.
+
+    Without a compaction to apply, a page is read upwards from the nearest message known on
+    the path at or below its end (``Session.path_slice``): the leaf for the last page, else
+    an anchor of the cursor. A page without one reads the path's nodes once (no content) and
+    leaves anchors for the pages after it in its cursor, so paging through a long
+    conversation costs about one read of it. A compacted view of a session that has
+    compactions places them on the whole path for each page.
+    """
     session = store.session(key)
-    try:  # the leaf's path, without content; MessageNotFound if not in the session
-        path = session.path(query.leaf)
+    try:  # MessageNotFound if the leaf is not in the session
+        if query.compacted and session.compactions():
+            return _compacted_page(session, public_id, query)
+        if query.leaf is None:
+            latest = session.latest_leaf()
+            leaf = None if latest is None else latest["id"]
+        else:
+            leaf = query.leaf
+        if leaf is None:
+            return _page_body(public_id, None, query, 0, [])
+        total = session.path_length(leaf)
+        page, anchors = _raw_page(session, leaf, total, query)
     except ValueError as exc:  # an id no engine can hold (a NUL, a lone surrogate) names no message
         raise MessageNotFound(str(exc)) from None
-    page: list[dict] = []
-    total = 0
-    if path.leaf_id is not None:
-        stop = query.offset + query.limit
-        if query.compacted:
-            total = len(path.model_view())
-            # the store streams the path in bounded batches; reading stops after the page
-            page = list(itertools.islice(session.history(leaf_id=path.leaf_id), query.offset, stop))
-        else:
-            total = len(path)
-            ids = [node.id for node in path.nodes[query.offset : stop]]
-            found = session.get_many(ids)
-            page = [found[i] for i in ids if i in found]
+    return _page_body(public_id, leaf, query, total, page, anchors)
+
+
+def _raw_page(
+    session: Any, leaf: str, total: int, query: ConversationQuery
+) -> tuple[list[dict], list[tuple[int, str]]]:
+    """The messages at positions ``offset`` .. of the raw path, and the anchors still ahead."""
+    offset, limit = query.offset, query.limit
+    want = max(0, min(limit, total - offset))
+    if want == 0:
+        return [], []
+    last = offset + want - 1  # the depth of the page's last message
+    if last == total - 1:  # the last page: read up from the leaf
+        return session.path_slice(offset, want, leaf_id=leaf), []
+    ahead = [(depth, mid) for depth, mid in query.anchors if depth >= last]
+    if ahead and ahead[0][0] < total:
+        try:
+            page = session.path_slice(offset, want, leaf_id=ahead[0][1])
+        except MessageNotFound:  # deleted since: the whole path tells
+            page = []
+        if len(page) == want:
+            return page, [a for a in ahead if a[0] > last]
+    # No anchor: the path's nodes once, the page's content, anchors for the pages after it
+    nodes = session.path(leaf).nodes
+    ids = [node.id for node in nodes[offset : offset + want]]
+    found = session.get_many(ids)
+    page = [found[i] for i in ids if i in found]
+    ends = range(last + limit, min(len(nodes) - 1, last + limit * _ANCHORS_AHEAD + 1), limit)
+    return page, [(depth, nodes[depth].id) for depth in ends]
+
+
+def _page_body(
+    public_id: str,
+    leaf: str | None,
+    query: ConversationQuery,
+    total: int,
+    page: list[dict],
+    anchors: list[tuple[int, str]] | None = None,
+) -> dict:
     end = query.offset + len(page)
+    cursor = conversation_cursor(leaf, query.compacted, end, anchors or ()) if leaf and end < total else None
     return {
         "sessionId": public_id,
-        "leaf": path.leaf_id,
+        "leaf": leaf,
         "compacted": query.compacted,
         "total": total,
         "messages": page,
-        "nextCursor": conversation_cursor(path.leaf_id, query.compacted, end) if path.leaf_id and end < total else None,
+        "nextCursor": cursor,
     }
+
+
+def _compacted_page(session: Any, public_id: str, query: ConversationQuery) -> dict:
+    """A page of the path as the model sees it: each compaction's summary stands for its range."""
+    path = session.path(query.leaf)  # the path without content, compactions placed on it
+    page: list[dict] = []
+    total = 0
+    if path.leaf_id is not None:
+        total = len(path.model_view())
+        # the store streams the path in bounded batches; reading stops after the page
+        stop = query.offset + query.limit
+        page = list(itertools.islice(session.history(leaf_id=path.leaf_id), query.offset, stop))
+    return _page_body(public_id, path.leaf_id, query, total, page)
 
 
 class Sessions:

@@ -431,13 +431,24 @@ def labelled_messages(store: Store, tag: Any, session_id: str | None) -> set[tup
     or several), or lying on a branch labelled so (from the labelled message up to its root)."""
     eng = store._check()
     out: set[tuple[str, str]] = set()
+    branches: dict[str, list[str]] = {}
     for label in eng.labels(query(session_id=session_id, tag=tag)):
         if label.target == "message":
             out.add((label.session_id, label.message_id))
-            continue
-        node = eng.node(label.session_id, label.message_id)
-        if node is not None:
-            out.update((label.session_id, mid) for _, mid, _ in eng.path_skeleton(label.session_id, node.seq))
+        else:
+            branches.setdefault(label.session_id, []).append(label.message_id)
+    for sid, ends in branches.items():
+        # One read of the session's tree (no content), then each branch walked up in it,
+        # stopping where an earlier branch already went: the walks together visit each
+        # message at most once, however many branches are labelled.
+        parents = {n.id: n.parent_id for n in eng.nodes(sid)}
+        on: set[str] = set()
+        for end in ends:
+            mid: str | None = end if end in parents else None
+            while mid is not None and mid not in on:
+                on.add(mid)
+                mid = parents.get(mid)
+        out.update((sid, mid) for mid in on)
     return out
 
 

@@ -441,6 +441,32 @@ class Session:
         node = self._leaf(leaf_id)
         return 0 if node is None else node.depth + 1
 
+    def path_slice(self, start: int, count: int, *, leaf_id: str | None = None) -> list[dict[str, Any]]:
+        """The raw messages at depths ``start`` .. ``start + count - 1`` of the path to ``leaf_id``
+        (default: the latest leaf), root first; compaction ignored, as in ``compacted=False``.
+
+        Reads as one state of the store: the nodes from the leaf up to depth ``start``
+        without content, then the content of the slice only, so a page of a long path
+        costs its own messages' content (``path_slice(0, n)`` is ``get_history(compacted=False)[:n]``).
+        Past the leaf -> ``[]``; an unknown ``leaf_id`` -> ``MessageNotFound``.
+        """
+        for name, value in (("start", start), ("count", count)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        eng = self._eng()
+        with eng.snapshot():
+            leaf = self._leaf(leaf_id)
+            if leaf is None or count == 0 or start > leaf.depth:
+                return []
+            span = leaf.depth - start + 1
+            if span <= count:  # the slice ends at the leaf: one walk, content included
+                rows = eng.walk(self.session_id, leaf, span, True)
+                rows.reverse()
+                return [m for m in (self._restore(n.seq, raw) for n, raw in rows) if m is not None]
+            nodes = [n for n, _ in eng.walk(self.session_id, leaf, span, False)]
+            nodes.reverse()
+            return self._load([n.seq for n in nodes[:count]])
+
     def __len__(self) -> int:
         return self._eng().count(self.session_id)
 

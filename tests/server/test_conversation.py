@@ -226,3 +226,83 @@ def test_a_forged_cursor_too_far_or_too_deep_is_a_bad_query_not_a_server_error(s
         first = c.get("/sessions/f/conversation", params={"limit": "1"}).json()
         second = c.get("/sessions/f/conversation", params={"cursor": first["nextCursor"], "limit": "1"}).json()
         assert second["messages"][0]["id"] != first["messages"][0]["id"]
+
+
+def _page_through(c, session_id: str, limit: int, **params) -> tuple[list[dict], int]:
+    """Every message of a listing, following ``nextCursor``; and how many pages it took."""
+    seen: list[dict] = []
+    cursor = None
+    pages = 0
+    while True:
+        query = {"limit": str(limit), **params} if cursor is None else {"limit": str(limit), "cursor": cursor}
+        body = c.get(f"/sessions/{session_id}/conversation", params=query).json()
+        seen += body["messages"]
+        pages += 1
+        cursor = body["nextCursor"]
+        if cursor is None:
+            return seen, pages
+
+
+def test_paging_gives_exactly_the_history_on_branches_with_and_without_a_compaction(serve, store):
+    live = serve(sk.Agent("echo", "", ScriptedModel([])), store)
+    with live.client() as c:
+        assert c.post("/sessions", json={"sessionId": "long"}).status_code == 201
+        session = store.session("long")
+        roles = ("user", "assistant")
+        session.append_many(
+            {"id": f"m{i}", "role": roles[i % 2], "parts": [{"type": "text", "text": f"t{i}"}]} for i in range(90)
+        )
+        side = {"id": "side0", "role": "user", "parts": [{"type": "text", "text": "side"}]}
+        session.append_many(
+            [side]
+            + [
+                {"id": f"side{i}", "role": roles[(i + 0) % 2], "parts": [{"type": "text", "text": f"s{i}"}]}
+                for i in range(1, 40)
+            ],
+            parent_id="m30",
+        )
+        leaves = [None, "side39", "m60"]
+        for leaf in leaves:  # no compaction yet: raw and compacted agree
+            want = session.get_history(leaf_id=leaf)
+            for limit in (1, 7, 25, 1000):
+                got, pages = _page_through(c, "long", limit, **({"leaf": leaf} if leaf else {}))
+                assert got == want and pages == max(1, -(-len(want) // limit)), (leaf, limit)
+        session.import_compaction(sk.Compaction("c1", "m3", "m20", "SUMMARY", "2026-01-01T00:00:00Z", 40, 5))
+        for leaf in leaves:
+            for compacted in ("true", "false"):
+                want = session.get_history(leaf_id=leaf, compacted=compacted == "true")
+                for limit in (7, 1000):
+                    params = {"compacted": compacted, **({"leaf": leaf} if leaf else {})}
+                    got, _ = _page_through(c, "long", limit, **params)
+                    assert got == want, (leaf, compacted, limit)
+            assert len(session.get_history(leaf_id=leaf)) < len(session.get_history(leaf_id=leaf, compacted=False))
+
+
+def test_a_cursor_without_anchors_still_pages(serve, new_store):
+    import base64
+    import json
+
+    store = new_store("sqlite", name="old-cursor")
+    live = serve(sk.Agent("echo", "", ScriptedModel([])), store)
+    with live.client() as c:
+        c.post("/sessions", json={"sessionId": "o"})
+        session = store.session("o")
+        session.append_many(
+            {"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"t{i}"}]} for i in range(12)
+        )
+        plain = base64.urlsafe_b64encode(json.dumps(["m11", True, 5]).encode()).decode().rstrip("=")
+        body = c.get("/sessions/o/conversation", params={"cursor": plain, "limit": "4"}).json()
+        assert [m["id"] for m in body["messages"]] == ["m5", "m6", "m7", "m8"]
+        rest, _ = _page_through(c, "o", 4)
+        assert [m["id"] for m in rest] == [f"m{i}" for i in range(12)]
+        first = c.get("/sessions/o/conversation", params={"limit": "2"}).json()
+        nxt = c.get("/sessions/o/conversation", params={"cursor": first["nextCursor"], "limit": "2"}).json()
+        assert [m["id"] for m in nxt["messages"]] == ["m2", "m3"]
+        for forged in (
+            [["m11", True, 2, "x"]],
+            [["m11", True, 2, [[1, "m1"]]]],
+            [["m11", True, 2, [[5, "m5"], [4, "m4"]]]],
+        ):
+            raw = base64.urlsafe_b64encode(json.dumps(forged[0]).encode()).decode().rstrip("=")
+            bad = c.get("/sessions/o/conversation", params={"cursor": raw})
+            assert bad.status_code == 400 and bad.json()["error"] == "invalid_query"

@@ -619,6 +619,14 @@ async def _path_length(t: Twins):
     await t.read(lambda s: s.path_length("u2"), on="s")
 
 
+@recipe("AsyncSession.path_slice")
+async def _path_slice(t: Twins):
+    await t.read(lambda s: s.path_slice(0, 3), on="s")
+    await t.read(lambda s: s.path_slice(1, 2, leaf_id="a2"), on="s")
+    await t.read(lambda s: s.path_slice(0, 1, leaf_id="ghost"), on="s")
+    await t.read(lambda s: s.path_slice(-1, 1), on="s")
+
+
 @recipe("AsyncSession.count")
 async def _count(t: Twins):  # len(session) of the sync API
     for sid in ("s", "t", "nobody"):

@@ -227,6 +227,32 @@ class TestLabels:
         assert sorted(h.id for h in s.search("deploy", labels=["mine", "path"])) == ["a1", "u1", "u2"]
         assert len(store.search("deploy", labels="path", limit=2)) == 2
 
+    def test_search_with_many_branch_labels_is_the_union_of_their_paths(self, store):
+        s = store.session("s")
+        s.append_many(msg(f"m{i}", f"deploy step {i}") for i in range(60))
+        for fork in (10, 25, 40):  # side branches off the chain, with their own matches
+            s.append_many((msg(f"f{fork}.{i}", f"deploy side {fork} {i}") for i in range(8)), parent_id=f"m{fork}")
+        other = store.session("o")
+        other.append_many(msg(f"o{i}", f"deploy other {i}") for i in range(10))
+        ends = ["m5", "m33", "f10.3", "f25.7", "f40.0", "m59", "m33", "o4"]
+        for n, end in enumerate(ends):
+            session = other if end.startswith("o") else s
+            session.add_label(end, "picked" if n % 2 else "kept", target="branch")
+        s.add_label("f40.6", "kept")  # a message label beside them
+        s.add_label("f25.2", "other", target="branch")  # another tag: not asked for
+        # the answer from public reads: every message on the path to each labelled end
+        expected = {("s", "f40.6")}
+        for end in ends:
+            session = other if end.startswith("o") else s
+            expected |= {(session.session_id, m["id"]) for m in session.get_history(leaf_id=end, compacted=False)}
+        got = {(h.session_id, h.id) for h in store.search("deploy", limit=1000, labels=["picked", "kept"])}
+        assert got == expected
+        assert {h.id for h in s.search("deploy", limit=1000, labels="other")} == {f"m{i}" for i in range(26)} | {
+            "f25.0",
+            "f25.1",
+            "f25.2",
+        }
+
     def test_label_changes_reach_subscribers(self, store):
         s = _tree(store)
         seen = []

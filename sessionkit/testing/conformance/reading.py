@@ -60,6 +60,27 @@ class TestReading:
         assert s.get_history() == list(s.history())
         assert s.get_history(leaf_id="m9") == list(s.history(leaf_id="m9"))
 
+    def test_R2_path_slice_is_a_slice_of_the_raw_path(self, store):
+        s = store.session("s")
+        chain(s, 30)
+        s.append(msg("b1"), parent_id="m9")
+        s.append(msg("b2"), parent_id="b1")
+        s.import_compaction(sk.Compaction("c", "m2", "m5", "summary", "2026-01-01T00:00:00Z", 10, 2))
+        for leaf in (None, "b2", "m29", "m9"):
+            raw = s.get_history(leaf_id=leaf, compacted=False)
+            for start, count in ((0, 5), (3, 7), (8, 100), (len(raw) - 1, 1), (len(raw), 3), (0, 0)):
+                assert s.path_slice(start, count, leaf_id=leaf) == raw[start : start + count], (leaf, start, count)
+            pages = [s.path_slice(i, 4, leaf_id=leaf) for i in range(0, len(raw), 4)]
+            assert [m for page in pages for m in page] == raw
+        assert store.session("empty").path_slice(0, 10) == []
+        with pytest.raises(sk.MessageNotFound):
+            s.path_slice(0, 1, leaf_id="nope")
+        for bad in (-1, 1.5, True, "2"):
+            with pytest.raises(ValueError, match="start"):
+                s.path_slice(bad, 1)
+            with pytest.raises(ValueError, match="count"):
+                s.path_slice(0, bad)
+
     def test_R3_recent_history_window(self, store):
         s = store.session("s")
         ids = chain(s, 50, text=lambda i: "w" * (100 + i))
