@@ -750,16 +750,19 @@ class AsyncStore:
         """One row per message with the columns of the ``messages`` view (docs/analysis.md) (a pandas DataFrame)."""
         return await self._query("messages_df", session_ids)
 
-    async def sql(self, query: str, params=None, *, files: bool = False):
+    async def sql(self, query: str, params=None, *, files: bool = False, timeout: float | None = None):
         """Run DuckDB SQL over the analysis views (docs/analysis.md) (a DataFrame).
 
-        Cancelling the task that awaits it stops the query (see :meth:`sessionkit.Store.sql_arrow`)."""
-        return await self._query("sql", query, params, files=files)
+        Cancelling the task that awaits it stops the query (see :meth:`sessionkit.Store.sql_arrow`);
+        so does ``timeout`` (seconds), with ``QueryTimeout``."""
+        return await self._query("sql", query, params, files=files, timeout=timeout)
 
-    async def sql_arrow(self, query: str, params=None, *, session_ids=None, files: bool = False):
+    async def sql_arrow(
+        self, query: str, params=None, *, session_ids=None, files: bool = False, timeout: float | None = None
+    ):
         """``store.sql`` as a ``pyarrow.Table``."""
         ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
-        return await self._query("sql_arrow", query, params, session_ids=ids, files=files)
+        return await self._query("sql_arrow", query, params, session_ids=ids, files=files, timeout=timeout)
 
     async def interrupt_sql(self) -> None:
         """Stop the analysis queries running now on this store; runs at once, not behind the
