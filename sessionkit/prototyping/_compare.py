@@ -134,7 +134,7 @@ def _variant(name: Any, spec: Any, base: Agent | None) -> tuple[Agent, dict]:
     return agent, _settings(agent, options)
 
 
-def _start_node(session: Any, at: Any) -> Any:
+def _start_node(session: object, at: object) -> Any:
     """The message every variant runs from: ``at``, or the session's latest leaf (``ROOT`` when empty)."""
     # an sk.aio session reads through its store session
     reader = session.sync if isinstance(session, HasSyncConversation) else session

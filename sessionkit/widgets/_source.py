@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..agent.events import Conversation
 from ..parts import OVERLAY_PREFIX, input_text, output_text, preview, tool_parts
@@ -98,7 +98,7 @@ class TreeData:
         return self.roles[self.role[i]]
 
 
-def is_store_session(session: Any) -> bool:
+def is_store_session(session: object) -> TypeGuard[Session]:
     """A session of a sessionkit Store (a tree with cheap skeleton reads)."""
     return isinstance(session, Session)
 

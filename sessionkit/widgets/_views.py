@@ -196,7 +196,7 @@ class _View(anywidget.AnyWidget):
         return out
 
     # -- live refresh -------------------------------------------------------------------
-    def _watch_store(self, session: Any) -> None:
+    def _watch_store(self, session: object) -> None:
         if not is_store_session(session):  # the change feed is the store's (store.subscribe)
             self._unsubscribe = None
             return
@@ -655,7 +655,7 @@ class RunView(_View):
             )
 
     @classmethod
-    def replay(cls, session: Any, run_id: str | None = None, **kwargs: Any) -> RunView:
+    def replay(cls, session: Conversation, run_id: str | None = None, **kwargs: Any) -> RunView:
         """A view of a session's stored runs (only ``run_id`` when given), from their events."""
         return cls(session, run_id=run_id, **kwargs)
 
