@@ -1014,8 +1014,18 @@ class AsyncSession:
         return f"<sessionkit.aio.AsyncSession {self.session_id!r} in {self._store!r}>"
 
     @property
+    def can_branch(self) -> bool:
+        """True, like its sync twin: a store session is a tree (a turn may hang under any message)."""
+        return True
+
+    @property
     def store(self) -> AsyncStore:
         return self._store
+
+    @property
+    def run_log(self) -> AsyncRunLog:
+        """Where this session's runs and events are recorded: its store's ``store.run_log``."""
+        return self._store.run_log
 
     @property
     def sync(self) -> Session:

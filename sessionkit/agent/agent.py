@@ -114,12 +114,11 @@ from ..errors import (
 )
 from ..messages import dumps, validate
 from ..parts import text_of
-from ..store import Session
 from ._guardrails import check_guardrails, run_guardrails
 from ._loop import RunState, new_run_id
 from ._sync import run_coroutine_sync
 from .controller import RunController
-from .events import EventEmitter, RunLog
+from .events import Conversation, EventEmitter, HasSyncConversation, RunLog
 from .history import HistoryPolicy, check_policy
 from .models import (
     ChatModel,
@@ -178,24 +177,18 @@ class RunResult:
 class _RunTarget:
     """The session a run reads from and writes to, and where its events go."""
 
-    def __init__(self, session: Any) -> None:
-        sync = getattr(session, "sync", None)
-        if isinstance(sync, Session):  # an sk.aio AsyncSession: its store session does the work
-            session = sync
-        missing = [
-            name for name in ("session_id", "get_history", "latest_leaf", "append_many") if not hasattr(session, name)
-        ]
-        if missing:
+    def __init__(self, session: object) -> None:
+        if isinstance(session, HasSyncConversation) and isinstance(session.sync, Conversation):
+            session = session.sync  # an sk.aio AsyncSession: its store session does the work
+        if not isinstance(session, Conversation):
             raise TypeError(
                 f"session must be a sessionkit session (store.session(id) or sk.create_session()), "
-                f"got {type(session).__name__} without {', '.join(missing)}"
+                f"got {type(session).__name__}, which lacks a Conversation's session_id, run_log, "
+                f"get_history, latest_leaf, get or append_many"
             )
-        self.session = session
+        self.session: Conversation = session
         self.session_id = session.session_id
-        # A store session records its runs in its store; another session says where (run_log).
-        run_log = getattr(session, "run_log", None)
-        if run_log is None:
-            run_log = getattr(getattr(session, "store", None), "run_log", None)
+        run_log = session.run_log
         if not isinstance(run_log, RunLog):
             raise TypeError(f"cannot find where session {self.session_id!r} records its runs")
         self.run_log = run_log
@@ -575,13 +568,13 @@ class Agent:
             if at is None:
                 parent_id = await asyncio.to_thread(target.leaf_id)
             else:  # a run from an earlier node: its new turn is a branch under that node
-                _require_tree(session, "run(at=...)")
+                _require_tree(target.session, "run(at=...)")
                 parent_id = None if at is ROOT else cast(str, at)
             # an id not in this session raises MessageNotFound here, before anything is recorded
             path = await asyncio.to_thread(target.history, parent_id)
         else:
-            _require_tree(session, "regenerate")
-            parent_id, path, input_text = self._regeneration_point(session, regenerate_of)
+            _require_tree(target.session, "regenerate")
+            parent_id, path, input_text = self._regeneration_point(target.session, regenerate_of)
 
         state = RunState(
             run_id=run_id,
@@ -734,7 +727,7 @@ class Agent:
                 raise
             log.exception("could not record the run.end event of run %s", emitter.run_id)
 
-    def _regeneration_point(self, session: Any, message_id: str) -> tuple[str, list[dict], str]:
+    def _regeneration_point(self, session: Conversation, message_id: str) -> tuple[str, list[dict], str]:
         """Find the user message to answer again: (its id, the path up to it, its text)."""
         if not isinstance(message_id, str):
             raise TypeError(f"message_id must be a str, got {type(message_id).__name__}")

@@ -41,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..messages import dumps_valid, now_iso
 from ..store import RunRecord  # one record type for every run log
 
-__all__ = ["EVENT_KINDS", "EventEmitter", "MemoryRunLog", "RunLog", "RunRecord"]
+__all__ = ["EVENT_KINDS", "Conversation", "EventEmitter", "MemoryRunLog", "RunLog", "RunRecord"]
 
 log = logging.getLogger("sessionkit.agent")
 
@@ -78,6 +78,50 @@ class RunLog(Protocol):
     def runs(self, session_id: str) -> list: ...
 
     def events(self, session_id: str, after_seq: int | None = None) -> list[dict]: ...
+
+
+@runtime_checkable
+class Conversation(Protocol):
+    """What a run, a widget and a replay need of a session: the one written shape of every kind.
+
+    A store's session (``store.session(id)``, a tree), an
+    :class:`~sessionkit.agent.sessions.ExternalSession` (a straight line in a
+    :class:`~sessionkit.agent.sessions.SessionStore`) and the session a served
+    run writes to all have it. ``run_log`` is where the session's runs and
+    events are recorded (a store session's is its store's ``store.run_log``).
+    ``can_branch`` says whether the session is a tree (a turn may start from
+    any message) or a straight line. ``append_many`` appends messages in order
+    after ``parent_id`` and returns one result per message, each with the
+    stored ``message``. An ``sk.aio``
+    session is not one (its reads are awaited): a run reads through its
+    ``sync`` session (:class:`HasSyncConversation`).
+    """
+
+    session_id: str
+
+    @property
+    def can_branch(self) -> bool:
+        """Whether a turn may hang under any message (a tree: ``at=``, regenerate), not only the newest."""
+        ...
+
+    @property
+    def run_log(self) -> RunLog: ...
+
+    def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict]: ...
+
+    def latest_leaf(self) -> dict | None: ...
+
+    def get(self, message_id: str, /) -> dict | None: ...
+
+    def append_many(self, messages: Iterable[dict], *, parent_id: Any = ..., source: str = ...) -> list[Any]: ...
+
+
+@runtime_checkable
+class HasSyncConversation(Protocol):
+    """A session whose calls are awaited (``sk.aio``'s) and its blocking twin, ``sync``, a :class:`Conversation`."""
+
+    @property
+    def sync(self) -> Any: ...
 
 
 class MemoryRunLog:

@@ -32,14 +32,14 @@ import uuid
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import unquote
 
 from ..errors import UsageError
 from ..messages import dumps, now_iso, validate
 from ..store import Store
 from ._sync import run_coroutine_sync
-from .events import MemoryRunLog, RunRecord
+from .events import Conversation, MemoryRunLog, RunRecord
 
 __all__ = ["ExternalSession", "FileSessionStore", "SessionStore", "create_session"]
 
@@ -85,6 +85,9 @@ class ExternalSession:
     of connections made on the application's loop, say); an ``sk.aio`` store
     does not.
     """
+
+    #: A straight line: each message follows the one before.
+    can_branch = False
 
     def __init__(self, store: SessionStore, session_id: str) -> None:
         self.store = store
@@ -316,6 +319,13 @@ def create_session(session_id: str | None = None, *, store: Any = None) -> Any:
     )
 
 
-def _require_tree(session: Any, what: str) -> None:
-    if isinstance(session, ExternalSession):
+def _require_tree(session: Conversation, what: str) -> None:
+    if not session.can_branch:
         raise UsageError(f"{what} needs a session in a sessionkit store; {session!r} keeps a straight line")
+
+
+if TYPE_CHECKING:  # mypy checks that both kinds of session are Conversations (no cost at run time)
+    from ..store import Session
+
+    def _conversations(tree: Session, line: ExternalSession) -> tuple[Conversation, Conversation]:
+        return tree, line

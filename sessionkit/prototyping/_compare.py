@@ -10,8 +10,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent import ROOT, Agent, ExternalSession, LiteLLMModel, RunController
+from ..agent import ROOT, Agent, LiteLLMModel, RunController
+from ..agent.events import HasSyncConversation
 from ..errors import MessageNotFound, UsageError
+from ..store import Session
 
 __all__ = ["COMPARISON_COLUMNS", "Comparison", "compare"]
 
@@ -132,10 +134,11 @@ def _variant(name: Any, spec: Any, base: Agent | None) -> tuple[Agent, dict]:
     return agent, _settings(agent, options)
 
 
-def _start_node(session: Any, at: Any) -> Any:
+def _start_node(session: object, at: object) -> Any:
     """The message every variant runs from: ``at``, or the session's latest leaf (``ROOT`` when empty)."""
-    reader = getattr(session, "sync", session)  # an sk.aio session reads through its store session
-    if isinstance(reader, ExternalSession) or not hasattr(reader, "branches"):
+    # an sk.aio session reads through its store session
+    reader = session.sync if isinstance(session, HasSyncConversation) else session
+    if not isinstance(reader, Session):  # variants and replays are branches of the store's tree
         raise UsageError("compare needs a session in a sessionkit store (its variants are branches of one message)")
     if at is None:
         leaf = reader.latest_leaf()

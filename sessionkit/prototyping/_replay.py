@@ -9,10 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent import ROOT, Agent, ExternalSession
+from ..agent import ROOT, Agent
+from ..agent.events import HasSyncConversation
 from ..errors import UsageError
 from ..io import Progress
 from ..parts import text_of
+from ..store import Session
 
 __all__ = ["REPLAY_COLUMNS", "Replay", "replay"]
 
@@ -58,9 +60,10 @@ class Replay:
         return rows_df(self.rows, REPLAY_COLUMNS)
 
 
-def _reader(session: Any, what: str) -> Any:
-    reader = getattr(session, "sync", session)  # an sk.aio session reads through its store session
-    if isinstance(reader, ExternalSession) or not hasattr(reader, "branches"):
+def _reader(session: object, what: str) -> Session:
+    # an sk.aio session reads through its store session
+    reader = session.sync if isinstance(session, HasSyncConversation) else session
+    if not isinstance(reader, Session):  # variants and replays are branches of the store's tree
         raise UsageError(f"replay needs {what} in a sessionkit store (a replay is a branch)")
     return reader
 

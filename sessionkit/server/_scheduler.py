@@ -37,7 +37,7 @@ import os
 import socket
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import RunFailed
 from . import _records as R
@@ -166,6 +166,13 @@ class RunSession:
         self._leaf, self._history = preload
         self.session_id = live.key
         self.run_log = ServedRunLog(scheduler, live, run)
+
+    #: A served run may start from any message of the stored tree (``at``).
+    can_branch = True
+
+    def get(self, message_id: str) -> dict | None:
+        """The stored message with that id, or None."""
+        return self._s.store.session(self._live.key).get(message_id)
 
     def latest_leaf(self) -> dict | None:
         return copy.deepcopy(self._leaf)
@@ -707,3 +714,10 @@ class Scheduler:
         await asyncio.gather(
             *(self.stop(live, retry_later=True) for live in lives if live.task is not None), return_exceptions=True
         )
+
+
+if TYPE_CHECKING:  # mypy checks that a served run's session is a Conversation (no cost at run time)
+    from ..agent.events import Conversation
+
+    def _conversation(session: RunSession) -> Conversation:
+        return session

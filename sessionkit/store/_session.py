@@ -37,6 +37,7 @@ from .search import SearchHit
 if TYPE_CHECKING:  # (annotations only: the modules import each other)
     import pandas as pd
 
+    from ._facets import StoreRunLog
     from ._store import Store
     from ._values import _Latest
 
@@ -70,8 +71,18 @@ class Session:
         return _conveniences.session_html(self)
 
     @property
+    def can_branch(self) -> bool:
+        """True: a store session is a tree, a turn may hang under any of its messages."""
+        return True
+
+    @property
     def store(self) -> Store:
         return self._store
+
+    @property
+    def run_log(self) -> StoreRunLog:
+        """Where this session's runs and events are recorded: its store's ``store.run_log``."""
+        return self._store.run_log
 
     def _eng(self) -> Engine:
         return self._store._check()

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
+from ..agent.events import Conversation
 from ..parts import OVERLAY_PREFIX, input_text, output_text, preview, tool_parts
 from ..store import Session, Tree
 
@@ -97,7 +98,7 @@ class TreeData:
         return self.roles[self.role[i]]
 
 
-def is_store_session(session: Any) -> bool:
+def is_store_session(session: object) -> TypeGuard[Session]:
     """A session of a sessionkit Store (a tree with cheap skeleton reads)."""
     return isinstance(session, Session)
 
@@ -118,7 +119,7 @@ def labels_json(session: Any) -> dict[str, list[dict]]:
 
 def tree_data(session: Any) -> TreeData:
     """Read the skeleton of a session's tree: no message content is loaded."""
-    data = TreeData(session_id=str(getattr(session, "session_id", "")))
+    data = TreeData(session_id=session.session_id if isinstance(session, Conversation) else "")
     codes: dict[str, int] = {}
 
     def code(role: str) -> int:
@@ -145,7 +146,7 @@ def tree_data(session: Any) -> TreeData:
     else:
         from ..messages import estimate_tokens
 
-        messages = list(session.get_history()) if hasattr(session, "get_history") else list(session)
+        messages = list(session.get_history()) if isinstance(session, Conversation) else list(session)
         data.linear = True
         for i, m in enumerate(messages):
             data.ids.append(str(m.get("id", i)))
@@ -279,7 +280,7 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
     if not is_store_session(session):
         from ..messages import estimate_tokens
 
-        msgs = list(session.get_history()) if hasattr(session, "get_history") else list(session)
+        msgs = list(session.get_history()) if isinstance(session, Conversation) else list(session)
         entries: list[dict] = [
             {"id": str(m.get("id")), "role": str(m.get("role")), "tokens": estimate_tokens(m), "kind": "message"}
             for m in msgs
@@ -356,7 +357,7 @@ def load_messages(session: Any, ids: list[str]) -> dict[str, dict]:
         wanted = [mid for mid in ids if isinstance(mid, str) and not mid.startswith(OVERLAY_PREFIX)]
         return session.get_many(wanted)
     known = set(ids)
-    msgs = session.get_history() if hasattr(session, "get_history") else session
+    msgs = session.get_history() if isinstance(session, Conversation) else session
     for m in msgs:
         if str(m.get("id")) in known:
             out[str(m.get("id"))] = m

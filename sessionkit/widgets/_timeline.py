@@ -21,7 +21,9 @@ import datetime as _dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..agent.events import Conversation
 from ..errors import MissingDependency
+from ..store import Session
 
 __all__ = ["timeline", "produced_messages", "session_timeline"]
 
@@ -239,19 +241,19 @@ def timeline(events: Iterable[Mapping[str, Any]], produced: Mapping[str, Any] | 
     return {"runs": out}
 
 
-def session_timeline(session: Any, events: Iterable[Mapping[str, Any]] | None = None) -> dict:
+def session_timeline(session: Conversation, events: Iterable[Mapping[str, Any]] | None = None) -> dict:
     """:func:`timeline` of a session's runs with the message each call produced. ``session``: a
     store's session (its run messages read by one ``store.sql_arrow`` query and one
     ``get_many``), or any session with ``get_history()``; ``events``: default, the session's
     stored events."""
-    store = getattr(session, "store", None)
     if events is None:
-        events = store.events(session.session_id) if store is not None else session.events()
+        events = session.run_log.events(session.session_id)
     events = list(events)
     if not events:
         return {"runs": []}
     produced = None
-    if store is not None and callable(getattr(store, "sql_arrow", None)):
+    if isinstance(session, Session):  # a store's session: its run messages in one query
+        store = session.store
         try:
             ids = [
                 r["id"]
@@ -266,6 +268,6 @@ def session_timeline(session: Any, events: Iterable[Mapping[str, Any]] | None = 
         else:
             msgs = session.get_many(ids) if ids else {}
             produced = produced_messages(msgs[i] for i in ids if i in msgs)
-    if produced is None and callable(getattr(session, "get_history", None)):
+    if produced is None:
         produced = produced_messages(session.get_history())
     return timeline(events, produced)

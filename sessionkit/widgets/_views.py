@@ -24,6 +24,8 @@ import anywidget
 import ipywidgets
 import traitlets
 
+from ..agent import RunResult
+from ..agent.events import Conversation
 from ..errors import MessageNotFound, SessionKitError
 from . import _runlog, _static
 from ._labelled import LabelledView
@@ -194,11 +196,11 @@ class _View(anywidget.AnyWidget):
         return out
 
     # -- live refresh -------------------------------------------------------------------
-    def _watch_store(self, session: Any) -> None:
-        subscribe = getattr(getattr(session, "store", None), "subscribe", None)
-        if not is_store_session(session) or not callable(subscribe):
+    def _watch_store(self, session: object) -> None:
+        if not is_store_session(session):  # the change feed is the store's (store.subscribe)
             self._unsubscribe = None
             return
+        subscribe = session.store.subscribe
         ref = weakref.ref(self)
         sid = session.session_id
 
@@ -460,7 +462,7 @@ class Transcript(LabelledView, _View):
             self._watch_store(session)
 
     def __repr__(self) -> str:
-        sid = getattr(self._session, "session_id", "")
+        sid = self._session.session_id if isinstance(self._session, Conversation) else ""
         n = len(self._path.get("entries", []))
         return f"Transcript({sid!r}, leaf_id={self.leaf_id!r}, mode={self.mode!r}, {n} entries)"
 
@@ -576,16 +578,11 @@ def _is_controller(obj: Any) -> bool:
     )
 
 
-def _stored_events(session: Any, run_id: str | None) -> list[dict]:
+def _stored_events(session: object, run_id: str | None) -> list[dict]:
     """Events of a session (one run when ``run_id`` is given) from wherever they are kept."""
-    if is_store_session(session):
-        events = session.store.events(session.session_id)
-    elif callable(getattr(session, "events", None)):
-        events = session.events()
-    elif callable(getattr(getattr(session, "run_log", None), "events", None)):
-        events = session.run_log.events(session.session_id)
-    else:
+    if not isinstance(session, Conversation):
         raise TypeError(f"cannot find the run events of {session!r}")
+    events = session.run_log.events(session.session_id)
     return [e for e in events if run_id is None or e.get("run_id") == run_id]
 
 
@@ -645,10 +642,10 @@ class RunView(_View):
             self.attach(source)
         elif isinstance(source, (list, tuple)):
             self.extend(source)
-        elif hasattr(source, "run_id") and hasattr(source, "session") and source.session is not None:
+        elif isinstance(source, RunResult) and source.session is not None:
             self._session = source.session
             self.extend(_stored_events(source.session, source.run_id))
-        elif hasattr(source, "session_id") and (is_store_session(source) or hasattr(source, "events")):
+        elif isinstance(source, Conversation):
             self._session = source
             self.extend(_stored_events(source, run_id))
         else:
@@ -658,7 +655,7 @@ class RunView(_View):
             )
 
     @classmethod
-    def replay(cls, session: Any, run_id: str | None = None, **kwargs: Any) -> RunView:
+    def replay(cls, session: Conversation, run_id: str | None = None, **kwargs: Any) -> RunView:
         """A view of a session's stored runs (only ``run_id`` when given), from their events."""
         return cls(session, run_id=run_id, **kwargs)
 

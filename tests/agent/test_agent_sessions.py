@@ -120,3 +120,25 @@ def test_create_session_rejects_what_it_cannot_use():
         create_session(store=object())
     with pytest.raises(TypeError):
         create_session(42)
+
+
+def test_every_kind_of_session_is_a_conversation(store):
+    """The Conversation protocol (docs/architecture.md): a store's tree and a straight line both
+    have it, their runs are recorded where run_log says, and only the tree can branch."""
+    from sessionkit.agent.events import Conversation
+
+    tree, line = store.session("t"), create_session("l", store=DictStore())
+    assert isinstance(tree, Conversation) and isinstance(line, Conversation)
+    assert not isinstance([], Conversation)
+    assert (tree.can_branch, line.can_branch) == (True, False)
+    assert tree.run_log is store.run_log and line.run_log is not store.run_log
+    agent = Agent("a", "", ScriptedModel(["one", "two", "three"]))
+    for session in (tree, line):
+        result = agent.run_sync("hi", session=session)
+        assert [r.run_id for r in session.run_log.runs(session.session_id)] == [result.run_id]
+        assert session.get(result.messages[-1]["id"]) == session.latest_leaf()
+    first = tree.get_history()[0]["id"]
+    agent.run_sync("again", session=tree, at=first)  # a branch under the first message
+    assert len(tree.branches(first)) == 2
+    with pytest.raises(UsageError, match="straight line"):
+        agent.run_sync("again", session=line, at=line.get_history()[0]["id"])

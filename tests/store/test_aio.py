@@ -114,6 +114,7 @@ PROPERTIES = {
     "search_candidates",
     "store",
     "run_log",
+    "can_branch",
     "session_records",
     "coordination",
 }

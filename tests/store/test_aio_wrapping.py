@@ -565,6 +565,13 @@ async def _session_sync(t: Twins):
     assert type(s.sync) is sk.Session and s.sync is t.b.sync.session("s") and s.sync.session_id == "s"
 
 
+@recipe("AsyncSession.run_log", "AsyncSession.can_branch")
+async def _session_run_log(t: Twins):
+    s = t.b.session("s")
+    assert s.run_log is t.b.run_log and s.sync.run_log is t.b.sync.run_log
+    same(s.sync.can_branch, s.can_branch, "can_branch")
+
+
 @recipe("AsyncSession.get")
 async def _get(t: Twins):
     await t.read(lambda s: s.get("u2"), on="s")
