@@ -16,7 +16,9 @@ import importlib
 from typing import Any
 
 from .errors import (
+    DatasetNotFound,
     GuardrailTripped,
+    InvalidDataset,
     InvalidLabel,
     InvalidMessage,
     MaxStepsExceeded,
@@ -107,6 +109,8 @@ __all__ = [
     "StoreLocked",
     "MessageTooLarge",
     "InvalidLabel",
+    "InvalidDataset",
+    "DatasetNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",
