@@ -70,6 +70,43 @@ class DatasetItem:
 
 
 # ---------------------------------------------------------------------------
+# The ``datasets`` and ``dataset_items`` views of store.sql (see sql.views)
+
+DATASET_VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "datasets": (
+        ("name", "text"),
+        ("version", "int"),
+        ("level", "text"),
+        ("created_at", "time"),
+        ("item_count", "int"),
+        ("query", "text"),
+    ),
+    "dataset_items": (
+        ("name", "text"),
+        ("version", "int"),
+        ("n", "int"),
+        ("session_id", "text"),
+        ("message_id", "text"),
+        ("history", "text"),
+        ("reference", "text"),
+        ("tags", "texts"),
+    ),
+}
+
+
+def dataset_view_sql(tables: dict[str, str]) -> dict[str, str]:
+    """The two views as DuckDB SQL over ``tables`` (the store's tables or their copies)."""
+    return {
+        "datasets": f"""SELECT name, version::BIGINT AS version, level,
+               TRY_CAST(created_at AS TIMESTAMPTZ) AS created_at, item_count::BIGINT AS item_count, query
+        FROM {tables["datasets"]}""",
+        "dataset_items": f"""SELECT name, version::BIGINT AS version, n::BIGINT AS n, session_id, message_id,
+               history, reference, CAST(tags AS VARCHAR[]) AS tags
+        FROM {tables["dataset_items"]}""",
+    }
+
+
+# ---------------------------------------------------------------------------
 # Checks
 
 
@@ -205,6 +242,7 @@ def freeze(
         eng.execute(_stmt(eng, "ds_put", put), tuple(getattr(info, c) for c in DATASET_COLUMNS))
         put_items = f"INSERT INTO {{dataset_items}} ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * 8)})"
         eng.execute_many(_stmt(eng, "ds_items_put", put_items), rows)
+        eng.log_change("", "datasets")
     return info
 
 
@@ -274,6 +312,7 @@ def delete(store: Store, name: Any, version: Any = None) -> int:
         )[0]
         eng.execute(_stmt(eng, "ds_drop_items:" + where, f"DELETE FROM {{dataset_items}} WHERE {where}"), params)
         eng.execute(_stmt(eng, "ds_drop:" + where, f"DELETE FROM {{datasets}} WHERE {where}"), params)
+        eng.log_change("", "datasets")
     return int(count)
 
 
@@ -314,6 +353,8 @@ def import_datasets(store: Store, datasets: Iterable[tuple[DatasetInfo, list[Dat
                 ],
             )
             added += 1
+        if added:
+            eng.log_change("", "datasets")
     return added
 
 

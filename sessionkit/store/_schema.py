@@ -347,7 +347,7 @@ TEXT_AT = PREPARED_COLUMNS.index("text")
 #: exactly these), and their DuckDB types: from the declaration above.
 SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
     t: tuple(c.name for c in TABLES[t].columns if c.analysis)
-    for t in ("messages", "compactions", "runs", "events", "labels", "embeddings")
+    for t in ("messages", "compactions", "runs", "events", "labels", "embeddings", "datasets", "dataset_items")
 }
 _DUCKDB_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bigint": "BIGINT", "seq": "BIGINT", "real": "DOUBLE"}
 SOURCE_TYPES: dict[str, tuple[str, ...]] = {

@@ -153,3 +153,29 @@ def test_a_store_from_before_datasets_gains_them(engine, new_store):
         assert again.datasets() == []
         again.dataset("after", units=[("a", "r1")])
         assert again.dataset_items("after")[0].reference["id"] == "r1"
+
+
+def test_the_views_of_store_sql_follow_the_datasets(engine, new_store):
+    store = new_store(engine)
+    _fill(store)
+    assert store.sql_arrow("SELECT count(*) AS n FROM datasets").column("n").to_pylist() == [0]  # (the cache loads)
+    store.dataset("d", units=[("a", "r2"), ("b", "r1")])
+    store.dataset("d", units=[("a", "r1")])
+    rows = store.sql_arrow("SELECT name, version, level, item_count FROM datasets ORDER BY version").to_pylist()
+    assert rows == [
+        {"name": "d", "version": 1, "level": "turn", "item_count": 2},
+        {"name": "d", "version": 2, "level": "turn", "item_count": 1},
+    ]
+    items = store.sql_arrow(
+        "SELECT session_id, message_id, tags, json_extract_string(reference, '$.id') AS ref,"
+        " json_array_length(history) AS h FROM dataset_items WHERE version = 1 ORDER BY n"
+    ).to_pylist()
+    assert items == [
+        {"session_id": "a", "message_id": "r2", "tags": ["good", "short"], "ref": "r2", "h": 3},
+        {"session_id": "b", "message_id": "r1", "tags": ["bad"], "ref": "r1", "h": 1},
+    ]
+    # scoped to sessions, the datasets stay whole (they are no session's)
+    assert store.sql_arrow("SELECT count(*) AS n FROM dataset_items", session_ids=["b"]).column("n").to_pylist() == [3]
+    store.delete_dataset("d", version=1)
+    assert store.sql_arrow("SELECT version FROM datasets").column("version").to_pylist() == [2]
+    assert store.sql_arrow("SELECT count(*) AS n FROM dataset_items").column("n").to_pylist() == [1]
