@@ -12,14 +12,15 @@ and ``sessionkit_dataset_items`` (schema version 13).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import messages as _msg
 from ..errors import DatasetNotFound, InvalidDataset, MessageNotFound, SessionKitError
 
 if TYPE_CHECKING:
+    from ._sql import SQLEngine
     from ._store import Store
 
 __all__ = ["DatasetInfo", "DatasetItem", "DATASET_LEVELS"]
@@ -183,7 +184,7 @@ def _pairs_from_query(store: Store, query: Any) -> list[tuple[str, str]]:
 # Freezing, listing, reading, deleting
 
 
-def _item(store: Store, name: str, version: int, n: int, sid: str, mid: str) -> tuple[Any, ...]:
+def _item(store: Store, name: str, version: int, n: int, sid: str, mid: str) -> list[Any]:
     """The stored row of one item: the path read from the store up to ``mid`` (as the model
     saw it: compactions applied), split at the reply."""
     try:
@@ -195,7 +196,7 @@ def _item(store: Store, name: str, version: int, n: int, sid: str, mid: str) -> 
     reference = path[-1] if path[-1].get("role") == "assistant" else None
     history = path[:-1] if reference is not None else path
     tags = sorted({label.tag for label in store.labels(session_id=sid, message_id=mid)})
-    return (
+    return [
         name,
         version,
         n,
@@ -204,7 +205,12 @@ def _item(store: Store, name: str, version: int, n: int, sid: str, mid: str) -> 
         _msg.dumps(history),
         None if reference is None else _msg.dumps(reference),
         _msg.dumps(tags),
-    )
+    ]
+
+
+def _engine(store: Store) -> SQLEngine:
+    """The store's engine: every engine is a SQL engine, and datasets are its tables."""
+    return cast("SQLEngine", store._check())
 
 
 def _stmt(eng: Any, key: str, template: str) -> str:
@@ -227,7 +233,7 @@ def freeze(
     pairs = list(dict.fromkeys(pairs))  # each unit once, in the order chosen
     if not pairs:
         raise InvalidDataset(f"the dataset {name!r} would be empty: the {'query' if query else 'units'} chose nothing")
-    eng = store._check()
+    eng = _engine(store)
     with store.transaction():
         top = eng.fetch_one(_stmt(eng, "ds_top", "SELECT max(version) FROM {datasets} WHERE name = ?"), (name,))[0]
         if version is None:
@@ -236,7 +242,7 @@ def freeze(
             _stmt(eng, "ds_have", "SELECT 1 FROM {datasets} WHERE name = ? AND version = ?"), (name, version)
         ):
             raise InvalidDataset(f"dataset {name!r} version {version} is stored already")
-        rows = [_item(store, name, version, n, sid, mid) for n, (sid, mid) in enumerate(pairs)]
+        rows: list[Sequence[Any]] = [_item(store, name, version, n, sid, mid) for n, (sid, mid) in enumerate(pairs)]
         info = DatasetInfo(name, version, level, _msg.now_iso(), query, len(rows))
         put = f"INSERT INTO {{datasets}} ({', '.join(DATASET_COLUMNS)}) VALUES ({', '.join('?' * 6)})"
         eng.execute(_stmt(eng, "ds_put", put), tuple(getattr(info, c) for c in DATASET_COLUMNS))
@@ -248,7 +254,7 @@ def freeze(
 
 def listing(store: Store) -> list[DatasetInfo]:
     """``Store.datasets``: every version of every dataset, by name then version."""
-    eng = store._check()
+    eng = _engine(store)
     sql = _stmt(eng, "ds_list", f"SELECT {', '.join(DATASET_COLUMNS)} FROM {{datasets}} ORDER BY name, version")
     return [DatasetInfo(r[0], int(r[1]), r[2], r[3], r[4], int(r[5])) for r in eng.fetch(sql)]
 
@@ -256,7 +262,7 @@ def listing(store: Store) -> list[DatasetInfo]:
 def _resolve(store: Store, name: Any, version: Any) -> tuple[str, int]:
     name = check_name(name)
     version = check_version(version)
-    eng = store._check()
+    eng = _engine(store)
     if version is None:
         top = eng.fetch_one(_stmt(eng, "ds_top", "SELECT max(version) FROM {datasets} WHERE name = ?"), (name,))[0]
         if top is None:
@@ -271,7 +277,7 @@ def _resolve(store: Store, name: Any, version: Any) -> tuple[str, int]:
 
 def items(store: Store, name: Any, version: Any = None) -> list[DatasetItem]:
     """``Store.dataset_items``: the items of one version (the latest by default), in order."""
-    eng = store._check()
+    eng = _engine(store)
     with eng.snapshot():
         name, version = _resolve(store, name, version)
         sql = _stmt(
@@ -299,14 +305,14 @@ def delete(store: Store, name: Any, version: Any = None) -> int:
     """``Store.delete_dataset``: one version, or every version when ``version`` is None; how many went."""
     name = check_name(name)
     version = check_version(version)
-    eng = store._check()
+    eng = _engine(store)
     with store.transaction():
         if version is not None:
             name, version = _resolve(store, name, version)
-            where, params = "name = ? AND version = ?", (name, version)
+            where, params = "name = ? AND version = ?", [name, version]
         else:
             _resolve(store, name, None)
-            where, params = "name = ?", (name,)
+            where, params = "name = ?", [name]
         count = eng.fetch_one(
             _stmt(eng, "ds_count:" + where, f"SELECT count(*) FROM {{datasets}} WHERE {where}"), params
         )[0]
@@ -319,7 +325,7 @@ def delete(store: Store, name: Any, version: Any = None) -> int:
 def import_datasets(store: Store, datasets: Iterable[tuple[DatasetInfo, list[DatasetItem]]]) -> int:
     """Store datasets as they are (their versions, times and items kept); a version stored
     already is left alone. How many versions were added."""
-    eng = store._check()
+    eng = _engine(store)
     added = 0
     with store.transaction():
         for info, its in datasets:
