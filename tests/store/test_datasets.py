@@ -179,3 +179,30 @@ def test_the_views_of_store_sql_follow_the_datasets(engine, new_store):
     store.delete_dataset("d", version=1)
     assert store.sql_arrow("SELECT version FROM datasets").column("version").to_pylist() == [2]
     assert store.sql_arrow("SELECT count(*) AS n FROM dataset_items").column("n").to_pylist() == [1]
+
+
+def test_jsonl_export_and_import_carry_the_datasets(engine, new_store, tmp_path):
+    store = new_store(engine)
+    _fill(store)
+    store.dataset("d", units=[("a", "r2"), ("b", "r1")])
+    store.dataset("d", units=[("a", "u2b")], level="path")
+    path = tmp_path / "all.jsonl"
+    counts = sk.io.export_jsonl(store, path)
+    assert counts["datasets"] == 2
+    assert sk.io.export_jsonl(store, tmp_path / "one.jsonl", session_ids=["a"])["datasets"] == 0
+    other = new_store(engine)
+    sk.io.import_jsonl(other, path)
+    assert other.datasets() == store.datasets()
+    for version in (1, 2):
+        assert other.dataset_items("d", version) == store.dataset_items("d", version)
+    sk.io.import_jsonl(other, path)  # again: nothing added
+    assert len(other.datasets()) == 2
+
+
+def test_a_bad_dataset_line_names_its_line(new_store, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"format": "sessionkit", "version": 5}\n{"type": "dataset", "dataset": {"name": "d", "version": 1}}\n'
+    )
+    with pytest.raises(sk.errors.MalformedInput, match="line 2: invalid dataset"):
+        sk.io.import_jsonl(new_store("sqlite"), path)
