@@ -206,3 +206,23 @@ def test_a_bad_dataset_line_names_its_line(new_store, tmp_path):
     )
     with pytest.raises(sk.errors.MalformedInput, match="line 2: invalid dataset"):
         sk.io.import_jsonl(new_store("sqlite"), path)
+
+
+def test_parquet_export_and_import_carry_the_datasets(engine, new_store, tmp_path):
+    store = new_store(engine)
+    _fill(store)
+    store.dataset("d", units=[("a", "r2"), ("b", "r1")])
+    store.dataset("p", query="SELECT session_id, leaf_id AS message_id FROM paths", level="path")
+    files = sk.io.export_parquet(store, tmp_path / "out")
+    assert {"datasets", "dataset_items"} <= set(files)
+    other = new_store(engine)
+    sk.io.import_parquet(other, tmp_path / "out")
+    assert other.datasets() == store.datasets()
+    for info in store.datasets():
+        assert other.dataset_items(info.name, info.version) == store.dataset_items(info.name, info.version)
+    sk.io.import_parquet(other, tmp_path / "out")  # again: nothing added
+    assert len(other.datasets()) == 2
+    sk.io.export_parquet(store, tmp_path / "one", session_ids=["a"])
+    third = new_store(engine)
+    sk.io.import_parquet(third, tmp_path / "one")
+    assert third.datasets() == []
