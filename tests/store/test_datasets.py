@@ -226,3 +226,15 @@ def test_parquet_export_and_import_carry_the_datasets(engine, new_store, tmp_pat
     third = new_store(engine)
     sk.io.import_parquet(third, tmp_path / "one")
     assert third.datasets() == []
+
+
+def test_copy_store_copies_the_datasets(new_store):
+    store = new_store("sqlite")
+    _fill(store)
+    store.dataset("d", units=[("a", "r2")])
+    store.dataset("d", units=[("b", "r1")])
+    other = new_store("sqlite")
+    assert sk.io.copy_store(store, other)["datasets"] == 2
+    assert other.datasets() == store.datasets()
+    assert other.dataset_items("d", 1) == store.dataset_items("d", 1)
+    assert sk.io.copy_store(store, other, merge=True)["datasets"] == 0
