@@ -129,8 +129,9 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
         labels = src.labels()
         for start in range(0, len(labels), _BATCH):
             counts["labels"] += dst.import_labels(labels[start : start + _BATCH])
-        for info in src.datasets():  # a version at a time (its items are frozen together)
-            counts["datasets"] += dst.import_datasets([(info, src.dataset_items(info.name, info.version))])
+        for dataset in src.datasets():  # a version at a time (its items are frozen together)
+            items = src.dataset_items(dataset.name, dataset.version)
+            counts["datasets"] += dst.import_datasets([(dataset, items)])
     return counts
 
 
