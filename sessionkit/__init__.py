@@ -16,7 +16,9 @@ import importlib
 from typing import Any
 
 from .errors import (
+    DatasetNotFound,
     GuardrailTripped,
+    InvalidDataset,
     InvalidLabel,
     InvalidMessage,
     MaxStepsExceeded,
@@ -43,6 +45,8 @@ from .store import (
     Compaction,
     CompactionContext,
     CompactionResult,
+    DatasetInfo,
+    DatasetItem,
     Label,
     RecentHistory,
     RunRecord,
@@ -92,6 +96,8 @@ __all__ = [
     "CompactionContext",
     "CompactionResult",
     "Label",
+    "DatasetInfo",
+    "DatasetItem",
     "RecentHistory",
     "RunRecord",
     "Score",
@@ -107,6 +113,8 @@ __all__ = [
     "StoreLocked",
     "MessageTooLarge",
     "InvalidLabel",
+    "InvalidDataset",
+    "DatasetNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",

@@ -76,6 +76,8 @@ from .store import (
     Capabilities,
     ChangeEvent,
     Compaction,
+    DatasetInfo,
+    DatasetItem,
     Label,
     PathView,
     RecentHistory,
@@ -624,6 +626,37 @@ class AsyncStore:
             concurrency=concurrency,
             progress=progress,
         )
+
+    # -- datasets (docs/judging.md) -----------------------------------------------------------
+    async def dataset(
+        self,
+        name: str,
+        *,
+        query: str | None = None,
+        units: Iterable[Any] | None = None,
+        level: str = "turn",
+        version: int | None = None,
+    ) -> DatasetInfo:
+        """Freeze turns or paths of the store as a dataset, as :meth:`sessionkit.Store.dataset`."""
+        return await self._call(
+            "dataset", name, query=query, units=None if units is None else list(units), level=level, version=version
+        )
+
+    async def datasets(self) -> list[DatasetInfo]:
+        """Every version of every dataset, as :meth:`sessionkit.Store.datasets`."""
+        return await self._call("datasets")
+
+    async def dataset_items(self, name: str, version: int | None = None) -> list[DatasetItem]:
+        """The items of a dataset's version (the latest when None), as :meth:`sessionkit.Store.dataset_items`."""
+        return await self._call("dataset_items", name, version)
+
+    async def delete_dataset(self, name: str, version: int | None = None) -> int:
+        """Delete one version of a dataset or all of them, as :meth:`sessionkit.Store.delete_dataset`."""
+        return await self._call("delete_dataset", name, version)
+
+    async def import_datasets(self, datasets: Iterable[Any]) -> int:
+        """Store datasets as they are, as :meth:`sessionkit.Store.import_datasets`."""
+        return await self._call("import_datasets", list(datasets))
 
     # -- facts as they are: imports, exports and copies -------------------------------------
     async def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:

@@ -12,6 +12,8 @@ Where a Python user expects a built-in type, the error also derives from it, so
     ├── StoreLocked                                 another process holds the store
     ├── MessageTooLarge         (also ValueError)   over max_message_bytes
     ├── InvalidLabel            (also ValueError)   a label fails its checks
+    ├── InvalidDataset          (also ValueError)   a dataset's name, level or selection is refused
+    ├── DatasetNotFound         (also LookupError)  an unknown dataset name or version
     ├── SchemaVersionError                          written by a newer sessionkit
     ├── StoreCorrupt                                a damaged store file or schema
     ├── MalformedInput          (also ValueError)   a file or record an importer cannot read
@@ -37,6 +39,8 @@ __all__ = [
     "StoreLocked",
     "MessageTooLarge",
     "InvalidLabel",
+    "InvalidDataset",
+    "DatasetNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",
@@ -87,6 +91,17 @@ class MessageTooLarge(SessionKitError, ValueError):
 
 class InvalidLabel(SessionKitError, ValueError):
     """A label's tag, rating, note, author or target is refused (docs/labels.md); nothing was stored."""
+
+
+class InvalidDataset(SessionKitError, ValueError):
+    """A dataset's name, version, level or selection is refused (docs/judging.md); nothing was stored."""
+
+
+class DatasetNotFound(SessionKitError, LookupError):
+    """No dataset of that name (or that version of it) is stored."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "dataset not found"
 
 
 class SchemaVersionError(SessionKitError):

@@ -20,6 +20,8 @@ PINNED = {
     "CompactionContext",
     "CompactionResult",
     "Label",
+    "DatasetInfo",
+    "DatasetItem",
     "RecentHistory",
     "RunRecord",
     "Score",
@@ -35,6 +37,8 @@ PINNED = {
     "StoreLocked",
     "MessageTooLarge",
     "InvalidLabel",
+    "InvalidDataset",
+    "DatasetNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",
@@ -82,6 +86,8 @@ def test_error_tree():
         "StoreLocked",
         "MessageTooLarge",
         "InvalidLabel",
+        "InvalidDataset",
+        "DatasetNotFound",
         "SchemaVersionError",
         "StoreCorrupt",
         "UsageError",
@@ -97,6 +103,8 @@ def test_error_tree():
         assert issubclass(getattr(sk, name), root), name
     assert issubclass(sk.InvalidMessage, ValueError)
     assert issubclass(sk.InvalidLabel, ValueError)
+    assert issubclass(sk.InvalidDataset, ValueError)
+    assert issubclass(sk.DatasetNotFound, LookupError)
     assert issubclass(sk.MessageNotFound, LookupError)
     assert issubclass(sk.SessionNotFound, LookupError)
     assert issubclass(sk.MissingDependency, ImportError)
@@ -166,6 +174,8 @@ SUBPACKAGES = {
         "Coordination",
         "LATEST",
         "Label",
+        "DatasetInfo",
+        "DatasetItem",
         "PathView",
         "RecentHistory",
         "RunRecord",

@@ -54,7 +54,8 @@ def _holds_anything(store: Store) -> bool:
 
 def copy_store(src: Any, dst: Any, *, merge: bool = False, progress: Any = None) -> dict:
     """Copy every session of ``src`` into ``dst``: messages (trees, write order within each
-    session, creation times, payloads), compactions, labels, runs, run events and vectors.
+    session, creation times, payloads), compactions, labels, runs, run events and vectors,
+    and the datasets (every version, as frozen).
 
     ``src`` and ``dst`` are :class:`~sessionkit.Store` objects or what
     :func:`sessionkit.open_store` opens (a path, ``:memory:``, a PostgreSQL URL; such a
@@ -67,14 +68,15 @@ def copy_store(src: Any, dst: Any, *, merge: bool = False, progress: Any = None)
     A ``dst`` that already holds sessions (or runs, or events) is refused with
     :class:`~sessionkit.UsageError` unless ``merge=True``: then what ``dst`` holds is
     kept and what it lacks is added (messages by session and id, compactions, labels and
-    runs by id, events by seq, vectors by message and model), so an interrupted copy
+    runs by id, events by seq, vectors by message and model, dataset versions by name and
+    version), so an interrupted copy
     completes when run again with ``merge=True``. Copying a store into itself is a
     ``UsageError``. ``progress`` as for the importers (messages copied). A source whose
     file is damaged raises :class:`~sessionkit.StoreCorrupt` at the first session it cannot
     read, naming it; the sessions copied before it stay in ``dst``.
 
     Returns the counts added: ``{"sessions", "messages", "compactions", "labels", "runs",
-    "events", "embeddings"}``.
+    "events", "embeddings", "datasets"}`` (datasets: versions).
     """
     if not isinstance(merge, bool):
         raise TypeError(f"merge must be a bool, got {type(merge).__name__}")
@@ -102,7 +104,9 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
             "or merge into this one (merge=True, sessionkit copy --merge)"
         )
     infos = list(reversed(src.list_sessions()))  # oldest activity first
-    counts = dict.fromkeys(("sessions", "messages", "compactions", "labels", "runs", "events", "embeddings"), 0)
+    counts = dict.fromkeys(
+        ("sessions", "messages", "compactions", "labels", "runs", "events", "embeddings", "datasets"), 0
+    )
     copied: set[str] = set()
     with Progress(
         progress, total=sum(i.message_count for i in infos), desc="copying", unit="messages", auto_min=1000
@@ -125,6 +129,9 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
         labels = src.labels()
         for start in range(0, len(labels), _BATCH):
             counts["labels"] += dst.import_labels(labels[start : start + _BATCH])
+        for dataset in src.datasets():  # a version at a time (its items are frozen together)
+            items = src.dataset_items(dataset.name, dataset.version)
+            counts["datasets"] += dst.import_datasets([(dataset, items)])
     return counts
 
 

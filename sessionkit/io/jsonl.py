@@ -3,7 +3,7 @@ and vectors, with their metadata and write order.
 
 One JSON object per line (a ``.gz`` path is written and read as gzip)::
 
-    {"format": "sessionkit", "version": 3, "exported_at": "2025-01-01T00:00:00.000Z"}
+    {"format": "sessionkit", "version": 5, "exported_at": "2025-01-01T00:00:00.000Z"}
     {"type": "message", "session_id": "s", "parent_id": null, "created_at": "...", "message": {...}}
     ...
     {"type": "compaction", "session_id": "s", "compaction": {"id", "from_id", "to_id", "summary",
@@ -14,20 +14,25 @@ One JSON object per line (a ``.gz`` path is written and read as gzip)::
      "ended_at", "usage", "meta"}}
     {"type": "event", "session_id": "s", "event": {"seq", "kind", "run_id", "ts", ...}}
     {"type": "embedding", "session_id": "s", "embedding": {"message_id", "model", "vector"}}
+    {"type": "dataset", "dataset": {"name", "version", "level", "created_at", "query",
+     "items": [{"session_id", "message_id", "history", "reference", "tags"}, ...]}}
 
 Messages come in the store's write order (across sessions), each after its
 parent; compactions follow, oldest first, then labels in the order they were
 added, then each session's runs (as they began), its run events (by ``seq``) and
-its message vectors. Importing the file into a store recreates the same trees in
+its message vectors, then (in an export of the whole store) one line per version of
+each dataset, by name and version. Importing the file into a store recreates the same trees in
 the same order (so the latest leaf of each session is the same), with the same
 creation times, the same compactions (ids, times and token counts kept), the same
 labels (ids, times and provenance kept), the same runs (ids, status, times, input, error,
 usage and meta: costs, variants, replays), the same events (their seqs and
 payloads) and the same vectors (model names kept, so ``store.similar`` answers as
-before). Importing it again adds nothing. Version 2 of the format added label
+before), and the same datasets (versions, times and items kept). Importing it again
+adds nothing. Version 2 of the format added label
 lines, version 3 run, event and embedding lines, version 4 the labels' provenance
 (``source``, ``scorer``, ``rationale``, ``fingerprint``: docs/judging.md); files of
 older versions import as before, their labels a person's (``source`` ``"human"``).
+Version 5 added dataset lines.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from functools import partial
 from typing import Any, cast
 
 from .. import messages as _msg
-from ..errors import InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge
+from ..errors import InvalidDataset, InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge
 from ..store import Compaction, Session, Store
 from ._common import Batches, RootWatch, SessionList, located, sessions_result, watching_roots, write_items
 from ._progress import Progress, check_progress, wants_total
@@ -44,7 +49,7 @@ from ._reading import as_path, count_lines, iter_jsonl, open_write
 
 __all__ = ["export_jsonl", "import_jsonl", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 _BATCH = 1000  # message lines per import_many call
 
 #: What a merge warning of this importer suggests (a sessionkit export keeps its session ids).
@@ -73,7 +78,8 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
     ``path`` in sessionkit JSONL.
 
     Returns ``{"sessions", "messages", "compactions", "labels", "runs", "events",
-    "embeddings"}`` counts. ``progress`` as for the importers (messages written).
+    "embeddings", "datasets"}`` counts (the datasets, which belong to no session, are
+    written by an export of the whole store only). ``progress`` as for the importers (messages written).
     """
     from ..analysis import StoreData
 
@@ -139,6 +145,18 @@ def export_jsonl(store_or_session, path: Any, *, session_ids=None, progress: Any
                     out.write("\n")
                     sessions.add(sid)
                     side[kind] += 1
+        n_datasets = 0
+        if sids is None:
+            for info in store.datasets():
+                items = store.dataset_items(info.name, info.version)
+                dataset = {k: v for k, v in info.to_dict().items() if k != "item_count"}
+                dataset["items"] = [
+                    {k: v for k, v in item.to_dict().items() if k not in ("name", "version", "n")} for item in items
+                ]
+                out.write(_msg.dumps({"type": "dataset", "dataset": dataset}))
+                out.write("\n")
+                n_datasets += 1
+    side["datasets"] = n_datasets
     counts = {"sessions": len(sessions), "messages": n_messages, "compactions": n_comps, "labels": n_labels}
     return {**counts, **side}
 
@@ -305,6 +323,16 @@ def _write_side(store, kind: str, item: dict, source: str, where: str) -> None:
         raise MalformedInput(source, where, f"invalid {kind}: {exc}") from None
 
 
+def _write_dataset(store, obj: dict, source: str, where: str) -> None:
+    dataset = obj.get("dataset")
+    if not isinstance(dataset, dict):
+        raise MalformedInput(source, where, "dataset line needs a 'dataset' object")
+    try:
+        store.import_datasets([dataset])
+    except (InvalidDataset, TypeError) as exc:
+        raise MalformedInput(source, where, f"invalid dataset: {exc}") from None
+
+
 def _nothing() -> None:
     pass
 
@@ -392,6 +420,9 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
                     flush()
                     sid, label = _check_label_line(obj, source, where)
                     batches.write(where, partial(_write_label, store, label, source, where), nbytes=nbytes)
+                elif kind == "dataset":
+                    flush()
+                    batches.write(where, partial(_write_dataset, store, obj, source, where), nbytes=nbytes)
                 elif kind in _SIDE:
                     flush()
                     sid, item = _check_side_line(kind, obj, source, where)
@@ -402,7 +433,7 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
                         source,
                         where,
                         f"unknown line type {kind!r} (expected 'message', 'compaction', 'label', 'run', "
-                        "'event' or 'embedding')",
+                        "'event', 'embedding' or 'dataset')",
                     )
                 bar.update()
         except MalformedInput:

@@ -4,8 +4,8 @@ Polars, DuckDB or Spark, and a folder of them read back into a store.
 The export holds what a store needs to be restored from it (``messages.parquet`` carries
 each message whole, as JSON, with its parent, creation time and write order;
 ``events.parquet`` each event's JSON; ``runs.parquet`` each run's usage and meta), so
-:func:`import_parquet` rebuilds the trees, compactions, labels, runs, run events and
-vectors of the exported store.
+:func:`import_parquet` rebuilds the trees, compactions, labels, runs, run events,
+vectors and datasets of the exported store.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import messages as _msg
-from ..errors import InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge, UsageError, missing
+from ..errors import InvalidDataset, InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge, UsageError, missing
 from ..store import Compaction, Store
 from ._common import SessionList, sessions_result
 from ._progress import Progress, check_progress
@@ -38,6 +38,8 @@ PARQUET_FILES = (
     "turns",
     "tool_calls",
     "embeddings",
+    "datasets",
+    "dataset_items",
 )
 
 #: The views read through ``store.sql`` (the others through the Python API), with their row order.
@@ -47,9 +49,14 @@ _SQL_VIEWS = {
     "turns": "session_id, user_id, reply_id",
     "tool_calls": "session_id, call_message_id, tool_call_id",
     "embeddings": "session_id, message_id, model",
+    "datasets": "name, version",
+    "dataset_items": "name, version, n",
 }
 
 _BATCH = 256  # rows per write (one transaction each)
+
+#: The files of the datasets (docs/judging.md), read back by :func:`_import_datasets`.
+_DATASET_FILES = ("datasets", "dataset_items")
 
 
 def _pyarrow_parquet():
@@ -62,8 +69,9 @@ def _pyarrow_parquet():
 
 def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
     """Write every view of ``store.sql`` as a Parquet file: ``messages``, ``sessions``,
-    ``compactions``, ``runs``, ``events``, ``labels``, ``paths``, ``turns``, ``tool_calls``
-    and ``embeddings``.
+    ``compactions``, ``runs``, ``events``, ``labels``, ``paths``, ``turns``, ``tool_calls``,
+    ``embeddings``, ``datasets`` and ``dataset_items`` (the last two empty in an export
+    limited by ``session_ids``: a dataset belongs to no session).
 
     ``folder`` is created when missing; existing files of those names are replaced.
     ``messages.parquet`` holds the columns of the ``messages`` view (docs/analysis.md) plus ``seq`` (write order),
@@ -84,7 +92,9 @@ def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
     sids = None if session_ids is None else data.session_ids  # (the ids given, checked)
     out = {}
     for name in PARQUET_FILES:
-        if name in _SQL_VIEWS:
+        if name in _DATASET_FILES and sids is not None:  # (a dataset is no session's: in whole exports only)
+            table = store.sql_arrow(f"SELECT * FROM {name} WHERE false")
+        elif name in _SQL_VIEWS:
             table = store.sql_arrow(f"SELECT * FROM {name} ORDER BY {_SQL_VIEWS[name]}", session_ids=sids)
         elif name == "messages":
             table = arrow_table(data, name, full_json=True)
@@ -310,7 +320,55 @@ def import_parquet(store, folder: Any, *, progress: Any = None) -> list | Sessio
             for first, rows in reader.batches():
                 _import_rows(store, reader, first, rows, sessions)
                 bar.update(len(rows))
+        if all((folder / f"{name}.parquet").exists() for name in _DATASET_FILES):
+            _import_datasets(store, pq, folder)
     return sessions_result(sessions)
+
+
+def _import_datasets(store: Store, pq: Any, folder: Path) -> None:
+    """The datasets of an export, each version stored whole (as ``store.import_datasets``
+    takes them). A dataset is read whole: its items are frozen together."""
+    sources = {name: str(folder / f"{name}.parquet") for name in _DATASET_FILES}
+    need = {
+        "datasets": ["name", "version", "level", "created_at", "query"],
+        "dataset_items": ["name", "version", "n", "session_id", "message_id", "history", "reference", "tags"],
+    }
+    tables = {}
+    for name, cols in need.items():
+        try:
+            tables[name] = pq.read_table(sources[name], columns=cols).to_pylist()
+        except Exception as exc:  # pyarrow's errors of a damaged file or a missing column
+            raise MalformedInput(
+                sources[name], None, f"not a {name} table of a sessionkit Parquet export: {exc}"
+            ) from None
+    items: dict[tuple[Any, Any], list[dict]] = {}
+    for i, row in enumerate(tables["dataset_items"]):
+        where, src = f"row {i + 1}", sources["dataset_items"]
+        items.setdefault((row["name"], row["version"]), []).append(
+            {
+                "n": row["n"],
+                "session_id": _text(row, "session_id", src, where),
+                "message_id": _text(row, "message_id", src, where),
+                "history": _json(row, "history", src, where),
+                "reference": _json(row, "reference", src, where, optional=True),
+                "tags": row["tags"] or [],
+            }
+        )
+    for i, row in enumerate(tables["datasets"]):
+        where, src = f"row {i + 1}", sources["datasets"]
+        its = sorted(items.get((row["name"], row["version"]), []), key=lambda it: it["n"])
+        dataset = {
+            "name": row["name"],
+            "version": row["version"],
+            "level": row["level"],
+            "created_at": _time(row, "created_at", src, where),
+            "query": row["query"],
+            "items": [{k: v for k, v in it.items() if k != "n"} for it in its],
+        }
+        try:
+            store.import_datasets([dataset])
+        except (InvalidDataset, TypeError) as exc:
+            raise MalformedInput(src, where, f"invalid dataset: {exc}") from None
 
 
 def _import_rows(store: Store, reader: _Reader, first: int, rows: list[dict], sessions: SessionList) -> None:

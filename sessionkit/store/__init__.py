@@ -11,6 +11,7 @@ import os
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from ._datasets import DatasetInfo, DatasetItem
 from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
 from ._scoring import LEVELS as SCORE_LEVELS
@@ -53,6 +54,8 @@ __all__ = [
     "CompactionContext",
     "CompactionResult",
     "Label",
+    "DatasetInfo",
+    "DatasetItem",
     "Score",
     "Unit",
     "scorer",

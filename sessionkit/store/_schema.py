@@ -290,6 +290,37 @@ TABLES: dict[str, Table] = {
             key=("model", "seq"),
             indexes=(Index("sessionkit_embeddings_session", "session_id", only=_SQLITE_PG),),
         ),
+        # Datasets (schema version 13, docs/judging.md): a set of turns or paths frozen under a
+        # name and version, each item with the history the model saw, the reply given and the
+        # unit's label tags, as JSON written when it was frozen (later edits of the session do
+        # not reach it; deleting the session leaves it).
+        Table(
+            "datasets",
+            (
+                Column("name", "text"),
+                Column("version", "int"),
+                Column("level", "text"),
+                Column("created_at", "text"),
+                Column("query", "text", null=True),
+                Column("item_count", "bigint"),
+            ),
+            key=("name", "version"),
+        ),
+        Table(
+            "dataset_items",
+            (
+                Column("name", "text"),
+                Column("version", "int"),
+                Column("n", "int"),
+                Column("session_id", "text"),
+                Column("message_id", "text"),
+                Column("history", "text"),
+                Column("reference", "text", null=True),
+                Column("tags", "text"),
+            ),
+            key=("name", "version", "n"),
+            clustered=True,
+        ),
         # The schema ledger: one row per migration applied to this store.
         Table(
             "migrations",
@@ -316,7 +347,7 @@ TEXT_AT = PREPARED_COLUMNS.index("text")
 #: exactly these), and their DuckDB types: from the declaration above.
 SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
     t: tuple(c.name for c in TABLES[t].columns if c.analysis)
-    for t in ("messages", "compactions", "runs", "events", "labels", "embeddings")
+    for t in ("messages", "compactions", "runs", "events", "labels", "embeddings", "datasets", "dataset_items")
 }
 _DUCKDB_TYPES = {"text": "VARCHAR", "int": "BIGINT", "bigint": "BIGINT", "seq": "BIGINT", "real": "DOUBLE"}
 SOURCE_TYPES: dict[str, tuple[str, ...]] = {
@@ -489,6 +520,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "sqlite": (_make_index_again("labels", "sessionkit_labels_scorer"),),
             "postgresql": (_make_index_again("labels", "sessionkit_labels_scorer"),),
         },
+    ),
+    Migration(
+        13,
+        "datasets: turns or paths frozen under a name and version (sessionkit_datasets, sessionkit_dataset_items)",
+        {"*": (_create_table("datasets"), _create_table("dataset_items"))},
     ),
 )
 

@@ -18,7 +18,7 @@ from ..errors import (
     StoreClosed,
     StoreCorrupt,
 )
-from . import _conveniences, _labels
+from . import _conveniences, _datasets, _labels
 from ._args import _INT64, _SCAN_READ, _count_arg, _require_str, _sql_params, _sql_text, _str_arg
 from ._engine import Engine
 from ._facets import Coordination, SessionRecords, StoreRunLog
@@ -469,6 +469,53 @@ class Store:
         whose id is stored already is skipped, so importing twice adds nothing. Each
         label's message must be stored. Returns how many were added."""
         return _labels.import_labels(self, labels)
+
+    # -- datasets (docs/judging.md) ---------------------------------------------------
+    def dataset(
+        self,
+        name: str,
+        *,
+        query: str | None = None,
+        units: Iterable[Any] | None = None,
+        level: str = "turn",
+        version: int | None = None,
+    ) -> _datasets.DatasetInfo:
+        """Freeze turns or paths of the store as a dataset named ``name`` (docs/judging.md).
+
+        The items are chosen by ``query``, DuckDB SQL over the views of :meth:`sql` answering
+        the columns ``session_id`` and ``message_id`` (``"SELECT session_id, reply_id AS
+        message_id FROM turns WHERE ..."``), or by ``units``: ``(session_id, message_id)``
+        pairs or ``sk.scorers.Unit`` objects. Each item keeps the history the model saw
+        before the message (compactions applied), the message itself when it is a reply
+        (the reference) and the tags of its labels, as they are now: later edits of the
+        session leave the dataset as it is. ``level`` is ``"turn"`` or ``"path"``;
+        ``version`` defaults to one more than the name's latest. Returns the new version's
+        :class:`DatasetInfo`; refused input raises :class:`~sessionkit.errors.InvalidDataset`
+        and stores nothing.
+        """
+        return _datasets.freeze(self, name, query=query, units=units, level=level, version=version)
+
+    def datasets(self) -> list[_datasets.DatasetInfo]:
+        """Every version of every dataset (name, version, level, created_at, query, item_count)."""
+        return _datasets.listing(self)
+
+    def dataset_items(self, name: str, version: int | None = None) -> list[_datasets.DatasetItem]:
+        """The items of a dataset's version (the latest when None), in the order frozen;
+        :class:`~sessionkit.errors.DatasetNotFound` for an unknown name or version."""
+        return _datasets.items(self, name, version)
+
+    def delete_dataset(self, name: str, version: int | None = None) -> int:
+        """Delete one version of a dataset, or all of them when ``version`` is None; how many
+        versions went (:class:`~sessionkit.errors.DatasetNotFound` when there is none)."""
+        return _datasets.delete(self, name, version)
+
+    def import_datasets(self, datasets: Iterable[Any]) -> int:
+        """Store datasets as they are (versions, times and items kept), in one transaction:
+        each a dict as the JSONL export writes it, or ``(DatasetInfo, [DatasetItem])``. A
+        version stored already is skipped. Returns how many versions were added."""
+        return _datasets.import_datasets(
+            self, [_datasets.from_dict(d) if isinstance(d, dict) else tuple(d) for d in datasets]
+        )
 
     # -- facts as they are: imports, exports and copies (docs/importing.md) -----------
     def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:

@@ -18,7 +18,7 @@ def _lines(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as fh:
         rows = [json.loads(line) for line in fh]
-    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == sk.io.jsonl.FORMAT_VERSION == 4
+    assert rows[0]["format"] == "sessionkit" and rows[0]["version"] == sk.io.jsonl.FORMAT_VERSION == 5
     return rows[1:]
 
 
@@ -102,6 +102,7 @@ def test_compactions_and_payloads_survive(engine, make_store, tmp_path):
         "runs": 0,
         "events": 0,
         "embeddings": 0,
+        "datasets": 0,
     }
     targets = ["sqlite", "duckdb"]
     for target in targets:  # also across engines

@@ -939,6 +939,34 @@ async def _import_labels(t: Twins):
     await t.same_rows(lambda st: st.labels(session_id="c"))
 
 
+@recipe(
+    "AsyncStore.dataset",
+    "AsyncStore.datasets",
+    "AsyncStore.dataset_items",
+    "AsyncStore.delete_dataset",
+    "AsyncStore.import_datasets",
+)
+async def _datasets(t: Twins):
+    turns = "SELECT session_id, reply_id AS message_id FROM turns WHERE reply_id IS NOT NULL"
+    await t.write(lambda st: st.dataset("d", query=turns))
+    await t.write(lambda st: st.dataset("d", units=iter([("s", "a1"), ("t", "t2")]), level="path"))
+    await t.write(lambda st: st.dataset("d", units=[("s", "nope")]))
+    await t.write(lambda st: st.dataset("d", query="SELECT 1 AS x"))
+    await t.read(lambda st: st.datasets())
+    await t.read(lambda st: st.dataset_items("d"))
+    await t.read(lambda st: st.dataset_items("d", 1))
+    await t.read(lambda st: st.dataset_items("none"))
+    await t.write(
+        lambda st: st.import_datasets(
+            iter([{"name": "e", "version": 4, "level": "turn", "created_at": T0, "items": []}])
+        )
+    )
+    await t.write(lambda st: st.import_datasets([{"name": "e"}]))
+    await t.write(lambda st: st.delete_dataset("d", 1))
+    await t.write(lambda st: st.delete_dataset("none"))
+    await t.same_rows(lambda st: [(d, st.dataset_items(d.name, d.version)) for d in st.datasets()])
+
+
 @sk.scorers.scorer(name="apples")
 def _apples(unit):
     """A code scorer: ``apples`` on a message that speaks of them."""

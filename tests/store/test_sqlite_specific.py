@@ -280,6 +280,8 @@ def test_an_old_file_is_upgraded_and_reads_back_the_same(tmp_path, version):
         assert after.pop("sessionkit_changes") == []
         assert after.pop("sessionkit_labels") == []  # (version 9's table, empty)
         assert after.pop("sessionkit_embeddings") == []  # (version 10's table, empty)
+        assert after.pop("sessionkit_datasets") == []  # (version 13's tables, empty)
+        assert after.pop("sessionkit_dataset_items") == []
         assert all(row[9] is None for row in after["sessionkit_runs"])  # (version 11's runs.meta, added last)
         after["sessionkit_runs"] = [row[:9] for row in after["sessionkit_runs"]]
         assert after == {**stored, "sessionkit_records": stored.get("sessionkit_records", [])}

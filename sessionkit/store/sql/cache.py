@@ -189,8 +189,11 @@ LAZY_COLUMNS = ("text", "metadata", "content")
 #: The cache file of a SQLite store ``x.db`` is ``x.db-analysis.duckdb``, beside it.
 CACHE_SUFFIX = "-analysis.duckdb"
 
+#: The tables of datasets (``_datasets``): small, read again whole when one changes.
+DATASET_TABLES = ("datasets", "dataset_items")
+
 #: The layout of a cache file (its tables and state); a file of another layout is made again.
-CACHE_FORMAT = "4"
+CACHE_FORMAT = "5"
 
 _file_locks: dict[str, threading.RLock] = {}
 _file_locks_guard = threading.Lock()
@@ -544,7 +547,7 @@ class Cache:
         self.last_n, self.log_count = row[0], row[1]
         self.reads += rd.load("messages", "WHERE seq > ?", (0,), paged=True)
         self.hi = self.con.execute("SELECT coalesce(max(seq), 0) FROM sessionkit_messages").fetchall()[0][0]
-        for name in ("compactions", "runs", "events", "labels", "embeddings"):
+        for name in ("compactions", "runs", "events", "labels", "embeddings", *DATASET_TABLES):
             rd.load(name)
         self.loaded = True
 
@@ -560,8 +563,11 @@ class Cache:
             "embeddings": set(),
         }
         low = None
+        datasets = False  # (a dataset belongs to no session: its tables are read again whole)
         for _, sid, kind, seq in log:
-            if kind == "delete":
+            if kind == "datasets":
+                datasets = True
+            elif kind == "delete":
                 gone.add(sid)
                 side["compactions"].add(sid)
                 side["labels"].add(sid)
@@ -603,6 +609,10 @@ class Cache:
             for start in range(0, len(sids_sorted), 1000):
                 chunk = sids_sorted[start : start + 1000]
                 rd.load(name, "WHERE session_id {in_ids}", (eng.listed(chunk),))
+        if datasets:
+            for name in DATASET_TABLES:
+                do(con, f"DELETE FROM {self.TABLES[name]}")
+                rd.load(name)
         self.hi = max(top, hi)
         if log:
             self.last_n = log[-1][0]

@@ -1,7 +1,8 @@
 """Analysis where the data is: the views of ``store.sql`` as DuckDB SQL over the store's tables.
 
 The views (``messages``, ``sessions``, ``compactions``, ``runs``, ``events``, ``labels``, the
-tree views of :mod:`.tree_views` and ``embeddings`` of :mod:`.._embeddings`;
+tree views of :mod:`.tree_views`, ``embeddings`` of :mod:`.._embeddings` and ``datasets``,
+``dataset_items`` of :mod:`.._datasets`;
 their columns in :mod:`sessionkit.analysis`) are written once, in :func:`view_sql`, as
 DuckDB SQL over tables named like the store's own (``sessionkit_messages``...) that hold
 at least the analysis columns every engine stores with each message (``_schema.TABLES``).
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import missing
 from .. import _schema
+from .._datasets import DATASET_VIEW_COLUMNS, dataset_view_sql
 from .._embeddings import EMBEDDINGS_COLUMNS, embeddings_view_sql
 from .._labels import LABEL_VIEW_COLUMNS, label_view_sql
 from .tree_views import TREE_VIEW_COLUMNS, TREE_VIEW_ORDER, TREE_VIEWS, tree_view_sql
@@ -60,7 +62,18 @@ __all__ = [
 ]
 
 #: The views of ``store.sql`` (and ``store.to_arrow``).
-VIEWS = ("messages", "sessions", "compactions", "runs", "events", "labels", *TREE_VIEWS, "embeddings")
+VIEWS = (
+    "messages",
+    "sessions",
+    "compactions",
+    "runs",
+    "events",
+    "labels",
+    *TREE_VIEWS,
+    "embeddings",
+    "datasets",
+    "dataset_items",
+)
 
 #: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
 #: ``float``, ``time``: a UTC timestamp, ``texts``: a list of text). The one list of
@@ -142,6 +155,7 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "labels": LABEL_VIEW_COLUMNS,
     **TREE_VIEW_COLUMNS,
     "embeddings": EMBEDDINGS_COLUMNS,
+    **DATASET_VIEW_COLUMNS,
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
@@ -344,6 +358,7 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
         "labels": label_view_sql(tables["labels"]),
         **tree_view_sql(t),
         "embeddings": embeddings_view_sql(t),
+        **dataset_view_sql(tables),
     }
 
 
@@ -357,6 +372,8 @@ VIEW_ORDER = {
     "labels": "seq",
     **TREE_VIEW_ORDER,
     "embeddings": "session_id, message_id, model",
+    "datasets": "name, version",
+    "dataset_items": "name, version, n",
 }
 
 
@@ -378,7 +395,10 @@ def _literal(text: str) -> str:
 def scoped(tables: dict[str, str], session_ids: list[str]) -> dict[str, str]:
     """``tables`` restricted to some sessions (the views over them hold only those)."""
     listed = ", ".join(_literal(s) for s in session_ids) or "NULL"
-    return {  # (chunk rows have no session: read through their message's seq)
-        name: table if name == "chunks" else f"(SELECT * FROM {table} WHERE session_id IN ({listed}))"
+    return {
+        # (chunk rows have no session: read through their message's seq; a dataset is no session's)
+        name: table
+        if name in ("chunks", "datasets", "dataset_items")
+        else f"(SELECT * FROM {table} WHERE session_id IN ({listed}))"
         for name, table in tables.items()
     }

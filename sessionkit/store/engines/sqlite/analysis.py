@@ -158,7 +158,16 @@ def _read_ahead(reader: pyarrow.RecordBatchReader, depth: int = 4) -> Iterator[p
 
 
 #: The column of each table whose -1 marks _AdbcReader's typing row.
-_MARKER = {"messages": "seq", "compactions": "seq", "runs": "n", "events": "seq", "labels": "seq", "embeddings": "seq"}
+_MARKER = {
+    "messages": "seq",
+    "compactions": "seq",
+    "runs": "n",
+    "events": "seq",
+    "labels": "seq",
+    "embeddings": "seq",
+    "datasets": "version",
+    "dataset_items": "n",
+}
 
 
 def _adbc_sqlite() -> ModuleType | None:
