@@ -231,6 +231,9 @@ def test_labels_reach_the_table_the_filter_the_session_and_the_bundle(new_store,
         "target": "message",
         "note": "made up",
         "author": "ana",
+        "source": "human",
+        "scorer": None,
+        "rationale": None,
     }
     assert [lab["target"] for lab in state["labels"]["a"]] == ["message", "branch"]
     assert state["labels"]["u"][0]["id"] == good.id and branch.id in wanted["a"]

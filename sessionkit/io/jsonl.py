@@ -389,6 +389,8 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
                 if not isinstance(obj, dict):
                     raise MalformedInput(source, where, "expected a JSON object")
                 kind = obj.get("type")
+                if kind is not None and not isinstance(kind, str):
+                    raise MalformedInput(source, where, f"the record's type is a {type(kind).__name__}, not a string")
                 if kind is None and obj.get("format") == "sessionkit":
                     version = obj.get("version")
                     if not isinstance(version, int) or isinstance(version, bool) or version > FORMAT_VERSION:

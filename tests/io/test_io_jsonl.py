@@ -158,6 +158,8 @@ def test_session_export_holds_only_that_session(store, tmp_path):
             "parent 'ghost'",
         ),
         (['{"type": "snapshot"}'], "line 1", "unknown line type"),
+        (['{"type": {}}'], "line 1", "the record's type is a dict, not a string"),
+        (['{"type": ["message"]}'], "line 1", "the record's type is a list, not a string"),
         (['{"type": "compaction", "session_id": "s", "compaction": {"id": "c"}}'], "line 1", "invalid compaction"),
         (
             [
