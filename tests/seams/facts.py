@@ -230,7 +230,17 @@ def build_every_fact_store(store: sk.Store) -> dict:
     # a session whose id is __proto__, with tool calls and a message over 1 MiB
     proto = store.session("__proto__")
     _tool_turn(proto)
-    proto.append(_text("big", "assistant", ("A long answer. " * 80_000) + "The end."))
+    big = _text("big", "assistant", ("A long answer. " * 80_000) + "The end.")
+    big["parts"].append(
+        {
+            "type": "tool-count",
+            "toolCallId": "call-big",
+            "state": "output-available",
+            "input": {"of": "big"},
+            "output": 80_000,
+        }
+    )
+    proto.append(big)
     proto.add_label("big", "long", target="branch")
 
     # agent runs: a completed one calling a tool, a failed one, a variant and a replay
