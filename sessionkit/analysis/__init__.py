@@ -201,7 +201,10 @@ def arrow_table(data: StoreData, name: str, **options):
     for field in schema:
         values = cols[field.name]
         if pa.types.is_timestamp(field.type):
-            arrays.append(pa.array(values, type=pa.string()).cast(field.type))
+            # times are ISO 8601 with milliseconds, or microseconds (spans of OpenTelemetry
+            # traces): read at microseconds, then cut to the column's milliseconds
+            micro = pa.timestamp("us", tz=field.type.tz)
+            arrays.append(pa.array(values, type=pa.string()).cast(micro).cast(field.type, safe=False))
         else:
             arrays.append(pa.array(values, type=field.type))
     return pa.Table.from_arrays(arrays, schema=schema)

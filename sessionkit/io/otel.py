@@ -755,8 +755,9 @@ class TraceWriter:
             roots = [s for s in group if s.parent_span_id not in ids][:1]
         root_ids = {s.span_id for s in roots}
         events: list[dict] = []
+        first_input = _run_input(group) if root_ids else None
         for span in new:
-            events += _span_events(span, run_id, span.span_id in root_ids)
+            events += _span_events(span, run_id, span.span_id in root_ids, first_input)
         events.sort(key=lambda e: (e["ts"], _ORDER.get(e["kind"], 1)))
         usage = _sum_usage([e for e in stored + events if e.get("kind") == "usage"])
         begin = None
@@ -818,14 +819,14 @@ def _run_input(group: list[Span]) -> str | None:
     return None
 
 
-def _span_events(span: Span, run_id: str, root: bool) -> list[dict]:
+def _span_events(span: Span, run_id: str, root: bool, run_input: str | None = None) -> list[dict]:
     start, end = _iso_ns(span.start_ns), _iso_ns(span.end_ns)
     base = {"run_id": run_id, "span_id": span.span_id}
     error = (span.status_message or "error") if span.status == "error" else None
     out: list[dict] = []
     op = _operation(span)
     if root:
-        out.append({**base, "kind": "run.start", "ts": start, "at": None, "input": None, "name": span.name})
+        out.append({**base, "kind": "run.start", "ts": start, "at": None, "input": run_input, "name": span.name})
     if op == "model":
         out.append({**base, "kind": "turn.start", "ts": start, "name": span.name, "model": _model(span)})
         out.append({**base, "kind": "usage", "ts": end, **_usage(span)})

@@ -120,6 +120,8 @@ _NEEDS = {
     "events": ("session_id", "seq", "data"),
     "embeddings": ("session_id", "message_id", "model", "vector"),
 }
+#: Columns read when the file has them (a label's provenance: files of older exports lack it).
+_OPTIONAL = {"labels": ("source", "scorer", "rationale")}
 
 
 def is_parquet_export(path: Path) -> bool:
@@ -139,6 +141,7 @@ class _Reader:
         except Exception as exc:  # pyarrow's errors of a file that is no Parquet (ArrowInvalid, OSError)
             raise MalformedInput(self.source, None, f"not a Parquet file: {exc}") from None
         have = set(self.file.schema_arrow.names)
+        self.columns = [*_NEEDS[name], *(c for c in _OPTIONAL.get(name, ()) if c in have)]
         lacking = [c for c in _NEEDS[name] if c not in have]
         if lacking:
             raise MalformedInput(
@@ -153,7 +156,7 @@ class _Reader:
         """``(number of the first row, rows)`` of each batch, in file order."""
         start = 1
         try:
-            for batch in self.file.iter_batches(batch_size=_BATCH, columns=list(_NEEDS[self.name])):
+            for batch in self.file.iter_batches(batch_size=_BATCH, columns=self.columns):
                 rows = batch.to_pylist()
                 yield start, rows
                 start += len(rows)
@@ -256,6 +259,7 @@ def _side_rows(reader: _Reader, first: int, rows: list[dict]) -> list:
             out.append((sid, comp))
         elif reader.name == "labels":
             label = {k: row.get(k) for k in _NEEDS["labels"]}
+            label.update({k: row[k] for k in _OPTIONAL["labels"] if row.get(k) is not None})
             label["created_at"] = _time(row, "created_at", src, where)
             out.append(label)
         elif reader.name == "runs":

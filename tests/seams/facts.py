@@ -80,10 +80,125 @@ def _tool_turn(session: sk.Session) -> None:
                     "input": "raw text input \x01 😀",
                     "output": "raw text output\n\ttabbed",
                 },
+                {
+                    "type": "tool-fetch",
+                    "toolCallId": "call-err",
+                    "state": "output-error",
+                    "input": {"url": "http://127.0.0.1:9/none"},
+                    "errorText": "connection refused",
+                },
             ],
             "metadata": {"usage": {"in": 12, "out": 5, "cost_usd": 0.0021}, "model": "scripted"},
         }
     )
+
+
+def _otel_trace(path) -> None:
+    """A small OTLP JSON file: one agent span with a model call asking for a tool, the
+    tool, and a second model call (GenAI conventions). Written by hand (the SDK is not
+    needed to describe three spans)."""
+    import json
+
+    def attrs(**values: Any) -> list[dict]:
+        out = []
+        for key, value in values.items():
+            key = key.replace("__", ".")
+            if isinstance(value, int):
+                out.append({"key": key, "value": {"intValue": str(value)}})
+            elif isinstance(value, list):
+                out.append({"key": key, "value": {"arrayValue": {"values": [{"stringValue": v} for v in value]}}})
+            else:
+                out.append({"key": key, "value": {"stringValue": value}})
+        return out
+
+    trace = "5b8efff798038103d269b633813fc60c"
+    user = {"role": "user", "parts": [{"type": "text", "content": "Weather in Oslo?"}]}
+    call = {
+        "role": "assistant",
+        "parts": [{"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": {"city": "Oslo"}}],
+    }
+    result = {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1", "response": "sunny, 21 C"}]}
+    final = {"role": "assistant", "parts": [{"type": "text", "content": "Sunny in Oslo, 21 C."}]}
+    start = 1_700_000_000_000_000_000
+
+    def span(sid: str, parent: str, name: str, offset: int, **values: Any) -> dict:
+        return {
+            "traceId": trace,
+            "spanId": sid,
+            **({"parentSpanId": parent} if parent else {}),
+            "name": name,
+            "kind": 1,
+            "startTimeUnixNano": str(start + offset * 1_000_000),
+            "endTimeUnixNano": str(start + (offset + 1) * 1_000_000),
+            "attributes": attrs(**values),
+            "status": {},
+        }
+
+    chat = {
+        "gen_ai__operation__name": "chat",
+        "gen_ai__request__model": "gpt-4o",
+        "gen_ai__conversation__id": "otel-oslo",
+    }
+    spans = [
+        span(
+            "a000000000000001",
+            "",
+            "invoke_agent weather",
+            0,
+            gen_ai__operation__name="invoke_agent",
+            gen_ai__agent__name="weather",
+        ),
+        span(
+            "a000000000000002",
+            "a000000000000001",
+            "chat gpt-4o",
+            1,
+            **chat,
+            gen_ai__input__messages=json.dumps([user]),
+            gen_ai__output__messages=json.dumps([{**call, "finish_reason": "tool_calls"}]),
+            gen_ai__usage__input_tokens=12,
+            gen_ai__usage__output_tokens=7,
+        ),
+        span(
+            "a000000000000003",
+            "a000000000000001",
+            "execute_tool get_weather",
+            2,
+            gen_ai__operation__name="execute_tool",
+            gen_ai__tool__name="get_weather",
+            gen_ai__tool__call__id="call_1",
+            gen_ai__tool__call__arguments=json.dumps({"city": "Oslo"}),
+            gen_ai__tool__call__result="sunny, 21 C",
+        ),
+        span(
+            "a000000000000004",
+            "a000000000000001",
+            "chat gpt-4o",
+            3,
+            **chat,
+            gen_ai__input__messages=json.dumps([user, call, result]),
+            gen_ai__output__messages=json.dumps([{**final, "finish_reason": "stop"}]),
+            gen_ai__usage__input_tokens=30,
+            gen_ai__usage__output_tokens=9,
+        ),
+    ]
+    resource = {"attributes": attrs(service__name="weather-agent")}
+    path.write_text(json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": spans}]}]}))
+
+
+def _captured(store: sk.Store) -> None:
+    """Two litellm completions (offline, ``mock_response``) recorded by ``sk.capture``."""
+    import litellm
+
+    question = {"role": "user", "content": "Where is Oslo?"}
+    with sk.capture(store, session="captured") as cap:
+        first = litellm.completion(model="gpt-4o-mini", messages=[question], mock_response="In Norway.")
+        litellm.completion(
+            model="gpt-4o-mini",
+            messages=[question, first.choices[0].message, {"role": "user", "content": "And Bergen?"}],
+            mock_response="Also in Norway.",
+        )
+    assert cap.errors == []
 
 
 def add(a: int, b: int) -> int:
@@ -115,7 +230,17 @@ def build_every_fact_store(store: sk.Store) -> dict:
     # a session whose id is __proto__, with tool calls and a message over 1 MiB
     proto = store.session("__proto__")
     _tool_turn(proto)
-    proto.append(_text("big", "assistant", ("A long answer. " * 80_000) + "The end."))
+    big = _text("big", "assistant", ("A long answer. " * 80_000) + "The end.")
+    big["parts"].append(
+        {
+            "type": "tool-count",
+            "toolCallId": "call-big",
+            "state": "output-available",
+            "input": {"of": "big"},
+            "output": 80_000,
+        }
+    )
+    proto.append(big)
     proto.add_label("big", "long", target="branch")
 
     # agent runs: a completed one calling a tool, a failed one, a variant and a replay
@@ -152,9 +277,21 @@ def build_every_fact_store(store: sk.Store) -> dict:
     # run events without any message
     store.run_log.append_events("events-only", [{"kind": "note", "data": {"n": 1}}, {"kind": "note", "data": ODD_TEXT}])
 
+    # labels of a code scorer, a run imported from an OpenTelemetry trace, a litellm capture
+    store.score(sk.scorers.tool_error, level="message", progress=False)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        _otel_trace(trace)
+        otel_sessions = sk.io.import_otel(store, trace)
+    assert [s.session_id for s in otel_sessions] == ["otel-oslo"], otel_sessions
+    _captured(store)
+
     store.embed(letters)
     return {
-        "sessions": ["tree", "__proto__", "agent", "events-only"],
+        "sessions": ["tree", "__proto__", "agent", "events-only", "otel-oslo", "captured"],
         "embedder": letters,
         "queries": ["deploy timeout", "prototype", ODD_TEXT, "It is 5"],
     }
@@ -229,3 +366,7 @@ def assert_every_fact_present(store: sk.Store) -> None:
     labels = store.labels()
     assert {label.target for label in labels} == {"message", "branch"}
     assert len(store.session("__proto__").get("big")["parts"][0]["text"]) > 1 << 20
+    assert {label.source for label in labels} >= {"human", "code"}, [label.source for label in labels]
+    assert any(label.scorer and label.scorer.startswith("tool_error") for label in labels)
+    assert store.runs("otel-oslo") and store.events("otel-oslo")
+    assert len(store.runs("captured")) == 2
