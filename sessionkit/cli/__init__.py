@@ -81,6 +81,19 @@ _count_or_zero = _number(int, "a whole number", lambda v: v >= 0, "must be 0 or 
 _port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "is not a port number (0-65535)")
 
 
+def _allow_host_option(p: argparse.ArgumentParser) -> None:
+    """``--allow-host`` of the commands that serve HTTP (the Host check of docs/server.md)."""
+    p.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="answer requests whose Host is NAME too, e.g. a reverse proxy's public name (repeat for more; "
+        "'.example.org' allows its subdomains, '*' any name); by default only loopback names and the "
+        "server's own address are answered",
+    )
+
+
 _STORE_HELP = "store file or URL: chats.db, data.duckdb, sqlite:///path, duckdb:///path, postgresql://..."
 
 
@@ -269,15 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1")
     p.add_argument("--port", type=_port, default=8000, help="default: 8000")
-    p.add_argument(
-        "--allow-host",
-        metavar="NAME",
-        action="append",
-        default=[],
-        help="answer requests whose Host is NAME too, e.g. a reverse proxy's public name (repeat for more; "
-        "'.example.org' allows its subdomains, '*' any name); by default only loopback names and the "
-        "server's own address are answered",
-    )
+    _allow_host_option(p)
     p.add_argument(
         "--workers",
         type=_positive_int,
@@ -330,15 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("store", metavar="STORE", help=_STORE_HELP)
     p.add_argument("--host", default="127.0.0.1", help="default: 127.0.0.1 (this machine only)")
     p.add_argument("--port", type=_port, default=8800, help="default: 8800 (0: any free port)")
-    p.add_argument(
-        "--allow-host",
-        metavar="NAME",
-        action="append",
-        default=[],
-        help="answer requests whose Host is NAME too, e.g. a reverse proxy's public name (repeat for more; "
-        "'.example.org' allows its subdomains, '*' any name); by default only loopback names and the "
-        "server's own address are answered",
-    )
+    _allow_host_option(p)
     p.add_argument(
         "--token",
         metavar="TOKEN",
