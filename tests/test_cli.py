@@ -259,6 +259,7 @@ def test_no_command_prints_help_and_fails():
     assert "usage: sessionkit" in result.stdout
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_python_dash_m_is_the_same_command(cli):
     assert assert_ok(cli["ls"]) == assert_ok(cli["ls -m"])
     assert (
@@ -610,6 +611,7 @@ print(json.dumps({"status": status, **calls}))
 """
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
     (tmp_path / "myagents.py").write_text(
         "import sessionkit as sk\nsupport = sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n"
@@ -729,6 +731,7 @@ def _io_has(*names: str) -> bool:
     return all(callable(getattr(io, n, None)) for n in names)
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.skipif(not _io_has("export_jsonl", "import_jsonl"), reason="sessionkit.io has no JSONL functions")
 def test_export_then_import_jsonl_keeps_every_tree(store_path, tmp_path):
     dump = tmp_path / "dump.jsonl"
@@ -892,6 +895,7 @@ def test_build_demo_store_is_idempotent(tmp_path):
     }
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_show_last_prints_only_the_newest_entries(tmp_path):
     path = str(tmp_path / "long.db")
     with sk.open_store(path) as store:
@@ -992,6 +996,7 @@ def test_an_unknown_file_names_the_format_option_once(tmp_path):
     assert line.count("give") == 0 and line.count("--format") == 1, line
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_session_prefix_keeps_two_sources_apart(tmp_path):
     trees = str(Path(__file__).parent / "data" / "en_100_tree.jsonl")
     target = str(tmp_path / "both.db")

@@ -205,7 +205,10 @@ def test_served_viewer_table_sort_filter_search_session_and_links(browser, serve
     chat = fresh.locator(".sk-transcript-view")
     fresh.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.leaf === 'a4'")
     assert chat.locator(".sk-comp").count() == 1  # the compaction boundary on this path
-    assert "Cervejaria Ramiro" in chat.inner_text()
+    # the messages' texts arrive after the path (each as it scrolls into view): wait on the text
+    fresh.wait_for_function(
+        "() => document.querySelector('.sk-transcript-view').innerText.includes('Cervejaria Ramiro')"
+    )
     # the session's own link opens at its latest leaf
     fresh.goto(served + "#/s/trip")
     fresh.wait_for_selector(".skv-session[data-ready='1']")

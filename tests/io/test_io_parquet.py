@@ -135,6 +135,7 @@ def test_import_parquet_refuses_what_is_no_export_and_names_the_row_at_fault(sto
     assert store.stats()["messages"] == 0
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_import_parquet_is_detected_by_the_command(tmp_path, make_store):
     import subprocess
     import sys

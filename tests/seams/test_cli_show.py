@@ -42,6 +42,7 @@ def shown(every_fact_store):
         return store, notes, dict(zip(argvs, outs))
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_show_prints_every_message_and_tool_call(shown):
     store, notes, outputs = shown
     seen_tools = set()

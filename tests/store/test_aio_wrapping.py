@@ -1306,6 +1306,7 @@ def test_every_async_member_has_a_recipe():
         assert {f"{label}.{n}" for n in dir(sync_cls) if not n.startswith("_")} <= found
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_every_member_gives_what_the_sync_api_gives(new_target, monkeypatch):  # noqa: F811
     stamps = Stamps()
     monkeypatch.setattr(sk_messages, "now_iso", stamps.now_iso)
