@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 import sessionkit as sk
@@ -154,7 +154,7 @@ def _label_heading(label: sk.Label) -> str:
     return f"  label {label.tag}" + (f"  ({' · '.join(bits)})" if bits else "")
 
 
-def _render_labels(labels: list[sk.Label], out: TextIO) -> None:
+def _render_labels(labels: Sequence[sk.Label], out: TextIO) -> None:
     """A message's labels and those of the branch ending at it, each with its note and a scorer's rationale."""
     for label in labels:
         print(_label_heading(label), file=out)
@@ -175,7 +175,7 @@ def _labels_by_message(labels: Iterable[sk.Label]) -> dict[str, list[sk.Label]]:
 
 
 def _render_message(
-    message: dict, out: TextIO, *, note: str = "", all_output: bool = False, labels: list[sk.Label] = ()
+    message: dict, out: TextIO, *, note: str = "", all_output: bool = False, labels: Sequence[sk.Label] = ()
 ) -> None:
     bits = [
         str(message.get("role", "?")),
@@ -188,7 +188,7 @@ def _render_message(
     print("── " + " · ".join(bits), file=out)
     for part in message.get("parts") or ():
         _render_part(part, out, all_output=all_output)
-    _render_labels(list(labels), out)
+    _render_labels(labels, out)
     print(file=out)
 
 
