@@ -318,6 +318,7 @@ def test_extra_columns_sort_filter_and_page_in_sql(store_path):
             viewer.sessions_page(store, sort="nope", columns=cols)
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_a_session_of_run_events_alone_opens_and_is_bundled(tmp_path):
     """A session holding run events and nothing else (no message, no run) is listed, opens
     with an empty tree and its events, and goes into a bundle of the whole store."""

@@ -76,6 +76,7 @@ def test_exported_labels_carry_their_provenance(store, tmp_path, pq):
     assert got == [(person.id, "human", None, None), (judge.id, "llm", "judge@2", "says hello")]
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_a_scorers_labels_come_back_whole_so_scoring_again_skips_them(make_store, tmp_path, pq):
     store = make_store("sqlite")  # (the labels' columns are read alike on every engine: the seams test)
     s = store.session("s")
