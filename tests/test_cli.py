@@ -444,6 +444,39 @@ def test_show_tree_counts_messages_under_other_roots(tmp_path):
     assert re.search(r"^\* r1a  assistant: first reply$", assert_ok(older), re.M)
 
 
+def test_show_prints_each_messages_labels_and_its_branchs(tmp_path):
+    path = str(tmp_path / "labelled.db")
+    with sk.open_store(path) as store:
+        s = store.session("s")
+        s.append(msg("u1", "hello there", "user"))
+        s.append(msg("a1", "hi", "assistant"))
+        s.append(msg("u2", "again", "user"))
+        s.add_label("a1", "good", rating=0.75, note="kind\nand \x1b[31mshort", author="ana")
+        s.add_label("a1", "regenerated", target="branch", rating=-1.0)
+        s.add_label("u1", "polite", source="llm", scorer="judge@2", rationale="says hello")
+    chat, last, tree, tree_json = run_batch(
+        [
+            ("show", path, "s"),
+            ("show", path, "s", "--last", "1"),
+            ("show", path, "s", "--tree"),
+            ("show", path, "s", "--tree", "--json"),
+        ]
+    )
+    out = assert_ok(chat)
+    under = {mid: block for mid, block in re.findall(r"^── \w+ · (\S+) · [^\n]*\n(.*?)\n\n", out, re.M | re.S)}
+    assert under["u1"] == "hello there\n  label polite  (llm: judge@2)\n    rationale: says hello"
+    assert under["a1"] == (
+        "hi\n  label good  (rating 0.75 · by ana)\n    note: kind\n      and short\n"
+        "  label regenerated  (on the branch ending here · rating -1)"
+    )
+    assert under["u2"] == "again"
+    assert "label" not in assert_ok(last)  # the newest entry only: u2, unlabelled
+    assert re.search(r"^\* a1  assistant: hi  labels: good, regenerated \(branch\)$", assert_ok(tree), re.M)
+    nodes = {n["id"]: n for n in json.loads(assert_ok(tree_json))["nodes"]}
+    assert [x["tag"] for x in nodes["a1"]["labels"]] == ["good", "regenerated"]
+    assert nodes["u1"]["labels"][0]["scorer"] == "judge@2" and nodes["u2"]["labels"] == []
+
+
 # ---------------------------------------------------------------------------
 # search
 

@@ -316,3 +316,29 @@ def test_extra_columns_sort_filter_and_page_in_sql(store_path):
         assert {r["session_id"] for r in hits} == {s for s in want if value in s or value in str(want[s])}
         with pytest.raises(ValueError, match="cannot sort by 'nope'"):
             viewer.sessions_page(store, sort="nope", columns=cols)
+
+
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
+def test_a_session_of_run_events_alone_opens_and_is_bundled(tmp_path):
+    """A session holding run events and nothing else (no message, no run) is listed, opens
+    with an empty tree and its events, and goes into a bundle of the whole store."""
+    with sk.open_store(tmp_path / "log.db") as store:
+        store.session("chat").append({"id": "u", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+        store.run_log.append_events("log", [{"kind": "note", "data": {"n": 1}}, {"kind": "note", "data": "two"}])
+        events = store.events("log")
+        assert len(events) == 2 and store.runs("log") == []
+        assert {r["session_id"] for r in viewer.sessions_page(store)["rows"]} == {"chat", "log"}
+        state = viewer.session_state(store, "log")
+        assert (state["tree"]["n"], state["latest"], state["runs"], state["labels"]) == (0, None, [], {})
+        assert viewer.run_events(store, "log") == events
+        assert viewer.session_timeline(store, "log")["runs"] == []
+        for read in (viewer.session_state, viewer.session_timeline, viewer.path_state):
+            with pytest.raises(sk.errors.SessionNotFound, match="no session 'none'"):
+                read(store, "none")
+        folder = viewer.write_bundle(store, tmp_path / "bundle")
+        table = bundle_data((folder / "data" / "sessions.js").read_text(encoding="utf-8"))
+        assert sorted(table["files"]) == ["chat", "log"]
+        payload = bundle_data((folder / table["files"]["log"]).read_text(encoding="utf-8"))
+        assert payload["events"] == events and payload["tree"]["n"] == 0 and payload["paths"] is None
+        alone = viewer.write_bundle(store, tmp_path / "alone", session_ids=["log"])
+        assert list(bundle_data((alone / "data" / "sessions.js").read_text(encoding="utf-8"))["files"]) == ["log"]

@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         "show",
         help="a conversation path as a chat, or the whole tree",
         description="Show the path from the root to a leaf (default: the latest leaf) as a chat: roles, text, "
-        "tool calls with input and output, files, and compaction summaries where the model sees them. "
+        "tool calls with input and output, files, each message's labels, and compaction summaries where the "
+        "model sees them. "
         "--full shows every stored message with the compacted ranges marked; --tree shows the whole "
         "tree, one line per message.",
     )
@@ -155,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--json",
         action="store_true",
-        help="print the messages as JSON (with --tree: nodes with parent, children and message)",
+        help="print the messages as JSON (with --tree: nodes with parent, children, message and labels)",
     )
     p.set_defaults(func=cmd_show)
 

@@ -96,6 +96,8 @@ def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
             table = store.sql_arrow(f"SELECT * FROM {name} WHERE false")
         elif name in _SQL_VIEWS:
             table = store.sql_arrow(f"SELECT * FROM {name} ORDER BY {_SQL_VIEWS[name]}", session_ids=sids)
+            if name == "labels":
+                table = _with_fingerprints(store, table, sids)
         elif name == "messages":
             table = arrow_table(data, name, full_json=True)
         else:
@@ -105,6 +107,19 @@ def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
         pq.write_table(table, target)
         out[name] = target
     return out
+
+
+def _with_fingerprints(store, table: Any, sids: list[str] | None) -> Any:
+    """The ``labels`` view's table with a ``fingerprint`` column added: the content
+    fingerprint of the unit a scorer labelled, which ``store.score`` compares to skip a unit
+    scored already (kept by the store but no column of the view), so that an import loses
+    nothing a JSONL export keeps."""
+    import pyarrow as pa
+
+    labels = store.labels() if sids is None else [x for sid in sids for x in store.labels(session_id=sid)]
+    prints = {label.id: label.fingerprint for label in labels}
+    column = pa.array([prints.get(i) for i in table.column("id").to_pylist()], type=pa.string())
+    return table.append_column("fingerprint", column)
 
 
 # ---------------------------------------------------------------------------
@@ -120,8 +135,9 @@ _NEEDS = {
     "events": ("session_id", "seq", "data"),
     "embeddings": ("session_id", "message_id", "model", "vector"),
 }
-#: Columns read when the file has them (a label's provenance: files of older exports lack it).
-_OPTIONAL = {"labels": ("source", "scorer", "rationale")}
+#: Columns read when the file has them (a label's provenance and the fingerprint of the unit
+#: a scorer labelled: files of older exports lack them, their labels then a person's).
+_OPTIONAL = {"labels": ("source", "scorer", "rationale", "fingerprint")}
 
 
 def is_parquet_export(path: Path) -> bool:

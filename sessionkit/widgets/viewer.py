@@ -408,8 +408,11 @@ def search_hits(store: Any, query: str, *, limit: int = 50) -> list[dict]:
 
 
 def _session(store: Any, session_id: str) -> Any:
+    """The session of that id, if the store holds anything of it: messages, runs, or run
+    events alone (a run log written without messages: the ``sessions`` view lists it, and
+    its page shows an empty transcript beside its runs). ``SessionNotFound`` otherwise."""
     session = store.session(session_id)
-    if len(session) == 0 and not store.runs(session_id):
+    if len(session) == 0 and not store.runs(session_id) and not store.events(session_id):
         raise SessionNotFound(f"no session {session_id!r} in this store")
     return session
 

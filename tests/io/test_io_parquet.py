@@ -76,6 +76,36 @@ def test_exported_labels_carry_their_provenance(store, tmp_path, pq):
     assert got == [(person.id, "human", None, None), (judge.id, "llm", "judge@2", "says hello")]
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
+def test_a_scorers_labels_come_back_whole_so_scoring_again_skips_them(make_store, tmp_path, pq):
+    store = make_store("sqlite")  # (the labels' columns are read alike on every engine: the seams test)
+    s = store.session("s")
+    s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+    s.append({"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "hello"}]})
+    s.add_label("u1", "greeting", author="ana", rating=0.5, note="first")
+
+    @sk.scorers.scorer(name="says", version="1")
+    def says(unit):
+        return sk.Score(tag="hello" if "hello" in unit.text else "other", rationale="read it")
+
+    assert store.score(says, level="message", progress=False)["labelled"] == 2
+    folder = tmp_path / "out"
+    sk.io.export_parquet(store, folder)
+    dst = make_store("sqlite")
+    sk.io.import_parquet(dst, folder)
+    assert [x.to_dict() for x in dst.labels()] == [x.to_dict() for x in store.labels()]
+    assert all(x.fingerprint for x in dst.labels() if x.scorer)
+    again = dst.score(says, level="message", progress=False)
+    assert (again["units"], again["skipped"], again["scored"]) == (2, 2, 0)
+    # an export written before the labels' provenance and fingerprints: a person's labels
+    table = pq.read_table(folder / "labels.parquet")
+    pq.write_table(table.drop_columns(["source", "scorer", "rationale", "fingerprint"]), folder / "labels.parquet")
+    older = make_store("sqlite")
+    sk.io.import_parquet(older, folder)
+    got = [(x.id, x.tag, x.source, x.scorer, x.fingerprint, x.author, x.created_at) for x in older.labels()]
+    assert got == [(x.id, x.tag, "human", None, None, x.author, x.created_at) for x in store.labels()]
+
+
 def _small_export(store, folder):
     s = store.session("s")
     s.append_many([{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"m {i}"}]} for i in range(3)])
