@@ -36,6 +36,7 @@ from .errors import (
     StoreClosed,
     StoreCorrupt,
     StoreLocked,
+    ScorerFailed,
     UsageError,
 )
 from .store import (
@@ -117,6 +118,7 @@ __all__ = [
     "DatasetNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
+    "ScorerFailed",
     "UsageError",
     "MissingDependency",
     "RunFailed",
