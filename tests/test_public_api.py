@@ -261,6 +261,7 @@ SUBPACKAGES = {
     "sessionkit.widgets": {
         "BranchTree",
         "CompareView",
+        "ExperimentView",
         "RunView",
         "StoreBrowser",
         "Transcript",
