@@ -31,12 +31,12 @@ from .errors import (
     RunInterrupted,
     RunTimeout,
     SchemaVersionError,
+    ScorerFailed,
     SessionKitError,
     SessionNotFound,
     StoreClosed,
     StoreCorrupt,
     StoreLocked,
-    ScorerFailed,
     UsageError,
 )
 from .store import (
