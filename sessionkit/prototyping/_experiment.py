@@ -242,7 +242,7 @@ async def experiment(
         asked = _asked(item)
         pending[item.n] = len(built)
         for vname, (_agent, settings) in built.items():
-            row = {c: None for c in EXPERIMENT_COLUMNS}
+            row: dict[str, Any] = dict.fromkeys(EXPERIMENT_COLUMNS)
             row.update(
                 item=item.n,
                 variant=vname,

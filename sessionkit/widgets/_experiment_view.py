@@ -149,7 +149,7 @@ class ExperimentView(_View):
 
     name = traitlets.Unicode("").tag(sync=True)
     baseline = traitlets.Unicode(None, allow_none=True).tag(sync=True)
-    items = traitlets.List().tag(sync=True)
+    items: traitlets.List = traitlets.List().tag(sync=True)
     selected = traitlets.Dict().tag(sync=True)
     height = traitlets.Int(480).tag(sync=True)
 
