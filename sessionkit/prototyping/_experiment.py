@@ -189,7 +189,7 @@ async def experiment(
     """Re-ask every item of ``dataset`` under each variant, score the replies, and return the table.
 
     ``dataset`` is a dataset's name (its latest version, or ``version``) or an
-    :class:`~sessionkit.DatasetInfo` of ``store``; ``variants`` are as for
+    :class:`~sessionkit.DatasetInfo` of ``store`` (a store, or an ``sk.aio`` store); ``variants`` are as for
     :func:`~sessionkit.prototyping.compare` (an :class:`~sessionkit.Agent` or a dict of
     overrides of ``base``), ``scorers`` as for ``store.score`` (run at the turn level over
     each reply: their labels, with provenance, are the scores). Each item's last user

@@ -311,3 +311,29 @@ def test_an_experiment_killed_midway_resumes_without_asking_a_pair_twice(tmp_pat
         assert len(users) == 6 and len([n for n in nodes if n.parent_id in users]) == 6  # one reply each
         rows = store.sql("SELECT item, variant, status FROM experiments WHERE experiment = 'killed'")
         assert len(rows) == 6 and (rows["status"] == "completed").all()
+
+
+def test_an_experiment_runs_over_an_async_store():
+    async def main():
+        store = await sk.aio.open_store()
+        try:
+            await store.session("s0").append_many(
+                [
+                    {"id": "u", "role": "user", "parts": [{"type": "text", "text": QUESTIONS[0]}]},
+                    {"id": "a", "role": "assistant", "parts": [{"type": "text", "text": "Original 0."}]},
+                ],
+                parent_id=None,
+            )
+            await store.dataset("qa", units=[("s0", "a")])
+            result = await experiment("qa", _variants(1), [length], name="aio", store=store)
+            labels = await store.labels(scorer="length@1")
+            return result, labels
+        finally:
+            await store.close()
+
+    result, labels = asyncio.run(main())
+    assert [(r["variant"], r["reply"]) for r in result.rows] == [
+        ("base", "B " + QUESTIONS[0]),
+        ("long", "LONGER " + QUESTIONS[0]),
+    ]
+    assert sorted(label.message_id for label in labels) == sorted(r["reply_id"] for r in result.rows)
