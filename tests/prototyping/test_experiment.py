@@ -207,6 +207,7 @@ def _rows(store):
     return store.sql_arrow(QUERY).to_pylist()
 
 
+@pytest.mark.slow  # slow: over a second (`sessionkit copy` in a process of its own); the fast suite leaves it out
 def test_an_experiment_survives_reopening_and_every_export(engine, request, tmp_path):
     target = _target(engine, request, tmp_path)
     with sk.open_store(target) as store:
@@ -272,6 +273,8 @@ asyncio.run(experiment("qa", variants, [], name="killed", store=store, progress=
 """
 
 
+@pytest.mark.kill
+@pytest.mark.slow  # slow: over a second (a process started and killed); the fast suite leaves it out
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX SIGKILL")
 def test_an_experiment_killed_midway_resumes_without_asking_a_pair_twice(tmp_path):
     target = str(tmp_path / "k.db")
