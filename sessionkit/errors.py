@@ -43,6 +43,7 @@ __all__ = [
     "DatasetNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
+    "ScorerFailed",
     "UsageError",
     "QueryTimeout",
     "MissingDependency",
@@ -159,6 +160,12 @@ class UsageError(SessionKitError):
 class QueryTimeout(UsageError, TimeoutError):
     """An analysis query (``store.sql``, ``store.sql_arrow``) ran past its ``timeout`` and
     was stopped; the store answers the next query as before."""
+
+
+class ScorerFailed(SessionKitError):
+    """A scorer raised while an experiment scored its replies (the scorer's exception is
+    ``__cause__``); the replies stored so far stay, and running the experiment again
+    scores the rest."""
 
 
 class MissingDependency(SessionKitError, ImportError):

@@ -15,7 +15,7 @@ from ._datasets import DatasetInfo, DatasetItem
 from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
 from ._scoring import LEVELS as SCORE_LEVELS
-from ._scoring import Score, Unit, scorer
+from ._scoring import Score, Unit, scorer, scorer_id
 from ._session import Session
 from ._store import Store
 from ._values import (
@@ -59,6 +59,7 @@ __all__ = [
     "Score",
     "Unit",
     "scorer",
+    "scorer_id",
     "SCORE_LEVELS",
     "RecentHistory",
     "RunRecord",

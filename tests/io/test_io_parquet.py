@@ -25,7 +25,8 @@ def test_export_parquet_of_the_real_data(loaded, tmp_path, pq):
     store = loaded["store"]
     paths = sk.io.export_parquet(store, tmp_path / "out")
     views = ["messages", "sessions", "compactions", "runs", "events", "labels", "paths", "turns", "tool_calls"]
-    assert sorted(paths) == sorted([*views, "embeddings", "datasets", "dataset_items"])  # every view of store.sql
+    # every view of store.sql
+    assert sorted(paths) == sorted([*views, "embeddings", "datasets", "dataset_items", "experiments"])
     messages = pq.read_table(paths["messages"])
     assert messages.column_names == D1 + ["seq", "metadata", "message"]
     assert messages.num_rows == store.stats()["messages"]
