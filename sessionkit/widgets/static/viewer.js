@@ -124,22 +124,8 @@
         });
         return { rows: rows.slice(q.offset, q.offset + q.limit), total: rows.length, labels: data.labels, columns: data.columns || [] };
       },
-      async search(text, limit) {
-        // Client-side: every word of the query (case-folded) in the text; ranked by occurrences.
-        // Hand-written: a page opened from file:// loads no search library, and a bundle of
-        // chosen sessions is small enough to scan.
-        const words = text.toLowerCase().split(/\W+/).filter(Boolean);
-        if (!words.length) return [];
-        const hits = [];
-        for (const [sid, id, role, body] of window.SK_BUNDLE_INDEX || []) {
-          const low = body.toLowerCase();
-          if (!words.every((w) => low.includes(w))) continue;
-          const score = words.reduce((n, w) => n + low.split(w).length - 1, 0);
-          const at = Math.max(0, low.indexOf(words[0]) - 60);
-          hits.push({ session_id: sid, id, role, score, snippet: (at ? "…" : "") + body.slice(at, at + 180) + (at + 180 < body.length ? "…" : "") });
-        }
-        return hits.sort((a, b) => b.score - a.score).slice(0, limit);
-      },
+      // the bundle's index, ranked as store.search ranks (search.js)
+      search: (text, limit) => skBundleSearch(text, limit),
       session: (id) => load(id),
       path: (id, leaf) => load(id).then((s) => (!leaf || (s.paths && s.paths.model.leaf_id === leaf) ? s.paths : treePath(s, leaf))),
       messages: (id, ids) =>
@@ -360,7 +346,7 @@
     const list = skEl("ol", { class: "skv-hits" });
     for (const h of hits) {
       const href = sessionHref(h.session_id, h.id);
-      list.append(skEl("li", { class: "skv-hit", "data-session": h.session_id, "data-id": h.id },
+      list.append(skEl("li", { class: "skv-hit", "data-session": h.session_id, "data-id": h.id, "data-score": String(h.score) },
         skEl("a", { href },
           skEl("span", { class: "sk-role", style: { color: skRoleColor(h.role) }, text: h.role }),
           skEl("span", { class: "sk-meta", text: ` · ${h.session_id === "" ? '""' : h.session_id} · ${h.id}` })),
