@@ -37,6 +37,10 @@ SHARD_BYTES = 1 << 18
 _MAX_SHARDS = 4096
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def shard_of(stem: str, shards: int) -> int:
     """The shard of a stem: FNV-1a (32 bits) of its UTF-8 bytes, modulo ``shards`` (a power
     of two). Hand-written because ``search.js`` computes the same in the page."""
@@ -52,8 +56,8 @@ def write_index(
     """Write the index of ``messages`` into ``folder`` (created); returns the files it wrote,
     relative to ``folder``. ``messages`` are every message of the bundle's sessions in the
     store's order (``seq``: ties rank the newest first, as ``store.search`` does), each as
-    ``{"session_id", "id", "role", "text"}``; ``script(value)`` turns a value into the
-    JavaScript expression the data files carry; ``candidates``: how many of the newest
+    ``{"session_id", "id", "role", "text"}``; ``script(json_text)`` turns a value's JSON text
+    into the JavaScript expression the data files carry; ``candidates``: how many of the newest
     matches a query ranks (the store's ``search_candidates``)."""
     folder.mkdir(parents=True, exist_ok=True)
     docs: list[list[Any]] = []
@@ -90,10 +94,9 @@ def write_index(
         grouped[shard_of(stem, shards)].append(f"[{json.dumps(stem, ensure_ascii=False)},[{','.join(ps)}]]")
     written = []
     for k, items in enumerate(grouped):
-        # the postings are numbers and JSON strings already: parsed as they are
+        # the postings are written as JSON text directly (numbers, and the stems as JSON strings)
         (folder / f"t{k}.js").write_text(
-            f"skBundleSearchData({json.dumps(f't{k}')}, {script(json.loads('[' + ','.join(items) + ']'))});\n",
-            encoding="utf-8",
+            f"skBundleSearchData({json.dumps(f't{k}')}, {script('[' + ','.join(items) + ']')});\n", encoding="utf-8"
         )
         written.append(f"t{k}.js")
     files: list[int] = []  # the first piece of each texts file
@@ -103,7 +106,7 @@ def write_index(
     def flush() -> None:
         name = f"x{len(files) - 1}"
         (folder / f"{name}.js").write_text(
-            f"skBundleSearchData({json.dumps(name)}, {script(batch)});\n", encoding="utf-8"
+            f"skBundleSearchData({json.dumps(name)}, {script(_json(batch))});\n", encoding="utf-8"
         )
         written.append(f"{name}.js")
 
@@ -126,6 +129,6 @@ def write_index(
         "docs": docs,
         "files": files,
     }
-    (folder / "meta.js").write_text(f'skBundleSearchData("meta", {script(meta)});\n', encoding="utf-8")
+    (folder / "meta.js").write_text(f'skBundleSearchData("meta", {script(_json(meta))});\n', encoding="utf-8")
     written.append("meta.js")
     return written

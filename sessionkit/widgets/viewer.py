@@ -116,7 +116,11 @@ def _script_data(value: Any) -> str:
     """``value`` as a JavaScript expression for a bundle's data files: ``JSON.parse("...")``
     and not an object literal, because in a literal a key ``"__proto__"`` (a session or
     message id like any other) sets the object's prototype instead of storing a value."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _script_text(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+def _script_text(text: str) -> str:
+    """:func:`_script_data` of a value given as its JSON text."""
     return f"JSON.parse({_script_json(text)})"
 
 
@@ -608,7 +612,7 @@ def write_bundle(
         encoding="utf-8",
     )
     searched = _bundle_search.write_index(
-        data / "search", _bundle_texts(store, list(files)), _script_data, candidates=store.search_candidates
+        data / "search", _bundle_texts(store, list(files)), _script_text, candidates=store.search_candidates
     )
     for name in ASSETS:
         (out / name).write_text(asset(name), encoding="utf-8")

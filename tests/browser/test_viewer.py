@@ -10,8 +10,10 @@ adversarial texts of the widgets' tests run nothing.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import nbhelpers
 import pytest
@@ -299,18 +301,62 @@ def test_bundle_opens_from_file_and_shows_the_table_a_session_and_search(browser
     w.close()
 
 
+# Queries of the demo store: stemmed words ("deployments" finds "deploying" and "deploy"),
+# two words, a phrase, a word in nearly every message (its IDF at FTS5's floor), an id.
+DEMO_QUERIES = ["deployments", "logical replication", '"logical replication"', "replicate", "the", "order_events"]
+
+
+def _hits(page) -> list[tuple[str, str, float, str]]:
+    page.wait_for_selector(".skv-results[data-hits]")
+    return [
+        (h["session"], h["id"], float(h["score"]), h["snippet"])
+        for h in page.eval_on_selector_all(
+            ".skv-hit",
+            "els => els.map(e => ({...e.dataset, snippet: e.querySelector('.skv-snippet').innerHTML}))",
+        )
+    ]
+
+
+def _marked(snippet: str) -> str:
+    """A snippet with its [marks] as the page draws them."""
+    import html
+
+    return "".join(
+        f"<mark>{html.escape(bit[1:-1], quote=False)}</mark>"
+        if bit.startswith("[") and bit.endswith("]") and len(bit) > 2
+        else html.escape(bit, quote=False)
+        for bit in re.split(r"(\[[^[\]]*\])", snippet)
+    )
+
+
 def test_a_bundle_of_the_demo_store_opens_offline_from_file(browser, tmp_path):
     """What `sessionkit view demo.db --bundle DIR` writes for `make demo`'s store: every
-    session in the table, each one's transcript, nothing fetched."""
+    session in the table, each one's transcript, nothing fetched; its search answers as the
+    served viewer does (/api/search: store.search's hits, scores and marked snippets)."""
     from sessionkit._demo import DEMO_SESSIONS, build_demo_store
+    from sessionkit.widgets.viewer import search_hits
 
     with build_demo_store(str(tmp_path / "demo.db")) as store:
         folder = write_bundle(store, tmp_path / "demo-bundle")
         first = {sid: store.session(sid).get_history()[0] for sid in DEMO_SESSIONS}
+        served = {q: search_hits(store, q, limit=51) for q in DEMO_QUERIES}
+    assert all(served.values()) and len(served["the"]) > 20
     w = Watched(browser, offline=True)
     page = w.page
     page.goto((folder / "index.html").as_uri())
     assert sorted(_table(page)) == sorted(DEMO_SESSIONS)
+    # the table shows before any of the search index is read
+    assert not [u for u in w.urls if "/data/search/" in u]
+    for q in DEMO_QUERIES:
+        page.goto((folder / "index.html").as_uri() + "#/search/" + quote(q, safe=""))
+        shown = _hits(page)
+        want = served[q]
+        assert [h[:2] for h in shown] == [(h["session_id"], h["id"]) for h in want], q
+        assert [h[2] for h in shown] == pytest.approx([h["score"] for h in want], rel=1e-12, abs=1e-15), q
+        assert [h[3] for h in shown] == [_marked(h["snippet"]) for h in want], q
+        assert all("<mark>" in h[3] for h in shown), q
+    loaded = {u.rsplit("/", 1)[-1] for u in w.urls if "/data/search/" in u}
+    assert loaded == {"meta.js", "t0.js", "x0.js"}  # a store this small: one shard, one texts file
     for sid, message in first.items():
         page.goto((folder / "index.html").as_uri() + f"#/s/{sid}")
         page.wait_for_selector(f".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='{message['id']}']")
@@ -597,6 +643,7 @@ def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, 
                 assert [tuple(h) for h in hits] == best
             if more:
                 page.locator(".skv-more-hits").click()
+        served = _hits(page)
         hit = page.locator(".skv-hit").nth(117)
         sid, mid = hit.get_attribute("data-session"), hit.get_attribute("data-id")
         hit.locator(".skv-snippet-link").click()
@@ -604,6 +651,22 @@ def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, 
         wait_until(lambda: page.evaluate("() => location.hash").endswith(f"/m/{mid}"), what="the hit's message")
         assert w.foreign(url) == [] and not w.errors
         w.close()
+    # the bundle of the same store pages the same way through the same hits, in the same order
+    # (120 ties but for their length: the newest first), each with its snippet marked
+    with sk.open_store(path) as store:
+        folder = write_bundle(store, tmp_path / "bundle")
+    w = Watched(browser, offline=True)
+    page = w.page
+    page.goto((folder / "index.html").as_uri() + "#/search/needle")
+    for shown in (50, 100, 120):
+        page.wait_for_selector(f".skv-results[data-hits='{shown}']")
+        assert page.locator(".skv-more-hits").count() == (1 if shown < total else 0)
+        if shown < total:
+            page.locator(".skv-more-hits").click()
+    assert _hits(page) == served
+    assert page.locator(".skv-hit mark").count() == total
+    assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
+    w.close()
 
 
 # Every call of a session's runs, in the order the timeline draws them (each run in the order
