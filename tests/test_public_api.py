@@ -184,6 +184,7 @@ SUBPACKAGES = {
         "Session",
         "SessionInfo",
         "SessionRecords",
+        "SimilarSession",
         "Store",
         "StoreRunLog",
         "Tree",
