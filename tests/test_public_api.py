@@ -291,6 +291,7 @@ SUBPACKAGES = {
         "message_views",
         "run_events",
         "session_timeline",
+        "similar_sessions",
         "parse_column",
         "read_columns",
         "check_columns",

@@ -325,7 +325,7 @@ def _similar_sessions(
             {"self": own, "model": model},
         ).to_pylist()[0]["n"]
         if not have:
-            if own not in {i.id for i in store.list_sessions()}:
+            if not store._check().session_exists(own):
                 raise SessionNotFound(f"no session {own!r} in this store")
             raise ValueError(f"session {own!r} has no {model!r} vectors: run store.embed first")
         target = "(SELECT vector FROM s WHERE session_id = $self)"

@@ -45,6 +45,7 @@ __all__ = [
     "message_views",
     "run_events",
     "session_timeline",
+    "similar_sessions",
     "page_html",
     "write_bundle",
 ]
@@ -463,6 +464,36 @@ def session_timeline(store: Any, session_id: str, events: list[dict] | None = No
     return _session_timeline(session, store.events(session_id) if events is None else events)
 
 
+#: Similar conversations a session's page lists.
+SIMILAR = 5
+
+
+def similar_sessions(store: Any, session_id: str, *, k: int = SIMILAR, session_ids: list[str] | None = None) -> dict:
+    """The ``k`` sessions most like ``session_id`` (``store.similar(..., level="session")``,
+    docs/analysis.md#find-similar) by the vectors of the model with the most of them:
+    ``{"model", "sessions": [{"session_id", "score", "messages"}], "note"}``, ``note`` saying
+    why the list is empty (no vectors in the store, none for this session). ``session_ids``:
+    only those sessions (a bundle's). ``SessionNotFound`` for no session."""
+    _session(store, session_id)
+    models = store.sql_arrow(
+        "SELECT model, count(*) AS n FROM embeddings GROUP BY model ORDER BY n DESC, model LIMIT 1"
+    ).to_pylist()
+    if not models:
+        note = "No similar conversations: this store has no message vectors (store.embed makes them)."
+        return {"model": None, "sessions": [], "note": note}
+    model = models[0]["model"]
+    try:
+        hits = store.similar(store.session(session_id), level="session", k=k, model=model, session_ids=session_ids)
+    except ValueError:  # this session has no vector of the model (yet)
+        note = f"No similar conversations: this session has no {model} vectors (store.embed makes them)."
+        return {"model": model, "sessions": [], "note": note}
+    return {
+        "model": model,
+        "sessions": [{"session_id": h.session_id, "score": h.score, "messages": h.messages} for h in hits],
+        "note": None if hits else f"No other session has {model} vectors.",
+    }
+
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -589,6 +620,7 @@ def write_bundle(
     # index's files, known once written, are added to it after)
     (out / MARKER).write_text("\n".join([_MARKER_HEAD, *written]) + "\n", encoding="utf-8")
     files: dict[str, str] = {}
+    bundled = [r["session_id"] for r in rows]
     for k, row in enumerate(rows):
         sid = row["session_id"]
         name = f"s{k}.js"
@@ -604,6 +636,7 @@ def write_bundle(
             "events": run_events(store, sid),
         }
         payload["timeline"] = session_timeline(store, sid, payload["events"])
+        payload["similar"] = similar_sessions(store, sid, session_ids=bundled)
         (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
     shown = [{"name": col["name"], "label": col["label"]} for col in extra]
     table = {"rows": rows, "files": files, "labels": _has_labels(store), "columns": shown}

@@ -360,6 +360,9 @@ def test_a_bundle_of_the_demo_store_opens_offline_from_file(browser, tmp_path):
     for sid, message in first.items():
         page.goto((folder / "index.html").as_uri() + f"#/s/{sid}")
         page.wait_for_selector(f".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='{message['id']}']")
+    # a store without message vectors: the session's page says why it lists no similar conversations
+    page.wait_for_selector(".skv-similar[data-ready='1']")
+    assert "no message vectors" in page.locator(".skv-similar-none").inner_text()
     assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
     w.close()
 
@@ -440,6 +443,11 @@ def test_a_write_viewer_keeps_its_token_in_the_tab_and_deletes_from_the_page(bro
         assert sorted(info.id for info in store.list_sessions()) == ["chat-00", "chat-02"]
 
 
+def _letters(texts: list[str]) -> list[list[float]]:
+    """A small embedder: each text's counts of the letters a to z."""
+    return [[1.0 + text.lower().count(chr(97 + k)) for k in range(26)] for text in texts]
+
+
 def _labelled_store(path: Path) -> dict[str, list[str]]:
     """The demo "trip" session with labels on three messages, two chats (one labelled); returns
     each session's tags as the store lists them."""
@@ -451,12 +459,15 @@ def _labelled_store(path: Path) -> dict[str, list[str]]:
         trip.add_label("u3", "good-question")
         trip.add_label("a5", "resolved", target="branch", rating=5)
         store.session("chat-01").add_label("m0", "good-question")
+        store.embed(_letters)  # vectors: the page lists similar conversations
         return {
             info.id: sorted({lab.tag for lab in store.labels(session_id=info.id)}) for info in store.list_sessions()
         }
 
 
-def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]]) -> None:
+def _check_labels(
+    page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]], similar: list[str]
+) -> None:
     page.goto(url)
     _table(page)
     for sid, want in tags.items():
@@ -492,6 +503,12 @@ def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[
     assert "no such place" in badge.get_attribute("title") and "by ana" in badge.get_attribute("title")
     # read-only here: no "remove" on a badge, no "+ label"
     assert page.locator(".skv-session .sk-label-x, .skv-session .sk-label-add").count() == 0
+    # similar conversations: store.similar(level="session")'s, in its order; a link opens one
+    page.wait_for_selector(".skv-similar[data-ready='1']")
+    shown = page.eval_on_selector_all(".skv-similar li", "els => els.map(e => e.dataset.session)")
+    assert shown == similar
+    page.locator(".skv-similar li a").first.click()
+    page.wait_for_selector(f".skv-session[data-session='{similar[0]}'][data-ready='1']")
 
 
 def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(browser, tmp_path):
@@ -503,14 +520,16 @@ def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(br
         for lab in store.labels(session_id="trip"):
             trip_labels.setdefault(lab.message_id, []).append(lab.tag)
         folder = write_bundle(store, tmp_path / "bundle")
+        similar = [h.session_id for h in store.similar(store.session("trip"), level="session", k=5)]
+    assert sorted(similar) == ["chat-00", "chat-01"]
     with view_process(path) as launched:
         url = launched.match.group(1)
         w = Watched(browser)
-        _check_labels(w.page, url, tags, trip_labels)
+        _check_labels(w.page, url, tags, trip_labels, similar)
         assert not w.errors and w.foreign(url) == [], (w.errors, w.foreign(url))
         w.close()
     w = Watched(browser, offline=True)
-    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels)
+    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels, similar)
     assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
     w.close()
 

@@ -74,6 +74,7 @@
       messages: (id, ids) => get("api/messages", { id, ids }).then((r) => r.items),
       events: (id) => get("api/events", { id }).then((r) => r.events),
       timeline: (id) => get("api/timeline", { id }),
+      similar: (id) => get("api/similar", { id }),
       remove: (id) => get("api/session", { id }, "DELETE"),
     };
   }
@@ -136,6 +137,7 @@
         }),
       events: (id) => load(id).then((s) => s.events || []),
       timeline: (id) => load(id).then((s) => s.timeline || { runs: [] }),
+      similar: (id) => load(id).then((s) => s.similar || { sessions: [], note: "No similar conversations: this bundle has none." }),
     };
   }
 
@@ -392,6 +394,7 @@
       head.append(del);
     }
     box.append(head, skEl("div", { class: "skv-panes" }, treeEl, chatEl), runsEl);
+    box.append(similarPane(id));
     app.append(box);
     let s;
     try {
@@ -477,6 +480,31 @@
     }
     box.dataset.ready = "1";
     cleanup.push(() => tree.model.off("change:selected_id", follow));
+  }
+
+  // -- similar conversations (store.similar(..., level="session")) ----------------------------
+
+  /** The sessions most like this one, each a link; or why there are none. Filled when the answer comes. */
+  function similarPane(id) {
+    const pane = skEl("div", { class: "skv-similar" }, skEl("h3", { class: "skv-sub", text: "Similar conversations" }));
+    api.similar(id).then(
+      (got) => {
+        if (got.sessions.length) {
+          const list = skEl("ol", { class: "skv-similar-list" });
+          for (const s of got.sessions)
+            list.append(skEl("li", { "data-session": s.session_id, "data-score": String(s.score) },
+              skEl("a", { href: sessionHref(s.session_id), text: s.session_id === "" ? '""' : s.session_id }),
+              skEl("span", { class: "sk-meta", text: ` · ${s.score.toFixed(3)} · ${skPlural(s.messages, "message")}` })));
+          pane.append(list, skEl("div", { class: "sk-meta", text: `by the mean of each session's ${got.model} message vectors` }));
+        } else pane.append(skEl("div", { class: "sk-meta skv-similar-none", text: got.note }));
+        pane.dataset.ready = "1";
+      },
+      (err) => {
+        pane.append(skEl("div", { class: "sk-err skv-error", text: String(err && err.message ? err.message : err) }));
+        pane.dataset.ready = "1";
+      },
+    );
+    return pane;
   }
 
   window.addEventListener("hashchange", route);
