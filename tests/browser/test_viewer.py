@@ -22,6 +22,7 @@ from servers import launcher
 
 import sessionkit as sk
 from sessionkit.parts import input_text, output_text
+from sessionkit.store.search import parse_query, stem
 from sessionkit.widgets.viewer import PAGE_SIZE, write_bundle
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a server process and chromium
@@ -357,6 +358,23 @@ def test_a_bundle_of_the_demo_store_opens_offline_from_file(browser, tmp_path):
         assert all("<mark>" in h[3] for h in shown), q
     loaded = {u.rsplit("/", 1)[-1] for u in w.urls if "/data/search/" in u}
     assert loaded == {"meta.js", "t0.js", "x0.js"}  # a store this small: one shard, one texts file
+    # the page's stemmer and query parser are the store's: every word of the docs and a few
+    # queries beyond ASCII read the same in the page as in sessionkit.store.search
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    vocabulary = sorted(
+        {m.group().casefold() for f in docs.rglob("*.md") for m in re.finditer(r"[^\W_]+", f.read_text("utf-8"))}
+    )
+    assert len(vocabulary) > 2000
+    assert page.evaluate("words => words.map(skStem)", vocabulary) == [stem(x) for x in vocabulary]
+    queries = [
+        '"logical replication" deployments',
+        "Straße ΣΑΣ naïve café",
+        "order_lines 17.2°C",
+        'an "unclosed phrase',
+    ]
+    parsed = [parse_query(q) for q in queries]
+    want = [{"terms": list(p.terms), "phrases": [list(x) for x in p.phrases]} for p in parsed]
+    assert page.evaluate("qs => qs.map(skParseQuery)", queries) == want
     for sid, message in first.items():
         page.goto((folder / "index.html").as_uri() + f"#/s/{sid}")
         page.wait_for_selector(f".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='{message['id']}']")
