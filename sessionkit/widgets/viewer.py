@@ -10,7 +10,9 @@ the session page, which mounts the notebook views' own modules (``branch_tree.js
 Everything here reads through the store's public API: the sessions table is one
 ``store.sql_arrow`` query over the ``sessions``, ``runs`` and ``messages`` views, sorted,
 filtered and paged in SQL (LIMIT/OFFSET), so a store of 100,000 sessions opens with one
-page of rows; search is ``store.search`` (its ranking and snippets).
+page of rows; search is ``store.search`` (its ranking and snippets), and a bundle's search
+answers the same from an index written with the store's tokenizer (:mod:`._bundle_search`,
+``static/search.js``).
 """
 
 from __future__ import annotations
@@ -484,7 +486,7 @@ def similar_sessions(store: Any, session_id: str, *, k: int = SIMILAR, session_i
     model = models[0]["model"]
     try:
         hits = store.similar(store.session(session_id), level="session", k=k, model=model, session_ids=session_ids)
-    except ValueError:  # this session has no vector of the model (yet)
+    except (ValueError, SessionNotFound):  # this session has no vector of the model (yet)
         note = f"No similar conversations: this session has no {model} vectors (store.embed makes them)."
         return {"model": model, "sessions": [], "note": note}
     return {
@@ -518,9 +520,9 @@ def page_html(
     if mode not in ("served", "bundle"):
         raise ValueError(f"mode must be 'served' or 'bundle', got {mode!r}")
     tags = [f'<script src="{html.escape(src, quote=True)}"></script>' for src in scripts]
-    tags += [
-        f'<script src="{prefix}{name}"></script>' for name in ("common.js", "timeline.js", "search.js", "viewer.js")
-    ]
+    # (search.js: a bundle's search; the served page asks its server)
+    own = ("common.js", "timeline.js", *(("search.js",) if mode == "bundle" else ()), "viewer.js")
+    tags += [f'<script src="{prefix}{name}"></script>' for name in own]
     # Scripts from the page's own files and the views' Blob modules only: no inline script,
     # so no markup could ever run one; nothing from another host.
     csp = (
