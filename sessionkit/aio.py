@@ -680,11 +680,18 @@ class AsyncStore:
         return await self._call("embed", embedder, batch_size=batch_size, progress=progress, options=options)
 
     async def similar(
-        self, query, *, k: int = 10, session_ids=None, embedder=None, model: str | None = None
-    ) -> list[SearchHit]:
-        """The messages most similar to ``query``, as :meth:`sessionkit.Store.similar`."""
+        self,
+        query,
+        *,
+        k: int = 10,
+        session_ids=None,
+        embedder=None,
+        model: str | None = None,
+        level: str = "message",
+    ) -> list[Any]:
+        """The messages (or sessions) most similar to ``query``, as :meth:`sessionkit.Store.similar`."""
         ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
-        return await self._query("similar", query, k=k, session_ids=ids, embedder=embedder, model=model)
+        return await self._query("similar", query, k=k, session_ids=ids, embedder=embedder, model=model, level=level)
 
     # -- runs, events, records ------------------------------------------------------------------
     async def runs(self, session_id: str) -> list[RunRecord]:

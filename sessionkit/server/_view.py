@@ -142,6 +142,9 @@ def create_view_app(
     async def timeline(request: Request) -> Any:
         return await call(viewer.session_timeline, store, session_id(request))
 
+    async def similar(request: Request) -> Any:
+        return await call(viewer.similar_sessions, store, session_id(request))
+
     async def delete(request: Request) -> Any:
         sid = session_id(request)
         await call(viewer.session_state, store, sid)  # SessionNotFound (404) before anything is changed
@@ -174,6 +177,7 @@ def create_view_app(
         Route("/api/messages", api(messages)),
         Route("/api/events", api(events)),
         Route("/api/timeline", api(timeline)),
+        Route("/api/similar", api(similar)),
         Route("/{name:str}", asset),
     ]
     if write:

@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ._datasets import DatasetInfo, DatasetItem
+from ._embeddings import SimilarSession
 from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
 from ._scoring import LEVELS as SCORE_LEVELS
@@ -76,6 +77,7 @@ __all__ = [
     "SCAN_KINDS",
     "VIEW_COLUMNS",
     "SearchHit",
+    "SimilarSession",
     "create_compact_function",
 ]
 

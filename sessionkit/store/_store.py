@@ -346,21 +346,29 @@ class Store:
         session_ids: Iterable[str] | None = None,
         embedder: Any = None,
         model: str | None = None,
-    ) -> list[SearchHit]:
+        level: str = "message",
+    ) -> list[Any]:
         """The ``k`` messages most similar to ``query`` by cosine similarity of their vectors,
         best first, as :class:`SearchHit` (``score``: the similarity, at most 1).
 
         ``query`` is a text (embedded with ``embedder``, the one given to :meth:`embed`) or
         a stored message as ``(session_id, message_id)`` (its own vector; it is left out of
         the hits). ``model`` picks the vectors when the store holds several models'.
-        ``session_ids`` limits the hits to those sessions."""
+        ``session_ids`` limits the hits to those sessions.
+
+        ``level="session"`` ranks sessions instead, as :class:`SimilarSession`: a session's
+        vector is the normalized mean of its messages' unit vectors (docs/analysis.md), and
+        ``query`` may also be a stored session (``store.session(id)``: its own vector; it
+        is left out of the hits)."""
         from . import _embeddings
 
         self._check()
         k = _count_arg(k, "k")
         if k == 0:
             return []
-        return _embeddings.similar(self, query, k=k, session_ids=session_ids, embedder=embedder, model=model)
+        return _embeddings.similar(
+            self, query, k=k, session_ids=session_ids, embedder=embedder, model=model, level=level
+        )
 
     def _restore(self, seq: int, raw: str | None) -> dict[str, Any] | None:
         """A message from its stored JSON (payloads put back); None for a row deleted

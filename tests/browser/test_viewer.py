@@ -10,8 +10,10 @@ adversarial texts of the widgets' tests run nothing.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import nbhelpers
 import pytest
@@ -20,6 +22,7 @@ from servers import launcher
 
 import sessionkit as sk
 from sessionkit.parts import input_text, output_text
+from sessionkit.store.search import parse_query, stem
 from sessionkit.widgets.viewer import PAGE_SIZE, write_bundle
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a server process and chromium
@@ -302,21 +305,85 @@ def test_bundle_opens_from_file_and_shows_the_table_a_session_and_search(browser
     w.close()
 
 
+# Queries of the demo store: stemmed words ("deployments" finds "deploying" and "deploy"),
+# two words, a phrase, a word in nearly every message (its IDF at FTS5's floor), an id.
+DEMO_QUERIES = ["deployments", "logical replication", '"logical replication"', "replicate", "the", "order_events"]
+
+
+def _hits(page) -> list[tuple[str, str, float, str]]:
+    page.wait_for_selector(".skv-results[data-hits]")
+    return [
+        (h["session"], h["id"], float(h["score"]), h["snippet"])
+        for h in page.eval_on_selector_all(
+            ".skv-hit",
+            "els => els.map(e => ({...e.dataset, snippet: e.querySelector('.skv-snippet').innerHTML}))",
+        )
+    ]
+
+
+def _marked(snippet: str) -> str:
+    """A snippet with its [marks] as the page draws them."""
+    import html
+
+    return "".join(
+        f"<mark>{html.escape(bit[1:-1], quote=False)}</mark>"
+        if bit.startswith("[") and bit.endswith("]") and len(bit) > 2
+        else html.escape(bit, quote=False)
+        for bit in re.split(r"(\[[^[\]]*\])", snippet)
+    )
+
+
 def test_a_bundle_of_the_demo_store_opens_offline_from_file(browser, tmp_path):
     """What `sessionkit view demo.db --bundle DIR` writes for `make demo`'s store: every
-    session in the table, each one's transcript, nothing fetched."""
+    session in the table, each one's transcript, nothing fetched; its search answers as the
+    served viewer does (/api/search: store.search's hits, scores and marked snippets)."""
     from sessionkit._demo import DEMO_SESSIONS, build_demo_store
+    from sessionkit.widgets.viewer import search_hits
 
     with build_demo_store(str(tmp_path / "demo.db")) as store:
         folder = write_bundle(store, tmp_path / "demo-bundle")
         first = {sid: store.session(sid).get_history()[0] for sid in DEMO_SESSIONS}
+        served = {q: search_hits(store, q, limit=51) for q in DEMO_QUERIES}
+    assert all(served.values()) and len(served["the"]) > 20
     w = Watched(browser, offline=True)
     page = w.page
     page.goto((folder / "index.html").as_uri())
     assert sorted(_table(page)) == sorted(DEMO_SESSIONS)
+    # the table shows before any of the search index is read
+    assert not [u for u in w.urls if "/data/search/" in u]
+    for q in DEMO_QUERIES:
+        page.goto((folder / "index.html").as_uri() + "#/search/" + quote(q, safe=""))
+        shown = _hits(page)
+        want = served[q]
+        assert [h[:2] for h in shown] == [(h["session_id"], h["id"]) for h in want], q
+        assert [h[2] for h in shown] == pytest.approx([h["score"] for h in want], rel=1e-12, abs=1e-15), q
+        assert [h[3] for h in shown] == [_marked(h["snippet"]) for h in want], q
+        assert all("<mark>" in h[3] for h in shown), q
+    loaded = {u.rsplit("/", 1)[-1] for u in w.urls if "/data/search/" in u}
+    assert loaded == {"meta.js", "t0.js", "x0.js"}  # a store this small: one shard, one texts file
+    # the page's stemmer and query parser are the store's: every word of the docs and a few
+    # queries beyond ASCII read the same in the page as in sessionkit.store.search
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    vocabulary = sorted(
+        {m.group().casefold() for f in docs.rglob("*.md") for m in re.finditer(r"[^\W_]+", f.read_text("utf-8"))}
+    )
+    assert len(vocabulary) > 2000
+    assert page.evaluate("words => words.map(skStem)", vocabulary) == [stem(x) for x in vocabulary]
+    queries = [
+        '"logical replication" deployments',
+        "Straße ΣΑΣ naïve café",
+        "order_lines 17.2°C",
+        'an "unclosed phrase',
+    ]
+    parsed = [parse_query(q) for q in queries]
+    want = [{"terms": list(p.terms), "phrases": [list(x) for x in p.phrases]} for p in parsed]
+    assert page.evaluate("qs => qs.map(skParseQuery)", queries) == want
     for sid, message in first.items():
         page.goto((folder / "index.html").as_uri() + f"#/s/{sid}")
         page.wait_for_selector(f".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='{message['id']}']")
+    # a store without message vectors: the session's page says why it lists no similar conversations
+    page.wait_for_selector(".skv-similar[data-ready='1']")
+    assert "no message vectors" in page.locator(".skv-similar-none").inner_text()
     assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
     w.close()
 
@@ -397,6 +464,11 @@ def test_a_write_viewer_keeps_its_token_in_the_tab_and_deletes_from_the_page(bro
         assert sorted(info.id for info in store.list_sessions()) == ["chat-00", "chat-02"]
 
 
+def _letters(texts: list[str]) -> list[list[float]]:
+    """A small embedder: each text's counts of the letters a to z."""
+    return [[1.0 + text.lower().count(chr(97 + k)) for k in range(26)] for text in texts]
+
+
 def _labelled_store(path: Path) -> dict[str, list[str]]:
     """The demo "trip" session with labels on three messages, two chats (one labelled); returns
     each session's tags as the store lists them."""
@@ -408,12 +480,15 @@ def _labelled_store(path: Path) -> dict[str, list[str]]:
         trip.add_label("u3", "good-question")
         trip.add_label("a5", "resolved", target="branch", rating=5)
         store.session("chat-01").add_label("m0", "good-question")
+        store.embed(_letters)  # vectors: the page lists similar conversations
         return {
             info.id: sorted({lab.tag for lab in store.labels(session_id=info.id)}) for info in store.list_sessions()
         }
 
 
-def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]]) -> None:
+def _check_labels(
+    page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]], similar: list[str]
+) -> None:
     page.goto(url)
     _table(page)
     for sid, want in tags.items():
@@ -449,6 +524,12 @@ def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[
     assert "no such place" in badge.get_attribute("title") and "by ana" in badge.get_attribute("title")
     # read-only here: no "remove" on a badge, no "+ label"
     assert page.locator(".skv-session .sk-label-x, .skv-session .sk-label-add").count() == 0
+    # similar conversations: store.similar(level="session")'s, in its order; a link opens one
+    page.wait_for_selector(".skv-similar[data-ready='1']")
+    shown = page.eval_on_selector_all(".skv-similar li", "els => els.map(e => e.dataset.session)")
+    assert shown == similar
+    page.locator(".skv-similar li a").first.click()
+    page.wait_for_selector(f".skv-session[data-session='{similar[0]}'][data-ready='1']")
 
 
 def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(browser, tmp_path):
@@ -460,14 +541,16 @@ def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(br
         for lab in store.labels(session_id="trip"):
             trip_labels.setdefault(lab.message_id, []).append(lab.tag)
         folder = write_bundle(store, tmp_path / "bundle")
+        similar = [h.session_id for h in store.similar(store.session("trip"), level="session", k=5)]
+    assert sorted(similar) == ["chat-00", "chat-01"]
     with view_process(path) as launched:
         url = launched.match.group(1)
         w = Watched(browser)
-        _check_labels(w.page, url, tags, trip_labels)
+        _check_labels(w.page, url, tags, trip_labels, similar)
         assert not w.errors and w.foreign(url) == [], (w.errors, w.foreign(url))
         w.close()
     w = Watched(browser, offline=True)
-    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels)
+    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels, similar)
     assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
     w.close()
 
@@ -600,6 +683,7 @@ def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, 
                 assert [tuple(h) for h in hits] == best
             if more:
                 page.locator(".skv-more-hits").click()
+        served = _hits(page)
         hit = page.locator(".skv-hit").nth(117)
         sid, mid = hit.get_attribute("data-session"), hit.get_attribute("data-id")
         hit.locator(".skv-snippet-link").click()
@@ -607,6 +691,22 @@ def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, 
         wait_until(lambda: page.evaluate("() => location.hash").endswith(f"/m/{mid}"), what="the hit's message")
         assert w.foreign(url) == [] and not w.errors
         w.close()
+    # the bundle of the same store pages the same way through the same hits, in the same order
+    # (120 ties but for their length: the newest first), each with its snippet marked
+    with sk.open_store(path) as store:
+        folder = write_bundle(store, tmp_path / "bundle")
+    w = Watched(browser, offline=True)
+    page = w.page
+    page.goto((folder / "index.html").as_uri() + "#/search/needle")
+    for shown in (50, 100, 120):
+        page.wait_for_selector(f".skv-results[data-hits='{shown}']")
+        assert page.locator(".skv-more-hits").count() == (1 if shown < total else 0)
+        if shown < total:
+            page.locator(".skv-more-hits").click()
+    assert _hits(page) == served
+    assert page.locator(".skv-hit mark").count() == total
+    assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
+    w.close()
 
 
 # Every call of a session's runs, in the order the timeline draws them (each run in the order
