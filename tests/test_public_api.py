@@ -22,6 +22,10 @@ PINNED = {
     "Label",
     "DatasetInfo",
     "DatasetItem",
+    "Rubric",
+    "QueueInfo",
+    "QueueUnit",
+    "QueueProgress",
     "RecentHistory",
     "RunRecord",
     "Score",
@@ -39,6 +43,8 @@ PINNED = {
     "InvalidLabel",
     "InvalidDataset",
     "DatasetNotFound",
+    "InvalidQueue",
+    "QueueNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
     "UsageError",
@@ -88,6 +94,8 @@ def test_error_tree():
         "InvalidLabel",
         "InvalidDataset",
         "DatasetNotFound",
+        "InvalidQueue",
+        "QueueNotFound",
         "SchemaVersionError",
         "StoreCorrupt",
         "UsageError",
@@ -105,6 +113,8 @@ def test_error_tree():
     assert issubclass(sk.InvalidLabel, ValueError)
     assert issubclass(sk.InvalidDataset, ValueError)
     assert issubclass(sk.DatasetNotFound, LookupError)
+    assert issubclass(sk.InvalidQueue, ValueError)
+    assert issubclass(sk.QueueNotFound, LookupError)
     assert issubclass(sk.MessageNotFound, LookupError)
     assert issubclass(sk.SessionNotFound, LookupError)
     assert issubclass(sk.MissingDependency, ImportError)
@@ -176,6 +186,10 @@ SUBPACKAGES = {
         "Label",
         "DatasetInfo",
         "DatasetItem",
+        "Rubric",
+        "QueueInfo",
+        "QueueUnit",
+        "QueueProgress",
         "PathView",
         "RecentHistory",
         "RunRecord",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._datasets import DatasetInfo, DatasetItem
 from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
+from ._queues import QueueInfo, QueueProgress, QueueUnit, Rubric
 from ._scoring import LEVELS as SCORE_LEVELS
 from ._scoring import Score, Unit, scorer
 from ._session import Session
@@ -56,6 +57,10 @@ __all__ = [
     "Label",
     "DatasetInfo",
     "DatasetItem",
+    "Rubric",
+    "QueueInfo",
+    "QueueUnit",
+    "QueueProgress",
     "Score",
     "Unit",
     "scorer",
