@@ -52,7 +52,7 @@ STATIC = Path(__file__).parent / "static"
 #: The files the page loads besides its data: every one is served (or copied) as is.
 ASSETS = ("common.js", "timeline.js", "viewer.js", "sessionkit.css", "viewer.css")
 #: The views the session page mounts, by the name of their module in ``static/``.
-_VIEW_MODULES = ("branch_tree", "transcript", "run_view")
+_VIEW_MODULES = ("branch_tree", "transcript", "run_view", "queue_view")
 #: Rows of the sessions table per page, unless asked otherwise (at most 500).
 PAGE_SIZE = 50
 _MAX_PAGE = 500
