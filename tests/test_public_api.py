@@ -272,6 +272,7 @@ SUBPACKAGES = {
     "sessionkit.widgets": {
         "BranchTree",
         "CompareView",
+        "QueueView",
         "RunView",
         "StoreBrowser",
         "Transcript",
