@@ -195,6 +195,9 @@ def check_lease(value: Any) -> float:
 def check_rubric(rubric: Any) -> Rubric:
     """A :class:`Rubric` from itself, a dict (``tags``, ``rating``, ``instructions``) or a
     list of tags."""
+    tags: Any
+    rating: Any
+    instructions: Any
     if isinstance(rubric, Rubric):
         tags, rating, instructions = rubric.tags, rubric.rating, rubric.instructions
     elif isinstance(rubric, Mapping):
