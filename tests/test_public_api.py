@@ -310,6 +310,8 @@ SUBPACKAGES = {
         "check_columns",
         "page_html",
         "write_bundle",
+        "queue_answer",
+        "queues_list",
     },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.scorers": {

@@ -31,7 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import QueueNotFound, SessionKitError, SessionNotFound
-from ..widgets import _queue, viewer
+from ..widgets import viewer
 from ._app import MIN_TOKEN_CHARS, _Auth
 from ._hosts import HostGuard, is_loopback_host
 
@@ -187,7 +187,7 @@ def create_view_app(
         return {"deleted": sid}
 
     async def queues(request: Request) -> Any:
-        return {"queues": await call(_queue.queues_list, store), "annotator": request.state.principal}
+        return {"queues": await call(viewer.queues_list, store), "annotator": request.state.principal}
 
     async def queue(request: Request) -> Any:
         name = request.query_params.get("name")
@@ -203,7 +203,7 @@ def create_view_app(
         annotator = request.state.principal
         if annotator is None and isinstance(msg, dict) and msg.get("annotator") is not None:
             annotator = msg["annotator"]  # the main token (or none on 127.0.0.1): the request says who
-        return await call(_queue.answer, store, name, annotator, msg, catch=False)
+        return await call(viewer.queue_answer, store, name, annotator, msg, catch=False)
 
     async def page(request: Request) -> Response:
         config = {"write": write}

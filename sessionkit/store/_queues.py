@@ -159,7 +159,7 @@ class QueueProgress:
 # Checks
 
 
-def _text(value: Any, what: str, limit: int) -> str:
+def _queue_text(value: Any, what: str, limit: int) -> str:
     if not isinstance(value, str):
         raise InvalidQueue(f"{what} must be a str, got {type(value).__name__}")
     if not value.strip() or value != value.strip() or not value.isprintable():
@@ -172,11 +172,11 @@ def _text(value: Any, what: str, limit: int) -> str:
 
 
 def check_name(name: Any) -> str:
-    return _text(name, "a queue's name", MAX_NAME_CHARS)
+    return _queue_text(name, "a queue's name", MAX_NAME_CHARS)
 
 
 def check_annotator(annotator: Any) -> str:
-    return _text(annotator, "an annotator's name", _labels.MAX_AUTHOR_CHARS)
+    return _queue_text(annotator, "an annotator's name", _labels.MAX_AUTHOR_CHARS)
 
 
 def _number(value: Any, what: str) -> float:

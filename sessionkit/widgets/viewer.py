@@ -25,6 +25,8 @@ from typing import Any
 
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
+from ._queue import answer as queue_answer
+from ._queue import queues_list
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
 from ._timeline import session_timeline as _session_timeline
 
@@ -46,6 +48,8 @@ __all__ = [
     "session_timeline",
     "page_html",
     "write_bundle",
+    "queue_answer",
+    "queues_list",
 ]
 
 STATIC = Path(__file__).parent / "static"
