@@ -11,6 +11,7 @@ from typing import Any
 
 import traitlets
 
+from ..errors import UsageError
 from . import _queue
 from ._views import _module, _View
 
@@ -47,6 +48,14 @@ class QueueView(_View):
             f'<div class="sk-view skq" data-sessionkit-snapshot="queue"><h3>queue {html.escape(q["name"])}</h3>'
             f"<p>{p['complete']} of {q['unit_count']} units complete · {p['submitted']} labels</p>"
             f"<table><tr><th>annotator</th><th>labelled</th></tr>{rows}</table></div>"
+        )
+
+    def to_html(self, path: Any = None, *, title: str | None = None) -> Any:
+        """Refused: a queue is labelled through the kernel (or ``sessionkit view --write``), so it
+        has no page that works offline; :meth:`snapshot_html` is its progress as static HTML."""
+        raise UsageError(
+            "a QueueView labels through the kernel and has no offline page: serve the queue with"
+            " `sessionkit view STORE --write` (#/q/NAME), or keep QueueView.snapshot_html() for its progress"
         )
 
     def _plain(self) -> str:

@@ -151,3 +151,26 @@ def test_who_may_work_a_queue(served):
             assert _post(c, {"type": "state"}).status_code == 404  # no queue routes without write
     finally:
         read_only.stop()
+
+
+def test_the_command_checks_its_annotators(tmp_path, monkeypatch):
+    import contextlib
+    import io
+
+    from sessionkit.cli import main
+
+    monkeypatch.delenv("SESSIONKIT_TOKEN", raising=False)
+    path = tmp_path / "q.db"
+    sk.open_store(path).close()
+    for extra, words in (
+        (["--annotator", "ana"], "need --write"),
+        (["--write", "--annotator", "ana=short"], "shorter than 16 characters"),
+        (["--write", "--annotator", "ana", "--annotator", "ana"], "give each annotator once"),
+        (["--write", "--annotator", "=x" * 9], "give each annotator once"),
+        (["--bundle", str(tmp_path / "b"), "--annotator", "ana"], "--annotator apply to the served viewer only"),
+    ):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            status = main(["view", str(path), "--port", "0", *extra])
+        assert status != 0 and words in err.getvalue(), (extra, err.getvalue())
+    assert not (tmp_path / "b").exists()

@@ -33,3 +33,5 @@ def test_a_queue_worked_in_the_notebook(store, record):
     (state,) = sent.of("state")
     assert state["progress"]["done"] == {"ana": 1, "bo": 0} and state["progress"]["complete"] == 1
     assert "1 of 1 units complete" in view.snapshot_html()
+    with pytest.raises(sk.UsageError, match="no offline page"):
+        view.to_html()
