@@ -695,16 +695,15 @@ def labels(store: Store, name: Any) -> list[Label]:
     """``Store.queue_labels``: the labels submitted through the queue (those still stored), in order."""
     info = get(store, name)
     eng = _engine(store)
-    ids = [
-        r[0]
-        for r in eng.fetch(
-            _stmt(
-                eng,
-                "q_label_ids",
-                "SELECT label_id FROM {queue_claims} WHERE name = ? AND label_id IS NOT NULL ORDER BY done_at, n",
-            ),
-            (info.name,),
-        )
-    ]
-    wanted = set(ids)
-    return [x for x in store.labels(source="human") if x.id in wanted]
+    rows = eng.fetch(
+        _stmt(
+            eng,
+            "q_label_ids",
+            "SELECT c.label_id, u.message_id FROM {queue_claims} c JOIN {queue_units} u ON u.name = c.name"
+            " AND u.n = c.n WHERE c.name = ? AND c.label_id IS NOT NULL",
+        ),
+        (info.name,),
+    )
+    wanted = {r[0] for r in rows}
+    # the labels of the units' messages (one filtered read), kept when the queue made them
+    return [x for x in store.labels(source="human", message_id=sorted({r[1] for r in rows})) if x.id in wanted]
