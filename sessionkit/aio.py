@@ -724,6 +724,14 @@ class AsyncStore:
         """The labels submitted through a queue, as :meth:`sessionkit.Store.queue_labels`."""
         return await self._call("queue_labels", name)
 
+    async def export_queue(self, name: str) -> dict[str, Any]:
+        """A queue as one JSON object, as :meth:`sessionkit.Store.export_queue`."""
+        return await self._call("export_queue", name)
+
+    async def import_queues(self, queues: Iterable[dict[str, Any]]) -> int:
+        """Store exported queues, as :meth:`sessionkit.Store.import_queues`."""
+        return await self._call("import_queues", list(queues))
+
     async def delete_queue(self, name: str) -> bool:
         """Delete a queue (its labels stay), as :meth:`sessionkit.Store.delete_queue`."""
         return await self._call("delete_queue", name)

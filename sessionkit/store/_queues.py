@@ -707,3 +707,102 @@ def labels(store: Store, name: Any) -> list[Label]:
     wanted = {r[0] for r in rows}
     # the labels of the units' messages (one filtered read), kept when the queue made them
     return [x for x in store.labels(source="human", message_id=sorted({r[1] for r in rows})) if x.id in wanted]
+
+
+# ---------------------------------------------------------------------------
+# A queue as it is: exports and copies
+
+
+def export(store: Store, name: Any) -> dict[str, Any]:
+    """``Store.export_queue``: the queue, its units and its submissions as one JSON object
+    (claims still running are leases, not facts: they are left out)."""
+    info = get(store, name)
+    eng = _engine(store)
+    with eng.snapshot():
+        pairs = eng.fetch(
+            _stmt(eng, "q_units", "SELECT n, session_id, message_id FROM {queue_units} WHERE name = ? ORDER BY n"),
+            (info.name,),
+        )
+        done = eng.fetch(
+            _stmt(
+                eng,
+                "q_submissions",
+                "SELECT n, annotator, label_id, done_at FROM {queue_claims} WHERE name = ? AND done_at IS NOT NULL"
+                " ORDER BY n, annotator",
+            ),
+            (info.name,),
+        )
+    out = {k: v for k, v in info.to_dict().items() if k not in ("target", "unit_count")}
+    out["units"] = [[r[1], r[2]] for r in pairs]
+    out["submissions"] = [{"n": int(r[0]), "annotator": r[1], "label_id": r[2], "done_at": r[3]} for r in done]
+    return out
+
+
+def _imported(data: Any) -> tuple[list[Any], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The rows of one exported queue, checked (:class:`InvalidQueue` names what is wrong)."""
+    if not isinstance(data, Mapping):
+        raise InvalidQueue(f"a queue to import is a dict as store.export_queue gives, got {type(data).__name__}")
+    try:
+        name = check_name(data["name"])
+        if data["level"] not in QUEUE_LEVELS:
+            raise InvalidQueue(f"queue {name!r}: its level is 'turn', 'path' or 'session', got {data['level']!r}")
+        rubric = check_rubric(data["rubric"])
+        names = _check_annotators(data.get("annotators"))
+        per_unit = _check_per_unit(data["per_unit"], names)
+        lease = check_lease(data["lease_seconds"])
+        created = _queue_text(data["created_at"], "a queue's created_at", 64)
+        source = data.get("source")
+        if source is not None and not isinstance(source, str):
+            raise InvalidQueue(f"queue {name!r}: its source is a str or None, got {type(source).__name__}")
+        pairs = _datasets._pairs_from_units(data["units"])
+        if not pairs:
+            raise InvalidQueue(f"queue {name!r} holds no unit")
+        subs = []
+        for s in data.get("submissions", []):
+            n = _n(s["n"])
+            if n >= len(pairs):
+                raise InvalidQueue(f"queue {name!r}: a submission names unit {n}, of {len(pairs)}")
+            done = _queue_text(s["done_at"], "a submission's done_at", 64)
+            label_id = _queue_text(s["label_id"], "a submission's label_id", _labels.MAX_AUTHOR_CHARS)
+            subs.append((name, n, check_annotator(s["annotator"]), done, done, label_id, done))
+    except InvalidDataset as exc:
+        raise InvalidQueue(f"a queue's units: {exc}") from None
+    except (KeyError, TypeError) as exc:
+        raise InvalidQueue(f"a queue to import does not have the expected fields: {exc!r}") from None
+    row = [name, data["level"], json.dumps(rubric.to_dict()), None if names is None else json.dumps(list(names))]
+    row += [per_unit, lease, created, source, len(pairs)]
+    return row, [(name, n, sid, mid) for n, (sid, mid) in enumerate(pairs)], subs
+
+
+def import_queues(store: Store, queues: Iterable[Any]) -> int:
+    """``Store.import_queues``: queues as exported, in one transaction; a name stored already
+    is left alone. How many were added."""
+    checked_rows = [_imported(q) for q in queues]
+    eng = _engine(store)
+    added = 0
+    with store.transaction():
+        for row, unit_rows, subs in checked_rows:
+            if eng.fetch_one(_stmt(eng, "q_have", "SELECT 1 FROM {queues} WHERE name = ?"), (row[0],)):
+                continue
+            put = f"INSERT INTO {{queues}} ({', '.join(QUEUE_COLUMNS)}) VALUES ({', '.join('?' * len(QUEUE_COLUMNS))})"
+            eng.execute(_stmt(eng, "q_put", put), tuple(row))
+            eng.execute_many(
+                _stmt(
+                    eng,
+                    "q_units_put",
+                    "INSERT INTO {queue_units} (name, n, session_id, message_id) VALUES (?, ?, ?, ?)",
+                ),
+                unit_rows,
+            )
+            if subs:
+                eng.execute_many(
+                    _stmt(
+                        eng,
+                        "q_subs_put",
+                        "INSERT INTO {queue_claims} (name, n, annotator, claimed_at, expires_at, label_id, done_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    ),
+                    subs,
+                )
+            added += 1
+    return added

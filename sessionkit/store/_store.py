@@ -605,6 +605,17 @@ class Store:
         """The labels submitted through queue ``name`` (those still stored), in the order submitted."""
         return _queues.labels(self, name)
 
+    def export_queue(self, name: str) -> dict[str, Any]:
+        """A queue as one JSON object: its definition, its units (``[session_id, message_id]``)
+        and its submissions (``n``, ``annotator``, ``label_id``, ``done_at``); claims still
+        running are left out. :meth:`import_queues` stores it again."""
+        return _queues.export(self, name)
+
+    def import_queues(self, queues: Iterable[dict[str, Any]]) -> int:
+        """Store queues as :meth:`export_queue` gives them (times and submissions kept), in one
+        transaction; a queue whose name is stored already is skipped. Returns how many were added."""
+        return _queues.import_queues(self, queues)
+
     def delete_queue(self, name: str) -> bool:
         """Delete a queue, its units and claims (the labels made through it stay); whether it was there."""
         return _queues.delete(self, name)

@@ -978,6 +978,8 @@ async def _datasets(t: Twins):
     "AsyncStore.queue_progress",
     "AsyncStore.queue_labels",
     "AsyncStore.delete_queue",
+    "AsyncStore.export_queue",
+    "AsyncStore.import_queues",
 )
 async def _queues(t: Twins):
     await t.write(lambda st: st.queue("q", units=iter([("s", "a1"), ("t", "t2")]), rubric=["ok", "no"], per_unit=2))
@@ -995,6 +997,10 @@ async def _queues(t: Twins):
     await t.write(lambda st: st.release_unit("q", "bo", 0))
     await t.read(lambda st: st.queue_progress("q"))
     await t.read(lambda st: st.queue_labels("q"))
+    await t.read(lambda st: st.export_queue("q"))
+    exported = {**t.a.export_queue("q"), "name": "copied"}
+    await t.write(lambda st: st.import_queues(iter([exported])))
+    await t.write(lambda st: st.import_queues([{"name": "broken"}]))
     await t.write(lambda st: st.delete_queue("q"))
     await t.write(lambda st: st.delete_queue("q"))
     await t.same_rows(lambda st: st.queues())

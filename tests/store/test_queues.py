@@ -3,6 +3,7 @@ with a lease, submissions as labels; on every engine where it is the engine's do
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -163,6 +164,29 @@ def test_two_annotators_at_once_label_every_unit_per_unit_times(engine, new_stor
     assert progress.complete == len(replies) and progress.remaining == 0
     by_author = store.sql("SELECT author, count(*) AS n FROM labels GROUP BY author")
     assert dict(zip(by_author["author"], by_author["n"])) == {k: v for k, v in progress.done.items() if v}
+
+
+def test_a_queue_goes_with_a_copy(new_store, tmp_path):
+    store = new_store("sqlite")
+    replies = _fill(store, sessions=1)
+    store.queue("q", units=replies, rubric=RUBRIC, annotators=["ana", "bo"], per_unit=2)
+    store.next_unit("q", "ana")
+    store.submit_label("q", "ana", 0, "good", rating=3)
+    store.next_unit("q", "bo")  # a claim running: a lease, not a fact, so not copied
+    assert sk.io.copy_store(store, tmp_path / "copy.db")["queues"] == 1
+    with sk.open_store(tmp_path / "copy.db") as copy:
+        assert copy.queue_info("q") == store.queue_info("q")
+        assert copy.export_queue("q") == store.export_queue("q")
+        assert copy.queue_labels("q") == store.queue_labels("q")
+        assert copy.queue_progress("q") == dataclasses.replace(store.queue_progress("q"), claimed=0)
+        assert copy.next_unit("q", "ana").n == 1 and copy.next_unit("q", "bo").n == 0
+        assert copy.import_queues([store.export_queue("q")]) == 0  # stored already: left alone
+    with pytest.raises(sk.InvalidQueue, match="expected fields"):
+        store.import_queues([{"name": "x"}])
+    broken = {**store.export_queue("q"), "name": "x", "submissions": [{"n": 9, "annotator": "ana"}]}
+    with pytest.raises(sk.InvalidQueue, match="names unit 9, of 2"):
+        store.import_queues([broken])
+    assert [q.name for q in store.queues()] == ["q"]
 
 
 QUEUES = next(m.version for m in MIGRATIONS if "sessionkit_queues" in m.note)
