@@ -9,6 +9,7 @@ adversarial texts of the widgets' tests run nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -746,13 +747,39 @@ def test_a_column_from_sql_sorts_the_table_with_the_values_of_its_query(browser,
         w.close()
 
 
-# -- annotation queues (--write --annotator, docs/annotation.md) ------------------------------
+# -- annotation queues (--write, docs/annotation.md) ------------------------------------------
 # Two annotators work one queue at once on every engine: every unit ends labelled per_unit
-# times, and the page's progress and agreement are what the store's own SQL counts.
+# times, and the page's progress and agreement are what the store's own SQL counts. The
+# viewer's app runs in this process (uvicorn on 127.0.0.1, in a thread) over the test's store;
+# `sessionkit view --annotator`'s arguments are checked in tests/server/test_view_queues.py.
 
+QUEUE_TOKEN = "owner-token-0123456789abcdef"
 QUEUE_ANA = "ana-token-0123456789abcdef"
 QUEUE_BO = "bo-token-0123456789abcdefgh"
-QUEUE_UNITS = 4
+QUEUE_UNITS = 3
+
+
+@contextlib.contextmanager
+def _viewer_in_thread(app):
+    """uvicorn serving ``app`` on a free 127.0.0.1 port, in a thread; its base URL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), what="the viewer to listen")
+        assert server.started, "the viewer did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
 
 
 def _queue_ready(page) -> dict:
@@ -763,7 +790,9 @@ def _queue_ready(page) -> dict:
     )
 
 
-def test_two_annotators_work_one_queue_at_once(engine, new_store, browser, tmp_path):
+def test_two_annotators_work_one_queue_at_once(engine, new_store, browser):
+    from sessionkit.server import create_view_app
+
     store = new_store(engine)
     with store.transaction():
         for i in range(QUEUE_UNITS):
@@ -777,12 +806,8 @@ def test_two_annotators_work_one_queue_at_once(engine, new_store, browser, tmp_p
         annotators=["ana", "bo"],
         per_unit=2,
     )
-    target = str(store.path)
-    store.close()  # the viewer's process has the store to itself (a DuckDB file takes one)
-    argv = [sys.executable, "-m", "sessionkit", "view", target, "--port", "0", "--write"]
-    argv += ["--annotator", f"ana={QUEUE_ANA}", "--annotator", f"bo={QUEUE_BO}"]
-    with launcher(argv, cwd=tmp_path, env=_env(), pattern=r" at (http://127\.0\.0\.1:\d+/)\S*", timeout=120) as run:
-        base = run.match.group(1)
+    app = create_view_app(store, token=QUEUE_TOKEN, write=True, annotators={"ana": QUEUE_ANA, "bo": QUEUE_BO})
+    with _viewer_in_thread(app) as base:
         people = {"ana": Watched(browser), "bo": Watched(browser)}
         for who, token in (("ana", QUEUE_ANA), ("bo", QUEUE_BO)):
             people[who].page.goto(f"{base}?token={token}#/q/check")
@@ -819,18 +844,18 @@ def test_two_annotators_work_one_queue_at_once(engine, new_store, browser, tmp_p
         shown_observed = float(pair.query_selector(".skq-observed").get_attribute("data-value"))
         for w in people.values():
             assert w.errors == [] and w.foreign(base) == []
-    with sk.open_store(target) as again:
-        per_unit = again.sql(
-            "SELECT session_id, count(*) AS n, count(DISTINCT author) AS people FROM labels"
-            " WHERE source = 'human' GROUP BY 1"
-        )
-        assert len(per_unit) == QUEUE_UNITS and set(per_unit["n"]) == {2} and set(per_unit["people"]) == {2}
-        by_author = again.sql("SELECT author, count(*) AS n FROM labels GROUP BY author")
-        assert done == dict(zip(by_author["author"], map(int, by_author["n"])))
-        same = again.sql(
-            "SELECT count(*) AS n, avg(CASE WHEN a.tag = b.tag THEN 1.0 ELSE 0.0 END) AS observed FROM labels a"
-            " JOIN labels b ON a.session_id = b.session_id AND a.message_id = b.message_id"
-            " WHERE a.author = 'ana' AND b.author = 'bo'"
-        )
-        assert (shown_n, shown_observed) == (int(same["n"][0]), pytest.approx(float(same["observed"][0])))
-        assert again.queue_progress("check").complete == QUEUE_UNITS
+            w.context.close()
+    per_unit = store.sql(
+        "SELECT session_id, count(*) AS n, count(DISTINCT author) AS people FROM labels"
+        " WHERE source = 'human' GROUP BY 1"
+    )
+    assert len(per_unit) == QUEUE_UNITS and set(per_unit["n"]) == {2} and set(per_unit["people"]) == {2}
+    by_author = store.sql("SELECT author, count(*) AS n FROM labels GROUP BY author")
+    assert done == dict(zip(by_author["author"], map(int, by_author["n"])))
+    same = store.sql(
+        "SELECT count(*) AS n, avg(CASE WHEN a.tag = b.tag THEN 1.0 ELSE 0.0 END) AS observed FROM labels a"
+        " JOIN labels b ON a.session_id = b.session_id AND a.message_id = b.message_id"
+        " WHERE a.author = 'ana' AND b.author = 'bo'"
+    )
+    assert (shown_n, shown_observed) == (int(same["n"][0]), pytest.approx(float(same["observed"][0])))
+    assert store.queue_progress("check").complete == QUEUE_UNITS
