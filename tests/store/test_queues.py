@@ -138,7 +138,7 @@ def test_a_lapsed_claim_goes_to_the_next_annotator(new_store):
 
 def test_two_annotators_at_once_label_every_unit_per_unit_times(engine, new_store):
     store = new_store(engine)
-    replies = _fill(store, sessions=4)
+    replies = _fill(store, sessions=2)
     store.queue("q", units=replies, rubric=["good", "bad"], per_unit=2)
     errors: list[BaseException] = []
 
