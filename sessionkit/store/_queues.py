@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -738,7 +738,7 @@ def export(store: Store, name: Any) -> dict[str, Any]:
     return out
 
 
-def _imported(data: Any) -> tuple[list[Any], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+def _imported(data: Any) -> tuple[list[Any], list[Sequence[Any]], list[Sequence[Any]]]:
     """The rows of one exported queue, checked (:class:`InvalidQueue` names what is wrong)."""
     if not isinstance(data, Mapping):
         raise InvalidQueue(f"a queue to import is a dict as store.export_queue gives, got {type(data).__name__}")
@@ -757,7 +757,7 @@ def _imported(data: Any) -> tuple[list[Any], list[tuple[Any, ...]], list[tuple[A
         pairs = _datasets._pairs_from_units(data["units"])
         if not pairs:
             raise InvalidQueue(f"queue {name!r} holds no unit")
-        subs = []
+        subs: list[Sequence[Any]] = []
         for s in data.get("submissions", []):
             n = _n(s["n"])
             if n >= len(pairs):
@@ -771,7 +771,8 @@ def _imported(data: Any) -> tuple[list[Any], list[tuple[Any, ...]], list[tuple[A
         raise InvalidQueue(f"a queue to import does not have the expected fields: {exc!r}") from None
     row = [name, data["level"], json.dumps(rubric.to_dict()), None if names is None else json.dumps(list(names))]
     row += [per_unit, lease, created, source, len(pairs)]
-    return row, [(name, n, sid, mid) for n, (sid, mid) in enumerate(pairs)], subs
+    unit_rows: list[Sequence[Any]] = [(name, n, sid, mid) for n, (sid, mid) in enumerate(pairs)]
+    return row, unit_rows, subs
 
 
 def import_queues(store: Store, queues: Iterable[Any]) -> int:
