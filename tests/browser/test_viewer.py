@@ -809,8 +809,11 @@ def test_two_annotators_work_one_queue_at_once(engine, new_store, browser):
     app = create_view_app(store, token=QUEUE_TOKEN, write=True, annotators={"ana": QUEUE_ANA, "bo": QUEUE_BO})
     with _viewer_in_thread(app) as base:
         people = {"ana": Watched(browser), "bo": Watched(browser)}
-        for who, token in (("ana", QUEUE_ANA), ("bo", QUEUE_BO)):
-            people[who].page.goto(f"{base}?token={token}#/q/check")
+        # ana comes by the header's link and the list of queues, bo by the queue's own link
+        people["ana"].page.goto(f"{base}?token={QUEUE_ANA}")
+        people["ana"].page.click(".skv-queues-link")
+        people["ana"].page.click(".skv-queue-list li[data-queue='check'] a")
+        people["bo"].page.goto(f"{base}?token={QUEUE_BO}#/q/check")
         # both pages submit before either waits: their claims and submissions interleave
         working = dict(people)
         while working:

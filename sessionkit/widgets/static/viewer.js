@@ -212,7 +212,8 @@
     app.dataset.route = parts[0] || "sessions";
     const header = skEl("header", { class: "skv-header" },
       skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }),
-      searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""));
+      searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""),
+      CONFIG.write && api.queues ? skEl("a", { class: "skv-queues-link", href: "#/q/", text: "annotation queues" }) : null);
     app.append(header);
     if (parts[0] === "s" && parts.length >= 2) sessionPage(parts[1], parts[2] === "m" ? parts[3] : null);
     else if (parts[0] === "q" && CONFIG.write && api.queue) (parts[1] ? queuePage(parts.slice(1).join("/")) : queuesPage());
