@@ -14,6 +14,8 @@ Where a Python user expects a built-in type, the error also derives from it, so
     ├── InvalidLabel            (also ValueError)   a label fails its checks
     ├── InvalidDataset          (also ValueError)   a dataset's name, level or selection is refused
     ├── DatasetNotFound         (also LookupError)  an unknown dataset name or version
+    ├── InvalidQueue            (also ValueError)   an annotation queue, claim or submission is refused
+    ├── QueueNotFound           (also LookupError)  no annotation queue of that name
     ├── SchemaVersionError                          written by a newer sessionkit
     ├── StoreCorrupt                                a damaged store file or schema
     ├── MalformedInput          (also ValueError)   a file or record an importer cannot read
@@ -41,6 +43,8 @@ __all__ = [
     "InvalidLabel",
     "InvalidDataset",
     "DatasetNotFound",
+    "InvalidQueue",
+    "QueueNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
     "ScorerFailed",
@@ -103,6 +107,18 @@ class DatasetNotFound(SessionKitError, LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "dataset not found"
+
+
+class InvalidQueue(SessionKitError, ValueError):
+    """An annotation queue's definition, an annotator or a submission is refused
+    (docs/annotation.md); nothing was stored."""
+
+
+class QueueNotFound(SessionKitError, LookupError):
+    """No annotation queue of that name is stored."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "queue not found"
 
 
 class SchemaVersionError(SessionKitError):

@@ -22,6 +22,10 @@ PINNED = {
     "Label",
     "DatasetInfo",
     "DatasetItem",
+    "Rubric",
+    "QueueInfo",
+    "QueueUnit",
+    "QueueProgress",
     "RecentHistory",
     "RunRecord",
     "Score",
@@ -39,6 +43,8 @@ PINNED = {
     "InvalidLabel",
     "InvalidDataset",
     "DatasetNotFound",
+    "InvalidQueue",
+    "QueueNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
     "ScorerFailed",
@@ -89,6 +95,8 @@ def test_error_tree():
         "InvalidLabel",
         "InvalidDataset",
         "DatasetNotFound",
+        "InvalidQueue",
+        "QueueNotFound",
         "SchemaVersionError",
         "StoreCorrupt",
         "ScorerFailed",
@@ -107,6 +115,8 @@ def test_error_tree():
     assert issubclass(sk.InvalidLabel, ValueError)
     assert issubclass(sk.InvalidDataset, ValueError)
     assert issubclass(sk.DatasetNotFound, LookupError)
+    assert issubclass(sk.InvalidQueue, ValueError)
+    assert issubclass(sk.QueueNotFound, LookupError)
     assert issubclass(sk.MessageNotFound, LookupError)
     assert issubclass(sk.SessionNotFound, LookupError)
     assert issubclass(sk.MissingDependency, ImportError)
@@ -179,6 +189,10 @@ SUBPACKAGES = {
         "Label",
         "DatasetInfo",
         "DatasetItem",
+        "Rubric",
+        "QueueInfo",
+        "QueueUnit",
+        "QueueProgress",
         "PathView",
         "RecentHistory",
         "RunRecord",
@@ -263,6 +277,7 @@ SUBPACKAGES = {
         "BranchTree",
         "CompareView",
         "ExperimentView",
+        "QueueView",
         "RunView",
         "StoreBrowser",
         "Transcript",
@@ -311,6 +326,8 @@ SUBPACKAGES = {
         "check_columns",
         "page_html",
         "write_bundle",
+        "queue_answer",
+        "queues_list",
     },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.scorers": {

@@ -343,7 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token the page's requests must carry (default: SESSIONKIT_TOKEN; with --write and "
         "neither, a random one, printed in the page's URL)",
     )
-    p.add_argument("--write", action="store_true", help="allow changes from the page (deleting a session)")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="allow changes from the page: deleting a session, labelling the annotation queues (#/q/)",
+    )
+    p.add_argument(
+        "--annotator",
+        metavar="NAME[=TOKEN]",
+        action="append",
+        help="with --write: an annotator of the queues, known by a token of their own (16 characters or more; "
+        "without one, a random one), who reads the store and labels as NAME; their URL is printed (repeat for more)",
+    )
     p.add_argument(
         "--column",
         metavar="NAME=SQL",

@@ -15,6 +15,7 @@ from ._datasets import DatasetInfo, DatasetItem
 from ._embeddings import SimilarSession
 from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
+from ._queues import QueueInfo, QueueProgress, QueueUnit, Rubric
 from ._scoring import LEVELS as SCORE_LEVELS
 from ._scoring import Score, Unit, scorer, scorer_id
 from ._session import Session
@@ -57,6 +58,10 @@ __all__ = [
     "Label",
     "DatasetInfo",
     "DatasetItem",
+    "Rubric",
+    "QueueInfo",
+    "QueueUnit",
+    "QueueProgress",
     "Score",
     "Unit",
     "scorer",

@@ -8,6 +8,7 @@
     live = sk.widgets.RunView(controller)          # a run as it streams
     side = sk.widgets.CompareView()                # compare()'s variants side by side
     exp = sk.widgets.ExperimentView()              # experiment()'s variants against its baseline
+    work = sk.widgets.QueueView(store, "check", annotator="ana")  # an annotation queue to label
 
 :mod:`sessionkit.widgets.viewer` holds the data and page of the store viewer
 (``sessionkit view``, docs/viewer.md), which runs these views' front end in a web page.
@@ -30,12 +31,13 @@ __all__ = [
     "StoreBrowser",
     "CompareView",
     "ExperimentView",
+    "QueueView",
     "snapshot",
     "widgets_available",
 ]
 
-_WIDGETS = {"BranchTree", "Transcript", "RunView", "StoreBrowser", "CompareView", "ExperimentView"}
-_MODULES = {"CompareView": "_compare_view", "ExperimentView": "_experiment_view"}
+_WIDGETS = {"BranchTree", "Transcript", "RunView", "StoreBrowser", "CompareView", "ExperimentView", "QueueView"}
+_MODULES = {"CompareView": "_compare_view", "ExperimentView": "_experiment_view", "QueueView": "_queue_view"}
 
 
 def widgets_available() -> bool:

@@ -28,6 +28,8 @@ from typing import Any
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
 from . import _bundle_search
+from ._queue import answer as queue_answer
+from ._queue import queues_list
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
 from ._timeline import session_timeline as _session_timeline
 
@@ -50,13 +52,15 @@ __all__ = [
     "similar_sessions",
     "page_html",
     "write_bundle",
+    "queue_answer",
+    "queues_list",
 ]
 
 STATIC = Path(__file__).parent / "static"
 #: The files the page loads besides its data: every one is served (or copied) as is.
 ASSETS = ("common.js", "timeline.js", "search.js", "viewer.js", "sessionkit.css", "viewer.css")
 #: The views the session page mounts, by the name of their module in ``static/``.
-_VIEW_MODULES = ("branch_tree", "transcript", "run_view")
+_VIEW_MODULES = ("branch_tree", "transcript", "run_view", "queue_view")
 #: Rows of the sessions table per page, unless asked otherwise (at most 500).
 PAGE_SIZE = 50
 _MAX_PAGE = 500

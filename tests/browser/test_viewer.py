@@ -9,6 +9,7 @@ adversarial texts of the widgets' tests run nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -847,3 +848,120 @@ def test_a_column_from_sql_sorts_the_table_with_the_values_of_its_query(browser,
         assert set(_table(page)) == expect
         assert w.foreign(url) == [] and not w.errors, (w.foreign(url), w.errors)
         w.close()
+
+
+# -- annotation queues (--write, docs/annotation.md) ------------------------------------------
+# Two annotators work one queue at once on every engine: every unit ends labelled per_unit
+# times, and the page's progress and agreement are what the store's own SQL counts. The
+# viewer's app runs in this process (uvicorn on 127.0.0.1, in a thread) over the test's store;
+# `sessionkit view --annotator`'s arguments are checked in tests/server/test_view_queues.py.
+
+QUEUE_TOKEN = "owner-token-0123456789abcdef"
+QUEUE_ANA = "ana-token-0123456789abcdef"
+QUEUE_BO = "bo-token-0123456789abcdefgh"
+QUEUE_UNITS = 3
+
+
+@contextlib.contextmanager
+def _viewer_in_thread(app):
+    """uvicorn serving ``app`` on a free 127.0.0.1 port, in a thread; its base URL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), what="the viewer to listen")
+        assert server.started, "the viewer did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+
+
+def _queue_ready(page) -> dict:
+    page.wait_for_selector(".skq[data-ready='1']:not([data-loading])")
+    return page.evaluate(
+        "() => { const r = document.querySelector('.skq'); const u = r.querySelector('.skq-unit');"
+        " return {finished: r.dataset.finished === '1', n: u.dataset.n === undefined ? null : Number(u.dataset.n)}; }"
+    )
+
+
+def test_two_annotators_work_one_queue_at_once(engine, new_store, browser):
+    from sessionkit.server import create_view_app
+
+    store = new_store(engine)
+    with store.transaction():
+        for i in range(QUEUE_UNITS):
+            s = store.session(f"s{i}")
+            s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": f"what is {i} + {i}?"}]})
+            s.append({"id": "r", "role": "assistant", "parts": [{"type": "text", "text": f"{2 * i}"}]})
+    store.queue(
+        "check",
+        units=[(f"s{i}", "r") for i in range(QUEUE_UNITS)],
+        rubric={"tags": ["right", "wrong"], "instructions": "Is the sum right?"},
+        annotators=["ana", "bo"],
+        per_unit=2,
+    )
+    app = create_view_app(store, token=QUEUE_TOKEN, write=True, annotators={"ana": QUEUE_ANA, "bo": QUEUE_BO})
+    with _viewer_in_thread(app) as base:
+        people = {"ana": Watched(browser), "bo": Watched(browser)}
+        # ana comes by the header's link and the list of queues, bo by the queue's own link
+        people["ana"].page.goto(f"{base}?token={QUEUE_ANA}")
+        people["ana"].page.click(".skv-queues-link")
+        people["ana"].page.click(".skv-queue-list li[data-queue='check'] a")
+        people["bo"].page.goto(f"{base}?token={QUEUE_BO}#/q/check")
+        # both pages submit before either waits: their claims and submissions interleave
+        working = dict(people)
+        while working:
+            shown = {who: _queue_ready(w.page) for who, w in working.items()}
+            for who, now in shown.items():
+                if now["finished"]:
+                    del working[who]
+                    continue
+                page = working[who].page
+                tag = "wrong" if who == "bo" and now["n"] % 2 else "right"
+                page.click(f".skq-tag[data-tag='{tag}']")
+                page.click(".skq-submit")
+            for who, now in shown.items():
+                if who in working:
+                    working[who].page.wait_for_function(
+                        "n => { const r = document.querySelector('.skq');"
+                        " return !r.dataset.loading && (r.dataset.finished === '1'"
+                        " || r.querySelector('.skq-unit').dataset.n !== String(n)); }",
+                        arg=now["n"],
+                    )
+        page = people["ana"].page
+        page.reload()
+        _queue_ready(page)
+        page.wait_for_selector(".skq-agreement")
+        done = {
+            row.get_attribute("data-annotator"): int(row.query_selector(".skq-done").inner_text())
+            for row in page.query_selector_all(".skq-progress tr[data-annotator]")
+        }
+        pair = page.query_selector(".skq-agreement tr[data-pair='ana|bo']")
+        shown_n = int(pair.query_selector(".skq-n").inner_text())
+        shown_observed = float(pair.query_selector(".skq-observed").get_attribute("data-value"))
+        for w in people.values():
+            assert w.errors == [] and w.foreign(base) == []
+            w.context.close()
+    per_unit = store.sql(
+        "SELECT session_id, count(*) AS n, count(DISTINCT author) AS people FROM labels"
+        " WHERE source = 'human' GROUP BY 1"
+    )
+    assert len(per_unit) == QUEUE_UNITS and set(per_unit["n"]) == {2} and set(per_unit["people"]) == {2}
+    by_author = store.sql("SELECT author, count(*) AS n FROM labels GROUP BY author")
+    assert done == dict(zip(by_author["author"], map(int, by_author["n"])))
+    same = store.sql(
+        "SELECT count(*) AS n, avg(CASE WHEN a.tag = b.tag THEN 1.0 ELSE 0.0 END) AS observed FROM labels a"
+        " JOIN labels b ON a.session_id = b.session_id AND a.message_id = b.message_id"
+        " WHERE a.author = 'ana' AND b.author = 'bo'"
+    )
+    assert (shown_n, shown_observed) == (int(same["n"][0]), pytest.approx(float(same["observed"][0])))
+    assert store.queue_progress("check").complete == QUEUE_UNITS

@@ -76,6 +76,18 @@
       timeline: (id) => get("api/timeline", { id }),
       similar: (id) => get("api/similar", { id }),
       remove: (id) => get("api/session", { id }, "DELETE"),
+      queues: () => get("api/queues"),
+      async queue(name, msg) {
+        // one request of the queue's view (queue_view.js), answered as the notebook's kernel would
+        const url = new URL("api/queue", location.href);
+        url.searchParams.set("name", name);
+        const headers = { "Content-Type": "application/json" };
+        if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+        const response = await fetch(url, { method: "POST", headers, body: JSON.stringify(msg) });
+        const body = await response.json();
+        if (response.ok) return body;
+        return { type: "error", req: msg.req, error: body.detail || body.error || response.statusText };
+      },
     };
   }
 
@@ -163,7 +175,7 @@
     return { model, dispose };
   }
 
-  // -- routes: #/ (table), #/search/<q>, #/s/<session>[/m/<message>] ---------------------------
+  // -- routes: #/ (table), #/search/<q>, #/s/<session>[/m/<message>], #/q/[<queue>] (--write) ----
 
   const table = { offset: 0, sort: "last_activity", desc: true, filter: "" };
   let cleanup = [];
@@ -188,9 +200,11 @@
     app.dataset.route = parts[0] || "sessions";
     const header = skEl("header", { class: "skv-header" },
       skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }),
-      searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""));
+      searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""),
+      CONFIG.write && api.queues ? skEl("a", { class: "skv-queues-link", href: "#/q/", text: "annotation queues" }) : null);
     app.append(header);
     if (parts[0] === "s" && parts.length >= 2) sessionPage(parts[1], parts[2] === "m" ? parts[3] : null);
+    else if (parts[0] === "q" && CONFIG.write && api.queue) (parts[1] ? queuePage(parts.slice(1).join("/")) : queuesPage());
     else if (parts[0] === "search") searchPage(parts.slice(1).join("/"));
     else sessionsPage();
   }
@@ -505,6 +519,58 @@
       },
     );
     return pane;
+  }
+
+  // -- annotation queues (--write): the list, and one queue worked by its annotator ----------
+
+  function queueHref(name) {
+    return "#/q/" + encodeURIComponent(name);
+  }
+
+  async function queuesPage() {
+    const box = skEl("section", { class: "sk-view skv-queues" });
+    app.append(box);
+    let got;
+    try {
+      got = await api.queues();
+    } catch (err) {
+      failed(box, err);
+      return;
+    }
+    box.append(skEl("h2", { class: "skv-title", text: "Annotation queues" }));
+    if (!got.queues.length) box.append(skEl("div", { class: "sk-meta", text: "no queue: define one with store.queue(...)" }));
+    const list = skEl("ul", { class: "skv-queue-list" });
+    for (const q of got.queues) {
+      list.append(skEl("li", { "data-queue": q.name }, skEl("a", { href: queueHref(q.name), text: q.name }),
+        skEl("span", { class: "sk-meta", text: ` · ${skPlural(q.unit_count, q.level)} · ${q.progress.complete} complete` })));
+    }
+    box.append(list);
+    box.dataset.ready = "1";
+  }
+
+  async function queuePage(name) {
+    const host = skEl("div", { class: "skv-queue" });
+    app.append(host);
+    let who = null;
+    try {
+      who = window.sessionStorage.getItem("sk-viewer-annotator");
+    } catch (err) {
+      who = null;
+    }
+    const state = { queue: name, annotator: who };
+    const view = await mount("queue_view", host, state, (msg) => api.queue(name, msg));
+    const keep = () => {
+      try {
+        window.sessionStorage.setItem("sk-viewer-annotator", view.model.get("annotator"));
+      } catch (err) {
+        // storage refused: the name is asked again after a reload
+      }
+    };
+    view.model.on("change:annotator", keep);
+    cleanup.push(() => {
+      view.model.off("change:annotator", keep);
+      if (view.dispose) view.dispose();
+    });
   }
 
   window.addEventListener("hashchange", route);
