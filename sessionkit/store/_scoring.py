@@ -13,8 +13,9 @@ Scoring is incremental: each label keeps the fingerprint of the unit's content
 (its level and the messages it spans), so a unit that a scorer of the same name and
 version labelled already, and that has not changed since, is not asked again; a
 unit whose messages changed is, and its old labels of that scorer are replaced.
-Every answer is stored as soon as it arrives (a batch of the answers that are ready,
-in one transaction), so a run cut short keeps what it had finished.
+The answers are stored as they arrive, in batches (a transaction per 500 answers or per
+second, whichever comes first), so a run cut short keeps what it had finished; the units
+of a session are read together (its tree, then the messages their paths pass).
 """
 
 from __future__ import annotations
