@@ -157,11 +157,17 @@ def scorer_id(fn: Any) -> tuple[str, str]:
 # Units
 
 
-def fingerprint(level: str, messages: Iterable[dict[str, Any]]) -> str:
-    """What a unit's content is, in 40 hex digits after its level (its messages, whole)."""
+def _encoded(message: dict[str, Any]) -> bytes:
+    """A message as the fingerprint reads it (canonical JSON)."""
+    return json.dumps(message, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def fingerprint(level: str, messages: Iterable[dict[str, Any] | bytes]) -> str:
+    """What a unit's content is, in 40 hex digits after its level (its messages, whole;
+    each a dict, or its :func:`_encoded` bytes)."""
     digest = hashlib.sha256(level.encode())
     for message in messages:
-        digest.update(b"\0" + json.dumps(message, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        digest.update(b"\0" + (message if isinstance(message, bytes) else _encoded(message)))
     return f"{level}:{digest.hexdigest()[:40]}"
 
 
@@ -187,8 +193,11 @@ def _anchor(level: str, row: dict[str, Any]) -> tuple[str, str, str]:
     return row["latest_leaf"], row["latest_leaf"], "branch"
 
 
-def _unit(level: str, row: dict[str, Any], path: list[dict[str, Any]], labelled: str, target: str) -> Unit:
-    """The unit of a view row whose path (root first, down to the unit's last message) is ``path``."""
+def _unit(
+    level: str, row: dict[str, Any], path: list[dict[str, Any]], labelled: str, target: str, encoded: list[bytes]
+) -> Unit:
+    """The unit of a view row whose path (root first, down to the unit's last message) is
+    ``path``, ``encoded`` the path's messages as the fingerprint reads them."""
     start = len(path) - 1
     if level == "turn":
         start = next((i for i, m in enumerate(path) if m.get("id") == row["user_id"]), start)
@@ -203,18 +212,23 @@ def _unit(level: str, row: dict[str, Any], path: list[dict[str, Any]], labelled:
         messages=spans,
         history=tuple(path[:start]),
         row=row,
-        fingerprint=fingerprint(level, spans),
+        fingerprint=fingerprint(level, encoded[start:]),
     )
 
 
 def session_units(store: Store, level: str, sid: str, rows: list[dict[str, Any]]) -> Iterator[Unit | None]:
-    """The units of ``rows`` (view rows of session ``sid``), in order, the messages of the
-    session that their paths pass read once, in one state of the store: the session's
-    nodes, then the contents of those messages in batches: a few queries for the session,
-    where reading each unit's path on its own took three or more for each unit). None for a unit whose messages
-    went since the view was queried."""
+    """The units of ``rows`` (view rows of session ``sid``), in order, the messages their
+    paths pass read once, in one state of the store: the session's nodes, then the
+    contents of those messages in batches (a few queries for the session, where reading
+    each unit's path on its own took three or more a unit). None for a unit whose
+    messages went since the view was queried.
+
+    The units of a session share its message dicts (a scorer reads them); each message's
+    canonical JSON is taken once, when it is read, so the fingerprints are of the
+    messages as stored whatever a scorer does with its unit."""
     eng = store._check()
     anchors = [_anchor(level, row) for row in rows]
+    messages: dict[str, tuple[dict[str, Any], bytes]] = {}
     with eng.snapshot():
         nodes = {n.id: n for n in eng.nodes(sid)}
         # the messages on the units' paths, each once: walk up from each leaf until a
@@ -226,14 +240,12 @@ def session_units(store: Store, level: str, sid: str, rows: list[dict[str, Any]]
                 wanted[node.id] = node.seq
                 node = nodes.get(node.parent_id) if node.parent_id is not None else None
         seqs = list(wanted.values())
-        raws = eng.contents(seqs)
-    messages: dict[str, dict[str, Any]] = {}
-    for mid, seq, raw in zip(wanted, seqs, raws):
-        message = store._restore(seq, raw)
-        if message is not None:
-            messages[mid] = message
+        for mid, seq, raw in zip(wanted, seqs, eng.contents(seqs)):
+            message = store._restore(seq, raw)
+            if message is not None:
+                messages[mid] = (message, _encoded(message))
     for row, (leaf, labelled, target) in zip(rows, anchors):
-        path: list[dict[str, Any]] = []
+        path: list[tuple[dict[str, Any], bytes]] = []
         node = nodes.get(leaf) if leaf is not None else None
         while node is not None and node.id in messages:
             path.append(messages[node.id])
@@ -242,7 +254,7 @@ def session_units(store: Store, level: str, sid: str, rows: list[dict[str, Any]]
             yield None
             continue
         path.reverse()
-        yield _unit(level, row, path, labelled, target)
+        yield _unit(level, row, [m for m, _ in path], labelled, target, [e for _, e in path])
 
 
 def units(store: Store, level: str, rows: list[dict[str, Any]]) -> Iterator[Unit | None]:
