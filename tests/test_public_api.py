@@ -133,7 +133,18 @@ def test_error_tree():
     )
 
 
-HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy", "google.adk"]
+HEAVY = [
+    "pandas",
+    "duckdb",
+    "litellm",
+    "ipywidgets",
+    "starlette",
+    "anywidget",
+    "matplotlib",
+    "numpy",
+    "google.adk",
+    "datasets",
+]
 
 
 def test_lite_llm_model_resolves_lazily_without_importing_litellm():
@@ -254,6 +265,7 @@ SUBPACKAGES = {
         "import_swe_agent",
         "import_inspect",
         "import_otel",
+        "to_hf_dataset",
         "detect_format",
         "FORMATS",
     },

@@ -330,6 +330,19 @@ class SQLBase(LabelSQL, Engine):
             )
         self.execute_many(sql, rows if isinstance(rows, list) else list(rows))
 
+    def insert_columns(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert rows of the named ``columns`` of ``table`` (the others take their defaults):
+        one statement per row here; an engine may batch them (DuckDB does)."""
+        if not rows:
+            return
+        key = (table, "(" + ", ".join(columns) + ")")
+        sql = self._inserts.get(key)
+        if sql is None:
+            sql = self._inserts[key] = self.compile(
+                f"INSERT INTO {{{table}}} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+            )
+        self.execute_many(sql, rows if isinstance(rows, list) else list(rows))
+
     # -- schema and the ledger ----------------------------------------------------
     def create_table(self, table: Table) -> None:
         if self.dialect.name not in table.only:

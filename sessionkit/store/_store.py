@@ -460,9 +460,10 @@ class Store:
         A unit this scorer and version labelled already, unchanged since, is not asked
         again; a changed one is, and its old label of the scorer replaced. Up to
         ``concurrency`` units are asked at once (threads); the answers are stored as
-        they arrive. ``progress`` as for imports. Returns counts: ``units`` (picked),
-        ``skipped`` (scored already), ``scored`` (asked), ``labelled`` (labels made),
-        ``replaced`` (old labels of changed units removed). An error of the scorer
+        they arrive, in batches (a second apart at most). ``progress`` as for imports.
+        Returns counts: ``units`` (picked), ``skipped`` (scored already), ``scored``
+        (asked), ``labelled`` (labels made), ``replaced`` (old labels of changed units
+        removed). An error of the scorer
         stops the run once the units being asked are done (their answers are kept) and
         is raised, with a note naming the unit.
         """
