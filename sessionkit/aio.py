@@ -80,7 +80,11 @@ from .store import (
     DatasetItem,
     Label,
     PathView,
+    QueueInfo,
+    QueueProgress,
+    QueueUnit,
     RecentHistory,
+    Rubric,
     RunRecord,
     SearchHit,
     Session,
@@ -668,6 +672,80 @@ class AsyncStore:
         """Store datasets as they are, as :meth:`sessionkit.Store.import_datasets`."""
         return await self._call("import_datasets", list(datasets))
 
+    # -- annotation queues (docs/annotation.md) -----------------------------------------------
+    async def queue(
+        self,
+        name: str,
+        *,
+        units: Iterable[Any] | None = None,
+        query: str | None = None,
+        dataset: str | tuple[str, int] | None = None,
+        level: str = "turn",
+        rubric: Rubric | dict[str, Any] | list[str] | None = None,
+        annotators: Iterable[str] | None = None,
+        per_unit: int = 1,
+        lease_seconds: float = 900.0,
+    ) -> QueueInfo:
+        """Define an annotation queue, as :meth:`sessionkit.Store.queue`."""
+        return await self._call(
+            "queue",
+            name,
+            units=None if units is None else list(units),
+            query=query,
+            dataset=dataset,
+            level=level,
+            rubric=rubric,
+            annotators=None if annotators is None else list(annotators),
+            per_unit=per_unit,
+            lease_seconds=lease_seconds,
+        )
+
+    async def queues(self) -> list[QueueInfo]:
+        """Every annotation queue, as :meth:`sessionkit.Store.queues`."""
+        return await self._call("queues")
+
+    async def queue_info(self, name: str) -> QueueInfo:
+        """One annotation queue, as :meth:`sessionkit.Store.queue_info`."""
+        return await self._call("queue_info", name)
+
+    async def queue_units(self, name: str) -> list[tuple[int, str, str]]:
+        """The units of a queue, as :meth:`sessionkit.Store.queue_units`."""
+        return await self._call("queue_units", name)
+
+    async def next_unit(self, name: str, annotator: str, *, lease_seconds: float | None = None) -> QueueUnit | None:
+        """Claim the unit an annotator labels next, as :meth:`sessionkit.Store.next_unit`."""
+        return await self._call("next_unit", name, annotator, lease_seconds=lease_seconds)
+
+    async def submit_label(
+        self, name: str, annotator: str, n: int, tag: str, *, rating: float | None = None, note: str | None = None
+    ) -> Label:
+        """Label a unit of a queue, as :meth:`sessionkit.Store.submit_label`."""
+        return await self._call("submit_label", name, annotator, n, tag, rating=rating, note=note)
+
+    async def release_unit(self, name: str, annotator: str, n: int) -> bool:
+        """Give back a claim, as :meth:`sessionkit.Store.release_unit`."""
+        return await self._call("release_unit", name, annotator, n)
+
+    async def queue_progress(self, name: str) -> QueueProgress:
+        """How far a queue is, as :meth:`sessionkit.Store.queue_progress`."""
+        return await self._call("queue_progress", name)
+
+    async def queue_labels(self, name: str) -> list[Label]:
+        """The labels submitted through a queue, as :meth:`sessionkit.Store.queue_labels`."""
+        return await self._call("queue_labels", name)
+
+    async def export_queue(self, name: str) -> dict[str, Any]:
+        """A queue as one JSON object, as :meth:`sessionkit.Store.export_queue`."""
+        return await self._call("export_queue", name)
+
+    async def import_queues(self, queues: Iterable[dict[str, Any]]) -> int:
+        """Store exported queues, as :meth:`sessionkit.Store.import_queues`."""
+        return await self._call("import_queues", list(queues))
+
+    async def delete_queue(self, name: str) -> bool:
+        """Delete a queue (its labels stay), as :meth:`sessionkit.Store.delete_queue`."""
+        return await self._call("delete_queue", name)
+
     # -- facts as they are: imports, exports and copies -------------------------------------
     async def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:
         """Store run records with their ids, times and meta kept (see :meth:`sessionkit.Store.import_runs`)."""
@@ -690,11 +768,18 @@ class AsyncStore:
         return await self._call("embed", embedder, batch_size=batch_size, progress=progress, options=options)
 
     async def similar(
-        self, query, *, k: int = 10, session_ids=None, embedder=None, model: str | None = None
-    ) -> list[SearchHit]:
-        """The messages most similar to ``query``, as :meth:`sessionkit.Store.similar`."""
+        self,
+        query,
+        *,
+        k: int = 10,
+        session_ids=None,
+        embedder=None,
+        model: str | None = None,
+        level: str = "message",
+    ) -> list[Any]:
+        """The messages (or sessions) most similar to ``query``, as :meth:`sessionkit.Store.similar`."""
         ids = session_ids if session_ids is None or isinstance(session_ids, str) else list(session_ids)
-        return await self._query("similar", query, k=k, session_ids=ids, embedder=embedder, model=model)
+        return await self._query("similar", query, k=k, session_ids=ids, embedder=embedder, model=model, level=level)
 
     # -- runs, events, records ------------------------------------------------------------------
     async def runs(self, session_id: str) -> list[RunRecord]:

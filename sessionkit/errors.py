@@ -14,6 +14,8 @@ Where a Python user expects a built-in type, the error also derives from it, so
     ├── InvalidLabel            (also ValueError)   a label fails its checks
     ├── InvalidDataset          (also ValueError)   a dataset's name, level or selection is refused
     ├── DatasetNotFound         (also LookupError)  an unknown dataset name or version
+    ├── InvalidQueue            (also ValueError)   an annotation queue, claim or submission is refused
+    ├── QueueNotFound           (also LookupError)  no annotation queue of that name
     ├── SchemaVersionError                          written by a newer sessionkit
     ├── StoreCorrupt                                a damaged store file or schema
     ├── MalformedInput          (also ValueError)   a file or record an importer cannot read
@@ -41,8 +43,11 @@ __all__ = [
     "InvalidLabel",
     "InvalidDataset",
     "DatasetNotFound",
+    "InvalidQueue",
+    "QueueNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
+    "ScorerFailed",
     "UsageError",
     "QueryTimeout",
     "MissingDependency",
@@ -104,6 +109,18 @@ class DatasetNotFound(SessionKitError, LookupError):
         return str(self.args[0]) if self.args else "dataset not found"
 
 
+class InvalidQueue(SessionKitError, ValueError):
+    """An annotation queue's definition, an annotator or a submission is refused
+    (docs/annotation.md); nothing was stored."""
+
+
+class QueueNotFound(SessionKitError, LookupError):
+    """No annotation queue of that name is stored."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "queue not found"
+
+
 class SchemaVersionError(SessionKitError):
     """The store was written by a newer sessionkit schema than this one understands."""
 
@@ -159,6 +176,12 @@ class UsageError(SessionKitError):
 class QueryTimeout(UsageError, TimeoutError):
     """An analysis query (``store.sql``, ``store.sql_arrow``) ran past its ``timeout`` and
     was stopped; the store answers the next query as before."""
+
+
+class ScorerFailed(SessionKitError):
+    """A scorer raised while an experiment scored its replies (the scorer's exception is
+    ``__cause__``); the replies stored so far stay, and running the experiment again
+    scores the rest."""
 
 
 class MissingDependency(SessionKitError, ImportError):

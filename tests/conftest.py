@@ -174,8 +174,10 @@ def engine(request) -> str:
 # -- markers and parallel groups, given from what a test uses ---------------------------------
 #
 # ``make test`` runs the suite on pytest-xdist workers (``--dist loadgroup``). A JupyterLab or
-# Notebook 7 server and a browser are session fixtures: every test that uses one is put in one
-# group, so they start once in one worker instead of once per worker. The markers say what a
+# Notebook 7 server is a session fixture: every test that uses one is put in one group, so they
+# start once in one worker instead of once per worker. Chromium alone is a module fixture: the
+# tests of a module that needs only the browser are a group of their own, so that those modules
+# spread over the workers. The markers say what a
 # test needs, for ``make test-fast`` (no browser, no PostgreSQL, no killed process):
 #
 # - ``browser``: a real Chromium (and usually a Jupyter server);
@@ -184,6 +186,7 @@ def engine(request) -> str:
 # - ``kill``: a process of its own that the test kills or stops (server, writer, kernel).
 
 _BROWSER_FIXTURES = {"lab", "notebook7", "browser", "chromium_path", "nb", "nb7"}
+_JUPYTER_FIXTURES = {"lab", "notebook7", "nb", "nb7", "host"}  # host: lab or notebook7, by parameter
 _PG_FIXTURES = {"pg_url", "pg_store_url"}
 
 
@@ -216,6 +219,9 @@ def pytest_collection_modifyitems(config, items):
         names = set(getattr(item, "fixturenames", ()))
         if names & _BROWSER_FIXTURES:
             item.add_marker(pytest.mark.browser)
-            item.add_marker(pytest.mark.xdist_group("browser"))
+            if names & _JUPYTER_FIXTURES:
+                item.add_marker(pytest.mark.xdist_group("browser"))
+            else:  # Chromium alone starts once per module (its fixture's scope): one group per module
+                item.add_marker(pytest.mark.xdist_group(f"browser-{item.module.__name__}"))
         if _uses_postgresql(item):
             item.add_marker(pytest.mark.postgres)

@@ -259,6 +259,7 @@ def test_no_command_prints_help_and_fails():
     assert "usage: sessionkit" in result.stdout
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_python_dash_m_is_the_same_command(cli):
     assert assert_ok(cli["ls"]) == assert_ok(cli["ls -m"])
     assert (
@@ -443,6 +444,39 @@ def test_show_tree_counts_messages_under_other_roots(tmp_path):
     assert re.search(r"^\* r1a  assistant: first reply$", assert_ok(older), re.M)
 
 
+def test_show_prints_each_messages_labels_and_its_branchs(tmp_path):
+    path = str(tmp_path / "labelled.db")
+    with sk.open_store(path) as store:
+        s = store.session("s")
+        s.append(msg("u1", "hello there", "user"))
+        s.append(msg("a1", "hi", "assistant"))
+        s.append(msg("u2", "again", "user"))
+        s.add_label("a1", "good", rating=0.75, note="kind\nand \x1b[31mshort", author="ana")
+        s.add_label("a1", "regenerated", target="branch", rating=-1.0)
+        s.add_label("u1", "polite", source="llm", scorer="judge@2", rationale="says hello")
+    chat, last, tree, tree_json = run_batch(
+        [
+            ("show", path, "s"),
+            ("show", path, "s", "--last", "1"),
+            ("show", path, "s", "--tree"),
+            ("show", path, "s", "--tree", "--json"),
+        ]
+    )
+    out = assert_ok(chat)
+    under = {mid: block for mid, block in re.findall(r"^── \w+ · (\S+) · [^\n]*\n(.*?)\n\n", out, re.M | re.S)}
+    assert under["u1"] == "hello there\n  label polite  (llm: judge@2)\n    rationale: says hello"
+    assert under["a1"] == (
+        "hi\n  label good  (rating 0.75 · by ana)\n    note: kind\n      and short\n"
+        "  label regenerated  (on the branch ending here · rating -1)"
+    )
+    assert under["u2"] == "again"
+    assert "label" not in assert_ok(last)  # the newest entry only: u2, unlabelled
+    assert re.search(r"^\* a1  assistant: hi  labels: good, regenerated \(branch\)$", assert_ok(tree), re.M)
+    nodes = {n["id"]: n for n in json.loads(assert_ok(tree_json))["nodes"]}
+    assert [x["tag"] for x in nodes["a1"]["labels"]] == ["good", "regenerated"]
+    assert nodes["u1"]["labels"][0]["scorer"] == "judge@2" and nodes["u2"]["labels"] == []
+
+
 # ---------------------------------------------------------------------------
 # search
 
@@ -610,6 +644,7 @@ print(json.dumps({"status": status, **calls}))
 """
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_serve_hands_agent_store_token_and_timeouts_to_the_server(tmp_path):
     (tmp_path / "myagents.py").write_text(
         "import sessionkit as sk\nsupport = sk.Agent('support', 'Be brief.', sk.testing.ScriptedModel([]))\n"
@@ -729,6 +764,7 @@ def _io_has(*names: str) -> bool:
     return all(callable(getattr(io, n, None)) for n in names)
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.skipif(not _io_has("export_jsonl", "import_jsonl"), reason="sessionkit.io has no JSONL functions")
 def test_export_then_import_jsonl_keeps_every_tree(store_path, tmp_path):
     dump = tmp_path / "dump.jsonl"
@@ -892,6 +928,7 @@ def test_build_demo_store_is_idempotent(tmp_path):
     }
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_show_last_prints_only_the_newest_entries(tmp_path):
     path = str(tmp_path / "long.db")
     with sk.open_store(path) as store:
@@ -992,6 +1029,7 @@ def test_an_unknown_file_names_the_format_option_once(tmp_path):
     assert line.count("give") == 0 and line.count("--format") == 1, line
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_session_prefix_keeps_two_sources_apart(tmp_path):
     trees = str(Path(__file__).parent / "data" / "en_100_tree.jsonl")
     target = str(tmp_path / "both.db")

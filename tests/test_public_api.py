@@ -22,6 +22,10 @@ PINNED = {
     "Label",
     "DatasetInfo",
     "DatasetItem",
+    "Rubric",
+    "QueueInfo",
+    "QueueUnit",
+    "QueueProgress",
     "RecentHistory",
     "RunRecord",
     "Score",
@@ -39,8 +43,11 @@ PINNED = {
     "InvalidLabel",
     "InvalidDataset",
     "DatasetNotFound",
+    "InvalidQueue",
+    "QueueNotFound",
     "SchemaVersionError",
     "StoreCorrupt",
+    "ScorerFailed",
     "UsageError",
     "QueryTimeout",
     "MissingDependency",
@@ -88,8 +95,11 @@ def test_error_tree():
         "InvalidLabel",
         "InvalidDataset",
         "DatasetNotFound",
+        "InvalidQueue",
+        "QueueNotFound",
         "SchemaVersionError",
         "StoreCorrupt",
+        "ScorerFailed",
         "UsageError",
         "QueryTimeout",
         "MissingDependency",
@@ -105,6 +115,8 @@ def test_error_tree():
     assert issubclass(sk.InvalidLabel, ValueError)
     assert issubclass(sk.InvalidDataset, ValueError)
     assert issubclass(sk.DatasetNotFound, LookupError)
+    assert issubclass(sk.InvalidQueue, ValueError)
+    assert issubclass(sk.QueueNotFound, LookupError)
     assert issubclass(sk.MessageNotFound, LookupError)
     assert issubclass(sk.SessionNotFound, LookupError)
     assert issubclass(sk.MissingDependency, ImportError)
@@ -163,6 +175,7 @@ SUBPACKAGES = {
         "Score",
         "Unit",
         "scorer",
+        "scorer_id",
         "SCORE_LEVELS",
         "AppendResult",
         "Capabilities",
@@ -176,6 +189,10 @@ SUBPACKAGES = {
         "Label",
         "DatasetInfo",
         "DatasetItem",
+        "Rubric",
+        "QueueInfo",
+        "QueueUnit",
+        "QueueProgress",
         "PathView",
         "RecentHistory",
         "RunRecord",
@@ -184,6 +201,7 @@ SUBPACKAGES = {
         "Session",
         "SessionInfo",
         "SessionRecords",
+        "SimilarSession",
         "Store",
         "StoreRunLog",
         "Tree",
@@ -258,13 +276,25 @@ SUBPACKAGES = {
     "sessionkit.widgets": {
         "BranchTree",
         "CompareView",
+        "ExperimentView",
+        "QueueView",
         "RunView",
         "StoreBrowser",
         "Transcript",
         "snapshot",
         "widgets_available",
     },
-    "sessionkit.prototyping": {"COMPARISON_COLUMNS", "REPLAY_COLUMNS", "Comparison", "Replay", "compare", "replay"},
+    "sessionkit.prototyping": {
+        "COMPARISON_COLUMNS",
+        "EXPERIMENT_COLUMNS",
+        "REPLAY_COLUMNS",
+        "Comparison",
+        "Experiment",
+        "Replay",
+        "compare",
+        "experiment",
+        "replay",
+    },
     # serve: what `sessionkit serve` runs; serve_view: what `sessionkit view` runs
     "sessionkit.server": {
         "SessionServer",
@@ -290,11 +320,14 @@ SUBPACKAGES = {
         "message_views",
         "run_events",
         "session_timeline",
+        "similar_sessions",
         "parse_column",
         "read_columns",
         "check_columns",
         "page_html",
         "write_bundle",
+        "queue_answer",
+        "queues_list",
     },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.scorers": {

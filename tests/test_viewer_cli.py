@@ -316,3 +316,87 @@ def test_extra_columns_sort_filter_and_page_in_sql(store_path):
         assert {r["session_id"] for r in hits} == {s for s in want if value in s or value in str(want[s])}
         with pytest.raises(ValueError, match="cannot sort by 'nope'"):
             viewer.sessions_page(store, sort="nope", columns=cols)
+
+
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
+def test_a_session_of_run_events_alone_opens_and_is_bundled(tmp_path):
+    """A session holding run events and nothing else (no message, no run) is listed, opens
+    with an empty tree and its events, and goes into a bundle of the whole store."""
+    with sk.open_store(tmp_path / "log.db") as store:
+        store.session("chat").append({"id": "u", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+        store.run_log.append_events("log", [{"kind": "note", "data": {"n": 1}}, {"kind": "note", "data": "two"}])
+        events = store.events("log")
+        assert len(events) == 2 and store.runs("log") == []
+        assert {r["session_id"] for r in viewer.sessions_page(store)["rows"]} == {"chat", "log"}
+        state = viewer.session_state(store, "log")
+        assert (state["tree"]["n"], state["latest"], state["runs"], state["labels"]) == (0, None, [], {})
+        assert viewer.run_events(store, "log") == events
+        assert viewer.session_timeline(store, "log")["runs"] == []
+        for read in (viewer.session_state, viewer.session_timeline, viewer.path_state):
+            with pytest.raises(sk.errors.SessionNotFound, match="no session 'none'"):
+                read(store, "none")
+        folder = viewer.write_bundle(store, tmp_path / "bundle")
+        table = bundle_data((folder / "data" / "sessions.js").read_text(encoding="utf-8"))
+        assert sorted(table["files"]) == ["chat", "log"]
+        payload = bundle_data((folder / table["files"]["log"]).read_text(encoding="utf-8"))
+        assert payload["events"] == events and payload["tree"]["n"] == 0 and payload["paths"] is None
+        alone = viewer.write_bundle(store, tmp_path / "alone", session_ids=["log"])
+        assert list(bundle_data((alone / "data" / "sessions.js").read_text(encoding="utf-8"))["files"]) == ["log"]
+
+
+def test_a_bundle_of_long_messages_loads_only_what_a_query_needs(tmp_path, monkeypatch):
+    """15 sessions of one long message each (docs/viewer.md#search): what the page reads
+    before the table shows holds none of their text; the search index is sharded by word
+    and its texts cut into pieces and files, so a query of one word reads its shard and the
+    files around its hits, a small share of the bundle; a replacement with --force removes
+    every file of the earlier index. (The sizes of a shard, a piece and a texts file are
+    lowered here, so that small texts make many of each.)"""
+    from sessionkit.store.search import tokenize
+    from sessionkit.widgets import _bundle_search
+
+    monkeypatch.setattr(_bundle_search, "SHARD_BYTES", 1024)
+    monkeypatch.setattr(_bundle_search, "PIECE", 250)
+    monkeypatch.setattr(_bundle_search, "TEXT_FILE", 1250)
+    words = ["deploy", "replication", "gunicorn", "cutover", "tables", "migrating", "sensor", "forecast"]
+    path = tmp_path / "long.db"
+    texts = {}
+    with sk.open_store(path) as store:
+        for k in range(15):
+            # 1,000 words each (about 12 KB), 4,000 distinct in all
+            text = " ".join(f"{words[j % len(words)]}{(j * 7 + k) % 500}" for j in range(1_000))
+            texts[f"long-{k:02d}"] = text
+            store.session(f"long-{k:02d}").append(
+                {"id": "m", "role": "user", "parts": [{"type": "text", "text": text}]}
+            )
+        folder = viewer.write_bundle(store, tmp_path / "bundle")
+    html = (folder / "index.html").read_text()
+    assert "data/search" not in html and "data/s0.js" not in html  # read when asked for, never before
+    table = (folder / "data" / "sessions.js").stat().st_size
+    assert table < 15 * 1000  # one row per session, none of its text
+    search = folder / "data" / "search"
+    meta = bundle_data((search / "meta.js").read_text())
+    assert meta["rows"] == 15 and meta["tokens"] == sum(len(tokenize(t)) for t in texts.values())
+    assert (search / "meta.js").stat().st_size < 3000  # the messages' ids and lengths
+    shards = sorted(search.glob("t*.js"))
+    assert len(shards) == meta["shards"] >= 64
+    index = sum(p.stat().st_size for p in shards)
+    # a word's postings are in its shard alone
+    stem = tokenize("deploy7")[0][2]
+    shard = search / f"t{_bundle_search.shard_of(stem, meta['shards'])}.js"
+    assert stem in [entry[0] for entry in bundle_data(shard.read_text())]
+    assert sum(stem in [e[0] for e in bundle_data(p.read_text())] for p in shards) == 1
+    assert shard.stat().st_size < index / 16
+    # the texts, cut into pieces in files of a few pieces each, are the messages' texts
+    files = sorted(search.glob("x*.js"))
+    assert len(files) == len(meta["files"]) > 15 * 5
+    pieces = [x for k in range(len(files)) for x in bundle_data((search / f"x{k}.js").read_text())]
+    assert max(len(x) for x in pieces) == 250
+    for sid, _, _, _, first_piece, length in meta["docs"]:
+        n = -(-length // meta["piece"])
+        assert "".join(pieces[first_piece : first_piece + n]) == texts[sid]
+
+    with sk.open_store(path) as store:
+        viewer.write_bundle(store, folder, session_ids=["long-00"], force=True)
+    meta = bundle_data((search / "meta.js").read_text())
+    assert len(list(search.glob("t*.js"))) == meta["shards"] < len(shards)
+    assert len(list(search.glob("x*.js"))) == len(meta["files"]) < len(files)

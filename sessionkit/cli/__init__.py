@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         "show",
         help="a conversation path as a chat, or the whole tree",
         description="Show the path from the root to a leaf (default: the latest leaf) as a chat: roles, text, "
-        "tool calls with input and output, files, and compaction summaries where the model sees them. "
+        "tool calls with input and output, files, each message's labels, and compaction summaries where the "
+        "model sees them. "
         "--full shows every stored message with the compacted ranges marked; --tree shows the whole "
         "tree, one line per message.",
     )
@@ -155,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--json",
         action="store_true",
-        help="print the messages as JSON (with --tree: nodes with parent, children and message)",
+        help="print the messages as JSON (with --tree: nodes with parent, children, message and labels)",
     )
     p.set_defaults(func=cmd_show)
 
@@ -342,7 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token the page's requests must carry (default: SESSIONKIT_TOKEN; with --write and "
         "neither, a random one, printed in the page's URL)",
     )
-    p.add_argument("--write", action="store_true", help="allow changes from the page (deleting a session)")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="allow changes from the page: deleting a session, labelling the annotation queues (#/q/)",
+    )
+    p.add_argument(
+        "--annotator",
+        metavar="NAME[=TOKEN]",
+        action="append",
+        help="with --write: an annotator of the queues, known by a token of their own (16 characters or more; "
+        "without one, a random one), who reads the store and labels as NAME; their URL is printed (repeat for more)",
+    )
     p.add_argument(
         "--column",
         metavar="NAME=SQL",

@@ -6,11 +6,13 @@ import argparse
 import contextlib
 import importlib
 import os
+import secrets
 import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlencode
 
 import sessionkit as sk
 
@@ -439,9 +441,10 @@ def _token(token: str, where: str) -> str:
 def cmd_view(args, out: TextIO) -> int:
     """The store viewer: served on 127.0.0.1 (a token elsewhere), or written as a static site with --bundle."""
     if args.bundle is not None:
-        if args.write or args.token or args.allow_host:
+        if args.write or args.token or args.allow_host or args.annotator:
             raise CommandError(
-                "--bundle writes static files: --write, --token and --allow-host apply to the served viewer only"
+                "--bundle writes static files: --write, --token, --allow-host and --annotator apply to the served"
+                " viewer only"
             )
         with _existing_store(args.store) as store:
             folder = _bundle(store, args)
@@ -458,6 +461,7 @@ def cmd_view(args, out: TextIO) -> int:
             f"--host {args.host} reaches other machines: set SESSIONKIT_TOKEN (or --token) to a bearer token "
             "of 16 characters or more"
         )
+    annotators = _annotators(args)
     # a missing file, another program's database or a bad --column fails here, before binding
     with _existing_store(args.store) as store:
         columns = _view_columns(args, store)
@@ -468,6 +472,9 @@ def cmd_view(args, out: TextIO) -> int:
 
     def ready(url: str) -> None:
         print(f"sessionkit viewer of {args.store} at {url}" + ("" if args.write else " (read-only)"), file=out)
+        base = url.split("?", 1)[0]
+        for name, secret in annotators.items():
+            print(f"  annotator {name}: {base}?{urlencode({'token': secret})}#/q/", file=out)
         out.flush()
 
     server.serve_view(
@@ -478,9 +485,29 @@ def cmd_view(args, out: TextIO) -> int:
         write=args.write,
         allowed_hosts=args.allow_host,
         columns=columns,
+        annotators=annotators or None,
         on_ready=ready,
     )
     return 0
+
+
+def _annotators(args) -> dict[str, str]:
+    """``--annotator NAME[=TOKEN]``: each annotator's token (a random one when not given)."""
+    out: dict[str, str] = {}
+    if args.annotator and not args.write:
+        raise CommandError("--annotator labels the annotation queues, which need --write")
+    for given in args.annotator or ():
+        name, sep, secret = given.partition("=")
+        name = name.strip()
+        if not name or name in out:
+            raise CommandError(f"--annotator {given!r}: give each annotator once, as NAME or NAME=TOKEN")
+        if sep:
+            out[name] = _token(secret, f"annotator {name}'s token")
+            if not out[name]:
+                raise CommandError(f"--annotator {given!r}: the token after = is empty")
+        else:
+            out[name] = secrets.token_urlsafe(24)
+    return out
 
 
 def cmd_collect(args, out: TextIO) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 import sessionkit as sk
@@ -140,7 +140,43 @@ def _render_part(part: Any, out: TextIO, *, all_output: bool = False) -> None:
         print(f"  [{ptype}] {_clip(_json({k: v for k, v in part.items() if k != 'type'}))}", file=out)
 
 
-def _render_message(message: dict, out: TextIO, *, note: str = "", all_output: bool = False) -> None:
+def _label_heading(label: sk.Label) -> str:
+    """``label TAG  (on the branch ending here · rating 0.75 · code: tool_error@1 · by ana)``."""
+    bits = []
+    if label.target == "branch":
+        bits.append("on the branch ending here")
+    if label.rating is not None:
+        bits.append(f"rating {label.rating:g}")
+    if label.source != "human" or label.scorer:
+        bits.append(f"{label.source}: {label.scorer}" if label.scorer else label.source)
+    if label.author:
+        bits.append(f"by {label.author}")
+    return f"  label {label.tag}" + (f"  ({' · '.join(bits)})" if bits else "")
+
+
+def _render_labels(labels: Sequence[sk.Label], out: TextIO) -> None:
+    """A message's labels and those of the branch ending at it, each with its note and a scorer's rationale."""
+    for label in labels:
+        print(_label_heading(label), file=out)
+        for what, text in (("note", label.note), ("rationale", label.rationale)):
+            if text:
+                lines = output_text(text).split("\n")
+                print(f"    {what}: {lines[0]}", file=out)
+                for line in lines[1:]:
+                    print(f"      {line}", file=out)
+
+
+def _labels_by_message(labels: Iterable[sk.Label]) -> dict[str, list[sk.Label]]:
+    """Labels grouped by the message they are on, message labels before branch labels, each in the order added."""
+    out: dict[str, list[sk.Label]] = {}
+    for label in sorted(labels, key=lambda x: x.target == "branch"):  # (a stable sort)
+        out.setdefault(label.message_id, []).append(label)
+    return out
+
+
+def _render_message(
+    message: dict, out: TextIO, *, note: str = "", all_output: bool = False, labels: Sequence[sk.Label] = ()
+) -> None:
     bits = [
         str(message.get("role", "?")),
         str(message.get("id", "?")),
@@ -152,6 +188,7 @@ def _render_message(message: dict, out: TextIO, *, note: str = "", all_output: b
     print("── " + " · ".join(bits), file=out)
     for part in message.get("parts") or ():
         _render_part(part, out, all_output=all_output)
+    _render_labels(labels, out)
     print(file=out)
 
 
@@ -225,6 +262,8 @@ def _render_path(
                 file=out,
             )
             print(file=out)
+    # the labels of the messages shown (with --last: of those only), grouped by message
+    labels = _labels_by_message(session.labels([m["id"] for m in tail]) if last is not None else session.labels())
     for message in entries:
         info = overlay_info(message)
         if info is not None:  # a summary standing in for a range (model view only)
@@ -259,7 +298,7 @@ def _render_path(
                 others = [s for s in siblings if s != mid]
                 listed = ", ".join(others[:5]) + (", …" if len(others) > 5 else "")
                 note = f"branch {siblings.index(mid) + 1} of {len(siblings)} (also: {listed})"
-        _render_message(message, out, note=note, all_output=all_output)
+        _render_message(message, out, note=note, all_output=all_output, labels=labels.get(mid, []))
         if mid in ends:
             print(f"══ compacted range ends · compaction {str(ends[mid]['id'])[:8]} ══", file=out)
             print(file=out)
@@ -313,6 +352,7 @@ class _Tree:
         self.compactions = [placed.compaction for placed in tree.compactions]
         self.applied: set[str] = {span.compaction.id for span in path.spans} if path is not None else set()
         self.labels = {c.id: f"c{i + 1}" for i, c in enumerate(self.compactions)}
+        self.tagged = _labels_by_message(session.labels())  # the labels of each message
         self.covered: dict[str, list[str]] = {}
         self.sizes: dict[str, int | None] = {}
         for placed in tree.compactions:
@@ -385,6 +425,9 @@ class _Tree:
                 tags += f"  <{len(kids)} branches>"
             if mid in self.covered:
                 tags += "  [" + " ".join(self.covered[mid]) + "]"
+            if mid in self.tagged:
+                names = [x.tag + (" (branch)" if x.target == "branch" else "") for x in self.tagged[mid]]
+                tags += "  labels: " + ", ".join(names)
             mark = "* " if mid in self.on_path else "  "
             role = str(msg.get("role", "?"))
             if len(prefix) > _MAX_INDENT:  # deeply nested branches: keep the nearest levels visible
@@ -431,6 +474,7 @@ class _Tree:
                     "on_path": mid in self.on_path,
                     "compactions": [c.id for c in self.compactions if self.labels[c.id] in self.covered.get(mid, ())],
                     "message": self.messages[mid],
+                    "labels": [x.to_dict() for x in self.tagged.get(mid, ())],
                 }
                 for mid in self.order
             ],

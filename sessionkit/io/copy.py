@@ -55,7 +55,7 @@ def _holds_anything(store: Store) -> bool:
 def copy_store(src: Any, dst: Any, *, merge: bool = False, progress: Any = None) -> dict:
     """Copy every session of ``src`` into ``dst``: messages (trees, write order within each
     session, creation times, payloads), compactions, labels, runs, run events and vectors,
-    and the datasets (every version, as frozen).
+    and the datasets (every version, as frozen) and annotation queues (with their submissions).
 
     ``src`` and ``dst`` are :class:`~sessionkit.Store` objects or what
     :func:`sessionkit.open_store` opens (a path, ``:memory:``, a PostgreSQL URL; such a
@@ -69,14 +69,14 @@ def copy_store(src: Any, dst: Any, *, merge: bool = False, progress: Any = None)
     :class:`~sessionkit.UsageError` unless ``merge=True``: then what ``dst`` holds is
     kept and what it lacks is added (messages by session and id, compactions, labels and
     runs by id, events by seq, vectors by message and model, dataset versions by name and
-    version), so an interrupted copy
+    version, queues by name), so an interrupted copy
     completes when run again with ``merge=True``. Copying a store into itself is a
     ``UsageError``. ``progress`` as for the importers (messages copied). A source whose
     file is damaged raises :class:`~sessionkit.StoreCorrupt` at the first session it cannot
     read, naming it; the sessions copied before it stay in ``dst``.
 
     Returns the counts added: ``{"sessions", "messages", "compactions", "labels", "runs",
-    "events", "embeddings", "datasets"}`` (datasets: versions).
+    "events", "embeddings", "datasets", "queues"}`` (datasets: versions).
     """
     if not isinstance(merge, bool):
         raise TypeError(f"merge must be a bool, got {type(merge).__name__}")
@@ -105,7 +105,7 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
         )
     infos = list(reversed(src.list_sessions()))  # oldest activity first
     counts = dict.fromkeys(
-        ("sessions", "messages", "compactions", "labels", "runs", "events", "embeddings", "datasets"), 0
+        ("sessions", "messages", "compactions", "labels", "runs", "events", "embeddings", "datasets", "queues"), 0
     )
     copied: set[str] = set()
     with Progress(
@@ -132,6 +132,8 @@ def _copy(src: Store, dst: Store, *, merge: bool, progress: Any) -> dict:
         for dataset in src.datasets():  # a version at a time (its items are frozen together)
             items = src.dataset_items(dataset.name, dataset.version)
             counts["datasets"] += dst.import_datasets([(dataset, items)])
+        for queue in src.queues():  # with its submissions (their labels are copied above)
+            counts["queues"] += dst.import_queues([src.export_queue(queue.name)])
     return counts
 
 

@@ -26,7 +26,7 @@ from ._reading import PathMissing, as_path
 __all__ = ["export_parquet", "import_parquet", "PARQUET_FILES"]
 
 #: The files of an export: the views of ``store.sql``, in the order an import reads them
-#: (``sessions``, ``paths``, ``turns`` and ``tool_calls`` are computed from the others).
+#: (``sessions``, ``paths``, ``turns``, ``tool_calls`` and ``experiments`` are computed from the others).
 PARQUET_FILES = (
     "messages",
     "sessions",
@@ -40,6 +40,7 @@ PARQUET_FILES = (
     "embeddings",
     "datasets",
     "dataset_items",
+    "experiments",
 )
 
 #: The views read through ``store.sql`` (the others through the Python API), with their row order.
@@ -51,6 +52,7 @@ _SQL_VIEWS = {
     "embeddings": "session_id, message_id, model",
     "datasets": "name, version",
     "dataset_items": "name, version, n",
+    "experiments": "experiment, item, variant, scorer",
 }
 
 _BATCH = 256  # rows per write (one transaction each)
@@ -70,8 +72,8 @@ def _pyarrow_parquet():
 def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
     """Write every view of ``store.sql`` as a Parquet file: ``messages``, ``sessions``,
     ``compactions``, ``runs``, ``events``, ``labels``, ``paths``, ``turns``, ``tool_calls``,
-    ``embeddings``, ``datasets`` and ``dataset_items`` (the last two empty in an export
-    limited by ``session_ids``: a dataset belongs to no session).
+    ``embeddings``, ``datasets`` and ``dataset_items`` (these two empty in an export
+    limited by ``session_ids``: a dataset belongs to no session) and ``experiments``.
 
     ``folder`` is created when missing; existing files of those names are replaced.
     ``messages.parquet`` holds the columns of the ``messages`` view (docs/analysis.md) plus ``seq`` (write order),
@@ -96,6 +98,8 @@ def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
             table = store.sql_arrow(f"SELECT * FROM {name} WHERE false")
         elif name in _SQL_VIEWS:
             table = store.sql_arrow(f"SELECT * FROM {name} ORDER BY {_SQL_VIEWS[name]}", session_ids=sids)
+            if name == "labels":
+                table = _with_fingerprints(store, table, sids)
         elif name == "messages":
             table = arrow_table(data, name, full_json=True)
         else:
@@ -105,6 +109,19 @@ def export_parquet(store, folder: Any, *, session_ids=None) -> dict[str, Path]:
         pq.write_table(table, target)
         out[name] = target
     return out
+
+
+def _with_fingerprints(store, table: Any, sids: list[str] | None) -> Any:
+    """The ``labels`` view's table with a ``fingerprint`` column added: the content
+    fingerprint of the unit a scorer labelled, which ``store.score`` compares to skip a unit
+    scored already (kept by the store but no column of the view), so that an import loses
+    nothing a JSONL export keeps."""
+    import pyarrow as pa
+
+    labels = store.labels() if sids is None else [x for sid in sids for x in store.labels(session_id=sid)]
+    prints = {label.id: label.fingerprint for label in labels}
+    column = pa.array([prints.get(i) for i in table.column("id").to_pylist()], type=pa.string())
+    return table.append_column("fingerprint", column)
 
 
 # ---------------------------------------------------------------------------
@@ -120,8 +137,9 @@ _NEEDS = {
     "events": ("session_id", "seq", "data"),
     "embeddings": ("session_id", "message_id", "model", "vector"),
 }
-#: Columns read when the file has them (a label's provenance: files of older exports lack it).
-_OPTIONAL = {"labels": ("source", "scorer", "rationale")}
+#: Columns read when the file has them (a label's provenance and the fingerprint of the unit
+#: a scorer labelled: files of older exports lack them, their labels then a person's).
+_OPTIONAL = {"labels": ("source", "scorer", "rationale", "fingerprint")}
 
 
 def is_parquet_export(path: Path) -> bool:
@@ -287,8 +305,8 @@ def import_parquet(store, folder: Any, *, progress: Any = None) -> list | Sessio
     Restores the messages (their trees, write order within each session, creation times
     and payloads, from ``messages.parquet``'s ``message`` column), compactions, labels,
     runs (ids, status, times, input, error, usage, meta), run events (their seqs and
-    payloads) and vectors; ``sessions``, ``paths``, ``turns`` and ``tool_calls`` are
-    computed by the store from those, so they are not read. A file of an older export
+    payloads) and vectors; ``sessions``, ``paths``, ``turns``, ``tool_calls`` and
+    ``experiments`` are computed by the store from those, so they are not read. A file of an older export
     that is absent (``embeddings.parquet``) is skipped. Files are read 256 rows at a
     time, each batch written in one transaction (messages: the consecutive rows of one
     session), so memory stays bounded.

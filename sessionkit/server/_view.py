@@ -7,15 +7,20 @@ a change from another site's page is refused), as on the agent server. Bound to 
 it needs no token to read; bound elsewhere it needs one, checked as the agent server checks
 it (:class:`._app._Auth`, a bearer header compared in constant time), and ``serve_view``
 with ``write=True`` makes a random one when none is given. Store calls run on a worker
-thread, one at a time, never on the event loop. ``write=True`` adds the one writing route,
-deleting a session.
+thread, one at a time, never on the event loop. ``write=True`` adds the writing routes:
+deleting a session, and the annotation queues (``/api/queues``, ``/api/queue``: the next
+unit of an annotator, a label submitted), where each annotator is known by a token of their
+own (``annotators``) or by the principal an ``authenticate`` function gives.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import secrets
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -25,9 +30,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ..errors import SessionKitError, SessionNotFound
+from ..errors import QueueNotFound, SessionKitError, SessionNotFound
 from ..widgets import viewer
-from ._app import _Auth
+from ._app import MIN_TOKEN_CHARS, _Auth
 from ._hosts import HostGuard, is_loopback_host
 
 __all__ = ["create_view_app", "is_loopback", "serve_view"]
@@ -64,6 +69,8 @@ def create_view_app(
     title: str | None = None,
     allowed_hosts: Iterable[str] = (),
     columns: Iterable[tuple[str, str]] = (),
+    annotators: Mapping[str, str] | None = None,
+    authenticate: Callable[[Any], Any] | None = None,
 ) -> Starlette:
     """The viewer app over an open ``store``. ``token``: every ``/api`` request must send
     ``Authorization: Bearer <token>`` (16 characters or more); the page and its assets hold
@@ -71,9 +78,32 @@ def create_view_app(
     passes :class:`HostGuard` first: a ``Host`` naming another server than this one (but the
     names in ``allowed_hosts``) and a change asked by another site's page are refused (403).
     ``columns``: the sessions table's extra ``(name, sql)`` columns, checked now
-    (:func:`sessionkit.widgets.viewer.check_columns`: ``UsageError`` for a bad one)."""
+    (:func:`sessionkit.widgets.viewer.check_columns`: ``UsageError`` for a bad one).
+    ``annotators`` (with ``write``): ``{name: token}``, each annotator's own bearer token
+    (16 characters or more), which reads the store and works the queues as that annotator
+    (it cannot delete); ``authenticate(request) -> principal or None``: the principal is the
+    annotator (docs/annotation.md). With the main ``token`` (or none), a queue request names
+    its annotator itself."""
     extra = viewer.check_columns(store, columns)
-    auth = _Auth(token, None) if token is not None else None
+    people = _annotator_tokens(annotators, token, write)
+    if authenticate is not None and not callable(authenticate):
+        raise TypeError("authenticate must be a callable: authenticate(request) -> principal id or None")
+
+    def who(conn: Any) -> Any:
+        header = conn.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if people and scheme.lower() == "bearer":
+            given = hashlib.sha256(value.strip().encode("latin-1", "replace")).digest()
+            found = None
+            for name, digest in people.items():  # every one compared: the time says nothing of which
+                if hmac.compare_digest(given, digest):
+                    found = name
+            if found is not None:
+                return found
+        return authenticate(conn) if authenticate is not None else None
+
+    gated = people or authenticate is not None
+    auth = _Auth(token, who if gated else None) if token is not None or gated else None
     lock = threading.Lock()
     title = title or "sessionkit viewer"
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
@@ -85,17 +115,25 @@ def create_view_app(
 
         return await run_in_threadpool(locked)
 
-    def api(handler: Callable) -> Callable:
+    def api(handler: Callable, *, owner: bool = False) -> Callable:
         async def endpoint(request: Request) -> Response:
-            if auth is not None and await auth.principal(request) is None:
+            principal = None if auth is None else await auth.principal(request)
+            if auth is not None and principal is None:
                 return JSONResponse(
                     {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
                     status_code=401,
                     headers={"WWW-Authenticate": "Bearer", **headers},
                 )
+            if owner and principal:
+                return JSONResponse(
+                    {"error": "forbidden", "detail": f"annotator {principal!r} may not do this"},
+                    status_code=403,
+                    headers=headers,
+                )
+            request.state.principal = principal or None
             try:
                 body = await handler(request)
-            except SessionNotFound as exc:
+            except (SessionNotFound, QueueNotFound) as exc:
                 return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404, headers=headers)
             except (ValueError, SessionKitError) as exc:
                 return JSONResponse({"error": "bad_request", "detail": str(exc)}, status_code=400, headers=headers)
@@ -142,11 +180,33 @@ def create_view_app(
     async def timeline(request: Request) -> Any:
         return await call(viewer.session_timeline, store, session_id(request))
 
+    async def similar(request: Request) -> Any:
+        return await call(viewer.similar_sessions, store, session_id(request))
+
     async def delete(request: Request) -> Any:
         sid = session_id(request)
         await call(viewer.session_state, store, sid)  # SessionNotFound (404) before anything is changed
         await call(store.delete_session, sid)
         return {"deleted": sid}
+
+    async def queues(request: Request) -> Any:
+        return {"queues": await call(viewer.queues_list, store), "annotator": request.state.principal}
+
+    async def queue(request: Request) -> Any:
+        name = request.query_params.get("name")
+        if name is None:
+            raise ValueError("name (the queue's name) is required")
+        raw = await request.body()
+        if len(raw) > _MAX_BODY:
+            raise ValueError(f"a queue request is at most {_MAX_BODY} bytes, got {len(raw)}")
+        try:
+            msg = json.loads(raw or b"{}")
+        except ValueError:
+            raise ValueError("a queue request is a JSON object: {type: state | next | submit | release, ...}") from None
+        annotator = request.state.principal
+        if annotator is None and isinstance(msg, dict) and msg.get("annotator") is not None:
+            annotator = msg["annotator"]  # the main token (or none on 127.0.0.1): the request says who
+        return await call(viewer.queue_answer, store, name, annotator, msg, catch=False)
 
     async def page(request: Request) -> Response:
         config = {"write": write}
@@ -174,11 +234,40 @@ def create_view_app(
         Route("/api/messages", api(messages)),
         Route("/api/events", api(events)),
         Route("/api/timeline", api(timeline)),
+        Route("/api/similar", api(similar)),
         Route("/{name:str}", asset),
     ]
     if write:
-        routes.insert(4, Route("/api/session", api(delete), methods=["DELETE"]))
+        routes.insert(4, Route("/api/session", api(delete, owner=True), methods=["DELETE"]))
+        routes.insert(5, Route("/api/queues", api(queues)))
+        routes.insert(6, Route("/api/queue", api(queue), methods=["POST"]))
     return Starlette(routes=routes, middleware=[Middleware(HostGuard, allowed_hosts=list(allowed_hosts))])
+
+
+_MAX_BODY = 64 * 1024
+
+
+def _annotator_tokens(annotators: Mapping[str, str] | None, token: str | None, write: bool) -> dict[str, bytes]:
+    """``{name: sha256(token)}`` of each annotator, checked (``ValueError`` naming the problem)."""
+    if not annotators:
+        return {}
+    if not write:
+        raise ValueError("annotators label through the queues, which need write=True (--write)")
+    out = {}
+    seen: set[str] = set() if token is None else {token}
+    for name, secret in dict(annotators).items():
+        if not isinstance(name, str) or not name.strip() or name != name.strip() or not name.isprintable():
+            raise ValueError(f"an annotator's name is a non-blank str without surrounding spaces, got {name!r}")
+        if not isinstance(secret, str) or len(secret) < MIN_TOKEN_CHARS or secret != secret.strip():
+            raise ValueError(
+                f"annotator {name!r}'s token must be a str of at least {MIN_TOKEN_CHARS} characters, without"
+                " surrounding spaces"
+            )
+        if secret in seen:
+            raise ValueError(f"annotator {name!r}'s token is another's (or the main token): each needs its own")
+        seen.add(secret)
+        out[name] = hashlib.sha256(secret.encode("utf-8")).digest()
+    return out
 
 
 def serve_view(
@@ -190,13 +279,15 @@ def serve_view(
     write: bool = False,
     allowed_hosts: Iterable[str] = (),
     columns: Iterable[tuple[str, str]] = (),
+    annotators: Mapping[str, str] | None = None,
     on_ready: Callable[[str], Any] | None = None,
     log_level: str = "warning",
 ) -> None:
     """Serve the viewer over the store at ``target`` (which must exist) until stopped.
     A ``host`` that is not loopback needs a ``token`` (``ValueError`` otherwise); with
     ``write`` and no ``token`` a random one is made (the page's URL carries it).
-    ``columns``: extra ``(name, sql)`` columns of the sessions table (see :func:`create_view_app`).
+    ``columns``: extra ``(name, sql)`` columns of the sessions table, ``annotators`` each
+    annotator's token (see :func:`create_view_app`).
     ``on_ready(url)`` is called with the page's URL (the token in it) once the socket listens."""
     import uvicorn
 
@@ -218,6 +309,7 @@ def serve_view(
             title=f"sessionkit viewer · {target}",
             allowed_hosts=allowed_hosts,
             columns=columns,
+            annotators=annotators,
         )
         config = uvicorn.Config(app, host=host, port=port, http=TimedH11Protocol, log_level=log_level)
         server = uvicorn.Server(config)

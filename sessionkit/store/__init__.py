@@ -12,10 +12,12 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from ._datasets import DatasetInfo, DatasetItem
+from ._embeddings import SimilarSession
 from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._labels import Label
+from ._queues import QueueInfo, QueueProgress, QueueUnit, Rubric
 from ._scoring import LEVELS as SCORE_LEVELS
-from ._scoring import Score, Unit, scorer
+from ._scoring import Score, Unit, scorer, scorer_id
 from ._session import Session
 from ._store import Store
 from ._values import (
@@ -56,9 +58,14 @@ __all__ = [
     "Label",
     "DatasetInfo",
     "DatasetItem",
+    "Rubric",
+    "QueueInfo",
+    "QueueUnit",
+    "QueueProgress",
     "Score",
     "Unit",
     "scorer",
+    "scorer_id",
     "SCORE_LEVELS",
     "RecentHistory",
     "RunRecord",
@@ -75,6 +82,7 @@ __all__ = [
     "SCAN_KINDS",
     "VIEW_COLUMNS",
     "SearchHit",
+    "SimilarSession",
     "create_compact_function",
 ]
 

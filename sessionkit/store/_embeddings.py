@@ -19,14 +19,30 @@ import json
 import math
 import struct
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from .. import parts as _parts
-from ..errors import MessageNotFound
+from ..errors import MessageNotFound, SessionNotFound
 from . import _conveniences
 from .search import SearchHit
 
-__all__ = ["EMBEDDINGS_COLUMNS", "embed", "similar", "embeddings_view_sql", "model_name"]
+__all__ = ["EMBEDDINGS_COLUMNS", "LEVELS", "SimilarSession", "embed", "similar", "embeddings_view_sql", "model_name"]
+
+#: What ``similar`` ranks: messages (by their vectors) or sessions (by their messages' mean direction).
+LEVELS = ("message", "session")
+
+
+@dataclass(frozen=True)
+class SimilarSession:
+    """One hit of ``store.similar(..., level="session")`` (docs/analysis.md#find-similar):
+    a session, the cosine similarity of its vector with the query's (at most 1), and how
+    many message vectors its vector is the mean of."""
+
+    session_id: str
+    score: float
+    messages: int
+
 
 #: The columns of the ``embeddings`` view (see ``_analysis.VIEW_COLUMNS``).
 EMBEDDINGS_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -213,8 +229,12 @@ def similar(
     session_ids: Iterable[str] | None,
     embedder: Any,
     model: str | None,
-) -> list[SearchHit]:
-    """The ``k`` messages nearest to ``query`` by cosine similarity, best first."""
+    level: str = "message",
+) -> list[Any]:
+    """The ``k`` messages (or sessions, ``level="session"``) nearest to ``query`` by cosine
+    similarity, best first."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(map(repr, LEVELS))}, got {level!r}")
     if model is None:
         if embedder is None:
             names = store.sql_arrow("SELECT DISTINCT model FROM embeddings ORDER BY model").column("model").to_pylist()
@@ -226,6 +246,8 @@ def similar(
             model = names[0]
         else:
             model = model_name(embedder)
+    if level == "session":
+        return _similar_sessions(store, query, k=k, session_ids=session_ids, embedder=embedder, model=model)
     vector = _query_vector(store, query, model, embedder)
     dims = store.sql_arrow("SELECT DISTINCT dim FROM embeddings WHERE model = $model", {"model": model})
     dims = dims.column("dim").to_pylist()
@@ -263,6 +285,65 @@ def similar(
             SearchHit(r["message_id"], r["session_id"], message["role"], text, _snippet(text), float(r["score"] or 0.0))
         )
     return hits
+
+
+# A session's vector: the mean of its messages' unit vectors (every message with a vector of the
+# model, on every branch), whose direction is that of the normalized mean; the cosine does
+# not depend on its length. In DOUBLE, one row per (session, component).
+_SESSION_VECTORS = """
+WITH u AS (
+    SELECT session_id, CAST(vector AS DOUBLE[]) AS vector FROM embeddings WHERE model = $model
+), c AS (
+    SELECT session_id, unnest(vector) / sqrt(list_inner_product(vector, vector)) AS v,
+           unnest(range(1, len(vector) + 1)) AS i
+    FROM u
+), m AS (
+    SELECT session_id, i, avg(v) AS v, count(*) AS n FROM c GROUP BY session_id, i
+), s AS (
+    SELECT session_id, list(v ORDER BY i) AS vector, any_value(n) AS messages FROM m GROUP BY session_id
+)"""
+
+
+def _similar_sessions(
+    store: Any, query: Any, *, k: int, session_ids: Iterable[str] | None, embedder: Any, model: str
+) -> list[SimilarSession]:
+    """The ``k`` sessions whose vectors are nearest to ``query``'s, best first: ``query`` is a
+    text, a stored message (its vector) or a stored session (its vector; left out of the hits)."""
+    params: dict[str, Any] = {"model": model, "k": k}
+    where = ""
+    if session_ids is not None:
+        if isinstance(session_ids, str):
+            session_ids = [session_ids]
+        params["ids"] = [str(s) for s in session_ids]
+        where = " AND list_contains($ids::VARCHAR[], s.session_id)"
+    own = getattr(query, "session_id", None)
+    if not isinstance(query, (str, tuple)) and isinstance(own, str):
+        # a stored session: its own vector, itself left out
+        params["self"] = own
+        have = store.sql_arrow(
+            "SELECT count(*) AS n FROM embeddings WHERE session_id = $self AND model = $model",
+            {"self": own, "model": model},
+        ).to_pylist()[0]["n"]
+        if not have:
+            if not store._check().session_exists(own):
+                raise SessionNotFound(f"no session {own!r} in this store")
+            raise ValueError(f"session {own!r} has no {model!r} vectors: run store.embed first")
+        target = "(SELECT vector FROM s WHERE session_id = $self)"
+        where += " AND s.session_id <> $self"
+    else:
+        vector = _query_vector(store, query, model, embedder)
+        dims = store.sql_arrow("SELECT DISTINCT dim FROM embeddings WHERE model = $model", {"model": model})
+        dims = dims.column("dim").to_pylist()
+        if dims and len(vector) not in dims:
+            raise _dim_error(model, dims[0], len(vector), "the query's vector")
+        params["q"] = [float(x) for x in vector]
+        target = "$q::DOUBLE[]"
+    rows = store.sql_arrow(
+        _SESSION_VECTORS + f" SELECT s.session_id, list_cosine_similarity(s.vector, {target}) AS score, s.messages"
+        f" FROM s WHERE true{where} ORDER BY score DESC NULLS LAST, s.session_id LIMIT $k",
+        params,
+    ).to_pylist()
+    return [SimilarSession(r["session_id"], float(r["score"] or 0.0), int(r["messages"])) for r in rows]
 
 
 def _snippet(text: str, width: int = 160) -> str:

@@ -321,6 +321,49 @@ TABLES: dict[str, Table] = {
             key=("name", "version", "n"),
             clustered=True,
         ),
+        # Annotation queues (schema version 14, docs/annotation.md): turns, paths or sessions
+        # handed to people to label with a rubric; each unit taken by an annotator is a claim
+        # (a lease until expires_at) and becomes a submission (the label's id) when labelled.
+        Table(
+            "queues",
+            (
+                Column("name", "text"),
+                Column("level", "text"),
+                Column("rubric", "text"),
+                Column("annotators", "text", null=True),
+                Column("per_unit", "int"),
+                Column("lease_seconds", "real"),
+                Column("created_at", "text"),
+                Column("source", "text", null=True),
+                Column("unit_count", "bigint"),
+            ),
+            key=("name",),
+        ),
+        Table(
+            "queue_units",
+            (
+                Column("name", "text"),
+                Column("n", "int"),
+                Column("session_id", "text"),
+                Column("message_id", "text"),
+            ),
+            key=("name", "n"),
+            clustered=True,
+        ),
+        Table(
+            "queue_claims",
+            (
+                Column("name", "text"),
+                Column("n", "int"),
+                Column("annotator", "text"),
+                Column("claimed_at", "text"),
+                Column("expires_at", "text"),
+                Column("label_id", "text", null=True),
+                Column("done_at", "text", null=True),
+            ),
+            key=("name", "n", "annotator"),
+            clustered=True,
+        ),
         # The schema ledger: one row per migration applied to this store.
         Table(
             "migrations",
@@ -525,6 +568,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         13,
         "datasets: turns or paths frozen under a name and version (sessionkit_datasets, sessionkit_dataset_items)",
         {"*": (_create_table("datasets"), _create_table("dataset_items"))},
+    ),
+    Migration(
+        14,
+        "annotation queues: units handed to people to label with a rubric"
+        " (sessionkit_queues, sessionkit_queue_units, sessionkit_queue_claims)",
+        {"*": (_create_table("queues"), _create_table("queue_units"), _create_table("queue_claims"))},
     ),
 )
 

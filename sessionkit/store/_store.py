@@ -18,7 +18,7 @@ from ..errors import (
     StoreClosed,
     StoreCorrupt,
 )
-from . import _conveniences, _datasets, _labels
+from . import _conveniences, _datasets, _labels, _queues
 from ._args import _BATCH, _INT64, _SCAN_READ, _count_arg, _require_str, _sql_params, _sql_text, _str_arg
 from ._engine import Engine
 from ._facets import Coordination, SessionRecords, StoreRunLog
@@ -398,21 +398,29 @@ class Store:
         session_ids: Iterable[str] | None = None,
         embedder: Any = None,
         model: str | None = None,
-    ) -> list[SearchHit]:
+        level: str = "message",
+    ) -> list[Any]:
         """The ``k`` messages most similar to ``query`` by cosine similarity of their vectors,
         best first, as :class:`SearchHit` (``score``: the similarity, at most 1).
 
         ``query`` is a text (embedded with ``embedder``, the one given to :meth:`embed`) or
         a stored message as ``(session_id, message_id)`` (its own vector; it is left out of
         the hits). ``model`` picks the vectors when the store holds several models'.
-        ``session_ids`` limits the hits to those sessions."""
+        ``session_ids`` limits the hits to those sessions.
+
+        ``level="session"`` ranks sessions instead, as :class:`SimilarSession`: a session's
+        vector is the normalized mean of its messages' unit vectors (docs/analysis.md), and
+        ``query`` may also be a stored session (``store.session(id)``: its own vector; it
+        is left out of the hits)."""
         from . import _embeddings
 
         self._check()
         k = _count_arg(k, "k")
         if k == 0:
             return []
-        return _embeddings.similar(self, query, k=k, session_ids=session_ids, embedder=embedder, model=model)
+        return _embeddings.similar(
+            self, query, k=k, session_ids=session_ids, embedder=embedder, model=model, level=level
+        )
 
     def _restore(self, seq: int, raw: str | None) -> dict[str, Any] | None:
         """A message from its stored JSON (payloads put back); None for a row deleted
@@ -568,6 +576,109 @@ class Store:
         return _datasets.import_datasets(
             self, [_datasets.from_dict(d) if isinstance(d, dict) else tuple(d) for d in datasets]
         )
+
+    # -- annotation queues (docs/annotation.md) ---------------------------------------------
+    def queue(
+        self,
+        name: str,
+        *,
+        units: Iterable[Any] | None = None,
+        query: str | None = None,
+        dataset: str | tuple[str, int] | None = None,
+        level: str = "turn",
+        rubric: _queues.Rubric | dict[str, Any] | list[str] | None = None,
+        annotators: Iterable[str] | None = None,
+        per_unit: int = 1,
+        lease_seconds: float = _queues.DEFAULT_LEASE,
+    ) -> _queues.QueueInfo:
+        """Define an annotation queue named ``name`` (docs/annotation.md).
+
+        Its units are turns, paths or sessions (``level``), chosen by ``units``
+        (``(session_id, message_id)`` pairs, ``sk.scorers.Unit`` objects, or session ids for
+        ``level="session"``: their latest leaf), by ``query`` (DuckDB SQL over the views of
+        :meth:`sql` answering ``session_id`` and ``message_id``) or by ``dataset`` (a name,
+        or ``(name, version)``: its items and level). ``rubric`` says what an annotator
+        answers: ``{"tags": [...], "rating": (low, high) or None, "instructions": "..."}``
+        (or an ``sk.Rubric``, or a list of tags). ``annotators`` names who may label (None:
+        anyone); each unit needs ``per_unit`` labels from different annotators; a claim holds
+        its unit ``lease_seconds``. Refused input raises
+        :class:`~sessionkit.errors.InvalidQueue` and stores nothing.
+        """
+        return _queues.create(
+            self,
+            name,
+            units=units,
+            query=query,
+            dataset=dataset,
+            level=level,
+            rubric=rubric,
+            annotators=annotators,
+            per_unit=per_unit,
+            lease_seconds=lease_seconds,
+        )
+
+    def queues(self) -> list[_queues.QueueInfo]:
+        """Every annotation queue, by name."""
+        return _queues.listing(self)
+
+    def queue_info(self, name: str) -> _queues.QueueInfo:
+        """One annotation queue (:class:`~sessionkit.errors.QueueNotFound` when there is none)."""
+        return _queues.get(self, name)
+
+    def queue_units(self, name: str) -> list[tuple[int, str, str]]:
+        """``(n, session_id, message_id)`` of each unit of a queue, in order."""
+        return _queues.units(self, name)
+
+    def next_unit(self, name: str, annotator: str, *, lease_seconds: float | None = None) -> _queues.QueueUnit | None:
+        """The unit ``annotator`` labels next in queue ``name``, claimed for the queue's lease
+        (or ``lease_seconds``): the claim this annotator holds still, else the first unit
+        that lacks labels, that this annotator has not labelled and that others do not hold
+        as many times as it lacks labels. None when nothing is left for this annotator."""
+        return _queues.next_unit(self, name, annotator, lease_seconds)
+
+    def submit_label(
+        self,
+        name: str,
+        annotator: str,
+        n: int,
+        tag: str,
+        *,
+        rating: float | None = None,
+        note: str | None = None,
+    ) -> _labels.Label:
+        """Label unit ``n`` of queue ``name`` as ``annotator``: ``tag`` one of the rubric's,
+        ``rating`` on its scale (required when it has one). The label (author
+        ``annotator``, source ``"human"``) and the claim's end are stored in one
+        transaction; returns the label. A unit gets one label per annotator and never more
+        than the queue's ``per_unit``: :class:`~sessionkit.errors.InvalidQueue` otherwise."""
+        return _queues.submit(self, name, annotator, n, tag, rating=rating, note=note)
+
+    def release_unit(self, name: str, annotator: str, n: int) -> bool:
+        """Give back ``annotator``'s claim on unit ``n`` without labelling it; whether there was one."""
+        return _queues.release(self, name, annotator, n)
+
+    def queue_progress(self, name: str) -> _queues.QueueProgress:
+        """How far queue ``name`` is: units complete, submissions in all and by annotator, claims held."""
+        return _queues.progress(self, name)
+
+    def queue_labels(self, name: str) -> list[_labels.Label]:
+        """The labels submitted through queue ``name`` (those still stored), in the order submitted."""
+        return _queues.labels(self, name)
+
+    def export_queue(self, name: str) -> dict[str, Any]:
+        """A queue as one JSON object: its definition, its units (``[session_id, message_id]``)
+        and its submissions (``n``, ``annotator``, ``label_id``, ``done_at``); claims still
+        running are left out. :meth:`import_queues` stores it again."""
+        return _queues.export(self, name)
+
+    def import_queues(self, queues: Iterable[dict[str, Any]]) -> int:
+        """Store queues as :meth:`export_queue` gives them (times and submissions kept), in one
+        transaction; a queue whose name is stored already is skipped. Returns how many were added."""
+        return _queues.import_queues(self, queues)
+
+    def delete_queue(self, name: str) -> bool:
+        """Delete a queue, its units and claims (the labels made through it stay); whether it was there."""
+        return _queues.delete(self, name)
 
     # -- facts as they are: imports, exports and copies (docs/importing.md) -----------
     def import_runs(self, runs: Iterable[RunRecord | dict[str, Any]]) -> int:

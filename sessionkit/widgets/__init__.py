@@ -7,6 +7,8 @@
     chat = sk.widgets.Transcript(session, follow=tree)   # that path as a chat
     live = sk.widgets.RunView(controller)          # a run as it streams
     side = sk.widgets.CompareView()                # compare()'s variants side by side
+    exp = sk.widgets.ExperimentView()              # experiment()'s variants against its baseline
+    work = sk.widgets.QueueView(store, "check", annotator="ana")  # an annotation queue to label
 
 :mod:`sessionkit.widgets.viewer` holds the data and page of the store viewer
 (``sessionkit view``, docs/viewer.md), which runs these views' front end in a web page.
@@ -22,9 +24,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["BranchTree", "Transcript", "RunView", "StoreBrowser", "CompareView", "snapshot", "widgets_available"]
+__all__ = [
+    "BranchTree",
+    "Transcript",
+    "RunView",
+    "StoreBrowser",
+    "CompareView",
+    "ExperimentView",
+    "QueueView",
+    "snapshot",
+    "widgets_available",
+]
 
-_WIDGETS = {"BranchTree", "Transcript", "RunView", "StoreBrowser", "CompareView"}
+_WIDGETS = {"BranchTree", "Transcript", "RunView", "StoreBrowser", "CompareView", "ExperimentView", "QueueView"}
+_MODULES = {"CompareView": "_compare_view", "ExperimentView": "_experiment_view", "QueueView": "_queue_view"}
 
 
 def widgets_available() -> bool:
@@ -51,7 +64,7 @@ def snapshot(obj: Any) -> str:
 def __getattr__(name: str) -> Any:
     if name in _WIDGETS:
         try:
-            where = "_compare_view" if name == "CompareView" else "_views"
+            where = _MODULES.get(name, "_views")
             module = importlib.import_module(f"sessionkit.widgets.{where}")
         except ImportError as exc:
             if (exc.name or "").split(".")[0] not in ("anywidget", "ipywidgets", "traitlets", "comm", "psygnal"):

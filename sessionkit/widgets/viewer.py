@@ -10,7 +10,9 @@ the session page, which mounts the notebook views' own modules (``branch_tree.js
 Everything here reads through the store's public API: the sessions table is one
 ``store.sql_arrow`` query over the ``sessions``, ``runs`` and ``messages`` views, sorted,
 filtered and paged in SQL (LIMIT/OFFSET), so a store of 100,000 sessions opens with one
-page of rows; search is ``store.search`` (its ranking and snippets).
+page of rows; search is ``store.search`` (its ranking and snippets), and a bundle's search
+answers the same from an index written with the store's tokenizer (:mod:`._bundle_search`,
+``static/search.js``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import datetime as _dt
 import html
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
+from . import _bundle_search
+from ._queue import answer as queue_answer
+from ._queue import queues_list
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
 from ._timeline import session_timeline as _session_timeline
 
@@ -44,15 +49,18 @@ __all__ = [
     "message_views",
     "run_events",
     "session_timeline",
+    "similar_sessions",
     "page_html",
     "write_bundle",
+    "queue_answer",
+    "queues_list",
 ]
 
 STATIC = Path(__file__).parent / "static"
 #: The files the page loads besides its data: every one is served (or copied) as is.
-ASSETS = ("common.js", "timeline.js", "viewer.js", "sessionkit.css", "viewer.css")
+ASSETS = ("common.js", "timeline.js", "search.js", "viewer.js", "sessionkit.css", "viewer.css")
 #: The views the session page mounts, by the name of their module in ``static/``.
-_VIEW_MODULES = ("branch_tree", "transcript", "run_view")
+_VIEW_MODULES = ("branch_tree", "transcript", "run_view", "queue_view")
 #: Rows of the sessions table per page, unless asked otherwise (at most 500).
 PAGE_SIZE = 50
 _MAX_PAGE = 500
@@ -115,7 +123,11 @@ def _script_data(value: Any) -> str:
     """``value`` as a JavaScript expression for a bundle's data files: ``JSON.parse("...")``
     and not an object literal, because in a literal a key ``"__proto__"`` (a session or
     message id like any other) sets the object's prototype instead of storing a value."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _script_text(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+
+
+def _script_text(text: str) -> str:
+    """:func:`_script_data` of a value given as its JSON text."""
     return f"JSON.parse({_script_json(text)})"
 
 
@@ -408,8 +420,11 @@ def search_hits(store: Any, query: str, *, limit: int = 50) -> list[dict]:
 
 
 def _session(store: Any, session_id: str) -> Any:
+    """The session of that id, if the store holds anything of it: messages, runs, or run
+    events alone (a run log written without messages: the ``sessions`` view lists it, and
+    its page shows an empty transcript beside its runs). ``SessionNotFound`` otherwise."""
     session = store.session(session_id)
-    if len(session) == 0 and not store.runs(session_id):
+    if len(session) == 0 and not store.runs(session_id) and not store.events(session_id):
         raise SessionNotFound(f"no session {session_id!r} in this store")
     return session
 
@@ -458,6 +473,36 @@ def session_timeline(store: Any, session_id: str, events: list[dict] | None = No
     return _session_timeline(session, store.events(session_id) if events is None else events)
 
 
+#: Similar conversations a session's page lists.
+SIMILAR = 5
+
+
+def similar_sessions(store: Any, session_id: str, *, k: int = SIMILAR, session_ids: list[str] | None = None) -> dict:
+    """The ``k`` sessions most like ``session_id`` (``store.similar(..., level="session")``,
+    docs/analysis.md#find-similar) by the vectors of the model with the most of them:
+    ``{"model", "sessions": [{"session_id", "score", "messages"}], "note"}``, ``note`` saying
+    why the list is empty (no vectors in the store, none for this session). ``session_ids``:
+    only those sessions (a bundle's). ``SessionNotFound`` for no session."""
+    _session(store, session_id)
+    models = store.sql_arrow(
+        "SELECT model, count(*) AS n FROM embeddings GROUP BY model ORDER BY n DESC, model LIMIT 1"
+    ).to_pylist()
+    if not models:
+        note = "No similar conversations: this store has no message vectors (store.embed makes them)."
+        return {"model": None, "sessions": [], "note": note}
+    model = models[0]["model"]
+    try:
+        hits = store.similar(store.session(session_id), level="session", k=k, model=model, session_ids=session_ids)
+    except (ValueError, SessionNotFound):  # this session has no vector of the model (yet)
+        note = f"No similar conversations: this session has no {model} vectors (store.embed makes them)."
+        return {"model": model, "sessions": [], "note": note}
+    return {
+        "model": model,
+        "sessions": [{"session_id": h.session_id, "score": h.score, "messages": h.messages} for h in hits],
+        "note": None if hits else f"No other session has {model} vectors.",
+    }
+
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -482,7 +527,9 @@ def page_html(
     if mode not in ("served", "bundle"):
         raise ValueError(f"mode must be 'served' or 'bundle', got {mode!r}")
     tags = [f'<script src="{html.escape(src, quote=True)}"></script>' for src in scripts]
-    tags += [f'<script src="{prefix}{name}"></script>' for name in ("common.js", "timeline.js", "viewer.js")]
+    # (search.js: a bundle's search; the served page asks its server)
+    own = ("common.js", "timeline.js", *(("search.js",) if mode == "bundle" else ()), "viewer.js")
+    tags += [f'<script src="{prefix}{name}"></script>' for name in own]
     # Scripts from the page's own files and the views' Blob modules only: no inline script,
     # so no markup could ever run one; nothing from another host.
     csp = (
@@ -549,8 +596,9 @@ def write_bundle(
     so is an earlier bundle without ``force``. The bundle writes ``.sessionkit-bundle``
     (the files it wrote), ``index.html``, the assets, and the data as script files that set globals (a browser
     refuses ``fetch`` of JSON from file://): ``data/sessions.js`` (the table),
-    ``data/index.js`` (the texts the page searches) and one ``data/s<N>.js`` per session
-    (its tree, latest path, messages and run events). ``session_ids``: only those sessions
+    ``data/search/`` (the search index, :mod:`._bundle_search`: the page searches as
+    ``store.search`` does, loading only the files a query needs) and one ``data/s<N>.js``
+    per session (its tree, latest path, messages and run events). ``session_ids``: only those sessions
     (``SessionNotFound`` for one the store does not hold); default: every session.
     ``columns``: the table's extra ``(name, sql)`` columns (:func:`check_columns`, checked
     before anything is written). Opens from file:// with no server and no network. Returns the folder."""
@@ -575,12 +623,13 @@ def write_bundle(
         path.unlink()
     data = out / "data"
     data.mkdir(parents=True, exist_ok=True)
-    written = [f"data/s{k}.js" for k in range(len(rows))] + ["data/sessions.js", "data/index.js"]
+    written = [f"data/s{k}.js" for k in range(len(rows))] + ["data/sessions.js"]
     written += [*ASSETS, "modules.js", "index.html"]
-    # the marker first: a bundle cut short is still one --force may replace
+    # the marker first: a bundle cut short is still one --force may replace (the search
+    # index's files, known once written, are added to it after)
     (out / MARKER).write_text("\n".join([_MARKER_HEAD, *written]) + "\n", encoding="utf-8")
     files: dict[str, str] = {}
-    index: list[list[str]] = []
+    bundled = [r["session_id"] for r in rows]
     for k, row in enumerate(rows):
         sid = row["session_id"]
         name = f"s{k}.js"
@@ -589,12 +638,6 @@ def write_bundle(
         session = store.session(sid)
         msgs = load_messages(session, state["tree"]["ids"])
         views = {mid: message_view(m, tokens=estimate_tokens(m)) for mid, m in msgs.items()}
-        for mid, m in msgs.items():
-            text = " ".join(
-                p.get("text", "") for p in m.get("parts") or () if isinstance(p, dict) and p.get("type") == "text"
-            )
-            if text:
-                index.append([sid, mid, str(m.get("role")), text])
         payload = {
             **state,
             "paths": path_state(store, sid) if len(session) else None,
@@ -602,6 +645,7 @@ def write_bundle(
             "events": run_events(store, sid),
         }
         payload["timeline"] = session_timeline(store, sid, payload["events"])
+        payload["similar"] = similar_sessions(store, sid, session_ids=bundled)
         (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
     shown = [{"name": col["name"], "label": col["label"]} for col in extra]
     table = {"rows": rows, "files": files, "labels": _has_labels(store), "columns": shown}
@@ -609,11 +653,31 @@ def write_bundle(
         f"window.SK_BUNDLE = {_script_data(table)};\n",
         encoding="utf-8",
     )
-    (data / "index.js").write_text(f"window.SK_BUNDLE_INDEX = {_script_data(index)};\n", encoding="utf-8")
+    searched = _bundle_search.write_index(
+        data / "search", _bundle_texts(store, list(files)), _script_text, candidates=store.search_candidates
+    )
     for name in ASSETS:
         (out / name).write_text(asset(name), encoding="utf-8")
     (out / "modules.js").write_text(modules_script(), encoding="utf-8")
     title = f"sessionkit viewer · {len(rows):,} sessions"
-    scripts = ["modules.js", "data/sessions.js", "data/index.js"]
+    scripts = ["modules.js", "data/sessions.js"]
     (out / "index.html").write_text(page_html(mode="bundle", title=title, scripts=scripts), encoding="utf-8")
+    with (out / MARKER).open("a", encoding="utf-8") as marker:
+        marker.write("".join(f"data/search/{name}\n" for name in searched))
     return out
+
+
+def _bundle_texts(store: Any, session_ids: list[str]) -> Iterator[dict[str, Any]]:
+    """The messages of ``session_ids`` in the store's order (``seq``), read a batch at a time:
+    what the bundle's search index holds (``text``: the text parts, as ``store.search`` reads them)."""
+    last = -1
+    while session_ids:
+        batch = store.sql_arrow(
+            "SELECT session_id, id, role, text, seq FROM messages WHERE seq > $last "
+            "AND session_id IN (SELECT unnest($ids)) ORDER BY seq LIMIT 2000",
+            {"last": last, "ids": session_ids},
+        ).to_pylist()
+        if not batch:
+            return
+        yield from batch
+        last = batch[-1]["seq"]

@@ -247,6 +247,7 @@ class Walk:
         assert self.store.sql("SELECT count(*) AS n FROM messages WHERE id LIKE 'killed%'")["n"][0] == 0
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.parametrize("seed,steps", WALKS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_random_writes_keep_every_view_equal_to_the_reference(new_store, monkeypatch, kind, seed, steps):

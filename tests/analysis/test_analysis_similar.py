@@ -262,3 +262,62 @@ def test_a_sqlite_file_from_before_embeddings_gains_the_embeddings_table(tmp_pat
     with sk.open_store(path) as st:  # kept
         assert st.embed(HashedWords()) == 0
         assert len(st.similar(("s", "s1"), k=2)) == 2
+
+
+def test_similar_sessions_rank_by_the_normalized_mean_of_their_messages(store):
+    """level="session": a session's vector is the normalized mean of its messages' unit
+    vectors (docs/analysis.md#find-similar); the ranking is the cosine of that with the
+    query's, computed here with numpy from the stored vectors."""
+    import numpy as np
+
+    _fill(store, "pets", ["the cat sat on the mat", "dogs bark at the mailman", "cats like warm mats"])
+    _fill(store, "ops", ["deploying the service to production", "the deployment failed in production"])
+    _fill(store, "mixed", ["a cat and a dog on a mat", "the service failed", "cat food deployment"])
+    _fill(store, "one", ["warm mats for a cat"])
+    store.session("ops").append({"id": "tool", "role": "tool", "parts": []})  # no text: no vector
+    words = HashedWords()
+    store.embed(words)
+    rows = store.sql_arrow("SELECT session_id, message_id, vector FROM embeddings").to_pylist()
+    by_session: dict[str, list] = {}
+    for r in rows:
+        by_session.setdefault(r["session_id"], []).append(np.array(r["vector"], dtype=np.float64))
+    ops0 = next(np.array(r["vector"], dtype=np.float64) for r in rows if r["message_id"] == "ops0")
+
+    def session_vector(sid):
+        units = [v / np.linalg.norm(v) for v in by_session[sid]]
+        mean = np.mean(units, axis=0)
+        return mean / np.linalg.norm(mean)
+
+    def ranked(q, exclude=None, only=None):
+        q = np.asarray(q, dtype=np.float64)
+        scores = {
+            sid: float(session_vector(sid) @ q / np.linalg.norm(q))
+            for sid in by_session
+            if sid != exclude and (only is None or sid in only)
+        }
+        return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    def check(hits, want):
+        assert all(isinstance(h, sk.store.SimilarSession) for h in hits)
+        assert [h.session_id for h in hits] == [sid for sid, _ in want]
+        assert [h.score for h in hits] == pytest.approx([score for _, score in want], abs=1e-6)
+        assert [h.messages for h in hits] == [len(by_session[sid]) for sid, _ in want]
+
+    query = "a cat on the mat"
+    check(store.similar(query, level="session", embedder=words), ranked(words([query])[0]))
+    check(store.similar(query, level="session", embedder=words, k=2), ranked(words([query])[0])[:2])
+    check(
+        store.similar(query, level="session", embedder=words, session_ids=["ops", "one"]),
+        ranked(words([query])[0], only={"ops", "one"}),
+    )
+    # by a stored session: its own vector, itself left out
+    check(store.similar(store.session("mixed"), level="session"), ranked(session_vector("mixed"), exclude="mixed"))
+    # by a stored message: its vector
+    check(store.similar(("ops", "ops0"), level="session"), ranked(ops0))
+    with pytest.raises(ValueError, match="level must be one of 'message', 'session'"):
+        store.similar(query, level="conversation", embedder=words)
+    with pytest.raises(sk.SessionNotFound):
+        store.similar(store.session("nobody"), level="session")
+    store.session("quiet").append({"id": "q", "role": "tool", "parts": []})
+    with pytest.raises(ValueError, match="no 'hashed-words' vectors"):
+        store.similar(store.session("quiet"), level="session")

@@ -17,6 +17,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -362,6 +363,7 @@ _counter = itertools.count()
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @given(steps=_steps)
 def test_tree_views_equal_the_reference_for_random_writes(store, steps):
     """Appends anywhere (regenerations), tool calls answered in place, later or never,

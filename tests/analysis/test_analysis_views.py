@@ -153,6 +153,7 @@ def test_views_match_the_python_reference_after_every_kind_of_write(engine, new_
         assert_views_match(store), step
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_views_follow_writes_of_another_store_object(engine, new_store):
     if engine == "duckdb":
         store = new_store(engine)
@@ -315,6 +316,7 @@ def test_wide_columns_are_read_when_a_query_first_names_them(engine, new_store):
     assert_views_match(store)
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.parametrize("reader", ["adbc", "store connection"])
 def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reader):
     """A SQLite file's cache reads through the ADBC driver when it is installed, else through
@@ -684,6 +686,7 @@ def test_postgresql_a_cache_load_that_fails_midway_leaves_the_store_and_cache_wo
     assert_views_match(store)
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_a_store_opened_again_reads_only_what_changed_since(new_store):
     """The cache outlives the store object: opened again (here or in a new process), a query
     reads the rows written since, and the views still equal the reference."""

@@ -192,3 +192,36 @@ def interrupted_runs(store) -> list:
         }
     )
     return events
+
+
+QA = ["What is 2 + 3?", "Name a colour.", "Say hello."]
+
+
+def qa_dataset(store) -> sk.DatasetInfo:
+    """Three one-turn sessions frozen as the dataset ``qa`` (for the experiment view)."""
+    for k, question in enumerate(QA):
+        store.session(f"qa{k}").append_many(
+            [text("u", "user", question), text("a", "assistant", f"Original {k}.")], parent_id=None
+        )
+    return store.dataset("qa", query="SELECT session_id, reply_id AS message_id FROM turns WHERE session_id LIKE 'qa%'")
+
+
+def experiment_variants() -> dict:
+    """Two variants answering each question after a pause (so the view fills in several batches)."""
+
+    def say(prefix):
+        def reply(messages):
+            question = [m for m in messages if m["role"] == "user"][-1]["content"]
+            return {"text": f"{prefix} {question}", "delay": 0.3, "usage": {"in": 7, "out": len(prefix)}}
+
+        return reply
+
+    return {
+        "base": sk.Agent("a", "", ScriptedModel([say("B")] * 3)),
+        "long": sk.Agent("a", "", ScriptedModel([say("LONGER")] * 3)),
+    }
+
+
+@sk.scorers.scorer(name="length")
+def reply_length(unit) -> sk.Score:
+    return sk.Score("scored", rating=float(len(sk.parts.text_of(unit.reply, ""))))

@@ -388,3 +388,36 @@ def test_a_run_views_timeline_opens_each_calls_turn_offline(page, tmp_path):
     page.wait_for_selector(".skr-turn.skr-picked[data-turn='2']")
     assert page.locator(".sk-run-view").get_attribute("data-selected") == replies[1]
     assert not page.errors, page.errors
+
+
+def test_an_experiment_page_shows_each_variant_against_the_baseline_offline(page, tmp_path, screenshots):
+    import asyncio
+    import concurrent.futures
+
+    from sessionkit.prototyping import experiment
+
+    store = sk.open_store()
+    nbhelpers.qa_dataset(store)
+    run = experiment("qa", nbhelpers.experiment_variants(), [nbhelpers.reply_length], name="off", store=store)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # (playwright's loop runs in this thread)
+        result = pool.submit(asyncio.run, run).result()
+    view = sk.widgets.ExperimentView(result, viewer_url="http://127.0.0.1:8765/")
+    view.to_html(tmp_path / "experiment.html")
+    page.goto((tmp_path / "experiment.html").as_uri())
+    page.wait_for_selector("#sk-view[data-ready='1'] .sk-experiment-view[data-completed='6']")
+    for r in result.rows:
+        cell = page.locator(f'.sk-experiment-view tr[data-item="{r["item"]}"] td[data-variant="{r["variant"]}"]')
+        assert cell.locator(".sk-exp-reply").inner_text() == r["reply"]
+        base = result.row(r["item"], "base")["scores"]["length"]
+        deltas = cell.locator(".sk-exp-delta")
+        if r["variant"] == "base":
+            assert deltas.count() == 0
+        else:
+            assert deltas.inner_text() == f" (+{r['scores']['length'] - base:g})"
+        link = cell.locator("a.sk-exp-link").get_attribute("href")
+        assert link == f"http://127.0.0.1:8765/#/s/{r['session_id']}/m/{r['reply_id']}"
+    page.screenshot(path=str(screenshots / "offline-experiment.png"))
+    # without JavaScript, the page's snapshot says the same
+    snapshot = view.snapshot_html()
+    assert all(r["reply"] in snapshot for r in result.rows)
+    assert not page.errors, page.errors

@@ -9,9 +9,12 @@ adversarial texts of the widgets' tests run nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import nbhelpers
 import pytest
@@ -20,6 +23,7 @@ from servers import launcher
 
 import sessionkit as sk
 from sessionkit.parts import input_text, output_text
+from sessionkit.store.search import parse_query, stem
 from sessionkit.widgets.viewer import PAGE_SIZE, write_bundle
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a server process and chromium
@@ -205,7 +209,10 @@ def test_served_viewer_table_sort_filter_search_session_and_links(browser, serve
     chat = fresh.locator(".sk-transcript-view")
     fresh.wait_for_function("() => document.querySelector('.sk-transcript-view').dataset.leaf === 'a4'")
     assert chat.locator(".sk-comp").count() == 1  # the compaction boundary on this path
-    assert "Cervejaria Ramiro" in chat.inner_text()
+    # the messages' texts arrive after the path (each as it scrolls into view): wait on the text
+    fresh.wait_for_function(
+        "() => document.querySelector('.sk-transcript-view').innerText.includes('Cervejaria Ramiro')"
+    )
     # the session's own link opens at its latest leaf
     fresh.goto(served + "#/s/trip")
     fresh.wait_for_selector(".skv-session[data-ready='1']")
@@ -299,21 +306,85 @@ def test_bundle_opens_from_file_and_shows_the_table_a_session_and_search(browser
     w.close()
 
 
+# Queries of the demo store: stemmed words ("deployments" finds "deploying" and "deploy"),
+# two words, a phrase, a word in nearly every message (its IDF at FTS5's floor), an id.
+DEMO_QUERIES = ["deployments", "logical replication", '"logical replication"', "replicate", "the", "order_events"]
+
+
+def _hits(page) -> list[tuple[str, str, float, str]]:
+    page.wait_for_selector(".skv-results[data-hits]")
+    return [
+        (h["session"], h["id"], float(h["score"]), h["snippet"])
+        for h in page.eval_on_selector_all(
+            ".skv-hit",
+            "els => els.map(e => ({...e.dataset, snippet: e.querySelector('.skv-snippet').innerHTML}))",
+        )
+    ]
+
+
+def _marked(snippet: str) -> str:
+    """A snippet with its [marks] as the page draws them."""
+    import html
+
+    return "".join(
+        f"<mark>{html.escape(bit[1:-1], quote=False)}</mark>"
+        if bit.startswith("[") and bit.endswith("]") and len(bit) > 2
+        else html.escape(bit, quote=False)
+        for bit in re.split(r"(\[[^[\]]*\])", snippet)
+    )
+
+
 def test_a_bundle_of_the_demo_store_opens_offline_from_file(browser, tmp_path):
     """What `sessionkit view demo.db --bundle DIR` writes for `make demo`'s store: every
-    session in the table, each one's transcript, nothing fetched."""
+    session in the table, each one's transcript, nothing fetched; its search answers as the
+    served viewer does (/api/search: store.search's hits, scores and marked snippets)."""
     from sessionkit._demo import DEMO_SESSIONS, build_demo_store
+    from sessionkit.widgets.viewer import search_hits
 
     with build_demo_store(str(tmp_path / "demo.db")) as store:
         folder = write_bundle(store, tmp_path / "demo-bundle")
         first = {sid: store.session(sid).get_history()[0] for sid in DEMO_SESSIONS}
+        served = {q: search_hits(store, q, limit=51) for q in DEMO_QUERIES}
+    assert all(served.values()) and len(served["the"]) > 20
     w = Watched(browser, offline=True)
     page = w.page
     page.goto((folder / "index.html").as_uri())
     assert sorted(_table(page)) == sorted(DEMO_SESSIONS)
+    # the table shows before any of the search index is read
+    assert not [u for u in w.urls if "/data/search/" in u]
+    for q in DEMO_QUERIES:
+        page.goto((folder / "index.html").as_uri() + "#/search/" + quote(q, safe=""))
+        shown = _hits(page)
+        want = served[q]
+        assert [h[:2] for h in shown] == [(h["session_id"], h["id"]) for h in want], q
+        assert [h[2] for h in shown] == pytest.approx([h["score"] for h in want], rel=1e-12, abs=1e-15), q
+        assert [h[3] for h in shown] == [_marked(h["snippet"]) for h in want], q
+        assert all("<mark>" in h[3] for h in shown), q
+    loaded = {u.rsplit("/", 1)[-1] for u in w.urls if "/data/search/" in u}
+    assert loaded == {"meta.js", "t0.js", "x0.js"}  # a store this small: one shard, one texts file
+    # the page's stemmer and query parser are the store's: every word of the docs and a few
+    # queries beyond ASCII read the same in the page as in sessionkit.store.search
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    vocabulary = sorted(
+        {m.group().casefold() for f in docs.rglob("*.md") for m in re.finditer(r"[^\W_]+", f.read_text("utf-8"))}
+    )
+    assert len(vocabulary) > 2000
+    assert page.evaluate("words => words.map(skStem)", vocabulary) == [stem(x) for x in vocabulary]
+    queries = [
+        '"logical replication" deployments',
+        "Straße ΣΑΣ naïve café",
+        "order_lines 17.2°C",
+        'an "unclosed phrase',
+    ]
+    parsed = [parse_query(q) for q in queries]
+    want = [{"terms": list(p.terms), "phrases": [list(x) for x in p.phrases]} for p in parsed]
+    assert page.evaluate("qs => qs.map(skParseQuery)", queries) == want
     for sid, message in first.items():
         page.goto((folder / "index.html").as_uri() + f"#/s/{sid}")
         page.wait_for_selector(f".skv-session[data-ready='1'] .sk-transcript-view .sk-msg[data-id='{message['id']}']")
+    # a store without message vectors: the session's page says why it lists no similar conversations
+    page.wait_for_selector(".skv-similar[data-ready='1']")
+    assert "no message vectors" in page.locator(".skv-similar-none").inner_text()
     assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
     w.close()
 
@@ -394,6 +465,11 @@ def test_a_write_viewer_keeps_its_token_in_the_tab_and_deletes_from_the_page(bro
         assert sorted(info.id for info in store.list_sessions()) == ["chat-00", "chat-02"]
 
 
+def _letters(texts: list[str]) -> list[list[float]]:
+    """A small embedder: each text's counts of the letters a to z."""
+    return [[1.0 + text.lower().count(chr(97 + k)) for k in range(26)] for text in texts]
+
+
 def _labelled_store(path: Path) -> dict[str, list[str]]:
     """The demo "trip" session with labels on three messages, two chats (one labelled); returns
     each session's tags as the store lists them."""
@@ -405,12 +481,15 @@ def _labelled_store(path: Path) -> dict[str, list[str]]:
         trip.add_label("u3", "good-question")
         trip.add_label("a5", "resolved", target="branch", rating=5)
         store.session("chat-01").add_label("m0", "good-question")
+        store.embed(_letters)  # vectors: the page lists similar conversations
         return {
             info.id: sorted({lab.tag for lab in store.labels(session_id=info.id)}) for info in store.list_sessions()
         }
 
 
-def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]]) -> None:
+def _check_labels(
+    page, url: str, tags: dict[str, list[str]], trip_labels: dict[str, list[str]], similar: list[str]
+) -> None:
     page.goto(url)
     _table(page)
     for sid, want in tags.items():
@@ -446,6 +525,12 @@ def _check_labels(page, url: str, tags: dict[str, list[str]], trip_labels: dict[
     assert "no such place" in badge.get_attribute("title") and "by ana" in badge.get_attribute("title")
     # read-only here: no "remove" on a badge, no "+ label"
     assert page.locator(".skv-session .sk-label-x, .skv-session .sk-label-add").count() == 0
+    # similar conversations: store.similar(level="session")'s, in its order; a link opens one
+    page.wait_for_selector(".skv-similar[data-ready='1']")
+    shown = page.eval_on_selector_all(".skv-similar li", "els => els.map(e => e.dataset.session)")
+    assert shown == similar
+    page.locator(".skv-similar li a").first.click()
+    page.wait_for_selector(f".skv-session[data-session='{similar[0]}'][data-ready='1']")
 
 
 def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(browser, tmp_path):
@@ -457,14 +542,16 @@ def test_labels_show_in_the_table_the_filter_and_as_badges_served_and_bundled(br
         for lab in store.labels(session_id="trip"):
             trip_labels.setdefault(lab.message_id, []).append(lab.tag)
         folder = write_bundle(store, tmp_path / "bundle")
+        similar = [h.session_id for h in store.similar(store.session("trip"), level="session", k=5)]
+    assert sorted(similar) == ["chat-00", "chat-01"]
     with view_process(path) as launched:
         url = launched.match.group(1)
         w = Watched(browser)
-        _check_labels(w.page, url, tags, trip_labels)
+        _check_labels(w.page, url, tags, trip_labels, similar)
         assert not w.errors and w.foreign(url) == [], (w.errors, w.foreign(url))
         w.close()
     w = Watched(browser, offline=True)
-    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels)
+    _check_labels(w.page, (folder / "index.html").as_uri(), tags, trip_labels, similar)
     assert not w.errors and w.foreign("file://") == [], (w.errors, w.foreign("file://"))
     w.close()
 
@@ -597,6 +684,7 @@ def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, 
                 assert [tuple(h) for h in hits] == best
             if more:
                 page.locator(".skv-more-hits").click()
+        served = _hits(page)
         hit = page.locator(".skv-hit").nth(117)
         sid, mid = hit.get_attribute("data-session"), hit.get_attribute("data-id")
         hit.locator(".skv-snippet-link").click()
@@ -604,6 +692,22 @@ def test_search_pages_through_120_hits_and_a_snippet_opens_its_message(browser, 
         wait_until(lambda: page.evaluate("() => location.hash").endswith(f"/m/{mid}"), what="the hit's message")
         assert w.foreign(url) == [] and not w.errors
         w.close()
+    # the bundle of the same store pages the same way through the same hits, in the same order
+    # (120 ties but for their length: the newest first), each with its snippet marked
+    with sk.open_store(path) as store:
+        folder = write_bundle(store, tmp_path / "bundle")
+    w = Watched(browser, offline=True)
+    page = w.page
+    page.goto((folder / "index.html").as_uri() + "#/search/needle")
+    for shown in (50, 100, 120):
+        page.wait_for_selector(f".skv-results[data-hits='{shown}']")
+        assert page.locator(".skv-more-hits").count() == (1 if shown < total else 0)
+        if shown < total:
+            page.locator(".skv-more-hits").click()
+    assert _hits(page) == served
+    assert page.locator(".skv-hit mark").count() == total
+    assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
+    w.close()
 
 
 # Every call of a session's runs, in the order the timeline draws them (each run in the order
@@ -744,3 +848,120 @@ def test_a_column_from_sql_sorts_the_table_with_the_values_of_its_query(browser,
         assert set(_table(page)) == expect
         assert w.foreign(url) == [] and not w.errors, (w.foreign(url), w.errors)
         w.close()
+
+
+# -- annotation queues (--write, docs/annotation.md) ------------------------------------------
+# Two annotators work one queue at once on every engine: every unit ends labelled per_unit
+# times, and the page's progress and agreement are what the store's own SQL counts. The
+# viewer's app runs in this process (uvicorn on 127.0.0.1, in a thread) over the test's store;
+# `sessionkit view --annotator`'s arguments are checked in tests/server/test_view_queues.py.
+
+QUEUE_TOKEN = "owner-token-0123456789abcdef"
+QUEUE_ANA = "ana-token-0123456789abcdef"
+QUEUE_BO = "bo-token-0123456789abcdefgh"
+QUEUE_UNITS = 3
+
+
+@contextlib.contextmanager
+def _viewer_in_thread(app):
+    """uvicorn serving ``app`` on a free 127.0.0.1 port, in a thread; its base URL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), what="the viewer to listen")
+        assert server.started, "the viewer did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+
+
+def _queue_ready(page) -> dict:
+    page.wait_for_selector(".skq[data-ready='1']:not([data-loading])")
+    return page.evaluate(
+        "() => { const r = document.querySelector('.skq'); const u = r.querySelector('.skq-unit');"
+        " return {finished: r.dataset.finished === '1', n: u.dataset.n === undefined ? null : Number(u.dataset.n)}; }"
+    )
+
+
+def test_two_annotators_work_one_queue_at_once(engine, new_store, browser):
+    from sessionkit.server import create_view_app
+
+    store = new_store(engine)
+    with store.transaction():
+        for i in range(QUEUE_UNITS):
+            s = store.session(f"s{i}")
+            s.append({"id": "u", "role": "user", "parts": [{"type": "text", "text": f"what is {i} + {i}?"}]})
+            s.append({"id": "r", "role": "assistant", "parts": [{"type": "text", "text": f"{2 * i}"}]})
+    store.queue(
+        "check",
+        units=[(f"s{i}", "r") for i in range(QUEUE_UNITS)],
+        rubric={"tags": ["right", "wrong"], "instructions": "Is the sum right?"},
+        annotators=["ana", "bo"],
+        per_unit=2,
+    )
+    app = create_view_app(store, token=QUEUE_TOKEN, write=True, annotators={"ana": QUEUE_ANA, "bo": QUEUE_BO})
+    with _viewer_in_thread(app) as base:
+        people = {"ana": Watched(browser), "bo": Watched(browser)}
+        # ana comes by the header's link and the list of queues, bo by the queue's own link
+        people["ana"].page.goto(f"{base}?token={QUEUE_ANA}")
+        people["ana"].page.click(".skv-queues-link")
+        people["ana"].page.click(".skv-queue-list li[data-queue='check'] a")
+        people["bo"].page.goto(f"{base}?token={QUEUE_BO}#/q/check")
+        # both pages submit before either waits: their claims and submissions interleave
+        working = dict(people)
+        while working:
+            shown = {who: _queue_ready(w.page) for who, w in working.items()}
+            for who, now in shown.items():
+                if now["finished"]:
+                    del working[who]
+                    continue
+                page = working[who].page
+                tag = "wrong" if who == "bo" and now["n"] % 2 else "right"
+                page.click(f".skq-tag[data-tag='{tag}']")
+                page.click(".skq-submit")
+            for who, now in shown.items():
+                if who in working:
+                    working[who].page.wait_for_function(
+                        "n => { const r = document.querySelector('.skq');"
+                        " return !r.dataset.loading && (r.dataset.finished === '1'"
+                        " || r.querySelector('.skq-unit').dataset.n !== String(n)); }",
+                        arg=now["n"],
+                    )
+        page = people["ana"].page
+        page.reload()
+        _queue_ready(page)
+        page.wait_for_selector(".skq-agreement")
+        done = {
+            row.get_attribute("data-annotator"): int(row.query_selector(".skq-done").inner_text())
+            for row in page.query_selector_all(".skq-progress tr[data-annotator]")
+        }
+        pair = page.query_selector(".skq-agreement tr[data-pair='ana|bo']")
+        shown_n = int(pair.query_selector(".skq-n").inner_text())
+        shown_observed = float(pair.query_selector(".skq-observed").get_attribute("data-value"))
+        for w in people.values():
+            assert w.errors == [] and w.foreign(base) == []
+            w.context.close()
+    per_unit = store.sql(
+        "SELECT session_id, count(*) AS n, count(DISTINCT author) AS people FROM labels"
+        " WHERE source = 'human' GROUP BY 1"
+    )
+    assert len(per_unit) == QUEUE_UNITS and set(per_unit["n"]) == {2} and set(per_unit["people"]) == {2}
+    by_author = store.sql("SELECT author, count(*) AS n FROM labels GROUP BY author")
+    assert done == dict(zip(by_author["author"], map(int, by_author["n"])))
+    same = store.sql(
+        "SELECT count(*) AS n, avg(CASE WHEN a.tag = b.tag THEN 1.0 ELSE 0.0 END) AS observed FROM labels a"
+        " JOIN labels b ON a.session_id = b.session_id AND a.message_id = b.message_id"
+        " WHERE a.author = 'ana' AND b.author = 'bo'"
+    )
+    assert (shown_n, shown_observed) == (int(same["n"][0]), pytest.approx(float(same["observed"][0])))
+    assert store.queue_progress("check").complete == QUEUE_UNITS

@@ -97,6 +97,19 @@ CELLS = [
         "    (OUT / 'compare.txt').write_text(json.dumps(shown))\n"
         "compare_task = asyncio.ensure_future(compare_go())",
     ),
+    ("experiment", "eview = sk.widgets.ExperimentView(height=400)\neview"),
+    (
+        "experiment_go",
+        "import json\nfrom sessionkit.prototyping import experiment\n"
+        "async def experiment_go():\n"
+        "    while not (OUT / 'experiment-go').exists():\n"
+        "        await asyncio.sleep(0.05)\n"
+        "    h.qa_dataset(store)\n"
+        "    r = await experiment('qa', h.experiment_variants(), [h.reply_length], name='nb', store=store,\n"
+        "                         concurrency=1, on_row=eview.on_row)\n"
+        "    (OUT / 'experiment.json').write_text(json.dumps(r.rows))\n"
+        "experiment_task = asyncio.ensure_future(experiment_go())",
+    ),
     ("repr", "s"),
     (
         "labels_sql",  # the labels view, read in the kernel once the test asks (file 'labels-go')
@@ -111,7 +124,7 @@ CELLS = [
 ]
 CELL = {name: k for k, (name, _) in enumerate(CELLS)}
 LIVE_VIEWS = sum(
-    1 for name, _ in CELLS if name not in ("setup", "go", "labels_sql", "compare_go", "done")
+    1 for name, _ in CELLS if name not in ("setup", "go", "labels_sql", "compare_go", "experiment_go", "done")
 )  # with a snapshot
 
 
@@ -401,6 +414,46 @@ def test_swe_agent_tool_output_reads_as_text_with_its_line_breaks(nb, screenshot
     assert "\\r\\n" not in view.inner_text()
     settle(nb.page)
     nb.shot(tool, screenshots, "tool-output")
+    assert not nb.new_errors(), nb.errors
+
+
+def test_experiment_view_fills_live_item_by_item_with_score_deltas(nb, screenshots):
+    page = nb.page
+    view = nb.view("experiment", "experiment")
+    view.scroll_into_view_if_needed()
+    page.evaluate(
+        """el => {
+            window.__experimentDone = [];
+            const obs = new MutationObserver(() => {
+                const done = el.dataset.completed, log = window.__experimentDone;
+                if (done !== undefined && log[log.length - 1] !== done) log.push(done);
+            });
+            obs.observe(el, {attributes: true, attributeFilter: ["data-completed"]});
+        }""",
+        view.element_handle(),
+    )
+    (nb.out / "experiment-go").write_text("1")
+    rows = json.loads(wait_file(nb.out / "experiment.json", HANG))
+    assert len(rows) == 6 and all(r["status"] == "completed" for r in rows)
+    page.wait_for_function("el => el.dataset.completed === '6'", arg=view.element_handle())
+    # one run at a time, each after a pause: the view showed the runs completing one by one
+    seen = [int(n) for n in page.evaluate("window.__experimentDone")]
+    assert len([n for n in seen if 0 < n < 6]) >= 3, seen
+    score = {(r["item"], r["variant"]): r["scores"]["length"] for r in rows}
+    page.wait_for_function(
+        "n => document.querySelectorAll('.sk-experiment-view .sk-exp-score').length === n", arg=len(rows)
+    )
+    for r in rows:
+        cell = view.locator(f'tr[data-item="{r["item"]}"] td[data-variant="{r["variant"]}"]')
+        assert cell.locator(".sk-exp-reply").inner_text() == r["reply"]
+        shown = cell.locator(".sk-exp-score").inner_text()
+        delta = score[(r["item"], r["variant"])] - score[(r["item"], "base")]
+        expected = f"length {r['scores']['length']:g}" + ("" if r["variant"] == "base" else f" (+{delta:g})")
+        assert shown == expected, (shown, expected)
+        href = cell.locator("a.sk-exp-link").get_attribute("href")
+        assert href == f"#/s/{r['session_id']}/m/{r['reply_id']}"
+    assert "baseline base" in view.locator(".sk-exp-head").inner_text()
+    nb.shot(view, screenshots, "experiment-view")
     assert not nb.new_errors(), nb.errors
 
 

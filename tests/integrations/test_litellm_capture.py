@@ -12,7 +12,25 @@ import pytest
 import sessionkit as sk
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm's bundled prices: nothing fetched
-import litellm  # (after the setting above)
+
+
+class _Litellm:
+    """litellm, imported on first use (after the setting above): the import takes seconds,
+    which every test worker would otherwise pay while collecting, whether or not it runs a
+    test of this module."""
+
+    def __getattr__(self, name):
+        import litellm
+
+        return getattr(litellm, name)
+
+    def __setattr__(self, name, value):
+        import litellm
+
+        setattr(litellm, name, value)
+
+
+litellm = _Litellm()
 
 MODEL = "gpt-4o-mini"
 SYSTEM = {"role": "system", "content": "Answer in one line."}

@@ -436,6 +436,7 @@ def test_a_streamed_run_saves_its_turn(new_store):
     assert len(store.session("streamed")) == len(after) + 2
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_the_position_lasts_across_processes(tmp_path):
     """A pop in one process: another process opening the store continues from the parent."""
     sdk = _sdk()

@@ -78,6 +78,7 @@ def test_copy_store_opens_paths_counts_and_reports_progress(tmp_path):
         "events": 0,
         "embeddings": 0,
         "datasets": 0,
+        "queues": 0,
     }
     assert seen[-1] == (4, 4)
     with sk.open_store(tmp_path / "dst.db") as dst, sk.open_store(src) as store:

@@ -449,6 +449,7 @@ def test_seeds_import_cleanly(name, seeds, new_store, tmp_path):
     assert check_case(kind, name, data, data, _opener(new_store, "sqlite"), tmp_path) == "ok"
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.parametrize("name", SEED_NAMES)
 def test_mutation_corpus(name, seeds, new_store, tmp_path):
     """The deterministic corpus on SQLite: only MalformedInput, and the store holds what it says."""

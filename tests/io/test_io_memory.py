@@ -108,6 +108,7 @@ def traced():
 @pytest.mark.parametrize(
     "fmt", [*(pytest.param(f, marks=pytest.mark.slow) for f in ("openai", "oasst", "jsonl")), "hh", "oasst-trees"]
 )
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_peak_memory_does_not_grow_with_the_file(fmt, tmp_path, low_thresholds, traced):
     small = peak_growth(fmt, LINES, tmp_path)
     large = peak_growth(fmt, 2 * LINES, tmp_path)

@@ -25,7 +25,8 @@ def test_export_parquet_of_the_real_data(loaded, tmp_path, pq):
     store = loaded["store"]
     paths = sk.io.export_parquet(store, tmp_path / "out")
     views = ["messages", "sessions", "compactions", "runs", "events", "labels", "paths", "turns", "tool_calls"]
-    assert sorted(paths) == sorted([*views, "embeddings", "datasets", "dataset_items"])  # every view of store.sql
+    # every view of store.sql
+    assert sorted(paths) == sorted([*views, "embeddings", "datasets", "dataset_items", "experiments"])
     messages = pq.read_table(paths["messages"])
     assert messages.column_names == D1 + ["seq", "metadata", "message"]
     assert messages.num_rows == store.stats()["messages"]
@@ -74,6 +75,36 @@ def test_exported_labels_carry_their_provenance(store, tmp_path, pq):
     rows = pq.read_table(sk.io.export_parquet(store, tmp_path / "out")["labels"]).to_pylist()
     got = [(r["id"], r["source"], r["scorer"], r["rationale"]) for r in rows]
     assert got == [(person.id, "human", None, None), (judge.id, "llm", "judge@2", "says hello")]
+
+
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
+def test_a_scorers_labels_come_back_whole_so_scoring_again_skips_them(make_store, tmp_path, pq):
+    store = make_store("sqlite")  # (the labels' columns are read alike on every engine: the seams test)
+    s = store.session("s")
+    s.append({"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]})
+    s.append({"id": "a1", "role": "assistant", "parts": [{"type": "text", "text": "hello"}]})
+    s.add_label("u1", "greeting", author="ana", rating=0.5, note="first")
+
+    @sk.scorers.scorer(name="says", version="1")
+    def says(unit):
+        return sk.Score(tag="hello" if "hello" in unit.text else "other", rationale="read it")
+
+    assert store.score(says, level="message", progress=False)["labelled"] == 2
+    folder = tmp_path / "out"
+    sk.io.export_parquet(store, folder)
+    dst = make_store("sqlite")
+    sk.io.import_parquet(dst, folder)
+    assert [x.to_dict() for x in dst.labels()] == [x.to_dict() for x in store.labels()]
+    assert all(x.fingerprint for x in dst.labels() if x.scorer)
+    again = dst.score(says, level="message", progress=False)
+    assert (again["units"], again["skipped"], again["scored"]) == (2, 2, 0)
+    # an export written before the labels' provenance and fingerprints: a person's labels
+    table = pq.read_table(folder / "labels.parquet")
+    pq.write_table(table.drop_columns(["source", "scorer", "rationale", "fingerprint"]), folder / "labels.parquet")
+    older = make_store("sqlite")
+    sk.io.import_parquet(older, folder)
+    got = [(x.id, x.tag, x.source, x.scorer, x.fingerprint, x.author, x.created_at) for x in older.labels()]
+    assert got == [(x.id, x.tag, "human", None, None, x.author, x.created_at) for x in store.labels()]
 
 
 def _small_export(store, folder):
@@ -135,6 +166,7 @@ def test_import_parquet_refuses_what_is_no_export_and_names_the_row_at_fault(sto
     assert store.stats()["messages"] == 0
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_import_parquet_is_detected_by_the_command(tmp_path, make_store):
     import subprocess
     import sys

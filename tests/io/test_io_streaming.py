@@ -114,6 +114,7 @@ _json = st.recursive(
 )
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @settings(max_examples=300, derandomize=True, database=None, deadline=None)
 @given(value=_json, indent=st.sampled_from([None, 0, 2]), ascii_only=st.booleans())
 def test_parser_without_recursion_reads_what_json_reads(value, indent, ascii_only):

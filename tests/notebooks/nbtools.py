@@ -12,7 +12,7 @@ NOTEBOOKS = REPO / "notebooks"
 BINDER = REPO / "binder"
 BROWSER_TESTS = REPO / "tests" / "browser"
 
-#: The tour the issue asks for; more numbered notebooks may follow.
+#: The tour notebooks, in order; more numbered notebooks may follow.
 EXPECTED = (
     "01-quickstart",
     "02-regeneration-and-branches",

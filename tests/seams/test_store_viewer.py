@@ -6,6 +6,7 @@ nothing fetched from elsewhere. Expected values come from the library's reads.""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from urllib.parse import quote
@@ -13,7 +14,6 @@ from urllib.parse import quote
 import pytest
 from servers import launcher
 
-import sessionkit as sk
 from sessionkit.widgets.viewer import write_bundle
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]  # slow: a server process and chromium
@@ -30,10 +30,8 @@ def where(request, facts, tmp_path_factory):
     """``(address of the viewer, what its requests may start with, the sessions it holds)``."""
     store, notes = facts
     if request.param == "bundle":
-        # the sessions with messages: a bundle of the whole store fails (the xfail below)
-        chosen = [info.id for info in store.list_sessions()]
-        folder = write_bundle(store, tmp_path_factory.mktemp("bundle") / "bundle", session_ids=chosen)
-        yield (folder / "index.html").as_uri(), "file://", chosen
+        folder = write_bundle(store, tmp_path_factory.mktemp("bundle") / "bundle")  # the whole store
+        yield (folder / "index.html").as_uri(), "file://", notes["sessions"]
         return
     env = {k: v for k, v in os.environ.items() if k != "SESSIONKIT_TOKEN"}
     env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true", PYTHONUNBUFFERED="1")
@@ -41,7 +39,7 @@ def where(request, facts, tmp_path_factory):
     with launcher(
         argv, cwd=Path(store.path).parent, env=env, pattern=r" at (http://127\.0\.0\.1:\d+/\S*)", timeout=120
     ) as run:
-        yield run.match.group(1), "http://127.0.0.1:", notes["sessions"]  # "events-only" too
+        yield run.match.group(1), "http://127.0.0.1:", notes["sessions"]
 
 
 def test_viewer_lists_and_opens_every_session_with_its_labels_and_runs(facts, where, browser):
@@ -61,7 +59,7 @@ def test_viewer_lists_and_opens_every_session_with_its_labels_and_runs(facts, wh
         assert sorted(listed) == sorted(sessions)
         assert {info.id for info in store.list_sessions()} <= set(listed)
         base = address.split("#")[0]
-        for sid in [s for s in sessions if s != "events-only"]:  # that one: the xfail below
+        for sid in sessions:
             page.goto(base + "#/s/" + quote(sid, safe=""))
             page.wait_for_selector(".skv-session[data-ready='1']")
             page.wait_for_function(
@@ -88,34 +86,32 @@ def test_viewer_lists_and_opens_every_session_with_its_labels_and_runs(facts, wh
         context.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a session holding only run events cannot be opened in the viewer: served, it is listed "
-    "but its page never gets ready (.skv-session never reaches data-ready='1'); in a bundle, "
-    "write_bundle raises SessionNotFound for it",
-)
-def test_viewer_opens_a_session_of_run_events_alone(facts, where, browser, tmp_path):
+def test_viewer_opens_a_session_of_run_events_alone(facts, where, browser):
+    """An empty transcript beside the session's run events, whole-store bundle included."""
     store, _ = facts
     address, _, held = where
-    if "events-only" not in held:  # a bundle of that session alone
-        address = (write_bundle(store, tmp_path / "b", session_ids=["events-only"]) / "index.html").as_uri()
-    assert store.events("events-only") and not store.session("events-only").nodes()
+    events = store.events("events-only")
+    assert "events-only" in held and events and not store.session("events-only").nodes()
     context = browser.new_context()
     page = context.new_page()
     page.set_default_timeout(20_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
     try:
         page.goto(address.split("#")[0] + "#/s/events-only")
         page.wait_for_selector(".skv-session[data-ready='1']")
+        assert page.locator(".skv-session").get_attribute("data-session") in (None, "events-only")
+        assert page.locator(".skv-session .sk-transcript-view .sk-msg").count() == 0
+        page.wait_for_selector(".skv-session .sk-run-view .skr-run")
+        assert "events outside any run" in page.locator(".skv-session .sk-run-view").inner_text()
+        assert errors == []
     finally:
         context.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=sk.errors.SessionNotFound,
-    reason="write_bundle (sessionkit view --bundle) of a store holding a session of run events "
-    "alone raises SessionNotFound for that session instead of writing the bundle",
-)
-def test_a_bundle_of_the_whole_store(facts, tmp_path):
+def test_a_bundle_of_a_session_of_run_events_alone(facts, tmp_path):
+    """(A bundle of the whole store, that session included, is the ``where`` fixture's.)"""
     store, _ = facts
-    write_bundle(store, tmp_path / "bundle")
+    alone = write_bundle(store, tmp_path / "alone", session_ids=["events-only"])
+    (one,) = [p for p in (alone / "data").iterdir() if re.fullmatch(r"s\d+\.js", p.name)]
+    assert '\\"kind\\":\\"note\\"' in one.read_text(encoding="utf-8")

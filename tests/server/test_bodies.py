@@ -154,6 +154,7 @@ def _dropped(port: int, payload: bytes, timed_out: list) -> bytes:
     return received
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_stalled_connections_are_dropped_by_sessionkit_serves_protocol(serve, store, monkeypatch):
     monkeypatch.setenv("SESSIONKIT_SERVE_TIMEOUT_REQUEST", "0.5")
     timed_out: list[tuple[int, float]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from live_server import HANG, Gate, echo, wait_idle
 
 import sessionkit as sk
@@ -243,6 +244,7 @@ def _page_through(c, session_id: str, limit: int, **params) -> tuple[list[dict],
             return seen, pages
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_paging_gives_exactly_the_history_on_branches_with_and_without_a_compaction(serve, store):
     live = serve(sk.Agent("echo", "", ScriptedModel([])), store)
     with live.client() as c:

@@ -212,6 +212,7 @@ class Ticker:
         return self.ticks
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_the_loop_keeps_ticking_during_a_large_read(big_store):
     """A 20,000-message ``get_history()`` and an ``async for`` over ``history()`` run on the
     worker thread while a task on the loop keeps ticking -- shown by order, not by time:

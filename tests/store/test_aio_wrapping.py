@@ -980,6 +980,45 @@ async def _datasets(t: Twins):
     await t.same_rows(lambda st: [(d, st.dataset_items(d.name, d.version)) for d in st.datasets()])
 
 
+@recipe(
+    "AsyncStore.queue",
+    "AsyncStore.queues",
+    "AsyncStore.queue_info",
+    "AsyncStore.queue_units",
+    "AsyncStore.next_unit",
+    "AsyncStore.submit_label",
+    "AsyncStore.release_unit",
+    "AsyncStore.queue_progress",
+    "AsyncStore.queue_labels",
+    "AsyncStore.delete_queue",
+    "AsyncStore.export_queue",
+    "AsyncStore.import_queues",
+)
+async def _queues(t: Twins):
+    await t.write(lambda st: st.queue("q", units=iter([("s", "a1"), ("t", "t2")]), rubric=["ok", "no"], per_unit=2))
+    await t.write(lambda st: st.queue("q", units=[("s", "a1")], rubric=["ok"]))
+    await t.write(lambda st: st.queue("r", units=[("s", "nope")], rubric=["ok"]))
+    await t.read(lambda st: st.queues())
+    await t.read(lambda st: st.queue_info("q"))
+    await t.read(lambda st: st.queue_info("none"))
+    await t.read(lambda st: st.queue_units("q"))
+    await t.write(lambda st: st.next_unit("q", "ana"))
+    await t.write(lambda st: st.next_unit("q", "bo", lease_seconds=60))
+    await t.write(lambda st: st.submit_label("q", "ana", 0, "ok", note="fine"))
+    await t.write(lambda st: st.submit_label("q", "ana", 0, "no"))
+    await t.write(lambda st: st.release_unit("q", "bo", 0))
+    await t.write(lambda st: st.release_unit("q", "bo", 0))
+    await t.read(lambda st: st.queue_progress("q"))
+    await t.read(lambda st: st.queue_labels("q"))
+    await t.read(lambda st: st.export_queue("q"))
+    exported = {**t.a.export_queue("q"), "name": "copied"}
+    await t.write(lambda st: st.import_queues(iter([exported])))
+    await t.write(lambda st: st.import_queues([{"name": "broken"}]))
+    await t.write(lambda st: st.delete_queue("q"))
+    await t.write(lambda st: st.delete_queue("q"))
+    await t.same_rows(lambda st: st.queues())
+
+
 @sk.scorers.scorer(name="apples")
 def _apples(unit):
     """A code scorer: ``apples`` on a message that speaks of them."""
@@ -1319,6 +1358,7 @@ def test_every_async_member_has_a_recipe():
         assert {f"{label}.{n}" for n in dir(sync_cls) if not n.startswith("_")} <= found
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_every_member_gives_what_the_sync_api_gives(new_target, monkeypatch):  # noqa: F811
     stamps = Stamps()
     monkeypatch.setattr(sk_messages, "now_iso", stamps.now_iso)

@@ -91,6 +91,7 @@ def test_many_one_message_sessions(store):
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["plain", "indexed"])
 # (the in-memory variants write through the same statements as the file ones)
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.parametrize("store", ["sqlite-file", "duckdb-file", "postgresql"], indirect=True)
 def test_a_message_of_megabytes_is_stored_whole(store, indexed):
     rng = random.Random(7)

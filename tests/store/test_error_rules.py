@@ -63,6 +63,7 @@ def _busy_timeout_ms(store) -> int:
     return store._engine._db.execute("PRAGMA busy_timeout").fetchone()[0]
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.parametrize("timeout", [0.1, 0.3])
 def test_a_write_lock_held_past_busy_timeout_is_StoreLocked_after_that_timeout(holder, timeout):
     write_lock_held = holder.path

@@ -193,6 +193,7 @@ def duckdb_layout(path: str) -> None:
     con.close()
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 @pytest.mark.parametrize("start", range(1, CURRENT))
 def test_duckdb_store_migrated_from_every_version_has_the_current_schema(tmp_path, start):
     fresh = str(tmp_path / "fresh.duckdb")

@@ -13,6 +13,7 @@ import threading
 import tracemalloc
 import weakref
 
+import pytest
 from helpers import msg
 
 import sessionkit as sk
@@ -34,6 +35,7 @@ def test_a_dropped_handle_is_freed(store):
     assert store.session("gone") is again and again.get("m1") is not None
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_asking_for_many_sessions_holds_no_memory(store):
     store.session("warm-up")  # the cache's first allocation is not what is measured
     gc.collect()
@@ -51,6 +53,7 @@ def test_asking_for_many_sessions_holds_no_memory(store):
     assert grown < 256 * 1024, f"{grown:,} bytes held after 10,000 handles were dropped"
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_a_configured_handle_is_kept_with_its_settings(store):
     calls = []
     ref = weakref.ref(store.session("c").on_compaction(lambda m, ctx: calls.append(ctx.leaf_id)))
@@ -81,6 +84,7 @@ def test_threads_asking_for_one_id_get_one_handle(store):
     assert len(got) == 8 and all(h is got[0] for h in got)
 
 
+@pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_async_handles_are_freed_and_their_settings_kept(tmp_path):
     async def main():
         async with sk.aio.open_store(tmp_path / "aio.db") as store:

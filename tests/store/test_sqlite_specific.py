@@ -282,6 +282,8 @@ def test_an_old_file_is_upgraded_and_reads_back_the_same(tmp_path, version):
         assert after.pop("sessionkit_embeddings") == []  # (version 10's table, empty)
         assert after.pop("sessionkit_datasets") == []  # (version 13's tables, empty)
         assert after.pop("sessionkit_dataset_items") == []
+        for table in ("queues", "queue_units", "queue_claims"):  # (version 14's tables, empty)
+            assert after.pop(f"sessionkit_{table}") == []
         assert all(row[9] is None for row in after["sessionkit_runs"])  # (version 11's runs.meta, added last)
         after["sessionkit_runs"] = [row[:9] for row in after["sessionkit_runs"]]
         assert after == {**stored, "sessionkit_records": stored.get("sessionkit_records", [])}

@@ -285,6 +285,8 @@ def needs_columns(names: set[str]) -> set[str]:
     views (``"@view"``: a view it reads; ``"@*"``: any)."""
     if "@*" in names or "@tool_calls" in names:
         return {"metadata", "content"}
+    if "@experiments" in names:  # (an experiment's reply: its text, found by its run id)
+        return {"metadata", "text"}
     if "@turns" in names or "@paths" in names:
         return {"metadata"}
     return set()

@@ -73,6 +73,7 @@ VIEWS = (
     "embeddings",
     "datasets",
     "dataset_items",
+    "experiments",
 )
 
 #: The columns of each view, in order, with their kind (``text``, ``int``, ``bool``,
@@ -156,6 +157,30 @@ VIEW_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     **TREE_VIEW_COLUMNS,
     "embeddings": EMBEDDINGS_COLUMNS,
     **DATASET_VIEW_COLUMNS,
+    "experiments": (
+        ("experiment", "text"),
+        ("dataset", "text"),
+        ("version", "int"),
+        ("item", "int"),
+        ("variant", "text"),
+        ("session_id", "text"),
+        ("item_message_id", "text"),
+        ("run_id", "text"),
+        ("status", "text"),
+        ("error", "text"),
+        ("reply_id", "text"),
+        ("reply", "text"),
+        ("tokens_in", "int"),
+        ("tokens_out", "int"),
+        ("cost_usd", "float"),
+        ("latency_s", "float"),
+        ("model", "text"),
+        ("started_at", "time"),
+        ("settings", "text"),
+        ("scorer", "text"),
+        ("tag", "text"),
+        ("rating", "float"),
+    ),
 }
 
 #: Columns of the ``messages`` view computed from the whole tree (the rest are stored).
@@ -359,7 +384,48 @@ def view_sql(tables: dict[str, str], *, tree: bool = True) -> dict[str, str]:
         **tree_view_sql(t),
         "embeddings": embeddings_view_sql(t),
         **dataset_view_sql(tables),
+        "experiments": _experiments_sql(tables, runs),
     }
+
+
+def _experiments_sql(tables: dict[str, str], runs: str) -> str:
+    """The ``experiments`` view: the latest run of each (experiment, item, variant) of
+    ``sk.prototyping.experiment`` (a run whose ``meta`` names an experiment), its reply (the
+    last assistant message carrying its run id), the dataset item it asked again, and a
+    row per scorer label on the reply (one row with NULL scorer when there is none)."""
+    messages, labels = tables["messages"], label_view_sql(tables["labels"])
+
+    def text(key: str) -> str:
+        return f"CASE WHEN json_type(r.meta, '$.{key}') = 'VARCHAR' THEN json_extract_string(r.meta, '$.{key}') END"
+
+    def number(key: str) -> str:
+        return (
+            f"CASE WHEN json_type(r.meta, '$.{key}') IN ('BIGINT', 'UBIGINT')"
+            f" THEN json_extract(r.meta, '$.{key}')::BIGINT END"
+        )
+
+    return f"""WITH e AS (
+        SELECT * FROM (
+            SELECT {text("experiment")} AS experiment, {text("dataset")} AS dataset, {number("version")} AS version,
+                   {number("item")} AS item, r.*, CAST(json_extract(r.meta, '$.settings') AS VARCHAR) AS settings
+            FROM ({runs}) r WHERE json_type(r.meta, '$.experiment') = 'VARCHAR'
+        ) x
+        QUALIFY row_number() OVER (PARTITION BY x.experiment, x.dataset, x.version, x.item, x.variant
+                                   ORDER BY x.started_at DESC, x.run_number DESC) = 1
+    ), replies AS (
+        SELECT session_id, json_extract_string(metadata, '$.run_id') AS run_id,
+               arg_max(id, seq) AS reply_id, arg_max(coalesce(text, ''), seq) AS reply
+        FROM {messages}
+        WHERE role = 'assistant' AND json_extract_string(metadata, '$.run_id') IN (SELECT run_id FROM e)
+        GROUP BY ALL
+    )
+    SELECT e.experiment, e.dataset, e.version, e.item, e.variant, e.session_id, d.message_id AS item_message_id,
+           e.run_id, e.status, e.error, p.reply_id, p.reply, e.tokens_in, e.tokens_out, e.cost_usd,
+           (epoch(e.ended_at) - epoch(e.started_at))::DOUBLE AS latency_s, e.model, e.started_at, e.settings,
+           l.scorer, l.tag, l.rating
+    FROM e LEFT JOIN replies p ON p.session_id = e.session_id AND p.run_id = e.run_id
+    LEFT JOIN {tables["dataset_items"]} d ON d.name = e.dataset AND d.version = e.version AND d.n = e.item
+    LEFT JOIN ({labels}) l ON l.session_id = e.session_id AND l.message_id = p.reply_id AND l.scorer IS NOT NULL"""
 
 
 #: The ORDER BY that gives each view's rows in the order ``to_arrow`` returns them.
@@ -374,6 +440,7 @@ VIEW_ORDER = {
     "embeddings": "session_id, message_id, model",
     "datasets": "name, version",
     "dataset_items": "name, version, n",
+    "experiments": "experiment, item, variant, scorer",
 }
 
 

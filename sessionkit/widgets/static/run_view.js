@@ -142,7 +142,10 @@ function render({ model, el }) {
     for (const run of state.runs) {
       const d = runDom(run);
       d.title.textContent = "";
-      d.title.append(skEl("b", { text: "run " + run.run_id }), " ", skEl("span", { class: "sk-badge sk-status-" + run.status, text: run.status }), skEl("span", { class: "sk-meta", text: " · " + rvUsageText(run.usage) }));
+      // events stored without a run id (a run log written by hand) are no run: no status to show
+      if (run.run_id === null || run.run_id === undefined) d.title.append(skEl("b", { text: "events outside any run" }));
+      else d.title.append(skEl("b", { text: "run " + run.run_id }), " ", skEl("span", { class: "sk-badge sk-status-" + run.status, text: run.status }));
+      d.title.append(skEl("span", { class: "sk-meta", text: " · " + rvUsageText(run.usage) }));
       d.input.style.display = run.input === null || run.input === undefined ? "none" : "";
       if (d.input.textContent !== run.input) {
         d.input.textContent = "";

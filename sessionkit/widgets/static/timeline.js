@@ -103,7 +103,7 @@ function skTlRun(run, onOpen) {
 function skTimeline(data, onOpen) {
   const runs = (data && data.runs) || [];
   const box = skEl("div", { class: "sk-timeline", "data-runs": runs.length });
-  if (!runs.length) box.append(skEl("div", { class: "sk-meta", text: "no run events" }));
+  if (!runs.length) box.append(skEl("div", { class: "sk-meta", text: "no runs" }));
   for (const run of runs) box.append(skTlRun(run, onOpen));
   return box;
 }

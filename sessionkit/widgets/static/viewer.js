@@ -74,7 +74,20 @@
       messages: (id, ids) => get("api/messages", { id, ids }).then((r) => r.items),
       events: (id) => get("api/events", { id }).then((r) => r.events),
       timeline: (id) => get("api/timeline", { id }),
+      similar: (id) => get("api/similar", { id }),
       remove: (id) => get("api/session", { id }, "DELETE"),
+      queues: () => get("api/queues"),
+      async queue(name, msg) {
+        // one request of the queue's view (queue_view.js), answered as the notebook's kernel would
+        const url = new URL("api/queue", location.href);
+        url.searchParams.set("name", name);
+        const headers = { "Content-Type": "application/json" };
+        if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+        const response = await fetch(url, { method: "POST", headers, body: JSON.stringify(msg) });
+        const body = await response.json();
+        if (response.ok) return body;
+        return { type: "error", req: msg.req, error: body.detail || body.error || response.statusText };
+      },
     };
   }
 
@@ -124,22 +137,8 @@
         });
         return { rows: rows.slice(q.offset, q.offset + q.limit), total: rows.length, labels: data.labels, columns: data.columns || [] };
       },
-      async search(text, limit) {
-        // Client-side: every word of the query (case-folded) in the text; ranked by occurrences.
-        // Hand-written: a page opened from file:// loads no search library, and a bundle of
-        // chosen sessions is small enough to scan.
-        const words = text.toLowerCase().split(/\W+/).filter(Boolean);
-        if (!words.length) return [];
-        const hits = [];
-        for (const [sid, id, role, body] of window.SK_BUNDLE_INDEX || []) {
-          const low = body.toLowerCase();
-          if (!words.every((w) => low.includes(w))) continue;
-          const score = words.reduce((n, w) => n + low.split(w).length - 1, 0);
-          const at = Math.max(0, low.indexOf(words[0]) - 60);
-          hits.push({ session_id: sid, id, role, score, snippet: (at ? "…" : "") + body.slice(at, at + 180) + (at + 180 < body.length ? "…" : "") });
-        }
-        return hits.sort((a, b) => b.score - a.score).slice(0, limit);
-      },
+      // the bundle's index, ranked as store.search ranks (search.js)
+      search: (text, limit) => skBundleSearch(text, limit),
       session: (id) => load(id),
       path: (id, leaf) => load(id).then((s) => (!leaf || (s.paths && s.paths.model.leaf_id === leaf) ? s.paths : treePath(s, leaf))),
       messages: (id, ids) =>
@@ -150,6 +149,7 @@
         }),
       events: (id) => load(id).then((s) => s.events || []),
       timeline: (id) => load(id).then((s) => s.timeline || { runs: [] }),
+      similar: (id) => load(id).then((s) => s.similar || { sessions: [], note: "No similar conversations: this bundle has none." }),
     };
   }
 
@@ -175,7 +175,7 @@
     return { model, dispose };
   }
 
-  // -- routes: #/ (table), #/search/<q>, #/s/<session>[/m/<message>] ---------------------------
+  // -- routes: #/ (table), #/search/<q>, #/s/<session>[/m/<message>], #/q/[<queue>] (--write) ----
 
   const table = { offset: 0, sort: "last_activity", desc: true, filter: "" };
   let cleanup = [];
@@ -200,9 +200,11 @@
     app.dataset.route = parts[0] || "sessions";
     const header = skEl("header", { class: "skv-header" },
       skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }),
-      searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""));
+      searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""),
+      CONFIG.write && api.queues ? skEl("a", { class: "skv-queues-link", href: "#/q/", text: "annotation queues" }) : null);
     app.append(header);
     if (parts[0] === "s" && parts.length >= 2) sessionPage(parts[1], parts[2] === "m" ? parts[3] : null);
+    else if (parts[0] === "q" && CONFIG.write && api.queue) (parts[1] ? queuePage(parts.slice(1).join("/")) : queuesPage());
     else if (parts[0] === "search") searchPage(parts.slice(1).join("/"));
     else sessionsPage();
   }
@@ -360,7 +362,7 @@
     const list = skEl("ol", { class: "skv-hits" });
     for (const h of hits) {
       const href = sessionHref(h.session_id, h.id);
-      list.append(skEl("li", { class: "skv-hit", "data-session": h.session_id, "data-id": h.id },
+      list.append(skEl("li", { class: "skv-hit", "data-session": h.session_id, "data-id": h.id, "data-score": String(h.score) },
         skEl("a", { href },
           skEl("span", { class: "sk-role", style: { color: skRoleColor(h.role) }, text: h.role }),
           skEl("span", { class: "sk-meta", text: ` · ${h.session_id === "" ? '""' : h.session_id} · ${h.id}` })),
@@ -406,6 +408,7 @@
       head.append(del);
     }
     box.append(head, skEl("div", { class: "skv-panes" }, treeEl, chatEl), runsEl);
+    box.append(similarPane(id));
     app.append(box);
     let s;
     try {
@@ -491,6 +494,83 @@
     }
     box.dataset.ready = "1";
     cleanup.push(() => tree.model.off("change:selected_id", follow));
+  }
+
+  // -- similar conversations (store.similar(..., level="session")) ----------------------------
+
+  /** The sessions most like this one, each a link; or why there are none. Filled when the answer comes. */
+  function similarPane(id) {
+    const pane = skEl("div", { class: "skv-similar" }, skEl("h3", { class: "skv-sub", text: "Similar conversations" }));
+    api.similar(id).then(
+      (got) => {
+        if (got.sessions.length) {
+          const list = skEl("ol", { class: "skv-similar-list" });
+          for (const s of got.sessions)
+            list.append(skEl("li", { "data-session": s.session_id, "data-score": String(s.score) },
+              skEl("a", { href: sessionHref(s.session_id), text: s.session_id === "" ? '""' : s.session_id }),
+              skEl("span", { class: "sk-meta", text: ` · ${s.score.toFixed(3)} · ${skPlural(s.messages, "message")}` })));
+          pane.append(list, skEl("div", { class: "sk-meta", text: `by the mean of each session's ${got.model} message vectors` }));
+        } else pane.append(skEl("div", { class: "sk-meta skv-similar-none", text: got.note }));
+        pane.dataset.ready = "1";
+      },
+      (err) => {
+        pane.append(skEl("div", { class: "sk-err skv-error", text: String(err && err.message ? err.message : err) }));
+        pane.dataset.ready = "1";
+      },
+    );
+    return pane;
+  }
+
+  // -- annotation queues (--write): the list, and one queue worked by its annotator ----------
+
+  function queueHref(name) {
+    return "#/q/" + encodeURIComponent(name);
+  }
+
+  async function queuesPage() {
+    const box = skEl("section", { class: "sk-view skv-queues" });
+    app.append(box);
+    let got;
+    try {
+      got = await api.queues();
+    } catch (err) {
+      failed(box, err);
+      return;
+    }
+    box.append(skEl("h2", { class: "skv-title", text: "Annotation queues" }));
+    if (!got.queues.length) box.append(skEl("div", { class: "sk-meta", text: "no queue: define one with store.queue(...)" }));
+    const list = skEl("ul", { class: "skv-queue-list" });
+    for (const q of got.queues) {
+      list.append(skEl("li", { "data-queue": q.name }, skEl("a", { href: queueHref(q.name), text: q.name }),
+        skEl("span", { class: "sk-meta", text: ` · ${skPlural(q.unit_count, q.level)} · ${q.progress.complete} complete` })));
+    }
+    box.append(list);
+    box.dataset.ready = "1";
+  }
+
+  async function queuePage(name) {
+    const host = skEl("div", { class: "skv-queue" });
+    app.append(host);
+    let who = null;
+    try {
+      who = window.sessionStorage.getItem("sk-viewer-annotator");
+    } catch (err) {
+      who = null;
+    }
+    const state = { queue: name, annotator: who };
+    const view = await mount("queue_view", host, state, (msg) => api.queue(name, msg));
+    const keep = () => {
+      try {
+        window.sessionStorage.setItem("sk-viewer-annotator", view.model.get("annotator"));
+      } catch (err) {
+        // storage refused: the name is asked again after a reload
+      }
+    };
+    view.model.on("change:annotator", keep);
+    cleanup.push(() => {
+      view.model.off("change:annotator", keep);
+      if (view.dispose) view.dispose();
+    });
   }
 
   window.addEventListener("hashchange", route);
