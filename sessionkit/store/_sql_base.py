@@ -57,6 +57,7 @@ STATEMENTS: dict[str, str] = {
     "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",
     "blob": "SELECT data FROM {blobs} WHERE sha256 = ?",
     "count": "SELECT count(*) FROM {messages} WHERE session_id = ?",
+    "sessions_holding": "SELECT DISTINCT session_id FROM {messages} WHERE session_id {in_ids}",
     "list_sessions": (
         "SELECT session_id, count(*), min(created_at), max(created_at) FROM {messages}"
         " GROUP BY session_id ORDER BY max(seq) DESC"
