@@ -18,9 +18,12 @@ answers the same from an index written with the store's tokenizer (:mod:`._bundl
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import html
 import json
+import math
 import re
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,10 +135,31 @@ def _script_text(text: str) -> str:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (_dt.datetime, _dt.date)):
+    """A value of the table as JSON has it: a column from SQL may give any of DuckDB's types
+    (``sum()`` of integers is a DECIMAL or a HUGEINT, ``max(created) - min(created)`` an
+    INTERVAL, a UUID, bytes, an infinite DOUBLE, a LIST or STRUCT of those)."""
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
-    if isinstance(value, float) and value != value:  # NaN from an empty aggregate
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if all(hasattr(value, k) for k in ("months", "days", "nanoseconds")):  # an INTERVAL read through Arrow
+        if value.months:  # a month has no fixed length in seconds: the interval as ISO 8601 says it
+            return f"P{value.months}M{value.days}DT{value.nanoseconds / 1e9:g}S"
+        return value.days * 86400 + value.nanoseconds / 1e9
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, float) and not math.isfinite(value):  # NaN from an empty aggregate, or inf
         return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):  # a STRUCT or a MAP
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     return value
 
 
