@@ -26,8 +26,8 @@ OVERVIEW_SQL: dict[str, str] = {
     ),
     # tokens and cost of the agent runs by model (cost: NULL when no run of the model is priced)
     "models": (
-        "SELECT model, count(*) AS runs, coalesce(sum(tokens_in), 0) AS tokens_in,"
-        " coalesce(sum(tokens_out), 0) AS tokens_out, sum(cost_usd) AS cost_usd,"
+        "SELECT model, count(*) AS runs, coalesce(sum(tokens_in), 0)::BIGINT AS tokens_in,"
+        " coalesce(sum(tokens_out), 0)::BIGINT AS tokens_out, sum(cost_usd)::DOUBLE AS cost_usd,"
         " count(*) FILTER (WHERE cost_usd IS NULL) AS unpriced"
         " FROM runs GROUP BY model ORDER BY runs DESC, model NULLS LAST"
     ),

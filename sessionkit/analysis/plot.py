@@ -429,7 +429,7 @@ def overview(source):
     axes, from one :func:`~sessionkit.analysis.overview_data` (one query per figure)."""
     plt = _pyplot()
     data = _figures(source, None)
-    fig, grid = plt.subplots(3, 3, figsize=(18, 13))
+    fig, grid = plt.subplots(3, 3, figsize=(18, 13), layout="constrained")
     cells = list(grid.flat)
     messages_over_time(source, ax=cells[0], data=data)
     tokens_by_model(source, ax=cells[1], data=data)
@@ -445,5 +445,4 @@ def overview(source):
         f"{t['sessions']} sessions, {t['messages']} messages, {t['runs']} runs, "
         f"{t['tool_calls']} tool calls, {t['labels']} labels"
     )
-    fig.tight_layout()
     return fig
