@@ -31,19 +31,21 @@ OVERVIEW_SQL: dict[str, str] = {
         " count(*) FILTER (WHERE cost_usd IS NULL) AS unpriced"
         " FROM runs GROUP BY model ORDER BY runs DESC, model NULLS LAST"
     ),
-    # p50 and p95 of a turn's latency (its run, start to end) and of a tool call's
+    # p50 and p95 of a turn's latency (its run, from start to end)
     "latency": (
         "SELECT 'turn' AS what, count(latency_s) AS n, quantile_cont(latency_s, 0.5) AS p50,"
         " quantile_cont(latency_s, 0.95) AS p95 FROM turns"
-        " UNION ALL SELECT 'tool' AS what, count(latency_s) AS n, quantile_cont(latency_s, 0.5) AS p50,"
-        " quantile_cont(latency_s, 0.95) AS p95 FROM tool_calls"
     ),
-    # per tool: its calls, those answered (a result), the errors among them, and their rate
+    # per tool: its calls, those answered (a result), the errors among them, their rate, and the
+    # p50 and p95 of its latency; then the same over every call (all_tools = 1), which gives the
+    # tool calls' latency and their total (the view is computed once for both)
     "tools": (
         "SELECT tool_name, count(*) AS calls, count(is_error) AS answered,"
         " count(*) FILTER (WHERE is_error) AS errors,"
-        " CASE WHEN count(is_error) > 0 THEN (count(*) FILTER (WHERE is_error)) / count(is_error) END AS error_rate"
-        " FROM tool_calls GROUP BY tool_name ORDER BY calls DESC, tool_name"
+        " CASE WHEN count(is_error) > 0 THEN (count(*) FILTER (WHERE is_error)) / count(is_error) END AS error_rate,"
+        " count(latency_s) AS timed, quantile_cont(latency_s, 0.5) AS p50, quantile_cont(latency_s, 0.95) AS p95,"
+        " grouping(tool_name) AS all_tools"
+        " FROM tool_calls GROUP BY GROUPING SETS ((tool_name), ()) ORDER BY all_tools, calls DESC, tool_name"
     ),
     # labels by tag and by who made them (human, code, llm); ratings by value
     "tags": (
@@ -54,19 +56,25 @@ OVERVIEW_SQL: dict[str, str] = {
     ),
     "totals": (
         "SELECT (SELECT count(*) FROM sessions) AS sessions, (SELECT count(*) FROM messages) AS messages,"
-        " (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM tool_calls) AS tool_calls,"
-        " (SELECT count(*) FROM labels) AS labels"
+        " (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM labels) AS labels"
     ),
 }
 
 
 def overview_data(store: Any, session_ids: Iterable[str] | None = None) -> dict[str, Any]:
     """The overview's figures of ``store`` (or of ``session_ids`` alone), each the rows of its
-    query in :data:`OVERVIEW_SQL` as plain dicts (``totals``: one dict). JSON-ready: times
-    are days as ``YYYY-MM-DD`` text, numbers are ints or floats, unknown ones ``None``."""
+    query in :data:`OVERVIEW_SQL` as plain dicts (``totals``: one dict), but for the tools
+    query's row over every call, which gives ``latency`` its ``tool`` row and ``totals`` its
+    ``tool_calls``. JSON-ready: times are days as ``YYYY-MM-DD`` text, numbers are ints or
+    floats, unknown ones ``None``."""
     ids = None if session_ids is None else list(dict.fromkeys(session_ids))
     out: dict[str, Any] = {}
     for name, query in OVERVIEW_SQL.items():
         rows = store.sql_arrow(query, session_ids=ids).to_pylist()
         out[name] = rows[0] if name == "totals" else rows
+    every = [r for r in out["tools"] if r.pop("all_tools")]
+    out["tools"] = [r for r in out["tools"] if r not in every]
+    (total,) = every  # GROUPING SETS' () row: there is one, with no call too
+    out["latency"].append({"what": "tool", "n": total["timed"], "p50": total["p50"], "p95": total["p95"]})
+    out["totals"]["tool_calls"] = total["calls"]
     return out
