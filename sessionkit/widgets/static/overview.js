@@ -32,13 +32,14 @@
 
   /**
    * One chart: a row per key, in each row a bar per series. `rows` are [key, label, {series: value}]
-   * (a value null or undefined: no bar, "unknown"); `series` the names in the order drawn.
+   * (a value null or undefined: no bar, "unknown"); `series` the names in the order drawn;
+   * `note` a line below the chart, `empty` what it says when there are no rows.
    */
-  function chart(name, title, series, rows, unit, note) {
+  function chart(name, title, series, rows, unit, note, empty) {
     const fig = skEl("figure", { class: "skv-chart", "data-chart": name });
     fig.append(skEl("figcaption", { class: "skv-sub", text: title }));
     if (!rows.length) {
-      fig.append(skEl("div", { class: "sk-meta skv-chart-empty", text: note || "nothing to show" }));
+      fig.append(skEl("div", { class: "sk-meta skv-chart-empty", text: empty || "nothing to show" }));
       return fig;
     }
     let top = 0;
@@ -52,7 +53,7 @@
       series.forEach((s, j) => {
         const v = values[s];
         const known = typeof v === "number";
-        const w = known && top > 0 ? Math.max(1, (v / top) * BAR_W) : 0;
+        const w = known && v > 0 && top > 0 ? Math.max(1, (v / top) * BAR_W) : 0;
         const y = y0 + j * BAR_H;
         const text = `${label}${series.length > 1 ? " · " + s : ""}: ${fmt(known ? v : null, unit)}`;
         const mark = svgEl("g", { class: "skv-mark", "data-key": key, "data-series": s, "data-value": known ? String(v) : "" },
@@ -84,16 +85,16 @@
     const grid = skEl("div", { class: "skv-charts" });
     box.append(grid);
     grid.append(
-      chart("sessions_by_day", "Sessions by day of their first message", ["sessions"], data.sessions_by_day.map((r) => [r.day, r.day, r])),
-      chart("messages_by_day", "Messages by day written", ["messages"], data.messages_by_day.map((r) => [r.day, r.day, r])),
-      chart("tokens_by_model", "Tokens of the agent runs by model", ["tokens_in", "tokens_out"], data.models.map((r) => [str(r.model), r.model || "(no model)", r]), null, data.models.length ? null : "no agent runs"),
+      chart("sessions_by_day", "Sessions by day of their first message", ["sessions"], data.sessions_by_day.map((r) => [r.day, r.day, r]), null, null, "no sessions with messages"),
+      chart("messages_by_day", "Messages by day written", ["messages"], data.messages_by_day.map((r) => [r.day, r.day, r]), null, null, "no messages"),
+      chart("tokens_by_model", "Tokens of the agent runs by model", ["tokens_in", "tokens_out"], data.models.map((r) => [str(r.model), r.model || "(no model)", r]), null, null, "no agent runs"),
       chart("cost_by_model", "Cost of the agent runs by model (USD)", ["cost_usd"], data.models.map((r) => [str(r.model), r.model || "(no model)", r]), "usd",
-        data.models.length ? "unknown: no run of the model is priced" : "no agent runs"),
+        data.models.some((r) => r.cost_usd === null || r.cost_usd === undefined) ? "unknown: no run of the model is priced" : null, "no agent runs"),
       chart("latency", "Latency: p50 and p95 of turns (their run) and tool calls", ["p50", "p95"],
-        data.latency.filter((r) => r.n > 0).map((r) => [r.what, `${r.what} (${r.n.toLocaleString("en-US")})`, r]), "s", "no turn or tool call with a recorded latency"),
-      chart("tool_errors", "Tool error rate (errors of the calls answered)", ["error_rate"], data.tools.map((r) => [r.tool_name, `${r.tool_name} (${r.errors}/${r.answered})`, r]), "rate", data.tools.length ? null : "no tool calls"),
-      chart("tags", "Labels by tag and source", tagSources(data.tags), tagRows(data.tags), null, "no labels"),
-      chart("ratings", "Ratings (scores) of the labels", ["labels"], data.ratings.map((r) => [String(r.rating), String(r.rating), r]), null, "no rated labels"),
+        data.latency.filter((r) => r.n > 0).map((r) => [r.what, `${r.what} (${r.n.toLocaleString("en-US")})`, r]), "s", null, "no turn or tool call with a recorded latency"),
+      chart("tool_errors", "Tool error rate (errors of the calls answered)", ["error_rate"], data.tools.map((r) => [r.tool_name, `${r.tool_name} (${r.errors}/${r.answered})`, r]), "rate", null, "no tool calls"),
+      chart("tags", "Labels by tag and source", tagSources(data.tags), tagRows(data.tags), null, null, "no labels"),
+      chart("ratings", "Ratings (scores) of the labels", ["labels"], data.ratings.map((r) => [String(r.rating), String(r.rating), r]), null, null, "no rated labels"),
     );
     box.dataset.ready = "1";
     return box;
