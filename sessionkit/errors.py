@@ -50,6 +50,7 @@ __all__ = [
     "ScorerFailed",
     "UsageError",
     "QueryTimeout",
+    "QueryMemoryExceeded",
     "MissingDependency",
     "RunFailed",
     "ModelError",
@@ -176,6 +177,12 @@ class UsageError(SessionKitError):
 class QueryTimeout(UsageError, TimeoutError):
     """An analysis query (``store.sql``, ``store.sql_arrow``) ran past its ``timeout`` and
     was stopped; the store answers the next query as before."""
+
+
+class QueryMemoryExceeded(UsageError):
+    """An analysis query (``store.sql``, ``store.sql_arrow``) needed more memory than the
+    store's ``sql_memory_limit`` (or DuckDB's own limit) allows and was stopped; the store
+    answers the next query as before."""
 
 
 class ScorerFailed(SessionKitError):

@@ -271,6 +271,17 @@ def test_a_bad_column_is_refused_before_the_viewer_starts(store_path, tmp_path, 
     assert status != 0 and problem in err and not (tmp_path / "b").exists(), err
 
 
+def test_a_bundle_s_column_past_the_sql_memory_limit_stops_the_command(store_path, tmp_path):
+    hungry = "n=SELECT session_id, (SELECT length(string_agg(range::VARCHAR, ',')) FROM range(30000000)) FROM sessions"
+    bundle = tmp_path / "b"
+    status, out, err = run(str(store_path), "--bundle", str(bundle), "--sql-memory-limit", "64MB", "--column", hungry)
+    assert status != 0 and out == "", (out, err)
+    assert "needed more memory than the store's memory limit of 64MB" in err, err
+    assert not (bundle / "index.html").exists()
+    status, out, err = run(str(store_path), "--port", "0", "--sql-memory-limit", "lots")
+    assert status != 0 and "sql_memory_limit must be a size with a unit" in err, err
+
+
 def test_a_columns_file_names_the_line_of_a_bad_column(store_path, tmp_path):
     good = tmp_path / "good.txt"
     good.write_text(

@@ -369,6 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="add the columns of FILE: NAME=SQL lines (# comments; a line ending in \\ goes on at the next)",
     )
+    p.add_argument(
+        "--sql-memory-limit",
+        metavar="SIZE",
+        help="the memory the columns' store.sql queries may use, e.g. 1GB (a query that needs more stops with a "
+        "message; default: DuckDB's, 80%% of RAM)",
+    )
     p.add_argument("--bundle", metavar="DIR", help="write the viewer as a static site in DIR instead of serving it")
     p.add_argument(
         "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"

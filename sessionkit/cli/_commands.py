@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 from urllib.parse import urlencode
 
 import sessionkit as sk
@@ -33,10 +33,10 @@ def _local_path(target: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _existing_store(target: str) -> Iterator[sk.Store]:
+def _existing_store(target: str, **options: Any) -> Iterator[sk.Store]:
     """Open a store that must already exist: read commands never create or change a file."""
     try:
-        store = sk.open_store(target, create=False)
+        store = sk.open_store(target, create=False, **options)
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     try:
@@ -446,7 +446,7 @@ def cmd_view(args, out: TextIO) -> int:
                 "--bundle writes static files: --write, --token, --allow-host and --annotator apply to the served"
                 " viewer only"
             )
-        with _existing_store(args.store) as store:
+        with _existing_store(args.store, sql_memory_limit=args.sql_memory_limit) as store:
             folder = _bundle(store, args)
         print(f"viewer written to {folder}; open {Path(folder).resolve() / 'index.html'} in a browser", file=out)
         return 0
@@ -463,7 +463,7 @@ def cmd_view(args, out: TextIO) -> int:
         )
     annotators = _annotators(args)
     # a missing file, another program's database or a bad --column fails here, before binding
-    with _existing_store(args.store) as store:
+    with _existing_store(args.store, sql_memory_limit=args.sql_memory_limit) as store:
         columns = _view_columns(args, store)
     try:
         import uvicorn  # noqa: F401
@@ -487,6 +487,7 @@ def cmd_view(args, out: TextIO) -> int:
         columns=columns,
         annotators=annotators or None,
         on_ready=ready,
+        sql_memory_limit=args.sql_memory_limit,
     )
     return 0
 

@@ -286,13 +286,15 @@ def serve_view(
     annotators: Mapping[str, str] | None = None,
     on_ready: Callable[[str], Any] | None = None,
     log_level: str = "warning",
+    sql_memory_limit: str | None = None,
 ) -> None:
     """Serve the viewer over the store at ``target`` (which must exist) until stopped.
     A ``host`` that is not loopback needs a ``token`` (``ValueError`` otherwise); with
     ``write`` and no ``token`` a random one is made (the page's URL carries it).
     ``columns``: extra ``(name, sql)`` columns of the sessions table, ``annotators`` each
     annotator's token (see :func:`create_view_app`).
-    ``on_ready(url)`` is called with the page's URL (the token in it) once the socket listens."""
+    ``on_ready(url)`` is called with the page's URL (the token in it) once the socket listens.
+    ``sql_memory_limit``: the store's (see :func:`sessionkit.open_store`), bounding the columns' queries."""
     import uvicorn
 
     import sessionkit as sk
@@ -305,7 +307,7 @@ def serve_view(
         # a page that can delete needs more than the Host and Origin checks: any program on this
         # machine could call it; the token is in the printed URL only
         token = secrets.token_urlsafe(24)
-    with sk.open_store(target, create=False) as store:
+    with sk.open_store(target, create=False, sql_memory_limit=sql_memory_limit) as store:
         app = create_view_app(
             store,
             token=token,

@@ -162,6 +162,7 @@ def open_store(
     reserved_metadata_keys: Any = (),
     durability: str = "normal",
     create: bool = True,
+    sql_memory_limit: str | None = None,
     **engine_options: Any,
 ) -> Store:
     """Open (or create) a store.
@@ -172,12 +173,18 @@ def open_store(
     every commit), ``create`` (``False``: open only a store that already exists; a
     target holding none -- a missing file, another program's database, an empty
     PostgreSQL schema, ``:memory:`` -- raises ``ValueError`` naming it, and nothing
-    is created or changed). Engine-specific options pass through.
+    is created or changed), ``sql_memory_limit`` (the memory a ``store.sql`` query may
+    use, a DuckDB size such as ``"1GB"``; more raises ``QueryMemoryExceeded``; on a DuckDB
+    store, the database's own limit). Engine-specific options pass through.
 
     >>> store = open_store()            # in-memory SQLite
     >>> store = open_store("chats.db")  # a SQLite file
     >>> store = open_store("chats.db", create=False)  # only if it is already a store
     """
+    if sql_memory_limit is not None:
+        from .sql.query import memory_limit
+
+        memory_limit(sql_memory_limit)  # (a bad value is refused before anything is opened)
     if not create:
         _require_existing(target, engine_options)
     engine, location = _resolve(target)
@@ -185,6 +192,8 @@ def open_store(
         not isinstance(max_message_bytes, int) or isinstance(max_message_bytes, bool) or max_message_bytes < 1
     ):
         raise ValueError(f"max_message_bytes must be a positive int, got {max_message_bytes!r}")
+    if sql_memory_limit is not None:
+        engine_options["sql_memory_limit"] = sql_memory_limit
     if isinstance(reserved_metadata_keys, str):
         reserved_metadata_keys = [reserved_metadata_keys]
     eng: Engine

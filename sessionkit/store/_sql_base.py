@@ -201,7 +201,18 @@ class SQLBase(LabelSQL, Engine):
     #: The engine's search index (made with the engine, as :attr:`index`).
     INDEX: type[SearchIndex] = SearchIndex
 
-    def __init__(self, *, durability: str = "normal", chunk_chars: int | None = None, table_prefix: str = ""):
+    def __init__(
+        self,
+        *,
+        durability: str = "normal",
+        chunk_chars: int | None = None,
+        table_prefix: str = "",
+        sql_memory_limit: str | None = None,
+    ):
+        from .sql.query import memory_limit  # (no DuckDB import: that comes with the first query)
+
+        #: The memory ceiling of ``store.sql`` (a DuckDB size, e.g. ``"1GB"``), or None: DuckDB's own.
+        self.sql_memory_limit = memory_limit(sql_memory_limit)
         if durability not in ("normal", "full"):
             raise ValueError(f"durability must be 'normal' or 'full', got {durability!r}")
         self.durability = durability

@@ -884,7 +884,9 @@ class Store:
         :meth:`interrupt_sql` (``KeyboardInterrupt``), and once ``timeout`` seconds (a
         positive number; default None, no limit) have passed since the call
         (``sessionkit.errors.QueryTimeout``, naming the timeout); the store answers the
-        next query as before."""
+        next query as before. A query that needs more memory than the store's
+        ``sql_memory_limit`` (see :func:`sessionkit.open_store`) raises
+        ``sessionkit.errors.QueryMemoryExceeded``, and the store answers the next one."""
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if params is not None and not isinstance(params, (list, tuple, dict)):

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .query import QueryRun, install, new_connection, rollback, run_query
+from .query import QueryRun, install, new_connection, raise_if_out_of_memory, rollback, run_query
 from .sandbox import CheckedQuery, check_query
 from .tree_views import needs_columns
 from .views import (
@@ -257,6 +257,8 @@ class Cache:
         self.seen: str | None = None
         #: The cache file beside the store (None: in memory).
         self.file: str | None = source.cache_file
+        #: The store's ``sql_memory_limit`` (the ceiling of the cache's database), or None.
+        self.memory: str | None = getattr(self.engine, "sql_memory_limit", None)
         self.con: Any = None
         self.lock: Any = None
         if self.file is not None:
@@ -266,7 +268,7 @@ class Cache:
         if self.con is None:
             self.file = None
             self.lock = threading.RLock()
-            self.con = new_connection()
+            self.con = new_connection(memory=self.memory)
             self._create_tables()
 
     def _create_tables(self) -> None:
@@ -289,8 +291,12 @@ class Cache:
         assert self.file is not None
         for attempt in range(2):
             try:
-                con = new_connection(path=self.file)
+                con = new_connection(path=self.file, memory=self.memory)
             except duckdb.Error as exc:
+                if isinstance(exc, duckdb.ConnectionException) and "configuration" in str(exc).lower():
+                    # open in this process by a store object with another sql_memory_limit (DuckDB
+                    # sets a database's configuration once): this one's cache is in memory
+                    return None
                 if "lock" in str(exc).lower() or attempt:  # held by another process, or unusable
                     return None
                 _remove_file(self.file)  # not a DuckDB file (damaged): made again
@@ -441,7 +447,9 @@ class Cache:
         with self._reading() as rd:
             try:
                 self._refresh_once(rd, wanted)
-            except duckdb.Error:
+            except duckdb.Error as exc:
+                # (the rows did not fit the store's sql_memory_limit: the file is sound)
+                raise_if_out_of_memory(exc, self.memory)
                 if self.file is None:
                     raise
                 self._rebuild_file()
@@ -459,7 +467,7 @@ class Cache:
         self.con = self._open_file()
         if self.con is None:  # (it cannot be made: in memory from now on)
             self.file = None
-            self.con = new_connection()
+            self.con = new_connection(memory=self.memory)
             self._create_tables()
 
     def _refresh_once(self, rd: Reader, need: list[str], keep: bool = True) -> None:
@@ -642,7 +650,16 @@ class Cache:
         self.refresh(need)
         with self.lock:
             return run_query(
-                self.con, self.TABLES, checked, params, self.views, names, session_ids, run=run, files=files
+                self.con,
+                self.TABLES,
+                checked,
+                params,
+                self.views,
+                names,
+                session_ids,
+                run=run,
+                files=files,
+                memory=self.memory,
             )
 
     def _query_in_write(
@@ -665,7 +682,11 @@ class Cache:
             # views first: they are made outside the transaction that is rolled back
             install(self.con, self.TABLES, self.views, tree, set(VIEWS), session_ids)
             try:
-                self._refresh_once(rd, sorted(need), keep=False)
+                try:
+                    self._refresh_once(rd, sorted(need), keep=False)
+                except duckdb_module().Error as exc:
+                    raise_if_out_of_memory(exc, self.memory)
+                    raise
                 return run_query(
                     self.con,
                     self.TABLES,
@@ -677,6 +698,7 @@ class Cache:
                     run=run,
                     files=files,
                     in_transaction=True,
+                    memory=self.memory,
                 )
             finally:
                 rollback(self.con)

@@ -9,11 +9,12 @@ and the cache stay as they were. DuckDB, pyarrow (and pandas, above) come from t
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ...errors import QueryTimeout, StoreClosed
+from ...errors import QueryMemoryExceeded, QueryTimeout, StoreClosed
 from .sandbox import CheckedQuery, check_query
 from .views import TREE_COLUMNS, VIEWS, do, duckdb_module, pyarrow_module, scoped, view_sql
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-__all__ = ["run_query", "install", "rollback", "new_connection", "Runs", "QueryRun"]
+__all__ = ["run_query", "install", "rollback", "new_connection", "memory_limit", "Runs", "QueryRun"]
 
 
 def run_query(
@@ -36,6 +37,7 @@ def run_query(
     run: QueryRun | None = None,
     files: bool = False,
     in_transaction: bool = False,
+    memory: str | None = None,
 ) -> pa.Table:
     """Run one checked SELECT on ``con`` (views over ``tables``) in a transaction that is
     rolled back; returns a ``pyarrow.Table``. ``query`` is checked here unless it was
@@ -48,7 +50,9 @@ def run_query(
     (on a connection of its own, see :func:`_with_files`). ``in_transaction``: ``con`` is
     inside a transaction that is not the query's (a DuckDB store's write transaction, or a
     cache refreshed with a transaction's writes): the query runs in it, and whatever it
-    makes there goes with that transaction."""
+    makes there goes with that transaction. ``memory``: the store's ``sql_memory_limit``
+    (set on ``con``'s database already; named in the error, and set on a query's own
+    connection with ``files``)."""
     duckdb = duckdb_module()
     pyarrow_module()
     checked = query if isinstance(query, CheckedQuery) else check_query(con, query, files=files)
@@ -62,7 +66,17 @@ def run_query(
         try:
             if files:
                 return _with_files(
-                    con, tables, query, params, state, names, wanted, session_ids, run, in_transaction=in_transaction
+                    con,
+                    tables,
+                    query,
+                    params,
+                    state,
+                    names,
+                    wanted,
+                    session_ids,
+                    run,
+                    in_transaction=in_transaction,
+                    memory=memory,
                 )
             if in_transaction:
                 try:
@@ -88,7 +102,25 @@ def run_query(
                 rollback(con)
         except duckdb.Error as exc:
             run.raise_if_stopped(exc)
+            raise_if_out_of_memory(exc, memory)
             raise ValueError(f"store.sql: {exc}") from exc
+
+
+def raise_if_out_of_memory(exc: BaseException, limit: str | None) -> None:
+    """``QueryMemoryExceeded`` for DuckDB's out-of-memory error ``exc`` (``limit``: the
+    store's ``sql_memory_limit``, or None for DuckDB's own)."""
+    if not isinstance(exc, duckdb_module().OutOfMemoryException):
+        return
+    ceiling = (
+        f"the store's memory limit of {limit} (sql_memory_limit)"
+        if limit is not None
+        else "DuckDB's memory limit (80% of RAM unless the store is opened with sql_memory_limit=...)"
+    )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    raise QueryMemoryExceeded(
+        f"store.sql: the query needed more memory than {ceiling} and was stopped ({first}); "
+        "the store answers other queries as before"
+    ) from exc
 
 
 def rollback(con: duckdb.DuckDBPyConnection) -> None:
@@ -166,6 +198,7 @@ def _with_files(
     run: QueryRun,
     *,
     in_transaction: bool = False,
+    memory: str | None = None,
 ) -> pa.Table:
     """A query that may read local files: the views it names are read from ``con`` in one
     snapshot (as Arrow tables) into a new in-memory DuckDB connection that may read files
@@ -185,7 +218,7 @@ def _with_files(
     finally:
         if not in_transaction:
             rollback(con)
-    files_con = duckdb.connect(":memory:", config=_CONFIG)
+    files_con = duckdb.connect(":memory:", config=_config(memory))
     try:
         do(files_con, "SET TimeZone = 'UTC'")
         do(files_con, "SET lock_configuration = true")
@@ -369,22 +402,68 @@ _CONFIG = {
 }
 
 
+def _config(memory: str | None) -> dict[str, Any]:
+    """:data:`_CONFIG` with the memory ceiling ``memory`` (None: DuckDB's default, 80% of RAM).
+
+    A ceiling comes without spilling (``temp_directory`` empty): DuckDB would otherwise move
+    what does not fit to a temporary folder (beside a cache file, or ``.tmp`` in the working
+    directory for a cache in memory) up to 90% of the free disk, so a runaway query would
+    fill the disk slowly instead of failing at once. A query that needs more fails with
+    ``QueryMemoryExceeded``; a larger limit lets it finish. The default stays DuckDB's: a
+    lower one would refuse large analyses that fit in memory today, and a store that must
+    share its machine says so with ``sql_memory_limit``."""
+    if memory is None:
+        return _CONFIG
+    return {**_CONFIG, "memory_limit": memory, "temp_directory": ""}
+
+
+#: A DuckDB size: a number and a unit (DuckDB's own spellings, in any case).
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|bytes|kb|mb|gb|tb|kib|mib|gib|tib)\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "bytes": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+
+#: The smallest ceiling: below it DuckDB cannot even make the cache's tables.
+_MIN_MEMORY = 16 * 10**6
+
+
+def memory_limit(value: Any) -> str | None:
+    """``value`` checked as a ``sql_memory_limit`` (a DuckDB size such as ``"512MB"`` or
+    ``"2GiB"``, at least 16MB), or None for none; ``ValueError`` naming what is wrong.
+    Checked by hand, not by DuckDB: the option is checked as the store opens, before the
+    optional DuckDB is imported (and a value DuckDB refuses later would leave the store
+    without its analysis cache)."""
+    if value is None:
+        return None
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(
+            f"sql_memory_limit must be a size with a unit such as '512MB' or '2GB' (B, KB, MB, GB, TB,"
+            f" KiB, MiB, GiB, TiB), got {value!r}"
+        )
+    if float(match.group(1)) * _UNITS[match.group(2).lower()] < _MIN_MEMORY:
+        raise ValueError(f"sql_memory_limit must be at least 16MB, got {value!r}")
+    return value.strip()
+
+
 def new_connection(
-    source: duckdb.DuckDBPyConnection | None = None, path: str | None = None
+    source: duckdb.DuckDBPyConnection | None = None, path: str | None = None, memory: str | None = None
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection for analysis: a cursor of ``source`` (a DuckDB store's own
     connection), the database file ``path`` or an in-memory database; times in UTC.
 
     A database of its own (a cache) is locked down: no file system access (its own file
     aside), no extension loaded, and its configuration locked, so that no query can change
-    that (the settings hold for every connection to the database in this process)."""
+    that (the settings hold for every connection to the database in this process).
+    ``memory``: its memory ceiling (see :func:`_config`), set as the database opens; a
+    file this process has open already with another ceiling raises DuckDB's
+    ``ConnectionException``."""
     duckdb = duckdb_module()
     if source is not None:
         con = source.cursor()
         do(con, "SET TimeZone = 'UTC'")
         do(con, "SET enable_progress_bar = false")
         return con
-    con = duckdb.connect(path or ":memory:", config=_CONFIG)
+    con = duckdb.connect(path or ":memory:", config=_config(memory))
     if not con.execute("SELECT current_setting('lock_configuration')").fetchall()[0][0]:
         do(con, "SET GLOBAL TimeZone = 'UTC'")
         do(con, "SET enable_progress_bar = false")

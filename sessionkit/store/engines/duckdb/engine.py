@@ -210,7 +210,9 @@ class DuckDBEngine(LocalEngine):
 
     Options: ``durability`` (``"normal"`` or ``"full"``, see the module notes),
     ``chunk_chars`` (stored JSON longer than this continues in extra rows),
-    ``threads`` and ``memory_limit`` (DuckDB settings, e.g. ``"2GB"``).
+    ``threads`` and ``memory_limit`` (DuckDB settings, e.g. ``"2GB"``; ``sql_memory_limit``,
+    the option of every engine, sets the same limit: the database's, which bounds the
+    store's own work as well as ``store.sql``).
     """
 
     kind = "duckdb"
@@ -242,6 +244,19 @@ class DuckDBEngine(LocalEngine):
         self, location: str, *, threads: int | None = None, memory_limit: str | None = None, **options: Any
     ) -> None:
         super().__init__(**options)
+        if (
+            memory_limit is not None
+            and self.sql_memory_limit is not None
+            and str(memory_limit).strip() != self.sql_memory_limit
+        ):
+            raise ValueError(
+                f"memory_limit={memory_limit!r} disagrees with sql_memory_limit={self.sql_memory_limit!r}:"
+                " on a DuckDB store both set the database's one limit; give one"
+            )
+        if memory_limit is None:
+            memory_limit = self.sql_memory_limit
+        else:
+            self.sql_memory_limit = str(memory_limit)
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
         self._views: dict[str, Any] = {}  # which analysis views the analysis connection has
@@ -436,6 +451,7 @@ class DuckDBEngine(LocalEngine):
                     run=run,
                     files=files,
                     in_transaction=True,
+                    memory=self.sql_memory_limit,
                 )
         with self._analysis_runs.run(timeout) as run, self._analysis_setup:  # (StoreClosed once the store closes)
             run.raise_if_stopped()
@@ -447,7 +463,15 @@ class DuckDBEngine(LocalEngine):
                         raise StoreClosed("the store is closed")
                     con = self._analysis = _query.new_connection(self._db)
             return _query.run_query(
-                con, tables, query, params, self._views, session_ids=session_ids, run=run, files=files
+                con,
+                tables,
+                query,
+                params,
+                self._views,
+                session_ids=session_ids,
+                run=run,
+                files=files,
+                memory=self.sql_memory_limit,
             )
 
     # -- connection model --------------------------------------------------------------
