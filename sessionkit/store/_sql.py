@@ -845,6 +845,7 @@ class LocalEngine(SQLEngine):
             self.began()
             try:
                 yield self
+                self.before_commit()
                 self._depth = 0
                 self._writer = None
                 self.execute("COMMIT")
@@ -859,6 +860,9 @@ class LocalEngine(SQLEngine):
 
     def began(self) -> None:
         """A write transaction started (drop what it may change in caches)."""
+
+    def before_commit(self) -> None:
+        """The write transaction is about to commit: raise to roll it back instead."""
 
     def rolled_back(self) -> None:
         """A write transaction was rolled back (cached state may describe uncommitted rows)."""

@@ -623,3 +623,26 @@ def test_a_search_inside_a_transaction_sees_its_writes(store):
         s.append(msg("b", "zebra crossing at night"))
         assert [h.id for h in store.search('"zebra crossing"')] == ["b"]
     assert [h.id for h in store.search('"zebra crossing"')] == ["b"]
+
+
+def test_a_query_failing_inside_a_transaction_ends_it_in_an_error_not_a_silent_rollback(tmp_path):
+    """DuckDB has no savepoint: a store.sql query that fails inside a write transaction aborts
+    the whole transaction, whose COMMIT would drop its writes without a word. The transaction
+    ends in SessionKitError naming the query's error instead, nothing of it is stored (in this
+    process and after reopening), and a query that succeeds inside a transaction commits."""
+    path = tmp_path / "tx.duckdb"
+    store = sk.open_store(path)
+    s = store.session("a")
+    s.append(msg("m0", "kept"))
+    with pytest.raises(sk.errors.SessionKitError, match="failed inside this transaction .*Conversion Error"):
+        with store.transaction():
+            s.append(msg("m1", "in the transaction"))
+            with pytest.raises(ValueError, match="Conversion Error"):
+                store.sql("SELECT 'a'::INT")
+    assert [m["id"] for m in s.get_history()] == ["m0"]
+    with store.transaction():
+        s.append(msg("m2", "after"))
+        assert store.sql_arrow("SELECT count(*) AS n FROM messages").to_pylist() == [{"n": 2}]
+    store.close()
+    with sk.open_store(path) as again:
+        assert [m["id"] for m in again.session("a").get_history()] == ["m0", "m2"]

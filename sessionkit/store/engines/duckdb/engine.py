@@ -260,6 +260,7 @@ class DuckDBEngine(LocalEngine):
         self.path = None if location in ("", ":memory:") else str(Path(location).resolve())
         self._full = self.durability == "full"
         self._views: dict[str, Any] = {}  # which analysis views the analysis connection has
+        self._aborted: str | None = None  # why the write transaction can only roll back (_note_aborted)
         self._cursors: set[Any] = set()  # connections of long reads running outside the lock (see TermsIndex.search)
         # The name this process opens the file by (see _files): one file reached through
         # two names (a hard link, a bind mount) is one database, one FileState, one journal.
@@ -441,18 +442,22 @@ class DuckDBEngine(LocalEngine):
             # so the query sees the transaction's writes, which then commit or roll back
             # with it (the views are made in the transaction too).
             with self._analysis_runs.run(timeout) as run, self._lock:
-                return _query.run_query(
-                    self._db,
-                    tables,
-                    query,
-                    params,
-                    {},
-                    session_ids=session_ids,
-                    run=run,
-                    files=files,
-                    in_transaction=True,
-                    memory=self.sql_memory_limit,
-                )
+                try:
+                    return _query.run_query(
+                        self._db,
+                        tables,
+                        query,
+                        params,
+                        {},
+                        session_ids=session_ids,
+                        run=run,
+                        files=files,
+                        in_transaction=True,
+                        memory=self.sql_memory_limit,
+                    )
+                except BaseException as exc:
+                    self._note_aborted(exc)
+                    raise
         with self._analysis_runs.run(timeout) as run, self._analysis_setup:  # (StoreClosed once the store closes)
             run.raise_if_stopped()
             self.merge_journal()
@@ -490,9 +495,31 @@ class DuckDBEngine(LocalEngine):
 
     def began(self) -> None:
         self._shared.writer = threading.get_ident()
+        self._aborted = None
+
+    def _note_aborted(self, exc: BaseException) -> None:
+        """A query failed inside the write transaction: DuckDB has no savepoint, and a failed
+        statement aborts the whole transaction, whose COMMIT would then be a silent rollback.
+        Remember it, so that the transaction ends in an error instead (``before_commit``)."""
+        try:
+            self._db.execute("SELECT 1").fetchall()
+        except duckdb.Error:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self._aborted = first
+
+    def before_commit(self) -> None:
+        reason, self._aborted = self._aborted, None
+        if reason is not None:
+            raise SessionKitError(
+                f"DuckDB store {self.path or ':memory:'}: a store.sql query failed inside this transaction "
+                f"({reason}); on DuckDB a failed statement aborts the whole transaction, so "
+                "nothing of it was stored (run the query outside the transaction, or end the "
+                "transaction when it fails)"
+            )
 
     def rolled_back(self) -> None:
         self._shared.writer = None
+        self._aborted = None
         self._shared.forget()
 
     def committed(self) -> None:
