@@ -25,6 +25,7 @@ EXPECTED = (
     "09-reading-transcripts",
     "10-what-if",
     "11-bring-your-agent",
+    "12-judging-transcripts",
 )
 
 #: notebook -> (snapshot kind -> how many at least, a phrase that must appear in the page):
@@ -41,6 +42,7 @@ VIEWS = {
     "09-reading-transcripts": ({"tree": 1, "transcript": 2}, "⎇ wrong-tool-args ★3"),
     "10-what-if": ({"tree": 1}, "[with-tools] Plan tomorrow, rain or not."),
     "11-bring-your-agent": ({"tree": 5}, "Rome: sunny and 24 °C, warmer than Oslo by twelve degrees."),
+    "12-judging-transcripts": ({"experiment": 1}, "confirmation of the new total before I book"),
 }
 
 
