@@ -369,6 +369,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="add the columns of FILE: NAME=SQL lines (# comments; a line ending in \\ goes on at the next)",
     )
+    p.add_argument(
+        "--poll",
+        metavar="SECONDS",
+        type=float,
+        help="how often an open page asks the store whether it changed, to show new messages and sessions "
+        "without a reload (default: 1; 0.05 to 60; a PostgreSQL store also tells at once)",
+    )
     p.add_argument("--bundle", metavar="DIR", help="write the viewer as a static site in DIR instead of serving it")
     p.add_argument(
         "--session", metavar="ID", action="append", help="with --bundle: only this session (repeat for more)"

@@ -441,10 +441,10 @@ def _token(token: str, where: str) -> str:
 def cmd_view(args, out: TextIO) -> int:
     """The store viewer: served on 127.0.0.1 (a token elsewhere), or written as a static site with --bundle."""
     if args.bundle is not None:
-        if args.write or args.token or args.allow_host or args.annotator:
+        if args.write or args.token or args.allow_host or args.annotator or args.poll is not None:
             raise CommandError(
-                "--bundle writes static files: --write, --token, --allow-host and --annotator apply to the served"
-                " viewer only"
+                "--bundle writes static files (a bundle does not follow the store): --write, --token,"
+                " --allow-host, --annotator and --poll apply to the served viewer only"
             )
         with _existing_store(args.store) as store:
             folder = _bundle(store, args)
@@ -462,6 +462,12 @@ def cmd_view(args, out: TextIO) -> int:
             "of 16 characters or more"
         )
     annotators = _annotators(args)
+    poll = server.VIEW_POLL if args.poll is None else args.poll
+    if not server.VIEW_POLL_MIN <= poll <= server.VIEW_POLL_MAX:
+        raise CommandError(
+            f"--poll is the seconds between two looks at the store, from {server.VIEW_POLL_MIN} to"
+            f" {server.VIEW_POLL_MAX}, got {args.poll}"
+        )
     # a missing file, another program's database or a bad --column fails here, before binding
     with _existing_store(args.store) as store:
         columns = _view_columns(args, store)
@@ -486,6 +492,7 @@ def cmd_view(args, out: TextIO) -> int:
         allowed_hosts=args.allow_host,
         columns=columns,
         annotators=annotators or None,
+        poll=poll,
         on_ready=ready,
     )
     return 0
