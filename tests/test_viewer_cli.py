@@ -88,7 +88,7 @@ def test_bundle_options_are_checked(store_path, tmp_path):
     assert status != 0 and "--poll" in err and "does not follow the store" in err
     for bad in ("0", "61", "nan"):
         status, out, err = run(str(store_path), "--poll", bad)
-        assert status != 0 and out == "" and "--poll" in err and "from 0.05 to 60" in err
+        assert status != 0 and out == "" and "--poll" in err and "from 0.05 to 60 seconds" in err
     status, _, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--session", "s01", "--session", "zz")
     assert status != 0 and "'zz'" in err
     status, out, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--session", "s01", "--session", "s03")

@@ -462,12 +462,6 @@ def cmd_view(args, out: TextIO) -> int:
             "of 16 characters or more"
         )
     annotators = _annotators(args)
-    poll = server.VIEW_POLL if args.poll is None else args.poll
-    if not server.VIEW_POLL_MIN <= poll <= server.VIEW_POLL_MAX:
-        raise CommandError(
-            f"--poll is the seconds between two looks at the store, from {server.VIEW_POLL_MIN} to"
-            f" {server.VIEW_POLL_MAX}, got {args.poll}"
-        )
     # a missing file, another program's database or a bad --column fails here, before binding
     with _existing_store(args.store) as store:
         columns = _view_columns(args, store)
@@ -492,8 +486,8 @@ def cmd_view(args, out: TextIO) -> int:
         allowed_hosts=args.allow_host,
         columns=columns,
         annotators=annotators or None,
-        poll=poll,
         on_ready=ready,
+        **({} if args.poll is None else {"poll": args.poll}),
     )
     return 0
 

@@ -94,7 +94,7 @@ try:
     from ._app import SessionServer, create_app
     from ._collect import create_collect_app, serve_collect
     from ._hosts import HostGuard
-    from ._view import VIEW_POLL, VIEW_POLL_MAX, VIEW_POLL_MIN, create_view_app, is_loopback, serve_view
+    from ._view import create_view_app, is_loopback, serve_view
 except ImportError as exc:  # starlette is an optional extra
     if (exc.name or "").split(".")[0] not in ("starlette", "anyio"):
         raise
@@ -108,9 +108,6 @@ __all__ = [
     "serve",
     "create_view_app",
     "serve_view",
-    "VIEW_POLL",
-    "VIEW_POLL_MIN",
-    "VIEW_POLL_MAX",
     "is_loopback",
     "create_collect_app",
     "serve_collect",

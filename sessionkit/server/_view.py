@@ -43,7 +43,7 @@ from ..widgets import viewer
 from ._app import MIN_TOKEN_CHARS, _Auth
 from ._hosts import HostGuard, is_loopback_host
 
-__all__ = ["VIEW_POLL", "VIEW_POLL_MAX", "VIEW_POLL_MIN", "create_view_app", "is_loopback", "serve_view"]
+__all__ = ["create_view_app", "is_loopback", "serve_view"]
 
 #: Seconds between two looks at the store's change marker by an open page's stream (the
 #: default), and the range allowed.
@@ -103,7 +103,9 @@ def create_view_app(
     its annotator itself. ``poll``: seconds between two looks at the store's change marker
     by each open page's ``/api/changes`` stream (``VIEW_POLL_MIN`` to ``VIEW_POLL_MAX``)."""
     if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not VIEW_POLL_MIN <= poll <= VIEW_POLL_MAX:
-        raise ValueError(f"poll is the seconds between two looks at the store, {VIEW_POLL_MIN} to {VIEW_POLL_MAX}, got {poll!r}")
+        raise ValueError(
+            f"poll is the seconds between two looks at the store, {VIEW_POLL_MIN} to {VIEW_POLL_MAX}, got {poll!r}"
+        )
     extra = viewer.check_columns(store, columns)
     people = _annotator_tokens(annotators, token, write)
     if authenticate is not None and not callable(authenticate):
@@ -250,12 +252,13 @@ def create_view_app(
                 marker = await call(store.change_marker)
                 # "retry": how long the page waits before it reconnects; "ready": the stream is
                 # open, and a page that saw another marker before has missed a change
-                yield f"retry: 2000\nid: {marker}\nevent: ready\ndata: {json.dumps({'missed': seen not in (None, marker)})}\n\n"
+                missed = json.dumps({"missed": seen not in (None, marker)})
+                yield f"retry: 2000\nid: {marker}\nevent: ready\ndata: {missed}\n\n"
                 quiet = 0.0
                 while not stopping.is_set():
                     try:
                         await asyncio.wait_for(wake.wait(), poll)
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         pass
                     wake.clear()
                     now = await call(store.change_marker)

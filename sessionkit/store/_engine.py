@@ -101,6 +101,7 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def change_marker(self) -> str:
         """Text that changes with every committed write (see ``Store.change_marker``)."""
+
     @abc.abstractmethod
     def runs(self, sid: str) -> list[RunRecord]: ...
     @abc.abstractmethod
