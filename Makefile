@@ -54,12 +54,16 @@ lint: setup
 	$(BIN)/ruff format --check sessionkit tests benchmarks notebooks
 	$(BIN)/mypy sessionkit
 
-# The suite runs on pytest-xdist workers, one per core by default (TEST_WORKERS=1 runs it in one
-# process). --dist loadgroup keeps the tests that share a Jupyter server and a browser in one
+# The suite runs on pytest-xdist workers, one more than the machine has cores by default
+# (TEST_WORKERS=1 runs it in one process): much of its time is spent waiting on a browser, a
+# server, a killed process or the database server, and with one worker per core a quarter of
+# the cores' time went idle. --dist loadgroup keeps the tests that share a Jupyter server in one
 # worker (tests/conftest.py puts them in one group); every other test goes to whichever worker
 # is free.
-TEST_WORKERS ?= auto
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
+# The fast suite hardly waits on anything: one worker per core.
+FAST_WORKERS ?= auto
 
 ## Every test, after the lint.
 test: setup lint
@@ -68,7 +72,7 @@ test: setup lint
 ## Quick feedback: the tests that need no browser, no PostgreSQL and no killed process, less
 ## the long runs marked slow (full state machines, large fuzz corpora, the notebooks).
 test-fast: setup
-	$(PYTEST) $(XDIST) -m "not browser and not postgres and not kill and not slow"
+	$(PYTEST) -n $(FAST_WORKERS) --dist loadgroup -m "not browser and not postgres and not kill and not slow"
 
 ## The whole suite with branch coverage of the package (what README's development section quotes).
 coverage: setup

@@ -10,6 +10,17 @@ messages (1,000,000 by default: 10,000 sessions of 100, the shared workload of
     python benchmarks/import_bench.py              # 1,000,000 messages
     python benchmarks/import_bench.py --n 100000   # quicker
 
+``--hh``: importing the Anthropic HH file of ``tests/data`` (2,312 pairs, one session
+each) with ``sk.io.import_hh`` on each engine, as a ratio to raw inserts into the same
+engine of the same rows (``session_id, id, parent_id, content``, the content being
+``json.dumps`` of the message; one unique key on ``(session_id, id)``), read and split
+from the same file, in transactions of 200 pairs: stdlib ``sqlite3`` (``executemany``),
+DuckDB (one ``INSERT ... SELECT unnest(...)`` of column lists per transaction) and,
+with ``--pg-url``, psycopg (``executemany``). The two sides run in turns, ``--rounds``
+times each, each on a new file or schema; the ratio is the median round's.
+
+    python benchmarks/import_bench.py --hh [--rounds 3] [--engines sqlite,duckdb,postgresql]
+
 ``--memory``: the peak memory of each importer on a generated file of ``--lines``
 lines (1,000,000 by default), each import in a process of its own writing a SQLite
 file: the growth of the peak resident set (``VmHWM``) over the process's size
@@ -26,10 +37,12 @@ import gzip
 import json
 import os
 import random
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,6 +79,166 @@ def synthetic_import(store, n: int, per_session: int = 100) -> float:
             parent = m["id"]
         store.session(f"s{conv}").import_many(batch)
     return time.perf_counter() - t
+
+
+# ---------------------------------------------------------------------------
+# The HH file against raw inserts of the same rows
+
+HH = HERE.parent / "tests" / "data" / "hh-rlhf-harmless-base-test.jsonl.gz"
+HH_GROUP = 200  # pairs per transaction, as import_hh writes them
+
+
+def hh_rows() -> Iterator[list[tuple[str, str, str | None, str]]]:
+    """The rows of the HH file, a group of pairs at a time: what import_hh stores, built
+    directly (turns split as import_hh splits them, shared turns once, then the rejected
+    and the chosen branch)."""
+    import hashlib
+
+    from sessionkit.io.hh import parse_turns
+
+    group: list[tuple[str, str, str | None, str]] = []
+    pairs = 0
+    with gzip.open(HH, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            obj = json.loads(line)
+            chosen, rejected = parse_turns(obj["chosen"]), parse_turns(obj["rejected"])
+            sid = "hh-" + hashlib.sha256(obj["chosen"].encode() + b"\x00" + obj["rejected"].encode()).hexdigest()[:20]
+            shared = 0
+            while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
+                shared += 1
+            parent = None
+            for i in range(shared):
+                mid = f"p{i}"
+                m = {"id": mid, "role": chosen[i][0], "parts": [{"type": "text", "text": chosen[i][1]}]}
+                group.append((sid, mid, parent, json.dumps(m)))
+                parent = mid
+            fork = parent
+            for prefix, turns, is_chosen in (("r", rejected, False), ("c", chosen, True)):
+                parent = fork
+                for i in range(shared, len(turns)):
+                    mid = f"{prefix}{i}"
+                    m = {
+                        "id": mid,
+                        "role": turns[i][0],
+                        "parts": [{"type": "text", "text": turns[i][1]}],
+                        "metadata": {"hh": {"chosen": is_chosen}},
+                    }
+                    group.append((sid, mid, parent, json.dumps(m)))
+                    parent = mid
+            pairs += 1
+            if pairs % HH_GROUP == 0:
+                yield group
+                group = []
+    if group:
+        yield group
+
+
+RAW_TABLE = (
+    "CREATE TABLE m (session_id TEXT NOT NULL, id TEXT NOT NULL, parent_id TEXT, content TEXT NOT NULL, "
+    "UNIQUE (session_id, id))"
+)
+
+
+def raw_sqlite(target: str) -> int:
+    db = sqlite3.connect(target, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(RAW_TABLE)
+    n = 0
+    for rows in hh_rows():
+        db.execute("BEGIN")
+        db.executemany("INSERT OR IGNORE INTO m VALUES (?, ?, ?, ?)", rows)
+        db.execute("COMMIT")
+        n += len(rows)
+    db.close()
+    return n
+
+
+def raw_duckdb(target: str) -> int:
+    import duckdb
+
+    db = duckdb.connect(target)
+    db.execute(RAW_TABLE)
+    n = 0
+    for rows in hh_rows():
+        db.execute("BEGIN TRANSACTION")
+        db.execute(
+            "INSERT INTO m SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+            "unnest(?::VARCHAR[]) ON CONFLICT DO NOTHING",
+            [list(c) for c in zip(*rows)],
+        )
+        db.execute("COMMIT")
+        n += len(rows)
+    db.close()
+    return n
+
+
+def raw_postgresql(target: str) -> int:
+    import psycopg
+
+    url, schema = target.rsplit("#", 1)
+    n = 0
+    with psycopg.connect(url, autocommit=True) as db:
+        db.execute(f"CREATE SCHEMA {schema}")
+        db.execute(f"SET search_path TO {schema}")
+        db.execute(RAW_TABLE)
+        for rows in hh_rows():
+            with db.transaction(), db.cursor() as cur:
+                cur.executemany("INSERT INTO m VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING", rows)
+            n += len(rows)
+        db.execute(f"DROP SCHEMA {schema} CASCADE")
+    return n
+
+
+def hh_main(args) -> int:
+    import statistics
+    import urllib.parse
+
+    raws = {"sqlite": raw_sqlite, "duckdb": raw_duckdb, "postgresql": raw_postgresql}
+    names = iter(range(1_000_000))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sk-import-hh-") as d:
+        for engine in args.engines.split(","):
+            if engine == "postgresql" and not args.pg_url:
+                print("  postgresql: skipped (no --pg-url)")
+                continue
+            times: dict[str, list[float]] = {"sessionkit": [], "raw": []}
+            counts = set()
+            for _ in range(args.rounds):
+                k = next(names)
+                if engine == "postgresql":
+                    schema = f"hh_bench_{os.getpid()}_{k}"
+                    sep = "&" if urllib.parse.urlsplit(args.pg_url).query else "?"
+                    target, raw_target = f"{args.pg_url}{sep}schema={schema}", f"{args.pg_url}#{schema}_raw"
+                else:
+                    ext = {"sqlite": "db", "duckdb": "duckdb"}[engine]
+                    target, raw_target = str(Path(d) / f"sk{k}.{ext}"), str(Path(d) / f"raw{k}.{ext}")
+                store = sk.open_store(target)  # opened (schema made) outside the clock
+                t = time.perf_counter()
+                sk.io.import_hh(store, HH, progress=False)
+                times["sessionkit"].append(time.perf_counter() - t)
+                counts.add(store.stats()["messages"])
+                store.close()
+                if engine == "postgresql":
+                    import psycopg
+
+                    with psycopg.connect(args.pg_url, autocommit=True) as db:
+                        db.execute(f"DROP SCHEMA {schema} CASCADE")
+                t = time.perf_counter()
+                counts.add(raws[engine](raw_target))
+                times["raw"].append(time.perf_counter() - t)
+                for p in Path(d).iterdir():
+                    p.unlink()
+            assert len(counts) == 1, f"{engine}: sessionkit and raw stored different row counts {counts}"
+            ratios = sorted(a / b for a, b in zip(times["sessionkit"], times["raw"]))
+            ratio = statistics.median(ratios)
+            rows.append((engine, counts.pop(), ratio, ratios))
+            print(f"  {engine}: import_hh {ratio:.2f}x raw's time (rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
+    print("\n| engine | HH messages | import_hh against raw inserts (median round) | rounds |\n|---|---:|---:|---|")
+    for engine, n, ratio, ratios in rows:
+        print(f"| {engine} | {n:,} | {ratio:.2f}x time | {', '.join(f'{r:.2f}x' for r in ratios)} |")
+    print(f"\nsessionkit {sk.__version__} from {Path(sk.__file__).parent.parent}, {os.cpu_count()} cores.")
+    return 0
 
 
 # ---------------------------------------------------------------------------
@@ -284,11 +457,18 @@ def memory_main(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1_000_000, help="synthetic messages (default 1,000,000)")
-    ap.add_argument("--engines", default="sqlite,duckdb")
+    ap.add_argument("--engines", default=None, help="default sqlite,duckdb (--hh: and postgresql)")
     ap.add_argument("--memory", action="store_true", help="measure each importer's peak memory instead")
     ap.add_argument("--lines", type=int, default=1_000_000, help="lines per generated file (--memory)")
     ap.add_argument("--formats", default="openai,oasst,oasst-trees,hh,jsonl", help="importers to measure (--memory)")
+    ap.add_argument("--hh", action="store_true", help="the HH file on each engine against raw inserts instead")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of each side (--hh)")
+    ap.add_argument("--pg-url", default=os.environ.get("SESSIONKIT_PG_URL"), help="PostgreSQL database (--hh)")
     args = ap.parse_args(argv)
+    if args.hh:
+        args.engines = args.engines or "sqlite,duckdb,postgresql"
+        return hh_main(args)
+    args.engines = args.engines or "sqlite,duckdb"
     if args.memory:
         return memory_main(args)
     rows = []

@@ -526,6 +526,16 @@ class AsyncStore:
         """Every session holding at least one message, newest activity first."""
         return await self._call("list_sessions")
 
+    async def import_many(
+        self, records: Iterable[tuple[str, Iterable[tuple[dict[str, Any], Any, Any]]]]
+    ) -> list[list[AppendResult]]:
+        """Import many sessions' messages in one transaction (see :meth:`sessionkit.Store.import_many`)."""
+        return await self._call("import_many", list(records))
+
+    async def sessions_holding(self, session_ids: Iterable[str]) -> set[str]:
+        """Which of ``session_ids`` hold messages (see :meth:`sessionkit.Store.sessions_holding`)."""
+        return await self._call("sessions_holding", list(session_ids))
+
     async def delete_session(self, session_id: str) -> None:
         """Remove everything of a session; an unknown id -> ``SessionNotFound``."""
         return await self._call("delete_session", session_id)

@@ -370,3 +370,17 @@ def test_the_litellm_capture_page_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the example writes capture.db
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     assert _run_examples(DOCS / "integrations" / "litellm-capture.md", {}) >= 8
+
+
+@pytest.mark.slow
+def test_the_judging_page_runs_as_written(tmp_path, monkeypatch, capsys):
+    """Scorers, a judge (offline: litellm's mock_response), agreement, datasets and their
+    exports, each example in order on the page's own store; the prompt shown is the one sent."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: read then
+    pytest.importorskip("litellm")
+    pytest.importorskip("datasets")
+    monkeypatch.chdir(tmp_path)
+    page = DOCS / "judging.md"
+    assert _run_examples(page, {}) >= 14
+    shown = re.search(r"^```text\n(--- system\n.*?)^```", page.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+    assert shown is not None and shown.group(1) in capsys.readouterr().out

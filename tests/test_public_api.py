@@ -133,7 +133,18 @@ def test_error_tree():
     )
 
 
-HEAVY = ["pandas", "duckdb", "litellm", "ipywidgets", "starlette", "anywidget", "matplotlib", "numpy", "google.adk"]
+HEAVY = [
+    "pandas",
+    "duckdb",
+    "litellm",
+    "ipywidgets",
+    "starlette",
+    "anywidget",
+    "matplotlib",
+    "numpy",
+    "google.adk",
+    "datasets",
+]
 
 
 def test_lite_llm_model_resolves_lazily_without_importing_litellm():
@@ -254,6 +265,7 @@ SUBPACKAGES = {
         "import_swe_agent",
         "import_inspect",
         "import_otel",
+        "to_hf_dataset",
         "detect_format",
         "FORMATS",
     },
@@ -270,9 +282,24 @@ SUBPACKAGES = {
         "runs_df",
         "sql",
         "to_pandas",
+        "overview_data",
+        "OVERVIEW_SQL",
     },
     "sessionkit.aio": {"AsyncSession", "AsyncStore", "open_store"},
-    "sessionkit.analysis.plot": {"branch_fanout", "cost_per_run", "tokens_along_path", "tool_calls"},
+    "sessionkit.analysis.plot": {
+        "branch_fanout",
+        "cost_per_run",
+        "tokens_along_path",
+        "tool_calls",
+        "messages_over_time",
+        "tokens_by_model",
+        "cost_by_model",
+        "latency",
+        "tool_errors",
+        "label_distribution",
+        "rating_distribution",
+        "overview",
+    },
     "sessionkit.widgets": {
         "BranchTree",
         "CompareView",
@@ -328,6 +355,7 @@ SUBPACKAGES = {
         "write_bundle",
         "queue_answer",
         "queues_list",
+        "overview",
     },
     "sessionkit.testing": {"ScriptedModel", "conformance"},
     "sessionkit.scorers": {

@@ -323,6 +323,41 @@ def test_extra_columns_sort_filter_and_page_in_sql(store_path):
             viewer.sessions_page(store, sort="nope", columns=cols)
 
 
+def test_columns_of_every_sql_type_are_json_in_the_page(store_path):
+    """A column from SQL may give any of DuckDB's types: ``sum()`` of integers (a DECIMAL or a
+    HUGEINT), an INTERVAL, a fraction, an infinite DOUBLE, bytes, a UUID, a LIST; the page's
+    rows are strict JSON (no NaN or Infinity) holding each value as a number, text or list."""
+    specs = [
+        ("summed", "SELECT session_id, sum(length(session_id)) FROM messages GROUP BY 1"),
+        ("half", "SELECT session_id, sum(depth)::DECIMAL(10, 2) / 2 FROM messages GROUP BY 1"),
+        ("span", "SELECT session_id, INTERVAL 90 SECOND * count(*) FROM messages GROUP BY 1"),
+        ("inf", "SELECT session_id, 'inf'::DOUBLE FROM messages GROUP BY 1"),
+        ("raw", "SELECT session_id, '\\xAB'::BLOB FROM messages GROUP BY 1"),
+        ("uid", "SELECT session_id, '00000000-0000-0000-0000-000000000001'::UUID FROM messages GROUP BY 1"),
+        ("ids", "SELECT session_id, list(id ORDER BY id) FROM messages GROUP BY 1"),
+    ]
+    with sk.open_store(store_path) as store:
+        cols = viewer.check_columns(store, specs)
+        want = {
+            r["session_id"]: r
+            for r in store.sql_arrow(
+                "SELECT session_id, sum(length(session_id)) AS total, sum(depth) / 2 AS half, count(*) AS n, "
+                "list(id ORDER BY id) AS ids FROM messages GROUP BY 1"
+            ).to_pylist()
+        }
+        for sort in ("summed", "session_id"):
+            page = viewer.sessions_page(store, sort=sort, limit=50, columns=cols)
+            rows = json.loads(json.dumps(page["rows"], allow_nan=False))
+            assert len(rows) == len(want)
+            for row in rows:
+                w = want[row["session_id"]]
+                assert row["summed"] == int(w["total"]) and isinstance(row["summed"], int)
+                assert row["half"] == pytest.approx(float(w["half"]))
+                assert row["span"] == 90.0 * w["n"]
+                assert row["inf"] is None and row["raw"] == "ab"
+                assert row["uid"] == "00000000-0000-0000-0000-000000000001" and row["ids"] == w["ids"]
+
+
 @pytest.mark.slow  # slow: over a second; the fast suite leaves it out
 def test_a_session_of_run_events_alone_opens_and_is_bundled(tmp_path):
     """A session holding run events and nothing else (no message, no run) is listed, opens

@@ -74,6 +74,7 @@ from typing import Any
 from ..errors import missing
 from ..store import VIEW_COLUMNS
 from ._agreement import Agreement, agreement
+from ._overview import OVERVIEW_SQL, overview_data
 from ._tables import D1_COLUMNS, TABLES, StoreData
 
 __all__ = [
@@ -89,6 +90,8 @@ __all__ = [
     "D1_COLUMNS",
     "TABLES",
     "StoreData",
+    "overview_data",
+    "OVERVIEW_SQL",
 ]
 
 

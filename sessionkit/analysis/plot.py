@@ -8,6 +8,12 @@ so plots compose with the rest of a notebook::
     sk.plot.branch_fanout(store)                # how many messages have 1, 2, 3... children
     sk.plot.tool_calls(store, top=10)           # the most called tools
     sk.plot.cost_per_run(session)               # USD per agent run
+    sk.plot.overview(store)                     # the viewer's overview page as one figure
+
+The overview's plots (``messages_over_time``, ``tokens_by_model``, ``cost_by_model``,
+``latency``, ``tool_errors``, ``label_distribution``, ``rating_distribution``, and
+``overview`` with them all) draw the figures of
+:func:`sessionkit.analysis.overview_data`, the same SQL as the viewer's ``#/overview``.
 
 Needs matplotlib (the ``analysis`` extra); a missing one raises
 :class:`sessionkit.MissingDependency`.
@@ -20,9 +26,23 @@ from collections import Counter
 from typing import Any
 
 from ..errors import missing
+from ._overview import overview_data
 from ._tables import StoreData
 
-__all__ = ["tokens_along_path", "branch_fanout", "tool_calls", "cost_per_run"]
+__all__ = [
+    "tokens_along_path",
+    "branch_fanout",
+    "tool_calls",
+    "cost_per_run",
+    "messages_over_time",
+    "tokens_by_model",
+    "cost_by_model",
+    "latency",
+    "tool_errors",
+    "label_distribution",
+    "rating_distribution",
+    "overview",
+]
 
 _ROLE_COLORS = {
     "system": "#7f7f7f",
@@ -218,3 +238,211 @@ def cost_per_run(source, *, ax: Any = None):
     if not runs:
         ax.text(0.5, 0.5, "no runs", ha="center", va="center", transform=ax.transAxes)
     return ax
+
+
+# -- the overview (the viewer's #/overview page, from overview_data's SQL) -----------------
+
+
+def _figures(source, data: dict | None) -> dict:
+    """The overview's figures of a store or a session (given ``data`` is used as is)."""
+    if data is not None:
+        return data
+    from ..store import Session, Store
+
+    if isinstance(source, Session):
+        return overview_data(source.store, [source.session_id])
+    if isinstance(source, Store):
+        return overview_data(source)
+    raise TypeError(f"expected a sessionkit Store or Session, got {type(source).__name__}")
+
+
+def _nothing(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+
+
+def messages_over_time(source, *, ax: Any = None, data: dict | None = None):
+    """Messages written each day (bars) and sessions begun each day (their first message; a
+    line on a second y axis, ``ax.figure.axes[1]``). ``source`` is a store or a session;
+    ``data``: figures :func:`~sessionkit.analysis.overview_data` already gave. Returns the Axes."""
+    figures = _figures(source, data)
+    ax = _axes(ax)
+    days = sorted({r["day"] for r in figures["messages_by_day"]} | {r["day"] for r in figures["sessions_by_day"]})
+    messages = {r["day"]: r["messages"] for r in figures["messages_by_day"]}
+    sessions = {r["day"]: r["sessions"] for r in figures["sessions_by_day"]}
+    xs = list(range(len(days)))
+    ax.bar(xs, [messages.get(d, 0) for d in days], color="#1f77b4", label="messages")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(days, rotation=45, ha="right", fontsize="small")
+    ax.set_ylabel("messages")
+    ax.set_title(f"messages and sessions by day: {sum(messages.values())} messages, {sum(sessions.values())} sessions")
+    if days:
+        twin = ax.twinx()
+        twin.plot(xs, [sessions.get(d, 0) for d in days], color="#ff7f0e", marker="o", label="sessions")
+        twin.set_ylabel("sessions begun")
+        twin.set_ylim(bottom=0)
+    else:
+        _nothing(ax, "no messages")
+    return ax
+
+
+def _model_names(models: list[dict]) -> list[str]:
+    return [r["model"] if r["model"] is not None else "(no model)" for r in models]
+
+
+def tokens_by_model(source, *, ax: Any = None, data: dict | None = None):
+    """Input and output tokens of the agent runs by model, as stacked horizontal bars (most runs
+    on top). Returns the Axes."""
+    figures = _figures(source, data)
+    ax = _axes(ax)
+    models = figures["models"][::-1]  # barh draws bottom-up
+    ys = list(range(len(models)))
+    tin = [r["tokens_in"] for r in models]
+    ax.barh(ys, tin, color="#1f77b4", label="in")
+    ax.barh(ys, [r["tokens_out"] for r in models], left=tin, color="#ff7f0e", label="out")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(_model_names(models))
+    ax.set_xlabel("tokens")
+    ax.set_title(f"tokens by model: {sum(r['runs'] for r in models)} runs")
+    if models:
+        ax.legend(fontsize="small", loc="best")
+    else:
+        _nothing(ax, "no runs")
+    return ax
+
+
+def cost_by_model(source, *, ax: Any = None, data: dict | None = None):
+    """Cost in USD of the agent runs by model, as horizontal bars. A model none of whose runs is
+    priced gets no bar but an "unknown" label: unknown is never drawn as zero. Returns the Axes."""
+    figures = _figures(source, data)
+    ax = _axes(ax)
+    models = figures["models"][::-1]
+    ys = list(range(len(models)))
+    costs = [math.nan if r["cost_usd"] is None else float(r["cost_usd"]) for r in models]
+    ax.barh(ys, costs, color="#2ca02c")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(_model_names(models))
+    at_axis = ax.get_yaxis_transform()  # x as a fraction of the axes, y in data units
+    for y, c, r in zip(ys, costs, models):
+        if math.isnan(c):
+            ax.annotate("unknown", (0.01, y), xycoords=at_axis, va="center", fontsize="small", color="#d62728")
+        elif r["unpriced"]:
+            ax.annotate(f"+ {r['unpriced']} unpriced", (c, y), va="center", fontsize="small")
+    ax.set_xlabel("cost (USD)")
+    known = [c for c in costs if not math.isnan(c)]
+    ax.set_title(f"cost by model: ${sum(known):.4f}")
+    if not models:
+        _nothing(ax, "no runs")
+    return ax
+
+
+def latency(source, *, ax: Any = None, data: dict | None = None):
+    """p50 and p95 latency in seconds of turns (their run, from its start to its end) and of
+    tool calls, as grouped bars; what has no recorded latency is left out. Returns the Axes."""
+    figures = _figures(source, data)
+    ax = _axes(ax)
+    rows = [r for r in figures["latency"] if r["n"]]
+    xs = list(range(len(rows)))
+    ax.bar([x - 0.2 for x in xs], [r["p50"] for r in rows], width=0.4, color="#1f77b4", label="p50")
+    ax.bar([x + 0.2 for x in xs], [r["p95"] for r in rows], width=0.4, color="#ff7f0e", label="p95")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r['what']} ({r['n']})" for r in rows])
+    ax.set_ylabel("seconds")
+    ax.set_title("latency: p50 and p95")
+    if rows:
+        ax.legend(fontsize="small", loc="best")
+    else:
+        _nothing(ax, "no recorded latency")
+    return ax
+
+
+def tool_errors(source, *, top: int = 20, ax: Any = None, data: dict | None = None):
+    """Each tool's error rate (errors among its calls that have a result) as horizontal bars,
+    the ``top`` most called tools, most called on top. Returns the Axes."""
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise ValueError(f"top must be a positive int, got {top!r}")
+    figures = _figures(source, data)
+    ax = _axes(ax)
+    tools = figures["tools"][:top][::-1]
+    ys = list(range(len(tools)))
+    rates = [math.nan if r["error_rate"] is None else r["error_rate"] for r in tools]
+    ax.barh(ys, rates, color="#d62728")
+    ax.set_yticks(ys)
+    ax.set_yticklabels([f"{r['tool_name']} ({r['errors']}/{r['answered']})" for r in tools])
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("error rate")
+    errors = sum(r["errors"] for r in figures["tools"])
+    ax.set_title(f"tool errors: {errors} of {sum(r['answered'] for r in figures['tools'])} answered calls")
+    if not tools:
+        _nothing(ax, "no tool calls")
+    return ax
+
+
+def label_distribution(source, *, top: int = 20, ax: Any = None, data: dict | None = None):
+    """Labels by tag (the ``top`` most used), stacked by who made them (``human``, ``code``,
+    ``llm``), as horizontal bars. Returns the Axes."""
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise ValueError(f"top must be a positive int, got {top!r}")
+    figures = _figures(source, data)
+    ax = _axes(ax)
+    counts: dict[str, dict[str, int]] = {}
+    for r in figures["tags"]:
+        counts.setdefault(r["tag"], {})[r["source"]] = r["labels"]
+    tags = sorted(counts, key=lambda t: (-sum(counts[t].values()), t))[:top][::-1]
+    sources = sorted({s for c in counts.values() for s in c}, key=lambda s: (["human", "code", "llm", s].index(s), s))
+    ys = list(range(len(tags)))
+    left = [0] * len(tags)
+    colors = {"human": "#1f77b4", "code": "#2ca02c", "llm": "#9467bd"}
+    for source_name in sources:
+        widths = [counts[t].get(source_name, 0) for t in tags]
+        ax.barh(ys, widths, left=left, color=colors.get(source_name, _OTHER), label=source_name)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_yticks(ys)
+    ax.set_yticklabels(tags)
+    ax.set_xlabel("labels")
+    ax.set_title(f"labels by tag: {sum(r['labels'] for r in figures['tags'])} labels")
+    if tags:
+        ax.legend(fontsize="small", loc="best")
+    else:
+        _nothing(ax, "no labels")
+    return ax
+
+
+def rating_distribution(source, *, ax: Any = None, data: dict | None = None):
+    """How many labels carry each rating (score), as bars. Returns the Axes."""
+    figures = _figures(source, data)
+    ax = _axes(ax)
+    rows = figures["ratings"]
+    xs = list(range(len(rows)))
+    ax.bar(xs, [r["labels"] for r in rows], color="#8c564b")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{r['rating']:g}" for r in rows])
+    ax.set_xlabel("rating")
+    ax.set_ylabel("labels")
+    ax.set_title(f"ratings: {sum(r['labels'] for r in rows)} rated labels")
+    if not rows:
+        _nothing(ax, "no rated labels")
+    return ax
+
+
+def overview(source):
+    """The viewer's overview page as one matplotlib ``Figure``: every plot above on its own
+    axes, from one :func:`~sessionkit.analysis.overview_data` (one query per figure)."""
+    plt = _pyplot()
+    data = _figures(source, None)
+    fig, grid = plt.subplots(3, 3, figsize=(18, 13), layout="constrained")
+    cells = list(grid.flat)
+    messages_over_time(source, ax=cells[0], data=data)
+    tokens_by_model(source, ax=cells[1], data=data)
+    cost_by_model(source, ax=cells[2], data=data)
+    latency(source, ax=cells[3], data=data)
+    tool_errors(source, ax=cells[4], data=data)
+    label_distribution(source, ax=cells[5], data=data)
+    rating_distribution(source, ax=cells[6], data=data)
+    for ax in cells[7:]:
+        ax.set_axis_off()
+    t = data["totals"]
+    fig.suptitle(
+        f"{t['sessions']} sessions, {t['messages']} messages, {t['runs']} runs, "
+        f"{t['tool_calls']} tool calls, {t['labels']} labels"
+    )
+    return fig

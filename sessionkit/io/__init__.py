@@ -11,6 +11,7 @@ sessionkit JSONL, Parquet, and the stores and logs of agent frameworks.
 >>> sk.io.export_parquet(store, "parquet/")
 >>> sk.io.import_parquet(sk.open_store("copy.db"), "parquet/")
 >>> sk.io.copy_store(store, sk.open_store("postgresql://localhost/chats"))   # any engine to any engine
+>>> sk.io.to_hf_dataset(store, "refusals")    # a dataset as a Hugging Face datasets.Dataset
 
 The agent frameworks' own stores and logs, one session per conversation under its own id:
 
@@ -98,6 +99,7 @@ from .adk import import_adk
 from .claude_code import import_claude_code
 from .copy import copy_store
 from .detect import FORMATS, detect_format
+from .hf import to_hf_dataset
 from .hh import import_hh
 from .inspect_logs import import_inspect
 from .jsonl import export_jsonl, import_jsonl
@@ -126,6 +128,7 @@ __all__ = [
     "import_swe_agent",
     "import_inspect",
     "import_otel",
+    "to_hf_dataset",
     "detect_format",
     "FORMATS",
     "MalformedInput",

@@ -13,7 +13,8 @@ import sys
 import warnings
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from ..errors import MalformedInput, MessageTooLarge, SessionKitError
 
@@ -59,6 +60,13 @@ class Batches:
     The error then says how many records are stored (:attr:`MalformedInput.imported`,
     or a note on other errors); importing the corrected file again completes the
     import, since imports are idempotent.
+
+    Records of messages (:meth:`write_import`: a pair, a tree, a block of lines) wait
+    until the group is complete, or another kind of record comes, and are then written
+    together by one ``store.import_many``, a few statements for the whole group on
+    engines that insert in batches. When the store refuses that call, nothing of it is
+    kept and the group's records are written again one at a time as above, so the
+    record at fault fails alone with its own error.
     """
 
     def __init__(self, store, *, source: str, unit: str, group: int = 200, max_bytes: int = 32 << 20):
@@ -69,6 +77,7 @@ class Batches:
         self._max_bytes = max_bytes
         self._cm = None
         self._pending: list[tuple[str, Callable[[], Any], int]] = []  # (where, write, records)
+        self._queued: list[_Queued] = []  # records of messages waiting for one import_many
         self._bytes = 0
         self.stored = 0  # records committed
         self.last: str | None = None  # where the last committed record was
@@ -106,6 +115,8 @@ class Batches:
         stores the good part of this record itself (reporting it with :meth:`add`)
         and returns the error to raise in place of ``error`` (or None to keep it).
         """
+        if self._queued:
+            self._drain()  # in file order: the records of messages before this one first
         if self._cm is None:
             self._open()
         try:
@@ -130,6 +141,56 @@ class Batches:
         if len(self._pending) >= self._group or self._bytes >= self._max_bytes:
             self.commit()
 
+    def write_import(
+        self,
+        where: str,
+        session,
+        items: list,
+        fn: Callable[[], Any],
+        *,
+        watch: RootWatch | None = None,
+        nbytes: int = 0,
+        records: int = 1,
+        salvage: Callable[[BaseException], BaseException | None] | None = None,
+    ) -> None:
+        """A record of messages: ``session.import_many(items)``, written with the rest of its
+        group in one ``store.import_many``. ``fn`` writes it alone, turning the store's
+        errors into the record's own (``write`` runs it when the group's call fails);
+        ``watch`` hears of the roots the group added."""
+        self._queued.append(_Queued(where, session, items, fn, watch, nbytes, records, salvage))
+        self._bytes += nbytes
+        if len(self._pending) + len(self._queued) >= self._group or self._bytes >= self._max_bytes:
+            self.commit()
+
+    def _drain(self) -> None:
+        """Write the queued records of messages in one ``store.import_many``, in the open
+        transaction; when it fails, write them one at a time (see the class notes)."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        if self._cm is None:
+            self._open()
+        batch = [(q.session.session_id, q.items) for q in queued]
+        try:
+            for watch in {id(q.watch): q.watch for q in queued if q.watch is not None}.values():
+                watch.before_many([q.session.session_id for q in queued if q.watch is watch])
+            results = self._store.import_many(batch)
+        except Exception as exc:
+            self._close(exc)
+            self._rewrite()
+            for q in queued:  # the record at fault raises its own error; those before it stay
+                self.write(q.where, q.fn, nbytes=q.nbytes, records=q.records, salvage=q.salvage)
+            return
+        except BaseException as exc:  # KeyboardInterrupt: give up the group, quickly
+            self._pending.clear()
+            self._close(exc)
+            raise
+        for q, result in zip(queued, results):
+            if q.watch is not None:
+                q.watch.after(q.session, q.items, result)
+        stored = sum(q.records for q in queued)
+        self._pending.append((queued[-1].where, partial(self._store.import_many, batch), stored))
+
     def add(self, records: int, where: str) -> None:
         """Count ``records`` stored by a caller's own committed write (see ``salvage``)."""
         if records:
@@ -152,6 +213,7 @@ class Batches:
         self.last = pending[-1][0]
 
     def commit(self) -> None:
+        self._drain()
         pending, self._pending = self._pending, []
         self._bytes = 0
         self._close(None)
@@ -168,6 +230,16 @@ class Batches:
         )
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._queued:  # records read before the end (or the problem): written, unless one fails
+            try:
+                self._drain()
+            except Exception as failed:  # that record's own error: it comes first in the file
+                self._note(failed)
+                raise
+            except BaseException:
+                self._queued.clear()
+                if exc is None:
+                    raise
         if exc is None:
             self.commit()
             return
@@ -177,6 +249,10 @@ class Batches:
             except BaseException:
                 self._pending.clear()
                 self._cm = None
+        self._note(exc)
+
+    def _note(self, exc: BaseException) -> None:
+        """Tell ``exc`` how far the import got."""
         note = self.progress_note()
         if isinstance(exc, MalformedInput):
             exc._set_progress(self.stored, note)
@@ -184,6 +260,19 @@ class Batches:
             exc.args = (f"{exc.args[0]} ({note})",)
         elif isinstance(exc, BaseException):
             exc.add_note(f"importing {self._source}: {note}")
+
+
+class _Queued(NamedTuple):
+    """A record of messages waiting in :class:`Batches` (see ``Batches.write_import``)."""
+
+    where: str
+    session: Any
+    items: list
+    fn: Callable[[], Any]
+    watch: RootWatch | None
+    nbytes: int
+    records: int
+    salvage: Callable[[BaseException], BaseException | None] | None
 
 
 def located(exc: MessageTooLarge, source: str, where: str) -> MessageTooLarge:
@@ -388,9 +477,9 @@ def _outside_package_level() -> int:
 class RootWatch:
     """The sessions one import adds a new root message to while they already held messages.
 
-    :func:`write_items` asks it, before the first write to a session, whether the session
-    holds messages (one count per session an import writes to), and after each write which
-    roots were inserted (an idempotent import inserts none). :meth:`warn` then issues one
+    :func:`write_items` and :class:`Batches` ask it, before the first write to a session,
+    whether the session holds messages (one ``store.sessions_holding`` per group of records),
+    and after each write which roots were inserted (an idempotent import inserts none). :meth:`warn` then issues one
     :class:`SessionMergeWarning` naming the first few sessions.
     """
 
@@ -406,8 +495,16 @@ class RootWatch:
         self.count = 0
 
     def before(self, session) -> None:
-        if self._touched is not None and self._touched.add(session.session_id) and len(session):
-            self._held.add(session.session_id)
+        self.before_many([session.session_id])
+
+    def before_many(self, session_ids: list[str]) -> None:
+        """Before writing to these sessions: note which of those this import has not written
+        to yet held messages (one ``store.sessions_holding`` for all of them)."""
+        if self._touched is None:
+            return
+        first = [sid for sid in dict.fromkeys(session_ids) if self._touched.add(sid)]
+        if first:
+            self._held.update(self.store.sessions_holding(first))
 
     def after(self, session, items: Sequence, results: Sequence) -> None:
         sid = session.session_id

@@ -140,7 +140,14 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             ).hexdigest()[:20]
             session = store.session(session_prefix + digest)
             items = _pair_items(turns["chosen"], turns["rejected"])
-            batches.write(where, partial(_write_pair, session, items, source, where, watch), nbytes=nbytes)
+            batches.write_import(
+                where,
+                session,
+                items,
+                partial(_write_pair, session, items, source, where, watch),
+                watch=watch,
+                nbytes=nbytes,
+            )
             sessions.append_new(session.session_id)
             bar.update()
     return sessions_result(sessions)

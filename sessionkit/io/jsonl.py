@@ -369,9 +369,12 @@ def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionLis
             return
         session, items, lines, nbytes = store.session(batch_sid), batch, batch_lines, batch_bytes
         batch, batch_lines, batch_bytes = [], [], 0
-        batches.write(
+        batches.write_import(
             lines[-1],
+            session,
+            items,
             partial(_write_block, session, items, source, lines, watch),
+            watch=watch,
             nbytes=nbytes,
             records=len(items),
             salvage=partial(_salvage_block, batches, session, items, source, lines, watch),

@@ -203,7 +203,14 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
             if "prompt" in obj:
                 tree_id, items = _tree_items(obj, where, source)
                 session = store.session(session_prefix + tree_id)
-                batches.write(where, partial(_write, session, items, source, where, watch), nbytes=nbytes)
+                batches.write_import(
+                    where,
+                    session,
+                    items,
+                    partial(_write, session, items, source, where, watch),
+                    watch=watch,
+                    nbytes=nbytes,
+                )
                 keep(session, lineno)
             elif "message_id" in obj:
                 tree = obj.get("message_tree_id")
@@ -237,8 +244,13 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                     tree_rows = rows.pop(tree_id)
                     items = _flat_items(tree_id, tree_rows, source)
                     session = store.session(session_prefix + tree_id)
-                    batches.write(
-                        f"line {lineno}", partial(_write, session, items, source, tree_rows[0][0], watch), nbytes=nbytes
+                    batches.write_import(
+                        f"line {lineno}",
+                        session,
+                        items,
+                        partial(_write, session, items, source, tree_rows[0][0], watch),
+                        watch=watch,
+                        nbytes=nbytes,
                     )
                     keep(session, first)
     if flat:  # the trees of flat messages were written at their last line: put them at their first

@@ -211,6 +211,9 @@ def create_view_app(
     async def similar(request: Request) -> Any:
         return await call(viewer.similar_sessions, store, session_id(request))
 
+    async def overview(request: Request) -> Any:  # the #/overview page's figures, from SQL
+        return await call(viewer.overview, store)
+
     async def delete(request: Request) -> Any:
         sid = session_id(request)
         await call(viewer.session_state, store, sid)  # SessionNotFound (404) before anything is changed
@@ -305,6 +308,7 @@ def create_view_app(
         Route("/api/events", api(events)),
         Route("/api/timeline", api(timeline)),
         Route("/api/similar", api(similar)),
+        Route("/api/overview", api(overview)),
         Route("/api/changes", changes),
         Route("/{name:str}", asset),
     ]

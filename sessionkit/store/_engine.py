@@ -144,6 +144,19 @@ class Engine(abc.ABC):
         """
         raise NotImplementedError(f"the {self.kind} engine has no bulk insert")
 
+    def w_import_records(
+        self, records: Sequence[tuple[str, Sequence[tuple[Prepared, str | _Latest | None, str]]]], index: bool
+    ) -> list[list[tuple[bool, int]]]:
+        """:meth:`w_insert_many` for each ``(sid, rows)`` record in turn, as one batch:
+        ``Store.import_many`` (the importers' grouped writes) uses it. An engine may write
+        every record's rows together, in a few statements for the lot; any error leaves
+        the caller to roll back the transaction (nothing of the batch is kept)."""
+        return [self.w_insert_many(sid, rows, index) for sid, rows in records]
+
+    def sessions_holding(self, sids: Sequence[str]) -> set[str]:
+        """Those of ``sids`` that hold at least one message."""
+        return {sid for sid in sids if self.count(sid)}
+
     @abc.abstractmethod
     def w_update(self, sid: str, node: Node, prep: Prepared, index: bool) -> None: ...
     @abc.abstractmethod

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -348,6 +348,7 @@ class _Rows(Protocol):
     def fetch_one(self, sql: str, params: Any = ()) -> Any: ...
     def execute(self, sql: str, params: Any = ()) -> None: ...
     def execute_many(self, sql: str, rows: list[Any]) -> None: ...
+    def insert_columns(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None: ...
     def lock_session(self, sid: str) -> None: ...
     def log_change(self, sid: str, kind: str, seq: int | None = None) -> None: ...
     def _label_sql(self, key: str, template: str) -> str: ...
@@ -372,10 +373,7 @@ class LabelSQL:
         fresh = [label for label in fresh if label.id not in have]
         for sid in sorted({label.session_id for label in fresh}):
             self.lock_session(sid)
-        cols = ", ".join(LABEL_COLUMNS)
-        marks = ", ".join("?" * len(LABEL_COLUMNS))
-        sql = self._label_sql("labels_put", f"INSERT INTO {{labels}} ({cols}) VALUES ({marks})")
-        self.execute_many(sql, [tuple(getattr(x, c) for c in LABEL_COLUMNS) for x in fresh])
+        self.insert_columns("labels", LABEL_COLUMNS, [tuple(getattr(x, c) for c in LABEL_COLUMNS) for x in fresh])
         for sid in sorted({label.session_id for label in fresh}):
             self.log_change(sid, "labels")
         return fresh

@@ -13,16 +13,19 @@ Scoring is incremental: each label keeps the fingerprint of the unit's content
 (its level and the messages it spans), so a unit that a scorer of the same name and
 version labelled already, and that has not changed since, is not asked again; a
 unit whose messages changed is, and its old labels of that scorer are replaced.
-Every answer is stored as soon as it arrives (a batch of the answers that are ready,
-in one transaction), so a run cut short keeps what it had finished.
+The answers are stored as they arrive, in batches (a transaction per 500 answers or per
+second, whichever comes first), so a run cut short keeps what it had finished; the units
+of a session are read together (its tree, then the messages their paths pass).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -154,11 +157,17 @@ def scorer_id(fn: Any) -> tuple[str, str]:
 # Units
 
 
-def fingerprint(level: str, messages: Iterable[dict[str, Any]]) -> str:
-    """What a unit's content is, in 40 hex digits after its level (its messages, whole)."""
+def _encoded(message: dict[str, Any]) -> bytes:
+    """A message as the fingerprint reads it (canonical JSON)."""
+    return json.dumps(message, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def fingerprint(level: str, messages: Iterable[dict[str, Any] | bytes]) -> str:
+    """What a unit's content is, in 40 hex digits after its level (its messages, whole;
+    each a dict, or its :func:`_encoded` bytes)."""
     digest = hashlib.sha256(level.encode())
     for message in messages:
-        digest.update(b"\0" + json.dumps(message, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        digest.update(b"\0" + (message if isinstance(message, bytes) else _encoded(message)))
     return f"{level}:{digest.hexdigest()[:40]}"
 
 
@@ -184,15 +193,11 @@ def _anchor(level: str, row: dict[str, Any]) -> tuple[str, str, str]:
     return row["latest_leaf"], row["latest_leaf"], "branch"
 
 
-def make_unit(store: Store, level: str, row: dict[str, Any]) -> Unit | None:
-    """The unit of a view row, its messages read from the store (None when they are gone)."""
-    leaf, labelled, target = _anchor(level, row)
-    if leaf is None:
-        return None
-    sid = row["session_id"]
-    path = store.session(sid).get_history(leaf_id=leaf, compacted=False)
-    if not path:
-        return None
+def _unit(
+    level: str, row: dict[str, Any], path: list[dict[str, Any]], labelled: str, target: str, encoded: list[bytes]
+) -> Unit:
+    """The unit of a view row whose path (root first, down to the unit's last message) is
+    ``path``, ``encoded`` the path's messages as the fingerprint reads them."""
     start = len(path) - 1
     if level == "turn":
         start = next((i for i, m in enumerate(path) if m.get("id") == row["user_id"]), start)
@@ -201,14 +206,67 @@ def make_unit(store: Store, level: str, row: dict[str, Any]) -> Unit | None:
     spans = tuple(path[start:])
     return Unit(
         level=level,
-        session_id=sid,
+        session_id=row["session_id"],
         message_id=labelled,
         target=target,
         messages=spans,
         history=tuple(path[:start]),
         row=row,
-        fingerprint=fingerprint(level, spans),
+        fingerprint=fingerprint(level, encoded[start:]),
     )
+
+
+def session_units(store: Store, level: str, sid: str, rows: list[dict[str, Any]]) -> Iterator[Unit | None]:
+    """The units of ``rows`` (view rows of session ``sid``), in order, the messages their
+    paths pass read once, in one state of the store: the session's nodes, then the
+    contents of those messages in batches (a few queries for the session, where reading
+    each unit's path on its own took three or more a unit). None for a unit whose
+    messages went since the view was queried.
+
+    The units of a session share its message dicts (a scorer reads them); each message's
+    canonical JSON is taken once, when it is read, so the fingerprints are of the
+    messages as stored whatever a scorer does with its unit."""
+    eng = store._check()
+    anchors = [_anchor(level, row) for row in rows]
+    messages: dict[str, tuple[dict[str, Any], bytes]] = {}
+    with eng.snapshot():
+        nodes = {n.id: n for n in eng.nodes(sid)}
+        # the messages on the units' paths, each once: walk up from each leaf until a
+        # message marked already (so a long session is walked once, not once per unit)
+        wanted: dict[str, int] = {}
+        for leaf, _, _ in anchors:
+            node = nodes.get(leaf) if leaf is not None else None
+            while node is not None and node.id not in wanted:
+                wanted[node.id] = node.seq
+                node = nodes.get(node.parent_id) if node.parent_id is not None else None
+        seqs = list(wanted.values())
+        for mid, seq, raw in zip(wanted, seqs, eng.contents(seqs)):
+            message = store._restore(seq, raw)
+            if message is not None:
+                messages[mid] = (message, _encoded(message))
+    for row, (leaf, labelled, target) in zip(rows, anchors):
+        path: list[tuple[dict[str, Any], bytes]] = []
+        node = nodes.get(leaf) if leaf is not None else None
+        while node is not None and node.id in messages:
+            path.append(messages[node.id])
+            node = nodes.get(node.parent_id) if node.parent_id is not None else None
+        if node is not None or not path:  # a message of its path went since the query
+            yield None
+            continue
+        path.reverse()
+        yield _unit(level, row, [m for m, _ in path], labelled, target, [e for _, e in path])
+
+
+def units(store: Store, level: str, rows: list[dict[str, Any]]) -> Iterator[Unit | None]:
+    """The units of view rows (ordered by session), read a session at a time (see :func:`session_units`)."""
+    start = 0
+    while start < len(rows):
+        sid = rows[start]["session_id"]
+        end = start + 1
+        while end < len(rows) and rows[end]["session_id"] == sid:
+            end += 1
+        yield from session_units(store, level, sid, rows[start:end])
+        start = end
 
 
 # ---------------------------------------------------------------------------
@@ -270,8 +328,7 @@ def score(
     def todo() -> Iterator[tuple[Unit, list[Label]]]:
         """The units to ask about, read from the store as the scorer needs them (those
         scored already, unchanged, are passed over and counted)."""
-        for row in rows:
-            unit = make_unit(store, level, row)
+        for unit in units(store, level, rows):
             if unit is None:  # its messages went since the query
                 bar.update(1)
                 continue
@@ -317,6 +374,14 @@ def _ask_one(fn: Any, unit: Unit, ident: str, source: str) -> tuple[Score | None
     return answer, label, started, _msg.now_iso()
 
 
+#: Answers stored per transaction at most, and the longest an answer waits to be stored:
+#: a transaction per answer costs a commit each (milliseconds on DuckDB, more than a code
+#: scorer's own work), so the answers that are ready are stored together, and a slow
+#: scorer's (a model's) still land within a second of their arrival.
+_BATCH = 500
+_FLUSH_SECONDS = 1.0
+
+
 def _ask_all(
     store: Store,
     fn: Any,
@@ -328,10 +393,22 @@ def _ask_all(
     counts: dict[str, int],
 ) -> None:
     """Ask the scorer about each unit, at most ``concurrency`` at a time, storing the
-    answers that are ready after each wait (so a run cut short keeps them)."""
+    answers in batches as they come (a run cut short keeps those it had: an error or an
+    interrupt stores the answers ready before it is raised)."""
     pending = todo
     running: dict[cf.Future[Any], tuple[Unit, list[Label]]] = {}
+    ready: list[Any] = []
     error: BaseException | None = None
+    flushed = time.monotonic()
+
+    def flush() -> None:
+        nonlocal flushed
+        if ready:
+            _store_answers(store, ident, ready, counts)
+            bar.update(len(ready))
+            ready.clear()
+        flushed = time.monotonic()
+
     with cf.ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sessionkit-score") as pool:
         try:
             while True:
@@ -342,20 +419,24 @@ def _ask_all(
                     running[pool.submit(_ask_one, fn, item[0], ident, source)] = item
                 if not running:
                     break
-                finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-                answers = []
+                # answers waiting are stored within _FLUSH_SECONDS even while the scorer hangs
+                wait = max(0.0, flushed + _FLUSH_SECONDS - time.monotonic()) if ready else None
+                finished, _ = cf.wait(running, timeout=wait, return_when=cf.FIRST_COMPLETED)
                 for future in finished:
                     unit, before = running.pop(future)
                     try:
-                        answers.append((unit, before, *future.result()))
+                        ready.append((unit, before, *future.result()))
                     except BaseException as exc:  # kept; the others finish and are stored
                         error = error or exc
-                if answers:
-                    _store_answers(store, ident, answers, counts)
-                    bar.update(len(answers))
+                if len(ready) >= _BATCH or time.monotonic() - flushed >= _FLUSH_SECONDS:
+                    flush()
+            flush()
         except BaseException:
             for future in running:
                 future.cancel()
+            if ready:
+                with contextlib.suppress(Exception):  # the exception raised below is the one to report
+                    flush()
             raise
     if error is not None:
         raise error

@@ -180,27 +180,7 @@ class Session:
         (importers call this per tree or file batch).
         """
         eng = self._eng()
-        preps = []
-        for item in items:
-            try:
-                message, parent_id, created_at = item
-            except (TypeError, ValueError):
-                raise TypeError("import_many takes (message, parent_id, created_at) items") from None
-            _check_parent(parent_id)
-            iso = _msg.to_iso(created_at) if created_at is not None else None
-            preps.append((self._prepare(message, (), iso), _parent_arg(parent_id), iso))
-        out = []
-        with eng.write():
-            index = eng.index.maintained()
-            rows = [(prep, parent_id, iso or _created_from(prep)) for prep, parent_id, iso in preps]
-            results = eng.w_insert_many(self.session_id, rows, index)
-            old = [seq for inserted, seq in results if not inserted]
-            stored: dict[int, dict[str, Any]] = {}
-            for chunk in _chunks(old, _BATCH):
-                stored.update(zip(chunk, self._load(chunk)))
-        for (prep, _, _), (inserted, seq) in zip(rows, results):
-            out.append(AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq]))
-        return out
+        return self._store._import_records(eng, [(self.session_id, _import_rows(self._store, items))])[0]
 
     def _prepare(
         self, message: Any, strip: tuple[str, ...], created_at: str | None, set_created: str | None = None
@@ -934,3 +914,19 @@ class Session:
 
         full()
         return self._store.subscribe(on_event)
+
+
+def _import_rows(store: Store, items: Iterable[Any]) -> list[tuple[_msg.Prepared, str | _Latest | None, str]]:
+    """``import_many`` items as the engine writes them: ``(prepared message, parent_id, row
+    time)``, every message validated (raises the first invalid one's error)."""
+    rows = []
+    for item in items:
+        try:
+            message, parent_id, created_at = item
+        except (TypeError, ValueError):
+            raise TypeError("import_many takes (message, parent_id, created_at) items") from None
+        _check_parent(parent_id)
+        iso = _msg.to_iso(created_at) if created_at is not None else None
+        prep = _msg.prepare(message, created_at=iso, max_bytes=store.max_message_bytes)
+        rows.append((prep, _parent_arg(parent_id), iso or _created_from(prep)))
+    return rows

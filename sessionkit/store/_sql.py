@@ -249,6 +249,12 @@ class SQLEngine(SQLBase):
     def list_sessions(self) -> list[SessionInfo]:
         return [SessionInfo(*r) for r in self.fetch(self.sql["list_sessions"])]
 
+    def sessions_holding(self, sids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        for part in _split(list(sids), 1000):
+            out.update(r[0] for r in self.fetch(self.sql["sessions_holding"], (self.listed(part),)))
+        return out
+
     def session_exists(self, sid: str) -> bool:
         return bool(self.fetch_one(self.sql["session_exists"], (sid,) * 5)[0])
 

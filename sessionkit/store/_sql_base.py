@@ -57,6 +57,7 @@ STATEMENTS: dict[str, str] = {
     "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",
     "blob": "SELECT data FROM {blobs} WHERE sha256 = ?",
     "count": "SELECT count(*) FROM {messages} WHERE session_id = ?",
+    "sessions_holding": "SELECT DISTINCT session_id FROM {messages} WHERE session_id {in_ids}",
     "list_sessions": (
         "SELECT session_id, count(*), min(created_at), max(created_at) FROM {messages}"
         " GROUP BY session_id ORDER BY max(seq) DESC"
@@ -327,6 +328,19 @@ class SQLBase(LabelSQL, Engine):
             cols = TABLES[table].column_names(self.dialect.name)
             sql = self._inserts[key] = self.compile(
                 f"INSERT INTO {{{table}}} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) {conflict}"
+            )
+        self.execute_many(sql, rows if isinstance(rows, list) else list(rows))
+
+    def insert_columns(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Insert rows of the named ``columns`` of ``table`` (the others take their defaults):
+        one statement per row here; an engine may batch them (DuckDB does)."""
+        if not rows:
+            return
+        key = (table, "(" + ", ".join(columns) + ")")
+        sql = self._inserts.get(key)
+        if sql is None:
+            sql = self._inserts[key] = self.compile(
+                f"INSERT INTO {{{table}}} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
             )
         self.execute_many(sql, rows if isinstance(rows, list) else list(rows))
 

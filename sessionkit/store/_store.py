@@ -19,12 +19,12 @@ from ..errors import (
     StoreCorrupt,
 )
 from . import _conveniences, _datasets, _labels, _queues
-from ._args import _INT64, _SCAN_READ, _count_arg, _require_str, _sql_params, _sql_text, _str_arg
+from ._args import _BATCH, _INT64, _SCAN_READ, _count_arg, _require_str, _sql_params, _sql_text, _str_arg
 from ._engine import Engine
 from ._facets import Coordination, SessionRecords, StoreRunLog
 from ._overlay import _chunks, _tree_node
-from ._session import Session
-from ._values import SCAN_KINDS, Capabilities, ChangeEvent, RunRecord, SessionInfo
+from ._session import Session, _import_rows
+from ._values import SCAN_KINDS, AppendResult, Capabilities, ChangeEvent, RunRecord, SessionInfo
 from .search import SearchHit, parse_query, snippet
 
 if TYPE_CHECKING:
@@ -163,6 +163,58 @@ class Store:
         """Hold ``handle`` for the store's lifetime: it carries settings (its compaction)."""
         with self._sessions_lock:
             self._configured[handle.session_id] = handle
+
+    def import_many(
+        self, records: Iterable[tuple[str, Iterable[tuple[dict[str, Any], Any, Any]]]]
+    ) -> list[list[AppendResult]]:
+        """Import the messages of many sessions at once: each record is ``(session_id, items)``.
+
+        The same as ``store.session(session_id).import_many(items)`` for each record in
+        turn (a record may use parents written by an earlier one, of its session), all in
+        one transaction: every message of every record is validated first, and any error
+        (an invalid message, an unknown parent) stores nothing of the call. Engines that
+        declare ``capabilities.bulk_insert`` write the whole call in a few statements,
+        whatever the number of sessions. Returns each record's results, in order. The
+        importers write their groups of records (pairs, trees) through it.
+        """
+        eng = self._check()
+        prepared = []
+        for record in records:
+            try:
+                session_id, items = record
+            except (TypeError, ValueError):
+                raise TypeError("store.import_many takes (session_id, items) records") from None
+            prepared.append((_str_arg(session_id, "session_id"), _import_rows(self, items)))
+        return self._import_records(eng, prepared)
+
+    def _import_records(
+        self, eng: Engine, records: list[tuple[str, list[tuple[_msg.Prepared, Any, str]]]]
+    ) -> list[list[AppendResult]]:
+        """Write prepared import records (see :meth:`import_many`); their results."""
+        if not records:
+            return []
+        with eng.write():
+            results = eng.w_import_records(records, eng.index.maintained())
+            old = [seq for per in results for inserted, seq in per if not inserted]
+            stored: dict[int, dict[str, Any]] = {}
+            for chunk in _chunks(old, _BATCH):
+                for seq, raw in zip(chunk, eng.contents(chunk)):
+                    message = self._restore(seq, raw)
+                    if message is not None:
+                        stored[seq] = message
+        return [
+            [
+                AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq])
+                for (prep, _, _), (inserted, seq) in zip(rows, per)
+            ]
+            for (_, rows), per in zip(records, results)
+        ]
+
+    def sessions_holding(self, session_ids: Iterable[str]) -> set[str]:
+        """Which of ``session_ids`` hold at least one message (in a few statements for all)."""
+        eng = self._check()
+        ids = list(dict.fromkeys(_str_arg(sid, "session_id") for sid in session_ids))
+        return eng.sessions_holding(ids) if ids else set()
 
     def list_sessions(self) -> list[SessionInfo]:
         """Every session holding at least one message, newest activity first."""
@@ -473,9 +525,10 @@ class Store:
         A unit this scorer and version labelled already, unchanged since, is not asked
         again; a changed one is, and its old label of the scorer replaced. Up to
         ``concurrency`` units are asked at once (threads); the answers are stored as
-        they arrive. ``progress`` as for imports. Returns counts: ``units`` (picked),
-        ``skipped`` (scored already), ``scored`` (asked), ``labelled`` (labels made),
-        ``replaced`` (old labels of changed units removed). An error of the scorer
+        they arrive, in batches (a second apart at most). ``progress`` as for imports.
+        Returns counts: ``units`` (picked), ``skipped`` (scored already), ``scored``
+        (asked), ``labelled`` (labels made), ``replaced`` (old labels of changed units
+        removed). An error of the scorer
         stops the run once the units being asked are done (their answers are kept) and
         is raised, with a note naming the unit.
         """

@@ -18,9 +18,12 @@ answers the same from an index written with the store's tokenizer (:mod:`._bundl
 from __future__ import annotations
 
 import datetime as _dt
+import decimal
 import html
 import json
+import math
 import re
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,11 +57,12 @@ __all__ = [
     "write_bundle",
     "queue_answer",
     "queues_list",
+    "overview",
 ]
 
 STATIC = Path(__file__).parent / "static"
 #: The files the page loads besides its data: every one is served (or copied) as is.
-ASSETS = ("common.js", "timeline.js", "search.js", "viewer.js", "sessionkit.css", "viewer.css")
+ASSETS = ("common.js", "timeline.js", "search.js", "overview.js", "viewer.js", "sessionkit.css", "viewer.css")
 #: The views the session page mounts, by the name of their module in ``static/``.
 _VIEW_MODULES = ("branch_tree", "transcript", "run_view", "queue_view")
 #: Rows of the sessions table per page, unless asked otherwise (at most 500).
@@ -132,10 +136,31 @@ def _script_text(text: str) -> str:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (_dt.datetime, _dt.date)):
+    """A value of the table as JSON has it: a column from SQL may give any of DuckDB's types
+    (``sum()`` of integers is a DECIMAL or a HUGEINT, ``max(created) - min(created)`` an
+    INTERVAL, a UUID, bytes, an infinite DOUBLE, a LIST or STRUCT of those)."""
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
         return value.isoformat()
-    if isinstance(value, float) and value != value:  # NaN from an empty aggregate
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if all(hasattr(value, k) for k in ("months", "days", "nanoseconds")):  # an INTERVAL read through Arrow
+        if value.months:  # a month has no fixed length in seconds: the interval as ISO 8601 says it
+            return f"P{value.months}M{value.days}DT{value.nanoseconds / 1e9:g}S"
+        return value.days * 86400 + value.nanoseconds / 1e9
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return None
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, float) and not math.isfinite(value):  # NaN from an empty aggregate, or inf
         return None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, dict):  # a STRUCT or a MAP
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
     return value
 
 
@@ -503,6 +528,17 @@ def similar_sessions(store: Any, session_id: str, *, k: int = SIMILAR, session_i
     }
 
 
+# -- the overview page (#/overview) ---------------------------------------------------------
+
+
+def overview(store: Any, session_ids: list[str] | None = None) -> dict:
+    """The overview page's figures (:func:`sessionkit.analysis.overview_data`: each the rows of
+    one SQL query over the store's views), of ``session_ids`` alone when given (a bundle's)."""
+    from ..analysis import overview_data
+
+    return overview_data(store, session_ids)
+
+
 _PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -528,7 +564,7 @@ def page_html(
         raise ValueError(f"mode must be 'served' or 'bundle', got {mode!r}")
     tags = [f'<script src="{html.escape(src, quote=True)}"></script>' for src in scripts]
     # (search.js: a bundle's search; the served page asks its server)
-    own = ("common.js", "timeline.js", *(("search.js",) if mode == "bundle" else ()), "viewer.js")
+    own = ("common.js", "timeline.js", *(("search.js",) if mode == "bundle" else ()), "overview.js", "viewer.js")
     tags += [f'<script src="{prefix}{name}"></script>' for name in own]
     # Scripts from the page's own files and the views' Blob modules only: no inline script,
     # so no markup could ever run one; nothing from another host.
@@ -595,8 +631,8 @@ def write_bundle(
     not write are kept). Any other folder with files in it is refused (``UsageError``), and
     so is an earlier bundle without ``force``. The bundle writes ``.sessionkit-bundle``
     (the files it wrote), ``index.html``, the assets, and the data as script files that set globals (a browser
-    refuses ``fetch`` of JSON from file://): ``data/sessions.js`` (the table),
-    ``data/search/`` (the search index, :mod:`._bundle_search`: the page searches as
+    refuses ``fetch`` of JSON from file://): ``data/sessions.js`` (the table,
+    and the overview's figures), ``data/search/`` (the search index, :mod:`._bundle_search`: the page searches as
     ``store.search`` does, loading only the files a query needs) and one ``data/s<N>.js``
     per session (its tree, latest path, messages and run events). ``session_ids``: only those sessions
     (``SessionNotFound`` for one the store does not hold); default: every session.
@@ -649,6 +685,7 @@ def write_bundle(
         (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
     shown = [{"name": col["name"], "label": col["label"]} for col in extra]
     table = {"rows": rows, "files": files, "labels": _has_labels(store), "columns": shown}
+    table["overview"] = overview(store, None if wanted is None else bundled)
     (data / "sessions.js").write_text(
         f"window.SK_BUNDLE = {_script_data(table)};\n",
         encoding="utf-8",

@@ -968,6 +968,146 @@ def test_two_annotators_work_one_queue_at_once(engine, new_store, browser):
     assert store.queue_progress("check").complete == QUEUE_UNITS
 
 
+# -- the overview (#/overview): every chart's marks are what SQL over the views counts ----------
+# Each figure is computed here with its own query over the views (not the viewer's), and read
+# from the page's marks (data-key, data-series, data-value): served on every engine, and from a
+# bundle opened from file:// on SQLite.
+
+_OVERVIEW_READ = (
+    "() => Object.fromEntries([...document.querySelectorAll('.skv-chart')].map(c => [c.dataset.chart,"
+    " [...c.querySelectorAll('.skv-mark')].map(m => [m.dataset.key, m.dataset.series, m.dataset.value,"
+    " !!m.querySelector('title') && m.querySelector('title').textContent.length > 0])]))"
+)
+
+
+def _overview_store(store) -> None:
+    for k, day in enumerate(["2026-05-01", "2026-05-01", "2026-05-03"]):
+        s = store.session(f"o{k}")
+        s.append(nbhelpers.text("u", "user", f"question {k}", createdAt=f"{day}T08:00:00.000Z"))
+        s.append(nbhelpers.text("a", "assistant", f"answer {k}", createdAt=f"{day}T08:00:02.000Z"))
+    s.add_label("a", "helpful", rating=4, author="ana")
+    store.session("o0").add_label("a", "helpful", rating=2.5, author="bo")
+    store.session("o1").add_label("a", "terse", source="code", scorer="length@1")
+    script = [
+        {
+            "text": "Looking.",
+            "tool_calls": [
+                {"name": "listing", "arguments": {"command": "ls"}, "id": "c1"},
+                {"name": "broken", "arguments": {"path": "x"}, "id": "c2"},
+            ],
+        },
+        {"text": "One unreadable."},
+    ]
+    sk.Agent("t", "Be brief.", sk.testing.ScriptedModel(script), tools=[listing, broken]).run_sync(
+        "list the files", session=store.session("run")
+    )
+
+
+def _overview_want(store) -> dict[str, dict[tuple[str, str], float | None]]:
+    """Each chart's figures, {(key, series): value}, from SQL written here."""
+
+    def q(sql: str) -> list[dict]:
+        return store.sql_arrow(sql).to_pylist()
+
+    day = "strftime({}, '%Y-%m-%d')"
+    want: dict[str, dict] = {}
+    want["sessions_by_day"] = {
+        (r["d"], "sessions"): r["n"]
+        for r in q(
+            f"SELECT {day.format('t')} AS d, count(*) AS n FROM"
+            " (SELECT min(created_at) AS t FROM messages GROUP BY session_id) GROUP BY d"
+        )
+    }
+    want["messages_by_day"] = {
+        (r["d"], "messages"): r["n"]
+        for r in q(f"SELECT {day.format('created_at')} AS d, count(*) AS n FROM messages GROUP BY d")
+    }
+    models = q(
+        "SELECT coalesce(model, '') AS m, sum(tokens_in) AS i, sum(tokens_out) AS o, sum(cost_usd) AS c"
+        " FROM runs GROUP BY m"
+    )
+    want["tokens_by_model"] = {(r["m"], s): r[k] for r in models for s, k in (("tokens_in", "i"), ("tokens_out", "o"))}
+    want["cost_by_model"] = {(r["m"], "cost_usd"): r["c"] for r in models}
+    want["latency"] = {
+        (r["w"], s): r[s]
+        for r in q(
+            "SELECT 'turn' AS w, median(latency_s) AS p50, quantile_cont(latency_s, 0.95) AS p95 FROM turns"
+            " UNION ALL SELECT 'tool', median(latency_s), quantile_cont(latency_s, 0.95) FROM tool_calls"
+        )
+        for s in ("p50", "p95")
+        if r["p50"] is not None
+    }
+    want["tool_errors"] = {
+        (r["t"], "error_rate"): r["e"]
+        for r in q("SELECT tool_name AS t, avg(is_error::INT) AS e FROM tool_calls GROUP BY t")
+    }
+    want["tags"] = {
+        (r["tag"], r["source"]): r["n"] for r in q("SELECT tag, source, count(*) AS n FROM labels GROUP BY ALL")
+    }
+    want["ratings"] = {
+        (f"{r['rating']:g}", "labels"): r["n"]
+        for r in q("SELECT rating, count(*) AS n FROM labels WHERE rating IS NOT NULL GROUP BY rating")
+    }
+    return want
+
+
+def _overview_check(page, want) -> dict:
+    page.wait_for_selector(".skv-overview[data-ready='1']")
+    shown = page.evaluate(_OVERVIEW_READ)
+    assert set(shown) == set(want)
+    for chart, marks in shown.items():
+        assert all(titled for *_, titled in marks), chart  # each mark says its figure to a reader
+        got = {(k, s): (None if v == "" else float(v)) for k, s, v, _ in marks}
+        if chart == "tags":  # a tag a source gave none of shows a 0 bar
+            got = {key: v for key, v in got.items() if v != 0}
+        assert set(got) == set(want[chart]), chart
+        for key, value in want[chart].items():
+            assert got[key] == (None if value is None else pytest.approx(value)), (chart, key)
+    assert page.locator(".skv-chart svg > title").count() == len(want)
+    totals = {
+        e.get_attribute("data-total"): int(e.get_attribute("data-value")) for e in page.query_selector_all(".skv-total")
+    }
+    return totals
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb", "postgresql"])
+def test_the_overview_charts_are_what_sql_counts_served_and_bundled(browser, new_store, kind, request, tmp_path):
+    from sessionkit.server import create_view_app
+
+    if kind == "postgresql":
+        request.getfixturevalue("pg_url")  # skips, or fails under CI=true, without a server
+    store = new_store(kind)
+    _overview_store(store)
+    want = _overview_want(store)
+    # what the figures must hold: three days, one run's two tools (one failing), two sources of labels
+    assert len(want["messages_by_day"]) == 3 and want["tool_errors"] == {
+        ("broken", "error_rate"): 1.0,
+        ("listing", "error_rate"): 0.0,
+    }
+    assert set(want["latency"]) == {("turn", "p50"), ("turn", "p95"), ("tool", "p50"), ("tool", "p95")}
+    counts = store.sql_arrow(
+        "SELECT (SELECT count(*) FROM sessions) AS sessions, (SELECT count(*) FROM messages) AS messages,"
+        " (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM tool_calls) AS tool_calls,"
+        " (SELECT count(*) FROM labels) AS labels"
+    ).to_pylist()[0]
+    with _viewer_in_thread(create_view_app(store)) as base:
+        w = Watched(browser)
+        w.page.goto(base)
+        w.page.click(".skv-overview-link")  # the header's link
+        assert _overview_check(w.page, want) == counts
+        assert w.foreign(base) == [] and not w.errors, (w.foreign(base), w.errors)
+        w.close()
+    if kind != "sqlite":
+        return
+    folder = write_bundle(store, tmp_path / "bundle")
+    w = Watched(browser, offline=True)
+    url = (folder / "index.html").as_uri()
+    w.page.goto(url + "#/overview")
+    assert _overview_check(w.page, want) == counts
+    assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
+    w.close()
+
+
 # -- live: the page follows the store ------------------------------------------------------------
 
 # What the other writer does, to ``store``: a message in the open session, and a new session.

@@ -198,6 +198,30 @@ def test_bad_scorers_and_arguments_are_refused_and_an_error_keeps_what_was_done(
     assert store.labels(scorer="wrong") == [] and store.labels(scorer="counting") == []
 
 
+def test_a_scorer_changing_its_unit_changes_no_fingerprint_nor_the_store(new_store):
+    """The units of a session are read together and share its messages: the fingerprints
+    are taken from the messages as stored, whatever a scorer does with the dicts it is handed
+    (here two paths through the same first three messages)."""
+    store = new_store("sqlite", memory=True)
+    build(store, sessions=2, turns=2)
+    store.session("s000").append(msg("a1b", "another answer", "assistant"), parent_id="u1")
+
+    @sk.scorers.scorer(name="scribbler", version=1)
+    def scribbler(unit):
+        for m in (*unit.history, *unit.messages):
+            m["parts"].append({"type": "text", "text": "scribbled"})
+            m["metadata"] = {"seen": True}
+        return "seen"
+
+    first = store.score(scribbler, level="path", concurrency=1, progress=False)
+    assert first == {"units": 3, "skipped": 0, "scored": 3, "labelled": 3, "replaced": 0}
+    again = store.score(scribbler, level="path", progress=False)
+    assert again == {"units": 3, "skipped": 3, "scored": 0, "labelled": 0, "replaced": 0}
+    for leaf in ("a1", "a1b"):
+        path = store.session("s000").get_history(leaf_id=leaf)
+        assert len(path) == 4 and all(len(m["parts"]) <= 2 and "metadata" not in m for m in path)
+
+
 # ---------------------------------------------------------------------------
 # killed midway
 

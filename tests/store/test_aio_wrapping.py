@@ -740,6 +740,19 @@ async def _import_many(t: Twins):
     await t.write(lambda s: s.import_many([(msg("w14"), "ghost", None)]), on="w")
 
 
+@recipe("AsyncStore.import_many", "AsyncStore.sessions_holding")
+async def _store_import_many(t: Twins):
+    def records():
+        chain = iter([(msg("v1"), None, None), (msg("v2"), "v1", None)])
+        return iter([("w", [(msg("w20"), "w9", None)]), ("v", chain)])
+
+    await t.write(lambda st: st.import_many(records()))
+    await t.write(lambda st: st.import_many([("w", [(msg("w20"), None, None)]), ("v", [(msg("v3"), "v2", None)])]))
+    await t.write(lambda st: st.import_many([("w", [(msg("w21"), None, None)]), ("u", [(msg("u1"), "ghost", None)])]))
+    await t.same_rows(lambda st: st.session("v").get_history())
+    await t.read(lambda st: st.sessions_holding(iter(["v", "w", "u", "none"])))
+
+
 @recipe("AsyncSession.update")
 async def _update(t: Twins):
     await t.write(lambda s: s.update(msg("w1", "rewritten")), on="w")

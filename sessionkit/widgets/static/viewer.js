@@ -75,6 +75,7 @@
       events: (id) => get("api/events", { id }).then((r) => r.events),
       timeline: (id) => get("api/timeline", { id }),
       similar: (id) => get("api/similar", { id }),
+      overview: () => get("api/overview"),
       remove: (id) => get("api/session", { id }, "DELETE"),
       queues: () => get("api/queues"),
       follow: (onChange) => follow(onChange),
@@ -200,6 +201,10 @@
       events: (id) => load(id).then((s) => s.events || []),
       timeline: (id) => load(id).then((s) => s.timeline || { runs: [] }),
       similar: (id) => load(id).then((s) => s.similar || { sessions: [], note: "No similar conversations: this bundle has none." }),
+      overview: async () => {
+        if (!data.overview) throw new Error("This bundle has no overview: write it again with this version of sessionkit.");
+        return data.overview;
+      },
     };
   }
 
@@ -225,7 +230,7 @@
     return { model, dispose };
   }
 
-  // -- routes: #/ (table), #/search/<q>, #/s/<session>[/m/<message>], #/q/[<queue>] (--write) ----
+  // -- routes: #/ (table), #/search/<q>, #/s/<session>[/m/<message>], #/overview, #/q/[<queue>] (--write)
 
   const table = { offset: 0, sort: "last_activity", desc: true, filter: "" };
   let cleanup = [];
@@ -273,11 +278,13 @@
     const header = skEl("header", { class: "skv-header" },
       skEl("a", { class: "skv-home", href: "#/", text: CONFIG.title || "sessionkit viewer" }),
       searchBox(parts[0] === "search" ? parts.slice(1).join("/") : ""),
+      skEl("a", { class: "skv-overview-link", href: "#/overview", text: "overview" }),
       CONFIG.write && api.queues ? skEl("a", { class: "skv-queues-link", href: "#/q/", text: "annotation queues" }) : null);
     app.append(header);
     if (parts[0] === "s" && parts.length >= 2) sessionPage(parts[1], parts[2] === "m" ? parts[3] : null);
     else if (parts[0] === "q" && CONFIG.write && api.queue) (parts[1] ? queuePage(parts.slice(1).join("/")) : queuesPage());
     else if (parts[0] === "search") searchPage(parts.slice(1).join("/"));
+    else if (parts[0] === "overview") overviewPage();
     else sessionsPage();
   }
 
@@ -621,6 +628,23 @@
       },
     );
     return pane;
+  }
+
+  // -- the store's overview (#/overview): charts of overview_data's figures (overview.js) -----
+
+  async function overviewPage() {
+    const box = skEl("div", { class: "skv-overview-host" });
+    box.append(skEl("div", { class: "sk-meta", text: "computing the overview…" }));
+    app.append(box);
+    let data;
+    try {
+      data = await api.overview();
+    } catch (err) {
+      failed(box, err);
+      return;
+    }
+    box.textContent = "";
+    box.append(skOverview(data));
   }
 
   // -- annotation queues (--write): the list, and one queue worked by its annotator ----------

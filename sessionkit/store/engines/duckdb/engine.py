@@ -45,8 +45,8 @@ What DuckDB changes:
     stored id;
   - *a transaction*: inside one (joined), or opened for a message whose text goes
     into the search index: an INSERT that checks the key; a chain that cannot be a
-    journal line takes the batched insert (``insert_planned``), a few statements
-    whatever its length, as imports do.
+    journal line takes the batched insert (``w_import_records``), a few statements
+    whatever its length, as imports do (an import of many sessions: a few for all).
 
   Rows of many messages (imports, continuation rows, payloads, events, records)
   are written a whole batch per statement, passing column lists as parameters and
@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .... import messages as _msg
-from ....errors import InvalidMessage, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
+from ....errors import InvalidMessage, MessageNotFound, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from ... import _files
 from ..._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
 from ..._sql import LocalEngine
@@ -146,7 +146,14 @@ _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<p
 # DuckDB's file header carries this magic at bytes 8..12.
 _MAGIC = b"DUCK"
 
-_UNNEST_TYPES = {"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB", "seq": "BIGINT"}
+_UNNEST_TYPES = {
+    "text": "VARCHAR",
+    "int": "INTEGER",
+    "bigint": "BIGINT",
+    "blob": "BLOB",
+    "seq": "BIGINT",
+    "real": "DOUBLE",
+}
 
 # Rows of the sessionkit_journal table (left by a process of an earlier version, or
 # written by a store in memory), and rows of the journal file passed as a list.
@@ -222,6 +229,7 @@ class DuckDBEngine(LocalEngine):
     STATEMENTS = {
         "node": "SELECT {node} FROM {messages} WHERE msg_key = ?",
         "nodes_by_id": "SELECT {node} FROM {messages} WHERE msg_key IN (SELECT unnest(?::VARCHAR[]))",
+        "nodes_by_key": "SELECT msg_key, {node} FROM {messages} WHERE msg_key IN (SELECT unnest(?::VARCHAR[]))",
         # max(seq) first, then the row: cheaper on DuckDB than ORDER BY seq DESC LIMIT 1
         "latest": (
             "SELECT {node} FROM {messages} WHERE session_id = ? AND seq ="
@@ -490,7 +498,17 @@ class DuckDBEngine(LocalEngine):
         """Whole rows, a batch per statement: one list parameter per column, unnested."""
         if not rows:
             return
-        cols = [c for c in TABLES[table].columns if "duckdb" in c.only]
+        self._insert_unnested(table, [c for c in TABLES[table].columns if "duckdb" in c.only], rows, conflict)
+
+    def insert_columns(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        """Rows of some columns (the others take their defaults), unnested as :meth:`insert_rows`:
+        DuckDB runs an ``executemany`` a row at a time, milliseconds each."""
+        if not rows:
+            return
+        by_name = {c.name: c for c in TABLES[table].columns}
+        self._insert_unnested(table, [by_name[name] for name in columns], rows, "")
+
+    def _insert_unnested(self, table: str, cols: list[Any], rows: Sequence[Sequence[Any]], conflict: str) -> None:
         sql = (
             f"INSERT INTO {self.table(table)} ({', '.join(c.name for c in cols)}) SELECT "
             + ", ".join(f"unnest(?::{_UNNEST_TYPES[c.type]}[])" for c in cols)
@@ -599,7 +617,7 @@ class DuckDBEngine(LocalEngine):
           a transaction: an autocommitted INSERT whose UNIQUE key index tells a stored id.
         - ``"transaction"``: inside a write transaction (joined, or opened for a message
           whose text goes into the search index): an INSERT that checks the key; a chain
-          that cannot be one journal line takes the batched insert (``insert_planned``).
+          that cannot be one journal line takes the batched insert (``w_import_records``).
         - ``"general"``: payloads or continuation rows: the shared engine's path.
         """
         if any(p.blobs or len(p.stored_json) > self._chunk for p in preps):
@@ -829,13 +847,92 @@ class DuckDBEngine(LocalEngine):
                 )
             return block.popleft()
 
-    def insert_planned(self, sid: str, plan: list[tuple[_msg.Prepared, Node, Node | None]], index: bool) -> list[Node]:
-        """A whole batch of planned rows in a few statements (bulk imports)."""
-        self._shared.seqs.clear()  # numbers reserved before these would sort below them
-        seqs = sorted(r[0] for r in self.fetch("SELECT nextval('sessionkit_seq') FROM range(?)", (len(plan),)))
-        nodes = [node._replace(seq=seq) for (_, node, _), seq in zip(plan, seqs)]
-        rows, chunk_rows, t_seqs, t_bodies = [], [], [], []
-        for (prep, _, _), node in zip(plan, nodes):
+    def w_insert_many(
+        self, sid: str, items: Sequence[tuple[_msg.Prepared, str | _Latest | None, str]], index: bool
+    ) -> list[tuple[bool, int]]:
+        return self.w_import_records([(sid, items)], index)[0]
+
+    def w_import_records(
+        self, records: Sequence[tuple[str, Sequence[tuple[_msg.Prepared, str | _Latest | None, str]]]], index: bool
+    ) -> list[list[tuple[bool, int]]]:
+        """Every record's rows in a few statements for the whole batch, whatever the number
+        of sessions (DuckDB spends about a millisecond on any statement, a few more on an
+        insert, so statements per record made an import of many small sessions slow).
+
+        One read finds the stored rows the batch names (its ids and parents), only in
+        sessions that may hold messages (``FileState.stored_sessions``: none for a new
+        session); then each record is planned in turn in memory, as inserting its rows one
+        by one would place them; the seqs come from the block reserved for appends
+        (``_next_seq``, in write order); and one insert per table writes the new rows. An
+        unknown parent raises before anything is written.
+        """
+        with self._lock:
+            stored = self._shared.stored_sessions(self._direct)
+            keys = []
+            for sid, rows in records:
+                if sid in stored:
+                    for prep, parent_id, _ in rows:
+                        keys.append(_key(sid, prep.id))
+                        if isinstance(parent_id, str):
+                            keys.append(_key(sid, parent_id))
+            known = self._nodes_by_key(keys)
+            latest: dict[str, Node | None] = {}
+            plan: list[tuple[str, str, _msg.Prepared, Node]] = []  # (sid, key, prep, node) of new rows
+            results: list[list[tuple[bool, str]]] = []
+            for sid, rows in records:
+                result: list[tuple[bool, str]] = []
+                for prep, parent_id, created_at in rows:
+                    key = _key(sid, prep.id)
+                    if parent_id is None:
+                        parent = None
+                    elif isinstance(parent_id, str):
+                        parent = known.get(_key(sid, parent_id))
+                        if parent is None:
+                            if key in known:
+                                result.append((False, key))
+                                continue
+                            raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
+                    else:  # LATEST: the session's newest row, planned in this batch or stored
+                        if sid not in latest:
+                            latest[sid] = self.latest(sid) if sid in stored else None
+                        parent = latest[sid]
+                    if key in known:
+                        result.append((False, key))
+                        continue
+                    node = known[key] = latest[sid] = self.placed(prep, parent, created_at)
+                    plan.append((sid, key, prep, node))
+                    result.append((True, key))
+                results.append(result)
+            if plan:
+                for _, key, node in self._write_planned(plan, index):
+                    known[key] = node
+            return [[(inserted, known[key].seq) for inserted, key in result] for result in results]
+
+    def sessions_holding(self, sids: Sequence[str]) -> set[str]:
+        # Sessions this process knows hold nothing need no statement (FileState.sids).
+        with self._lock:
+            stored = self._shared.stored_sessions(self._direct)
+            maybe = [sid for sid in sids if sid in stored]
+            return super().sessions_holding(maybe) if maybe else set()
+
+    def _nodes_by_key(self, keys: list[str]) -> dict[str, Node]:
+        """The stored nodes of these message keys, by key (one statement per 10,000 keys)."""
+        out: dict[str, Node] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), 10_000):
+            for row in self.fetch(self.sql["nodes_by_key"], (unique[start : start + 10_000],)):
+                out[row[0]] = Node(*row[1:])
+        return out
+
+    def _write_planned(
+        self, plan: list[tuple[str, str, _msg.Prepared, Node]], index: bool
+    ) -> list[tuple[str, str, Node]]:
+        """Write planned rows ``(sid, key, prep, node)`` in a few statements; each row's
+        ``(sid, key, node)`` with its seq."""
+        rows, chunk_rows, t_seqs, t_bodies, out = [], [], [], [], []
+        newest: dict[str, Node] = {}
+        for sid, key, prep, node in plan:
+            node = node._replace(seq=self._next_seq())
             head, chunks = self.split(prep.stored_json)
             chunk_rows += [(node.seq, i, data) for i, data in enumerate(chunks)]
             length = None
@@ -844,17 +941,18 @@ class DuckDBEngine(LocalEngine):
                 if body:
                     t_seqs.append(node.seq)
                     t_bodies.append(body)
-            rows.append(
-                (node.seq, _key(sid, node.id), *self.message_values(sid, node, head, len(chunks), prep), length)
-            )
+            rows.append((node.seq, key, *self.message_values(sid, node, head, len(chunks), prep), length))
+            newest[sid] = node
+            out.append((sid, key, node))
         self.insert_rows("messages", rows)
         self.index.put_terms(t_seqs, t_bodies)
         self.insert_rows("chunks", chunk_rows)
-        for (prep, _, _), node in zip(plan, nodes):
+        for (_, _, prep, _), (_, _, node) in zip(plan, out):
             if prep.blobs:
                 self.put_blobs(node.seq, prep.blobs)
-        self._shared.imported(sid, nodes[-1])
-        return nodes
+        for sid, node in newest.items():
+            self._shared.imported(sid, node)
+        return out
 
     def update_analysis_columns(self, values: list[Any]) -> None:
         for start in range(0, len(values), _BULK_ROWS):
