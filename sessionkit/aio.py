@@ -544,6 +544,10 @@ class AsyncStore:
         """Counts and sizes, as :meth:`sessionkit.Store.stats`."""
         return await self._call("stats")
 
+    async def change_marker(self) -> str:
+        """A text that changes whenever something is written, as :meth:`sessionkit.Store.change_marker`."""
+        return await self._call("change_marker")
+
     def transaction(self) -> _Transaction:
         """Group writes into one transaction (``async with store.transaction():``), as the sync store's.
 

@@ -84,6 +84,11 @@ def test_bundle_options_are_checked(store_path, tmp_path):
     assert status != 0 and "--bundle" in err
     status, _, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--write")
     assert status != 0 and "--write" in err
+    status, _, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--poll", "2")
+    assert status != 0 and "--poll" in err and "does not follow the store" in err
+    for bad in ("0", "61", "nan"):
+        status, out, err = run(str(store_path), "--poll", bad)
+        assert status != 0 and out == "" and "--poll" in err and "from 0.05 to 60 seconds" in err
     status, _, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--session", "s01", "--session", "zz")
     assert status != 0 and "'zz'" in err
     status, out, err = run(str(store_path), "--bundle", str(tmp_path / "b"), "--session", "s01", "--session", "s03")
@@ -446,3 +451,90 @@ def test_a_bundle_of_long_messages_loads_only_what_a_query_needs(tmp_path, monke
     meta = bundle_data((search / "meta.js").read_text())
     assert len(list(search.glob("t*.js"))) == meta["shards"] < len(shards)
     assert len(list(search.glob("x*.js"))) == len(meta["files"]) < len(files)
+
+
+# -- /api/changes: the page's live feed, over a real server on 127.0.0.1 -----------------------
+
+LIVE_TOKEN = "live-feed-token-0123456789"
+
+
+@contextlib.contextmanager
+def _serving(app):
+    """uvicorn serving ``app`` on a free 127.0.0.1 port, in a thread; its base URL."""
+    import socket
+    import threading
+
+    import uvicorn
+    from helpers import wait_until
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), what="the viewer to listen")
+        assert server.started, "the viewer did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        app.state.stopping.set()
+        server.should_exit = True
+        thread.join(60)
+        sock.close()
+
+
+def _events(response):
+    """The server-sent events of a streamed response, each ``{"event", "id", "data"}`` (comments skipped)."""
+    event: dict = {}
+    for line in response.iter_lines():
+        if line == "":
+            if "event" in event:
+                yield event
+            event = {}
+        elif not line.startswith(":"):
+            field, _, value = line.partition(":")
+            event[field] = value[1:] if value.startswith(" ") else value
+
+
+def _note(mid: str) -> dict:
+    return {"id": mid, "role": "user", "parts": [{"type": "text", "text": f"note {mid}"}]}
+
+
+def test_the_changes_stream_tells_of_another_connections_writes_and_of_what_a_reconnect_missed(tmp_path):
+    import httpx
+
+    from sessionkit.server import create_view_app
+
+    path = tmp_path / "live.db"
+    with sk.open_store(path) as store, sk.open_store(path) as other:  # other: a connection of its own
+        store.session("a").append(_note("a1"))
+        with pytest.raises(ValueError, match="poll"):
+            create_view_app(store, poll=0)
+        app = create_view_app(store, token=LIVE_TOKEN, poll=0.05)
+        auth = {"Authorization": f"Bearer {LIVE_TOKEN}"}
+        with _serving(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+            assert client.get("api/changes").status_code == 401
+            with client.stream("GET", "api/changes", headers=auth) as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+                events = _events(response)
+                ready = next(events)
+                assert (ready["event"], json.loads(ready["data"]), ready["id"]) == (
+                    "ready",
+                    {"missed": False},
+                    store.change_marker(),
+                )
+                other.session("b").append(_note("b1"))  # seen by the poll: no event of this store object
+                change = next(events)
+                assert change["event"] == "change" and change["id"] == store.change_marker() != ready["id"]
+            # a page reconnecting with the last marker it saw hears at once whether it missed a write
+            other.session("b").append(_note("b2"))
+            for last, missed in ((change["id"], True), (store.change_marker(), False)):
+                with client.stream("GET", "api/changes", headers={**auth, "Last-Event-ID": last}) as response:
+                    assert json.loads(next(_events(response))["data"]) == {"missed": missed}
+            # the server stopping ends an open stream (the page then reconnects to the next server)
+            with client.stream("GET", "api/changes", headers=auth) as response:
+                events = _events(response)
+                assert next(events)["event"] == "ready"
+                app.state.stopping.set()
+                assert list(events) == []

@@ -78,6 +78,8 @@ def _number(convert: Any, what: str, fits: Any, bounds: str) -> Any:
 _positive_int = _number(int, "a whole number", lambda v: v >= 1, "must be 1 or more")
 _seconds = _number(float, "a number of seconds", lambda v: 0 < v < 86_400 * 366, "must be a positive number of seconds")
 _count_or_zero = _number(int, "a whole number", lambda v: v >= 0, "must be 0 or more")
+# the range create_view_app accepts for its poll
+_poll = _number(float, "a number of seconds", lambda v: 0.05 <= v <= 60, "must be from 0.05 to 60 seconds")
 _port = _number(int, "a port number", lambda v: 0 <= v <= 65535, "is not a port number (0-65535)")
 
 
@@ -374,6 +376,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SIZE",
         help="the memory the columns' store.sql queries may use, e.g. 1GB (a query that needs more stops with a "
         "message; default: DuckDB's, 80%% of RAM)",
+    )
+    p.add_argument(
+        "--poll",
+        metavar="SECONDS",
+        type=_poll,
+        help="how often an open page asks the store whether it changed, to show new messages and sessions "
+        "without a reload (default: 1; 0.05 to 60; a PostgreSQL store also tells at once)",
     )
     p.add_argument("--bundle", metavar="DIR", help="write the viewer as a static site in DIR instead of serving it")
     p.add_argument(

@@ -441,10 +441,10 @@ def _token(token: str, where: str) -> str:
 def cmd_view(args, out: TextIO) -> int:
     """The store viewer: served on 127.0.0.1 (a token elsewhere), or written as a static site with --bundle."""
     if args.bundle is not None:
-        if args.write or args.token or args.allow_host or args.annotator:
+        if args.write or args.token or args.allow_host or args.annotator or args.poll is not None:
             raise CommandError(
-                "--bundle writes static files: --write, --token, --allow-host and --annotator apply to the served"
-                " viewer only"
+                "--bundle writes static files (a bundle does not follow the store): --write, --token,"
+                " --allow-host, --annotator and --poll apply to the served viewer only"
             )
         with _existing_store(args.store, sql_memory_limit=args.sql_memory_limit) as store:
             folder = _bundle(store, args)
@@ -488,6 +488,7 @@ def cmd_view(args, out: TextIO) -> int:
         annotators=annotators or None,
         on_ready=ready,
         sql_memory_limit=args.sql_memory_limit,
+        **({} if args.poll is None else {"poll": args.poll}),
     )
     return 0
 

@@ -11,10 +11,18 @@ thread, one at a time, never on the event loop. ``write=True`` adds the writing 
 deleting a session, and the annotation queues (``/api/queues``, ``/api/queue``: the next
 unit of an annotator, a label submitted), where each annotator is known by a token of their
 own (``annotators``) or by the principal an ``authenticate`` function gives.
+
+``GET /api/changes`` keeps the page live: a stream of server-sent events, one ``change``
+each time the store's change marker (``store.change_marker()``) moves, looked at every
+``poll`` seconds and at once when the store reports a write (this process's writes, and
+every process's on PostgreSQL, whose change feed crosses processes). Each event's id is
+the marker, so a page that reconnects with ``Last-Event-ID`` hears at once of what it
+missed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -27,7 +35,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import QueueNotFound, SessionKitError, SessionNotFound
@@ -36,6 +44,14 @@ from ._app import MIN_TOKEN_CHARS, _Auth
 from ._hosts import HostGuard, is_loopback_host
 
 __all__ = ["create_view_app", "is_loopback", "serve_view"]
+
+#: Seconds between two looks at the store's change marker by an open page's stream (the
+#: default), and the range allowed.
+VIEW_POLL = 1.0
+VIEW_POLL_MIN = 0.05
+VIEW_POLL_MAX = 60.0
+#: Seconds of silence after which a stream sends a comment, so that proxies keep it open.
+_KEEP_ALIVE = 15.0
 
 #: The page may load its own files and Blob modules only: nothing from another host, and no
 #: script from message content (which only ever becomes text).
@@ -71,6 +87,7 @@ def create_view_app(
     columns: Iterable[tuple[str, str]] = (),
     annotators: Mapping[str, str] | None = None,
     authenticate: Callable[[Any], Any] | None = None,
+    poll: float = VIEW_POLL,
 ) -> Starlette:
     """The viewer app over an open ``store``. ``token``: every ``/api`` request must send
     ``Authorization: Bearer <token>`` (16 characters or more); the page and its assets hold
@@ -83,7 +100,12 @@ def create_view_app(
     (16 characters or more), which reads the store and works the queues as that annotator
     (it cannot delete); ``authenticate(request) -> principal or None``: the principal is the
     annotator (docs/annotation.md). With the main ``token`` (or none), a queue request names
-    its annotator itself."""
+    its annotator itself. ``poll``: seconds between two looks at the store's change marker
+    by each open page's ``/api/changes`` stream (``VIEW_POLL_MIN`` to ``VIEW_POLL_MAX``)."""
+    if isinstance(poll, bool) or not isinstance(poll, (int, float)) or not VIEW_POLL_MIN <= poll <= VIEW_POLL_MAX:
+        raise ValueError(
+            f"poll is the seconds between two looks at the store, {VIEW_POLL_MIN} to {VIEW_POLL_MAX}, got {poll!r}"
+        )
     extra = viewer.check_columns(store, columns)
     people = _annotator_tokens(annotators, token, write)
     if authenticate is not None and not callable(authenticate):
@@ -105,6 +127,9 @@ def create_view_app(
     gated = people or authenticate is not None
     auth = _Auth(token, who if gated else None) if token is not None or gated else None
     lock = threading.Lock()
+    # Set when the server stops: the streams of /api/changes end at their next look, so the
+    # server need not wait for the pages to go away (``app.state.stopping``).
+    stopping = threading.Event()
     title = title or "sessionkit viewer"
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 
@@ -115,15 +140,18 @@ def create_view_app(
 
         return await run_in_threadpool(locked)
 
+    def refused() -> Response:
+        return JSONResponse(
+            {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer", **headers},
+        )
+
     def api(handler: Callable, *, owner: bool = False) -> Callable:
         async def endpoint(request: Request) -> Response:
             principal = None if auth is None else await auth.principal(request)
             if auth is not None and principal is None:
-                return JSONResponse(
-                    {"error": "unauthorized", "detail": "send Authorization: Bearer <token>"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer", **headers},
-                )
+                return refused()
             if owner and principal:
                 return JSONResponse(
                     {"error": "forbidden", "detail": f"annotator {principal!r} may not do this"},
@@ -211,6 +239,48 @@ def create_view_app(
             annotator = msg["annotator"]  # the main token (or none on 127.0.0.1): the request says who
         return await call(viewer.queue_answer, store, name, annotator, msg, catch=False)
 
+    async def changes(request: Request) -> Response:
+        if auth is not None and await auth.principal(request) is None:
+            return refused()
+        seen = request.headers.get("last-event-id")
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+
+        def written(event: Any) -> None:  # from a writer's thread, or PostgreSQL's listener
+            loop.call_soon_threadsafe(wake.set)
+
+        async def stream() -> Any:
+            unsubscribe = store.subscribe(written)
+            try:
+                marker = await call(store.change_marker)
+                # "retry": how long the page waits before it reconnects; "ready": the stream is
+                # open, and a page that saw another marker before has missed a change
+                missed = json.dumps({"missed": seen not in (None, marker)})
+                yield f"retry: 2000\nid: {marker}\nevent: ready\ndata: {missed}\n\n"
+                quiet = 0.0
+                while not stopping.is_set():
+                    try:
+                        await asyncio.wait_for(wake.wait(), poll)
+                    except TimeoutError:
+                        pass
+                    wake.clear()
+                    now = await call(store.change_marker)
+                    if now != marker:
+                        marker, quiet = now, 0.0
+                        yield f"id: {marker}\nevent: change\ndata: {{}}\n\n"
+                    else:
+                        quiet += poll
+                        if quiet >= _KEEP_ALIVE:
+                            quiet = 0.0
+                            yield ": keep-alive\n\n"
+            finally:
+                unsubscribe()
+
+        # Starlette stops the generator when the page goes away (it watches for the disconnect)
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={**headers, "X-Accel-Buffering": "no"}
+        )
+
     async def page(request: Request) -> Response:
         config = {"write": write}
         scripts = ["modules.js"]
@@ -239,13 +309,16 @@ def create_view_app(
         Route("/api/timeline", api(timeline)),
         Route("/api/similar", api(similar)),
         Route("/api/overview", api(overview)),
+        Route("/api/changes", changes),
         Route("/{name:str}", asset),
     ]
     if write:
         routes.insert(4, Route("/api/session", api(delete, owner=True), methods=["DELETE"]))
         routes.insert(5, Route("/api/queues", api(queues)))
         routes.insert(6, Route("/api/queue", api(queue), methods=["POST"]))
-    return Starlette(routes=routes, middleware=[Middleware(HostGuard, allowed_hosts=list(allowed_hosts))])
+    app = Starlette(routes=routes, middleware=[Middleware(HostGuard, allowed_hosts=list(allowed_hosts))])
+    app.state.stopping = stopping
+    return app
 
 
 _MAX_BODY = 64 * 1024
@@ -284,6 +357,7 @@ def serve_view(
     allowed_hosts: Iterable[str] = (),
     columns: Iterable[tuple[str, str]] = (),
     annotators: Mapping[str, str] | None = None,
+    poll: float = VIEW_POLL,
     on_ready: Callable[[str], Any] | None = None,
     log_level: str = "warning",
     sql_memory_limit: str | None = None,
@@ -292,7 +366,8 @@ def serve_view(
     A ``host`` that is not loopback needs a ``token`` (``ValueError`` otherwise); with
     ``write`` and no ``token`` a random one is made (the page's URL carries it).
     ``columns``: extra ``(name, sql)`` columns of the sessions table, ``annotators`` each
-    annotator's token (see :func:`create_view_app`).
+    annotator's token, ``poll`` the seconds between two looks at the store's change marker
+    (see :func:`create_view_app`).
     ``on_ready(url)`` is called with the page's URL (the token in it) once the socket listens.
     ``sql_memory_limit``: the store's (see :func:`sessionkit.open_store`), bounding the columns' queries."""
     import uvicorn
@@ -316,9 +391,19 @@ def serve_view(
             allowed_hosts=allowed_hosts,
             columns=columns,
             annotators=annotators,
+            poll=poll,
         )
-        config = uvicorn.Config(app, host=host, port=port, http=TimedH11Protocol, log_level=log_level)
+        config = uvicorn.Config(
+            app, host=host, port=port, http=TimedH11Protocol, log_level=log_level, timeout_graceful_shutdown=10
+        )
         server = uvicorn.Server(config)
+        exit_asked = server.handle_exit
+
+        def handle_exit(sig: int, frame: Any) -> None:
+            app.state.stopping.set()  # the open pages' streams end too
+            exit_asked(sig, frame)
+
+        server.handle_exit = handle_exit  # type: ignore[method-assign]
 
         if on_ready is not None:
             startup = server.startup

@@ -99,6 +99,10 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def stats(self) -> dict[str, Any]: ...
     @abc.abstractmethod
+    def change_marker(self) -> str:
+        """Text that changes with every committed write (see ``Store.change_marker``)."""
+
+    @abc.abstractmethod
     def runs(self, sid: str) -> list[RunRecord]: ...
     @abc.abstractmethod
     def events(self, sid: str, after_seq: int | None) -> list[dict[str, Any]]: ...

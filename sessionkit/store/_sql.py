@@ -679,6 +679,14 @@ class SQLEngine(SQLBase):
             cur = conn.execute(self.compile("SELECT * FROM {" + table + "} LIMIT 0"))
             return {d[0] for d in cur.description}
 
+    def change_marker(self) -> str:
+        """Text that changes with every committed write (see :meth:`Store.change_marker`):
+        the newest write sequence of the messages (appends, imports) and the newest entry
+        of the change log (updates, deletes, clears, compactions, runs, events, labels),
+        two lookups at the end of a primary key."""
+        row = self.fetch_one(self.compile(_MARKER_SQL))
+        return f"{row[0]}.{row[1]}"
+
     def log_change(self, sid: str, kind: str, seq: int | None = None) -> None:
         """Record a change in place for analysis caches (see ``TABLES["changes"]``)."""
         if self.CHANGE_LOG:
@@ -869,6 +877,10 @@ class LocalEngine(SQLEngine):
 
     def committed(self) -> None:
         """A write transaction committed."""
+
+
+#: The change marker's two lookups (see :meth:`SQLEngine.change_marker`).
+_MARKER_SQL = "SELECT (SELECT coalesce(max(seq), 0) FROM {messages}), (SELECT coalesce(max(n), 0) FROM {changes})"
 
 
 class _Pending:

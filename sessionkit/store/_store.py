@@ -294,6 +294,19 @@ class Store:
 
         return unsubscribe
 
+    def change_marker(self) -> str:
+        """A short text that changes whenever something is written to the store: compare
+        two markers to know whether anything changed between them (a poll, where
+        :meth:`subscribe` cannot see other processes' writes).
+
+        Any process's writes on SQLite and PostgreSQL (the newest message sequence and
+        the newest entry of the store's change log: two primary-key lookups); on DuckDB,
+        which no other process can write while this one holds the file, the newest
+        message sequence and the commits of this process. Only equality means anything:
+        the text has no order, and differs from one store (or engine) to another.
+        """
+        return self._check().change_marker()
+
     def _wants_events(self) -> bool:
         """Whether anyone receives change events (else a writer need not build them)."""
         return bool(self._subscribers) or self._engine.capabilities.shared_feed

@@ -880,6 +880,7 @@ def _viewer_in_thread(app):
         assert server.started, "the viewer did not start"
         yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
     finally:
+        app.state.stopping.set()  # the pages' /api/changes streams end
         server.should_exit = True
         thread.join(60)
         sock.close()
@@ -1105,3 +1106,60 @@ def test_the_overview_charts_are_what_sql_counts_served_and_bundled(browser, new
     assert _overview_check(w.page, want) == counts
     assert w.foreign("file://") == [] and not w.errors, (w.foreign("file://"), w.errors)
     w.close()
+
+
+# -- live: the page follows the store ------------------------------------------------------------
+
+# What the other writer does, to ``store``: a message in the open session, and a new session.
+_WRITES = """
+store.session("talk").append({"id": "q2", "role": "user", "parts": [{"type": "text", "text": "and then?"}]})
+store.session("fresh").append({"id": "f1", "role": "user", "parts": [{"type": "text", "text": "a new one"}]})
+"""
+_WRITER = "import sys\nimport sessionkit as sk\nwith sk.open_store(sys.argv[1]) as store:\n" + "".join(
+    f"    {line}\n" for line in _WRITES.strip().splitlines()
+)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb", "postgresql"])
+def test_a_message_and_a_session_written_elsewhere_appear_without_a_reload(browser, kind, tmp_path, request):
+    import subprocess
+
+    from sessionkit.server import create_view_app
+
+    if kind == "postgresql":
+        from store.pg_cluster import new_store_url
+
+        request.getfixturevalue("pg_url")  # skips, or fails under CI=true, without a server
+        target = new_store_url()
+    else:
+        target = str(tmp_path / ("live.db" if kind == "sqlite" else "live.duckdb"))
+    with sk.open_store(target) as store:
+        talk = store.session("talk")
+        talk.append(nbhelpers.text("q1", "user", "what next?"))
+        talk.append(nbhelpers.text("a1", "assistant", "we will see"))
+        with _viewer_in_thread(create_view_app(store, poll=0.1)) as base:
+            table, chat = Watched(browser), Watched(browser)
+            table.page.goto(base)
+            assert "fresh" not in _table(table.page)
+            chat.page.goto(base + "#/s/talk")
+            chat.page.wait_for_selector(".skv-session[data-ready='1'][data-selected='a1']")
+            for w in (table, chat):
+                w.page.wait_for_selector("#sk-app[data-live='1']")
+                w.page.evaluate("() => { window.__loaded = 'once'; }")  # a reload would lose it
+            if kind == "duckdb":
+                # One process holds a DuckDB file: no other process may open it while the viewer
+                # does, so the writer is another store object of this process (the page still
+                # learns of it only from the store's change marker).
+                with sk.open_store(target) as writer:
+                    exec(_WRITES, {"store": writer})
+            else:
+                subprocess.run([sys.executable, "-c", _WRITER, target], env=_env(), check=True, timeout=120)
+            latest = store.session("talk").latest_leaf()["id"]
+            chat.page.wait_for_selector(f".skv-chat .sk-msg[data-id='{latest}']")
+            chat.page.wait_for_selector(f".skv-session[data-selected='{latest}']")
+            table.page.wait_for_selector(".skv-table tbody tr[data-session='fresh']")
+            assert sorted(_table(table.page)) == sorted(info.id for info in store.list_sessions())
+            for w in (table, chat):
+                assert w.page.evaluate("() => window.__loaded") == "once"
+                assert w.errors == [] and w.foreign(base) == []
+                w.close()

@@ -389,6 +389,11 @@ async def _stats(t: Twins):
     await t.read(lambda st: st.stats())
 
 
+@recipe("AsyncStore.change_marker")
+async def _change_marker(t: Twins):
+    await t.read(lambda st: st.change_marker())
+
+
 @recipe("AsyncStore.search")
 async def _store_search(t: Twins):
     await t.read(lambda st: st.search("apple"))

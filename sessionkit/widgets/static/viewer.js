@@ -78,6 +78,7 @@
       overview: () => get("api/overview"),
       remove: (id) => get("api/session", { id }, "DELETE"),
       queues: () => get("api/queues"),
+      follow: (onChange) => follow(onChange),
       async queue(name, msg) {
         // one request of the queue's view (queue_view.js), answered as the notebook's kernel would
         const url = new URL("api/queue", location.href);
@@ -90,6 +91,55 @@
         return { type: "error", req: msg.req, error: body.detail || body.error || response.statusText };
       },
     };
+  }
+
+  /**
+   * The store's changes, live: GET api/changes, a stream of server-sent events ("ready" when
+   * it opens, "change" each time the store's change marker moves). Read with fetch rather
+   * than EventSource, which cannot send the Authorization header a token needs; the few
+   * lines of the format it uses are parsed here. A broken stream is opened again after the
+   * server's "retry" delay, with the last event's id (Last-Event-ID): the server then says
+   * whether a change was missed meanwhile. app's data-live is "1" while a stream is open.
+   */
+  async function follow(onChange) {
+    let last = null;
+    let retry = 2000;
+    for (;;) {
+      try {
+        const headers = {};
+        if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
+        if (last !== null) headers["Last-Event-ID"] = last;
+        const response = await fetch(new URL("api/changes", location.href), { headers, cache: "no-store" });
+        if (!response.ok || !response.body) throw new Error(response.statusText);
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value.replace(/\r\n?/g, "\n");
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const fields = { event: "message", data: "" };
+            for (const line of buffer.slice(0, end).split("\n")) {
+              const at = line.indexOf(":");
+              if (at <= 0) continue; // a comment (keep-alive) or a bare line
+              fields[line.slice(0, at)] = line.slice(at + 1).replace(/^ /, "");
+            }
+            buffer = buffer.slice(end + 2);
+            if (fields.retry && /^\d+$/.test(fields.retry)) retry = Number(fields.retry);
+            if (fields.id !== undefined) last = fields.id;
+            if (fields.event === "ready") {
+              app.dataset.live = "1";
+              if (JSON.parse(fields.data || "{}").missed) onChange();
+            } else if (fields.event === "change") onChange();
+          }
+        }
+      } catch (err) {
+        // the server went away or refused: try again after the delay
+      }
+      delete app.dataset.live;
+      await new Promise((resolve) => setTimeout(resolve, retry));
+    }
   }
 
   function bundle() {
@@ -184,10 +234,32 @@
 
   const table = { offset: 0, sort: "last_activity", desc: true, filter: "" };
   let cleanup = [];
+  // What the shown page does when the store changes (served viewer only: a bundle is a copy
+  // and never changes): the sessions table asks for its page again, a session its state.
+  let onStoreChange = null;
+  let refreshing = null;
+  async function storeChanged() {
+    if (refreshing) {
+      refreshing.again = true; // one more refresh once this one ends: none is lost, none overlaps
+      return;
+    }
+    refreshing = { again: false };
+    try {
+      do {
+        refreshing.again = false;
+        if (onStoreChange) await onStoreChange();
+      } while (refreshing.again);
+    } catch (err) {
+      // the next change tries again
+    } finally {
+      refreshing = null;
+    }
+  }
 
   function route() {
     for (const fn of cleanup) fn();
     cleanup = [];
+    onStoreChange = null;
     const hash = location.hash.replace(/^#\/?/, "");
     let parts;
     try {
@@ -326,6 +398,7 @@
       load();
     });
     cleanup.push(() => clearTimeout(timer));
+    onStoreChange = () => load(); // the same page, sort and filter; the rows as they are now
     load();
   }
 
@@ -424,7 +497,7 @@
       failed(box, err);
       return;
     }
-    const known = new Set(s.tree.ids);
+    let known = new Set(s.tree.ids);
     const selected = messageId && known.has(messageId) ? messageId : s.latest;
     const views = skDict(); // message views fetched so far, shared by the tree and the transcript
 
@@ -501,6 +574,35 @@
     }
     box.dataset.ready = "1";
     cleanup.push(() => tree.model.off("change:selected_id", follow));
+    // The store changed: this session's state again. Its tree and labels are replaced in the
+    // views (which keep their scroll); a selection on the latest message moves to the new
+    // latest one (the transcript follows a conversation going on), any other stays.
+    let alive = true;
+    cleanup.push(() => (alive = false));
+    onStoreChange = async () => {
+      let now;
+      try {
+        now = await api.session(id);
+      } catch (err) {
+        if (alive && !box.querySelector(".skv-gone"))
+          head.append(skEl("span", { class: "sk-err skv-gone", text: "this session is no longer in the store" }));
+        return;
+      }
+      if (!alive) return;
+      const mid = tree.model.get("selected_id");
+      const onLatest = !mid || mid === s.latest;
+      s = now;
+      known = new Set(s.tree.ids);
+      for (const k of Object.keys(views)) delete views[k]; // a message may have been updated
+      const marks = s.labels || skDict();
+      tree.model.set("_labels", marks);
+      chat.model.set("_labels", marks);
+      tree.model.set("_tree", s.tree);
+      const want = onLatest || !known.has(mid) ? s.latest : mid;
+      if (want && want !== mid) tree.model.set("selected_id", want); // follow() fetches its path
+      else await follow();
+      box.dataset.messages = String(s.tree.ids.length);
+    };
   }
 
   // -- similar conversations (store.similar(..., level="session")) ----------------------------
@@ -599,4 +701,5 @@
 
   window.addEventListener("hashchange", route);
   route();
+  if (api.follow) api.follow(storeChanged);
 })();

@@ -524,8 +524,18 @@ class DuckDBEngine(LocalEngine):
 
     def committed(self) -> None:
         self._shared.writer = None
+        self._shared.commits += 1
         if self._full and self._file is not None:
             sync_folder(self._file)
+
+    def change_marker(self) -> str:
+        """The newest write sequence of the messages (a read moves the journal's appends in
+        first) and the commits of this process on the file: this engine logs no changes in
+        place (``CHANGE_LOG``), and no other process can write the file while this one
+        holds it, so this process's count sees every update, delete, run and label."""
+        with self._lock:
+            top = self.fetch_one(self.compile("SELECT coalesce(max(seq), 0) FROM {messages}"))[0]
+            return f"{top}.{self._shared.commits}"
 
     def snapshot(self) -> contextlib.AbstractContextManager[Any]:
         # One process holds the file and every engine on it shares this lock: holding it

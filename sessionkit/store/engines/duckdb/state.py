@@ -223,6 +223,8 @@ class FileState:
         # The thread inside a write transaction on this file, if any (its reads must
         # see its own uncommitted writes: they run on its connection).
         self.writer: int | None = None
+        # Write transactions committed on this file by this process (its change marker).
+        self.commits = 0
         # None: not read yet.
         self.index_on: bool | None = None
         # Each session's newest message (its latest leaf), so an append needs no lookup.
