@@ -20,8 +20,9 @@ def test_the_store_notebook_names_the_tour_notebooks_beside_it(tmp_path):
     numbers = sorted(p.name[:2] for p in NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
     intro = _intro(_lab.store_notebook(tmp_path, "chats.db"))
     assert f"({numbers[0]} to {numbers[-1]})" in intro, intro
-    (tmp_path / "11-more.ipynb").write_text("{}", encoding="utf-8")  # one more beside it
-    assert f"({numbers[0]} to 11)" in _intro(_lab.store_notebook(tmp_path, "chats.db"))
+    more = f"{int(numbers[-1]) + 1:02d}"
+    (tmp_path / f"{more}-more.ipynb").write_text("{}", encoding="utf-8")  # one more beside it
+    assert f"({numbers[0]} to {more})" in _intro(_lab.store_notebook(tmp_path, "chats.db"))
     alone = tmp_path / "alone"
     alone.mkdir()
     assert "tour notebooks" not in _intro(_lab.store_notebook(alone, "chats.db"))

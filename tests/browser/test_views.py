@@ -112,11 +112,12 @@ CELLS = [
     ),
     ("repr", "s"),
     (
-        "labels_sql",  # the labels view, read in the kernel once the test asks (file 'labels-go')
+        "labels_sql",  # the labels view, read in the kernel once the test asks (file 'labels-go'); the forked
+        # session's only: the experiment's scorer labels other sessions of the same store
         "async def labels_sql():\n"
         "    while not (OUT / 'labels-go').exists():\n"
         "        await asyncio.sleep(0.05)\n"
-        "    q = 'SELECT session_id, message_id, tag, rating, target FROM labels'\n"
+        "    q = \"SELECT session_id, message_id, tag, rating, target FROM labels WHERE session_id = 'forked'\"\n"
         "    (OUT / 'labels.json').write_text(store.sql(q).to_json(orient='records'))\n"
         "labels_task = asyncio.ensure_future(labels_sql())",
     ),

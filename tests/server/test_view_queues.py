@@ -167,7 +167,10 @@ def test_the_command_checks_its_annotators(tmp_path, monkeypatch):
         (["--write", "--annotator", "ana=short"], "shorter than 16 characters"),
         (["--write", "--annotator", "ana", "--annotator", "ana"], "give each annotator once"),
         (["--write", "--annotator", "=x" * 9], "give each annotator once"),
-        (["--bundle", str(tmp_path / "b"), "--annotator", "ana"], "--annotator apply to the served viewer only"),
+        (
+            ["--bundle", str(tmp_path / "b"), "--annotator", "ana"],
+            "--annotator and --poll apply to the served viewer only",
+        ),
     ):
         err = io.StringIO()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
