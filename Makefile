@@ -1,5 +1,8 @@
 # sessionkit: the two commands of README.md are `make demo` and `make test`.
 # Both create the virtual environment in .venv on first use (uv when available, pip otherwise).
+# uv is asked to compile the packages' byte code as it installs them (pip does by default):
+# otherwise the first processes of a fresh checkout's test run each compile litellm, pandas
+# and the rest again, side by side.
 
 VENV    ?= .venv
 PYTHON  ?= python3
@@ -21,7 +24,7 @@ $(VENV)/.sessionkit-installed-%: pyproject.toml
 	@if ! command -v uv >/dev/null 2>&1; then $(PYTHON) -m pip install --quiet uv || true; fi
 	@if command -v uv >/dev/null 2>&1; then \
 		uv venv --quiet --allow-existing -p $(PYTHON) $(VENV) && \
-		uv pip install --quiet -p $(BIN)/python -e '.[$*]'; \
+		uv pip install --quiet --compile-bytecode -p $(BIN)/python -e '.[$*]'; \
 	else \
 		$(PYTHON) -m venv $(VENV) && \
 		$(BIN)/pip install --quiet --upgrade pip && \
