@@ -807,16 +807,37 @@ def test_the_timeline_shows_each_call_with_its_duration_and_opens_its_message(
         w.close()
 
 
-def test_a_column_from_sql_sorts_the_table_with_the_values_of_its_query(browser, store_path, tmp_path):
+@pytest.mark.parametrize("kind", ["sqlite", "duckdb", "postgresql"])
+def test_a_column_from_sql_sorts_the_table_with_the_values_of_its_query(browser, kind, store_path, tmp_path, request):
+    """A column of a --columns file sorts the served table, its cells are the query's values,
+    and the filter matches them, on every engine (the module's store, copied into a DuckDB
+    file or a PostgreSQL schema for those)."""
+    if kind == "postgresql":
+        from store.pg_cluster import new_store_url
+
+        request.getfixturevalue("pg_url")  # skips, or fails under CI=true, without a server
+        target = new_store_url()
+        sk.io.copy_store(store_path, target)
+    elif kind == "duckdb":
+        target = str(tmp_path / "columns.duckdb")
+        sk.io.copy_store(store_path, target)
+    else:
+        target = str(store_path)
     sql = (
         "SELECT session_id, count(*) FILTER (WHERE role = 'user') * 100 + max(depth) AS score FROM messages GROUP BY 1"
     )
-    with sk.open_store(store_path) as store:
+    with sk.open_store(target) as store:
         want = {r["session_id"]: r["score"] for r in store.sql_arrow(sql).to_pylist()}
         runs = {info.id: len(store.runs(info.id)) for info in store.list_sessions()}
     columns = tmp_path / "columns.txt"
     columns.write_text(f"# the table's extra columns\nscore={sql}\n")
-    with view_process(store_path, "--columns", str(columns)) as launched:
+    with launcher(
+        [sys.executable, "-m", "sessionkit", "view", target, "--port", "0", "--columns", str(columns)],
+        cwd=tmp_path,
+        env=_env(),
+        pattern=r" at (http://127\.0\.0\.1:\d+/\S*)",
+        timeout=120,
+    ) as launched:
         url = launched.match.group(1)
         w = Watched(browser)
         page = w.page
