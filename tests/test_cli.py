@@ -272,6 +272,7 @@ def test_python_dash_m_is_the_same_command(cli):
 # info and ls
 
 
+@pytest.mark.slow
 def test_info_reports_engine_schema_and_stats(store_path, cli):
     as_json, as_text = cli["info --json"], cli["info"]
     report = json.loads(assert_ok(as_json))

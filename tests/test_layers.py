@@ -144,6 +144,7 @@ def foreign_private_imports(path: Path, source: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_imports_a_private_module_or_name_of_another_sub_package():
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):

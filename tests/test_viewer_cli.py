@@ -198,6 +198,7 @@ def test_a_bundle_never_overwrites_a_folder_it_did_not_write(store_path, tmp_pat
         viewer.write_bundle(store, mine, force=True)
 
 
+@pytest.mark.slow
 def test_labels_reach_the_table_the_filter_the_session_and_the_bundle(new_store, engine, tmp_path):
     """A session's labels: its tags in the table's labels column (found by the filter), by
     message in the session's payload (the views' badges), and in a bundle's files."""
@@ -395,6 +396,7 @@ def test_a_session_of_run_events_alone_opens_and_is_bundled(tmp_path):
         assert list(bundle_data((alone / "data" / "sessions.js").read_text(encoding="utf-8"))["files"]) == ["log"]
 
 
+@pytest.mark.slow
 def test_a_bundle_of_long_messages_loads_only_what_a_query_needs(tmp_path, monkeypatch):
     """15 sessions of one long message each (docs/viewer.md#search): what the page reads
     before the table shows holds none of their text; the search index is sharded by word

@@ -52,6 +52,7 @@ def test_plain_text_reply_without_streaming(store):
     assert isinstance(usage["cost_usd"], float) and usage["cost_usd"] > 0
 
 
+@pytest.mark.slow
 def test_streamed_text_arrives_in_several_deltas(store):
     agent = Agent("a", "", LiteLLMModel("gpt-4o-mini", mock_response="Streaming works one piece at a time."))
     session = store.session("stream")

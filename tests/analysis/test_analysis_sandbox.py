@@ -153,6 +153,7 @@ def test_the_views_ctes_table_functions_and_parameters_still_work(store):
     assert store.messages_df()["id"].tolist() == ["u1", "a1"]
 
 
+@pytest.mark.slow
 def test_files_true_joins_local_files_and_only_when_asked(store, tmp_path):
     scores = tmp_path / "scores.csv"
     scores.write_text("id,score\nu1,5\na1,7\n", encoding="utf-8")
@@ -219,6 +220,7 @@ def test_files_true_through_sk_aio(aio_target, tmp_path):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_the_cache_connection_is_locked_down_by_duckdb(new_store):
     """Beyond the parse-tree check, DuckDB itself refuses files, extensions and setting
     changes on a cache's connection (SQLite and PostgreSQL stores), and its own work goes on."""

@@ -147,6 +147,7 @@ def scenario(store, other=None):
     yield "delete subtree"
 
 
+@pytest.mark.slow
 def test_views_match_the_python_reference_after_every_kind_of_write(engine, new_store):
     store = new_store(engine)
     for step in scenario(store):
@@ -335,6 +336,7 @@ def test_a_sqlite_file_cache_through_either_reader(new_store, monkeypatch, reade
     assert (store._engine._analysis._adbc is not None) == (reader == "adbc")
 
 
+@pytest.mark.slow
 def test_a_first_load_of_many_driver_batches_equals_the_reference(new_store):
     """The ADBC driver hands rows over in batches (1,024 rows each by default), read ahead
     by a thread while DuckDB writes the ones before: a store of several batches, with
@@ -898,6 +900,7 @@ def test_store_objects_sharing_the_cache_file_under_concurrent_writers(new_store
     writer.close()
 
 
+@pytest.mark.slow
 def test_a_cache_file_held_by_another_process_gives_a_cache_in_memory(new_store):
     """DuckDB lets one process write a file: a second process keeps its cache in memory."""
     import subprocess

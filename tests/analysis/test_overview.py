@@ -122,6 +122,7 @@ def test_the_overview_figures_equal_the_views_rows_counted_here(filled):
     assert [(r["day"], r["sessions"]) for r in one["sessions_by_day"]] == [("2026-03-02", 1)]
 
 
+@pytest.mark.slow
 def test_the_overview_plots_draw_its_figures(filled):
     import matplotlib.pyplot as plt
     from matplotlib.figure import Figure

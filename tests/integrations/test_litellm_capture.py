@@ -192,6 +192,7 @@ def test_repeated_calls_reuse_the_tree_and_a_new_system_prompt_is_a_new_root(new
     assert store.runs("litellm") == []  # session= was given: nothing in the default one
 
 
+@pytest.mark.slow
 def test_failed_calls_are_failed_runs(new_store, engine):
     store = new_store(engine)
 

@@ -301,6 +301,7 @@ def test_every_item_type_round_trips(new_store):
     assert by_kind["web_search_call"]["parts"][0]["input"] == built["web_search_call"]["action"]
 
 
+@pytest.mark.slow
 def test_matches_the_sdks_sqlite_session(engine, new_store):
     """Random sequences of add_items (items of every type), get_items(limit), pop_item and
     clear_session give SQLiteSession's results after every step."""

@@ -251,6 +251,7 @@ def test_each_trace_of_a_conversation_has_its_own_question_as_input(new_store, e
     assert len(store.session(CONV)) == 7  # the second turn's history is the first turn's path
 
 
+@pytest.mark.slow
 def test_protobuf_and_json_lines_give_the_same_tree(new_store, tmp_path):
     spans = recorded()
     pb = tmp_path / "traces.pb"
@@ -597,6 +598,7 @@ def store_target(engine, tmp_path, request):
     return str(tmp_path / ("traces.db" if engine == "sqlite" else "traces.duckdb"))
 
 
+@pytest.mark.slow
 def test_collect_receives_an_sdk_pipeline(store_target, engine, tmp_path):
     collector = Collector(store_target, tmp_path)
     try:

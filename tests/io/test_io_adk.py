@@ -161,6 +161,7 @@ def _fold_order(facts):
     return final
 
 
+@pytest.mark.slow
 def test_live_path_matches_get_session(store, adk_db):
     db, sessions = adk_db
     imported = sk.io.import_adk(store, db)
@@ -177,6 +178,7 @@ def test_live_path_matches_get_session(store, adk_db):
         assert _message_facts(history) == _fold_order(_event_facts(live)), user
 
 
+@pytest.mark.slow
 def test_rewind_branches_tool_results_and_state(store, adk_db):
     db, sessions = adk_db
     sk.io.import_adk(store, db)

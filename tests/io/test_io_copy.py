@@ -22,6 +22,7 @@ def _fill(store, sid="s", n=3):
     store.session(sid).append_many([msg(f"{sid}{i}", f"text {i}") for i in range(n)])
 
 
+@pytest.mark.slow
 def test_the_command_copies_refuses_a_full_destination_and_merges(tmp_path):
     src, dst = tmp_path / "src.db", tmp_path / "dst.duckdb"
     with sk.open_store(src) as store:

@@ -522,6 +522,7 @@ _SETTINGS = dict(
 # a quick pass on every seed; test_random_byte_edits_many is the long fuzzing run
 @settings(max_examples=100, **_SETTINGS)
 @given(edit=_edits())
+@pytest.mark.slow
 def test_random_byte_edits(seeds, new_store, tmp_path_factory, edit):
     _fuzz(seeds, new_store, tmp_path_factory, edit)
 

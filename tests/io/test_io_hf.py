@@ -13,6 +13,7 @@ import pytest
 import sessionkit as sk
 
 
+@pytest.mark.slow
 def test_a_dataset_becomes_a_hf_dataset_of_its_items(tmp_path, new_store, tau_records):
     datasets = pytest.importorskip("datasets")
     store = new_store("sqlite", folder=tmp_path)

@@ -99,7 +99,10 @@ def _check(info, path, kind: str, store, where: str = "line 2") -> None:
 
 
 @pytest.mark.parametrize("kind", IMPORTERS)
-@pytest.mark.parametrize("bad", list(BAD_VALUES))
+# a hundred thousand levels of nesting take most of a second per importer: the full suite only
+@pytest.mark.parametrize(
+    "bad", [pytest.param(b, marks=pytest.mark.slow) if b == "deep-nesting" else b for b in BAD_VALUES]
+)
 def test_bad_json_values_name_the_line(kind, bad, store, tmp_path):
     raw, words = BAD_VALUES[bad]
     lines = _lines(kind)
@@ -244,6 +247,7 @@ def test_deep_json_in_a_tree_is_refused_by_the_store_and_named(store, tmp_path):
     assert info.value.imported == 1 == store.stats()["sessions"]
 
 
+@pytest.mark.slow
 def test_json_module_recursion_limit_is_not_raised(tmp_path, store):
     """The importers never return RecursionError, even deep in a call stack."""
     path = tmp_path / "deep.jsonl"

@@ -242,6 +242,7 @@ def _all_messages(session):
     return seen
 
 
+@pytest.mark.slow
 def test_plain_sessions_and_idempotence(store, plain_db):
     db, by_session = plain_db
     sessions = sk.io.import_openai_agents(store, db)

@@ -27,6 +27,7 @@ def exporter():
 
 
 @pytest.mark.parametrize("stem", EXPECTED)
+@pytest.mark.slow
 def test_notebook_converts_to_html_with_static_views(exporter, stem):
     import nbformat
 

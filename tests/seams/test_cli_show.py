@@ -78,6 +78,7 @@ def test_show_prints_every_message_and_tool_call(shown):
     assert {"call-json", "call-str", "call-err", "call-big", "call_1"} <= seen_tools
 
 
+@pytest.mark.slow
 def test_show_marks_the_compaction_boundaries(shown):
     store, _, outputs = shown
     (compaction,) = store.session("tree").compactions()

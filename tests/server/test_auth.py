@@ -184,6 +184,7 @@ def _adversaries(victim: str) -> list[str]:
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "duckdb", pytest.param("postgresql", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_no_principal_id_reaches_another_principals_sessions(serve, new_store, engine):
     """Whatever a principal id looks like (the victim's hash, its stored key's prefix, the victim
     escaped or in other case), it names a namespace of its own: the victim's session answers 404

@@ -110,6 +110,7 @@ def _read_to_close(s: socket.socket) -> bytes:
     return received
 
 
+@pytest.mark.slow
 def test_a_body_that_never_ends_gets_408(serve, store):
     # (an idle connection is closed after 0.5 s too, so the read below ends soon after the answer)
     live = serve(echo_agent(), store, body_timeout=0.5, uvicorn_config={"timeout_keep_alive": 0.5})

@@ -19,6 +19,7 @@ def run_ends(frames) -> list[dict]:
     return [d for _, d in frames if d.get("kind") == "run.end"]
 
 
+@pytest.mark.slow
 def test_one_stream_stays_open_across_two_runs_with_idle_time_between(serve, store, sse):
     live = serve(echo_agent(), store)
     live.app.state.sessionkit.keepalive = 0.5  # idle streams get comment lines

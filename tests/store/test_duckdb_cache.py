@@ -199,6 +199,7 @@ class Pair:
 
 # one seed in the fast suite, five more in the whole one
 @pytest.mark.parametrize("seed", [0, *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(1, 6))])
+@pytest.mark.slow
 def test_cached_path_reads_match_sqlite_through_random_operations(tmp_path, seed):
     rng = random.Random(seed)
     pair = Pair(tmp_path, rng)

@@ -26,6 +26,7 @@ def test_a_handle_in_use_is_the_same_object(store):
     assert store.session("a") is a and len(store.session("a")) == 1
 
 
+@pytest.mark.slow
 def test_a_dropped_handle_is_freed(store):
     ref = weakref.ref(store.session("gone"))
     gc.collect()
