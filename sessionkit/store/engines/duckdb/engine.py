@@ -225,6 +225,7 @@ class DuckDBEngine(LocalEngine):
     PAGE = 4096
     CHANGE_LOG = False  # analysis queries read this store's own tables (see analysis_query)
     EXTRA_SCHEMA = (_TERMS_TABLE, DUCKDB_JOURNAL_TABLE)
+    SCRIPTS = True
     INDEX = TermsIndex
     index: TermsIndex
     BEGIN = "BEGIN TRANSACTION"
