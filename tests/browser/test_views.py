@@ -498,7 +498,9 @@ def test_a_label_added_in_the_tree_shows_in_another_transcript_and_in_sql(nb, sc
     page = nb.page
     view = nb.view("forked", "tree")
     view.scroll_into_view_if_needed()
-    view.locator(".sk-row[data-id='a2']").click()
+    row = view.locator(".sk-row[data-id='a2']")
+    # a click while the notebook's page still moves can land on the next row: until a2 is selected
+    wait_until(lambda: row.click() or view.get_attribute("data-selected") == "a2", what="a2 selected")
     panel = view.locator(".sk-tree-panel")
     panel.locator(".sk-label-tag").fill("checked")
     panel.locator(".sk-label-rating").fill("4")
