@@ -369,6 +369,12 @@ def _stored(store: Store, session: Any, user_id: str, name: str, dataset: str, v
     if not replies:
         return None
     record = next((r for r in store.runs(session.session_id) if r.run_id == run_id), None)
+    if record is not None and run_id and record.status == "running":
+        # Its reply is stored and its end is not: the process that ran it stopped in between.
+        # Recorded completed now, as a restarted server records such a run (no usage: the
+        # process that knew it is gone).
+        store.run_log.end(run_id, status="completed", ended_at=replies[-1].get("createdAt"))
+        record = next((r for r in store.runs(session.session_id) if r.run_id == run_id), None)
     usage = (record.usage if record is not None else None) or {}
     return {
         "reply": text_of(replies[-1], ""),

@@ -319,6 +319,23 @@ def test_an_experiment_killed_midway_resumes_without_asking_a_pair_twice(tmp_pat
         assert len(rows) == 6 and (rows["status"] == "completed").all()
 
 
+def test_a_run_whose_reply_is_stored_but_not_its_end_is_completed_when_resumed(new_store):
+    """The process that ran a pair may stop between storing its reply and recording the run's
+    end: resuming asks nothing again and records that run completed."""
+    store = new_store("sqlite", memory=True)
+    _dataset(store)
+    first = asyncio.run(experiment("qa", _variants(), [length], name="cut", store=store, progress=False))
+    cut = next(r for r in first.rows if (r["item"], r["variant"]) == (1, "long"))
+    store.run_log.reopen(cut["run_id"])  # as the stopped process left it: running, its reply stored
+    assert store.sql("SELECT count(*) AS n FROM experiments WHERE status = 'running'")["n"][0] == 1
+
+    again = asyncio.run(experiment("qa", _idle(), [length], name="cut", store=store, progress=False))
+    assert all(r["resumed"] and r["status"] == "completed" for r in again.rows)
+    rows = store.sql("SELECT item, variant, status, reply FROM experiments WHERE experiment = 'cut'")
+    assert len(rows) == 6 and (rows["status"] == "completed").all()
+    assert rows.set_index(["item", "variant"]).loc[(1, "long"), "reply"] == cut["reply"]
+
+
 def test_an_experiment_runs_over_an_async_store():
     async def main():
         store = await sk.aio.open_store()
