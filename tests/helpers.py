@@ -6,6 +6,7 @@ imports these as ``from helpers import msg, free_port, wait_until``.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 from collections.abc import Callable
@@ -201,3 +202,28 @@ def import_file(kind: str, store: Any, path: Any) -> Any:
     if kind == "openai":
         return sk.io.import_openai(store.session("chat"), path)
     return getattr(sk.io, f"import_{kind}")(store, path)
+
+
+@contextlib.contextmanager
+def viewer_in_thread(app):
+    """uvicorn serving the viewer's ``app`` on a free 127.0.0.1 port, in a thread; its base URL.
+    On the way out the pages' ``/api/changes`` streams are ended, then the server."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started or not thread.is_alive(), what="the viewer to listen")
+        assert server.started, "the viewer did not start"
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        app.state.stopping.set()
+        server.should_exit = True
+        thread.join(60)
+        sock.close()

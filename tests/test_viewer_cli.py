@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import viewer_in_thread
 
 import sessionkit as sk
 from sessionkit.cli import main
@@ -460,31 +461,6 @@ def test_a_bundle_of_long_messages_loads_only_what_a_query_needs(tmp_path, monke
 LIVE_TOKEN = "live-feed-token-0123456789"
 
 
-@contextlib.contextmanager
-def _serving(app):
-    """uvicorn serving ``app`` on a free 127.0.0.1 port, in a thread; its base URL."""
-    import socket
-    import threading
-
-    import uvicorn
-    from helpers import wait_until
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started or not thread.is_alive(), what="the viewer to listen")
-        assert server.started, "the viewer did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        app.state.stopping.set()
-        server.should_exit = True
-        thread.join(60)
-        sock.close()
-
-
 def _events(response):
     """The server-sent events of a streamed response, each ``{"event", "id", "data"}`` (comments skipped)."""
     event: dict = {}
@@ -514,7 +490,7 @@ def test_the_changes_stream_tells_of_another_connections_writes_and_of_what_a_re
             create_view_app(store, poll=0)
         app = create_view_app(store, token=LIVE_TOKEN, poll=0.05)
         auth = {"Authorization": f"Bearer {LIVE_TOKEN}"}
-        with _serving(app) as base, httpx.Client(base_url=base, timeout=30) as client:
+        with viewer_in_thread(app) as base, httpx.Client(base_url=base, timeout=30) as client:
             assert client.get("api/changes").status_code == 401
             with client.stream("GET", "api/changes", headers=auth) as response:
                 assert response.status_code == 200

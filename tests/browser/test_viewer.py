@@ -9,7 +9,6 @@ adversarial texts of the widgets' tests run nothing.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import sys
@@ -18,7 +17,7 @@ from urllib.parse import quote
 
 import nbhelpers
 import pytest
-from helpers import wait_until
+from helpers import viewer_in_thread, wait_until
 from servers import launcher
 
 import sessionkit as sk
@@ -883,30 +882,6 @@ QUEUE_BO = "bo-token-0123456789abcdefgh"
 QUEUE_UNITS = 3
 
 
-@contextlib.contextmanager
-def _viewer_in_thread(app):
-    """uvicorn serving ``app`` on a free 127.0.0.1 port, in a thread; its base URL."""
-    import socket
-    import threading
-
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started or not thread.is_alive(), what="the viewer to listen")
-        assert server.started, "the viewer did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        app.state.stopping.set()  # the pages' /api/changes streams end
-        server.should_exit = True
-        thread.join(60)
-        sock.close()
-
-
 def _queue_ready(page) -> dict:
     page.wait_for_selector(".skq[data-ready='1']:not([data-loading])")
     return page.evaluate(
@@ -932,7 +907,7 @@ def test_two_annotators_work_one_queue_at_once(engine, new_store, browser):
         per_unit=2,
     )
     app = create_view_app(store, token=QUEUE_TOKEN, write=True, annotators={"ana": QUEUE_ANA, "bo": QUEUE_BO})
-    with _viewer_in_thread(app) as base:
+    with viewer_in_thread(app) as base:
         people = {"ana": Watched(browser), "bo": Watched(browser)}
         # ana comes by the header's link and the list of queues, bo by the queue's own link
         people["ana"].page.goto(f"{base}?token={QUEUE_ANA}")
@@ -1111,7 +1086,7 @@ def test_the_overview_charts_are_what_sql_counts_served_and_bundled(browser, new
         " (SELECT count(*) FROM runs) AS runs, (SELECT count(*) FROM tool_calls) AS tool_calls,"
         " (SELECT count(*) FROM labels) AS labels"
     ).to_pylist()[0]
-    with _viewer_in_thread(create_view_app(store)) as base:
+    with viewer_in_thread(create_view_app(store)) as base:
         w = Watched(browser)
         w.page.goto(base)
         w.page.click(".skv-overview-link")  # the header's link
@@ -1158,7 +1133,7 @@ def test_a_message_and_a_session_written_elsewhere_appear_without_a_reload(brows
         talk = store.session("talk")
         talk.append(nbhelpers.text("q1", "user", "what next?"))
         talk.append(nbhelpers.text("a1", "assistant", "we will see"))
-        with _viewer_in_thread(create_view_app(store, poll=0.1)) as base:
+        with viewer_in_thread(create_view_app(store, poll=0.1)) as base:
             table, chat = Watched(browser), Watched(browser)
             table.page.goto(base)
             assert "fresh" not in _table(table.page)
