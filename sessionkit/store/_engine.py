@@ -108,41 +108,32 @@ class Engine(abc.ABC):
     def events(self, sid: str, after_seq: int | None) -> list[dict[str, Any]]: ...
 
     # writes (inside write()) -------------------------------------------------
-    def append_simple(self, sid: str, prep: Prepared, parent_id: str | _Latest | None, created_at: str) -> Appended:
-        """Optional fast path for one plain append (no payloads) in a single statement.
-
-        ``Appended.INSERTED``, ``EXISTS`` or ``NO_PARENT``; ``UNSUPPORTED`` when the engine
-        has no fast path or the message needs the general one. ``parent_id`` is a str, None
-        or LATEST.
-        """
-        return Appended.UNSUPPORTED
-
-    def append_chain(
+    def append_fast(
         self, sid: str, preps: list[Prepared], parent_id: str | _Latest | None, stamps: list[str]
     ) -> Appended:
-        """Optional fast path for a chain of new plain messages (``append_many`` outside a
-        transaction): each under the one before, the first under ``parent_id`` (a str,
-        None or LATEST), all stored or none. ``Appended.INSERTED`` when it stored them all;
-        ``UNSUPPORTED`` when the engine has no fast path or the chain needs the general one
-        (an id already stored, payloads, an unknown parent...)."""
+        """The engine's optional fast append, outside a transaction: ``preps`` as a chain
+        (each under the one before, the first under ``parent_id``: a str, None or LATEST),
+        ``stamps`` their row times, all stored or none.
+
+        ``Appended.INSERTED`` when it stored them all. Anything else (``EXISTS``,
+        ``NO_PARENT``, ``UNSUPPORTED``: no fast path, payloads, an id already stored, an
+        unknown parent...) leaves the write to :meth:`w_insert_many`, which decides it.
+        """
         return Appended.UNSUPPORTED
 
     @abc.abstractmethod
-    def w_insert(self, sid: str, prep: Prepared, parent: Node | None, created_at: str, index: bool) -> Node | None:
-        """Insert unless (sid, id) exists; return the new Node or None when it existed."""
-
     def w_insert_many(
         self, sid: str, rows: Sequence[tuple[Prepared, str | _Latest | None, str]], index: bool
     ) -> list[tuple[bool, int]]:
-        """Insert ``rows`` of ``(prep, parent_id, created_at)`` in order (in a few
-        statements where the engine declares ``capabilities.bulk_insert``).
+        """Insert ``rows`` of ``(prep, parent_id, created_at)`` in order: the one general
+        write of messages (in a few statements where the engine declares
+        ``capabilities.bulk_insert``).
 
-        Same meaning as ``Session._insert_one`` for each row (parent_id: a str, None or
-        LATEST; an unknown parent raises MessageNotFound unless the message itself
-        exists). Returns ``(inserted, seq)`` per row, ``seq`` being the stored row's
-        either way. :meth:`Session.import_many` uses it on engines that declare it.
+        Each row means what inserting it alone would (parent_id: a str, None or LATEST;
+        an id already stored, or earlier in ``rows``, is left as it is; an unknown parent
+        raises MessageNotFound unless the message itself exists). Returns
+        ``(inserted, seq)`` per row, ``seq`` being the stored row's either way.
         """
-        raise NotImplementedError(f"the {self.kind} engine has no bulk insert")
 
     def w_import_records(
         self, records: Sequence[tuple[str, Sequence[tuple[Prepared, str | _Latest | None, str]]]], index: bool

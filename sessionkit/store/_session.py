@@ -91,25 +91,7 @@ class Session:
     def append(self, message: dict[str, Any], *, parent_id: Any = LATEST, source: str = "server") -> AppendResult:
         """Add a message (docs/message-tree.md). Idempotent on ``message["id"]``: the first write wins."""
         strip = self._strip_for(source)
-        parent_id = _parent_arg(parent_id)
-        prep = self._prepare(message, strip, None)
-        store = self._store
-        if store._in_transaction():  # the one-statement fast path commits on its own: not here
-            status = Appended.UNSUPPORTED
-        else:
-            status = self._eng().append_simple(self.session_id, prep, parent_id, _created_from(prep))
-        stored = None
-        if status is Appended.EXISTS:  # read outside the fast path's statement: it may be gone again
-            node = self._eng().node(self.session_id, prep.message["id"])
-            stored = None if node is None else self._read(node.seq)
-        if status is Appended.INSERTED:
-            result = AppendResult._stored(prep)
-        elif stored is not None:
-            result = AppendResult(False, stored)
-        elif status is Appended.NO_PARENT:
-            raise MessageNotFound(f"parent message {parent_id!r} is not in session {self.session_id!r}")
-        else:
-            result = self._write_prepared([prep], parent_id, created_at=None)[0]
+        result = self._write([self._prepare(message, strip, None)], _parent_arg(parent_id), created_at=None)[0]
         if result.inserted:
             self._announce([result])
             self._maybe_compact()
@@ -133,7 +115,8 @@ class Session:
         strip = self._strip_for(source)
         if isinstance(messages, dict):
             raise TypeError("append_many takes a list of messages; use append() for one")
-        results = self._write_chain(list(messages), parent_id, strip=strip, created_at=None)
+        preps = [self._prepare(m, strip, None) for m in messages]  # validate all first
+        results = self._write(preps, _parent_arg(parent_id), created_at=None)
         inserted = [r for r in results if r.inserted]
         if inserted:
             self._announce(inserted)
@@ -164,7 +147,7 @@ class Session:
         parent_id = _parent_arg(parent_id)
         iso = _msg.to_iso(created_at) if created_at is not None else None
         prep = self._prepare(message, (), iso, set_created=iso)
-        return self._write_prepared([prep], parent_id, created_at=iso)[0]
+        return self._write([prep], parent_id, created_at=iso, fast=False)[0]
 
     def import_many(self, items: Iterable[tuple[dict[str, Any], Any, Any]]) -> list[AppendResult]:
         """Import many messages in one transaction: each item is ``(message, parent_id, created_at)``.
@@ -193,81 +176,41 @@ class Session:
             set_created=set_created,
         )
 
-    def _write_chain(
-        self, messages: Iterable[Any], parent_id: Any, *, strip: tuple[str, ...], created_at: str | None
+    def _write(
+        self, preps: list[_msg.Prepared], parent_id: str | _Latest | None, *, created_at: str | None, fast: bool = True
     ) -> list[AppendResult]:
-        parent_id = _parent_arg(parent_id)
-        preps = [self._prepare(m, strip, created_at) for m in messages]  # validate all first
-        return self._write_prepared(preps, parent_id, created_at=created_at)
+        """The one way a session writes messages: ``preps`` as a chain under ``parent_id``
+        (each under the one before), row times ``created_at`` or each message's own.
 
-    def _write_prepared(
-        self, preps: list[_msg.Prepared], parent_id: str | _Latest | None, *, created_at: str | None
-    ) -> list[AppendResult]:
+        Outside a transaction the engine's fast append may store them in one go (not for
+        imports, ``fast=False``: a fast append is an append, which an engine shared by
+        several processes announces to the others); what it does not take (or a
+        transaction joined) is one batch insert in a write transaction, which finds ids
+        already stored and unknown parents.
+        """
+        if not preps:
+            return []
         eng = self._eng()
-        if len(preps) > 1 and not self._store._in_transaction():
-            stamps = [created_at or _created_from(prep) for prep in preps]
-            if eng.append_chain(self.session_id, preps, parent_id, stamps) is Appended.INSERTED:
-                return [AppendResult._stored(prep) for prep in preps]
-        if len(preps) > 1 and eng.capabilities.bulk_insert:
-            return self._write_batch(eng, preps, parent_id, created_at=created_at)
-        out: list[AppendResult] = []
-        with eng.write():
-            index = eng.index.maintained()
-            parent = parent_id
-            for prep in preps:
-                res = self._insert_one(eng, prep, parent, created_at, index)
-                out.append(res)
-                parent = res.message["id"]
-        return out
-
-    def _write_batch(
-        self, eng: Engine, preps: list[_msg.Prepared], parent_id: str | _Latest | None, *, created_at: str | None
-    ) -> list[AppendResult]:
-        """A chain written as one batch (``capabilities.bulk_insert``): the same results as
-        inserting each message in turn under the one before, in a few statements."""
-        items = []
+        sid = self.session_id
+        stamps = [created_at or _created_from(prep) for prep in preps]
+        if fast and not self._store._in_transaction():  # a fast append commits on its own: not inside one
+            if eng.append_fast(sid, preps, parent_id, stamps) is Appended.INSERTED:
+                return [AppendResult._stored(prep) for prep in preps]  # prepare() made private copies
+        rows = []
         parent = parent_id
-        for prep in preps:
-            items.append((prep, parent, created_at or _created_from(prep)))
+        for prep, stamp in zip(preps, stamps):
+            rows.append((prep, parent, stamp))
             parent = prep.id
         with eng.write():
-            results = eng.w_insert_many(self.session_id, items, eng.index.maintained())
+            results = eng.w_insert_many(sid, rows, eng.index.maintained())
             old = [seq for inserted, seq in results if not inserted]
             stored: dict[int, dict[str, Any]] = {}
             for chunk in _chunks(old, _BATCH):
-                stored.update(zip(chunk, self._load(chunk)))
+                stored.update(zip(chunk, self._load(chunk)))  # (in this write transaction: they are there)
         return [
             AppendResult._stored(prep) if inserted else AppendResult(False, stored[seq])
             for prep, (inserted, seq) in zip(preps, results)
         ]
-
-    def _insert_one(
-        self,
-        eng: Engine,
-        prep: _msg.Prepared,
-        parent_id: str | _Latest | None,
-        created_at: str | None,
-        index: bool,
-    ) -> AppendResult:
-        sid = self.session_id
-        mid = prep.message["id"]
-        if parent_id is LATEST:
-            parent = eng.latest(sid)
-        elif parent_id is None:
-            parent = None
-        else:
-            parent = eng.node(sid, cast(str, parent_id))  # (LATEST and None handled above)
-            if parent is None:
-                existing = eng.node(sid, mid)
-                if existing is not None:  # read in this write transaction: it is there
-                    return AppendResult(False, cast("dict[str, Any]", self._read(existing.seq)))
-                raise MessageNotFound(f"parent message {parent_id!r} is not in session {sid!r}")
-        stamp = created_at or _created_from(prep)
-        node = eng.w_insert(sid, prep, parent, stamp, index)
-        if node is None:  # (sid, mid) exists: found in this write transaction
-            existing = cast(Node, eng.node(sid, mid))
-            return AppendResult(False, cast("dict[str, Any]", self._read(existing.seq)))
-        return AppendResult._stored(prep)  # prepare() made a private copy
 
     def update(self, message: dict[str, Any]) -> dict[str, Any]:
         """Replace the stored content of ``message["id"]`` (its place in the tree stays)."""

@@ -77,7 +77,7 @@ class SQLEngine(SQLBase):
     connection model (:meth:`connection`, :meth:`write`, :meth:`snapshot`), the
     driver's error mapping (:meth:`translate`), the catalog probe
     (:meth:`table_exists`), its search index (:attr:`INDEX`, a :class:`SearchIndex`)
-    and, where they have one, a fast append (:meth:`append_simple`).
+    and, where they have one, a fast append (:meth:`append_fast`).
     """
 
     #: Rows a path read takes in one statement at most.
@@ -404,7 +404,11 @@ class SQLEngine(SQLBase):
         type cannot hold a character replaces it; the message itself keeps it)."""
         return text
 
-    def w_insert(self, sid: str, prep: _msg.Prepared, parent: Node | None, created_at: str, index: bool) -> Node | None:
+    def insert_one(
+        self, sid: str, prep: _msg.Prepared, parent: Node | None, created_at: str, index: bool
+    ) -> Node | None:
+        """Insert one planned message row (its parent found) unless (sid, id) is stored:
+        the new Node, or None when it was (:meth:`insert_planned` writes a batch with it)."""
         node = self.placed(prep, parent, created_at)
         head, chunks = self.split(prep.stored_json)
         seq = self.insert_row(sid, prep, node, parent, head, len(chunks), index)
@@ -465,22 +469,28 @@ class SQLEngine(SQLBase):
             plan.append((prep, node, parent))
             result.append((True, mid))
         if plan:
-            for node in self.insert_planned(sid, plan, index):
+            for node, inserted in self.insert_planned(sid, plan, index):
                 known[node.id] = node
+                if not inserted:  # written meanwhile by another process: stored, not by this call
+                    result = [(False, mid) if mid == node.id else (ins, mid) for ins, mid in result]
         return [(ins, known[mid].seq) for ins, mid in result]
 
-    def insert_planned(self, sid: str, plan: list[tuple[_msg.Prepared, Node, Node | None]], index: bool) -> list[Node]:
-        """Write planned rows ``(prep, node, parent)`` (parents resolved); their Nodes."""
+    def insert_planned(
+        self, sid: str, plan: list[tuple[_msg.Prepared, Node, Node | None]], index: bool
+    ) -> list[tuple[Node, bool]]:
+        """Write planned rows ``(prep, node, parent)`` (parents resolved); each row's stored
+        Node and whether this call inserted it (False: another process wrote its id first)."""
         out = []
         by_id: dict[str, Node] = {}
         for prep, node, parent in plan:
             if parent is not None and parent.id in by_id:
                 parent = by_id[parent.id]
-            stored = self.w_insert(sid, prep, parent, node.created_at, index)
+            stored = self.insert_one(sid, prep, parent, node.created_at, index)
+            inserted = stored is not None
             if stored is None:  # written meanwhile by another process
                 stored = cast(Node, self.node(sid, prep.id))  # (read in this write transaction: it is there)
             by_id[prep.id] = stored
-            out.append(stored)
+            out.append((stored, inserted))
         return out
 
     def put_chunks(self, seq: int, chunks: list[str]) -> None:

@@ -333,7 +333,7 @@ SCAN_KINDS = ("nodes", "messages", "compactions", "runs", "events", "embeddings"
 
 
 class Appended(enum.Enum):
-    """What an engine's fast append did (``Engine.append_simple``, ``Engine.append_chain``)."""
+    """What an engine's fast append did (``Engine.append_fast``)."""
 
     #: Stored (a chain: every message of it).
     INSERTED = "inserted"

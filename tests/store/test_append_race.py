@@ -18,7 +18,7 @@ def test_append_of_a_message_deleted_after_the_fast_path_saw_it_stores_it_again(
     s = store.session("s")
     s.append(msg("a", "first"))
     engine = store._engine
-    fast = engine.append_simple
+    fast = engine.append_fast
 
     def deleted_meanwhile(*args, **kwargs):
         status = fast(*args, **kwargs)
@@ -26,7 +26,7 @@ def test_append_of_a_message_deleted_after_the_fast_path_saw_it_stores_it_again(
             store.session("s").delete("a")  # another writer, between the two statements
         return status
 
-    monkeypatch.setattr(engine, "append_simple", deleted_meanwhile)
+    monkeypatch.setattr(engine, "append_fast", deleted_meanwhile)
     res = s.append(msg("a", "second"))
     assert res.inserted
     assert res.message["id"] == "a"

@@ -32,7 +32,7 @@ What DuckDB changes:
 * **Speed.** DuckDB spends about a millisecond planning and running any
   statement, however small, so the engine keeps statements per operation low.
   One method, ``_way``, chooses how new rows are written, once per single append
-  (``append_simple``) or chain (``append_chain``); ``insert_row`` is the insert of
+  (``append_fast``: one message or a chain); ``insert_row`` is the insert of
   the transaction way:
 
   - *the journal*: outside a transaction, a plain append or a chain of new ids is
@@ -660,7 +660,7 @@ class DuckDBEngine(LocalEngine):
     # -- writes: the one choice of how new rows are written --------------------------------
     def _way(self, sid: str, preps: list[Any], chain: bool = False) -> str:
         """How new plain messages of ``sid`` are written: the one place the append paths
-        are chosen (``append_simple`` and ``append_chain`` ask it, once per call).
+        are chosen (``append_fast`` asks it, once per call).
 
         - ``"journal"``: outside a transaction, one line of the journal file (a row of
           the journal table for a store in memory), no DuckDB statement; the session's id
@@ -703,10 +703,14 @@ class DuckDBEngine(LocalEngine):
             return None, True  # known without reading (or moving) anything else
         return self.latest(sid), True
 
-    def append_simple(
-        self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str
+    def append_fast(
+        self, sid: str, preps: list[_msg.Prepared], parent_id: str | _Latest | None, stamps: list[str]
     ) -> Appended:
-        """One plain append, in as few statements as DuckDB allows (see ``_way``)."""
+        """DuckDB's fast append: a chain as one journal line (:meth:`_append_chain`), one
+        message in as few statements as DuckDB allows (see ``_way``)."""
+        if len(preps) != 1:
+            return self._append_chain(sid, preps, parent_id, stamps)
+        prep, created_at = preps[0], stamps[0]
         with self._lock:
             way = self._way(sid, [prep])
             if way == "general":
@@ -716,7 +720,7 @@ class DuckDBEngine(LocalEngine):
                 return Appended.EXISTS if self.node(sid, prep.id) is not None else Appended.NO_PARENT
             if way == "transaction":
                 with self.write():
-                    node = self.w_insert(sid, prep, parent, created_at, self.index.built())
+                    node = self.insert_one(sid, prep, parent, created_at, self.index.built())
                 return Appended.EXISTS if node is None else Appended.INSERTED
             # (a plain message: no continuation rows, no payloads, no index rows to write)
             node = self.placed(prep, parent, created_at)
@@ -731,7 +735,7 @@ class DuckDBEngine(LocalEngine):
                 sync_folder(self._file)
             return Appended.EXISTS if seq is None else Appended.INSERTED
 
-    def append_chain(
+    def _append_chain(
         self, sid: str, preps: list[_msg.Prepared], parent_id: str | _Latest | None, stamps: list[str]
     ) -> Appended:
         """A chain of new plain messages outside a transaction as one journal line: a
@@ -776,9 +780,11 @@ class DuckDBEngine(LocalEngine):
             shared.write_line(json.dumps(rows, ensure_ascii=False), self._full, self._journal_id)
         shared.journaled(sid, len(rows))
 
-    def w_insert(self, sid: str, prep: _msg.Prepared, parent: Node | None, created_at: str, index: bool) -> Node | None:
+    def insert_one(
+        self, sid: str, prep: _msg.Prepared, parent: Node | None, created_at: str, index: bool
+    ) -> Node | None:
         try:
-            return super().w_insert(sid, prep, parent, created_at, index)
+            return super().insert_one(sid, prep, parent, created_at, index)
         finally:
             self.index.forget_body()  # (the text may be large: not kept past its write)
 
@@ -797,7 +803,7 @@ class DuckDBEngine(LocalEngine):
     def insert_row(
         self, sid: str, prep: _msg.Prepared, node: Node, parent: Node | None, head: str, nchunks: int, index: bool
     ) -> int | None:
-        # (reached inside a write transaction: append_simple writes the other ways itself)
+        # (reached inside a write transaction: append_fast writes the other ways itself)
         return self._put_row("transaction", sid, prep, node, head, nchunks, index)
 
     def _put_row(

@@ -597,9 +597,14 @@ class PostgresEngine(SQLEngine):
         self.lock_session(sid)
         return super().insert_row(sid, prep, node, parent, head, nchunks, index)
 
-    def append_simple(
-        self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str
+    def append_fast(
+        self, sid: str, preps: list[_msg.Prepared], parent_id: str | _Latest | None, stamps: list[str]
     ) -> Appended:
+        """One plain message (no payloads, no continuation rows) in one statement; a
+        chain takes the batch insert."""
+        if len(preps) != 1:
+            return Appended.UNSUPPORTED
+        prep, created_at = preps[0], stamps[0]
         if prep.blobs or len(prep.stored_json) > self._chunk or self._cur_tx() is not None:
             return Appended.UNSUPPORTED
         kind = "root" if parent_id is None else ("parent" if isinstance(parent_id, str) else "latest")

@@ -235,7 +235,7 @@ class SQLiteEngine(LocalEngine):
         self.search_window = search_window
         self.busy_timeout = float(busy_timeout)
         self.path = None if path == ":memory:" else str(Path(path).resolve())
-        # session -> (seq, id, depth, path_bytes, path_tokens) of the last row append_simple
+        # session -> (seq, id, depth, path_bytes, path_tokens) of the last row append_fast
         # wrote there: the next append under the latest row checks it in its statement
         # (_APPEND_AFTER), so a stale entry costs a retry, never a wrong parent.
         self._tails: dict[str, tuple[Any, ...]] = {}
@@ -386,9 +386,14 @@ class SQLiteEngine(LocalEngine):
     def listed(self, values: Iterable[Any]) -> str:
         return json.dumps(list(values))
 
-    def append_simple(
-        self, sid: str, prep: _msg.Prepared, parent_id: str | _Latest | None, created_at: str
+    def append_fast(
+        self, sid: str, preps: list[_msg.Prepared], parent_id: str | _Latest | None, stamps: list[str]
     ) -> Appended:
+        """One plain message (no payloads, no continuation rows) in one statement; a
+        chain takes the batch insert."""
+        if len(preps) != 1:
+            return Appended.UNSUPPORTED
+        prep, created_at = preps[0], stamps[0]
         if prep.blobs or len(prep.stored_json) > self._chunk:
             return Appended.UNSUPPORTED
         # One statement (its own transaction): the parent's place is read and the row
@@ -420,7 +425,7 @@ class SQLiteEngine(LocalEngine):
         return Appended.NO_PARENT
 
     def _append_latest(self, sid: str, prep: _msg.Prepared, params: tuple[Any, ...]) -> bool:
-        """append_simple under the session's latest row; keeps ``_tails``."""
+        """append_fast under the session's latest row; keeps ``_tails``."""
         db = self._db
         tail = self._tails.get(sid)
         if tail is not None:
