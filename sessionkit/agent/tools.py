@@ -50,7 +50,7 @@ import threading
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import missing
 
@@ -58,6 +58,8 @@ if TYPE_CHECKING:  # a type hint as a value (what pydantic's TypeAdapter takes)
     from typing_extensions import TypeForm
 
 __all__ = ["CONTEXT_PARAMETER", "Tool", "as_tool", "json_safe"]
+
+T = TypeVar("T")
 
 CONTEXT_PARAMETER = "context"
 """The parameter name through which a tool receives the run's context (never in its schema)."""
@@ -80,7 +82,7 @@ class Tool:
     name: str
     description: str
     parameters: dict
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
 
     def schema(self) -> dict:
         """The OpenAI-style tool entry sent to the model."""
@@ -89,7 +91,7 @@ class Tool:
             function["description"] = self.description
         return {"type": "function", "function": function}
 
-    async def call(self, arguments: Mapping[str, Any], *, context: dict | None = None) -> Any:
+    async def call(self, arguments: Mapping[str, object], *, context: dict | None = None) -> object:
         """Call the function with the model's arguments (sync functions in a thread).
 
         A ``context`` parameter of the function receives ``context`` (see the
@@ -103,14 +105,15 @@ class Tool:
                 arguments[CONTEXT_PARAMETER] = context
         args, kwargs = _bind(self.fn, arguments)
         if _is_async(self.fn):
-            return await self.fn(*args, **kwargs)
-        result = await _in_thread(functools.partial(self.fn, *args, **kwargs))
-        if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine
+            result = self.fn(*args, **kwargs)  # a coroutine, awaited below
+        else:
+            result = await _in_thread(functools.partial(self.fn, *args, **kwargs))
+        if inspect.isawaitable(result):  # or a sync wrapper that returned a coroutine
             result = await result
         return result
 
 
-async def _in_thread(call: Callable[[], Any]) -> Any:
+async def _in_thread(call: Callable[[], T]) -> T:
     """Run ``call`` on its own daemon thread and await its result.
 
     Not the loop's default executor: ``asyncio.run`` waits for that executor on
@@ -118,24 +121,21 @@ async def _in_thread(call: Callable[[], Any]) -> Any:
     until it finished. A daemon thread is simply left to finish on its own.
     """
     loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
+    future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()
 
-    def settle(ok: bool, value: Any) -> None:
-        if future.done():  # cancelled while the tool ran
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():  # else cancelled while the tool ran
+            outcome()
 
     def worker() -> None:
+        outcome: Callable[[], None]
         try:
-            outcome = (True, context.run(call))
+            outcome = functools.partial(future.set_result, context.run(call))
         except BaseException as exc:  # handed to the awaiting task
-            outcome = (False, exc)
+            outcome = functools.partial(future.set_exception, exc)
         try:
-            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(settle, outcome)
         except RuntimeError:  # the loop is gone: nobody waits for this result any more
             pass
 
@@ -177,7 +177,7 @@ def _bind(fn: Callable, arguments: dict) -> tuple[list, dict]:
     return positional, arguments
 
 
-def as_tool(obj: Any) -> Tool:
+def as_tool(obj: object) -> Tool:
     """Turn a function (or a :class:`Tool`) into a :class:`Tool`.
 
     Raises ``TypeError`` for something that is not callable and ``ValueError``
@@ -434,7 +434,7 @@ def parameters_schema(fn: Callable[..., object], param_docs: Mapping[str, str] |
 # --------------------------------------------------------------------------- outputs
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if hasattr(value, "model_dump"):
@@ -450,7 +450,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> object:
     """A tool result as a JSON value, so it can be stored and sent to the model.
 
     JSON values pass unchanged; dataclasses, pydantic models, sets, dates and
