@@ -9,16 +9,18 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from ..errors import GuardrailTripped
 from .tools import _in_thread, _is_async
 
-__all__ = ["check_guardrails", "guardrail_name", "run_guardrails"]
+__all__ = ["Guardrail", "check_guardrails", "guardrail_name", "run_guardrails"]
+
+#: A guardrail: takes the messages, returns (or, when async, resolves to) None to allow or a reason to block.
+Guardrail = Callable[[list[dict]], object]
 
 
-def check_guardrails(guardrails: Any, name: str) -> tuple[Callable[..., Any], ...]:
+def check_guardrails(guardrails: Iterable[Guardrail], name: str) -> tuple[Guardrail, ...]:
     if isinstance(guardrails, (str, bytes, dict)) or callable(guardrails):
         raise TypeError(f"{name} must be a list of callables")
     try:
@@ -31,7 +33,7 @@ def check_guardrails(guardrails: Any, name: str) -> tuple[Callable[..., Any], ..
     return items
 
 
-def guardrail_name(guardrail: Any) -> str:
+def guardrail_name(guardrail: object) -> str:
     target = guardrail
     while isinstance(target, functools.partial):
         target = target.func
@@ -39,20 +41,18 @@ def guardrail_name(guardrail: Any) -> str:
     return name if isinstance(name, str) and name else type(target).__name__
 
 
-async def run_guardrails(
-    stage: str, guardrails: tuple[Callable[..., Any], ...], messages: list[dict], run_id: str
-) -> None:
+async def run_guardrails(stage: str, guardrails: tuple[Guardrail, ...], messages: list[dict], run_id: str) -> None:
     """Pass ``messages`` through ``guardrails`` in order; raise GuardrailTripped at the first block."""
     for guardrail in guardrails:
         name = guardrail_name(guardrail)
         view = copy.deepcopy(messages)
         try:
             if _is_async(guardrail):
-                verdict = await guardrail(view)
+                verdict = guardrail(view)  # a coroutine, awaited below
             else:
                 verdict = await _in_thread(functools.partial(guardrail, view))
-                if inspect.isawaitable(verdict):  # a sync wrapper that returned a coroutine
-                    verdict = await verdict
+            if inspect.isawaitable(verdict):  # or a sync wrapper that returned a coroutine
+                verdict = await verdict
         except GuardrailTripped as exc:  # raised on purpose: keep its reason
             exc.run_id = exc.run_id or run_id
             exc.guardrail = exc.guardrail or name

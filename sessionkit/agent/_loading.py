@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
 
 __all__ = ["split_agent_spec", "load_agent"]
 
@@ -24,7 +23,7 @@ def split_agent_spec(spec: str) -> tuple[str, str]:
     return module_name, attr
 
 
-def load_agent(spec: str) -> Any:
+def load_agent(spec: str) -> object:
     """The object ``module:attribute`` names, importing from the current folder first (as uvicorn does).
 
     A name that cannot be loaded raises ValueError saying why: the module cannot be
@@ -39,7 +38,7 @@ def load_agent(spec: str) -> Any:
         raise ValueError(f"cannot import {module_name!r}: {exc}") from exc
     except Exception as exc:  # the user's module failed while importing
         raise ValueError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
-    obj: Any = module
+    obj: object = module
     for name in attr.split("."):
         if not hasattr(obj, name):
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}")

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from typing import Any
 
 from ..errors import MaxStepsExceeded
 from ..messages import now_iso
@@ -174,7 +173,7 @@ class RunState:
         self.new_messages.append(message)
         return message
 
-    def set_tool_result(self, call_id: str, *, output: Any = None, error: str | None = None) -> dict:
+    def set_tool_result(self, call_id: str, *, output: object = None, error: str | None = None) -> dict:
         """Fill in a tool part: ``output-available`` with ``output``, or ``output-error``."""
         part = self._tool_parts[call_id]
         if error is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -26,19 +26,21 @@ def run_coroutine_sync(factory: Callable[[], Awaitable[T]]) -> T:
     except RuntimeError:
         return asyncio.run(_as_coroutine(factory))
 
-    box: dict[str, Any] = {}
+    started: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[T]]] = []
+    results: list[T] = []
+    errors: list[BaseException] = []
     ready = threading.Event()
 
     def worker() -> None:
         with asyncio.Runner() as runner:
             loop = runner.get_loop()
             task = loop.create_task(_as_coroutine(factory))
-            box["loop"], box["task"] = loop, task
+            started.append((loop, task))
             ready.set()
             try:
-                box["result"] = runner.run(_wait(task))
+                results.append(runner.run(_wait(task)))
             except BaseException as exc:  # handed to the caller's thread
-                box["error"] = exc
+                errors.append(exc)
 
     thread = threading.Thread(target=worker, name="sessionkit-run-sync", daemon=True)
     thread.start()
@@ -47,17 +49,18 @@ def run_coroutine_sync(factory: Callable[[], Awaitable[T]]) -> T:
             thread.join(0.05)
     except KeyboardInterrupt:
         ready.wait()
-        box["loop"].call_soon_threadsafe(box["task"].cancel)
+        loop, task = started[0]
+        loop.call_soon_threadsafe(task.cancel)
         thread.join()
         raise
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 async def _as_coroutine(factory: Callable[[], Awaitable[T]]) -> T:
     return await factory()
 
 
-async def _wait(task: asyncio.Task) -> Any:
+async def _wait(task: asyncio.Task[T]) -> T:
     return await task

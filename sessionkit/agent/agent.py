@@ -103,7 +103,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
 from ..errors import (
     MessageNotFound,
@@ -114,7 +114,7 @@ from ..errors import (
 )
 from ..messages import dumps, validate
 from ..parts import text_of
-from ._guardrails import check_guardrails, run_guardrails
+from ._guardrails import Guardrail, check_guardrails, run_guardrails
 from ._loop import RunState, new_run_id
 from ._sync import run_coroutine_sync
 from .controller import RunController
@@ -136,6 +136,10 @@ from .tools import Tool, as_tool, json_safe
 __all__ = ["ROOT", "Agent", "RunResult"]
 
 log = logging.getLogger("sessionkit.agent")
+
+#: What a run may be given as its session: a store session, an ``sk.aio`` session or a
+#: session of :func:`~sessionkit.agent.sessions.create_session` (``None``: a fresh one).
+SessionLike = Conversation | HasSyncConversation
 
 _SUMMARY_SYSTEM = (
     "You summarize conversations faithfully and concisely. Keep names, decisions, "
@@ -171,7 +175,7 @@ class RunResult:
     messages: list[dict]
     usage: dict
     session_id: str = ""
-    session: Any = field(default=None, repr=False, compare=False)
+    session: SessionLike | None = field(default=None, repr=False, compare=False)
 
 
 class _RunTarget:
@@ -207,7 +211,7 @@ class _RunTarget:
         return [r.message for r in results]
 
 
-def _resolve_model(model: Any) -> ChatModel:
+def _resolve_model(model: str | ChatModel) -> ChatModel:
     if isinstance(model, str):
         if not model:
             raise ValueError("model must be a non-empty litellm model name or a model object")
@@ -225,7 +229,7 @@ def _resolve_model(model: Any) -> ChatModel:
     )
 
 
-def _check_timeout(timeout: Any) -> float | None:
+def _check_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -235,7 +239,7 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
-def _check_context(context: Any) -> str | None:
+def _check_context(context: object) -> str | None:
     """A run's context as compact JSON text, or None; TypeError for anything but a JSON object."""
     if context is None:
         return None
@@ -249,7 +253,7 @@ def _check_context(context: Any) -> str | None:
     return text
 
 
-def _check_prompt(prompt: Any) -> str:
+def _check_prompt(prompt: object) -> str:
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, dict):
@@ -283,12 +287,12 @@ class Agent:
         self,
         name: str,
         instructions: str | None,
-        model: Any,
+        model: str | ChatModel,
         *,
-        tools: Iterable[Callable[..., Any] | Tool] = (),
+        tools: Iterable[Callable[..., object] | Tool] = (),
         max_steps: int = 10,
-        input_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
-        output_guardrails: Iterable[Callable[[list[dict]], Any]] = (),
+        input_guardrails: Iterable[Guardrail] = (),
+        output_guardrails: Iterable[Guardrail] = (),
         history: HistoryPolicy | None = None,
     ) -> None:
         if not isinstance(name, str):
@@ -328,7 +332,7 @@ class Agent:
         self,
         prompt: str | dict,
         *,
-        session: Any = None,
+        session: SessionLike | None = None,
         controller: RunController | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
@@ -377,7 +381,7 @@ class Agent:
         self,
         prompt: str | dict,
         *,
-        session: Any = None,
+        session: SessionLike | None = None,
         controller: RunController | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
@@ -407,7 +411,7 @@ class Agent:
         self,
         prompt: str | dict,
         *,
-        session: Any = None,
+        session: SessionLike | None = None,
         controller: RunController | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
@@ -445,7 +449,7 @@ class Agent:
 
     async def regenerate(
         self,
-        session: Any,
+        session: SessionLike,
         message_id: str,
         *,
         controller: RunController | None = None,
@@ -479,7 +483,7 @@ class Agent:
 
     def regenerate_sync(
         self,
-        session: Any,
+        session: SessionLike,
         message_id: str,
         *,
         controller: RunController | None = None,
@@ -531,14 +535,14 @@ class Agent:
         self,
         *,
         prompt: str | dict | None,
-        session: Any,
+        session: SessionLike | None,
         controller: RunController | None,
         timeout: float | None,
         run_id: str | None,
         metadata: dict | None,
         context: dict | None,
         regenerate_of: str | None,
-        listener: Callable[[dict], Any] | None,
+        listener: Callable[[dict], object] | None,
         at: str | _Root | None = None,
         history: HistoryPolicy | None = None,
         labels: dict | None = None,
@@ -815,7 +819,7 @@ class Agent:
             raise ModelError(f"model {name!r} ended its reply stream without a ModelReply")
         return _with_usage_keys(reply, name)
 
-    async def _call_tool(self, call: ToolCall, context_json: str | None = None) -> tuple[Any, str | None]:
+    async def _call_tool(self, call: ToolCall, context_json: str | None = None) -> tuple[object, str | None]:
         """Run one tool call; a tool that raises becomes an error result, not a failed run.
 
         A tool with a ``context`` parameter gets its own copy of the run's context.

@@ -25,7 +25,6 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from ..errors import UsageError
 
@@ -47,8 +46,8 @@ class RunController:
         self._active: str | None = None
         self._cancel: Callable[[], None] | None = None
         self._interrupted = False
-        self._subscribers: list[Callable[[dict], Any]] = []
-        self._event_listeners: list[Callable[[dict], Any]] = []
+        self._subscribers: list[Callable[[dict], object]] = []
+        self._event_listeners: list[Callable[[dict], object]] = []
 
     def __repr__(self) -> str:
         return f"RunController(active={self.active!r}, queued={self.queued})"
@@ -137,7 +136,7 @@ class RunController:
 
     # ------------------------------------------------------------------ observers
 
-    def subscribe(self, callback: Callable[[dict], Any]) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[[dict], object]) -> Callable[[], None]:
         """Call ``callback({"active", "queued", "items"})`` after every change.
 
         Returns a function that unsubscribes. A callback that raises is logged.
@@ -146,7 +145,7 @@ class RunController:
             self._subscribers.append(callback)
         return lambda: self._remove(self._subscribers, callback)
 
-    def on_event(self, callback: Callable[[dict], Any]) -> Callable[[], None]:
+    def on_event(self, callback: Callable[[dict], object]) -> Callable[[], None]:
         """Call ``callback(event)`` for every run event of the runs this controller drives.
 
         Events are the stored ones (with ``seq``), delivered on the run's thread as

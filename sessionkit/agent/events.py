@@ -35,13 +35,13 @@ import copy
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, runtime_checkable
 
 from ..messages import dumps_valid, now_iso
 from ..store import RunRecord  # one record type for every run log
 
-__all__ = ["EVENT_KINDS", "Conversation", "EventEmitter", "MemoryRunLog", "RunLog", "RunRecord"]
+__all__ = ["EVENT_KINDS", "Appended", "Conversation", "EventEmitter", "MemoryRunLog", "RunLog", "RunRecord"]
 
 log = logging.getLogger("sessionkit.agent")
 
@@ -80,6 +80,13 @@ class RunLog(Protocol):
     def events(self, session_id: str, after_seq: int | None = None) -> list[dict]: ...
 
 
+class Appended(Protocol):
+    """One result of :meth:`Conversation.append_many`: the message as stored (``sk.AppendResult`` is one)."""
+
+    @property
+    def message(self) -> dict: ...
+
+
 @runtime_checkable
 class Conversation(Protocol):
     """What a run, a widget and a replay need of a session: the one written shape of every kind.
@@ -113,7 +120,9 @@ class Conversation(Protocol):
 
     def get(self, message_id: str, /) -> dict | None: ...
 
-    def append_many(self, messages: Iterable[dict], *, parent_id: Any = ..., source: str = ...) -> list[Any]: ...
+    def append_many(
+        self, messages: Iterable[dict], *, parent_id: str | None = ..., source: str = ...
+    ) -> Sequence[Appended]: ...
 
 
 @runtime_checkable
@@ -121,7 +130,7 @@ class HasSyncConversation(Protocol):
     """A session whose calls are awaited (``sk.aio``'s) and its blocking twin, ``sync``, a :class:`Conversation`."""
 
     @property
-    def sync(self) -> Any: ...
+    def sync(self) -> Conversation: ...
 
 
 class MemoryRunLog:
@@ -197,13 +206,13 @@ class MemoryRunLog:
 class EventEmitter:
     """Records a run's events and hands each stored event to the run's listeners."""
 
-    def __init__(self, run_log: Any, session_id: str, run_id: str) -> None:
+    def __init__(self, run_log: RunLog, session_id: str, run_id: str) -> None:
         self.run_log = run_log
         self.session_id = session_id
         self.run_id = run_id
-        self.listeners: list[Callable[[dict], Any]] = []
+        self.listeners: list[Callable[[dict], object]] = []
 
-    def emit(self, kind: str, **fields: Any) -> dict:
+    def emit(self, kind: str, **fields: object) -> dict:
         """Store one event and deliver it; returns the stored event (with ``seq``)."""
         event = {"run_id": self.run_id, "kind": kind, **fields}
         stored = self.run_log.append_events(self.session_id, [event])[0]

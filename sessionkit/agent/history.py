@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import UsageError
 from ..messages import estimate_tokens
@@ -46,7 +45,7 @@ from ..messages import estimate_tokens
 __all__ = ["HistoryPolicy"]
 
 
-def _limit(value: Any, name: str) -> int | None:
+def _limit(value: object, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -110,7 +109,7 @@ class HistoryPolicy:
         return seen
 
 
-def check_policy(policy: Any) -> HistoryPolicy | None:
+def check_policy(policy: object) -> HistoryPolicy | None:
     """``policy`` if it is a :class:`HistoryPolicy` or None; TypeError otherwise."""
     if policy is None or isinstance(policy, HistoryPolicy):
         return policy

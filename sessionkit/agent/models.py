@@ -33,9 +33,9 @@ import json
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from ..errors import ModelError, RunFailed, missing
 
@@ -173,7 +173,7 @@ def add_usage(total: dict, usage: dict) -> dict:
     }
 
 
-def model_priced(model: Any) -> bool | None:
+def model_priced(model: object) -> bool | None:
     """Whether a model object says it has a known price (its optional ``priced``), else None."""
     try:
         priced = getattr(model, "priced", None)
@@ -215,7 +215,7 @@ def with_context(chat_message: dict, context_json: str) -> dict:
 # --------------------------------------------------------------------------- UIMessage -> chat
 
 
-def _json_text(value: Any) -> str:
+def _json_text(value: object) -> str:
     """A tool output as the text a chat ``tool`` message carries."""
     if isinstance(value, str):
         return value
@@ -276,7 +276,7 @@ def _assistant_steps(parts: list[dict]) -> list[tuple[list[str], list[dict]]]:
     return [s for s in steps if s[0] or s[1]]
 
 
-def _arguments_json(value: Any) -> str:
+def _arguments_json(value: object) -> str:
     """Tool input as the JSON string chat ``tool_calls`` carry (a missing input is ``{}``)."""
     return json.dumps({} if value is None else value, ensure_ascii=False)
 
@@ -346,7 +346,7 @@ def to_chat_messages(messages: Iterable[dict], *, system: str | None = None) -> 
 # --------------------------------------------------------------------------- chat -> UIMessage
 
 
-def _chat_text(content: Any) -> str:
+def _chat_text(content: object) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
@@ -356,7 +356,7 @@ def _chat_text(content: Any) -> str:
     return str(content)
 
 
-def _parse_tool_output(text: str) -> Any:
+def _parse_tool_output(text: str) -> object:
     try:
         return json.loads(text)
     except (TypeError, ValueError):
@@ -420,11 +420,32 @@ def from_chat_messages(chat: Iterable[dict], *, id_prefix: str = "msg") -> list[
 
 # --------------------------------------------------------------------------- litellm
 
+
+class _LiteLLM(Protocol):
+    """What sessionkit uses of the litellm module (mypy does not read litellm itself).
+
+    Its responses are litellm's own objects, read field by field with :func:`_get`.
+    """
+
+    callbacks: list[object]
+
+    # a response, or with stream=True an async iterator of chunks
+    def acompletion(self, **kwargs: object) -> Awaitable[Any]: ...
+
+    def embedding(self, **kwargs: object) -> object: ...
+
+    def stream_chunk_builder(self, chunks: list[object], messages: list[dict] | None = None) -> object: ...
+
+    def get_model_info(self, model: str | None, custom_llm_provider: object = None) -> dict: ...
+
+    def completion_cost(self, completion_response: object) -> float | None: ...
+
+
 _litellm_lock = threading.Lock()
-_litellm_module: Any = None
+_litellm_module: _LiteLLM | None = None
 
 
-def _litellm() -> Any:
+def _litellm() -> _LiteLLM:
     """Import litellm once, offline-friendly and quiet."""
     global _litellm_module
     if _litellm_module is not None:
@@ -443,7 +464,7 @@ def _litellm() -> Any:
     return _litellm_module
 
 
-def embed_texts(model: str, texts: list[str], **options: Any) -> list[list[float]]:
+def embed_texts(model: str, texts: list[str], **options: object) -> list[list[float]]:
     """One vector per text from litellm's embedding model ``model`` (``store.embed``);
     ``options`` go to ``litellm.embedding`` (``api_base``, ``dimensions``...)."""
     response = _litellm().embedding(model=model, input=list(texts), **options)
@@ -451,7 +472,7 @@ def embed_texts(model: str, texts: list[str], **options: Any) -> list[list[float
     return [list(_get(item, "embedding") or []) for item in data]
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
+def _get(obj: object, name: str, default: object = None) -> Any:
     if obj is None:
         return default
     if isinstance(obj, dict):
@@ -459,13 +480,13 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
 
-def _parse_arguments(raw: Any) -> tuple[dict | None, str | None]:
+def _parse_arguments(raw: object) -> tuple[dict | None, str | None]:
     if raw is None or raw == "":
         return {}, None
     if isinstance(raw, dict):
         return raw, None
     try:
-        value = json.loads(raw)
+        value = json.loads(cast(str, raw))  # anything but text raises TypeError, reported below
     except (TypeError, ValueError) as exc:
         return None, f"the tool arguments are not valid JSON ({exc}): {str(raw)[:200]}"
     if not isinstance(value, dict):
@@ -503,7 +524,7 @@ class LiteLLMModel:
     vary the options per call.
     """
 
-    def __init__(self, model: str, *, stream: bool = True, **litellm_kwargs: Any):
+    def __init__(self, model: str, *, stream: bool = True, **litellm_kwargs: object):
         if not isinstance(model, str) or not model:
             raise TypeError("model must be a non-empty litellm model name")
         reserved = sorted(set(litellm_kwargs) & _RESERVED_OPTIONS)
@@ -587,7 +608,7 @@ class LiteLLMModel:
             raise ModelError(f"model {self.name!r} failed: {exc}") from exc
         yield self._reply(litellm, built)
 
-    def _reply(self, litellm: Any, response: Any) -> ModelReply:
+    def _reply(self, litellm: _LiteLLM, response: object) -> ModelReply:
         """Read text, reasoning, tool calls, usage and cost out of a litellm response."""
         if response is None:
             return ModelReply(usage=make_usage(model=self.name, cost_usd=None), stop_reason="stop")
@@ -615,14 +636,14 @@ class LiteLLMModel:
             stop_reason=stop,
         )
 
-    def _usage(self, litellm: Any, response: Any) -> dict:
+    def _usage(self, litellm: _LiteLLM, response: object) -> dict:
         return response_usage(response, model=self.name)
 
 
 # --------------------------------------------------------------------------- usage of a response
 
 
-def response_usage(response: Any, *, model: str | None = None) -> dict:
+def response_usage(response: object, *, model: str | None = None) -> dict:
     """One litellm response's usage dict (the keys of a ``usage`` event): its tokens, and its cost
     from litellm's price map (``None`` when the model is unpriced). ``model`` names the model when
     the response does not."""
@@ -641,7 +662,7 @@ def response_usage(response: Any, *, model: str | None = None) -> dict:
     )
 
 
-def _cost(litellm: Any, response: Any, model: str | None) -> float | None:
+def _cost(litellm: _LiteLLM, response: object, model: str | None) -> float | None:
     """A response's cost: the one litellm computed for it (its hidden ``response_cost``), else
     ``completion_cost`` from the price map; ``None`` when the model is unpriced."""
     hidden = _get(response, "_hidden_params") or {}
@@ -678,7 +699,7 @@ def callback_base() -> type:
     return CustomLogger
 
 
-def add_callback(callback: Any) -> None:
+def add_callback(callback: object) -> None:
     """Put ``callback`` in ``litellm.callbacks`` (once), so every litellm call from now on reports to it."""
     litellm = _litellm()
     with _litellm_lock:
@@ -686,7 +707,7 @@ def add_callback(callback: Any) -> None:
             litellm.callbacks = [*litellm.callbacks, callback]
 
 
-def remove_callback(callback: Any) -> None:
+def remove_callback(callback: object) -> None:
     """Take ``callback`` out of ``litellm.callbacks`` (and the lists litellm copied it into)."""
     litellm = _litellm()
     # litellm copies a callback of litellm.callbacks into its per-event lists on the next call,

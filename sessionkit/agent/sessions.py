@@ -32,16 +32,18 @@ import uuid
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, BinaryIO, Protocol, TypeVar, overload, runtime_checkable
 from urllib.parse import unquote
 
 from ..errors import UsageError
 from ..messages import dumps, now_iso, validate
-from ..store import Store
+from ..store import Session, Store
 from ._sync import run_coroutine_sync
 from .events import Conversation, MemoryRunLog, RunRecord
 
 __all__ = ["ExternalSession", "FileSessionStore", "SessionStore", "create_session"]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -141,7 +143,7 @@ class ExternalSession:
         return self.append_many([message])[0]
 
     def append_many(
-        self, messages: Iterable[dict], *, parent_id: Any = None, source: str = "server"
+        self, messages: Iterable[dict], *, parent_id: object = None, source: str = "server"
     ) -> list[SavedMessage]:
         """Save messages after the others in one ``save`` call; every one is validated first.
 
@@ -170,13 +172,14 @@ class ExternalSession:
         return self.run_log.events(self.session_id, after_seq)
 
 
-def _resolved(value: Any) -> Any:
+def _resolved(value: T | Awaitable[T]) -> T:
     """``value``, or what it resolves to when a coroutine ``load``/``save`` returned an awaitable."""
     if not inspect.isawaitable(value):
         return value
+    awaitable = value
 
-    async def wait() -> Any:
-        return await value
+    async def wait() -> T:
+        return await awaitable
 
     return run_coroutine_sync(wait)
 
@@ -273,7 +276,7 @@ class FileSessionStore:
         return out
 
 
-def _drop_torn_tail(handle: Any, size: int) -> None:
+def _drop_torn_tail(handle: BinaryIO, size: int) -> None:
     """Cut an unfinished last line (a write that never returned) off the file."""
     block = 4096
     end = size
@@ -289,7 +292,17 @@ def _drop_torn_tail(handle: Any, size: int) -> None:
     handle.truncate(0)
 
 
-def create_session(session_id: str | None = None, *, store: Any = None) -> Any:
+@overload
+def create_session(session_id: str | None = None, *, store: Store | None = None) -> Session: ...
+
+
+@overload
+def create_session(session_id: str | None = None, *, store: SessionStore) -> ExternalSession: ...
+
+
+def create_session(
+    session_id: str | None = None, *, store: Store | SessionStore | None = None
+) -> Session | ExternalSession:
     """A session for runs (docs/agents.md).
 
     - no ``store``: a session in a private in-memory sessionkit store (gone
@@ -325,7 +338,6 @@ def _require_tree(session: Conversation, what: str) -> None:
 
 
 if TYPE_CHECKING:  # mypy checks that both kinds of session are Conversations (no cost at run time)
-    from ..store import Session
 
     def _conversations(tree: Session, line: ExternalSession) -> tuple[Conversation, Conversation]:
         return tree, line

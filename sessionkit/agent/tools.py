@@ -47,13 +47,19 @@ import inspect
 import json
 import re
 import threading
-import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
+
+from ..errors import missing
+
+if TYPE_CHECKING:  # a type hint as a value (what pydantic's TypeAdapter takes)
+    from typing_extensions import TypeForm
 
 __all__ = ["CONTEXT_PARAMETER", "Tool", "as_tool", "json_safe"]
+
+T = TypeVar("T")
 
 CONTEXT_PARAMETER = "context"
 """The parameter name through which a tool receives the run's context (never in its schema)."""
@@ -76,7 +82,7 @@ class Tool:
     name: str
     description: str
     parameters: dict
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
 
     def schema(self) -> dict:
         """The OpenAI-style tool entry sent to the model."""
@@ -85,7 +91,7 @@ class Tool:
             function["description"] = self.description
         return {"type": "function", "function": function}
 
-    async def call(self, arguments: Mapping[str, Any], *, context: dict | None = None) -> Any:
+    async def call(self, arguments: Mapping[str, object], *, context: dict | None = None) -> object:
         """Call the function with the model's arguments (sync functions in a thread).
 
         A ``context`` parameter of the function receives ``context`` (see the
@@ -99,14 +105,15 @@ class Tool:
                 arguments[CONTEXT_PARAMETER] = context
         args, kwargs = _bind(self.fn, arguments)
         if _is_async(self.fn):
-            return await self.fn(*args, **kwargs)
-        result = await _in_thread(functools.partial(self.fn, *args, **kwargs))
-        if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine
+            result = self.fn(*args, **kwargs)  # a coroutine, awaited below
+        else:
+            result = await _in_thread(functools.partial(self.fn, *args, **kwargs))
+        if inspect.isawaitable(result):  # or a sync wrapper that returned a coroutine
             result = await result
         return result
 
 
-async def _in_thread(call: Callable[[], Any]) -> Any:
+async def _in_thread(call: Callable[[], T]) -> T:
     """Run ``call`` on its own daemon thread and await its result.
 
     Not the loop's default executor: ``asyncio.run`` waits for that executor on
@@ -114,24 +121,21 @@ async def _in_thread(call: Callable[[], Any]) -> Any:
     until it finished. A daemon thread is simply left to finish on its own.
     """
     loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
+    future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()
 
-    def settle(ok: bool, value: Any) -> None:
-        if future.done():  # cancelled while the tool ran
-            return
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():  # else cancelled while the tool ran
+            outcome()
 
     def worker() -> None:
+        outcome: Callable[[], None]
         try:
-            outcome = (True, context.run(call))
+            outcome = functools.partial(future.set_result, context.run(call))
         except BaseException as exc:  # handed to the awaiting task
-            outcome = (False, exc)
+            outcome = functools.partial(future.set_exception, exc)
         try:
-            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(settle, outcome)
         except RuntimeError:  # the loop is gone: nobody waits for this result any more
             pass
 
@@ -173,7 +177,7 @@ def _bind(fn: Callable, arguments: dict) -> tuple[list, dict]:
     return positional, arguments
 
 
-def as_tool(obj: Any) -> Tool:
+def as_tool(obj: object) -> Tool:
     """Turn a function (or a :class:`Tool`) into a :class:`Tool`.
 
     Raises ``TypeError`` for something that is not callable and ``ValueError``
@@ -262,112 +266,127 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
 
 # --------------------------------------------------------------------------- JSON schema
 
-_SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
+# What a schema keyword holds: one schema, a list of schemas, or a mapping of names to schemas.
+# Only these are walked, so a property named "title" or a default holding a "$ref" key is data.
+_ONE_SCHEMA = ("items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas")
+_REF_PREFIX = "#/$defs/"
 
 
-def type_schema(tp: Any) -> dict:
-    """JSON schema for a Python type hint (best effort; unknown types accept anything)."""
-    if tp is inspect.Parameter.empty or tp is Any or tp is object:
-        return {}
-    if tp is None or tp is type(None):
-        return {"type": "null"}
-    if tp in _SIMPLE:
-        return {"type": _SIMPLE[tp]}
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Annotated:
-        schema: dict = dict(type_schema(args[0]))
-        notes = [a for a in args[1:] if isinstance(a, str)]
-        if notes:
-            schema["description"] = " ".join(notes)
-        return schema
-    if origin is typing.Union or origin is types.UnionType:
-        options = [a for a in args if a is not type(None)]
-        if len(options) == 1:
-            return type_schema(options[0])
-        return {"anyOf": [type_schema(a) for a in args]}
-    if origin is typing.Literal:
-        values = list(args)
-        schema = {"enum": values}
-        kinds = {type(v) for v in values}
-        if len(kinds) == 1 and next(iter(kinds)) in _SIMPLE:
-            schema["type"] = _SIMPLE[next(iter(kinds))]
-        return schema
-    if (
-        tp in (list, tuple, set, frozenset)
-        or origin in (list, set, frozenset)
-        or (isinstance(origin, type) and origin is not str and issubclass(origin, Sequence) and origin is not tuple)
-    ):
-        schema = {"type": "array"}
-        if args:
-            schema["items"] = type_schema(args[0])
-        return schema
-    if origin is tuple:
-        schema = {"type": "array"}
-        if len(args) == 2 and args[1] is Ellipsis:
-            schema["items"] = type_schema(args[0])
-        elif args:
-            schema["prefixItems"] = [type_schema(a) for a in args]
-            schema["minItems"] = schema["maxItems"] = len(args)
-        return schema
-    if tp is dict or origin is dict or (isinstance(origin, type) and issubclass(origin, Mapping)):
-        schema = {"type": "object"}
-        if len(args) == 2 and type_schema(args[1]):
-            schema["additionalProperties"] = type_schema(args[1])
-        return schema
-    if isinstance(tp, type):
-        if issubclass(tp, enum.Enum):
-            values = [m.value for m in tp]
-            schema = {"enum": values}
-            kinds = {type(v) for v in values}
-            if len(kinds) == 1 and next(iter(kinds)) in _SIMPLE:
-                schema["type"] = _SIMPLE[next(iter(kinds))]
-            return schema
-        if issubclass(tp, _dt.datetime):
-            return {"type": "string", "format": "date-time"}
-        if issubclass(tp, _dt.date):
-            return {"type": "string", "format": "date"}
-        if hasattr(tp, "model_json_schema"):  # a pydantic model
-            return tp.model_json_schema()
-        if dataclasses.is_dataclass(tp):
-            hints = _hints(tp)
-            props, required = {}, []
-            for f in dataclasses.fields(tp):
-                props[f.name] = type_schema(hints.get(f.name, f.type))
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    required.append(f.name)
-            return {"type": "object", "properties": props, "required": required}
-        if typing.is_typeddict(tp):
-            hints = _hints(tp)
-            required_keys = getattr(tp, "__required_keys__", set(hints))
-            return {
-                "type": "object",
-                "properties": {k: type_schema(v) for k, v in hints.items()},
-                "required": [k for k in hints if k in required_keys],
-            }
-        if issubclass(tp, str):
-            return {"type": "string"}
-        if issubclass(tp, bool):
-            return {"type": "boolean"}
-        if issubclass(tp, int):
-            return {"type": "integer"}
-        if issubclass(tp, float):
-            return {"type": "number"}
-    return {}
-
-
-def _hints(obj: Any) -> dict:
+def _hints(fn: Callable[..., object]) -> dict[str, TypeForm[object]]:
     try:
-        return typing.get_type_hints(obj, include_extras=True)
-    except Exception:  # unresolved forward references: fall back to the raw annotations
-        return dict(getattr(obj, "__annotations__", {}) or {})
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:  # unresolved forward references: the raw annotations (strings accept anything)
+        return dict(getattr(fn, "__annotations__", {}) or {})
 
 
-def parameters_schema(fn: Callable, param_docs: Mapping[str, str] | None = None) -> dict:
+def _annotation_notes(tp: object) -> str | None:
+    """The text notes of ``Annotated[int, "how many"]`` (pydantic reads only ``Field(description=...)``)."""
+    if typing.get_origin(tp) is not typing.Annotated:
+        return None
+    notes = [a for a in typing.get_args(tp)[1:] if isinstance(a, str)]
+    return " ".join(notes) if notes else None
+
+
+def _for_model(schema: dict, defs: dict[str, dict], expanding: frozenset[str], kept: set[str]) -> dict:
+    """A pydantic schema as a model provider takes it, with the same meaning.
+
+    pydantic names each class (``$defs``/``$ref``), titles every schema and writes
+    ``X | None`` as an ``anyOf`` with null; tool schemas have always been flat,
+    untitled and give ``X | None`` as ``X``. References are inlined, except one
+    back to a type being inlined (a recursive type): that definition goes in
+    ``kept`` and stays referenced. This walk is written here because pydantic has
+    no option for it.
+    """
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+        name = ref[len(_REF_PREFIX) :]
+        rest = {k: v for k, v in schema.items() if k != "$ref"}
+        if name in expanding:
+            kept.add(name)
+            return {"$ref": ref, **_for_model(rest, defs, expanding, kept)}
+        inlined = _for_model(defs[name], defs, expanding | {name}, kept)
+        return {**inlined, **_for_model(rest, defs, expanding, kept)}
+    out: dict = {}
+    for key, value in schema.items():
+        # "title" is a name for people; "discriminator" (OpenAPI) maps tags to the $defs inlined here
+        if key == "title" or key == "discriminator":
+            continue
+        if key in _ONE_SCHEMA and isinstance(value, dict):
+            value = _for_model(value, defs, expanding, kept)
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            value = [_for_model(v, defs, expanding, kept) if isinstance(v, dict) else v for v in value]
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            value = {k: _for_model(v, defs, expanding, kept) if isinstance(v, dict) else v for k, v in value.items()}
+        out[key] = value
+    options = out.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+        (other,) = [o for o in options if o != {"type": "null"}] or [{}]
+        del out["anyOf"]
+        out = {**other, **out}
+    return out
+
+
+def _type_schemas(fn: Callable[..., object], annotations: dict[str, TypeForm[object]]) -> dict[str, dict]:
+    """One JSON schema per parameter, from pydantic, in the shape :func:`_for_model` gives.
+
+    A definition a recursive type keeps is returned under ``"$defs"``.
+    """
+    try:
+        from pydantic import TypeAdapter
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise missing("agents", "pydantic", exc) from exc
+    adapters: dict[str, TypeAdapter[object]] = {}
+    for name, tp in annotations.items():
+        try:
+            adapters[name] = TypeAdapter(tp)
+        except Exception as exc:  # pydantic's error for a type it cannot validate
+            raise _unsupported(fn, name, tp, exc) from exc
+    try:
+        by_key, definitions = TypeAdapter.json_schemas(
+            [(name, "validation", adapter) for name, adapter in adapters.items()]
+        )
+    except Exception:
+        for name, adapter in adapters.items():  # find the parameter to name in the error
+            try:
+                adapter.json_schema()
+            except Exception as exc:
+                raise _unsupported(fn, name, annotations[name], exc) from exc
+        raise
+    defs = definitions.get("$defs", {})
+    kept: set[str] = set()
+    schemas = {name: _for_model(by_key[(name, "validation")], defs, frozenset(), kept) for name in adapters}
+    resolved: dict[str, dict] = {}
+    while kept - resolved.keys():  # a kept definition may keep others
+        name = min(kept - resolved.keys())
+        resolved[name] = _for_model(defs[name], defs, frozenset({name}), kept)
+    if resolved:
+        schemas["$defs"] = resolved
+    return schemas
+
+
+def _unsupported(fn: Callable[..., object], name: str, tp: object, exc: Exception) -> TypeError:
+    shown = tp.__name__ if isinstance(tp, type) else repr(tp)
+    first = str(exc).strip().split(". ")[0].splitlines()[0].rstrip(".") if str(exc).strip() else type(exc).__name__
+    return TypeError(
+        f"tool {getattr(fn, '__name__', fn)!r}: parameter {name!r} is annotated {shown}, which has no JSON "
+        f"schema ({first}); annotate it with a JSON type (str, int, list[str], a dataclass, a pydantic "
+        "model...), leave it unannotated, or build a Tool(...) with the parameters schema yourself"
+    )
+
+
+def parameters_schema(fn: Callable[..., object], param_docs: Mapping[str, str] | None = None) -> dict:
     """The ``parameters`` object schema of a function, from its signature and docs.
 
-    A parameter named ``context`` is left out: it receives the run's context,
-    not a value chosen by the model.
+    Each parameter's type hint becomes its schema through pydantic (anything
+    pydantic validates: JSON types, ``Literal``, enums, dataclasses, pydantic
+    models, ``typing_extensions.TypedDict``, dates...), inlined and without
+    titles; ``X | None`` is given as ``X``. The description is a text note of
+    ``Annotated[...]``, else the docstring's. A default is shown when it is a
+    JSON value (an enum member as its value). A parameter named ``context`` is
+    left out: it receives the run's context, not a value chosen by the model.
+    A type hint pydantic cannot describe raises ``TypeError`` naming it.
     """
     param_docs = param_docs or {}
     try:
@@ -375,14 +394,24 @@ def parameters_schema(fn: Callable, param_docs: Mapping[str, str] | None = None)
     except (TypeError, ValueError):
         return {"type": "object", "properties": {}}
     hints = _hints(fn)
-    properties: dict[str, dict] = {}
-    required: list[str] = []
+    annotations: dict[str, TypeForm[object]] = {}
     for name, param in sig.parameters.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name == CONTEXT_PARAMETER:
             continue
-        schema = dict(type_schema(hints.get(name, param.annotation)))
-        if name in param_docs and param_docs[name] and "description" not in schema:
+        tp = hints.get(name, param.annotation)
+        # no hint, or one that could not be resolved (a string): any value
+        annotations[name] = object if tp is param.empty or isinstance(tp, str) else tp
+    schemas = _type_schemas(fn, annotations)
+    properties: dict[str, dict] = {}
+    required: list[str] = []
+    for name, tp in annotations.items():
+        schema = schemas[name]
+        note = _annotation_notes(tp)
+        if note:
+            schema["description"] = note
+        elif param_docs.get(name) and "description" not in schema:
             schema["description"] = param_docs[name]
+        param = sig.parameters[name]
         if param.default is param.empty:
             required.append(name)
         else:
@@ -397,13 +426,15 @@ def parameters_schema(fn: Callable, param_docs: Mapping[str, str] | None = None)
     result: dict = {"type": "object", "properties": properties}
     if required:
         result["required"] = required
+    if "$defs" in schemas:
+        result["$defs"] = schemas["$defs"]
     return result
 
 
 # --------------------------------------------------------------------------- outputs
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if hasattr(value, "model_dump"):
@@ -419,7 +450,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> object:
     """A tool result as a JSON value, so it can be stored and sent to the model.
 
     JSON values pass unchanged; dataclasses, pydantic models, sets, dates and

@@ -6,8 +6,10 @@ import dataclasses
 import enum
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Annotated, Literal
 
+import pydantic
 import pytest
 
 from sessionkit.agent.models import add_usage, from_chat_messages, make_usage, to_chat_messages
@@ -228,7 +230,7 @@ def test_tool_schema_reads_numpy_and_sphinx_docstrings_and_rich_types():
     assert props["mode"] == {"enum": ["a", "b"], "type": "string", "description": "Which mode."}
     assert props["point"] == {
         "type": "object",
-        "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+        "properties": {"x": {"type": "number"}, "y": {"type": "number", "default": 0.0}},
         "required": ["x"],
         "description": "Where.",
     }
@@ -239,6 +241,86 @@ def test_tool_schema_reads_numpy_and_sphinx_docstrings_and_rich_types():
     assert sphinx.parameters["properties"]["ratio"] == {"type": "number", "description": "A ratio.", "default": None}
     assert sphinx.parameters["properties"]["table"]["additionalProperties"] == {"type": "integer"}
     assert sphinx.parameters["required"] == ["count"]
+
+
+class Address(pydantic.BaseModel):
+    """A postal address."""
+
+    title: str = pydantic.Field(description="Mr, Ms...")
+    city: str
+    zip_code: str | None = None
+
+
+class Customer(pydantic.BaseModel):
+    name: str
+    home: Address
+    work: Address | None = None
+
+
+@dataclasses.dataclass
+class Folder:
+    name: str
+    children: list[Folder]
+
+
+def test_tool_schemas_are_flat_untitled_and_keep_only_recursive_definitions():
+    def register(customer: Customer, tags: list[Annotated[int, pydantic.Field(ge=1)] | None], root: Folder):
+        """Register a customer."""
+
+    parameters = as_tool(register).parameters
+    address = {
+        "type": "object",
+        "description": "A postal address.",
+        "properties": {
+            # a property named "title" is data, not the keyword
+            "title": {"type": "string", "description": "Mr, Ms..."},
+            "city": {"type": "string"},
+            "zip_code": {"type": "string", "default": None},
+        },
+        "required": ["title", "city"],
+    }
+    assert parameters["properties"]["customer"] == {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "home": address, "work": {**address, "default": None}},
+        "required": ["name", "home"],
+    }
+    assert parameters["properties"]["tags"] == {"type": "array", "items": {"type": "integer", "minimum": 1}}
+    # a recursive type cannot be inlined: its definition stays, referenced from the parameters' root
+    folder = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#/$defs/Folder"}}},
+        "required": ["name", "children"],
+    }
+    assert parameters["properties"]["root"] == folder
+    assert parameters["$defs"] == {"Folder": folder}
+    assert parameters["required"] == ["customer", "tags", "root"]
+
+
+class Connection:
+    """Not a JSON value."""
+
+
+def test_a_parameter_type_without_a_json_schema_is_refused_by_name():
+    def query(sql: str, conn: Connection, rows: int = 10):
+        """Run a query."""
+
+    with pytest.raises(TypeError, match=r"tool 'query': parameter 'conn' is annotated Connection, which has no JSON"):
+        as_tool(query)
+
+    def on_done(callback: Callable[[int], int]):
+        """Call back."""
+
+    with pytest.raises(TypeError, match=r"parameter 'callback' is annotated .*Callable"):
+        as_tool(on_done)
+
+    def untyped(a, b=2):
+        """No hints: any value."""
+
+    assert as_tool(untyped).parameters == {
+        "type": "object",
+        "properties": {"a": {}, "b": {"default": 2}},
+        "required": ["a"],
+    }
 
 
 def test_docstring_parser_stops_the_description_at_the_first_section():
