@@ -78,6 +78,67 @@ def appends(count: int, folder: Path, convs: int = 1) -> None:
     )
 
 
+def without_journal(store: sk.Store) -> None:
+    """Make ``store``'s DuckDB engine write as if it had no journal: a single append takes
+    the indexed insert, a chain the batched insert (the engine's other ways, unchanged)."""
+    engine = store._engine  # the benchmark's one reach into the engine: its one choice of way
+    choose = engine._way
+
+    def way(sid, preps, chain=False):
+        chosen = choose(sid, preps, chain)
+        if chosen != "journal":
+            return chosen
+        return "transaction" if chain else "indexed"
+
+    engine._way = way
+
+
+def journal(count: int, chain: int, folder: Path) -> None:
+    """The append journal against the same engine without it, and raw DuckDB, in turns:
+    ``count`` single appends in one conversation, then the same messages as
+    ``append_many`` chains of ``chain`` (one commit each)."""
+    import duckdb
+
+    msgs = workload.conversation(0, count)
+    for what, size in (("single appends", 1), (f"append_many of {chain}", chain)):
+        stores = {k: sk.open_store(folder / f"j-{k}-{size}.duckdb") for k in ("journal", "none")}
+        without_journal(stores["none"])
+        raw = duckdb.connect(str(folder / f"j-raw-{size}.duckdb"))
+        raw.execute("CREATE TABLE msgs (conv VARCHAR NOT NULL, seq INTEGER NOT NULL, data VARCHAR NOT NULL)")
+        spent = {"journal": 0.0, "none": 0.0, "raw": 0.0}
+        for start in range(0, count, size):
+            part = msgs[start : start + size]
+            for kind, st in stores.items():
+                t = time.perf_counter()
+                if size == 1:
+                    st.session("c").append(part[0])
+                else:
+                    st.session("c").append_many(part)
+                spent[kind] += time.perf_counter() - t
+            t = time.perf_counter()
+            rows = [("c", start + i, json.dumps(m)) for i, m in enumerate(part)]
+            if size == 1:
+                raw.execute("INSERT INTO msgs VALUES (?, ?, ?)", rows[0])
+            else:
+                raw.execute("BEGIN")
+                raw.executemany("INSERT INTO msgs VALUES (?, ?, ?)", rows)
+                raw.execute("COMMIT")
+            spent["raw"] += time.perf_counter() - t
+        read = {}
+        for kind, st in stores.items():
+            assert len(st.session("c").get_history()) == count
+            read[kind] = median_ms(st.session("c").get_history, 3)
+            st.close()
+        raw.close()
+        rate = {k: count / v for k, v in spent.items()}
+        print(
+            f"| {what}, {count:,} in one conversation | {rate['journal']:,.0f}/s "
+            f"({rate['journal'] / rate['raw']:.2f}x raw) | {rate['none']:,.0f}/s "
+            f"({rate['none'] / rate['raw']:.2f}x raw) | {rate['raw']:,.0f}/s "
+            f"| {rate['journal'] / rate['none']:.2f}x | {read['journal'] / read['none']:.2f}x |"
+        )
+
+
 def reads(n: int, folder: Path, reps: int) -> None:
     import duckdb
 
@@ -156,9 +217,23 @@ def main() -> None:
         "--convs", type=int, default=200, help="conversations of 20 messages appended one after another (0: none)"
     )
     ap.add_argument("--skip-phrases", action="store_true")
+    ap.add_argument(
+        "--journal",
+        action="store_true",
+        help="only the append journal against the same engine without it (and raw DuckDB), in turns",
+    )
+    ap.add_argument("--chain", type=int, default=10, help="messages per append_many in --journal")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
+        if args.journal:
+            print(
+                "| appends | with the journal | without it | raw DuckDB | journal / without (rate)"
+                " | full read, journal / without (time) |"
+            )
+            print("|---|---:|---:|---:|---:|---:|")
+            journal(args.appends, args.chain, folder)
+            return
         print("| measurement | sessionkit (DuckDB) | other side, same run | ratio | target |")
         print("|---|---:|---:|---:|---|")
         appends(args.appends, folder)
