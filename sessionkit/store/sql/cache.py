@@ -649,9 +649,9 @@ class Cache:
             return self._query_in_write(checked, params, names, need, session_ids, run=run, files=files)
         self.refresh(need)
         with self.lock:
-            return self._run(checked, params, names, session_ids, run=run, files=files)
+            return self._run_checked(checked, params, names, session_ids, run=run, files=files)
 
-    def _run(
+    def _run_checked(
         self,
         query: CheckedQuery,
         params: Any,
@@ -702,7 +702,7 @@ class Cache:
                 except duckdb_module().Error as exc:
                     raise_if_out_of_memory(exc, self.memory)
                     raise
-                return self._run(query, params, names, session_ids, run=run, files=files, in_transaction=True)
+                return self._run_checked(query, params, names, session_ids, run=run, files=files, in_transaction=True)
             finally:
                 rollback(self.con)
                 self._set_state(before)
