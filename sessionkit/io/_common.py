@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from ..errors import MalformedInput, MessageTooLarge, SessionKitError
-from ..store import Store
+from ..store import Session, Store
 from ._progress import check_progress
 
 __all__ = [
@@ -376,13 +376,14 @@ class _SeenIds:
 LIST_UP_TO = 10_000
 
 
-def sessions_result(sessions: SessionList) -> list | SessionList:
+def sessions_result(sessions: SessionList) -> Sequence[Session]:
     """What an import of many sessions returns: a ``list`` of its sessions, or past
-    :data:`LIST_UP_TO` of them the :class:`SessionList` itself."""
+    :data:`LIST_UP_TO` of them the :class:`SessionList` itself (the one type every importer
+    into a store declares: ``Sequence[Session]``)."""
     return list(sessions) if len(sessions) <= LIST_UP_TO else sessions
 
 
-class SessionList(Sequence):
+class SessionList(Sequence[Session]):
     """The sessions an import wrote to, in order: a sequence of :class:`sessionkit.Session`.
 
     Used as a list (``len``, indexing, slicing, iteration, unpacking, ``==`` with a

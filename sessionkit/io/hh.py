@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import MalformedInput
+from ..store import Session
 from ._common import Batches, SessionList, check_file_import, sessions_result, watching_roots
 from ._progress import Progress, wants_total
 from ._reading import as_path, count_lines, iter_jsonl
@@ -84,7 +86,7 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
     return items
 
 
-def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> list | SessionList:
+def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> Sequence[Session]:
     """Import HH-RLHF pairs: one session per distinct pair; returns the sessions in file order.
 
     The sessions come as a ``list``; past 10,000 of them as a

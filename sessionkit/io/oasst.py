@@ -24,10 +24,12 @@ memory at a time when, as in the OASST exports, a tree's messages come together)
 from __future__ import annotations
 
 from array import array
+from collections.abc import Sequence
 from typing import Any, cast
 
 from .. import messages as _msg
 from ..errors import MalformedInput
+from ..store import Session
 from ._common import Batches, SessionList, check_file_import, sessions_result, watching_roots
 from ._progress import Progress, wants_total
 from ._reading import as_path, count_lines, iter_jsonl
@@ -161,7 +163,7 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
     return items
 
 
-def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> list | SessionList:
+def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> Sequence[Session]:
     """Import OpenAssistant trees: one session per tree (``session_prefix + message_tree_id``).
 
     Returns the sessions in file order (of each tree's first line): a ``list``, past
