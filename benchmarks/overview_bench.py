@@ -15,53 +15,40 @@ store was opened and its analysis views filled by the raw count; "warm" the medi
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import tempfile
-import time
+from collections.abc import Iterator
 from pathlib import Path
+
+from jsonl_store import build_store, timed
 
 import sessionkit as sk
 from sessionkit.analysis import overview_data
 
 
-def _line(f, sid: str, parent: str | None, message: dict) -> None:
-    f.write(json.dumps({"type": "message", "session_id": sid, "parent_id": parent, "message": message}) + "\n")
+def _messages(n: int) -> Iterator[tuple[str, str | None, dict]]:
+    for k in range(n):
+        sid = f"s{k:06d}"
+        at = f"2026-11-{1 + k % 30:02d}T{k % 24:02d}:00:00.000Z"
+        yield (
+            sid,
+            None,
+            {"id": "u", "role": "user", "createdAt": at, "parts": [{"type": "text", "text": f"question {k}"}]},
+        )
+        parts: list[dict] = [{"type": "text", "text": f"answer {k}"}]
+        if k % 10 == 0:
+            state = "output-error" if k % 50 == 0 else "output-available"
+            part = {"type": "tool-bash", "toolCallId": f"c{k}", "state": state, "input": {"command": "ls"}}
+            part.update({"errorText": "Error: denied"} if state == "output-error" else {"output": "a b"})
+            parts.append(part)
+        yield sid, "u", {"id": "a", "role": "assistant", "createdAt": at, "parts": parts}
 
 
 def build(path: Path, n: int) -> None:
-    jsonl = path.with_suffix(".jsonl")
-    with jsonl.open("w", encoding="utf-8") as f:
-        f.write(json.dumps({"format": "sessionkit", "version": 1}) + "\n")
-        for k in range(n):
-            sid = f"s{k:06d}"
-            at = f"2026-11-{1 + k % 30:02d}T{k % 24:02d}:00:00.000Z"
-            _line(
-                f,
-                sid,
-                None,
-                {"id": "u", "role": "user", "createdAt": at, "parts": [{"type": "text", "text": f"question {k}"}]},
-            )
-            parts: list[dict] = [{"type": "text", "text": f"answer {k}"}]
-            if k % 10 == 0:
-                state = "output-error" if k % 50 == 0 else "output-available"
-                part = {"type": "tool-bash", "toolCallId": f"c{k}", "state": state, "input": {"command": "ls"}}
-                part.update({"errorText": "Error: denied"} if state == "output-error" else {"output": "a b"})
-                parts.append(part)
-            _line(f, sid, "u", {"id": "a", "role": "assistant", "createdAt": at, "parts": parts})
-    with sk.open_store(path) as store:
-        sk.io.import_jsonl(store, jsonl)
-        with store.transaction():
-            for k in range(0, n, 20):
-                store.add_label(f"s{k:06d}", "a", "good" if k % 3 else "bad", rating=float(k % 5))
-    jsonl.unlink()
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    with build_store(path, _messages(n)) as store, store.transaction():
+        for k in range(0, n, 20):
+            store.add_label(f"s{k:06d}", "a", "good" if k % 3 else "bad", rating=float(k % 5))
 
 
 def measure(n: int, folder: Path) -> dict:

@@ -26,44 +26,31 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+
+from jsonl_store import build_store, timed
 
 import sessionkit as sk
 
 WORDS = ("deploy", "rollback", "gunicorn", "nginx", "migration", "index", "weather", "forecast")
 
 
+def _messages(n: int) -> Iterator[tuple[str, str | None, dict]]:
+    for k in range(n):
+        sid = f"s{k:06d}"
+        for j, role in enumerate(("user", "assistant")):
+            text = f"{role} {k}: how do I {WORDS[k % len(WORDS)]} the {WORDS[(k * 7 + j) % len(WORDS)]} service"
+            yield (
+                sid,
+                f"m{j - 1}" if j else None,
+                {"id": f"m{j}", "role": role, "parts": [{"type": "text", "text": text}]},
+            )
+
+
 def build(path: Path, n: int) -> None:
-    jsonl = path.with_suffix(".jsonl")
-    with jsonl.open("w", encoding="utf-8") as f:
-        f.write(json.dumps({"format": "sessionkit", "version": 1}) + "\n")
-        for k in range(n):
-            sid = f"s{k:06d}"
-            for j, role in enumerate(("user", "assistant")):
-                text = f"{role} {k}: how do I {WORDS[k % len(WORDS)]} the {WORDS[(k * 7 + j) % len(WORDS)]} service"
-                message = {"id": f"m{j}", "role": role, "parts": [{"type": "text", "text": text}]}
-                f.write(
-                    json.dumps(
-                        {
-                            "type": "message",
-                            "session_id": sid,
-                            "parent_id": f"m{j - 1}" if j else None,
-                            "message": message,
-                        }
-                    )
-                    + "\n"
-                )
-    with sk.open_store(path) as store:
-        sk.io.import_jsonl(store, jsonl)
-    jsonl.unlink()
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    build_store(path, _messages(n)).close()
 
 
 def get(url: str) -> bytes:

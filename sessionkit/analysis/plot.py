@@ -285,6 +285,19 @@ def messages_over_time(source, *, ax: Any = None, data: dict | None = None):
     return ax
 
 
+def _stacked_bars_end(ax, ys: list[int], names: list[str], xlabel: str, title: str, empty: str) -> None:
+    """Name the bars of a stacked horizontal bar chart (``names`` at ``ys``), label its axis and
+    title it; its legend, or ``empty`` said on the axes when there is no bar."""
+    ax.set_yticks(ys)
+    ax.set_yticklabels(names)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    if names:
+        ax.legend(fontsize="small", loc="best")
+    else:
+        _nothing(ax, empty)
+
+
 def _model_names(models: list[dict]) -> list[str]:
     return [r["model"] if r["model"] is not None else "(no model)" for r in models]
 
@@ -299,14 +312,9 @@ def tokens_by_model(source, *, ax: Any = None, data: dict | None = None):
     tin = [r["tokens_in"] for r in models]
     ax.barh(ys, tin, color="#1f77b4", label="in")
     ax.barh(ys, [r["tokens_out"] for r in models], left=tin, color="#ff7f0e", label="out")
-    ax.set_yticks(ys)
-    ax.set_yticklabels(_model_names(models))
-    ax.set_xlabel("tokens")
-    ax.set_title(f"tokens by model: {sum(r['runs'] for r in models)} runs")
-    if models:
-        ax.legend(fontsize="small", loc="best")
-    else:
-        _nothing(ax, "no runs")
+    _stacked_bars_end(
+        ax, ys, _model_names(models), "tokens", f"tokens by model: {sum(r['runs'] for r in models)} runs", "no runs"
+    )
     return ax
 
 
@@ -396,14 +404,8 @@ def label_distribution(source, *, top: int = 20, ax: Any = None, data: dict | No
         widths = [counts[t].get(source_name, 0) for t in tags]
         ax.barh(ys, widths, left=left, color=colors.get(source_name, _OTHER), label=source_name)
         left = [a + b for a, b in zip(left, widths)]
-    ax.set_yticks(ys)
-    ax.set_yticklabels(tags)
-    ax.set_xlabel("labels")
-    ax.set_title(f"labels by tag: {sum(r['labels'] for r in figures['tags'])} labels")
-    if tags:
-        ax.legend(fontsize="small", loc="best")
-    else:
-        _nothing(ax, "no labels")
+    title = f"labels by tag: {sum(r['labels'] for r in figures['tags'])} labels"
+    _stacked_bars_end(ax, ys, tags, "labels", title, "no labels")
     return ax
 
 

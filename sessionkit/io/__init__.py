@@ -46,12 +46,14 @@ a time, with gzip detected from the first bytes, so memory does not grow with
 the file (a 1,000,000-line file of any format takes tens of MB, see
 benchmarks/README.md). An OpenAI chat file and a file of flat OASST messages are
 read twice, once to check every record and see where each tool result or tree
-ends, once to write. What an import returns is compact too: ``import_openai`` an
-``ImportResults`` sequence (13 bytes a message, each message read back when
-used), ``import_oasst``/``import_hh``/``import_jsonl`` a ``list`` of the sessions
-written, each once, in file order; past 10,000 sessions a ``SessionList`` of
-them instead (read like a list; the ids packed, about 30 bytes a session; each
-``Session`` handle made when used).
+ends, once to write. What an import returns is compact too: ``import_openai``
+(into one session) an ``ImportResults`` sequence of ``AppendResult``, one a message
+(13 bytes a message, each message read back when used); every importer into a
+store is declared to return ``Sequence[Session]``, the sessions written, each
+once, in the source's order: a ``list``, or from ``import_oasst``/``import_hh``/
+``import_jsonl``/``import_parquet`` past 10,000 sessions a ``SessionList`` of them
+(read like a list; the ids packed, about 30 bytes a session; each ``Session``
+handle made when used).
 
 Progress: every importer takes ``progress=``. ``None`` (the default) shows a bar
 for inputs of 1,000 records or more, and only when stderr is a terminal or the

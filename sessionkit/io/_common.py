@@ -17,6 +17,8 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from ..errors import MalformedInput, MessageTooLarge, SessionKitError
+from ..store import Session, Store
+from ._progress import check_progress
 
 __all__ = [
     "Batches",
@@ -162,6 +164,23 @@ class Batches:
         if len(self._pending) + len(self._queued) >= self._group or self._bytes >= self._max_bytes:
             self.commit()
 
+    def write_record(
+        self,
+        where: str,
+        session,
+        items: list,
+        what: str,
+        *,
+        watch: RootWatch | None,
+        nbytes: int = 0,
+        at: str | None = None,
+    ) -> None:
+        """:meth:`write_import` of a record of messages that is one ``what`` (a pair, a tree)
+        found at ``where``; written alone by :func:`write_alone`, naming ``at`` in its errors
+        (default ``where``)."""
+        fn = partial(write_alone, session, items, self._source, at or where, watch, what)
+        self.write_import(where, session, items, fn, watch=watch, nbytes=nbytes)
+
     def _drain(self) -> None:
         """Write the queued records of messages in one ``store.import_many``, in the open
         transaction; when it fails, write them one at a time (see the class notes)."""
@@ -282,6 +301,28 @@ def located(exc: MessageTooLarge, source: str, where: str) -> MessageTooLarge:
     return new
 
 
+def check_file_import(store: Any, session_prefix: Any, progress: Any) -> None:
+    """The first checks of a file importer that takes ``session_prefix``: a sessionkit
+    :class:`Store`, a str prefix (``TypeError`` naming what was given), a valid ``progress``."""
+    if not isinstance(store, Store):
+        raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")
+    if not isinstance(session_prefix, str):
+        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
+    check_progress(progress)
+
+
+def write_alone(session, items: list, source: str, where: str, watch: RootWatch | None, what: str) -> None:
+    """One record of messages (a ``what``: a pair, a tree) written by itself (:func:`write_items`):
+    a message over the store's limit raises :class:`MessageTooLarge` naming the file and
+    ``where``, anything else the store refuses :class:`MalformedInput` naming the record."""
+    try:
+        write_items(session, items, watch)
+    except MessageTooLarge as exc:
+        raise located(exc, source, where) from None
+    except (ValueError, TypeError, LookupError) as exc:
+        raise MalformedInput(source, where, f"cannot import {what} into session {session.session_id!r}: {exc}") from exc
+
+
 # ---------------------------------------------------------------------------
 # The sessions an import wrote to
 
@@ -335,13 +376,14 @@ class _SeenIds:
 LIST_UP_TO = 10_000
 
 
-def sessions_result(sessions: SessionList) -> list | SessionList:
+def sessions_result(sessions: SessionList) -> Sequence[Session]:
     """What an import of many sessions returns: a ``list`` of its sessions, or past
-    :data:`LIST_UP_TO` of them the :class:`SessionList` itself."""
+    :data:`LIST_UP_TO` of them the :class:`SessionList` itself (the one type every importer
+    into a store declares: ``Sequence[Session]``)."""
     return list(sessions) if len(sessions) <= LIST_UP_TO else sessions
 
 
-class SessionList(Sequence):
+class SessionList(Sequence[Session]):
     """The sessions an import wrote to, in order: a sequence of :class:`sessionkit.Session`.
 
     Used as a list (``len``, indexing, slicing, iteration, unpacking, ``==`` with a

@@ -26,9 +26,11 @@ The event's ``timestamp`` is the message time. Rows are read a page at a time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import MalformedInput
+from ..store import Session
 from ._common import watching_roots
 from ._frameworks import (
     HeldCalls,
@@ -228,7 +230,7 @@ def import_adk(
     session_ids: list[str] | None = None,
     session_prefix: str = "",
     progress: Any = None,
-) -> list:
+) -> Sequence[Session]:
     """Import a Google ADK session database (``DatabaseSessionService`` on SQLite, or ``SqliteSessionService``): one
     sessionkit session per ADK session.
 

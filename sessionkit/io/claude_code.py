@@ -35,12 +35,13 @@ the messages still waiting for a tool result.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import MalformedInput
 from ..messages import estimate_tokens
-from ..store import Compaction
+from ..store import Compaction, Session
 from ._common import RootWatch, watching_roots
 from ._frameworks import HeldCalls, SessionWriter, iso_time, tool_output
 from ._progress import Progress, check_progress, wants_total
@@ -275,7 +276,7 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: Any = None) -> list:
+def import_claude_code(store, path: Any, *, session_prefix: str = "", progress: Any = None) -> Sequence[Session]:
     """Import coding-agent session logs (Claude Code JSONL): one sessionkit session per ``sessionId``.
 
     ``path`` is a session's ``.jsonl`` file or a folder of them (a project folder of ``~/.claude/projects``;

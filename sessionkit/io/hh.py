@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-from functools import partial
+from collections.abc import Sequence
 from typing import Any
 
-from ..errors import MalformedInput, MessageTooLarge
-from ..store import Store
-from ._common import Batches, RootWatch, SessionList, located, sessions_result, watching_roots, write_items
-from ._progress import Progress, check_progress, wants_total
+from ..errors import MalformedInput
+from ..store import Session
+from ._common import Batches, SessionList, check_file_import, sessions_result, watching_roots
+from ._progress import Progress, wants_total
 from ._reading import as_path, count_lines, iter_jsonl
 
 __all__ = ["import_hh", "parse_turns"]
@@ -86,16 +86,7 @@ def _pair_items(chosen: list, rejected: list) -> list[tuple[dict, str | None, No
     return items
 
 
-def _write_pair(session, items: list, source: str, where: str, watch: RootWatch) -> None:
-    try:
-        write_items(session, items, watch)
-    except MessageTooLarge as exc:
-        raise located(exc, source, where) from None
-    except (ValueError, TypeError, LookupError) as exc:
-        raise MalformedInput(source, where, f"cannot import pair into session {session.session_id!r}: {exc}") from exc
-
-
-def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> list | SessionList:
+def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = None) -> Sequence[Session]:
     """Import HH-RLHF pairs: one session per distinct pair; returns the sessions in file order.
 
     The sessions come as a ``list``; past 10,000 of them as a
@@ -108,11 +99,7 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
     ``progress``: ``None`` shows a bar only in a terminal or notebook,
     ``True``/``False`` force it, a callable gets ``(done, total)`` lines.
     """
-    if not isinstance(store, Store):
-        raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")
-    if not isinstance(session_prefix, str):
-        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
-    check_progress(progress)
+    check_file_import(store, session_prefix, progress)
     path = as_path(path)
     source = str(path)
     total = count_lines(path) if wants_total(progress) else None
@@ -140,14 +127,7 @@ def import_hh(store, path: Any, *, session_prefix: str = "hh-", progress: Any = 
             ).hexdigest()[:20]
             session = store.session(session_prefix + digest)
             items = _pair_items(turns["chosen"], turns["rejected"])
-            batches.write_import(
-                where,
-                session,
-                items,
-                partial(_write_pair, session, items, source, where, watch),
-                watch=watch,
-                nbytes=nbytes,
-            )
+            batches.write_record(where, session, items, "pair", watch=watch, nbytes=nbytes)
             sessions.append_new(session.session_id)
             bar.update()
     return sessions_result(sessions)

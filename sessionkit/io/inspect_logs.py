@@ -22,10 +22,12 @@ sample. Importing the same log again adds nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import MalformedInput, MissingDependency
+from ..store import Session
 from ._common import watching_roots
 from ._frameworks import HeldCalls, SessionWriter, tool_output
 from ._progress import Progress, check_progress
@@ -120,7 +122,7 @@ def _sample_messages(sample: dict, writer: SessionWriter, source: str, where: st
     return last
 
 
-def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any = None) -> list:
+def import_inspect(store, path: Any, *, session_prefix: str = "", progress: Any = None) -> Sequence[Session]:
     """Import an inspect-ai eval log (``.eval`` or ``.json``): one session per sample and epoch.
 
     Returns the sessions in the log's order. Idempotent (message ids are inspect's). ``progress``

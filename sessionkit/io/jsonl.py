@@ -37,6 +37,7 @@ Version 5 added dataset lines.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, cast
 
@@ -337,7 +338,7 @@ def _nothing() -> None:
     pass
 
 
-def import_jsonl(store, path: Any, *, progress: Any = None) -> list | SessionList:
+def import_jsonl(store, path: Any, *, progress: Any = None) -> Sequence[Session]:
     """Import a sessionkit JSONL file into ``store``; returns the sessions it holds, in file order.
 
     The sessions come as a ``list``; past 10,000 of them as a

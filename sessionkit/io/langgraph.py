@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import MalformedInput, MissingDependency
+from ..store import Session
 from ._common import watching_roots
 from ._frameworks import SessionWriter, columns, iso_time, open_sqlite, rows, scalar, table_names, tool_output
 from ._progress import Progress, check_progress
@@ -289,7 +291,7 @@ def import_langgraph(
     channel: str = "messages",
     session_prefix: str = "",
     progress: Any = None,
-) -> list:
+) -> Sequence[Session]:
     """Import a LangGraph ``SqliteSaver`` database: one sessionkit session per thread.
 
     ``channel`` is the state key holding the messages (``"messages"`` for ``MessagesState``); ``thread_ids``

@@ -24,14 +24,14 @@ memory at a time when, as in the OASST exports, a tree's messages come together)
 from __future__ import annotations
 
 from array import array
-from functools import partial
+from collections.abc import Sequence
 from typing import Any, cast
 
 from .. import messages as _msg
-from ..errors import MalformedInput, MessageTooLarge
-from ..store import Store
-from ._common import Batches, RootWatch, SessionList, located, sessions_result, watching_roots, write_items
-from ._progress import Progress, check_progress, wants_total
+from ..errors import MalformedInput
+from ..store import Session
+from ._common import Batches, SessionList, check_file_import, sessions_result, watching_roots
+from ._progress import Progress, wants_total
 from ._reading import as_path, count_lines, iter_jsonl
 
 __all__ = ["import_oasst"]
@@ -163,7 +163,7 @@ def _flat_items(tree_id: str, rows: list[tuple[str, dict]], source: str) -> list
     return items
 
 
-def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> list | SessionList:
+def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: Any = None) -> Sequence[Session]:
     """Import OpenAssistant trees: one session per tree (``session_prefix + message_tree_id``).
 
     Returns the sessions in file order (of each tree's first line): a ``list``, past
@@ -175,11 +175,7 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
     whole or not at all, the trees written before the problem stay stored (the error
     says how many), and importing the corrected file again completes the import.
     """
-    if not isinstance(store, Store):
-        raise TypeError(f"expected a sessionkit Store, got {type(store).__name__}")
-    if not isinstance(session_prefix, str):
-        raise TypeError(f"session_prefix must be a string, got {type(session_prefix).__name__}")
-    check_progress(progress)
+    check_file_import(store, session_prefix, progress)
     path = as_path(path)
     source = str(path)
     first_lines = array("q")  # the line each session's tree starts on, for the order returned
@@ -203,14 +199,7 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
             if "prompt" in obj:
                 tree_id, items = _tree_items(obj, where, source)
                 session = store.session(session_prefix + tree_id)
-                batches.write_import(
-                    where,
-                    session,
-                    items,
-                    partial(_write, session, items, source, where, watch),
-                    watch=watch,
-                    nbytes=nbytes,
-                )
+                batches.write_record(where, session, items, "tree", watch=watch, nbytes=nbytes)
                 keep(session, lineno)
             elif "message_id" in obj:
                 tree = obj.get("message_tree_id")
@@ -244,25 +233,10 @@ def import_oasst(store, path: Any, *, session_prefix: str = "oasst-", progress: 
                     tree_rows = rows.pop(tree_id)
                     items = _flat_items(tree_id, tree_rows, source)
                     session = store.session(session_prefix + tree_id)
-                    batches.write_import(
-                        f"line {lineno}",
-                        session,
-                        items,
-                        partial(_write, session, items, source, tree_rows[0][0], watch),
-                        watch=watch,
-                        nbytes=nbytes,
+                    batches.write_record(
+                        f"line {lineno}", session, items, "tree", watch=watch, nbytes=nbytes, at=tree_rows[0][0]
                     )
                     keep(session, first)
     if flat:  # the trees of flat messages were written at their last line: put them at their first
         return sessions_result(sessions.ordered(first_lines))
     return sessions_result(sessions)
-
-
-def _write(store_session, items: list, source: str, where: str, watch: RootWatch) -> None:
-    session = store_session
-    try:
-        write_items(session, items, watch)
-    except MessageTooLarge as exc:
-        raise located(exc, source, where) from None
-    except (ValueError, TypeError, LookupError) as exc:
-        raise MalformedInput(source, where, f"cannot import tree into session {session.session_id!r}: {exc}") from exc

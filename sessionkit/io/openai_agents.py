@@ -35,9 +35,11 @@ number of rows of one session (their ids) plus one batch.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import MalformedInput
+from ..store import Session
 from ._common import watching_roots
 from ._frameworks import (
     SessionWriter,
@@ -331,7 +333,7 @@ def import_openai_agents(
     messages_table: str = "agent_messages",
     session_prefix: str = "",
     progress: Any = None,
-) -> list:
+) -> Sequence[Session]:
     """Import an OpenAI Agents SDK session database: one sessionkit session per agent session.
 
     ``path`` is the SQLite file of a ``SQLiteSession`` or ``AdvancedSQLiteSession``

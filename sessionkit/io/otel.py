@@ -39,13 +39,14 @@ import codecs
 import hashlib
 import json
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import messages as _msg
 from ..errors import MalformedInput
+from ..store import Session
 from ._common import watching_roots
 from ._frameworks import SessionWriter
 from ._progress import Progress, check_progress
@@ -1013,7 +1014,7 @@ def _file_requests(path: Path) -> Iterator[tuple[str | None, Any]]:
     yield from _json_requests(path)
 
 
-def import_otel(store: Any, path: Any, *, session_prefix: str = "", progress: Any = None) -> list:
+def import_otel(store: Any, path: Any, *, session_prefix: str = "", progress: Any = None) -> Sequence[Session]:
     """Import OpenTelemetry traces from a file: OTLP JSON (one document, or JSON lines as the
     collector's file exporter writes), or a serialized protobuf ``ExportTraceServiceRequest``;
     gzip read through. One session per conversation (or trace), one run per trace, with

@@ -11,14 +11,14 @@ vectors and datasets of the exported store.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from .. import messages as _msg
 from ..errors import InvalidDataset, InvalidLabel, MalformedInput, MessageNotFound, MessageTooLarge, UsageError, missing
-from ..store import Compaction, Store
+from ..store import Compaction, Session, Store
 from ._common import SessionList, sessions_result
 from ._progress import Progress, check_progress
 from ._reading import PathMissing, as_path
@@ -297,7 +297,7 @@ def _side_rows(reader: _Reader, first: int, rows: list[dict]) -> list:
     return out
 
 
-def import_parquet(store, folder: Any, *, progress: Any = None) -> list | SessionList:
+def import_parquet(store, folder: Any, *, progress: Any = None) -> Sequence[Session]:
     """Import a folder written by :func:`export_parquet` into ``store``; returns the sessions
     it holds, in the order of ``messages.parquet`` (a ``list``; past 10,000 sessions a
     :class:`~sessionkit.io.SessionList`).

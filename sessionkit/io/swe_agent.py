@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import MalformedInput
+from ..store import Session
 from ._common import watching_roots
 from ._frameworks import SessionWriter
 from ._progress import Progress, check_progress
@@ -92,7 +94,7 @@ def _chat(history: list, source: str) -> tuple[list[dict], list[dict]]:
     return chat, extras
 
 
-def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: Any = None) -> list:
+def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: Any = None) -> Sequence[Session]:
     """Import SWE-agent trajectories: ``path`` is a ``.traj`` file or a folder of them (a
     run's output folder); one session per file, named after the file (``session_prefix``
     put before it). Returns the sessions. Idempotent. ``progress`` as in
@@ -110,6 +112,7 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
         check_file(path)
         files = [path]
     sessions = []
+    returned: set[str] = set()
     with (
         watching_roots(store, str(path)) as watch,
         Progress(progress, total=len(files), desc=f"importing {path.name}", unit="trajectories") as bar,
@@ -144,7 +147,8 @@ def import_swe_agent(store, path: Any, *, session_prefix: str = "", progress: An
             writer.flush()
             if info is not None:
                 store.session_records.put(session.session_id, "swe_agent.info", [(0, info)])
-            if len(session):
+            if len(session) and session.session_id not in returned:  # a file name may recur in a folder
+                returned.add(session.session_id)
                 sessions.append(session)
             bar.update()
     return sessions

@@ -176,10 +176,15 @@ class SessionServer:
         self.agent = agent
         self.store = store
         try:
-            store.session_records.get("", R.SESSION)
+            R.check_layout(store)  # records of a newer layout: refused before anything is written
         except UsageError as exc:
             raise UsageError(f"the {store.engine} engine cannot hold the server's tables yet: {exc}") from exc
         self.coord = coordinator_for(store)  # on a file: takes the lease, or fails naming its holder
+        try:
+            R.stamp_layout(store)
+        except BaseException:
+            self.coord.close()
+            raise
         self.lease = self.coord.lease
         self.io = StoreIO(store)
         self.scheduler = self.coord.scheduler(
@@ -569,6 +574,10 @@ def create_app(
     holder. The lease goes back when the app shuts down (or with
     ``app.state.sessionkit.close()``). Serve the app with one worker process; on
     PostgreSQL any number of processes may serve the store together.
+
+    A store whose server records are of a newer layout than this sessionkit's
+    (docs/server.md) raises :class:`~sessionkit.SchemaVersionError` naming both,
+    and nothing is written.
     """
     server = SessionServer(
         agent,

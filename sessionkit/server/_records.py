@@ -38,6 +38,19 @@ Two store-wide indexes live under reserved keys (a session id never starts with
   (``{sessionId, key, createdAt, updatedAt, firstRun, runN}``, ``null`` once
   deleted), for ``GET /sessions``.
 
+One more reserved key holds the records' layout, the shape of everything above:
+
+* ``~sessionkit/layout`` (``server.layout``): ``{"version": 1}``, record 0 only
+  (:data:`LAYOUT_VERSION`; step 15 of the store's schema ledger notes it). The
+  server reads it when it is created on a store, before it writes anything (the
+  lease included): a store whose records are of a newer layout than this
+  sessionkit knows is refused with :class:`~sessionkit.SchemaVersionError`
+  naming both versions, and a malformed one with :class:`~sessionkit.StoreCorrupt`.
+  Then, holding the lease, it stamps a store that has no version yet: a new store,
+  or one whose records were written before the layout had a version, which are
+  layout 1. A change to the table above is a new layout, whose server brings
+  older records up to it when it stamps the store.
+
 Stored keys (docs/server.md): the bearer token's sessions keep their ids; a session of an
 ``authenticate`` principal is stored as ``<16 hex characters>/<id>``, the hex being
 the start of the SHA-256 of the principal id, so the principal itself is never
@@ -58,6 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import messages as _msg
+from ..errors import SchemaVersionError, StoreCorrupt
 from ._state import FOLLOW_UP, MODES
 
 __all__ = [
@@ -65,6 +79,9 @@ __all__ = [
     "BUSY_KEY",
     "DIGEST",
     "INDEX",
+    "LAYOUT",
+    "LAYOUT_KEY",
+    "LAYOUT_VERSION",
     "MAX_ATTEMPTS",
     "MESSAGE",
     "RUN",
@@ -73,13 +90,16 @@ __all__ = [
     "TOMBSTONE",
     "Snapshot",
     "chain_digest",
+    "check_layout",
     "conversation_digest",
     "index_key",
     "principal_hash",
     "public_id_of",
     "read_snapshot",
     "slot",
+    "stamp_layout",
     "stored_key",
+    "stored_layout",
     "item_fields",
     "record_node",
 ]
@@ -93,8 +113,15 @@ TOMBSTONE = "server.tombstone"
 BUSY = "server.busy"
 INDEX = "server.index"
 
+LAYOUT = "server.layout"
+
 BUSY_KEY = "~sessionkit/busy"
 INDEX_PREFIX = "~sessionkit/index/"
+LAYOUT_KEY = "~sessionkit/layout"
+
+#: The layout of the records this sessionkit reads and writes (the module's table); records
+#: stored without a version are layout 1.
+LAYOUT_VERSION = 1
 
 #: A run is started at most this many times; a server stopped during its last attempt records it failed.
 MAX_ATTEMPTS = 3
@@ -139,6 +166,50 @@ def run_number(key: str, run_id: str) -> int | None:
         if rest.isascii() and rest.isdigit():
             return int(rest)
     return None
+
+
+# ---------------------------------------------------------------------------
+# the records' layout
+
+
+def stored_layout(store) -> int | None:
+    """The layout version stamped on the store's server records (None: no version stored)."""
+    rows = store.session_records.get(LAYOUT_KEY, LAYOUT)
+    if not rows:
+        return None
+    value = rows[0][1]
+    version = value.get("version") if isinstance(value, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StoreCorrupt(
+            f"the HTTP server's records in this store carry a malformed layout version"
+            f" ({LAYOUT!r} under {LAYOUT_KEY!r}: {value!r}); nothing was written"
+        )
+    return version
+
+
+def check_layout(store) -> int | None:
+    """Refuse a store whose server records are of a newer layout than :data:`LAYOUT_VERSION`
+    (:class:`~sessionkit.SchemaVersionError`); returns the stored version (None: none yet).
+    Reads only."""
+    version = stored_layout(store)
+    if version is not None and version > LAYOUT_VERSION:
+        raise SchemaVersionError(
+            f"the HTTP server's records in this store are of layout {version}, written by a newer"
+            f" sessionkit; this sessionkit's server reads and writes layout {LAYOUT_VERSION}:"
+            " upgrade sessionkit to serve this store (nothing was written)"
+        )
+    return version
+
+
+def stamp_layout(store) -> None:
+    """Store :data:`LAYOUT_VERSION` on a store that has no layout version yet (see :func:`check_layout`).
+
+    A store without one holds no server records, or records written before the
+    version was stored: layout 1, the one this sessionkit writes, so nothing is
+    brought up to date.
+    """
+    if check_layout(store) is None:
+        store.session_records.put(LAYOUT_KEY, LAYOUT, [(0, {"version": LAYOUT_VERSION})])
 
 
 # ---------------------------------------------------------------------------

@@ -208,12 +208,14 @@ def _item(store: Store, name: str, version: int, n: int, sid: str, mid: str) -> 
     ]
 
 
-def _engine(store: Store) -> SQLEngine:
-    """The store's engine: every engine is a SQL engine, and datasets are its tables."""
+def sql_engine(store: Store) -> SQLEngine:
+    """The store's engine: every engine is a SQL engine, and datasets (and annotation queues,
+    :mod:`._queues`) are its tables."""
     return cast("SQLEngine", store._check())
 
 
-def _stmt(eng: Any, key: str, template: str) -> str:
+def statement(eng: Any, key: str, template: str) -> str:
+    """The engine's statement ``key``, compiled from ``template`` the first time it is asked for."""
     sql = eng.sql.get(key)
     if sql is None:
         sql = eng.sql[key] = eng.compile(template)
@@ -233,43 +235,43 @@ def freeze(
     pairs = list(dict.fromkeys(pairs))  # each unit once, in the order chosen
     if not pairs:
         raise InvalidDataset(f"the dataset {name!r} would be empty: the {'query' if query else 'units'} chose nothing")
-    eng = _engine(store)
+    eng = sql_engine(store)
     with store.transaction():
-        top = eng.fetch_one(_stmt(eng, "ds_top", "SELECT max(version) FROM {datasets} WHERE name = ?"), (name,))[0]
+        top = eng.fetch_one(statement(eng, "ds_top", "SELECT max(version) FROM {datasets} WHERE name = ?"), (name,))[0]
         if version is None:
             version = (top or 0) + 1
         elif eng.fetch_one(
-            _stmt(eng, "ds_have", "SELECT 1 FROM {datasets} WHERE name = ? AND version = ?"), (name, version)
+            statement(eng, "ds_have", "SELECT 1 FROM {datasets} WHERE name = ? AND version = ?"), (name, version)
         ):
             raise InvalidDataset(f"dataset {name!r} version {version} is stored already")
         rows: list[Sequence[Any]] = [_item(store, name, version, n, sid, mid) for n, (sid, mid) in enumerate(pairs)]
         info = DatasetInfo(name, version, level, _msg.now_iso(), query, len(rows))
         put = f"INSERT INTO {{datasets}} ({', '.join(DATASET_COLUMNS)}) VALUES ({', '.join('?' * 6)})"
-        eng.execute(_stmt(eng, "ds_put", put), tuple(getattr(info, c) for c in DATASET_COLUMNS))
+        eng.execute(statement(eng, "ds_put", put), tuple(getattr(info, c) for c in DATASET_COLUMNS))
         put_items = f"INSERT INTO {{dataset_items}} ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * 8)})"
-        eng.execute_many(_stmt(eng, "ds_items_put", put_items), rows)
+        eng.execute_many(statement(eng, "ds_items_put", put_items), rows)
         eng.log_change("", "datasets")
     return info
 
 
 def listing(store: Store) -> list[DatasetInfo]:
     """``Store.datasets``: every version of every dataset, by name then version."""
-    eng = _engine(store)
-    sql = _stmt(eng, "ds_list", f"SELECT {', '.join(DATASET_COLUMNS)} FROM {{datasets}} ORDER BY name, version")
+    eng = sql_engine(store)
+    sql = statement(eng, "ds_list", f"SELECT {', '.join(DATASET_COLUMNS)} FROM {{datasets}} ORDER BY name, version")
     return [DatasetInfo(r[0], int(r[1]), r[2], r[3], r[4], int(r[5])) for r in eng.fetch(sql)]
 
 
 def _resolve(store: Store, name: Any, version: Any) -> tuple[str, int]:
     name = check_name(name)
     version = check_version(version)
-    eng = _engine(store)
+    eng = sql_engine(store)
     if version is None:
-        top = eng.fetch_one(_stmt(eng, "ds_top", "SELECT max(version) FROM {datasets} WHERE name = ?"), (name,))[0]
+        top = eng.fetch_one(statement(eng, "ds_top", "SELECT max(version) FROM {datasets} WHERE name = ?"), (name,))[0]
         if top is None:
             raise DatasetNotFound(f"no dataset named {name!r} is stored")
         return name, int(top)
     if not eng.fetch_one(
-        _stmt(eng, "ds_have", "SELECT 1 FROM {datasets} WHERE name = ? AND version = ?"), (name, version)
+        statement(eng, "ds_have", "SELECT 1 FROM {datasets} WHERE name = ? AND version = ?"), (name, version)
     ):
         raise DatasetNotFound(f"dataset {name!r} has no version {version}")
     return name, version
@@ -277,10 +279,10 @@ def _resolve(store: Store, name: Any, version: Any) -> tuple[str, int]:
 
 def items(store: Store, name: Any, version: Any = None) -> list[DatasetItem]:
     """``Store.dataset_items``: the items of one version (the latest by default), in order."""
-    eng = _engine(store)
+    eng = sql_engine(store)
     with eng.snapshot():
         name, version = _resolve(store, name, version)
-        sql = _stmt(
+        sql = statement(
             eng,
             "ds_items",
             f"SELECT {', '.join(ITEM_COLUMNS)} FROM {{dataset_items}} WHERE name = ? AND version = ? ORDER BY n",
@@ -305,7 +307,7 @@ def delete(store: Store, name: Any, version: Any = None) -> int:
     """``Store.delete_dataset``: one version, or every version when ``version`` is None; how many went."""
     name = check_name(name)
     version = check_version(version)
-    eng = _engine(store)
+    eng = sql_engine(store)
     with store.transaction():
         if version is not None:
             name, version = _resolve(store, name, version)
@@ -314,10 +316,10 @@ def delete(store: Store, name: Any, version: Any = None) -> int:
             _resolve(store, name, None)
             where, params = "name = ?", [name]
         count = eng.fetch_one(
-            _stmt(eng, "ds_count:" + where, f"SELECT count(*) FROM {{datasets}} WHERE {where}"), params
+            statement(eng, "ds_count:" + where, f"SELECT count(*) FROM {{datasets}} WHERE {where}"), params
         )[0]
-        eng.execute(_stmt(eng, "ds_drop_items:" + where, f"DELETE FROM {{dataset_items}} WHERE {where}"), params)
-        eng.execute(_stmt(eng, "ds_drop:" + where, f"DELETE FROM {{datasets}} WHERE {where}"), params)
+        eng.execute(statement(eng, "ds_drop_items:" + where, f"DELETE FROM {{dataset_items}} WHERE {where}"), params)
+        eng.execute(statement(eng, "ds_drop:" + where, f"DELETE FROM {{datasets}} WHERE {where}"), params)
         eng.log_change("", "datasets")
     return int(count)
 
@@ -325,7 +327,7 @@ def delete(store: Store, name: Any, version: Any = None) -> int:
 def import_datasets(store: Store, datasets: Iterable[tuple[DatasetInfo, list[DatasetItem]]]) -> int:
     """Store datasets as they are (their versions, times and items kept); a version stored
     already is left alone. How many versions were added."""
-    eng = _engine(store)
+    eng = sql_engine(store)
     added = 0
     with store.transaction():
         for info, its in datasets:
@@ -333,17 +335,17 @@ def import_datasets(store: Store, datasets: Iterable[tuple[DatasetInfo, list[Dat
             check_version(info.version, optional=False)
             check_level(info.level)
             have = eng.fetch_one(
-                _stmt(eng, "ds_have", "SELECT 1 FROM {datasets} WHERE name = ? AND version = ?"),
+                statement(eng, "ds_have", "SELECT 1 FROM {datasets} WHERE name = ? AND version = ?"),
                 (info.name, info.version),
             )
             if have:
                 continue
             put = f"INSERT INTO {{datasets}} ({', '.join(DATASET_COLUMNS)}) VALUES ({', '.join('?' * 6)})"
             row = tuple(getattr(info, c) for c in DATASET_COLUMNS[:-1]) + (len(its),)
-            eng.execute(_stmt(eng, "ds_put", put), row)
+            eng.execute(statement(eng, "ds_put", put), row)
             put_items = f"INSERT INTO {{dataset_items}} ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * 8)})"
             eng.execute_many(
-                _stmt(eng, "ds_items_put", put_items),
+                statement(eng, "ds_items_put", put_items),
                 [
                     (
                         info.name,

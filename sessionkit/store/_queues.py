@@ -26,16 +26,17 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
 from ..errors import DatasetNotFound, InvalidDataset, InvalidLabel, InvalidQueue, QueueNotFound
 from . import _datasets, _labels
+from ._datasets import sql_engine as _engine
+from ._datasets import statement as _stmt
 from ._labels import Label
 from ._values import ChangeEvent
 
 if TYPE_CHECKING:
-    from ._sql import SQLEngine
     from ._store import Store
 
 __all__ = ["Rubric", "QueueInfo", "QueueUnit", "QueueProgress", "QUEUE_LEVELS"]
@@ -269,18 +270,6 @@ def _check_per_unit(per_unit: Any, annotators: tuple[str, ...] | None) -> int:
 
 # ---------------------------------------------------------------------------
 # Units
-
-
-def _engine(store: Store) -> SQLEngine:
-    """The store's engine: every engine is a SQL engine, and queues are its tables."""
-    return cast("SQLEngine", store._check())
-
-
-def _stmt(eng: Any, key: str, template: str) -> str:
-    sql = eng.sql.get(key)
-    if sql is None:
-        sql = eng.sql[key] = eng.compile(template)
-    return str(sql)
 
 
 def _units(

@@ -575,6 +575,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         " (sessionkit_queues, sessionkit_queue_units, sessionkit_queue_claims)",
         {"*": (_create_table("queues"), _create_table("queue_units"), _create_table("queue_claims"))},
     ),
+    # No table changes: the HTTP server keeps its records in sessionkit_records, and stamps
+    # their layout itself (sessionkit/server/_records.py); a store at this version or later
+    # was opened by a sessionkit whose server checks that layout before it writes.
+    Migration(
+        15,
+        "the HTTP server's records (server.* kinds, docs/server.md): layout 1, its version kept"
+        " as the record server.layout under the reserved key ~sessionkit/layout",
+    ),
 )
 
 #: The schema version every engine writes: the ledger's last step (the one place it is kept).

@@ -71,3 +71,15 @@ def test_folder_and_bad_files(tmp_path):
         bad.write_text('{"history": ' + "[" * 100_000 + "]" * 100_000 + "}")
         with pytest.raises(sk.io.MalformedInput, match="x.traj: the trajectory nests too deep to read"):
             sk.io.import_swe_agent(store, bad)
+
+
+def test_a_trajectory_name_found_twice_in_a_folder_is_one_session_returned_once(tmp_path):
+    """Two runs over the same instance write files of one name in their own folders: one session."""
+    trajectory = (DATA / "function_calling_simple.traj").read_text(encoding="utf-8")
+    for run in ("run-a", "run-b"):
+        (tmp_path / run / "i1").mkdir(parents=True)
+        (tmp_path / run / "i1" / "i1.traj").write_text(trajectory, encoding="utf-8")
+    with sk.open_store() as store:
+        sessions = sk.io.import_swe_agent(store, tmp_path)
+        assert [s.session_id for s in sessions] == ["i1"]
+        assert [s.id for s in store.list_sessions()] == ["i1"]

@@ -649,18 +649,33 @@ class Cache:
             return self._query_in_write(checked, params, names, need, session_ids, run=run, files=files)
         self.refresh(need)
         with self.lock:
-            return run_query(
-                self.con,
-                self.TABLES,
-                checked,
-                params,
-                self.views,
-                names,
-                session_ids,
-                run=run,
-                files=files,
-                memory=self.memory,
-            )
+            return self._run_checked(checked, params, names, session_ids, run=run, files=files)
+
+    def _run_checked(
+        self,
+        query: CheckedQuery,
+        params: Any,
+        names: set[str],
+        session_ids: list[str] | None,
+        *,
+        run: QueryRun | None,
+        files: bool,
+        in_transaction: bool = False,
+    ) -> pyarrow.Table:
+        """Run a checked query over the cache's tables and views (under its lock)."""
+        return run_query(
+            self.con,
+            self.TABLES,
+            query,
+            params,
+            self.views,
+            names,
+            session_ids,
+            run=run,
+            files=files,
+            in_transaction=in_transaction,
+            memory=self.memory,
+        )
 
     def _query_in_write(
         self,
@@ -687,19 +702,7 @@ class Cache:
                 except duckdb_module().Error as exc:
                     raise_if_out_of_memory(exc, self.memory)
                     raise
-                return run_query(
-                    self.con,
-                    self.TABLES,
-                    query,
-                    params,
-                    self.views,
-                    names,
-                    session_ids,
-                    run=run,
-                    files=files,
-                    in_transaction=True,
-                    memory=self.memory,
-                )
+                return self._run_checked(query, params, names, session_ids, run=run, files=files, in_transaction=True)
             finally:
                 rollback(self.con)
                 self._set_state(before)
