@@ -4,8 +4,9 @@ State the notebook user reads or sets lives in traitlets (``selected_id``,
 ``leaf_id``, ``mode``...). Bulk data goes the cheapest way: the tree once as
 compact arrays, message content only for the ids a front end asks for (custom
 messages), run events in batches every ``interval`` seconds. Each front end is
-an ES module in ``static/`` next to this file; ``static/common.js`` is prepended
-to each so the modules stay free of imports and bundlers.
+an ES module joined from files in ``static/`` next to this file (:mod:`._modules`):
+``static/common.js`` first, the view's own file last, so the modules stay free of
+imports and bundlers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import traitlets
 from ..agent import RunResult
 from ..agent.events import Conversation
 from ..errors import MessageNotFound, SessionKitError
-from . import _runlog, _static
+from . import _modules, _runlog, _static
 from ._labelled import LabelledView
 from ._source import (
     TreeData,
@@ -48,13 +49,13 @@ __all__ = ["BranchTree", "Transcript", "RunView", "StoreBrowser"]
 
 log = logging.getLogger("sessionkit.widgets")
 
-STATIC = Path(__file__).parent / "static"
+STATIC = _modules.STATIC
 _MAX_FETCH = 500
 
 
 def _module(*names: str) -> str:
     """``common.js`` and the files ``names`` (helpers first, the view's module last) as one ES module."""
-    return "\n".join((STATIC / name).read_text(encoding="utf-8") for name in ("common.js", *names))
+    return _modules.join(*names)
 
 
 def _css() -> str:
@@ -279,7 +280,7 @@ class BranchTree(LabelledView, _View):
     >>> tree.selected_id          # follows clicks in the notebook
     """
 
-    _esm = _module("branch_tree.js")
+    _esm = _modules.view_module("branch_tree")
 
     _tree = traitlets.Dict().tag(sync=True)
     selected_id = traitlets.Unicode(None, allow_none=True).tag(sync=True)
@@ -606,7 +607,7 @@ class RunView(_View):
     >>> await agent.run("Plan my week", session=s, controller=controller)
     """
 
-    _esm = _module("timeline.js", "run_view.js")
+    _esm = _modules.view_module("run_view")
 
     summary = traitlets.Dict().tag(sync=True)
     queue = traitlets.Dict().tag(sync=True)

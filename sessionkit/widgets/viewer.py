@@ -3,9 +3,9 @@
 ``sessionkit view STORE`` serves it (:mod:`sessionkit.server`, over HTTP on 127.0.0.1);
 ``sessionkit view STORE --bundle DIR`` writes it as a static site with :func:`write_bundle`.
 Both run the same front end: ``static/viewer.js`` for the sessions table, the search and
-the session page, which mounts the notebook views' own modules (``branch_tree.js``,
-``transcript.js``, ``run_view.js``) with a stand-in model (``skLocalModel`` in
-``common.js``): one code base for the notebook and the viewer.
+the session page, which mounts the notebook views' own modules (``branch_tree``,
+``transcript``, ``run_view``, joined by :mod:`._modules` as for the notebook) with a
+stand-in model (``skLocalModel`` in ``common.js``): one code base for the notebook and the viewer.
 
 Everything here reads through the store's public API: the sessions table is one
 ``store.sql_arrow`` query over the ``sessions``, ``runs`` and ``messages`` views, sorted,
@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
-from . import _bundle_search
+from . import _bundle_search, _modules
 from ._queue import answer as queue_answer
 from ._queue import queues_list
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
@@ -60,7 +60,7 @@ __all__ = [
     "overview",
 ]
 
-STATIC = Path(__file__).parent / "static"
+STATIC = _modules.STATIC
 #: The files the page loads besides its data: every one is served (or copied) as is.
 ASSETS = ("common.js", "timeline.js", "search.js", "overview.js", "viewer.js", "sessionkit.css", "viewer.css")
 #: The views the session page mounts, by the name of their module in ``static/``.
@@ -99,18 +99,7 @@ def modules_script() -> str:
     """A classic script setting ``window.SK_MODULES``: each view's ES module (``common.js``
     prepended, as the notebook gets it) as a string, imported from a Blob URL by the page.
     A string and not a file of its own because browsers refuse module files from file://."""
-    common = (STATIC / "common.js").read_text(encoding="utf-8")
-    helpers = {"run_view": ("timeline.js",)}  # files a view's module needs besides common.js
-    mods = {
-        name: "\n".join(
-            [
-                common,
-                *((STATIC / f).read_text(encoding="utf-8") for f in helpers.get(name, ())),
-                (STATIC / f"{name}.js").read_text(encoding="utf-8"),
-            ]
-        )
-        for name in _VIEW_MODULES
-    }
+    mods = {name: _modules.view_module(name) for name in _VIEW_MODULES}
     return "window.SK_MODULES = " + _script_json(mods) + ";\n"
 
 
