@@ -22,7 +22,7 @@ store still displays as HTML without it. Nothing here is imported by
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "BranchTree",
@@ -50,13 +50,22 @@ def widgets_available() -> bool:
     return True
 
 
+@runtime_checkable
+class _Snapshotted(Protocol):
+    """A view that renders its own script-free HTML (every widget class here)."""
+
+    def snapshot_html(self) -> str: ...
+
+
 def snapshot(obj: Any) -> str:
     """Static, script-free HTML for a view, a session or a store (what nbconvert shows)."""
     from . import _static
 
-    if hasattr(obj, "snapshot_html"):
+    from ..store import Store
+
+    if isinstance(obj, _Snapshotted):
         return obj.snapshot_html()
-    if hasattr(obj, "list_sessions"):
+    if isinstance(obj, Store):
         return _static.store_html(obj)
     return _static.session_html(obj)
 

@@ -25,7 +25,7 @@ import anywidget
 import ipywidgets
 import traitlets
 
-from ..agent import RunResult
+from ..agent import RunController, RunResult
 from ..agent.events import Conversation
 from ..errors import MessageNotFound, SessionKitError
 from . import _modules, _runlog, _static
@@ -571,14 +571,6 @@ class Transcript(LabelledView, _View):
 # ---------------------------------------------------------------------------
 
 
-def _is_controller(obj: Any) -> bool:
-    return (
-        callable(getattr(obj, "on_event", None))
-        and callable(getattr(obj, "subscribe", None))
-        and hasattr(obj, "queued")
-    )
-
-
 def _stored_events(session: object, run_id: str | None) -> list[dict]:
     """Events of a session (one run when ``run_id`` is given) from wherever they are kept."""
     if not isinstance(session, Conversation):
@@ -639,7 +631,7 @@ class RunView(_View):
         self.summary = _runlog.summary(self._state)
         if source is None:
             pass
-        elif _is_controller(source):
+        elif isinstance(source, RunController):
             self.attach(source)
         elif isinstance(source, (list, tuple)):
             self.extend(source)
@@ -667,7 +659,7 @@ class RunView(_View):
     # -- sources ------------------------------------------------------------------------
     def attach(self, controller: Any) -> RunView:
         """Follow the runs ``controller`` drives and show its queue."""
-        if not _is_controller(controller):
+        if not isinstance(controller, RunController):
             raise TypeError(f"attach() needs a RunController, got {type(controller).__name__}")
         self.detach()
         self._controller = controller
