@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import cast
 
 import traitlets
 
 from . import _static
+from ._payloads import CompareColumn
 from ._views import _module, _View
 
 __all__ = ["CompareView", "compare_html"]
 
 
-def _column(variant: str) -> dict:
+def _column(variant: str) -> CompareColumn:
     return {
         "variant": variant,
         "status": "waiting",
@@ -27,7 +28,7 @@ def _column(variant: str) -> dict:
     }
 
 
-def compare_html(columns: list[dict], *, wrap: bool = True) -> str:
+def compare_html(columns: list[CompareColumn], *, wrap: bool = True) -> str:
     """The variants side by side, one column each: status, model, reply, tokens, cost, tools, error."""
     body = [
         "<h4>Comparison</h4>",
@@ -75,15 +76,17 @@ class CompareView(_View):
 
     _esm = _module("compare_view.js")
 
-    columns: traitlets.List = traitlets.List().tag(sync=True)
+    columns = cast("traitlets.TraitType[list[CompareColumn], list[CompareColumn]]", traitlets.List().tag(sync=True))
     height = traitlets.Int(360).tag(sync=True)
 
-    def __init__(self, comparison: Any = None, *, interval: float = 0.075, height: int = 360, **kwargs: Any):
+    def __init__(
+        self, comparison: object = None, *, interval: float = 0.075, height: int = 360, **kwargs: object
+    ) -> None:
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
             raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
         super().__init__(height=height, **kwargs)
         self.interval = float(interval)
-        self._columns: dict[str, dict] = {}
+        self._columns: dict[str, CompareColumn] = {}
         self._timer: threading.Timer | None = None
         self.batches = 0  # updates sent to the front end (for tests and curiosity)
         if comparison is not None:
@@ -112,11 +115,13 @@ class CompareView(_View):
             elif kind == "run.end":
                 usage = event.get("usage") or {}
                 col.update(
-                    status=event.get("status") or "completed",
-                    error=event.get("error"),
-                    input_tokens=usage.get("in"),
-                    output_tokens=usage.get("out"),
-                    cost_usd=usage.get("cost_usd"),
+                    {
+                        "status": event.get("status") or "completed",
+                        "error": event.get("error"),
+                        "input_tokens": usage.get("in"),
+                        "output_tokens": usage.get("out"),
+                        "cost_usd": usage.get("cost_usd"),
+                    }
                 )
             if self.interval == 0 or kind == "run.end":
                 self._flush_locked()
@@ -125,7 +130,7 @@ class CompareView(_View):
                 self._timer.daemon = True
                 self._timer.start()
 
-    def show(self, comparison: Any) -> CompareView:
+    def show(self, comparison: object) -> CompareView:
         """Show a finished comparison (its rows, in the order the variants were given)."""
         rows = getattr(comparison, "rows", None)
         if not isinstance(rows, list):
@@ -135,14 +140,16 @@ class CompareView(_View):
             for r in rows:
                 col = _column(str(r["variant"]))
                 col.update(
-                    status=r.get("status") or "completed",
-                    model=r.get("model"),
-                    text=r.get("text") or "",
-                    tools=list(r.get("tool_names") or ()),
-                    input_tokens=r.get("input_tokens"),
-                    output_tokens=r.get("output_tokens"),
-                    cost_usd=r.get("cost_usd"),
-                    error=r.get("error"),
+                    {
+                        "status": r.get("status") or "completed",
+                        "model": r.get("model"),
+                        "text": r.get("text") or "",
+                        "tools": list(r.get("tool_names") or ()),
+                        "input_tokens": r.get("input_tokens"),
+                        "output_tokens": r.get("output_tokens"),
+                        "cost_usd": r.get("cost_usd"),
+                        "error": r.get("error"),
+                    }
                 )
                 self._columns[col["variant"]] = col
             self._flush_locked()
@@ -156,13 +163,13 @@ class CompareView(_View):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.columns = [dict(c, tools=list(c["tools"])) for c in self._columns.values()]
+        self.columns = [{**c, "tools": list(c["tools"])} for c in self._columns.values()]
         self.batches += 1
 
     # -- static output ---------------------------------------------------------------------
     def snapshot_html(self) -> str:
         with self._lock:
-            return compare_html([dict(c) for c in self._columns.values()])
+            return compare_html([c.copy() for c in self._columns.values()])
 
     def _offline_state(self) -> dict:
         return {"columns": self.columns, "height": self.height}

@@ -5,28 +5,32 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any
+from collections.abc import Hashable
+from typing import cast
 from urllib.parse import quote
 
 import traitlets
 
 from . import _static
+from ._payloads import ExperimentItem
 from ._views import _module, _View
 
 __all__ = ["ExperimentView", "experiment_items", "experiment_html"]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def experiment_items(rows: list[dict], baseline: str | None, viewer_url: str = "") -> tuple[str | None, list[dict]]:
+def experiment_items(
+    rows: list[dict], baseline: str | None, viewer_url: str = ""
+) -> tuple[str | None, list[ExperimentItem]]:
     """The rows of an experiment grouped by item, each variant a cell with its scores and
     their difference from the baseline's (numbers only) and a link to its branch in the store
     viewer. The baseline is the first variant of the rows unless given."""
     if baseline is None and rows:
         baseline = str(rows[0]["variant"])
-    items: dict[Any, dict] = {}
+    items: dict[Hashable, ExperimentItem] = {}
     for row in rows:
         entry = items.setdefault(row["item"], {"item": row["item"], "prompt": row.get("prompt"), "cells": []})
         if entry["prompt"] is None:
@@ -66,7 +70,7 @@ def experiment_items(rows: list[dict], baseline: str | None, viewer_url: str = "
     return baseline, list(items.values())
 
 
-def _fmt_value(value: Any) -> str:
+def _fmt_value(value: object) -> str:
     number = _number(value)
     return f"{number:g}" if number is not None else str(value)
 
@@ -77,7 +81,7 @@ def _fmt_delta(delta: float | None) -> str:
     return f" ({delta:+g})" if delta else " (=)"
 
 
-def experiment_html(name: str, baseline: str | None, items: list[dict], *, wrap: bool = True) -> str:
+def experiment_html(name: str, baseline: str | None, items: list[ExperimentItem], *, wrap: bool = True) -> str:
     """The items as a table: a row per item, a column per variant (the baseline first as
     given), each cell the reply, its scores with their delta from the baseline, tokens,
     cost, latency and a link to the branch."""
@@ -103,10 +107,11 @@ def experiment_html(name: str, baseline: str | None, items: list[dict], *, wrap:
             f'<div class="sk-text">{_static._e(entry.get("prompt") or "")}</div></td>'
         )
         for variant in variants:
-            cell = cells.get(variant)
-            if cell is None:
+            found = cells.get(variant)
+            if found is None:
                 body.append("<td></td>")
                 continue
+            cell = found
             scores = " · ".join(
                 f'<span class="sk-exp-score">{_static._e(s["name"])} {_static._e(_fmt_value(s["value"]))}'
                 f"{_static._e(_fmt_delta(s['delta']))}</span>"
@@ -149,20 +154,20 @@ class ExperimentView(_View):
 
     name = traitlets.Unicode("").tag(sync=True)
     baseline = traitlets.Unicode(None, allow_none=True).tag(sync=True)
-    items: traitlets.List = traitlets.List().tag(sync=True)
+    items = cast("traitlets.TraitType[list[ExperimentItem], list[ExperimentItem]]", traitlets.List().tag(sync=True))
     selected = traitlets.Dict().tag(sync=True)
     height = traitlets.Int(480).tag(sync=True)
 
     def __init__(
         self,
-        experiment: Any = None,
+        experiment: object = None,
         *,
         baseline: str | None = None,
         viewer_url: str = "",
         interval: float = 0.1,
         height: int = 480,
-        **kwargs: Any,
-    ):
+        **kwargs: object,
+    ) -> None:
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
             raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
         if not isinstance(viewer_url, str):
@@ -170,7 +175,7 @@ class ExperimentView(_View):
         super().__init__(height=height, baseline=baseline, **kwargs)
         self.interval = float(interval)
         self.viewer_url = viewer_url
-        self._rows: dict[tuple[Any, str], dict] = {}
+        self._rows: dict[tuple[Hashable, str], dict] = {}
         self._timer: threading.Timer | None = None
         self.batches = 0  # updates sent to the front end (for tests and curiosity)
         if experiment is not None:
@@ -194,7 +199,7 @@ class ExperimentView(_View):
                 self._timer.daemon = True
                 self._timer.start()
 
-    def show(self, experiment: Any) -> ExperimentView:
+    def show(self, experiment: object) -> ExperimentView:
         """Show a finished experiment (an :class:`~sessionkit.prototyping.Experiment`)."""
         rows = getattr(experiment, "rows", None)
         if not isinstance(rows, list):
