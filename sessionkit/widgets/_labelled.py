@@ -3,12 +3,12 @@ labels from the front end (docs/labels.md)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import traitlets
 
 from ..errors import UsageError
-from ._payloads import AddLabelRequest, LabelsByMessage, QueueReply, RemoveLabelRequest, ViewReply
+from ._payloads import AddLabelRequest, Handler, LabelsByMessage, QueueReply, RemoveLabelRequest, ViewReply
 from ._source import ViewedSession, is_store_session, labels_json
 
 if TYPE_CHECKING:
@@ -56,3 +56,6 @@ class LabelledView(traitlets.HasTraits):
         removed = self._store_session().remove_label(content.get("label"))
         self.refresh_labels()
         self.send({"type": "label-removed", "req": content.get("req"), "removed": removed})
+
+    #: The label messages' handlers, for the handler tables of the views that show labels.
+    _label_handlers: ClassVar[dict[str, Handler]] = {"add-label": _msg_add_label, "remove-label": _msg_remove_label}

@@ -18,7 +18,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeGuard, cast
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeGuard, cast
 
 import anywidget
 import ipywidgets
@@ -36,6 +36,7 @@ from ._payloads import (
     DetailRequest,
     FetchRequest,
     FollowUpRequest,
+    Handler,
     HelloRequest,
     InterruptRequest,
     PathEntry,
@@ -151,14 +152,18 @@ class _View(anywidget.AnyWidget):
         """Send the front end one of the replies of ``_payloads``."""
         super().send(content, buffers)
 
+    #: The handler of each front-end message this view understands, by the message's ``type``
+    #: (each type's TypedDict: ``_payloads.VIEW_REQUESTS``); a message of any other type is ignored.
+    _handlers: ClassVar[dict[str, Handler]] = {}
+
     def _dispatch(self, _widget: object, content: object, buffers: object) -> None:
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
             return
-        handler = getattr(self, "_msg_" + content["type"].replace("-", "_"), None)
+        handler = self._handlers.get(content["type"])
         if handler is None:
             return
         try:
-            handler(content)
+            handler(self, content)
         except Exception as exc:  # answer the front end instead of leaving it waiting
             log.exception("sessionkit widget message %r failed", content.get("type"))
             self.send({"type": "error", "req": content.get("req"), "error": f"{type(exc).__name__}: {exc}"})
@@ -422,6 +427,12 @@ class BranchTree(LabelledView, _View):
             view = message_view(msgs[mid], tokens=self._data.tokens[idx[mid]] if mid in idx else None)
         self.send({"type": "detail", "req": content.get("req"), "id": mid, "message": view})
 
+    _handlers: ClassVar[dict[str, Handler]] = {
+        **LabelledView._label_handlers,
+        "fetch": _msg_fetch,
+        "detail": _msg_detail,
+    }
+
     # -- static -------------------------------------------------------------------------------
     def snapshot_html(self) -> str:
         return _static.tree_html(
@@ -574,6 +585,8 @@ class Transcript(LabelledView, _View):
         msgs = load_messages(self._session, ids)
         items = {k: message_view(m, tokens=tokens.get(k)) for k, m in msgs.items()}
         self.send({"type": "messages", "req": content.get("req"), "items": items})
+
+    _handlers: ClassVar[dict[str, Handler]] = {**LabelledView._label_handlers, "fetch": _msg_fetch}
 
     def snapshot_html(self) -> str:
         return _static.transcript_html(self._session, mode=self.mode, path=self._path, labels=self._labels)
@@ -877,6 +890,14 @@ class RunView(_View):
     def _msg_interrupt(self, content: InterruptRequest) -> None:
         if self._controller is not None:
             self._controller.interrupt()
+
+    _handlers: ClassVar[dict[str, Handler]] = {
+        "hello": _msg_hello,
+        "steer": _msg_steer,
+        "follow_up": _msg_follow_up,
+        "clear": _msg_clear,
+        "interrupt": _msg_interrupt,
+    }
 
     def snapshot_html(self) -> str:
         with self._lock:

@@ -221,7 +221,8 @@ function render({ model, el }) {
       const input = skEl("input", { class: "sk-input", type: "text", placeholder: "message for the run…" });
       const send = (type) => {
         if (!input.value.trim()) return;
-        model.send({ type, text: input.value });
+        if (type === "steer") model.send({ type: "steer", text: input.value });
+        else model.send({ type: "follow_up", text: input.value });
         input.value = "";
       };
       const steer = skEl("button", { class: "sk-btn", type: "button", text: "Steer" });
