@@ -12,8 +12,6 @@ event) is ``object``: the front end renders it as it comes. The front end's mess
 a page and are checked by their handlers before use, whatever their declared type says.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import Literal, NotRequired, TypedDict
 

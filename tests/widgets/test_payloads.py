@@ -8,8 +8,9 @@ import inspect
 import re
 import typing
 from pathlib import Path
+from typing import TypedDict
 
-from sessionkit.widgets import _payloads, _queue
+from sessionkit.widgets import _jstypes, _payloads, _queue
 from sessionkit.widgets._compare_view import CompareView
 from sessionkit.widgets._experiment_view import ExperimentView
 from sessionkit.widgets._views import BranchTree, RunView, Transcript, _View
@@ -98,3 +99,20 @@ def test_each_view_only_routes_its_own_messages():
     assert set(Transcript._handlers) == {"fetch", "add-label", "remove-label"}
     assert set(BranchTree._handlers) == {"fetch", "detail", "add-label", "remove-label"}
     assert CompareView._handlers == ExperimentView._handlers == _View._handlers == {}
+
+
+def test_the_typedefs_of_the_javascript_are_current():
+    """static/types.d.ts is what the TypedDicts give: `python -m sessionkit.widgets._jstypes` after a change."""
+    assert _jstypes.TYPES_FILE.read_text(encoding="utf-8") == _jstypes.render(), (
+        "static/types.d.ts is stale: run python -m sessionkit.widgets._jstypes"
+    )
+
+
+def test_a_changed_typeddict_changes_the_typedefs(monkeypatch):
+    before = _jstypes.render()
+    Changed = TypedDict("LabelView", {"id": str, "tag": str, "weight": float})  # noqa: UP013
+    monkeypatch.setattr(_payloads, "PAYLOADS", (Changed, *_payloads.PAYLOADS[1:]))
+    after = _jstypes.render()
+    assert after != before
+    assert "interface LabelView {\n  id: string;\n  tag: string;\n  weight: number;\n}" in after
+    assert "interface MessageView {" in after and "  tokens?: number;" in after
