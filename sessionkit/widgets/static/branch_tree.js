@@ -1,3 +1,4 @@
+// @ts-check
 // BranchTree front end: the whole message tree, laid out incrementally; lines, dots and row
 // tints on a canvas, the text of every row as a real DOM row (selectable, copyable, read by
 // screen readers and found by the browser's find-in-page, in view or not).
