@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+from decimal import ROUND_HALF_UP, Context, Decimal
 from typing import TYPE_CHECKING
 
 from ..parts import fold_lines, input_text, output_text
@@ -95,17 +96,30 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+_EXACT = Context(prec=400)
+
+
+def _fixed(x: float, places: int) -> str:
+    """``x`` with ``places`` decimals, a tie rounded away from zero, as JavaScript's ``toFixed``
+    writes it (the live views' ``skTokens`` and ``skCost``): ``f"{x:.1f}"`` would round a tie to
+    even (1.25 -> "1.2" where the live view shows "1.3"). Decimal reads the float's exact value,
+    as ``toFixed`` does, so 1.005 (1.00499... as a float) stays "1.00" on both sides."""
+    exact = Decimal(x + 0.0)  # -0.0 as 0, as toFixed writes it
+    # (precision for every digit of the largest float: quantize never fails on a big one)
+    return f"{exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP, context=_EXACT):f}"
+
+
 def fmt_tokens(n: int | float | None) -> str:
-    """1234 -> '1.2k', 12 -> '12'."""
+    """1234 -> '1.2k', 12 -> '12' (whole tokens: a fraction is cut off)."""
     if n is None:
         return "?"
     n = int(n)
     if abs(n) >= 1_000_000:
-        return f"{n / 1_000_000:.1f}M"
+        return _fixed(n / 1_000_000, 1) + "M"
     if abs(n) >= 10_000:
-        return f"{n / 1000:.0f}k"
+        return _fixed(n / 1000, 0) + "k"
     if abs(n) >= 1_000:
-        return f"{n / 1000:.1f}k"
+        return _fixed(n / 1000, 1) + "k"
     return str(n)
 
 
@@ -121,7 +135,7 @@ def fmt_cost(cost: float | None, *, unknown: int = 0, total: int | None = None) 
     """
     if cost is None or (total is not None and unknown >= total) or (unknown and not cost and total is None):
         return UNKNOWN_COST
-    text = f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+    text = "$" + _fixed(cost, 4 if cost < 1 else 2)
     if unknown:
         of = f"{unknown} of {total}" if total is not None else str(unknown)
         return f"≥ {text} ({of} unknown)"

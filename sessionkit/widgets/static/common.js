@@ -54,12 +54,16 @@ function skEl(tag, attrs, ...children) {
   return node;
 }
 
-/** @param {number | null | undefined} n */
+/**
+ * 1234 -> "1.2k", 12 -> "12" (as _static.fmt_tokens).
+ * @param {number | null | undefined} n
+ */
 function skTokens(n) {
   if (n === null || n === undefined) return "?";
+  n = Math.trunc(n); // whole tokens, as _static.fmt_tokens; each rounding below is toFixed's (a tie away from zero)
   const a = Math.abs(n);
   if (a >= 1e6) return (n / 1e6).toFixed(1) + "M";
-  if (a >= 1e4) return Math.round(n / 1e3) + "k";
+  if (a >= 1e4) return (n / 1e3).toFixed(0) + "k";
   if (a >= 1e3) return (n / 1e3).toFixed(1) + "k";
   return String(n);
 }
