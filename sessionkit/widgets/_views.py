@@ -676,6 +676,8 @@ class RunView(_View):
     queue = cast("traitlets.TraitType[ControllerQueue, ControllerQueue]", traitlets.Dict().tag(sync=True))
     controls = traitlets.Bool(False).tag(sync=True)
     height = traitlets.Int(480).tag(sync=True)
+    #: The timeline of the runs that have ended (``_timeline.timeline``), drawn above the runs.
+    _timeline = cast("traitlets.TraitType[TimelinePayload, TimelinePayload]", traitlets.Dict().tag(sync=True))
 
     def __init__(
         self,
@@ -688,7 +690,9 @@ class RunView(_View):
     ) -> None:
         if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
             raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
-        super().__init__(height=height, queue={"active": None, "queued": 0, "items": []}, **kwargs)
+        super().__init__(
+            height=height, queue={"active": None, "queued": 0, "items": []}, _timeline={"runs": []}, **kwargs
+        )
         self.interval = float(interval)
         self._state = _runlog.new_state()
         self._log: list[dict] = []  # every batch sent, in order; what a new front end replays
