@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from typing import cast
 
 import traitlets
 
 from . import _static
 from ._payloads import CompareColumn
-from ._views import _module, _View
+from ._views import _BatchedView, _module
 
 __all__ = ["CompareView", "compare_html"]
 
@@ -30,17 +29,10 @@ def _column(variant: str) -> CompareColumn:
 
 def compare_html(columns: list[CompareColumn], *, wrap: bool = True) -> str:
     """The variants side by side, one column each: status, model, reply, tokens, cost, tools, error."""
-    body = [
-        "<h4>Comparison</h4>",
-        f'<div class="sk-meta">{_static.plural(len(columns), "variant")} · '
-        f"{sum(1 for c in columns if c['status'] == 'completed')} completed</div>",
-        '<table class="sk-compare"><thead><tr><th></th>',
-    ]
-    body += [f'<th data-variant="{_static._e(c["variant"])}">{_static._e(c["variant"])}</th>' for c in columns]
-    body.append("</tr></thead><tbody>")
+    rows: list[str] = []
 
     def row(label: str, cells: list[str]) -> None:
-        body.append(f"<tr><td>{label}</td>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+        rows.append(f"<tr><td>{label}</td>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
 
     row("status", [f'<span class="sk-badge">{_static._e(c["status"])}</span>' for c in columns])
     row("model", [_static._e(c.get("model") or "") for c in columns])
@@ -56,12 +48,16 @@ def compare_html(columns: list[CompareColumn], *, wrap: bool = True) -> str:
     row("tools", [_static._e(", ".join(c.get("tools") or ()) or "—") for c in columns])
     if any(c.get("error") for c in columns):
         row("error", [f'<span class="sk-err">{_static._e(c.get("error") or "")}</span>' for c in columns])
-    body.append("</tbody></table>")
-    inner = "".join(body)
+    inner = (
+        "<h4>Comparison</h4>"
+        f'<div class="sk-meta">{_static.plural(len(columns), "variant")} · '
+        f"{sum(1 for c in columns if c['status'] == 'completed')} completed</div>"
+        + _static.variant_table("sk-compare", "", [c["variant"] for c in columns], rows)
+    )
     return _static._wrap("compare", inner) if wrap else inner
 
 
-class CompareView(_View):
+class CompareView(_BatchedView):
     """The variants of :func:`sessionkit.prototyping.compare` side by side (docs/widgets.md).
 
     Pass ``view.on_event`` as ``compare(..., on_event=view.on_event)``: each variant gets
@@ -82,13 +78,8 @@ class CompareView(_View):
     def __init__(
         self, comparison: object = None, *, interval: float = 0.075, height: int = 360, **kwargs: object
     ) -> None:
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
-            raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
-        super().__init__(height=height, **kwargs)
-        self.interval = float(interval)
+        super().__init__(interval=interval, height=height, **kwargs)
         self._columns: dict[str, CompareColumn] = {}
-        self._timer: threading.Timer | None = None
-        self.batches = 0  # updates sent to the front end (for tests and curiosity)
         if comparison is not None:
             self.show(comparison)
 
@@ -123,12 +114,7 @@ class CompareView(_View):
                         "cost_usd": usage.get("cost_usd"),
                     }
                 )
-            if self.interval == 0 or kind == "run.end":
-                self._flush_locked()
-            elif self._timer is None:
-                self._timer = threading.Timer(self.interval, self._flush)
-                self._timer.daemon = True
-                self._timer.start()
+            self._updated(now=kind == "run.end")
 
     def show(self, comparison: object) -> CompareView:
         """Show a finished comparison (its rows, in the order the variants were given)."""
@@ -155,16 +141,8 @@ class CompareView(_View):
             self._flush_locked()
         return self
 
-    def _flush(self) -> None:
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _send_table(self) -> None:
         self.columns = [{**c, "tools": list(c["tools"])} for c in self._columns.values()]
-        self.batches += 1
 
     # -- static output ---------------------------------------------------------------------
     def snapshot_html(self) -> str:

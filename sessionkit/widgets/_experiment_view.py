@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import Hashable
 from typing import cast
 from urllib.parse import quote
@@ -13,7 +12,7 @@ import traitlets
 
 from . import _static
 from ._payloads import ExperimentItem
-from ._views import _module, _View
+from ._views import _BatchedView, _module
 
 __all__ = ["ExperimentView", "experiment_items", "experiment_html"]
 
@@ -92,14 +91,7 @@ def experiment_html(name: str, baseline: str | None, items: list[ExperimentItem]
                 variants.append(cell["variant"])
     done = sum(1 for e in items for c in e["cells"] if c["status"] == "completed")
     total = sum(len(e["cells"]) for e in items)
-    body = [
-        f"<h4>Experiment {_static._e(name)}</h4>" if name else "<h4>Experiment</h4>",
-        f'<div class="sk-meta">{_static.plural(len(items), "item")} · {_static.plural(len(variants), "variant")}'
-        f" · {done} of {total} completed · baseline {_static._e(baseline or '—')}</div>",
-        '<table class="sk-exp"><thead><tr><th>item</th>',
-    ]
-    body += [f'<th data-variant="{_static._e(v)}">{_static._e(v)}</th>' for v in variants]
-    body.append("</tr></thead><tbody>")
+    body: list[str] = []  # the table's rows
     for entry in items:
         cells = {c["variant"]: c for c in entry["cells"]}
         body.append(
@@ -129,12 +121,16 @@ def experiment_html(name: str, baseline: str | None, items: list[ExperimentItem]
                 f"{_static.fmt_cost(cell['cost_usd'])} · {latency}{link}</div></td>"
             )
         body.append("</tr>")
-    body.append("</tbody></table>")
-    inner = "".join(body)
+    inner = (
+        (f"<h4>Experiment {_static._e(name)}</h4>" if name else "<h4>Experiment</h4>")
+        + f'<div class="sk-meta">{_static.plural(len(items), "item")} · {_static.plural(len(variants), "variant")}'
+        f" · {done} of {total} completed · baseline {_static._e(baseline or '—')}</div>"
+        + _static.variant_table("sk-exp", "item", variants, ["".join(body)])
+    )
     return _static._wrap("experiment", inner) if wrap else inner
 
 
-class ExperimentView(_View):
+class ExperimentView(_BatchedView):
     """The items of :func:`sessionkit.prototyping.experiment`, each variant beside the
     baseline with its scores' deltas and a link to its branch (docs/widgets.md).
 
@@ -168,16 +164,11 @@ class ExperimentView(_View):
         height: int = 480,
         **kwargs: object,
     ) -> None:
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
-            raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
         if not isinstance(viewer_url, str):
             raise TypeError(f"viewer_url must be a str, got {type(viewer_url).__name__}")
-        super().__init__(height=height, baseline=baseline, **kwargs)
-        self.interval = float(interval)
+        super().__init__(interval=interval, height=height, baseline=baseline, **kwargs)
         self.viewer_url = viewer_url
         self._rows: dict[tuple[Hashable, str], dict] = {}
-        self._timer: threading.Timer | None = None
-        self.batches = 0  # updates sent to the front end (for tests and curiosity)
         if experiment is not None:
             self.show(experiment)
 
@@ -192,12 +183,7 @@ class ExperimentView(_View):
             raise TypeError(f"on_row takes a row of an experiment (a dict with item and variant), got {row!r}")
         with self._lock:
             self._rows[(row["item"], str(row["variant"]))] = copy.deepcopy(row)
-            if self.interval == 0:
-                self._flush_locked()
-            elif self._timer is None:
-                self._timer = threading.Timer(self.interval, self._flush)
-                self._timer.daemon = True
-                self._timer.start()
+            self._updated()
 
     def show(self, experiment: object) -> ExperimentView:
         """Show a finished experiment (an :class:`~sessionkit.prototyping.Experiment`)."""
@@ -211,19 +197,11 @@ class ExperimentView(_View):
             self._flush_locked()
         return self
 
-    def _flush(self) -> None:
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _send_table(self) -> None:
         baseline, items = experiment_items(list(self._rows.values()), self.baseline, self.viewer_url)
         if self.baseline is None and baseline is not None:
             self.baseline = baseline
         self.items = items
-        self.batches += 1
 
     # -- static output ---------------------------------------------------------------------
     def snapshot_html(self) -> str:

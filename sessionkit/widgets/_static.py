@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Context, Decimal
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,7 @@ __all__ = [
     "session_html",
     "store_html",
     "page",
+    "variant_table",
     "fmt_tokens",
     "fmt_cost",
     "plural",
@@ -548,6 +550,17 @@ def store_html(store: Store, *, max_sessions: int = 50) -> str:
     if len(sessions) > max_sessions:
         body.append(f'<div class="sk-meta">… {plural(len(sessions) - max_sessions, "more session")}.</div>')
     return _wrap("store", "".join(body))
+
+
+# ---------------------------------------------------------------------------
+# CompareView and ExperimentView
+
+
+def variant_table(cls: str, corner: str, variants: Iterable[str], rows: Iterable[str]) -> str:
+    """A table with a column per variant (the snapshots of CompareView and ExperimentView): the
+    header (``corner``, then each variant's name), then ``rows``, each a ``<tr>``."""
+    head = "".join(f'<th data-variant="{_e(v)}">{_e(v)}</th>' for v in variants)
+    return f'<table class="{cls}"><thead><tr><th>{corner}</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def page(title: str, body: str, *, head: str = "") -> str:

@@ -286,6 +286,55 @@ class _View(anywidget.AnyWidget):
         super().close()
 
 
+def _check_interval(interval: object) -> float:
+    """The seconds between two batches a live view sends (0 to 5; 0: every update at once)."""
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
+        raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
+    return float(interval)
+
+
+class _BatchedView(_View):
+    """A view of a table filled live (CompareView, ExperimentView): updates are folded in under
+    the lock and the table is sent at most every ``interval`` seconds (:meth:`_send_table`)."""
+
+    def __init__(self, *, interval: float, **kwargs: object) -> None:
+        self.interval = _check_interval(interval)
+        super().__init__(**kwargs)
+        self._timer: threading.Timer | None = None
+        self.batches = 0  # updates sent to the front end (for tests and curiosity)
+
+    def _updated(self, *, now: bool = False) -> None:
+        """An update was folded in (call under the lock): send now, or when the interval ends."""
+        if now or self.interval == 0:
+            self._flush_locked()
+        elif self._timer is None:
+            self._timer = threading.Timer(self.interval, self._flush)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._send_table()
+        self.batches += 1
+
+    def _send_table(self) -> None:
+        """Set the synced trait(s) the front end draws the table from."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        super().close()
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -688,12 +737,11 @@ class RunView(_View):
         height: int = 480,
         **kwargs: object,
     ) -> None:
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
-            raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
+        interval = _check_interval(interval)
         super().__init__(
             height=height, queue={"active": None, "queued": 0, "items": []}, _timeline={"runs": []}, **kwargs
         )
-        self.interval = float(interval)
+        self.interval = interval
         self._state = _runlog.new_state()
         self._log: list[dict] = []  # every batch sent, in order; what a new front end replays
         self._pending: list[dict] = []
