@@ -124,7 +124,7 @@ def is_store_session(session: object) -> TypeGuard[Session]:
 
 
 #: The fields of a label the views show (docs/labels.md).
-LABEL_FIELDS = ("id", "tag", "rating", "target", "note", "author", "source", "scorer", "rationale")
+LABEL_FIELDS = tuple(LabelView.__annotations__)
 
 
 def labels_json(session: object) -> LabelsByMessage:
