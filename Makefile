@@ -49,13 +49,26 @@ notebooks: setup
 # without them every run (and every process a test starts) compiles litellm and the rest again.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
+# The front end's type checker: TypeScript, pinned in package.json and package-lock.json,
+# installed into node_modules by `npm ci` (again whenever the lock file changes).
+NODE_STAMP := node_modules/.sessionkit-installed
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --silent
+	@touch $@
+
 ## ruff (lint and format) on the package, the tests, the benchmarks and the notebooks (their code
-## cells); mypy on the package (the bodies of functions without annotations too).
+## cells); mypy on the package (the bodies of functions without annotations too); import-linter
+## on the contracts of pyproject.toml (the layers, the store's wings); tsc on the
+## widgets' JavaScript (tsconfig.json: every static/*.js is // @ts-check, against the typedefs of
+## static/types.d.ts, which `python -m sessionkit.widgets._jstypes` writes from the payload TypedDicts).
 ## `ruff format sessionkit tests benchmarks notebooks` formats.
-lint: setup
+lint: setup $(NODE_STAMP)
 	$(BIN)/ruff check sessionkit tests benchmarks notebooks
 	$(BIN)/ruff format --check sessionkit tests benchmarks notebooks
 	$(BIN)/mypy sessionkit
+	$(BIN)/lint-imports
+	node_modules/.bin/tsc -p tsconfig.json
 
 # The suite runs on pytest-xdist workers, one more than the machine has cores by default
 # (TEST_WORKERS=1 runs it in one process): much of its time is spent waiting on a browser, a
@@ -94,4 +107,4 @@ bench: setup
 	$(BIN)/python benchmarks/store_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache site
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache site node_modules

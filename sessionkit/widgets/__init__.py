@@ -59,9 +59,8 @@ class _Snapshotted(Protocol):
 
 def snapshot(obj: Any) -> str:
     """Static, script-free HTML for a view, a session or a store (what nbconvert shows)."""
-    from . import _static
-
     from ..store import Store
+    from . import _static
 
     if isinstance(obj, _Snapshotted):
         return obj.snapshot_html()

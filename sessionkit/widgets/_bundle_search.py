@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from ..store.search import tokenize
 
@@ -37,7 +36,7 @@ SHARD_BYTES = 1 << 18
 _MAX_SHARDS = 4096
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -51,7 +50,7 @@ def shard_of(stem: str, shards: int) -> int:
 
 
 def write_index(
-    folder: Path, messages: Iterable[dict[str, Any]], script: Callable[[Any], str], *, candidates: int
+    folder: Path, messages: Iterable[dict[str, object]], script: Callable[[str], str], *, candidates: int
 ) -> list[str]:
     """Write the index of ``messages`` into ``folder`` (created); returns the files it wrote,
     relative to ``folder``. ``messages`` are every message of the bundle's sessions in the
@@ -60,14 +59,14 @@ def write_index(
     into the JavaScript expression the data files carry; ``candidates``: how many of the newest
     matches a query ranks (the store's ``search_candidates``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    docs: list[list[Any]] = []
+    docs: list[list[object]] = []
     postings: dict[str, list[str]] = {}
     rows = 0
     total = 0
     pieces: list[str] = []
     for m in messages:
         rows += 1
-        text = m["text"] or ""
+        text = str(m["text"] or "")
         tokens = tokenize(text)
         if not tokens:
             continue

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import cast
 
 import traitlets
 
 from . import _static
-from ._views import _module, _View
+from ._payloads import CompareColumn
+from ._views import _BatchedView, _module
 
 __all__ = ["CompareView", "compare_html"]
 
 
-def _column(variant: str) -> dict:
+def _column(variant: str) -> CompareColumn:
     return {
         "variant": variant,
         "status": "waiting",
@@ -27,19 +27,12 @@ def _column(variant: str) -> dict:
     }
 
 
-def compare_html(columns: list[dict], *, wrap: bool = True) -> str:
+def compare_html(columns: list[CompareColumn], *, wrap: bool = True) -> str:
     """The variants side by side, one column each: status, model, reply, tokens, cost, tools, error."""
-    body = [
-        "<h4>Comparison</h4>",
-        f'<div class="sk-meta">{_static.plural(len(columns), "variant")} · '
-        f"{sum(1 for c in columns if c['status'] == 'completed')} completed</div>",
-        '<table class="sk-compare"><thead><tr><th></th>',
-    ]
-    body += [f'<th data-variant="{_static._e(c["variant"])}">{_static._e(c["variant"])}</th>' for c in columns]
-    body.append("</tr></thead><tbody>")
+    rows: list[str] = []
 
     def row(label: str, cells: list[str]) -> None:
-        body.append(f"<tr><td>{label}</td>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+        rows.append(f"<tr><td>{label}</td>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
 
     row("status", [f'<span class="sk-badge">{_static._e(c["status"])}</span>' for c in columns])
     row("model", [_static._e(c.get("model") or "") for c in columns])
@@ -55,12 +48,16 @@ def compare_html(columns: list[dict], *, wrap: bool = True) -> str:
     row("tools", [_static._e(", ".join(c.get("tools") or ()) or "—") for c in columns])
     if any(c.get("error") for c in columns):
         row("error", [f'<span class="sk-err">{_static._e(c.get("error") or "")}</span>' for c in columns])
-    body.append("</tbody></table>")
-    inner = "".join(body)
+    inner = (
+        "<h4>Comparison</h4>"
+        f'<div class="sk-meta">{_static.plural(len(columns), "variant")} · '
+        f"{sum(1 for c in columns if c['status'] == 'completed')} completed</div>"
+        + _static.variant_table("sk-compare", "", [c["variant"] for c in columns], rows)
+    )
     return _static._wrap("compare", inner) if wrap else inner
 
 
-class CompareView(_View):
+class CompareView(_BatchedView):
     """The variants of :func:`sessionkit.prototyping.compare` side by side (docs/widgets.md).
 
     Pass ``view.on_event`` as ``compare(..., on_event=view.on_event)``: each variant gets
@@ -75,17 +72,14 @@ class CompareView(_View):
 
     _esm = _module("compare_view.js")
 
-    columns: traitlets.List = traitlets.List().tag(sync=True)
+    columns = cast("traitlets.TraitType[list[CompareColumn], list[CompareColumn]]", traitlets.List().tag(sync=True))
     height = traitlets.Int(360).tag(sync=True)
 
-    def __init__(self, comparison: Any = None, *, interval: float = 0.075, height: int = 360, **kwargs: Any):
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
-            raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
-        super().__init__(height=height, **kwargs)
-        self.interval = float(interval)
-        self._columns: dict[str, dict] = {}
-        self._timer: threading.Timer | None = None
-        self.batches = 0  # updates sent to the front end (for tests and curiosity)
+    def __init__(
+        self, comparison: object = None, *, interval: float = 0.075, height: int = 360, **kwargs: object
+    ) -> None:
+        super().__init__(interval=interval, height=height, **kwargs)
+        self._columns: dict[str, CompareColumn] = {}
         if comparison is not None:
             self.show(comparison)
 
@@ -112,20 +106,17 @@ class CompareView(_View):
             elif kind == "run.end":
                 usage = event.get("usage") or {}
                 col.update(
-                    status=event.get("status") or "completed",
-                    error=event.get("error"),
-                    input_tokens=usage.get("in"),
-                    output_tokens=usage.get("out"),
-                    cost_usd=usage.get("cost_usd"),
+                    {
+                        "status": event.get("status") or "completed",
+                        "error": event.get("error"),
+                        "input_tokens": usage.get("in"),
+                        "output_tokens": usage.get("out"),
+                        "cost_usd": usage.get("cost_usd"),
+                    }
                 )
-            if self.interval == 0 or kind == "run.end":
-                self._flush_locked()
-            elif self._timer is None:
-                self._timer = threading.Timer(self.interval, self._flush)
-                self._timer.daemon = True
-                self._timer.start()
+            self._updated(now=kind == "run.end")
 
-    def show(self, comparison: Any) -> CompareView:
+    def show(self, comparison: object) -> CompareView:
         """Show a finished comparison (its rows, in the order the variants were given)."""
         rows = getattr(comparison, "rows", None)
         if not isinstance(rows, list):
@@ -135,34 +126,28 @@ class CompareView(_View):
             for r in rows:
                 col = _column(str(r["variant"]))
                 col.update(
-                    status=r.get("status") or "completed",
-                    model=r.get("model"),
-                    text=r.get("text") or "",
-                    tools=list(r.get("tool_names") or ()),
-                    input_tokens=r.get("input_tokens"),
-                    output_tokens=r.get("output_tokens"),
-                    cost_usd=r.get("cost_usd"),
-                    error=r.get("error"),
+                    {
+                        "status": r.get("status") or "completed",
+                        "model": r.get("model"),
+                        "text": r.get("text") or "",
+                        "tools": list(r.get("tool_names") or ()),
+                        "input_tokens": r.get("input_tokens"),
+                        "output_tokens": r.get("output_tokens"),
+                        "cost_usd": r.get("cost_usd"),
+                        "error": r.get("error"),
+                    }
                 )
                 self._columns[col["variant"]] = col
             self._flush_locked()
         return self
 
-    def _flush(self) -> None:
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self.columns = [dict(c, tools=list(c["tools"])) for c in self._columns.values()]
-        self.batches += 1
+    def _send_table(self) -> None:
+        self.columns = [{**c, "tools": list(c["tools"])} for c in self._columns.values()]
 
     # -- static output ---------------------------------------------------------------------
     def snapshot_html(self) -> str:
         with self._lock:
-            return compare_html([dict(c) for c in self._columns.values()])
+            return compare_html([c.copy() for c in self._columns.values()])
 
     def _offline_state(self) -> dict:
         return {"columns": self.columns, "height": self.height}

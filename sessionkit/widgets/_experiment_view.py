@@ -4,29 +4,32 @@
 from __future__ import annotations
 
 import copy
-import threading
-from typing import Any
+from collections.abc import Hashable
+from typing import cast
 from urllib.parse import quote
 
 import traitlets
 
 from . import _static
-from ._views import _module, _View
+from ._payloads import ExperimentItem
+from ._views import _BatchedView, _module
 
 __all__ = ["ExperimentView", "experiment_items", "experiment_html"]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def experiment_items(rows: list[dict], baseline: str | None, viewer_url: str = "") -> tuple[str | None, list[dict]]:
+def experiment_items(
+    rows: list[dict], baseline: str | None, viewer_url: str = ""
+) -> tuple[str | None, list[ExperimentItem]]:
     """The rows of an experiment grouped by item, each variant a cell with its scores and
     their difference from the baseline's (numbers only) and a link to its branch in the store
     viewer. The baseline is the first variant of the rows unless given."""
     if baseline is None and rows:
         baseline = str(rows[0]["variant"])
-    items: dict[Any, dict] = {}
+    items: dict[Hashable, ExperimentItem] = {}
     for row in rows:
         entry = items.setdefault(row["item"], {"item": row["item"], "prompt": row.get("prompt"), "cells": []})
         if entry["prompt"] is None:
@@ -66,7 +69,7 @@ def experiment_items(rows: list[dict], baseline: str | None, viewer_url: str = "
     return baseline, list(items.values())
 
 
-def _fmt_value(value: Any) -> str:
+def _fmt_value(value: object) -> str:
     number = _number(value)
     return f"{number:g}" if number is not None else str(value)
 
@@ -77,7 +80,7 @@ def _fmt_delta(delta: float | None) -> str:
     return f" ({delta:+g})" if delta else " (=)"
 
 
-def experiment_html(name: str, baseline: str | None, items: list[dict], *, wrap: bool = True) -> str:
+def experiment_html(name: str, baseline: str | None, items: list[ExperimentItem], *, wrap: bool = True) -> str:
     """The items as a table: a row per item, a column per variant (the baseline first as
     given), each cell the reply, its scores with their delta from the baseline, tokens,
     cost, latency and a link to the branch."""
@@ -88,14 +91,7 @@ def experiment_html(name: str, baseline: str | None, items: list[dict], *, wrap:
                 variants.append(cell["variant"])
     done = sum(1 for e in items for c in e["cells"] if c["status"] == "completed")
     total = sum(len(e["cells"]) for e in items)
-    body = [
-        f"<h4>Experiment {_static._e(name)}</h4>" if name else "<h4>Experiment</h4>",
-        f'<div class="sk-meta">{_static.plural(len(items), "item")} · {_static.plural(len(variants), "variant")}'
-        f" · {done} of {total} completed · baseline {_static._e(baseline or '—')}</div>",
-        '<table class="sk-exp"><thead><tr><th>item</th>',
-    ]
-    body += [f'<th data-variant="{_static._e(v)}">{_static._e(v)}</th>' for v in variants]
-    body.append("</tr></thead><tbody>")
+    body: list[str] = []  # the table's rows
     for entry in items:
         cells = {c["variant"]: c for c in entry["cells"]}
         body.append(
@@ -103,10 +99,11 @@ def experiment_html(name: str, baseline: str | None, items: list[dict], *, wrap:
             f'<div class="sk-text">{_static._e(entry.get("prompt") or "")}</div></td>'
         )
         for variant in variants:
-            cell = cells.get(variant)
-            if cell is None:
+            found = cells.get(variant)
+            if found is None:
                 body.append("<td></td>")
                 continue
+            cell = found
             scores = " · ".join(
                 f'<span class="sk-exp-score">{_static._e(s["name"])} {_static._e(_fmt_value(s["value"]))}'
                 f"{_static._e(_fmt_delta(s['delta']))}</span>"
@@ -124,12 +121,16 @@ def experiment_html(name: str, baseline: str | None, items: list[dict], *, wrap:
                 f"{_static.fmt_cost(cell['cost_usd'])} · {latency}{link}</div></td>"
             )
         body.append("</tr>")
-    body.append("</tbody></table>")
-    inner = "".join(body)
+    inner = (
+        (f"<h4>Experiment {_static._e(name)}</h4>" if name else "<h4>Experiment</h4>")
+        + f'<div class="sk-meta">{_static.plural(len(items), "item")} · {_static.plural(len(variants), "variant")}'
+        f" · {done} of {total} completed · baseline {_static._e(baseline or '—')}</div>"
+        + _static.variant_table("sk-exp", "item", variants, ["".join(body)])
+    )
     return _static._wrap("experiment", inner) if wrap else inner
 
 
-class ExperimentView(_View):
+class ExperimentView(_BatchedView):
     """The items of :func:`sessionkit.prototyping.experiment`, each variant beside the
     baseline with its scores' deltas and a link to its branch (docs/widgets.md).
 
@@ -149,30 +150,25 @@ class ExperimentView(_View):
 
     name = traitlets.Unicode("").tag(sync=True)
     baseline = traitlets.Unicode(None, allow_none=True).tag(sync=True)
-    items: traitlets.List = traitlets.List().tag(sync=True)
+    items = cast("traitlets.TraitType[list[ExperimentItem], list[ExperimentItem]]", traitlets.List().tag(sync=True))
     selected = traitlets.Dict().tag(sync=True)
     height = traitlets.Int(480).tag(sync=True)
 
     def __init__(
         self,
-        experiment: Any = None,
+        experiment: object = None,
         *,
         baseline: str | None = None,
         viewer_url: str = "",
         interval: float = 0.1,
         height: int = 480,
-        **kwargs: Any,
-    ):
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
-            raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
+        **kwargs: object,
+    ) -> None:
         if not isinstance(viewer_url, str):
             raise TypeError(f"viewer_url must be a str, got {type(viewer_url).__name__}")
-        super().__init__(height=height, baseline=baseline, **kwargs)
-        self.interval = float(interval)
+        super().__init__(interval=interval, height=height, baseline=baseline, **kwargs)
         self.viewer_url = viewer_url
-        self._rows: dict[tuple[Any, str], dict] = {}
-        self._timer: threading.Timer | None = None
-        self.batches = 0  # updates sent to the front end (for tests and curiosity)
+        self._rows: dict[tuple[Hashable, str], dict] = {}
         if experiment is not None:
             self.show(experiment)
 
@@ -187,14 +183,9 @@ class ExperimentView(_View):
             raise TypeError(f"on_row takes a row of an experiment (a dict with item and variant), got {row!r}")
         with self._lock:
             self._rows[(row["item"], str(row["variant"]))] = copy.deepcopy(row)
-            if self.interval == 0:
-                self._flush_locked()
-            elif self._timer is None:
-                self._timer = threading.Timer(self.interval, self._flush)
-                self._timer.daemon = True
-                self._timer.start()
+            self._updated()
 
-    def show(self, experiment: Any) -> ExperimentView:
+    def show(self, experiment: object) -> ExperimentView:
         """Show a finished experiment (an :class:`~sessionkit.prototyping.Experiment`)."""
         rows = getattr(experiment, "rows", None)
         if not isinstance(rows, list):
@@ -206,19 +197,11 @@ class ExperimentView(_View):
             self._flush_locked()
         return self
 
-    def _flush(self) -> None:
-        with self._lock:
-            self._flush_locked()
-
-    def _flush_locked(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+    def _send_table(self) -> None:
         baseline, items = experiment_items(list(self._rows.values()), self.baseline, self.viewer_url)
         if self.baseline is None and baseline is not None:
             self.baseline = baseline
         self.items = items
-        self.batches += 1
 
     # -- static output ---------------------------------------------------------------------
     def snapshot_html(self) -> str:

@@ -9,22 +9,28 @@ No ipywidgets here.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Literal
+
+from ._payloads import RunState, RunSummary, RunViewState, TurnState, TurnUsage, UsageTotals
 
 __all__ = ["new_state", "apply_event", "fold", "coalesce", "empty_usage"]
 
 
-def empty_usage() -> dict:
+def empty_usage() -> UsageTotals:
     return {"in": 0, "out": 0, "cache_read": 0, "cache_write": 0, "cost_usd": 0.0, "calls": 0, "unpriced": 0}
 
 
-def new_state() -> dict:
+def new_state() -> RunViewState:
     """An empty view: no runs, no usage, ``last_seq`` -1."""
     return {"runs": [], "usage": empty_usage(), "last_seq": -1}
 
 
-def _add_usage(total: dict, ev: dict) -> None:
-    for key in ("in", "out", "cache_read", "cache_write"):
+#: The token counts a usage event carries (summed as they come).
+_COUNTS: tuple[Literal["in", "out", "cache_read", "cache_write"], ...] = ("in", "out", "cache_read", "cache_write")
+
+
+def _add_usage(total: UsageTotals, ev: dict) -> None:
+    for key in _COUNTS:
         value = ev.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             total[key] += int(value)
@@ -36,7 +42,7 @@ def _add_usage(total: dict, ev: dict) -> None:
         total["unpriced"] += 1
 
 
-def _run(state: dict, ev: dict) -> dict:
+def _run(state: RunViewState, ev: dict) -> RunState:
     run_id = ev.get("run_id")
     for run in reversed(state["runs"]):
         if run["run_id"] == run_id:
@@ -55,7 +61,7 @@ def _run(state: dict, ev: dict) -> dict:
     return run
 
 
-def _turn(run: dict, ev: dict | None = None) -> dict:
+def _turn(run: RunState, ev: dict | None = None) -> TurnState:
     if not run["turns"] or (ev is not None and run["turns"][-1]["done"]):
         run["turns"].append(
             {
@@ -73,7 +79,7 @@ def _turn(run: dict, ev: dict | None = None) -> dict:
     return run["turns"][-1]
 
 
-def apply_event(state: dict, ev: dict) -> dict:
+def apply_event(state: RunViewState, ev: dict) -> RunViewState:
     """Fold one event into ``state`` (in place) and return it. Unknown kinds are ignored."""
     kind = ev.get("kind")
     seq = ev.get("seq")
@@ -133,7 +139,15 @@ def apply_event(state: dict, ev: dict) -> dict:
         tool["error"] = ev.get("error")
         tool["done"] = True
     elif kind == "usage":
-        _turn(run)["usage"] = {k: ev.get(k) for k in ("in", "out", "cache_read", "cache_write", "cost_usd", "model")}
+        usage: TurnUsage = {
+            "in": ev.get("in"),
+            "out": ev.get("out"),
+            "cache_read": ev.get("cache_read"),
+            "cache_write": ev.get("cache_write"),
+            "cost_usd": ev.get("cost_usd"),
+            "model": ev.get("model"),
+        }
+        _turn(run)["usage"] = usage
         _add_usage(run["usage"], ev)
         _add_usage(state["usage"], ev)
     elif kind == "turn.end":
@@ -147,7 +161,7 @@ def apply_event(state: dict, ev: dict) -> dict:
     return state
 
 
-def fold(events: list[dict], state: dict | None = None) -> dict:
+def fold(events: list[dict], state: RunViewState | None = None) -> RunViewState:
     """Fold a list of events into a fresh (or the given) state."""
     state = new_state() if state is None else state
     for ev in events:
@@ -181,7 +195,7 @@ def coalesce(events: list[dict]) -> list[dict]:
     return out
 
 
-def summary(state: dict) -> dict[str, Any]:
+def summary(state: RunViewState) -> RunSummary:
     """The few numbers a header shows: runs, turns, status, usage."""
     runs = state["runs"]
     last = runs[-1] if runs else None
@@ -190,5 +204,5 @@ def summary(state: dict) -> dict[str, Any]:
         "turns": sum(len(r["turns"]) for r in runs),
         "status": last["status"] if last else "idle",
         "run_id": last["run_id"] if last else None,
-        "usage": dict(state["usage"]),
+        "usage": state["usage"].copy(),
     }

@@ -15,12 +15,27 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from ..agent.events import Conversation
 from ..parts import OVERLAY_PREFIX, input_text, output_text, preview, tool_parts
 from ..store import Session, Tree
+from ._payloads import (
+    BranchDiff,
+    BranchSide,
+    CompactionBand,
+    LabelsByMessage,
+    LabelView,
+    MessageView,
+    PartView,
+    PathCompaction,
+    PathEntry,
+    PathPayload,
+    ToolPartView,
+    TreePayload,
+)
 
 __all__ = [
     "TreeData",
@@ -34,7 +49,12 @@ __all__ = [
     "branch_diff",
     "labels_json",
     "ROLE_ORDER",
+    "ViewedSession",
 ]
+
+#: What a view shows: a store's session (a tree), any other session (a straight line of
+#: messages, ``sk.create_session``) or a list of messages.
+ViewedSession = Conversation | Sequence[dict]
 
 #: Roles get small integer codes in the compact tree; these come first, in this order.
 ROLE_ORDER = ("user", "assistant", "system", "tool")
@@ -68,7 +88,7 @@ class TreeData:
     tokens: list[int] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)
     latest: int = -1
-    compactions: list[dict] = field(default_factory=list)
+    compactions: list[CompactionBand] = field(default_factory=list)
     linear: bool = False  # True when the session is a plain list, not a store tree
 
     @property
@@ -104,20 +124,31 @@ def is_store_session(session: object) -> TypeGuard[Session]:
 
 
 #: The fields of a label the views show (docs/labels.md).
-LABEL_FIELDS = ("id", "tag", "rating", "target", "note", "author", "source", "scorer", "rationale")
+LABEL_FIELDS = tuple(LabelView.__annotations__)
 
 
-def labels_json(session: Any) -> dict[str, list[dict]]:
+def labels_json(session: object) -> LabelsByMessage:
     """A store session's labels by message id, in the order they were added ({} for other sessions)."""
     if not is_store_session(session):
         return {}
-    out: dict[str, list[dict]] = {}
+    out: LabelsByMessage = {}
     for label in session.labels():
-        out.setdefault(label.message_id, []).append({k: getattr(label, k) for k in LABEL_FIELDS})
+        view = LabelView(
+            id=label.id,
+            tag=label.tag,
+            rating=label.rating,
+            target=label.target,
+            note=label.note,
+            author=label.author,
+            source=label.source,
+            scorer=label.scorer,
+            rationale=label.rationale,
+        )
+        out.setdefault(label.message_id, []).append(view)
     return out
 
 
-def tree_data(session: Any) -> TreeData:
+def tree_data(session: ViewedSession) -> TreeData:
     """Read the skeleton of a session's tree: no message content is loaded."""
     data = TreeData(session_id=session.session_id if isinstance(session, Conversation) else "")
     codes: dict[str, int] = {}
@@ -158,9 +189,9 @@ def tree_data(session: Any) -> TreeData:
     return data
 
 
-def _compaction_bands(tree: Tree, pos: dict[str, int]) -> list[dict]:
+def _compaction_bands(tree: Tree, pos: dict[str, int]) -> list[CompactionBand]:
     """Compactions as index ranges, oldest first; ``superseded`` when a newer one overlaps it."""
-    bands = []
+    bands: list[CompactionBand] = []
     for placed in tree.compactions:
         comp = placed.compaction
         a, b = pos.get(comp.from_id), pos.get(comp.to_id)
@@ -182,7 +213,7 @@ def _compaction_bands(tree: Tree, pos: dict[str, int]) -> list[dict]:
     return bands
 
 
-def tree_json(data: TreeData) -> dict:
+def tree_json(data: TreeData) -> TreePayload:
     """The compact JSON a BranchTree front end receives once (arrays, no text)."""
     return {
         "v": 1,
@@ -268,7 +299,7 @@ def outline_rows(
 # one path
 
 
-def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
+def path_entries(session: ViewedSession, leaf_id: str | None, *, compacted: bool) -> PathPayload:
     """The path to ``leaf_id`` (default: the latest leaf) as Transcript entries, no content.
 
     Returns ``{"leaf_id", "entries", "compactions", "tokens_model", "tokens_full"}``.
@@ -281,7 +312,7 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
         from ..messages import estimate_tokens
 
         msgs = list(session.get_history()) if isinstance(session, Conversation) else list(session)
-        entries: list[dict] = [
+        entries: list[PathEntry] = [
             {"id": str(m.get("id")), "role": str(m.get("role")), "tokens": estimate_tokens(m), "kind": "message"}
             for m in msgs
         ]
@@ -296,7 +327,7 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
     path = session.path(leaf_id)
     if path.leaf_id is None:
         return {"leaf_id": None, "entries": [], "compactions": [], "tokens_model": 0, "tokens_full": 0}
-    comp_list = []
+    comp_list: list[PathCompaction] = []
     for span in path.spans:
         comp = span.compaction
         comp_list.append(
@@ -347,7 +378,7 @@ def path_entries(session: Any, leaf_id: str | None, *, compacted: bool) -> dict:
 # message content, on demand
 
 
-def load_messages(session: Any, ids: list[str]) -> dict[str, dict]:
+def load_messages(session: ViewedSession, ids: list[str]) -> dict[str, dict]:
     """The stored messages for ``ids`` (unknown ids are left out), read in one batch."""
     out: dict[str, dict] = {}
     if not ids:
@@ -364,7 +395,7 @@ def load_messages(session: Any, ids: list[str]) -> dict[str, dict]:
     return out
 
 
-def _short_json(value: Any, limit: int = _JSON_LIMIT) -> str:
+def _short_json(value: object, limit: int = _JSON_LIMIT) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False, indent=2, default=str)
     except (TypeError, ValueError):
@@ -394,13 +425,13 @@ def message_preview(message: dict, limit: int = _PREVIEW_CHARS) -> str:
     return preview(message, limit)
 
 
-def message_view(message: dict, *, tokens: int | None = None) -> dict:
+def message_view(message: dict, *, tokens: int | None = None) -> MessageView:
     """A message condensed for display: text, reasoning, tool calls with input and output, files.
 
     Long texts and JSON are cut (the cut is said in the text) so one huge message
     cannot flood the front end; inline file data is never sent, only its type.
     """
-    parts: list[dict] = []
+    parts: list[PartView] = []
     for p in message.get("parts") or ():
         if not isinstance(p, dict):
             continue
@@ -410,7 +441,7 @@ def message_view(message: dict, *, tokens: int | None = None) -> dict:
         elif kind == "reasoning":
             parts.append({"type": "reasoning", "text": _clip(str(p.get("text", "")), _TEXT_LIMIT)})
         elif kind.startswith("tool-"):
-            item = {
+            item: ToolPartView = {
                 "type": "tool",
                 "name": kind[5:],
                 "id": p.get("toolCallId"),
@@ -436,7 +467,7 @@ def message_view(message: dict, *, tokens: int | None = None) -> dict:
     if not isinstance(meta, dict):
         meta = {}
     usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else None
-    view = {
+    view: MessageView = {
         "id": message.get("id"),
         "role": message.get("role"),
         "createdAt": message.get("createdAt"),
@@ -454,7 +485,7 @@ def message_view(message: dict, *, tokens: int | None = None) -> dict:
 # branch diff
 
 
-def branch_diff(session: Any, a_id: str, b_id: str, *, data: TreeData | None = None) -> dict:
+def branch_diff(session: ViewedSession, a_id: str, b_id: str, *, data: TreeData | None = None) -> BranchDiff:
     """Compare two branches from their fork point: messages, tokens, tool calls and cost.
 
     ``a_id`` and ``b_id`` are any two messages; each side is the path from the
@@ -480,7 +511,7 @@ def branch_diff(session: Any, a_id: str, b_id: str, *, data: TreeData | None = N
     while common < min(len(pa), len(pb)) and pa[common] == pb[common]:
         common += 1
     fork = pa[common - 1] if common else -1
-    sides: dict[str, dict[str, Any]] = {}
+    sides: dict[str, BranchSide] = {}
     for name, path in (("a", pa[common:]), ("b", pb[common:])):
         ids = [data.ids[i] for i in path]
         msgs = load_messages(session, ids)

@@ -12,10 +12,22 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
+from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Context, Decimal
+from typing import TYPE_CHECKING
 
 from ..parts import fold_lines, input_text, output_text
 from . import _runlog
+from ._payloads import (
+    ControllerQueue,
+    LabelsByMessage,
+    LabelView,
+    MessageView,
+    PathCompaction,
+    PathPayload,
+    RunViewState,
+    UsageTotals,
+)
 from ._source import (
     TreeData,
     labels_json,
@@ -27,6 +39,10 @@ from ._source import (
     tree_data,
 )
 
+if TYPE_CHECKING:
+    from ..store import Store
+    from ._source import ViewedSession
+
 __all__ = [
     "STATIC_CSS",
     "tree_html",
@@ -35,6 +51,7 @@ __all__ = [
     "session_html",
     "store_html",
     "page",
+    "variant_table",
     "fmt_tokens",
     "fmt_cost",
     "plural",
@@ -77,21 +94,34 @@ STATIC_CSS = """
 """
 
 
-def _e(value: Any) -> str:
+def _e(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+_EXACT = Context(prec=400)
+
+
+def _fixed(x: float, places: int) -> str:
+    """``x`` with ``places`` decimals, a tie rounded away from zero, as JavaScript's ``toFixed``
+    writes it (the live views' ``skTokens`` and ``skCost``): ``f"{x:.1f}"`` would round a tie to
+    even (1.25 -> "1.2" where the live view shows "1.3"). Decimal reads the float's exact value,
+    as ``toFixed`` does, so 1.005 (1.00499... as a float) stays "1.00" on both sides."""
+    exact = Decimal(x + 0.0)  # -0.0 as 0, as toFixed writes it
+    # (precision for every digit of the largest float: quantize never fails on a big one)
+    return f"{exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP, context=_EXACT):f}"
+
+
 def fmt_tokens(n: int | float | None) -> str:
-    """1234 -> '1.2k', 12 -> '12'."""
+    """1234 -> '1.2k', 12 -> '12' (whole tokens: a fraction is cut off)."""
     if n is None:
         return "?"
     n = int(n)
     if abs(n) >= 1_000_000:
-        return f"{n / 1_000_000:.1f}M"
+        return _fixed(n / 1_000_000, 1) + "M"
     if abs(n) >= 10_000:
-        return f"{n / 1000:.0f}k"
+        return _fixed(n / 1000, 0) + "k"
     if abs(n) >= 1_000:
-        return f"{n / 1000:.1f}k"
+        return _fixed(n / 1000, 1) + "k"
     return str(n)
 
 
@@ -107,7 +137,7 @@ def fmt_cost(cost: float | None, *, unknown: int = 0, total: int | None = None) 
     """
     if cost is None or (total is not None and unknown >= total) or (unknown and not cost and total is None):
         return UNKNOWN_COST
-    text = f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+    text = "$" + _fixed(cost, 4 if cost < 1 else 2)
     if unknown:
         of = f"{unknown} of {total}" if total is not None else str(unknown)
         return f"≥ {text} ({of} unknown)"
@@ -168,7 +198,7 @@ def _inline_styles(markup: str) -> str:
     return _BARE_CELL.sub(r'<\1 style="text-align:left;padding:1px 8px 1px 2px">', markup)
 
 
-def _labels_html(labels: list[dict] | None) -> str:
+def _labels_html(labels: list[LabelView] | None) -> str:
     """A message's labels as badges (as the live views show them: ⎇ marks a branch label,
     ⚙ a scorer's)."""
     out = []
@@ -205,17 +235,19 @@ def _wrap(kind: str, inner: str) -> str:
 
 
 def tree_html(
-    session: Any = None,
+    session: ViewedSession | None = None,
     *,
     data: TreeData | None = None,
     selected_id: str | None = None,
     collapse: bool = True,
     max_rows: int = 400,
     wrap: bool = True,
-    labels: dict[str, list[dict]] | None = None,
+    labels: LabelsByMessage | None = None,
 ) -> str:
     """The message tree as an indented table: roles, previews, tokens, branch points, bands, labels."""
     if data is None:
+        if session is None:
+            raise TypeError("tree_html() needs a session or its tree data")
         data = tree_data(session)
     if labels is None:
         labels = labels_json(session)
@@ -299,7 +331,7 @@ def tree_html(
 # Transcript
 
 
-def _output_html(value: Any) -> str:
+def _output_html(value: object) -> str:
     """Tool input or output as readable text (parts.output_text), folded past FOLD_LINES lines:
     the rest behind a ``<details>`` "show all", which needs no script."""
     text = output_text(value)
@@ -313,15 +345,14 @@ def _output_html(value: Any) -> str:
     )
 
 
-def _parts_html(view: dict) -> str:
+def _parts_html(view: MessageView) -> str:
     out = []
     for p in view["parts"]:
-        kind = p["type"]
-        if kind == "text":
+        if p["type"] == "text":
             out.append(f'<div class="sk-text">{_e(p["text"])}</div>')
-        elif kind == "reasoning":
+        elif p["type"] == "reasoning":
             out.append(f'<details><summary>reasoning</summary><div class="sk-text">{_e(p["text"])}</div></details>')
-        elif kind == "tool":
+        elif p["type"] == "tool":
             status = "error" if p.get("error") else (p.get("state") or "")
             inner = f'<summary>tool <b>{_e(p["name"])}</b> <span class="sk-badge">{_e(status)}</span></summary>'
             if p.get("input") is not None:
@@ -331,14 +362,14 @@ def _parts_html(view: dict) -> str:
             if p.get("error"):
                 inner += f'<div class="sk-err">{_e(p["error"])}</div>'
             out.append(f'<details class="sk-tool" open>{inner}</details>')
-        elif kind == "file":
+        elif p["type"] == "file":
             out.append(f'<div class="sk-badge">file {_e(p.get("mediaType"))} {_e(p.get("name") or "")}</div>')
         else:
             out.append(f"<details><summary>{_e(p.get('kind'))} part</summary><pre>{_e(p.get('json'))}</pre></details>")
     return "".join(out)
 
 
-def _comp_html(c: dict, *, full: bool) -> str:
+def _comp_html(c: PathCompaction, *, full: bool) -> str:
     head = (
         f"▤ Compaction: {plural(c['messages'], 'message')} summarized, {fmt_tokens(c['tokens_before'])} → "
         f"{fmt_tokens(c['tokens_after'])} tokens"
@@ -351,14 +382,14 @@ def _comp_html(c: dict, *, full: bool) -> str:
 
 
 def transcript_html(
-    session: Any,
+    session: ViewedSession,
     leaf_id: str | None = None,
     *,
     mode: str = "model",
     max_messages: int = 300,
-    path: dict | None = None,
+    path: PathPayload | None = None,
     wrap: bool = True,
-    labels: dict[str, list[dict]] | None = None,
+    labels: LabelsByMessage | None = None,
 ) -> str:
     """One path as a chat: tool calls with input and output, tokens, compaction boundaries, labels."""
     if mode not in ("model", "full"):
@@ -391,15 +422,15 @@ def transcript_html(
         elif e["kind"] != "hidden":
             open_comp = None
         m = msgs.get(e["id"])
-        view = message_view(m, tokens=e["tokens"]) if m else {"parts": [], "createdAt": None}
+        view = message_view(m, tokens=e["tokens"]) if m else None
         cls = "sk-msg sk-hidden" if e["kind"] == "hidden" else "sk-msg"
         color = ROLE_COLORS.get(e["role"], OTHER_COLOR)
         body.append(
             f'<div class="{cls}" style="border-left-color:{color}" data-id="{_e(e["id"])}">'
             f'<div class="sk-head">{_role(e["role"])} · {fmt_tokens(e["tokens"])} tokens · '
-            f"{_e(view.get('createdAt') or '')}"
+            f"{_e((view and view['createdAt']) or '')}"
             f"{' · hidden by compaction' if e['kind'] == 'hidden' else ''}{_labels_html(labels.get(e['id']))}</div>"
-            f"{_parts_html(view)}</div>"
+            f"{_parts_html(view) if view else ''}</div>"
         )
     inner = "".join(body)
     return _wrap("transcript", inner) if wrap else inner
@@ -409,7 +440,7 @@ def transcript_html(
 # RunView
 
 
-def _usage_line(u: dict) -> str:
+def _usage_line(u: UsageTotals) -> str:
     calls = int(u.get("calls") or 0)
     cost = fmt_cost(u.get("cost_usd"), unknown=int(u.get("unpriced") or 0), total=calls) if calls else "—"
     return (
@@ -418,7 +449,7 @@ def _usage_line(u: dict) -> str:
     )
 
 
-def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> str:
+def run_html(state: RunViewState, *, queue: ControllerQueue | None = None, wrap: bool = True) -> str:
     """Runs as turns: prompts, streamed text, tool calls and results, usage and cost, the queue."""
     body = ["<h4>Run view</h4>"]
     s = _runlog.summary(state)
@@ -490,12 +521,12 @@ def run_html(state: dict, *, queue: dict | None = None, wrap: bool = True) -> st
 # Session and Store
 
 
-def session_html(session: Any, *, max_rows: int = 200) -> str:
+def session_html(session: ViewedSession, *, max_rows: int = 200) -> str:
     """What a session shows as: its tree (a snapshot of :class:`BranchTree`)."""
     return tree_html(session, max_rows=max_rows)
 
 
-def store_html(store: Any, *, max_sessions: int = 50) -> str:
+def store_html(store: Store, *, max_sessions: int = 50) -> str:
     """A store as a table of its sessions and its counts."""
     try:
         sessions = store.list_sessions()
@@ -519,6 +550,17 @@ def store_html(store: Any, *, max_sessions: int = 50) -> str:
     if len(sessions) > max_sessions:
         body.append(f'<div class="sk-meta">… {plural(len(sessions) - max_sessions, "more session")}.</div>')
     return _wrap("store", "".join(body))
+
+
+# ---------------------------------------------------------------------------
+# CompareView and ExperimentView
+
+
+def variant_table(cls: str, corner: str, variants: Iterable[str], rows: Iterable[str]) -> str:
+    """A table with a column per variant (the snapshots of CompareView and ExperimentView): the
+    header (``corner``, then each variant's name), then ``rows``, each a ``<tr>``."""
+    head = "".join(f'<th data-variant="{_e(v)}">{_e(v)}</th>' for v in variants)
+    return f'<table class="{cls}"><thead><tr><th>{corner}</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def page(title: str, body: str, *, head: str = "") -> str:

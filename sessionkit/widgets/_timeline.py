@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TypedDict, cast
 
 from ..agent.events import Conversation
 from ..errors import MissingDependency
 from ..store import Session
+from ._payloads import TimelineCall, TimelinePayload, TimelineRun
 
 __all__ = ["timeline", "produced_messages", "session_timeline"]
 
 
-def _ts(value: Any) -> _dt.datetime | None:
+def _ts(value: object) -> _dt.datetime | None:
     if isinstance(value, _dt.datetime):
         ts = value
     elif isinstance(value, str) and value:
@@ -41,7 +42,7 @@ def _ts(value: Any) -> _dt.datetime | None:
     return ts if ts.tzinfo is not None else ts.replace(tzinfo=_dt.UTC)
 
 
-def _num(value: Any) -> float | int | None:
+def _num(value: object) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         return None
     return value
@@ -51,13 +52,20 @@ def _seconds(start: _dt.datetime | None, end: _dt.datetime | None) -> float | No
     return None if start is None or end is None else (end - start).total_seconds()
 
 
-def _error_text(value: Any) -> str | None:
+def _error_text(value: object) -> str | None:
     if value is None or value == "":
         return None
     return value if isinstance(value, str) else str(value)
 
 
-def produced_messages(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+class Produced(TypedDict):
+    """Which message each call produced (:func:`produced_messages`)."""
+
+    model: dict[str, list[str]]
+    tool: dict[tuple[str, str], str]
+
+
+def produced_messages(messages: Iterable[dict]) -> Produced:
     """Which stored message each call produced, from the run's messages in write order:
     ``{"model": {run_id: [message ids of its model calls' replies, in order]},
     "tool": {(run_id, tool_call_id): message id of the tool result (or of the call)}}``.
@@ -88,7 +96,7 @@ def produced_messages(messages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {"model": model, "tool": tool}
 
 
-def timeline(events: Iterable[Mapping[str, Any]], produced: Mapping[str, Any] | None = None) -> dict:
+def timeline(events: Iterable[dict], produced: Produced | None = None) -> TimelinePayload:
     """The timeline of every run in ``events`` (a session's events, any order):
     ``{"runs": [...]}``, runs in the order they started. Each run is ``{"run_id", "start",
     "end", "duration_s", "status", "error", "calls"}`` and each call ``{"kind": "model" |
@@ -106,9 +114,8 @@ def timeline(events: Iterable[Mapping[str, Any]], produced: Mapping[str, Any] | 
     open_model: dict[str, list[dict]] = {}
     tools: dict[tuple[str, str], dict] = {}
     model_n: dict[str, int] = {}
-    produced = produced or {}
-    replies = produced.get("model") or {}
-    results = produced.get("tool") or {}
+    replies = produced["model"] if produced else {}
+    results = produced["tool"] if produced else {}
 
     def close_model(run_id: str, call: dict, ts: _dt.datetime | None, error: str | None = None) -> None:
         call["_end"] = ts
@@ -204,44 +211,46 @@ def timeline(events: Iterable[Mapping[str, Any]], produced: Mapping[str, Any] | 
         if ts is not None and (run["_first"] is None or ts < run["_first"]):
             run["_first"] = ts
 
-    out = []
+    started: list[tuple[_dt.datetime | None, TimelineRun]] = []
     for run in runs.values():
         start = run["_start"] or run["_first"]
-        calls = []
+        calls: list[TimelineCall] = []
         for call in run["calls"]:
             call.pop("_span", None)
             c_start, c_end = call.pop("_start"), call.pop("_end")
-            calls.append(
-                {
-                    **call,
-                    "start": c_start.isoformat() if c_start else None,
-                    "end": c_end.isoformat() if c_end else None,
-                    "offset_s": _seconds(start, c_start),
-                    "duration_s": _seconds(c_start, c_end),
-                }
-            )
-        calls.sort(key=lambda c: (c["offset_s"] is None, c["offset_s"] or 0.0))
-        for k, call in enumerate(calls):
-            call["index"] = k
-        end = run["_end"]
-        out.append(
-            {
-                "_key": start,
-                "run_id": run["run_id"],
-                "start": start.isoformat() if start else None,
-                "end": end.isoformat() if end else None,
-                "duration_s": _seconds(start, end),
-                "status": run["status"],
-                "error": run["error"],
-                "calls": calls,
+            # a model call's or a tool call's fields (built above), with its times
+            timed = {
+                **call,
+                "start": c_start.isoformat() if c_start else None,
+                "end": c_end.isoformat() if c_end else None,
+                "offset_s": _seconds(start, c_start),
+                "duration_s": _seconds(c_start, c_end),
             }
+            calls.append(cast(TimelineCall, timed))
+        calls.sort(key=lambda c: (c["offset_s"] is None, c["offset_s"] or 0.0))
+        for k, call_k in enumerate(calls):
+            call_k["index"] = k
+        end = run["_end"]
+        started.append(
+            (
+                start,
+                {
+                    "run_id": run["run_id"],
+                    "start": start.isoformat() if start else None,
+                    "end": end.isoformat() if end else None,
+                    "duration_s": _seconds(start, end),
+                    "status": run["status"],
+                    "error": run["error"],
+                    "calls": calls,
+                },
+            )
         )
     epoch = _dt.datetime.min.replace(tzinfo=_dt.UTC)
-    out.sort(key=lambda r: (r["_key"] is None, r.pop("_key") or epoch))
-    return {"runs": out}
+    started.sort(key=lambda pair: (pair[0] is None, pair[0] or epoch))
+    return {"runs": [r for _, r in started]}
 
 
-def session_timeline(session: Conversation, events: Iterable[Mapping[str, Any]] | None = None) -> dict:
+def session_timeline(session: Conversation, events: Iterable[dict] | None = None) -> TimelinePayload:
     """:func:`timeline` of a session's runs with the message each call produced. ``session``: a
     store's session (its run messages read by one ``store.sql_arrow`` query and one
     ``get_many``), or any session with ``get_history()``; ``events``: default, the session's

@@ -17,9 +17,9 @@ import logging
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import anywidget
 import ipywidgets
@@ -30,8 +30,29 @@ from ..agent.events import Conversation
 from ..errors import MessageNotFound, SessionKitError
 from . import _modules, _runlog, _static
 from ._labelled import LabelledView
+from ._payloads import (
+    BranchDiff,
+    ClearRequest,
+    ControllerQueue,
+    DetailRequest,
+    FetchRequest,
+    FollowUpRequest,
+    Handler,
+    HelloRequest,
+    InterruptRequest,
+    PathEntry,
+    PathPayload,
+    QueueReply,
+    RunSummary,
+    RunViewState,
+    SteerRequest,
+    TimelinePayload,
+    TreePayload,
+    ViewReply,
+)
 from ._source import (
     TreeData,
+    ViewedSession,
     branch_diff,
     is_store_session,
     labels_json,
@@ -44,6 +65,9 @@ from ._source import (
     tree_json,
 )
 from ._timeline import session_timeline, timeline
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 __all__ = ["BranchTree", "Transcript", "RunView", "StoreBrowser"]
 
@@ -62,7 +86,7 @@ def _css() -> str:
     return (STATIC / "sessionkit.css").read_text(encoding="utf-8")
 
 
-def _script_json(value: Any) -> str:
+def _script_json(value: object) -> str:
     """JSON safe to put inside a <script> element, and still valid JSON.
 
     Every ``<``, ``>`` and ``&`` becomes its ``\\u`` escape (inside JSON strings, the only
@@ -111,7 +135,7 @@ class _View(anywidget.AnyWidget):
     #: Names this view's snapshot output, which the front end hides once the widget renders.
     _snapshot_key = traitlets.Unicode("").tag(sync=True)
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, **kwargs: object) -> None:
         # traitlets passes unknown keywords on to object.__init__ with only a deprecation
         # warning, so a misspelt option (view="full" for mode="full") would silently do nothing
         unknown = sorted(k for k in kwargs if not self.has_trait(k))
@@ -124,14 +148,22 @@ class _View(anywidget.AnyWidget):
         self._lock = threading.RLock()
 
     # -- front-end messages ------------------------------------------------------
-    def _dispatch(self, _widget: Any, content: Any, buffers: Any) -> None:
+    def send(self, content: ViewReply | QueueReply, buffers: list[bytes] | None = None) -> None:
+        """Send the front end one of the replies of ``_payloads``."""
+        super().send(content, buffers)
+
+    #: The handler of each front-end message this view understands, by the message's ``type``
+    #: (each type's TypedDict: ``_payloads.VIEW_REQUESTS``); a message of any other type is ignored.
+    _handlers: ClassVar[dict[str, Handler]] = {}
+
+    def _dispatch(self, _widget: object, content: object, buffers: object) -> None:
         if not isinstance(content, dict) or not isinstance(content.get("type"), str):
             return
-        handler = getattr(self, "_msg_" + content["type"].replace("-", "_"), None)
+        handler = self._handlers.get(content["type"])
         if handler is None:
             return
         try:
-            handler(content)
+            handler(self, content)
         except Exception as exc:  # answer the front end instead of leaving it waiting
             log.exception("sessionkit widget message %r failed", content.get("type"))
             self.send({"type": "error", "req": content.get("req"), "error": f"{type(exc).__name__}: {exc}"})
@@ -148,7 +180,7 @@ class _View(anywidget.AnyWidget):
             log.exception("sessionkit: snapshot failed")
             return f"<pre>{type(self).__name__}: snapshot failed: {_static._e(exc)}</pre>"
 
-    def _repr_mimebundle_(self, **kwargs: Any):
+    def _repr_mimebundle_(self, **kwargs: dict) -> tuple[dict, dict] | None:
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
@@ -158,7 +190,7 @@ class _View(anywidget.AnyWidget):
         data["text/plain"] = self._plain()
         return data, meta
 
-    def _ipython_display_(self, **kwargs: Any) -> None:
+    def _ipython_display_(self, **kwargs: object) -> None:
         """Show the view in IPython as two outputs: its static snapshot, then the live widget.
 
         See :func:`display_view`.
@@ -205,7 +237,7 @@ class _View(anywidget.AnyWidget):
         ref = weakref.ref(self)
         sid = session.session_id
 
-        def on_change(event: Any) -> None:
+        def on_change(event: object) -> None:
             view = ref()
             if view is None or getattr(event, "session_id", None) != sid:
                 return
@@ -254,6 +286,55 @@ class _View(anywidget.AnyWidget):
         super().close()
 
 
+def _check_interval(interval: object) -> float:
+    """The seconds between two batches a live view sends (0 to 5; 0: every update at once)."""
+    if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
+        raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
+    return float(interval)
+
+
+class _BatchedView(_View):
+    """A view of a table filled live (CompareView, ExperimentView): updates are folded in under
+    the lock and the table is sent at most every ``interval`` seconds (:meth:`_send_table`)."""
+
+    def __init__(self, *, interval: float, **kwargs: object) -> None:
+        self.interval = _check_interval(interval)
+        super().__init__(**kwargs)
+        self._timer: threading.Timer | None = None
+        self.batches = 0  # updates sent to the front end (for tests and curiosity)
+
+    def _updated(self, *, now: bool = False) -> None:
+        """An update was folded in (call under the lock): send now, or when the interval ends."""
+        if now or self.interval == 0:
+            self._flush_locked()
+        elif self._timer is None:
+            self._timer = threading.Timer(self.interval, self._flush)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._send_table()
+        self.batches += 1
+
+    def _send_table(self) -> None:
+        """Set the synced trait(s) the front end draws the table from."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
+            self._timer = None
+        super().close()
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -282,7 +363,7 @@ class BranchTree(LabelledView, _View):
 
     _esm = _modules.view_module("branch_tree")
 
-    _tree = traitlets.Dict().tag(sync=True)
+    _tree = cast("traitlets.TraitType[TreePayload, TreePayload]", traitlets.Dict().tag(sync=True))
     selected_id = traitlets.Unicode(None, allow_none=True).tag(sync=True)
     compare_id = traitlets.Unicode(None, allow_none=True).tag(sync=True)
     diff = traitlets.Dict().tag(sync=True)
@@ -291,13 +372,13 @@ class BranchTree(LabelledView, _View):
 
     def __init__(
         self,
-        session: Any,
+        session: ViewedSession,
         *,
         selected_id: str | None = None,
         collapse: bool = True,
         height: int = 420,
         live: bool = True,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self._session = session
         self._data = tree_data(session)
@@ -316,11 +397,11 @@ class BranchTree(LabelledView, _View):
 
     # -- Python API ------------------------------------------------------------------
     @property
-    def session(self) -> Any:
+    def session(self) -> ViewedSession:
         return self._session
 
     @session.setter
-    def session(self, session: Any) -> None:
+    def session(self, session: ViewedSession) -> None:
         unsubscribe = getattr(self, "_unsubscribe", None)
         if unsubscribe is not None:
             unsubscribe()
@@ -343,9 +424,12 @@ class BranchTree(LabelledView, _View):
         """The messages from the root to the selected message (the latest leaf if none)."""
         if self.selected_id is None and not self._data.n:
             return []
+        if not isinstance(self._session, Conversation):  # a list of messages: a straight line
+            messages = list(self._session)
+            return messages if self.selected_id is None else messages[: self._data.index()[self.selected_id] + 1]
         return self._session.get_history(leaf_id=self.selected_id, compacted=compacted)
 
-    def compare(self, a_id: str, b_id: str) -> dict:
+    def compare(self, a_id: str, b_id: str) -> BranchDiff:
         """Compare two branches from their fork point (see ``diff``)."""
         return branch_diff(self._session, a_id, b_id, data=self._data)
 
@@ -364,7 +448,7 @@ class BranchTree(LabelledView, _View):
 
     # -- traits -------------------------------------------------------------------------
     @traitlets.validate("selected_id", "compare_id")
-    def _valid_id(self, proposal: Any) -> str | None:
+    def _valid_id(self, proposal: Mapping[str, str | None]) -> str | None:
         value = proposal["value"]
         if value is None:
             return None
@@ -372,18 +456,18 @@ class BranchTree(LabelledView, _View):
             raise MessageNotFound(f"message {value!r} is not in session {self._data.session_id!r}")
         return value
 
-    def _on_pick(self, _change: Any) -> None:
+    def _on_pick(self, _change: object) -> None:
         a, b = self.selected_id, self.compare_id
-        self.diff = self.compare(a, b) if a is not None and b is not None and a != b else {}
+        self.diff = dict(self.compare(a, b)) if a is not None and b is not None and a != b else {}
 
     # -- front end ------------------------------------------------------------------------
-    def _msg_fetch(self, content: dict) -> None:
+    def _msg_fetch(self, content: FetchRequest) -> None:
         ids = [i for i in content.get("ids") or () if isinstance(i, str)][:_MAX_FETCH]
         msgs = load_messages(self._session, ids)
         items = {k: message_preview(m) for k, m in msgs.items()}
         self.send({"type": "previews", "req": content.get("req"), "items": items})
 
-    def _msg_detail(self, content: dict) -> None:
+    def _msg_detail(self, content: DetailRequest) -> None:
         mid = content.get("id")
         msgs = load_messages(self._session, [mid]) if isinstance(mid, str) else {}
         idx = self._data.index()
@@ -391,6 +475,12 @@ class BranchTree(LabelledView, _View):
         if mid in msgs:
             view = message_view(msgs[mid], tokens=self._data.tokens[idx[mid]] if mid in idx else None)
         self.send({"type": "detail", "req": content.get("req"), "id": mid, "message": view})
+
+    _handlers: ClassVar[dict[str, Handler]] = {
+        **LabelledView._label_handlers,
+        "fetch": _msg_fetch,
+        "detail": _msg_detail,
+    }
 
     # -- static -------------------------------------------------------------------------------
     def snapshot_html(self) -> str:
@@ -436,18 +526,18 @@ class Transcript(LabelledView, _View):
     mode = traitlets.Enum(("model", "full"), default_value="model").tag(sync=True)
     following = traitlets.Bool(False).tag(sync=True)
     height = traitlets.Int(520).tag(sync=True)
-    _path = traitlets.Dict().tag(sync=True)
+    _path = cast("traitlets.TraitType[PathPayload, PathPayload]", traitlets.Dict().tag(sync=True))
 
     def __init__(
         self,
-        session: Any,
+        session: ViewedSession,
         leaf_id: str | None = None,
         *,
         mode: str = "model",
         follow: BranchTree | None = None,
         height: int = 520,
         live: bool = True,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self._session = session
         if leaf_id is not None and is_store_session(session) and session.get(leaf_id) is None:
@@ -455,7 +545,7 @@ class Transcript(LabelledView, _View):
         super().__init__(leaf_id=leaf_id, mode=mode, height=height, _labels=labels_json(session), **kwargs)
         self._path = path_entries(session, leaf_id, compacted=(mode == "model"))
         self.observe(self._on_change, names=["leaf_id", "mode"])
-        self._linked: tuple[BranchTree, Any] | None = None
+        self._linked: tuple[BranchTree, Callable[[Mapping[str, str | None]], None]] | None = None
         self._unsubscribe = None
         if follow is not None:
             self.link(follow)
@@ -468,11 +558,11 @@ class Transcript(LabelledView, _View):
         return f"Transcript({sid!r}, leaf_id={self.leaf_id!r}, mode={self.mode!r}, {n} entries)"
 
     @property
-    def session(self) -> Any:
+    def session(self) -> ViewedSession:
         return self._session
 
     @session.setter
-    def session(self, session: Any) -> None:
+    def session(self, session: ViewedSession) -> None:
         unsubscribe = getattr(self, "_unsubscribe", None)
         if unsubscribe is not None:
             unsubscribe()
@@ -483,7 +573,7 @@ class Transcript(LabelledView, _View):
         self._watch_store(session)
 
     @property
-    def entries(self) -> list[dict]:
+    def entries(self) -> list[PathEntry]:
         """What the front end lists: messages, summaries and hidden messages, in path order."""
         return copy.deepcopy(self._path.get("entries", []))
 
@@ -494,7 +584,7 @@ class Transcript(LabelledView, _View):
             if self._path.get("leaf_id") is None:
                 return []
             return self._session.get_history(leaf_id=self._path["leaf_id"], compacted=(self.mode == "model"))
-        return list(self._session.get_history())
+        return list(self._session.get_history() if isinstance(self._session, Conversation) else self._session)
 
     def link(self, tree: BranchTree) -> Transcript:
         """Follow ``tree``'s selection: selecting a message shows the path to it."""
@@ -502,7 +592,7 @@ class Transcript(LabelledView, _View):
             raise TypeError(f"link() needs a BranchTree, got {type(tree).__name__}")
         self.unlink()
 
-        def on_select(change: Any) -> None:
+        def on_select(change: Mapping[str, str | None]) -> None:
             self.leaf_id = change["new"]
 
         tree.observe(on_select, names=["selected_id"])
@@ -529,21 +619,23 @@ class Transcript(LabelledView, _View):
             self._labels = labels_json(self._session)
 
     @traitlets.validate("leaf_id")
-    def _valid_leaf(self, proposal: Any) -> str | None:
+    def _valid_leaf(self, proposal: Mapping[str, str | None]) -> str | None:
         value = proposal["value"]
         if value is not None and is_store_session(self._session) and self._session.get(value) is None:
             raise MessageNotFound(f"message {value!r} is not in session {self._session.session_id!r}")
         return value
 
-    def _on_change(self, _change: Any) -> None:
+    def _on_change(self, _change: object) -> None:
         self.refresh()
 
-    def _msg_fetch(self, content: dict) -> None:
+    def _msg_fetch(self, content: FetchRequest) -> None:
         ids = [i for i in content.get("ids") or () if isinstance(i, str)][:_MAX_FETCH]
         tokens = {e["id"]: e["tokens"] for e in self._path.get("entries", [])}
         msgs = load_messages(self._session, ids)
         items = {k: message_view(m, tokens=tokens.get(k)) for k, m in msgs.items()}
         self.send({"type": "messages", "req": content.get("req"), "items": items})
+
+    _handlers: ClassVar[dict[str, Handler]] = {**LabelledView._label_handlers, "fetch": _msg_fetch}
 
     def snapshot_html(self) -> str:
         return _static.transcript_html(self._session, mode=self.mode, path=self._path, labels=self._labels)
@@ -601,32 +693,35 @@ class RunView(_View):
 
     _esm = _modules.view_module("run_view")
 
-    summary = traitlets.Dict().tag(sync=True)
-    queue = traitlets.Dict().tag(sync=True)
+    summary = cast("traitlets.TraitType[RunSummary, RunSummary]", traitlets.Dict().tag(sync=True))
+    queue = cast("traitlets.TraitType[ControllerQueue, ControllerQueue]", traitlets.Dict().tag(sync=True))
     controls = traitlets.Bool(False).tag(sync=True)
     height = traitlets.Int(480).tag(sync=True)
+    #: The timeline of the runs that have ended (``_timeline.timeline``), drawn above the runs.
+    _timeline = cast("traitlets.TraitType[TimelinePayload, TimelinePayload]", traitlets.Dict().tag(sync=True))
 
     def __init__(
         self,
-        source: Any = None,
+        source: object = None,
         *,
         run_id: str | None = None,
         interval: float = 0.075,
         height: int = 480,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
-        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or not 0 <= interval <= 5:
-            raise ValueError(f"interval must be between 0 and 5 seconds, got {interval!r}")
-        super().__init__(height=height, queue={"active": None, "queued": 0, "items": []}, **kwargs)
-        self.interval = float(interval)
+        interval = _check_interval(interval)
+        super().__init__(
+            height=height, queue={"active": None, "queued": 0, "items": []}, _timeline={"runs": []}, **kwargs
+        )
+        self.interval = interval
         self._state = _runlog.new_state()
         self._log: list[dict] = []  # every batch sent, in order; what a new front end replays
         self._pending: list[dict] = []
         self._timer: threading.Timer | None = None
         self._counter = 0
-        self._controller: Any = None
-        self._session: Any = None  # where the timeline finds the messages the calls produced
-        self._detach: list[Any] = []
+        self._controller: RunController | None = None
+        self._session: Conversation | None = None  # where the timeline finds the messages the calls produced
+        self._detach: list[Callable[[], None]] = []
         self.batches = 0  # batches sent to the front end (for tests and curiosity)
         self.summary = _runlog.summary(self._state)
         if source is None:
@@ -636,8 +731,8 @@ class RunView(_View):
         elif isinstance(source, (list, tuple)):
             self.extend(source)
         elif isinstance(source, RunResult) and source.session is not None:
-            self._session = source.session
-            self.extend(_stored_events(source.session, source.run_id))
+            self.extend(_stored_events(source.session, source.run_id))  # (a Conversation, or TypeError)
+            self._session = cast(Conversation, source.session)
         elif isinstance(source, Conversation):
             self._session = source
             self.extend(_stored_events(source, run_id))
@@ -648,16 +743,24 @@ class RunView(_View):
             )
 
     @classmethod
-    def replay(cls, session: Conversation, run_id: str | None = None, **kwargs: Any) -> RunView:
+    def replay(
+        cls,
+        session: Conversation,
+        run_id: str | None = None,
+        *,
+        interval: float = 0.075,
+        height: int = 480,
+        **kwargs: object,
+    ) -> RunView:
         """A view of a session's stored runs (only ``run_id`` when given), from their events."""
-        return cls(session, run_id=run_id, **kwargs)
+        return cls(session, run_id=run_id, interval=interval, height=height, **kwargs)
 
     def __repr__(self) -> str:
         s = _runlog.summary(self._state)
         return f"RunView({s['runs']} runs, {s['turns']} turns, status={s['status']!r})"
 
     # -- sources ------------------------------------------------------------------------
-    def attach(self, controller: Any) -> RunView:
+    def attach(self, controller: object) -> RunView:
         """Follow the runs ``controller`` drives and show its queue."""
         if not isinstance(controller, RunController):
             raise TypeError(f"attach() needs a RunController, got {type(controller).__name__}")
@@ -673,15 +776,10 @@ class RunView(_View):
         def on_state(state: dict) -> None:
             view = ref()
             if view is not None:
-                view.queue = copy.deepcopy(state)
+                view.queue = copy.deepcopy(cast(ControllerQueue, state))
 
         self._detach = [controller.on_event(on_event), controller.subscribe(on_state)]
-        state = (
-            controller.state()
-            if callable(getattr(controller, "state", None))
-            else {"active": controller.active, "queued": controller.queued, "items": controller.items}
-        )
-        self.queue = copy.deepcopy(state)
+        self.queue = copy.deepcopy(cast(ControllerQueue, controller.state()))
         self.controls = True
         return self
 
@@ -752,7 +850,7 @@ class RunView(_View):
         if log is not None:
             self._timeline = self._finished_timeline(log)
 
-    def _finished_timeline(self, events: list[dict]) -> dict:
+    def _finished_timeline(self, events: list[dict]) -> TimelinePayload:
         """The timeline of the runs that have ended (a running one is still being drawn below)."""
         session = self._session
         if session is None and self._controller is not None:
@@ -765,7 +863,7 @@ class RunView(_View):
         return {"runs": [r for r in data["runs"] if r["status"] is not None]}
 
     @property
-    def state(self) -> dict:
+    def state(self) -> RunViewState:
         """Everything shown, folded from the events (runs, turns, tools, usage)."""
         with self._lock:
             return copy.deepcopy(self._state)
@@ -787,19 +885,19 @@ class RunView(_View):
         return ""
 
     # -- front end ------------------------------------------------------------------------
-    def _msg_hello(self, content: dict) -> None:
+    def _msg_hello(self, content: HelloRequest) -> None:
         with self._lock:
             self.send({"type": "reset", "req": content.get("req"), "events": self._log})
 
-    def _msg_steer(self, content: dict) -> None:
+    def _msg_steer(self, content: SteerRequest) -> None:
         if self._controller is not None and isinstance(content.get("text"), str) and content["text"].strip():
             self._controller.steer(content["text"])
 
-    def _msg_follow_up(self, content: dict) -> None:
+    def _msg_follow_up(self, content: FollowUpRequest) -> None:
         if self._controller is not None and isinstance(content.get("text"), str) and content["text"].strip():
             self._controller.follow_up(content["text"])
 
-    def _msg_clear(self, content: dict) -> None:
+    def _msg_clear(self, content: ClearRequest) -> None:
         if self._controller is not None:
             index = content.get("index")
             try:
@@ -807,9 +905,17 @@ class RunView(_View):
             except IndexError:
                 pass
 
-    def _msg_interrupt(self, content: dict) -> None:
+    def _msg_interrupt(self, content: InterruptRequest) -> None:
         if self._controller is not None:
             self._controller.interrupt()
+
+    _handlers: ClassVar[dict[str, Handler]] = {
+        "hello": _msg_hello,
+        "steer": _msg_steer,
+        "follow_up": _msg_follow_up,
+        "clear": _msg_clear,
+        "interrupt": _msg_interrupt,
+    }
 
     def snapshot_html(self) -> str:
         with self._lock:
@@ -844,7 +950,7 @@ class StoreBrowser(ipywidgets.VBox):
     What ``store`` displays as when ipywidgets is installed.
     """
 
-    def __init__(self, store: Any, *, session_id: str | None = None, max_sessions: int = 500) -> None:
+    def __init__(self, store: Store, *, session_id: str | None = None, max_sessions: int = 500) -> None:
         self._store = store
         infos = store.list_sessions()[:max_sessions]
         options = [(f"{i.id or '(default)'} · {i.message_count:,} messages", i.id) for i in infos]
@@ -861,7 +967,7 @@ class StoreBrowser(ipywidgets.VBox):
         self.picker.observe(self._on_pick, names="value")
         super().__init__([self.picker, self.tree, self.transcript])
 
-    def _on_pick(self, change: Any) -> None:
+    def _on_pick(self, change: Mapping[str, str]) -> None:
         session = self._store.session(change["new"])
         self.tree.session = session
         self.transcript.session = session
@@ -872,7 +978,7 @@ class StoreBrowser(ipywidgets.VBox):
     def snapshot_html(self) -> str:
         return _static.store_html(self._store)
 
-    def _repr_mimebundle_(self, **kwargs: Any):
+    def _repr_mimebundle_(self, **kwargs: object) -> tuple[dict, dict]:
         data = super()._repr_mimebundle_(**kwargs) or {}
         if isinstance(data, tuple):
             data, meta = data
@@ -883,6 +989,6 @@ class StoreBrowser(ipywidgets.VBox):
         data["text/plain"] = repr(self._store)
         return data, meta
 
-    def _ipython_display_(self, **kwargs: Any) -> None:
+    def _ipython_display_(self, **kwargs: object) -> None:
         """The store's table, then the live browser (whose tree hides the table; see display_view)."""
         display_view(self, self.tree._snapshot_key, self.snapshot_html())

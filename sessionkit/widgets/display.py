@@ -12,9 +12,13 @@ must never raise in a notebook.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import _static
+
+if TYPE_CHECKING:
+    from ..store import Store
+    from ._source import ViewedSession
 
 log = logging.getLogger("sessionkit.widgets")
 
@@ -25,19 +29,21 @@ def _widgets_ok() -> bool:
     return widgets_available()
 
 
-def session_bundle(session: Any) -> dict | tuple[dict, dict]:
+def session_bundle(session: ViewedSession) -> dict | tuple[dict, dict]:
     """The MIME bundle of a store session: the BranchTree widget plus its snapshot."""
     if _widgets_ok():
         try:
             from ._views import BranchTree
 
-            return BranchTree(session)._repr_mimebundle_()
+            bundle = BranchTree(session)._repr_mimebundle_()
+            if bundle is not None:
+                return bundle
         except Exception:
             log.exception("sessionkit: could not build a BranchTree; showing static HTML")
     return {"text/html": session_html(session), "text/plain": repr(session)}
 
 
-def session_html(session: Any) -> str:
+def session_html(session: ViewedSession) -> str:
     """Static HTML of a session (its tree)."""
     try:
         return _static.session_html(session)
@@ -45,7 +51,7 @@ def session_html(session: Any) -> str:
         return f"<pre>{_static._e(repr(session))}: {_static._e(exc)}</pre>"
 
 
-def store_bundle(store: Any) -> dict | tuple[dict, dict]:
+def store_bundle(store: Store) -> dict | tuple[dict, dict]:
     """The MIME bundle of a store: a session browser widget plus the sessions table."""
     if _widgets_ok() and not getattr(store, "closed", False):
         try:
@@ -57,7 +63,7 @@ def store_bundle(store: Any) -> dict | tuple[dict, dict]:
     return {"text/html": store_html(store), "text/plain": repr(store)}
 
 
-def store_html(store: Any) -> str:
+def store_html(store: Store) -> str:
     """Static HTML of a store (a table of its sessions)."""
     return _static.store_html(store)
 
@@ -68,7 +74,7 @@ def _display_static(html_text: str, plain: str) -> None:
     display({"text/html": html_text, "text/plain": plain}, raw=True)
 
 
-def display_session(session: Any) -> None:
+def display_session(session: ViewedSession) -> None:
     """IPython display of a session: the tree's snapshot, then the live BranchTree (if any)."""
     if _widgets_ok():
         try:
@@ -81,7 +87,7 @@ def display_session(session: Any) -> None:
     _display_static(session_html(session), repr(session))
 
 
-def display_store(store: Any) -> None:
+def display_store(store: Store) -> None:
     """IPython display of a store: its sessions table, then the live StoreBrowser (if any)."""
     if _widgets_ok() and not getattr(store, "closed", False):
         try:

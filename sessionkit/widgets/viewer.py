@@ -26,15 +26,30 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import SessionNotFound, UsageError
 from ..messages import estimate_tokens
 from . import _bundle_search, _modules
+from ._payloads import (
+    BundleSession,
+    BundleTable,
+    ColumnSpec,
+    MessageView,
+    PathPair,
+    SearchHitView,
+    SessionPageState,
+    SessionsPage,
+    SimilarSessions,
+    TimelinePayload,
+)
 from ._queue import answer as queue_answer
 from ._queue import queues_list
 from ._source import labels_json, load_messages, message_view, path_entries, tree_data, tree_json
 from ._timeline import session_timeline as _session_timeline
+
+if TYPE_CHECKING:
+    from ..store import Session, Store
 
 __all__ = [
     "SORT_COLUMNS",
@@ -103,7 +118,7 @@ def modules_script() -> str:
     return "window.SK_MODULES = " + _script_json(mods) + ";\n"
 
 
-def _script_json(value: Any) -> str:
+def _script_json(value: object) -> str:
     """JSON that is also a safe JavaScript literal inside any page: ``<``, ``>``, ``&`` and the
     two line separators JavaScript reads as line ends are escaped (as in to_html pages)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -112,7 +127,7 @@ def _script_json(value: Any) -> str:
     return text
 
 
-def _script_data(value: Any) -> str:
+def _script_data(value: object) -> str:
     """``value`` as a JavaScript expression for a bundle's data files: ``JSON.parse("...")``
     and not an object literal, because in a literal a key ``"__proto__"`` (a session or
     message id like any other) sets the object's prototype instead of storing a value."""
@@ -124,7 +139,16 @@ def _script_text(text: str) -> str:
     return f"JSON.parse({_script_json(text)})"
 
 
-def _plain(value: Any) -> Any:
+@runtime_checkable
+class _Interval(Protocol):
+    """DuckDB's INTERVAL as Arrow reads it (``pyarrow.MonthDayNano``)."""
+
+    months: int
+    days: int
+    nanoseconds: int
+
+
+def _plain(value: object) -> object:
     """A value of the table as JSON has it: a column from SQL may give any of DuckDB's types
     (``sum()`` of integers is a DECIMAL or a HUGEINT, ``max(created) - min(created)`` an
     INTERVAL, a UUID, bytes, an infinite DOUBLE, a LIST or STRUCT of those)."""
@@ -132,7 +156,7 @@ def _plain(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, _dt.timedelta):
         return value.total_seconds()
-    if all(hasattr(value, k) for k in ("months", "days", "nanoseconds")):  # an INTERVAL read through Arrow
+    if isinstance(value, _Interval):  # an INTERVAL read through Arrow
         if value.months:  # a month has no fixed length in seconds: the interval as ISO 8601 says it
             return f"P{value.months}M{value.days}DT{value.nanoseconds / 1e9:g}S"
         return value.days * 86400 + value.nanoseconds / 1e9
@@ -153,7 +177,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _has_labels(store: Any) -> bool:
+def _has_labels(store: Store) -> bool:
     """Whether the store has a ``labels`` view with ``session_id`` and ``tag`` columns."""
     try:
         names = set(store.sql_arrow("SELECT * FROM labels LIMIT 0").column_names)
@@ -221,7 +245,7 @@ def _strip_sql(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
 
 
-def _value_column(store: Any, name: str, sql: str) -> str:
+def _value_column(store: Store, name: str, sql: str) -> str:
     """The name of the value column of a column's query, checked by running it with no rows."""
     try:
         names = store.sql_arrow(f"SELECT * FROM ({sql}\n) AS _c LIMIT 0").column_names
@@ -240,7 +264,7 @@ def _value_column(store: Any, name: str, sql: str) -> str:
     return others[0]
 
 
-def check_columns(store: Any, specs: Iterable[tuple[str, str]] = (), *, builtin: bool = True) -> list[dict]:
+def check_columns(store: Store, specs: Iterable[tuple[str, str]] = (), *, builtin: bool = True) -> list[ColumnSpec]:
     """The sessions table's extra columns: ``specs`` (``(name, sql)``, each a query over the
     ``store.sql`` views returning ``session_id`` and one value), each checked against the
     store now (``UsageError`` naming the column: the sandbox's message for a refused query,
@@ -248,7 +272,7 @@ def check_columns(store: Any, specs: Iterable[tuple[str, str]] = (), *, builtin:
     view: ``rating``, the mean rating, when a label has one, and ``tag_<tag>``, each tag's
     label count, for the most used tags). Each column is ``{"name", "label", "sql", "value"}``."""
     taken = set(SORT_COLUMNS) | {"unpriced", "total"}
-    out: list[dict] = []
+    out: list[ColumnSpec] = []
     for name, sql in specs:
         name, sql = parse_column(f"{name}={sql}")
         if name in taken:
@@ -285,7 +309,7 @@ def check_columns(store: Any, specs: Iterable[tuple[str, str]] = (), *, builtin:
     return out
 
 
-def _column_sql(col: dict, only: bool) -> str:
+def _column_sql(col: ColumnSpec, only: bool) -> str:
     return (
         f"SELECT session_id, any_value({_ident(col['value'])}) AS v FROM ({col['sql']}\n) AS _c "
         f"WHERE session_id IS NOT NULL{_ONLY if only else ''} GROUP BY session_id"
@@ -318,7 +342,7 @@ def _labels_sql(only: bool) -> str:
     )
 
 
-def _full_sql(labels: bool, columns: Sequence[dict] = ()) -> str:
+def _full_sql(labels: bool, columns: Sequence[ColumnSpec] = ()) -> str:
     """Every column for every session, filtered: for a filter or a sort by source, labels or an
     extra column (whose values the filter matches too)."""
     extra = "".join(f", c{k} AS ({_column_sql(col, False)})" for k, col in enumerate(columns))
@@ -343,7 +367,7 @@ def _full_sql(labels: bool, columns: Sequence[dict] = ()) -> str:
     )
 
 
-def _decorate(store: Any, rows: list[dict], labels: bool, columns: Sequence[dict] = ()) -> None:
+def _decorate(store: Store, rows: list[dict], labels: bool, columns: Sequence[ColumnSpec] = ()) -> None:
     """Fill in ``source``, ``labels`` and the extra columns for one page of rows, reading those
     sessions only."""
     ids = [r["session_id"] for r in rows]
@@ -364,15 +388,15 @@ def _decorate(store: Any, rows: list[dict], labels: bool, columns: Sequence[dict
 
 
 def sessions_page(
-    store: Any,
+    store: Store,
     *,
     offset: int = 0,
     limit: int = PAGE_SIZE,
     sort: str = "last_activity",
     desc: bool = True,
     filter: str = "",
-    columns: list[dict] | None = None,
-) -> dict:
+    columns: list[ColumnSpec] | None = None,
+) -> SessionsPage:
     """One page of the sessions table: ``{"rows", "total", "offset", "limit", "sort", "desc",
     "labels", "columns"}``. Each row has ``session_id, messages, branches, tokens, cost,
     unpriced, runs, last_activity, source, labels`` and a value per extra column (``columns``,
@@ -424,7 +448,7 @@ def sessions_page(
     }
 
 
-def search_hits(store: Any, query: str, *, limit: int = 50) -> list[dict]:
+def search_hits(store: Store, query: str, *, limit: int = 50) -> list[SearchHitView]:
     """``store.search`` over the whole store, best first: ``{session_id, id, role, snippet, score}``."""
     limit = max(1, min(int(limit), _MAX_HITS))
     return [
@@ -433,7 +457,7 @@ def search_hits(store: Any, query: str, *, limit: int = 50) -> list[dict]:
     ]
 
 
-def _session(store: Any, session_id: str) -> Any:
+def _session(store: Store, session_id: str) -> Session:
     """The session of that id, if the store holds anything of it: messages, runs, or run
     events alone (a run log written without messages: the ``sessions`` view lists it, and
     its page shows an empty transcript beside its runs). ``SessionNotFound`` otherwise."""
@@ -443,7 +467,7 @@ def _session(store: Any, session_id: str) -> Any:
     return session
 
 
-def session_state(store: Any, session_id: str) -> dict:
+def session_state(store: Store, session_id: str) -> SessionPageState:
     """What the session page opens with: the BranchTree's tree (arrays, no text), the latest
     leaf, the session's runs (``run_id``, ``status``) and its labels by message id (as the
     notebook views get them: ``id, tag, rating, target, note, author``; badges in the tree
@@ -459,14 +483,17 @@ def session_state(store: Any, session_id: str) -> dict:
     }
 
 
-def path_state(store: Any, session_id: str, leaf_id: str | None = None) -> dict:
+def path_state(store: Store, session_id: str, leaf_id: str | None = None) -> PathPair:
     """The path to ``leaf_id`` (default: the latest leaf) as the Transcript gets it, in both
     modes: ``{"model": ..., "full": ...}`` (compaction applied, and every message marked)."""
     session = _session(store, session_id)
-    return {mode: path_entries(session, leaf_id, compacted=(mode == "model")) for mode in ("model", "full")}
+    return {
+        "model": path_entries(session, leaf_id, compacted=True),
+        "full": path_entries(session, leaf_id, compacted=False),
+    }
 
 
-def message_views(store: Any, session_id: str, ids: Iterable[str]) -> dict[str, dict]:
+def message_views(store: Store, session_id: str, ids: Iterable[str]) -> dict[str, MessageView]:
     """The messages ``ids`` condensed for display, as the notebook views get them (tool
     output as readable text, long texts cut); unknown ids are left out."""
     wanted = [i for i in ids if isinstance(i, str)][:_MAX_PAGE]
@@ -474,12 +501,12 @@ def message_views(store: Any, session_id: str, ids: Iterable[str]) -> dict[str, 
     return {k: message_view(m, tokens=estimate_tokens(m)) for k, m in msgs.items()}
 
 
-def run_events(store: Any, session_id: str) -> list[dict]:
+def run_events(store: Store, session_id: str) -> list[dict]:
     """The session's stored run events, oldest first: what a RunView replays."""
     return store.events(session_id)
 
 
-def session_timeline(store: Any, session_id: str, events: list[dict] | None = None) -> dict:
+def session_timeline(store: Store, session_id: str, events: list[dict] | None = None) -> TimelinePayload:
     """The timeline of the session's runs (:func:`sessionkit.widgets._timeline.timeline`): each
     run's model and tool calls with their times, tokens, cost and errors, and the message each
     produced. ``SessionNotFound`` for no session."""
@@ -491,7 +518,9 @@ def session_timeline(store: Any, session_id: str, events: list[dict] | None = No
 SIMILAR = 5
 
 
-def similar_sessions(store: Any, session_id: str, *, k: int = SIMILAR, session_ids: list[str] | None = None) -> dict:
+def similar_sessions(
+    store: Store, session_id: str, *, k: int = SIMILAR, session_ids: list[str] | None = None
+) -> SimilarSessions:
     """The ``k`` sessions most like ``session_id`` (``store.similar(..., level="session")``,
     docs/analysis.md#find-similar) by the vectors of the model with the most of them:
     ``{"model", "sessions": [{"session_id", "score", "messages"}], "note"}``, ``note`` saying
@@ -520,7 +549,7 @@ def similar_sessions(store: Any, session_id: str, *, k: int = SIMILAR, session_i
 # -- the overview page (#/overview) ---------------------------------------------------------
 
 
-def overview(store: Any, session_ids: list[str] | None = None) -> dict:
+def overview(store: Store, session_ids: list[str] | None = None) -> dict:
     """The overview page's figures (:func:`sessionkit.analysis.overview_data`: each the rows of
     one SQL query over the store's views), of ``session_ids`` alone when given (a bundle's)."""
     from ..analysis import overview_data
@@ -608,7 +637,7 @@ def _earlier_bundle(out: Path, force: bool) -> list[Path]:
 
 
 def write_bundle(
-    store: Any,
+    store: Store,
     folder: str | Path,
     *,
     session_ids: Iterable[str] | None = None,
@@ -654,27 +683,30 @@ def write_bundle(
     # index's files, known once written, are added to it after)
     (out / MARKER).write_text("\n".join([_MARKER_HEAD, *written]) + "\n", encoding="utf-8")
     files: dict[str, str] = {}
-    bundled = [r["session_id"] for r in rows]
-    for k, row in enumerate(rows):
-        sid = row["session_id"]
+    bundled = [str(r["session_id"]) for r in rows]
+    for k, sid in enumerate(bundled):
         name = f"s{k}.js"
         files[sid] = f"data/{name}"
         state = session_state(store, sid)
         session = store.session(sid)
         msgs = load_messages(session, state["tree"]["ids"])
-        views = {mid: message_view(m, tokens=estimate_tokens(m)) for mid, m in msgs.items()}
-        payload = {
+        events = run_events(store, sid)
+        payload: BundleSession = {
             **state,
             "paths": path_state(store, sid) if len(session) else None,
-            "messages": views,
-            "events": run_events(store, sid),
+            "messages": {mid: message_view(m, tokens=estimate_tokens(m)) for mid, m in msgs.items()},
+            "events": events,
+            "timeline": session_timeline(store, sid, events),
+            "similar": similar_sessions(store, sid, session_ids=bundled),
         }
-        payload["timeline"] = session_timeline(store, sid, payload["events"])
-        payload["similar"] = similar_sessions(store, sid, session_ids=bundled)
         (data / name).write_text(f"skBundleSession({_script_json(sid)}, {_script_data(payload)});\n", encoding="utf-8")
-    shown = [{"name": col["name"], "label": col["label"]} for col in extra]
-    table = {"rows": rows, "files": files, "labels": _has_labels(store), "columns": shown}
-    table["overview"] = overview(store, None if wanted is None else bundled)
+    table: BundleTable = {
+        "rows": rows,
+        "files": files,
+        "labels": _has_labels(store),
+        "columns": [{"name": col["name"], "label": col["label"]} for col in extra],
+        "overview": overview(store, None if wanted is None else bundled),
+    }
     (data / "sessions.js").write_text(
         f"window.SK_BUNDLE = {_script_data(table)};\n",
         encoding="utf-8",
@@ -693,7 +725,7 @@ def write_bundle(
     return out
 
 
-def _bundle_texts(store: Any, session_ids: list[str]) -> Iterator[dict[str, Any]]:
+def _bundle_texts(store: Store, session_ids: list[str]) -> Iterator[dict[str, object]]:
     """The messages of ``session_ids`` in the store's order (``seq``), read a batch at a time:
     what the bundle's search index holds (``text``: the text parts, as ``store.search`` reads them)."""
     last = -1

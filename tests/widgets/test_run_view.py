@@ -150,3 +150,21 @@ def test_bad_sources():
         RunView(interval=-1)
     with pytest.raises(TypeError):
         RunView().push("not an event")
+
+
+def test_the_timeline_of_finished_runs_is_synced_and_an_empty_view_has_a_page(store, tmp_path):
+    """The front end draws the timeline from the synced ``_timeline`` (run_view.js); a view with no
+    finished run still writes its page."""
+    empty = RunView()
+    assert empty.has_trait("_timeline") and empty.trait_metadata("_timeline", "sync")
+    assert empty._timeline == {"runs": []}
+    assert "<html" in empty.to_html()
+    s = store.session("t")
+    result = _agent([{"text": "Hi.", "usage": {"in": 3, "out": 1}}]).run_sync("Hello", session=s)
+    view = RunView(result)
+    (run,) = view._timeline["runs"]
+    assert run["run_id"] == result.run_id and run["status"] == "completed"
+    assert [c["kind"] for c in run["calls"]] == ["model"]
+    assert view.get_state("_timeline")["_timeline"] == view._timeline
+    view.to_html(tmp_path / "run.html")
+    assert result.run_id in (tmp_path / "run.html").read_text(encoding="utf-8")

@@ -1,8 +1,11 @@
+// @ts-check
 // sessionkit widgets: helpers shared by every view (prepended to each view's module).
+// The payloads they take are typed in types.d.ts (generated from sessionkit/widgets/_payloads.py).
 
 const SK_ROLE_COLORS = { user: "#2563eb", assistant: "#15803d", system: "#64748b", tool: "#c2410c" };
 const SK_OTHER_COLOR = "#7c3aed";
 
+/** @param {string | null | undefined} role */
 function skRoleColor(role) {
   return skOwn(SK_ROLE_COLORS, role) || SK_OTHER_COLOR;
 }
@@ -11,6 +14,10 @@ function skRoleColor(role) {
  * obj[key] when obj has it as its own property, else undefined. Message, session and label
  * ids are any strings, "constructor", "toString" and "__proto__" among them: looked up in a
  * plain object with obj[key] they would find Object.prototype's members instead of nothing.
+ * @template T
+ * @param {Record<string, T> | null | undefined} obj
+ * @param {string} key
+ * @returns {T | undefined}
  */
 function skOwn(obj, key) {
   return obj !== null && obj !== undefined && Object.prototype.hasOwnProperty.call(obj, key) ? obj[key] : undefined;
@@ -22,14 +29,21 @@ function skDict() {
   return Object.create(null);
 }
 
-/** Create an element: skEl("div", {class: "x", onclick: fn}, child, "text", ...). */
+/**
+ * Create an element: skEl("div", {class: "x", onclick: fn}, child, "text", ...).
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Record<string, unknown> | null} [attrs]
+ * @param {...(Node | string | number | null | undefined | false)} children
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 function skEl(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs || {})) {
     if (value === undefined || value === null || value === false) continue;
-    if (key.startsWith("on") && typeof value === "function") node.addEventListener(key.slice(2), value);
-    else if (key === "class") node.className = value;
-    else if (key === "text") node.textContent = value;
+    if (key.startsWith("on") && typeof value === "function") node.addEventListener(key.slice(2), /** @type {EventListener} */ (value));
+    else if (key === "class") node.className = String(value);
+    else if (key === "text") node.textContent = String(value);
     else if (key === "style" && typeof value === "object") Object.assign(node.style, value);
     else node.setAttribute(key, value === true ? "" : String(value));
   }
@@ -40,11 +54,16 @@ function skEl(tag, attrs, ...children) {
   return node;
 }
 
+/**
+ * 1234 -> "1.2k", 12 -> "12" (as _static.fmt_tokens).
+ * @param {number | null | undefined} n
+ */
 function skTokens(n) {
   if (n === null || n === undefined) return "?";
+  n = Math.trunc(n); // whole tokens, as _static.fmt_tokens; each rounding below is toFixed's (a tie away from zero)
   const a = Math.abs(n);
   if (a >= 1e6) return (n / 1e6).toFixed(1) + "M";
-  if (a >= 1e4) return Math.round(n / 1e3) + "k";
+  if (a >= 1e4) return (n / 1e3).toFixed(0) + "k";
   if (a >= 1e3) return (n / 1e3).toFixed(1) + "k";
   return String(n);
 }
@@ -55,6 +74,9 @@ const SK_UNKNOWN_COST = "unknown";
 /**
  * Dollars; "unknown" when no price is known; a partial sum says so (as _static.fmt_cost):
  * skCost(0.0001, 2, 3) -> "≥ $0.0001 (2 of 3 unknown)". Never shows an unknown cost as zero.
+ * @param {number | null | undefined} cost
+ * @param {number | null} [unknown]
+ * @param {number | null} [total]
  */
 function skCost(cost, unknown, total) {
   unknown = unknown || 0;
@@ -66,11 +88,17 @@ function skCost(cost, unknown, total) {
   return `≥ ${text} (${hasTotal ? unknown + " of " + total : unknown} unknown)`;
 }
 
-/** "1 leaf", "2 leaves": the count and the noun that agrees with it (as _static.plural). */
+/**
+ * "1 leaf", "2 leaves": the count and the noun that agrees with it (as _static.plural).
+ * @param {number} n
+ * @param {string} singular
+ * @param {string} [plural]
+ */
 function skPlural(n, singular, plural) {
   return `${Number(n).toLocaleString("en-US")} ${n === 1 ? singular : plural || singular + "s"}`;
 }
 
+/** @param {unknown} value */
 function skJson(value) {
   try {
     return JSON.stringify(value, null, 2);
@@ -88,6 +116,10 @@ const SK_FOLD_LINES = 30;
  * A tool's input or output as a person reads it (as sessionkit.parts.output_text): a string
  * as itself with real line breaks and no ANSI colour codes, any other value as indented JSON.
  */
+/**
+ * @param {unknown} value
+ * @returns {string}
+ */
 function skOutputText(value) {
   if (typeof value !== "string") return value === undefined ? "" : skJson(value);
   return value.replace(SK_ANSI, "").replace(/\r\n?/g, "\n");
@@ -103,6 +135,7 @@ const SK_INLINE_CHARS = 60;
  * breaks; any other input as skOutputText shows it. A text the kernel already made (the
  * message views send input_text's result) reads back as itself.
  */
+/** @param {unknown} value */
 function skInputText(value) {
   if (typeof value === "string") {
     if (!value.trimStart().startsWith("{")) return skOutputText(value);
@@ -131,6 +164,7 @@ function skInputText(value) {
 }
 
 /** A tool's input in a view: skInputText's text, folded as skOutput folds output. */
+/** @param {unknown} value */
 function skInput(value) {
   return skOutput(skInputText(value));
 }
@@ -140,6 +174,7 @@ function skInput(value) {
  * (skOutputText), folded past SK_FOLD_LINES lines with a "show all" button. Tool output is
  * untrusted: it only ever becomes text nodes, never markup.
  */
+/** @param {unknown} value */
 function skOutput(value) {
   const text = skOutputText(value);
   const lines = text.split("\n");
@@ -159,7 +194,10 @@ function skOutput(value) {
   return skEl("div", { class: "sk-fold", "data-hidden-lines": String(hidden) }, pre, more);
 }
 
-/** Render a condensed message (see _source.message_view) into a DOM fragment. */
+/**
+ * Render a condensed message (see _source.message_view) into a DOM fragment.
+ * @param {MessageView | null | undefined} view
+ */
 function skParts(view) {
   const frag = document.createDocumentFragment();
   for (const p of (view && view.parts) || []) {
@@ -185,6 +223,7 @@ function skParts(view) {
 
 /** Message cache shared by every view of one model (a model can be displayed twice). */
 const skCaches = new WeakMap();
+/** @param {object} model */
 function skCache(model) {
   let cache = skCaches.get(model);
   if (!cache) {
@@ -204,12 +243,13 @@ function skNextReq() {
  * The widget renders: hide the static snapshot displayed just before it (the output
  * marked data-sk-snapshot-for with this view's key; see _views.display_view). Where no
  * widget renders (nbconvert offline, GitHub, nbviewer) nothing runs and the snapshot stays.
+ * @param {SkModel} model
  */
 function skHideSnapshot(model) {
   const key = model.get("_snapshot_key");
   if (!key || typeof document === "undefined") return;
   for (const node of document.querySelectorAll(`[data-sk-snapshot-for="${key}"]`)) {
-    const output = node.closest(".jp-OutputArea-child") || node;
+    const output = /** @type {HTMLElement} */ (node.closest(".jp-OutputArea-child") || node);
     output.style.display = "none";
     output.dataset.skSnapshotHidden = "1";
   }
@@ -220,6 +260,11 @@ function skHideSnapshot(model) {
  * (offline.js) and the store viewer (viewer.js). It keeps the view's state in a plain
  * object, runs the module's offlineChange on each set (as the kernel would recompute),
  * and answers the view's requests with answer(msg, state): a reply, a Promise of one, or null.
+ * @template S
+ * @param {S} state
+ * @param {{offlineChange?: (key: string, state: S, set: (key: string, value: unknown) => void) => void} | null} mod
+ * @param {(msg: ViewRequest | QueueRequest, state: S) => unknown} answer
+ * @returns {SkModel<S>}
  */
 function skLocalModel(state, mod, answer) {
   const handlers = new Map();
@@ -252,14 +297,21 @@ function skLocalModel(state, mod, answer) {
   return model;
 }
 
-/** A label's badge text: its tag, its rating, ⎇ for a label on the branch ending at the message, ⚙ for a scorer's. */
+/**
+ * A label's badge text: its tag, its rating, ⎇ for a label on the branch ending at the message, ⚙ for a scorer's.
+ * @param {LabelView} label
+ */
 function skLabelText(label) {
   const rating = label.rating === null || label.rating === undefined ? "" : ` ★${label.rating}`;
   const judged = label.source && label.source !== "human" ? "⚙ " : "";
   return judged + (label.target === "branch" ? "⎇ " : "") + label.tag + rating;
 }
 
-/** The badges of a message's labels (see _source.labels_json); a × on each when `onRemove` is given. */
+/**
+ * The badges of a message's labels (see _source.labels_json); a × on each when `onRemove` is given.
+ * @param {LabelView[] | undefined} labels
+ * @param {((label: LabelView) => void) | null} [onRemove]
+ */
 function skLabelBadges(labels, onRemove) {
   const box = skEl("span", { class: "sk-labels" });
   for (const label of Array.isArray(labels) ? labels : []) {
@@ -280,7 +332,10 @@ function skLabelBadges(labels, onRemove) {
   return box;
 }
 
-/** A form that adds a label: tag, rating, on the message or on its branch; `onAdd({tag, rating, target})`. */
+/**
+ * A form that adds a label: tag, rating, on the message or on its branch; `onAdd({tag, rating, target})`.
+ * @param {(fields: {tag: string, rating: number | null, target: "message" | "branch"}) => void} onAdd
+ */
 function skLabelForm(onAdd) {
   const tag = skEl("input", { class: "sk-label-tag", type: "text", placeholder: "tag", maxlength: "100", "aria-label": "label tag" });
   const rating = skEl("input", { class: "sk-label-rating", type: "number", step: "any", placeholder: "rating", "aria-label": "label rating" });
@@ -302,7 +357,7 @@ function skLabelForm(onAdd) {
       return;
     }
     error.textContent = "";
-    onAdd({ tag: text, rating: value, target: target.value });
+    onAdd({ tag: text, rating: value, target: target.value === "branch" ? "branch" : "message" });
     tag.value = "";
     rating.value = "";
   });
@@ -311,7 +366,10 @@ function skLabelForm(onAdd) {
   return form;
 }
 
-/** Whether the view runs with a kernel (a page written by to_html has none: labels are read-only there). */
+/**
+ * Whether the view runs with a kernel (a page written by to_html has none: labels are read-only there).
+ * @param {SkModel<{_offline?: unknown}>} model
+ */
 function skEditable(model) {
   return !model.get("_offline");
 }

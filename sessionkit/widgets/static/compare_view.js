@@ -1,9 +1,11 @@
+// @ts-check
 // CompareView front end: one column per variant, filled as the kernel sends batches.
 //
 // The model's `columns` lists {variant, status, model, text, tools, input_tokens,
 // output_tokens, cost_usd, error}; each batch replaces the list, and each column is
 // redrawn in place (its text node is updated, not rebuilt, so a selection survives).
 
+/** @param {SkRenderArgs<SkCompareState>} args */
 function render({ model, el }) {
   const root = skEl("div", { class: "sk-view sk-compare-view" });
   const head = skEl("div", { class: "sk-meta" });

@@ -1,3 +1,4 @@
+// @ts-check
 // ExperimentView front end: a row per item, a column per variant (the baseline first),
 // each cell the reply, its scores with their delta from the baseline, and a link to its branch.
 //
@@ -15,6 +16,7 @@ function skExpDelta(d) {
   return ` (${d > 0 ? "+" : ""}${Number(d.toPrecision(6))})`;
 }
 
+/** @param {SkRenderArgs<SkExperimentState>} args */
 function render({ model, el }) {
   const root = skEl("div", { class: "sk-view sk-experiment-view" });
   const head = skEl("div", { class: "sk-meta sk-exp-head" });

@@ -1,3 +1,4 @@
+// @ts-check
 // Runs a sessionkit view in a page written by to_html(): no kernel, no network.
 // The page embeds the view's module and data (common.js is prepended to this file);
 // skLocalModel stands in for the widget model and answers the view's requests from the data.

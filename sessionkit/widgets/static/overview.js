@@ -1,3 +1,4 @@
+// @ts-check
 // sessionkit viewer: the store's overview page (#/overview), drawn as SVG charts (docs/viewer.md).
 //
 // A classic script after common.js, defining skOverview(data) -> element. `data` is what

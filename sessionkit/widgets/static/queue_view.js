@@ -1,3 +1,4 @@
+// @ts-check
 // QueueView: an annotation queue worked by one annotator (docs/annotation.md).
 //
 // The notebook's QueueView and the store viewer's #/q/NAME run this module. It asks for the
@@ -17,6 +18,7 @@ function qvNumber(x) {
   return x === null || x === undefined ? "—" : Number(x).toLocaleString("en-US", { maximumFractionDigits: 3 });
 }
 
+/** @param {SkRenderArgs<SkQueueState>} args */
 function render({ model, el }) {
   skHideSnapshot(model);
   const root = skEl("section", { class: "sk-view skq", "data-queue": model.get("queue") || "" });
@@ -41,6 +43,11 @@ function render({ model, el }) {
   }
   model.on("msg:custom", onMsg);
 
+  /**
+   * One request to the kernel (or the viewer's API), answered by the reply with its req.
+   * @param {{type: "state"} | {type: "next"} | Omit<QueueSubmitRequest, "req" | "annotator">} msg
+   * @returns {Promise<any>}
+   */
   function ask(msg) {
     const req = skNextReq();
     return new Promise((resolve, reject) => {

@@ -1,3 +1,4 @@
+// @ts-check
 // RunView front end: run events folded into turns, updated in place as batches arrive.
 //
 // The kernel sends {type: "events", events: [...]} every ~75 ms while a run
@@ -84,6 +85,7 @@ function rvTurnUsage(u) {
   return bits.join(" · ");
 }
 
+/** @param {SkRenderArgs<SkRunState>} args */
 function render({ model, el }) {
   const root = skEl("div", { class: "sk-view sk-run-view" });
   const head = skEl("div", { class: "sk-toolbar" });
@@ -221,7 +223,8 @@ function render({ model, el }) {
       const input = skEl("input", { class: "sk-input", type: "text", placeholder: "message for the run…" });
       const send = (type) => {
         if (!input.value.trim()) return;
-        model.send({ type, text: input.value });
+        if (type === "steer") model.send({ type: "steer", text: input.value });
+        else model.send({ type: "follow_up", text: input.value });
         input.value = "";
       };
       const steer = skEl("button", { class: "sk-btn", type: "button", text: "Steer" });
@@ -284,15 +287,16 @@ function render({ model, el }) {
   }
 
   function renderTimeline() {
-    const data = model.get("_timeline") || {};
+    const data = model.get("_timeline") || { runs: [] };
     const runs = data.runs || [];
     tlBox.textContent = "";
     tlBox.style.display = runs.length ? "" : "none";
     if (!runs.length) return;
     for (const run of runs) {
+      const calls = /** @type {SkTimelineCall[]} */ (run.calls);
       let k = 0;
-      for (const c of run.calls) if (c.kind === "model") c.model_index = k++;
-      for (const c of run.calls) c.run_id = run.run_id;
+      for (const c of calls) if (c.kind === "model") c.model_index = k++;
+      for (const c of calls) c.run_id = run.run_id;
     }
     tlBox.append(skEl("summary", { class: "sk-meta", text: "timeline" }), skTimeline(data, openCall));
   }
@@ -322,6 +326,11 @@ function render({ model, el }) {
 }
 
 /** In a page written by to_html: the stored events stand in for the kernel's reset. */
+/**
+ * @param {ViewRequest} msg
+ * @param {SkRunState} state
+ * @returns {ResetReply | null}
+ */
 function offline(msg, state) {
   if (msg.type === "hello") return { type: "reset", req: msg.req, events: (state._offline && state._offline.events) || [] };
   return null;

@@ -1,3 +1,4 @@
+// @ts-check
 // sessionkit viewer: a bundle's search (docs/viewer.md#search), the same as store.search's.
 //
 // A classic script, before viewer.js. A bundle opened from file:// has no store to ask, so the

@@ -1,3 +1,4 @@
+// @ts-check
 // A run's timeline: its model and tool calls as bars on a time axis (docs/viewer.md).
 //
 // Plain top-level functions after common.js (skEl, skTokens, skCost), so the file is both a
@@ -27,6 +28,10 @@ function skTickStep(span) {
   return 10 * p;
 }
 
+/**
+ * @param {TimelineRun} run
+ * @param {((messageId: string, call: TimelineCall) => void) | null} [onOpen]
+ */
 function skTlRun(run, onOpen) {
   const calls = run.calls || [];
   let span = run.duration_s || 0;
@@ -99,6 +104,10 @@ function skTlRun(run, onOpen) {
 /**
  * The timeline of every run in `data` (from sessionkit.widgets._timeline.timeline). `onOpen(messageId,
  * call)` is called when a bar is clicked (a bar with no message is disabled).
+ */
+/**
+ * @param {TimelinePayload} data
+ * @param {((messageId: string, call: TimelineCall) => void) | null} [onOpen]
  */
 function skTimeline(data, onOpen) {
   const runs = (data && data.runs) || [];

@@ -1,3 +1,4 @@
+// @ts-check
 // Transcript front end: one path as a chat, content fetched as entries scroll into view.
 //
 // The model's `_path` lists the path's entries without content ({id, role,
@@ -5,6 +6,7 @@
 // a message a compaction replaces (full history only). Message bodies come
 // from the kernel ({type: "fetch", ids} -> {type: "messages", items}).
 
+/** @param {SkRenderArgs<SkTranscriptState>} args */
 function render({ model, el }) {
   const cache = skCache(model);
   const root = skEl("div", { class: "sk-view sk-transcript-view" });
@@ -18,6 +20,10 @@ function render({ model, el }) {
   let disposed = false;
   const labelErrors = new Map(); // req -> the error line of the form that sent it
 
+  /**
+   * @param {Omit<AddLabelRequest, "req"> | Omit<RemoveLabelRequest, "req">} message
+   * @param {Element | null} errorLine
+   */
   function sendLabel(message, errorLine) {
     const req = skNextReq();
     labelErrors.set(req, errorLine);
@@ -42,13 +48,13 @@ function render({ model, el }) {
         }
         const form = skLabelForm((fields) => sendLabel({ type: "add-label", id, ...fields }, form.querySelector(".sk-label-error")));
         node.querySelector(".sk-head").after(form);
-        form.querySelector(".sk-label-tag").focus();
+        /** @type {HTMLInputElement} */ (form.querySelector(".sk-label-tag")).focus();
       } });
   }
 
   const observer = new IntersectionObserver(
     (items) => {
-      for (const item of items) if (item.isIntersecting) want(item.target.dataset.id);
+      for (const item of items) if (item.isIntersecting) want(/** @type {HTMLElement} */ (item.target).dataset.id);
     },
     { root: list, rootMargin: "600px 0px" },
   );
@@ -101,7 +107,7 @@ function render({ model, el }) {
   }
 
   function build() {
-    const path = model.get("_path") || { entries: [], compactions: [] };
+    const path = model.get("_path") || /** @type {PathPayload} */ ({ entries: [], compactions: [] });
     const mode = model.get("mode");
     head.textContent = "";
     head.append(
@@ -197,7 +203,13 @@ function render({ model, el }) {
 }
 
 /** Answers this view's requests in a page written by to_html; switching modes swaps the path. */
+/**
+ * @param {ViewRequest} msg
+ * @param {SkTranscriptState} state
+ * @returns {MessagesReply | null}
+ */
 function offline(msg, state) {
+  /** @type {Partial<NonNullable<SkTranscriptState["_offline"]>>} */
   const data = state._offline || {};
   if (msg.type === "fetch") {
     const items = skDict();
@@ -207,6 +219,11 @@ function offline(msg, state) {
   return null;
 }
 
+/**
+ * @param {string} name
+ * @param {SkTranscriptState} state
+ * @param {(key: string, value: unknown) => void} set
+ */
 function offlineChange(name, state, set) {
   if (name === "mode" && state._offline && state._offline.paths) set("_path", state._offline.paths[state.mode]);
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // sessionkit viewer: a whole store in one page (docs/viewer.md).
 //
 // A classic script (a file:// page may not load module files), after common.js. The page
@@ -14,6 +15,7 @@
   const app = document.getElementById("sk-app");
   const CONFIG = JSON.parse(app.dataset.config || '{"mode": "served"}');
   const TOKEN = pageToken();
+  /** @type {[key: string, label: string, extra?: boolean][]} */
   const COLUMNS = [
     ["session_id", "session"],
     ["messages", "messages"],
@@ -52,6 +54,7 @@
 
   // -- data: the same calls over /api or over the bundle's globals --------------------------
 
+  /** @returns {SkViewerApi} */
   function served() {
     async function get(path, params, method) {
       const url = new URL(path, location.href);
@@ -106,6 +109,7 @@
     let retry = 2000;
     for (;;) {
       try {
+        /** @type {Record<string, string>} */
         const headers = {};
         if (TOKEN) headers.Authorization = "Bearer " + TOKEN;
         if (last !== null) headers["Last-Event-ID"] = last;
@@ -142,7 +146,9 @@
     }
   }
 
+  /** @returns {SkViewerApi} */
   function bundle() {
+    /** @type {Pick<BundleTable, "rows" | "files"> & Partial<BundleTable>} */
     const data = window.SK_BUNDLE || { rows: [], files: {} };
     const loaded = new Map();
     window.skBundleSession = (id, payload) => {
@@ -151,7 +157,10 @@
     };
     function load(id) {
       if (!loaded.has(id)) {
-        let resolve, reject;
+        /** @type {(payload: BundleSession) => void} */
+        let resolve = () => {};
+        /** @type {(err: Error) => void} */
+        let reject = () => {};
         const promise = new Promise((ok, fail) => ((resolve = ok), (reject = fail)));
         loaded.set(id, { promise, resolve });
         const file = skOwn(data.files, id);
@@ -222,6 +231,14 @@
     return modules.get(name);
   }
 
+  /**
+   * Mount view module `name` in `el` with a stand-in model over `state`, answering its requests with `answer`.
+   * @template S
+   * @param {string} name
+   * @param {HTMLElement} el
+   * @param {S} state
+   * @param {(msg: ViewRequest | QueueRequest, state: S) => unknown} answer
+   */
   async function mount(name, el, state, answer) {
     const mod = await viewModule(name);
     const model = skLocalModel(state, mod, answer);
@@ -534,7 +551,7 @@
     });
     const mark = () => {
       for (const node of chatEl.querySelectorAll(".skv-target")) node.classList.remove("skv-target");
-      const target = [...chatEl.querySelectorAll(".sk-msg[data-id]")].find((n) => n.dataset.id === tree.model.get("selected_id"));
+      const target = [.../** @type {NodeListOf<HTMLElement>} */ (chatEl.querySelectorAll(".sk-msg[data-id]"))].find((n) => n.dataset.id === tree.model.get("selected_id"));
       if (target) {
         target.classList.add("skv-target");
         target.scrollIntoView({ block: "nearest" });
@@ -684,7 +701,7 @@
       who = null;
     }
     const state = { queue: name, annotator: who };
-    const view = await mount("queue_view", host, state, (msg) => api.queue(name, msg));
+    const view = await mount("queue_view", host, state, (msg) => api.queue(name, /** @type {QueueRequest} */ (msg)));  // queue_view.js sends queue requests only
     const keep = () => {
       try {
         window.sessionStorage.setItem("sk-viewer-annotator", view.model.get("annotator"));
