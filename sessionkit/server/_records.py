@@ -54,10 +54,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 from .. import messages as _msg
+from ..store import RunRecord, Store
 from ._state import FOLLOW_UP, MODES
 
 __all__ = [
@@ -195,7 +197,7 @@ class Snapshot:
     last_seq: int | None = None
     messages: list[tuple[int, dict]] = field(default_factory=list)
     runs: dict[int, dict] = field(default_factory=dict)
-    run_records: list[Any] = field(default_factory=list)
+    run_records: list[RunRecord] = field(default_factory=list)
     status: dict | None = None
 
     @property
@@ -234,7 +236,7 @@ class Snapshot:
     def next_message(self) -> int:
         return self.messages[-1][0] + 1 if self.messages else 1
 
-    def record_of(self, n: int):
+    def record_of(self, n: int) -> RunRecord | None:
         run_id = f"{self.key}.{n}"
         for record in self.run_records:
             if record.run_id == run_id:
@@ -242,11 +244,14 @@ class Snapshot:
         return None
 
 
-def _first(rows) -> Any:
+_T = TypeVar("_T")
+
+
+def _first(rows: Sequence[tuple[int, _T]]) -> _T | None:
     return rows[0][1] if rows else None
 
 
-def read_snapshot(store, key: str, *, status: bool = False, runs: bool = True) -> Snapshot:
+def read_snapshot(store: Store, key: str, *, status: bool = False, runs: bool = True) -> Snapshot:
     """Read a session's records (a blocking call: run it off the event loop)."""
     snap = Snapshot(key)
     snap.session = _first(store.session_records.get(key, SESSION))
@@ -267,7 +272,7 @@ def read_snapshot(store, key: str, *, status: bool = False, runs: bool = True) -
     return snap
 
 
-def last_event_seq(store, key: str, hint: int | None) -> int:
+def last_event_seq(store: Store, key: str, hint: int | None) -> int:
     """The seq of a session's last stored event (-1 when none), reading from ``hint`` on."""
     events = store.events(key, hint if isinstance(hint, int) and hint >= 0 else None)
     if events:
@@ -293,7 +298,7 @@ class Verdict:
     path: list = field(default_factory=list, repr=False)
 
 
-def verify(store, snap: Snapshot) -> Verdict:
+def verify(store: Store, snap: Snapshot) -> Verdict:
     """Compare the conversation with the stored digest (a blocking read of the whole path).
 
     A run recorded ``running`` without a ``server.run`` record (begun on the session
@@ -337,7 +342,7 @@ class Recovery:
     failed: list[int] = field(default_factory=list)
 
 
-def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> Recovery:
+def plan_recovery(store: Store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> Recovery:
     """Close what a stopped server left half-done (call it inside one transaction).
 
     For each run not ``done``:

@@ -14,6 +14,7 @@ import asyncio
 import logging
 
 from . import _records as R
+from ._bodies import Accepted
 from ._errors import Rejected
 from ._scheduler import OWNER, Scheduler
 from ._state import Busy, Item, Live, Run, coalesced
@@ -92,7 +93,9 @@ class SharedScheduler(Scheduler):
             except Busy:
                 return
 
-    async def _accept(self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node) -> dict:
+    async def _accept(
+        self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node: str | None
+    ) -> Accepted:
         """Decide about a message with the session held across processes (``accept``): join the
         run this process drives, take the session over, or leave it to the process driving it."""
         key = live.key
@@ -137,7 +140,16 @@ class SharedScheduler(Scheduler):
         await self.coord.tell(key, "message")
         return answer
 
-    async def _place_remote(self, live: Live, snap: R.Snapshot, text, mode, author, context, node=None) -> dict:
+    async def _place_remote(
+        self,
+        live: Live,
+        snap: R.Snapshot,
+        text: str,
+        mode: str,
+        author: str | None,
+        context: dict | None,
+        node: str | None = None,
+    ) -> Accepted:
         """A message while another process drives the session: recorded ``pending``, its driver told."""
         status = snap.status or {}
         pending = sum(1 for _, v in snap.messages if v.get("pending"))
