@@ -37,7 +37,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ..agent import RunController
@@ -129,7 +129,7 @@ class ServedRunLog:
     def begin(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
         s, live, run = self._s, self._live, self._run
         run.attempts += 1
-        value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running"}
+        value: R.RunState = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running"}
         recorded, run.recorded = run.recorded, True
         store, key, n = s.store, live.key, run.n
 
@@ -159,7 +159,7 @@ class ServedRunLog:
     def end(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
         s, live, run = self._s, self._live, self._run
         again = status == "interrupted" and run.retry_later
-        value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running" if again else "done"}
+        value: R.RunState = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running" if again else "done"}
         if error is not None and not again:
             value["error"] = error
         store, key, n = s.store, live.key, run.n
@@ -214,7 +214,7 @@ class RunSession:
         """Save the run's messages (called by the agent on a worker thread; waits for the commit)."""
         s, live, run = self._s, self._live, self._run
         store, key, n = s.store, live.key, run.n
-        value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "saved"}
+        value: R.RunState = {"attempts": run.attempts, "agentId": s.agent_id, "state": "saved"}
         last_seq = live.next_seq - 1 if live.next_seq is not None else None
         messages = list(messages)
         # Chained onto the digest only when the run continues the path the digest describes;
@@ -292,7 +292,7 @@ class Scheduler:
         """Whether a waiting run takes one more message (at most ``run_messages`` join its first)."""
         return len(run.items) <= self.run_messages
 
-    def _index_entry(self, live: Live) -> dict:
+    def _index_entry(self, live: Live) -> R.IndexEntry:
         return {
             "sessionId": live.public_id,
             "key": live.key,
@@ -302,10 +302,12 @@ class Scheduler:
             "runN": live.run_n,
         }
 
-    def _accept_job(self, live: Live, items: list[tuple[int, dict]], new_runs: list[int]) -> Callable[[], None]:
+    def _accept_job(
+        self, live: Live, items: list[tuple[int, R.MessageRecord]], new_runs: list[int]
+    ) -> Callable[[], None]:
         """The write that records accepted messages (and runs opened for them), busy and indexed."""
         store, key = self.store, live.key
-        runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
+        runs = [(n, R.RunState(attempts=0, agentId=self.agent_id, state="queued")) for n in new_runs]
         entry = self._index_entry(live)
         index_key, index_slot = live.index, R.slot(live.public_id)
 
@@ -313,7 +315,7 @@ class Scheduler:
             store.session_records.put(key, R.MESSAGE, items)
             if runs:
                 store.session_records.put(key, R.RUN, runs)
-            store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), {"key": key, "index": index_key})])
+            store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), R.BusyRecord(key=key, index=index_key))])
             store.session_records.put(index_key, R.INDEX, [(index_slot, entry)])
 
         return job
@@ -556,7 +558,12 @@ class Scheduler:
     def _refused(self, live: Live, run: Run, exc: Exception) -> concurrent.futures.Future:
         store, key, run_id, n = self.store, live.key, live.run_id(run.n), run.n
         error = f"{type(exc).__name__}: {exc}"
-        value = {"attempts": max(run.attempts, 1), "agentId": self.agent_id, "state": "done", "error": error}
+        value: R.RunState = {
+            "attempts": max(run.attempts, 1),
+            "agentId": self.agent_id,
+            "state": "done",
+            "error": error,
+        }
         recorded = run.recorded
 
         def job() -> list[dict]:
@@ -622,10 +629,12 @@ class Scheduler:
             updates = [(it.rec, dict(recs.get(it.rec) or {}, run=target.n)) for it in items if it.rec in recs]
             await self._record_placed(live, updates, new_runs)
 
-    async def _record_placed(self, live: Live, updates: list[tuple[int, dict]], new_runs: list[int]) -> None:
+    async def _record_placed(
+        self, live: Live, updates: Sequence[tuple[int, Mapping[str, object]]], new_runs: list[int]
+    ) -> None:
         """Store where messages went (their records, ``updates``) and the runs opened for them."""
         store, key = self.store, live.key
-        runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
+        runs = [(n, R.RunState(attempts=0, agentId=self.agent_id, state="queued")) for n in new_runs]
 
         def job() -> None:
             store.session_records.put(key, R.MESSAGE, updates)

@@ -319,7 +319,7 @@ class Sessions:
         event_base = snap.next_event_base()
         first_run = snap.top_run() + 1
         index, index_slot = R.index_key(principal), R.slot(public_id)
-        entry = {
+        entry: R.IndexEntry = {
             "sessionId": public_id,
             "key": key,
             "createdAt": now,
@@ -363,7 +363,7 @@ class Sessions:
             held = await self._take_run_for_delete(live)
         top = max(snap.top_run(), live.run_n)
         index, index_slot = live.index, R.slot(live.public_id)
-        tombstone = {"runN": top, "eventN": snap.event_base, "deletedAt": R.now()}
+        tombstone: R.TombstoneRecord = {"runN": top, "eventN": snap.event_base, "deletedAt": R.now()}
 
         def job() -> None:
             # the next session of this id numbers its events after this one's last

@@ -196,7 +196,8 @@ class SharedScheduler(Scheduler):
         live.run_n = max(live.run_n, snap.top_run())
         if not pending or live.stopping or self.closing:
             return
-        updates, new_runs = [], []
+        updates: list[tuple[int, R.MessageRecord]] = []
+        new_runs: list[int] = []
         for rec, value in pending:
             item = Item(rec, *R.item_fields(value))
             n = value.get("run")
@@ -223,11 +224,13 @@ class SharedScheduler(Scheduler):
                 n = live.run_n
                 live.queue.append(Run(n, [item]))
                 new_runs.append(n)
-            updates.append((rec, dict(R.taken(value), run=n)))
+            placed = R.taken(value)
+            placed["run"] = n
+            updates.append((rec, placed))
         await self._record_placed(live, updates, new_runs)
         self.write_status(live)
 
-    def _status_value(self, live: Live) -> dict:
+    def _status_value(self, live: Live) -> R.StatusRecord:
         run = live.active
         nxt = live.queue[-1].n if live.queue and self._room(live.queue[-1]) else None
         return {

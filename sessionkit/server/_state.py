@@ -11,10 +11,13 @@ import concurrent.futures
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..agent import RunController
 from ._events import EventHub
+
+if TYPE_CHECKING:
+    from ._records import StatusRecord
 
 
 async def coalesced(live: Live, busy: str, again: str, one_pass: Callable[[], Awaitable[bool]]) -> None:
@@ -120,7 +123,7 @@ class Live:
     hub: EventHub | None = None
     next_seq: int | None = None  # the next event seq, known while this process drives it
     event_base: int = 0  # readers' id of the stored seq 0 (see public_event)
-    status: dict | None = None  # the last status record written (shared stores)
+    status: StatusRecord | None = None  # the last status record written (shared stores)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     absorbing: bool = False  # shared stores: looking for messages other processes accepted
     absorb_again: bool = False
