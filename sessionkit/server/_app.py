@@ -55,7 +55,7 @@ from ._events import CLOSED, Subscriber, dumps_event
 from ._hosts import HostGuard
 from ._openapi import openapi_document
 from ._routes import Route, match, resolve
-from ._scheduler import ServedAgent
+from ._scheduler import ServedAgent, served_agent
 from ._sessions import Sessions
 from ._state import Live
 from ._storeio import StoreIO
@@ -186,8 +186,7 @@ class SessionServer:
     ) -> None:
         if not isinstance(store, Store):
             raise TypeError(f"store must be a sessionkit Store (sk.open_store(...)), got {type(store).__name__}")
-        if not callable(getattr(agent, "run", None)):
-            raise TypeError(f"agent must be a sessionkit Agent, got {type(agent).__name__}")
+        agent = served_agent(agent)  # (checked for callers without a type checker)
         self.auth = _Auth(token, authenticate)
         self.max_body_bytes = _positive_int("max_body_bytes", max_body_bytes)
         self.events_window = _positive_int("events_window", events_window)

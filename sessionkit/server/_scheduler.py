@@ -38,7 +38,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..agent import RunController
 from ..errors import RunFailed
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sessionkit.server")
 
-__all__ = ["Scheduler", "ServedAgent"]
+__all__ = ["Scheduler", "ServedAgent", "served_agent"]
 
 #: How long DELETE and shutdown wait for an interrupted run to record its end.
 STOP_GRACE = 10.0
@@ -63,6 +63,7 @@ STOP_GRACE = 10.0
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 
 
+@runtime_checkable
 class ServedAgent(Protocol):
     """What the server needs of the agent it serves (a :class:`~sessionkit.Agent` has it): ``run``,
     called as below for each run of a session."""
@@ -78,6 +79,13 @@ class ServedAgent(Protocol):
         context: dict | None,
         at: str | None,
     ) -> object: ...
+
+
+def served_agent(agent: object) -> ServedAgent:
+    """``agent`` as the server runs it; TypeError unless it has a callable ``run`` (an Agent's)."""
+    if not isinstance(agent, ServedAgent) or not callable(agent.run):
+        raise TypeError(f"agent must be a sessionkit Agent, got {type(agent).__name__}")
+    return agent
 
 
 def _history(store: Store, key: str) -> tuple[dict | None, list[dict]]:

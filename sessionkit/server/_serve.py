@@ -130,6 +130,7 @@ def serve(
     from sessionkit.agent import load_agent
 
     from ._app import create_app
+    from ._scheduler import served_agent
 
     os.environ[_REQUEST_TIMEOUT_ENV] = repr(float(timeout_request))
     options = dict(
@@ -159,5 +160,7 @@ def serve(
         return
     loaded = load_agent(agent)
     with sk.open_store(store) as opened:
-        app = create_app(loaded, opened, token=token, body_timeout=timeout_request, allowed_hosts=allowed_hosts)
+        app = create_app(
+            served_agent(loaded), opened, token=token, body_timeout=timeout_request, allowed_hosts=allowed_hosts
+        )
         uvicorn.run(app, **options)  # type: ignore[arg-type]
