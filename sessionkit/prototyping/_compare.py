@@ -8,9 +8,8 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..agent import ROOT, Agent, LiteLLMModel, RunController
+from ..agent import ROOT, Agent, LiteLLMModel, RunController, RunResult
 from ..agent.events import HasSyncConversation
 from ..errors import MessageNotFound, UsageError
 from ..store import Session
@@ -50,9 +49,9 @@ class Comparison:
     """
 
     prompt: str
-    at: Any  # a message id, or ROOT
+    at: object  # a message id (str), or ROOT
     rows: list[dict]
-    results: dict[str, Any] = field(repr=False)
+    results: dict[str, RunResult | None] = field(repr=False)
 
     def to_pandas(self):
         """The rows as a DataFrame (needs pandas: the ``analysis`` extra)."""
@@ -68,11 +67,11 @@ class Comparison:
         raise KeyError(f"no variant {variant!r} in this comparison")
 
 
-def _model_name(model: Any) -> str:
+def _model_name(model: object) -> str:
     return str(getattr(model, "name", None) or type(model).__name__)
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """A setting as JSON keeps it (anything else as its repr)."""
     try:
         json.dumps(value, allow_nan=False)
@@ -81,7 +80,7 @@ def _plain(value: Any) -> Any:
         return repr(value)
 
 
-def _settings(agent: Agent, options: Mapping[str, Any]) -> dict:
+def _settings(agent: Agent, options: Mapping[str, object]) -> dict:
     """What a variant's run records of its settings (options that look like secrets are hidden)."""
     settings: dict = {
         "agent": agent.name,
@@ -97,7 +96,7 @@ def _settings(agent: Agent, options: Mapping[str, Any]) -> dict:
     return settings
 
 
-def _variant(name: Any, spec: Any, base: Agent | None) -> tuple[Agent, dict]:
+def _variant(name: object, spec: object, base: Agent | None) -> tuple[Agent, dict]:
     """A variant as an agent and its recorded settings; TypeError/ValueError naming it when malformed."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"variant names must be non-empty strings, got {name!r}")
@@ -134,17 +133,18 @@ def _variant(name: Any, spec: Any, base: Agent | None) -> tuple[Agent, dict]:
     return agent, _settings(agent, options)
 
 
-def _start_node(session: object, at: object) -> Any:
-    """The message every variant runs from: ``at``, or the session's latest leaf (``ROOT`` when empty)."""
+def _start_node(session: object, at: object) -> str | None:
+    """The message every variant runs from: ``at``, or the session's latest leaf (None for ``ROOT``:
+    an empty session, or ``at=ROOT``)."""
     # an sk.aio session reads through its store session
     reader = session.sync if isinstance(session, HasSyncConversation) else session
     if not isinstance(reader, Session):  # variants and replays are branches of the store's tree
         raise UsageError("compare needs a session in a sessionkit store (its variants are branches of one message)")
     if at is None:
         leaf = reader.latest_leaf()
-        return ROOT if leaf is None else leaf["id"]
+        return None if leaf is None else leaf["id"]
     if at is ROOT:
-        return ROOT
+        return None
     if not isinstance(at, str):
         raise TypeError(f"at must be a message id (str), ROOT or None, got {type(at).__name__}")
     if reader.get(at) is None:
@@ -154,15 +154,15 @@ def _start_node(session: object, at: object) -> Any:
 
 async def compare(
     prompt: str,
-    session: Any,
+    session: Session | HasSyncConversation,
     *,
-    variants: Mapping[str, Agent | Mapping[str, Any]],
+    variants: Mapping[str, Agent | Mapping[str, object]],
     base: Agent | None = None,
-    at: Any = None,
+    at: object = None,
     concurrency: int = 4,
     context: dict | None = None,
     timeout: float | None = None,
-    on_event: Callable[[str, dict], Any] | None = None,
+    on_event: Callable[[str, dict], object] | None = None,
 ) -> Comparison:
     """Run ``prompt`` from one message of ``session`` under each variant, at most ``concurrency`` at once.
 
@@ -188,10 +188,11 @@ async def compare(
     if base is not None and not isinstance(base, Agent):
         raise TypeError(f"base must be an Agent, got {type(base).__name__}")
     built = [(name, *_variant(name, spec, base)) for name, spec in variants.items()]
-    node = await asyncio.to_thread(_start_node, session, at)
+    found = await asyncio.to_thread(_start_node, session, at)
+    node = ROOT if found is None else found
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(name: str, agent: Agent, settings: dict) -> tuple[dict, Any]:
+    async def one(name: str, agent: Agent, settings: dict) -> tuple[dict, RunResult | None]:
         events: list[dict] = []
         controller = RunController()
 
@@ -228,7 +229,9 @@ async def compare(
     )
 
 
-def _row(name: str, settings: dict, result: Any, error: str | None, latency: float, events: list[dict]) -> dict:
+def _row(
+    name: str, settings: dict, result: RunResult | None, error: str | None, latency: float, events: list[dict]
+) -> dict:
     end: dict = next((e for e in reversed(events) if e.get("kind") == "run.end"), {})
     usage = (result.usage if result is not None else end.get("usage")) or {}
     turn_ends = [e for e in events if e.get("kind") == "turn.end"]

@@ -17,16 +17,22 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..agent import ROOT, Agent
 from ..errors import DatasetNotFound, ScorerFailed, UsageError
 from ..io import Progress
 from ..parts import text_of
-from ..store import DatasetInfo, DatasetItem, Store, scorer_id
+from ..store import DatasetInfo, DatasetItem, Session, Store, Unit, scorer_id
 from ._compare import _variant
 
+if TYPE_CHECKING:
+    from ..aio import AsyncStore
+
 __all__ = ["EXPERIMENT_COLUMNS", "Experiment", "experiment"]
+
+#: A scorer (``store.score``'s): a callable taking an :class:`~sessionkit.store.Unit`.
+Scorer: TypeAlias = Callable[[Unit], object]
 
 #: The columns of :meth:`Experiment.to_pandas`, one row per item and variant.
 EXPERIMENT_COLUMNS = [
@@ -88,7 +94,7 @@ class Experiment:
         out = []
         for variant in self.variants:
             rows = [r for r in self.rows if r["variant"] == variant]
-            entry: dict[str, Any] = {
+            entry: dict[str, str | int | float | None] = {
                 "variant": variant,
                 "completed": sum(r["status"] == "completed" for r in rows),
             }
@@ -105,14 +111,14 @@ class Experiment:
         return pd.DataFrame(out)
 
 
-def _store(store: Any) -> Store:
+def _store(store: object) -> Store:
     reader = getattr(store, "sync", store)  # an sk.aio store reads through its store
     if not isinstance(reader, Store):
         raise UsageError(f"experiment needs store=, a sessionkit store, got {type(store).__name__}")
     return reader
 
 
-def _dataset(store: Store, dataset: Any, version: Any) -> tuple[str, int, list[DatasetItem]]:
+def _dataset(store: Store, dataset: object, version: int | None) -> tuple[str, int, list[DatasetItem]]:
     if isinstance(dataset, DatasetInfo):
         name, version = dataset.name, dataset.version if version is None else version
     elif isinstance(dataset, str):
@@ -129,7 +135,7 @@ def _dataset(store: Store, dataset: Any, version: Any) -> tuple[str, int, list[D
     return name, items[0].version if items else int(version or 0), items
 
 
-def _scorers(scorers: Any) -> list[tuple[Any, str, str]]:
+def _scorers(scorers: object) -> list[tuple[Scorer, str, str]]:
     """``(fn, name, "name@version")`` of each scorer, checked before anything runs."""
     if scorers is None:
         return []
@@ -137,7 +143,7 @@ def _scorers(scorers: Any) -> list[tuple[Any, str, str]]:
         scorers = [scorers]
     if isinstance(scorers, (str, bytes)) or not isinstance(scorers, Iterable):
         raise TypeError(f"scorers is a list of scorers (callables taking an sk.scorers.Unit), got {scorers!r}")
-    out = []
+    out: list[tuple[Scorer, str, str]] = []
     for fn in scorers:
         ident, _ = scorer_id(fn)
         out.append((fn, ident.rpartition("@")[0], ident))
@@ -147,17 +153,18 @@ def _scorers(scorers: Any) -> list[tuple[Any, str, str]]:
     return out
 
 
-def _check_name(name: Any) -> str:
+def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name or ":" in name or not name.isprintable() or len(name) > 100:
         raise ValueError(f"an experiment's name is a non-empty str of at most 100 characters without ':', got {name!r}")
     return name
 
 
-def _asked(item: DatasetItem) -> tuple[dict, Any] | None:
-    """The item's last user message and the message it hangs from (ROOT for a first message)."""
+def _asked(item: DatasetItem) -> tuple[dict, str | None] | None:
+    """The item's last user message and the message it hangs from (None for a first message:
+    it is asked at ROOT)."""
     for index in range(len(item.history) - 1, -1, -1):
         if item.history[index].get("role") == "user":
-            return item.history[index], (item.history[index - 1]["id"] if index else ROOT)
+            return item.history[index], (item.history[index - 1]["id"] if index else None)
     return None
 
 
@@ -171,18 +178,18 @@ def _seconds(started: str | None, ended: str | None) -> float | None:
 
 
 async def experiment(
-    dataset: Any,
-    variants: Mapping[str, Agent | Mapping[str, Any]],
-    scorers: Any = (),
+    dataset: str | DatasetInfo,
+    variants: Mapping[str, Agent | Mapping[str, object]],
+    scorers: Scorer | Iterable[Scorer] | None = (),
     *,
     name: str,
-    store: Any,
+    store: Store | AsyncStore,
     version: int | None = None,
     base: Agent | None = None,
     baseline: str | None = None,
     concurrency: int = 4,
-    progress: Any = None,
-    on_row: Callable[[dict], Any] | None = None,
+    progress: bool | Callable[[int, int | None], object] | None = None,
+    on_row: Callable[[dict], object] | None = None,
     context: dict | None = None,
     timeout: float | None = None,
 ) -> Experiment:
@@ -242,7 +249,7 @@ async def experiment(
         asked = _asked(item)
         pending[item.n] = len(built)
         for vname, (_agent, settings) in built.items():
-            row: dict[str, Any] = dict.fromkeys(EXPERIMENT_COLUMNS)
+            row: dict[str, object] = dict.fromkeys(EXPERIMENT_COLUMNS)
             row.update(
                 item=item.n,
                 variant=vname,
@@ -272,11 +279,11 @@ async def experiment(
             row.update(stored, status="completed", resumed=True)
             tell(row)
             return
-        user, at = asked
-        if at is not ROOT and await asyncio.to_thread(session.get, at) is None:
+        user, parent = asked
+        if parent is not None and await asyncio.to_thread(session.get, parent) is None:
             row.update(
                 status="failed",
-                error=f"session {item.session_id!r} no longer holds message {at!r}, which item {item.n} hangs from",
+                error=f"session {item.session_id!r} no longer holds message {parent!r}, which item {item.n} hangs from",
             )
             tell(row)
             return
@@ -289,6 +296,7 @@ async def experiment(
             "settings": settings,
         }
         prompt = {"id": row["user_id"], "role": "user", "parts": copy.deepcopy(user.get("parts") or [])}
+        at = ROOT if parent is None else parent
         async with gate:
             row["status"] = "running"
             tell(row)
@@ -344,7 +352,7 @@ async def experiment(
     return result
 
 
-def _stored(store: Store, session: Any, user_id: str, name: str, dataset: str, version: int) -> dict | None:
+def _stored(store: Store, session: Session, user_id: str, name: str, dataset: str, version: int) -> dict | None:
     """What a stored (item, variant) said: its reply, usage and run (None when it was not asked yet).
 
     A stored user message of this experiment that another dataset or version asked is refused."""
@@ -391,7 +399,7 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _score(store: Store, scorers: list[tuple[Any, str, str]], session_id: str, rows: list[dict]) -> None:
+def _score(store: Store, scorers: list[tuple[Scorer, str, str]], session_id: str, rows: list[dict]) -> None:
     """Score the turns of ``rows`` (one session's) with each scorer, then read their scores back."""
     where = f"user_id IN ({', '.join(_literal(r['user_id']) for r in rows)}) AND reply_id IS NOT NULL"
     for fn, _name, ident in scorers:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 from ..agent import ROOT, Agent
 from ..agent.events import HasSyncConversation
@@ -17,6 +17,9 @@ from ..parts import text_of
 from ..store import Session
 
 __all__ = ["REPLAY_COLUMNS", "Replay", "replay"]
+
+#: A session to replay or replay into: a store's session, or an ``sk.aio`` one.
+StoreSession: TypeAlias = Session | HasSyncConversation
 
 #: The columns of :meth:`Replay.to_pandas`, one row per replayed user turn.
 REPLAY_COLUMNS = [
@@ -60,20 +63,24 @@ class Replay:
         return rows_df(self.rows, REPLAY_COLUMNS)
 
 
-def _reader(session: object, what: str) -> Session:
-    # an sk.aio session reads through its store session
-    reader = session.sync if isinstance(session, HasSyncConversation) else session
-    if not isinstance(reader, Session):  # variants and replays are branches of the store's tree
-        raise UsageError(f"replay needs {what} in a sessionkit store (a replay is a branch)")
-    return reader
+def _reader(session: object, what: str) -> tuple[StoreSession, Session]:
+    """The session as given (what the agent runs in) and the store session it reads through."""
+    if isinstance(session, HasSyncConversation):
+        reader = session.sync  # an sk.aio session reads through its store session
+        if isinstance(reader, Session):
+            return session, reader
+    elif isinstance(session, Session):
+        return session, session
+    # variants and replays are branches of the store's tree
+    raise UsageError(f"replay needs {what} in a sessionkit store (a replay is a branch)")
 
 
-def _sources(source: Any) -> list[tuple[Any, str | None]]:
+def _sources(source: object) -> list[tuple[object, str | None]]:
     """``(session, leaf_id)`` for a session (its latest path), a ``(session, leaf_id)`` pair or a list of either."""
     if isinstance(source, tuple) and len(source) == 2 and isinstance(source[1], str):
         return [(source[0], source[1])]
     if isinstance(source, (list, tuple)):
-        out: list[tuple[Any, str | None]] = []
+        out: list[tuple[object, str | None]] = []
         for item in source:
             out.extend(_sources(item))
         return out
@@ -141,11 +148,10 @@ def _replayed_from(path: list[dict], name: str, source: str) -> str | None:
     return None
 
 
-def _stored_run(reader: Any, user_id: str) -> tuple[list[dict], str]:
-    """The messages a replayed turn appended (its user message, then its replies) and the last one's id."""
-    user = reader.get(user_id)
+def _stored_run(reader: Session, user: dict) -> tuple[list[dict], str]:
+    """The messages a replayed turn appended (its stored user message, then its replies) and the last one's id."""
     run_id = (user.get("metadata") or {}).get("run_id")
-    chain, last = [user], user_id
+    chain, last = [user], user["id"]
     while True:
         below = [m for m in reader.branches(last) if (m.get("metadata") or {}).get("run_id") == run_id]
         if not below:
@@ -156,11 +162,11 @@ def _stored_run(reader: Any, user_id: str) -> tuple[list[dict], str]:
 
 async def replay(
     agent: Agent,
-    source: Any,
+    source: StoreSession | tuple[StoreSession, str] | Sequence[StoreSession | tuple[StoreSession, str]],
     *,
-    target: Any = None,
+    target: StoreSession | None = None,
     name: str | None = None,
-    progress: Any = None,
+    progress: bool | Callable[[int, int | None], object] | None = None,
     context: dict | None = None,
     timeout: float | None = None,
 ) -> Replay:
@@ -191,8 +197,8 @@ async def replay(
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"name must be a non-empty str without ':', got {name!r}")
     pairs = _sources(source)
-    readers = [(session, _reader(session, "a source session"), leaf) for session, leaf in pairs]
-    sink = None if target is None else (target, _reader(target, "the target session"))
+    readers = [(*_reader(session, "a source session"), leaf) for session, leaf in pairs]
+    sink = None if target is None else _reader(target, "the target session")
 
     plans = []
     for session, reader, leaf in readers:
@@ -210,7 +216,7 @@ async def replay(
         for session, reader, first_parent, turns, source_leaf in plans:
             out_session, out_reader = (session, reader) if sink is None else sink
             prefix = f"{name}:" if sink is None else f"{name}:{reader.session_id}:"
-            at: Any = (first_parent or ROOT) if sink is None else ROOT
+            at = (first_parent or ROOT) if sink is None else ROOT
             stopped = False
             for number, (user, originals) in enumerate(turns, 1):
                 row = _row(reader.session_id, number, user, originals, prefix + user["id"])
@@ -220,7 +226,7 @@ async def replay(
                     continue
                 stored = await asyncio.to_thread(out_reader.get, row["replay_id"])
                 if stored is not None:  # replayed before this call: not asked again
-                    chain, at = await asyncio.to_thread(_stored_run, out_reader, row["replay_id"])
+                    chain, at = await asyncio.to_thread(_stored_run, out_reader, stored)
                     _fill(row, _facts(chain[1:]), status="completed", resumed=True)
                     shown.update(1)
                     continue

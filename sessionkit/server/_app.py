@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import hashlib
 import hmac
 import inspect
@@ -22,27 +23,41 @@ import logging
 import signal
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from types import FrameType
+from typing import Literal
 from urllib.parse import quote, unquote
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
+from starlette.types import Message as ASGIMessage
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import UsageError
 from ..store import Store
 from . import _records as R
-from ._bodies import check_session_id, invalid, parse_conversation_query, parse_json, parse_message, resume_after
+from ._bodies import (
+    JSON,
+    Accepted,
+    check_session_id,
+    invalid,
+    parse_conversation_query,
+    parse_json,
+    parse_message,
+    resume_after,
+)
 from ._coordinate import coordinator_for
 from ._errors import Rejected, error_response, json_response, store_failure
 from ._events import CLOSED, Subscriber, dumps_event
 from ._hosts import HostGuard
 from ._openapi import openapi_document
 from ._routes import Route, match, resolve
+from ._scheduler import ServedAgent, served_agent
 from ._sessions import Sessions
+from ._state import Live
 from ._storeio import StoreIO
 
 log = logging.getLogger("sessionkit.server")
@@ -61,7 +76,7 @@ _WS_CLOSE = {"session_deleted": 4404, "server_stopping": 1012, "too_slow": 1013}
 _json = json_response
 
 
-def _positive_int(name: str, value: Any) -> int:
+def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1:
@@ -69,7 +84,7 @@ def _positive_int(name: str, value: Any) -> int:
     return value
 
 
-def _positive_number(name: str, value: Any) -> float:
+def _positive_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, got {type(value).__name__}")
     if not value > 0:
@@ -80,7 +95,7 @@ def _positive_number(name: str, value: Any) -> float:
 class _Auth:
     """Bearer token (compared in constant time) and/or a custom ``authenticate``."""
 
-    def __init__(self, token: str | None, authenticate: Callable | None) -> None:
+    def __init__(self, token: str | None, authenticate: Callable[..., object] | None) -> None:
         if token is not None:
             if not isinstance(token, str):
                 raise TypeError(f"token must be a str, got {type(token).__name__}")
@@ -128,7 +143,7 @@ class _Auth:
         return result
 
 
-def _segments(scope: Mapping[str, Any]) -> list[str] | None:
+def _segments(scope: Scope) -> list[str] | None:
     """The path's segments, each percent-decoded (so an encoded ``/`` stays inside its segment)."""
     raw = scope.get("raw_path")
     if isinstance(raw, (bytes, bytearray)):
@@ -144,7 +159,13 @@ def _segments(scope: Mapping[str, Any]) -> list[str] | None:
     return [unquote(p, errors="replace") for p in parts]
 
 
-_EMPTY = object()  # a request without a body
+class _NoBody(enum.Enum):
+    """What :meth:`SessionServer._body` gives for a request without a body (not a JSON value)."""
+
+    EMPTY = "a request without a body"
+
+
+_EMPTY: Literal[_NoBody.EMPTY] = _NoBody.EMPTY
 
 
 class SessionServer:
@@ -152,11 +173,11 @@ class SessionServer:
 
     def __init__(
         self,
-        agent: Any,
+        agent: ServedAgent,
         store: Store,
         *,
         token: str | None,
-        authenticate: Callable | None,
+        authenticate: Callable[..., object] | None,
         max_body_bytes: int,
         max_concurrent_runs: int,
         max_queued: int,
@@ -165,8 +186,7 @@ class SessionServer:
     ) -> None:
         if not isinstance(store, Store):
             raise TypeError(f"store must be a sessionkit Store (sk.open_store(...)), got {type(store).__name__}")
-        if not callable(getattr(agent, "run", None)):
-            raise TypeError(f"agent must be a sessionkit Agent, got {type(agent).__name__}")
+        agent = served_agent(agent)  # (checked for callers without a type checker)
         self.auth = _Auth(token, authenticate)
         self.max_body_bytes = _positive_int("max_body_bytes", max_body_bytes)
         self.events_window = _positive_int("events_window", events_window)
@@ -203,7 +223,7 @@ class SessionServer:
     # ------------------------------------------------------------------ lifespan
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, app: Starlette):
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.coord.start(self.io, self.sessions.signal_from_thread)
         self.io.start()
         self.sessions.bind()
@@ -234,9 +254,9 @@ class SessionServer:
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         loop = asyncio.get_running_loop()
-        previous: dict[int, Any] = {}
+        previous: dict[int, Callable[[int, FrameType | None], object] | int | None] = {}
 
-        def handler(signum, frame, _sessions=self.sessions):
+        def handler(signum: int, frame: FrameType | None, _sessions: Sessions = self.sessions) -> None:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_sessions.close_streams, "server_stopping")
             prev = previous.get(signum)
@@ -262,7 +282,7 @@ class SessionServer:
 
     # ------------------------------------------------------------------ HTTP
 
-    async def asgi(self, scope, receive, send) -> None:
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             request = Request(scope, receive)
             response = await self.http(request)
@@ -270,7 +290,7 @@ class SessionServer:
         elif scope["type"] == "websocket":
             await self.websocket(WebSocket(scope, receive, send))
 
-    async def http(self, request: Request):
+    async def http(self, request: Request) -> Response | _EventStream:
         try:
             return await self._dispatch(request)
         except Rejected as exc:
@@ -282,7 +302,7 @@ class SessionServer:
             log.exception("sessionkit server: %s %s failed", request.method, request.url.path)
             return _json(500, {"error": "internal_error"})
 
-    async def _dispatch(self, request: Request):
+    async def _dispatch(self, request: Request) -> Response | _EventStream:
         segments = _segments(request.scope)
         method = request.method
         routes, _ = match(segments or [])
@@ -301,15 +321,18 @@ class SessionServer:
         route, params = resolve(method, segments)
         return await self._handle(route, request, principal, params)
 
-    async def _handle(self, route: Route, request: Request, principal: str, params: dict):
+    async def _handle(
+        self, route: Route, request: Request, principal: str, params: dict[str, str]
+    ) -> Response | _EventStream:
         handler = getattr(self, "op_" + route.operation)
-        return await handler(request, principal, **params)
+        answer: Response | _EventStream = await handler(request, principal, **params)
+        return answer
 
-    async def _live(self, principal: str, session_id: str):
+    async def _live(self, principal: str, session_id: str) -> Live:
         check_session_id(session_id)
         return await self.sessions.get(principal, session_id)
 
-    async def _body(self, request: Request) -> Any:
+    async def _body(self, request: Request) -> JSON | Literal[_NoBody.EMPTY]:
         body = bytearray()
         try:
             async with asyncio.timeout(self.body_timeout):
@@ -339,8 +362,7 @@ class SessionServer:
             body = {}
         if not isinstance(body, dict):
             raise invalid("the body must be a JSON object")
-        session_id = body["sessionId"] if "sessionId" in body else uuid.uuid4().hex
-        check_session_id(session_id)
+        session_id = check_session_id(body["sessionId"] if "sessionId" in body else uuid.uuid4().hex)
         if await self.sessions.create(principal, session_id):
             return _json(201, {"sessionId": session_id}, {"Location": f"/sessions/{session_id}"})
         return _json(200, {"sessionId": session_id})
@@ -368,7 +390,7 @@ class SessionServer:
         query = parse_conversation_query(request.query_params)
         return _json(200, await self.sessions.conversation(live, query))
 
-    async def op_streamEvents(self, request: Request, principal: str, sessionId: str):
+    async def op_streamEvents(self, request: Request, principal: str, sessionId: str) -> _EventStream:
         live = await self._live(principal, sessionId)
         after = resume_after(request.headers, request.query_params)
         sub = await self.sessions.subscribe(live, after)
@@ -417,7 +439,7 @@ class SessionServer:
             with contextlib.suppress(BaseException):
                 await pump
 
-    async def _ws_open(self, ws: WebSocket):
+    async def _ws_open(self, ws: WebSocket) -> tuple[Live, int | None]:
         principal = await self.auth.principal(ws)
         if principal is None:
             raise Rejected(401, "unauthorized")
@@ -428,7 +450,7 @@ class SessionServer:
         live = await self._live(principal, params["sessionId"])
         return live, resume_after(ws.headers, ws.query_params, header=False)
 
-    async def _ws_message(self, live, message: Mapping[str, Any]) -> dict:
+    async def _ws_message(self, live: Live, message: ASGIMessage) -> Accepted | dict[str, str]:
         data = message.get("text")
         if data is None and message.get("bytes") is not None:
             data = message["bytes"]
@@ -466,12 +488,12 @@ class SessionServer:
 class _EventStream:
     """An SSE response that ends when its reader closes, and drops a client that stops reading."""
 
-    def __init__(self, server: SessionServer, live, sub: Subscriber) -> None:
+    def __init__(self, server: SessionServer, live: Live, sub: Subscriber) -> None:
         self.server = server
         self.live = live
         self.sub = sub
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         sub, sessions = self.sub, self.server.sessions
 
         async def watch() -> None:  # the client going away ends the stream
@@ -536,11 +558,11 @@ async def _deny(ws: WebSocket, exc: Rejected) -> None:
 
 
 def create_app(
-    agent: Any,
+    agent: ServedAgent,
     store: Store,
     *,
     token: str | None = None,
-    authenticate: Callable | None = None,
+    authenticate: Callable[..., object] | None = None,
     max_body_bytes: int = 1_000_000,
     max_concurrent_runs: int = 16,
     max_queued: int = 100,

@@ -1,4 +1,5 @@
-"""What the server accepts from a client: JSON bodies and frames, ids, resume points.
+"""What the server accepts from a client (JSON bodies and frames, ids, resume points), and
+the shapes of the bodies it answers with (``_schemas`` describes them to clients).
 
 Everything a client sends is checked here before it reaches a session, and a value
 that is JSON but cannot be handled is refused with ``400 {"error": "invalid_body",
@@ -17,17 +18,25 @@ import base64
 import binascii
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import NoReturn, TypeAlias, TypedDict, TypeGuard
 
 from ._errors import Rejected
 from ._state import FOLLOW_UP, MODES
 
 __all__ = [
+    "JSON",
     "MAX_DEPTH",
+    "Accepted",
+    "ConversationPage",
     "ConversationQuery",
     "Message",
+    "RunView",
+    "SentMessage",
+    "SessionList",
+    "SessionSummary",
+    "SessionView",
     "check_session_id",
     "conversation_cursor",
     "parse_conversation_query",
@@ -35,6 +44,9 @@ __all__ = [
     "parse_message",
     "resume_after",
 ]
+
+#: A JSON value, as a body, a frame or a stored record holds it.
+JSON: TypeAlias = dict[str, "JSON"] | list["JSON"] | str | int | float | bool | None
 
 #: ``GET /sessions/{id}/conversation``: messages per page by default, and at most.
 PAGE_DEFAULT = 100
@@ -51,11 +63,90 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _DIGITS = re.compile(r"[0-9]{1,18}\Z")
 
 
+# ---------------------------------------------------------------------------
+# answers (their JSON schemas are in _schemas)
+
+
+class Accepted(TypedDict):
+    """``202`` to a message: the run it belongs to, and whether it waits (``_schemas.ACCEPTED``)."""
+
+    runId: str
+    queued: bool
+
+
+class RunView(TypedDict):
+    """A run in ``GET /sessions/{id}`` (``_schemas.RUN``)."""
+
+    runId: str
+    status: str
+    input: str | None
+    startedAt: str | None
+    endedAt: str | None
+    agentId: str
+    attempts: int
+
+
+class _SentMessage(TypedDict):
+    runId: str
+    text: str
+    mode: str
+    queued: bool
+    at: str
+
+
+class SentMessage(_SentMessage, total=False):
+    """A message a caller sent, in ``GET /sessions/{id}`` (``_schemas.SENT``)."""
+
+    author: str
+    node: str
+
+
+class SessionView(TypedDict):
+    """``GET /sessions/{id}`` (``_schemas.SESSION``)."""
+
+    sessionId: str
+    runs: list[RunView]
+    active: str | None
+    queued: int
+    messages: list[SentMessage]
+
+
+class SessionSummary(TypedDict):
+    """A session in ``GET /sessions`` (``_schemas.SESSION_SUMMARY``)."""
+
+    sessionId: str
+    runs: int
+    active: str | None
+    queued: int
+    updatedAt: str
+
+
+class SessionList(TypedDict):
+    """``GET /sessions`` (``_schemas.SESSION_LIST``)."""
+
+    sessions: list[SessionSummary]
+
+
+class ConversationPage(TypedDict):
+    """``GET /sessions/{id}/conversation`` (``_schemas.CONVERSATION``)."""
+
+    sessionId: str
+    leaf: str | None
+    compacted: bool
+    total: int
+    messages: list[dict]
+    nextCursor: str | None
+
+
+# ---------------------------------------------------------------------------
+# what clients send
+
+
 def invalid(detail: str) -> Rejected:
     return Rejected(400, "invalid_body", detail=detail)
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise invalid(f"{name} is not a JSON value")
 
 
@@ -73,7 +164,7 @@ def _check_depth(text: str) -> None:
             depth -= 1
 
 
-def _check_strings(value: Any) -> None:
+def _check_strings(value: JSON) -> None:
     stack = [value]
     while stack:
         item = stack.pop()
@@ -87,7 +178,7 @@ def _check_strings(value: Any) -> None:
             stack.extend(item)
 
 
-def parse_json(raw: bytes | bytearray | str, *, what: str = "body") -> Any:
+def parse_json(raw: bytes | bytearray | str, *, what: str = "body") -> JSON:
     """Parse a request body or WebSocket frame strictly (see the module docstring)."""
     if isinstance(raw, (bytes, bytearray)):
         try:
@@ -126,7 +217,7 @@ class Message:
     at: str | None = None  # the message of the conversation to run from (its turn branches there)
 
 
-def parse_message(body: Any) -> Message:
+def parse_message(body: object) -> Message:
     if not isinstance(body, dict):
         raise invalid("the body must be a JSON object with 'text'")
     text = body.get("text")
@@ -182,14 +273,16 @@ def conversation_cursor(leaf: str, compacted: bool, offset: int, anchors: Iterab
     A cursor is base64 of ``[leaf, compacted, offset]`` or, with anchors,
     ``[leaf, compacted, offset, [[depth, id], ...]]``; both are read back.
     """
-    kept: list[list[Any]] = []
+    kept: list[JSON] = []
     size = 2
     for depth, mid in anchors:
         size += len(json.dumps([depth, mid], ensure_ascii=True)) + 1
         if size > _ANCHORS_MAX_CHARS:
             break
         kept.append([depth, mid])
-    value: list[Any] = [leaf, compacted, offset] + ([kept] if kept else [])
+    value: list[JSON] = [leaf, compacted, offset]
+    if kept:
+        value.append(kept)
     raw = json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
@@ -227,11 +320,11 @@ def _read_cursor(cursor: str) -> tuple[str, bool, int, tuple[tuple[int, str], ..
     return leaf, compacted, offset, tuple(anchors)
 
 
-def _whole(value: Any) -> bool:
+def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def parse_conversation_query(query: Any) -> ConversationQuery:
+def parse_conversation_query(query: Mapping[str, str]) -> ConversationQuery:
     """``?leaf=&compacted=true|false&limit=&cursor=``; 400 ``invalid_query`` naming the bad one.
 
     A cursor pins the path of the first page (its leaf, compacted or not), so the pages of
@@ -262,13 +355,13 @@ def parse_conversation_query(query: Any) -> ConversationQuery:
     return ConversationQuery(leaf, compacted, limit, offset, anchors)
 
 
-def check_session_id(session_id: Any) -> str:
+def check_session_id(session_id: object) -> str:
     if not isinstance(session_id, str) or not SESSION_ID.match(session_id):
         raise Rejected(400, "session_id_invalid")
     return session_id
 
 
-def resume_after(headers: Any, query: Any, *, header: bool = True) -> int | None:
+def resume_after(headers: Mapping[str, str], query: Mapping[str, str], *, header: bool = True) -> int | None:
     """``Last-Event-ID`` (or ``?lastEventId=``): resume after this seq; None for the whole window.
 
     ASCII digits only (at most 18): ``1_0``, ``+5``, ``-1`` or a fullwidth digit are

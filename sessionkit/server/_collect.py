@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..integrations.otel import TraceReceiver
+from ..store import Store
 from ._app import _Auth
 from ._hosts import HostGuard
 from ._view import is_loopback
@@ -45,7 +45,7 @@ def _wildcard(host: str) -> bool:
 
 
 def create_collect_app(
-    store: Any,
+    store: Store,
     *,
     host: str = "127.0.0.1",
     token: str | None = None,
@@ -103,7 +103,7 @@ def serve_collect(
     token: str | None = None,
     allowed_hosts: Iterable[str] = (),
     session_prefix: str = "",
-    on_ready: Callable[[str], Any] | None = None,
+    on_ready: Callable[[str], object] | None = None,
     log_level: str = "warning",
 ) -> None:
     """Receive OTLP/HTTP traces into the store at ``target`` (created when missing) until

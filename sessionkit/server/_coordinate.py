@@ -27,18 +27,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeAlias
 
 from ._lease import Lease
-from ._state import Busy
+from ._state import Busy, Live
 
 if TYPE_CHECKING:
-    from ..store import Coordination
+    from ..store import Coordination, Store
+    from ._bodies import JSON
+    from ._scheduler import Scheduler, ServedAgent
+    from ._storeio import StoreIO
 
 log = logging.getLogger("sessionkit.server")
 
-__all__ = ["Busy", "LocalCoordinator", "SharedCoordinator", "coordinator_for"]
+__all__ = ["Busy", "Coordinator", "LocalCoordinator", "SharedCoordinator", "coordinator_for"]
 
 #: How long a decision waits for another process's decision on the same session.
 ACCEPT_WAIT = 30.0
@@ -50,13 +53,13 @@ class LocalCoordinator:
     #: Sessions a stopped server left busy are looked for once, at start.
     sweep_every: float | None = None
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.lease: Lease | None = None
         if store.engine in ("sqlite", "duckdb") and store.path is not None:
             self.lease = Lease(store.path)
             self.lease.acquire()  # a second server on the file fails here, naming the holder
 
-    def start(self, io: Any, on_signal: Callable[[str, str, Any], None]) -> None:
+    def start(self, io: StoreIO, on_signal: Callable[[str, str, object], None]) -> None:
         if self.lease is not None:
             self.lease.acquire()  # again, if a previous shutdown gave it back
 
@@ -65,7 +68,7 @@ class LocalCoordinator:
             self.lease.release()
 
     @contextlib.asynccontextmanager
-    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None):
+    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None) -> AsyncIterator[None]:
         yield  # decisions are made on this process's loop, under the session's own lock
 
     async def take_run(self, key: str) -> bool:
@@ -77,16 +80,16 @@ class LocalCoordinator:
     async def run_taken(self, key: str) -> bool:
         return False  # no other process: a session this one does not drive is idle
 
-    async def tell(self, key: str, kind: str, data: Any = None) -> None:
+    async def tell(self, key: str, kind: str, data: JSON = None) -> None:
         return None
 
-    def scheduler(self, agent: Any, store: Any, io: Any, **limits: int) -> Any:
+    def scheduler(self, agent: ServedAgent, store: Store, io: StoreIO, **limits: int) -> Scheduler:
         """The scheduler for one process serving the store (``_scheduler.Scheduler``)."""
         from ._scheduler import Scheduler  # (made here, imported when asked: it imports this module's types)
 
         return Scheduler(agent, store, io, self, **limits)
 
-    def remote(self, live: Any) -> bool:
+    def remote(self, live: Live) -> bool:
         """Whether another process may be driving the session: never, here."""
         return False
 
@@ -99,7 +102,7 @@ class LocalCoordinator:
         """What serializes the creation of sessions: this process's own ``lock``."""
         return lock
 
-    def busy_elsewhere(self, store: Any, busy_key: str, busy_kind: str) -> set[str]:
+    def busy_elsewhere(self, store: Store, busy_key: str, busy_kind: str) -> set[str]:
         """Sessions other processes drive (read inside a store read): none."""
         return set()
 
@@ -114,15 +117,15 @@ class SharedCoordinator:
     #: Every so often each process looks for busy sessions whose owner died.
     sweep_every: float | None = 3.0
 
-    def __init__(self, store: Any, coordination: Coordination) -> None:
+    def __init__(self, store: Store, coordination: Coordination) -> None:
         self.store = store
         self.coordination = coordination
-        self.io: Any = None
+        self._io: StoreIO | None = None
         self.lease = None
         self._listening = False
 
-    def start(self, io: Any, on_signal: Callable[[str, str, Any], None]) -> None:
-        self.io = io
+    def start(self, io: StoreIO, on_signal: Callable[[str, str, object], None]) -> None:
+        self._io = io
         if not self._listening:
             self.coordination.on_signal(on_signal)
             self._listening = True
@@ -130,12 +133,19 @@ class SharedCoordinator:
     def close(self) -> None:
         return None
 
+    @property
+    def io(self) -> StoreIO:
+        """The server's store calls (given by :meth:`start`)."""
+        if self._io is None:
+            raise RuntimeError("the coordinator is not started")
+        return self._io
+
     @staticmethod
     def _name(kind: str, key: str) -> str:
         return f"server.{kind}\x00{key}"
 
     @contextlib.asynccontextmanager
-    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None):
+    async def hold(self, kind: str, key: str, *, give_up: Callable[[], bool] | None = None) -> AsyncIterator[None]:
         """Hold ``kind`` for the session across processes; :class:`Busy` after :data:`ACCEPT_WAIT`,
         or as soon as ``give_up()`` is true while waiting (the holder may be waiting for us)."""
         name = self._name(kind, key)
@@ -169,13 +179,13 @@ class SharedCoordinator:
     async def run_taken(self, key: str) -> bool:
         return bool(await self.io.read(self.coordination.hold_taken, self._name("run", key)))
 
-    def scheduler(self, agent: Any, store: Any, io: Any, **limits: int) -> Any:
+    def scheduler(self, agent: ServedAgent, store: Store, io: StoreIO, **limits: int) -> Scheduler:
         """The scheduler for a store several processes serve (``_shared.SharedScheduler``)."""
         from ._shared import SharedScheduler  # (made here, imported when asked: it imports this module's types)
 
         return SharedScheduler(agent, store, io, self, **limits)
 
-    def remote(self, live: Any) -> bool:
+    def remote(self, live: Live) -> bool:
         """Whether another process may be driving the session: when this one does not."""
         return not live.owned
 
@@ -188,7 +198,7 @@ class SharedCoordinator:
         processes (this process's ``lock`` adds nothing)."""
         return contextlib.nullcontext()
 
-    def busy_elsewhere(self, store: Any, busy_key: str, busy_kind: str) -> set[str]:
+    def busy_elsewhere(self, store: Store, busy_key: str, busy_kind: str) -> set[str]:
         """The sessions the store's busy records name (read inside a store read)."""
         return {
             v["key"]
@@ -200,14 +210,18 @@ class SharedCoordinator:
         """Every process writes busy records: none compacts them."""
         return False
 
-    async def tell(self, key: str, kind: str, data: Any = None) -> None:
+    async def tell(self, key: str, kind: str, data: JSON = None) -> None:
         try:
             await self.io.read(self.coordination.signal, key, kind, data)
         except Exception:
             log.exception("sessionkit server: could not signal %s about %r to the other processes", kind, key)
 
 
-def coordinator_for(store: Any) -> LocalCoordinator | SharedCoordinator:
+#: Who may drive a session's runs (see the module docstring).
+Coordinator: TypeAlias = "LocalCoordinator | SharedCoordinator"
+
+
+def coordinator_for(store: Store) -> Coordinator:
     """The coordinator the store calls for, chosen once."""
     coordination = store.coordination
     if coordination is not None:

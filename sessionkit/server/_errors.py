@@ -8,7 +8,7 @@ the OpenAPI document and in docs/server.md.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from starlette.responses import JSONResponse
 
@@ -21,17 +21,17 @@ __all__ = ["Rejected", "error_response", "json_response", "store_failure"]
 class Rejected(Exception):
     """A request the server refuses: HTTP ``status`` and the ``error`` code of the body."""
 
-    def __init__(self, status: int, error: str, **extra: Any) -> None:
+    def __init__(self, status: int, error: str, **extra: str) -> None:
         super().__init__(error)
         self.status = status
         self.error = error
         self.extra = extra
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, str]:
         return {"error": self.error, **self.extra}
 
 
-def json_response(status: int, body: Any, headers: dict | None = None) -> JSONResponse:
+def json_response(status: int, body: object, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers)
 
 

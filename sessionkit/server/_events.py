@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 __all__ = ["EventHub", "Subscriber", "CLOSED", "dumps_event"]
 
 
-def dumps_event(value: dict) -> str:
+def dumps_event(value: Mapping[str, object]) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 

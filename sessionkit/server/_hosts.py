@@ -29,8 +29,11 @@ from __future__ import annotations
 import ipaddress
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:  # (annotations only: this module needs no Starlette to run)
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = ["HostGuard", "host_name", "is_loopback_host"]
 
@@ -65,7 +68,7 @@ def host_name(value: str) -> str | None:
     return name.rstrip(".")
 
 
-def _same_address(name: str, address: Any) -> bool:
+def _same_address(name: str, address: object) -> bool:
     if not isinstance(address, str):
         return False
     try:
@@ -86,7 +89,7 @@ class HostGuard:
     as ``Starlette(middleware=[Middleware(HostGuard, allowed_hosts=[...])])`` or wrap any ASGI
     app: ``HostGuard(app, allowed_hosts=[...])``."""
 
-    def __init__(self, app: Any, allowed_hosts: Iterable[str] = ()) -> None:
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
         self.app = app
         names = []
         for host in allowed_hosts:
@@ -100,14 +103,14 @@ class HostGuard:
     def _listed(self, name: str) -> bool:
         return self.any_host or name in self.exact or any(name.endswith(s) or name == s[1:] for s in self.suffixes)
 
-    def host_allowed(self, name: str, scope: dict) -> bool:
+    def host_allowed(self, name: str, scope: Scope) -> bool:
         """Whether the host name ``name`` (from :func:`host_name`) names this server."""
         if is_loopback_host(name) or self._listed(name):
             return True
         server = scope.get("server")  # (host, port) of the socket the request arrived on, or None
         return server is not None and _same_address(name, server[0])
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
@@ -144,7 +147,7 @@ class HostGuard:
         return name is not None and self._listed(name)
 
 
-def _headers(scope: dict) -> dict[str, str]:
+def _headers(scope: Scope) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in scope.get("headers") or ():
         name = key.decode("latin-1").lower()
@@ -153,7 +156,7 @@ def _headers(scope: dict) -> dict[str, str]:
     return out
 
 
-async def _refuse(scope: dict, receive: Any, send: Any, error: str, detail: str) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send, error: str, detail: str) -> None:
     body = json.dumps({"error": error, "detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if scope["type"] == "http":

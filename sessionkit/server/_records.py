@@ -67,11 +67,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict, TypeVar, cast
 
 from .. import messages as _msg
 from ..errors import SchemaVersionError, StoreCorrupt
+from ..store import RunRecord, Store
 from ._state import FOLLOW_UP, MODES
 
 __all__ = [
@@ -88,7 +90,15 @@ __all__ = [
     "SESSION",
     "STATUS",
     "TOMBSTONE",
+    "BusyRecord",
+    "DigestRecord",
+    "IndexEntry",
+    "MessageRecord",
+    "RunState",
+    "SessionRecord",
     "Snapshot",
+    "StatusRecord",
+    "TombstoneRecord",
     "chain_digest",
     "check_layout",
     "conversation_digest",
@@ -125,6 +135,87 @@ LAYOUT_VERSION = 1
 
 #: A run is started at most this many times; a server stopped during its last attempt records it failed.
 MAX_ATTEMPTS = 3
+
+
+# ---------------------------------------------------------------------------
+# the records' values (the table above). What is read back is checked key by key where it
+# matters (a record another program wrote may lack a key), so every key is optional here.
+
+
+class SessionRecord(TypedDict, total=False):
+    """``server.session``: the session exists."""
+
+    createdAt: str
+    eventBase: int
+
+
+class DigestRecord(TypedDict, total=False):
+    """``server.digest``: the conversation's digest (None: none yet), and the last event's seq then."""
+
+    digest: str | None
+    lastSeq: int | None
+
+
+class MessageRecord(TypedDict, total=False):
+    """``server.message``: what a caller sent, and the run it belongs to."""
+
+    run: int
+    text: str
+    mode: str
+    queued: bool
+    at: str
+    author: str
+    node: str
+    pending: bool
+    context: dict
+
+
+class RunState(TypedDict, total=False):
+    """``server.run``: a run's attempts, its agent, and ``queued``/``running``/``saved``/``done``."""
+
+    attempts: int
+    agentId: str
+    state: str
+    error: str
+
+
+class StatusRecord(TypedDict, total=False):
+    """``server.status``: the driving worker's view of the session (shared stores)."""
+
+    runN: int
+    active: int | None
+    accepting: bool
+    next: int | None
+    queued: int
+    input: str | None
+    startedAt: str | None
+    owner: str
+
+
+class TombstoneRecord(TypedDict, total=False):
+    """``server.tombstone``: what a deleted session used (run and event numbers go on after it)."""
+
+    runN: int
+    eventN: int
+    deletedAt: str
+
+
+class BusyRecord(TypedDict, total=False):
+    """``server.busy``: a session with a run active or waiting, and its principal's index."""
+
+    key: str
+    index: str
+
+
+class IndexEntry(TypedDict, total=False):
+    """``server.index``: a session of a principal, for ``GET /sessions``."""
+
+    sessionId: str
+    key: str
+    createdAt: str
+    updatedAt: str
+    firstRun: int
+    runN: int
 
 
 # ---------------------------------------------------------------------------
@@ -260,14 +351,14 @@ class Snapshot:
     """A session's records as read at one moment."""
 
     key: str
-    session: dict | None = None
-    tombstone: dict | None = None
+    session: SessionRecord | None = None
+    tombstone: TombstoneRecord | None = None
     digest: str | None = None
     last_seq: int | None = None
-    messages: list[tuple[int, dict]] = field(default_factory=list)
-    runs: dict[int, dict] = field(default_factory=dict)
-    run_records: list[Any] = field(default_factory=list)
-    status: dict | None = None
+    messages: list[tuple[int, MessageRecord]] = field(default_factory=list)
+    runs: dict[int, RunState] = field(default_factory=dict)
+    run_records: list[RunRecord] = field(default_factory=list)
+    status: StatusRecord | None = None
 
     @property
     def exists(self) -> bool:
@@ -305,7 +396,7 @@ class Snapshot:
     def next_message(self) -> int:
         return self.messages[-1][0] + 1 if self.messages else 1
 
-    def record_of(self, n: int):
+    def record_of(self, n: int) -> RunRecord | None:
         run_id = f"{self.key}.{n}"
         for record in self.run_records:
             if record.run_id == run_id:
@@ -313,11 +404,14 @@ class Snapshot:
         return None
 
 
-def _first(rows) -> Any:
+_T = TypeVar("_T")
+
+
+def _first(rows: Sequence[tuple[int, _T]]) -> _T | None:
     return rows[0][1] if rows else None
 
 
-def read_snapshot(store, key: str, *, status: bool = False, runs: bool = True) -> Snapshot:
+def read_snapshot(store: Store, key: str, *, status: bool = False, runs: bool = True) -> Snapshot:
     """Read a session's records (a blocking call: run it off the event loop)."""
     snap = Snapshot(key)
     snap.session = _first(store.session_records.get(key, SESSION))
@@ -328,17 +422,20 @@ def read_snapshot(store, key: str, *, status: bool = False, runs: bool = True) -
     if isinstance(digest, dict):
         snap.digest = digest.get("digest")
         snap.last_seq = digest.get("lastSeq") if isinstance(digest.get("lastSeq"), int) else None
-    snap.messages = [(n, v) for n, v in store.session_records.get(key, MESSAGE) if isinstance(v, dict)]
+    # a JSON object read back stands for its record (the keys are checked where they are read)
+    rows = store.session_records.get(key, MESSAGE)
+    snap.messages = [(n, cast(MessageRecord, v)) for n, v in rows if isinstance(v, dict)]
     if runs:
-        snap.runs = {n: v for n, v in store.session_records.get(key, RUN) if isinstance(v, dict)}
+        rows = store.session_records.get(key, RUN)
+        snap.runs = {n: cast(RunState, v) for n, v in rows if isinstance(v, dict)}
         snap.run_records = store.runs(key)
     if status:
         value = _first(store.session_records.get(key, STATUS))
-        snap.status = value if isinstance(value, dict) else None
+        snap.status = cast(StatusRecord, value) if isinstance(value, dict) else None
     return snap
 
 
-def last_event_seq(store, key: str, hint: int | None) -> int:
+def last_event_seq(store: Store, key: str, hint: int | None) -> int:
     """The seq of a session's last stored event (-1 when none), reading from ``hint`` on."""
     events = store.events(key, hint if isinstance(hint, int) and hint >= 0 else None)
     if events:
@@ -364,7 +461,7 @@ class Verdict:
     path: list = field(default_factory=list, repr=False)
 
 
-def verify(store, snap: Snapshot) -> Verdict:
+def verify(store: Store, snap: Snapshot) -> Verdict:
     """Compare the conversation with the stored digest (a blocking read of the whole path).
 
     A run recorded ``running`` without a ``server.run`` record (begun on the session
@@ -396,7 +493,7 @@ class Retry:
     n: int
     attempts: int
     recorded: bool  # the store has a run record for it (a retry reopens it)
-    messages: list[tuple[int, dict]]
+    messages: list[tuple[int, MessageRecord]]
 
 
 @dataclass
@@ -408,7 +505,7 @@ class Recovery:
     failed: list[int] = field(default_factory=list)
 
 
-def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> Recovery:
+def plan_recovery(store: Store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> Recovery:
     """Close what a stopped server left half-done (call it inside one transaction).
 
     For each run not ``done``:
@@ -428,12 +525,12 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
     """
     out = Recovery()
     key = snap.key
-    by_run: dict[int, list[tuple[int, dict]]] = {}
+    by_run: dict[int, list[tuple[int, MessageRecord]]] = {}
     for n, value in snap.messages:
         if isinstance(value.get("run"), int):
             by_run.setdefault(value["run"], []).append((n, value))
-    run_updates: list[tuple[int, dict]] = []
-    message_updates: list[tuple[int, dict]] = []
+    run_updates: list[tuple[int, RunState]] = []
+    message_updates: list[tuple[int, MessageRecord]] = []
     events: list[dict] = []
 
     def end(run_id: str, status: str, error: str | None, error_type: str | None = None) -> None:
@@ -450,19 +547,21 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
         )
 
     for n in sorted(snap.runs):
-        value = snap.runs[n]
-        state = value.get("state")
+        run_state = snap.runs[n]
+        state = run_state.get("state")
         if state == "done":
             continue
         run_id = f"{key}.{n}"
         record = snap.record_of(n)
         status = record.status if record is not None else None
-        attempts_value = value.get("attempts")
+        attempts_value = run_state.get("attempts")
         attempts: int = attempts_value if isinstance(attempts_value, int) else 0
         if state == "saved" or status in ("completed", "failed"):
             if status == "running":
                 end(run_id, "completed", None)
-            run_updates.append((n, dict(value, state="done")))
+            done = run_state.copy()
+            done["state"] = "done"
+            run_updates.append((n, done))
             continue
         if status == "running":  # cut short: closed now, started again below
             end(run_id, "interrupted", STOPPED, "ServerStopped")
@@ -483,7 +582,10 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
         if record is None:
             store.run_log.begin(key, run_id, messages[0][1].get("text") if messages else None)
         end(run_id, "failed", reason, "ServerStopped")
-        run_updates.append((n, dict(value, state="done", error=reason)))
+        failed = run_state.copy()
+        failed["state"] = "done"
+        failed["error"] = reason
+        run_updates.append((n, failed))
         out.failed.append(n)
 
     known = {f"{key}.{n}" for n in snap.runs}
@@ -496,7 +598,7 @@ def plan_recovery(store, snap: Snapshot, verdict: Verdict, *, agent_id: str) -> 
         else:
             end(record.run_id, "interrupted", STOPPED, "ServerStopped")
         if unrecorded_n is not None:
-            run_updates.append((unrecorded_n, {"attempts": 1, "agentId": agent_id, "state": "done"}))
+            run_updates.append((unrecorded_n, RunState(attempts=1, agentId=agent_id, state="done")))
 
     if verdict.digest is not None:
         store.session_records.put(key, DIGEST, [(0, {"digest": verdict.digest, "lastSeq": snap.last_seq})])
@@ -527,9 +629,9 @@ def message_value(
     pending: bool = False,
     context: dict | None = None,
     node: str | None = None,
-) -> dict:
+) -> MessageRecord:
     """A message's record; only a ``pending`` one carries its context (to the driving worker)."""
-    value: dict = {"run": run, "text": text, "mode": mode, "queued": queued, "at": now()}
+    value: MessageRecord = {"run": run, "text": text, "mode": mode, "queued": queued, "at": now()}
     if author is not None:
         value["author"] = author
     if node is not None:
@@ -541,24 +643,28 @@ def message_value(
     return value
 
 
-def pending_context(value: dict) -> dict | None:
+def pending_context(value: MessageRecord) -> dict | None:
     """The context a pending message's record carries (None when it has none)."""
     context = value.get("context") if value.get("pending") else None
     return context if isinstance(context, dict) else None
 
 
-def record_node(value: dict) -> str | None:
+def record_node(value: MessageRecord) -> str | None:
     """The message a recorded message runs from (None: the latest leaf)."""
     node = value.get("node")
     return node if isinstance(node, str) and node else None
 
 
-def item_fields(value: dict) -> tuple:
+def item_fields(value: MessageRecord) -> tuple[str, str, str | None, dict | None, str | None]:
     """``(text, mode, author, context, node)`` of a message's record, as an ``Item`` takes them."""
-    mode = value.get("mode") if value.get("mode") in MODES else FOLLOW_UP
+    given = value.get("mode")
+    mode = given if isinstance(given, str) and given in MODES else FOLLOW_UP
     return str(value.get("text", "")), mode, value.get("author"), pending_context(value), record_node(value)
 
 
-def taken(value: dict) -> dict:
+def taken(value: MessageRecord) -> MessageRecord:
     """A pending message's record once the driving worker has it: no ``pending``, no context."""
-    return {k: v for k, v in value.items() if k not in ("pending", "context")}
+    out = value.copy()
+    out.pop("pending", None)
+    out.pop("context", None)
+    return out

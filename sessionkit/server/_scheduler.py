@@ -37,16 +37,25 @@ import os
 import socket
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from ..agent import RunController
 from ..errors import RunFailed
+from ..store import AppendResult, RunRecord, Store
 from . import _records as R
+from ._bodies import Accepted
 from ._errors import Rejected
 from ._state import FOLLOW_UP, STEER, Busy, Item, Live, Run, Slots
 
+if TYPE_CHECKING:
+    from ._coordinate import Coordinator
+    from ._sessions import Sessions
+    from ._storeio import StoreIO
+
 log = logging.getLogger("sessionkit.server")
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "ServedAgent", "served_agent"]
 
 #: How long DELETE and shutdown wait for an interrupted run to record its end.
 STOP_GRACE = 10.0
@@ -54,7 +63,32 @@ STOP_GRACE = 10.0
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _history(store: Any, key: str) -> tuple[dict | None, list[dict]]:
+@runtime_checkable
+class ServedAgent(Protocol):
+    """What the server needs of the agent it serves (a :class:`~sessionkit.Agent` has it): ``run``,
+    called as below for each run of a session."""
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        session: RunSession,
+        controller: RunController,
+        run_id: str,
+        metadata: dict | None,
+        context: dict | None,
+        at: str | None,
+    ) -> object: ...
+
+
+def served_agent(agent: object) -> ServedAgent:
+    """``agent`` as the server runs it; TypeError unless it has a callable ``run`` (an Agent's)."""
+    if not isinstance(agent, ServedAgent) or not callable(agent.run):
+        raise TypeError(f"agent must be a sessionkit Agent, got {type(agent).__name__}")
+    return agent
+
+
+def _history(store: Store, key: str) -> tuple[dict | None, list[dict]]:
     """What a run reads before it starts: the latest leaf and the path to it (compaction applied)."""
     session = store.session(key)
     leaf = session.latest_leaf()
@@ -63,7 +97,7 @@ def _history(store: Any, key: str) -> tuple[dict | None, list[dict]]:
     return leaf, session.get_history(leaf_id=leaf["id"])
 
 
-def _lacks_message(store: Any, key: str, message_id: str) -> bool:
+def _lacks_message(store: Store, key: str, message_id: str) -> bool:
     """Whether the session has no message ``message_id`` (a message body's ``at``)."""
     try:
         return store.session(key).get(message_id) is None
@@ -71,7 +105,7 @@ def _lacks_message(store: Any, key: str, message_id: str) -> bool:
         return True
 
 
-def _check(store: Any, key: str, with_status: bool) -> tuple[R.Snapshot, R.Verdict, tuple, int]:
+def _check(store: Store, key: str, with_status: bool) -> tuple[R.Snapshot, R.Verdict, tuple, int]:
     """Before a session's runs start from idle: its records, whether the conversation is the
     server's, what the first run reads, and the last event's seq."""
     snap = R.read_snapshot(store, key, status=with_status)
@@ -103,7 +137,7 @@ class ServedRunLog:
     def begin(self, session_id: str, run_id: str, input: str, *, meta: dict | None = None) -> None:
         s, live, run = self._s, self._live, self._run
         run.attempts += 1
-        value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running"}
+        value: R.RunState = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running"}
         recorded, run.recorded = run.recorded, True
         store, key, n = s.store, live.key, run.n
 
@@ -116,7 +150,7 @@ class ServedRunLog:
 
         s.io.submit(job, after=lambda _: None)
 
-    def append_events(self, session_id: str, events) -> list[dict]:
+    def append_events(self, session_id: str, events: Iterable[dict]) -> list[dict]:
         s, live = self._s, self._live
         out = []
         for event in events:
@@ -133,7 +167,7 @@ class ServedRunLog:
     def end(self, run_id: str, *, status: str, error: str | None = None, usage: dict | None = None) -> None:
         s, live, run = self._s, self._live, self._run
         again = status == "interrupted" and run.retry_later
-        value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running" if again else "done"}
+        value: R.RunState = {"attempts": run.attempts, "agentId": s.agent_id, "state": "running" if again else "done"}
         if error is not None and not again:
             value["error"] = error
         store, key, n = s.store, live.key, run.n
@@ -144,7 +178,7 @@ class ServedRunLog:
 
         s.io.submit(job, after=lambda _: None)
 
-    def runs(self, session_id: str) -> list:
+    def runs(self, session_id: str) -> list[RunRecord]:
         return self._s.store.runs(session_id)
 
     def events(self, session_id: str, after_seq: int | None = None) -> list[dict]:
@@ -182,18 +216,20 @@ class RunSession:
             return copy.deepcopy(self._history)
         return self._s.store.session(self._live.key).get_history(leaf_id=leaf_id, compacted=compacted)
 
-    def append_many(self, messages, *, parent_id: Any = None, source: str = "server"):
+    def append_many(
+        self, messages: Iterable[dict], *, parent_id: str | None = None, source: str = "server"
+    ) -> list[AppendResult]:
         """Save the run's messages (called by the agent on a worker thread; waits for the commit)."""
         s, live, run = self._s, self._live, self._run
         store, key, n = s.store, live.key, run.n
-        value = {"attempts": run.attempts, "agentId": s.agent_id, "state": "saved"}
+        value: R.RunState = {"attempts": run.attempts, "agentId": s.agent_id, "state": "saved"}
         last_seq = live.next_seq - 1 if live.next_seq is not None else None
         messages = list(messages)
         # Chained onto the digest only when the run continues the path the digest describes;
         # a run from another message (``at``) makes a new latest path: its digest is read whole.
         continues = parent_id is None or (self._leaf is not None and parent_id == self._leaf["id"])
 
-        def job():
+        def job() -> list[AppendResult]:
             session = store.session(key)
             results = session.append_many(messages, parent_id=parent_id, source=source)
             ids = [r.message["id"] for r in results]
@@ -220,7 +256,14 @@ class Scheduler:
     READS_STATUS = False
 
     def __init__(
-        self, agent: Any, store: Any, io: Any, coord: Any, *, max_concurrent_runs: int, max_queued: int
+        self,
+        agent: ServedAgent,
+        store: Store,
+        io: StoreIO,
+        coord: Coordinator,
+        *,
+        max_concurrent_runs: int,
+        max_queued: int,
     ) -> None:
         self.agent = agent
         self.agent_id = getattr(agent, "name", None) or type(agent).__name__
@@ -234,7 +277,7 @@ class Scheduler:
         self.run_seconds = 10.0
         self.run_messages = 8
         self.closing = False
-        self.sessions: Any = None  # the registry (set by the server): event hubs, loading
+        self.sessions: Sessions | None = None  # the registry (set by the server): event hubs, loading
 
     # ------------------------------------------------------------------ helpers
 
@@ -257,7 +300,7 @@ class Scheduler:
         """Whether a waiting run takes one more message (at most ``run_messages`` join its first)."""
         return len(run.items) <= self.run_messages
 
-    def _index_entry(self, live: Live) -> dict:
+    def _index_entry(self, live: Live) -> R.IndexEntry:
         return {
             "sessionId": live.public_id,
             "key": live.key,
@@ -267,10 +310,12 @@ class Scheduler:
             "runN": live.run_n,
         }
 
-    def _accept_job(self, live: Live, items: list[tuple[int, dict]], new_runs: list[int]):
+    def _accept_job(
+        self, live: Live, items: list[tuple[int, R.MessageRecord]], new_runs: list[int]
+    ) -> Callable[[], None]:
         """The write that records accepted messages (and runs opened for them), busy and indexed."""
         store, key = self.store, live.key
-        runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
+        runs = [(n, R.RunState(attempts=0, agentId=self.agent_id, state="queued")) for n in new_runs]
         entry = self._index_entry(live)
         index_key, index_slot = live.index, R.slot(live.public_id)
 
@@ -278,7 +323,7 @@ class Scheduler:
             store.session_records.put(key, R.MESSAGE, items)
             if runs:
                 store.session_records.put(key, R.RUN, runs)
-            store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), {"key": key, "index": index_key})])
+            store.session_records.put(R.BUSY_KEY, R.BUSY, [(R.slot(key), R.BusyRecord(key=key, index=index_key))])
             store.session_records.put(index_key, R.INDEX, [(index_slot, entry)])
 
         return job
@@ -316,7 +361,7 @@ class Scheduler:
 
     async def submit(
         self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node: str | None = None
-    ) -> dict:
+    ) -> Accepted:
         """Accept a caller's message (docs/server.md): start a run, join the active one, or wait for the next.
 
         A message with a ``node`` (the body's ``at``) runs from that message of the conversation:
@@ -326,7 +371,9 @@ class Scheduler:
             raise Rejected(404, "message_not_found")
         return await self._accept(live, text, mode, author, context, node)
 
-    async def _accept(self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node) -> dict:
+    async def _accept(
+        self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node: str | None
+    ) -> Accepted:
         """Decide about a message on this process's loop (one process serves the store)."""
         async with live.lock:
             self._open(live)
@@ -337,14 +384,23 @@ class Scheduler:
         await self._committed(live, future, item)
         return answer
 
-    async def _committed(self, live: Live, future, item: Item) -> None:
+    async def _committed(self, live: Live, future: concurrent.futures.Future[None], item: Item) -> None:
         try:
             await asyncio.wrap_future(future)
         except Exception:
             self._unhand(live, live.active, item)
             raise
 
-    async def _start(self, live: Live, text, mode, author, context, checked: tuple | None = None, node=None):
+    async def _start(
+        self,
+        live: Live,
+        text: str,
+        mode: str,
+        author: str | None,
+        context: dict | None,
+        checked: tuple[R.Verdict, tuple] | None = None,
+        node: str | None = None,
+    ) -> tuple[Accepted, concurrent.futures.Future[None], Item]:
         """A message to an idle session: check the conversation, then open run ``n + 1``."""
         if not self.slots.free:
             raise Rejected(429, "too_busy")
@@ -376,7 +432,9 @@ class Scheduler:
         self._launch(live, slot_taken=True)
         return {"runId": live.public_run(run.n), "queued": False}, future, item
 
-    def _place(self, live: Live, text, mode, author, context, node=None):
+    def _place(
+        self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node: str | None = None
+    ) -> tuple[Accepted, concurrent.futures.Future[None], Item]:
         """A message to a busy session: the active run, the waiting run, or a new one after them."""
         if live.waiting >= self.max_queued:
             raise Rejected(429, "too_busy")
@@ -508,7 +566,12 @@ class Scheduler:
     def _refused(self, live: Live, run: Run, exc: Exception) -> concurrent.futures.Future:
         store, key, run_id, n = self.store, live.key, live.run_id(run.n), run.n
         error = f"{type(exc).__name__}: {exc}"
-        value = {"attempts": max(run.attempts, 1), "agentId": self.agent_id, "state": "done", "error": error}
+        value: R.RunState = {
+            "attempts": max(run.attempts, 1),
+            "agentId": self.agent_id,
+            "state": "done",
+            "error": error,
+        }
         recorded = run.recorded
 
         def job() -> list[dict]:
@@ -574,10 +637,12 @@ class Scheduler:
             updates = [(it.rec, dict(recs.get(it.rec) or {}, run=target.n)) for it in items if it.rec in recs]
             await self._record_placed(live, updates, new_runs)
 
-    async def _record_placed(self, live: Live, updates: list[tuple[int, dict]], new_runs: list[int]) -> None:
+    async def _record_placed(
+        self, live: Live, updates: Sequence[tuple[int, Mapping[str, object]]], new_runs: list[int]
+    ) -> None:
         """Store where messages went (their records, ``updates``) and the runs opened for them."""
         store, key = self.store, live.key
-        runs = [(n, {"attempts": 0, "agentId": self.agent_id, "state": "queued"}) for n in new_runs]
+        runs = [(n, R.RunState(attempts=0, agentId=self.agent_id, state="queued")) for n in new_runs]
 
         def job() -> None:
             store.session_records.put(key, R.MESSAGE, updates)

@@ -22,9 +22,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable
-from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 __all__ = ["DEFAULTS", "TimedH11Protocol", "serve"]
 
@@ -50,11 +49,9 @@ class TimedH11Protocol(H11Protocol):
     worker processes started afresh by uvicorn read the same value.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._request_timeout = float(os.environ.get(_REQUEST_TIMEOUT_ENV) or DEFAULTS["timeout_request"])
-        self._request_timer: asyncio.TimerHandle | None = None
-        self._timed_cycle: Any = None
+    _request_timeout: float = DEFAULTS["timeout_request"]
+    _request_timer: asyncio.TimerHandle | None = None
+    _timed_cycle: RequestResponseCycle | None = None  # the request the clock was started before
 
     def _arm(self) -> None:
         self._disarm()
@@ -75,6 +72,8 @@ class TimedH11Protocol(H11Protocol):
             self.transport.close()
 
     def connection_made(self, transport) -> None:
+        # (read here, as the connection opens, right after uvicorn made this protocol for it)
+        self._request_timeout = float(os.environ.get(_REQUEST_TIMEOUT_ENV) or DEFAULTS["timeout_request"])
         super().connection_made(transport)
         self._arm()
 
@@ -131,6 +130,7 @@ def serve(
     from sessionkit.agent import load_agent
 
     from ._app import create_app
+    from ._scheduler import served_agent
 
     os.environ[_REQUEST_TIMEOUT_ENV] = repr(float(timeout_request))
     options = dict(
@@ -160,5 +160,7 @@ def serve(
         return
     loaded = load_agent(agent)
     with sk.open_store(store) as opened:
-        app = create_app(loaded, opened, token=token, body_timeout=timeout_request, allowed_hosts=allowed_hosts)
+        app = create_app(
+            served_agent(loaded), opened, token=token, body_timeout=timeout_request, allowed_hosts=allowed_hosts
+        )
         uvicorn.run(app, **options)  # type: ignore[arg-type]

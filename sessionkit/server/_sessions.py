@@ -21,16 +21,31 @@ import itertools
 import logging
 import re
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING
 
 from ..agent import RunController
 from ..errors import MessageNotFound, SessionNotFound
+from ..store import Session, Store
 from . import _records as R
-from ._bodies import ConversationQuery, conversation_cursor
+from ._bodies import (
+    ConversationPage,
+    ConversationQuery,
+    RunView,
+    SentMessage,
+    SessionList,
+    SessionSummary,
+    SessionView,
+    conversation_cursor,
+)
 from ._errors import Rejected
 from ._events import EventHub, Subscriber
-from ._scheduler import Scheduler
+from ._scheduler import Scheduler, ServedAgent
 from ._state import Busy, Live, coalesced
+
+if TYPE_CHECKING:
+    from ._coordinate import Coordinator
+    from ._storeio import StoreIO
 
 log = logging.getLogger("sessionkit.server")
 
@@ -67,7 +82,7 @@ def _needs_recovery(snap: R.Snapshot) -> bool:
 _ANCHORS_AHEAD = 128
 
 
-def _conversation_page(store: Any, key: str, public_id: str, query: ConversationQuery) -> dict:
+def _conversation_page(store: Store, key: str, public_id: str, query: ConversationQuery) -> ConversationPage:
     """A page of one path of a session (``GET /sessions/{id}/conversation``), read off the loop.
 
     Without a compaction to apply, a page is read upwards from the nearest message known on
@@ -96,7 +111,7 @@ def _conversation_page(store: Any, key: str, public_id: str, query: Conversation
 
 
 def _raw_page(
-    session: Any, leaf: str, total: int, query: ConversationQuery
+    session: Session, leaf: str, total: int, query: ConversationQuery
 ) -> tuple[list[dict], list[tuple[int, str]]]:
     """The messages at positions ``offset`` .. of the raw path, and the anchors still ahead."""
     offset, limit = query.offset, query.limit
@@ -130,7 +145,7 @@ def _page_body(
     total: int,
     page: list[dict],
     anchors: list[tuple[int, str]] | None = None,
-) -> dict:
+) -> ConversationPage:
     end = query.offset + len(page)
     cursor = conversation_cursor(leaf, query.compacted, end, anchors or ()) if leaf and end < total else None
     return {
@@ -143,7 +158,7 @@ def _page_body(
     }
 
 
-def _compacted_page(session: Any, public_id: str, query: ConversationQuery) -> dict:
+def _compacted_page(session: Session, public_id: str, query: ConversationQuery) -> ConversationPage:
     """A page of the path as the model sees it: each compaction's summary stands for its range."""
     path = session.path(query.leaf)  # the path without content, compactions placed on it
     page: list[dict] = []
@@ -161,10 +176,10 @@ class Sessions:
 
     def __init__(
         self,
-        agent: Any,
-        store: Any,
-        io: Any,
-        coord: Any,
+        agent: ServedAgent,
+        store: Store,
+        io: StoreIO,
+        coord: Coordinator,
         scheduler: Scheduler,
         *,
         events_window: int,
@@ -189,7 +204,7 @@ class Sessions:
         self.states.clear()
         self._create_lock = asyncio.Lock()
 
-    def spawn(self, coro, name: str) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[object, object, object], name: str) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -304,7 +319,7 @@ class Sessions:
         event_base = snap.next_event_base()
         first_run = snap.top_run() + 1
         index, index_slot = R.index_key(principal), R.slot(public_id)
-        entry = {
+        entry: R.IndexEntry = {
             "sessionId": public_id,
             "key": key,
             "createdAt": now,
@@ -348,7 +363,7 @@ class Sessions:
             held = await self._take_run_for_delete(live)
         top = max(snap.top_run(), live.run_n)
         index, index_slot = live.index, R.slot(live.public_id)
-        tombstone = {"runN": top, "eventN": snap.event_base, "deletedAt": R.now()}
+        tombstone: R.TombstoneRecord = {"runN": top, "eventN": snap.event_base, "deletedAt": R.now()}
 
         def job() -> None:
             # the next session of this id numbers its events after this one's last
@@ -390,7 +405,7 @@ class Sessions:
 
     # ------------------------------------------------------------------ reading
 
-    async def describe(self, live: Live) -> dict:
+    async def describe(self, live: Live) -> SessionView:
         """``GET /sessions/{id}``: runs, active run, queue length, messages callers sent."""
         remote = self.coord.remote(live)
         snap = await self.io.read(R.read_snapshot, self.store, live.key, status=remote)
@@ -422,12 +437,13 @@ class Sessions:
             left = _in_flight(snap)
             if left:
                 active = left[0]
-        runs = []
+        runs: list[RunView] = []
         seen = set()
         for record in snap.run_records:
             n = R.run_number(live.key, record.run_id)
             meta = snap.runs.get(n, {}) if n is not None else {}
             status_ = "running" if n is not None and n == active else record.status
+            attempts = meta.get("attempts")
             runs.append(
                 {
                     "runId": live.public_run_id(record.run_id),
@@ -436,7 +452,7 @@ class Sessions:
                     "startedAt": record.started_at,
                     "endedAt": None if status_ == "running" else record.ended_at,
                     "agentId": meta.get("agentId") or agent_id,
-                    "attempts": meta.get("attempts") if isinstance(meta.get("attempts"), int) else 1,
+                    "attempts": attempts if isinstance(attempts, int) else 1,
                 }
             )
             seen.add(n)
@@ -471,9 +487,9 @@ class Sessions:
                     "attempts": max(1, meta.get("attempts") or 1),
                 }
             )
-        messages = []
+        messages: list[SentMessage] = []
         for _, value in snap.messages:
-            item = {
+            item: SentMessage = {
                 "runId": live.public_run(value.get("run", 0)),
                 "text": value.get("text", ""),
                 "mode": value.get("mode", "followUp"),
@@ -494,7 +510,7 @@ class Sessions:
             "messages": messages,
         }
 
-    async def conversation(self, live: Live, query: ConversationQuery) -> dict:
+    async def conversation(self, live: Live, query: ConversationQuery) -> ConversationPage:
         """``GET /sessions/{id}/conversation``: a page of the latest path or a leaf's, compactions
         applied or not; 404 ``message_not_found`` for a leaf the session does not have."""
         try:
@@ -502,7 +518,7 @@ class Sessions:
         except MessageNotFound:
             raise Rejected(404, "message_not_found") from None
 
-    async def listing(self, principal: str) -> dict:
+    async def listing(self, principal: str) -> SessionList:
         """``GET /sessions``: the caller's sessions, newest activity first."""
         index = R.index_key(principal)
         store = self.store
@@ -513,7 +529,7 @@ class Sessions:
             return entries, coord.busy_elsewhere(store, R.BUSY_KEY, R.BUSY)
 
         entries, busy = await self.io.read(read)
-        out = []
+        out: list[SessionSummary] = []
         for entry in entries:
             key, sid = entry.get("key"), entry.get("sessionId")
             if not isinstance(key, str) or not isinstance(sid, str):
@@ -644,14 +660,14 @@ class Sessions:
 
     # ------------------------------------------------------------------ other processes
 
-    def signal_from_thread(self, key: str, kind: str, data: Any) -> None:
+    def signal_from_thread(self, key: str, kind: str, data: object) -> None:
         loop = self.loop
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(self._on_signal, key, kind, data)
 
-    def _on_signal(self, key: str, kind: str, data: Any) -> None:
+    def _on_signal(self, key: str, kind: str, data: object) -> None:
         """Another process's news about a session this one has loaded (on the loop)."""
         live = self.states.get(key)
         if live is None:
@@ -711,7 +727,8 @@ class Sessions:
             try:
                 live = await self.load_key(key, value.get("index"))
                 if live is None:  # gone: forget it
-                    await self.io.write(lambda n=n: self.store.session_records.put(R.BUSY_KEY, R.BUSY, [(n, None)]))
+                    forget = functools.partial(self.store.session_records.put, R.BUSY_KEY, R.BUSY, [(n, None)])
+                    await self.io.write(forget)
                     continue
                 await self.scheduler.resume(live)
                 resumed += 1

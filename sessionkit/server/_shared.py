@@ -14,6 +14,7 @@ import asyncio
 import logging
 
 from . import _records as R
+from ._bodies import Accepted
 from ._errors import Rejected
 from ._scheduler import OWNER, Scheduler
 from ._state import Busy, Item, Live, Run, coalesced
@@ -92,7 +93,9 @@ class SharedScheduler(Scheduler):
             except Busy:
                 return
 
-    async def _accept(self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node) -> dict:
+    async def _accept(
+        self, live: Live, text: str, mode: str, author: str | None, context: dict | None, node: str | None
+    ) -> Accepted:
         """Decide about a message with the session held across processes (``accept``): join the
         run this process drives, take the session over, or leave it to the process driving it."""
         key = live.key
@@ -137,7 +140,16 @@ class SharedScheduler(Scheduler):
         await self.coord.tell(key, "message")
         return answer
 
-    async def _place_remote(self, live: Live, snap: R.Snapshot, text, mode, author, context, node=None) -> dict:
+    async def _place_remote(
+        self,
+        live: Live,
+        snap: R.Snapshot,
+        text: str,
+        mode: str,
+        author: str | None,
+        context: dict | None,
+        node: str | None = None,
+    ) -> Accepted:
         """A message while another process drives the session: recorded ``pending``, its driver told."""
         status = snap.status or {}
         pending = sum(1 for _, v in snap.messages if v.get("pending"))
@@ -184,7 +196,8 @@ class SharedScheduler(Scheduler):
         live.run_n = max(live.run_n, snap.top_run())
         if not pending or live.stopping or self.closing:
             return
-        updates, new_runs = [], []
+        updates: list[tuple[int, R.MessageRecord]] = []
+        new_runs: list[int] = []
         for rec, value in pending:
             item = Item(rec, *R.item_fields(value))
             n = value.get("run")
@@ -211,11 +224,13 @@ class SharedScheduler(Scheduler):
                 n = live.run_n
                 live.queue.append(Run(n, [item]))
                 new_runs.append(n)
-            updates.append((rec, dict(R.taken(value), run=n)))
+            placed = R.taken(value)
+            placed["run"] = n
+            updates.append((rec, placed))
         await self._record_placed(live, updates, new_runs)
         self.write_status(live)
 
-    def _status_value(self, live: Live) -> dict:
+    def _status_value(self, live: Live) -> R.StatusRecord:
         run = live.active
         nxt = live.queue[-1].n if live.queue and self._room(live.queue[-1]) else None
         return {

@@ -11,13 +11,16 @@ import concurrent.futures
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from ..agent import RunController
 from ._events import EventHub
 
+if TYPE_CHECKING:
+    from ._records import StatusRecord
 
-async def coalesced(live: Any, busy: str, again: str, one_pass: Callable[[], Awaitable[bool]]) -> None:
+
+async def coalesced(live: Live, busy: str, again: str, one_pass: Callable[[], Awaitable[bool]]) -> None:
     """Run ``one_pass()`` now, and once more for every burst of calls made while it ran (a
     call meanwhile only asks for another pass, through the flags ``busy`` and ``again`` of
     ``live``); ``one_pass`` returns False when there is nothing to do (no pass follows)."""
@@ -39,6 +42,8 @@ class Busy(Exception):
 
 
 __all__ = ["coalesced", "Busy", "FOLLOW_UP", "Item", "Live", "MODES", "Run", "STEER", "Slots"]
+
+_T = TypeVar("_T")
 
 STEER = "steer"
 FOLLOW_UP = "followUp"
@@ -118,7 +123,7 @@ class Live:
     hub: EventHub | None = None
     next_seq: int | None = None  # the next event seq, known while this process drives it
     event_base: int = 0  # readers' id of the stored seq 0 (see public_event)
-    status: dict | None = None  # the last status record written (shared stores)
+    status: StatusRecord | None = None  # the last status record written (shared stores)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     absorbing: bool = False  # shared stores: looking for messages other processes accepted
     absorb_again: bool = False
@@ -135,7 +140,8 @@ class Live:
     def public_run(self, n: int) -> str:
         return f"{self.public_id}.{n}"
 
-    def public_run_id(self, run_id: Any) -> Any:
+    def public_run_id(self, run_id: _T) -> _T | str:
+        """A stored run id as readers know it (``<public id>.<n>``); anything else as it is."""
         if isinstance(run_id, str) and run_id.startswith(self.run_prefix):
             return f"{self.public_id}.{run_id[len(self.run_prefix) :]}"
         return run_id

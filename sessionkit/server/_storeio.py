@@ -26,7 +26,10 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Generic, ParamSpec, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 log = logging.getLogger("sessionkit.server")
 
@@ -40,24 +43,67 @@ class WriterStopped(RuntimeError):
     """A write submitted while the server is not running (or is stopping)."""
 
 
-class _Job:
-    __slots__ = ("fn", "future", "after")
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
-    def __init__(self, fn: Callable[[], Any], after: Callable[[Any], None] | None) -> None:
+
+class _Work(Protocol):
+    """A queued write job whatever its result's type (the writer's queue holds every kind)."""
+
+    def run(self) -> None: ...
+
+    def settle(self, error: BaseException | None) -> None: ...
+
+    def stop(self, error: BaseException) -> None: ...
+
+
+class _Job(Generic[_T]):
+    """A write job: ``fn`` runs on the writer thread (:meth:`run`, inside a transaction, and
+    again alone if its batch failed); once the transaction is over, :meth:`settle` gives the
+    result of its last run (or the error) to its future and to ``after``, on the loop."""
+
+    __slots__ = ("fn", "future", "after", "result")
+
+    def __init__(self, fn: Callable[[], _T], after: Callable[[_T], object] | None) -> None:
         self.fn = fn
-        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self.future: concurrent.futures.Future[_T] = concurrent.futures.Future()
         self.after = after
+
+    def run(self) -> None:
+        self.result = self.fn()
+
+    def stop(self, error: BaseException) -> None:
+        """The job will not be settled (the writer stopped): its future fails with ``error``."""
+        if not self.future.done():
+            self.future.set_exception(error)
+
+    def settle(self, error: BaseException | None) -> None:
+        # a job whose awaiting task was cancelled still ran: its future is cancelled
+        # (asyncio.wrap_future passes the cancellation on) and takes no result
+        if error is None:
+            if not self.future.done():
+                self.future.set_result(self.result)
+            if self.after is not None:
+                try:
+                    self.after(self.result)
+                except Exception:
+                    log.exception("sessionkit server: a write's follow-up failed")
+        else:
+            if not self.future.done():
+                self.future.set_exception(error)
+            if self.after is not None:
+                log.error("sessionkit server: a write failed: %s: %s", type(error).__name__, error)
 
 
 class StoreIO:
     """The reads and the ordered, batched writes of one server on one store."""
 
-    def __init__(self, store: Any, *, readers: int = 4) -> None:
+    def __init__(self, store: Store, *, readers: int = 4) -> None:
         self.store = store
         self._n_readers = readers
         self._readers: concurrent.futures.ThreadPoolExecutor | None = None
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._jobs: deque[_Job] = deque()
+        self._jobs: deque[_Work] = deque()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -95,7 +141,7 @@ class StoreIO:
 
     # ------------------------------------------------------------------ reads
 
-    async def read(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def read(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """``fn(*args, **kwargs)`` on a reader thread."""
         loop = asyncio.get_running_loop()
         if self._readers is None:  # not serving (yet, or any more): read on a default worker thread
@@ -104,14 +150,16 @@ class StoreIO:
 
     # ------------------------------------------------------------------ writes
 
-    def submit(self, fn: Callable[[], Any], *, after: Callable[[Any], None] | None = None) -> concurrent.futures.Future:
+    def submit(
+        self, fn: Callable[[], _T], *, after: Callable[[_T], object] | None = None
+    ) -> concurrent.futures.Future[_T]:
         """Queue a write job (from the loop's thread or any other); returns its future.
 
         ``after(result)`` runs on the loop once the job's transaction committed.
         """
         job = _Job(fn, after)
         if self._loop is None or self._task is None:
-            job.future.set_exception(WriterStopped("the server's store writer is not running"))
+            job.stop(WriterStopped("the server's store writer is not running"))
             return job.future
         if threading.get_ident() == self._loop_thread:
             self._enqueue(job)
@@ -119,10 +167,10 @@ class StoreIO:
             try:
                 self._loop.call_soon_threadsafe(self._enqueue, job)
             except RuntimeError:  # the loop is closed
-                job.future.set_exception(WriterStopped("the server stopped"))
+                job.stop(WriterStopped("the server stopped"))
         return job.future
 
-    async def write(self, fn: Callable[[], Any]) -> Any:
+    async def write(self, fn: Callable[[], _T]) -> _T:
         """Run a write job and return its result once committed."""
         return await asyncio.wrap_future(self.submit(fn))
 
@@ -135,7 +183,7 @@ class StoreIO:
         except Exception:  # a closed store: nothing more can be written anyway
             pass
 
-    def _enqueue(self, job: _Job) -> None:
+    def _enqueue(self, job: _Work) -> None:
         self._jobs.append(job)
         if self._wake is not None:
             self._wake.set()
@@ -153,46 +201,31 @@ class StoreIO:
                 except asyncio.CancelledError:
                     # stopping: the batch is being written on the writer thread; let it finish
                     for job in batch:
-                        if not job.future.done():
-                            job.future.set_exception(WriterStopped("the server stopped"))
+                        job.stop(WriterStopped("the server stopped"))
                     raise
-                for job, (ok, value) in zip(batch, outcomes):
-                    # a job whose awaiting task was cancelled still ran: its future is cancelled
-                    # (asyncio.wrap_future passes the cancellation on) and takes no result
-                    if ok:
-                        if not job.future.done():
-                            job.future.set_result(value)
-                        if job.after is not None:
-                            try:
-                                job.after(value)
-                            except Exception:
-                                log.exception("sessionkit server: a write's follow-up failed")
-                    else:
-                        if not job.future.done():
-                            job.future.set_exception(value)
-                        if job.after is not None:
-                            log.error("sessionkit server: a write failed: %s: %s", type(value).__name__, value)
+                for job, error in zip(batch, outcomes):
+                    job.settle(error)
 
-    def _commit(self, batch: list[_Job]) -> list[tuple[bool, Any]]:
-        """Run a batch in one transaction; on failure, each job alone."""
+    def _commit(self, batch: list[_Work]) -> list[BaseException | None]:
+        """Run a batch in one transaction; on failure, each job alone. Each job's error, or None
+        for a job whose transaction committed (the job keeps its result)."""
         store = self.store
         try:
-            results = []
             with store.transaction():
                 for job in batch:
-                    results.append(job.fn())
+                    job.run()
             self.batches += 1
-            return [(True, r) for r in results]
+            return [None] * len(batch)
         except BaseException as exc:
             if len(batch) == 1 or not isinstance(exc, Exception):
-                return [(False, exc)] * len(batch)
-        outcomes = []
+                return [exc] * len(batch)
+        outcomes: list[BaseException | None] = []
         for job in batch:
             try:
                 with store.transaction():
-                    result = job.fn()
+                    job.run()
                 self.batches += 1
-                outcomes.append((True, result))
+                outcomes.append(None)
             except Exception as exc:
-                outcomes.append((False, exc))
+                outcomes.append(exc)
         return outcomes

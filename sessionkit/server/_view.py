@@ -28,17 +28,19 @@ import hmac
 import json
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from types import FrameType
+from typing import ParamSpec, TypeVar
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import QueueNotFound, SessionKitError, SessionNotFound
+from ..store import ChangeEvent, Store
 from ..widgets import viewer
 from ._app import MIN_TOKEN_CHARS, _Auth
 from ._hosts import HostGuard, is_loopback_host
@@ -61,6 +63,11 @@ CSP = (
 )
 _TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+#: A route of the JSON API: the request in, the body to answer with out.
+_Handler = Callable[[Request], Awaitable[object]]
+
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` only reaches this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
@@ -78,7 +85,7 @@ def _int(request: Request, name: str, default: int) -> int:
 
 
 def create_view_app(
-    store: Any,
+    store: Store,
     *,
     token: str | None = None,
     write: bool = False,
@@ -86,7 +93,7 @@ def create_view_app(
     allowed_hosts: Iterable[str] = (),
     columns: Iterable[tuple[str, str]] = (),
     annotators: Mapping[str, str] | None = None,
-    authenticate: Callable[[Any], Any] | None = None,
+    authenticate: Callable[..., object] | None = None,
     poll: float = VIEW_POLL,
 ) -> Starlette:
     """The viewer app over an open ``store``. ``token``: every ``/api`` request must send
@@ -111,7 +118,7 @@ def create_view_app(
     if authenticate is not None and not callable(authenticate):
         raise TypeError("authenticate must be a callable: authenticate(request) -> principal id or None")
 
-    def who(conn: Any) -> Any:
+    def who(conn: HTTPConnection) -> object:
         header = conn.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if people and scheme.lower() == "bearer":
@@ -133,8 +140,8 @@ def create_view_app(
     title = title or "sessionkit viewer"
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-store"}
 
-    async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        def locked() -> Any:
+    async def call(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        def locked() -> _T:
             with lock:
                 return fn(*args, **kwargs)
 
@@ -147,7 +154,7 @@ def create_view_app(
             headers={"WWW-Authenticate": "Bearer", **headers},
         )
 
-    def api(handler: Callable, *, owner: bool = False) -> Callable:
+    def api(handler: _Handler, *, owner: bool = False) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             principal = None if auth is None else await auth.principal(request)
             if auth is not None and principal is None:
@@ -175,7 +182,7 @@ def create_view_app(
             raise ValueError("id (the session id) is required")
         return sid
 
-    async def sessions(request: Request) -> Any:
+    async def sessions(request: Request) -> object:
         return await call(
             viewer.sessions_page,
             store,
@@ -187,43 +194,43 @@ def create_view_app(
             columns=extra,
         )
 
-    async def search(request: Request) -> Any:
+    async def search(request: Request) -> object:
         return await call(
             viewer.search_hits, store, request.query_params.get("q") or "", limit=_int(request, "limit", 50)
         )
 
-    async def session(request: Request) -> Any:
+    async def session(request: Request) -> object:
         return await call(viewer.session_state, store, session_id(request))
 
-    async def path(request: Request) -> Any:
+    async def path(request: Request) -> object:
         return await call(viewer.path_state, store, session_id(request), request.query_params.get("leaf") or None)
 
-    async def messages(request: Request) -> Any:
+    async def messages(request: Request) -> object:
         ids = request.query_params.getlist("ids")
         return {"items": await call(viewer.message_views, store, session_id(request), ids)}
 
-    async def events(request: Request) -> Any:
+    async def events(request: Request) -> object:
         return {"events": await call(viewer.run_events, store, session_id(request))}
 
-    async def timeline(request: Request) -> Any:
+    async def timeline(request: Request) -> object:
         return await call(viewer.session_timeline, store, session_id(request))
 
-    async def similar(request: Request) -> Any:
+    async def similar(request: Request) -> object:
         return await call(viewer.similar_sessions, store, session_id(request))
 
-    async def overview(request: Request) -> Any:  # the #/overview page's figures, from SQL
+    async def overview(request: Request) -> object:  # the #/overview page's figures, from SQL
         return await call(viewer.overview, store)
 
-    async def delete(request: Request) -> Any:
+    async def delete(request: Request) -> object:
         sid = session_id(request)
         await call(viewer.session_state, store, sid)  # SessionNotFound (404) before anything is changed
         await call(store.delete_session, sid)
         return {"deleted": sid}
 
-    async def queues(request: Request) -> Any:
+    async def queues(request: Request) -> object:
         return {"queues": await call(viewer.queues_list, store), "annotator": request.state.principal}
 
-    async def queue(request: Request) -> Any:
+    async def queue(request: Request) -> object:
         name = request.query_params.get("name")
         if name is None:
             raise ValueError("name (the queue's name) is required")
@@ -246,10 +253,10 @@ def create_view_app(
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
 
-        def written(event: Any) -> None:  # from a writer's thread, or PostgreSQL's listener
+        def written(event: ChangeEvent) -> None:  # from a writer's thread, or PostgreSQL's listener
             loop.call_soon_threadsafe(wake.set)
 
-        async def stream() -> Any:
+        async def stream() -> AsyncIterator[str]:
             unsubscribe = store.subscribe(written)
             try:
                 marker = await call(store.change_marker)
@@ -358,7 +365,7 @@ def serve_view(
     columns: Iterable[tuple[str, str]] = (),
     annotators: Mapping[str, str] | None = None,
     poll: float = VIEW_POLL,
-    on_ready: Callable[[str], Any] | None = None,
+    on_ready: Callable[[str], object] | None = None,
     log_level: str = "warning",
     sql_memory_limit: str | None = None,
 ) -> None:
@@ -399,7 +406,7 @@ def serve_view(
         server = uvicorn.Server(config)
         exit_asked = server.handle_exit
 
-        def handle_exit(sig: int, frame: Any) -> None:
+        def handle_exit(sig: int, frame: FrameType | None) -> None:
             app.state.stopping.set()  # the open pages' streams end too
             exit_asked(sig, frame)
 

@@ -24,6 +24,7 @@ def app():
     from sessionkit.agent import load_agent
 
     from ._app import create_app
+    from ._scheduler import served_agent
 
     folder = os.environ.get("SESSIONKIT_SERVE_CWD")
     if folder and folder not in sys.path:
@@ -32,4 +33,6 @@ def app():
     store = sk.open_store(os.environ["SESSIONKIT_SERVE_STORE"])
     timeout = float(os.environ.get("SESSIONKIT_SERVE_TIMEOUT_REQUEST") or 30.0)
     hosts = [h for h in os.environ.get("SESSIONKIT_SERVE_ALLOW_HOSTS", "").splitlines() if h]
-    return create_app(agent, store, token=os.environ["SESSIONKIT_TOKEN"], body_timeout=timeout, allowed_hosts=hosts)
+    return create_app(
+        served_agent(agent), store, token=os.environ["SESSIONKIT_TOKEN"], body_timeout=timeout, allowed_hosts=hosts
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -114,6 +115,10 @@ def test_creation_refuses_short_tokens_and_missing_auth(store):
             create_app(agent, store, token=TOKEN, **{name: "10"})
     with pytest.raises(TypeError):
         create_app(agent, "chats.db", token=TOKEN)
+    with pytest.raises(TypeError, match="a sessionkit Agent, got object"):
+        create_app(object(), store, token=TOKEN)
+    with pytest.raises(TypeError, match="a sessionkit Agent, got SimpleNamespace"):
+        create_app(SimpleNamespace(run="not callable"), store, token=TOKEN)
     # the failed attempts left no lease behind
     app = create_app(agent, store, token=TOKEN)
     app.state.sessionkit.close()
