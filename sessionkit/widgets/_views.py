@@ -731,8 +731,9 @@ class RunView(_View):
         elif isinstance(source, (list, tuple)):
             self.extend(source)
         elif isinstance(source, RunResult) and source.session is not None:
-            self.extend(_stored_events(source.session, source.run_id))  # (a Conversation, or TypeError)
-            self._session = cast(Conversation, source.session)
+            events = _stored_events(source.session, source.run_id)  # (a Conversation, or TypeError)
+            self._session = cast(Conversation, source.session)  # before extend(): the timeline reads it
+            self.extend(events)
         elif isinstance(source, Conversation):
             self._session = source
             self.extend(_stored_events(source, run_id))
