@@ -18,7 +18,6 @@ their messages (see :meth:`sessionkit.store.Store.search`).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from .. import messages as _msg
@@ -83,12 +82,9 @@ class SearchIndex:
             if not rows:
                 break
             last = rows[-1][0]
-            long = [seq for seq, _, chunks, _ in rows if chunks]
-            full = dict(zip(long, eng.contents(long))) if long else {}
-            batch = [
-                (seq, sid, _msg.message_text(json.loads(full.get(seq) or content))) for seq, sid, _, content in rows
-            ]
-            self.put_batch(batch)
+            # the analysis column holds each message's text (a long one's whole text too), as
+            # message_text() gives it (PostgreSQL: a NUL as U+FFFD, which is no word either)
+            self.put_batch([(seq, sid, text or "") for seq, sid, text in rows])
         self.finish_build()
         eng.execute(eng.sql["meta_put"], ("index_built", "1"))
         self.mark_built()

@@ -151,7 +151,7 @@ STATEMENTS: dict[str, str] = {
     ),
     "run_end": "UPDATE {runs} SET status = ?, error = ?, usage = ?, ended_at = ? WHERE run_id = ?",
     "events_next": "SELECT coalesce(max(seq), -1) + 1 FROM {events} WHERE session_id = ?",
-    "index_source": "SELECT seq, session_id, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
+    "index_source": "SELECT seq, session_id, text FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
     # store-wide scans, a page at a time (keyset: after the last row of the page before)
     "scan_sessions": "SELECT session_id FROM {messages} GROUP BY session_id ORDER BY max(seq) DESC",
     "scan_side_sessions": (

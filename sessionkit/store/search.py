@@ -22,6 +22,11 @@ __all__ = ["tokenize", "stem", "index_text", "parse_query", "Query", "snippet", 
 # Letters and digits only: underscores and punctuation separate words. This matches
 # FTS5's unicode61 tokenizer, which indexes the stemmed text we hand it.
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+#: ``bytes.translate`` table giving, for ASCII text, what ``_WORD`` and case folding give:
+#: digits and lower-case letters kept, upper-case letters lowered, every other byte a space.
+_ASCII_WORDS = bytes(
+    c if chr(c).isdigit() or chr(c).islower() else c + 32 if chr(c).isupper() else 32 for c in range(128)
+) + bytes(range(128, 256))
 
 try:  # the C implementation when present, the pure-Python one otherwise
     import Stemmer as _pystemmer
@@ -53,14 +58,30 @@ def stem(word: str) -> str:
     return _stem_word(word.casefold())
 
 
+#: The stem of a case-folded word (index_text folds a text's words together first).
+_stem_folded = functools.lru_cache(maxsize=65536)(_stem_word)
+
+
 def tokenize(text: str) -> list[tuple[int, int, str]]:
     """``(start, end, stemmed)`` for each word of ``text``."""
     return [(m.start(), m.end(), stem(m.group())) for m in _WORD.finditer(text)]
 
 
 def index_text(text: str) -> str:
-    """The stemmed tokens of ``text`` joined by spaces: what the full-text index stores."""
-    return " ".join(stem(m.group()) for m in _WORD.finditer(text))
+    """The stemmed tokens of ``text`` joined by spaces: what the full-text index stores.
+
+    The same as :func:`stem` of each word, in a few C calls for the whole text (an index
+    build runs this on every message): the words are case-folded together (a word holds
+    no space, nor does a case-folded one, so splitting again gives each word's own
+    folding), then stemmed through a cache of folded words.
+    """
+    if text.isascii():
+        # (most texts) letters and digits kept, upper case lowered, the rest made spaces, by
+        # one byte-table lookup per character: about three times faster than the pattern
+        words = text.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
+    else:
+        words = " ".join(_WORD.findall(text)).casefold().split()
+    return " ".join(map(_stem_folded, words))
 
 
 @dataclass(frozen=True)
