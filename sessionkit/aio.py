@@ -27,8 +27,8 @@ the caller unchanged). The exceptions, all plain and non-blocking:
 - ``store.transaction()`` is an async context manager;
 - ``session.on_compaction(fn)`` and ``session.compact_after(tokens)`` stay sync
   setters and chain;
-- ``session_id``, ``engine``, ``path``, ``closed``, ``capabilities`` and
-  ``search_candidates`` are plain attributes.
+- ``session_id``, ``path``, ``closed`` and ``capabilities`` are plain attributes, and
+  so are ``store.settings.engine`` and ``store.settings.search_candidates`` (settable).
 - ``store.run_log``, ``store.session_records`` and ``store.coordination`` are plain
   attributes whose calls are awaited (``coordination`` is ``None`` where the engine has none).
 
@@ -312,6 +312,7 @@ class AsyncStore:
         self._run_log = AsyncRunLog(self)
         self._session_records = AsyncSessionRecords(self)
         self._coordination: AsyncCoordination | None = None
+        self._settings = AsyncStoreSettings(self)
         # Handles while in use (an AsyncSession holds no settings: on_compaction and
         # compact_after set them on the sync session, which keeps them).
         self._sessions: weakref.WeakValueDictionary[str, AsyncSession] = weakref.WeakValueDictionary()
@@ -413,11 +414,6 @@ class AsyncStore:
         return self._opening.result()
 
     @property
-    def engine(self) -> str:
-        """The engine's name: ``"sqlite"``, ``"duckdb"`` or ``"postgresql"``."""
-        return self.sync.engine
-
-    @property
     def path(self) -> str | None:
         return self.sync.path
 
@@ -427,13 +423,9 @@ class AsyncStore:
         return self.sync.capabilities
 
     @property
-    def search_candidates(self) -> int:
-        """How many of the newest matches a search ranks at most (see :meth:`sessionkit.Store.search`)."""
-        return self.sync.search_candidates
-
-    @search_candidates.setter
-    def search_candidates(self, value: int) -> None:
-        self.sync.search_candidates = value
+    def settings(self) -> AsyncStoreSettings:
+        """The engine's name and how a search ranks, plain attributes (see :class:`sessionkit.store.StoreSettings`)."""
+        return self._settings
 
     def __repr__(self) -> str:
         if not self._opening.done():
@@ -442,7 +434,7 @@ class AsyncStore:
             return "<sessionkit.aio.AsyncStore (failed to open)>"
         st = self._opening.result()
         state = "closed" if self._closed else "open"
-        return f"<sessionkit.aio.AsyncStore {st.engine} {st.path or ':memory:'} ({state})>"
+        return f"<sessionkit.aio.AsyncStore {st.settings.engine} {st.path or ':memory:'} ({state})>"
 
     # -- running calls on the worker -------------------------------------------------------
     def _on_worker(self) -> bool:
@@ -1128,6 +1120,39 @@ class AsyncCoordination:
             raise TypeError("handler must be callable")
         loop = asyncio.get_running_loop()
         return await self._store._call_on("coordination", "on_signal", _LoopCallback(handler, loop, "signal handler"))
+
+
+class AsyncStoreSettings:
+    """``store.settings`` of an :class:`AsyncStore`: :class:`sessionkit.store.StoreSettings`, plain attributes.
+
+    Reading or setting them does not block (they are the sync store's settings);
+    before the store has opened, an event loop's thread gets ``UsageError``, as
+    ``store.sync`` does.
+    """
+
+    def __init__(self, store: AsyncStore) -> None:
+        self._store = store
+
+    def __repr__(self) -> str:
+        opening = self._store._opening
+        if not opening.done() or opening.exception() is not None:
+            return f"<sessionkit.aio.AsyncStoreSettings of {self._store!r}>"
+        st = opening.result().settings
+        return f"<sessionkit.aio.AsyncStoreSettings engine={st.engine!r} search_candidates={st.search_candidates}>"
+
+    @property
+    def engine(self) -> str:
+        """The engine's name: ``"sqlite"``, ``"duckdb"`` or ``"postgresql"``."""
+        return self._store.sync.settings.engine
+
+    @property
+    def search_candidates(self) -> int:
+        """How many of the newest matches a search ranks at most (see :meth:`sessionkit.Store.search`)."""
+        return self._store.sync.settings.search_candidates
+
+    @search_candidates.setter
+    def search_candidates(self, value: int) -> None:
+        self._store.sync.settings.search_candidates = value
 
 
 class AsyncSession:

@@ -278,7 +278,7 @@ def test_info_reports_engine_schema_and_stats(store_path, cli):
     report = json.loads(assert_ok(as_json))
     with sk.open_store(store_path) as store:
         stats = store.stats()
-        engine = store.engine
+        engine = store.settings.engine
     assert report["engine"] == engine == "sqlite"
     assert report["store"] == str(Path(store_path).resolve())
     assert isinstance(report["schema_version"], int) and report["schema_version"] >= 1

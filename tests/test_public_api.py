@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import sessionkit as sk
 
 PINNED = {
@@ -217,6 +219,7 @@ SUBPACKAGES = {
         "SimilarSession",
         "Store",
         "StoreRunLog",
+        "StoreSettings",
         "Tree",
         "TreeCompaction",
         "TreeNode",
@@ -403,3 +406,21 @@ def test_subpackage_all_is_pinned():
         assert len(module.__all__) == len(set(module.__all__)), name
         for attr in module.__all__:
             assert hasattr(module, attr), f"{name}.{attr} is listed but missing"
+
+
+def test_store_settings_hold_the_engine_and_the_search_candidates():
+    """``store.settings`` is where the engine's name and ``search_candidates`` live, on both stores."""
+    for cls in (sk.Store, sk.aio.AsyncStore):
+        assert not hasattr(cls, "engine") and not hasattr(cls, "search_candidates"), cls
+    with sk.open_store(":memory:") as store:
+        settings = store.settings
+        assert isinstance(settings, sk.store.StoreSettings) and store.settings is settings
+        assert settings.engine == "sqlite"
+        settings.search_candidates = 5
+        assert settings.search_candidates == 5
+        assert "'sqlite'" in repr(settings) and "search_candidates=5" in repr(settings)
+        with pytest.raises(ValueError, match="search_candidates must be an int >= 1, got 0"):
+            settings.search_candidates = 0
+        assert settings.search_candidates == 5
+        with pytest.raises(AttributeError):
+            settings.engine = "duckdb"  # type: ignore[misc]

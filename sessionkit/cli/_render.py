@@ -25,7 +25,7 @@ def _file_sizes(store: sk.Store) -> dict:
     path = store.path
     if not path or path == ":memory:" or not os.path.isfile(path):
         return {}
-    wal = path + ("-wal" if store.engine == "sqlite" else ".wal")
+    wal = path + ("-wal" if store.settings.engine == "sqlite" else ".wal")
     return {"file_bytes": os.path.getsize(path), "wal_bytes": os.path.getsize(wal) if os.path.isfile(wal) else 0}
 
 
@@ -33,7 +33,7 @@ def _info_report(store: sk.Store, target: str) -> dict:
     stats = store.stats()
     return {
         "store": store.path or target,
-        "engine": store.engine,
+        "engine": store.settings.engine,
         "schema_version": stats.get("schema_version"),
         **stats,
         **_file_sizes(store),

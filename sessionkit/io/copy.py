@@ -37,9 +37,9 @@ def _opened(store: Any, role: str, *, must_exist: bool) -> tuple[Store, bool]:
 def _same(src: Store, dst: Store) -> bool:
     if src is dst:
         return True
-    if src.path is None or dst.path is None or src.engine != dst.engine:
+    if src.path is None or dst.path is None or src.settings.engine != dst.settings.engine:
         return False
-    if src.engine == "postgresql":
+    if src.settings.engine == "postgresql":
         return src.path == dst.path
     try:
         return Path(src.path).resolve() == Path(dst.path).resolve()

@@ -198,7 +198,7 @@ class SessionServer:
         try:
             R.check_layout(store)  # records of a newer layout: refused before anything is written
         except UsageError as exc:
-            raise UsageError(f"the {store.engine} engine cannot hold the server's tables yet: {exc}") from exc
+            raise UsageError(f"the {store.settings.engine} engine cannot hold the server's tables yet: {exc}") from exc
         self.coord = coordinator_for(store)  # on a file: takes the lease, or fails naming its holder
         try:
             R.stamp_layout(store)

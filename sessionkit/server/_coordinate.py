@@ -55,7 +55,7 @@ class LocalCoordinator:
 
     def __init__(self, store: Store) -> None:
         self.lease: Lease | None = None
-        if store.engine in ("sqlite", "duckdb") and store.path is not None:
+        if store.settings.engine in ("sqlite", "duckdb") and store.path is not None:
             self.lease = Lease(store.path)
             self.lease.acquire()  # a second server on the file fails here, naming the holder
 

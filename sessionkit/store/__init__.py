@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._datasets import DatasetInfo, DatasetItem
 from ._embeddings import SimilarSession
-from ._facets import Coordination, SessionRecords, StoreRunLog
+from ._facets import Coordination, SessionRecords, StoreRunLog, StoreSettings
 from ._labels import Label
 from ._queues import QueueInfo, QueueProgress, QueueUnit, Rubric
 from ._scoring import LEVELS as SCORE_LEVELS
@@ -79,6 +79,7 @@ __all__ = [
     "StoreRunLog",
     "SessionRecords",
     "Coordination",
+    "StoreSettings",
     "SCAN_KINDS",
     "VIEW_COLUMNS",
     "SearchHit",

@@ -1,8 +1,9 @@
-"""What a store keeps for the components built on it: run logs, session records, coordination.
+"""What a store keeps for the components built on it: run logs, session records, coordination, settings.
 
 ``store.run_log`` records agent runs and their events, ``store.session_records`` keeps
-small JSON values beside a session, and ``store.coordination`` (``None`` on engines
-served by one process) lets several processes share the store.
+small JSON values beside a session, ``store.coordination`` (``None`` on engines
+served by one process) lets several processes share the store, and ``store.settings``
+names the engine and holds how a search ranks.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import messages as _msg
-from ._args import _INT64, _json_arg, _require_str, _str_arg
+from ._args import _INT64, _count_arg, _json_arg, _require_str, _str_arg
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -244,3 +245,35 @@ class Coordination:
         eng = self._store._check()
         eng.on_signal(handler)
         eng.start_listener(self._store._deliver)
+
+
+class StoreSettings:
+    """The engine a store runs on and how it searches (``store.settings``).
+
+    ``engine`` is the engine's name; ``search_candidates`` may be set while the
+    store is open and holds for every later ``store.search()`` of this store object.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"<sessionkit.StoreSettings engine={self.engine!r} search_candidates={self.search_candidates}>"
+
+    @property
+    def engine(self) -> str:
+        """The engine's name: ``"sqlite"``, ``"duckdb"`` or ``"postgresql"``."""
+        return self._store._engine.kind
+
+    @property
+    def search_candidates(self) -> int:
+        """How many of the newest matches a search ranks at most (see :meth:`Store.search`; 2,000 by default).
+
+        Any positive int may be set; above 2**31 - 1 it counts as that. Anything else
+        (not an int, or below 1) -> ``ValueError`` naming ``search_candidates``.
+        """
+        return self._store._engine.search_candidates
+
+    @search_candidates.setter
+    def search_candidates(self, value: int) -> None:
+        self._store._engine.search_candidates = _count_arg(value, "search_candidates", 1)

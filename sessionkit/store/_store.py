@@ -21,7 +21,7 @@ from ..errors import (
 from . import _conveniences, _datasets, _labels, _queues
 from ._args import _BATCH, _INT64, _SCAN_READ, _count_arg, _require_str, _sql_params, _sql_text, _str_arg
 from ._engine import Engine
-from ._facets import Coordination, SessionRecords, StoreRunLog
+from ._facets import Coordination, SessionRecords, StoreRunLog, StoreSettings
 from ._overlay import _chunks, _tree_node
 from ._session import Session, _import_rows
 from ._values import SCAN_KINDS, AppendResult, Capabilities, ChangeEvent, RunRecord, SessionInfo
@@ -64,13 +64,9 @@ class Store:
         self._run_log = StoreRunLog(self)
         self._session_records = SessionRecords(self)
         self._coordination = Coordination(self) if engine.capabilities.coordination else None
+        self._settings = StoreSettings(self)
 
     # -- lifecycle ------------------------------------------------------------
-    @property
-    def engine(self) -> str:
-        """The engine's name: ``"sqlite"``, ``"duckdb"`` or ``"postgresql"``."""
-        return self._engine.kind
-
     @property
     def run_log(self) -> StoreRunLog:
         """Where this store records agent runs and their events (see :class:`StoreRunLog`)."""
@@ -89,6 +85,12 @@ class Store:
         ``store.capabilities.coordination`` is False there.
         """
         return self._coordination
+
+    @property
+    def settings(self) -> StoreSettings:
+        """The engine's name and how a search ranks (``store.settings.engine``,
+        ``store.settings.search_candidates``; see :class:`StoreSettings`)."""
+        return self._settings
 
     @property
     def path(self) -> str | None:
@@ -122,7 +124,7 @@ class Store:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<sessionkit.Store {self.engine} {self.path or ':memory:'} ({state})>"
+        return f"<sessionkit.Store {self._engine.kind} {self.path or ':memory:'} ({state})>"
 
     def _repr_mimebundle_(
         self, include: object = None, exclude: object = None
@@ -349,7 +351,7 @@ class Store:
         Words match case-insensitively with English stemming; all words must occur;
         ``"double quotes"`` ask for a phrase. Hits come best first (BM25). The cost
         of ranking stays bounded however large the store grows: when a query
-        matches more than ``store.search_candidates`` messages (2,000 by default),
+        matches more than ``store.settings.search_candidates`` messages (2,000 by default),
         the best hits are chosen among the newest that many matches. On SQLite,
         when those all lie among the newest ``search_window`` messages, BM25's word
         statistics come from those messages rather than the whole store.
@@ -447,18 +449,6 @@ class Store:
             if eng.contents([seq])[0] is None:
                 return None
             raise
-
-    @property
-    def search_candidates(self) -> int:
-        """How many of the newest matches a search ranks at most (see :meth:`search`).
-
-        Any positive int may be set; above 2**31 - 1 it counts as that.
-        """
-        return self._engine.search_candidates
-
-    @search_candidates.setter
-    def search_candidates(self, value: int) -> None:
-        self._engine.search_candidates = _count_arg(value, "search_candidates", 1)
 
     # -- labels (docs/labels.md) ------------------------------------------------------
     def add_label(self, session_id: str, message_id: str, tag: str, **fields: Any) -> _labels.Label:

@@ -57,7 +57,7 @@ def write_index(
     store's order (``seq``: ties rank the newest first, as ``store.search`` does), each as
     ``{"session_id", "id", "role", "text"}``; ``script(json_text)`` turns a value's JSON text
     into the JavaScript expression the data files carry; ``candidates``: how many of the newest
-    matches a query ranks (the store's ``search_candidates``)."""
+    matches a query ranks (the store's ``settings.search_candidates``)."""
     folder.mkdir(parents=True, exist_ok=True)
     docs: list[list[object]] = []
     postings: dict[str, list[str]] = {}

@@ -535,7 +535,7 @@ def store_html(store: Store, *, max_sessions: int = 50) -> str:
         return _wrap("store", f'<h4>sessionkit store</h4><div class="sk-meta">{_e(exc)}</div>')
     where = store.path or ":memory:"
     body = [
-        f"<h4>sessionkit store · {_e(store.engine)} · {_e(where)}</h4>",
+        f"<h4>sessionkit store · {_e(store.settings.engine)} · {_e(where)}</h4>",
         f'<div class="sk-meta">{plural(stats.get("sessions", len(sessions)), "session")} · '
         f"{plural(stats.get('messages', 0), 'message')} · "
         f"{plural(stats.get('compactions', 0), 'compaction')} · {plural(stats.get('blobs', 0), 'blob')}</div>",

@@ -712,7 +712,7 @@ def write_bundle(
         encoding="utf-8",
     )
     searched = _bundle_search.write_index(
-        data / "search", _bundle_texts(store, list(files)), _script_text, candidates=store.search_candidates
+        data / "search", _bundle_texts(store, list(files)), _script_text, candidates=store.settings.search_candidates
     )
     for name in ASSETS:
         (out / name).write_text(asset(name), encoding="utf-8")

@@ -107,11 +107,10 @@ NOT_COROUTINES = {
     "compact_after",  # chainable setters
 }
 PROPERTIES = {
-    "engine",
     "path",
     "closed",
     "capabilities",
-    "search_candidates",
+    "settings",
     "store",
     "run_log",
     "can_branch",
@@ -320,7 +319,7 @@ def test_calls_run_on_one_worker_thread_per_store(tmp_path):
 def test_open_store_is_awaitable_an_async_context_manager_or_used_at_once(tmp_path):
     async def main():
         store = await sk.aio.open_store(tmp_path / "x.db")
-        assert isinstance(store, AsyncStore) and store.engine == "sqlite" and not store.closed
+        assert isinstance(store, AsyncStore) and store.settings.engine == "sqlite" and not store.closed
         await store.session("s").append(msg("a"))
         await store.close()
         await store.close()  # idempotent
@@ -381,7 +380,7 @@ def test_sync_attributes_before_the_opening_ends(tmp_path):
         with pytest.raises(sk.UsageError, match="await it first"):
             store.sync  # noqa: B018 - on the loop it would block
         assert "opening" in repr(store)
-        engine = asyncio.create_task(asyncio.to_thread(lambda: store.engine))  # off the loop it waits
+        engine = asyncio.create_task(asyncio.to_thread(lambda: store.settings.engine))  # off the loop it waits
         for _ in range(10):
             await asyncio.sleep(0)
         assert not engine.done()  # (it cannot end before the opening does)

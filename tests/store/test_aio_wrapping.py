@@ -329,10 +329,17 @@ def recipe(*keys: str, closing: bool = False):
 # -- the store: attributes ----------------------------------------------------------------
 
 
-@recipe("AsyncStore.engine", "AsyncStore.path", "AsyncStore.closed", "AsyncStore.capabilities")
+@recipe("AsyncStore.path", "AsyncStore.closed", "AsyncStore.capabilities")
 async def _attributes(t: Twins):
-    for name in ("engine", "path", "closed", "capabilities"):
+    for name in ("path", "closed", "capabilities"):
         same(getattr(t.b.sync, name), getattr(t.b, name), name)
+
+
+@recipe("AsyncStore.settings", "settings.engine")
+async def _settings(t: Twins):
+    assert t.b.settings is t.b.settings
+    same(t.b.sync.settings.engine, t.b.settings.engine, "engine")
+    assert repr(t.b.sync.settings.engine) in repr(t.b.settings)
 
 
 @recipe("AsyncStore.sync")
@@ -341,19 +348,19 @@ async def _store_sync(t: Twins):
     same(t.b.sync.path, t.b.path, "path")
 
 
-@recipe("AsyncStore.search_candidates")
+@recipe("settings.search_candidates")
 async def _search_candidates(t: Twins):
-    same(t.b.sync.search_candidates, t.b.search_candidates)
-    before = t.b.search_candidates
-    t.b.search_candidates = 7
-    assert t.b.sync.search_candidates == 7 and t.b.search_candidates == 7
+    same(t.b.sync.settings.search_candidates, t.b.settings.search_candidates)
+    before = t.b.settings.search_candidates
+    t.b.settings.search_candidates = 7
+    assert t.b.sync.settings.search_candidates == 7 and t.b.settings.search_candidates == 7
     same(
-        settle(lambda: setattr(t.b.sync, "search_candidates", 0)),
-        settle(lambda: setattr(t.b, "search_candidates", 0)),
+        settle(lambda: setattr(t.b.sync.settings, "search_candidates", 0)),
+        settle(lambda: setattr(t.b.settings, "search_candidates", 0)),
         "search_candidates = 0",
     )
-    t.b.search_candidates = before
-    assert t.b.sync.search_candidates == before
+    t.b.settings.search_candidates = before
+    assert t.b.sync.settings.search_candidates == before
 
 
 @recipe("AsyncStore.__await__")
@@ -1268,6 +1275,7 @@ def twin_objects(store: AsyncStore, *, every: bool = False) -> dict[str, Any]:
         "transaction": store.transaction(),
         "run_log": store.run_log,
         "session_records": store.session_records,
+        "settings": store.settings,
     }
     if store.coordination is not None:
         objects["coordination"] = store.coordination

@@ -70,7 +70,7 @@ def _write_everything(store):
 def _stored(store) -> dict:
     rows = store._engine.fetch(
         f"SELECT {COLUMNS} FROM sessionkit_messages"
-        if store.engine != "postgresql"
+        if store.settings.engine != "postgresql"
         else f"SELECT {COLUMNS} FROM {store._engine.table('messages')}"
     )
     return {(r[0], r[1]): r[2:] for r in rows}
@@ -119,13 +119,13 @@ def _downgrade_to_5(store) -> None:
     """Make ``store`` a schema version 5 store: no analysis columns, no change log."""
     eng = store._engine
     with eng.write():
-        if store.engine == "duckdb":  # DuckDB alters no table an index depends on
+        if store.settings.engine == "duckdb":  # DuckDB alters no table an index depends on
             eng.execute("DROP INDEX sessionkit_messages_msg_key")
         for col in ("text", "n_parts", "tool_names", "metadata"):
             eng.execute(eng.compile(f"ALTER TABLE {{messages}} DROP COLUMN {col}"))
-        if store.engine == "duckdb":
+        if store.settings.engine == "duckdb":
             eng.execute("CREATE UNIQUE INDEX sessionkit_messages_msg_key ON sessionkit_messages (msg_key)")
-        if store.engine != "duckdb":
+        if store.settings.engine != "duckdb":
             eng.execute(eng.compile("DROP TABLE {changes}"))
         else:  # version 7's table (moved into the messages table by the write above)
             eng.execute("DROP TABLE sessionkit_journal")

@@ -106,7 +106,7 @@ def test_a_message_of_megabytes_is_stored_whole(store, indexed):
     assert s.get("big")["parts"][0]["text"] == text
     assert [m["id"] for m in s.get_history()] == ["small", "big", "after"]
     assert [h.id for h in store.search("needle")] == ["big"]
-    if store.engine != "postgresql":  # (PostgreSQL records word positions up to 16,383 only)
+    if store.settings.engine != "postgresql":  # (PostgreSQL records word positions up to 16,383 only)
         assert [h.id for h in store.search('"zeta needle"')] == ["big"]
 
 

@@ -145,7 +145,7 @@ def test_two_processes_and_four_threads_append_to_one_file_without_loss_or_dupli
             for i in range(COUNT):
                 hits = shared.search(f'"{name} number {i}"', limit=5)
                 assert [h.id for h in hits] == [f"{name}-{i}"], (name, i)
-        store.search_candidates = 10 * COUNT  # rank every match, not only the newest 2,000
+        store.settings.search_candidates = 10 * COUNT  # rank every match, not only the newest 2,000
         hits = store.search("own number", limit=10 * COUNT)
         assert len(hits) == COUNT * len(names)
         assert {h.session_id for h in hits} == {f"own-{n}" for n in names}

@@ -84,4 +84,4 @@ def _postgresql(store, what):
 def raw_sql():
     """Raw access to a store's schema, by its engine."""
     access = {"sqlite": _sqlite, "duckdb": _duckdb, "postgresql": _postgresql}
-    return lambda store, what: access[store.engine](store, what)
+    return lambda store, what: access[store.settings.engine](store, what)

@@ -30,7 +30,7 @@ def _downgrade_before_labels(store) -> None:
         eng.execute(eng.compile("DROP TABLE {labels}"))
         eng.execute(eng.compile("DROP TABLE {embeddings}"))
         eng.execute(eng.compile("ALTER TABLE {runs} DROP COLUMN meta"))
-        if store.engine == "duckdb":
+        if store.settings.engine == "duckdb":
             eng.execute("DROP SEQUENCE sessionkit_label_seq")
         eng.execute(eng.compile("DELETE FROM {migrations} WHERE version >= ?"), (LABELS,))
         eng.execute(eng.sql["meta_put"], ("schema_version", str(LABELS - 1)))

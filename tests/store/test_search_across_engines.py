@@ -22,7 +22,7 @@ def test_a_query_finds_the_same_messages_on_every_engine(new_store):
     for engine in ("sqlite", "duckdb", "postgresql"):
         store = new_store(engine) if engine == "postgresql" else new_store(engine, memory=True)
         sk.io.import_oasst(store, DATA / "en_100_tree.jsonl", progress=False)
-        assert store.stats()["messages"] < store.search_candidates  # every match is ranked
+        assert store.stats()["messages"] < store.settings.search_candidates  # every match is ranked
         found[engine] = {q: {(h.session_id, h.id) for h in store.search(q, limit=10_000)} for q in QUERIES}
         for q in QUERIES:  # best first, on each engine by its own score
             scores = [h.score for h in store.search(q, limit=10_000)]

@@ -189,7 +189,7 @@ def test_scores_come_from_the_window_when_all_candidates_lie_in_it(tmp_path):
             terms = sorted(parse_query(query).all_stems)
             in_window = reference_bm25(window, terms)
             for cand in (5, 10_000):
-                st.search_candidates = cand
+                st.settings.search_candidates = cand
                 hits = st.search(query, limit=cand)
                 newest = sorted(reference_bm25(everything, terms), reverse=True)[:cand]
                 assert sorted((seq_of[h.id] for h in hits), reverse=True) == newest

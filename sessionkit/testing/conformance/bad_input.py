@@ -412,7 +412,7 @@ class TestBadInput:
             h.id for h in store.search("word", limit=huge)
         } == {"m0", "m1", "m2"}
         assert len(s.search("word", limit=huge)) == 3
-        store.search_candidates = huge
+        store.settings.search_candidates = huge
         assert len(s.search("word 1", limit=huge)) == 1
         window = s.recent_history(huge, min_messages=huge)
         assert ids_of(window.messages) == ["m0", "m1", "m2"] and not window.truncated
@@ -432,7 +432,7 @@ class TestBadInput:
         with pytest.raises(ValueError):
             s.recent_history(100, min_messages=True)
         with pytest.raises(ValueError):
-            store.search_candidates = 0
+            store.settings.search_candidates = 0
 
     # -- nesting -------------------------------------------------------------------------------
 

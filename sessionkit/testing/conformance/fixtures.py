@@ -46,7 +46,7 @@ def reopen(open_target):
 
     def do(st, expect_error=None):
         path = st.path
-        engine = st.engine
+        engine = st.settings.engine
         st.close()
         if path is None:
             return None

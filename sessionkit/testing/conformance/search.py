@@ -136,12 +136,12 @@ class TestSearch:
         for i in range(6):
             s.append(msg(f"n{i}", "kiwi " + "padding words " * (i + 3)))
         assert s.search("kiwi")[0].id == "old-best"
-        store.search_candidates = 3
+        store.settings.search_candidates = 3
         hits = s.search("kiwi")
         assert {h.id for h in hits} == {"n3", "n4", "n5"}
         assert [h.id for h in hits] == ["n3", "n4", "n5"]  # shorter text ranks higher
         with pytest.raises(ValueError):
-            store.search_candidates = 0
+            store.settings.search_candidates = 0
 
     def test_Q3_lazy_index_then_kept_current(self, store):
         s = store.session("s")

@@ -11,7 +11,7 @@
 // * every word and phrase must occur; the matches are ranked with BM25 as SQLite's FTS5
 //   bm25() computes it (k1 = 1.2, b = 0.75; IDF = ln((N - n + 0.5) / (n + 0.5)), at least
 //   1e-6), N and the average length counted over every message of the bundle; the newest
-//   `candidates` matches are ranked (store.search_candidates when the bundle was written),
+//   `candidates` matches are ranked (store.settings.search_candidates when the bundle was written),
 //   ties newest first;
 // * each hit's snippet is sessionkit.store.search.snippet's: a window of 160 characters
 //   around the first match, matched words marked [like this].
