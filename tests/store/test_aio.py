@@ -914,7 +914,8 @@ def test_a_cancelled_transaction_rolls_back_and_lets_others_in(target):
             task = asyncio.create_task(body())
             waiting = asyncio.create_task(other())
             try:
-                await turns_until(lambda: calling, "the other task's call")
+                await entered.wait()  # the transaction's append went through the worker (real time)
+                await turns_until(lambda: calling, "the other task's call")  # then a few turns
                 probe.set()
                 await probed.wait()
                 assert not waiting.done()  # (the worker runs calls in the order they come)
