@@ -33,6 +33,7 @@ import importlib.util
 import itertools
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -229,6 +230,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.xdist_group(f"browser-{item.module.__name__}"))
         if _uses_postgresql(item):
             item.add_marker(pytest.mark.postgres)
+
+
+# Ctrl-C must reach the main thread as KeyboardInterrupt in every test (test_analysis_stop
+# presses it): a test that leaves SIGINT handled elsewhere or blocked fails at its teardown,
+# named, and the default is put back so that the tests after it are not affected.
+@pytest.fixture(autouse=True)
+def _ctrl_c_as_found():
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    left = signal.getsignal(signal.SIGINT)
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if left is not handler or blocked:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        pytest.fail(f"the test left Ctrl-C {'blocked' if blocked else f'handled by {left!r}'} (put back)")
 
 
 # Python's garbage collector scans every object it tracks at each full collection, some

@@ -102,6 +102,7 @@ def test_interrupt_sql_stops_a_running_query_and_the_store_answers(store):
 
 def test_ctrl_c_stops_a_query_in_the_main_thread(store):
     assert threading.current_thread() is threading.main_thread()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C raises here
     main = threading.main_thread().ident
 
     def press_ctrl_c():
