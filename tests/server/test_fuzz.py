@@ -5,7 +5,8 @@ headers and bodies against the document, negative data refused, positive data
 accepted...): 0 server errors and 0 mismatches with the document. One setting: a
 plain HTTP request to the WebSocket route, however well formed, is answered ``426
 Upgrade Required`` (what the document says; ``404`` for an unknown session, as on
-every route), so those are the answers the positive-data check expects there; and a
+every route), so those are the answers the positive-data check expects there, and 426 is
+a refusal for the negative-data check there too; and a
 generated conversation cursor, which no server gave, is refused with ``400``.
 Bounded (a fixed number of examples per operation, no example database) and on
 loopback only. With the token, the event stream is fuzzed before any session exists
@@ -30,7 +31,16 @@ CONFIG = {
     "operations": [
         {
             "include-operation-id": "websocket",
-            "checks": {"positive_data_acceptance": {"expected-statuses": ["426", "404"]}},
+            "checks": {
+                "positive_data_acceptance": {"expected-statuses": ["426", "404"]},
+                # a schema-violating request (unknown query parameters, which every route
+                # ignores) to a session that exists -- one an earlier example created, or not
+                # yet deleted: DELETE answers 202 and removes it after -- is still a plain
+                # HTTP request: 426 too
+                "negative_data_rejection": {
+                    "expected-statuses": ["400", "401", "403", "404", "405", "406", "409", "415", "422", "426"]
+                },
+            },
         },
         {
             # A cursor is opaque: only one the server gave is valid, so a generated one is
