@@ -43,3 +43,14 @@ def test_an_ascii_text_splits_where_the_pattern_does():
 
 def test_a_text_without_words_indexes_nothing():
     assert index_text("") == index_text("  _-- !? ") == ""
+
+
+def test_a_full_table_of_stems_is_emptied_and_filled_again(monkeypatch):
+    from sessionkit.store import search
+
+    monkeypatch.setattr(search, "_STEMS", {})
+    monkeypatch.setattr(search, "_STEMS_MAX", 3)
+    texts = ["deploying the database migrations", "Kubernetes clusters failing", "deploying again, failing again"]
+    for text in texts * 2:
+        assert index_text(text) == _word_by_word(text)
+    assert len(search._STEMS) <= 3 + max(len(set(t.lower().split())) for t in texts)
