@@ -58,9 +58,7 @@ def stem(word: str) -> str:
     return _stem_word(word.casefold())
 
 
-#: The stem of a case-folded word (index_text folds a text's words together first).
-_stem_folded = functools.lru_cache(maxsize=65536)(_stem_word)
-#: index_text's table of folded word -> stem: a dict read by ``map`` in C, about a third of
+#: index_text's table of folded word -> stem: a dict read by ``map`` in C, about two thirds of
 #: the cost of calling the cached function per word; emptied past _STEMS_MAX words.
 _STEMS: dict[str, str] = {}
 _STEMS_MAX = 500_000
@@ -92,11 +90,11 @@ def index_text(text: str) -> str:
         if len(stems) > _STEMS_MAX:
             stems.clear()
         for word in set(words).difference(stems):
-            stems[word] = _stem_folded(word)
+            stems[word] = _stem_word(word)
         try:
             return " ".join(map(stems.__getitem__, words))
         except KeyError:  # (another thread cleared the table meanwhile)
-            return " ".join(map(_stem_folded, words))
+            return " ".join(map(_stem_word, words))
 
 
 @dataclass(frozen=True)
