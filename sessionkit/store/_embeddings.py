@@ -54,14 +54,14 @@ EMBEDDINGS_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 _TODO = (
-    "SELECT m.seq, m.session_id, m.id, m.text FROM {messages} m"
-    " WHERE m.seq > ? AND m.text IS NOT NULL AND m.text <> ''"
+    "SELECT m.seq, m.session_id, m.id, {m_text} FROM {messages} m"
+    " WHERE m.seq > ? AND {m_text} <> ''"
     " AND NOT EXISTS (SELECT 1 FROM {embeddings} e WHERE e.model = ? AND e.seq = m.seq"
     " AND e.session_id = m.session_id AND e.message_id = m.id)"
     " ORDER BY m.seq LIMIT ?"
 )
 _COUNT = (
-    "SELECT count(*) FROM {messages} m WHERE m.text IS NOT NULL AND m.text <> ''"
+    "SELECT count(*) FROM {messages} m WHERE {m_text} <> ''"
     " AND NOT EXISTS (SELECT 1 FROM {embeddings} e WHERE e.model = ? AND e.seq = m.seq"
     " AND e.session_id = m.session_id AND e.message_id = m.id)"
 )

@@ -73,6 +73,11 @@ class Engine(abc.ABC):
     def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
         return [row for page in self.walk_pages(sid, start, limit, content) for row in page]
 
+    def walk_contents(self, sid: str, start: Node, limit: int) -> list[tuple[int, str, str | None]]:
+        """``(seq, id, stored JSON)`` of the path from ``start`` towards the root, at most
+        ``limit`` rows, leaf first: :meth:`walk` with only what a path's messages need."""
+        return [(node.seq, node.id, raw) for node, raw in self.walk(sid, start, limit, True)]
+
     @abc.abstractmethod
     def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:
         """``(seq, id, tokens)`` from the message ``seq`` up to the root."""

@@ -136,6 +136,9 @@ TABLES: dict[str, Table] = {
                 # The analysis columns (docs/analysis.md), written with the row so that no query decodes
                 # messages: the text parts joined by blank lines, the number of parts, the tools
                 # the parts call (a JSON array; NULL when none) and the metadata as JSON.
+                # SQLite keeps ``text`` only where its JSON functions cannot give it (a row whose
+                # JSON continues in chunks, a text holding NUL), NULL elsewhere (schema version
+                # 16): statements read it as Dialect.message_text says, never the column itself.
                 Column("text", "text", null=True, prepared=True),
                 Column("n_parts", "int", default="0", prepared=True),
                 Column("tool_names", "text", null=True, prepared=True),
@@ -583,6 +586,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         "the HTTP server's records (server.* kinds, docs/server.md): layout 1, its version kept"
         " as the record server.layout under the reserved key ~sessionkit/layout",
     ),
+    # No table changes: rows written from version 16 on leave SQLite's text column NULL
+    # where the JSON gives the text (rows written before keep theirs; both read the same).
+    Migration(
+        16,
+        "SQLite: a message's analysis text is read from its JSON and kept in the text column only"
+        " where the JSON cannot give it (a message continued in chunks, a text holding NUL)",
+    ),
 )
 
 #: The schema version every engine writes: the ledger's last step (the one place it is kept).
@@ -616,6 +626,9 @@ class Dialect:
     placeholder: str = "?"
     #: Statements run before each table is created (DuckDB: its sequences).
     before_table: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: A message row's analysis text (``{t}``: the table or its alias): the ``text``
+    #: column, or on SQLite what its JSON gives where the column is NULL (see TABLES).
+    message_text: str = "{t}.text"
 
     def __post_init__(self) -> None:
         if not self.in_ints:
@@ -663,6 +676,15 @@ DIALECTS: dict[str, Dialect] = {
             ints_rows="SELECT value FROM json_each(?)",
             texts_rows="SELECT value FROM json_each(?)",
             clustered_suffix=" WITHOUT ROWID",
+            # The text parts of the row's JSON joined by blank lines (parts.text_of), read by
+            # SQLite's JSON functions, unless the row keeps its text (TABLES["messages"]).
+            # json_extract rather than ->> (SQLite 3.38) for older libraries.
+            message_text=(
+                "(CASE WHEN {t}.text IS NOT NULL THEN {t}.text ELSE (SELECT"
+                " coalesce(group_concat(json_extract(j.value, '$.text'), char(10, 10)), '')"
+                " FROM json_each({t}.content, '$.parts') AS j WHERE json_extract(j.value, '$.type') = 'text'"
+                " AND json_type(j.value, '$.text') = 'text') END)"
+            ),
         ),
         Dialect(
             name="duckdb",

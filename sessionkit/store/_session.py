@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from .. import messages as _msg
 from ..errors import (
     MessageNotFound,
+    StoreCorrupt,
     UsageError,
 )
 from . import _conveniences, _labels
@@ -444,14 +445,19 @@ class Session:
             if leaf is None:
                 return []
             comps = eng.compactions(self.session_id) if compacted else []
-            rows = eng.walk(self.session_id, leaf, leaf.depth + 1, True)
+            rows = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
             rows.reverse()
-            # Read in one snapshot: every row of the path is there (no None).
-            messages = cast("list[dict[str, Any]]", [self._restore(node.seq, raw) for node, raw in rows])
+            # Read in one snapshot: every row of the path is there (no None). The messages
+            # restored in one comprehension; on a damaged payload, row by row as _restore says.
+            restore, blob = _msg.restore, eng.blob
+            try:
+                messages = [restore(cast(str, raw), blob) for _, _, raw in rows]
+            except StoreCorrupt:
+                messages = cast("list[dict[str, Any]]", [self._restore(seq, raw) for seq, _, raw in rows])
         if not comps:
             return messages
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
-        ranges = _choose_ranges(comps, {node.id: i for i, (node, _) in enumerate(rows) if node.id in ends})
+        ranges = _choose_ranges(comps, {mid: i for i, (_, mid, _) in enumerate(rows) if mid in ends})
         out: list[Any] = []
         pos = 0
         for start, end, comp in ranges:
@@ -566,13 +572,17 @@ class Session:
         if not chosen:
             return RecentHistory([], False, 0)
         chosen.reverse()
-        msgs: list[dict[str, Any]] = []
-        for node, raw in chosen:
-            message = self._restore(node.seq, raw)
-            if message is None:  # deleted meanwhile: the window ends below it
-                msgs.clear()
-                continue
-            msgs.append(message)
+        restore, blob = _msg.restore, eng.blob
+        try:
+            msgs = [restore(cast(str, raw), blob) for _, raw in chosen]
+        except StoreCorrupt:  # a payload went with its row: row by row, as _restore says
+            msgs = []
+            for node, raw in chosen:
+                message = self._restore(node.seq, raw)
+                if message is None:  # deleted meanwhile: the window ends below it
+                    msgs.clear()
+                    continue
+                msgs.append(message)
         if not msgs:
             return RecentHistory([], False, 0)
         first = chosen[len(chosen) - len(msgs)][0]

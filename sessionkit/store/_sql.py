@@ -179,6 +179,45 @@ class SQLEngine(SQLBase):
                 return  # deleted meanwhile: the path ends here
             seq = parent.seq
 
+    def walk_contents(self, sid: str, start: Node, limit: int) -> list[tuple[int, str, str | None]]:
+        """As :meth:`walk_pages` reads a path, for a caller that keeps all of it and needs
+        no :class:`Node`: each run of consecutive rows in one statement of five columns
+        (a whole path is one statement where it never branches), no object per row but
+        the row itself. A row deleted meanwhile ends the path there."""
+        self.before_read(sid)
+        out: list[tuple[int, str, str | None]] = []
+        want: str | None = start.id
+        seq, remaining = start.seq, limit
+        pending = False
+        while want is not None and remaining > 0:
+            rows = self.fetch(self.sql["scan_down_lean"], (sid, seq, remaining))
+            n = 0
+            for r in rows:
+                if r[1] != want:
+                    break
+                want = r[2]
+                n += 1
+                if r[3]:
+                    pending = True
+                if want is None:
+                    break
+            out += [(r[0], r[1], r[4] if not r[3] else _Pending(r[0], r[4])) for r in rows[:n]]  # type: ignore[misc]
+            remaining -= n
+            if want is None or remaining <= 0 or n in (0, len(rows)):
+                break  # the root, enough, or the row wanted is gone (deleted meanwhile)
+            parent = self.node(sid, want)  # a branch point: the parent is elsewhere
+            if parent is None:
+                break  # deleted meanwhile: the path ends here
+            seq = parent.seq
+        if pending:
+            waiting = [i for i, (_, _, c) in enumerate(out) if isinstance(c, _Pending)]
+            rest = self._chunk_rows([out[i][0] for i in waiting])
+            for i in waiting:
+                q, mid, p = out[i]
+                head = cast(_Pending, p)
+                out[i] = (q, mid, head.head + "".join(rest.get(q, ())))
+        return out
+
     def _joined(self, row: Sequence[Any]) -> Any:
         # (…node, chunks, content): content continues in chunk rows when chunks > 0; then
         # a _Pending that _join_chunks replaces with the joined text
@@ -395,9 +434,13 @@ class SQLEngine(SQLBase):
     def prepared_values(self, prep: _msg.Prepared) -> tuple[Any, ...]:
         """The values of :data:`PREPARED_COLUMNS` for ``prep`` (``text`` as :meth:`stored_text` gives it)."""
         values = prepared_getter(prep)
-        text = values[TEXT_AT]
-        stored = self.stored_text(text)
-        return values if stored is text else (*values[:TEXT_AT], stored, *values[TEXT_AT + 1 :])
+        stored = self.kept_text(prep)
+        return values if stored is values[TEXT_AT] else (*values[:TEXT_AT], stored, *values[TEXT_AT + 1 :])
+
+    def kept_text(self, prep: _msg.Prepared) -> str | None:
+        """What a new row of ``prep`` keeps in the ``text`` column (an engine that reads the
+        text from the message's JSON keeps None where it can): :meth:`stored_text` here."""
+        return self.stored_text(prep.text)
 
     def stored_text(self, text: str | None) -> str | None:
         """The analysis ``text`` column's value for a message's text (an engine whose text

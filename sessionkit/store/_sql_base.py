@@ -53,6 +53,10 @@ STATEMENTS: dict[str, str] = {
     "scan_down_content": (
         "SELECT {node}, chunks, content FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
     ),
+    "scan_down_lean": (
+        "SELECT seq, id, parent_id, chunks, content FROM {messages}"
+        " WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
+    ),
     "contents": "SELECT seq, chunks, content FROM {messages} WHERE seq {in_seqs}",
     "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",
     "blob": "SELECT data FROM {blobs} WHERE sha256 = ?",
@@ -151,7 +155,7 @@ STATEMENTS: dict[str, str] = {
     ),
     "run_end": "UPDATE {runs} SET status = ?, error = ?, usage = ?, ended_at = ? WHERE run_id = ?",
     "events_next": "SELECT coalesce(max(seq), -1) + 1 FROM {events} WHERE session_id = ?",
-    "index_source": "SELECT seq, session_id, text FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
+    "index_source": "SELECT seq, session_id, {row_text} FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
     # store-wide scans, a page at a time (keyset: after the last row of the page before)
     "scan_sessions": "SELECT session_id FROM {messages} GROUP BY session_id ORDER BY max(seq) DESC",
     "scan_side_sessions": (
@@ -252,6 +256,8 @@ class SQLBase(LabelSQL, Engine):
             ints_rows=d.ints_rows,
             texts_rows=d.texts_rows,
             t_text=d.types["text"],
+            m_text=d.message_text.format(t="m"),
+            row_text=d.message_text.format(t=fields["messages"]),
             t_int=d.types["int"],
         )
         return fields

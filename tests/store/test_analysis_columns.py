@@ -11,13 +11,16 @@ import json
 
 import pytest
 from helpers import message, text_part
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 import sessionkit as sk
 from sessionkit import messages as _msg
 from sessionkit.parts import tool_names
 from sessionkit.store._schema import SCHEMA_VERSION
 
-COLUMNS = "session_id, id, role, depth, tokens, bytes, created_at, text, n_parts, tool_names, metadata"
+# (text as the engine's statements read it: SQLite derives it from the JSON where it keeps none)
+COLUMNS = "session_id, id, role, depth, tokens, bytes, created_at, {row_text}, n_parts, tool_names, metadata"
 
 
 TOOL = {
@@ -68,11 +71,7 @@ def _write_everything(store):
 
 
 def _stored(store) -> dict:
-    rows = store._engine.fetch(
-        f"SELECT {COLUMNS} FROM sessionkit_messages"
-        if store.settings.engine != "postgresql"
-        else f"SELECT {COLUMNS} FROM {store._engine.table('messages')}"
-    )
+    rows = store._engine.fetch(store._engine.compile(f"SELECT {COLUMNS} FROM {{messages}}"))
     return {(r[0], r[1]): r[2:] for r in rows}
 
 
@@ -113,6 +112,13 @@ def test_every_write_path_stores_the_analysis_columns(store_variant, new_store):
     assert set(got) == {("a", i) for i in ("u1", "a1", "u2", "a2", "f1", "i1", "i2", "i3")} | {("b", "y")}
     assert got[("a", "a1")][5:8] == ("let me look", 4, ["search", "calc"])
     assert got[("a", "u1")][8] == {"k": [1, 2], "__sessionkit_blob__": 1}
+    kept = dict(store._engine.fetch(store._engine.compile("SELECT id, text FROM {messages} WHERE session_id = 'a'")))
+    if store.settings.engine == "sqlite":
+        # the column keeps only what the JSON functions cannot give: the message continued
+        # in chunk rows (a2, longer than chunk_chars)
+        assert {k for k, v in kept.items() if v is not None} == {"a2"}
+    else:
+        assert kept["a1"] == "let me look"
 
 
 def _downgrade_to_5(store) -> None:
@@ -156,3 +162,30 @@ def test_a_version_5_store_is_upgraded_and_its_columns_filled(variant, new_store
         s = again.session("a")
         s.append(message("new", text_part("after the upgrade"), TOOL, role="assistant"))
         assert _decoded(_stored(again))[("a", "new")][5:8] == ("after the upgrade", 2, ["search"])
+
+
+_TEXTS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+_PARTS = st.lists(
+    st.one_of(
+        st.builds(lambda t: {"type": "text", "text": t}, _TEXTS),
+        st.builds(lambda v: {"type": "text", "text": v}, st.one_of(st.integers(), st.none(), st.lists(_TEXTS))),
+        st.builds(lambda t, k: {"type": k, "text": t}, _TEXTS, st.sampled_from(["reasoning", "Text", "text "])),
+        st.builds(lambda t: {"type": "text"}, _TEXTS),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(_PARTS, min_size=1, max_size=4), chunk_chars=st.sampled_from([64, 1 << 20]))
+@example(batch=[[{"type": "text", "text": "a\x00b"}, {"type": "text", "text": "c"}]], chunk_chars=1 << 20)
+def test_sqlite_reads_from_the_json_the_text_every_message_would_keep(batch, chunk_chars, new_store):
+    """SQLite keeps no ``text`` where its JSON functions give it: what they give (escapes,
+    NUL, any Unicode, text parts among others and non-string texts) is ``text_of``."""
+    store = new_store("sqlite-memory", chunk_chars=chunk_chars)  # (64: most continue in chunks)
+    s = store.session("t")
+    written = [message(f"m{i}", *parts) for i, parts in enumerate(batch)]
+    s.append_many(written)
+    eng = store._engine
+    got = dict(eng.fetch(eng.compile("SELECT id, {row_text} FROM {messages}")))
+    assert got == {m["id"]: _msg.message_text(m) for m in written}

@@ -56,7 +56,7 @@ RECIPE: tuple[tuple[str, str, str], ...] = (
         f"        {VERSION},\n"
         f'        "{COLUMN}: the characters of a message\'s text",\n'
         f'        {{"*": (_add_columns("messages", ("{COLUMN}",)),'
-        f' "UPDATE {{messages}} SET {COLUMN} = length(text)")}},\n'
+        f' "UPDATE {{messages}} SET {COLUMN} = length({{row_text}})")}},\n'
         "    ),\n",
     ),
 )
@@ -88,7 +88,7 @@ PROBE = textwrap.dedent(
             after = {"id": role + "-after", "role": "user", "parts": [{"type": "text", "text": "after the column"}]}
             store.session("recipe").append(after)
             eng = store._engine
-            rows = eng.fetch(eng.compile("SELECT id, text, %s FROM {messages} ORDER BY seq" % args["column"]))
+            rows = eng.fetch(eng.compile("SELECT id, {row_text}, %s FROM {messages} ORDER BY seq" % args["column"]))
             out[role] = {
                 "version": store.stats()["schema_version"],
                 "columns": sorted(eng.table_columns("messages")),

@@ -95,11 +95,12 @@ WHOLE_CONTENT_BYTES = (
 
 def select_list(engine: SQLEngine, name: str, cols: tuple[str, ...]) -> str:
     """The SELECT list reading ``cols`` of ``name`` (a template: compiled with the statement),
-    ``content`` whole (see :data:`WHOLE_CONTENT`)."""
-    if name != "messages" or "content" not in cols:
+    ``content`` whole (see :data:`WHOLE_CONTENT`), ``text`` as the dialect reads it
+    (``Dialect.message_text``)."""
+    if name != "messages":
         return ", ".join(cols)
-    whole = WHOLE_CONTENT[engine.dialect.name]
-    return ", ".join(whole if c == "content" else c for c in cols)
+    special = {"content": WHOLE_CONTENT.get(engine.dialect.name, "content"), "text": "{row_text} AS text"}
+    return ", ".join(special.get(c, c) for c in cols)
 
 
 class Reader:

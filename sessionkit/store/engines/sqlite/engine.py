@@ -309,6 +309,12 @@ class SQLiteEngine(LocalEngine):
     def upgrade_to_3(self) -> None:
         _upgrade_to_3(self)
 
+    def kept_text(self, prep: _msg.Prepared) -> str | None:
+        # Kept only where SQLite's JSON functions cannot give it (Dialect.message_text): a
+        # message whose JSON continues in chunk rows, or a text holding NUL (they end it).
+        text = prep.text
+        return text if len(prep.stored_json) > self._chunk or "\x00" in text else None
+
     def translate(self, exc: BaseException) -> BaseException:
         """A driver error as the contract's: by SQLite's result code (its primary part; the
         extended codes refine it), which Python's sqlite3 gives with every error SQLite
