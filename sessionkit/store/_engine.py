@@ -73,6 +73,12 @@ class Engine(abc.ABC):
     def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
         return [row for page in self.walk_pages(sid, start, limit, content) for row in page]
 
+    def newest_rows(self, sid: str, n: int) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
+        """The session's ``n`` newest rows as ``(seq, id, parent_id, bytes, depth,
+        path_bytes, stored JSON)``, newest first, in one read (a window of the latest path
+        needs no more when it lies in them); None where the engine reads them otherwise."""
+        return None
+
     def walk_contents(self, sid: str, start: Node, limit: int) -> list[tuple[int, str, str | None]]:
         """``(seq, id, stored JSON)`` of the path from ``start`` towards the root, at most
         ``limit`` rows, leaf first: :meth:`walk` with only what a path's messages need."""

@@ -556,6 +556,10 @@ class Session:
                 if leaf is None:
                     return RecentHistory([], False, 0)
                 return self._compacted_window(leaf, eng.compactions(self.session_id), max_bytes, min_messages)
+        if start is None:
+            quick = self._newest_window(eng, max_bytes, min_messages)
+            if quick is not None:
+                return quick
         chosen: list[tuple[Node, str | None]] = []
         total = 0
         # The first page holds one more than needed: is the next message in the window too?
@@ -587,6 +591,36 @@ class Session:
             return RecentHistory([], False, 0)
         first = chosen[len(chosen) - len(msgs)][0]
         return RecentHistory(msgs, first.depth > 0, chosen[-1][0].path_bytes)
+
+    def _newest_window(self, eng: Engine, max_bytes: int, min_messages: int) -> RecentHistory | None:
+        """:meth:`recent_history` of the latest path when its window lies in the session's
+        ``min_messages + 1`` newest rows (one read, no object per row); None otherwise
+        (more rows, a branch, a long message: the general walk)."""
+        rows = eng.newest_rows(self.session_id, min(min_messages + 1, 1 << 20))
+        if not rows:
+            return None
+        total, n = 0, 0
+        want: str | None = rows[0][1]
+        for _, mid, parent, size, _, _, _ in rows:
+            if mid != want:
+                return None  # the newest rows leave the path (a branch): the general walk
+            if n >= min_messages and total + size > max_bytes:
+                break
+            n += 1
+            total += size
+            want = parent
+            if parent is None:
+                break
+        else:
+            return None  # the window may reach past these rows
+        chosen = rows[:n]
+        chosen.reverse()
+        restore, blob = _msg.restore, eng.blob
+        try:
+            msgs = [restore(r[6], blob) for r in chosen]
+        except StoreCorrupt:
+            return None  # a payload went with its row: the general walk, row by row
+        return RecentHistory(msgs, chosen[0][4] > 0, chosen[-1][5])
 
     def _compacted_window(
         self, leaf: Node, comps: list[tuple[int, Compaction]], max_bytes: int, min_messages: int

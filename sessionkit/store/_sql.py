@@ -179,6 +179,14 @@ class SQLEngine(SQLBase):
                 return  # deleted meanwhile: the path ends here
             seq = parent.seq
 
+    def newest_rows(self, sid: str, n: int) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
+        self.before_read(sid)
+        rows = self.fetch(self.sql["newest_lean"], (sid, n))
+        if any(r[6] for r in rows):
+            return None  # a row continues in chunk rows: the engine's pages join them
+        whole = self.whole_json
+        return [(r[0], r[1], r[2], r[3], r[4], r[5], whole(r[7], r[8])) for r in rows]
+
     def walk_contents(self, sid: str, start: Node, limit: int) -> list[tuple[int, str, str | None]]:
         """As :meth:`walk_pages` reads a path, for a caller that keeps all of it and needs
         no :class:`Node`: each run of consecutive rows in one statement of five columns
@@ -201,7 +209,8 @@ class SQLEngine(SQLBase):
                     pending = True
                 if want is None:
                     break
-            out += [(r[0], r[1], r[4] if not r[3] else _Pending(r[0], r[4])) for r in rows[:n]]  # type: ignore[misc]
+            whole = self.whole_json
+            out += [(r[0], r[1], whole(r[4], r[5]) if not r[3] else _Pending(r[0], r[4])) for r in rows[:n]]  # type: ignore[misc]
             remaining -= n
             if want is None or remaining <= 0 or n in (0, len(rows)):
                 break  # the root, enough, or the row wanted is gone (deleted meanwhile)
@@ -221,7 +230,19 @@ class SQLEngine(SQLBase):
     def _joined(self, row: Sequence[Any]) -> Any:
         # (…node, chunks, content): content continues in chunk rows when chunks > 0; then
         # a _Pending that _join_chunks replaces with the joined text
-        return row[11] if not row[10] else _Pending(row[0], row[11])
+        return self.whole_json(row[11], row[8]) if not row[10] else _Pending(row[0], row[11])
+
+    def row_json(self, prep: _msg.Prepared, created_at: str) -> str:
+        """The JSON a row of ``prep`` keeps (before its continuation rows are split off),
+        its ``created_at`` column being ``created_at``: the stored JSON here; an engine
+        that leaves out what the row's columns hold overrides it and :meth:`whole_json`."""
+        return prep.stored_json
+
+    @staticmethod
+    def whole_json(raw: str, created_at: str) -> str:
+        """A row's stored JSON as :meth:`row_json` gave it, whole again (a row that
+        continues in chunk rows is never shortened): the same JSON here."""
+        return raw
 
     def _join_chunks(self, out: list[Any]) -> None:
         pending = [i for i, (_, c) in enumerate(out) if isinstance(c, _Pending)]
@@ -264,11 +285,11 @@ class SQLEngine(SQLBase):
         found: dict[int, str] = {}
         long: list[tuple[int, str]] = []
         for part in _split(list(seqs), 1000):
-            for seq, chunks, content in self.fetch(self.sql["contents"], (self.listed(part),)):
+            for seq, chunks, content, created in self.fetch(self.sql["contents"], (self.listed(part),)):
                 if chunks:
                     long.append((seq, content))
                 else:
-                    found[seq] = content
+                    found[seq] = self.whole_json(content, created)
         if long:
             rest = self._chunk_rows([s for s, _ in long])
             for seq, head in long:
@@ -453,7 +474,7 @@ class SQLEngine(SQLBase):
         """Insert one planned message row (its parent found) unless (sid, id) is stored:
         the new Node, or None when it was (:meth:`insert_planned` writes a batch with it)."""
         node = self.placed(prep, parent, created_at)
-        head, chunks = self.split(prep.stored_json)
+        head, chunks = self.split(self.row_json(prep, node.created_at))
         seq = self.insert_row(sid, prep, node, parent, head, len(chunks), index)
         if seq is None:
             return None
@@ -565,7 +586,7 @@ class SQLEngine(SQLBase):
 
     def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         self.lock_session(sid)
-        head, chunks = self.split(prep.stored_json)
+        head, chunks = self.split(self.row_json(prep, node.created_at))  # (the update keeps created_at)
         d_bytes, d_tokens = prep.bytes - node.bytes, prep.tokens - node.tokens
         self.execute(
             self.sql["update"],

@@ -54,10 +54,14 @@ STATEMENTS: dict[str, str] = {
         "SELECT {node}, chunks, content FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
     ),
     "scan_down_lean": (
-        "SELECT seq, id, parent_id, chunks, content FROM {messages}"
+        "SELECT seq, id, parent_id, chunks, content, created_at FROM {messages}"
         " WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
     ),
-    "contents": "SELECT seq, chunks, content FROM {messages} WHERE seq {in_seqs}",
+    "newest_lean": (
+        "SELECT seq, id, parent_id, bytes, depth, path_bytes, chunks, content, created_at FROM {messages}"
+        " WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
+    ),
+    "contents": "SELECT seq, chunks, content, created_at FROM {messages} WHERE seq {in_seqs}",
     "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",
     "blob": "SELECT data FROM {blobs} WHERE sha256 = ?",
     "count": "SELECT count(*) FROM {messages} WHERE session_id = ?",

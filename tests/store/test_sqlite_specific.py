@@ -455,3 +455,49 @@ def test_driver_errors_are_mapped_by_result_code(tmp_path, kind, text, code, exp
         mapped = store._engine.translate(_sqlite_error(kind, text, code))
     assert type(mapped) is expected
     assert text in str(mapped)
+
+
+def test_a_row_leaves_out_the_created_at_its_column_holds_and_reads_back_whole(tmp_path):
+    """A message's createdAt is its JSON's last key and the row's created_at column: the row
+    keeps it once (a space after its JSON marks that), and every read puts it back in its
+    place; any other message is kept as it is."""
+    path = str(tmp_path / "s.db")
+    text = {"type": "text", "text": 'a "createdAt": in a text, and \\"createdAt\\":'}
+    written = {
+        "plain": {"id": "plain", "role": "user", "parts": [text]},
+        "stamped": {"id": "stamped", "role": "user", "parts": [text], "createdAt": "2024-05-01T10:00:00.000Z"},
+        "first": {"createdAt": "2024-05-01T10:00:00.000Z", "id": "first", "role": "user", "parts": [text]},
+        "nested": {"id": "nested", "role": "user", "parts": [text], "metadata": {"createdAt": "x"}},
+        "tool": {
+            "id": "tool",
+            "role": "assistant",
+            "parts": [{"type": "tool-t", "toolCallId": "c", "state": "input-available", "input": {"createdAt": 1}}],
+        },
+        "long": {"id": "long", "role": "assistant", "parts": [{"type": "text", "text": "word " * 400}]},
+    }
+    with sk.open_store(path, chunk_chars=1024) as st:
+        s = st.session("s")
+        for m in written.values():
+            s.append(m)
+        s.import_message({"id": "imported", "role": "user", "parts": [text]}, created_at=1_700_000_000_000)
+        s.update({"id": "stamped", "role": "user", "parts": [text, text], "createdAt": "2024-05-01T10:00:00.000Z"})
+        expected = {m["id"]: m for m in s.get_history()}
+    con = sqlite3.connect(path)
+    kept = dict(con.execute("SELECT id, content FROM sessionkit_messages WHERE chunks = 0"))
+    con.close()
+    shortened = {mid for mid, raw in kept.items() if raw.endswith(" ")}
+    assert shortened == {"plain", "stamped", "nested", "tool", "imported"}  # (first: createdAt is not last)
+    assert "long" not in kept  # (it continues in chunk rows: kept whole)
+    assert {mid for mid, raw in kept.items() if '"createdAt":"20' not in raw} == shortened
+    assert kept["plain"].endswith("}]} ") and kept["first"].startswith('{"createdAt":')
+    with sk.open_store(path, chunk_chars=1024) as st:
+        s = st.session("s")
+        for mid, m in expected.items():
+            assert list(m) == list(written.get(mid, m)) + (
+                ["createdAt"] if "createdAt" not in written.get(mid, m) else []
+            )
+            assert s.get(mid) == m and list(s.get(mid)) == list(m)
+        assert s.get_history() == list(expected.values())
+        assert s.recent_history(0, min_messages=3).messages == list(expected.values())[-3:]
+        assert {h.id for h in st.search("createdAt")} == {"plain", "stamped", "first", "nested", "imported"}
+        assert expected["imported"]["createdAt"] == "2023-11-14T22:13:20.000Z"

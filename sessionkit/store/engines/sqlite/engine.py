@@ -309,6 +309,28 @@ class SQLiteEngine(LocalEngine):
     def upgrade_to_3(self) -> None:
         _upgrade_to_3(self)
 
+    def row_json(self, prep: _msg.Prepared, created_at: str) -> str:
+        # A message's createdAt is its JSON's last key (the store adds it there) and the
+        # row's created_at column holds it too: the row leaves it out of the JSON (about
+        # 40 bytes) when the JSON ends with it, plain ASCII, and fits in the row; a space
+        # after the closing brace (JSON the store writes never ends with one) marks such
+        # a row, so whole_json tells it by its last character.
+        raw = prep.stored_json
+        if (
+            len(raw) <= self._chunk
+            and raw.endswith(',"createdAt":"' + created_at + '"}')
+            and created_at.isascii()
+            and created_at.isprintable()
+            and '"' not in created_at
+            and "\\" not in created_at
+        ):
+            return raw[: -len(created_at) - 16] + "} "
+        return raw
+
+    @staticmethod
+    def whole_json(raw: str, created_at: str) -> str:
+        return raw[:-2] + ',"createdAt":"' + created_at + '"}' if raw[-1] == " " else raw
+
     def kept_text(self, prep: _msg.Prepared) -> str | None:
         # Kept only where SQLite's JSON functions cannot give it (Dialect.message_text): a
         # message whose JSON continues in chunk rows, or a text holding NUL (they end it).
@@ -411,7 +433,7 @@ class SQLiteEngine(LocalEngine):
             created_at,
             prep.bytes,
             prep.tokens,
-            prep.stored_json,
+            self.row_json(prep, created_at),
             *self.prepared_values(prep),
         )
         with self._lock, self.guard():
