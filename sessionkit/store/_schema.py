@@ -591,7 +591,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         16,
         "SQLite: a message's analysis text is read from its JSON and kept in the text column only"
-        " where the JSON cannot give it (a message continued in chunks, a text holding NUL)",
+        " where the JSON cannot give it (a message continued in chunks, a text holding NUL); a row's"
+        " JSON leaves out its last key createdAt, which the created_at column holds (a space ends it)",
     ),
 )
 
