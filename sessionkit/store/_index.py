@@ -64,6 +64,11 @@ class SearchIndex:
         parsed query ``terms`` (``fts_query`` is its FTS5 form), in one session or all."""
         raise NotImplementedError
 
+    def search_read(self, fts_query: str, terms: Query, sid: str | None, limit: int) -> list[tuple[Hit, str | None]]:
+        """:meth:`search`, each hit with its stored JSON where the index read it in the same
+        statement (None: the caller reads it, as ``engine.contents`` gives it)."""
+        return [(hit, None) for hit in self.search(fts_query, terms, sid, limit)]
+
     def count(self) -> int:
         """How many messages the index holds (0 before it is built)."""
         raise NotImplementedError

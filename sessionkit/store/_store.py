@@ -372,15 +372,18 @@ class Store:
             with eng.write():
                 eng.index.build()
         if allowed is None:
-            rows = eng.index.search(parsed.fts5(), parsed, session_id, limit)
+            found = eng.index.search_read(parsed.fts5(), parsed, session_id, limit)
         else:
-            rows = eng.index.search(parsed.fts5(), parsed, session_id, max(limit, eng.search_candidates))
-            rows = [r for r in rows if (r[1], r[2]) in allowed][:limit]
-        if not rows:
+            found = eng.index.search_read(parsed.fts5(), parsed, session_id, max(limit, eng.search_candidates))
+            found = [(r, raw) for r, raw in found if (r[1], r[2]) in allowed][:limit]
+        if not found:
             return []
-        contents = eng.contents([r[0] for r in rows])
+        unread = [r[0] for r, raw in found if raw is None]  # (what the index did not read with the hit)
+        read = dict(zip(unread, eng.contents(unread))) if unread else {}
         hits = []
-        for (seq, sid, mid, role, score), raw in zip(rows, contents):
+        for (seq, sid, mid, role, score), raw in found:
+            if raw is None:
+                raw = read.get(seq)
             msg = self._restore(seq, raw)
             if msg is None:
                 continue  # deleted since the index answered

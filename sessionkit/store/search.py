@@ -12,8 +12,9 @@ list of terms and phrases.
 
 from __future__ import annotations
 
-import bisect
+import contextlib
 import functools
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -77,24 +78,33 @@ def index_text(text: str) -> str:
     no space, nor does a case-folded one, so splitting again gives each word's own
     folding), then stemmed through a table of folded words.
     """
+    return " ".join(_stems_of(_folded_words(text)))
+
+
+def _folded_words(text: str) -> list[str]:
+    """The words of ``text`` (``_WORD``'s, in order), case-folded."""
     if text.isascii():
         # (most texts) letters and digits kept, upper case lowered, the rest made spaces, by
         # one byte-table lookup per character: about three times faster than the pattern
-        words = text.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
-    else:
-        words = " ".join(_WORD.findall(text)).casefold().split()
+        return text.encode("ascii").translate(_ASCII_WORDS).decode("ascii").split()
+    return " ".join(_WORD.findall(text)).casefold().split()
+
+
+def _stems_of(words: list[str]) -> list[str]:
+    """The stem of each folded word, from the table of stems (filled as needed)."""
     stems = _STEMS
     try:
-        return " ".join(map(stems.__getitem__, words))
-    except KeyError:  # words not seen yet: stem them once each, then join as above
-        if len(stems) > _STEMS_MAX:
-            stems.clear()
-        for word in set(words).difference(stems):
-            stems[word] = _stem_word(word)
-        try:
-            return " ".join(map(stems.__getitem__, words))
-        except KeyError:  # (another thread cleared the table meanwhile)
-            return " ".join(map(_stem_word, words))
+        return list(map(stems.__getitem__, words))
+    except KeyError:  # words not seen yet: stem them once each, then read the table again
+        pass
+    if len(stems) > _STEMS_MAX:
+        stems.clear()
+    for word in set(words).difference(stems):
+        stems[word] = _stem_word(word)
+    try:
+        return [stems[w] for w in words]
+    except KeyError:  # (another thread cleared the table meanwhile)
+        return list(map(_stem_word, words))
 
 
 @dataclass(frozen=True)
@@ -158,42 +168,74 @@ def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
     A phrase's words are marked only where the phrase itself occurs, never one by one
     (``"logical replication"`` does not mark ``Replicate``). Each span is widened to the
     whole words it touches (``order_lines`` stays one word) and overlapping spans merge.
+
+    The words are stemmed as :func:`index_text` stems them (a few C calls for the whole
+    text: its k-th stem is that of the k-th word of ``_WORD``), and only the matched words
+    are then found in the text, so a long text with one match costs little Python.
     """
-    tokens = tokenize(text)
-    stems = [st for _, _, st in tokens]
-    spans: list[tuple[int, int]] = []
-    terms = set(query.terms)
-    for s, e, st in tokens:
-        if st in terms:
-            spans.append((s, e))
+    words = _folded_words(text)
+    stems = _stems_of(words)
+    wanted: list[tuple[int, int]] = []  # (first word, last word) of each match
+    for term in query.terms:
+        k = -1
+        with contextlib.suppress(ValueError):
+            while True:
+                k = stems.index(term, k + 1)
+                wanted.append((k, k))
     for phrase in query.phrases:
-        n = len(phrase)
-        for k in range(len(stems) - n + 1):
-            if tuple(stems[k : k + n]) == phrase:
-                spans.append((tokens[k][0], tokens[k + n - 1][1]))
-    if not spans:
+        n, head, k = len(phrase), phrase[0], -1
+        with contextlib.suppress(ValueError):
+            while True:
+                k = stems.index(head, k + 1)
+                if tuple(stems[k : k + n]) == phrase:
+                    wanted.append((k, k + n - 1))
+    if not wanted:
         return []
-    words = [(m.start(), m.end()) for m in _READ_WORD.finditer(text)]
-    starts = [ws for ws, _ in words]  # words do not overlap: sorted by start and by end
-    widened = []
-    for s, e in spans:
-        # the word holding s (the last starting at or before it) and the one holding e - 1
-        k = bisect.bisect_right(starts, s) - 1
-        if k >= 0 and words[k][0] <= s < words[k][1]:
-            s = words[k][0]
-        k = bisect.bisect_right(starts, e - 1) - 1
-        if k >= 0 and words[k][0] < e <= words[k][1]:
-            e = words[k][1]
-        widened.append((s, e))
-    widened.sort()
-    merged = [widened[0]]
-    for s, e in widened[1:]:
+    needed = sorted({k for pair in wanted for k in pair})
+    places = _word_places(text, words, needed)
+    spans = []
+    for first, last in wanted:
+        s, e = places[first][0], places[last][1]
+        # widened to the whole words (letters, digits and underscores) at both ends
+        while s > 0 and _inword(text, s - 1):
+            s -= 1
+        while e < len(text) and _inword(text, e):
+            e += 1
+        spans.append((s, e))
+    spans.sort()
+    merged = [spans[0]]
+    for s, e in spans[1:]:
         ps, pe = merged[-1]
         if s <= pe:
             merged[-1] = (ps, max(pe, e))
         else:
             merged.append((s, e))
     return merged
+
+
+def _word_places(text: str, words: list[str], needed: list[int]) -> dict[int, tuple[int, int]]:
+    """The span in ``text`` of each word numbered in ``needed`` (ascending; ``words`` are
+    its folded words). An ASCII text's folded form has its words at their own places,
+    every other character a space: the k-th word is an occurrence of itself between
+    spaces there, found by ``str.find`` (its rank among equal words: a count of the words
+    before it), all in C. Any other text: one pass of the pattern, each skip in C."""
+    places: dict[int, tuple[int, int]] = {}
+    if text.isascii():
+        padded = " " + text.encode("ascii").translate(_ASCII_WORDS).decode("ascii") + " "
+        for k in needed:
+            word = words[k]
+            probe, at = " " + word + " ", -1
+            for _ in range(words[:k].count(word) + 1):
+                at = padded.find(probe, at + 1)
+            places[k] = (at, at + len(word))  # (padded's leading space: at is the word's start in text)
+        return places
+    found = _WORD.finditer(text)
+    at = 0
+    for k in needed:
+        m = next(itertools.islice(found, k - at, None))
+        places[k] = m.span()
+        at = k + 1
+    return places
 
 
 def _inword(text: str, i: int) -> bool:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sessionkit.store.search import parse_query, snippet
+from sessionkit.store.search import _WORD, _matched_spans, parse_query, snippet, stem
 
 TEXT = (
     "At 180 GB a plain dump and restore would take hours. Keep the old server running read-only for a "
@@ -60,3 +62,45 @@ def test_the_window_starts_and_ends_on_word_boundaries():
 def test_short_text_is_returned_whole():
     assert snippet("Deploy it", parse_query("deploying")) == "[Deploy] it"
     assert snippet("no hit here", parse_query("zebra")) == "no hit here"
+
+
+def _spans_word_by_word(text: str, query) -> list[tuple[int, int]]:
+    """What a match marks, found the plain way: every word stemmed where it stands (the
+    definition _matched_spans follows in a few C calls), widened to whole \\w words."""
+    tokens = [(m.start(), m.end(), stem(m.group())) for m in _WORD.finditer(text)]
+    stems = [st for _, _, st in tokens]
+    spans = [(s, e) for s, e, st in tokens if st in set(query.terms)]
+    for phrase in query.phrases:
+        n = len(phrase)
+        spans += [
+            (tokens[k][0], tokens[k + n - 1][1]) for k in range(len(stems) - n + 1) if tuple(stems[k : k + n]) == phrase
+        ]
+    widened = []
+    for s, e in spans:
+        while s > 0 and re.match(r"\w", text[s - 1]):
+            s -= 1
+        while e < len(text) and re.match(r"\w", text[e]):
+            e += 1
+        widened.append((s, e))
+    merged: list[tuple[int, int]] = []
+    for s, e in sorted(widened):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
+_VOCAB = ["Order", "orders", "order_lines", "ordered", "lines", "Line", "ÉTÉ", "été", "straße", "STRASSE", "x1", "1x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(_VOCAB), min_size=0, max_size=30),
+    seps=st.lists(st.sampled_from([" ", "  ", ", ", "_", "-", ". ", "\n", "'"]), min_size=30, max_size=30),
+    query=st.sampled_from(["order", "line", '"order lines"', "été strasse", '"lines order"', "x1 ordered", "nothing"]),
+)
+def test_matched_spans_are_those_of_stemming_each_word_where_it_stands(words, seps, query):
+    text = "".join(w + s for w, s in zip(words, seps))
+    parsed = parse_query(query)
+    assert _matched_spans(text, parsed) == _spans_word_by_word(text, parsed)

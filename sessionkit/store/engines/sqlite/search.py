@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .... import messages as _msg
 from ... import search as _search
@@ -95,6 +95,18 @@ def index_json(content: str) -> str:
     return _search.index_text(_msg.message_text(json.loads(content)))
 
 
+#: The newest seq and the search window's range (as text; NULLs before there is one).
+_WINDOW_STATE = (
+    "SELECT (SELECT max(seq) FROM sessionkit_messages),"
+    " (SELECT value FROM sessionkit_meta WHERE key = 'recent_lo'),"
+    " (SELECT value FROM sessionkit_meta WHERE key = 'recent_hi')"
+)
+
+
+def _window_range(low: str | None, high: str | None) -> tuple[int | None, int | None]:
+    return (None, None) if low is None or high is None else (int(low), int(high))
+
+
 class FTS5Index(SearchIndex):
     """FTS5 tables kept by triggers (see FTS_TRIGGERS), with the search window."""
 
@@ -104,24 +116,36 @@ class FTS5Index(SearchIndex):
         return self.engine.fetch_one("SELECT count(*) FROM sessionkit_fts")[0] if self.built() else 0
 
     def search(self, fts_query: str, terms: _search.Query, sid: str | None, limit: int) -> list[Hit]:
+        return [hit for hit, _ in self.search_read(fts_query, terms, sid, limit)]
+
+    def search_read(
+        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
+    ) -> list[tuple[Hit, str | None]]:
         # Rank only the newest `search_candidates` matches: FTS5 walks matches in rowid
         # order and stops there (see Store.search). When all of them lie in the search
         # window, they are ranked there, so bm25()'s word counts cover the window, not
         # the store (see _RECENT_TABLE).
         cand = self.engine.search_candidates
-        lo, hi = self.sync_window()
         with self.engine._lock:
             first, last = 0, _MAX_SEQ
-            if sid is not None:
-                # (one subquery for each end: SQLite seeks one end of an index for a lone
-                # min() or max(), but scans the whole session for both in one SELECT)
-                first, last, low, high = self.engine.fetch_one(
-                    "SELECT (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
+            # The window's state and the session's bounds in one statement (one subquery
+            # for each end: SQLite seeks one end of an index for a lone min() or max(), but
+            # scans the whole session for both in one SELECT); the window is brought up to
+            # date first when it must be, as sync_window does.
+            if sid is None:
+                top, low_seq, high_seq = self.engine.fetch_one(_WINDOW_STATE)
+            else:
+                top, low_seq, high_seq, first, last, low, high = self.engine.fetch_one(
+                    _WINDOW_STATE + ", (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
                     " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),"
                     " (SELECT min(session_id) FROM sessionkit_messages),"
                     " (SELECT max(session_id) FROM sessionkit_messages)",
                     (sid,),
                 )
+            lo, hi = _window_range(low_seq, high_seq)
+            if self._due(top, lo, hi) and self.built():
+                lo, hi = self.sync_window()
+            if sid is not None:
                 if first is None:
                     return []
                 if low == high:
@@ -139,10 +163,11 @@ class FTS5Index(SearchIndex):
 
     def _rank(
         self, table: str, fts_query: str, sid: str | None, first: int, last: int, cand: int, limit: int
-    ) -> tuple[list[Hit], int]:
+    ) -> tuple[list[tuple[Hit, str | None]], int]:
         """``(rows, n)``: the best ``limit`` of the newest ``cand`` matches in ``table``
-        with seq in [first, last], as ``(seq, session_id, id, role, score)``, and how
-        many matches were ranked (0 when there is no hit)."""
+        with seq in [first, last], as ``(seq, session_id, id, role, score)`` each with its
+        stored JSON (read in the same statement; None for one continued in chunk rows), and
+        how many matches were ranked (0 when there is no hit)."""
         # A session's matches: the full-text index walks its matches newest first and
         # each is checked in the compact (session_id, seq) index, not in the table, whose
         # rows hold the content.
@@ -157,7 +182,7 @@ class FTS5Index(SearchIndex):
         # The candidates are ranked and counted in one pass (the window function), and
         # only the best `limit` are joined to their messages.
         rows = self.engine.fetch(
-            f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n FROM (
+            f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n, m.chunks, m.content, m.created_at FROM (
                     SELECT seq, score, count(*) OVER () AS n FROM (
                         SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table}
                         WHERE {table} MATCH ? AND {table}.rowid BETWEEN ? AND ? {where}
@@ -167,7 +192,8 @@ class FTS5Index(SearchIndex):
                 ORDER BY t.score DESC, t.seq DESC""",
             params,
         )
-        return [r[:5] for r in rows], (rows[0][5] if rows else 0)
+        whole = self.engine.whole_json
+        return [(r[:5], None if r[6] else whole(r[7], r[8])) for r in rows], (rows[0][5] if rows else 0)
 
     # -- the search window --------------------------------------------------------------
     def sync_window(self) -> tuple[int | None, int | None]:
@@ -209,12 +235,16 @@ class FTS5Index(SearchIndex):
 
     def _window_work(self) -> tuple[int | None, int | None, int | None]:
         """``(top, lo, hi)``: the newest seq and the window's range, with ``top`` None
-        unless the window must be created or has rows to catch up on."""
-        top = self.engine.fetch_one("SELECT max(seq) FROM sessionkit_messages")[0]
-        lo, hi = self.window()
+        unless the window must be created or has rows to catch up on (one statement)."""
+        top, low, high = self.engine.fetch_one(_WINDOW_STATE)
+        lo, hi = _window_range(low, high)
+        return (top if self._due(top, lo, hi) else None), lo, hi
+
+    def _due(self, top: int | None, lo: int | None, hi: int | None = None) -> bool:
+        """Whether the window must be created (the store outgrew it) or catch up (rows
+        above ``hi``), the newest seq being ``top``."""
         w = self.engine.search_window
-        due = top is not None and (top >= w + w // 4 if lo is None else top > hi)
-        return (top if due else None), lo, hi
+        return top is not None and (top >= w + w // 4 if lo is None else top > cast(int, hi))
 
     def window(self) -> tuple[int | None, int | None]:
         """``(recent_lo, recent_hi)``: the seq range the window holds, or Nones."""
