@@ -569,7 +569,7 @@ def test_appends_go_on_while_a_long_phrase_search_runs(tmp_path):
     assert [h.id for h in st.search(phrase)] == ["long"]  # builds the index first
     state = {"search": 0}  # odd while the engine's search statement runs; +2 per call
     eng = st._engine
-    engine_search = eng.index.search
+    engine_search = eng.index.search_read  # (what Store.search calls)
 
     def observed(*args):
         state["search"] += 1
@@ -578,7 +578,7 @@ def test_appends_go_on_while_a_long_phrase_search_runs(tmp_path):
         finally:
             state["search"] += 1
 
-    eng.index.search = observed
+    eng.index.search_read = observed
     done = threading.Event()
     contained: list[int] = []  # the search call each fully overlapped append fell within
     errors: list[BaseException] = []

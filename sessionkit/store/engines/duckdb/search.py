@@ -85,7 +85,14 @@ class TermsIndex(SearchIndex):
             return eng._shared.index_on
 
     def search(self, fts_query: str, terms: _search.Query, sid: str | None, limit: int) -> list[Hit]:
+        return [hit for hit, _ in self.search_read(fts_query, terms, sid, limit)]
+
+    def search_read(
+        self, fts_query: str, terms: _search.Query, sid: str | None, limit: int
+    ) -> list[tuple[Hit, str | None]]:
         """BM25 over the inverted index; ``terms`` is the parsed query (search.Query).
+        Each hit comes with its stored JSON, read by the same statement (None for a
+        message continued in chunk rows: the caller reads it).
 
         Every stem must occur in a hit; each phrase must occur as consecutive stems.
         Scores use the store-wide document count and average length, like FTS5.
@@ -162,11 +169,11 @@ class TermsIndex(SearchIndex):
                 SELECT seq, score FROM matching {phrase_cond}
                 ORDER BY seq DESC LIMIT ?
             )
-            SELECT m.seq, m.session_id, m.id, m.role, cand.score
+            SELECT m.seq, m.session_id, m.id, m.role, cand.score, m.chunks, m.content
             FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
             ORDER BY cand.score DESC, m.seq DESC
             LIMIT ?"""
-        return [tuple(r) for r in self._read_apart(sql, params)]
+        return [((r[0], r[1], r[2], r[3], r[4]), None if r[5] else r[6]) for r in self._read_apart(sql, params)]
 
     def _read_apart(self, sql: str, params: list[Any]) -> list[Any]:
         """Rows of one long read on a connection of its own, without the store's lock
