@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 
-import workload  # noqa: E402  (the peer workload, beside this file)
+import workload
 
 #: (word, the messages it is added to)
 RARE = (("zebraflux", (10, 5_000, 50_000, 77_777, 99_990)), ("quokkaline", (11, 5_001)))
