@@ -7,7 +7,7 @@ import abc
 import contextlib
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._args import _MANY_IDS
 from ._overlay import _chunks
@@ -79,10 +79,11 @@ class Engine(abc.ABC):
         needs no more when it lies in them); None where the engine reads them otherwise."""
         return None
 
-    def walk_contents(self, sid: str, start: Node, limit: int) -> list[tuple[int, str, str | None]]:
-        """``(seq, id, stored JSON)`` of the path from ``start`` towards the root, at most
-        ``limit`` rows, leaf first: :meth:`walk` with only what a path's messages need."""
-        return [(node.seq, node.id, raw) for node, raw in self.walk(sid, start, limit, True)]
+    def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:
+        """The seqs, ids and stored JSON of the path from ``start`` towards the root, at
+        most ``limit`` rows, leaf first: :meth:`walk` with only what a path's messages need."""
+        rows = self.walk(sid, start, limit, True)
+        return [n.seq for n, _ in rows], [n.id for n, _ in rows], [cast(str, raw) for _, raw in rows]
 
     @abc.abstractmethod
     def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:

@@ -445,19 +445,21 @@ class Session:
             if leaf is None:
                 return []
             comps = eng.compactions(self.session_id) if compacted else []
-            rows = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
-            rows.reverse()
+            seqs, ids, raws = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
+            raws.reverse()
             # Read in one snapshot: every row of the path is there (no None). The messages
             # restored in one comprehension; on a damaged payload, row by row as _restore says.
             restore, blob = _msg.restore, eng.blob
             try:
-                messages = [restore(cast(str, raw), blob) for _, _, raw in rows]
+                messages = [restore(raw, blob) for raw in raws]
             except StoreCorrupt:
-                messages = cast("list[dict[str, Any]]", [self._restore(seq, raw) for seq, _, raw in rows])
+                seqs.reverse()
+                messages = cast("list[dict[str, Any]]", [self._restore(seq, raw) for seq, raw in zip(seqs, raws)])
         if not comps:
             return messages
+        ids.reverse()
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
-        ranges = _choose_ranges(comps, {mid: i for i, (_, mid, _) in enumerate(rows) if mid in ends})
+        ranges = _choose_ranges(comps, {mid: i for i, mid in enumerate(ids) if mid in ends})
         out: list[Any] = []
         pos = 0
         for start, end, comp in ranges:

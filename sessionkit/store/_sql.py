@@ -187,16 +187,20 @@ class SQLEngine(SQLBase):
         whole = self.whole_json
         return [(r[0], r[1], r[2], r[3], r[4], r[5], whole(r[7], r[8])) for r in rows]
 
-    def walk_contents(self, sid: str, start: Node, limit: int) -> list[tuple[int, str, str | None]]:
+    def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:
         """As :meth:`walk_pages` reads a path, for a caller that keeps all of it and needs
-        no :class:`Node`: each run of consecutive rows in one statement of five columns
-        (a whole path is one statement where it never branches), no object per row but
-        the row itself. A row deleted meanwhile ends the path there."""
+        no :class:`Node`: each run of consecutive rows in one statement of six columns
+        (a whole path is one statement where it never branches), and three lists, not an
+        object per row (what the garbage collector would walk). A row deleted meanwhile
+        ends the path there."""
         self.before_read(sid)
-        out: list[tuple[int, str, str | None]] = []
+        seqs: list[int] = []
+        ids: list[str] = []
+        raws: list[Any] = []
         want: str | None = start.id
         seq, remaining = start.seq, limit
         pending = False
+        whole = self.whole_json
         while want is not None and remaining > 0:
             rows = self.fetch(self.sql["scan_down_lean"], (sid, seq, remaining))
             n = 0
@@ -209,8 +213,10 @@ class SQLEngine(SQLBase):
                     pending = True
                 if want is None:
                     break
-            whole = self.whole_json
-            out += [(r[0], r[1], whole(r[4], r[5]) if not r[3] else _Pending(r[0], r[4])) for r in rows[:n]]  # type: ignore[misc]
+            run = rows[:n] if n < len(rows) else rows
+            seqs += [r[0] for r in run]
+            ids += [r[1] for r in run]
+            raws += [whole(r[4], r[5]) if not r[3] else _Pending(r[0], r[4]) for r in run]
             remaining -= n
             if want is None or remaining <= 0 or n in (0, len(rows)):
                 break  # the root, enough, or the row wanted is gone (deleted meanwhile)
@@ -219,13 +225,11 @@ class SQLEngine(SQLBase):
                 break  # deleted meanwhile: the path ends here
             seq = parent.seq
         if pending:
-            waiting = [i for i, (_, _, c) in enumerate(out) if isinstance(c, _Pending)]
-            rest = self._chunk_rows([out[i][0] for i in waiting])
+            waiting = [i for i, c in enumerate(raws) if isinstance(c, _Pending)]
+            rest = self._chunk_rows([seqs[i] for i in waiting])
             for i in waiting:
-                q, mid, p = out[i]
-                head = cast(_Pending, p)
-                out[i] = (q, mid, head.head + "".join(rest.get(q, ())))
-        return out
+                raws[i] = raws[i].head + "".join(rest.get(seqs[i], ()))
+        return seqs, ids, raws
 
     def _joined(self, row: Sequence[Any]) -> Any:
         # (…node, chunks, content): content continues in chunk rows when chunks > 0; then

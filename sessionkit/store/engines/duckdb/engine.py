@@ -612,10 +612,6 @@ class DuckDBEngine(LocalEngine):
     def newest_rows(self, sid: str, n: int) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
         return None  # (walk_pages: the newest rows may be in this process's cache of paths)
 
-    def walk_contents(self, sid: str, start: Node, limit: int) -> list[tuple[int, str, str | None]]:
-        # (through walk: the newest rows may be in this process's cache of paths)
-        return [(node.seq, node.id, raw) for node, raw in self.walk(sid, start, limit, True)]
-
     def walk_pages(
         self, sid: str, start: Node | None, limit: int | None, content: bool, **sizes: int | None
     ) -> Iterator[list[tuple[Node, str | None]]]:
