@@ -81,6 +81,15 @@ class SearchIndex:
             self.mark_built()
             return
         self.begin_build()
+        self.fill()
+        self.finish_build()
+        eng.execute(eng.sql["meta_put"], ("index_built", "1"))
+        self.mark_built()
+
+    def fill(self) -> None:
+        """Index every stored message into the empty index (the build's work): batches of
+        ``index_source`` rows handed to :meth:`put_batch`."""
+        eng = self.engine
         last = 0
         while True:
             rows = eng.fetch(eng.sql["index_source"], (last, _BUILD_BATCH))
@@ -90,9 +99,6 @@ class SearchIndex:
             # the analysis column holds each message's text (a long one's whole text too), as
             # message_text() gives it (PostgreSQL: a NUL as U+FFFD, which is no word either)
             self.put_batch([(seq, sid, text or "") for seq, sid, text in rows])
-        self.finish_build()
-        eng.execute(eng.sql["meta_put"], ("index_built", "1"))
-        self.mark_built()
 
     # -- what the engine's writes call (``index``: what :meth:`maintained` said) -----------
     def added(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:

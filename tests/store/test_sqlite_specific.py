@@ -501,3 +501,28 @@ def test_a_row_leaves_out_the_created_at_its_column_holds_and_reads_back_whole(t
         assert s.recent_history(0, min_messages=3).messages == list(expected.values())[-3:]
         assert {h.id for h in st.search("createdAt")} == {"plain", "stamped", "first", "nested", "imported"}
         assert expected["imported"]["createdAt"] == "2023-11-14T22:13:20.000Z"
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, RuntimeError])
+def test_an_interrupted_index_build_raises_what_interrupted_it_and_builds_later(tmp_path, monkeypatch, raised):
+    """The first search builds the index in one statement whose rows SQLite hands to the
+    stemmer; what the stemmer raised midway (Ctrl-C) reaches the caller as itself, not as
+    a store error, nothing of the build is kept, and the next search builds it."""
+    from sessionkit.store import search as search_module
+
+    with sk.open_store(str(tmp_path / "s.db")) as st:
+        st.session("s").append_many([msg(f"m{i}", f"deploy number {i}") for i in range(50)])
+        real, calls = search_module.index_text, []
+
+        def stemming(text):
+            calls.append(text)
+            if len(calls) == 20:
+                raise raised("midway")
+            return real(text)
+
+        monkeypatch.setattr(search_module, "index_text", stemming)
+        with pytest.raises(raised, match="midway"):
+            st.search("deploy")
+        monkeypatch.setattr(search_module, "index_text", real)
+        assert st._engine.meta("index_built") != "1"
+        assert len(st.search("deploy", limit=100)) == 50

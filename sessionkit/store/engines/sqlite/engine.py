@@ -42,7 +42,7 @@ from ..._values import Appended, Capabilities, Node, _Latest
 
 if TYPE_CHECKING:
     from .analysis import SQLiteSource
-from .search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json
+from .search import DEFAULT_SEARCH_WINDOW, FTS_TABLE, FTS_TRIGGERS, FTS5Index, index_json, stem_text
 
 __all__ = ["SQLiteEngine", "SCHEMA_VERSION", "DEFAULT_SEARCH_WINDOW"]
 
@@ -262,6 +262,8 @@ class SQLiteEngine(LocalEngine):
         # Search indexing runs inside SQLite triggers (so every writing process keeps the
         # index current without asking whether it exists); they call this function.
         self._db.create_function("sessionkit_index_text", 1, index_json, deterministic=True)
+        # (and the index build, on a message's text: FTS5Index.fill)
+        self._db.create_function("sessionkit_stem_text", 1, stem_text, deterministic=True)
         self._autocheckpoint = int(wal_autocheckpoint)
         try:
             self._setup(self.durability)

@@ -10,10 +10,12 @@ store grows (see _RECENT_TABLE). :class:`FTS5Index` is ``SQLiteEngine.index``.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 from .... import messages as _msg
+from ....errors import SessionKitError
 from ... import search as _search
 from ..._index import Hit, SearchIndex
 
@@ -88,6 +90,24 @@ _FTS_TRIGGERS_WINDOWED = [
          {_COPY_TO_RECENT.format(seq="new.seq")};
        END""",
 ]
+
+
+#: The build's one statement (FTS5Index.fill).
+_FILL = "INSERT INTO sessionkit_fts(rowid, body) SELECT seq, sessionkit_stem_text({row_text}) FROM {messages}"
+
+#: What stem_text raised last in this thread: SQLite reports any exception of a function
+#: as an error of the statement, and FTS5Index.fill raises the exception itself instead
+#: (a Ctrl-C during a build stays a KeyboardInterrupt).
+_raised = threading.local()
+
+
+def stem_text(text: str | None) -> str:
+    """The indexed form of a message's text (NULL: no text)."""
+    try:
+        return _search.index_text(text or "")
+    except BaseException as exc:
+        _raised.exc = exc
+        raise
 
 
 def index_json(content: str) -> str:
@@ -271,11 +291,18 @@ class FTS5Index(SearchIndex):
         self.engine.execute("DROP TABLE IF EXISTS sessionkit_fts_recent")
         self.engine.execute("DELETE FROM sessionkit_meta WHERE key IN ('recent_lo', 'recent_hi')")
 
-    def put_batch(self, rows: list[tuple[int, str, str]]) -> None:
-        self.engine.execute_many(
-            "INSERT INTO sessionkit_fts(rowid, body) VALUES (?, ?)",
-            [(seq, _search.index_text(text)) for seq, _, text in rows],
-        )
+    def fill(self) -> None:
+        # One statement: SQLite reads each message's text (Dialect.message_text) and hands
+        # it to the stemmer (sessionkit_stem_text, registered by the engine) as it inserts,
+        # with no Python row between them.
+        _raised.exc = None
+        try:
+            self.engine.execute(self.engine.compile(_FILL))
+        except SessionKitError:
+            exc, _raised.exc = _raised.exc, None
+            if exc is not None:
+                raise exc from None
+            raise
 
     def finish_build(self) -> None:
         self._install_triggers(FTS_TRIGGERS)  # (a window's triggers, if any, went with its table)
