@@ -678,11 +678,15 @@ DIALECTS: dict[str, Dialect] = {
             texts_rows="SELECT value FROM json_each(?)",
             clustered_suffix=" WITHOUT ROWID",
             # The text parts of the row's JSON joined by blank lines (parts.text_of), read by
-            # SQLite's JSON functions, unless the row keeps its text (TABLES["messages"]).
+            # SQLite's JSON functions, unless the row keeps its text (TABLES["messages"]). A
+            # message of one part (most) is read by path, a third faster than json_each.
             # json_extract rather than ->> (SQLite 3.38) for older libraries.
             message_text=(
-                "(CASE WHEN {t}.text IS NOT NULL THEN {t}.text ELSE (SELECT"
-                " coalesce(group_concat(json_extract(j.value, '$.text'), char(10, 10)), '')"
+                "(CASE WHEN {t}.text IS NOT NULL THEN {t}.text"
+                " WHEN {t}.n_parts = 1 THEN (CASE WHEN json_extract({t}.content, '$.parts[0].type') = 'text'"
+                " AND json_type({t}.content, '$.parts[0].text') = 'text'"
+                " THEN json_extract({t}.content, '$.parts[0].text') ELSE '' END)"
+                " ELSE (SELECT coalesce(group_concat(json_extract(j.value, '$.text'), char(10, 10)), '')"
                 " FROM json_each({t}.content, '$.parts') AS j WHERE json_extract(j.value, '$.type') = 'text'"
                 " AND json_type(j.value, '$.text') = 'text') END)"
             ),
