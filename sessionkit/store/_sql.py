@@ -462,10 +462,18 @@ class SQLEngine(SQLBase):
         stored = self.kept_text(prep)
         return values if stored is values[TEXT_AT] else (*values[:TEXT_AT], stored, *values[TEXT_AT + 1 :])
 
+    #: Whether statements read a message's text from its JSON where the ``text`` column is
+    #: NULL (``Dialect.message_text``), so rows keep it only where the JSON cannot give it.
+    TEXT_FROM_JSON = False
+
     def kept_text(self, prep: _msg.Prepared) -> str | None:
-        """What a new row of ``prep`` keeps in the ``text`` column (an engine that reads the
-        text from the message's JSON keeps None where it can): :meth:`stored_text` here."""
-        return self.stored_text(prep.text)
+        """What a new row of ``prep`` keeps in the ``text`` column: :meth:`stored_text`, or
+        with :attr:`TEXT_FROM_JSON` None unless the row's JSON continues in chunk rows or the
+        text holds NUL (which the JSON functions end the text at, on SQLite)."""
+        text = prep.text
+        if self.TEXT_FROM_JSON and len(prep.stored_json) <= self._chunk and "\x00" not in text:
+            return None
+        return self.stored_text(text)
 
     def stored_text(self, text: str | None) -> str | None:
         """The analysis ``text`` column's value for a message's text (an engine whose text

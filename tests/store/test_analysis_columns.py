@@ -176,16 +176,28 @@ _PARTS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_SHARED: dict = {}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(_PARTS, min_size=1, max_size=4), chunk_chars=st.sampled_from([64, 1 << 20]))
 @example(batch=[[{"type": "text", "text": "a\x00b"}, {"type": "text", "text": "c"}]], chunk_chars=1 << 20)
 def test_sqlite_reads_from_the_json_the_text_every_message_would_keep(batch, chunk_chars, new_store):
     """SQLite keeps no ``text`` where its JSON functions give it: what they give (escapes,
-    NUL, any Unicode, text parts among others and non-string texts) is ``text_of``."""
-    store = new_store("sqlite-memory", chunk_chars=chunk_chars)  # (64: most continue in chunks)
-    s = store.session("t")
+    NUL, any Unicode, text parts among others and non-string texts) is ``text_of``. (One
+    store per size of chunk, a session per example.)"""
+    if _SHARED.get("owner") is not new_store:  # (the stores of this test's fixture only)
+        _SHARED.clear()
+        _SHARED["owner"] = new_store
+    _SHARED["n"] = sid = _SHARED.get("n", 0) + 1
     written = [message(f"m{i}", *parts) for i, parts in enumerate(batch)]
-    s.append_many(written)
+    expected = {m["id"]: _msg.message_text(m) for m in written}
+    if chunk_chars not in _SHARED:
+        _SHARED[chunk_chars] = new_store("sqlite-memory", chunk_chars=chunk_chars)  # (64: most continue in chunks)
+    store = _SHARED[chunk_chars]
+    store.session(str(sid)).append_many(written)
     eng = store._engine
-    got = dict(eng.fetch(eng.compile("SELECT id, {row_text} FROM {messages}")))
-    assert got == {m["id"]: _msg.message_text(m) for m in written}
+    assert (
+        dict(eng.fetch(eng.compile("SELECT id, {row_text} FROM {messages} WHERE session_id = ?"), (str(sid),)))
+        == expected
+    )

@@ -211,6 +211,7 @@ class SQLiteEngine(LocalEngine):
     EXTRA_SCHEMA = (FTS_TABLE,)
     INDEX = FTS5Index
     BEGIN = "BEGIN IMMEDIATE"  # the write lock now: waits busy_timeout for other processes
+    TEXT_FROM_JSON = True  # (the analysis text read by SQLite's JSON functions: Dialect.message_text)
 
     def __init__(
         self,
@@ -332,12 +333,6 @@ class SQLiteEngine(LocalEngine):
     @staticmethod
     def whole_json(raw: str, created_at: str) -> str:
         return raw[:-2] + ',"createdAt":"' + created_at + '"}' if raw[-1] == " " else raw
-
-    def kept_text(self, prep: _msg.Prepared) -> str | None:
-        # Kept only where SQLite's JSON functions cannot give it (Dialect.message_text): a
-        # message whose JSON continues in chunk rows, or a text holding NUL (they end it).
-        text = prep.text
-        return text if len(prep.stored_json) > self._chunk or "\x00" in text else None
 
     def translate(self, exc: BaseException) -> BaseException:
         """A driver error as the contract's: by SQLite's result code (its primary part; the
