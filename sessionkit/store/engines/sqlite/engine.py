@@ -332,7 +332,7 @@ class SQLiteEngine(LocalEngine):
 
     @staticmethod
     def whole_json(raw: str, created_at: str) -> str:
-        return raw[:-2] + ',"createdAt":"' + created_at + '"}' if raw[-1] == " " else raw
+        return f'{raw[:-2]},"createdAt":"{created_at}"}}' if raw[-1] == " " else raw  # (one string built)
 
     def translate(self, exc: BaseException) -> BaseException:
         """A driver error as the contract's: by SQLite's result code (its primary part; the
