@@ -252,7 +252,7 @@ def test_the_loop_keeps_ticking_during_a_large_read(big_store):
                 return n
 
             results = {}
-            for name in ("walk", "contents"):  # the reads of get_history() and of history()
+            for name in ("walk_contents", "contents"):  # the reads of get_history() and of history()
                 setattr(eng, name, gated(getattr(eng, name)))
             try:
                 for label, read in (("await s.get_history()", whole), ("async for m in s.history()", stream)):
@@ -261,7 +261,7 @@ def test_the_loop_keeps_ticking_during_a_large_read(big_store):
                     count = await read()
                     results[label] = (count, list(gates), ticker.ticks - before)
             finally:
-                for name in ("walk", "contents"):
+                for name in ("walk_contents", "contents"):
                     delattr(eng, name)
 
             before = ticker.ticks
