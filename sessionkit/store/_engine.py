@@ -73,10 +73,13 @@ class Engine(abc.ABC):
     def walk(self, sid: str, start: Node, limit: int, content: bool) -> list[tuple[Node, str | None]]:
         return [row for page in self.walk_pages(sid, start, limit, content) for row in page]
 
-    def newest_rows(self, sid: str, n: int) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
-        """The session's ``n`` newest rows as ``(seq, id, parent_id, bytes, depth,
-        path_bytes, stored JSON)``, newest first, in one read (a window of the latest path
-        needs no more when it lies in them); None where the engine reads them otherwise."""
+    def newest_rows(
+        self, sid: str, n: int, below: int | None = None
+    ) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
+        """The session's ``n`` newest rows (with a seq below ``below``) as ``(seq, id,
+        parent_id, bytes, depth, path_bytes, stored JSON)``, newest first, in one read (a
+        window of a path that grew by appends lies in them); None where the engine reads
+        them otherwise."""
         return None
 
     def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:

@@ -595,27 +595,33 @@ class Session:
         return RecentHistory(msgs, first.depth > 0, chosen[-1][0].path_bytes)
 
     def _newest_window(self, eng: Engine, max_bytes: int, min_messages: int) -> RecentHistory | None:
-        """:meth:`recent_history` of the latest path when its window lies in the session's
-        ``min_messages + 1`` newest rows (one read, no object per row); None otherwise
-        (more rows, a branch, a long message: the general walk)."""
-        rows = eng.newest_rows(self.session_id, min(min_messages + 1, 1 << 20))
-        if not rows:
-            return None
-        total, n = 0, 0
-        want: str | None = rows[0][1]
-        for _, mid, parent, size, _, _, _ in rows:
-            if mid != want:
-                return None  # the newest rows leave the path (a branch): the general walk
-            if n >= min_messages and total + size > max_bytes:
-                break
-            n += 1
-            total += size
-            want = parent
-            if parent is None:
-                break
-        else:
-            return None  # the window may reach past these rows
-        chosen = rows[:n]
+        """:meth:`recent_history` of the latest path read as the session's newest rows, in
+        batches that grow (the first holds ``min_messages + 1``), with no object per row;
+        None where the path leaves them (a branch, a row deleted meanwhile, a long
+        message, an engine that reads otherwise): the general walk then."""
+        size = min(min_messages + 1, 1 << 20)
+        chosen: list[tuple[int, str, str | None, int, int, int, str]] = []
+        total, below = 0, None
+        want: str | None = None
+        while True:
+            rows = eng.newest_rows(self.session_id, size, below)
+            if not rows:
+                return None  # none (an empty session) or no more: the general walk says why
+            for row in rows:
+                mid, parent, nbytes = row[1], row[2], row[3]
+                if chosen and mid != want:
+                    return None  # the path leaves the session's newest rows (a branch)
+                if len(chosen) >= min_messages and total + nbytes > max_bytes:
+                    break
+                chosen.append(row)
+                total += nbytes
+                want = parent
+                if parent is None:
+                    break
+            else:
+                below, size = rows[-1][0], min(size * 4, 4096)
+                continue
+            break
         chosen.reverse()
         restore, blob = _msg.restore, eng.blob
         try:

@@ -179,9 +179,11 @@ class SQLEngine(SQLBase):
                 return  # deleted meanwhile: the path ends here
             seq = parent.seq
 
-    def newest_rows(self, sid: str, n: int) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
+    def newest_rows(
+        self, sid: str, n: int, below: int | None = None
+    ) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
         self.before_read(sid)
-        rows = self.fetch(self.sql["newest_lean"], (sid, n))
+        rows = self.fetch(self.sql["newest_lean"], (sid, _MAX_SEQ if below is None else below, n))
         if any(r[6] for r in rows):
             return None  # a row continues in chunk rows: the engine's pages join them
         whole = self.whole_json

@@ -59,7 +59,7 @@ STATEMENTS: dict[str, str] = {
     ),
     "newest_lean": (
         "SELECT seq, id, parent_id, bytes, depth, path_bytes, chunks, content, created_at FROM {messages}"
-        " WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
+        " WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
     ),
     "contents": "SELECT seq, chunks, content, created_at FROM {messages} WHERE seq {in_seqs}",
     "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",

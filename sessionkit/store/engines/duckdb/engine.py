@@ -609,7 +609,9 @@ class DuckDBEngine(LocalEngine):
             out += rows
         return out
 
-    def newest_rows(self, sid: str, n: int) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
+    def newest_rows(
+        self, sid: str, n: int, below: int | None = None
+    ) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
         return None  # (walk_pages: the newest rows may be in this process's cache of paths)
 
     def walk_pages(
