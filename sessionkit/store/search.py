@@ -229,12 +229,15 @@ def _word_places(text: str, words: list[str], needed: list[int]) -> dict[int, tu
     places: dict[int, tuple[int, int]] = {}
     if text.isascii():
         padded = " " + text.encode("ascii").translate(_ASCII_WORDS).decode("ascii") + " "
-        for k in needed:
-            word = words[k]
-            probe, at = " " + word + " ", -1
-            for _ in range(words[:k].count(word) + 1):
-                at = padded.find(probe, at + 1)
-            places[k] = (at, at + len(word))  # (padded's leading space: at is the word's start in text)
+        for word in {words[k] for k in needed}:
+            # each occurrence of the word, in the list and in the text, in order: the j-th
+            # of one is the j-th of the other (linear in the text, however many there are)
+            probe, at, k = " " + word + " ", -1, -1
+            with contextlib.suppress(ValueError):
+                while True:
+                    k = words.index(word, k + 1)
+                    at = padded.find(probe, at + 1)
+                    places[k] = (at, at + len(word))  # (padded's leading space: at is the word's start)
         return places
     found = _WORD.finditer(text)
     at = 0
