@@ -88,6 +88,20 @@ class Engine(abc.ABC):
         rows = self.walk(sid, start, limit, True)
         return [n.seq for n, _ in rows], [n.id for n, _ in rows], [cast(str, raw) for _, raw in rows]
 
+    def path_runs(self, sid: str, start: Node) -> list[tuple[int, int, int, int]] | None:
+        """The path from the root to ``start`` as runs ``(first seq, last seq, first depth,
+        rows)``, root first, where every row of the session from the first seq to the last
+        is on the path, each one deeper than the row before (:meth:`rows_between` reads
+        them); None where the engine cannot tell the runs without reading each row. A row
+        deleted meanwhile ends the path there: the runs start below it, and a run's rows
+        may be fewer than it says (the reader stops at the first that is not there)."""
+        return None
+
+    def rows_between(self, sid: str, lo: int, hi: int, limit: int) -> tuple[list[int], list[int], list[str]]:
+        """The seqs, depths and stored JSON of the session's rows from seq ``lo`` to ``hi``
+        (both included), at most ``limit``, in write order (a run of :meth:`path_runs`)."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def path_skeleton(self, sid: str, seq: int) -> Iterable[tuple[int, str, int]]:
         """``(seq, id, tokens)`` from the message ``seq`` up to the root."""

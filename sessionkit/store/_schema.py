@@ -154,6 +154,14 @@ TABLES: dict[str, Table] = {
                 Index("sessionkit_messages_msg_key", "msg_key", unique=True, only=("duckdb",)),
                 Index("sessionkit_messages_order", "session_id, seq", only=_SQLITE_PG),
                 Index("sessionkit_messages_branches", "session_id, parent_id", where="branch = 1", only=("sqlite",)),
+                # SQLite: where each run of a path begins (a branch or a root; a row that follows
+                # its parent has no entry), so a path is read in a range scan per run.
+                Index(
+                    "sessionkit_messages_starts",
+                    "session_id, seq",
+                    where="branch = 1 OR parent_id IS NULL",
+                    only=("sqlite",),
+                ),
                 Index("sessionkit_messages_children", "session_id, parent_id", only=("postgresql",)),
             ),
         ),
@@ -593,6 +601,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         "SQLite: a message's analysis text is read from its JSON and kept in the text column only"
         " where the JSON cannot give it (a message continued in chunks, a text holding NUL); a row's"
         " JSON leaves out its last key createdAt, which the created_at column holds (a space ends it)",
+    ),
+    Migration(
+        17,
+        "SQLite: the index of where each run of a path begins (sessionkit_messages_starts: the rows"
+        " that branch and the roots), so a path is read one range of rows per run",
+        {"sqlite": (_make_index_again("messages", "sessionkit_messages_starts"),)},
     ),
 )
 

@@ -428,9 +428,14 @@ class Session:
         leaf = self._leaf(leaf_id)  # raises now, not at the first next()
         if leaf is None:
             return iter(())
-        comps = self._eng().compactions(self.session_id) if compacted else []
+        eng = self._eng()
+        comps = eng.compactions(self.session_id) if compacted else []
         if newest_first and not comps:
             return self._walk_up(leaf)
+        if not comps:
+            runs = eng.path_runs(self.session_id, leaf)
+            if runs is not None:
+                return self._walk_runs(runs)
         return self._walk_skeleton(leaf, comps, newest_first)
 
     def get_history(self, *, leaf_id: str | None = None, compacted: bool = True) -> list[dict[str, Any]]:
@@ -445,19 +450,23 @@ class Session:
             if leaf is None:
                 return []
             comps = eng.compactions(self.session_id) if compacted else []
-            seqs, ids, raws = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
-            raws.reverse()
+            read = None if comps else self._read_runs(eng, leaf)
+            if read is None:
+                seqs, ids, raws = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
+                seqs.reverse()
+                ids.reverse()
+                raws.reverse()
+            else:
+                seqs, raws = read
             # Read in one snapshot: every row of the path is there (no None). The messages
             # restored in one comprehension; on a damaged payload, row by row as _restore says.
             restore, blob = _msg.restore, eng.blob
             try:
                 messages = [restore(raw, blob) for raw in raws]
             except StoreCorrupt:
-                seqs.reverse()
                 messages = cast("list[dict[str, Any]]", [self._restore(seq, raw) for seq, raw in zip(seqs, raws)])
         if not comps:
             return messages
-        ids.reverse()
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
         ranges = _choose_ranges(comps, {mid: i for i, mid in enumerate(ids) if mid in ends})
         out: list[Any] = []
@@ -472,6 +481,52 @@ class Session:
     def snapshot(self) -> list[dict[str, Any]]:
         """A deep copy of the latest path, compaction applied."""
         return self.get_history()
+
+    def _read_runs(self, eng: Engine, leaf: Node) -> tuple[list[int], list[str]] | None:
+        """The seqs and stored JSON of the path to ``leaf``, root first, read run by run in
+        a statement each (no id or parent read to follow the path); None where the engine
+        tells no runs or a run is not what it said (then the path is walked row by row)."""
+        runs = eng.path_runs(self.session_id, leaf)
+        if runs is None or runs[0][2] != 0:
+            return None
+        seqs: list[int] = []
+        raws: list[str] = []
+        for lo, hi, depth, n in runs:
+            run_seqs, depths, run_raws = eng.rows_between(self.session_id, lo, hi, n)
+            if depths != list(range(depth, depth + n)):
+                return None
+            seqs += run_seqs
+            raws += run_raws
+        return seqs, raws
+
+    def _walk_runs(self, runs: list[tuple[int, int, int, int]]) -> Iterator[dict[str, Any]]:
+        # history() root first where the engine tells the path's runs: each run read in
+        # batches of consecutive rows, oldest first.
+        eng = self._eng()
+        restore, blob = _msg.restore, eng.blob
+        for lo, hi, depth, n in runs:
+            while n > 0:
+                want = min(n, _BATCH)
+                seqs, depths, raws = eng.rows_between(self.session_id, lo, hi, want)
+                got = len(depths)
+                if depths != list(range(depth, depth + got)):  # a row deleted meanwhile
+                    got = next(i for i, d in enumerate(depths) if d != depth + i)
+                try:
+                    messages = [restore(raw, blob) for raw in raws[:got]]
+                except StoreCorrupt:
+                    messages = []
+                    for seq, raw in zip(seqs[:got], raws):
+                        message = self._restore(seq, raw)
+                        if message is None:
+                            break
+                        messages.append(message)
+                    got = len(messages)
+                yield from messages
+                if got < want:
+                    return  # deleted since the stream began: it ends here
+                n -= got
+                depth += got
+                lo = seqs[got - 1] + 1
 
     def _walk_up(self, leaf: Node) -> Iterator[dict[str, Any]]:
         # Pages start small and grow: a caller taking the newest few reads little.

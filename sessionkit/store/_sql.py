@@ -227,11 +227,26 @@ class SQLEngine(SQLBase):
                 break  # deleted meanwhile: the path ends here
             seq = parent.seq
         if pending:
-            waiting = [i for i, c in enumerate(raws) if isinstance(c, _Pending)]
-            rest = self._chunk_rows([seqs[i] for i in waiting])
-            for i in waiting:
-                raws[i] = raws[i].head + "".join(rest.get(seqs[i], ()))
+            self._fill_pending(seqs, raws)
         return seqs, ids, raws
+
+    def rows_between(self, sid: str, lo: int, hi: int, limit: int) -> tuple[list[int], list[int], list[str]]:
+        rows = self.fetch(self.sql["rows_between"], (sid, lo, hi, limit))
+        whole = self.whole_json
+        seqs = [r[0] for r in rows]
+        if [r for r in rows if r[2]]:  # a row continues in chunk rows
+            raws: list[Any] = [whole(r[3], r[4]) if not r[2] else _Pending(r[0], r[3]) for r in rows]
+            self._fill_pending(seqs, raws)
+        else:
+            raws = [whole(r[3], r[4]) for r in rows]
+        return seqs, [r[1] for r in rows], raws
+
+    def _fill_pending(self, seqs: list[int], raws: list[Any]) -> None:
+        """Each :class:`_Pending` in ``raws`` (the row ``seqs[i]``) joined with its chunk rows."""
+        waiting = [i for i, c in enumerate(raws) if isinstance(c, _Pending)]
+        rest = self._chunk_rows([seqs[i] for i in waiting])
+        for i in waiting:
+            raws[i] = raws[i].head + "".join(rest.get(seqs[i], ()))
 
     def _joined(self, row: Sequence[Any]) -> Any:
         # (…node, chunks, content): content continues in chunk rows when chunks > 0; then

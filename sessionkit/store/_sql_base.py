@@ -57,6 +57,11 @@ STATEMENTS: dict[str, str] = {
         "SELECT seq, id, parent_id, chunks, content, created_at FROM {messages}"
         " WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
     ),
+    # A run of a path (every row of the session between two seqs), oldest first.
+    "rows_between": (
+        "SELECT seq, depth, chunks, content, created_at FROM {messages}"
+        " WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
+    ),
     "newest_lean": (
         "SELECT seq, id, parent_id, bytes, depth, path_bytes, chunks, content, created_at FROM {messages}"
         " WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"

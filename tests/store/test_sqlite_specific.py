@@ -302,7 +302,12 @@ def test_an_old_file_is_upgraded_and_reads_back_the_same(tmp_path, version):
                 "AND tbl_name = 'sessionkit_messages' AND sql IS NOT NULL"
             )
         }
-        assert indexes == {"sessionkit_messages_key", "sessionkit_messages_order", "sessionkit_messages_branches"}
+        assert indexes == {
+            "sessionkit_messages_key",
+            "sessionkit_messages_order",
+            "sessionkit_messages_branches",
+            "sessionkit_messages_starts",
+        }
         triggers = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         assert triggers == {"sessionkit_fts_insert", "sessionkit_fts_delete", "sessionkit_fts_update"}
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -941,6 +941,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert session.get_history(compacted=False, **kw) == raw
         assert session.get_history(**kw) == model.compacted(path)
         assert list(session.history(newest_first=True, **kw)) == model.compacted(path)[::-1]
+        assert list(session.history(compacted=False, **kw)) == raw
         first_two = list(itertools.islice(session.history(newest_first=True, compacted=False, **kw), 2))
         assert first_two == raw[::-1][:2]
         assert session.path_length(**kw) == len(path)

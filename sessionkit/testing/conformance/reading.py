@@ -39,7 +39,20 @@ class TestReading:
         assert len(rest) == 399
         assert s.latest_leaf()["id"] == "during"
 
-    def test_R1_unknown_leaf(self, store):
+    def test_R1_a_message_deleted_while_streaming_ends_the_stream_before_it(self, store):
+        s = store.session("s")
+        chain(s, 200)  # the path below leaves this chain at m100, past the first batch
+        s.append(msg("x0"), parent_id="m100")
+        s.append_many([msg(f"x{i}") for i in range(1, 500)])
+        s.append(msg("y0"), parent_id="m50")  # a branch written after: its row is not on the path
+        path = [f"m{i}" for i in range(101)] + [f"x{i}" for i in range(500)]
+        assert ids_of(s.history(leaf_id="x499")) == path == ids_of(s.get_history(leaf_id="x499"))
+        it = s.history(leaf_id="x499")
+        got = [next(it)["id"] for _ in range(10)]
+        s.delete("x300", subtree=True)
+        got += ids_of(it)
+        assert got == path[: path.index("x300")]
+
         s = store.session("s")
         chain(s, 2)
         with pytest.raises(sk.MessageNotFound):

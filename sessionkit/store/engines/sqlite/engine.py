@@ -15,7 +15,9 @@ What SQLite changes from the shared engine (:mod:`sessionkit.store._sql`):
   on ``(session_id, seq)``; the children index holds branches only: a row whose parent
   was its session's latest row is the next row after it in that order (``branch`` =
   0), which is how conversations grow, so such an append writes the table, the key
-  index and the order index.
+  index and the order index. The same column makes a path cheap to read: the starts
+  index holds the rows that branch and the roots, so the rows between two of its
+  entries are one run of a path, read in a range of the order index.
 * **Fast append.** A plain append is one statement; under the latest leaf it inserts
   with ``VALUES`` and checks, in the same statement, that the session's latest row is
   still the one this connection last wrote there (see _APPEND_AFTER).
@@ -75,6 +77,13 @@ _DESCENDANTS = """WITH RECURSIVE down(seq, id) AS (
           WHERE x.session_id = ?2 AND x.seq > down.seq
       ) AND +m.parent_id = down.id
 ) SELECT {node} FROM {messages} WHERE seq IN (SELECT seq FROM down) ORDER BY seq"""
+
+
+#: The first row of the run of a path that ends at seq ?2: going down the session's rows
+#: from there, each follows the one before it (branch = 0) until a row whose parent is
+#: elsewhere (branch = 1) or a root: the newest entry of the starts index at or below ?2.
+_RUN_START = """SELECT seq, depth, parent_id FROM sessionkit_messages INDEXED BY sessionkit_messages_starts
+    WHERE session_id = ?1 AND seq <= ?2 AND (branch = 1 OR parent_id IS NULL) ORDER BY seq DESC LIMIT 1"""
 
 
 def _insert(values: dict[str, str], source: str = "") -> str:
@@ -407,6 +416,24 @@ class SQLiteEngine(LocalEngine):
 
     def w_descendants(self, sid: str, mids: Iterable[str]) -> list[Node]:
         return [Node(*r) for r in self.fetch(self.sql["descendants"], (json.dumps(list(mids)), sid))]
+
+    def path_runs(self, sid: str, start: Node) -> list[tuple[int, int, int, int]] | None:
+        # The branch column tells where a run of the path begins: a row that follows its
+        # parent is the next row of its session after it.
+        self.before_read(sid)
+        runs: list[tuple[int, int, int, int]] = []
+        top: Node | None = start
+        while top is not None:
+            row = self.fetch_one(_RUN_START, (sid, top.seq))
+            if row is None or row[1] > top.depth:
+                return None  # not the shape a run has: the engine reads row by row
+            first, depth, parent = row
+            runs.append((first, top.seq, depth, top.depth - depth + 1))
+            if parent is None:
+                break
+            top = self.node(sid, parent)  # None: deleted meanwhile, the path ends here
+        runs.reverse()
+        return runs
 
     def listed(self, values: Iterable[Any]) -> str:
         return json.dumps(list(values))
