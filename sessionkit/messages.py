@@ -899,6 +899,35 @@ def restore(stored_json: str, fetch_blob) -> dict:
     return msg
 
 
+#: Messages decoded together by :func:`restore_many`: the joined copy of a group stays small
+#: (a long string is an allocation of its own from the system each time, which costs more
+#: than the calls the joining spares).
+_DECODE_GROUP = 32
+
+
+def restore_many(stored: list[str], fetch_blob) -> list[dict]:
+    """:func:`restore` of each stored JSON, in order. Where no message of a group holds a
+    payload pointer, the group is decoded as one JSON array in one call of the scanner:
+    per message that spares a call, the checks around it and the lookups of a payload
+    pointer. A group that does not decode to exactly its messages, each an object, is
+    restored one by one (which raises as :func:`restore` does)."""
+    out: list[dict] = []
+    for i in range(0, len(stored), _DECODE_GROUP):
+        group = stored[i : i + _DECODE_GROUP]
+        joined = "[" + ",".join(group) + "]"
+        value: Any = None
+        if _BLOB_KEY not in joined:
+            try:
+                value, end = _scan(joined, 0)
+            except (StopIteration, ValueError):
+                value = None
+            else:
+                if end != len(joined) or len(value) != len(group) or not all(type(m) is dict for m in value):
+                    value = None
+        out += value if value is not None else [restore(raw, fetch_blob) for raw in group]
+    return out
+
+
 def deep_copy(message: dict) -> dict:
     """A fresh copy of a message (reads never share mutable state with the store).
 

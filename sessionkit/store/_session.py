@@ -459,10 +459,9 @@ class Session:
             else:
                 seqs, raws = read
             # Read in one snapshot: every row of the path is there (no None). The messages
-            # restored in one comprehension; on a damaged payload, row by row as _restore says.
-            restore, blob = _msg.restore, eng.blob
+            # restored together; on a damaged payload, row by row as _restore says.
             try:
-                messages = [restore(raw, blob) for raw in raws]
+                messages = _msg.restore_many(raws, eng.blob)
             except StoreCorrupt:
                 messages = cast("list[dict[str, Any]]", [self._restore(seq, raw) for seq, raw in zip(seqs, raws)])
         if not comps:
@@ -503,7 +502,6 @@ class Session:
         # history() root first where the engine tells the path's runs: each run read in
         # batches of consecutive rows, oldest first.
         eng = self._eng()
-        restore, blob = _msg.restore, eng.blob
         for lo, hi, depth, n in runs:
             while n > 0:
                 want = min(n, _BATCH)
@@ -512,7 +510,7 @@ class Session:
                 if depths != list(range(depth, depth + got)):  # a row deleted meanwhile
                     got = next(i for i, d in enumerate(depths) if d != depth + i)
                 try:
-                    messages = [restore(raw, blob) for raw in raws[:got]]
+                    messages = _msg.restore_many(raws[:got], eng.blob)
                 except StoreCorrupt:
                     messages = []
                     for seq, raw in zip(seqs[:got], raws):

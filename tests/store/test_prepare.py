@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import math
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -276,3 +277,41 @@ def test_nesting_limit_is_exact_whichever_check_decides(monkeypatch, fast, wrap)
         _msg.prepare(message(_msg.MAX_NESTING, leaf))
         with pytest.raises(sk.InvalidMessage, match=f"nested deeper than {_msg.MAX_NESTING}"):
             _msg.prepare(message(_msg.MAX_NESTING + 1, leaf))
+
+
+#: Stored JSON that is not one message: a damaged row, as restore_many must tell it.
+not_one_message = st.sampled_from(['{"a":1},{"b":2}', '[{"a":1}', '{"b":2}]', "1", '{"x":', '"s"', "{}  ", ""])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            messages.map(lambda m: ("message", m)),
+            st.just(("payload", None)),
+            not_one_message.map(lambda raw: ("raw", raw)),
+        ),
+        max_size=12,
+    ),
+    st.integers(1, 5),
+)
+def test_messages_restored_together_are_what_each_restores(items, group):
+    stored, blobs = [], {}
+    for kind, value in items:
+        if kind == "raw":
+            stored.append(value)
+            continue
+        if kind == "payload":
+            value = {"id": "p", "role": "user", "parts": [{"type": "file", "mediaType": "x/y", "data": BIG}]}
+        prep = _msg.prepare(value)
+        stored.append(prep.stored_json)
+        blobs.update(prep.blobs)
+    fetch = _fetch_from(blobs)
+    with mock.patch.object(_msg, "_DECODE_GROUP", group):  # several groups in a short list
+        try:
+            expected = [_msg.restore(raw, fetch) for raw in stored]
+        except ValueError as exc:  # a damaged row: restored together, it raises the same
+            with pytest.raises(type(exc)):
+                _msg.restore_many(stored, fetch)
+            return
+        assert _msg.restore_many(stored, fetch) == expected
