@@ -931,12 +931,8 @@ class LocalEngine(SQLEngine):
     def in_write(self) -> bool:
         return self._depth > 0 and self._writer == threading.get_ident()
 
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[Any]:
-        with self._lock:
-            if self._closed:
-                raise StoreClosed("the store is closed")
-            yield self._db
+    def connection(self) -> contextlib.AbstractContextManager[Any]:
+        return _Held(self)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[LocalEngine]:
@@ -984,6 +980,27 @@ class LocalEngine(SQLEngine):
 
 #: The change marker's two lookups (see :meth:`SQLEngine.change_marker`).
 _MARKER_SQL = "SELECT (SELECT coalesce(max(seq), 0) FROM {messages}), (SELECT coalesce(max(n), 0) FROM {changes})"
+
+
+class _Held(contextlib.AbstractContextManager[Any]):
+    """:meth:`LocalEngine.connection`: the store's lock held and its connection given,
+    written out as a class for the same reason as ``_sql_base._Guard``."""
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine: LocalEngine):
+        self.engine = engine
+
+    def __enter__(self) -> Any:
+        engine = self.engine
+        engine._lock.acquire()
+        if engine._closed:
+            engine._lock.release()
+            raise StoreClosed("the store is closed")
+        return engine._db
+
+    def __exit__(self, *exc: Any) -> None:
+        self.engine._lock.release()
 
 
 class _Pending:
