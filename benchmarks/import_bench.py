@@ -197,6 +197,7 @@ def hh_main(args) -> int:
     raws = {"sqlite": raw_sqlite, "duckdb": raw_duckdb, "postgresql": raw_postgresql}
     names = iter(range(1_000_000))
     rows = []
+    own: dict[str, float] = {}  # each engine's median import time
     with tempfile.TemporaryDirectory(prefix="sk-import-hh-") as d:
         for engine in args.engines.split(","):
             if engine == "postgresql" and not args.pg_url:
@@ -233,10 +234,19 @@ def hh_main(args) -> int:
             ratios = sorted(a / b for a, b in zip(times["sessionkit"], times["raw"]))
             ratio = statistics.median(ratios)
             rows.append((engine, counts.pop(), ratio, ratios))
-            print(f"  {engine}: import_hh {ratio:.2f}x raw's time (rounds: {', '.join(f'{r:.2f}' for r in ratios)})")
+            own[engine] = statistics.median(times["sessionkit"])
+            print(
+                f"  {engine}: import_hh {ratio:.2f}x raw's time (rounds: {', '.join(f'{r:.2f}' for r in ratios)});"
+                f" median {own[engine]:.2f} s"
+            )
     print("\n| engine | HH messages | import_hh against raw inserts (median round) | rounds |\n|---|---:|---:|---|")
     for engine, n, ratio, ratios in rows:
         print(f"| {engine} | {n:,} | {ratio:.2f}x time | {', '.join(f'{r:.2f}x' for r in ratios)} |")
+    if "sqlite" in own and "duckdb" in own:
+        print(
+            f"\nThe DuckDB engine's import against the SQLite engine's: {own['duckdb'] / own['sqlite']:.2f}x"
+            f" ({own['duckdb']:.2f} s against {own['sqlite']:.2f} s, medians of the rounds)"
+        )
     print(f"\nsessionkit {sk.__version__} from {Path(sk.__file__).parent.parent}, {os.cpu_count()} cores.")
     return 0
 
