@@ -139,6 +139,10 @@ TABLES: dict[str, Table] = {
                 # SQLite keeps ``text`` only where its JSON functions cannot give it (a row whose
                 # JSON continues in chunks, a text holding NUL), NULL elsewhere (schema version
                 # 16): statements read it as Dialect.message_text says, never the column itself.
+                # DuckDB keeps it the other way (version 18): where the row's JSON holds the
+                # text once as the value of a "text" key ending its object (a message of one
+                # text part), the JSON leaves that value out ('"text":}'); statements read
+                # ``content`` as Dialect.message_content says, which puts it back.
                 Column("text", "text", null=True, prepared=True),
                 Column("n_parts", "int", default="0", prepared=True),
                 Column("tool_names", "text", null=True, prepared=True),
@@ -608,6 +612,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         " that branch and the roots), so a path is read one range of rows per run",
         {"sqlite": (_make_index_again("messages", "sessionkit_messages_starts"),)},
     ),
+    # No table changes: rows written from version 18 on may keep their text once on DuckDB
+    # (rows written before keep their JSON whole; both read the same).
+    Migration(
+        18,
+        "DuckDB: a message's JSON leaves out its text where the text column holds it (the value of"
+        ' a "text" key ending its object, found once); every read puts it back',
+    ),
 )
 
 #: The schema version every engine writes: the ledger's last step (the one place it is kept).
@@ -644,6 +655,9 @@ class Dialect:
     #: A message row's analysis text (``{t}``: the table or its alias): the ``text``
     #: column, or on SQLite what its JSON gives where the column is NULL (see TABLES).
     message_text: str = "{t}.text"
+    #: A message row's stored JSON (``{t}`` as above): the ``content`` column, or on DuckDB
+    #: that column with the text put back where the row left it out (see TABLES).
+    message_content: str = "{t}.content"
 
     def __post_init__(self) -> None:
         if not self.in_ints:
@@ -707,6 +721,13 @@ DIALECTS: dict[str, Dialect] = {
         ),
         Dialect(
             name="duckdb",
+            # The row's JSON, its text put back: a row whose JSON holds its text column's
+            # value once, as the value of a key "text" ending its object, keeps the JSON
+            # without that value ('"text":}', which no JSON holds) and the text in its column.
+            message_content=(
+                "(CASE WHEN contains({t}.content, '\"text\":}}') THEN replace({t}.content, '\"text\":}}',"
+                " '\"text\":' || to_json({t}.text)::VARCHAR || '}}') ELSE {t}.content END)"
+            ),
             types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB", "real": "DOUBLE"},
             seq_columns={
                 "messages": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq')",

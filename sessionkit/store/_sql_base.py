@@ -51,22 +51,23 @@ STATEMENTS: dict[str, str] = {
     # The rows of one session from a seq down, newest first (a path's contiguous runs).
     "scan_down": "SELECT {node} FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?",
     "scan_down_content": (
-        "SELECT {node}, chunks, content FROM {messages} WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
+        "SELECT {node}, chunks, {row_content} FROM {messages}"
+        " WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
     ),
     "scan_down_lean": (
-        "SELECT seq, id, parent_id, chunks, content, created_at FROM {messages}"
+        "SELECT seq, id, parent_id, chunks, {row_content}, created_at FROM {messages}"
         " WHERE session_id = ? AND seq <= ? ORDER BY seq DESC LIMIT ?"
     ),
     # A run of a path (every row of the session between two seqs), oldest first.
     "rows_between": (
-        "SELECT seq, depth, chunks, content, created_at FROM {messages}"
+        "SELECT seq, depth, chunks, {row_content}, created_at FROM {messages}"
         " WHERE session_id = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
     ),
     "newest_lean": (
-        "SELECT seq, id, parent_id, bytes, depth, path_bytes, chunks, content, created_at FROM {messages}"
+        "SELECT seq, id, parent_id, bytes, depth, path_bytes, chunks, {row_content}, created_at FROM {messages}"
         " WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
     ),
-    "contents": "SELECT seq, chunks, content, created_at FROM {messages} WHERE seq {in_seqs}",
+    "contents": "SELECT seq, chunks, {row_content}, created_at FROM {messages} WHERE seq {in_seqs}",
     "chunks_of": "SELECT seq, data FROM {chunks} WHERE seq {in_seqs} ORDER BY seq, n",
     "blob": "SELECT data FROM {blobs} WHERE sha256 = ?",
     "count": "SELECT count(*) FROM {messages} WHERE session_id = ?",
@@ -126,7 +127,7 @@ STATEMENTS: dict[str, str] = {
         + "".join(f"{c} = ?, " for c in PREPARED_COLUMNS)
         + "content = ? WHERE seq = ?"
     ),
-    "fill_source": "SELECT seq, chunks, content FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
+    "fill_source": "SELECT seq, chunks, {row_content} FROM {messages} WHERE seq > ? ORDER BY seq LIMIT ?",
     "fill_analysis": "UPDATE {messages} SET text = ?, n_parts = ?, tool_names = ?, metadata = ? WHERE seq = ?",
     "log_change": "INSERT INTO {changes} (session_id, kind, seq) VALUES (?, ?, ?)",
     "run_session": "SELECT session_id FROM {runs} WHERE run_id = ?",
@@ -267,6 +268,8 @@ class SQLBase(LabelSQL, Engine):
             t_text=d.types["text"],
             m_text=d.message_text.format(t="m"),
             row_text=d.message_text.format(t=fields["messages"]),
+            m_content=d.message_content.format(t="m"),
+            row_content=d.message_content.format(t=fields["messages"]),
             t_int=d.types["int"],
         )
         return fields

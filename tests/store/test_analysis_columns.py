@@ -127,6 +127,9 @@ def _downgrade_to_5(store) -> None:
     with eng.write():
         if store.settings.engine == "duckdb":  # DuckDB alters no table an index depends on
             eng.execute("DROP INDEX sessionkit_messages_msg_key")
+            # a version 5 row holds its JSON whole (later rows may keep their text once)
+            whole = eng.dialect.message_content.format(t="sessionkit_messages")
+            eng.execute(f"UPDATE sessionkit_messages SET content = {whole}")
         for col in ("text", "n_parts", "tool_names", "metadata"):
             eng.execute(eng.compile(f"ALTER TABLE {{messages}} DROP COLUMN {col}"))
         if store.settings.engine == "duckdb":

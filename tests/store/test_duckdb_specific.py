@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import uuid
 
 import pytest
 from helpers import message, msg, text_part
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("duckdb")
 
@@ -646,3 +651,73 @@ def test_a_query_failing_inside_a_transaction_ends_it_in_an_error_not_a_silent_r
     store.close()
     with sk.open_store(path) as again:
         assert [m["id"] for m in again.session("a").get_history()] == ["m0", "m2"]
+
+
+# -- a message's text kept once (schema version 18) ------------------------------------
+_texts = st.text(alphabet=st.sampled_from('ab "\\\n\t\r\x01\x1f\x7f\u00e9\u4e2d\U0001f600}{:,'), max_size=24)
+_parts = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"type": st.just("text"), "text": _texts}),
+        st.fixed_dictionaries({"text": _texts, "type": st.just("text")}),  # the text key first
+        st.fixed_dictionaries({"type": st.just("reasoning"), "text": _texts}),
+        st.fixed_dictionaries(
+            {
+                "type": st.just("tool-lookup"),
+                "toolCallId": st.just("c1"),
+                "state": st.just("output-available"),
+                "input": st.fixed_dictionaries({"text": _texts}),
+                "output": st.fixed_dictionaries({"text": _texts}),
+            }
+        ),
+    ),
+    max_size=3,
+)
+_extra = st.one_of(st.just({}), st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"text": _texts})}))
+
+
+def _whole(content: str, text: str) -> str:
+    # what the DuckDB engine's statements put back (Dialect.message_content), in Python
+    return content.replace('"text":}', '"text":' + json.encoder.encode_basestring(text) + "}")
+
+
+_TOOL_PART = {"type": "tool-lookup", "toolCallId": "c1", "state": "output-available", "input": {"text": "q"}}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(items=[([text_part("hello"), dict(_TOOL_PART, output={"text": "r"})], {})], way="append")
+@example(
+    items=[([text_part("same"), dict(_TOOL_PART, output={"text": "same"})], {"metadata": {"text": "x"}})], way="chain"
+)
+@given(
+    st.lists(st.tuples(_parts, _extra), min_size=1, max_size=4),
+    st.sampled_from(["append", "chain", "import", "update"]),
+)
+def test_a_message_keeps_its_text_once_and_reads_back_whole(store, items, way):
+    """A row whose JSON holds its text column's value once, ending an object as the value of
+    "text", keeps the JSON without it; every read gives the message whole, in Python and in
+    the tool_calls view; any other row keeps its JSON whole."""
+    sid = f"t{uuid.uuid4().hex}"
+    s = store.session(sid)
+    written = [message(f"m{i}", *parts, **extra) for i, (parts, extra) in enumerate(items)]
+    if way == "append":
+        stored = [s.append(m).message for m in written]
+    elif way == "chain":
+        stored = [r.message for r in s.append_many(written)]
+    elif way == "import":
+        stored = [r.message for r in s.import_many([(m, LATEST, None) for m in written])]
+    else:
+        s.append_many([message(f"m{i}", text_part("before")) for i in range(len(written))])
+        stored = [s.update(m) for m in written]
+    assert s.get_history() == stored
+    assert [s.get(m["id"]) for m in stored] == stored
+    rows = raw(store, "SELECT id, content, text FROM sessionkit_messages WHERE session_id = ? ORDER BY seq", [sid])
+    for (mid, content, text), m in zip(rows, stored):
+        whole = _msg.prepare(m).stored_json
+        value = '"text":' + json.encoder.encode_basestring(text) + "}"
+        once = bool(text) and whole.count(value) == 1 and not re.search("[\x00-\x07\x0b\x0e-\x1f]", text)
+        assert content == (whole.replace(value, '"text":}') if once else whole), mid
+        assert _whole(content, text) == whole
+    calls = store.sql("SELECT call_message_id, arguments FROM tool_calls WHERE session_id = ?", [sid])
+    got = sorted((mid, json.loads(args)["text"]) for mid, args in calls.itertuples(index=False))
+    expected = sorted((m["id"], p["input"]["text"]) for m in stored for p in m["parts"] if p["type"] == "tool-lookup")
+    assert got == expected

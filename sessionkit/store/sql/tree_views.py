@@ -23,6 +23,8 @@ cache reads those wide columns only for queries naming these views
 
 from __future__ import annotations
 
+from .. import _schema
+
 __all__ = ["TREE_VIEWS", "TREE_VIEW_COLUMNS", "TREE_VIEW_ORDER", "tree_view_sql", "needs_columns"]
 
 #: The views of this module.
@@ -273,9 +275,11 @@ def _whole_content(tables: dict[str, str]) -> str:
     continues in its chunk rows, joined here; an analysis copy holds ``content`` whole."""
     if "chunks" not in tables:
         return f"SELECT seq, content FROM {tables['messages']} WHERE tool_names IS NOT NULL"
+    # (a DuckDB store's own tables: a row may have left its text out of its JSON)
+    whole = _schema.DIALECTS["duckdb"].message_content.format(t="m")
     return (
         "SELECT m.seq, CASE WHEN m.chunks > 0 THEN m.content || coalesce((SELECT string_agg(k.data, '' ORDER BY k.n)"
-        f" FROM {tables['chunks']} k WHERE k.seq = m.seq), '') ELSE m.content END AS content"
+        f" FROM {tables['chunks']} k WHERE k.seq = m.seq), '') ELSE {whole} END AS content"
         f" FROM {tables['messages']} m WHERE m.tool_names IS NOT NULL"
     )
 

@@ -141,6 +141,11 @@ def _move_journal_sql(source: str) -> str:
 
 
 # "... Conflicting lock is held in /usr/bin/python3 (PID 1234) by user alice ..."
+#: Control characters that DuckDB's ``to_json`` writes otherwise than the store's encoder
+#: (``\u001F``, not ``\u001f``): a text holding one keeps its JSON whole (see row_json).
+_UNLIKE_TO_JSON = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
+#: Where a row's JSON leaves out its text (Dialect.message_content puts it back).
+_TEXT_GAP = '"text":}'
 _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)(?: by user (?P<user>\S+))?")
 
 # DuckDB's file header carries this magic at bytes 8..12.
@@ -730,7 +735,7 @@ class DuckDBEngine(LocalEngine):
             # (a plain message: no continuation rows, no payloads, no index rows to write)
             node = self.placed(prep, parent, created_at)
             try:
-                seq = self._put_row(way, sid, prep, node, prep.stored_json, 0, self.index.built())
+                seq = self._put_row(way, sid, prep, node, self.row_json(prep, created_at), 0, self.index.built())
             except BaseException:
                 self._shared.forget()
                 raise
@@ -759,7 +764,12 @@ class DuckDBEngine(LocalEngine):
             for prep, stamp in zip(preps, stamps):
                 node = self.placed(prep, parent, stamp)._replace(seq=self._next_seq())
                 rows.append(
-                    (node.seq, _key(sid, node.id), *self.message_values(sid, node, prep.stored_json, 0, prep), None)
+                    (
+                        node.seq,
+                        _key(sid, node.id),
+                        *self.message_values(sid, node, self.row_json(prep, stamp), 0, prep),
+                        None,
+                    )
                 )
                 nodes.append(node)
                 parent = node
@@ -792,6 +802,21 @@ class DuckDBEngine(LocalEngine):
             return super().insert_one(sid, prep, parent, created_at, index)
         finally:
             self.index.forget_body()  # (the text may be large: not kept past its write)
+
+    def row_json(self, prep: _msg.Prepared, created_at: str) -> str:
+        # The text once: a message whose JSON holds its analysis text (its one text part,
+        # most messages) once, as the value of a "text" key ending its object, keeps the
+        # JSON without that value; the text column holds it and every read puts it back
+        # (Dialect.message_content, in the statement). Else, and for a row continued in
+        # chunk rows, the JSON whole.
+        raw, text = prep.stored_json, prep.text
+        if not text or len(raw) > self._chunk or _UNLIKE_TO_JSON.search(text):
+            return raw
+        value = '"text":' + json.encoder.encode_basestring(text) + "}"
+        at = raw.find(value)
+        if at < 0 or raw.find(value, at + 1) >= 0:
+            return raw
+        return raw[:at] + _TEXT_GAP + raw[at + len(value) :]
 
     def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         try:
@@ -996,7 +1021,7 @@ class DuckDBEngine(LocalEngine):
         newest: dict[str, Node] = {}
         for sid, key, prep, node in plan:
             node = node._replace(seq=self._next_seq())
-            head, chunks = self.split(prep.stored_json)
+            head, chunks = self.split(self.row_json(prep, node.created_at))
             chunk_rows += [(node.seq, i, data) for i, data in enumerate(chunks)]
             length = None
             if index:
@@ -1018,6 +1043,8 @@ class DuckDBEngine(LocalEngine):
         return out
 
     def update_analysis_columns(self, values: list[Any]) -> None:
+        # (version 6's fill, of rows that hold their JSON whole: a row written since version
+        # 18 may hold its text in this column alone, which must then keep its value)
         for start in range(0, len(values), _BULK_ROWS):
             part = values[start : start + _BULK_ROWS]
             self.execute(

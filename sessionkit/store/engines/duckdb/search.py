@@ -143,6 +143,7 @@ class TermsIndex(SearchIndex):
             )"""
             phrase_cond = "WHERE seq IN (SELECT seq FROM phrased)"
         params += [int(self.engine.search_candidates), int(limit)]
+        content = self.engine.dialect.message_content.format(t="m")  # (the row's JSON whole)
         sql = f"""
             WITH hits AS (
                 SELECT term, seq, tf, pos FROM sessionkit_terms
@@ -169,7 +170,7 @@ class TermsIndex(SearchIndex):
                 SELECT seq, score FROM matching {phrase_cond}
                 ORDER BY seq DESC LIMIT ?
             )
-            SELECT m.seq, m.session_id, m.id, m.role, cand.score, m.chunks, m.content
+            SELECT m.seq, m.session_id, m.id, m.role, cand.score, m.chunks, {content}
             FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
             ORDER BY cand.score DESC, m.seq DESC
             LIMIT ?"""

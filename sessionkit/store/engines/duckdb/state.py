@@ -57,7 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ....errors import SessionKitError
-from ..._schema import NODE_COLUMNS, TABLES
+from ..._schema import DIALECTS, NODE_COLUMNS, TABLES
 from ..._values import Node
 
 try:
@@ -561,8 +561,14 @@ class FileState:
         assert self.table_rows + self.log_rows <= self.pending <= len(journal), "J1: pending is not the journal's rows"
         # J2
         cols = (*NODE_COLUMNS, "session_id", "msg_key", "content", "chunks")
-        stored = read(f"SELECT {', '.join(cols)} FROM sessionkit_messages")
+        whole = DIALECTS["duckdb"].message_content.format(t="sessionkit_messages")  # (the text put back)
+        stored = read(f"SELECT {', '.join(whole if c == 'content' else c for c in cols)} FROM sessionkit_messages")
         rows = [dict(zip(cols, r)) for r in stored]
+        for r in journal:  # (a journal row as the table will hold it: the text put back likewise)
+            if r["content"] is not None and '"text":}' in r["content"]:
+                r["content"] = r["content"].replace(
+                    '"text":}', '"text":' + json.encoder.encode_basestring(r["text"]) + "}"
+                )
         keys_in_db = {r["msg_key"] for r in rows}
         jkeys = [r["msg_key"] for r in journal]
         assert len(set(jkeys)) == len(jkeys), "J2: a key twice in the journal"
