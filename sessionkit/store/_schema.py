@@ -689,6 +689,23 @@ class Dialect:
         return sql
 
 
+#: DuckDB: a message row's JSON, whole. A row whose JSON holds its text column's value once,
+#: as the value of a "text" key ending its object, keeps the JSON without that value
+#: ('"text":}', which no JSON holds) and the text in its column; a row whose JSON ends with
+#: its created_at column as the key createdAt leaves that key out and ends with a space
+#: instead (as SQLite's rows do). Both put back here, in the statement that reads the row. A
+#: row continued in chunk rows keeps its JSON whole (its head may end with any character).
+_DUCKDB_TEXT_BACK = (
+    "(CASE WHEN contains({t}.content, '\"text\":}}') THEN replace({t}.content, '\"text\":}}',"
+    " '\"text\":' || to_json({t}.text)::VARCHAR || '}}') ELSE {t}.content END)"
+)
+_DUCKDB_CONTENT = (
+    f"(CASE WHEN {{t}}.chunks = 0 AND suffix({{t}}.content, ' ')"
+    f" THEN left({_DUCKDB_TEXT_BACK}, length({_DUCKDB_TEXT_BACK}) - 2)"
+    f" || ',\"createdAt\":\"' || {{t}}.created_at || '\"}}}}' ELSE {_DUCKDB_TEXT_BACK} END)"
+)
+
+
 #: The dialects, as data: what differs in SQL text between the engines.
 DIALECTS: dict[str, Dialect] = {
     d.name: d
@@ -721,13 +738,8 @@ DIALECTS: dict[str, Dialect] = {
         ),
         Dialect(
             name="duckdb",
-            # The row's JSON, its text put back: a row whose JSON holds its text column's
-            # value once, as the value of a key "text" ending its object, keeps the JSON
-            # without that value ('"text":}', which no JSON holds) and the text in its column.
-            message_content=(
-                "(CASE WHEN contains({t}.content, '\"text\":}}') THEN replace({t}.content, '\"text\":}}',"
-                " '\"text\":' || to_json({t}.text)::VARCHAR || '}}') ELSE {t}.content END)"
-            ),
+            # The row's JSON, whole again: see _DUCKDB_CONTENT.
+            message_content=_DUCKDB_CONTENT,
             types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB", "real": "DOUBLE"},
             seq_columns={
                 "messages": "seq BIGINT NOT NULL DEFAULT nextval('sessionkit_seq')",

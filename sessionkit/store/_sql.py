@@ -982,6 +982,23 @@ class LocalEngine(SQLEngine):
 _MARKER_SQL = "SELECT (SELECT coalesce(max(seq), 0) FROM {messages}), (SELECT coalesce(max(n), 0) FROM {changes})"
 
 
+def without_created_at(raw: str, created_at: str) -> str:
+    """A stored JSON without its last key createdAt, where that key ends it with the value
+    ``created_at`` (plain ASCII, nothing to escape), a space after its closing brace instead
+    (JSON the store writes never ends with one): the row's ``created_at`` column holds the
+    value, and reads put it back (SQLite: ``whole_json``; DuckDB: ``Dialect.message_content``).
+    Any other JSON as it is."""
+    if (
+        raw.endswith(',"createdAt":"' + created_at + '"}')
+        and created_at.isascii()
+        and created_at.isprintable()
+        and '"' not in created_at
+        and "\\" not in created_at
+    ):
+        return raw[: -len(created_at) - 16] + "} "
+    return raw
+
+
 class _Held(contextlib.AbstractContextManager[Any]):
     """:meth:`LocalEngine.connection`: the store's lock held and its connection given,
     written out as a class for the same reason as ``_sql_base._Guard``."""

@@ -26,6 +26,7 @@ import sessionkit as sk
 from sessionkit import messages as _msg
 from sessionkit.store import LATEST
 from sessionkit.store.engines.duckdb.search import BM25_B, BM25_K1
+from sessionkit.store.engines.duckdb.state import whole_content
 from sessionkit.store.search import matches, parse_query
 
 #: what the ``store`` fixture (tests/store/conftest.py) opens here: a DuckDB file
@@ -675,11 +676,6 @@ _parts = st.lists(
 _extra = st.one_of(st.just({}), st.fixed_dictionaries({"metadata": st.fixed_dictionaries({"text": _texts})}))
 
 
-def _whole(content: str, text: str) -> str:
-    # what the DuckDB engine's statements put back (Dialect.message_content), in Python
-    return content.replace('"text":}', '"text":' + json.encoder.encode_basestring(text) + "}")
-
-
 _TOOL_PART = {"type": "tool-lookup", "toolCallId": "c1", "state": "output-available", "input": {"text": "q"}}
 
 
@@ -694,8 +690,9 @@ _TOOL_PART = {"type": "tool-lookup", "toolCallId": "c1", "state": "output-availa
 )
 def test_a_message_keeps_its_text_once_and_reads_back_whole(store, items, way):
     """A row whose JSON holds its text column's value once, ending an object as the value of
-    "text", keeps the JSON without it; every read gives the message whole, in Python and in
-    the tool_calls view; any other row keeps its JSON whole."""
+    "text", keeps the JSON without it, and every row leaves out its createdAt (the
+    created_at column's); every read gives the message whole, in Python and in the
+    tool_calls view."""
     sid = f"t{uuid.uuid4().hex}"
     s = store.session(sid)
     written = [message(f"m{i}", *parts, **extra) for i, (parts, extra) in enumerate(items)]
@@ -710,13 +707,18 @@ def test_a_message_keeps_its_text_once_and_reads_back_whole(store, items, way):
         stored = [s.update(m) for m in written]
     assert s.get_history() == stored
     assert [s.get(m["id"]) for m in stored] == stored
-    rows = raw(store, "SELECT id, content, text FROM sessionkit_messages WHERE session_id = ? ORDER BY seq", [sid])
-    for (mid, content, text), m in zip(rows, stored):
+    rows = raw(
+        store, "SELECT id, content, text, created_at FROM sessionkit_messages WHERE session_id = ? ORDER BY seq", [sid]
+    )
+    for (mid, content, text, created_at), m in zip(rows, stored):
         whole = _msg.prepare(m).stored_json
         value = '"text":' + json.encoder.encode_basestring(text) + "}"
         once = bool(text) and whole.count(value) == 1 and not re.search("[\x00-\x07\x0b\x0e-\x1f]", text)
-        assert content == (whole.replace(value, '"text":}') if once else whole), mid
-        assert _whole(content, text) == whole
+        kept = whole.replace(value, '"text":}') if once else whole
+        tail = ',"createdAt":"' + created_at + '"}'
+        assert kept.endswith(tail)  # (the store puts createdAt last, plain ASCII)
+        assert content == kept[: -len(tail)] + "} ", mid
+        assert whole_content(content, text, created_at) == whole
     calls = store.sql("SELECT call_message_id, arguments FROM tool_calls WHERE session_id = ?", [sid])
     got = sorted((mid, json.loads(args)["text"]) for mid, args in calls.itertuples(index=False))
     expected = sorted((m["id"], p["input"]["text"]) for m in stored for p in m["parts"] if p["type"] == "tool-lookup")

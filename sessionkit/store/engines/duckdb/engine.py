@@ -84,7 +84,7 @@ from .... import messages as _msg
 from ....errors import InvalidMessage, MessageNotFound, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from ... import _files
 from ..._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
-from ..._sql import LocalEngine
+from ..._sql import LocalEngine, without_created_at
 from ..._values import Appended, Capabilities, Compaction, Node, _Latest
 from .search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
 from .state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
@@ -806,17 +806,19 @@ class DuckDBEngine(LocalEngine):
     def row_json(self, prep: _msg.Prepared, created_at: str) -> str:
         # The text once: a message whose JSON holds its analysis text (its one text part,
         # most messages) once, as the value of a "text" key ending its object, keeps the
-        # JSON without that value; the text column holds it and every read puts it back
-        # (Dialect.message_content, in the statement). Else, and for a row continued in
-        # chunk rows, the JSON whole.
+        # JSON without that value; the text column holds it. Its createdAt, which ends the
+        # JSON and the created_at column holds, is left out as on SQLite. Every read puts
+        # both back (Dialect.message_content, in the statement). A row continued in chunk
+        # rows keeps its JSON whole.
         raw, text = prep.stored_json, prep.text
-        if not text or len(raw) > self._chunk or _UNLIKE_TO_JSON.search(text):
+        if len(raw) > self._chunk:
             return raw
-        value = '"text":' + json.encoder.encode_basestring(text) + "}"
-        at = raw.find(value)
-        if at < 0 or raw.find(value, at + 1) >= 0:
-            return raw
-        return raw[:at] + _TEXT_GAP + raw[at + len(value) :]
+        if text and not _UNLIKE_TO_JSON.search(text):
+            value = '"text":' + json.encoder.encode_basestring(text) + "}"
+            at = raw.find(value)
+            if at >= 0 and raw.find(value, at + 1) < 0:
+                raw = raw[:at] + _TEXT_GAP + raw[at + len(value) :]
+        return without_created_at(raw, created_at)
 
     def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         try:

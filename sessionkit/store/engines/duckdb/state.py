@@ -97,6 +97,17 @@ class _Everything:
 _EVERYTHING = _Everything()
 
 
+def whole_content(content: str, text: str | None, created_at: str) -> str:
+    """A row's stored JSON whole, as ``Dialect.message_content`` reads it in SQL (for the
+    journal's rows, which no statement reads): its text put back where the row left it out,
+    its createdAt where a space ends it."""
+    if text is not None and '"text":}' in content:
+        content = content.replace('"text":}', '"text":' + json.encoder.encode_basestring(text) + "}")
+    if content.endswith(" "):
+        content = f'{content[:-2]},"createdAt":"{created_at}"}}'
+    return content
+
+
 def _fsync(fd: int) -> None:
     """Flush a file to stable storage: ``F_FULLFSYNC`` where the system has it (macOS,
     whose plain fsync may leave the data in the drive's cache), else ``fsync``."""
@@ -564,11 +575,8 @@ class FileState:
         whole = DIALECTS["duckdb"].message_content.format(t="sessionkit_messages")  # (the text put back)
         stored = read(f"SELECT {', '.join(whole if c == 'content' else c for c in cols)} FROM sessionkit_messages")
         rows = [dict(zip(cols, r)) for r in stored]
-        for r in journal:  # (a journal row as the table will hold it: the text put back likewise)
-            if r["content"] is not None and '"text":}' in r["content"]:
-                r["content"] = r["content"].replace(
-                    '"text":}', '"text":' + json.encoder.encode_basestring(r["text"]) + "}"
-                )
+        for r in journal:  # (a journal row as the table will hold it: its JSON read whole likewise)
+            r["content"] = whole_content(r["content"], r["text"], r["created_at"])
         keys_in_db = {r["msg_key"] for r in rows}
         jkeys = [r["msg_key"] for r in journal]
         assert len(set(jkeys)) == len(jkeys), "J2: a key twice in the journal"

@@ -39,7 +39,7 @@ from .... import messages as _msg
 from ....errors import SessionKitError, StoreCorrupt, StoreLocked
 from ... import _files
 from ..._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
-from ..._sql import LocalEngine
+from ..._sql import LocalEngine, without_created_at
 from ..._values import Appended, Capabilities, Node, _Latest
 
 if TYPE_CHECKING:
@@ -328,16 +328,7 @@ class SQLiteEngine(LocalEngine):
         # after the closing brace (JSON the store writes never ends with one) marks such
         # a row, so whole_json tells it by its last character.
         raw = prep.stored_json
-        if (
-            len(raw) <= self._chunk
-            and raw.endswith(',"createdAt":"' + created_at + '"}')
-            and created_at.isascii()
-            and created_at.isprintable()
-            and '"' not in created_at
-            and "\\" not in created_at
-        ):
-            return raw[: -len(created_at) - 16] + "} "
-        return raw
+        return without_created_at(raw, created_at) if len(raw) <= self._chunk else raw
 
     @staticmethod
     def whole_json(raw: str, created_at: str) -> str:
