@@ -617,7 +617,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         18,
         "DuckDB: a message's JSON leaves out its text where the text column holds it (the value of"
-        ' a "text" key ending its object, found once); every read puts it back',
+        ' a "text" key ending its object, found once) and its last key createdAt where the created_at'
+        " column holds it (a space ends it); every read puts them back",
     ),
 )
 
@@ -655,8 +656,9 @@ class Dialect:
     #: A message row's analysis text (``{t}``: the table or its alias): the ``text``
     #: column, or on SQLite what its JSON gives where the column is NULL (see TABLES).
     message_text: str = "{t}.text"
-    #: A message row's stored JSON (``{t}`` as above): the ``content`` column, or on DuckDB
-    #: that column with the text put back where the row left it out (see TABLES).
+    #: A message row's stored JSON (``{t}`` as above) as ``whole_json`` takes it: the
+    #: ``content`` column, or on DuckDB that column with the text put back where the row
+    #: left it out (see TABLES).
     message_content: str = "{t}.content"
 
     def __post_init__(self) -> None:
@@ -689,20 +691,15 @@ class Dialect:
         return sql
 
 
-#: DuckDB: a message row's JSON, whole. A row whose JSON holds its text column's value once,
-#: as the value of a "text" key ending its object, keeps the JSON without that value
-#: ('"text":}', which no JSON holds) and the text in its column; a row whose JSON ends with
-#: its created_at column as the key createdAt leaves that key out and ends with a space
-#: instead (as SQLite's rows do). Both put back here, in the statement that reads the row. A
-#: row continued in chunk rows keeps its JSON whole (its head may end with any character).
-_DUCKDB_TEXT_BACK = (
+#: DuckDB: a message row's JSON with its text in place. A row whose JSON holds its text
+#: column's value once, as the value of a "text" key ending its object, keeps the JSON without
+#: that value ('"text":}', which no JSON holds) and the text in its column; the statement that
+#: reads the row puts it back. (The row's createdAt, left out as on SQLite where a space ends
+#: the JSON, is put back by the engine's whole_json, in Python, as SQLite's is: JSON ending in
+#: a space is valid JSON, so the views that parse it need not.)
+_DUCKDB_CONTENT = (
     "(CASE WHEN contains({t}.content, '\"text\":}}') THEN replace({t}.content, '\"text\":}}',"
     " '\"text\":' || to_json({t}.text)::VARCHAR || '}}') ELSE {t}.content END)"
-)
-_DUCKDB_CONTENT = (
-    f"(CASE WHEN {{t}}.chunks = 0 AND suffix({{t}}.content, ' ')"
-    f" THEN left({_DUCKDB_TEXT_BACK}, length({_DUCKDB_TEXT_BACK}) - 2)"
-    f" || ',\"createdAt\":\"' || {{t}}.created_at || '\"}}}}' ELSE {_DUCKDB_TEXT_BACK} END)"
 )
 
 
@@ -738,7 +735,7 @@ DIALECTS: dict[str, Dialect] = {
         ),
         Dialect(
             name="duckdb",
-            # The row's JSON, whole again: see _DUCKDB_CONTENT.
+            # The row's JSON with its text in place: see _DUCKDB_CONTENT.
             message_content=_DUCKDB_CONTENT,
             types={"text": "VARCHAR", "int": "INTEGER", "bigint": "BIGINT", "blob": "BLOB", "real": "DOUBLE"},
             seq_columns={

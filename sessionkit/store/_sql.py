@@ -986,7 +986,7 @@ def without_created_at(raw: str, created_at: str) -> str:
     """A stored JSON without its last key createdAt, where that key ends it with the value
     ``created_at`` (plain ASCII, nothing to escape), a space after its closing brace instead
     (JSON the store writes never ends with one): the row's ``created_at`` column holds the
-    value, and reads put it back (SQLite: ``whole_json``; DuckDB: ``Dialect.message_content``).
+    value, and reads put it back (:func:`with_created_at`, the engines' ``whole_json``).
     Any other JSON as it is."""
     if (
         raw.endswith(',"createdAt":"' + created_at + '"}')
@@ -997,6 +997,13 @@ def without_created_at(raw: str, created_at: str) -> str:
     ):
         return raw[: -len(created_at) - 16] + "} "
     return raw
+
+
+def with_created_at(raw: str, created_at: str) -> str:
+    """A row's JSON as :func:`without_created_at` gave it, whole again (``created_at``: the
+    row's column). A row continued in chunk rows is never shortened, so only a whole row's
+    JSON comes here."""
+    return f'{raw[:-2]},"createdAt":"{created_at}"}}' if raw[-1] == " " else raw  # (one string built)
 
 
 class _Held(contextlib.AbstractContextManager[Any]):

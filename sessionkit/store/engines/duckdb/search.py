@@ -170,11 +170,14 @@ class TermsIndex(SearchIndex):
                 SELECT seq, score FROM matching {phrase_cond}
                 ORDER BY seq DESC LIMIT ?
             )
-            SELECT m.seq, m.session_id, m.id, m.role, cand.score, m.chunks, {content}
+            SELECT m.seq, m.session_id, m.id, m.role, cand.score, m.chunks, {content}, m.created_at
             FROM cand JOIN sessionkit_messages m ON m.seq = cand.seq
             ORDER BY cand.score DESC, m.seq DESC
             LIMIT ?"""
-        return [((r[0], r[1], r[2], r[3], r[4]), None if r[5] else r[6]) for r in self._read_apart(sql, params)]
+        whole = self.engine.whole_json
+        return [
+            ((r[0], r[1], r[2], r[3], r[4]), None if r[5] else whole(r[6], r[7])) for r in self._read_apart(sql, params)
+        ]
 
     def _read_apart(self, sql: str, params: list[Any]) -> list[Any]:
         """Rows of one long read on a connection of its own, without the store's lock

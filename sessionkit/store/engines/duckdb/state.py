@@ -57,7 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ....errors import SessionKitError
-from ..._schema import DIALECTS, NODE_COLUMNS, TABLES
+from ..._schema import NODE_COLUMNS, TABLES
 from ..._values import Node
 
 try:
@@ -98,9 +98,9 @@ _EVERYTHING = _Everything()
 
 
 def whole_content(content: str, text: str | None, created_at: str) -> str:
-    """A row's stored JSON whole, as ``Dialect.message_content`` reads it in SQL (for the
-    journal's rows, which no statement reads): its text put back where the row left it out,
-    its createdAt where a space ends it."""
+    """A row's stored JSON whole, as a read gives it (``Dialect.message_content``, then
+    ``whole_json``), in Python, for the invariant's check: its text put back where the row
+    left it out, its createdAt where a space ends it."""
     if text is not None and '"text":}' in content:
         content = content.replace('"text":}', '"text":' + json.encoder.encode_basestring(text) + "}")
     if content.endswith(" "):
@@ -571,12 +571,12 @@ class FileState:
         assert (self.pending == 0) == (not journal), f"J1: pending {self.pending} with {len(journal)} journal rows"
         assert self.table_rows + self.log_rows <= self.pending <= len(journal), "J1: pending is not the journal's rows"
         # J2
-        cols = (*NODE_COLUMNS, "session_id", "msg_key", "content", "chunks")
-        whole = DIALECTS["duckdb"].message_content.format(t="sessionkit_messages")  # (the text put back)
-        stored = read(f"SELECT {', '.join(whole if c == 'content' else c for c in cols)} FROM sessionkit_messages")
+        cols = (*NODE_COLUMNS, "session_id", "msg_key", "content", "chunks", "text")
+        stored = read(f"SELECT {', '.join(cols)} FROM sessionkit_messages")
         rows = [dict(zip(cols, r)) for r in stored]
-        for r in journal:  # (a journal row as the table will hold it: its JSON read whole likewise)
-            r["content"] = whole_content(r["content"], r["text"], r["created_at"])
+        for r in rows + journal:  # (each row's JSON whole, as a read gives it)
+            if not r["chunks"]:
+                r["content"] = whole_content(r["content"], r["text"], r["created_at"])
         keys_in_db = {r["msg_key"] for r in rows}
         jkeys = [r["msg_key"] for r in journal]
         assert len(set(jkeys)) == len(jkeys), "J2: a key twice in the journal"

@@ -39,7 +39,7 @@ from .... import messages as _msg
 from ....errors import SessionKitError, StoreCorrupt, StoreLocked
 from ... import _files
 from ..._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
-from ..._sql import LocalEngine, without_created_at
+from ..._sql import LocalEngine, with_created_at, without_created_at
 from ..._values import Appended, Capabilities, Node, _Latest
 
 if TYPE_CHECKING:
@@ -330,9 +330,7 @@ class SQLiteEngine(LocalEngine):
         raw = prep.stored_json
         return without_created_at(raw, created_at) if len(raw) <= self._chunk else raw
 
-    @staticmethod
-    def whole_json(raw: str, created_at: str) -> str:
-        return f'{raw[:-2]},"createdAt":"{created_at}"}}' if raw[-1] == " " else raw  # (one string built)
+    whole_json = staticmethod(with_created_at)
 
     def translate(self, exc: BaseException) -> BaseException:
         """A driver error as the contract's: by SQLite's result code (its primary part; the
