@@ -268,7 +268,6 @@ class SQLBase(LabelSQL, Engine):
             t_text=d.types["text"],
             m_text=d.message_text.format(t="m"),
             row_text=d.message_text.format(t=fields["messages"]),
-            m_content=d.message_content.format(t="m"),
             row_content=d.message_content.format(t=fields["messages"]),
             t_int=d.types["int"],
         )

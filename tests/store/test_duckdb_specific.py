@@ -679,7 +679,7 @@ _extra = st.one_of(st.just({}), st.fixed_dictionaries({"metadata": st.fixed_dict
 _TOOL_PART = {"type": "tool-lookup", "toolCallId": "c1", "state": "output-available", "input": {"text": "q"}}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(items=[([text_part("hello"), dict(_TOOL_PART, output={"text": "r"})], {})], way="append")
 @example(
     items=[([text_part("same"), dict(_TOOL_PART, output={"text": "same"})], {"metadata": {"text": "x"}})], way="chain"
