@@ -631,9 +631,8 @@ class Session:
         if not chosen:
             return RecentHistory([], False, 0)
         chosen.reverse()
-        restore, blob = _msg.restore, eng.blob
         try:
-            msgs = [restore(cast(str, raw), blob) for _, raw in chosen]
+            msgs = _msg.restore_many([cast(str, raw) for _, raw in chosen], eng.blob)
         except StoreCorrupt:  # a payload went with its row: row by row, as _restore says
             msgs = []
             for node, raw in chosen:
@@ -676,9 +675,8 @@ class Session:
                 continue
             break
         chosen.reverse()
-        restore, blob = _msg.restore, eng.blob
         try:
-            msgs = [restore(r[6], blob) for r in chosen]
+            msgs = _msg.restore_many([r[6] for r in chosen], eng.blob)
         except StoreCorrupt:
             return None  # a payload went with its row: the general walk, row by row
         return RecentHistory(msgs, chosen[0][4] > 0, chosen[-1][5])

@@ -87,7 +87,7 @@ from ..._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATION
 from ..._sql import LocalEngine, with_created_at, without_created_at
 from ..._values import Appended, Capabilities, Compaction, Node, _Latest
 from .search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
-from .state import _LOG_HEADER, _LOG_SUFFIX, FileState, sync_folder
+from .state import _LOG_HEADER, _LOG_SUFFIX, TEXT_GAP, FileState, sync_folder
 
 try:
     import duckdb
@@ -144,8 +144,6 @@ def _move_journal_sql(source: str) -> str:
 #: Control characters that DuckDB's ``to_json`` writes otherwise than the store's encoder
 #: (``\u001F``, not ``\u001f``): a text holding one keeps its JSON whole (see row_json).
 _UNLIKE_TO_JSON = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
-#: Where a row's JSON leaves out its text (Dialect.message_content puts it back).
-_TEXT_GAP = '"text":}'
 _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)(?: by user (?P<user>\S+))?")
 
 # DuckDB's file header carries this magic at bytes 8..12.
@@ -819,7 +817,7 @@ class DuckDBEngine(LocalEngine):
             value = '"text":' + json.encoder.encode_basestring(text) + "}"
             at = raw.find(value)
             if at >= 0 and raw.find(value, at + 1) < 0:
-                raw = raw[:at] + _TEXT_GAP + raw[at + len(value) :]
+                raw = raw[:at] + TEXT_GAP + raw[at + len(value) :]
         return without_created_at(raw, created_at)
 
     def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:

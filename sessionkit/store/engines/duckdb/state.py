@@ -58,6 +58,7 @@ from typing import Any
 
 from ....errors import SessionKitError
 from ..._schema import NODE_COLUMNS, TABLES
+from ..._sql import with_created_at
 from ..._values import Node
 
 try:
@@ -97,15 +98,18 @@ class _Everything:
 _EVERYTHING = _Everything()
 
 
+#: Where a row's JSON leaves out its text (the engine's row_json; Dialect.message_content
+#: puts it back in SQL, whole_content here).
+TEXT_GAP = '"text":}'
+
+
 def whole_content(content: str, text: str | None, created_at: str) -> str:
     """A row's stored JSON whole, as a read gives it (``Dialect.message_content``, then
     ``whole_json``), in Python, for the invariant's check: its text put back where the row
     left it out, its createdAt where a space ends it."""
-    if text is not None and '"text":}' in content:
-        content = content.replace('"text":}', '"text":' + json.encoder.encode_basestring(text) + "}")
-    if content.endswith(" "):
-        content = f'{content[:-2]},"createdAt":"{created_at}"}}'
-    return content
+    if text is not None and TEXT_GAP in content:
+        content = content.replace(TEXT_GAP, '"text":' + json.encoder.encode_basestring(text) + "}")
+    return with_created_at(content, created_at)
 
 
 def _fsync(fd: int) -> None:
