@@ -357,6 +357,28 @@ def test_two_stores_on_one_file_in_one_process_share_it(tmp_path):
         assert one.session().latest_leaf()["id"] == "b"
 
 
+def test_a_new_file_takes_small_blocks_and_an_old_file_keeps_its_own(tmp_path):
+    import duckdb
+
+    def block_size(con):
+        return con.execute("SELECT block_size FROM pragma_database_size()").fetchall()[0][0]
+
+    new = tmp_path / "it's new.duckdb"  # a quote in the name: ATTACH takes it as a literal
+    with sk.open_store(new) as st:
+        st.session().append(msg("a", "hello"))
+        mine = duckdb.connect(str(new))  # the user's own connection in the same process
+        assert block_size(mine) == 64 * 1024
+        assert mine.execute("SELECT value FROM sessionkit_meta WHERE key = 'schema_version'").fetchall()
+        mine.close()
+    old = tmp_path / "old.duckdb"
+    duckdb.connect(str(old)).close()  # made with DuckDB's own default
+    with sk.open_store(old) as st:
+        st.session().append(msg("a", "hello"))
+        assert [m["id"] for m in st.session().get_history()] == ["a"]
+    with duckdb.connect(str(old)) as con:
+        assert block_size(con) == 256 * 1024
+
+
 def test_foreign_and_empty_files(tmp_path):
     import sqlite3
 

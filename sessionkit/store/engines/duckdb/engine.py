@@ -140,14 +140,24 @@ def _move_journal_sql(source: str) -> str:
     )
 
 
-# "... Conflicting lock is held in /usr/bin/python3 (PID 1234) by user alice ..."
 #: Control characters that DuckDB's ``to_json`` writes otherwise than the store's encoder
 #: (``\u001F``, not ``\u001f``): a text holding one keeps its JSON whole (see row_json).
 _UNLIKE_TO_JSON = re.compile("[\x00-\x07\x0b\x0e-\x1f]")
+# "... Conflicting lock is held in /usr/bin/python3 (PID 1234) by user alice ..."
 _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<exe>.*?) \(PID (?P<pid>\d+)\)(?: by user (?P<user>\S+))?")
 
 # DuckDB's file header carries this magic at bytes 8..12.
 _MAGIC = b"DUCK"
+
+# The block size of a new store file: a quarter of DuckDB's default of 256 KiB. The file
+# grows by whole blocks and every table or index holding a row has blocks of its own, so
+# an empty store is 5 blocks (the meta and migrations tables and their keys) and most of
+# the tables a store fills now and then (labels, runs, chunks) hold a few rows: at 256 KiB
+# that fixed part was about a fifth of a 10,000-message file. A file keeps the block size
+# it was made with; files made with the default open as before.
+_BLOCK_SIZE = 64 * 1024
+# New files are made one at a time in this process (see DuckDBEngine._make_file).
+_MAKE_LOCK = threading.Lock()
 
 _UNNEST_TYPES = {
     "text": "VARCHAR",
@@ -334,6 +344,8 @@ class DuckDBEngine(LocalEngine):
             with self.guard():
                 return duckdb.connect(":memory:")
         try:
+            if not os.path.exists(name):
+                self._make_file(name)
             return duckdb.connect(name)
         except duckdb.IOException as exc:
             text = str(exc)
@@ -342,6 +354,25 @@ class DuckDBEngine(LocalEngine):
             raise self.translate(exc) from exc
         except duckdb.Error as exc:
             raise self.translate(exc) from exc
+
+    @staticmethod
+    def _make_file(name: str) -> None:
+        """Make an empty database file of :data:`_BLOCK_SIZE` blocks.
+
+        Made by ATTACH from a connection of its own, not by ``connect()`` with the
+        ``default_block_size`` setting: a file open in this process with a configuration
+        of its own refuses every plain ``duckdb.connect()`` of it (DuckDB's
+        "different configuration" error), and a user's own connection to the store's file
+        must keep working. Another process making the same file at the same moment holds
+        its lock: this ATTACH fails as the connect would have (``StoreLocked``).
+        """
+        with _MAKE_LOCK:
+            if os.path.exists(name):
+                return
+            quoted = name.replace("'", "''")  # ATTACH takes no parameter for its path
+            with duckdb.connect(":memory:") as con:
+                con.execute(f"ATTACH '{quoted}' AS made (BLOCK_SIZE {_BLOCK_SIZE})")
+                con.execute("DETACH made")
 
     def _check_header(self, path: Path) -> None:
         """Refuse foreign files before DuckDB sees them.
