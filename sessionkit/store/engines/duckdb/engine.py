@@ -156,8 +156,6 @@ _MAGIC = b"DUCK"
 # that fixed part was about a fifth of a 10,000-message file. A file keeps the block size
 # it was made with; files made with the default open as before.
 _BLOCK_SIZE = 64 * 1024
-# New files are made one at a time in this process (see DuckDBEngine._make_file).
-_MAKE_LOCK = threading.Lock()
 
 _UNNEST_TYPES = {
     "text": "VARCHAR",
@@ -363,16 +361,14 @@ class DuckDBEngine(LocalEngine):
         ``default_block_size`` setting: a file open in this process with a configuration
         of its own refuses every plain ``duckdb.connect()`` of it (DuckDB's
         "different configuration" error), and a user's own connection to the store's file
-        must keep working. Another process making the same file at the same moment holds
-        its lock: this ATTACH fails as the connect would have (``StoreLocked``).
+        must keep working. Called inside ``_files.claim``, whose lock makes a new file one
+        at a time in this process; another process making the same file at the same moment
+        holds its lock, and this ATTACH fails as the connect would have (``StoreLocked``).
         """
-        with _MAKE_LOCK:
-            if os.path.exists(name):
-                return
-            quoted = name.replace("'", "''")  # ATTACH takes no parameter for its path
-            with duckdb.connect(":memory:") as con:
-                con.execute(f"ATTACH '{quoted}' AS made (BLOCK_SIZE {_BLOCK_SIZE})")
-                con.execute("DETACH made")
+        quoted = name.replace("'", "''")  # ATTACH takes no parameter for its path
+        with duckdb.connect(":memory:") as con:
+            con.execute(f"ATTACH '{quoted}' AS made (BLOCK_SIZE {_BLOCK_SIZE})")
+            con.execute("DETACH made")
 
     def _check_header(self, path: Path) -> None:
         """Refuse foreign files before DuckDB sees them.
