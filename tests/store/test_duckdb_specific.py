@@ -371,7 +371,8 @@ def test_a_new_file_takes_small_blocks_and_an_old_file_keeps_its_own(tmp_path):
         assert mine.execute("SELECT value FROM sessionkit_meta WHERE key = 'schema_version'").fetchall()
         mine.close()
     old = tmp_path / "old.duckdb"
-    duckdb.connect(str(old)).close()  # made with DuckDB's own default
+    with duckdb.connect() as con:  # made as DuckDB makes a file by default
+        con.execute(f"ATTACH '{old}' AS old (BLOCK_SIZE {256 * 1024})")
     with sk.open_store(old) as st:
         st.session().append(msg("a", "hello"))
         assert [m["id"] for m in st.session().get_history()] == ["a"]
