@@ -654,6 +654,26 @@ def test_a_search_inside_a_transaction_sees_its_writes(store):
     assert [h.id for h in store.search('"zebra crossing"')] == ["b"]
 
 
+def test_a_search_reads_its_hits_in_the_snapshot_it_ranked_in(store):
+    """The ranking and the hits' rows are two statements: a delete committed between them
+    must not take a ranked hit's row away (one read-only transaction holds both)."""
+    s = store.session("s")
+    s.append(msg("a", "kiwi one"))
+    s.append(msg("b", "kiwi two"))
+    assert {h.id for h in store.search("kiwi")} == {"a", "b"}  # the index exists
+    count = "SELECT count(*) FROM sessionkit_messages WHERE id = 'b'"
+
+    def read(fetch):
+        before = fetch(count, [])
+        deleting = threading.Thread(target=s.delete, args=("b",))  # committed before the second read
+        deleting.start()
+        deleting.join()
+        return before, fetch(count, [])
+
+    assert store._engine.index._read_apart(read) == ([(1,)], [(1,)])
+    assert [h.id for h in store.search("kiwi")] == ["a"]  # the delete was committed
+
+
 def test_a_query_failing_inside_a_transaction_ends_it_in_an_error_not_a_silent_rollback(tmp_path):
     """DuckDB has no savepoint: a store.sql query that fails inside a write transaction aborts
     the whole transaction, whose COMMIT would drop its writes without a word. The transaction
