@@ -177,7 +177,8 @@ class TermsIndex(SearchIndex):
             SELECT seq, score FROM cand ORDER BY score DESC, seq DESC LIMIT ?"""
         # The hits' rows are read by seq in a second statement of the same snapshot:
         # joined to the ranking instead, DuckDB reads every row's content before the join
-        # keeps ten (5 MB a search at 10,000 messages; a third of the time at 100,000).
+        # keeps ten (5 MB a search at 10,000 messages; about a quarter of the time at
+        # 100,000). One snapshot holds both, so every ranked seq has its row.
         rows_sql = f"""SELECT m.seq, m.session_id, m.id, m.role, m.chunks, {content}, m.created_at
             FROM sessionkit_messages m WHERE m.seq IN (SELECT unnest(?::BIGINT[]))"""
 
