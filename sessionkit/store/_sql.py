@@ -912,6 +912,30 @@ class SQLEngine(SQLBase):
         """Drop what is cached of a session (its rows are about to change)."""
 
 
+def without_created_at(raw: str, created_at: str) -> str:
+    """A stored JSON without its last key createdAt, where that key ends it with the value
+    ``created_at`` (plain ASCII, nothing to escape), a space after its closing brace instead
+    (JSON the store writes never ends with one): the row's ``created_at`` column holds the
+    value, and reads put it back (:func:`with_created_at`, the engines' ``whole_json``).
+    Any other JSON as it is."""
+    if (
+        raw.endswith(',"createdAt":"' + created_at + '"}')
+        and created_at.isascii()
+        and created_at.isprintable()
+        and '"' not in created_at
+        and "\\" not in created_at
+    ):
+        return raw[: -len(created_at) - 16] + "} "
+    return raw
+
+
+def with_created_at(raw: str, created_at: str) -> str:
+    """A row's JSON as :func:`without_created_at` gave it, whole again (``created_at``: the
+    row's column). A row continued in chunk rows is never shortened, so only a whole row's
+    JSON comes here."""
+    return f'{raw[:-2]},"createdAt":"{created_at}"}}' if raw[-1] == " " else raw  # (one string built)
+
+
 class LocalEngine(SQLEngine):
     """The connection model of an embedded database (SQLite, DuckDB): one connection per
     store, shared by threads under a re-entrant lock; :meth:`write` transactions nest
@@ -930,6 +954,25 @@ class LocalEngine(SQLEngine):
 
     def in_write(self) -> bool:
         return self._depth > 0 and self._writer == threading.get_ident()
+
+    def row_json(self, prep: _msg.Prepared, created_at: str) -> str:
+        # A message's createdAt is its JSON's last key (the store adds it there) and the
+        # row's created_at column holds it too: the row leaves it out of the JSON (about
+        # 40 bytes) when the JSON ends with it, plain ASCII, and fits in the row; a space
+        # after the closing brace (JSON the store writes never ends with one) marks such
+        # a row, so whole_json tells it by its last character. A row continued in chunk
+        # rows keeps its JSON whole.
+        raw = prep.stored_json
+        if len(raw) > self._chunk:
+            return raw
+        return without_created_at(self.leave_out(raw, prep), created_at)
+
+    def leave_out(self, raw: str, prep: _msg.Prepared) -> str:
+        """``raw`` (a whole row's JSON) less what else of it the row's columns hold: nothing
+        here (see DuckDBEngine)."""
+        return raw
+
+    whole_json = staticmethod(with_created_at)
 
     def connection(self) -> contextlib.AbstractContextManager[Any]:
         return _Held(self)
@@ -980,30 +1023,6 @@ class LocalEngine(SQLEngine):
 
 #: The change marker's two lookups (see :meth:`SQLEngine.change_marker`).
 _MARKER_SQL = "SELECT (SELECT coalesce(max(seq), 0) FROM {messages}), (SELECT coalesce(max(n), 0) FROM {changes})"
-
-
-def without_created_at(raw: str, created_at: str) -> str:
-    """A stored JSON without its last key createdAt, where that key ends it with the value
-    ``created_at`` (plain ASCII, nothing to escape), a space after its closing brace instead
-    (JSON the store writes never ends with one): the row's ``created_at`` column holds the
-    value, and reads put it back (:func:`with_created_at`, the engines' ``whole_json``).
-    Any other JSON as it is."""
-    if (
-        raw.endswith(',"createdAt":"' + created_at + '"}')
-        and created_at.isascii()
-        and created_at.isprintable()
-        and '"' not in created_at
-        and "\\" not in created_at
-    ):
-        return raw[: -len(created_at) - 16] + "} "
-    return raw
-
-
-def with_created_at(raw: str, created_at: str) -> str:
-    """A row's JSON as :func:`without_created_at` gave it, whole again (``created_at``: the
-    row's column). A row continued in chunk rows is never shortened, so only a whole row's
-    JSON comes here."""
-    return f'{raw[:-2]},"createdAt":"{created_at}"}}' if raw[-1] == " " else raw  # (one string built)
 
 
 class _Held(contextlib.AbstractContextManager[Any]):

@@ -84,10 +84,10 @@ from .... import messages as _msg
 from ....errors import InvalidMessage, MessageNotFound, SessionKitError, StoreClosed, StoreCorrupt, StoreLocked, missing
 from ... import _files
 from ..._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATIONS, SCHEMA_VERSION, TABLES
-from ..._sql import LocalEngine, with_created_at, without_created_at
+from ..._sql import LocalEngine
 from ..._values import Appended, Capabilities, Compaction, Node, _Latest
 from .search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
-from .state import _LOG_HEADER, _LOG_SUFFIX, TEXT_GAP, FileState, sync_folder
+from .state import _LOG_HEADER, _LOG_SUFFIX, TEXT_GAP, FileState, sync_folder, text_value
 
 try:
     import duckdb
@@ -828,24 +828,18 @@ class DuckDBEngine(LocalEngine):
         finally:
             self.index.forget_body()  # (the text may be large: not kept past its write)
 
-    whole_json = staticmethod(with_created_at)
-
-    def row_json(self, prep: _msg.Prepared, created_at: str) -> str:
+    def leave_out(self, raw: str, prep: _msg.Prepared) -> str:
         # The text once: a message whose JSON holds its analysis text (its one text part,
         # most messages) once, as the value of a "text" key ending its object, keeps the
-        # JSON without that value; the text column holds it. Its createdAt, which ends the
-        # JSON and the created_at column holds, is left out as on SQLite. Every read puts
-        # both back (the text: Dialect.message_content, in the statement; createdAt:
-        # whole_json). A row continued in chunk rows keeps its JSON whole.
-        raw, text = prep.stored_json, prep.text
-        if len(raw) > self._chunk:
-            return raw
+        # JSON without that value; the text column holds it. Every read puts it back
+        # (Dialect.message_content, in the statement), as whole_json puts createdAt back.
+        text = prep.text
         if text and not _UNLIKE_TO_JSON.search(text):
-            value = '"text":' + json.encoder.encode_basestring(text) + "}"
+            value = text_value(text)
             at = raw.find(value)
             if at >= 0 and raw.find(value, at + 1) < 0:
-                raw = raw[:at] + TEXT_GAP + raw[at + len(value) :]
-        return without_created_at(raw, created_at)
+                return raw[:at] + TEXT_GAP + raw[at + len(value) :]
+        return raw
 
     def w_update(self, sid: str, node: Node, prep: _msg.Prepared, index: bool) -> None:
         try:

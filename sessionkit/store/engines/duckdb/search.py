@@ -191,7 +191,7 @@ class TermsIndex(SearchIndex):
             return [
                 ((seq, r[1], r[2], r[3], score), None if r[4] else whole(r[5], r[6]))
                 for seq, score in ranked
-                if (r := rows.get(seq)) is not None
+                for r in (rows[seq],)
             ]
 
         return self._read_apart(read)

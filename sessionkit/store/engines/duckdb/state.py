@@ -103,12 +103,18 @@ _EVERYTHING = _Everything()
 TEXT_GAP = '"text":}'
 
 
+def text_value(text: str) -> str:
+    """What a row's JSON holds of its text where the text ends its object, as the store
+    writes JSON: the ``"text"`` key, the value and the closing brace (see TEXT_GAP)."""
+    return '"text":' + json.encoder.encode_basestring(text) + "}"
+
+
 def whole_content(content: str, text: str | None, created_at: str) -> str:
     """A row's stored JSON whole, as a read gives it (``Dialect.message_content``, then
     ``whole_json``), in Python, for the invariant's check: its text put back where the row
     left it out, its createdAt where a space ends it."""
     if text is not None and TEXT_GAP in content:
-        content = content.replace(TEXT_GAP, '"text":' + json.encoder.encode_basestring(text) + "}")
+        content = content.replace(TEXT_GAP, text_value(text))
     return with_created_at(content, created_at)
 
 

@@ -39,7 +39,7 @@ from .... import messages as _msg
 from ....errors import SessionKitError, StoreCorrupt, StoreLocked
 from ... import _files
 from ..._schema import DIALECTS, INSERT_COLUMNS, PREPARED_COLUMNS, SCHEMA_VERSION, TABLES
-from ..._sql import LocalEngine, with_created_at, without_created_at
+from ..._sql import LocalEngine
 from ..._values import Appended, Capabilities, Node, _Latest
 
 if TYPE_CHECKING:
@@ -320,17 +320,6 @@ class SQLiteEngine(LocalEngine):
 
     def upgrade_to_3(self) -> None:
         _upgrade_to_3(self)
-
-    def row_json(self, prep: _msg.Prepared, created_at: str) -> str:
-        # A message's createdAt is its JSON's last key (the store adds it there) and the
-        # row's created_at column holds it too: the row leaves it out of the JSON (about
-        # 40 bytes) when the JSON ends with it, plain ASCII, and fits in the row; a space
-        # after the closing brace (JSON the store writes never ends with one) marks such
-        # a row, so whole_json tells it by its last character.
-        raw = prep.stored_json
-        return without_created_at(raw, created_at) if len(raw) <= self._chunk else raw
-
-    whole_json = staticmethod(with_created_at)
 
     def translate(self, exc: BaseException) -> BaseException:
         """A driver error as the contract's: by SQLite's result code (its primary part; the
