@@ -8,7 +8,7 @@ call. Each engine keeps its index its own way:
 
 * SQLite: an FTS5 table kept by triggers, with a second one for the newest messages
   (``engines/sqlite/search.py``: ``FTS5Index``);
-* DuckDB: an inverted index of stems with their positions, ranked with BM25 in SQL
+* DuckDB: an inverted index of stems with their positions, ranked with BM25 in Python
   (``engines/duckdb/search.py``: ``TermsIndex``);
 * PostgreSQL: a GIN-indexed ``tsvector`` per message (``engines/postgresql/search.py``: ``TsvectorIndex``).
 

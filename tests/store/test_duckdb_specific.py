@@ -25,6 +25,7 @@ pytest.importorskip("duckdb")
 import sessionkit as sk
 from sessionkit import messages as _msg
 from sessionkit.store import LATEST
+from sessionkit.store.engines.duckdb import state as duckdb_state
 from sessionkit.store.engines.duckdb.search import BM25_B, BM25_K1
 from sessionkit.store.engines.duckdb.state import whole_content
 from sessionkit.store.search import matches, parse_query
@@ -215,6 +216,31 @@ def test_hits_equal_the_reference_semantics_on_random_texts(store):
         want = {mid for mid, text in texts.items() if matches(text, parsed)}
         got = {h.id for h in s.search(q, limit=1000)}
         assert got == want, q
+
+
+@pytest.mark.parametrize("candidates", [1, 2, 5, 40])
+def test_a_bounded_search_ranks_the_newest_matches_of_its_session(store, candidates):
+    """With ``search_candidates`` below the matches, a search ranks the newest that many
+    messages that hold every word and phrase, in the session asked (or the store): the
+    newest matches are found slice by slice from the newest end, so the older messages
+    of every other kind (a word missing, a phrase apart, another session) must not count."""
+    rng = random.Random(candidates)
+    words = ["alpha", "beta", "gamma", "delta"]
+    sessions = {sid: store.session(sid) for sid in ("a", "b")}
+    order: list[tuple[str, str, str]] = []  # (session, id, text), oldest first
+    for i in range(90):
+        sid = rng.choice(list(sessions))
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
+        sessions[sid].append(msg(f"m{i}", text))
+        order.append((sid, f"m{i}", text))
+    store.settings.search_candidates = candidates
+    for q in ["alpha", "alpha beta", '"alpha beta"', '"beta gamma" delta', "delta gamma beta", '"gamma gamma"']:
+        parsed = parse_query(q)
+        for where in (None, "a", "b"):
+            newest = [mid for sid, mid, text in order if where in (None, sid) and matches(text, parsed)]
+            hits = store.search(q, session_id=where, limit=1000)
+            assert {h.id for h in hits} == set(newest[-candidates:]), (q, where)
+            assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
 def test_bm25_scores_match_the_formula(store):
@@ -663,15 +689,109 @@ def test_a_search_reads_its_hits_in_the_snapshot_it_ranked_in(store):
     assert {h.id for h in store.search("kiwi")} == {"a", "b"}  # the index exists
     count = "SELECT count(*) FROM sessionkit_messages WHERE id = 'b'"
 
-    def read(fetch):
-        before = fetch(count, [])
+    def read(fetch, lengths):
+        before = fetch(count, [], False)
         deleting = threading.Thread(target=s.delete, args=("b",))  # committed before the second read
         deleting.start()
         deleting.join()
-        return before, fetch(count, [])
+        return before, fetch(count, [], False)
 
     assert store._engine.index._read_apart(read) == ([(1,)], [(1,)])
     assert [h.id for h in store.search("kiwi")] == ["a"]  # the delete was committed
+
+
+def _scores(store, sid=None):
+    """The hits of "kiwi" with their scores, store-wide or in ``sid``."""
+    hits = store.search("kiwi", limit=1000) if sid is None else store.session(sid).search("kiwi", limit=1000)
+    return [(h.session_id, h.id, h.score) for h in hits]
+
+
+def test_the_lengths_a_search_keeps_never_outlive_a_write(store, monkeypatch):
+    """A search keeps each indexed message's length in memory between searches. After
+    every kind of write (an append outside and inside a transaction, a rolled-back
+    transaction, an update, a delete, a session deleted, a message without text, which
+    a session too large for its id set appends in a statement of its own, a batch
+    import), a search gives exactly what it gives with nothing kept."""
+    monkeypatch.setattr(duckdb_state, "_KEY_BUDGET", 2)  # (a session of two messages: too large)
+    shared = store._engine._shared
+    rng = random.Random(7)
+    words = ["kiwi", "mango", "papaya", "melon", "lime"]
+
+    def text():
+        return " ".join(rng.choice(words) for _ in range(rng.randint(1, 9))) + " kiwi"
+
+    sessions = {sid: store.session(sid) for sid in ("a", "b")}
+    ids = {sid: [] for sid in sessions}
+    n = 0
+
+    def new_id(sid):
+        nonlocal n
+        n += 1
+        ids[sid].append(f"m{n}")
+        return f"m{n}"
+
+    for sid, s in sessions.items():
+        s.append(msg(new_id(sid), text()))
+    assert _scores(store)  # (the index is built)
+    kept_versions = set()
+    for step in range(40):
+        sid = rng.choice(list(sessions))
+        s, op = sessions[sid], step % 8
+        if op == 0:
+            s.append(msg(new_id(sid), text()))
+        elif op == 1:
+            with store.transaction():
+                s.append(msg(new_id(sid), text()))
+                s.append(msg(new_id(sid), text()))
+        elif op == 2:
+            with pytest.raises(RuntimeError), store.transaction():
+                s.append(msg(f"gone{step}", text()))
+                raise RuntimeError("rolled back")
+        elif op == 3 and ids[sid]:
+            s.update(msg(rng.choice(ids[sid]), text()))
+        elif op == 4 and len(ids[sid]) > 1:
+            s.delete(rng.choice(ids[sid][1:]), subtree=True)
+            ids[sid] = [m["id"] for m in s.get_history()]
+        elif op == 5:
+            s.append(message(new_id(sid)))  # no text: indexed with length 0
+        elif op == 6:
+            s.import_many([(msg(new_id(sid), text()), LATEST, None) for _ in range(3)])
+        elif op == 7 and step % 16 == 15:
+            store.delete_session("b")
+            sessions["b"], ids["b"] = store.session("b"), []
+        for where in (None, "a", "b"):
+            kept = _scores(store, where)
+            assert shared.lengths is not None
+            kept_versions.add(shared.lengths.version)
+            shared.lengths = None
+            assert kept == _scores(store, where), (step, op, where)
+    assert len(kept_versions) > 20  # the lengths were read again after the writes, and kept
+
+
+def test_a_search_reads_the_lengths_of_its_own_snapshot(store):
+    """Lengths kept from before a write are not used by a search whose snapshot came
+    after the write, and lengths read while a write began are not kept."""
+    s = store.session("s")
+    s.append(msg("a", "kiwi one"))
+    s.append(msg("b", "kiwi two three"))
+    assert len(store.search("kiwi")) == 2
+    shared = store._engine._shared
+    index = store._engine.index
+    kept = shared.lengths
+    assert kept is not None and kept.n == 2
+
+    def read(fetch, lengths):
+        fetch("SELECT count(*) FROM sessionkit_messages", [], False)  # (the snapshot is taken)
+        writing = threading.Thread(target=s.append, args=(msg("c", "kiwi four"),))
+        writing.start()
+        writing.join()
+        return lengths()
+
+    seen = index._read_apart(read)
+    assert seen is not kept and seen.n == 2  # this snapshot's: without the new message
+    assert shared.lengths is not seen  # not kept: a write ended after the snapshot began
+    assert [h.id for h in store.search("kiwi")][0] == "c"
+    assert shared.lengths.n == 3
 
 
 def test_a_query_failing_inside_a_transaction_ends_it_in_an_error_not_a_silent_rollback(tmp_path):

@@ -1,6 +1,6 @@
 """What docs/search.md promises across engines: a query finds the same messages on SQLite,
 DuckDB and PostgreSQL (one tokenizer and stemmer everywhere); only the ranking differs
-(FTS5's bm25, sessionkit's BM25 in DuckDB SQL, PostgreSQL's ts_rank_cd), so the order of
+(FTS5's bm25, sessionkit's own BM25 on DuckDB, PostgreSQL's ts_rank_cd), so the order of
 hits of equal relevance and the scores are not compared."""
 
 from __future__ import annotations

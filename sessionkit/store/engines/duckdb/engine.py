@@ -526,6 +526,7 @@ class DuckDBEngine(LocalEngine):
 
     def began(self) -> None:
         self._shared.writer = threading.get_ident()
+        self._shared.version += 1
         self._aborted = None
 
     def _note_aborted(self, exc: BaseException) -> None:
@@ -552,10 +553,12 @@ class DuckDBEngine(LocalEngine):
         self._shared.writer = None
         self._aborted = None
         self._shared.forget()
+        self._shared.version += 1
 
     def committed(self) -> None:
         self._shared.writer = None
         self._shared.commits += 1
+        self._shared.version += 1
         if self._full and self._file is not None:
             sync_folder(self._file)
 
@@ -881,14 +884,18 @@ class DuckDBEngine(LocalEngine):
             # Its own transaction: a plain insert, and the UNIQUE index on the key tells
             # a stored id (the failed statement leaves nothing behind). About a fifth
             # faster than checking the key in the statement.
-            with self.guard():
-                try:
-                    with self.connection() as conn:
-                        conn.execute(_INSERT_MESSAGE + " VALUES (" + ", ".join("?" * len(values)) + ")", values)
-                except duckdb.ConstraintException as exc:
-                    if "Duplicate key" in str(exc):
-                        return None
-                    raise
+            self._shared.version += 1  # (a write of its own: see FileState.version)
+            try:
+                with self.guard():
+                    try:
+                        with self.connection() as conn:
+                            conn.execute(_INSERT_MESSAGE + " VALUES (" + ", ".join("?" * len(values)) + ")", values)
+                    except duckdb.ConstraintException as exc:
+                        if "Duplicate key" in str(exc):
+                            return None
+                        raise
+            finally:
+                self._shared.version += 1
         else:
             # Inside a transaction a failed statement would abort it: one statement that
             # inserts only when the key is absent (on DuckDB 2.0 about twice as fast as

@@ -248,6 +248,13 @@ class FileState:
         self.commits = 0
         # None: not read yet.
         self.index_on: bool | None = None
+        # Moves when a write to the file begins and again when it ends. Every write holds
+        # the lock throughout, so a read outside the lock that finds the same version
+        # under the lock before its snapshot and after the snapshot is taken read the
+        # file as of that version (see search.TermsIndex._read_apart).
+        self.version = 0
+        # The search's indexed lengths as of one version (search._Lengths), if kept.
+        self.lengths: Any = None
         # Each session's newest message (its latest leaf), so an append needs no lookup.
         self.tails: dict[str, Node] = {}
         # The newest rows of each session's latest path, and whether a session has
@@ -286,6 +293,7 @@ class FileState:
         journal's counts stay: its rows are committed, in the file)."""
         self.writer = None
         self.index_on = None
+        self.lengths = None
         self.tails.clear()
         self.paths.clear()
         self.compacted.clear()
