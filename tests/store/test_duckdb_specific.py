@@ -25,6 +25,7 @@ pytest.importorskip("duckdb")
 import sessionkit as sk
 from sessionkit import messages as _msg
 from sessionkit.store import LATEST
+from sessionkit.store.engines.duckdb import search as duckdb_search
 from sessionkit.store.engines.duckdb import state as duckdb_state
 from sessionkit.store.engines.duckdb.search import BM25_B, BM25_K1
 from sessionkit.store.engines.duckdb.state import whole_content
@@ -707,13 +708,27 @@ def _scores(store, sid=None):
 
 
 def test_the_lengths_a_search_keeps_never_outlive_a_write(store, monkeypatch):
-    """A search keeps each indexed message's length in memory between searches. After
-    every kind of write (an append outside and inside a transaction, a rolled-back
-    transaction, an update, a delete, a session deleted, a message without text, which
-    a session too large for its id set appends in a statement of its own, a batch
-    import), a search gives exactly what it gives with nothing kept."""
+    """A search keeps each indexed message's length in memory between searches, and after
+    appends only reads the new messages'. After every kind of write (an append outside
+    and inside a transaction, a rolled-back transaction, an update, a delete, a session
+    deleted, a message without text, which a session too large for its id set appends in
+    a statement of its own, a batch import), a search gives exactly what it gives with
+    nothing kept."""
     monkeypatch.setattr(duckdb_state, "_KEY_BUDGET", 2)  # (a session of two messages: too large)
     shared = store._engine._shared
+    reads = {"whole": 0, "extended": 0}
+    whole, extended = duckdb_search._Lengths.read.__func__, duckdb_search._Lengths.extended
+
+    def read_whole(cls, *args):
+        reads["whole"] += 1
+        return whole(cls, *args)
+
+    def read_extended(self, *args):
+        reads["extended"] += 1
+        return extended(self, *args)
+
+    monkeypatch.setattr(duckdb_search._Lengths, "read", classmethod(read_whole))
+    monkeypatch.setattr(duckdb_search._Lengths, "extended", read_extended)
     rng = random.Random(7)
     words = ["kiwi", "mango", "papaya", "melon", "lime"]
 
@@ -766,6 +781,7 @@ def test_the_lengths_a_search_keeps_never_outlive_a_write(store, monkeypatch):
             shared.lengths = None
             assert kept == _scores(store, where), (step, op, where)
     assert len(kept_versions) > 20  # the lengths were read again after the writes, and kept
+    assert reads["extended"] > 5 and reads["whole"] > 5  # after appends only: the new ones
 
 
 def test_a_search_reads_the_lengths_of_its_own_snapshot(store):

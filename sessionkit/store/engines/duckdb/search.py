@@ -80,27 +80,47 @@ class _Lengths:
     """Each indexed message's word count (``index_len``), by seq, as of one version of
     the file, and the store-wide figures BM25 takes from them.
 
-    Read by a search in its snapshot and kept in the file's state
-    (``FileState.lengths``) while no write has begun or ended since: a search then reads
-    only its stems' postings and its hits' rows. Reading it costs about a search's
-    worth at 100,000 messages (two numeric columns).
+    Read by a search in its snapshot and kept in the file's state (``FileState.lengths``)
+    for the next: a search then reads only its stems' postings and its hits' rows.
+    Reading it whole costs about a search's worth at 100,000 messages (two numeric
+    columns, 12 bytes a message in memory). After writes that only added messages, the
+    next search reads just the new messages' lengths (:meth:`extended`): a new message's
+    seq is above every stored one. A write that changes or removes indexed messages
+    marks the file (``FileState.reshaped``), and the next search reads them all again.
     """
 
     __slots__ = ("avgdl", "lens", "n", "seqs", "sessions", "version")
 
-    def __init__(self, version: int | None, seqs: Any, lens: Any):
+    def __init__(self, version: int | None, seqs: Any, lens: Any, sessions: dict[str, Any] | None = None):
         self.version = version
-        order = np.argsort(seqs)
+        order = np.argsort(seqs, kind="stable")  # (mostly in order already)
         self.seqs = seqs[order]
-        self.lens = lens[order].astype(np.float64)
+        self.lens = lens[order]
         self.n = float(len(self.seqs))
-        self.avgdl = max(float(self.lens.mean()) if len(self.lens) else 0.0, 1.0)
-        self.sessions: dict[str, Any] = {}
+        self.avgdl = max(float(self.lens.sum(dtype=np.float64)) / self.n if len(self.lens) else 0.0, 1.0)
+        self.sessions: dict[str, Any] = sessions or {}
 
     @classmethod
     def read(cls, fetch: _Fetch, version: int | None = None) -> _Lengths:
         got = fetch("SELECT seq, index_len FROM sessionkit_messages WHERE index_len IS NOT NULL", [], True)
         return cls(version, got["seq"], got["index_len"])
+
+    def extended(self, fetch: _Fetch, version: int) -> _Lengths:
+        """These lengths with the messages added since (those past the newest seq held)."""
+        top = int(self.seqs[-1]) if len(self.seqs) else -1
+        got = fetch(
+            "SELECT seq, index_len, session_id FROM sessionkit_messages WHERE seq > ? AND index_len IS NOT NULL",
+            [top],
+            True,
+        )
+        seqs, sids = got["seq"], got["session_id"]
+        sessions = {}
+        for sid, held in self.sessions.items():
+            mine = seqs[sids == sid]
+            sessions[sid] = np.concatenate([held, np.sort(mine)]) if len(mine) else held
+        return _Lengths(
+            version, np.concatenate([self.seqs, seqs]), np.concatenate([self.lens, got["index_len"]]), sessions
+        )
 
     def session(self, sid: str, fetch: _Fetch) -> Any:
         """The seqs of ``sid``'s indexed messages, in order."""
@@ -122,7 +142,7 @@ class _Lengths:
     def scores(self, cand: Any, postings: Sequence[tuple[Any, Any]]) -> Any:
         """BM25 of the messages ``cand`` (held seqs, in order) for the stems whose
         ``(seqs, tfs)`` postings are given (each stem in every one of ``cand``)."""
-        dl = self.lens[np.searchsorted(self.seqs, cand)]
+        dl = self.lens[np.searchsorted(self.seqs, cand)].astype(np.float64)
         norm = BM25_K1 * (1 - BM25_B + BM25_B * dl / self.avgdl)
         score = np.zeros(len(cand))
         for seqs, tfs in postings:
@@ -333,7 +353,10 @@ class TermsIndex(SearchIndex):
             if shared.version == version:
                 if table is not None and table.version == version:
                     return table
-                table = _Lengths.read(fetch, version)
+                if table is not None and table.version is not None and shared.reshaped <= table.version:
+                    table = table.extended(fetch, version)  # (only messages added since)
+                else:
+                    table = _Lengths.read(fetch, version)
                 if shared.version == version:
                     shared.lengths = table
                 return table
@@ -371,12 +394,19 @@ class TermsIndex(SearchIndex):
             if body:
                 self.put_terms([seq], [body])
 
+    def reshaped(self) -> None:
+        """Indexed messages change or go in this write: the lengths a search keeps are read
+        whole again afterwards, not only extended (see _Lengths)."""
+        self.engine._shared.reshaped = self.engine._shared.version
+
     def changed(self, sid: str, seq: int, prep: _msg.Prepared, nchunks: int, index: bool) -> None:
+        self.reshaped()
         if index:
             self.removed([seq])
             self.added(sid, seq, prep, nchunks, index)
 
     def removed(self, seqs: list[int]) -> None:
+        self.reshaped()
         for start in range(0, len(seqs), _BULK_ROWS):
             self.engine.execute(
                 "DELETE FROM sessionkit_terms WHERE seq IN (SELECT unnest(?::BIGINT[]))",
@@ -384,6 +414,7 @@ class TermsIndex(SearchIndex):
             )
 
     def session_removed(self, sid: str, seqs: list[int]) -> None:
+        self.reshaped()
         self.engine.execute(
             "DELETE FROM sessionkit_terms WHERE seq IN (SELECT seq FROM sessionkit_messages WHERE session_id = ?)",
             (sid,),
@@ -430,6 +461,7 @@ class TermsIndex(SearchIndex):
         self.engine._shared.index_on = True
 
     def begin_build(self) -> None:
+        self.reshaped()
         # Postings go to a staging table batch by batch, then into the index sorted by
         # term: DuckDB's per-block min/max statistics then let a search skip almost
         # every block that holds none of its stems.

@@ -253,8 +253,10 @@ class FileState:
         # under the lock before its snapshot and after the snapshot is taken read the
         # file as of that version (see search.TermsIndex._read_apart).
         self.version = 0
-        # The search's indexed lengths as of one version (search._Lengths), if kept.
+        # The search's indexed lengths as of one version (search._Lengths), if kept, and
+        # the version of the newest write that changed or removed indexed messages.
         self.lengths: Any = None
+        self.reshaped = 0
         # Each session's newest message (its latest leaf), so an append needs no lookup.
         self.tails: dict[str, Node] = {}
         # The newest rows of each session's latest path, and whether a session has
