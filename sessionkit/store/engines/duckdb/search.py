@@ -72,7 +72,7 @@ _Fetch = Callable[[str, list[Any], bool], Any]
 _LengthsOf = Callable[[], "_Lengths"]
 
 # Sessions whose indexed messages a _Lengths keeps (a session-filtered search reads its
-# session's seqs once per version of the file).
+# session's seqs once per version of the file); past it, they are read anew.
 _SESSIONS_KEPT = 64
 
 
@@ -115,7 +115,7 @@ class _Lengths:
         )
         seqs, sids = got["seq"], got["session_id"]
         sessions = {}
-        for sid, held in self.sessions.items():
+        for sid, held in list(self.sessions.items()):
             mine = seqs[sids == sid]
             sessions[sid] = np.concatenate([held, np.sort(mine)]) if len(mine) else held
         return _Lengths(
@@ -131,7 +131,7 @@ class _Lengths:
             )
             seqs = np.sort(got["seq"])
             if len(self.sessions) >= _SESSIONS_KEPT:
-                self.sessions.pop(next(iter(self.sessions)), None)
+                self.sessions = {}  # (one assignment: searches in other threads may read it)
             self.sessions[sid] = seqs
         return seqs
 
