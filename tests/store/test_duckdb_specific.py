@@ -810,6 +810,57 @@ def test_a_search_reads_the_lengths_of_its_own_snapshot(store):
     assert shared.lengths.n == 3
 
 
+def test_searches_in_threads_beside_a_writer_see_a_moment_of_the_store(store):
+    """Searches in two threads while a third appends, updates and deletes: each search's
+    hits are those of one moment between its start and its end (every message appended
+    before it began, none appended after it ended), and once the writer is done a search
+    gives what it gives with nothing kept."""
+    s = store.session("s")
+    s.append(msg("m0", "kiwi start"))
+    assert len(store.search("kiwi")) == 1
+    appended = [1]  # messages with the word committed so far (updates and deletes keep the count)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def write():
+        try:
+            for i in range(1, 120):
+                s.append(msg(f"m{i}", "kiwi " + "word " * (i % 7)))
+                appended[0] += 1
+                if i % 10 == 0:
+                    s.update(msg(f"m{i - 5}", "kiwi changed " + "longer " * (i % 5)))
+                if i % 25 == 0:
+                    s.append(msg(f"gone{i}", "kiwi gone"))
+                    s.delete(f"gone{i}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    def search():
+        try:
+            while not done.is_set():
+                before = appended[0]
+                hits = store.search("kiwi", limit=1000)
+                after = appended[0]
+                ids = {h.id for h in hits}
+                kept = ids - {h for h in ids if h.startswith("gone")}
+                assert before <= len(kept) <= after, (before, len(kept), after)
+                assert all("kiwi" in h.content for h in hits)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write)] + [threading.Thread(target=search) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    kept = _scores(store)
+    store._engine._shared.lengths = None
+    assert kept == _scores(store) and len(kept) == 120
+
+
 def test_a_query_failing_inside_a_transaction_ends_it_in_an_error_not_a_silent_rollback(tmp_path):
     """DuckDB has no savepoint: a store.sql query that fails inside a write transaction aborts
     the whole transaction, whose COMMIT would drop its writes without a word. The transaction
