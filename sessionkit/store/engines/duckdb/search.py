@@ -268,7 +268,7 @@ class TermsIndex(SearchIndex):
         )
         # (The row's JSON is made whole here, not in the statement: a third of its time.)
         rows_sql = """SELECT seq, session_id, id, role, chunks, content, text, created_at
-            FROM sessionkit_messages WHERE seq = ANY(?::BIGINT[])"""
+            FROM sessionkit_messages WHERE seq IN (SELECT unnest(?::BIGINT[]))"""
         candidates = int(self.engine.search_candidates)
 
         def read(fetch: _Fetch, lengths: _LengthsOf) -> list[tuple[Hit, str | None]]:
