@@ -56,9 +56,11 @@ _HEX16 = re.compile(r"[0-9a-f]{16}\Z")
 
 def _in_flight(snap: R.Snapshot) -> list[int]:
     """The runs the records show running: recorded ``running``, or accepted and started
-    (``running``/``saved``) with no record yet. When no live process drives the session (its
-    worker was killed), they stay in flight until a sweep closes them and starts them again
-    under the same ids."""
+    (``running``/``saved``) with no record yet, or recorded ``interrupted`` by a stopped
+    server and left to run again (the server's run record is not done: the recovery closed
+    it and has yet to start it again). When no live process drives the session (its worker
+    was killed), they stay in flight until a sweep closes them and starts them again under
+    the same ids."""
     recorded = set()
     found = set()
     for record in snap.run_records:
@@ -66,7 +68,8 @@ def _in_flight(snap: R.Snapshot) -> list[int]:
         if n is None:
             continue
         recorded.add(n)
-        if record.status == "running":
+        again = record.status == "interrupted" and snap.runs.get(n, {}).get("state") in ("running", "queued")
+        if record.status == "running" or again:
             found.add(n)
     found.update(n for n, meta in snap.runs.items() if n not in recorded and meta.get("state") in ("running", "saved"))
     return sorted(found)

@@ -236,3 +236,24 @@ def test_a_server_starting_on_a_store_with_many_idle_entries_compacts_the_busy_i
     _settled(store, "cut")
     assert _texts(store, "cut") == ["first", "echo: first"]
     assert len(store.session_records.get("~sessionkit/busy", "server.busy")) < 10
+
+
+def test_a_run_closed_by_the_recovery_and_not_yet_started_again_is_in_flight(store):
+    """Between the recovery's transaction (the run recorded ``interrupted``, its server.run
+    still ``running``: it runs again) and the run starting again, ``GET /sessions/{id}``
+    shows it running, not a session at rest; a client waiting for the session to be idle
+    would otherwise stop there and see the run interrupted for good."""
+    from sessionkit.server import _records as R
+    from sessionkit.server._sessions import _in_flight
+
+    _left_behind(
+        store,
+        "gap",
+        runs={1: {"attempts": 1, "agentId": "echo", "state": "running"}},
+        messages=[(1, "hi")],
+        recorded={1: "interrupted"},
+    )
+    assert _in_flight(R.read_snapshot(store, "gap")) == [1]
+    # given up by the recovery (done, with its reason): at rest
+    store.session_records.put("gap", "server.run", [(1, {"attempts": 3, "agentId": "echo", "state": "done"})])
+    assert _in_flight(R.read_snapshot(store, "gap")) == []
