@@ -16,7 +16,9 @@ from helpers import wait_until
 from live_server import echo, echo_agent, wait_idle
 
 import sessionkit as sk
+from sessionkit.server import _records as R
 from sessionkit.server._records import conversation_digest
+from sessionkit.server._sessions import _in_flight
 from sessionkit.testing import ScriptedModel
 
 
@@ -243,9 +245,6 @@ def test_a_run_closed_by_the_recovery_and_not_yet_started_again_is_in_flight(sto
     still ``running``: it runs again) and the run starting again, ``GET /sessions/{id}``
     shows it running, not a session at rest; a client waiting for the session to be idle
     would otherwise stop there and see the run interrupted for good."""
-    from sessionkit.server import _records as R
-    from sessionkit.server._sessions import _in_flight
-
     _left_behind(
         store,
         "gap",
@@ -255,5 +254,6 @@ def test_a_run_closed_by_the_recovery_and_not_yet_started_again_is_in_flight(sto
     )
     assert _in_flight(R.read_snapshot(store, "gap")) == [1]
     # given up by the recovery (done, with its reason): at rest
-    store.session_records.put("gap", "server.run", [(1, {"attempts": 3, "agentId": "echo", "state": "done"})])
+    given_up = {"attempts": 3, "agentId": "echo", "state": "done", "error": "the server stopped 3 times"}
+    store.session_records.put("gap", "server.run", [(1, given_up)])
     assert _in_flight(R.read_snapshot(store, "gap")) == []
