@@ -76,6 +76,9 @@ def nbval_run(run_all, jupyter_env, tmp_path_factory):
         "--nbval-sanitize-with",
         str(work / "sanitize.cfg"),
         "--nbval-cell-timeout=300",
+        # A bound, not a wait: a kernel starts in seconds, but on a machine busy with the
+        # rest of the suite (browsers, PostgreSQL) it once took over nbval's default 60 s.
+        "--nbval-kernel-startup-timeout=300",
         f"--junitxml={report}",
         *[str(work / n) for n in names],
     ]
