@@ -41,17 +41,47 @@ def wait_kernel_idle(page, *, visible_only: bool = True) -> None:
         wait_kernel_idle(page, visible_only=visible_only)
 
 
-def run_all_cells(page, *, visible_only: bool = True) -> None:
+#: The Run menu's item once the notebook is the shell's current widget (JupyterLab names it
+#: "Run All", disabled, while another widget is current).
+_RUN_ALL = ".lm-Menu-item:not(.lm-mod-disabled) .lm-Menu-itemLabel"
+
+#: What the page shows once a click on Run All Cells has been handled: the menu is closed, and
+#: the first code cell is queued or running if the command ran (JupyterLab marks it in the same
+#: task that closes the menu), or a dialog says why not.
+_AFTER_CLICK = (
+    "() => { const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');"
+    " if (p && p.textContent.trim() !== '[ ]:') return 'ran';"
+    " if (document.querySelector('.jp-Dialog')) return 'dialog';"
+    " return document.querySelector('.lm-Menu') ? false : 'not run'; }"
+)
+
+
+def run_all_cells(page, *, visible_only: bool = True, attempts: int = 3) -> None:
     """Run > Run All Cells once the kernel is idle (see :func:`wait_kernel_idle`); returns when the
-    first code cell is queued or running, so a click that did not take fails here, not later."""
+    first code cell is queued or running, so a click that did not take fails here, not later.
+
+    The command is enabled only while the notebook is the shell's current widget: a menu opened
+    while it is not (focus elsewhere on a busy page) shows the item disabled, so the notebook is
+    focused and the menu opened again. A click the page handled without running the command is
+    tried again (nothing ran, so nothing runs twice); a dialog fails with its text."""
     wait_kernel_idle(page, visible_only=visible_only)
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-    page.wait_for_function(
-        "() => { const p = document.querySelector('.jp-Notebook .jp-CodeCell .jp-InputPrompt');"
-        " return !!p && p.textContent.trim() !== '[ ]:'; }",
-        timeout=HANG_MS,
-    )
+    outcome = "not run"
+    for _ in range(attempts):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu").first.wait_for()
+        item = page.locator(_RUN_ALL, has_text="Run All Cells")
+        if item.count() == 0:
+            page.keyboard.press("Escape")
+            page.locator(".lm-Menu").first.wait_for(state="detached")
+            page.locator(".jp-Notebook").first.focus()
+            continue
+        item.first.click()
+        outcome = page.wait_for_function(_AFTER_CLICK, timeout=HANG_MS).json_value()
+        if outcome == "ran":
+            return
+        if outcome == "dialog":
+            raise AssertionError(f"Run All Cells opened a dialog: {page.locator('.jp-Dialog').first.inner_text()!r}")
+    raise AssertionError(f"Run All Cells did not run the notebook in {attempts} tries ({outcome})")
 
 
 def _wait(page, view, script: str, arg=None, timeout: int = HANG_MS) -> None:
