@@ -153,6 +153,49 @@ def test_check_names_the_clause_that_does_not_hold(tmp_path):
             state.check(store._engine._direct)
 
 
+def test_a_path_read_asks_for_compactions_only_where_the_file_has_some(tmp_path, monkeypatch):
+    """Clause C3's file flag: a file without compactions is asked once whether it has any,
+    and a path read then reads none; a compaction written (or rolled back) is seen."""
+    with sk.open_store(tmp_path / "c.duckdb") as store:
+        s = three_appends(store)
+        t = store.session("t")
+        t.append_many([msg(f"t{i}", f"turn {i}") for i in range(4)])
+        eng = store._engine
+        asked: list[str] = []
+        for name in ("fetch", "fetch_one"):
+            real = getattr(eng, name)
+
+            def counted(sql, *args, real=real, **kwargs):
+                if "sessionkit_compactions" in sql:
+                    asked.append(sql)
+                return real(sql, *args, **kwargs)
+
+            monkeypatch.setattr(eng, name, counted)
+        eng._shared.any_compacted = None  # (the recent window of three_appends read it)
+        for _ in range(2):
+            assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2"]
+            assert len(t.get_history()) == 4
+        assert len(asked) == 1 and check(store).any_compacted is False
+        comp = sk.Compaction("c1", "t0", "t2", "the first three turns", "2026-01-01T00:00:00.000Z", 30, 5)
+        assert t.import_compaction(comp)
+        assert check(store).any_compacted is True
+        assert [m.get("metadata", {}).get("compaction") is not None for m in t.get_history()] == [True, False]
+        assert [m["id"] for m in s.get_history()] == ["m0", "m1", "m2"] and s.compactions() == []
+        check(store)
+        # a compaction written in a transaction that rolls back: the flags are read again
+        with pytest.raises(RuntimeError, match="undo"):
+            with store.transaction():
+                s.import_compaction(sk.Compaction("c2", "m0", "m1", "gone", "2026-01-01T00:00:00.000Z", 9, 2))
+                assert len(s.get_history()) == 2  # inside it, the overlay shows
+                raise RuntimeError("undo")
+        assert check(store).any_compacted is None
+        assert s.compactions() == [] and len(s.get_history()) == 3 and t.compactions() == [comp]
+        state = check(store)
+        state.any_compacted = False  # a drift the check names
+        with pytest.raises(AssertionError, match="C3"):
+            state.check(eng._direct)
+
+
 def test_the_journal_file_alone(tmp_path):
     """Lines written, read back, emptied; a torn last line cut on recovery; a journal of
     another database set aside; an empty journal removed when the file closes."""

@@ -33,7 +33,8 @@ S3. ``sids``, when it is a set, holds every session with a row in *D* or *J* (it
 C1. ``tails[sid]``, when held, is the newest row (highest seq) of ``sid`` in *D* and *J*.
 C2. ``paths`` holds for ``sid`` a run that starts at that newest row, each row the parent
     of the one before, each with its stored JSON; ``sizes``/``total`` are their lengths.
-C3. ``compacted[sid]``, when held, tells whether ``sid`` has compactions.
+C3. ``compacted[sid]``, when held, tells whether ``sid`` has compactions; ``any_compacted``
+    False: no session has any (True or None: not known to be none).
 Q1. Every number in ``seqs`` is above every seq of *D* and *J*, in ascending order.
 I1. ``index_on``, when held, is the stored ``index_built`` flag.
 
@@ -263,6 +264,7 @@ class FileState:
         # compactions: a recent window then needs no statement at all.
         self.paths = _Paths()
         self.compacted: dict[str, bool] = {}
+        self.any_compacted: bool | None = None
         # Write sequence numbers reserved for single appends (see DuckDBEngine._next_seq).
         self.seqs: deque[int] = deque()
         # Rows in the journal (committed appends not yet in the messages table), and
@@ -299,6 +301,7 @@ class FileState:
         self.tails.clear()
         self.paths.clear()
         self.compacted.clear()
+        self.any_compacted = None
         self.seqs.clear()
         self.keys.clear()
         self.key_total = 0
@@ -640,6 +643,8 @@ class FileState:
         for sid, flag in self.compacted.items():
             has = read("SELECT count(*) FROM sessionkit_compactions WHERE session_id = ?", (sid,))[0][0] > 0
             assert flag == has, f"C3: {sid!r} is held {'with' if flag else 'without'} compactions"
+        if self.any_compacted is False:
+            assert read("SELECT count(*) FROM sessionkit_compactions")[0][0] == 0, "C3: compactions held as none"
         # Q1
         seqs = list(self.seqs)
         assert seqs == sorted(seqs), "Q1: reserved seqs out of order"
