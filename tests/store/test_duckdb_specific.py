@@ -498,6 +498,27 @@ def test_a_walk_reads_nodes_and_content_in_one_statement(tmp_path):
         assert [m["id"] for m in recent.messages] == ["m0", "m1", "m2", "m3", "m4", "m5"]
 
 
+def test_the_engine_reads_a_few_ordered_rows_in_one_scan_and_leaves_other_connections_alone(tmp_path):
+    """The engine's connection turns DuckDB's late materialization off (a read of a few
+    rows in order scanned the table twice); a cursor of it (store.sql opens one) keeps
+    DuckDB's default, and the reads give the same rows."""
+    with sk.open_store(tmp_path / "l.duckdb") as st:
+        s = st.session("a")
+        s.append_many([msg(f"m{i}", f"message {i}") for i in range(30)])
+        st.session("b").append_many([msg(f"b{i}", f"other {i}") for i in range(30)])
+        own = st._engine._db
+        setting = "SELECT current_setting('late_materialization_max_rows')"
+        assert own.execute(setting).fetchone()[0] == 0
+        default = own.cursor().execute(setting).fetchone()[0]
+        assert default > 0
+        plan = "\n".join(
+            r[1] for r in own.execute("EXPLAIN " + st._engine.sql["scan_down_lean"], ("a", 10**9, 20)).fetchall()
+        )
+        assert "SEMI" not in plan.upper()  # one scan: no join of the rows back by row id
+        assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(30)]
+        assert [m["id"] for m in s.recent_history(0, min_messages=5).messages] == [f"m{i}" for i in range(25, 30)]
+
+
 V1_SCHEMA = [  # the first layout written under schema version 1
     "CREATE TABLE sessionkit_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
     "CREATE SEQUENCE sessionkit_seq START 1",

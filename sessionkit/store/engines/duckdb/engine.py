@@ -297,6 +297,14 @@ class DuckDBEngine(LocalEngine):
         try:
             # A long index build must not draw DuckDB's progress bar into a notebook.
             self.execute("SET enable_progress_bar = false")
+            # The engine's reads of a session ask for its rows in order, a few at a time
+            # (ORDER BY seq ... LIMIT n): below 50 rows DuckDB's late materialization
+            # scans the table twice for them (the order's column, then the rows by row
+            # id), which took about 1.7 ms against 1.0 for one scan (a 20-message
+            # conversation among 20,000 messages). Off for this connection only: the
+            # store's SQL (store.sql, the views) runs on connections of its own.
+            with contextlib.suppress(duckdb.Error):  # (a DuckDB without the setting)
+                self._db.execute("SET late_materialization_max_rows = 0")
             # Applied as settings, not connect() config: a different config would stop
             # other code in this process from opening the same file with plain connect().
             if self._full:
