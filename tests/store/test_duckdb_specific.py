@@ -502,19 +502,24 @@ def test_the_engine_reads_a_few_ordered_rows_in_one_scan_and_leaves_other_connec
     """The engine's connection turns DuckDB's late materialization off (a read of a few
     rows in order scanned the table twice); a cursor of it (store.sql opens one) keeps
     DuckDB's default, and the reads give the same rows."""
+    import duckdb
+
     with sk.open_store(tmp_path / "l.duckdb") as st:
         s = st.session("a")
         s.append_many([msg(f"m{i}", f"message {i}") for i in range(30)])
         st.session("b").append_many([msg(f"b{i}", f"other {i}") for i in range(30)])
         own = st._engine._db
         setting = "SELECT current_setting('late_materialization_max_rows')"
-        assert own.execute(setting).fetchone()[0] == 0
-        default = own.cursor().execute(setting).fetchone()[0]
-        assert default > 0
-        plan = "\n".join(
-            r[1] for r in own.execute("EXPLAIN " + st._engine.sql["scan_down_lean"], ("a", 10**9, 20)).fetchall()
-        )
-        assert "SEMI" not in plan.upper()  # one scan: no join of the rows back by row id
+        try:
+            default = own.cursor().execute(setting).fetchone()[0]
+        except duckdb.Error:
+            default = None  # a DuckDB before 1.3 has no late materialization: nothing to turn off
+        if default is not None:
+            assert default > 0 and own.execute(setting).fetchone()[0] == 0
+            plan = "\n".join(
+                r[1] for r in own.execute("EXPLAIN " + st._engine.sql["scan_down_lean"], ("a", 10**9, 20)).fetchall()
+            )
+            assert "SEMI" not in plan.upper()  # one scan: no join of the rows back by row id
         assert [m["id"] for m in s.get_history()] == [f"m{i}" for i in range(30)]
         assert [m["id"] for m in s.recent_history(0, min_messages=5).messages] == [f"m{i}" for i in range(25, 30)]
 
