@@ -71,6 +71,7 @@ def run_all_cells(page, *, visible_only: bool = True, attempts: int = 3) -> None
         page.locator(".lm-Menu").first.wait_for()
         item = page.locator(_RUN_ALL, has_text="Run All Cells")
         if item.count() == 0:
+            outcome = "its item disabled"
             page.keyboard.press("Escape")
             page.locator(".lm-Menu").first.wait_for(state="detached")
             page.locator(".jp-Notebook").first.focus()
