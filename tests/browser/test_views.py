@@ -502,11 +502,20 @@ def test_a_label_added_in_the_tree_shows_in_another_transcript_and_in_sql(nb, sc
     # a click while the notebook's page still moves can land on the next row: until a2 is selected
     wait_until(lambda: row.click() or view.get_attribute("data-selected") == "a2", what="a2 selected")
     panel = view.locator(".sk-tree-panel")
-    panel.locator(".sk-label-tag").fill("checked")
+    tag = panel.locator(".sk-label-tag")
+    tag.fill("checked")
     panel.locator(".sk-label-rating").fill("4")
-    panel.get_by_role("button", name="Add label").click()
+    # the form empties itself when it sends the label: a click the page did not take (the
+    # panel drawn again under it) is made again, and one that took is not
+    button = panel.get_by_role("button", name="Add label")
+    wait_until(lambda: tag.input_value() == "" or button.click(), what="the label form to send the label")
     # the kernel wrote it and sent the labels back: a badge on the row and in the panel
-    view.locator(".sk-row[data-id='a2'] .sk-label-badge[data-tag='checked']").wait_for()
+    badge_of_row = view.locator(".sk-row[data-id='a2'] .sk-label-badge[data-tag='checked']")
+    wait_until(
+        lambda: badge_of_row.count() or panel.locator(".sk-label-error").inner_text(),
+        what="the row's badge (or the kernel's refusal)",
+    )
+    assert not panel.locator(".sk-label-error").inner_text(), panel.inner_text()
     assert panel.locator(".sk-label-badge[data-tag='checked']").inner_text().startswith("checked ★4")
     # another view of the session (a Transcript on the path through a2) learns of it from the store
     chat = nb.view("forked_chat", "transcript")
