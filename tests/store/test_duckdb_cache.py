@@ -252,6 +252,55 @@ def test_recent_window_after_appends_needs_no_statement(tmp_path):
         st.close()
 
 
+def test_a_whole_path_is_read_from_the_cached_rows_and_then_from_the_database(tmp_path):
+    """get_history of a conversation this process wrote: no statement while the path lies in
+    the cached rows; above them (more rows than are kept, a message too long to keep) the
+    database gives the rest; the messages are those a store opened afresh reads."""
+    from sessionkit.store.engines.duckdb.state import _Paths
+
+    path = tmp_path / "h.duckdb"
+    st = sk.open_store(path)
+    try:
+        short, long_ = st.session("short"), st.session("long")
+        for i in range(12):
+            short.append({"id": f"s{i}", "role": "user", "parts": [{"type": "text", "text": f"hello {i}"}]})
+        big = "word " * (_Paths.ROW_BYTES // 4)  # longer than a cached row may be
+        for i in range(_Paths.ROWS + 40):
+            text = big if i == _Paths.ROWS + 10 else f"turn {i}"
+            long_.append({"id": f"l{i}", "role": "assistant", "parts": [{"type": "text", "text": text}]})
+        short.append({"id": "side", "role": "user", "parts": [{"type": "text", "text": "a branch"}]}, parent_id="s5")
+        short.get_history()  # the first read asks whether the file has compactions
+        eng = st._engine
+        calls: list[str] = []
+
+        class Counting:
+            def __init__(self, con):
+                self.con = con
+
+            def execute(self, sql, params=()):
+                calls.append(sql)
+                return self.con.execute(sql, params)
+
+        real = eng._db
+        eng._db = Counting(real)
+        try:
+            got = {"short": short.get_history()}
+            assert calls == []  # the latest path (s0..s5, side) lies in the cached rows
+            got["long"] = long_.get_history()  # cached above the long message only: the rest is read
+            assert calls
+            got["other leaf"] = short.get_history(leaf_id="s11")  # not the latest path: read
+        finally:
+            eng._db = real
+    finally:
+        st.close()
+    with sk.open_store(path) as fresh:  # nothing cached: every row read from the file
+        assert got["short"] == fresh.session("short").get_history()
+        assert [m["id"] for m in got["short"]] == [f"s{i}" for i in range(6)] + ["side"]
+        assert got["long"] == fresh.session("long").get_history()
+        assert len(got["long"]) == _Paths.ROWS + 40 and got["long"][_Paths.ROWS + 10]["parts"][0]["text"] == big
+        assert got["other leaf"] == fresh.session("short").get_history(leaf_id="s11")
+
+
 def test_readers_and_writers_in_threads_see_whole_paths(tmp_path):
     """Readers in other threads always get a path (each message the parent of the next)
     and, once the writers are done, the same path as a store that caches nothing."""

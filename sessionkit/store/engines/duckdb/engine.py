@@ -669,6 +669,29 @@ class DuckDBEngine(LocalEngine):
             out += rows
         return out
 
+    def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:
+        """As on every engine; the newest rows of a session's latest path come from the
+        cache of this process's own writes and reads (``FileState.paths``) when they are
+        there, as :meth:`walk_pages` takes them: reading back a conversation this process
+        is writing (an agent's history before each call) then runs no statement, or one
+        from above the cached rows."""
+        with self._lock:
+            run = self._shared.paths.get(sid)
+            if run is None or (start.seq, start.id) != (run[0][0].seq, run[0][0].id):
+                return super().walk_contents(sid, start, limit)
+            rows = run[:limit]
+            seqs = [node.seq for node, _ in rows]
+            ids = [node.id for node, _ in rows]
+            raws = [raw for _, raw in rows]
+            last = rows[-1][0]
+            if last.parent_id is None or len(rows) >= limit:
+                return seqs, ids, raws
+            parent = self.node(sid, last.parent_id)
+            if parent is None:  # deleted meanwhile: the path ends here
+                return seqs, ids, raws
+            more = super().walk_contents(sid, parent, limit - len(rows))
+            return seqs + more[0], ids + more[1], raws + more[2]
+
     def newest_rows(
         self, sid: str, n: int, below: int | None = None
     ) -> list[tuple[int, str, str | None, int, int, int, str]] | None:
