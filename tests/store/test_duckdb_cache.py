@@ -301,6 +301,52 @@ def test_a_whole_path_is_read_from_the_cached_rows_and_then_from_the_database(tm
         assert got["other leaf"] == fresh.session("short").get_history(leaf_id="s11")
 
 
+def test_an_agent_loop_on_a_reopened_store_reads_its_history_from_memory(tmp_path):
+    """A store opened on a file written earlier: the first read of a conversation's history
+    reads it and keeps it; each turn after (an append, then the history again) runs no
+    statement, its append waits in the journal, and the history is the file's."""
+    path = tmp_path / "a.duckdb"
+    with sk.open_store(path) as st:
+        st.session("c").append_many(
+            [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"turn {i}"}]} for i in range(30)]
+        )
+        st.session("other").append({"id": "o", "role": "user", "parts": [{"type": "text", "text": "elsewhere"}]})
+    st = sk.open_store(path)
+    try:
+        s = st.session("c")
+        first = s.get_history()
+        # the first append of a process reads once what every later one keeps: the stored
+        # ids of the session, a block of sequence numbers, the journal's name
+        s.append({"id": "t0", "role": "assistant", "parts": [{"type": "text", "text": "reply 0"}]})
+        first = [*first, s.get("t0")]
+        eng = st._engine
+        calls: list[str] = []
+
+        class Counting:
+            def __init__(self, con):
+                self.con = con
+
+            def execute(self, sql, params=()):
+                calls.append(sql)
+                return self.con.execute(sql, params)
+
+        real = eng._db
+        eng._db = Counting(real)
+        try:
+            for turn in range(1, 6):
+                s.append({"id": f"t{turn}", "role": "assistant", "parts": [{"type": "text", "text": f"reply {turn}"}]})
+                history = s.get_history()
+                assert [m["id"] for m in history] == [m["id"] for m in first] + [f"t{k}" for k in range(1, turn + 1)]
+            assert not any(sql.lstrip().upper().startswith("SELECT") for sql in calls), calls
+        finally:
+            eng._db = real
+        assert eng._shared.pending == 5  # the appends wait in the journal
+    finally:
+        st.close()
+    with sk.open_store(path) as fresh:
+        assert fresh.session("c").get_history() == history
+
+
 def test_readers_and_writers_in_threads_see_whole_paths(tmp_path):
     """Readers in other threads always get a path (each message the parent of the next)
     and, once the writers are done, the same path as a store that caches nothing."""

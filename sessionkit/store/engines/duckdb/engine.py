@@ -670,27 +670,26 @@ class DuckDBEngine(LocalEngine):
         return out
 
     def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:
-        """As on every engine; the newest rows of a session's latest path come from the
-        cache of this process's own writes and reads (``FileState.paths``) when they are
-        there, as :meth:`walk_pages` takes them: reading back a conversation this process
-        is writing (an agent's history before each call) then runs no statement, or one
-        from above the cached rows."""
+        """As on every engine; a read of a session's latest path takes its newest rows
+        from the cache of this process's own writes and reads (``FileState.paths``), as
+        :meth:`walk_pages` does, reads on from the database above them, and keeps what it
+        read there: reading back a conversation this process is writing (an agent's
+        history before each call) then runs no statement, and leaves single appends in
+        the journal."""
         with self._lock:
-            run = self._shared.paths.get(sid)
-            if run is None or (start.seq, start.id) != (run[0][0].seq, run[0][0].id):
-                return super().walk_contents(sid, start, limit)
-            rows = run[:limit]
-            seqs = [node.seq for node, _ in rows]
-            ids = [node.id for node, _ in rows]
-            raws = [raw for _, raw in rows]
-            last = rows[-1][0]
-            if last.parent_id is None or len(rows) >= limit:
-                return seqs, ids, raws
-            parent = self.node(sid, last.parent_id)
-            if parent is None:  # deleted meanwhile: the path ends here
-                return seqs, ids, raws
-            more = super().walk_contents(sid, parent, limit - len(rows))
-            return seqs + more[0], ids + more[1], raws + more[2]
+            shared = self._shared
+            run = shared.paths.get(sid)
+            cached = run is not None and (start.seq, start.id) == (run[0][0].seq, run[0][0].id)
+            if not cached and shared.tails.get(sid) != start:
+                return super().walk_contents(sid, start, limit)  # not the latest path
+            rows: list[tuple[Node, str | None]] = list(run[:limit]) if run is not None and cached else []
+            if len(rows) < limit and (not rows or rows[-1][0].parent_id is not None):
+                # from the newest row not yet cached: the last cached one again, then on
+                top = rows.pop()[0] if rows else start
+                for page in LocalEngine.walk_pages(self, sid, top, limit - len(rows), True):
+                    rows += page
+                shared.paths.put(sid, cast("list[tuple[Node, str]]", rows))  # (the newest rows, with content)
+            return [n.seq for n, _ in rows], [n.id for n, _ in rows], cast("list[str]", [raw for _, raw in rows])
 
     def newest_rows(
         self, sid: str, n: int, below: int | None = None
