@@ -347,6 +347,49 @@ def test_an_agent_loop_on_a_reopened_store_reads_its_history_from_memory(tmp_pat
         assert fresh.session("c").get_history() == history
 
 
+def test_the_first_read_of_a_session_finds_its_newest_row_and_its_path_in_one_statement(tmp_path):
+    """A reopened store knows no session's newest row: the first read (get_history here,
+    recent_history, an append's parent) reads it with the rows of its path below it, and
+    the read that follows runs no more; both give what the file holds."""
+    path = tmp_path / "f.duckdb"
+    body = [{"id": f"m{i}", "role": "user", "parts": [{"type": "text", "text": f"turn {i}"}]} for i in range(30)]
+    with sk.open_store(path) as st:
+        st.session("c").append_many(body)
+        st.session("d").append_many(body)
+    st = sk.open_store(path)
+    try:
+        st.session("x").recent_history(0)  # (the first read asks whether the file has compactions)
+        eng = st._engine
+        calls: list[str] = []
+
+        class Counting:
+            def __init__(self, con):
+                self.con = con
+
+            def execute(self, sql, params=()):
+                calls.append(sql)
+                return self.con.execute(sql, params)
+
+        real = eng._db
+        eng._db = Counting(real)
+        try:
+            history = st.session("c").get_history()
+            assert len([sql for sql in calls if "sessionkit_messages" in sql]) == 1, calls
+            window = st.session("c").recent_history(0, min_messages=10).messages
+            assert len([sql for sql in calls if "sessionkit_messages" in sql]) == 1, calls
+            with st.transaction():  # inside a write the newest row alone is read, as before
+                assert st.session("d").latest_leaf()["id"] == "m29"
+        finally:
+            eng._db = real
+        assert [m["id"] for m in history] == [m["id"] for m in body]
+        assert [m["id"] for m in window] == [m["id"] for m in body[-10:]]
+        assert [m["id"] for m in st.session("d").get_history()] == [m["id"] for m in body]
+    finally:
+        st.close()
+    with sk.open_store(path) as fresh:
+        assert [fresh.session("c").get(m["id"]) for m in body] == history  # each read by its id
+
+
 def test_readers_and_writers_in_threads_see_whole_paths(tmp_path):
     """Readers in other threads always get a path (each message the parent of the next)
     and, once the writers are done, the same path as a store that caches nothing."""

@@ -216,6 +216,11 @@ def _describe_holder(text: str) -> str:
     return who + ")"
 
 
+#: Rows of a session's latest path read with its newest row when that row is not yet known
+#: (DuckDBEngine.latest).
+_LATEST_PAGE = 64
+
+
 class DuckDBEngine(LocalEngine):
     """Storage primitives on DuckDB. Open through ``open_store("x.duckdb")``.
 
@@ -628,6 +633,16 @@ class DuckDBEngine(LocalEngine):
             tail = self._shared.tails.get(sid)
             if tail is not None:
                 return tail
+            if self._shared.writer is None:
+                # Outside a write: the newest row and the rows of its path below it in one
+                # statement (walk_pages keeps them in FileState.paths), so the read that
+                # usually follows (get_history, recent_history, the next append's) runs
+                # none; a statement costs about the same for one row as for a page.
+                page = next(self.walk_pages(sid, None, _LATEST_PAGE, True, first=_LATEST_PAGE), [])
+                if not page:
+                    return None
+                node = self._shared.tails[sid] = page[0][0]
+                return node
             row = self.fetch_one(self.sql["latest"], (sid, sid))
             if row is None:
                 return None
