@@ -87,7 +87,7 @@ from ..._schema import DIALECTS, DUCKDB_JOURNAL_TABLE, INSERT_COLUMNS, MIGRATION
 from ..._sql import LocalEngine
 from ..._values import Appended, Capabilities, Compaction, Node, _Latest
 from .search import _BULK_ROWS, _TERMS_TABLE, TermsIndex, _body
-from .state import _LOG_HEADER, _LOG_SUFFIX, TEXT_GAP, FileState, sync_folder, text_value
+from .state import _LOG_HEADER, _LOG_SUFFIX, TEXT_GAP, FileState, _Paths, sync_folder, text_value
 
 try:
     import duckdb
@@ -701,7 +701,17 @@ class DuckDBEngine(LocalEngine):
             if len(rows) < limit and (not rows or rows[-1][0].parent_id is not None):
                 # from the newest row not yet cached: the last cached one again, then on
                 top = rows.pop()[0] if rows else start
-                for page in LocalEngine.walk_pages(self, sid, top, limit - len(rows), True):
+                need = limit - len(rows)
+                if need > _Paths.ROWS:
+                    # a path longer than the cache keeps: the rest in the lean read of
+                    # every engine (one statement a run, no Node a row)
+                    more = super().walk_contents(sid, top, need)
+                    return (
+                        [n.seq for n, _ in rows] + more[0],
+                        [n.id for n, _ in rows] + more[1],
+                        cast("list[str]", [raw for _, raw in rows]) + more[2],
+                    )
+                for page in LocalEngine.walk_pages(self, sid, top, need, True, first=need, largest=need):
                     rows += page
                 shared.paths.put(sid, cast("list[tuple[Node, str]]", rows))  # (the newest rows, with content)
             return [n.seq for n, _ in rows], [n.id for n, _ in rows], cast("list[str]", [raw for _, raw in rows])
