@@ -137,10 +137,13 @@ def test_a_writer_killed_while_labelling_loses_no_returned_label(tmp_path, name)
     assert len(added) >= 50
     with sk.open_store(path) as store:
         labels = {x.id: x for x in store.labels(author="writer")}
+        last = max(added.values())
         for ident, n in added.items():
             if ident in removed:
                 assert ident not in labels
                 continue
+            if ident not in labels and n == last and n % 9 == 8:
+                continue  # its removal, the writer's last act, committed before the kill cut its report
             label = labels[ident]  # returned to the writer: committed, whole
             assert (label.message_id, label.tag, label.rating, label.note) == (
                 f"m{n % 5}",
