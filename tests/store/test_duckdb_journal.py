@@ -69,6 +69,28 @@ def test_single_appends_wait_in_the_journal_until_a_read(store):
     assert journal_rows(store) == 0 and moved_rows(store) == 8
 
 
+def test_a_session_with_no_row_in_the_journal_is_read_and_appended_to_without_moving_it(tmp_path):
+    """A reopened store: an append to one session waits in the journal; the first append to
+    another session finds its parent without moving it (all its rows are in the table), and
+    a read of a third from the cache leaves it too; a read of the table moves it."""
+    path = tmp_path / "j.duckdb"
+    with sk.open_store(path) as st:
+        for sid in "abc":
+            st.session(sid).append_many([msg(f"{sid}{i}", f"text {i}") for i in range(4)])
+    with sk.open_store(path) as st:
+        assert [m["id"] for m in st.session("c").get_history()] == [f"c{i}" for i in range(4)]
+        assert st.session("a").append(msg("a4", "waits in the journal")).inserted
+        assert journal_rows(st) == 1 and moved_rows(st) == 12
+        assert st.session("b").append(msg("b4", "also waits")).inserted
+        assert [m["id"] for m in st.session("c").get_history()] == [f"c{i}" for i in range(4)]
+        assert journal_rows(st) == 2 and moved_rows(st) == 12  # nothing moved for b, nor for c's read
+        assert [m["id"] for m in st.session("b").get_history()] == [f"b{i}" for i in range(5)]
+        assert [m["id"] for m in st.session("a").get_history()] == [f"a{i}" for i in range(5)]
+        assert st.session("a").get("a2")["parts"][0]["text"] == "text 2"  # a read of the table: moved
+        assert journal_rows(st) == 0 and moved_rows(st) == 14
+        st._engine._shared.check(st._engine._direct)
+
+
 @pytest.mark.parametrize("read", ["sql", "search", "count", "children", "other store", "sessions"])
 def test_every_kind_of_read_sees_every_append(tmp_path, read):
     path = tmp_path / "r.duckdb"

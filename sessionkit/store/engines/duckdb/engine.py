@@ -279,6 +279,9 @@ class DuckDBEngine(LocalEngine):
         self._views: dict[str, Any] = {}  # which analysis views the analysis connection has
         self._aborted: str | None = None  # why the write transaction can only roll back (_note_aborted)
         self._cursors: set[Any] = set()  # connections of long reads running outside the lock (see TermsIndex.search)
+        # The thread whose statements leave the journal as it is, while it reads a session
+        # with no row there (see latest).
+        self._unmoved: int | None = None
         # The name this process opens the file by (see _files): one file reached through
         # two names (a hard link, a bind mount) is one database, one FileState, one journal.
         self._held: _files.Claim | None = None
@@ -527,7 +530,7 @@ class DuckDBEngine(LocalEngine):
     @contextlib.contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with super().connection() as db:
-            if self._shared.pending:
+            if self._shared.pending and self._unmoved != threading.get_ident():
                 self.merge_journal()
             yield db
 
@@ -633,12 +636,23 @@ class DuckDBEngine(LocalEngine):
             tail = self._shared.tails.get(sid)
             if tail is not None:
                 return tail
-            if self._shared.writer is None:
+            shared = self._shared
+            if shared.writer is None:
                 # Outside a write: the newest row and the rows of its path below it in one
                 # statement (walk_pages keeps them in FileState.paths), so the read that
                 # usually follows (get_history, recent_history, the next append's) runs
-                # none; a statement costs about the same for one row as for a page.
-                page = next(self.walk_pages(sid, None, _LATEST_PAGE, True, first=_LATEST_PAGE), [])
+                # none; a statement costs about the same for one row as for a page. A
+                # session with no row in the journal reads the same without moving the
+                # journal first (a write transaction: most of a first append into a
+                # session after another session's append), as keys_of reads its ids.
+                apart = bool(shared.pending) and shared.journal_sids is not None and sid not in shared.journal_sids
+                if apart:
+                    self._unmoved = threading.get_ident()
+                try:
+                    page = next(self.walk_pages(sid, None, _LATEST_PAGE, True, first=_LATEST_PAGE), [])
+                finally:
+                    if apart:
+                        self._unmoved = None
                 if not page:
                     return None
                 node = self._shared.tails[sid] = page[0][0]
