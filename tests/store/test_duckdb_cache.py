@@ -11,6 +11,7 @@ every path read; and they read while other threads write.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 
@@ -22,6 +23,28 @@ import sessionkit as sk
 from sessionkit.store import LATEST, Compaction
 
 STAMP = "2026-01-01T00:00:{:02d}.{:03d}Z"
+
+
+@contextlib.contextmanager
+def statements(store):
+    """The SQL of each statement the DuckDB store's own connection runs inside the block."""
+    eng = store._engine
+    calls: list[str] = []
+
+    class Counting:
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, params=()):
+            calls.append(sql)
+            return self.con.execute(sql, params)
+
+    real = eng._db
+    eng._db = Counting(real)
+    try:
+        yield calls
+    finally:
+        eng._db = real
 
 
 class Boom(Exception):
@@ -226,26 +249,11 @@ def test_recent_window_after_appends_needs_no_statement(tmp_path):
         for m in body[50:]:
             s.append(m)
         s.recent_history(0, min_messages=1)  # the first read learns whether the session has compactions
-        eng = st._engine
-        calls: list[str] = []
-
-        class Counting:
-            def __init__(self, con):
-                self.con = con
-
-            def execute(self, sql, params=()):
-                calls.append(sql)
-                return self.con.execute(sql, params)
-
-        real = eng._db
-        eng._db = Counting(real)
-        try:
+        with statements(st) as calls:
             window = s.recent_history(0, min_messages=20)
             assert calls == []
             whole = s.recent_history(10**9)  # longer than what is cached: read on from the database
             assert calls
-        finally:
-            eng._db = real
         assert [m["id"] for m in window.messages] == [f"m{i}" for i in range(60, 80)]
         assert [m["id"] for m in whole.messages] == [m["id"] for m in body]
     finally:
@@ -270,27 +278,12 @@ def test_a_whole_path_is_read_from_the_cached_rows_and_then_from_the_database(tm
             long_.append({"id": f"l{i}", "role": "assistant", "parts": [{"type": "text", "text": text}]})
         short.append({"id": "side", "role": "user", "parts": [{"type": "text", "text": "a branch"}]}, parent_id="s5")
         short.get_history()  # the first read asks whether the file has compactions
-        eng = st._engine
-        calls: list[str] = []
-
-        class Counting:
-            def __init__(self, con):
-                self.con = con
-
-            def execute(self, sql, params=()):
-                calls.append(sql)
-                return self.con.execute(sql, params)
-
-        real = eng._db
-        eng._db = Counting(real)
-        try:
+        with statements(st) as calls:
             got = {"short": short.get_history()}
             assert calls == []  # the latest path (s0..s5, side) lies in the cached rows
             got["long"] = long_.get_history()  # cached above the long message only: the rest is read
             assert calls
             got["other leaf"] = short.get_history(leaf_id="s11")  # not the latest path: read
-        finally:
-            eng._db = real
     finally:
         st.close()
     with sk.open_store(path) as fresh:  # nothing cached: every row read from the file
@@ -320,26 +313,12 @@ def test_an_agent_loop_on_a_reopened_store_reads_its_history_from_memory(tmp_pat
         s.append({"id": "t0", "role": "assistant", "parts": [{"type": "text", "text": "reply 0"}]})
         first = [*first, s.get("t0")]
         eng = st._engine
-        calls: list[str] = []
-
-        class Counting:
-            def __init__(self, con):
-                self.con = con
-
-            def execute(self, sql, params=()):
-                calls.append(sql)
-                return self.con.execute(sql, params)
-
-        real = eng._db
-        eng._db = Counting(real)
-        try:
+        with statements(st) as calls:
             for turn in range(1, 6):
                 s.append({"id": f"t{turn}", "role": "assistant", "parts": [{"type": "text", "text": f"reply {turn}"}]})
                 history = s.get_history()
                 assert [m["id"] for m in history] == [m["id"] for m in first] + [f"t{k}" for k in range(1, turn + 1)]
             assert not any(sql.lstrip().upper().startswith("SELECT") for sql in calls), calls
-        finally:
-            eng._db = real
         assert eng._shared.pending == 5  # the appends wait in the journal
     finally:
         st.close()
@@ -359,28 +338,13 @@ def test_the_first_read_of_a_session_finds_its_newest_row_and_its_path_in_one_st
     st = sk.open_store(path)
     try:
         st.session("x").recent_history(0)  # (the first read asks whether the file has compactions)
-        eng = st._engine
-        calls: list[str] = []
-
-        class Counting:
-            def __init__(self, con):
-                self.con = con
-
-            def execute(self, sql, params=()):
-                calls.append(sql)
-                return self.con.execute(sql, params)
-
-        real = eng._db
-        eng._db = Counting(real)
-        try:
+        with statements(st) as calls:
             history = st.session("c").get_history()
             assert len([sql for sql in calls if "sessionkit_messages" in sql]) == 1, calls
             window = st.session("c").recent_history(0, min_messages=10).messages
             assert len([sql for sql in calls if "sessionkit_messages" in sql]) == 1, calls
             with st.transaction():  # inside a write the newest row alone is read, as before
                 assert st.session("d").latest_leaf()["id"] == "m29"
-        finally:
-            eng._db = real
         assert [m["id"] for m in history] == [m["id"] for m in body]
         assert [m["id"] for m in window] == [m["id"] for m in body[-10:]]
         assert [m["id"] for m in st.session("d").get_history()] == [m["id"] for m in body]

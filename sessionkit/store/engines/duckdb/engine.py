@@ -655,7 +655,7 @@ class DuckDBEngine(LocalEngine):
                         self._unmoved = None
                 if not page:
                     return None
-                node = self._shared.tails[sid] = page[0][0]
+                node = shared.tails[sid] = page[0][0]
                 return node
             row = self.fetch_one(self.sql["latest"], (sid, sid))
             if row is None:
@@ -712,6 +712,7 @@ class DuckDBEngine(LocalEngine):
             if not cached and shared.tails.get(sid) != start:
                 return super().walk_contents(sid, start, limit)  # not the latest path
             rows: list[tuple[Node, str | None]] = list(run[:limit]) if run is not None and cached else []
+            more: tuple[list[int], list[str], list[str]] = ([], [], [])
             if len(rows) < limit and (not rows or rows[-1][0].parent_id is not None):
                 # from the newest row not yet cached: the last cached one again, then on
                 top = rows.pop()[0] if rows else start
@@ -720,15 +721,15 @@ class DuckDBEngine(LocalEngine):
                     # a path longer than the cache keeps: the rest in the lean read of
                     # every engine (one statement a run, no Node a row)
                     more = super().walk_contents(sid, top, need)
-                    return (
-                        [n.seq for n, _ in rows] + more[0],
-                        [n.id for n, _ in rows] + more[1],
-                        cast("list[str]", [raw for _, raw in rows]) + more[2],
-                    )
-                for page in LocalEngine.walk_pages(self, sid, top, need, True, first=need, largest=need):
-                    rows += page
-                shared.paths.put(sid, cast("list[tuple[Node, str]]", rows))  # (the newest rows, with content)
-            return [n.seq for n, _ in rows], [n.id for n, _ in rows], cast("list[str]", [raw for _, raw in rows])
+                else:
+                    for page in LocalEngine.walk_pages(self, sid, top, need, True, first=need, largest=need):
+                        rows += page
+                    shared.paths.put(sid, cast("list[tuple[Node, str]]", rows))  # (the newest rows, with content)
+            return (
+                [n.seq for n, _ in rows] + more[0],
+                [n.id for n, _ in rows] + more[1],
+                cast("list[str]", [raw for _, raw in rows]) + more[2],
+            )
 
     def newest_rows(
         self, sid: str, n: int, below: int | None = None
