@@ -39,12 +39,32 @@ def top_seq(store) -> int:
     return store._engine._db.execute("SELECT max(seq) FROM sessionkit_messages").fetchone()[0]
 
 
+def fill(store) -> int:
+    """Search until the window spans ``search_window`` numbers: a new one is made empty by a
+    search and filled by the next ones, each reaching at most an eighth of it further down,
+    its rows exact after each. Returns how many searches it took."""
+    w = store._engine.search_window
+    step = -(-w // fts._FILL_STEPS)
+    before = store._engine.index.window()[0]
+    for searches in range(1, fts._FILL_STEPS + 2):
+        store.search("kiwi")
+        lo, hi = store._engine.index.window()
+        assert lo is not None, "the store has no search window"
+        assert_window_exact(store, synced=False)
+        if before is not None:
+            assert lo >= before - step
+        if hi - lo + 1 >= w:
+            return searches
+        before = lo
+    raise AssertionError(f"the window still spans {hi - lo + 1} of {w} numbers")
+
+
 def assert_window_exact(store, *, synced: bool = True) -> int:
     """The window holds exactly the indexed rows in [recent_lo, recent_hi]; both indexes are
-    sound; once a search has run (``synced``) it reaches the newest row and spans
+    sound; once searches have run (``synced``) it reaches the newest row and spans
     ``search_window`` numbers."""
     if synced:
-        store.search("kiwi")
+        fill(store)
     db = store._engine._db
     lo, hi = store._engine.index.window()
     assert lo is not None, "the store has no search window"
@@ -277,14 +297,44 @@ def test_a_bad_window_size_is_refused(tmp_path):
             sk.open_store(tmp_path / "s.db", search_window=bad)
 
 
-def test_an_index_built_on_a_large_store_starts_with_its_window(tmp_path):
+def test_an_index_built_on_a_large_store_fills_its_window_over_the_next_searches(tmp_path):
     rng = random.Random(4)
-    with sk.open_store(tmp_path / "s.db", search_window=25) as st:
+    w = 25
+    with sk.open_store(tmp_path / "s.db", search_window=w) as st:
         st.session("a").import_many(
-            [(msg(f"m{i}", sentence(rng)), f"m{i - 1}" if i else None, None) for i in range(100)]
+            [(msg(f"m{i}", sentence(rng, rng.randint(3, 9))), f"m{i - 1}" if i else None, None) for i in range(100)]
         )
         assert window_lo(st) is None  # no index yet, so no window either
-        st.search("alpha")
-        lo = assert_window_exact(st)
-        top = st._engine._db.execute("SELECT max(seq) FROM sessionkit_messages").fetchone()[0]
-        assert top - lo + 1 == 25
+        db = st._engine._db
+        everything = None
+        seq_of = dict(db.execute("SELECT id, seq FROM sessionkit_messages"))
+        top = top_seq(st)
+        st.settings.search_candidates = 3
+        steps = 0
+        while True:
+            hits = st.search("error", limit=3)
+            lo, hi = st._engine.index.window()
+            assert_window_exact(st, synced=False)
+            everything = everything or dict(db.execute("SELECT rowid, body FROM sessionkit_fts"))
+            if steps == 0:  # the search that built the index made the window, empty
+                assert (lo, hi) == (top + 1, top)
+            newest = sorted(reference_bm25(everything, ["error"]), reverse=True)[:3]
+            assert min(newest) >= top - w + 1  # the candidates lie in a full window
+            full = hi - lo + 1 >= w
+            ranked_over = dict(db.execute("SELECT rowid, body FROM sessionkit_fts WHERE rowid >= ?", (lo,)))
+            expected = reference_bm25(ranked_over if full else everything, ["error"])
+            assert sorted(seq_of[h.id] for h in hits) == sorted(newest)
+            for h in hits:
+                assert h.score == pytest.approx(expected[seq_of[h.id]], rel=1e-9, abs=1e-12)
+            if full:
+                break
+            steps += 1
+            assert steps <= fts._FILL_STEPS
+        # each search after the first filled one step of ceil(25 / 8) = 4 numbers
+        assert steps == -(-w // -(-w // fts._FILL_STEPS)) == 7
+        assert (lo, hi) == (top - w + 1, top)
+        # the window's statistics differ from the store's here, so the last check above
+        # could tell the two apart
+        assert reference_bm25(ranked_over, ["error"]) != {
+            k: v for k, v in reference_bm25(everything, ["error"]).items() if k >= lo
+        }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from .... import messages as _msg
 from ....errors import SessionKitError
@@ -29,6 +29,9 @@ __all__ = ["DEFAULT_SEARCH_WINDOW", "FTS5Index", "FTS_TABLE", "FTS_TRIGGERS", "i
 DEFAULT_SEARCH_WINDOW = 1 << 17
 
 _MAX_SEQ = (1 << 63) - 1
+
+#: A new search window is filled in this many steps, one a search (see _RECENT_TABLE).
+_FILL_STEPS = 8
 
 
 FTS_TABLE = """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts USING fts5(
@@ -56,13 +59,18 @@ FTS_TRIGGERS = [
 # quarter, a second FTS5 table holds exactly the main index's rows with seq in
 # [recent_lo, recent_hi] (kept in sessionkit_meta). Each search first brings the window
 # up to the newest row, dropping what falls behind its `search_window` messages, in one
-# write transaction (FTS5Index.sync_window), so appends never pay for it; a search
-# whose candidates all lie in the window is ranked there and its word counts stay
-# bounded however large the store grows. The triggers below replace FTS_TRIGGERS then:
-# they keep rows inside the window's range in step (deletes, updates, and inserts that
-# reuse a number inside it after the newest rows were deleted), copying the main
-# table's row so the text is stemmed once. FTS5 rather than a hand-written index because
-# it is SQLite's own and transactional with the rows it indexes.
+# write transaction (FTS5Index.sync_window), so appends never pay for it. A new window is
+# made empty just above the newest row and filled downwards by the searches after that,
+# an eighth of it each (_FILL_STEPS), so no one search pays for copying all of it (the
+# first search of a large store already pays for building the main index); until it
+# spans `search_window` numbers, searches rank over the whole store, as without one.
+# Once it does, a search whose candidates all lie in the window is ranked there and its
+# word counts stay bounded however large the store grows. The triggers below replace
+# FTS_TRIGGERS then: they keep rows inside the window's range in step (deletes,
+# updates, and inserts that reuse a number inside it after the newest rows were
+# deleted), copying the main table's row so the text is stemmed once. FTS5 rather than a
+# hand-written index because it is SQLite's own and transactional with the rows it
+# indexes.
 _RECENT_TABLE = """CREATE VIRTUAL TABLE IF NOT EXISTS sessionkit_fts_recent USING fts5(
         body, tokenize = 'unicode61 remove_diacritics 0'
     )"""
@@ -165,6 +173,8 @@ class FTS5Index(SearchIndex):
             lo, hi = _window_range(low_seq, high_seq)
             if self._due(top, lo, hi) and self.built():
                 lo, hi = self.sync_window()
+            if not self._filled(lo, hi):  # none yet, or still filling: rank over the whole store
+                lo = hi = None
             if sid is not None:
                 if first is None:
                     return []
@@ -217,10 +227,11 @@ class FTS5Index(SearchIndex):
 
     # -- the search window --------------------------------------------------------------
     def sync_window(self) -> tuple[int | None, int | None]:
-        """Bring the search window up to the newest row (see _RECENT_TABLE): create it
-        once the store outgrows it, copy the rows added since, drop those that fell
-        behind. A read when there is nothing to do; otherwise one write transaction.
-        Returns the window's range as :meth:`window` does."""
+        """Bring the search window up to the newest row (see _RECENT_TABLE): create it,
+        empty, once the store outgrows it; then copy the rows added since, drop those that
+        fell behind, and fill it downwards by one step (an eighth of it) while it holds
+        fewer than ``search_window`` numbers. A read when there is nothing to do; otherwise
+        one write transaction. Returns the window's range as :meth:`window` does."""
         if not self.built():
             return None, None
         with self.engine._lock:
@@ -231,40 +242,62 @@ class FTS5Index(SearchIndex):
                 top, lo, hi = self._window_work()  # another process may have done it meanwhile
                 if top is None:
                     return lo, hi
-                new_lo = top - self.engine.search_window + 1
-                if lo is None:
+                w = self.engine.search_window
+                if lo is not None and hi is not None and hi < top - w + 1:
+                    # nothing in it would stay: start afresh
+                    self.engine.execute("DROP TABLE sessionkit_fts_recent")
+                    lo = None
+                if lo is None or hi is None:
+                    # Made empty just above the newest row: the searches after this one
+                    # fill it, a step each, so no search pays for the whole of it.
                     self.engine.execute(_RECENT_TABLE)
                     self._install_triggers(_FTS_TRIGGERS_WINDOWED)
-                elif hi < new_lo:  # type: ignore[operator]  # hi is set with lo; nothing in it would stay: start afresh
-                    self.engine.execute("DROP TABLE sessionkit_fts_recent")
-                    self.engine.execute(_RECENT_TABLE)
-                    lo = None
-                if lo is None:
-                    lo, hi = new_lo, new_lo - 1
-                self.engine.execute(
-                    "INSERT INTO sessionkit_fts_recent(rowid, body) "
-                    "SELECT rowid, body FROM sessionkit_fts WHERE rowid > ? AND rowid <= ?",
-                    (hi, top),
-                )
-                if new_lo > lo:
-                    self.engine.execute("DELETE FROM sessionkit_fts_recent WHERE rowid < ?", (new_lo,))
-                    lo = new_lo
+                    lo, hi = top + 1, top
+                else:
+                    if top > hi:
+                        self._copy_to_window(hi + 1, top)
+                        hi = top
+                    target = hi - w + 1
+                    if lo < target:
+                        self.engine.execute("DELETE FROM sessionkit_fts_recent WHERE rowid < ?", (target,))
+                        lo = target
+                    elif lo > target:
+                        step = max(target, lo - -(-w // _FILL_STEPS))
+                        self._copy_to_window(step, lo - 1)
+                        lo = step
                 self.engine.execute(self.engine.sql["meta_put"], ("recent_lo", str(lo)))
-                self.engine.execute(self.engine.sql["meta_put"], ("recent_hi", str(top)))
-                return lo, top
+                self.engine.execute(self.engine.sql["meta_put"], ("recent_hi", str(hi)))
+                return lo, hi
+
+    def _copy_to_window(self, first: int, last: int) -> None:
+        """Copy the main index's rows with seq in [first, last] into the window."""
+        self.engine.execute(
+            "INSERT INTO sessionkit_fts_recent(rowid, body) "
+            "SELECT rowid, body FROM sessionkit_fts WHERE rowid >= ? AND rowid <= ?",
+            (first, last),
+        )
 
     def _window_work(self) -> tuple[int | None, int | None, int | None]:
         """``(top, lo, hi)``: the newest seq and the window's range, with ``top`` None
-        unless the window must be created or has rows to catch up on (one statement)."""
+        unless the window must be created, catch up or fill (one statement)."""
         top, low, high = self.engine.fetch_one(_WINDOW_STATE)
         lo, hi = _window_range(low, high)
         return (top if self._due(top, lo, hi) else None), lo, hi
 
     def _due(self, top: int | None, lo: int | None, hi: int | None = None) -> bool:
-        """Whether the window must be created (the store outgrew it) or catch up (rows
-        above ``hi``), the newest seq being ``top``."""
+        """Whether the window must be created (the store outgrew it), catch up (rows
+        above ``hi``) or fill (it spans fewer than ``search_window`` numbers), the newest
+        seq being ``top``."""
         w = self.engine.search_window
-        return top is not None and (top >= w + w // 4 if lo is None else top > cast(int, hi))
+        if top is None:
+            return False
+        if lo is None or hi is None:
+            return top >= w + w // 4
+        return top > hi or lo > hi - w + 1
+
+    def _filled(self, lo: int | None, hi: int | None) -> bool:
+        """Whether the window ``[lo, hi]`` exists and spans ``search_window`` numbers."""
+        return lo is not None and hi is not None and hi - lo + 1 >= self.engine.search_window
 
     def window(self) -> tuple[int | None, int | None]:
         """``(recent_lo, recent_hi)``: the seq range the window holds, or Nones."""
