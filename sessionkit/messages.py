@@ -905,12 +905,17 @@ def restore(stored_json: str, fetch_blob) -> dict:
 _DECODE_GROUP = 32
 
 
-def restore_many(stored: list[str], fetch_blob) -> list[dict]:
+def restore_many(stored: list[str], fetch_blob, created: list[str | None] | None = None) -> list[dict]:
     """:func:`restore` of each stored JSON, in order. Where no message of a group holds a
     payload pointer, the group is decoded as one JSON array in one call of the scanner:
     per message that spares a call, the checks around it and the lookups of a payload
     pointer. A group that does not decode to exactly its messages, each an object, is
-    restored one by one (which raises as :func:`restore` does)."""
+    restored one by one (which raises as :func:`restore` does).
+
+    ``created[i]``, where given and not None, is the ``createdAt`` that the JSON
+    ``stored[i]`` leaves out, its last key: it is added to the decoded message (a key
+    set on a dict goes last, so the message is the one the whole JSON gives, without
+    building that JSON: a copy of each string the read would make only to decode it)."""
     out: list[dict] = []
     for i in range(0, len(stored), _DECODE_GROUP):
         group = stored[i : i + _DECODE_GROUP]
@@ -924,7 +929,13 @@ def restore_many(stored: list[str], fetch_blob) -> list[dict]:
             else:
                 if end != len(joined) or len(value) != len(group) or not all(type(m) is dict for m in value):
                     value = None
-        out += value if value is not None else [restore(raw, fetch_blob) for raw in group]
+        if value is None:
+            value = [restore(raw, fetch_blob) for raw in group]
+        if created is not None:
+            for message, when in zip(value, created[i : i + _DECODE_GROUP]):
+                if when is not None:
+                    message["createdAt"] = when
+        out += value
     return out
 
 

@@ -97,9 +97,13 @@ class Engine(abc.ABC):
         may be fewer than it says (the reader stops at the first that is not there)."""
         return None
 
-    def rows_between(self, sid: str, lo: int, hi: int, limit: int) -> tuple[list[int], list[int], list[str]]:
+    def rows_between(
+        self, sid: str, lo: int, hi: int, limit: int
+    ) -> tuple[list[int], list[int], list[str], list[str | None] | None]:
         """The seqs, depths and stored JSON of the session's rows from seq ``lo`` to ``hi``
-        (both included), at most ``limit``, in write order (a run of :meth:`path_runs`)."""
+        (both included), at most ``limit``, in write order (a run of :meth:`path_runs`),
+        and for each JSON the ``createdAt`` it leaves out (None: it is whole; the list
+        None: all are), which ``messages.restore_many`` adds back as the last key."""
         raise NotImplementedError
 
     @abc.abstractmethod

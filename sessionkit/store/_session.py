@@ -451,19 +451,24 @@ class Session:
                 return []
             comps = eng.compactions(self.session_id) if compacted else []
             read = None if comps else self._read_runs(eng, leaf)
+            created: list[str | None] | None = None
             if read is None:
                 seqs, ids, raws = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
                 seqs.reverse()
                 ids.reverse()
                 raws.reverse()
             else:
-                seqs, raws = read
+                seqs, raws, created = read
             # Read in one snapshot: every row of the path is there (no None). The messages
             # restored together; on a damaged payload, row by row as _restore says.
             try:
-                messages = _msg.restore_many(raws, eng.blob)
+                messages = _msg.restore_many(raws, eng.blob, created)
             except StoreCorrupt:
-                messages = cast("list[dict[str, Any]]", [self._restore(seq, raw) for seq, raw in zip(seqs, raws)])
+                whens = created or [None] * len(raws)
+                messages = cast(
+                    "list[dict[str, Any]]",
+                    [_with_created(self._restore(seq, raw), w) for seq, raw, w in zip(seqs, raws, whens)],
+                )
         if not comps:
             return messages
         ends = {c.from_id for _, c in comps} | {c.to_id for _, c in comps}
@@ -481,8 +486,9 @@ class Session:
         """A deep copy of the latest path, compaction applied."""
         return self.get_history()
 
-    def _read_runs(self, eng: Engine, leaf: Node) -> tuple[list[int], list[str]] | None:
-        """The seqs and stored JSON of the path to ``leaf``, root first, read run by run in
+    def _read_runs(self, eng: Engine, leaf: Node) -> tuple[list[int], list[str], list[str | None] | None] | None:
+        """The seqs and stored JSON of the path to ``leaf``, root first, with the createdAt
+        each JSON leaves out (as :meth:`Engine.rows_between` gives them), read run by run in
         a statement each (no id or parent read to follow the path); None where the engine
         tells no runs or a run is not what it said (then the path is walked row by row)."""
         runs = eng.path_runs(self.session_id, leaf)
@@ -490,13 +496,18 @@ class Session:
             return None
         seqs: list[int] = []
         raws: list[str] = []
+        created: list[str | None] | None = None
         for lo, hi, depth, n in runs:
-            run_seqs, depths, run_raws = eng.rows_between(self.session_id, lo, hi, n)
+            run_seqs, depths, run_raws, run_created = eng.rows_between(self.session_id, lo, hi, n)
             if depths != list(range(depth, depth + n)):
                 return None
+            if run_created is not None:
+                created = (created or [None] * len(seqs)) + run_created
+            elif created is not None:
+                created += [None] * len(run_seqs)
             seqs += run_seqs
             raws += run_raws
-        return seqs, raws
+        return seqs, raws, created
 
     def _walk_runs(self, runs: list[tuple[int, int, int, int]]) -> Iterator[dict[str, Any]]:
         # history() root first where the engine tells the path's runs: each run read in
@@ -505,16 +516,16 @@ class Session:
         for lo, hi, depth, n in runs:
             while n > 0:
                 want = min(n, _BATCH)
-                seqs, depths, raws = eng.rows_between(self.session_id, lo, hi, want)
+                seqs, depths, raws, created = eng.rows_between(self.session_id, lo, hi, want)
                 got = len(depths)
                 if depths != list(range(depth, depth + got)):  # a row deleted meanwhile
                     got = next(i for i, d in enumerate(depths) if d != depth + i)
                 try:
-                    messages = _msg.restore_many(raws[:got], eng.blob)
+                    messages = _msg.restore_many(raws[:got], eng.blob, created)
                 except StoreCorrupt:
                     messages = []
-                    for seq, raw in zip(seqs[:got], raws):
-                        message = self._restore(seq, raw)
+                    for seq, raw, when in zip(seqs[:got], raws, created or [None] * got):
+                        message = _with_created(self._restore(seq, raw), when)
                         if message is None:
                             break
                         messages.append(message)
@@ -976,3 +987,11 @@ def _import_rows(store: Store, items: Iterable[Any]) -> list[tuple[_msg.Prepared
         prep = _msg.prepare(message, created_at=iso, max_bytes=store.max_message_bytes)
         rows.append((prep, _parent_arg(parent_id), iso or _created_from(prep)))
     return rows
+
+
+def _with_created(message: dict[str, Any] | None, when: str | None) -> dict[str, Any] | None:
+    """A message restored from JSON that left out its createdAt ``when`` (see
+    :meth:`Engine.rows_between`; None: it did not), with it put back as its last key."""
+    if message is not None and when is not None:
+        message["createdAt"] = when
+    return message

@@ -230,16 +230,24 @@ class SQLEngine(SQLBase):
             self._fill_pending(seqs, raws)
         return seqs, ids, raws
 
-    def rows_between(self, sid: str, lo: int, hi: int, limit: int) -> tuple[list[int], list[int], list[str]]:
+    def rows_between(
+        self, sid: str, lo: int, hi: int, limit: int
+    ) -> tuple[list[int], list[int], list[str], list[str | None] | None]:
         rows = self.fetch(self.sql["rows_between"], (sid, lo, hi, limit))
-        whole = self.whole_json
         seqs = [r[0] for r in rows]
-        if [r for r in rows if r[2]]:  # a row continues in chunk rows
-            raws: list[Any] = [whole(r[3], r[4]) if not r[2] else _Pending(r[0], r[3]) for r in rows]
-            self._fill_pending(seqs, raws)
+        whole = self.whole_json
+        created: list[str | None] | None = None
+        if whole is with_created_at:
+            # Each row's JSON as stored, with the createdAt it leaves out (see row_json) for
+            # the reader to add after decoding: putting it back in the text would copy each
+            # string only for the decoder to read it.
+            raws: list[Any] = [r[3] if not r[2] else _Pending(r[0], r[3]) for r in rows]
+            created = [r[4] if not r[2] and r[3][-1] == " " else None for r in rows]
         else:
-            raws = [whole(r[3], r[4]) for r in rows]
-        return seqs, [r[1] for r in rows], raws
+            raws = [whole(r[3], r[4]) if not r[2] else _Pending(r[0], r[3]) for r in rows]
+        if [r for r in rows if r[2]]:  # a row continues in chunk rows
+            self._fill_pending(seqs, raws)
+        return seqs, [r[1] for r in rows], raws, created
 
     def _fill_pending(self, seqs: list[int], raws: list[Any]) -> None:
         """Each :class:`_Pending` in ``raws`` (the row ``seqs[i]``) joined with its chunk rows."""

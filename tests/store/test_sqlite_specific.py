@@ -503,6 +503,8 @@ def test_a_row_leaves_out_the_created_at_its_column_holds_and_reads_back_whole(t
             )
             assert s.get(mid) == m and list(s.get(mid)) == list(m)
         assert s.get_history() == list(expected.values())
+        for read in (s.get_history(), list(s.history())):  # (each key in its place, too)
+            assert [list(m) for m in read] == [list(m) for m in expected.values()]
         assert s.recent_history(0, min_messages=3).messages == list(expected.values())[-3:]
         assert {h.id for h in st.search("createdAt")} == {"plain", "stamped", "first", "nested", "imported"}
         assert expected["imported"]["createdAt"] == "2023-11-14T22:13:20.000Z"
