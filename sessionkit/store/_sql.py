@@ -233,21 +233,24 @@ class SQLEngine(SQLBase):
     def rows_between(
         self, sid: str, lo: int, hi: int, limit: int
     ) -> tuple[list[int], list[int], list[str], list[str | None] | None]:
-        rows = self.fetch(self.sql["rows_between"], (sid, lo, hi, limit))
-        seqs = [r[0] for r in rows]
+        seqs, depths, chunks, raws, stamps = self.fetch_columns(self.sql["rows_between"], (sid, lo, hi, limit), 5)
         whole = self.whole_json
         created: list[str | None] | None = None
         if whole is with_created_at:
             # Each row's JSON as stored, with the createdAt it leaves out (see row_json) for
             # the reader to add after decoding: putting it back in the text would copy each
             # string only for the decoder to read it.
-            raws: list[Any] = [r[3] if not r[2] else _Pending(r[0], r[3]) for r in rows]
-            created = [r[4] if not r[2] and r[3][-1] == " " else None for r in rows]
+            created = [c if raw[-1] == " " else None for raw, c in zip(raws, stamps)]
         else:
-            raws = [whole(r[3], r[4]) if not r[2] else _Pending(r[0], r[3]) for r in rows]
-        if [r for r in rows if r[2]]:  # a row continues in chunk rows
+            raws = [whole(raw, c) for raw, c in zip(raws, stamps)]
+        if any(chunks):  # a row continues in chunk rows: its JSON was never shortened
+            for i, n in enumerate(chunks):
+                if n:
+                    raws[i] = _Pending(seqs[i], raws[i])
+                    if created is not None:
+                        created[i] = None
             self._fill_pending(seqs, raws)
-        return seqs, [r[1] for r in rows], raws, created
+        return seqs, depths, raws, created
 
     def _fill_pending(self, seqs: list[int], raws: list[Any]) -> None:
         """Each :class:`_Pending` in ``raws`` (the row ``seqs[i]``) joined with its chunk rows."""

@@ -36,6 +36,9 @@ __all__ = ["SQLBase", "STATEMENTS", "Params"]
 #: Parameters of a statement: positional, or named (``%(name)s`` on PostgreSQL).
 Params = Sequence[Any] | Mapping[str, Any]
 
+#: Rows a fetch_columns call takes from its cursor at a time.
+_COLUMN_ROWS = 256
+
 
 # ---------------------------------------------------------------------------
 # Statements shared by every engine (an engine overrides one by defining it in its
@@ -327,6 +330,19 @@ class SQLBase(LabelSQL, Engine):
     def fetch(self, sql: str, params: Params = ()) -> list[Any]:
         with self.guard(), self.connection() as conn:
             return conn.execute(sql, params).fetchall()
+
+    def fetch_columns(self, sql: str, params: Params = (), width: int = 0) -> list[list[Any]]:
+        """The statement's rows as a list per column (``width`` columns), read a few hundred
+        rows at a time. A read of many rows then keeps no tuple per row alive: tuples held
+        past the collector's next pass are moved to its older generations, and a process
+        holding many objects pays a full collection more often for them."""
+        with self.guard(), self.connection() as conn:
+            cursor = conn.execute(sql, params)
+            columns: list[list[Any]] = [[] for _ in range(width)]
+            while rows := cursor.fetchmany(_COLUMN_ROWS):
+                for column, values in zip(columns, zip(*rows)):
+                    column += values
+            return columns
 
     def fetch_one(self, sql: str, params: Params = ()) -> Any:
         with self.guard(), self.connection() as conn:
