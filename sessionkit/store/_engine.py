@@ -82,11 +82,14 @@ class Engine(abc.ABC):
         them otherwise."""
         return None
 
-    def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:
+    def walk_contents(
+        self, sid: str, start: Node, limit: int
+    ) -> tuple[list[int], list[str], list[str], list[str | None] | None]:
         """The seqs, ids and stored JSON of the path from ``start`` towards the root, at
-        most ``limit`` rows, leaf first: :meth:`walk` with only what a path's messages need."""
+        most ``limit`` rows, leaf first: :meth:`walk` with only what a path's messages need;
+        with the ``createdAt`` each JSON leaves out, as :meth:`rows_between` gives them."""
         rows = self.walk(sid, start, limit, True)
-        return [n.seq for n, _ in rows], [n.id for n, _ in rows], [cast(str, raw) for _, raw in rows]
+        return [n.seq for n, _ in rows], [n.id for n, _ in rows], [cast(str, raw) for _, raw in rows], None
 
     def path_runs(self, sid: str, start: Node) -> list[tuple[int, int, int, int]] | None:
         """The path from the root to ``start`` as runs ``(first seq, last seq, first depth,

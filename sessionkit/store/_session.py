@@ -453,10 +453,12 @@ class Session:
             read = None if comps else self._read_runs(eng, leaf)
             created: list[str | None] | None = None
             if read is None:
-                seqs, ids, raws = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
+                seqs, ids, raws, created = eng.walk_contents(self.session_id, leaf, leaf.depth + 1)
                 seqs.reverse()
                 ids.reverse()
                 raws.reverse()
+                if created is not None:
+                    created.reverse()
             else:
                 seqs, raws, created = read
             # Read in one snapshot: every row of the path is there (no None). The messages

@@ -189,46 +189,61 @@ class SQLEngine(SQLBase):
         whole = self.whole_json
         return [(r[0], r[1], r[2], r[3], r[4], r[5], whole(r[7], r[8])) for r in rows]
 
-    def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:
+    def walk_contents(
+        self, sid: str, start: Node, limit: int
+    ) -> tuple[list[int], list[str], list[str], list[str | None] | None]:
         """As :meth:`walk_pages` reads a path, for a caller that keeps all of it and needs
         no :class:`Node`: each run of consecutive rows in one statement of six columns
-        (a whole path is one statement where it never branches), and three lists, not an
-        object per row (what the garbage collector would walk). A row deleted meanwhile
-        ends the path there."""
+        (a whole path is one statement where it never branches), taken a few hundred rows
+        at a time into a list per column (no object per row for the garbage collector to
+        count), with the createdAt each JSON leaves out as :meth:`rows_between` gives it. A
+        row deleted meanwhile ends the path there."""
         self.before_read(sid)
         seqs: list[int] = []
         ids: list[str] = []
         raws: list[Any] = []
+        stamps: list[str] = []
         want: str | None = start.id
         seq, remaining = start.seq, limit
         pending = False
-        whole = self.whole_json
         while want is not None and remaining > 0:
-            rows = self.fetch(self.sql["scan_down_lean"], (sid, seq, remaining))
+            seq_col, id_col, parent_col, chunk_col, raw_col, stamp_col = self.fetch_columns(
+                self.sql["scan_down_lean"], (sid, seq, remaining), 6
+            )
             n = 0
-            for r in rows:
-                if r[1] != want:
+            for mid, parent in zip(id_col, parent_col):
+                if mid != want:
                     break
-                want = r[2]
+                want = parent
                 n += 1
-                if r[3]:
-                    pending = True
                 if want is None:
                     break
-            run = rows[:n] if n < len(rows) else rows
-            seqs += [r[0] for r in run]
-            ids += [r[1] for r in run]
-            raws += [whole(r[4], r[5]) if not r[3] else _Pending(r[0], r[4]) for r in run]
+            seqs += seq_col[:n]
+            ids += id_col[:n]
+            raws += raw_col[:n]
+            stamps += stamp_col[:n]
+            if any(chunk_col[:n]):
+                pending = True
+                raws[len(raws) - n :] = [
+                    raw if not c else _Pending(q, raw) for q, c, raw in zip(seq_col, chunk_col, raw_col[:n])
+                ]
             remaining -= n
-            if want is None or remaining <= 0 or n in (0, len(rows)):
+            if want is None or remaining <= 0 or n in (0, len(seq_col)):
                 break  # the root, enough, or the row wanted is gone (deleted meanwhile)
-            parent = self.node(sid, want)  # a branch point: the parent is elsewhere
-            if parent is None:
+            parent_node = self.node(sid, want)  # a branch point: the parent is elsewhere
+            if parent_node is None:
                 break  # deleted meanwhile: the path ends here
-            seq = parent.seq
+            seq = parent_node.seq
+        whole = self.whole_json
+        created: list[str | None] | None = None
+        if whole is with_created_at:
+            # (as in rows_between: a row continued in chunk rows is never shortened)
+            created = [c if type(raw) is str and raw[-1] == " " else None for raw, c in zip(raws, stamps)]
+        else:
+            raws = [whole(raw, c) if type(raw) is str else raw for raw, c in zip(raws, stamps)]
         if pending:
             self._fill_pending(seqs, raws)
-        return seqs, ids, raws
+        return seqs, ids, raws, created
 
     def rows_between(
         self, sid: str, lo: int, hi: int, limit: int

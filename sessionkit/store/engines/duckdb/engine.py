@@ -698,7 +698,9 @@ class DuckDBEngine(LocalEngine):
             out += rows
         return out
 
-    def walk_contents(self, sid: str, start: Node, limit: int) -> tuple[list[int], list[str], list[str]]:
+    def walk_contents(
+        self, sid: str, start: Node, limit: int
+    ) -> tuple[list[int], list[str], list[str], list[str | None] | None]:
         """As on every engine; a read of a session's latest path takes its newest rows
         from the cache of this process's own writes and reads (``FileState.paths``), as
         :meth:`walk_pages` does, reads on from the database above them, and keeps what it
@@ -712,7 +714,7 @@ class DuckDBEngine(LocalEngine):
             if not cached and shared.tails.get(sid) != start:
                 return super().walk_contents(sid, start, limit)  # not the latest path
             rows: list[tuple[Node, str | None]] = list(run[:limit]) if run is not None and cached else []
-            more: tuple[list[int], list[str], list[str]] = ([], [], [])
+            more: tuple[list[int], list[str], list[str], list[str | None] | None] = ([], [], [], None)
             if len(rows) < limit and (not rows or rows[-1][0].parent_id is not None):
                 # from the newest row not yet cached: the last cached one again, then on
                 top = rows.pop()[0] if rows else start
@@ -729,6 +731,7 @@ class DuckDBEngine(LocalEngine):
                 [n.seq for n, _ in rows] + more[0],
                 [n.id for n, _ in rows] + more[1],
                 cast("list[str]", [raw for _, raw in rows]) + more[2],
+                None if more[3] is None else [*(None for _ in rows), *more[3]],  # (the cache keeps whole JSON)
             )
 
     def newest_rows(
