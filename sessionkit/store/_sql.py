@@ -201,11 +201,11 @@ class SQLEngine(SQLBase):
         self.before_read(sid)
         seqs: list[int] = []
         ids: list[str] = []
-        raws: list[Any] = []
+        chunks: list[int] = []
+        raws: list[str] = []
         stamps: list[str] = []
         want: str | None = start.id
         seq, remaining = start.seq, limit
-        pending = False
         while want is not None and remaining > 0:
             seq_col, id_col, parent_col, chunk_col, raw_col, stamp_col = self.fetch_columns(
                 self.sql["scan_down_lean"], (sid, seq, remaining), 6
@@ -220,13 +220,9 @@ class SQLEngine(SQLBase):
                     break
             seqs += seq_col[:n]
             ids += id_col[:n]
+            chunks += chunk_col[:n]
             raws += raw_col[:n]
             stamps += stamp_col[:n]
-            if any(chunk_col[:n]):
-                pending = True
-                raws[len(raws) - n :] = [
-                    raw if not c else _Pending(q, raw) for q, c, raw in zip(seq_col, chunk_col, raw_col[:n])
-                ]
             remaining -= n
             if want is None or remaining <= 0 or n in (0, len(seq_col)):
                 break  # the root, enough, or the row wanted is gone (deleted meanwhile)
@@ -234,38 +230,37 @@ class SQLEngine(SQLBase):
             if parent_node is None:
                 break  # deleted meanwhile: the path ends here
             seq = parent_node.seq
-        whole = self.whole_json
-        created: list[str | None] | None = None
-        if whole is with_created_at:
-            # (as in rows_between: a row continued in chunk rows is never shortened)
-            created = [c if type(raw) is str and raw[-1] == " " else None for raw, c in zip(raws, stamps)]
-        else:
-            raws = [whole(raw, c) if type(raw) is str else raw for raw, c in zip(raws, stamps)]
-        if pending:
-            self._fill_pending(seqs, raws)
-        return seqs, ids, raws, created
+        contents, created = self._as_read(seqs, chunks, raws, stamps)
+        return seqs, ids, contents, created
 
     def rows_between(
         self, sid: str, lo: int, hi: int, limit: int
     ) -> tuple[list[int], list[int], list[str], list[str | None] | None]:
         seqs, depths, chunks, raws, stamps = self.fetch_columns(self.sql["rows_between"], (sid, lo, hi, limit), 5)
+        contents, created = self._as_read(seqs, chunks, raws, stamps)
+        return seqs, depths, contents, created
+
+    def _as_read(
+        self, seqs: list[int], chunks: list[int], raws: list[str], stamps: list[str]
+    ) -> tuple[list[str], list[str | None] | None]:
+        """Rows' stored JSON (``raws``, each row's ``created_at`` in ``stamps``) as a path
+        read hands them to ``messages.restore_many``: continued in their chunk rows where
+        ``chunks`` says so, and, where the engine leaves createdAt out of a row (see
+        row_json), as stored with the createdAt to add after decoding: putting it back in
+        the text would copy each string only for the decoder to read it. A row continued
+        in chunk rows is never shortened."""
         whole = self.whole_json
         created: list[str | None] | None = None
+        out: list[Any]
         if whole is with_created_at:
-            # Each row's JSON as stored, with the createdAt it leaves out (see row_json) for
-            # the reader to add after decoding: putting it back in the text would copy each
-            # string only for the decoder to read it.
-            created = [c if raw[-1] == " " else None for raw, c in zip(raws, stamps)]
+            out = raws
+            created = [c if not n and raw[-1] == " " else None for raw, c, n in zip(raws, stamps, chunks)]
         else:
-            raws = [whole(raw, c) for raw, c in zip(raws, stamps)]
-        if any(chunks):  # a row continues in chunk rows: its JSON was never shortened
-            for i, n in enumerate(chunks):
-                if n:
-                    raws[i] = _Pending(seqs[i], raws[i])
-                    if created is not None:
-                        created[i] = None
-            self._fill_pending(seqs, raws)
-        return seqs, depths, raws, created
+            out = [whole(raw, c) if not n else raw for raw, c, n in zip(raws, stamps, chunks)]
+        if any(chunks):
+            out = [raw if not n else _Pending(q, raw) for q, n, raw in zip(seqs, chunks, out)]
+            self._fill_pending(seqs, out)
+        return out, created
 
     def _fill_pending(self, seqs: list[int], raws: list[Any]) -> None:
         """Each :class:`_Pending` in ``raws`` (the row ``seqs[i]``) joined with its chunk rows."""
