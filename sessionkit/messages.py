@@ -92,6 +92,14 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def _is_time(text: str) -> bool:
     """Whether ``text`` reads as a time (``to_iso`` takes it; a month 13 does not)."""
+    if type(text) is str and text.endswith("Z"):
+        # to_iso's own parse, without its conversion and formatting: a time in UTC
+        # converts to UTC without overflow (a tenth of the cost, on every append).
+        try:
+            datetime.fromisoformat(text[:-1] + "+00:00")
+        except ValueError:
+            return False
+        return True
     try:
         to_iso(text)
     except (TypeError, ValueError):

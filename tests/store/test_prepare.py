@@ -315,3 +315,56 @@ def test_messages_restored_together_are_what_each_restores(items, group):
                 _msg.restore_many(stored, fetch)
             return
         assert _msg.restore_many(stored, fetch) == expected
+
+
+def plain_is_time(text: str) -> bool:
+    try:
+        _msg.to_iso(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+TIMES = [
+    "2024-05-01T10:00:00.000Z",
+    "2024-05-01T10:00:00Z",
+    "2024-05-01Z",
+    "2024-13-01T10:00:00.000Z",
+    "2024-02-30T10:00:00Z",
+    "0001-01-01T00:00:00.000Z",
+    "9999-12-31T23:59:59.999Z",
+    "2024-05-01T10:00:00+05:00Z",
+    "2024-05-01T10:00:00.000+00:00",
+    "2024-05-01T10:00:00.000-11:00",
+    "0001-01-01T00:00:00+01:00",
+    "9999-12-31T23:59:59-01:00",
+    "2024-05-01 10:00:00Z",
+    "20240501T100000Z",
+    "Z",
+    "",
+    "yesterday",
+    "yesterdayZ",
+    "2024-05-01T24:00:00Z",
+    "2024-05-01T10:00:00.1234567Z",
+]
+
+
+@pytest.mark.parametrize("text", TIMES)
+def test_a_kept_created_at_is_checked_as_to_iso_checks_it(text):
+    assert _msg._is_time(text) is plain_is_time(text)
+    message = {"id": "m", "role": "user", "parts": [], "createdAt": text}
+    if plain_is_time(text):
+        assert _msg.prepare(message).created_at == text
+    else:
+        with pytest.raises(sk.InvalidMessage, match="'createdAt' must be an ISO 8601 time"):
+            _msg.prepare(message)
+
+
+@given(
+    st.from_regex(
+        r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?([+-][0-9]{2}:[0-9]{2})?Z?\Z"
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_any_time_like_text_is_checked_as_to_iso_checks_it(text):
+    assert _msg._is_time(text) is plain_is_time(text)
