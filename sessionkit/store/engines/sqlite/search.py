@@ -10,9 +10,10 @@ store grows (see _RECENT_TABLE). :class:`FTS5Index` is ``SQLiteEngine.index``.
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .... import messages as _msg
 from ....errors import SessionKitError
@@ -135,10 +136,62 @@ def _window_range(low: str | None, high: str | None) -> tuple[int | None, int | 
     return (None, None) if low is None or high is None else (int(low), int(high))
 
 
+_SESSION_BOUNDS = (
+    ", (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
+    " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),"
+    " (SELECT min(session_id) FROM sessionkit_messages),"
+    " (SELECT max(session_id) FROM sessionkit_messages)"
+)
+#: How many sessions' states FTS5Index._state keeps at most.
+_STATES_KEPT = 64
+
+
+def _read_state(db: sqlite3.Connection, sid: str | None) -> tuple[Any, ...]:
+    if sid is None:
+        return tuple(db.execute(_WINDOW_STATE).fetchone())
+    return tuple(db.execute(_WINDOW_STATE + _SESSION_BOUNDS, (sid,)).fetchone())
+
+
+def _rank_sql(table: str, in_session: bool) -> str:
+    """FTS5Index._rank's statement over ``table``, for one session or all."""
+    # A session's matches: the full-text index walks its matches newest first and
+    # each is checked in the compact (session_id, seq) index, not in the table, whose
+    # rows hold the content.
+    where = (
+        "AND EXISTS (SELECT 1 FROM sessionkit_messages s INDEXED BY sessionkit_messages_order"
+        f" WHERE s.session_id = ? AND s.seq = {table}.rowid)"
+        if in_session
+        else ""
+    )
+    # The candidates are ranked and counted in one pass (the window function), and
+    # only the best `limit` are joined to their messages.
+    return f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n, m.chunks, m.content, m.created_at FROM (
+                    SELECT seq, score, count(*) OVER () AS n FROM (
+                        SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table}
+                        WHERE {table} MATCH ? AND {table}.rowid BETWEEN ? AND ? {where}
+                        ORDER BY {table}.rowid DESC LIMIT ?
+                    ) ORDER BY score DESC, seq DESC LIMIT ?
+                ) AS t JOIN sessionkit_messages m ON m.seq = t.seq
+                ORDER BY t.score DESC, t.seq DESC"""
+
+
+_RANK_SQL = {
+    (table, in_session): _rank_sql(table, in_session)
+    for table in ("sessionkit_fts", "sessionkit_fts_recent")
+    for in_session in (False, True)
+}
+
+
 class FTS5Index(SearchIndex):
     """FTS5 tables kept by triggers (see FTS_TRIGGERS), with the search window."""
 
     engine: SQLiteEngine
+
+    def __init__(self, engine: SQLiteEngine):
+        super().__init__(engine)
+        # What _state read, per session (None: the whole store), while the file is at _state_key.
+        self._state_key: tuple[int, int] | None = None
+        self._states: dict[str | None, tuple[Any, ...]] = {}
 
     def count(self) -> int:
         return self.engine.fetch_one("SELECT count(*) FROM sessionkit_fts")[0] if self.built() else 0
@@ -156,20 +209,12 @@ class FTS5Index(SearchIndex):
         cand = self.engine.search_candidates
         with self.engine._lock:
             first, last = 0, _MAX_SEQ
-            # The window's state and the session's bounds in one statement (one subquery
-            # for each end: SQLite seeks one end of an index for a lone min() or max(), but
-            # scans the whole session for both in one SELECT); the window is brought up to
-            # date first when it must be, as sync_window does.
+            # The window's state and the session's bounds (_state); the window is brought
+            # up to date first when it must be, as sync_window does.
             if sid is None:
-                top, low_seq, high_seq = self.engine.fetch_one(_WINDOW_STATE)
+                top, low_seq, high_seq = self._state(None)
             else:
-                top, low_seq, high_seq, first, last, low, high = self.engine.fetch_one(
-                    _WINDOW_STATE + ", (SELECT min(seq) FROM sessionkit_messages WHERE session_id = ?1),"
-                    " (SELECT max(seq) FROM sessionkit_messages WHERE session_id = ?1),"
-                    " (SELECT min(session_id) FROM sessionkit_messages),"
-                    " (SELECT max(session_id) FROM sessionkit_messages)",
-                    (sid,),
-                )
+                top, low_seq, high_seq, first, last, low, high = self._state(sid)
             lo, hi = _window_range(low_seq, high_seq)
             if self._due(top, lo, hi) and self.built():
                 lo, hi = self.sync_window()
@@ -191,6 +236,30 @@ class FTS5Index(SearchIndex):
                     return rows
             return self._rank("sessionkit_fts", fts_query, sid, first, last, cand, limit)[0]
 
+    def _state(self, sid: str | None) -> tuple[Any, ...]:
+        """``_WINDOW_STATE``'s three values, and for a session its first and last seq and
+        the store's least and greatest session id (one subquery for each end: SQLite seeks
+        one end of an index for a lone min() or max(), but scans the whole session for both
+        in one SELECT).
+
+        Kept between searches while the file is as it was: ``PRAGMA data_version`` changes
+        when another connection commits, the connection's ``total_changes`` when it writes
+        (a rolled back write too), and together they cost half the statement. Read afresh
+        inside a transaction, whose writes may yet be rolled back."""
+        eng = self.engine
+        with eng.guard(), eng.connection() as db:
+            if db.in_transaction:
+                return _read_state(db, sid)
+            key = (db.execute("PRAGMA data_version").fetchone()[0], db.total_changes)
+            if key != self._state_key:
+                self._state_key, self._states = key, {}
+            state = self._states.get(sid)
+            if state is None:
+                if len(self._states) >= _STATES_KEPT:
+                    self._states.clear()
+                state = self._states[sid] = _read_state(db, sid)
+            return state
+
     def _rank(
         self, table: str, fts_query: str, sid: str | None, first: int, last: int, cand: int, limit: int
     ) -> tuple[list[tuple[Hit, str | None]], int]:
@@ -198,30 +267,11 @@ class FTS5Index(SearchIndex):
         with seq in [first, last], as ``(seq, session_id, id, role, score)`` each with its
         stored JSON (read in the same statement; None for one continued in chunk rows), and
         how many matches were ranked (0 when there is no hit)."""
-        # A session's matches: the full-text index walks its matches newest first and
-        # each is checked in the compact (session_id, seq) index, not in the table, whose
-        # rows hold the content.
-        where, params = "", [fts_query, first, last]
+        params: list[Any] = [fts_query, first, last]
         if sid is not None:
-            where = (
-                f"AND EXISTS (SELECT 1 FROM sessionkit_messages s INDEXED BY sessionkit_messages_order"
-                f" WHERE s.session_id = ? AND s.seq = {table}.rowid)"
-            )
             params.append(sid)
         params += [cand, limit]
-        # The candidates are ranked and counted in one pass (the window function), and
-        # only the best `limit` are joined to their messages.
-        rows = self.engine.fetch(
-            f"""SELECT t.seq, m.session_id, m.id, m.role, t.score, t.n, m.chunks, m.content, m.created_at FROM (
-                    SELECT seq, score, count(*) OVER () AS n FROM (
-                        SELECT {table}.rowid AS seq, -bm25({table}) AS score FROM {table}
-                        WHERE {table} MATCH ? AND {table}.rowid BETWEEN ? AND ? {where}
-                        ORDER BY {table}.rowid DESC LIMIT ?
-                    ) ORDER BY score DESC, seq DESC LIMIT ?
-                ) AS t JOIN sessionkit_messages m ON m.seq = t.seq
-                ORDER BY t.score DESC, t.seq DESC""",
-            params,
-        )
+        rows = self.engine.fetch(_RANK_SQL[table, sid is not None], params)
         whole = self.engine.whole_json
         return [(r[:5], None if r[6] else whole(r[7], r[8])) for r in rows], (rows[0][5] if rows else 0)
 
