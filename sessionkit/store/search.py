@@ -183,6 +183,8 @@ def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
     are then found in the text, so a long text with one match costs little Python.
     """
     folded = _ascii_folded(text) if text.isascii() else None
+    if folded is not None and not query.phrases and all(query.terms):
+        return _widened(text, _term_spans(folded, query.terms))
     words = folded.split() if folded is not None else _folded_words(text)
     stems = _stems_of(words)
     wanted: list[tuple[int, int]] = []  # (first word, last word) of each match
@@ -203,10 +205,16 @@ def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
         return []
     needed = sorted({k for pair in wanted for k in pair})
     places = _word_places(text, words, needed, folded)
+    return _widened(text, [(places[first][0], places[last][1]) for first, last in wanted])
+
+
+def _widened(text: str, found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans ``found`` (of matched words), each widened to the whole words (letters,
+    digits and underscores) at both ends, in order, overlapping ones merged."""
+    if not found:
+        return []
     spans = []
-    for first, last in wanted:
-        s, e = places[first][0], places[last][1]
-        # widened to the whole words (letters, digits and underscores) at both ends
+    for s, e in found:
         while s > 0 and _inword(text, s - 1):
             s -= 1
         while e < len(text) and _inword(text, e):
@@ -221,6 +229,38 @@ def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
         else:
             merged.append((s, e))
     return merged
+
+
+@functools.lru_cache(maxsize=256)
+def _words_starting(firsts: str) -> re.Pattern[str]:
+    """The words of a folded ASCII text (runs of lower-case letters and digits) that start
+    with one of the characters ``firsts``."""
+    return re.compile(r"(?<![a-z0-9])[" + re.escape(firsts) + r"][a-z0-9]*")
+
+
+def _term_spans(folded: str, terms: tuple[str, ...]) -> list[tuple[int, int]]:
+    """The spans of the words of ``folded`` (an ASCII text as :func:`_ascii_folded` gives it)
+    whose stem is one of ``terms`` (none empty).
+
+    The English stemmer changes only a word's ending: a stem starts with its word's first
+    character (tests/store/test_search_snippet.py checks it over every word of the data
+    files and of generated endings). So only the words starting with a term's first
+    character are stemmed, found by one pattern in C: most of a text's words are never
+    looked up, where :func:`_matched_spans` otherwise stems every word of the text.
+    """
+    stems = _STEMS
+    wanted = set(terms)
+    found = []
+    for m in _words_starting("".join(sorted({t[0] for t in terms}))).finditer(folded):
+        word = m.group()
+        stemmed = stems.get(word)
+        if stemmed is None:
+            if len(stems) > _STEMS_MAX:
+                stems.clear()
+            stemmed = stems[word] = _stem_word(word)
+        if stemmed in wanted:
+            found.append(m.span())
+    return found
 
 
 def _word_places(text: str, words: list[str], needed: list[int], folded: str | None) -> dict[int, tuple[int, int]]:
