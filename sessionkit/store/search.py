@@ -92,6 +92,23 @@ def _folded_words(text: str) -> list[str]:
     return " ".join(_WORD.findall(text)).casefold().split()
 
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _space_unless_word(m: re.Match[str]) -> str:
+    c = m.group()
+    return c if c.isalnum() else " "
+
+
+def _ascii_view(text: str) -> str | None:
+    """``text`` with each non-ASCII character that is no part of a word (a curly quote, a
+    dash, an ellipsis, a no-break space, an emoji) a space, when that leaves it ASCII; None
+    where a word holds a non-ASCII letter or digit. Its words are ``text``'s (``_WORD``'s)
+    at the same places, one character for one."""
+    view = _NON_ASCII.sub(_space_unless_word, text)
+    return view if view.isascii() else None
+
+
 def _ascii_folded(text: str) -> str:
     """An ASCII text with letters and digits kept, upper case lowered and every other
     character a space, in one byte-table lookup per character (about three times faster
@@ -180,9 +197,13 @@ def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
 
     The words are stemmed as :func:`index_text` stems them (a few C calls for the whole
     text: its k-th stem is that of the k-th word of ``_WORD``), and only the matched words
-    are then found in the text, so a long text with one match costs little Python.
+    are then found in the text, so a long text with one match costs little Python. A text
+    whose only non-ASCII characters stand between words (curly quotes, dashes) is read as
+    its ASCII view (:func:`_ascii_view`), and a query of words alone stems only the words
+    that could match (:func:`_term_spans`).
     """
-    folded = _ascii_folded(text) if text.isascii() else None
+    view = text if text.isascii() else _ascii_view(text)
+    folded = _ascii_folded(view) if view is not None else None
     if folded is not None and not query.phrases and all(query.terms):
         return _widened(text, _term_spans(folded, query.terms))
     words = folded.split() if folded is not None else _folded_words(text)
@@ -265,11 +286,11 @@ def _term_spans(folded: str, terms: tuple[str, ...]) -> list[tuple[int, int]]:
 
 def _word_places(text: str, words: list[str], needed: list[int], folded: str | None) -> dict[int, tuple[int, int]]:
     """The span in ``text`` of each word numbered in ``needed`` (ascending; ``words`` are
-    its folded words). An ASCII text's folded form (``folded``, from :func:`_ascii_folded`;
-    None for any other text) has its words at their own places, every other character a
-    space: the k-th word is an occurrence of itself between spaces there, found by
-    ``str.find`` (its rank among equal words: a count of the words before it), all in C.
-    Any other text: one pass of the pattern, each skip in C."""
+    its folded words). An ASCII text's folded form (``folded``, from :func:`_ascii_folded`
+    of the text or of its :func:`_ascii_view`; None for any other text) has its words at
+    their own places, every other character a space: the k-th word is an occurrence of
+    itself between spaces there, found by ``str.find`` (its rank among equal words: a
+    count of the words before it), all in C. Any other text: one pass of the pattern, each skip in C."""
     places: dict[int, tuple[int, int]] = {}
     if folded is not None:
         padded = " " + folded + " "

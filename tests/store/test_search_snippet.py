@@ -110,7 +110,8 @@ def test_matched_spans_are_those_of_stemming_each_word_where_it_stands(words, se
 
 
 # ASCII words whose stems stand far from the word (dying -> die, skies -> sky), start with y
-# or a digit, or fold to another case: every text of them takes _matched_spans' term path.
+# or a digit, or fold to another case, between separators of which some are not ASCII (a
+# curly quote, a dash, an emoji): every text of them is read as ASCII by _matched_spans.
 _ASCII_VOCAB = [
     "Order", "orders", "order_lines", "ordered", "lines", "Line", "dying", "die", "dies", "lying", "lie",
     "skies", "sky", "yes", "Yelling", "yell", "y", "ies", "ing", "news", "x1", "1x", "2024", "generalizations",
@@ -121,12 +122,34 @@ _ASCII_VOCAB = [
 @settings(max_examples=400, deadline=None)
 @given(
     words=st.lists(st.sampled_from(_ASCII_VOCAB), min_size=0, max_size=30),
-    seps=st.lists(st.sampled_from([" ", "  ", ", ", "_", "-", ". ", "\n", "'", "\t"]), min_size=30, max_size=30),
+    seps=st.lists(
+        st.sampled_from(
+            [
+                " ",
+                "  ",
+                ", ",
+                "_",
+                "-",
+                ". ",
+                "\n",
+                "'",
+                "\t",
+                "\u2019",
+                " \u2014 ",
+                "\u201c",
+                "\u2026",
+                "\xa0",
+                "\U0001f642",
+            ]
+        ),
+        min_size=30,
+        max_size=30,
+    ),
     query=st.sampled_from(
         ["order", "line", "die", "dying lie", "sky", "yes yell", "y", "ing news", "x1 2024", "general relate", "tie t"]
     ),
 )
-def test_an_ascii_text_marks_what_stemming_each_word_marks(words, seps, query):
+def test_a_text_of_ascii_words_marks_what_stemming_each_word_marks(words, seps, query):
     text = "".join(w + s for w, s in zip(words, seps))
     parsed = parse_query(query)
     assert _matched_spans(text, parsed) == _spans_word_by_word(text, parsed)
