@@ -199,13 +199,13 @@ def _matched_spans(text: str, query: Query) -> list[tuple[int, int]]:
     text: its k-th stem is that of the k-th word of ``_WORD``), and only the matched words
     are then found in the text, so a long text with one match costs little Python. A text
     whose only non-ASCII characters stand between words (curly quotes, dashes) is read as
-    its ASCII view (:func:`_ascii_view`), and a query of words alone stems only the words
-    that could match (:func:`_term_spans`).
+    its ASCII view (:func:`_ascii_view`), and then only the words that could match are
+    stemmed (:func:`_query_spans`).
     """
     view = text if text.isascii() else _ascii_view(text)
     folded = _ascii_folded(view) if view is not None else None
-    if folded is not None and not query.phrases and all(query.terms):
-        return _widened(text, _term_spans(folded, query.terms))
+    if folded is not None and all(query.terms) and all(all(phrase) for phrase in query.phrases):
+        return _widened(text, _query_spans(folded, query))
     words = folded.split() if folded is not None else _folded_words(text)
     stems = _stems_of(words)
     wanted: list[tuple[int, int]] = []  # (first word, last word) of each match
@@ -259,29 +259,52 @@ def _words_starting(firsts: str) -> re.Pattern[str]:
     return re.compile(r"(?<![a-z0-9])[" + re.escape(firsts) + r"][a-z0-9]*")
 
 
-def _term_spans(folded: str, terms: tuple[str, ...]) -> list[tuple[int, int]]:
-    """The spans of the words of ``folded`` (an ASCII text as :func:`_ascii_folded` gives it)
-    whose stem is one of ``terms`` (none empty).
+def _query_spans(folded: str, query: Query) -> list[tuple[int, int]]:
+    """The spans of ``folded`` (an ASCII text as :func:`_ascii_folded` gives it) that
+    ``query`` matches, none of its stems empty: each word whose stem is a term, and each
+    run of consecutive words whose stems are a phrase's.
 
     The English stemmer changes only a word's ending: a stem starts with its word's first
     character (tests/store/test_search_snippet.py checks it over every word of the data
-    files and of generated endings). So only the words starting with a term's first
-    character are stemmed, found by one pattern in C: most of a text's words are never
+    files and of generated endings). So only the words starting with the first character
+    of a term or of a phrase's first stem are stemmed, found by one pattern in C (and for
+    a phrase, the words after one whose stem begins it): most of a text's words are never
     looked up, where :func:`_matched_spans` otherwise stems every word of the text.
     """
     stems = _STEMS
-    wanted = set(terms)
-    found = []
-    for m in _words_starting("".join(sorted({t[0] for t in terms}))).finditer(folded):
-        word = m.group()
+
+    def stem_of(word: str) -> str:
         stemmed = stems.get(word)
         if stemmed is None:
             if len(stems) > _STEMS_MAX:
                 stems.clear()
             stemmed = stems[word] = _stem_word(word)
-        if stemmed in wanted:
+        return stemmed
+
+    terms = set(query.terms)
+    heads = {phrase[0] for phrase in query.phrases}
+    firsts = "".join(sorted({t[0] for t in terms} | {h[0] for h in heads}))
+    found = []
+    for m in _words_starting(firsts).finditer(folded):
+        stemmed = stem_of(m.group())
+        if stemmed in terms:
             found.append(m.span())
+        if stemmed in heads:
+            for phrase in query.phrases:
+                if phrase[0] != stemmed:
+                    continue
+                end = m.end()
+                for want in phrase[1:]:
+                    after = _FOLDED_WORD.search(folded, end)
+                    if after is None or stem_of(after.group()) != want:
+                        break
+                    end = after.end()
+                else:
+                    found.append((m.start(), end))
     return found
+
+
+_FOLDED_WORD = re.compile(r"[a-z0-9]+")
 
 
 def _word_places(text: str, words: list[str], needed: list[int], folded: str | None) -> dict[int, tuple[int, int]]:

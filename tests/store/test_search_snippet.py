@@ -147,6 +147,7 @@ _ASCII_VOCAB = [
     ),
     query=st.sampled_from(
         ["order", "line", "die", "dying lie", "sky", "yes yell", "y", "ing news", "x1 2024", "general relate", "tie t"]
+        + ['"order lines"', '"lines order"', '"dying lie"', '"sky sky"', 'order "die yes"', '"x1 2024" general']
     ),
 )
 def test_a_text_of_ascii_words_marks_what_stemming_each_word_marks(words, seps, query):
