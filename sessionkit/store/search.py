@@ -93,20 +93,19 @@ def _folded_words(text: str) -> list[str]:
 
 
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
-
-
-def _space_unless_word(m: re.Match[str]) -> str:
-    c = m.group()
-    return c if c.isalnum() else " "
+#: A non-ASCII letter or digit (a character ``_WORD`` takes that is not ASCII).
+_NON_ASCII_WORD_CHAR = re.compile(r"[^\W_\x00-\x7f]")
 
 
 def _ascii_view(text: str) -> str | None:
-    """``text`` with each non-ASCII character that is no part of a word (a curly quote, a
-    dash, an ellipsis, a no-break space, an emoji) a space, when that leaves it ASCII; None
-    where a word holds a non-ASCII letter or digit. Its words are ``text``'s (``_WORD``'s)
-    at the same places, one character for one."""
-    view = _NON_ASCII.sub(_space_unless_word, text)
-    return view if view.isascii() else None
+    """``text`` with each non-ASCII character a space, where none is part of a word (a
+    curly quote, a dash, an ellipsis, a no-break space, an emoji); None where a word holds
+    a non-ASCII letter or digit. Its words are ``text``'s (``_WORD``'s) at the same places,
+    one character for one. Both steps run in C, and a text of another script stops at its
+    first letter."""
+    if _NON_ASCII_WORD_CHAR.search(text):
+        return None
+    return _NON_ASCII.sub(" ", text)
 
 
 def _ascii_folded(text: str) -> str:
@@ -131,6 +130,16 @@ def _stems_of(words: list[str]) -> list[str]:
         return [stems[w] for w in words]
     except KeyError:  # (another thread cleared the table meanwhile)
         return list(map(_stem_word, words))
+
+
+def _stem_cached(word: str) -> str:
+    """The stem of one folded word, from the table of stems (filled as needed)."""
+    stemmed = _STEMS.get(word)
+    if stemmed is None:
+        if len(_STEMS) > _STEMS_MAX:
+            _STEMS.clear()
+        stemmed = _STEMS[word] = _stem_word(word)
+    return stemmed
 
 
 @dataclass(frozen=True)
@@ -271,22 +280,12 @@ def _query_spans(folded: str, query: Query) -> list[tuple[int, int]]:
     a phrase, the words after one whose stem begins it): most of a text's words are never
     looked up, where :func:`_matched_spans` otherwise stems every word of the text.
     """
-    stems = _STEMS
-
-    def stem_of(word: str) -> str:
-        stemmed = stems.get(word)
-        if stemmed is None:
-            if len(stems) > _STEMS_MAX:
-                stems.clear()
-            stemmed = stems[word] = _stem_word(word)
-        return stemmed
-
     terms = set(query.terms)
     heads = {phrase[0] for phrase in query.phrases}
     firsts = "".join(sorted({t[0] for t in terms} | {h[0] for h in heads}))
     found = []
     for m in _words_starting(firsts).finditer(folded):
-        stemmed = stem_of(m.group())
+        stemmed = _stem_cached(m.group())
         if stemmed in terms:
             found.append(m.span())
         if stemmed in heads:
@@ -296,7 +295,7 @@ def _query_spans(folded: str, query: Query) -> list[tuple[int, int]]:
                 end = m.end()
                 for want in phrase[1:]:
                     after = _FOLDED_WORD.search(folded, end)
-                    if after is None or stem_of(after.group()) != want:
+                    if after is None or _stem_cached(after.group()) != want:
                         break
                     end = after.end()
                 else:

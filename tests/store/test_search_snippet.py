@@ -176,3 +176,15 @@ def test_a_stem_starts_with_its_words_first_character():
     words |= {"".join(t) for n in (1, 2, 3) for t in itertools.product(letters, repeat=n)}
     wrong = sorted(w for w in words if stem(w)[:1] != w[:1])
     assert wrong == []
+
+
+def test_a_text_is_read_as_ascii_exactly_when_no_word_holds_a_non_ascii_character():
+    """_ascii_view's test for a non-ASCII letter or digit is str.isalnum's (what _WORD takes),
+    over every code point past ASCII."""
+    from sessionkit.store.search import _ascii_view
+
+    for code in range(0x80, 0x110000):
+        c = chr(code)
+        view = _ascii_view("a" + c + "b")
+        assert (view is None) == c.isalnum(), hex(code)
+        assert view is None or view == "a b"
